@@ -1,0 +1,117 @@
+#pragma once
+// Element-wise math shared by CPU and CUDA kernels: GELU (tanh), SiLU, bf16/fp16 rounding,
+// the AdamW update. Every CPU test of these covers the CUDA path too.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common/host_device.h"
+
+namespace megatron::math {
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCoeff = 0.044715f;
+
+MT_HD float gelu_tanh(float x) {
+  const float inner = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+  return 0.5f * x * (1.0f + tanhf(inner));
+}
+
+MT_HD float gelu_tanh_grad(float x) {
+  const float x2 = x * x;
+  const float inner = kSqrt2OverPi * (x + kGeluCoeff * x2 * x);
+  const float t = tanhf(inner);
+  const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x2);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;
+}
+
+MT_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+MT_HD float silu(float x) { return x * sigmoid(x); }
+MT_HD float silu_grad(float x) {
+  const float s = sigmoid(x);
+  return s * (1.0f + x * (1.0f - s));
+}
+
+// One AdamW step for one element (decoupled weight decay, bias-corrected moments).
+struct AdamWParams {
+  float lr, beta1, beta2, eps, weight_decay;
+  float bias_correction1;  // 1 - beta1^step
+  float bias_correction2;  // 1 - beta2^step
+};
+
+MT_HD void adamw_update(float& param, float grad, float& m, float& v, const AdamWParams& p) {
+  m = p.beta1 * m + (1.0f - p.beta1) * grad;
+  v = p.beta2 * v + (1.0f - p.beta2) * grad * grad;
+  const float m_hat = m / p.bias_correction1;
+  const float v_hat = v / p.bias_correction2;
+  param -= p.lr * (m_hat / (sqrtf(v_hat) + p.eps) + p.weight_decay * param);
+}
+
+// Round-to-nearest-even fp32 -> bf16 (NaN kept quiet).
+MT_HD uint16_t float_to_bf16_bits(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+MT_HD float bf16_bits_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+// IEEE fp16 conversions with round-to-nearest-even, subnormals and inf/NaN.
+MT_HD uint16_t float_to_fp16_bits(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t mag = x & 0x7fffffffu;
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (mag < 0x38800000u) {                                               // subnormal or zero
+    if (mag < 0x33000000u) return static_cast<uint16_t>(sign);           // below half min subnormal
+    const uint32_t exp = mag >> 23;
+    const uint32_t mant = (mag & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - exp;  // value = mant * 2^(exp-150); fp16 subnormal unit 2^-24
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1u);
+    const uint32_t halfway = 1u << (shift - 1u);
+    if (rem > halfway || (rem == halfway && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = ((mag >> 13) - (112u << 10));
+  const uint32_t rem = mag & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+MT_HD float fp16_bits_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // normalise a subnormal
+      int e = -1;
+      do {
+        ++e;
+        mant <<= 1;
+      } while ((mant & 0x400u) == 0);
+      bits = sign | ((112u - e) << 23) | ((mant & 0x3ffu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112u) << 23) | (mant << 13);
+  }
+  float f;
+  memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace megatron::math

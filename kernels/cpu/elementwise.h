@@ -1,0 +1,20 @@
+#pragma once
+// Element-wise ops: residual adds, scaling, GELU (tanh) and SwiGLU.
+#include <cstdint>
+
+namespace megatron::kernels::cpu {
+
+void add(const float* a, const float* b, float* out, int64_t n);      // out = a + b
+void add_inplace(float* acc, const float* x, int64_t n);               // acc += x
+void scale_inplace(float* x, float s, int64_t n);                      // x *= s
+void fill(float* x, float value, int64_t n);
+
+void gelu_forward(const float* x, float* y, int64_t n);
+// dx = dy * gelu'(x)   (activation grads are written, not accumulated)
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+
+// SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
+void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F);
+void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F);
+
+}  // namespace megatron::kernels::cpu

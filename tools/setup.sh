@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs every build/test dependency from Debian's registry. Idempotent: packages
+# already present are skipped, so a second run costs only the dpkg query.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config git ca-certificates
+  libopenblas-openmp-dev     # CBLAS for CPU GEMMs (OpenMP build: shares our thread pool)
+  libopenmpi-dev openmpi-bin # MPI communicator and mpirun
+  libyaml-cpp-dev            # recipes
+  libsentencepiece-dev sentencepiece  # tokenizer library + spm_train
+  libgtest-dev libgmock-dev  # unit tests
+  libbenchmark-dev           # kernel micro-benchmarks
+  nlohmann-json3-dev         # metadata / vocab.json
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

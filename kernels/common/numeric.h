@@ -47,6 +47,20 @@ MT_HD void adamw_update(float& param, float grad, float& m, float& v, const Adam
   param -= p.lr * (m_hat / (sqrtf(v_hat) + p.eps) + p.weight_decay * param);
 }
 
+// RoPE, "rotate half" layout: rotary pair i of a head of size Dh turns by
+// position * theta^(-2i/Dh). Computed in fp32 as Hugging Face does (inv_freq, then
+// position * inv_freq), so imported checkpoints see the same angles.
+MT_HD float rope_inv_freq(int64_t i, int64_t Dh, float theta) {
+  return 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+}
+
+// Rotates the pair (x[i], x[i + Dh/2]) by the angle with cosine c and sine s (backward: -s).
+MT_HD void rope_rotate(float& x1, float& x2, float c, float s) {
+  const float a = x1, b = x2;
+  x1 = a * c - b * s;
+  x2 = b * c + a * s;
+}
+
 // Round-to-nearest-even fp32 -> bf16 (NaN kept quiet).
 MT_HD uint16_t float_to_bf16_bits(float f) {
   uint32_t u;

@@ -42,14 +42,18 @@ MT_HD U32x4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t c3, ui
 // Uniform in [0, 1) with 24 bits of precision.
 MT_HD float to_unit_float(uint32_t x) { return static_cast<float>(x >> 8) * (1.0f / 16777216.0f); }
 
+// The four random words of block `block` of the stream (`seed`, `stream`): elements
+// 4 * block .. 4 * block + 3. Kernels that fill a range use it to compute each block once.
+MT_HD U32x4 random_block(uint64_t seed, uint64_t stream, uint64_t block) {
+  return philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                       static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32),
+                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
 // Random 32-bit word for element `index` of the stream (`seed`, `stream`). Each block gives
 // four words, so element i uses word i % 4 of block i / 4.
 MT_HD uint32_t random_u32(uint64_t seed, uint64_t stream, uint64_t index) {
-  const uint64_t block = index >> 2;
-  const U32x4 r = philox4x32_10(static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                                static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32),
-                                static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return r.v[index & 3];
+  return random_block(seed, stream, index >> 2).v[index & 3];
 }
 
 MT_HD float uniform(uint64_t seed, uint64_t stream, uint64_t index) {

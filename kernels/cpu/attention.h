@@ -9,8 +9,9 @@
 //
 // Masks: causal (key j > query i masked); key_mask [B, S] (1 = attend, 0 = padding; may be
 // null). A fully masked row yields zeros. Dropout on the probabilities with probability
-// dropout_p uses Philox(seed, stream) at index ((b * total_heads + head_offset + h) * S + i) * S
-// + j, so masks are the same whatever the tensor-parallel split of the heads.
+// dropout_p uses Philox(seed, stream) at index
+// (((batch_offset + b) * total_heads + head_offset + h) * S + i) * S + j, so masks are the same
+// whatever the tensor-parallel split of the heads or the data-parallel split of the batch.
 #include <cstdint>
 
 namespace megatron::kernels::cpu {
@@ -19,6 +20,7 @@ struct AttentionShape {
   int64_t S, B, H, G, Dh;
   int64_t head_offset = 0;  // global index of local head 0 (tensor parallel)
   int64_t total_heads = 0;  // global head count (0 means H)
+  int64_t batch_offset = 0; // global index of local sample 0 (data parallel / micro-batching)
 };
 
 struct AttentionOptions {

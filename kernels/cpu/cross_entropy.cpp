@@ -1,0 +1,113 @@
+#include "kernels/cpu/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/kernel_util.h"
+#include "megatron/core/error.h"
+
+namespace megatron::kernels::cpu {
+namespace {
+
+// Local columns [0, valid) hold real tokens; the rest of the slice is vocabulary padding.
+int64_t valid_columns(const VocabSlice& vs) {
+  return std::clamp<int64_t>(vs.valid_vocab - vs.vocab_start, 0, vs.V_local);
+}
+
+// Local column of the target, or -1 when it lies outside the slice's real columns.
+int64_t target_column(int32_t target, const VocabSlice& vs, int64_t valid) {
+  const int64_t c = int64_t(target) - vs.vocab_start;
+  return c >= 0 && c < valid ? c : -1;
+}
+
+bool parallel(int64_t N, const VocabSlice& vs) { return N * vs.V_local > detail::kParallelGrain; }
+
+}  // namespace
+
+void cross_entropy_row_max(const float* logits, int64_t N, const VocabSlice& vs, float* row_max) {
+  const int64_t valid = valid_columns(vs);
+#pragma omp parallel for schedule(static) if (parallel(N, vs))
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = logits + n * vs.V_local;
+    float mx = -std::numeric_limits<float>::infinity();  // neutral for the MAX all-reduce
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < valid; ++v) mx = std::max(mx, row[v]);
+    row_max[n] = mx;
+  }
+}
+
+void cross_entropy_sum_exp(const float* logits, const int32_t* targets, int64_t N,
+                           const VocabSlice& vs, const float* row_max, float* sum_exp,
+                           float* target_logit) {
+  const int64_t valid = valid_columns(vs);
+#pragma omp parallel for schedule(static) if (parallel(N, vs))
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = logits + n * vs.V_local;
+    const float mx = row_max[n];
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < valid; ++v) sum += detail::exp_approx(row[v] - mx);
+    sum_exp[n] = sum;
+    const int64_t c = target_column(targets[n], vs, valid);
+    target_logit[n] = c >= 0 ? row[c] : 0.0f;
+  }
+}
+
+void cross_entropy_loss(const int32_t* targets, int64_t N, int32_t ignore_index,
+                        const float* row_max, const float* sum_exp, const float* target_logit,
+                        float* loss) {
+  for (int64_t n = 0; n < N; ++n)
+    loss[n] = targets[n] == ignore_index
+                  ? 0.0f
+                  : std::log(sum_exp[n]) + row_max[n] - target_logit[n];
+}
+
+void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t N,
+                           const VocabSlice& vs, int32_t ignore_index, float* loss, float* lse) {
+  if (vs.vocab_start == 0 && vs.V_local >= vs.valid_vocab) {  // whole vocabulary: check targets
+    for (int64_t n = 0; n < N; ++n)
+      MT_CHECK(targets[n] == ignore_index || (targets[n] >= 0 && targets[n] < vs.valid_vocab),
+               "cross_entropy_forward: target ", targets[n], " at row ", n,
+               " outside vocabulary of ", vs.valid_vocab);
+  }
+  const int64_t valid = valid_columns(vs);
+#pragma omp parallel for schedule(static) if (parallel(N, vs))
+  for (int64_t n = 0; n < N; ++n) {
+    // The three stages of the split interface fused per row, so the row is read hot twice.
+    const float* row = logits + n * vs.V_local;
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t v = 0; v < valid; ++v) mx = std::max(mx, row[v]);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t v = 0; v < valid; ++v) sum += detail::exp_approx(row[v] - mx);
+    lse[n] = mx + std::log(sum);
+    const int64_t c = target_column(targets[n], vs, valid);
+    const float target = c >= 0 ? row[c] : 0.0f;
+    loss[n] = targets[n] == ignore_index ? 0.0f : std::log(sum) + mx - target;
+  }
+}
+
+void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t N,
+                            const VocabSlice& vs, int32_t ignore_index, const float* lse,
+                            const float* dloss, float* dlogits) {
+  const int64_t valid = valid_columns(vs);
+#pragma omp parallel for schedule(static) if (parallel(N, vs))
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = logits + n * vs.V_local;  // may alias drow: read-then-write per element
+    float* drow = dlogits + n * vs.V_local;
+    if (targets[n] == ignore_index) {
+      std::fill(drow, drow + vs.V_local, 0.0f);
+      continue;
+    }
+    const float g = dloss[n], l = lse[n];
+#pragma omp simd
+    for (int64_t v = 0; v < valid; ++v) drow[v] = g * detail::exp_approx(row[v] - l);
+    std::fill(drow + valid, drow + vs.V_local, 0.0f);
+    const int64_t c = target_column(targets[n], vs, valid);
+    if (c >= 0) drow[c] -= g;
+  }
+}
+
+}  // namespace megatron::kernels::cpu

@@ -1,0 +1,61 @@
+#include "kernels/cpu/reference/elementwise.h"
+
+#include <cmath>
+
+namespace megatron::kernels::ref {
+namespace {
+
+constexpr double kSqrt2OverPi = 0.79788456080286535588;  // sqrt(2 / pi)
+
+double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x)));
+}
+double gelu_grad(double x) {
+  const double t = std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3 * 0.044715 * x * x);
+}
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+void add(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+void add_inplace(float* acc, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+}
+void scale_inplace(float* x, float s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+void fill(float* x, float value, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = value;
+}
+
+void gelu_forward(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(gelu(x[i]));
+}
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = float(dy[i] * gelu_grad(x[i]));
+}
+
+void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < F; ++j) {
+      const double gate = x[r * 2 * F + j], up = x[r * 2 * F + F + j];
+      y[r * F + j] = float(gate * sigmoid(gate) * up);
+    }
+  }
+}
+
+void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < F; ++j) {
+      const double gate = x[r * 2 * F + j], up = x[r * 2 * F + F + j], d = dy[r * F + j];
+      const double s = sigmoid(gate);
+      dx[r * 2 * F + j] = float(d * up * (s + gate * s * (1.0 - s)));  // d/dgate of gate*s(gate)
+      dx[r * 2 * F + F + j] = float(d * gate * s);
+    }
+  }
+}
+
+}  // namespace megatron::kernels::ref

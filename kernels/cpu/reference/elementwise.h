@@ -1,0 +1,17 @@
+#pragma once
+// Naive reference of kernels/cpu/elementwise.h: GELU and SiLU from their textbook formulas in
+// double, independent of kernels/common/numeric.h.
+#include <cstdint>
+
+namespace megatron::kernels::ref {
+
+void add(const float* a, const float* b, float* out, int64_t n);
+void add_inplace(float* acc, const float* x, int64_t n);
+void scale_inplace(float* x, float s, int64_t n);
+void fill(float* x, float value, int64_t n);
+void gelu_forward(const float* x, float* y, int64_t n);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F);
+void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F);
+
+}  // namespace megatron::kernels::ref

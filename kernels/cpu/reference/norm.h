@@ -1,0 +1,17 @@
+#pragma once
+// Naive reference of kernels/cpu/norm.h (double accumulation, one pass per formula term).
+#include <cstdint>
+
+namespace megatron::kernels::ref {
+
+void layernorm_forward(const float* x, const float* weight, const float* bias, float* y,
+                       float* mean, float* rstd, int64_t rows, int64_t D, float eps);
+void layernorm_backward(const float* x, const float* weight, const float* mean, const float* rstd,
+                        const float* dy, float* dx, float* dweight, float* dbias, int64_t rows,
+                        int64_t D);
+void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows,
+                     int64_t D, float eps);
+void rmsnorm_backward(const float* x, const float* weight, const float* rstd, const float* dy,
+                      float* dx, float* dweight, int64_t rows, int64_t D);
+
+}  // namespace megatron::kernels::ref

@@ -1,0 +1,15 @@
+#pragma once
+// Naive reference of kernels/cpu/rope.h. The angles come from math::rope_inv_freq (their
+// definition, shared with the kernels); the rotation is done in double.
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+
+namespace megatron::kernels::ref {
+
+using cpu::AttentionShape;
+
+void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset);
+void rope_backward(const AttentionShape& shape, float* dqkv, float theta, int64_t position_offset);
+
+}  // namespace megatron::kernels::ref

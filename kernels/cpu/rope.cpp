@@ -1,0 +1,55 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/common/numeric.h"
+#include "kernels/cpu/kernel_util.h"
+#include "megatron/core/error.h"
+
+namespace megatron::kernels::cpu {
+namespace {
+
+// Rotates the query and key heads of every token by +angle (forward) or -angle (backward).
+void rope_apply(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset,
+                float sin_sign) {
+  const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
+  MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
+  const int64_t half = Dh / 2, per_group = H / G + 2;
+  // cos/sin per (position, pair), computed once and reused by all B * (H + G) heads.
+  std::vector<float> inv_freq(half), cos_t(S * half), sin_t(S * half);
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, Dh, theta);
+  for (int64_t s = 0; s < S; ++s) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(position_offset + s) * inv_freq[i];
+      cos_t[s * half + i] = std::cos(angle);
+      sin_t[s * half + i] = sin_sign * std::sin(angle);
+    }
+  }
+#pragma omp parallel for schedule(static) if (S * B * (H + 2 * G) * Dh > detail::kParallelGrain)
+  for (int64_t sb = 0; sb < S * B; ++sb) {
+    const float* c = cos_t.data() + (sb / B) * half;
+    const float* sn = sin_t.data() + (sb / B) * half;
+    float* token = qkv + sb * G * per_group * Dh;
+    for (int64_t g = 0; g < G; ++g) {
+      for (int64_t h = 0; h < per_group - 1; ++h) {  // the group's query heads and its key head
+        float* x = token + (g * per_group + h) * Dh;
+#pragma omp simd
+        for (int64_t i = 0; i < half; ++i) math::rope_rotate(x[i], x[i + half], c[i], sn[i]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset) {
+  rope_apply(shape, qkv, theta, position_offset, 1.0f);
+}
+
+void rope_backward(const AttentionShape& shape, float* dqkv, float theta,
+                   int64_t position_offset) {
+  rope_apply(shape, dqkv, theta, position_offset, -1.0f);
+}
+
+}  // namespace megatron::kernels::cpu

@@ -1,0 +1,218 @@
+#pragma once
+// Recipes: YAML files that describe one training run, turned into one typed struct per component.
+//
+// Loading (load_recipe):
+//   1. `extends: other.yaml` (or a list of files) names base recipes, relative to the extending
+//      file's directory; bases are loaded recursively (cycles are reported), merged in order, and
+//      the extending file is deep-merged on top: maps merge key by key, the child wins; lists and
+//      scalars are replaced whole. A child may write `key: null` to put a key back to its default.
+//   2. Overrides "section.key=value" (`--set`) are applied in order; the value is parsed as a YAML
+//      scalar or flow collection ("3", "1e-4", "true", "rmsnorm", "[1,2]", "{path: x, weight: 2}").
+//      List elements are addressed by index: "data.train.0.weight=2".
+//   3. The merged tree is parsed into the structs below with strict checking (unknown keys, wrong
+//      types, missing required keys are errors), then Recipe::validate() runs.
+// Every error is a megatron::InputError whose message starts with where the offending key came
+// from ("recipes/x.yaml:12", or "recipes/x.yaml (--set model.num_layers=5)" for an override, or the
+// top recipe file for a key left at its default), then the full key path, then the problem with
+// the bad value, e.g.
+//   recipes/x.yaml:4: model.num_attention_heads: must be divisible by parallel.tensor (got 12 % 5 = 2)
+//
+// Scalars: integers are plain decimal; floats accept 6e-4, 0.1, 10; booleans are true/false;
+// quoted scalars ("12") are strings and are rejected where a number or boolean is expected. A
+// null (`null`, `~` or nothing) means "not set": the default applies (an error for required keys).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace megatron::config {
+
+// Where each key of a loaded recipe came from, so that validate() can name the file and line.
+// Keys are full paths: "model.num_layers", "data.train[0].path".
+struct KeyOrigins {
+  std::string fallback;                       // the top recipe file: used for keys left at default
+  std::map<std::string, std::string> by_key;  // "model.num_layers" -> "recipes/x.yaml:12"
+  std::string of(const std::string& key) const;  // by_key[key], else fallback (may be empty)
+};
+
+struct ModelConfig {
+  std::string arch = "gpt";  // gpt|llama|bert
+  int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0;  // required
+  int64_t num_query_groups = 0;  // 0 -> = num_attention_heads (no GQA)
+  int64_t ffn_hidden_size = 0;   // 0 -> 4 * hidden_size
+  int64_t seq_length = 0;        // required
+  int64_t max_position_embeddings = 0;      // 0 -> seq_length
+  std::string normalization = "layernorm";  // layernorm|rmsnorm
+  std::string activation = "gelu";          // gelu|swiglu
+  std::string position_embedding = "learned";  // learned|rope
+  double rope_theta = 10000;
+  bool tie_embeddings = true;
+  bool add_bias = true;
+  double hidden_dropout = 0, attention_dropout = 0;  // in [0, 1)
+  double layernorm_epsilon = 1e-5;
+  double init_method_std = 0.02;
+  int64_t vocab_size = 0;  // 0 -> from the tokenizer
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t num_experts = 0;      // 0 -> dense MLP; > 0 -> MoE with this many experts per layer
+  int64_t moe_router_topk = 2;  // experts per token (MoE only)
+
+  int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int64_t head_dim() const { return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0; }
+  int64_t max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
+  // The embedding-table rows: vocab_size if set, else tokenizer_vocab, rounded up to a multiple of
+  // make_vocab_size_divisible_by * tensor_parallel (Megatron's padding rule).
+  int64_t padded_vocab_size(int64_t tokenizer_vocab, int64_t tensor_parallel = 1) const;
+
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct ParallelConfig {
+  int64_t tensor = 1, pipeline = 1;
+  int64_t data = 0;  // 0 = auto ("auto" in YAML): world / (tensor * pipeline * context)
+  int64_t expert = 1, context = 1;
+  std::optional<int64_t> virtual_pipeline;  // model chunks per pipeline stage (interleaved 1F1B)
+  bool sequence_parallel = false;
+  std::string order = "tp-cp-ep-dp-pp";  // rank order, innermost first; a permutation of the five
+  // Layers per pipeline stage (per virtual stage, in layer order, when virtual_pipeline > 1);
+  // empty -> even split. Length must be pipeline * virtual_pipeline and the sum num_layers.
+  std::vector<int64_t> pipeline_layers;
+
+  int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct ScheduleConfig {
+  int64_t warmup_iters = 0;
+  std::string decay = "cosine";        // cosine|linear|constant
+  std::optional<int64_t> decay_iters;  // unset -> training.train_iters
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct TrainingConfig {
+  std::string device = "cpu";      // cpu|cuda
+  std::string precision = "fp32";  // fp32|bf16|fp16
+  int64_t micro_batch_size = 0, global_batch_size = 0, train_iters = 0;  // required
+  int64_t eval_interval = 0, eval_iters = 0;  // eval_interval 0 -> no periodic evaluation
+  uint64_t seed = 1234;
+  std::string recompute = "none";  // none|full|selective
+  std::optional<double> exit_duration_minutes;
+  int64_t threads = 0;      // 0 = auto
+  double peak_tflops = 0;   // 0 = measure at start
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const TrainingConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  std::string type = "adamw";  // adamw|sgd (sgd uses beta1 as momentum)
+  double lr = 0;               // required, > 0
+  double min_lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip_grad = 1.0;      // 0 -> no clipping
+  bool distributed = false;    // ZeRO-1 over data parallel
+  ScheduleConfig schedule;
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+struct TokenizerConfig {
+  // GPT2BPETokenizer (vocab_file + merge_file) | SentencePieceTokenizer (model) |
+  // BertWordPieceLowerCase (vocab_file) | ByteTokenizer | NullTokenizer (vocab_size)
+  std::string type;
+  std::string vocab_file, merge_file, model;
+  int64_t vocab_size = 0;
+  bool operator==(const TokenizerConfig&) const = default;
+};
+
+struct DatasetEntry {
+  std::string path;  // prefix of the .bin/.idx pair
+  double weight = 1.0;
+  bool operator==(const DatasetEntry&) const = default;
+};
+
+struct DataConfig {
+  TokenizerConfig tokenizer;
+  std::vector<DatasetEntry> train;  // YAML: a list of {path, weight} (or of paths), or one path
+  std::string split = "969,30,1";   // train,valid,test weights (1 to 3 comma-separated numbers)
+  std::string cache_dir;            // empty -> next to the dataset
+  // The split as three fractions summing to 1 (missing parts are 0).
+  std::vector<double> split_fractions() const;
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  std::string save, load;               // directories; empty -> none
+  std::optional<int64_t> save_interval;  // unset -> save only on signal/exit (if save is set)
+  int64_t keep_last = 3;                 // 0 -> keep all
+  bool finetune = false;                 // load weights only: reset iteration, optimizer, data
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct LoggingConfig {
+  int64_t interval = 10;
+  std::string jsonl, tensorboard_dir;  // empty -> off
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const LoggingConfig&) const = default;
+};
+
+struct Recipe {
+  ModelConfig model;
+  ParallelConfig parallel;
+  TrainingConfig training;
+  OptimizerConfig optimizer;
+  DataConfig data;
+  CheckpointConfig checkpoint;
+  LoggingConfig logging;
+  std::string source_path;  // the top recipe file, as given to load_recipe
+  std::string root_dir;     // repository root guessed at load time (see resolve_path); may be empty
+  KeyOrigins origins;       // filled by the loader; used in error messages
+
+  // Each section, then cross-section checks (heads % tensor, layers % pipeline or pipeline_layers,
+  // global_batch % micro_batch, schedule vs train_iters, ...).
+  void validate() const;
+  // Checks against a world size: world % (tensor*pipeline*context) == 0, parallel.data (if not
+  // auto) == world / (tensor*pipeline*context), global_batch % (micro*dp) == 0, dp % expert == 0.
+  void validate_for_world(int64_t world_size) const;
+  // validate_for_world(), then the resolved data-parallel size / microbatches per step.
+  int64_t data_parallel_size(int64_t world_size) const;
+  int64_t num_microbatches(int64_t world_size) const;
+  // validate_for_world(), then sets parallel.data to the resolved size.
+  void resolve_for_world(int64_t world_size);
+
+  std::string to_yaml() const;  // every key, defaults included; re-parses to an equal recipe
+  nlohmann::json to_json() const;  // same keys; empty strings and unset optionals are null
+
+  // Compares the configuration sections only (not source_path, root_dir or origins).
+  bool operator==(const Recipe& other) const;
+};
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+// As load_recipe, from text; `extends:` paths are relative to the current directory.
+// name_for_errors stands in for the file name in messages (and guesses root_dir like a path).
+Recipe parse_recipe_string(const std::string& yaml_text, const std::string& name_for_errors,
+                           const std::vector<std::string>& overrides = {});
+
+// Resolves a path written in a recipe (data.train[].path, tokenizer files, cache_dir, checkpoint
+// and log paths):
+//   - an absolute path (or an empty one) is returned unchanged;
+//   - else if the path exists relative to the current working directory, it is returned as is;
+//   - else if a repository root is known (recipe.root_dir: the parent of the nearest `recipes`
+//     directory among the recipe file's ancestors, e.g. /repo for /repo/recipes/gpt_tiny.yaml),
+//     root_dir/p is returned (whether or not it exists, so later errors show the full path);
+//   - else p is returned unchanged.
+std::string resolve_path(const Recipe& recipe, const std::string& p);
+
+}  // namespace megatron::config

@@ -1,0 +1,354 @@
+// Per-section and cross-section recipe validation. Every failure names where the key came from
+// (KeyOrigins), the full key path, and the offending value.
+#include <algorithm>
+#include <initializer_list>
+#include <sstream>
+
+#include "megatron/config/recipe.h"
+#include "megatron/config/scalar.h"
+#include "megatron/core/error.h"
+
+namespace megatron::config {
+
+std::string KeyOrigins::of(const std::string& key) const {
+  auto it = by_key.find(key);
+  return it != by_key.end() ? it->second : fallback;
+}
+
+namespace {
+
+std::string num(double v) { return detail::format_double(v); }
+
+class Checker {
+ public:
+  explicit Checker(const KeyOrigins& origins) : origins_(origins) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& msg) const {
+    std::string where = origins_.of(key);
+    throw InputError(where.empty() ? concat(key, ": ", msg) : concat(where, ": ", key, ": ", msg));
+  }
+  void check(bool ok, const std::string& key, const std::string& msg) const {
+    if (!ok) fail(key, msg);
+  }
+  void positive(const std::string& key, int64_t v) const {
+    check(v > 0, key, concat("must be > 0 (got ", v, ")"));
+  }
+  void non_negative(const std::string& key, int64_t v) const {
+    check(v >= 0, key, concat("must be >= 0 (got ", v, ")"));
+  }
+  void positive(const std::string& key, double v) const {
+    check(v > 0, key, concat("must be > 0 (got ", num(v), ")"));
+  }
+  void non_negative(const std::string& key, double v) const {
+    check(v >= 0, key, concat("must be >= 0 (got ", num(v), ")"));
+  }
+  void unit_interval(const std::string& key, double v) const {  // [0, 1)
+    check(v >= 0 && v < 1, key, concat("must be in [0, 1) (got ", num(v), ")"));
+  }
+  void one_of(const std::string& key, const std::string& v,
+              std::initializer_list<const char*> allowed) const {
+    for (const char* a : allowed)
+      if (v == a) return;
+    std::string list;
+    for (const char* a : allowed) list += concat(list.empty() ? "" : ", ", a);
+    fail(key, concat("must be one of ", list, " (got '", v, "')"));
+  }
+  // `key` must be divisible by `by`; `by_name` names the divisor in the message.
+  void divisible(const std::string& key, int64_t v, const std::string& by_name, int64_t by) const {
+    if (by > 0 && v % by != 0)
+      fail(key, concat("must be divisible by ", by_name, " (got ", v, " % ", by, " = ", v % by, ")"));
+  }
+
+ private:
+  const KeyOrigins& origins_;
+};
+
+}  // namespace
+
+int64_t ModelConfig::padded_vocab_size(int64_t tokenizer_vocab, int64_t tensor_parallel) const {
+  int64_t vocab = vocab_size > 0 ? vocab_size : tokenizer_vocab;
+  int64_t multiple = std::max<int64_t>(1, make_vocab_size_divisible_by) * std::max<int64_t>(1, tensor_parallel);
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+void ModelConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  c.one_of("model.arch", arch, {"gpt", "llama", "bert"});
+  c.positive("model.num_layers", num_layers);
+  c.positive("model.hidden_size", hidden_size);
+  c.positive("model.num_attention_heads", num_attention_heads);
+  c.non_negative("model.num_query_groups", num_query_groups);
+  c.non_negative("model.ffn_hidden_size", ffn_hidden_size);
+  c.positive("model.seq_length", seq_length);
+  c.non_negative("model.max_position_embeddings", max_position_embeddings);
+  c.divisible("model.hidden_size", hidden_size, "model.num_attention_heads", num_attention_heads);
+  if (num_attention_heads % query_groups() != 0)
+    c.fail("model.num_query_groups",
+           concat("must divide model.num_attention_heads (got ", num_attention_heads, " % ",
+                  query_groups(), " = ", num_attention_heads % query_groups(), ")"));
+  c.one_of("model.normalization", normalization, {"layernorm", "rmsnorm"});
+  c.one_of("model.activation", activation, {"gelu", "swiglu"});
+  c.one_of("model.position_embedding", position_embedding, {"learned", "rope"});
+  c.positive("model.rope_theta", rope_theta);
+  if (position_embedding == "rope")
+    c.check(head_dim() % 2 == 0, "model.position_embedding",
+            concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",
+                   head_dim(), ")"));
+  if (position_embedding == "learned")
+    c.check(seq_length <= max_positions(), "model.seq_length",
+            concat("must be <= model.max_position_embeddings with learned position embeddings (got ",
+                   seq_length, " > ", max_positions(), ")"));
+  c.unit_interval("model.hidden_dropout", hidden_dropout);
+  c.unit_interval("model.attention_dropout", attention_dropout);
+  c.positive("model.layernorm_epsilon", layernorm_epsilon);
+  c.positive("model.init_method_std", init_method_std);
+  c.non_negative("model.vocab_size", vocab_size);
+  c.positive("model.make_vocab_size_divisible_by", make_vocab_size_divisible_by);
+  c.non_negative("model.num_experts", num_experts);
+  if (num_experts > 0)
+    c.check(moe_router_topk >= 1 && moe_router_topk <= num_experts, "model.moe_router_topk",
+            concat("must be in [1, model.num_experts] (got ", moe_router_topk, " with ",
+                   num_experts, " experts)"));
+}
+
+void ParallelConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  for (auto [key, v] : {std::pair{"parallel.tensor", tensor}, {"parallel.pipeline", pipeline},
+                        {"parallel.expert", expert}, {"parallel.context", context}})
+    c.check(v >= 1, key, concat("must be >= 1 (got ", v, ")"));
+  c.check(data >= 0, "parallel.data", concat("must be >= 1 or auto (got ", data, ")"));
+  if (virtual_pipeline) {
+    c.check(*virtual_pipeline >= 1, "parallel.virtual_pipeline",
+            concat("must be >= 1 or null (got ", *virtual_pipeline, ")"));
+    c.check(*virtual_pipeline == 1 || pipeline >= 2, "parallel.virtual_pipeline",
+            concat("needs parallel.pipeline >= 2 (got virtual_pipeline ", *virtual_pipeline,
+                   " with pipeline ", pipeline, ")"));
+  }
+  // order: a permutation of tp, cp, ep, dp, pp joined by '-'.
+  std::vector<std::string> parts;
+  std::stringstream ss(order);
+  for (std::string part; std::getline(ss, part, '-');) parts.push_back(part);
+  std::vector<std::string> sorted = parts;
+  std::sort(sorted.begin(), sorted.end());
+  c.check(sorted == std::vector<std::string>{"cp", "dp", "ep", "pp", "tp"} && order.back() != '-',
+          "parallel.order",
+          concat("must list each of tp, cp, ep, dp, pp once, joined by '-' (got '", order, "')"));
+  if (!pipeline_layers.empty()) {
+    int64_t stages = pipeline * virtual_stages();
+    c.check(static_cast<int64_t>(pipeline_layers.size()) == stages, "parallel.pipeline_layers",
+            concat("must have one entry per pipeline stage (parallel.pipeline * "
+                   "parallel.virtual_pipeline = ", stages, "), got ", pipeline_layers.size(),
+                   " entries"));
+    for (size_t i = 0; i < pipeline_layers.size(); ++i)
+      c.check(pipeline_layers[i] >= 0, concat("parallel.pipeline_layers"),
+              concat("entries must be >= 0 (got ", pipeline_layers[i], " at index ", i, ")"));
+  }
+}
+
+void TrainingConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  c.one_of("training.device", device, {"cpu", "cuda"});
+  c.one_of("training.precision", precision, {"fp32", "bf16", "fp16"});
+  c.positive("training.micro_batch_size", micro_batch_size);
+  c.positive("training.global_batch_size", global_batch_size);
+  c.positive("training.train_iters", train_iters);
+  c.divisible("training.global_batch_size", global_batch_size, "training.micro_batch_size",
+              micro_batch_size);
+  c.non_negative("training.eval_interval", eval_interval);
+  c.non_negative("training.eval_iters", eval_iters);
+  if (eval_interval > 0)
+    c.check(eval_iters > 0, "training.eval_iters",
+            concat("must be > 0 when training.eval_interval is set (got eval_iters ", eval_iters,
+                   " with eval_interval ", eval_interval, ")"));
+  c.one_of("training.recompute", recompute, {"none", "full", "selective"});
+  if (exit_duration_minutes) c.positive("training.exit_duration_minutes", *exit_duration_minutes);
+  c.non_negative("training.threads", threads);
+  c.non_negative("training.peak_tflops", peak_tflops);
+}
+
+void OptimizerConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  c.one_of("optimizer.type", type, {"adamw", "sgd"});
+  c.positive("optimizer.lr", lr);
+  c.non_negative("optimizer.min_lr", min_lr);
+  c.check(min_lr <= lr, "optimizer.min_lr",
+          concat("must be <= optimizer.lr (got ", num(min_lr), " > ", num(lr), ")"));
+  c.non_negative("optimizer.weight_decay", weight_decay);
+  c.unit_interval("optimizer.beta1", beta1);
+  c.unit_interval("optimizer.beta2", beta2);
+  c.positive("optimizer.eps", eps);
+  c.non_negative("optimizer.clip_grad", clip_grad);
+  c.non_negative("optimizer.schedule.warmup_iters", schedule.warmup_iters);
+  c.one_of("optimizer.schedule.decay", schedule.decay, {"cosine", "linear", "constant"});
+  if (schedule.decay_iters) c.positive("optimizer.schedule.decay_iters", *schedule.decay_iters);
+}
+
+std::vector<double> DataConfig::split_fractions() const {
+  std::vector<double> parts;
+  std::stringstream ss(split);
+  for (std::string part; std::getline(ss, part, ',');) {
+    part.erase(0, part.find_first_not_of(" \t"));
+    part.erase(part.find_last_not_of(" \t") + 1);
+    double v = -1;
+    if (!detail::parse_double(part, v).empty() || v < 0) return {};
+    parts.push_back(v);
+  }
+  if (parts.empty() || parts.size() > 3 || split.back() == ',') return {};
+  double sum = 0;
+  for (double v : parts) sum += v;
+  if (!(sum > 0)) return {};
+  parts.resize(3, 0.0);
+  for (double& v : parts) v /= sum;
+  return parts;
+}
+
+void DataConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  const std::string& t = tokenizer.type;
+  c.check(!t.empty(), "data.tokenizer.type", "required key is missing");
+  c.one_of("data.tokenizer.type", t,
+           {"GPT2BPETokenizer", "SentencePieceTokenizer", "BertWordPieceLowerCase", "ByteTokenizer",
+            "NullTokenizer"});
+  auto needs = [&](const std::string& key, const std::string& value) {
+    c.check(!value.empty(), key, concat("required for data.tokenizer.type ", t, " (got none)"));
+  };
+  if (t == "GPT2BPETokenizer") {
+    needs("data.tokenizer.vocab_file", tokenizer.vocab_file);
+    needs("data.tokenizer.merge_file", tokenizer.merge_file);
+  } else if (t == "SentencePieceTokenizer") {
+    needs("data.tokenizer.model", tokenizer.model);
+  } else if (t == "BertWordPieceLowerCase") {
+    needs("data.tokenizer.vocab_file", tokenizer.vocab_file);
+  }
+  c.non_negative("data.tokenizer.vocab_size", tokenizer.vocab_size);
+  if (t == "NullTokenizer")
+    c.check(tokenizer.vocab_size > 0, "data.tokenizer.vocab_size",
+            concat("must be > 0 for NullTokenizer (got ", tokenizer.vocab_size, ")"));
+  c.check(!train.empty(), "data.train", "must name at least one dataset (got none)");
+  for (size_t i = 0; i < train.size(); ++i) {
+    std::string key = concat("data.train[", i, "]");
+    c.check(!train[i].path.empty(), key + ".path", "must not be empty (got none)");
+    c.positive(key + ".weight", train[i].weight);
+  }
+  c.check(!split_fractions().empty(), "data.split",
+          concat("must be 1 to 3 comma-separated non-negative numbers with a positive sum, like "
+                 "\"969,30,1\" (got \"", split, "\")"));
+}
+
+void CheckpointConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  if (save_interval) {
+    c.positive("checkpoint.save_interval", *save_interval);
+    c.check(!save.empty(), "checkpoint.save_interval",
+            concat("needs checkpoint.save (got save_interval ", *save_interval,
+                   " and no save directory)"));
+  }
+  c.non_negative("checkpoint.keep_last", keep_last);
+  c.check(!finetune || !load.empty(), "checkpoint.finetune",
+          "needs checkpoint.load to name the pretrained checkpoint (got finetune true, load none)");
+}
+
+void LoggingConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  c.positive("logging.interval", interval);
+}
+
+void Recipe::validate() const {
+  model.validate(origins);
+  parallel.validate(origins);
+  training.validate(origins);
+  optimizer.validate(origins);
+  data.validate(origins);
+  checkpoint.validate(origins);
+  logging.validate(origins);
+
+  Checker c(origins);
+  const int64_t tp = parallel.tensor;
+  c.divisible("model.num_attention_heads", model.num_attention_heads, "parallel.tensor", tp);
+  c.divisible("model.num_query_groups", model.query_groups(), "parallel.tensor", tp);
+  c.divisible("model.ffn_hidden_size", model.ffn(), "parallel.tensor", tp);
+  if (parallel.sequence_parallel)
+    c.divisible("model.seq_length", model.seq_length, "parallel.tensor (sequence_parallel)", tp);
+  if (parallel.context > 1)
+    c.divisible("model.seq_length", model.seq_length, "2 * parallel.context", 2 * parallel.context);
+  if (parallel.pipeline_layers.empty()) {
+    int64_t stages = parallel.pipeline * parallel.virtual_stages();
+    c.divisible("model.num_layers", model.num_layers,
+                parallel.virtual_stages() > 1 ? "parallel.pipeline * parallel.virtual_pipeline"
+                                              : "parallel.pipeline",
+                stages);
+  } else {
+    int64_t sum = 0;
+    std::string terms;
+    for (int64_t n : parallel.pipeline_layers) {
+      sum += n;
+      terms += concat(terms.empty() ? "" : "+", n);
+    }
+    c.check(sum == model.num_layers, "parallel.pipeline_layers",
+            concat("must sum to model.num_layers (got ", terms, " = ", sum, ", num_layers ",
+                   model.num_layers, ")"));
+  }
+  if (parallel.expert > 1) {
+    c.check(model.num_experts > 0, "parallel.expert",
+            concat("needs an MoE model (model.num_experts > 0) (got expert ", parallel.expert,
+                   " with num_experts ", model.num_experts, ")"));
+    c.divisible("model.num_experts", model.num_experts, "parallel.expert", parallel.expert);
+  }
+  int64_t decay_iters = optimizer.schedule.decay_iters.value_or(training.train_iters);
+  c.check(optimizer.schedule.warmup_iters <= decay_iters, "optimizer.schedule.warmup_iters",
+          concat("must be <= the decay length (optimizer.schedule.decay_iters, default "
+                 "training.train_iters) (got ", optimizer.schedule.warmup_iters, " > ",
+                 decay_iters, ")"));
+  if (training.eval_interval > 0)
+    c.check(data.split_fractions()[1] > 0, "data.split",
+            concat("needs a non-zero validation part when training.eval_interval > 0 (got \"",
+                   data.split, "\")"));
+  if (model.vocab_size > 0 && data.tokenizer.vocab_size > 0)
+    c.check(model.vocab_size >= data.tokenizer.vocab_size, "model.vocab_size",
+            concat("must be >= data.tokenizer.vocab_size (got ", model.vocab_size, " < ",
+                   data.tokenizer.vocab_size, ")"));
+}
+
+void Recipe::validate_for_world(int64_t world) const {
+  validate();  // also guarantees the parallel sizes are >= 1 before dividing by them
+  Checker c(origins);
+  const auto& p = parallel;
+  c.check(world >= 1, "world size", concat("must be >= 1 (got ", world, ")"));
+  int64_t mp = p.tensor * p.pipeline * p.context;
+  c.check(world % mp == 0, "parallel.tensor",
+          concat("parallel.tensor * parallel.pipeline * parallel.context (", p.tensor, " * ",
+                 p.pipeline, " * ", p.context, " = ", mp, ") must divide the world size (got ",
+                 world, " ranks)"));
+  int64_t dp = world / mp;
+  c.check(p.data == 0 || p.data == dp, "parallel.data",
+          concat("must be auto or world / (tensor * pipeline * context) = ", world, " / ", mp,
+                 " = ", dp, " (got ", p.data, ")"));
+  int64_t per_step = training.micro_batch_size * dp;
+  c.check(training.global_batch_size % per_step == 0, "training.global_batch_size",
+          concat("must be divisible by training.micro_batch_size * data-parallel size (got ",
+                 training.global_batch_size, " % (", training.micro_batch_size, " * ", dp,
+                 ") = ", training.global_batch_size % per_step, ")"));
+  c.check(dp % p.expert == 0, "parallel.expert",
+          concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert,
+                 " = ", dp % p.expert, ")"));
+}
+
+int64_t Recipe::data_parallel_size(int64_t world_size) const {
+  validate_for_world(world_size);
+  return world_size / (parallel.tensor * parallel.pipeline * parallel.context);
+}
+
+int64_t Recipe::num_microbatches(int64_t world_size) const {
+  int64_t dp = data_parallel_size(world_size);
+  return training.global_batch_size / (training.micro_batch_size * dp);
+}
+
+void Recipe::resolve_for_world(int64_t world_size) { parallel.data = data_parallel_size(world_size); }
+
+bool Recipe::operator==(const Recipe& o) const {
+  return model == o.model && parallel == o.parallel && training == o.training &&
+         optimizer == o.optimizer && data == o.data && checkpoint == o.checkpoint &&
+         logging == o.logging;
+}
+
+}  // namespace megatron::config

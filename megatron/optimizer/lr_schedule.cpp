@@ -1,0 +1,30 @@
+#include "megatron/optimizer/lr_schedule.h"
+
+#include <cmath>
+#include <numbers>
+
+#include "megatron/core/error.h"
+
+namespace megatron::optim {
+
+Decay parse_decay(const std::string& name) {
+  if (name == "cosine") return Decay::Cosine;
+  if (name == "linear") return Decay::Linear;
+  if (name == "constant") return Decay::Constant;
+  throw InputError(concat("optimizer.schedule.decay: unknown decay '", name,
+                          "' (expected cosine, linear or constant)"));
+}
+
+double LRSchedule::lr(int64_t step) const {
+  if (warmup_iters > 0 && step <= warmup_iters)
+    return max_lr * static_cast<double>(step) / static_cast<double>(warmup_iters);
+  if (decay == Decay::Constant) return max_lr;
+  if (step >= decay_iters) return min_lr;
+  const double ratio = static_cast<double>(step - warmup_iters) /
+                       static_cast<double>(std::max<int64_t>(decay_iters - warmup_iters, 1));
+  const double coeff =
+      decay == Decay::Cosine ? 0.5 * (std::cos(std::numbers::pi * ratio) + 1.0) : 1.0 - ratio;
+  return min_lr + coeff * (max_lr - min_lr);
+}
+
+}  // namespace megatron::optim

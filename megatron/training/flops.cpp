@@ -1,0 +1,43 @@
+#include "megatron/training/flops.h"
+
+#include <chrono>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+
+namespace megatron::training {
+
+double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
+  const double h = static_cast<double>(m.hidden);
+  const double q_ratio = static_cast<double>(m.heads * m.head_dim) / h;
+  const double gated = m.swiglu ? 1.5 : 1.0;
+  const double attention =
+      (1.0 + static_cast<double>(m.query_groups) / static_cast<double>(m.heads) +
+       static_cast<double>(m.seq_length) / h) *
+      q_ratio;
+  const double mlp = static_cast<double>(m.ffn) / h * static_cast<double>(m.experts_per_token) *
+                     gated;
+  const double logits = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
+  return 12.0 * static_cast<double>(global_batch_size) * static_cast<double>(m.seq_length) *
+         static_cast<double>(m.num_layers) * h * h * (attention + mlp + logits);
+}
+
+double measure_cpu_peak_flops() {
+  const int64_t n = 1024;
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
+  auto run = [&] {
+    kernels::cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  };
+  run();  // warm up threads and caches
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    run();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * 2.0 * n * n * n / s);
+  }
+  return best;
+}
+
+}  // namespace megatron::training

@@ -1,0 +1,227 @@
+#include "megatron/training/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+
+namespace megatron::training {
+
+models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab,
+                                     int64_t tp_size) {
+  const auto& m = r.model;
+  MT_INPUT_CHECK(m.arch == "gpt" || m.arch == "llama", r.source_path, ": model.arch: '", m.arch,
+                 "' is not trainable by this build yet (gpt and llama-style decoders are)");
+  models::GPTSpec s;
+  TransformerSpec& t = s.transformer;
+  t.num_layers = m.num_layers;
+  t.hidden = m.hidden_size;
+  t.heads = m.num_attention_heads;
+  t.query_groups = m.query_groups();
+  t.ffn = m.ffn();
+  t.seq_length = m.seq_length;
+  t.norm = m.normalization == "rmsnorm" ? Norm::Kind::RMSNorm : Norm::Kind::LayerNorm;
+  t.swiglu = m.activation == "swiglu";
+  t.rope = m.position_embedding == "rope";
+  t.rope_theta = static_cast<float>(m.rope_theta);
+  t.bias = m.add_bias;
+  t.causal = true;
+  t.hidden_dropout = static_cast<float>(m.hidden_dropout);
+  t.attention_dropout = static_cast<float>(m.attention_dropout);
+  t.norm_eps = static_cast<float>(m.layernorm_epsilon);
+  t.init_std = static_cast<float>(m.init_method_std);
+  t.seed = r.training.seed;
+  s.vocab_size = m.vocab_size > 0 ? m.vocab_size : tokenizer_vocab;
+  MT_INPUT_CHECK(s.vocab_size >= tokenizer_vocab, r.source_path, ": model.vocab_size ",
+                 m.vocab_size, " is smaller than the tokenizer's vocabulary ", tokenizer_vocab);
+  s.padded_vocab_size = m.padded_vocab_size(tokenizer_vocab, tp_size);
+  s.max_positions = t.rope ? 0 : m.max_positions();
+  s.tie_embeddings = m.tie_embeddings;
+  s.embedding_dropout = static_cast<float>(m.hidden_dropout);
+  return s;
+}
+
+FlopsModel flops_model_from_spec(const models::GPTSpec& s) {
+  const auto& t = s.transformer;
+  return FlopsModel{t.num_layers, t.hidden,     t.heads,  t.query_groups,      t.head_dim(),
+                    t.ffn,        t.seq_length, s.padded_vocab_size, t.swiglu, 1};
+}
+
+Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
+                 std::shared_ptr<const SampleSource> train,
+                 std::shared_ptr<const SampleSource> valid, parallel::Communicator& world,
+                 std::ostream& log)
+    : recipe_(recipe),
+      train_(std::move(train)),
+      valid_(std::move(valid)),
+      world_(&world),
+      tp_(parallel::make_single_process_communicator()),
+      log_(&log) {
+  recipe_.resolve_for_world(world.size());
+  const auto& tr = recipe_.training;
+  MT_INPUT_CHECK(recipe_.parallel.tensor == 1 && recipe_.parallel.pipeline == 1 &&
+                     world.size() == 1,
+                 recipe_.source_path,
+                 ": parallel.tensor/pipeline > 1 and multi-process runs are not available in this "
+                 "build yet");
+  MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
+                 "' is not available in this build (cpu only so far)");
+  MT_INPUT_CHECK(tr.precision == "fp32", recipe_.source_path, ": training.precision: '",
+                 tr.precision, "' is not available on the CPU path yet (fp32 only)");
+  MT_INPUT_CHECK(tr.recompute == "none", recipe_.source_path, ": training.recompute: '",
+                 tr.recompute, "' is not implemented yet (use none)");
+  MT_INPUT_CHECK(train_->seq_length() == recipe_.model.seq_length, recipe_.source_path,
+                 ": data samples have seq_length ", train_->seq_length(),
+                 " but model.seq_length is ", recipe_.model.seq_length);
+  if (tr.threads > 0) omp_set_num_threads(static_cast<int>(tr.threads));
+
+  dp_size_ = recipe_.parallel.data;
+  dp_rank_ = 0;
+  num_micro_ = recipe_.num_microbatches(world.size());
+
+  const models::GPTSpec spec = gpt_spec_from_recipe(recipe_, tokenizer_vocab, tp_->size());
+  model_ = std::make_unique<models::GPTModel>(spec, store_, *tp_);
+  store_.finalize();
+  store_.initialize(tr.seed);
+
+  const auto& o = recipe_.optimizer;
+  optimizer_ = std::make_unique<optim::Optimizer>(
+      store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay});
+  schedule_.max_lr = o.lr;
+  schedule_.min_lr = o.min_lr;
+  schedule_.warmup_iters = o.schedule.warmup_iters;
+  schedule_.decay_iters = o.schedule.decay_iters.value_or(tr.train_iters);
+  schedule_.decay = optim::parse_decay(o.schedule.decay);
+
+  flops_per_step_ = megatron_flops_per_step(flops_model_from_spec(spec), tr.global_batch_size);
+  peak_flops_ = tr.peak_tflops > 0 ? tr.peak_tflops * 1e12 : measure_cpu_peak_flops();
+
+  if (!recipe_.logging.jsonl.empty()) {
+    const std::string path = config::resolve_path(recipe_, recipe_.logging.jsonl);
+    const auto parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    jsonl_.open(path, std::ios::app);
+    MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: cannot open '", path, "' for writing");
+  }
+  *log_ << "model: " << store_.numel() << " parameters (" << spec.transformer.num_layers
+        << " layers, hidden " << spec.transformer.hidden << ", vocab " << spec.vocab_size
+        << " padded to " << spec.padded_vocab_size << "); " << num_micro_
+        << " micro-batches of " << tr.micro_batch_size << " per step; "
+        << std::setprecision(4) << flops_per_step_ / 1e12 << " TFLOP per step; peak "
+        << peak_flops_ / 1e12 << " TFLOP/s" << (tr.peak_tflops > 0 ? " (recipe)" : " (measured sgemm)")
+        << "; " << omp_get_max_threads() << " threads\n"
+        << std::flush;
+}
+
+Trainer::~Trainer() = default;
+
+StepMetrics Trainer::train_step(int64_t iteration) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto& tr = recipe_.training;
+  const int64_t mbs = tr.micro_batch_size, G = tr.global_batch_size, S = recipe_.model.seq_length;
+  const int64_t base = (iteration - 1) * G;
+
+  // Normalise by the valid tokens of the whole global batch, so any micro-batching gives the
+  // same mean. All samples are full windows here: every label counts.
+  const double valid_tokens = static_cast<double>(G * S);
+  const float loss_scale = static_cast<float>(1.0 / valid_tokens);
+
+  store_.zero_grads();
+  double loss_sum = 0.0;
+  for (int64_t m = 0; m < num_micro_; ++m) {
+    const int64_t position = m * mbs * dp_size_ + dp_rank_ * mbs;
+    fill_micro_batch(*train_, base + position, mbs, mb_);
+    mb_.info = MicroBatchInfo{iteration, position, true};
+    loss_sum += model_->forward(act_, mb_);
+    model_->backward(act_, mb_, loss_scale);
+  }
+  StepMetrics metrics;
+  metrics.iteration = iteration;
+  metrics.loss = loss_sum / valid_tokens;
+  metrics.grad_norm = optim::global_grad_norm(store_, *tp_);
+  MT_CHECK(std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm), "iteration ",
+           iteration, ": non-finite loss ", metrics.loss, " or gradient norm ", metrics.grad_norm,
+           " (lower optimizer.lr or enable clipping)");
+  optim::clip_grads(store_, metrics.grad_norm, recipe_.optimizer.clip_grad);
+  metrics.lr = schedule_.lr(iteration);
+  optimizer_->step(metrics.lr);
+
+  metrics.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
+  metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
+  metrics.mfu = metrics.tflops * 1e12 / peak_flops_;
+  return metrics;
+}
+
+EvalMetrics Trainer::evaluate(int64_t iteration) {
+  const auto& tr = recipe_.training;
+  const int64_t mbs = tr.micro_batch_size, S = recipe_.model.seq_length;
+  const int64_t samples = std::max<int64_t>(tr.eval_iters, 1) * tr.global_batch_size;
+  double loss_sum = 0.0;
+  // The same validation samples every time, so evaluations compare directly.
+  for (int64_t first = dp_rank_ * mbs; first < samples; first += mbs * dp_size_) {
+    fill_micro_batch(*valid_, first, mbs, mb_);
+    mb_.info = MicroBatchInfo{iteration, first, false};
+    loss_sum += model_->forward(act_, mb_);
+  }
+  EvalMetrics e;
+  e.iteration = iteration;
+  e.loss = loss_sum / static_cast<double>(samples * S);
+  e.perplexity = std::exp(std::min(e.loss, 80.0));
+  return e;
+}
+
+void Trainer::log_step(const StepMetrics& m, bool to_console) {
+  if (to_console)
+    *log_ << "iter " << std::setw(6) << m.iteration << "/" << recipe_.training.train_iters
+        << " | loss " << std::fixed << std::setprecision(4) << m.loss << " | lr "
+        << std::scientific << std::setprecision(3) << m.lr << " | grad_norm " << std::fixed
+        << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
+        << m.seconds * 1000 << " ms | " << std::setprecision(0) << m.tokens_per_s
+        << " tok/s | " << std::setprecision(3) << m.tflops << " TFLOP/s | MFU "
+        << std::setprecision(1) << m.mfu * 100 << "% | mem "
+        << std::setprecision(0) << static_cast<double>(cpu_memory_stats().peak_bytes) / 1048576.0
+        << " MiB" << std::defaultfloat << "\n"
+        << std::flush;
+  if (jsonl_.is_open()) {
+    nlohmann::json j = {{"iteration", m.iteration},       {"loss", m.loss},
+                        {"lr", m.lr},                     {"grad_norm", m.grad_norm},
+                        {"step_seconds", m.seconds},      {"tokens_per_s", m.tokens_per_s},
+                        {"tflops", m.tflops},             {"mfu", m.mfu}};
+    jsonl_ << j.dump() << "\n" << std::flush;
+  }
+}
+
+void Trainer::log_eval(const EvalMetrics& e) {
+  *log_ << "validation at iter " << e.iteration << " | val_loss " << std::fixed
+        << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2)
+        << e.perplexity << std::defaultfloat << "\n"
+        << std::flush;
+  if (jsonl_.is_open()) {
+    nlohmann::json j = {{"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};
+    jsonl_ << j.dump() << "\n" << std::flush;
+  }
+}
+
+TrainSummary Trainer::run() {
+  const auto& tr = recipe_.training;
+  const int64_t interval = std::max<int64_t>(recipe_.logging.interval, 1);
+  const bool eval_enabled = tr.eval_iters > 0 && valid_ != nullptr;
+  TrainSummary summary;
+  if (eval_enabled) log_eval(summary.evals.emplace_back(evaluate(0)));
+  for (int64_t it = 1; it <= tr.train_iters; ++it) {
+    const StepMetrics m = train_step(it);
+    summary.steps.push_back(m);
+    log_step(m, it % interval == 0 || it == 1 || it == tr.train_iters);
+    const bool periodic = tr.eval_interval > 0 && it % tr.eval_interval == 0;
+    if (eval_enabled && (periodic || it == tr.train_iters))
+      log_eval(summary.evals.emplace_back(evaluate(it)));
+  }
+  return summary;
+}
+
+}  // namespace megatron::training

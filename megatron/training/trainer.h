@@ -1,0 +1,78 @@
+#pragma once
+// The training loop: micro-batches with gradient accumulation, gradient clipping by the global
+// norm, AdamW with the LR schedule, periodic validation, and per-step metrics (loss, lr, grad
+// norm, tokens/s, TFLOP/s and MFU by Megatron's FLOPs formula) logged to stdout and JSONL.
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <ostream>
+#include <vector>
+
+#include "megatron/config/recipe.h"
+#include "megatron/optimizer/lr_schedule.h"
+#include "megatron/optimizer/optimizer.h"
+#include "megatron/training/batch_source.h"
+#include "megatron/training/flops.h"
+
+namespace megatron::training {
+
+struct StepMetrics {
+  int64_t iteration = 0;
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+};
+
+struct EvalMetrics {
+  int64_t iteration = 0;
+  double loss = 0, perplexity = 0;
+};
+
+struct TrainSummary {
+  std::vector<StepMetrics> steps;
+  std::vector<EvalMetrics> evals;
+};
+
+// Builds the GPT spec of a recipe for a tokenizer vocabulary and tensor-parallel size.
+models::GPTSpec gpt_spec_from_recipe(const config::Recipe& recipe, int64_t tokenizer_vocab,
+                                     int64_t tp_size);
+FlopsModel flops_model_from_spec(const models::GPTSpec& spec);
+
+class Trainer {
+ public:
+  // `log` receives the human-readable lines (stdout in the tool, a string stream in tests).
+  Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
+          std::shared_ptr<const SampleSource> train, std::shared_ptr<const SampleSource> valid,
+          parallel::Communicator& world, std::ostream& log);
+  ~Trainer();
+
+  // Trains recipe.training.train_iters steps with evaluation at step 0, every eval_interval,
+  // and at the end.
+  TrainSummary run();
+  StepMetrics train_step(int64_t iteration);  // iteration is 1-based
+  EvalMetrics evaluate(int64_t iteration);
+
+  ParamStore& params() { return store_; }
+  const models::GPTModel& model() const { return *model_; }
+  double flops_per_step() const { return flops_per_step_; }
+  double peak_flops() const { return peak_flops_; }
+
+ private:
+  void log_step(const StepMetrics& m, bool to_console);  // JSONL gets every step
+  void log_eval(const EvalMetrics& m);
+
+  config::Recipe recipe_;
+  std::shared_ptr<const SampleSource> train_, valid_;
+  parallel::Communicator* world_;
+  std::unique_ptr<parallel::Communicator> tp_;
+  std::ostream* log_;
+  std::ofstream jsonl_;
+  ParamStore store_;
+  std::unique_ptr<models::GPTModel> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::LRSchedule schedule_;
+  models::GPTModel::Activations act_;
+  models::MicroBatch mb_;
+  int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;
+  double flops_per_step_ = 0, peak_flops_ = 0;
+};
+
+}  // namespace megatron::training

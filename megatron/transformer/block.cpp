@@ -1,0 +1,153 @@
+#include "megatron/transformer/block.h"
+
+#include <cmath>
+
+#include "megatron/backend/ops.h"
+
+namespace megatron {
+
+void TransformerSpec::validate(int64_t tp_size) const {
+  MT_CHECK(num_layers > 0 && hidden > 0 && heads > 0 && ffn > 0 && seq_length > 0,
+           "transformer sizes must be positive");
+  MT_CHECK(hidden % heads == 0, "hidden size ", hidden, " not divisible by heads ", heads);
+  MT_CHECK(query_groups > 0 && heads % query_groups == 0, "heads ", heads,
+           " not divisible by query groups ", query_groups);
+  MT_CHECK(query_groups % tp_size == 0, "query groups ", query_groups,
+           " not divisible by tensor parallel size ", tp_size);
+  MT_CHECK(!rope || head_dim() % 2 == 0, "rotary embeddings need an even head dim");
+}
+
+TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
+                                   int64_t layer_index, const TransformerSpec& spec,
+                                   parallel::Communicator& tp)
+    : spec_(spec), layer_(layer_index), tp_(&tp) {
+  spec.validate(tp.size());
+  const int64_t D = spec.hidden, Dh = spec.head_dim(), H = spec.heads, G = spec.query_groups;
+  local_heads_ = H / tp.size();
+  local_groups_ = G / tp.size();
+  // Megatron's scaled init for the output projections of the residual branches.
+  const float out_std = spec.init_std / std::sqrt(2.0f * static_cast<float>(spec.num_layers));
+  ln1_ = std::make_unique<Norm>(store, prefix + ".input_norm", D, spec.norm, spec.norm_eps);
+  // Fused QKV rows grouped per query group: [G, H/G + 2, Dh] x D, split over groups.
+  qkv_ = std::make_unique<Linear>(store, prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
+                                  spec.bias, TPMode::Column, tp, spec.init_std);
+  proj_ = std::make_unique<Linear>(store, prefix + ".attention.proj", H * Dh, D, spec.bias,
+                                   TPMode::Row, tp, out_std);
+  ln2_ = std::make_unique<Norm>(store, prefix + ".post_attention_norm", D, spec.norm,
+                                spec.norm_eps);
+  const int64_t fc1_out = spec.swiglu ? 2 * spec.ffn : spec.ffn;
+  const Shape fc1_shape = spec.swiglu ? Shape{2, spec.ffn, D} : Shape{};
+  fc1_ = std::make_unique<Linear>(store, prefix + ".mlp.fc1", D, fc1_out, spec.bias,
+                                  TPMode::Column, tp, spec.init_std, fc1_shape);
+  fc2_ = std::make_unique<Linear>(store, prefix + ".mlp.fc2", spec.ffn, D, spec.bias, TPMode::Row,
+                                  tp, out_std);
+}
+
+kernels::cpu::AttentionShape TransformerBlock::attention_shape(int64_t S, int64_t B,
+                                                               int64_t batch_offset) const {
+  kernels::cpu::AttentionShape s;
+  s.S = S;
+  s.B = B;
+  s.H = local_heads_;
+  s.G = local_groups_;
+  s.Dh = spec_.head_dim();
+  s.head_offset = local_heads_ * tp_->rank();
+  s.total_heads = spec_.heads;
+  s.batch_offset = batch_offset;
+  return s;
+}
+
+kernels::cpu::AttentionOptions TransformerBlock::attention_options(const MicroBatchInfo& mb,
+                                                                   const uint8_t* key_mask) const {
+  kernels::cpu::AttentionOptions o;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
+  o.causal = spec_.causal;
+  o.key_mask = key_mask;
+  o.dropout_p = mb.training ? spec_.attention_dropout : 0.0f;
+  o.seed = spec_.seed;
+  o.stream = site(mb, 0).stream();
+  return o;
+}
+
+DropoutSite TransformerBlock::site(const MicroBatchInfo& mb, int64_t which) const {
+  return DropoutSite{spec_.seed, mb.iteration, layer_, which};
+}
+
+const Tensor& TransformerBlock::forward(Ctx& c, const Tensor& x, const MicroBatchInfo& mb,
+                                        const uint8_t* key_mask) const {
+  const int64_t S = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+  const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
+  const int64_t ffn_local = fc2_->local_in();
+  const auto as = attention_shape(S, B, mb.batch_offset);
+  const auto ao = attention_options(mb, key_mask);
+  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
+
+  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {S, B, D}));
+  qkv_->forward(c.qkv, c.ln1_out, ensure(c.qkv_out, {S, B, qkv_width}));
+  if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
+  ops::attention_forward(as, ao, c.qkv_out, ensure(c.attn_out, {S, B, local_heads_ * Dh}),
+                         ensure(c.probs, {B, local_heads_, S, S}));
+  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {S, B, D}));
+  ensure(c.mid, {S, B, D});
+  if (hidden_dropout) {
+    dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1),
+                        mb.batch_offset);
+  }
+  ops::add(x, c.proj_out, c.mid);
+
+  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {S, B, D}));
+  fc1_->forward(c.fc1, c.ln2_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}));
+  ensure(c.act_out, {S, B, ffn_local});
+  if (spec_.swiglu)
+    ops::swiglu_forward(c.fc1_out, c.act_out);
+  else
+    ops::gelu_forward(c.fc1_out, c.act_out);
+  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {S, B, D}));
+  if (hidden_dropout) {
+    dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2),
+                        mb.batch_offset);
+  }
+  ops::add(c.mid, c.fc2_out, ensure(c.out, {S, B, D}));
+  return c.out;
+}
+
+void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
+                                const uint8_t* key_mask) const {
+  const int64_t S = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
+  const auto as = attention_shape(S, B, mb.batch_offset);
+  const auto ao = attention_options(mb, key_mask);
+  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
+
+  // MLP branch: out = mid + drop(fc2(act(fc1(ln2(mid)))))
+  const Tensor* d_branch = &d_out;
+  if (hidden_dropout) {
+    dropout_sbd_backward(d_out, ensure(c.d_proj, {S, B, D}), spec_.hidden_dropout, site(mb, 2),
+                         mb.batch_offset);
+    d_branch = &c.d_proj;
+  }
+  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape()));
+  ensure(c.d_fc1, c.fc1_out.shape());
+  if (spec_.swiglu)
+    ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
+  else
+    ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
+  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {S, B, D}));
+  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {S, B, D}));
+  ops::add_inplace(c.d_mid, d_out);  // residual
+
+  // Attention branch: mid = x + drop(proj(attn(qkv(ln1(x)))))
+  d_branch = &c.d_mid;
+  if (hidden_dropout) {
+    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {S, B, D}), spec_.hidden_dropout, site(mb, 1),
+                         mb.batch_offset);
+    d_branch = &c.d_proj;
+  }
+  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
+  ops::attention_backward(as, ao, c.qkv_out, c.probs, c.d_attn, ensure(c.d_qkv, c.qkv_out.shape()));
+  if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
+  qkv_->backward(c.qkv, c.d_qkv, &c.d_ln);
+  ln1_->backward(c.ln1, c.d_ln, dx);
+  ops::add_inplace(dx, c.d_mid);  // residual
+}
+
+}  // namespace megatron

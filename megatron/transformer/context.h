@@ -1,0 +1,36 @@
+#pragma once
+// Per-micro-batch activation storage. A layer's forward fills its context with what backward
+// needs; the buffers are reused by the next micro-batch of the same shape, so steady-state
+// training allocates nothing.
+#include "megatron/core/tensor.h"
+
+namespace megatron {
+
+// (Re)allocates t unless it already has this shape (contents are left unspecified).
+inline Tensor& ensure(Tensor& t, const Shape& shape, DType dtype = DType::F32) {
+  if (!t.owns_storage() || !(t.shape() == shape) || t.dtype() != dtype)
+    t = Tensor::empty(shape, dtype);
+  return t;
+}
+
+// Identifies one dropout site; its Philox stream is derived from all of these so masks differ
+// per step, layer and site but never depend on the parallel layout.
+struct DropoutSite {
+  uint64_t seed = 0;
+  int64_t iteration = 0;
+  int64_t layer = 0;
+  int64_t site = 0;
+  uint64_t stream() const {
+    return (static_cast<uint64_t>(iteration) << 24) ^ (static_cast<uint64_t>(layer) << 8) ^
+           static_cast<uint64_t>(site);
+  }
+};
+
+// Where this micro-batch sits in the global batch (for layout-independent randomness).
+struct MicroBatchInfo {
+  int64_t iteration = 0;
+  int64_t batch_offset = 0;  // global index of its first sample within the global batch
+  bool training = true;      // dropout only when training
+};
+
+}  // namespace megatron

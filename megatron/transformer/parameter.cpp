@@ -1,0 +1,114 @@
+#include "megatron/transformer/parameter.h"
+
+#include "kernels/common/philox.h"
+
+namespace megatron {
+
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+int64_t Parameter::global_index(int64_t local_index) const {
+  if (shard.replicated()) return local_index;
+  // Decompose the local index into coordinates, shift the split dim, recompose globally.
+  int64_t remaining = local_index, global = 0, stride = 1;
+  for (int d = local_shape.ndim() - 1; d >= 0; --d) {
+    int64_t coord = remaining % local_shape[d];
+    remaining /= local_shape[d];
+    if (d == shard.dim) coord += shard.index * local_shape[d];
+    global += coord * stride;
+    stride *= global_shape[d];
+  }
+  return global;
+}
+
+Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamInit init,
+                           bool weight_decay, ShardSpec shard) {
+  MT_CHECK(!finalized_, "parameter '", name, "' added after the store was finalized");
+  for (const auto& p : params_) MT_CHECK(p->name != name, "duplicate parameter name '", name, "'");
+  auto p = std::make_unique<Parameter>();
+  p->name = std::move(name);
+  p->global_shape = global_shape;
+  p->local_shape = global_shape;
+  if (!shard.replicated()) {
+    MT_CHECK(shard.dim < global_shape.ndim(), "parameter '", p->name, "': shard dim ", shard.dim,
+             " out of range for ", global_shape.str());
+    MT_CHECK(global_shape[shard.dim] % shard.count == 0, "parameter '", p->name, "': dim ",
+             shard.dim, " of ", global_shape.str(), " does not split into ", shard.count);
+    p->local_shape[shard.dim] = global_shape[shard.dim] / shard.count;
+  }
+  p->shard = shard;
+  p->init = init;
+  p->weight_decay = weight_decay;
+  params_.push_back(std::move(p));
+  return *params_.back();
+}
+
+void ParamStore::finalize() {
+  MT_CHECK(!finalized_, "ParamStore finalized twice");
+  total_ = 0;
+  // Reverse registration order = the order backward finishes gradients.
+  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+    (*it)->offset = total_;
+    total_ += (*it)->local_shape.numel();
+  }
+  values_ = Tensor::zeros({total_}, DType::F32);
+  grads_ = Tensor::zeros({total_}, DType::F32);
+  for (auto& p : params_) {
+    p->value = values_.flat_view(p->offset, p->local_shape);
+    p->grad = grads_.flat_view(p->offset, p->local_shape);
+  }
+  finalized_ = true;
+}
+
+void ParamStore::initialize(uint64_t seed) {
+  MT_CHECK(finalized_, "initialize before finalize");
+  for (auto& p : params_) {
+    float* v = p->value.data<float>();
+    const int64_t n = p->value.numel();
+    switch (p->init.kind) {
+      case ParamInit::Kind::Zeros:
+        for (int64_t i = 0; i < n; ++i) v[i] = 0.0f;
+        break;
+      case ParamInit::Kind::Ones:
+        for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
+        break;
+      case ParamInit::Kind::Normal: {
+        const uint64_t stream = name_hash(p->name);
+        const float std = p->init.std;
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i)
+          v[i] = std * philox::normal(seed, stream, static_cast<uint64_t>(p->global_index(i)));
+        break;
+      }
+    }
+  }
+}
+
+void ParamStore::zero_grads() { grads_.zero_(); }
+
+std::vector<Parameter*> ParamStore::params() {
+  std::vector<Parameter*> out;
+  for (auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+std::vector<const Parameter*> ParamStore::params() const {
+  std::vector<const Parameter*> out;
+  for (const auto& p : params_) out.push_back(p.get());
+  return out;
+}
+
+Parameter& ParamStore::get(const std::string& name) {
+  for (auto& p : params_)
+    if (p->name == name) return *p;
+  MT_CHECK(false, "no parameter named '", name, "'");
+  __builtin_unreachable();
+}
+
+}  // namespace megatron

@@ -1,0 +1,79 @@
+#pragma once
+// Parameters know their global identity (DESIGN.md principle 5): global name, global shape and
+// how this rank's shard is cut from it. Values and fp32 "main" gradients each live in one
+// contiguous buffer (principle 6) laid out in reverse registration order, i.e. in the order
+// backward produces gradients, so data-parallel buckets are contiguous ranges.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megatron/core/tensor.h"
+
+namespace megatron {
+
+// Which mesh axis splits a parameter (more axes arrive with expert parallelism).
+enum class ShardAxis : uint8_t { None, Tensor };
+
+struct ShardSpec {
+  int dim = -1;  // split dimension of the global shape; -1 = replicated
+  ShardAxis axis = ShardAxis::None;
+  int64_t index = 0;  // this rank's shard
+  int64_t count = 1;  // number of shards
+  bool replicated() const { return dim < 0 || count == 1; }
+};
+
+struct ParamInit {
+  enum class Kind : uint8_t { Normal, Zeros, Ones };
+  Kind kind = Kind::Normal;
+  float std = 0.02f;
+};
+
+struct Parameter {
+  std::string name;  // global name, e.g. "layers.3.mlp.fc1.weight"
+  Shape global_shape;
+  Shape local_shape;
+  ShardSpec shard;
+  ParamInit init;
+  bool weight_decay = true;  // false for norms and biases
+  int64_t offset = 0;        // element offset of this shard in the buffers
+  Tensor value;              // view into ParamStore's value buffer
+  Tensor grad;               // view into ParamStore's grad buffer
+
+  // Global flat index of local element i (for shard-independent init and checkpoints).
+  int64_t global_index(int64_t local_index) const;
+};
+
+class ParamStore {
+ public:
+  // Registers a parameter; its tensors exist after finalize(). The reference stays valid.
+  Parameter& add(std::string name, const Shape& global_shape, ParamInit init, bool weight_decay,
+                 ShardSpec shard = {});
+  // Allocates the value and grad buffers and binds every parameter's views.
+  void finalize();
+  bool finalized() const { return finalized_; }
+
+  // Deterministic init from (seed, global name, global element index): any sharding of the same
+  // model gets the same global weights.
+  void initialize(uint64_t seed);
+  void zero_grads();
+
+  std::vector<Parameter*> params();
+  std::vector<const Parameter*> params() const;
+  Parameter& get(const std::string& name);
+  int64_t numel() const { return total_; }
+  Tensor& values() { return values_; }
+  Tensor& grads() { return grads_; }
+
+ private:
+  std::vector<std::unique_ptr<Parameter>> params_;
+  Tensor values_, grads_;
+  int64_t total_ = 0;
+  bool finalized_ = false;
+};
+
+// A stable 64-bit id of a name (FNV-1a), used as the Philox stream of its initialisation.
+uint64_t name_hash(const std::string& name);
+
+}  // namespace megatron

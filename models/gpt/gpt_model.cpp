@@ -1,0 +1,161 @@
+#include "models/gpt/gpt_model.h"
+
+#include "megatron/backend/ops.h"
+
+namespace megatron::models {
+
+int64_t padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp_size) {
+  const int64_t multiple = std::max<int64_t>(divisible_by, 1) * tp_size;
+  return (vocab + multiple - 1) / multiple * multiple;
+}
+
+void GPTSpec::validate(int64_t tp_size) const {
+  transformer.validate(tp_size);
+  MT_CHECK(vocab_size > 0 && padded_vocab_size >= vocab_size, "vocab size ", vocab_size,
+           " / padded ", padded_vocab_size);
+  MT_CHECK(padded_vocab_size % tp_size == 0, "padded vocab ", padded_vocab_size,
+           " not divisible by tensor parallel size ", tp_size);
+  MT_CHECK(transformer.rope || max_positions >= transformer.seq_length, "max positions ",
+           max_positions, " < seq length ", transformer.seq_length);
+}
+
+GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp)
+    : spec_(spec), tp_(&tp), replicated_(parallel::make_single_process_communicator()) {
+  spec.validate(tp.size());
+  const auto& t = spec.transformer;
+  tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
+                                           spec.padded_vocab_size, t.hidden, tp, t.init_std);
+  if (!t.rope)
+    pos_embed_ = std::make_unique<Embedding>(store, "embedding.position_embeddings",
+                                             spec.max_positions, t.hidden, *replicated_,
+                                             t.init_std);
+  for (int64_t l = 0; l < t.num_layers; ++l)
+    blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l,
+                                                         t, tp));
+  final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps);
+  if (!spec.tie_embeddings)
+    lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden, spec.padded_vocab_size,
+                                        false, TPMode::Column, tp, t.init_std);
+}
+
+kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
+  kernels::cpu::VocabSlice vs;
+  vs.V_local = tok_embed_->local_vocab();
+  vs.vocab_start = tok_embed_->vocab_start();
+  vs.valid_vocab = spec_.vocab_size;
+  return vs;
+}
+
+namespace {
+
+// Cross-entropy over vocab-sharded logits: the row max, the sum of exponentials and the target
+// logit are reduced over tensor parallel, so full logits are never gathered.
+void vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& labels,
+                                  const kernels::cpu::VocabSlice& vs, parallel::Communicator& tp,
+                                  Tensor& losses, Tensor& lse) {
+  if (tp.size() == 1) {
+    ops::cross_entropy_forward(logits, labels, vs, kIgnoreIndex, losses, lse);
+    return;
+  }
+  namespace cpu = kernels::cpu;
+  const int64_t n = labels.numel();
+  Tensor row_max = Tensor::empty({n}, DType::F32), sum_exp = Tensor::empty({n}, DType::F32),
+         target = Tensor::empty({n}, DType::F32);
+  cpu::cross_entropy_row_max(logits.data<float>(), n, vs, row_max.data<float>());
+  tp.all_reduce(row_max, parallel::ReduceOp::Max);
+  cpu::cross_entropy_sum_exp(logits.data<float>(), labels.data<int32_t>(), n, vs,
+                             row_max.data<float>(), sum_exp.data<float>(), target.data<float>());
+  tp.all_reduce(sum_exp, parallel::ReduceOp::Sum);
+  tp.all_reduce(target, parallel::ReduceOp::Sum);
+  cpu::cross_entropy_loss(labels.data<int32_t>(), n, kIgnoreIndex, row_max.data<float>(),
+                          sum_exp.data<float>(), target.data<float>(), losses.data<float>());
+  for (int64_t i = 0; i < n; ++i)
+    lse.data<float>()[i] = row_max.data<float>()[i] + std::log(sum_exp.data<float>()[i]);
+}
+
+}  // namespace
+
+double GPTModel::forward(Activations& a, const MicroBatch& mb) const {
+  const auto& t = spec_.transformer;
+  MT_CHECK(mb.tokens.ndim() == 2 && mb.labels.shape() == mb.tokens.shape(),
+           "micro-batch tokens/labels must both be [S, B], got ", mb.tokens.shape().str(), " and ",
+           mb.labels.shape().str());
+  const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
+  MT_CHECK(S <= t.seq_length, "micro-batch sequence ", S, " longer than seq_length ",
+           t.seq_length);
+  a.blocks.resize(blocks_.size());
+
+  Tensor& x0 = ensure(a.embedded, {S, B, D});
+  tok_embed_->forward(a.tok, mb.tokens, x0);
+  if (pos_embed_) {
+    Tensor& pos = ensure(a.positions, {S, B}, DType::I32);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < B; ++b) pos.data<int32_t>()[s * B + b] = static_cast<int32_t>(s);
+    Tensor& pe = ensure(a.grad_a, {S, B, D});  // scratch until backward
+    pos_embed_->forward(a.pos, pos, pe);
+    ops::add_inplace(x0, pe);
+  }
+  const Tensor* x = &x0;
+  if (mb.info.training && spec_.embedding_dropout > 0.0f) {
+    dropout_sbd_forward(x0, ensure(a.embedded_dropped, {S, B, D}), spec_.embedding_dropout,
+                        DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7},
+                        mb.info.batch_offset);
+    x = &a.embedded_dropped;
+  }
+  for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, mb.info);
+
+  final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {S, B, D}));
+  const kernels::cpu::VocabSlice vs = vocab_slice();
+  Tensor& logits = ensure(a.logits, {N, vs.V_local});
+  if (lm_head_) {
+    lm_head_->forward(a.lm_head, a.final_out, logits);
+  } else {
+    ops::linear_forward(a.final_out, tok_embed_->table().value, nullptr, logits);
+  }
+  a.labels = mb.labels;
+  ensure(a.losses, {N});
+  ensure(a.lse, {N});
+  vocab_parallel_cross_entropy(logits, mb.labels, vs, *tp_, a.losses, a.lse);
+  double total = 0.0;
+  const float* losses = a.losses.data<float>();
+  const int32_t* labels = mb.labels.data<int32_t>();
+  for (int64_t i = 0; i < N; ++i)
+    if (labels[i] != kIgnoreIndex) total += losses[i];
+  return total;
+}
+
+void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale) const {
+  const auto& t = spec_.transformer;
+  const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
+  const kernels::cpu::VocabSlice vs = vocab_slice();
+
+  Tensor& dl = ensure(a.dlosses, {N});
+  for (int64_t i = 0; i < N; ++i) dl.data<float>()[i] = loss_scale;
+  // d(logits) overwrites the logits buffer.
+  ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
+  Tensor& d_final = ensure(a.grad_b, {S, B, D});
+  if (lm_head_) {
+    lm_head_->backward(a.lm_head, a.logits, &d_final);
+  } else {
+    Parameter& table = tok_embed_->table();
+    ops::linear_backward(a.final_out, table.value, a.logits, &d_final, table.grad, nullptr);
+    if (tp_->size() > 1) tp_->all_reduce(d_final, parallel::ReduceOp::Sum);
+  }
+  Tensor* grad = &ensure(a.grad_a, {S, B, D});
+  Tensor* other = &d_final;
+  final_norm_->backward(a.final_norm, d_final, *grad);
+  for (size_t l = blocks_.size(); l-- > 0;) {
+    blocks_[l]->backward(a.blocks[l], *grad, *other, mb.info);
+    std::swap(grad, other);
+  }
+  if (mb.info.training && spec_.embedding_dropout > 0.0f) {
+    dropout_sbd_backward(*grad, *other, spec_.embedding_dropout,
+                         DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7},
+                         mb.info.batch_offset);
+    std::swap(grad, other);
+  }
+  tok_embed_->backward(a.tok, *grad);
+  if (pos_embed_) pos_embed_->backward(a.pos, *grad);
+}
+
+}  // namespace megatron::models

@@ -1,0 +1,72 @@
+#pragma once
+// GPT (GPT-2/3 style): token + learned position embeddings, pre-LN transformer blocks, final
+// norm, LM head tied to the token embedding (or untied), vocab-parallel cross-entropy.
+// The same class serves LLaMA-style variants through TransformerSpec (RMSNorm, SwiGLU, RoPE).
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/cross_entropy.h"
+#include "megatron/transformer/block.h"
+
+namespace megatron::models {
+
+struct GPTSpec {
+  TransformerSpec transformer;
+  int64_t vocab_size = 0;         // real tokens (the tokenizer's)
+  int64_t padded_vocab_size = 0;  // multiple of make_vocab_size_divisible_by * tp
+  int64_t max_positions = 0;      // learned position table rows (0 when rope)
+  bool tie_embeddings = true;
+  float embedding_dropout = 0.0f;
+  void validate(int64_t tp_size) const;
+};
+
+// Megatron's rule: round vocab up to a multiple of divisible_by * tp.
+int64_t padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp_size);
+
+// One micro-batch: tokens and labels are [S, B] int32 (sequence-major); labels equal to
+// kIgnoreIndex are excluded from the loss.
+struct MicroBatch {
+  Tensor tokens, labels;
+  MicroBatchInfo info;
+};
+constexpr int32_t kIgnoreIndex = -100;
+
+class GPTModel {
+ public:
+  struct Activations {
+    Embedding::Ctx tok, pos;
+    Tensor positions, embedded, embedded_dropped;
+    std::vector<TransformerBlock::Ctx> blocks;
+    Norm::Ctx final_norm;
+    Tensor final_out, logits, losses, lse, dlosses;
+    Tensor grad_a, grad_b;  // ping-pong residual-stream grads
+    Linear::Ctx lm_head;
+    Tensor labels;
+    float loss_scale = 0.0f;
+  };
+
+  GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp);
+
+  // Runs forward and returns the summed loss over the micro-batch's counted tokens.
+  // Backward must follow with the same activations.
+  double forward(Activations& act, const MicroBatch& mb) const;
+  // loss_scale multiplies d(sum loss): 1 / (valid tokens in the global batch) gives the mean.
+  void backward(Activations& act, const MicroBatch& mb, float loss_scale) const;
+
+  const GPTSpec& spec() const { return spec_; }
+  // Per-token loss of the last forward (for evaluation and tests).
+  static const Tensor& token_losses(const Activations& act) { return act.losses; }
+
+ private:
+  kernels::cpu::VocabSlice vocab_slice() const;
+
+  GPTSpec spec_;
+  parallel::Communicator* tp_;
+  std::unique_ptr<parallel::Communicator> replicated_;  // group of one for replicated tables
+  std::unique_ptr<Embedding> tok_embed_, pos_embed_;
+  std::vector<std::unique_ptr<TransformerBlock>> blocks_;
+  std::unique_ptr<Norm> final_norm_;
+  std::unique_ptr<Linear> lm_head_;  // only when untied
+};
+
+}  // namespace megatron::models

@@ -1,0 +1,98 @@
+#include "kernels/cpu/elementwise.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/cpu/reference/elementwise.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace megatron::kernels {
+namespace {
+
+using testing::all_close;
+using testing::check_gradient;
+using testing::nan_vector;
+using testing::random_vector;
+
+// Sizes straddle the vector width and the single-thread cut-off of the parallel loops.
+const int64_t kSizes[] = {1, 3, 7, 33, 127, 5000, 40000};
+
+TEST(Elementwise, AddScaleFillMatchReference) {
+  for (int64_t n : kSizes) {
+    const auto a = random_vector(n, 1), b = random_vector(n, 2);
+    auto out = nan_vector(n), out_ref = nan_vector(n);
+    cpu::add(a.data(), b.data(), out.data(), n);
+    ref::add(a.data(), b.data(), out_ref.data(), n);
+    EXPECT_EQ(out, out_ref);
+    cpu::add_inplace(out.data(), a.data(), n);
+    ref::add_inplace(out_ref.data(), a.data(), n);
+    EXPECT_EQ(out, out_ref);
+    cpu::scale_inplace(out.data(), -0.37f, n);
+    ref::scale_inplace(out_ref.data(), -0.37f, n);
+    EXPECT_EQ(out, out_ref);
+    cpu::fill(out.data(), 2.5f, n);
+    ref::fill(out_ref.data(), 2.5f, n);
+    EXPECT_EQ(out, out_ref);
+  }
+}
+
+TEST(Gelu, MatchesReference) {
+  for (int64_t n : kSizes) {
+    const auto x = random_vector(n, uint32_t(n), -6.0f, 6.0f), dy = random_vector(n, 9);
+    auto y = nan_vector(n), y_ref = nan_vector(n), dx = nan_vector(n), dx_ref = nan_vector(n);
+    cpu::gelu_forward(x.data(), y.data(), n);
+    ref::gelu_forward(x.data(), y_ref.data(), n);
+    EXPECT_TRUE(all_close(y, y_ref, 1e-6)) << n;
+    cpu::gelu_backward(x.data(), dy.data(), dx.data(), n);
+    ref::gelu_backward(x.data(), dy.data(), dx_ref.data(), n);
+    EXPECT_TRUE(all_close(dx, dx_ref, 1e-6)) << n;
+  }
+}
+
+TEST(Gelu, BackwardMatchesFiniteDifferences) {
+  const int64_t n = 65;
+  const auto x = random_vector(n, 3, -4.0f, 4.0f), w = random_vector(n, 4);
+  auto dx = nan_vector(n);
+  cpu::gelu_backward(x.data(), w.data(), dx.data(), n);
+  EXPECT_TRUE(check_gradient(x, dx, [&](const std::vector<float>& v) {
+    std::vector<float> y(n);
+    ref::gelu_forward(v.data(), y.data(), n);
+    return testing::weighted_sum(w, y);
+  }));
+}
+
+TEST(Swiglu, MatchesReference) {
+  for (int64_t rows : {1, 3, 7, 33}) {
+    for (int64_t F : {1, 7, 65, 127}) {
+      const auto x = random_vector(rows * 2 * F, uint32_t(rows * F), -5.0f, 5.0f);
+      const auto dy = random_vector(rows * F, 2);
+      auto y = nan_vector(rows * F), y_ref = y;
+      auto dx = nan_vector(rows * 2 * F), dx_ref = dx;
+      cpu::swiglu_forward(x.data(), y.data(), rows, F);
+      ref::swiglu_forward(x.data(), y_ref.data(), rows, F);
+      EXPECT_TRUE(all_close(y, y_ref, 1e-6)) << rows << "x" << F;
+      cpu::swiglu_backward(x.data(), dy.data(), dx.data(), rows, F);
+      ref::swiglu_backward(x.data(), dy.data(), dx_ref.data(), rows, F);
+      EXPECT_TRUE(all_close(dx, dx_ref, 1e-6)) << rows << "x" << F;
+    }
+  }
+}
+
+TEST(Swiglu, BackwardMatchesFiniteDifferences) {
+  const int64_t rows = 3, F = 7;
+  const auto x = random_vector(rows * 2 * F, 5, -3.0f, 3.0f), w = random_vector(rows * F, 6);
+  auto dx = nan_vector(rows * 2 * F);
+  cpu::swiglu_backward(x.data(), w.data(), dx.data(), rows, F);
+  EXPECT_TRUE(check_gradient(
+      x, dx,
+      [&](const std::vector<float>& v) {
+        std::vector<float> y(rows * F);
+        ref::swiglu_forward(v.data(), y.data(), rows, F);
+        return testing::weighted_sum(w, y);
+      },
+      1e-2f, 2e-3, int(x.size())));
+}
+
+}  // namespace
+}  // namespace megatron::kernels

@@ -1,0 +1,161 @@
+#include "kernels/cpu/norm.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <vector>
+
+#include "kernels/cpu/reference/norm.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace megatron::kernels {
+namespace {
+
+using testing::all_close;
+using testing::check_gradient;
+using testing::nan_vector;
+using testing::plus;
+using testing::random_vector;
+
+const int64_t kRows[] = {1, 3, 7, 33};
+const int64_t kDims[] = {1, 7, 33, 65, 127, 768};
+constexpr float kEps = 1e-5f;
+
+std::vector<float> minus(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> r(a.size());
+  for (size_t i = 0; i < a.size(); ++i) r[i] = a[i] - b[i];
+  return r;
+}
+
+TEST(LayerNorm, MatchesReference) {
+  for (int64_t rows : kRows) {
+    for (int64_t D : kDims) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << D);
+      // An offset mean checks the variance does not cancel catastrophically.
+      const auto x = random_vector(rows * D, uint32_t(rows * D), 2.0f, 5.0f);
+      const auto w = random_vector(D, 1, 0.5f, 1.5f), b = random_vector(D, 2);
+      const auto dy = random_vector(rows * D, 3);
+      auto y = nan_vector(rows * D), y_ref = y;
+      auto mean = nan_vector(rows), rstd = mean, mean_ref = mean, rstd_ref = mean;
+      cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(),
+                             rows, D, kEps);
+      ref::layernorm_forward(x.data(), w.data(), b.data(), y_ref.data(), mean_ref.data(),
+                             rstd_ref.data(), rows, D, kEps);
+      EXPECT_TRUE(all_close(y, y_ref, 2e-5));
+      EXPECT_TRUE(all_close(mean, mean_ref, 1e-6));
+      EXPECT_TRUE(all_close(rstd, rstd_ref, 2e-5));
+
+      const auto dw0 = random_vector(D, 4), db0 = random_vector(D, 5);
+      auto dx = nan_vector(rows * D), dx_ref = dx;
+      auto dw = dw0, db = db0, dw_ref = dw0, db_ref = db0;
+      cpu::layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
+                              dw.data(), db.data(), rows, D);
+      ref::layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), dy.data(),
+                              dx_ref.data(), dw_ref.data(), db_ref.data(), rows, D);
+      // dx is pure cancellation for D = 1 (exactly 0): judge it against |dy * w| ~ 1.
+      EXPECT_TRUE(all_close(dx, dx_ref, 2e-5, 1.0));
+      EXPECT_TRUE(all_close(dw, dw_ref, 1e-5));
+      EXPECT_TRUE(all_close(db, db_ref, 1e-6));
+    }
+  }
+}
+
+TEST(LayerNorm, BackwardMatchesFiniteDifferencesAndAccumulatesParamGrads) {
+  const int64_t rows = 4, D = 9;
+  const auto x = random_vector(rows * D, 1), w = random_vector(D, 2, 0.5f, 1.5f);
+  const auto b = random_vector(D, 3), dyw = random_vector(rows * D, 4);
+  auto loss = [&](const std::vector<float>& xx, const std::vector<float>& ww,
+                  const std::vector<float>& bb) {
+    std::vector<float> y(rows * D), mean(rows), rstd(rows);
+    ref::layernorm_forward(xx.data(), ww.data(), bb.data(), y.data(), mean.data(), rstd.data(),
+                           rows, D, kEps);
+    return testing::weighted_sum(dyw, y);
+  };
+  std::vector<float> y(rows * D), mean(rows), rstd(rows);
+  cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, D,
+                         kEps);
+  const auto dw0 = random_vector(D, 5), db0 = random_vector(D, 6);
+  auto dx = nan_vector(rows * D), dw = dw0, db = db0;
+  cpu::layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), dyw.data(), dx.data(),
+                          dw.data(), db.data(), rows, D);
+  EXPECT_TRUE(check_gradient(x, dx, [&](const auto& v) { return loss(v, w, b); }));
+  EXPECT_TRUE(check_gradient(w, minus(dw, dw0), [&](const auto& v) { return loss(x, v, b); }));
+  EXPECT_TRUE(check_gradient(b, minus(db, db0), [&](const auto& v) { return loss(x, w, v); }));
+
+  // A second backward adds the same gradient again: param grads accumulate, dx is rewritten.
+  const auto dx_first = dx, dw_first = dw, db_first = db;
+  cpu::layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), dyw.data(), dx.data(),
+                          dw.data(), db.data(), rows, D);
+  EXPECT_EQ(dx, dx_first);
+  EXPECT_TRUE(all_close(dw, plus(dw_first, minus(dw_first, dw0)), 1e-6));
+  EXPECT_TRUE(all_close(db, plus(db_first, minus(db_first, db0)), 1e-6));
+}
+
+TEST(RmsNorm, MatchesReference) {
+  for (int64_t rows : kRows) {
+    for (int64_t D : kDims) {
+      SCOPED_TRACE(::testing::Message() << rows << "x" << D);
+      const auto x = random_vector(rows * D, uint32_t(rows * D), -3.0f, 3.0f);
+      const auto w = random_vector(D, 1, 0.5f, 1.5f), dy = random_vector(rows * D, 3);
+      auto y = nan_vector(rows * D), y_ref = y, rstd = nan_vector(rows), rstd_ref = rstd;
+      cpu::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), rows, D, kEps);
+      ref::rmsnorm_forward(x.data(), w.data(), y_ref.data(), rstd_ref.data(), rows, D, kEps);
+      EXPECT_TRUE(all_close(y, y_ref, 1e-5));
+      EXPECT_TRUE(all_close(rstd, rstd_ref, 1e-5));
+
+      const auto dw0 = random_vector(D, 4);
+      auto dx = nan_vector(rows * D), dx_ref = dx, dw = dw0, dw_ref = dw0;
+      cpu::rmsnorm_backward(x.data(), w.data(), rstd.data(), dy.data(), dx.data(), dw.data(), rows,
+                            D);
+      ref::rmsnorm_backward(x.data(), w.data(), rstd.data(), dy.data(), dx_ref.data(),
+                            dw_ref.data(), rows, D);
+      EXPECT_TRUE(all_close(dx, dx_ref, 1e-5, 1.0));
+      EXPECT_TRUE(all_close(dw, dw_ref, 1e-5));
+    }
+  }
+}
+
+TEST(RmsNorm, BackwardMatchesFiniteDifferencesAndAccumulatesParamGrads) {
+  const int64_t rows = 4, D = 9;
+  const auto x = random_vector(rows * D, 1), w = random_vector(D, 2, 0.5f, 1.5f);
+  const auto dyw = random_vector(rows * D, 4);
+  auto loss = [&](const std::vector<float>& xx, const std::vector<float>& ww) {
+    std::vector<float> y(rows * D), rstd(rows);
+    ref::rmsnorm_forward(xx.data(), ww.data(), y.data(), rstd.data(), rows, D, kEps);
+    return testing::weighted_sum(dyw, y);
+  };
+  std::vector<float> y(rows * D), rstd(rows);
+  cpu::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), rows, D, kEps);
+  const auto dw0 = random_vector(D, 5);
+  auto dx = nan_vector(rows * D), dw = dw0;
+  cpu::rmsnorm_backward(x.data(), w.data(), rstd.data(), dyw.data(), dx.data(), dw.data(), rows,
+                        D);
+  EXPECT_TRUE(check_gradient(x, dx, [&](const auto& v) { return loss(v, w); }));
+  EXPECT_TRUE(check_gradient(w, minus(dw, dw0), [&](const auto& v) { return loss(x, v); }));
+}
+
+TEST(Norm, ParamGradsIdenticalForAnyThreadCount) {
+  const int64_t rows = 300, D = 200;
+  const auto x = random_vector(rows * D, 1), w = random_vector(D, 2), b = random_vector(D, 3);
+  const auto dy = random_vector(rows * D, 4);
+  std::vector<float> y(rows * D), mean(rows), rstd(rows);
+  cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows, D,
+                         kEps);
+  std::vector<float> first;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> dx(rows * D), dw(D, 0.0f), db(D, 0.0f);
+    cpu::layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
+                            dw.data(), db.data(), rows, D);
+    std::vector<float> all = dx;
+    all.insert(all.end(), dw.begin(), dw.end());
+    all.insert(all.end(), db.begin(), db.end());
+    if (first.empty()) first = all;
+    EXPECT_EQ(all, first) << threads << " threads";
+  }
+  omp_set_num_threads(saved);
+}
+
+}  // namespace
+}  // namespace megatron::kernels

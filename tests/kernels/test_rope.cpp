@@ -1,0 +1,104 @@
+#include "kernels/cpu/rope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/reference/rope.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace megatron::kernels {
+namespace {
+
+using cpu::AttentionShape;
+using testing::all_close;
+using testing::random_vector;
+
+int64_t qkv_size(const AttentionShape& s) { return s.S * s.B * (s.H + 2 * s.G) * s.Dh; }
+
+// Offset of element d of slot `slot` (0..H/G-1 queries, H/G key, H/G+1 value) of group g.
+int64_t offset(const AttentionShape& s, int64_t t, int64_t b, int64_t g, int64_t slot, int64_t d) {
+  return (((t * s.B + b) * s.G + g) * (s.H / s.G + 2) + slot) * s.Dh + d;
+}
+
+const AttentionShape kShapes[] = {
+    {1, 1, 1, 1, 2}, {7, 2, 4, 2, 8}, {33, 3, 6, 3, 16}, {5, 1, 4, 1, 64}, {65, 2, 2, 2, 6}};
+
+TEST(Rope, MatchesReferenceAndLeavesValuesAlone) {
+  for (const AttentionShape& s : kShapes) {
+    for (int64_t pos : {0, 5, 1000}) {
+      SCOPED_TRACE(::testing::Message() << "S=" << s.S << " H=" << s.H << " G=" << s.G
+                                        << " Dh=" << s.Dh << " pos=" << pos);
+      const auto x = random_vector(qkv_size(s), uint32_t(s.S * s.Dh));
+      auto y = x, y_ref = x;
+      cpu::rope_forward(s, y.data(), 10000.0f, pos);
+      ref::rope_forward(s, y_ref.data(), 10000.0f, pos);
+      EXPECT_TRUE(all_close(y, y_ref, 1e-6));
+      for (int64_t t = 0; t < s.S; ++t)
+        for (int64_t b = 0; b < s.B; ++b)
+          for (int64_t g = 0; g < s.G; ++g)
+            for (int64_t d = 0; d < s.Dh; ++d) {
+              const int64_t i = offset(s, t, b, g, s.H / s.G + 1, d);
+              ASSERT_EQ(y[i], x[i]) << "value head changed";
+            }
+      auto dx = x, dx_ref = x;
+      cpu::rope_backward(s, dx.data(), 500000.0f, pos);
+      ref::rope_backward(s, dx_ref.data(), 500000.0f, pos);
+      EXPECT_TRUE(all_close(dx, dx_ref, 1e-6));
+      cpu::rope_backward(s, y.data(), 10000.0f, pos);  // the inverse rotation undoes forward
+      EXPECT_TRUE(all_close(y, x, 1e-6));
+    }
+  }
+}
+
+// Pair (0, Dh/2) turns by exactly `position` radians (inv_freq 1); position 0 is the identity.
+TEST(Rope, KnownRotation) {
+  const AttentionShape s{2, 1, 1, 1, 4};
+  std::vector<float> x(qkv_size(s), 0.0f);
+  for (int64_t t = 0; t < 2; ++t) x[offset(s, t, 0, 0, 0, 0)] = 1.0f;  // query, first pair
+  cpu::rope_forward(s, x.data(), 10000.0f, 3);
+  for (int64_t t = 0; t < 2; ++t) {
+    EXPECT_NEAR(x[offset(s, t, 0, 0, 0, 0)], std::cos(3.0 + t), 1e-6);
+    EXPECT_NEAR(x[offset(s, t, 0, 0, 0, 2)], std::sin(3.0 + t), 1e-6);
+  }
+  std::vector<float> y = random_vector(qkv_size(s), 1), y0 = y;
+  const AttentionShape one{1, 1, 1, 1, 4};
+  cpu::rope_forward(one, y.data(), 10000.0f, 0);
+  EXPECT_EQ(y, y0);
+}
+
+// The point of RoPE: q.k after rotation depends only on the position difference.
+TEST(Rope, DotProductDependsOnRelativePosition) {
+  const AttentionShape s{1, 1, 1, 1, 32};
+  const auto base = random_vector(qkv_size(s), 3);
+  auto dot_at = [&](int64_t q_pos, int64_t k_pos) {
+    auto a = base, b = base;
+    cpu::rope_forward(s, a.data(), 10000.0f, q_pos);
+    cpu::rope_forward(s, b.data(), 10000.0f, k_pos);
+    double dot = 0.0;
+    for (int64_t d = 0; d < s.Dh; ++d) dot += double(a[offset(s, 0, 0, 0, 0, d)]) * b[offset(s, 0, 0, 0, 1, d)];
+    return dot;
+  };
+  EXPECT_NEAR(dot_at(10, 3), dot_at(107, 100), 1e-4);
+  EXPECT_NEAR(dot_at(0, 5), dot_at(20, 25), 1e-4);
+}
+
+// RoPE is linear in qkv, so backward(dy = w) must be d(sum(w * rope(x)))/dx.
+TEST(Rope, BackwardMatchesFiniteDifferences) {
+  const AttentionShape s{5, 2, 4, 2, 8};
+  const auto x = random_vector(qkv_size(s), 4), w = random_vector(qkv_size(s), 5);
+  auto dx = w;
+  cpu::rope_backward(s, dx.data(), 10000.0f, 7);
+  EXPECT_TRUE(testing::check_gradient(
+      x, dx,
+      [&](const std::vector<float>& v) {
+        auto y = v;
+        ref::rope_forward(s, y.data(), 10000.0f, 7);
+        return testing::weighted_sum(w, y);
+      },
+      1e-2f, 1e-4, 64));
+}
+
+}  // namespace
+}  // namespace megatron::kernels

@@ -1,0 +1,80 @@
+// preprocess_data: JSONL -> Megatron indexed dataset ({prefix}_{key}_document.bin/.idx).
+// Flags follow Megatron's tools/preprocess_data.py. Exit codes: 0 ok, 1 bad input, 2 usage.
+#include <iostream>
+
+#include "data/cli.h"
+#include "data/preprocess.h"
+#include "megatron/core/error.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: preprocess_data --input FILE.jsonl [FILE.jsonl ...] --output-prefix PREFIX
+                       --tokenizer-type {SentencePieceTokenizer,ByteTokenizer}
+                       [--tokenizer-model FILE] [--vocab-file FILE] [--merge-file FILE]
+                       [--json-keys KEY [KEY ...]] [--append-eod] [--workers N]
+                       [--skip-bad-lines] [--log-interval N]
+
+Tokenizes every JSON line's KEY string (default: text) as one document and writes
+PREFIX_KEY_document.bin/.idx (uint16 tokens when the vocabulary is below 65500, else int32).
+  --input            JSONL input file(s), one JSON object per line
+  --output-prefix    output path prefix
+  --tokenizer-type   SentencePieceTokenizer or ByteTokenizer (GPT2BPETokenizer and
+                     BertWordPiece* are not implemented yet)
+  --tokenizer-model  SentencePiece .model file
+  --vocab-file, --merge-file
+                     GPT-2 BPE / WordPiece files (for tokenizers not implemented yet)
+  --json-keys        keys to tokenize (one output per key; default: text)
+  --append-eod       end every non-empty document with the tokenizer's EOD id
+  --workers          tokenizer threads (default 1); output order is the input order
+  --skip-bad-lines   skip (and count) lines that are not valid JSON or lack a key, instead of
+                     failing with the file and line number
+  --log-interval     documents between progress lines on stderr (default 1000; 0: none)
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using megatron::data::cli::Arity;
+  try {
+    const megatron::data::cli::Args args(
+        argc, argv,
+        {{"input", Arity::Many},          {"output-prefix", Arity::One},
+         {"tokenizer-type", Arity::One},  {"tokenizer-model", Arity::One},
+         {"vocab-file", Arity::One},      {"merge-file", Arity::One},
+         {"json-keys", Arity::Many},      {"append-eod", Arity::Flag},
+         {"workers", Arity::One},         {"skip-bad-lines", Arity::Flag},
+         {"log-interval", Arity::One}});
+    if (args.help()) {
+      std::cout << kUsage;
+      return 0;
+    }
+    megatron::data::PreprocessOptions opt;
+    if (!args.has("input"))
+      throw megatron::data::cli::UsageError("missing required flag '--input'");
+    opt.inputs = args.values("input");
+    opt.output_prefix = args.required("output-prefix");
+    opt.tokenizer.type = args.required("tokenizer-type");
+    opt.tokenizer.model = args.get("tokenizer-model");
+    opt.tokenizer.vocab_file = args.get("vocab-file");
+    opt.tokenizer.merge_file = args.get("merge-file");
+    if (args.has("json-keys")) opt.json_keys = args.values("json-keys");
+    opt.append_eod = args.has("append-eod");
+    opt.workers = static_cast<int>(args.get_int("workers", 1, 1));
+    opt.skip_bad_lines = args.has("skip-bad-lines");
+    opt.log_interval = args.get_int("log-interval", 1000, 0);
+    opt.log = &std::cerr;
+    const auto stats = megatron::data::preprocess_jsonl(opt);
+    if (stats.bad_lines > 0)
+      std::cerr << "preprocess_data: warning: skipped " << stats.bad_lines << " bad line(s)\n";
+    return 0;
+  } catch (const megatron::data::cli::UsageError& e) {
+    std::cerr << "preprocess_data: " << e.what() << "\n\n" << kUsage;
+    return 2;
+  } catch (const megatron::InputError& e) {
+    std::cerr << "preprocess_data: error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "preprocess_data: internal error: " << e.what() << "\n";
+    return 3;
+  }
+}

@@ -1,6 +1,6 @@
 #pragma once
-// Element-wise math shared by CPU and CUDA kernels: GELU (tanh), SiLU, bf16/fp16 rounding,
-// the AdamW update. Every CPU test of these covers the CUDA path too.
+// Element-wise math shared by CPU and CUDA kernels: exp, GELU (tanh), SiLU, RoPE angles,
+// bf16/fp16 rounding, the AdamW update. Every CPU test of these covers the CUDA path too.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -9,27 +9,64 @@
 
 namespace megatron::math {
 
+// expf as plain float arithmetic, so loops over it vectorize on the CPU (libm's expf only does
+// under -ffast-math) and CPU and CUDA evaluate the same polynomial. Cephes-style reduction
+// x = n ln2 + r, |r| <= ln2/2, and a degree-6 polynomial: within ~2 ulp of exp on [-87.3, 88];
+// exactly 0 below (including -inf), clamped to exp(88) above, NaN stays NaN. The rounding trick
+// needs IEEE float semantics (no -ffast-math reassociation).
+MT_HD float exp_approx(float x) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kLn2Hi = 0.693359375f;  // few mantissa bits: n * kLn2Hi is exact
+  constexpr float kLn2Lo = -2.12194440e-4f;
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  constexpr float kMin = -87.33654f;     // ln(2^-126): the smallest normal result
+  const float xc = x > 88.0f ? 88.0f : (x < kMin ? kMin : x);
+  const float t = xc * kLog2e + kRound;  // the low mantissa bits of t hold n = round(x log2 e)
+  const float n = t - kRound;
+  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  uint32_t t_bits, kround_bits;
+  memcpy(&t_bits, &t, 4);
+  const float round_const = kRound;
+  memcpy(&kround_bits, &round_const, 4);
+  const uint32_t scale_bits = (t_bits - kround_bits + 127u) << 23;  // 2^n
+  float scale;
+  memcpy(&scale, &scale_bits, 4);
+  return x < kMin ? 0.0f : p * scale;
+}
+
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoeff = 0.044715f;
 
+// GELU, tanh approximation: 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3),
+// evaluated as x * sigmoid(2u): the same function without the cancellation of 1 + tanh(u) for
+// negative x, and through exp_approx so it vectorizes.
 MT_HD float gelu_tanh(float x) {
-  const float inner = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
-  return 0.5f * x * (1.0f + tanhf(inner));
+  const float u = kSqrt2OverPi * (x + kGeluCoeff * x * x * x);
+  return x / (1.0f + exp_approx(-2.0f * u));
 }
 
 MT_HD float gelu_tanh_grad(float x) {
   const float x2 = x * x;
-  const float inner = kSqrt2OverPi * (x + kGeluCoeff * x2 * x);
-  const float t = tanhf(inner);
-  const float dinner = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x2);
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner;
+  const float u = kSqrt2OverPi * (x + kGeluCoeff * x2 * x);
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x2);
+  const float e = exp_approx(-2.0f * u);
+  const float s = 1.0f / (1.0f + e);  // sigmoid(2u) = 0.5 (1 + tanh(u))
+  return s + 2.0f * x * (e * s * s) * du;  // d sigmoid(2u)/du = 2 s (1 - s), 1 - s = e s
 }
 
-MT_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+MT_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
 MT_HD float silu(float x) { return x * sigmoid(x); }
 MT_HD float silu_grad(float x) {
-  const float s = sigmoid(x);
-  return s * (1.0f + x * (1.0f - s));
+  const float e = exp_approx(-x);
+  const float s = 1.0f / (1.0f + e);
+  return s * (1.0f + x * (e * s));  // s (1 + x (1 - s)), 1 - s = e s
 }
 
 // One AdamW step for one element (decoupled weight decay, bias-corrected moments).

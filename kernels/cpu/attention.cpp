@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/common/numeric.h"
 #include "kernels/cpu/kernel_util.h"
 #include "megatron/core/error.h"
 
@@ -66,7 +67,7 @@ void masked_softmax_row(float* row, int64_t S, int64_t lim, const uint8_t* key_m
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < lim; ++j) {
-    row[j] = detail::exp_approx(row[j] - mx);  // exp(-inf) = 0 for padded keys
+    row[j] = math::exp_approx(row[j] - mx);  // exp(-inf) = 0 for padded keys
     sum += row[j];
   }
   const float inv = lim > 0 ? 1.0f / sum : 0.0f;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/common/numeric.h"
 #include "kernels/cpu/kernel_util.h"
 #include "megatron/core/error.h"
 
@@ -47,7 +48,7 @@ void cross_entropy_sum_exp(const float* logits, const int32_t* targets, int64_t 
     const float mx = row_max[n];
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < valid; ++v) sum += detail::exp_approx(row[v] - mx);
+    for (int64_t v = 0; v < valid; ++v) sum += math::exp_approx(row[v] - mx);
     sum_exp[n] = sum;
     const int64_t c = target_column(targets[n], vs, valid);
     target_logit[n] = c >= 0 ? row[c] : 0.0f;
@@ -81,7 +82,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t 
     for (int64_t v = 0; v < valid; ++v) mx = std::max(mx, row[v]);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t v = 0; v < valid; ++v) sum += detail::exp_approx(row[v] - mx);
+    for (int64_t v = 0; v < valid; ++v) sum += math::exp_approx(row[v] - mx);
     lse[n] = mx + std::log(sum);
     const int64_t c = target_column(targets[n], vs, valid);
     const float target = c >= 0 ? row[c] : 0.0f;
@@ -103,7 +104,7 @@ void cross_entropy_backward(const float* logits, const int32_t* targets, int64_t
     }
     const float g = dloss[n], l = lse[n];
 #pragma omp simd
-    for (int64_t v = 0; v < valid; ++v) drow[v] = g * detail::exp_approx(row[v] - l);
+    for (int64_t v = 0; v < valid; ++v) drow[v] = g * math::exp_approx(row[v] - l);
     std::fill(drow + valid, drow + vs.V_local, 0.0f);
     const int64_t c = target_column(targets[n], vs, valid);
     if (c >= 0) drow[c] -= g;

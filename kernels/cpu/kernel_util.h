@@ -1,37 +1,10 @@
 #pragma once
 // Helpers shared by the CPU kernel sources (not a kernel interface).
-#include <bit>
 #include <cstdint>
 
 #include "kernels/common/philox.h"
 
 namespace megatron::kernels::cpu::detail {
-
-// expf that g++ can vectorize (glibc's expf only vectorizes under -ffast-math). Cephes range
-// reduction x = n ln2 + r and a degree-6 polynomial: within ~2 ulp of expf on [-87.3, 88];
-// exactly 0 below (including -inf), NaN stays NaN, clamped at exp(88) above. The softmax-style
-// loops that use it only pass x - max <= 0.
-inline float exp_approx(float x) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f;  // few mantissa bits: n * kLn2Hi is exact
-  constexpr float kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  constexpr float kMin = -87.33654f;     // ln(2^-126), smallest normal result
-  const float xc = x > 88.0f ? 88.0f : (x < kMin ? kMin : x);
-  const float t = xc * kLog2e + kRound;  // low mantissa bits of t hold n = round(xc * log2 e)
-  const float n = t - kRound;
-  const float r = (xc - n * kLn2Hi) - n * kLn2Lo;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  const uint32_t n_bits = std::bit_cast<uint32_t>(t) - std::bit_cast<uint32_t>(kRound);
-  const float two_n = std::bit_cast<float>((n_bits + 127u) << 23);
-  return x < kMin ? 0.0f : p * two_n;
-}
 
 // out[i] = philox::uniform(seed, stream, start + i) for i < n, computing each Philox block once
 // for its four words (the block loop vectorizes; per-element calls would redo each block 4x).

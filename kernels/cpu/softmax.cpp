@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/common/numeric.h"
 #include "kernels/cpu/kernel_util.h"
 
 namespace megatron::kernels::cpu {
@@ -23,7 +24,7 @@ void softmax_forward(const float* x, float* y, int64_t rows, int64_t L, float sc
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < L; ++j) {
-      yr[j] = detail::exp_approx(scale * xr[j] - mx);
+      yr[j] = math::exp_approx(scale * xr[j] - mx);
       sum += yr[j];
     }
     const float inv = 1.0f / sum;

@@ -145,7 +145,7 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
 // sample) pieces, run with head_offset / total_heads / batch_offset, reproduce their slice of
 // the full computation, dropout masks included.
 TEST(Attention, ShardedHeadsAndBatchMatchFullRun) {
-  const AttentionShape full{11, 2, 4, 2, 6};
+  const AttentionShape full{11, 3, 4, 2, 6};  // batch 1 (not fully masked) tests batch_offset
   const Case c{full, true, true, 0.25f, 0.0f};
   const auto mask = make_key_mask(full, 6);
   const AttentionOptions opt = options_for(c, mask);

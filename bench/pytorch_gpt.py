@@ -1,0 +1,211 @@
+#!/usr/bin/python3
+"""GPT-2 124M training throughput in PyTorch on the CPU: the baseline for bench_gpt_train.
+
+The same model, data shape, optimizer and metrics as bench/bench_gpt_train.cpp:
+  pre-LN GPT-2 (learned positions, fused QKV, GELU tanh, tied LM head), fp32, no dropout,
+  vocab 50257 padded to a multiple of 128 (50304), AdamW(lr 6e-4, betas 0.9/0.95, eps 1e-8,
+  weight decay 0.1 on 2-D weights only), gradient clipping at norm 1.0, random tokens.
+  FLOPs per step by Megatron's formula, MFU against the best of 3 x 2 torch.mm of 1024 x 1024
+  on the same threads (as training::measure_cpu_peak_flops does with cblas_sgemm), measured
+  before and after the run, the better of the two.
+
+Run with Debian's interpreter (python3-torch is installed for it):
+  /usr/bin/python3 bench/pytorch_gpt.py [--steps N] [--warmup W] [--layers L] [--seq S]
+      [--micro-batch B] [--hidden D] [--heads H] [--vocab V] [--threads T] [--json PATH]
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def padded_vocab(vocab, divisible_by=128):
+    return (vocab + divisible_by - 1) // divisible_by * divisible_by
+
+
+def megatron_flops_per_step(layers, hidden, heads, ffn, seq, vocab_padded, batch):
+    """training::megatron_flops_per_step for standard MHA and a non-gated MLP."""
+    h = float(hidden)
+    attention = (1.0 + 1.0 + seq / h) * (heads * (hidden // heads)) / h
+    mlp = ffn / h
+    logits = vocab_padded / (2.0 * layers * h)
+    return 12.0 * batch * seq * layers * h * h * (attention + mlp + logits)
+
+
+def measure_peak_flops():
+    """Best of 3 x (2 torch.mm of 1024 x 1024) after one warm-up, like measure_cpu_peak_flops."""
+    n = 1024
+    a = torch.full((n, n), 0.5)
+    b = torch.full((n, n), 0.25)
+    c = torch.empty(n, n)
+    torch.mm(a, b, out=c)
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        torch.mm(a, b, out=c)
+        s = time.perf_counter() - t0
+        best = max(best, 2.0 * 2.0 * n * n * n / s)
+    return best
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, layers, std):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d, eps=1e-5)
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln2 = nn.LayerNorm(d, eps=1e-5)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+        out_std = std / math.sqrt(2.0 * layers)  # Megatron's scaled init of output projections
+        for lin, s in ((self.qkv, std), (self.proj, out_std), (self.fc1, std), (self.fc2, out_std)):
+            nn.init.normal_(lin.weight, 0.0, s)
+            nn.init.zeros_(lin.bias)
+
+    def attention(self, x, mask):
+        B, S, D = x.shape
+        H = self.heads
+        q, k, v = self.qkv(x).split(D, dim=2)
+        q = q.view(B, S, H, D // H).transpose(1, 2)  # [B, H, S, Dh]
+        k = k.view(B, S, H, D // H).transpose(1, 2)
+        v = v.view(B, S, H, D // H).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D // H))
+        att = att.masked_fill(mask[:S, :S], float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, S, D)
+        return self.proj(y)
+
+    def forward(self, x, mask):
+        x = x + self.attention(self.ln1(x), mask)
+        x = x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+        return x
+
+
+class GPT(nn.Module):
+    def __init__(self, layers, hidden, heads, seq, vocab_padded, std=0.02):
+        super().__init__()
+        self.tok = nn.Embedding(vocab_padded, hidden)
+        self.pos = nn.Embedding(seq, hidden)
+        nn.init.normal_(self.tok.weight, 0.0, std)
+        nn.init.normal_(self.pos.weight, 0.0, std)
+        self.blocks = nn.ModuleList(Block(hidden, heads, layers, std) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
+        # True above the diagonal: future keys are masked out.
+        self.register_buffer("mask", torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1))
+
+    def forward(self, idx, targets):
+        B, S = idx.shape
+        x = self.tok(idx) + self.pos(torch.arange(S))
+        for block in self.blocks:
+            x = block(x, self.mask)
+        x = self.ln_f(x)
+        logits = F.linear(x, self.tok.weight)  # tied LM head
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--layers", type=int, default=12)
+    p.add_argument("--hidden", type=int, default=768)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=50257)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--label", default="pytorch", help="impl name in the summary and JSON")
+    p.add_argument("--json", default="")
+    a = p.parse_args()
+    if a.steps < 1 or a.warmup < 0 or a.hidden % a.heads:
+        p.error("need --steps >= 1, --warmup >= 0 and --hidden divisible by --heads")
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    Vp = padded_vocab(a.vocab)
+    B, S = a.micro_batch, a.seq
+    peak = measure_peak_flops()
+    flops = megatron_flops_per_step(a.layers, a.hidden, a.heads, 4 * a.hidden, S, Vp, B)
+
+    model = GPT(a.layers, a.hidden, a.heads, S, Vp)
+    params = [q for q in model.parameters() if q.requires_grad]
+    decay = [q for q in params if q.dim() >= 2]
+    no_decay = [q for q in params if q.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
+    n_params = sum(q.numel() for q in params)
+    print(f"{a.label}: torch {torch.__version__}, {torch.get_num_threads()} threads; layers "
+          f"{a.layers} hidden {a.hidden} heads {a.heads} seq {S} micro {B} vocab {a.vocab} padded "
+          f"to {Vp}; {n_params} parameters; {flops / 1e12:.4f} TFLOP/step; torch.mm peak "
+          f"{peak / 1e9:.1f} GFLOP/s", flush=True)
+
+    gen = torch.Generator().manual_seed(a.seed)
+    timed, first_loss, last_loss = [], 0.0, 0.0
+    for it in range(1, a.warmup + a.steps + 1):
+        t0 = time.perf_counter()
+        data = torch.randint(0, a.vocab, (B, S + 1), generator=gen)
+        idx, targets = data[:, :-1], data[:, 1:]
+        opt.zero_grad(set_to_none=True)
+        loss = model(idx, targets)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        loss_value = loss.item()
+        s = time.perf_counter() - t0
+        warm = it <= a.warmup
+        if not warm:
+            timed.append(s)
+        if it == 1:
+            first_loss = loss_value
+        last_loss = loss_value
+        print(f"{'warmup' if warm else 'timed '} step {it:3d} | loss {loss_value:.4f} | grad_norm "
+              f"{float(grad_norm):.3f} | {s * 1e3:8.1f} ms | {B * S / s:7.1f} tok/s | "
+              f"{flops / s / 1e12:.4f} TFLOP/s", flush=True)
+
+    # The peak again after the run; MFU uses the better of the two (as bench_gpt_train does).
+    peak_start, peak_end = peak, measure_peak_flops()
+    peak = max(peak_start, peak_end)
+    mean_s = sum(timed) / len(timed)
+    tok_s = B * S / mean_s
+    tflops = flops / mean_s / 1e12
+    mfu = flops / mean_s / peak
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    print(f"SUMMARY impl={a.label} threads={torch.get_num_threads()} steps={len(timed)} "
+          f"tokens/s={tok_s:.1f} TFLOP/s={tflops:.4f} MFU={100 * mfu:.1f}% "
+          f"ms/step={mean_s * 1e3:.1f} (median {statistics.median(timed) * 1e3:.1f}, "
+          f"min {min(timed) * 1e3:.1f}) peak_sgemm_GFLOP/s={peak / 1e9:.1f} "
+          f"(start {peak_start / 1e9:.1f}, end {peak_end / 1e9:.1f}) "
+          f"peak_rss_MiB={rss_mib:.0f} loss {first_loss:.4f} -> {last_loss:.4f}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"impl": a.label, "threads": torch.get_num_threads(),
+                       "torch_version": torch.__version__,
+                       "ld_preload": os.environ.get("LD_PRELOAD", ""),
+                       "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
+                       "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": S,
+                       "micro_batch": B, "global_batch": B, "vocab": a.vocab, "padded_vocab": Vp,
+                       "parameters": n_params, "warmup": a.warmup, "steps": len(timed),
+                       "step_seconds": timed, "mean_step_seconds": mean_s,
+                       "median_step_seconds": statistics.median(timed), "tokens_per_s": tok_s,
+                       "flops_per_step": flops, "tflops": tflops, "peak_flops": peak,
+                       "peak_flops_start": peak_start, "peak_flops_end": peak_end, "mfu": mfu,
+                       "peak_rss_mib": rss_mib, "first_loss": first_loss,
+                       "last_loss": last_loss}, f, indent=2)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

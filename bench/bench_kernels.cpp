@@ -1,7 +1,8 @@
 // Micro-benchmarks of the CPU kernels at GPT-2 small shapes (hidden 768, 12 heads, vocab 50304).
 // Threads follow OMP_NUM_THREADS (OpenBLAS is the OpenMP build and shares the pool), e.g.
 //   OMP_NUM_THREADS=1 build/bin/bench_kernels --benchmark_filter=Gemm
-// Counters: GFLOP/s (gemm, attention) and GB/s of memory traffic (memory-bound kernels).
+// Counters: GFLOP/s (gemm, attention) and GB/s of memory traffic (memory-bound kernels), per
+// wall-clock second (UseRealTime: the kernels run on several threads).
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -43,20 +44,20 @@ void BM_Gemm(benchmark::State& state) {
   const auto A = random_vector(M * K, 1), B = random_vector(K * N, 2);
   std::vector<float> C(M * N);
   for (auto _ : state) {
-    cpu::gemm(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, C.data(),
-              N);
+    cpu::gemm(ta, tb, M, N, K, 1.0f, A.data(), ta ? M : K, B.data(), tb ? K : N, 0.0f, C.data(), N);
     benchmark::DoNotOptimize(C.data());
   }
   state.counters["GFLOP/s"] = gflops(2.0 * M * N * K);
 }
 BENCHMARK(BM_Gemm)
     ->ArgNames({"M", "N", "K", "ta", "tb"})
-    ->Args({2048, 2304, 768, 0, 1})   // fused QKV projection
-    ->Args({2048, 3072, 768, 0, 1})   // MLP up
-    ->Args({2048, 768, 3072, 0, 1})   // MLP down
-    ->Args({2048, 768, 3072, 0, 0})   // dX = dY W
-    ->Args({3072, 768, 2048, 1, 0})   // dW += dY^T X
-    ->Unit(benchmark::kMillisecond);
+    ->Args({2048, 2304, 768, 0, 1})  // fused QKV projection
+    ->Args({2048, 3072, 768, 0, 1})  // MLP up
+    ->Args({2048, 768, 3072, 0, 1})  // MLP down
+    ->Args({2048, 768, 3072, 0, 0})  // dX = dY W
+    ->Args({3072, 768, 2048, 1, 0})  // dW += dY^T X
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 void BM_LayerNorm(benchmark::State& state) {
   const int64_t rows = 2048, D = 768;
@@ -71,15 +72,20 @@ void BM_LayerNorm(benchmark::State& state) {
       cpu::layernorm_backward(x.data(), w.data(), mean.data(), rstd.data(), dy.data(), dx.data(),
                               dw.data(), db.data(), rows, D);
     } else {
-      cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(),
-                             rows, D, 1e-5f);
+      cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows,
+                             D, 1e-5f);
     }
     benchmark::ClobberMemory();
   }
   // forward reads x, writes y; backward reads x and dy twice (dx pass, param pass), writes dx
   state.counters["GB/s"] = gbytes((backward ? 5.0 : 2.0) * rows * D * sizeof(float));
 }
-BENCHMARK(BM_LayerNorm)->ArgNames({"backward"})->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LayerNorm)
+    ->ArgNames({"backward"})
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 void BM_Gelu(benchmark::State& state) {
   const int64_t n = 2048 * 3072;
@@ -96,7 +102,12 @@ void BM_Gelu(benchmark::State& state) {
   }
   state.counters["GB/s"] = gbytes((backward ? 3.0 : 2.0) * n * sizeof(float));
 }
-BENCHMARK(BM_Gelu)->ArgNames({"backward"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Gelu)
+    ->ArgNames({"backward"})
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Args: causal, dropout percentage, backward included. S=256, B=8, H=12, Dh=64.
 // GFLOP/s counts the dense S x S work (4 S^2 Dh per head forward, 8 backward) also when causal,
@@ -130,7 +141,8 @@ BENCHMARK(BM_Attention)
     ->Args({1, 0, 1})
     ->Args({0, 0, 1})
     ->Args({1, 10, 1})
-    ->Unit(benchmark::kMillisecond);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // Args: backward. N = 2048 tokens, V = 50304 (GPT-2's padded vocabulary, 50257 real).
 void BM_CrossEntropy(benchmark::State& state) {
@@ -154,7 +166,12 @@ void BM_CrossEntropy(benchmark::State& state) {
   }
   state.counters["GB/s"] = gbytes((backward ? 2.0 : 1.0) * N * V * sizeof(float));
 }
-BENCHMARK(BM_CrossEntropy)->ArgNames({"backward"})->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CrossEntropy)
+    ->ArgNames({"backward"})
+    ->Arg(0)
+    ->Arg(1)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // 16M parameters: reads param, grad, m, v and writes param, m, v (28 bytes per element).
 void BM_AdamW(benchmark::State& state) {
@@ -168,7 +185,7 @@ void BM_AdamW(benchmark::State& state) {
   }
   state.counters["GB/s"] = gbytes(28.0 * n);
 }
-BENCHMARK(BM_AdamW)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AdamW)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -13,9 +13,12 @@
 namespace megatron::kernels::cpu {
 namespace {
 
-// Query rows are processed in blocks: under a causal mask, block [r0, r1) only needs keys
-// [0, r1), which skips most of the masked upper triangle in every GEMM.
-constexpr int64_t kRowBlock = 64;
+// Query rows are processed in blocks, bounding the per-thread scratch to block x S floats.
+// Under a causal mask, block [r0, r1) only needs keys [0, r1): small blocks skip most of the
+// masked upper triangle in every GEMM; without it, larger blocks make more efficient GEMMs.
+constexpr int64_t kCausalRowBlock = 64;
+constexpr int64_t kRowBlock = 256;
+int64_t row_block(const AttentionOptions& opt) { return opt.causal ? kCausalRowBlock : kRowBlock; }
 
 // Addressing into the fused qkv [S, B, G, (H/G + 2), Dh] and out [S, B, H, Dh] buffers. Each
 // head is a strided [S, Dh] matrix whose row stride (ld) is one token, so BLAS reads it in place.
@@ -23,8 +26,14 @@ struct Layout {
   int64_t S, B, H, G, Dh, heads_per_group, ld_qkv, ld_out;
 
   explicit Layout(const AttentionShape& s)
-      : S(s.S), B(s.B), H(s.H), G(s.G), Dh(s.Dh), heads_per_group(s.G > 0 ? s.H / s.G : 0),
-        ld_qkv(s.B * (s.H + 2 * s.G) * s.Dh), ld_out(s.B * s.H * s.Dh) {}
+      : S(s.S),
+        B(s.B),
+        H(s.H),
+        G(s.G),
+        Dh(s.Dh),
+        heads_per_group(s.G > 0 ? s.H / s.G : 0),
+        ld_qkv(s.B * (s.H + 2 * s.G) * s.Dh),
+        ld_out(s.B * s.H * s.Dh) {}
   int64_t group_offset(int64_t b, int64_t g) const {
     return b * (H + 2 * G) * Dh + g * (heads_per_group + 2) * Dh;
   }
@@ -41,15 +50,15 @@ struct Layout {
 void check_shape(const AttentionShape& s, const AttentionOptions& opt) {
   MT_CHECK(s.S >= 0 && s.B >= 0 && s.Dh > 0 && s.G > 0 && s.H % s.G == 0,
            "attention: bad shape S=", s.S, " B=", s.B, " H=", s.H, " G=", s.G, " Dh=", s.Dh);
-  MT_CHECK(opt.dropout_p >= 0.0f && opt.dropout_p < 1.0f, "attention: dropout_p ",
-           opt.dropout_p, " outside [0, 1)");
+  MT_CHECK(opt.dropout_p >= 0.0f && opt.dropout_p < 1.0f, "attention: dropout_p ", opt.dropout_p,
+           " outside [0, 1)");
 }
 
 // C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major.
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-              int(M), int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
+              int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
 }
 
 // Turns scaled scores row[0, S) of query i into masked probabilities in place: row[j] for
@@ -60,9 +69,7 @@ void masked_softmax_row(float* row, int64_t S, int64_t lim, const uint8_t* key_m
 #pragma omp simd
     for (int64_t j = 0; j < lim; ++j) row[j] = key_mask[j] ? row[j] : kNegInf;
   }
-  float mx = kNegInf;
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < lim; ++j) mx = std::max(mx, row[j]);
+  const float mx = detail::max_of(row, lim);
   if (mx == kNegInf) lim = 0;  // fully masked row
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -107,12 +114,13 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;
   const bool dropout = opt.dropout_p > 0.0f;
+  const int64_t block = std::min(row_block(opt), S);
   const int64_t pairs = L.B * L.H;
   // One (b, h) per iteration; BLAS runs single-threaded inside the region. With fewer pairs
   // than threads, stay serial and let BLAS use the threads instead.
 #pragma omp parallel if (pairs > 1)
   {
-    std::vector<float> pd(dropout ? kRowBlock * S : 0), uniforms(dropout ? S : 0);
+    std::vector<float> pd(dropout ? block * S : 0), uniforms(dropout ? S : 0);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < pairs; ++bh) {
       const int64_t b = bh / L.H, h = bh % L.H, g = h / L.heads_per_group;
@@ -122,8 +130,8 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
       float* O = out + L.out(b, h);
       float* P = probs + bh * S * S;
       const uint8_t* km = opt.key_mask ? opt.key_mask + b * S : nullptr;
-      for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
-        const int64_t r1 = std::min(r0 + kRowBlock, S), rows = r1 - r0;
+      for (int64_t r0 = 0; r0 < S; r0 += block) {
+        const int64_t r1 = std::min(r0 + block, S), rows = r1 - r0;
         const int64_t kend = L.key_end(r1, opt.causal);
         sgemm(false, true, rows, kend, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv, K, L.ld_qkv,
               0.0f, P + r0 * S, S);
@@ -149,13 +157,14 @@ void attention_backward(const AttentionShape& shape, const AttentionOptions& opt
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;
   const bool dropout = opt.dropout_p > 0.0f;
+  const int64_t block = std::min(row_block(opt), S);
   const int64_t groups = L.B * L.G;
   // One (b, g) per iteration: the group's heads add into its dK and dV in head order, so the
   // sums need no atomics and do not depend on the thread count.
 #pragma omp parallel if (groups > 1)
   {
-    std::vector<float> pd(dropout ? kRowBlock * S : 0), uniforms(dropout ? S : 0);
-    std::vector<float> ds(kRowBlock * S);
+    std::vector<float> pd(dropout ? block * S : 0), uniforms(dropout ? S : 0);
+    std::vector<float> ds(block * S);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bg = 0; bg < groups; ++bg) {
       const int64_t b = bg / L.G, g = bg % L.G;
@@ -172,20 +181,20 @@ void attention_backward(const AttentionShape& shape, const AttentionOptions& opt
         float* dQ = dqkv + L.q(b, h);
         const float* dO = dout + L.out(b, h);
         const float* P = probs + (b * L.H + h) * S * S;
-        for (int64_t r0 = 0; r0 < S; r0 += kRowBlock) {
-          const int64_t r1 = std::min(r0 + kRowBlock, S), rows = r1 - r0;
+        for (int64_t r0 = 0; r0 < S; r0 += block) {
+          const int64_t r1 = std::min(r0 + block, S), rows = r1 - r0;
           const int64_t kend = L.key_end(r1, opt.causal);
           // pv: the probabilities after dropout, as forward multiplied them into V.
           const float* pv = P + r0 * S;
           if (dropout) {
-            dropout_rows(P, pd.data(), r0, r1, kend, S, opt.causal, opt,
-                         dropout_base(shape, b, h), uniforms.data());
+            dropout_rows(P, pd.data(), r0, r1, kend, S, opt.causal, opt, dropout_base(shape, b, h),
+                         uniforms.data());
             pv = pd.data();
           }
           sgemm(true, false, kend, Dh, rows, 1.0f, pv, S, dO + r0 * L.ld_out, L.ld_out, 1.0f, dV,
                 L.ld_qkv);
-          sgemm(false, true, rows, kend, Dh, 1.0f, dO + r0 * L.ld_out, L.ld_out, V, L.ld_qkv,
-                0.0f, ds.data(), S);
+          sgemm(false, true, rows, kend, Dh, 1.0f, dO + r0 * L.ld_out, L.ld_out, V, L.ld_qkv, 0.0f,
+                ds.data(), S);
           // With m the keep mask and c = 1/(1-p): dP = c m dPv and P * dP = pv * dPv, so the
           // softmax backward dS = P (dP - sum(P dP)) needs only pv, never the mask itself.
           for (int64_t i = 0; i < rows; ++i) {

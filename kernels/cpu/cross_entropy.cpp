@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "kernels/common/numeric.h"
 #include "kernels/cpu/kernel_util.h"
@@ -30,11 +29,8 @@ void cross_entropy_row_max(const float* logits, int64_t N, const VocabSlice& vs,
   const int64_t valid = valid_columns(vs);
 #pragma omp parallel for schedule(static) if (parallel(N, vs))
   for (int64_t n = 0; n < N; ++n) {
-    const float* row = logits + n * vs.V_local;
-    float mx = -std::numeric_limits<float>::infinity();  // neutral for the MAX all-reduce
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < valid; ++v) mx = std::max(mx, row[v]);
-    row_max[n] = mx;
+    // -inf when the slice has no real column: neutral for the MAX all-reduce.
+    row_max[n] = detail::max_of(logits + n * vs.V_local, valid);
   }
 }
 
@@ -59,9 +55,8 @@ void cross_entropy_loss(const int32_t* targets, int64_t N, int32_t ignore_index,
                         const float* row_max, const float* sum_exp, const float* target_logit,
                         float* loss) {
   for (int64_t n = 0; n < N; ++n)
-    loss[n] = targets[n] == ignore_index
-                  ? 0.0f
-                  : std::log(sum_exp[n]) + row_max[n] - target_logit[n];
+    loss[n] =
+        targets[n] == ignore_index ? 0.0f : std::log(sum_exp[n]) + row_max[n] - target_logit[n];
 }
 
 void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t N,
@@ -77,9 +72,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t 
   for (int64_t n = 0; n < N; ++n) {
     // The three stages of the split interface fused per row, so the row is read hot twice.
     const float* row = logits + n * vs.V_local;
-    float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int64_t v = 0; v < valid; ++v) mx = std::max(mx, row[v]);
+    const float mx = detail::max_of(row, valid);
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t v = 0; v < valid; ++v) sum += math::exp_approx(row[v] - mx);

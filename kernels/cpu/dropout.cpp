@@ -7,8 +7,8 @@ namespace {
 
 // out[i] = in[i] / (1 - p) where uniform(index_offset + i) >= p, else 0. Forward and backward
 // are the same map (the mask scales the gradient exactly as it scaled the activation).
-void apply_dropout(const float* in, float* out, int64_t n, float p, uint64_t seed,
-                   uint64_t stream, uint64_t index_offset) {
+void apply_dropout(const float* in, float* out, int64_t n, float p, uint64_t seed, uint64_t stream,
+                   uint64_t index_offset) {
   if (p <= 0.0f) {
 #pragma omp parallel for simd schedule(static) if (n > detail::kParallelGrain)
     for (int64_t i = 0; i < n; ++i) out[i] = in[i];

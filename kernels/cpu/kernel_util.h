@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the CPU kernel sources (not a kernel interface).
 #include <cstdint>
+#include <limits>
 
 #include "kernels/common/philox.h"
 
@@ -22,6 +23,22 @@ inline void fill_uniform(uint64_t seed, uint64_t stream, uint64_t start, int64_t
     body[4 * k + 3] = philox::to_unit_float(r.v[3]);
   }
   for (i += 4 * blocks; i < n; ++i) out[i] = philox::uniform(seed, stream, start + i);
+}
+
+// max(x[0..n)), -inf for n = 0; NaNs are skipped. g++ does not vectorize a float max reduction
+// even under `omp simd reduction(max)`, but does vectorize this element-wise max over 16 lanes.
+inline float max_of(const float* x, int64_t n) {
+  constexpr int kLanes = 16;
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  float lanes[kLanes];
+  for (int k = 0; k < kLanes; ++k) lanes[k] = kNegInf;
+  int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int k = 0; k < kLanes; ++k) lanes[k] = lanes[k] < x[j + k] ? x[j + k] : lanes[k];
+  float m = kNegInf;
+  for (; j < n; ++j) m = m < x[j] ? x[j] : m;
+  for (int k = 0; k < kLanes; ++k) m = m < lanes[k] ? lanes[k] : m;
+  return m;
 }
 
 // Work below this many elements runs on one thread (OpenMP start-up would dominate).

@@ -47,8 +47,7 @@ void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t 
   rope_apply(shape, qkv, theta, position_offset, 1.0f);
 }
 
-void rope_backward(const AttentionShape& shape, float* dqkv, float theta,
-                   int64_t position_offset) {
+void rope_backward(const AttentionShape& shape, float* dqkv, float theta, int64_t position_offset) {
   rope_apply(shape, dqkv, theta, position_offset, -1.0f);
 }
 

@@ -14,17 +14,17 @@ void softmax_forward(const float* x, float* y, int64_t rows, int64_t L, float sc
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * L;
     float* yr = y + r * L;
-    float mx = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < L; ++j) mx = std::max(mx, scale * xr[j]);
+#pragma omp simd
+    for (int64_t j = 0; j < L; ++j) yr[j] = scale * xr[j];
+    const float mx = detail::max_of(yr, L);
     if (mx == -std::numeric_limits<float>::infinity()) {  // every entry -inf: no mass anywhere
-      for (int64_t j = 0; j < L; ++j) yr[j] = 0.0f;
+      std::fill(yr, yr + L, 0.0f);
       continue;
     }
     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
     for (int64_t j = 0; j < L; ++j) {
-      yr[j] = math::exp_approx(scale * xr[j] - mx);
+      yr[j] = math::exp_approx(yr[j] - mx);
       sum += yr[j];
     }
     const float inv = 1.0f / sum;

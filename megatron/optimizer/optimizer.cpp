@@ -1,18 +1,48 @@
 #include "megatron/optimizer/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "megatron/backend/ops.h"
 
 namespace megatron::optim {
+namespace {
 
-Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings)
+Tensor segment_of(const Tensor& t, const Segment& s) {
+  return t.view({t.numel()}).flat_view(s.begin, {s.end - s.begin});
+}
+
+}  // namespace
+
+Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings,
+                     const std::vector<BufferRange>& owned_ranges)
     : store_(&store), settings_(settings) {
   MT_CHECK(store.finalized(), "optimizer built before the parameter store was finalized");
   MT_INPUT_CHECK(settings.type == "adamw" || settings.type == "sgd",
                  "optimizer.type: unknown optimizer '", settings.type, "' (expected adamw or sgd)");
-  m_ = Tensor::zeros({store.numel()}, DType::F32);
-  if (settings.type == "adamw") v_ = Tensor::zeros({store.numel()}, DType::F32);
+  std::vector<BufferRange> owned = owned_ranges;
+  if (owned.empty()) owned.push_back({0, store.buffer_numel()});
+  int64_t state = 0;
+  for (const BufferRange& r : owned) {
+    for (Parameter* p : store.params()) {
+      const int64_t lo = std::max(r.begin, p->offset);
+      const int64_t hi = std::min(r.end, p->offset + p->value.numel());
+      if (lo >= hi) continue;
+      segments_.push_back({p, lo - p->offset, hi - p->offset, state});
+      state += hi - lo;
+    }
+  }
+  // Buffer order, so updates walk memory forward.
+  std::sort(segments_.begin(), segments_.end(), [](const Segment& a, const Segment& b) {
+    return a.param->offset + a.begin < b.param->offset + b.begin;
+  });
+  int64_t offset = 0;
+  for (Segment& s : segments_) {
+    s.state_offset = offset;
+    offset += s.end - s.begin;
+  }
+  m_ = Tensor::zeros({state}, DType::F32);
+  if (settings.type == "adamw") v_ = Tensor::zeros({state}, DType::F32);
 }
 
 void Optimizer::step(double lr) {
@@ -24,22 +54,22 @@ void Optimizer::step(double lr) {
   p.eps = static_cast<float>(settings_.eps);
   p.bias_correction1 = static_cast<float>(1.0 - std::pow(settings_.beta1, steps_));
   p.bias_correction2 = static_cast<float>(1.0 - std::pow(settings_.beta2, steps_));
-  for (Parameter* param : store_->params()) {
-    const Shape flat{param->value.numel()};
-    Tensor value = param->value.view(flat);
-    Tensor grad = param->grad.view(flat);
-    Tensor m = m_.flat_view(param->offset, flat);
-    const float wd = param->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
+  for (const Segment& s : segments_) {
+    const int64_t n = s.end - s.begin;
+    Tensor value = segment_of(s.param->value, s);
+    const Tensor grad = segment_of(s.param->grad, s);
+    Tensor m = m_.flat_view(s.state_offset, {n});
+    const float wd = s.param->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
     if (settings_.type == "adamw") {
       p.weight_decay = wd;
-      Tensor v = v_.flat_view(param->offset, flat);
+      Tensor v = v_.flat_view(s.state_offset, {n});
       ops::adamw_step(value, grad, m, v, p);
     } else {
       // SGD with momentum: m = beta1 * m + g + wd * w; w -= lr * m
       float* w = value.data<float>();
       const float* g = grad.data<float>();
       float* mom = m.data<float>();
-      for (int64_t i = 0; i < flat.numel(); ++i) {
+      for (int64_t i = 0; i < n; ++i) {
         mom[i] = p.beta1 * mom[i] + g[i] + wd * w[i];
         w[i] -= p.lr * mom[i];
       }
@@ -47,24 +77,28 @@ void Optimizer::step(double lr) {
   }
 }
 
-double global_grad_norm(ParamStore& store, parallel::Communicator& model_parallel) {
+double global_grad_norm(const std::vector<Segment>& segments,
+                        parallel::Communicator& tensor_parallel,
+                        parallel::Communicator* sharded_over) {
   double sum = 0.0;
-  for (const Parameter* p : store.params()) {
-    const bool counted_here = !p->shard.replicated() || model_parallel.rank() == 0;
-    if (counted_here) sum += ops::sum_squares(p->grad);
+  for (const Segment& s : segments) {
+    const bool counted_here = !s.param->shard.replicated() || tensor_parallel.rank() == 0;
+    if (counted_here) sum += ops::sum_squares(segment_of(s.param->grad, s));
   }
-  if (model_parallel.size() > 1) {
-    Tensor t = Tensor::wrap(&sum, {1}, DType::F64);
-    model_parallel.all_reduce(t, parallel::ReduceOp::Sum);
-  }
+  Tensor t = Tensor::wrap(&sum, {1}, DType::F64);
+  if (tensor_parallel.size() > 1) tensor_parallel.all_reduce(t, parallel::ReduceOp::Sum);
+  if (sharded_over && sharded_over->size() > 1)
+    sharded_over->all_reduce(t, parallel::ReduceOp::Sum);
   return std::sqrt(sum);
 }
 
-double clip_grads(ParamStore& store, double norm, double max_norm) {
+double clip_grads(const std::vector<Segment>& segments, double norm, double max_norm) {
   if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0;
   const double factor = max_norm / (norm + 1e-6);
-  Tensor g = store.grads();
-  ops::scale_inplace(g, static_cast<float>(factor));
+  for (const Segment& s : segments) {
+    Tensor g = segment_of(s.param->grad, s);
+    ops::scale_inplace(g, static_cast<float>(factor));
+  }
   return factor;
 }
 

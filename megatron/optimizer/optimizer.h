@@ -1,10 +1,14 @@
 #pragma once
-// AdamW (and SGD with momentum) over the ParamStore's contiguous buffers. Optimizer state lives
-// in one buffer per moment with the same layout as the parameters. Norms and biases are not
-// decayed (Parameter::weight_decay == false).
+// AdamW (and SGD with momentum) over the ParamStore's contiguous buffers. The optimizer steps
+// the parameter elements of the buffer ranges it owns: the whole buffer, or this data-parallel
+// rank's shards with the distributed optimizer (ZeRO-1). Moments live in one fp32 buffer each,
+// sized to the owned elements, so optimizer memory per rank falls as 1/dp. Norms and biases are
+// not decayed (Parameter::weight_decay == false).
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "megatron/optimizer/grad_sync.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/transformer/parameter.h"
 
@@ -15,26 +19,42 @@ struct OptimizerSettings {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 
+// The part of one parameter inside an owned range: local elements [begin, end) of the parameter,
+// stored at state_offset in the moment buffers.
+struct Segment {
+  Parameter* param;
+  int64_t begin, end, state_offset;
+};
+
 class Optimizer {
  public:
-  Optimizer(ParamStore& store, const OptimizerSettings& settings);
+  // owned: buffer ranges this rank updates (empty = the whole buffer).
+  Optimizer(ParamStore& store, const OptimizerSettings& settings,
+            const std::vector<BufferRange>& owned = {});
   // One update with learning rate lr; advances the step count (bias correction).
   void step(double lr);
   int64_t steps_taken() const { return steps_; }
+  const std::vector<Segment>& segments() const { return segments_; }
   Tensor& exp_avg() { return m_; }
   Tensor& exp_avg_sq() { return v_; }
+  int64_t state_bytes() const { return static_cast<int64_t>(m_.nbytes() + v_.nbytes()); }
 
  private:
   ParamStore* store_;
   OptimizerSettings settings_;
+  std::vector<Segment> segments_;
   Tensor m_, v_;
   int64_t steps_ = 0;
 };
 
-// The true global L2 norm of all gradients: sharded parameters summed over the tensor-parallel
-// group, replicated ones counted once (only tensor-parallel rank 0 adds them).
-double global_grad_norm(ParamStore& store, parallel::Communicator& model_parallel);
-// Scales every gradient by min(1, max_norm / norm); returns the factor applied.
-double clip_grads(ParamStore& store, double norm, double max_norm);
+// The true global L2 norm of the gradients the optimizer will use. Each rank sums its segments
+// (tensor-parallel-replicated parameters only on tensor-parallel rank 0, so they count once),
+// then the sum is reduced over `tensor_parallel` and, when segments are data-parallel shards,
+// over `sharded_over`.
+double global_grad_norm(const std::vector<Segment>& segments,
+                        parallel::Communicator& tensor_parallel,
+                        parallel::Communicator* sharded_over);
+// Scales the segments' gradients by min(1, max_norm / norm); returns the factor applied.
+double clip_grads(const std::vector<Segment>& segments, double norm, double max_norm);
 
 }  // namespace megatron::optim

@@ -9,6 +9,16 @@
 #include <nlohmann/json.hpp>
 
 namespace megatron::training {
+namespace {
+
+double all_reduce_sum(parallel::Communicator& group, double value) {
+  if (group.size() == 1) return value;
+  Tensor t = Tensor::wrap(&value, {1}, DType::F64);
+  group.all_reduce(t, parallel::ReduceOp::Sum);
+  return value;
+}
+
+}  // namespace
 
 models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab,
                                      int64_t tp_size) {
@@ -54,19 +64,29 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  std::shared_ptr<const SampleSource> train,
                  std::shared_ptr<const SampleSource> valid, parallel::Communicator& world,
                  std::ostream& log)
+    : Trainer(recipe, tokenizer_vocab, std::move(train), std::move(valid),
+              TrainerGroups{&world, nullptr, nullptr}, log) {}
+
+Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
+                 std::shared_ptr<const SampleSource> train,
+                 std::shared_ptr<const SampleSource> valid, TrainerGroups groups,
+                 std::ostream& log)
     : recipe_(recipe),
       train_(std::move(train)),
       valid_(std::move(valid)),
-      world_(&world),
-      tp_(parallel::make_single_process_communicator()),
-      log_(&log) {
-  recipe_.resolve_for_world(world.size());
+      single_(parallel::make_single_process_communicator()),
+      world_(groups.world),
+      tp_(groups.tp ? groups.tp : single_.get()),
+      dp_(groups.dp ? groups.dp : single_.get()),
+      log_(&log),
+      is_logger_(groups.world->rank() == 0) {
+  recipe_.resolve_for_world(world_->size());
   const auto& tr = recipe_.training;
-  MT_INPUT_CHECK(recipe_.parallel.tensor == 1 && recipe_.parallel.pipeline == 1 &&
-                     world.size() == 1,
-                 recipe_.source_path,
-                 ": parallel.tensor/pipeline > 1 and multi-process runs are not available in this "
-                 "build yet");
+  MT_INPUT_CHECK(recipe_.parallel.tensor == tp_->size() && recipe_.parallel.pipeline == 1 &&
+                     recipe_.parallel.data == dp_->size(),
+                 recipe_.source_path, ": parallel.tensor=", recipe_.parallel.tensor,
+                 " pipeline=", recipe_.parallel.pipeline, " data=", recipe_.parallel.data,
+                 " is not runnable by this build yet (data parallelism only)");
   MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
                  "' is not available in this build (cpu only so far)");
   MT_INPUT_CHECK(tr.precision == "fp32", recipe_.source_path, ": training.precision: '",
@@ -78,18 +98,24 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  " but model.seq_length is ", recipe_.model.seq_length);
   if (tr.threads > 0) omp_set_num_threads(static_cast<int>(tr.threads));
 
-  dp_size_ = recipe_.parallel.data;
-  dp_rank_ = 0;
-  num_micro_ = recipe_.num_microbatches(world.size());
+  dp_size_ = dp_->size();
+  dp_rank_ = dp_->rank();
+  num_micro_ = recipe_.num_microbatches(world_->size());
 
   const models::GPTSpec spec = gpt_spec_from_recipe(recipe_, tokenizer_vocab, tp_->size());
   model_ = std::make_unique<models::GPTModel>(spec, store_, *tp_);
-  store_.finalize();
+  const bool distributed = recipe_.optimizer.distributed && dp_size_ > 1;
+  store_.finalize(distributed ? dp_size_ : 1);
   store_.initialize(tr.seed);
 
+  // Buckets of ~16 MiB of fp32 gradients: large enough for bandwidth, small enough to overlap.
+  constexpr int64_t kBucketElements = int64_t{4} << 20;
+  grad_sync_ = std::make_unique<optim::DataParallelGrads>(store_, *dp_, kBucketElements,
+                                                          distributed);
   const auto& o = recipe_.optimizer;
   optimizer_ = std::make_unique<optim::Optimizer>(
-      store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay});
+      store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay},
+      grad_sync_->owned());
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.min_lr;
   schedule_.warmup_iters = o.schedule.warmup_iters;
@@ -99,21 +125,25 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   flops_per_step_ = megatron_flops_per_step(flops_model_from_spec(spec), tr.global_batch_size);
   peak_flops_ = tr.peak_tflops > 0 ? tr.peak_tflops * 1e12 : measure_cpu_peak_flops();
 
-  if (!recipe_.logging.jsonl.empty()) {
+  if (is_logger_ && !recipe_.logging.jsonl.empty()) {
     const std::string path = config::resolve_path(recipe_, recipe_.logging.jsonl);
     const auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     jsonl_.open(path, std::ios::app);
     MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: cannot open '", path, "' for writing");
   }
-  *log_ << "model: " << store_.numel() << " parameters (" << spec.transformer.num_layers
-        << " layers, hidden " << spec.transformer.hidden << ", vocab " << spec.vocab_size
-        << " padded to " << spec.padded_vocab_size << "); " << num_micro_
-        << " micro-batches of " << tr.micro_batch_size << " per step; "
-        << std::setprecision(4) << flops_per_step_ / 1e12 << " TFLOP per step; peak "
-        << peak_flops_ / 1e12 << " TFLOP/s" << (tr.peak_tflops > 0 ? " (recipe)" : " (measured sgemm)")
-        << "; " << omp_get_max_threads() << " threads\n"
-        << std::flush;
+  if (is_logger_) {
+    *log_ << "model: " << store_.numel() << " parameters (" << spec.transformer.num_layers
+          << " layers, hidden " << spec.transformer.hidden << ", vocab " << spec.vocab_size
+          << " padded to " << spec.padded_vocab_size << "); dp " << dp_size_ << ", "
+          << num_micro_ << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
+          << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
+          << (distributed ? " (distributed)" : "") << "; " << std::setprecision(4)
+          << flops_per_step_ / 1e12 << " TFLOP per step; peak " << peak_flops_ / 1e12
+          << " TFLOP/s per rank" << (tr.peak_tflops > 0 ? " (recipe)" : " (measured sgemm)")
+          << "; " << omp_get_max_threads() << " threads per rank\n"
+          << std::flush;
+  }
 }
 
 Trainer::~Trainer() = default;
@@ -131,23 +161,33 @@ StepMetrics Trainer::train_step(int64_t iteration) {
 
   store_.zero_grads();
   double loss_sum = 0.0;
+  const models::GPTModel::GradsReady on_ready = [this](int64_t w) {
+    grad_sync_->grads_ready_below(w);
+  };
   for (int64_t m = 0; m < num_micro_; ++m) {
+    // Megatron's sampler order: each micro-batch round takes micro*dp consecutive samples of
+    // the global batch and data-parallel rank r takes [r * micro, (r + 1) * micro).
     const int64_t position = m * mbs * dp_size_ + dp_rank_ * mbs;
     fill_micro_batch(*train_, base + position, mbs, mb_);
     mb_.info = MicroBatchInfo{iteration, position, true};
     loss_sum += model_->forward(act_, mb_);
-    model_->backward(act_, mb_, loss_scale);
+    const bool last = m + 1 == num_micro_;
+    if (last) grad_sync_->begin_last_backward();
+    model_->backward(act_, mb_, loss_scale, last ? on_ready : models::GPTModel::GradsReady{});
   }
+  grad_sync_->finish();
   StepMetrics metrics;
   metrics.iteration = iteration;
-  metrics.loss = loss_sum / valid_tokens;
-  metrics.grad_norm = optim::global_grad_norm(store_, *tp_);
+  metrics.loss = all_reduce_sum(*dp_, loss_sum) / valid_tokens;
+  metrics.grad_norm = optim::global_grad_norm(optimizer_->segments(), *tp_,
+                                              grad_sync_->distributed() ? dp_ : nullptr);
   MT_CHECK(std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm), "iteration ",
            iteration, ": non-finite loss ", metrics.loss, " or gradient norm ", metrics.grad_norm,
            " (lower optimizer.lr or enable clipping)");
-  optim::clip_grads(store_, metrics.grad_norm, recipe_.optimizer.clip_grad);
+  optim::clip_grads(optimizer_->segments(), metrics.grad_norm, recipe_.optimizer.clip_grad);
   metrics.lr = schedule_.lr(iteration);
   optimizer_->step(metrics.lr);
+  grad_sync_->gather_params();
 
   metrics.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -170,12 +210,13 @@ EvalMetrics Trainer::evaluate(int64_t iteration) {
   }
   EvalMetrics e;
   e.iteration = iteration;
-  e.loss = loss_sum / static_cast<double>(samples * S);
+  e.loss = all_reduce_sum(*dp_, loss_sum) / static_cast<double>(samples * S);
   e.perplexity = std::exp(std::min(e.loss, 80.0));
   return e;
 }
 
 void Trainer::log_step(const StepMetrics& m, bool to_console) {
+  if (!is_logger_) return;
   if (to_console)
     *log_ << "iter " << std::setw(6) << m.iteration << "/" << recipe_.training.train_iters
         << " | loss " << std::fixed << std::setprecision(4) << m.loss << " | lr "
@@ -197,6 +238,7 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
 }
 
 void Trainer::log_eval(const EvalMetrics& e) {
+  if (!is_logger_) return;
   *log_ << "validation at iter " << e.iteration << " | val_loss " << std::fixed
         << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2)
         << e.perplexity << std::defaultfloat << "\n"

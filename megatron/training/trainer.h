@@ -36,9 +36,21 @@ models::GPTSpec gpt_spec_from_recipe(const config::Recipe& recipe, int64_t token
                                      int64_t tp_size);
 FlopsModel flops_model_from_spec(const models::GPTSpec& spec);
 
+// The process groups the trainer uses (from the mesh; all of size one for a single process).
+struct TrainerGroups {
+  parallel::Communicator* world;
+  parallel::Communicator* tp;
+  parallel::Communicator* dp;
+};
+
 class Trainer {
  public:
-  // `log` receives the human-readable lines (stdout in the tool, a string stream in tests).
+  // `log` receives the human-readable lines (stdout in the tool, a string stream in tests);
+  // only world rank 0 writes to it and to the JSONL file.
+  Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
+          std::shared_ptr<const SampleSource> train, std::shared_ptr<const SampleSource> valid,
+          TrainerGroups groups, std::ostream& log);
+  // Single process.
   Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
           std::shared_ptr<const SampleSource> train, std::shared_ptr<const SampleSource> valid,
           parallel::Communicator& world, std::ostream& log);
@@ -51,6 +63,7 @@ class Trainer {
   EvalMetrics evaluate(int64_t iteration);
 
   ParamStore& params() { return store_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
   const models::GPTModel& model() const { return *model_; }
   double flops_per_step() const { return flops_per_step_; }
   double peak_flops() const { return peak_flops_; }
@@ -61,12 +74,16 @@ class Trainer {
 
   config::Recipe recipe_;
   std::shared_ptr<const SampleSource> train_, valid_;
+  std::unique_ptr<parallel::Communicator> single_;  // groups of one when none are given
   parallel::Communicator* world_;
-  std::unique_ptr<parallel::Communicator> tp_;
+  parallel::Communicator* tp_;
+  parallel::Communicator* dp_;
   std::ostream* log_;
+  bool is_logger_ = true;
   std::ofstream jsonl_;
   ParamStore store_;
   std::unique_ptr<models::GPTModel> model_;
+  std::unique_ptr<optim::DataParallelGrads> grad_sync_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;
   models::GPTModel::Activations act_;

@@ -43,6 +43,15 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
                                   tp, out_std);
 }
 
+int64_t TransformerBlock::grad_watermark() const {
+  std::vector<Parameter*> params;
+  for (const Norm* n : {ln1_.get(), ln2_.get()}) n->collect_params(params);
+  for (const Linear* l : {qkv_.get(), proj_.get(), fc1_.get(), fc2_.get()}) l->collect_params(params);
+  int64_t end = 0;
+  for (const Parameter* p : params) end = std::max(end, p->offset + p->value.numel());
+  return end;
+}
+
 kernels::cpu::AttentionShape TransformerBlock::attention_shape(int64_t S, int64_t B,
                                                                int64_t batch_offset) const {
   kernels::cpu::AttentionShape s;

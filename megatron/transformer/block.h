@@ -46,6 +46,9 @@ class TransformerBlock {
   // d_out: grad w.r.t. the block output; writes dx (grad w.r.t. the block input).
   void backward(Ctx& ctx, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                 const uint8_t* key_mask = nullptr) const;
+  // One past the highest gradient-buffer offset of this block's parameters: once backward
+  // returns, every gradient of the block is final.
+  int64_t grad_watermark() const;
 
  private:
   kernels::cpu::AttentionShape attention_shape(int64_t S, int64_t B, int64_t batch_offset) const;

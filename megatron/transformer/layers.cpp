@@ -60,6 +60,16 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
     tp_->all_reduce(*dx, parallel::ReduceOp::Sum);
 }
 
+void Linear::collect_params(std::vector<Parameter*>& out) const {
+  out.push_back(weight_);
+  if (bias_) out.push_back(bias_);
+}
+
+void Norm::collect_params(std::vector<Parameter*>& out) const {
+  out.push_back(weight_);
+  if (bias_) out.push_back(bias_);
+}
+
 Norm::Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps)
     : kind_(kind), eps_(eps), dim_(dim) {
   weight_ = &store.add(name + ".weight", Shape{dim}, {ParamInit::Kind::Ones, 0.0f}, false);

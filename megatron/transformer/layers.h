@@ -3,6 +3,7 @@
 // a tensor-parallel communicator), LayerNorm/RMSNorm, Embedding, Dropout over [S, B, D] rows.
 // Gradient rule: parameter grads +=, activation grads =.
 #include <string>
+#include <vector>
 
 #include "megatron/parallel/communicator.h"
 #include "megatron/transformer/context.h"
@@ -31,6 +32,7 @@ class Linear {
   void forward(Ctx& ctx, const Tensor& x, Tensor& y) const;
   // dx may be null (first layer); writes dx, accumulates weight/bias grads.
   void backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const;
+  void collect_params(std::vector<Parameter*>& out) const;
 
  private:
   Tensor weight_2d(const Tensor& t) const { return t.view({local_out_, local_in_}); }
@@ -50,6 +52,7 @@ class Norm {
   Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps);
   void forward(Ctx& ctx, const Tensor& x, Tensor& y) const;
   void backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const;
+  void collect_params(std::vector<Parameter*>& out) const;
 
  private:
   Parameter* weight_ = nullptr;

@@ -49,16 +49,18 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   return *params_.back();
 }
 
-void ParamStore::finalize() {
+void ParamStore::finalize(int64_t pad_multiple) {
   MT_CHECK(!finalized_, "ParamStore finalized twice");
+  MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
   total_ = 0;
   // Reverse registration order = the order backward finishes gradients.
   for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
     (*it)->offset = total_;
     total_ += (*it)->local_shape.numel();
   }
-  values_ = Tensor::zeros({total_}, DType::F32);
-  grads_ = Tensor::zeros({total_}, DType::F32);
+  const int64_t padded = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
+  values_ = Tensor::zeros({padded}, DType::F32);
+  grads_ = Tensor::zeros({padded}, DType::F32);
   for (auto& p : params_) {
     p->value = values_.flat_view(p->offset, p->local_shape);
     p->grad = grads_.flat_view(p->offset, p->local_shape);

@@ -50,8 +50,9 @@ class ParamStore {
   // Registers a parameter; its tensors exist after finalize(). The reference stays valid.
   Parameter& add(std::string name, const Shape& global_shape, ParamInit init, bool weight_decay,
                  ShardSpec shard = {});
-  // Allocates the value and grad buffers and binds every parameter's views.
-  void finalize();
+  // Allocates the value and grad buffers and binds every parameter's views. The buffers are
+  // padded with zeros to a multiple of pad_multiple (data-parallel sharding needs equal shards).
+  void finalize(int64_t pad_multiple = 1);
   bool finalized() const { return finalized_; }
 
   // Deterministic init from (seed, global name, global element index): any sharding of the same
@@ -62,7 +63,8 @@ class ParamStore {
   std::vector<Parameter*> params();
   std::vector<const Parameter*> params() const;
   Parameter& get(const std::string& name);
-  int64_t numel() const { return total_; }
+  int64_t numel() const { return total_; }  // parameters (without padding)
+  int64_t buffer_numel() const { return values_.numel(); }
   Tensor& values() { return values_; }
   Tensor& grads() { return grads_; }
 

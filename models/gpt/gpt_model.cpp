@@ -1,5 +1,7 @@
 #include "models/gpt/gpt_model.h"
 
+#include <limits>
+
 #include "megatron/backend/ops.h"
 
 namespace megatron::models {
@@ -124,7 +126,8 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb) const {
   return total;
 }
 
-void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale) const {
+void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale,
+                        const GradsReady& grads_ready) const {
   const auto& t = spec_.transformer;
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
   const kernels::cpu::VocabSlice vs = vocab_slice();
@@ -144,9 +147,20 @@ void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale) 
   Tensor* grad = &ensure(a.grad_a, {S, B, D});
   Tensor* other = &d_final;
   final_norm_->backward(a.final_norm, d_final, *grad);
+  // Buffer layout is reverse registration order: output layer / final norm, blocks L-1..0,
+  // then the embeddings (which the tied LM head also feeds), so watermarks only grow.
+  if (grads_ready) {
+    std::vector<Parameter*> tail;
+    final_norm_->collect_params(tail);
+    if (lm_head_) lm_head_->collect_params(tail);
+    int64_t w = 0;
+    for (const Parameter* p : tail) w = std::max(w, p->offset + p->value.numel());
+    grads_ready(w);
+  }
   for (size_t l = blocks_.size(); l-- > 0;) {
     blocks_[l]->backward(a.blocks[l], *grad, *other, mb.info);
     std::swap(grad, other);
+    if (grads_ready) grads_ready(blocks_[l]->grad_watermark());
   }
   if (mb.info.training && spec_.embedding_dropout > 0.0f) {
     dropout_sbd_backward(*grad, *other, spec_.embedding_dropout,
@@ -156,6 +170,7 @@ void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale) 
   }
   tok_embed_->backward(a.tok, *grad);
   if (pos_embed_) pos_embed_->backward(a.pos, *grad);
+  if (grads_ready) grads_ready(std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace megatron::models

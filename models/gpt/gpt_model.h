@@ -2,6 +2,7 @@
 // GPT (GPT-2/3 style): token + learned position embeddings, pre-LN transformer blocks, final
 // norm, LM head tied to the token embedding (or untied), vocab-parallel cross-entropy.
 // The same class serves LLaMA-style variants through TransformerSpec (RMSNorm, SwiGLU, RoPE).
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -51,7 +52,11 @@ class GPTModel {
   // Backward must follow with the same activations.
   double forward(Activations& act, const MicroBatch& mb) const;
   // loss_scale multiplies d(sum loss): 1 / (valid tokens in the global batch) gives the mean.
-  void backward(Activations& act, const MicroBatch& mb, float loss_scale) const;
+  // grads_ready (optional) is called as backward proceeds with a watermark W: every gradient
+  // at a buffer offset below W is final (data parallelism starts reducing those buckets).
+  using GradsReady = std::function<void(int64_t watermark)>;
+  void backward(Activations& act, const MicroBatch& mb, float loss_scale,
+                const GradsReady& grads_ready = {}) const;
 
   const GPTSpec& spec() const { return spec_; }
   // Per-token loss of the last forward (for evaluation and tests).

@@ -1,5 +1,3 @@
-#include "kernels/cpu/attention.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -7,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/reference/attention.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -72,22 +71,23 @@ Result run_cpu(const AttentionShape& s, const AttentionOptions& opt, const std::
 
 const Case kCases[] = {
     {{7, 2, 2, 2, 5}, true, false, 0.0f, 0.0f},
-    {{9, 3, 4, 2, 8}, false, true, 0.0f, 0.3f},     // GQA, padding, a fully masked batch row
-    {{70, 2, 3, 1, 16}, true, true, 0.2f, 0.0f},    // crosses the 64-row block, 3 heads share KV
+    {{9, 3, 4, 2, 8}, false, true, 0.0f, 0.3f},   // GQA, padding, a fully masked batch row
+    {{70, 2, 3, 1, 16}, true, true, 0.2f, 0.0f},  // crosses the 64-row block, 3 heads share KV
     {{65, 1, 2, 2, 4}, false, false, 0.5f, 1.7f},
     {{1, 2, 1, 1, 3}, true, false, 0.0f, 0.0f},
     {{33, 2, 6, 3, 7, 6, 12, 4}, true, true, 0.1f, 0.0f},  // TP/DP offsets into the dropout index
     {{130, 1, 2, 1, 8}, true, false, 0.0f, 0.0f},
     {{20, 2, 4, 4, 32}, false, true, 0.3f, 0.0f},
+    {{300, 1, 2, 1, 8}, false, true, 0.2f, 0.0f},  // two bidirectional row blocks
 };
 
 TEST(Attention, MatchesReference) {
   uint32_t seed = 1;
   for (const Case& c : kCases) {
     const AttentionShape& s = c.shape;
-    SCOPED_TRACE(::testing::Message() << "S=" << s.S << " B=" << s.B << " H=" << s.H
-                                      << " G=" << s.G << " Dh=" << s.Dh << " causal=" << c.causal
-                                      << " padding=" << c.padding << " p=" << c.dropout);
+    SCOPED_TRACE(::testing::Message()
+                 << "S=" << s.S << " B=" << s.B << " H=" << s.H << " G=" << s.G << " Dh=" << s.Dh
+                 << " causal=" << c.causal << " padding=" << c.padding << " p=" << c.dropout);
     const auto mask = make_key_mask(s, seed);
     const AttentionOptions opt = options_for(c, mask);
     const auto qkv = random_vector(qkv_size(s), seed++, -2.0f, 2.0f);

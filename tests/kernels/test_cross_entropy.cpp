@@ -1,11 +1,10 @@
-#include "kernels/cpu/cross_entropy.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/reference/cross_entropy.h"
 #include "megatron/core/error.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -109,9 +108,9 @@ TEST(CrossEntropy, TwoVocabSlicesCombineToUnsplitResult) {
   const int64_t N = 13, V = 96, valid = 90, V0 = 48, V1 = V - V0;
   const auto logits = make_logits(N, V, valid, 7);
   auto targets = make_targets(N, valid, 8);
-  targets[0] = 0;                     // first column of slice 0
-  targets[1] = int32_t(V0);           // first column of slice 1
-  targets[2] = int32_t(valid - 1);    // last real column
+  targets[0] = 0;                   // first column of slice 0
+  targets[1] = int32_t(V0);         // first column of slice 1
+  targets[2] = int32_t(valid - 1);  // last real column
   const VocabSlice full{V, 0, valid}, s0{V0, 0, valid}, s1{V1, V0, valid};
   std::vector<float> part0(N * V0), part1(N * V1);
   for (int64_t n = 0; n < N; ++n) {

@@ -1,11 +1,10 @@
-#include "kernels/cpu/dropout.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/common/philox.h"
+#include "kernels/cpu/dropout.h"
 #include "kernels/cpu/kernel_util.h"
 #include "kernels/cpu/reference/dropout.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -30,8 +29,10 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
        {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
   };
   for (const Kat& k : kats) {
-    const auto r = philox::philox4x32_10(k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3], k.key[0], k.key[1]);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(r.v[i], k.out[i]) << std::hex << k.ctr[0] << " word " << i;
+    const auto r =
+        philox::philox4x32_10(k.ctr[0], k.ctr[1], k.ctr[2], k.ctr[3], k.key[0], k.key[1]);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_EQ(r.v[i], k.out[i]) << std::hex << k.ctr[0] << " word " << i;
   }
 }
 
@@ -99,7 +100,7 @@ TEST(Dropout, MatchesReference) {
 }
 
 TEST(Dropout, ShardsReproduceTheUnshardedMask) {
-  const int64_t n = 1001, split = 387;  // an odd split: shards start mid Philox block
+  const int64_t n = 1001, split = 387;             // an odd split: shards start mid Philox block
   const auto x = random_vector(n, 1, 0.5f, 1.5f);  // no zeros in x
   std::vector<float> whole(n), sharded(n);
   cpu::dropout_forward(x.data(), whole.data(), n, 0.3f, 9, 2, 0);

@@ -1,9 +1,8 @@
-#include "kernels/cpu/elementwise.h"
-
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/reference/elementwise.h"
 #include "tests/kernels/kernel_test_util.h"
 

@@ -1,11 +1,10 @@
-#include "kernels/cpu/embedding.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/embedding.h"
 #include "kernels/cpu/reference/embedding.h"
 #include "megatron/core/error.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -30,18 +29,18 @@ struct Case {
   int64_t tokens, dim, vocab_start, vocab_rows;
   int32_t vocab;
 };
-const Case kCases[] = {{1, 1, 0, 5, 5},       {33, 7, 0, 11, 11},    {127, 65, 10, 13, 40},
-                       {65, 33, 27, 13, 40},  {200, 3, 0, 1, 3},     {3000, 9, 100, 50, 400}};
+const Case kCases[] = {{1, 1, 0, 5, 5},      {33, 7, 0, 11, 11}, {127, 65, 10, 13, 40},
+                       {65, 33, 27, 13, 40}, {200, 3, 0, 1, 3},  {3000, 9, 100, 50, 400}};
 
 TEST(Embedding, ForwardMatchesReference) {
   for (const Case& c : kCases) {
     const auto ids = random_ids(c.tokens, c.vocab, uint32_t(c.tokens));
     const auto table = random_vector(c.vocab_rows * c.dim, 1);
     auto out = testing::nan_vector(c.tokens * c.dim), out_ref = out;
-    cpu::embedding_forward(ids.data(), c.tokens, table.data(), c.vocab_start, c.vocab_rows,
-                           c.dim, out.data());
-    ref::embedding_forward(ids.data(), c.tokens, table.data(), c.vocab_start, c.vocab_rows,
-                           c.dim, out_ref.data());
+    cpu::embedding_forward(ids.data(), c.tokens, table.data(), c.vocab_start, c.vocab_rows, c.dim,
+                           out.data());
+    ref::embedding_forward(ids.data(), c.tokens, table.data(), c.vocab_start, c.vocab_rows, c.dim,
+                           out_ref.data());
     EXPECT_EQ(out, out_ref);
   }
 }

@@ -1,11 +1,10 @@
-#include "kernels/cpu/gemm.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/reference/gemm.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -29,9 +28,9 @@ TEST(Gemm, MatchesReferenceAllTransposesAndStrides) {
       for (bool tb : {false, true}) {
         for (bool with_bias : {false, true}) {
           for (float beta : {0.0f, 0.5f}) {
-            SCOPED_TRACE(::testing::Message() << "M=" << c.M << " N=" << c.N << " K=" << c.K
-                                              << " ta=" << ta << " tb=" << tb
-                                              << " bias=" << with_bias << " beta=" << beta);
+            SCOPED_TRACE(::testing::Message()
+                         << "M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << ta
+                         << " tb=" << tb << " bias=" << with_bias << " beta=" << beta);
             const int64_t a_rows = ta ? c.K : c.M, a_cols = ta ? c.M : c.K;
             const int64_t b_rows = tb ? c.N : c.K, b_cols = tb ? c.K : c.N;
             const int64_t lda = a_cols + 3, ldb = b_cols + 2, ldc = c.N + 5;
@@ -47,8 +46,8 @@ TEST(Gemm, MatchesReferenceAllTransposesAndStrides) {
             const float* b = with_bias ? bias.data() : nullptr;
             cpu::gemm(ta, tb, c.M, c.N, c.K, 0.7f, A.data(), lda, B.data(), ldb, beta, C.data(),
                       ldc, b);
-            ref::gemm(ta, tb, c.M, c.N, c.K, 0.7f, A.data(), lda, B.data(), ldb, beta,
-                      C_ref.data(), ldc, b);
+            ref::gemm(ta, tb, c.M, c.N, c.K, 0.7f, A.data(), lda, B.data(), ldb, beta, C_ref.data(),
+                      ldc, b);
             EXPECT_TRUE(all_close(C, C_ref, 1e-5));  // includes the padding: left untouched
           }
         }

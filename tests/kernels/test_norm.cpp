@@ -1,10 +1,9 @@
-#include "kernels/cpu/norm.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <vector>
 
+#include "kernels/cpu/norm.h"
 #include "kernels/cpu/reference/norm.h"
 #include "tests/kernels/kernel_test_util.h"
 
@@ -37,8 +36,8 @@ TEST(LayerNorm, MatchesReference) {
       const auto dy = random_vector(rows * D, 3);
       auto y = nan_vector(rows * D), y_ref = y;
       auto mean = nan_vector(rows), rstd = mean, mean_ref = mean, rstd_ref = mean;
-      cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(),
-                             rows, D, kEps);
+      cpu::layernorm_forward(x.data(), w.data(), b.data(), y.data(), mean.data(), rstd.data(), rows,
+                             D, kEps);
       ref::layernorm_forward(x.data(), w.data(), b.data(), y_ref.data(), mean_ref.data(),
                              rstd_ref.data(), rows, D, kEps);
       EXPECT_TRUE(all_close(y, y_ref, 2e-5));
@@ -128,8 +127,7 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferencesAndAccumulatesParamGrads) {
   cpu::rmsnorm_forward(x.data(), w.data(), y.data(), rstd.data(), rows, D, kEps);
   const auto dw0 = random_vector(D, 5);
   auto dx = nan_vector(rows * D), dw = dw0;
-  cpu::rmsnorm_backward(x.data(), w.data(), rstd.data(), dyw.data(), dx.data(), dw.data(), rows,
-                        D);
+  cpu::rmsnorm_backward(x.data(), w.data(), rstd.data(), dyw.data(), dx.data(), dw.data(), rows, D);
   EXPECT_TRUE(check_gradient(x, dx, [&](const auto& v) { return loss(v, w); }));
   EXPECT_TRUE(check_gradient(w, minus(dw, dw0), [&](const auto& v) { return loss(x, v); }));
 }

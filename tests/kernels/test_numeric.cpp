@@ -1,6 +1,4 @@
 // Shared element-wise math (kernels/common/numeric.h).
-#include "kernels/common/numeric.h"
-
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -10,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/numeric.h"
 
 namespace megatron {
 namespace {
@@ -38,11 +37,24 @@ TEST(Fp16, ExhaustiveBitsToFloatToBitsRoundTrip) {
 }
 
 TEST(Fp16, FloatToBitsMatchesCompilerOnEdgesAndRandomFloats) {
-  std::vector<float> cases = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e6f,
-                              -1e6f, std::numeric_limits<float>::infinity(),
+  std::vector<float> cases = {0.0f,
+                              -0.0f,
+                              1.0f,
+                              -1.0f,
+                              65504.0f,
+                              65519.99f,
+                              65520.0f,
+                              1e6f,
+                              -1e6f,
+                              std::numeric_limits<float>::infinity(),
                               -std::numeric_limits<float>::infinity(),
-                              std::numeric_limits<float>::denorm_min(), 5.96e-8f, 2.98e-8f,
-                              2.99e-8f, 6.1e-5f, 6.104e-5f, 1e-40f};
+                              std::numeric_limits<float>::denorm_min(),
+                              5.96e-8f,
+                              2.98e-8f,
+                              2.99e-8f,
+                              6.1e-5f,
+                              6.104e-5f,
+                              1e-40f};
   // Exact halfway points between neighbouring fp16 values (ties to even), in the normal and the
   // subnormal range, plus one float ulp either side.
   for (uint32_t h : {0x3c00u, 0x3c01u, 0x0001u, 0x0002u, 0x03ffu, 0x7bfeu, 0x0400u, 0x1234u}) {
@@ -96,7 +108,8 @@ TEST(Bf16, RoundsToNearestEven) {
   const uint16_t nan = math::float_to_bf16_bits(std::numeric_limits<float>::quiet_NaN());
   EXPECT_TRUE(std::isnan(math::bf16_bits_to_float(nan)));
   // A signalling NaN whose payload sits only in the low 16 bits must stay NaN.
-  EXPECT_TRUE(std::isnan(math::bf16_bits_to_float(math::float_to_bf16_bits(from_bits(0x7f800001u)))));
+  EXPECT_TRUE(
+      std::isnan(math::bf16_bits_to_float(math::float_to_bf16_bits(from_bits(0x7f800001u)))));
 
   std::mt19937 rng(2);
   for (int i = 0; i < 300000; ++i) {
@@ -149,9 +162,9 @@ TEST(Activations, MatchDoubleFormulasIncludingTails) {
 
 TEST(Activations, KnownValues) {
   EXPECT_EQ(math::gelu_tanh(0.0f), 0.0f);
-  EXPECT_NEAR(math::gelu_tanh(1.0f), 0.8411920f, 1e-6f);   // 0.5 (1 + tanh(0.79788 * 1.044715))
+  EXPECT_NEAR(math::gelu_tanh(1.0f), 0.8411920f, 1e-6f);  // 0.5 (1 + tanh(0.79788 * 1.044715))
   EXPECT_NEAR(math::gelu_tanh(-1.0f), -0.1588080f, 1e-6f);
-  EXPECT_NEAR(math::silu(1.0f), 0.7310586f, 1e-6f);        // 1 / (1 + e^-1)
+  EXPECT_NEAR(math::silu(1.0f), 0.7310586f, 1e-6f);  // 1 / (1 + e^-1)
   EXPECT_EQ(math::sigmoid(0.0f), 0.5f);
 }
 

@@ -1,11 +1,10 @@
-#include "kernels/cpu/optim.h"
-
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/optim.h"
 #include "kernels/cpu/reference/optim.h"
 #include "tests/kernels/kernel_test_util.h"
 

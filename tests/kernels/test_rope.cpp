@@ -1,11 +1,10 @@
-#include "kernels/cpu/rope.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/reference/rope.h"
+#include "kernels/cpu/rope.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace megatron::kernels {
@@ -77,7 +76,8 @@ TEST(Rope, DotProductDependsOnRelativePosition) {
     cpu::rope_forward(s, a.data(), 10000.0f, q_pos);
     cpu::rope_forward(s, b.data(), 10000.0f, k_pos);
     double dot = 0.0;
-    for (int64_t d = 0; d < s.Dh; ++d) dot += double(a[offset(s, 0, 0, 0, 0, d)]) * b[offset(s, 0, 0, 0, 1, d)];
+    for (int64_t d = 0; d < s.Dh; ++d)
+      dot += double(a[offset(s, 0, 0, 0, 0, d)]) * b[offset(s, 0, 0, 0, 1, d)];
     return dot;
   };
   EXPECT_NEAR(dot_at(10, 3), dot_at(107, 100), 1e-4);

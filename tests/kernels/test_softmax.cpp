@@ -1,5 +1,3 @@
-#include "kernels/cpu/softmax.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/reference/softmax.h"
+#include "kernels/cpu/softmax.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace megatron::kernels {
@@ -40,7 +39,7 @@ TEST(Softmax, MatchesReference) {
 TEST(Softmax, RowsSumToOneAndMaskedEntriesAreZero) {
   const float inf = std::numeric_limits<float>::infinity();
   const int64_t L = 5;
-  const std::vector<float> x = {1.0f, -inf, 2.0f, -inf, 0.5f,  // two masked entries
+  const std::vector<float> x = {1.0f, -inf, 2.0f, -inf, 0.5f,   // two masked entries
                                 -inf, -inf, -inf, -inf, -inf};  // everything masked
   std::vector<float> y(10);
   cpu::softmax_forward(x.data(), y.data(), 2, L, 1.0f);

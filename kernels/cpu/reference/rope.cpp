@@ -34,8 +34,7 @@ void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t 
   rotate(shape, qkv, theta, position_offset, 1.0);
 }
 
-void rope_backward(const AttentionShape& shape, float* dqkv, float theta,
-                   int64_t position_offset) {
+void rope_backward(const AttentionShape& shape, float* dqkv, float theta, int64_t position_offset) {
   rotate(shape, dqkv, theta, position_offset, -1.0);
 }
 

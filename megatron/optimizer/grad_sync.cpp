@@ -1,0 +1,79 @@
+#include "megatron/optimizer/grad_sync.h"
+
+#include <algorithm>
+
+namespace megatron::optim {
+
+DataParallelGrads::DataParallelGrads(ParamStore& store, parallel::Communicator& dp,
+                                     int64_t bucket_elements, bool distributed)
+    : store_(&store), dp_(&dp), distributed_(distributed && dp.size() > 1) {
+  MT_CHECK(store.finalized(), "gradient sync built before the parameter store was finalized");
+  const int64_t total = store.buffer_numel(), n = dp.size();
+  MT_CHECK(!distributed_ || total % n == 0, "gradient buffer of ", total,
+           " elements is not padded to a multiple of data-parallel size ", n);
+  const int64_t step = std::max<int64_t>((bucket_elements + n - 1) / n * n, n);
+  for (int64_t b = 0; b < total; b += step) buckets_.push_back({b, std::min(b + step, total)});
+  if (distributed_) {
+    for (const BufferRange& b : buckets_) {
+      const int64_t shard = b.size() / n;
+      owned_.push_back({b.begin + dp.rank() * shard, b.begin + (dp.rank() + 1) * shard});
+      shard_scratch_.push_back(Tensor::empty({shard}, DType::F32));
+    }
+  } else {
+    owned_.push_back({0, total});
+  }
+}
+
+DataParallelGrads::~DataParallelGrads() {
+  for (auto& w : pending_)
+    if (w) w->wait();
+}
+
+void DataParallelGrads::begin_last_backward() {
+  armed_ = dp_->size() > 1;
+  next_bucket_ = 0;
+}
+
+void DataParallelGrads::grads_ready_below(int64_t watermark) {
+  if (!armed_) return;
+  // Blocking reduce-scatter for the distributed optimizer runs in finish(); all-reduce buckets
+  // start here, overlapping the remaining backward.
+  if (distributed_) return;
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].end <= watermark)
+    launch(next_bucket_++);
+}
+
+void DataParallelGrads::launch(size_t i) {
+  Tensor grads = store_->grads().flat_view(buckets_[i].begin, {buckets_[i].size()});
+  pending_.push_back(dp_->all_reduce_async(grads, parallel::ReduceOp::Sum));
+}
+
+void DataParallelGrads::finish() {
+  if (dp_->size() == 1) return;
+  if (distributed_) {
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      const BufferRange& b = buckets_[i];
+      Tensor in = store_->grads().flat_view(b.begin, {b.size()});
+      dp_->reduce_scatter(in, shard_scratch_[i], parallel::ReduceOp::Sum);
+      Tensor mine = store_->grads().flat_view(owned_[i].begin, {owned_[i].size()});
+      mine.copy_from(shard_scratch_[i]);
+    }
+  } else {
+    while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
+    for (auto& w : pending_) w->wait();
+    pending_.clear();
+  }
+  armed_ = false;
+}
+
+void DataParallelGrads::gather_params() {
+  if (!distributed_) return;
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    shard_scratch_[i].copy_from(
+        store_->values().flat_view(owned_[i].begin, {owned_[i].size()}));
+    Tensor out = store_->values().flat_view(buckets_[i].begin, {buckets_[i].size()});
+    dp_->all_gather(shard_scratch_[i], out);
+  }
+}
+
+}  // namespace megatron::optim

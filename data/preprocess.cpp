@@ -98,10 +98,10 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
                  out_dir.string(), "' (of --output-prefix ", opt.output_prefix,
                  ") does not exist");
 
-  // One tokenizer per worker: encode is const, but this keeps workers fully independent.
-  std::vector<std::unique_ptr<Tokenizer>> toks;
-  for (int w = 0; w < opt.workers; ++w) toks.push_back(make_tokenizer(opt.tokenizer));
-  const DType dtype = optimal_token_dtype(toks[0]->vocab_size());
+  // One tokenizer shared by all workers: encode is const and thread-safe (Tokenizer's
+  // contract), the files are loaded once, and GPT-2's BPE cache is shared.
+  const std::unique_ptr<Tokenizer> tok = make_tokenizer(opt.tokenizer);
+  const DType dtype = optimal_token_dtype(tok->vocab_size());
 
   PreprocessStats stats;
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
@@ -111,7 +111,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
   }
   stats.tokens.assign(opt.json_keys.size(), 0);
   if (opt.log) {
-    *opt.log << "preprocess: tokenizer " << toks[0]->describe() << ", dtype "
+    *opt.log << "preprocess: tokenizer " << tok->describe() << ", dtype "
              << dtype_name(dtype) << ", " << opt.workers << " worker(s)\n";
   }
 
@@ -134,7 +134,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
         threads.emplace_back([&, w] {
           try {
             for (size_t i; (i = next_index.fetch_add(1)) < cur.size();)
-              process_line(cur[i], opt.json_keys, *toks[w], opt.append_eod, results[i]);
+              process_line(cur[i], opt.json_keys, *tok, opt.append_eod, results[i]);
           } catch (const std::exception& e) {
             worker_errors[w] = e.what();
             next_index.store(cur.size());

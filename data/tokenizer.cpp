@@ -12,6 +12,10 @@ Tokenizer::~Tokenizer() = default;
 int32_t Tokenizer::pad() const { return -1; }
 int32_t Tokenizer::bos() const { return -1; }
 int32_t Tokenizer::eos() const { return -1; }
+int32_t Tokenizer::cls() const { return -1; }
+int32_t Tokenizer::sep() const { return -1; }
+int32_t Tokenizer::mask() const { return -1; }
+int32_t Tokenizer::unk() const { return -1; }
 std::string Tokenizer::describe() const { return concat("Tokenizer(vocab ", vocab_size(), ")"); }
 
 // ---- ByteTokenizer ------------------------------------------------------------------
@@ -108,15 +112,19 @@ class SentencePieceTokenizer final : public Tokenizer {
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
   if (spec.type == "SentencePieceTokenizer") return std::make_unique<SentencePieceTokenizer>(spec.model);
   if (spec.type == "ByteTokenizer") return std::make_unique<ByteTokenizer>();
-  if (spec.type == "GPT2BPETokenizer" || spec.type == "BertWordPiece" ||
-      spec.type == "BertWordPieceLowerCase" || spec.type == "BertWordPieceCase") {
-    throw InputError(concat("tokenizer type '", spec.type,
-                            "' is not implemented yet (available: SentencePieceTokenizer, "
-                            "ByteTokenizer)"));
+  if (spec.type == "GPT2BPETokenizer") {
+    MT_INPUT_CHECK(!spec.vocab_file.empty() && !spec.merge_file.empty(),
+                   "GPT2BPETokenizer needs a vocab file (vocab.json, --vocab-file) and a merges "
+                   "file (merges.txt, --merge-file)");
+    return std::make_unique<GPT2BPETokenizer>(spec.vocab_file, spec.merge_file);
+  }
+  if (spec.type == "BertWordPieceLowerCase" || spec.type == "BertWordPieceCase") {
+    return std::make_unique<BertWordPieceTokenizer>(spec.vocab_file,
+                                                    spec.type == "BertWordPieceLowerCase");
   }
   throw InputError(concat("unknown tokenizer type '", spec.type,
-                          "' (expected SentencePieceTokenizer or ByteTokenizer; "
-                          "GPT2BPETokenizer and BertWordPiece* are not implemented yet)"));
+                          "' (expected SentencePieceTokenizer, ByteTokenizer, GPT2BPETokenizer, "
+                          "BertWordPieceLowerCase or BertWordPieceCase)"));
 }
 
 }  // namespace megatron::data

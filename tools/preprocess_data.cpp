@@ -9,7 +9,8 @@
 namespace {
 
 constexpr const char* kUsage = R"(usage: preprocess_data --input FILE.jsonl [FILE.jsonl ...] --output-prefix PREFIX
-                       --tokenizer-type {SentencePieceTokenizer,ByteTokenizer}
+                       --tokenizer-type {SentencePieceTokenizer,GPT2BPETokenizer,
+                                         BertWordPieceLowerCase,BertWordPieceCase,ByteTokenizer}
                        [--tokenizer-model FILE] [--vocab-file FILE] [--merge-file FILE]
                        [--json-keys KEY [KEY ...]] [--append-eod] [--workers N]
                        [--skip-bad-lines] [--log-interval N]
@@ -18,11 +19,13 @@ Tokenizes every JSON line's KEY string (default: text) as one document and write
 PREFIX_KEY_document.bin/.idx (uint16 tokens when the vocabulary is below 65500, else int32).
   --input            JSONL input file(s), one JSON object per line
   --output-prefix    output path prefix
-  --tokenizer-type   SentencePieceTokenizer or ByteTokenizer (GPT2BPETokenizer and
-                     BertWordPiece* are not implemented yet)
+  --tokenizer-type   SentencePieceTokenizer (--tokenizer-model), GPT2BPETokenizer
+                     (--vocab-file vocab.json --merge-file merges.txt), BertWordPieceLowerCase
+                     or BertWordPieceCase (--vocab-file vocab.txt; EOD is [SEP]), or
+                     ByteTokenizer (no files)
   --tokenizer-model  SentencePiece .model file
-  --vocab-file, --merge-file
-                     GPT-2 BPE / WordPiece files (for tokenizers not implemented yet)
+  --vocab-file       GPT-2 vocab.json / BERT vocab.txt
+  --merge-file       GPT-2 merges.txt
   --json-keys        keys to tokenize (one output per key; default: text)
   --append-eod       end every non-empty document with the tokenizer's EOD id
   --workers          tokenizer threads (default 1); output order is the input order

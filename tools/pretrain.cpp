@@ -10,6 +10,9 @@
 #include "data/tokenizer.h"
 #include "megatron/config/recipe.h"
 #include "megatron/core/error.h"
+#include "megatron/parallel/launch.h"
+#include "megatron/parallel/mesh.h"
+#include "megatron/parallel/mpi_communicator.h"
 #include "megatron/training/trainer.h"
 
 namespace {
@@ -69,27 +72,53 @@ class SamplerSource final : public training::SampleSource {
   int64_t seq_length_;
 };
 
-int run(const Args& args) {
+// Discards output on ranks other than 0.
+struct NullBuffer : std::streambuf {
+  int overflow(int c) override { return c; }
+};
+
+int run(const Args& args, const parallel::LaunchInfo& launch) {
   config::Recipe recipe = config::load_recipe(args.recipe, args.overrides);
+  recipe.resolve_for_world(launch.world_size);
+  NullBuffer null_buffer;
+  std::ostream null_stream(&null_buffer);
+  std::ostream& out = launch.world_rank == 0 ? std::cout : null_stream;
   if (args.print_only) {
-    std::cout << recipe.to_yaml();
+    out << recipe.to_yaml();
     return 0;
   }
-  std::cout << "# resolved recipe (" << args.recipe << ")\n" << recipe.to_yaml() << std::flush;
+  out << "# resolved recipe (" << args.recipe << ")\n" << recipe.to_yaml() << std::flush;
+
+  // One process per device: the mesh and its groups, placed by node.
+  auto world = launch.world_size > 1 ? std::unique_ptr<parallel::Communicator>(
+                                           parallel::MpiCommunicator::world())
+                                     : parallel::make_single_process_communicator();
+  const auto& p = recipe.parallel;
+  parallel::MeshSizes sizes{p.tensor, p.context, p.expert, p.data, p.pipeline, p.order};
+  std::unique_ptr<parallel::Mesh> mesh =
+      launch.world_size > 1 ? std::make_unique<parallel::Mesh>(sizes, *world, launch)
+                            : parallel::Mesh::single_process();
+  if (launch.world_size > 1) {
+    out << "launch: " << launch.launcher << ", " << launch.world_size << " ranks on "
+        << launch.num_nodes << " node(s)\n"
+        << mesh->placement().report() << std::flush;
+  }
+  if (recipe.training.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)
+    recipe.training.threads = parallel::default_cpu_threads(launch);
 
   const auto& d = recipe.data;
   data::TokenizerSpec tspec{d.tokenizer.type, config::resolve_path(recipe, d.tokenizer.vocab_file),
                             config::resolve_path(recipe, d.tokenizer.merge_file),
                             config::resolve_path(recipe, d.tokenizer.model)};
   auto tokenizer = data::make_tokenizer(tspec);
-  std::cout << "tokenizer: " << tokenizer->describe() << "\n";
+  out << "tokenizer: " << tokenizer->describe() << "\n";
 
   MT_INPUT_CHECK(d.train.size() == 1, recipe.source_path,
                  ": data.train: blending several datasets is not available in this build yet "
                  "(give one dataset)");
   const std::string prefix = config::resolve_path(recipe, d.train[0].path);
   auto dataset = std::make_shared<const data::IndexedDataset>(prefix);
-  std::cout << "dataset: " << prefix << " (" << dataset->num_documents() << " documents, "
+  out << "dataset: " << prefix << " (" << dataset->num_documents() << " documents, "
             << dataset->num_tokens() << " tokens)\n";
   const int64_t S = recipe.model.seq_length;
   const uint64_t seed = recipe.training.seed;
@@ -99,16 +128,17 @@ int run(const Args& args) {
   if (recipe.training.eval_iters > 0)
     valid = std::make_shared<SamplerSource>(
         std::make_unique<data::GPTSampler>(dataset, "valid", d.split, S, seed), S);
-  std::cout << "samples per epoch: train " << train->samples_per_epoch();
-  if (valid) std::cout << ", valid " << valid->samples_per_epoch();
-  std::cout << "\n";
+  out << "samples per epoch: train " << train->samples_per_epoch();
+  if (valid) out << ", valid " << valid->samples_per_epoch();
+  out << "\n";
 
-  auto world = parallel::make_single_process_communicator();
-  training::Trainer trainer(recipe, tokenizer->vocab_size(), train, valid, *world, std::cout);
+  training::Trainer trainer(recipe, tokenizer->vocab_size(), train, valid,
+                            training::TrainerGroups{&mesh->world(), &mesh->tp(), &mesh->dp()},
+                            out);
   const training::TrainSummary summary = trainer.run();
   if (summary.evals.size() >= 2) {
     const double first = summary.evals.front().loss, last = summary.evals.back().loss;
-    std::cout << "validation loss " << first << " -> " << last << " (" << 100.0 * last / first
+    out << "validation loss " << first << " -> " << last << " (" << 100.0 * last / first
               << "% of the first)\n";
   }
   return 0;
@@ -117,13 +147,29 @@ int run(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int code = 0;
+  std::string message;
   try {
-    return run(parse_args(argc, argv));
-  } catch (const megatron::InputError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+    megatron::parallel::MpiRuntime mpi(&argc, &argv);
+    const auto& launch = mpi.info();
+    try {
+      return run(parse_args(argc, argv), launch);
+    } catch (const megatron::InputError& e) {
+      message = std::string("error: ") + e.what();
+      code = 1;
+    } catch (const std::exception& e) {
+      message = std::string("fatal: ") + e.what();
+      code = 2;
+    }
+    // A failure on one rank must not leave the others waiting in a collective.
+    if (launch.world_size > 1) {
+      std::cerr << "rank " << launch.world_rank << ": " << message << "\n" << std::flush;
+      megatron::parallel::MpiRuntime::abort(code, message);
+    }
   } catch (const std::exception& e) {
-    std::cerr << "fatal: " << e.what() << "\n";
-    return 2;
+    message = std::string("fatal: ") + e.what();
+    code = 2;
   }
+  std::cerr << message << "\n";
+  return code;
 }

@@ -6,6 +6,7 @@ packages=(
   build-essential cmake pkg-config git ca-certificates
   libopenblas-openmp-dev     # CBLAS for CPU GEMMs (OpenMP build: shares our thread pool)
   libopenmpi-dev openmpi-bin # MPI communicator and mpirun
+  slurmctld slurmd slurm-client  # Slurm launches + the local-cluster test (tests/slurm)
   libyaml-cpp-dev            # recipes
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train
   libgtest-dev libgmock-dev  # unit tests

@@ -116,8 +116,8 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
   const bool dropout = opt.dropout_p > 0.0f;
   const int64_t block = std::min(row_block(opt), S);
   const int64_t pairs = L.B * L.H;
-  // One (b, h) per iteration; BLAS runs single-threaded inside the region. With fewer pairs
-  // than threads, stay serial and let BLAS use the threads instead.
+  // One (b, h) per iteration; BLAS runs single-threaded inside the region. A single pair stays
+  // serial and lets BLAS use the threads instead.
 #pragma omp parallel if (pairs > 1)
   {
     std::vector<float> pd(dropout ? block * S : 0), uniforms(dropout ? S : 0);

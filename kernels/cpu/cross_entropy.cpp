@@ -70,7 +70,7 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, int64_t 
   const int64_t valid = valid_columns(vs);
 #pragma omp parallel for schedule(static) if (parallel(N, vs))
   for (int64_t n = 0; n < N; ++n) {
-    // The three stages of the split interface fused per row, so the row is read hot twice.
+    // The three stages of the split interface fused per row: the exp pass finds it in cache.
     const float* row = logits + n * vs.V_local;
     const float mx = detail::max_of(row, valid);
     float sum = 0.0f;

@@ -147,8 +147,7 @@ TEST(PreprocessData, UsageAndInputErrors) {
   EXPECT_NE(r.err.find("--tokenizer-type"), std::string::npos) << r.err;
   r = run_tool(dir, "preprocess_data", io + " --tokenizer-type GPT2BPETokenizer --vocab-file v --merge-file m");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("GPT2BPETokenizer"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("not implemented"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("'v' does not exist"), std::string::npos) << r.err;
   r = run_tool(dir, "preprocess_data",
                "--input " + dir.file("missing.jsonl") + " --output-prefix " + dir.file("o") +
                    " --tokenizer-type ByteTokenizer");

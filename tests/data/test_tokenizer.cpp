@@ -91,13 +91,14 @@ TEST(ByteTokenizer, EncodeDecode) {
   expect_input_error([&] { tok->decode({257}); }, {"257"});
 }
 
-TEST(MakeTokenizer, UnknownAndNotYetImplementedTypes) {
+TEST(MakeTokenizer, UnknownTypesAndMissingFiles) {
+  // GPT-2 BPE and BERT WordPiece are tested in test_tokenizer_gpt2.cpp / test_tokenizer_bert.cpp.
   expect_input_error([] { make_tokenizer({"GPT2BPETokenizer", "vocab.json", "merges.txt", ""}); },
-                     {"GPT2BPETokenizer", "not implemented yet"});
-  expect_input_error([] { make_tokenizer({"BertWordPiece", "vocab.txt", "", ""}); },
-                     {"BertWordPiece", "not implemented yet"});
+                     {"vocab.json", "does not exist"});
   expect_input_error([] { make_tokenizer({"BertWordPieceLowerCase", "vocab.txt", "", ""}); },
-                     {"BertWordPieceLowerCase", "not implemented yet"});
+                     {"vocab.txt", "does not exist"});
+  expect_input_error([] { make_tokenizer({"BertWordPiece", "vocab.txt", "", ""}); },
+                     {"BertWordPiece", "unknown"});
   expect_input_error([] { make_tokenizer({"Tiktoken", "", "", ""}); }, {"Tiktoken", "unknown"});
 }
 

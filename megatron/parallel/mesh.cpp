@@ -1,0 +1,406 @@
+#include "megatron/parallel/mesh.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "megatron/core/error.h"
+#include "megatron/parallel/mpi_communicator.h"
+
+namespace megatron::parallel {
+namespace {
+
+constexpr std::array<std::string_view, 5> kAxisNames = {"tp", "cp", "ep", "dp", "pp"};
+
+std::vector<std::string> split_order(const std::string& order) {
+  std::vector<std::string> tokens;
+  std::string cur;
+  for (char c : order) {
+    if (c == '-') {
+      tokens.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  tokens.push_back(cur);
+  return tokens;
+}
+
+// The five mixed-radix axes of the logical mesh, innermost first.
+struct Axes {
+  std::array<std::string, 5> name;
+  std::array<int64_t, 5> size{};
+  std::array<int64_t, 5> stride{};
+  int index_of(std::string_view n) const {
+    for (int i = 0; i < 5; ++i)
+      if (name[static_cast<size_t>(i)] == n) return i;
+    return -1;
+  }
+};
+
+Axes make_axes(const MeshSizes& s) {
+  Axes a;
+  const std::vector<std::string> tokens = split_order(s.order);
+  int64_t stride = 1;
+  for (size_t i = 0; i < 5; ++i) {
+    a.name[i] = tokens[i];
+    const std::string& t = tokens[i];
+    a.size[i] = t == "tp" ? s.tp : t == "cp" ? s.cp : t == "ep" ? s.ep : t == "dp" ? s.dp / s.ep
+                                                                                   : s.pp;
+    a.stride[i] = stride;
+    stride *= a.size[i];
+  }
+  return a;
+}
+
+int64_t coord(const Axes& a, int64_t position, std::string_view axis) {
+  const size_t i = static_cast<size_t>(a.index_of(axis));
+  return position / a.stride[i] % a.size[i];
+}
+
+std::string join(const std::vector<int>& v, const char* sep = " ") {
+  std::ostringstream os;
+  for (size_t i = 0; i < v.size(); ++i) os << (i ? sep : "") << v[i];
+  return os.str();
+}
+
+}  // namespace
+
+// ---- MeshSizes -------------------------------------------------------------------------
+
+void MeshSizes::validate(int64_t world) const {
+  const std::pair<const char*, int64_t> all[] = {
+      {"tp", tp}, {"cp", cp}, {"ep", ep}, {"dp", dp}, {"pp", pp}};
+  for (const auto& [name, v] : all)
+    MT_INPUT_CHECK(v >= 1, "parallel size ", name, "=", v, " must be at least 1");
+  MT_INPUT_CHECK(tp * cp * dp * pp == world, "parallel sizes tp=", tp, " x cp=", cp, " x dp=", dp,
+                 " x pp=", pp, " = ", tp * cp * dp * pp, " do not match the world of ", world,
+                 " ranks");
+  MT_INPUT_CHECK(dp % ep == 0, "expert parallel size ep=", ep,
+                 " must divide the data parallel size dp=", dp, " (EP is carved out of DP)");
+  std::vector<std::string> tokens = split_order(order);
+  std::vector<std::string> sorted = tokens;
+  std::sort(sorted.begin(), sorted.end());
+  MT_INPUT_CHECK(sorted == (std::vector<std::string>{"cp", "dp", "ep", "pp", "tp"}),
+                 "parallel order '", order,
+                 "' must name each of tp, cp, ep, dp, pp exactly once, joined by '-'");
+}
+
+MeshSizes MeshSizes::resolved(int64_t world) const {
+  MeshSizes s = *this;
+  if (s.dp == 0) {
+    const int64_t model = tp * cp * pp;
+    MT_INPUT_CHECK(model >= 1 && world % model == 0, "world of ", world,
+                   " ranks is not divisible by tp=", tp, " x cp=", cp, " x pp=", pp,
+                   " (data parallel size 'auto')");
+    s.dp = world / model;
+  }
+  return s;
+}
+
+std::string MeshSizes::str() const {
+  return concat("tp=", tp, " cp=", cp, " ep=", ep, " dp=", dp, " pp=", pp, " order=", order);
+}
+
+std::string_view group_kind_name(GroupKind kind) {
+  switch (kind) {
+    case GroupKind::TP:
+      return "tp";
+    case GroupKind::CP:
+      return "cp";
+    case GroupKind::DP:
+      return "dp";
+    case GroupKind::PP:
+      return "pp";
+    case GroupKind::EP:
+      return "ep";
+    case GroupKind::ExpertDP:
+      return "expert_dp";
+    case GroupKind::Model:
+      return "model";
+    case GroupKind::Embedding:
+      return "embedding";
+    case GroupKind::DPCP:
+      return "dp_cp";
+  }
+  return "?";
+}
+
+// ---- Placement -------------------------------------------------------------------------
+
+const std::vector<int>& Placement::group(GroupKind kind, int world_rank) const {
+  const size_t k = static_cast<size_t>(kind);
+  MT_CHECK(world_rank >= 0 && world_rank < world_size(), "world rank ", world_rank,
+           " outside the mesh of ", world_size());
+  return groups[k][static_cast<size_t>(group_of_rank[k][static_cast<size_t>(world_rank)])];
+}
+
+int Placement::group_rank(GroupKind kind, int world_rank) const {
+  const std::vector<int>& g = group(kind, world_rank);
+  return static_cast<int>(std::find(g.begin(), g.end(), world_rank) - g.begin());
+}
+
+Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::string>& node_of_rank) {
+  const int world = static_cast<int>(node_of_rank.size());
+  MT_CHECK(world >= 1, "plan_placement of an empty world");
+  const MeshSizes sizes = sizes_in.resolved(world);
+  sizes.validate(world);
+
+  Placement p;
+  p.sizes = sizes;
+  p.ranks.resize(static_cast<size_t>(world));
+  p.rank_at_position.assign(static_cast<size_t>(world), -1);
+
+  // Nodes in first-appearance order, each with its ranks ascending.
+  std::vector<std::vector<int>> node_ranks;
+  for (int r = 0; r < world; ++r) {
+    const std::string& name = node_of_rank[static_cast<size_t>(r)];
+    auto it = std::find(p.nodes.begin(), p.nodes.end(), name);
+    if (it == p.nodes.end()) {
+      p.nodes.push_back(name);
+      node_ranks.emplace_back();
+      it = p.nodes.end() - 1;
+    }
+    const int n = static_cast<int>(it - p.nodes.begin());
+    node_ranks[static_cast<size_t>(n)].push_back(r);
+    p.ranks[static_cast<size_t>(r)].node = n;
+  }
+  std::vector<size_t> used(node_ranks.size(), 0);  // ranks of each node handed out so far
+  auto free_of = [&](size_t n) { return node_ranks[n].size() - used[n]; };
+  auto assign = [&](size_t n, const std::vector<int64_t>& positions) {
+    for (int64_t pos : positions)
+      p.rank_at_position[static_cast<size_t>(pos)] = node_ranks[n][used[n]++];
+  };
+  auto first_fit = [&](size_t need) -> int {
+    for (size_t n = 0; n < node_ranks.size(); ++n)
+      if (free_of(n) >= need) return static_cast<int>(n);
+    return -1;
+  };
+
+  const Axes axes = make_axes(sizes);
+  const int tp_axis = axes.index_of("tp");
+  const int64_t block = axes.stride[static_cast<size_t>(tp_axis)] * sizes.tp;
+  const int64_t tp_stride = axes.stride[static_cast<size_t>(tp_axis)];
+  // Positions of the TP group holding `first` (its member with tp coordinate 0).
+  auto tp_group_positions = [&](int64_t first) {
+    std::vector<int64_t> g;
+    for (int64_t i = 0; i < sizes.tp; ++i) g.push_back(first + i * tp_stride);
+    return g;
+  };
+
+  // 1. Whole TP blocks, in order.
+  std::vector<int64_t> split_blocks;
+  for (int64_t b = 0; b < world / block; ++b) {
+    const int n = first_fit(static_cast<size_t>(block));
+    if (n < 0) {
+      split_blocks.push_back(b);
+      continue;
+    }
+    std::vector<int64_t> positions;
+    for (int64_t i = 0; i < block; ++i) positions.push_back(b * block + i);
+    assign(static_cast<size_t>(n), positions);
+  }
+  // 2. Blocks that fit nowhere whole: their TP groups, each wherever it fits.
+  std::vector<std::vector<int64_t>> loose_groups;
+  for (int64_t b : split_blocks) {
+    for (int64_t i = 0; i < block; ++i) {
+      const int64_t pos = b * block + i;
+      if (coord(axes, pos, "tp") != 0) continue;
+      std::vector<int64_t> g = tp_group_positions(pos);
+      const int n = first_fit(static_cast<size_t>(sizes.tp));
+      if (n < 0)
+        loose_groups.push_back(std::move(g));
+      else
+        assign(static_cast<size_t>(n), g);
+    }
+  }
+  // 3. TP groups that fit in no node: position by position into what is left.
+  for (const auto& g : loose_groups) {
+    for (int64_t pos : g) {
+      const int n = first_fit(1);
+      MT_CHECK(n >= 0, "placement ran out of ranks");
+      assign(static_cast<size_t>(n), {pos});
+    }
+  }
+
+  // Coordinates.
+  const bool ep_inner = axes.index_of("ep") < axes.index_of("dp");
+  for (int64_t pos = 0; pos < world; ++pos) {
+    const int r = p.rank_at_position[static_cast<size_t>(pos)];
+    MT_CHECK(r >= 0, "placement left position ", pos, " empty");
+    RankPlacement& rp = p.ranks[static_cast<size_t>(r)];
+    rp.world_rank = r;
+    rp.position = pos;
+    rp.tp = coord(axes, pos, "tp");
+    rp.cp = coord(axes, pos, "cp");
+    rp.ep = coord(axes, pos, "ep");
+    rp.expert_dp = coord(axes, pos, "dp");
+    rp.pp = coord(axes, pos, "pp");
+    rp.dp = ep_inner ? rp.ep + sizes.ep * rp.expert_dp
+                     : rp.expert_dp + (sizes.dp / sizes.ep) * rp.ep;
+    rp.has_embedding = rp.pp == 0 || rp.pp == sizes.pp - 1;
+  }
+
+  // Groups: positions that differ only along `varying` axes, in position order.
+  auto make_groups = [&](GroupKind kind, std::initializer_list<std::string_view> varying) {
+    const size_t k = static_cast<size_t>(kind);
+    std::map<int64_t, int> index_of_key;
+    p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
+    for (int64_t pos = 0; pos < world; ++pos) {
+      int64_t key = pos;
+      for (std::string_view v : varying)
+        key -= coord(axes, pos, v) * axes.stride[static_cast<size_t>(axes.index_of(v))];
+      auto [it, inserted] = index_of_key.emplace(key, static_cast<int>(p.groups[k].size()));
+      if (inserted) p.groups[k].emplace_back();
+      const int r = p.rank_at_position[static_cast<size_t>(pos)];
+      p.groups[k][static_cast<size_t>(it->second)].push_back(r);
+      p.group_of_rank[k][static_cast<size_t>(r)] = it->second;
+    }
+  };
+  make_groups(GroupKind::TP, {"tp"});
+  make_groups(GroupKind::CP, {"cp"});
+  make_groups(GroupKind::DP, {"ep", "dp"});
+  make_groups(GroupKind::PP, {"pp"});
+  make_groups(GroupKind::EP, {"ep"});
+  make_groups(GroupKind::ExpertDP, {"dp"});
+  make_groups(GroupKind::Model, {"tp", "pp"});
+  make_groups(GroupKind::DPCP, {"ep", "dp", "cp"});
+  // The dp group in dp-coordinate order (position order differs when ep follows dp).
+  for (auto& g : p.groups[static_cast<size_t>(GroupKind::DP)])
+    std::sort(g.begin(), g.end(), [&](int a, int b) {
+      return p.ranks[static_cast<size_t>(a)].dp < p.ranks[static_cast<size_t>(b)].dp;
+    });
+  {  // Embedding: first + last stage of each pipeline; middle stages alone.
+    const size_t k = static_cast<size_t>(GroupKind::Embedding);
+    p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
+    for (const auto& pipe : p.groups[static_cast<size_t>(GroupKind::PP)]) {
+      std::vector<int> ends = {pipe.front()};
+      if (pipe.size() > 1) ends.push_back(pipe.back());
+      for (int r : ends) p.group_of_rank[k][static_cast<size_t>(r)] = static_cast<int>(p.groups[k].size());
+      p.groups[k].push_back(ends);
+      for (size_t i = 1; i + 1 < pipe.size(); ++i) {
+        p.group_of_rank[k][static_cast<size_t>(pipe[i])] = static_cast<int>(p.groups[k].size());
+        p.groups[k].push_back({pipe[i]});
+      }
+    }
+  }
+
+  // Warnings: TP groups spanning nodes.
+  for (const auto& g : p.groups[static_cast<size_t>(GroupKind::TP)]) {
+    std::vector<int> nodes;
+    for (int r : g) {
+      const int n = p.ranks[static_cast<size_t>(r)].node;
+      if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+    }
+    if (nodes.size() <= 1) continue;
+    std::ostringstream os;
+    os << "tp group [" << join(g) << "] spans nodes ";
+    for (size_t i = 0; i < nodes.size(); ++i) os << (i ? ", " : "") << p.nodes[static_cast<size_t>(nodes[i])];
+    os << ": no node had " << sizes.tp << " ranks left (ranks per node:";
+    for (size_t n = 0; n < node_ranks.size(); ++n) os << " " << node_ranks[n].size();
+    os << "); tensor-parallel traffic will cross the network";
+    p.warnings.push_back(os.str());
+  }
+  return p;
+}
+
+std::string Placement::report() const {
+  std::ostringstream os;
+  os << "mesh " << sizes.str() << " on " << world_size() << " ranks, " << nodes.size()
+     << " node" << (nodes.size() == 1 ? "" : "s") << "\n";
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    std::vector<int> rs;
+    for (const RankPlacement& r : ranks)
+      if (r.node == static_cast<int>(n)) rs.push_back(r.world_rank);
+    os << "  node " << nodes[n] << ": ranks " << join(rs) << "\n";
+  }
+  os << "  rank node         tp cp ep edp dp pp emb\n";
+  for (const RankPlacement& r : ranks) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "  %4d %-12.12s %2lld %2lld %2lld %3lld %2lld %2lld %s\n",
+                  r.world_rank, nodes[static_cast<size_t>(r.node)].c_str(),
+                  static_cast<long long>(r.tp), static_cast<long long>(r.cp),
+                  static_cast<long long>(r.ep), static_cast<long long>(r.expert_dp),
+                  static_cast<long long>(r.dp), static_cast<long long>(r.pp),
+                  r.has_embedding ? "y" : "-");
+    os << line;
+  }
+  for (GroupKind kind : kAllGroupKinds) {
+    os << "  " << group_kind_name(kind) << ":";
+    for (const auto& g : groups[static_cast<size_t>(kind)]) {
+      std::vector<int> ns;
+      for (int r : g) {
+        const int n = ranks[static_cast<size_t>(r)].node;
+        if (std::find(ns.begin(), ns.end(), n) == ns.end()) ns.push_back(n);
+      }
+      os << " [" << join(g) << "]@";
+      for (size_t i = 0; i < ns.size(); ++i) os << (i ? "+" : "") << nodes[static_cast<size_t>(ns[i])];
+    }
+    os << "\n";
+  }
+  for (const std::string& w : warnings) os << "  WARNING: " << w << "\n";
+  return os.str();
+}
+
+// ---- Mesh ------------------------------------------------------------------------------
+
+Mesh::~Mesh() = default;
+
+Mesh::Mesh(const MeshSizes& sizes_in, Communicator& world, const LaunchInfo& launch)
+    : world_(&world) {
+  const int n = world.size();
+  const MeshSizes sizes = sizes_in.resolved(n);
+  sizes.validate(n);
+
+  // Every rank's node name (fixed-width records; the gather also proves all ranks are here,
+  // under the communicator's watchdog, before the group splits below block).
+  constexpr int64_t kName = 256;
+  MT_INPUT_CHECK(static_cast<int64_t>(launch.node_name.size()) < kName, "node name '",
+                 launch.node_name, "' longer than ", kName - 1, " bytes");
+  Tensor mine = Tensor::zeros(Shape{kName}, DType::U8);
+  std::memcpy(mine.raw(), launch.node_name.data(), launch.node_name.size());
+  Tensor all = Tensor::zeros(Shape{kName * n}, DType::U8);
+  world.all_gather(mine, all);
+  std::vector<std::string> names(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    names[static_cast<size_t>(r)] = std::string(static_cast<const char*>(all.raw()) + r * kName);
+  placement_ = plan_placement(sizes, names);
+
+  const int me = world.rank();
+  if (n == 1) {
+    for (GroupKind kind : kAllGroupKinds)
+      groups_[static_cast<size_t>(kind)] =
+          make_single_process_communicator(std::string(group_kind_name(kind)),
+                                           world.world_rank_of(me));
+    return;
+  }
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&world);
+  MT_CHECK(mpi != nullptr, "Mesh over ", n, " ranks needs an MpiCommunicator world, got group '",
+           world.name(), "'");
+  for (GroupKind kind : kAllGroupKinds) {
+    const size_t k = static_cast<size_t>(kind);
+    const int color = placement_.group_of_rank[k][static_cast<size_t>(me)];
+    const int key = placement_.group_rank(kind, me);
+    auto comm = mpi->split(color, key, std::string(group_kind_name(kind)));
+    const auto& members = placement_.group(kind, me);
+    MT_CHECK(comm && comm->size() == static_cast<int>(members.size()) && comm->rank() == key,
+             "group ", group_kind_name(kind), " came out with ", comm ? comm->size() : 0,
+             " ranks, planned ", members.size());
+    groups_[k] = std::move(comm);
+  }
+}
+
+std::unique_ptr<Mesh> Mesh::single_process() {
+  std::unique_ptr<Mesh> m(new Mesh());
+  m->owned_world_ = make_single_process_communicator("world", 0);
+  m->world_ = m->owned_world_.get();
+  m->placement_ = plan_placement(MeshSizes{}, {local_node_name()});
+  for (GroupKind kind : kAllGroupKinds)
+    m->groups_[static_cast<size_t>(kind)] =
+        make_single_process_communicator(std::string(group_kind_name(kind)), 0);
+  return m;
+}
+
+}  // namespace megatron::parallel

@@ -1,0 +1,25 @@
+# Runs failure_probe under mpirun and checks that the job fails (or, for MODE=ok, succeeds)
+# within LIMIT seconds with output matching EXPECT.
+#   cmake -DMPIEXEC=... -DPROBE=... -DMODE=hang -DNP=2 -DLIMIT=20 -DEXPECT=regex -P this
+string(TIMESTAMP t0 "%s")
+execute_process(
+  COMMAND ${MPIEXEC} --allow-run-as-root --oversubscribe -np ${NP} ${PROBE} ${MODE}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${LIMIT})
+string(TIMESTAMP t1 "%s")
+math(EXPR elapsed "${t1} - ${t0}")
+set(all "${out}\n${err}")
+message("---- mpirun output (${MODE}, exit '${rc}', ${elapsed} s) ----\n${all}\n----")
+if(rc MATCHES "timeout")
+  message(FATAL_ERROR "failure probe '${MODE}': the job did not end within ${LIMIT} s")
+endif()
+if(MODE STREQUAL "ok")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failure probe 'ok' failed with exit ${rc}")
+  endif()
+elseif(rc EQUAL 0)
+  message(FATAL_ERROR "failure probe '${MODE}': mpirun exited 0 although rank 1 failed")
+endif()
+if(NOT all MATCHES "${EXPECT}")
+  message(FATAL_ERROR "failure probe '${MODE}': output does not match '${EXPECT}'")
+endif()
+message("failure probe '${MODE}': exit ${rc} after ${elapsed} s, output names the failure")

@@ -1,0 +1,292 @@
+#!/usr/bin/env bash
+# Real Slurm launches on a local cluster (tools/slurm/local_cluster.sh), checked with the MPI
+# probe (tests/slurm/mpi_probe.cpp). ctest runs one phase per test (label `slurm`):
+#
+#   run_slurm_tests.sh [PHASE ...]     # no phase: srun sbatch two_nodes (+ pretrain when set)
+#
+#   srun       one node: `srun -n 2 --mpi=pmix probe` (ranks talk, SLURM_PROCID = MPI rank);
+#              a failing rank fails the step
+#   sbatch     one node: `sbatch --wait` of a wrapped srun and of tools/slurm/pretrain_cpu.sbatch
+#              (with the probe as PRETRAIN: checks the flags and threads the template passes),
+#              output files, and that the job's exit code comes back
+#   two_nodes  nodes n1, n2: `srun -N 2 --ntasks-per-node=2` gives SLURM_NODEID 0,0,1,1 and
+#              node names n1,n1,n2,n2, with distinct host names (unshare) and with one shared
+#              host name; the CPU template across both nodes
+#   pretrain   one node: `srun -n 2 $SLURM_TEST_PRETRAIN_CMD` and the CPU template running the
+#              same command; both must exit 0 and print "validation"
+#
+# Environment:
+#   MPI_PROBE               the mpi_probe binary (default: <repo>/build/bin/mpi_probe)
+#   SLURM_LOCAL_DIR         the cluster's work dir (see local_cluster.sh)
+#   SLURM_TEST_WORK_DIR     job outputs (default: $SLURM_LOCAL_DIR/test)
+#   SLURM_TEST_PRETRAIN_CMD the pretrain command for the pretrain phase: the binary, then
+#                           --recipe R, --set K=V (repeatable) and other flags, split on spaces
+#                           (no quoting). Relative paths are relative to the repository root.
+#
+# Needs root and the Slurm packages (tools/setup.sh): without them every phase FAILS. The
+# daemons are always stopped on exit (trap); every launch runs under `timeout`, so a hung job
+# fails the test well before ctest's TIMEOUT would kill this script (and leak the daemons).
+set -euo pipefail
+
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cluster="$src/tools/slurm/local_cluster.sh"
+export SLURM_LOCAL_DIR="${SLURM_LOCAL_DIR:-$src/build/slurm-local}"
+PROBE="${MPI_PROBE:-$src/build/bin/mpi_probe}"
+WORK_ROOT="${SLURM_TEST_WORK_DIR:-$SLURM_LOCAL_DIR/test}"
+export PATH="$PATH:/usr/sbin:/sbin"
+
+# A launcher environment we may have been started from (a CI job inside Slurm, mpirun) must not
+# leak into the local cluster's jobs: srun would join the outer job's allocation. (Our own
+# SLURM_LOCAL_* and SLURM_TEST_* settings stay.)
+while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|SRUN_|SALLOC_|PMIX_)' |
+                                         grep -vE '^SLURM_(LOCAL|TEST)_' || true)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+note() { echo "== $*"; }
+
+cleanup() {
+  local rc=$?
+  "$cluster" stop || true
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+preflight() {
+  local missing=()
+  for b in slurmctld slurmd srun sbatch sinfo squeue scancel; do
+    command -v "$b" >/dev/null 2>&1 || missing+=("$b")
+  done
+  [ ${#missing[@]} -eq 0 ] ||
+    fail "Slurm is not installed (missing: ${missing[*]}): run tools/setup.sh first (packages slurmctld slurmd slurm-client)"
+  [ "$(id -u)" -eq 0 ] || fail "the local Slurm cluster needs root"
+  if [ "${phases[*]}" != pretrain ]; then
+    [ -x "$PROBE" ] || fail "MPI probe not found at '$PROBE': build the target mpi_probe (or set MPI_PROBE)"
+  fi
+}
+
+start_cluster() {  # start_cluster NODES  (extra environment passes through, e.g. SLURM_LOCAL_UNSHARE)
+  local out
+  out="$("$cluster" start --nodes "$1")" || fail "local cluster did not start (see the log tail above)"
+  eval "$out"   # export SLURM_CONF=...
+  [ -n "${SLURM_CONF:-}" ] || fail "local_cluster.sh start printed no SLURM_CONF"
+}
+
+# run_to FILE TIMEOUT CMD...: runs CMD with stdout+stderr to FILE; prints FILE on failure.
+# Returns CMD's exit status.
+run_to() {
+  local file="$1" secs="$2" rc=0; shift 2
+  echo "\$ $*" >"$file.cmd"
+  timeout --kill-after=5 "$secs" "$@" >"$file" 2>&1 || rc=$?
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    cat "$file" >&2
+    fail "timed out after ${secs}s: $*"
+  fi
+  return $rc
+}
+
+must_run() {  # must_run FILE TIMEOUT CMD...: like run_to, and exit status 0 is required
+  local file="$1" rc=0
+  run_to "$@" || rc=$?
+  if [ $rc -ne 0 ]; then
+    cat "$file" >&2
+    shift 2
+    fail "exit status $rc: $*"
+  fi
+}
+
+field() {  # field FILE NAME: the values of NAME=... on the probe's rank lines, in rank order
+  sed -n "s/^probe rank=.* $2=\([^ ]*\).*/\1/p" "$1" | tr '\n' ' ' | sed 's/ $//'
+}
+
+# check_probe FILE N NODEIDS NODENAMES [HOSTS]: N rank lines, each with size=N and
+# slurm_procid = rank, the allreduce ok, and the given per-rank values (space-separated).
+check_probe() {
+  local file="$1" n="$2" nodeids="$3" names="$4" hosts="${5:-}" r
+  local lines
+  lines="$(grep -c '^probe rank=' "$file" || true)"
+  [ "$lines" -eq "$n" ] || { cat "$file" >&2; fail "$file: expected $n probe rank lines, got $lines"; }
+  for ((r = 0; r < n; r++)); do
+    grep -q "^probe rank=$r size=$n slurm_procid=$r " "$file" ||
+      { cat "$file" >&2; fail "$file: rank $r: size is not $n or SLURM_PROCID differs from the MPI rank"; }
+  done
+  grep -q "^probe allreduce sum=$((n * (n + 1) / 2)) expected=$((n * (n + 1) / 2)) ok$" "$file" ||
+    { cat "$file" >&2; fail "$file: allreduce across the ranks did not give the expected sum"; }
+  [ "$(field "$file" slurm_nodeid)" = "$nodeids" ] ||
+    { cat "$file" >&2; fail "$file: SLURM_NODEID per rank '$(field "$file" slurm_nodeid)', expected '$nodeids'"; }
+  [ "$(field "$file" slurmd_nodename)" = "$names" ] ||
+    { cat "$file" >&2; fail "$file: SLURMD_NODENAME per rank '$(field "$file" slurmd_nodename)', expected '$names'"; }
+  if [ -n "$hosts" ]; then
+    [ "$(field "$file" host)" = "$hosts" ] ||
+      { cat "$file" >&2; fail "$file: host names per rank '$(field "$file" host)', expected '$hosts'"; }
+  fi
+}
+
+only_file() {  # only_file GLOB: the single file matching GLOB (a job's output file)
+  local files=()
+  # shellcheck disable=SC2206
+  files=($1)
+  [ ${#files[@]} -eq 1 ] && [ -f "${files[0]}" ] || fail "expected one job output file $1, found: ${files[*]}"
+  echo "${files[0]}"
+}
+
+# ---------------------------------------------------------------------------------------------
+phase_srun() {
+  start_cluster 1
+  note "srun -n 2 --mpi=pmix mpi_probe"
+  must_run "$WORK/srun.out" 60 srun -n 2 --mpi=pmix "$PROBE"
+  check_probe "$WORK/srun.out" 2 "0 0" "n1 n1"
+  cat "$WORK/srun.out"
+
+  note "srun -n 4 (MpiDefault=pmix)"
+  must_run "$WORK/srun4.out" 60 srun -n 4 "$PROBE"
+  check_probe "$WORK/srun4.out" 4 "0 0 0 0" "n1 n1 n1 n1"
+
+  note "a failing rank fails the step"
+  local rc=0
+  run_to "$WORK/srun-fail.out" 60 srun -n 2 bash -c 'exit $((SLURM_PROCID * 7))' || rc=$?
+  [ $rc -ne 0 ] || { cat "$WORK/srun-fail.out" >&2; fail "srun returned 0 although rank 1 exited with 7"; }
+  echo "srun exit status $rc"
+}
+
+phase_sbatch() {
+  start_cluster 1
+  note "sbatch --wait --wrap 'srun mpi_probe'"
+  must_run "$WORK/sbatch-wrap.log" 90 \
+    sbatch --wait --job-name=probe -n 2 --time=2 --output="$WORK/wrap-%j.out" \
+    --wrap "srun --mpi=pmix '$PROBE'"
+  local out
+  out="$(only_file "$WORK/wrap-*.out")"
+  check_probe "$out" 2 "0 0" "n1 n1"
+  cat "$out"
+
+  note "sbatch --wait tools/slurm/pretrain_cpu.sbatch (PRETRAIN=mpi_probe)"
+  must_run "$WORK/sbatch-template.log" 90 \
+    env MEGATRON_ROOT="$src" PRETRAIN="$PROBE" RECIPE=recipes/gpt_tiny.yaml \
+    SET="training.train_iters=3 optimizer.lr=5e-4" EXTRA_ARGS="--print-recipe" \
+    sbatch --wait --nodes=1 --ntasks-per-node=2 --cpus-per-task=2 --time=2 \
+    --output="$WORK/template-%j.out" "$src/tools/slurm/pretrain_cpu.sbatch"
+  out="$(only_file "$WORK/template-*.out")"
+  check_probe "$out" 2 "0 0" "n1 n1"
+  grep -q '^probe args: --recipe recipes/gpt_tiny.yaml --set training.train_iters=3 --set optimizer.lr=5e-4 --print-recipe$' "$out" ||
+    { cat "$out" >&2; fail "$out: the template did not pass --recipe/--set/EXTRA_ARGS as expected"; }
+  [ "$(field "$out" cpus_per_task)" = "2 2" ] && [ "$(field "$out" omp_num_threads)" = "2 2" ] ||
+    { cat "$out" >&2; fail "$out: ranks did not get 2 CPUs and OMP_NUM_THREADS=2"; }
+  grep -q '2 ranks x 2 threads' "$out" || { cat "$out" >&2; fail "$out: template header line missing"; }
+  cat "$out"
+
+  note "sbatch --wait returns the job's exit status"
+  local rc=0
+  run_to "$WORK/sbatch-fail.log" 90 \
+    sbatch --wait --time=1 --output="$WORK/fail-%j.out" --wrap 'echo failing on purpose; exit 3' || rc=$?
+  [ $rc -eq 3 ] || { cat "$WORK/sbatch-fail.log" >&2; fail "sbatch --wait returned $rc for a job that exited with 3"; }
+  grep -q 'failing on purpose' "$(only_file "$WORK/fail-*.out")" || fail "failed job's output file lacks its output"
+  echo "sbatch exit status $rc"
+}
+
+phase_two_nodes() {
+  # Both "nodes" are this machine: Open MPI's shared-memory transport must not be used between
+  # them (it crashes when they share a host name); TCP over loopback only.
+  export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+  local unshare=1
+  unshare --uts sh -c 'hostname n0' >/dev/null 2>&1 || unshare=0
+
+  start_cluster 2
+  note "srun -N 2 --ntasks-per-node=2 mpi_probe$([ $unshare -eq 1 ] && echo ' (host names n1, n2)')"
+  must_run "$WORK/two.out" 60 srun -N 2 --ntasks-per-node=2 --mpi=pmix "$PROBE"
+  if [ $unshare -eq 1 ]; then
+    check_probe "$WORK/two.out" 4 "0 0 1 1" "n1 n1 n2 n2" "n1 n1 n2 n2"
+  else
+    check_probe "$WORK/two.out" 4 "0 0 1 1" "n1 n1 n2 n2"
+  fi
+  [ "$(field "$WORK/two.out" slurm_localid)" = "0 1 0 1" ] ||
+    { cat "$WORK/two.out" >&2; fail "SLURM_LOCALID per rank is not 0 1 0 1"; }
+  cat "$WORK/two.out"
+
+  note "sbatch --wait tools/slurm/pretrain_cpu.sbatch on 2 nodes (PRETRAIN=mpi_probe)"
+  must_run "$WORK/sbatch-two.log" 90 \
+    env MEGATRON_ROOT="$src" PRETRAIN="$PROBE" \
+    sbatch --wait --nodes=2 --ntasks-per-node=2 --cpus-per-task=1 --time=2 \
+    --output="$WORK/template-two-%j.out" "$src/tools/slurm/pretrain_cpu.sbatch"
+  local out
+  out="$(only_file "$WORK/template-two-*.out")"
+  check_probe "$out" 4 "0 0 1 1" "n1 n1 n2 n2"
+  cat "$out"
+
+  if [ $unshare -eq 1 ]; then
+    note "srun -N 2 --ntasks-per-node=2 mpi_probe (one shared host name)"
+    SLURM_LOCAL_UNSHARE=0 start_cluster 2
+    must_run "$WORK/two-shared.out" 60 srun -N 2 --ntasks-per-node=2 --mpi=pmix "$PROBE"
+    local h
+    h="$(hostname)"
+    check_probe "$WORK/two-shared.out" 4 "0 0 1 1" "n1 n1 n2 n2" "$h $h $h $h"
+    cat "$WORK/two-shared.out"
+  fi
+}
+
+phase_pretrain() {
+  local cmd="${SLURM_TEST_PRETRAIN_CMD:-}"
+  [ -n "$cmd" ] || fail "phase pretrain needs SLURM_TEST_PRETRAIN_CMD (the pretrain command)"
+  local words=() bin recipe="" set="" extra="" i
+  read -r -a words <<<"$cmd"
+  bin="${words[0]}"
+  for ((i = 1; i < ${#words[@]}; i++)); do
+    case "${words[i]}" in
+      --recipe) recipe="${words[++i]:-}" ;;
+      --recipe=*) recipe="${words[i]#--recipe=}" ;;
+      --set) set+="${set:+ }${words[++i]:-}" ;;
+      --set=*) set+="${set:+ }${words[i]#--set=}" ;;
+      *) extra+="${extra:+ }${words[i]}" ;;
+    esac
+  done
+  [ -n "$recipe" ] || fail "SLURM_TEST_PRETRAIN_CMD has no --recipe: '$cmd'"
+
+  cd "$src"
+  start_cluster 1
+  note "srun -n 2 $cmd"
+  # shellcheck disable=SC2086
+  must_run "$WORK/pretrain-srun.out" 240 env OMP_NUM_THREADS=1 srun -n 2 --mpi=pmix $cmd
+  grep -q validation "$WORK/pretrain-srun.out" ||
+    { cat "$WORK/pretrain-srun.out" >&2; fail "srun pretrain: no 'validation' in its output"; }
+  tail -n 5 "$WORK/pretrain-srun.out"
+
+  note "sbatch --wait tools/slurm/pretrain_cpu.sbatch (PRETRAIN=$bin)"
+  must_run "$WORK/pretrain-sbatch.log" 240 \
+    env MEGATRON_ROOT="$src" PRETRAIN="$bin" RECIPE="$recipe" SET="$set" EXTRA_ARGS="$extra" \
+    sbatch --wait --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
+    --output="$WORK/pretrain-%j.out" "$src/tools/slurm/pretrain_cpu.sbatch"
+  local out
+  out="$(only_file "$WORK/pretrain-*.out")"
+  grep -q validation "$out" || { cat "$out" >&2; fail "$out: no 'validation' in the job's output"; }
+  tail -n 5 "$out"
+}
+
+# ---------------------------------------------------------------------------------------------
+phases=("$@")
+if [ ${#phases[@]} -eq 0 ]; then
+  phases=(srun sbatch two_nodes)
+  [ -n "${SLURM_TEST_PRETRAIN_CMD:-}" ] && phases+=(pretrain)
+fi
+for p in "${phases[@]}"; do
+  case "$p" in
+    srun|sbatch|two_nodes|pretrain) ;;
+    *) fail "unknown phase '$p' (srun, sbatch, two_nodes, pretrain)" ;;
+  esac
+done
+preflight
+for p in "${phases[@]}"; do
+  WORK="$WORK_ROOT/$p"
+  rm -rf "$WORK"
+  mkdir -p "$WORK"
+  t0=$SECONDS
+  # A subshell keeps each phase's exports (SLURM_CONF, OMPI_MCA_*) and cd to itself. Not
+  # `( ... ) || fail`: errexit would be ignored inside.
+  set +e
+  (set -e; "phase_$p")
+  rc=$?
+  set -e
+  [ $rc -eq 0 ] || fail "phase $p"
+  note "phase $p passed ($((SECONDS - t0)) s)"
+done
+echo "PASS: ${phases[*]}"

@@ -82,7 +82,8 @@ BlendedDataset::BlendedDataset(std::vector<std::shared_ptr<const SampleDataset>>
   for (size_t d = 0; d < datasets_.size(); ++d) {
     MT_CHECK(datasets_[d] != nullptr, "blended dataset: dataset ", d, " is null");
     MT_INPUT_CHECK(std::isfinite(weights[d]) && weights[d] > 0, "blended dataset: the weight of ",
-                   datasets_[d]->describe(), " is ", weights[d], "; weights must be finite and > 0");
+                   datasets_[d]->describe(), " is ", weights[d],
+                   "; weights must be finite and > 0");
   }
   seq_length_ = datasets_[0]->seq_length();
   for (const auto& ds : datasets_)
@@ -128,7 +129,8 @@ GPTDatasets build_gpt_datasets(const GPTDatasetsSpec& spec) {
 
 GPTDatasets build_gpt_datasets(const GPTDatasetsSpec& spec,
                                const std::vector<std::shared_ptr<const SequenceSource>>& sources) {
-  MT_INPUT_CHECK(!spec.paths_weights.empty(), "no training data: the list of dataset paths is empty");
+  MT_INPUT_CHECK(!spec.paths_weights.empty(),
+                 "no training data: the list of dataset paths is empty");
   MT_CHECK(sources.size() == spec.paths_weights.size(), "build_gpt_datasets: ", sources.size(),
            " sources for ", spec.paths_weights.size(), " paths");
   const bool blend = sources.size() > 1;
@@ -149,7 +151,8 @@ GPTDatasets build_gpt_datasets(const GPTDatasetsSpec& spec,
     e += fractions[static_cast<size_t>(s)];
   }
   std::vector<std::vector<DocumentRange>> ranges;
-  for (const auto& src : sources) ranges.push_back(split_document_ranges(spec.split, src->num_sequences()));
+  for (const auto& src : sources)
+    ranges.push_back(split_document_ranges(spec.split, src->num_sequences()));
 
   GPTDatasetConfig base;
   base.seq_length = spec.seq_length;

@@ -34,7 +34,8 @@ std::vector<double> normalize_weights(std::span<const double> weights);
 
 // helpers.cpp build_blending_indices. `weights` are used as given (normalise them first).
 void build_blending_indices(std::span<const double> weights, int64_t size,
-                            std::span<int16_t> dataset_index, std::span<int64_t> dataset_sample_index);
+                            std::span<int16_t> dataset_index,
+                            std::span<int64_t> dataset_sample_index);
 
 // ceil(ceil(target * w_d) * (1 + surplus)) per dataset (the builder's per-dataset sizes; with
 // surplus 0 the blended targets).

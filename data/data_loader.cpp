@@ -13,11 +13,11 @@ DataLoader::DataLoader(std::shared_ptr<const SampleDataset> dataset, const DataL
   MT_INPUT_CHECK(c.dp_size >= 1, "data loader: dp_size must be >= 1, got ", c.dp_size);
   MT_INPUT_CHECK(c.dp_rank >= 0 && c.dp_rank < c.dp_size, "data loader: dp_rank ", c.dp_rank,
                  " is outside [0, ", c.dp_size, ")");
-  MT_INPUT_CHECK(c.global_batch_size >= 1 &&
-                     c.global_batch_size % (c.micro_batch_size * c.dp_size) == 0,
-                 "data loader: global_batch_size ", c.global_batch_size,
-                 " is not a positive multiple of micro_batch_size x dp_size = ",
-                 c.micro_batch_size, " x ", c.dp_size);
+  MT_INPUT_CHECK(
+      c.global_batch_size >= 1 && c.global_batch_size % (c.micro_batch_size * c.dp_size) == 0,
+      "data loader: global_batch_size ", c.global_batch_size,
+      " is not a positive multiple of micro_batch_size x dp_size = ", c.micro_batch_size, " x ",
+      c.dp_size);
   MT_INPUT_CHECK(c.consumed_samples >= 0, "data loader: consumed_samples must be >= 0, got ",
                  c.consumed_samples);
   MT_INPUT_CHECK(c.prefetch_steps >= 0, "data loader: prefetch_steps must be >= 0, got ",

@@ -37,8 +37,8 @@ struct DataLoaderConfig {
   int64_t micro_batch_size = 0;
   int64_t dp_rank = 0;
   int64_t dp_size = 1;
-  int64_t consumed_samples = 0;        // samples consumed before the first step (all ranks)
-  int64_t prefetch_steps = 2;          // 0: no background thread
+  int64_t consumed_samples = 0;          // samples consumed before the first step (all ranks)
+  int64_t prefetch_steps = 2;            // 0: no background thread
   std::optional<int64_t> total_samples;  // unset: dataset->num_samples()
 };
 

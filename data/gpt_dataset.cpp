@@ -27,10 +27,14 @@ SequenceSource::~SequenceSource() = default;
 
 const char* split_name(int split_id) {
   switch (split_id) {
-    case 0: return "train";
-    case 1: return "valid";
-    case 2: return "test";
-    default: throw Error(concat("split id ", split_id, " is not 0 (train), 1 (valid) or 2 (test)"));
+    case 0:
+      return "train";
+    case 1:
+      return "valid";
+    case 2:
+      return "test";
+    default:
+      throw Error(concat("split id ", split_id, " is not 0 (train), 1 (valid) or 2 (test)"));
   }
 }
 
@@ -60,7 +64,8 @@ MockSequenceSource::MockSequenceSource(const Spec& spec) : spec_(spec) {
 }
 
 int64_t MockSequenceSource::sequence_length(int64_t i) const {
-  MT_CHECK(i >= 0 && i < num_sequences(), "sequence ", i, " out of range [0, ", num_sequences(), ")");
+  MT_CHECK(i >= 0 && i < num_sequences(), "sequence ", i, " out of range [0, ", num_sequences(),
+           ")");
   return lengths_[static_cast<size_t>(i)];
 }
 
@@ -97,8 +102,8 @@ GPTIndexPlan plan_gpt_indices(int64_t tokens_per_epoch, std::optional<int64_t> n
     const int64_t requested = *num_samples * seq_length + 1;  // + the extra label token
     p.num_epochs = std::max<int64_t>(1, (requested + tokens_per_epoch - 1) / tokens_per_epoch);
   }
-  MT_INPUT_CHECK(p.num_epochs <= kMax / tokens_per_epoch, what, ": ", p.num_epochs,
-                 " epochs of ", tokens_per_epoch, " tokens overflow");
+  MT_INPUT_CHECK(p.num_epochs <= kMax / tokens_per_epoch, what, ": ", p.num_epochs, " epochs of ",
+                 tokens_per_epoch, " tokens overflow");
   p.num_samples_total = (p.num_epochs * tokens_per_epoch - 1) / seq_length;
   if (p.num_epochs > 1) {
     p.num_samples_sans_final_epoch = ((p.num_epochs - 1) * tokens_per_epoch - 1) / seq_length;
@@ -121,7 +126,8 @@ std::vector<int32_t> build_document_index(int64_t begin, int64_t end, int64_t nu
   const int64_t n = end - begin;
   std::vector<int32_t> doc(static_cast<size_t>(n * num_epochs));
   for (int64_t e = 0; e < num_epochs; ++e)
-    for (int64_t i = 0; i < n; ++i) doc[static_cast<size_t>(e * n + i)] = static_cast<int32_t>(begin + i);
+    for (int64_t i = 0; i < n; ++i)
+      doc[static_cast<size_t>(e * n + i)] = static_cast<int32_t>(begin + i);
   std::span<int32_t> all(doc);
   if (!separate_final_epoch || num_epochs == 1) {
     rng.shuffle(all);
@@ -133,8 +139,8 @@ std::vector<int32_t> build_document_index(int64_t begin, int64_t end, int64_t nu
 }
 
 std::vector<int64_t> build_sample_index(const std::function<int64_t(int64_t)>& length_of,
-                                        std::span<const int32_t> document_index,
-                                        int64_t seq_length, int64_t num_samples) {
+                                        std::span<const int32_t> document_index, int64_t seq_length,
+                                        int64_t num_samples) {
   std::vector<int64_t> out(static_cast<size_t>(2 * (num_samples + 1)));
   out[0] = 0;
   out[1] = 0;
@@ -202,7 +208,7 @@ struct MappedFile {
   explicit MappedFile(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error(concat("cannot open ", path, ": ", std::strerror(errno)));
-    struct stat st{};
+    struct stat st {};
     if (::fstat(fd, &st) != 0) {
       ::close(fd);
       throw Error(concat("cannot stat ", path));
@@ -238,24 +244,22 @@ std::string npy_header(const char* descr, int64_t rows, int64_t cols) {
 }
 
 struct ArraySpec {
-  const char* key;    // name in the description
-  const char* name;   // file suffix
-  const char* descr;  // numpy dtype
-  size_t elem;        // bytes per element
-  int64_t rows, cols; // cols 0 -> 1-D
+  const char* key;     // name in the description
+  const char* name;    // file suffix
+  const char* descr;   // numpy dtype
+  size_t elem;         // bytes per element
+  int64_t rows, cols;  // cols 0 -> 1-D
   int64_t count() const { return cols > 0 ? rows * cols : rows; }
 };
 
 void write_file_atomically(const std::string& path, const std::string& header, const void* data,
                            size_t bytes) {
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp =
-      concat(path, ".tmp.", ::getpid(), ".",
-             hex64(fnv1a(&counter, sizeof counter,
-                         static_cast<uint64_t>(
-                             std::chrono::steady_clock::now().time_since_epoch().count()) ^
-                             std::hash<std::thread::id>()(std::this_thread::get_id()) ^
-                             counter.fetch_add(1))));
+  const uint64_t salt =
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) ^
+      (static_cast<uint64_t>(std::hash<std::thread::id>()(std::this_thread::get_id())) << 1) ^
+      (counter.fetch_add(1) << 40);
+  const std::string tmp = concat(path, ".tmp.", ::getpid(), ".", hex64(salt));
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(concat("cannot create ", tmp, ": ", std::strerror(errno)));
@@ -286,7 +290,7 @@ struct Inputs {
   DocumentRange seqs;
   GPTDatasetConfig config;
   GPTIndexPlan plan;
-  std::string what;  // "dataset 'X', train split (sequences [a, b))"
+  std::string what;       // "dataset 'X', train split (sequences [a, b))"
   std::string dir, base;  // cache directory and file prefix ("" when not cached)
   nlohmann::json key;
   std::function<void(const std::string&)> log;
@@ -321,7 +325,8 @@ Inputs make_inputs(std::shared_ptr<const SequenceSource> source, int split_id, D
   const int64_t nseq = source->num_sequences();
   MT_INPUT_CHECK(seqs.begin >= 0 && seqs.begin <= seqs.end && seqs.end <= nseq, in.what,
                  ": the range is outside the dataset's ", nseq, " sequences");
-  MT_INPUT_CHECK(seqs.size() > 0, in.what, ": the split is empty (no sequences); give it a "
+  MT_INPUT_CHECK(seqs.size() > 0, in.what,
+                 ": the split is empty (no sequences); give it a "
                  "larger share of the split or use more documents");
   MT_INPUT_CHECK(seqs.end - 1 <= std::numeric_limits<int32_t>::max(), in.what,
                  ": sequence ids beyond 2^31 do not fit Megatron's int32 document index");
@@ -347,7 +352,8 @@ Inputs make_inputs(std::shared_ptr<const SequenceSource> source, int split_id, D
         {"dataset_path", abs.string()},
         {"split", sname},
         {"sequence_range", {seqs.begin, seqs.end}},
-        {"num_samples", config.num_samples ? nlohmann::json(*config.num_samples) : nlohmann::json()},
+        {"num_samples",
+         config.num_samples ? nlohmann::json(*config.num_samples) : nlohmann::json()},
         {"seq_length", config.seq_length},
         {"seed", config.seed},
         {"add_extra_token_to_sequence", true},
@@ -382,9 +388,10 @@ static std::unique_ptr<GPTDataset::Storage> build_storage(const Inputs& in) {
   const SequenceSource& src = *in.source;
   st->sample = build_sample_index([&src](int64_t s) { return src.sequence_length(s); }, st->doc,
                                   in.config.seq_length, in.plan.num_samples_total);
-  st->shuffle = build_shuffle_index(in.plan.separate_final_epoch ? in.plan.num_samples_sans_final_epoch
-                                                                 : in.plan.num_samples_total,
-                                    in.plan.num_samples_total, rng);
+  st->shuffle =
+      build_shuffle_index(in.plan.separate_final_epoch ? in.plan.num_samples_sans_final_epoch
+                                                       : in.plan.num_samples_total,
+                          in.plan.num_samples_total, rng);
   return st;
 }
 
@@ -436,7 +443,8 @@ std::unique_ptr<GPTDataset::Storage> try_load(const Inputs& in, std::string& why
       const std::string path = in.file(a.name);
       const auto& rec = desc.at("arrays").at(a.key);
       if (rec.at("length").get<int64_t>() != a.count()) {
-        why = concat(path, ": recorded length ", rec.at("length").get<int64_t>(), " != ", a.count());
+        why =
+            concat(path, ": recorded length ", rec.at("length").get<int64_t>(), " != ", a.count());
         return nullptr;
       }
       const std::string header = npy_header(a.descr, a.rows, a.cols);
@@ -529,7 +537,8 @@ std::shared_ptr<GPTDataset> from_storage(const Inputs& in, std::unique_ptr<GPTDa
   if (from_cache) {
     const auto specs = in.arrays();
     const unsigned char* base[3];
-    for (size_t i = 0; i < 3; ++i) base[i] = st->maps[i]->data + npy_header(specs[i].descr, specs[i].rows, specs[i].cols).size();
+    for (size_t i = 0; i < 3; ++i)
+      base[i] = st->maps[i]->data + npy_header(specs[i].descr, specs[i].rows, specs[i].cols).size();
     doc = {reinterpret_cast<const int32_t*>(base[0]), static_cast<size_t>(specs[0].count())};
     sample = {reinterpret_cast<const int64_t*>(base[1]), static_cast<size_t>(specs[1].count())};
     shuffle = {reinterpret_cast<const int64_t*>(base[2]), static_cast<size_t>(specs[2].count())};
@@ -550,7 +559,8 @@ std::shared_ptr<GPTDataset> GPTDataset::build(std::shared_ptr<const SequenceSour
   return from_storage(in, build_storage(in), false);
 }
 
-std::string GPTDataset::cache_directory(const SequenceSource& source, const GPTDatasetConfig& config) {
+std::string GPTDataset::cache_directory(const SequenceSource& source,
+                                        const GPTDatasetConfig& config) {
   return default_cache_dir(source, config);
 }
 
@@ -587,7 +597,8 @@ std::shared_ptr<GPTDataset> GPTDataset::build_or_load(std::shared_ptr<const Sequ
       sync();
       return from_storage(in, std::move(st), true);
     }
-    if (!why.empty()) in.log(concat("warning: rebuilding the GPTDataset indices of ", in.what, ": ", why));
+    if (!why.empty())
+      in.log(concat("warning: rebuilding the GPTDataset indices of ", in.what, ": ", why));
     const auto t0 = std::chrono::steady_clock::now();
     st = build_storage(in);
     const double secs =
@@ -598,8 +609,9 @@ std::shared_ptr<GPTDataset> GPTDataset::build_or_load(std::shared_ptr<const Sequ
                     " samples, ", in.plan.num_epochs, " epochs) in ", secs, " s; saved as ",
                     in.file("-*")));
     } catch (const std::exception& e) {
-      in.log(concat("warning: could not save the GPTDataset indices of ", in.what, ": ", e.what(),
-                    " (set data.cache_dir to a writable directory; every rank now builds its own)"));
+      in.log(
+          concat("warning: could not save the GPTDataset indices of ", in.what, ": ", e.what(),
+                 " (set data.cache_dir to a writable directory; every rank now builds its own)"));
     }
     sync();
     return from_storage(in, std::move(st), false);
@@ -640,12 +652,11 @@ void GPTDataset::read_window(int64_t sample, int32_t* out) const {
 }
 
 std::string GPTDataset::describe() const {
-  return concat("GPTDataset(", source_->name(), ", ", split_name(split_id_), " sequences [",
-                sequences_.begin, ", ", sequences_.end, "), seq_length ", seq_length_, ", ",
-                num_samples_total_, " samples",
-                num_samples_requested_ ? concat(" (", *num_samples_requested_, " requested)")
-                                       : std::string(),
-                ", ", plan_.num_epochs, " epochs)");
+  return concat(
+      "GPTDataset(", source_->name(), ", ", split_name(split_id_), " sequences [", sequences_.begin,
+      ", ", sequences_.end, "), seq_length ", seq_length_, ", ", num_samples_total_, " samples",
+      num_samples_requested_ ? concat(" (", *num_samples_requested_, " requested)") : std::string(),
+      ", ", plan_.num_epochs, " epochs)");
 }
 
 }  // namespace megatron::data

@@ -7,8 +7,9 @@
 // GPT corpus by sequence count: numel_low_level_dataset = number of sequences; with one
 // sequence per document this is the document range). T = the split's tokens, S = seq_length.
 //
-//   epochs E       1 when num_samples is unset, else the least E >= 1 with E*T >= num_samples*S + 1.
-//   separate       E > 1 and the final epoch supplies fewer than int(0.80 * per_epoch) samples,
+//   epochs E       1 when num_samples is unset, else the least E >= 1 with E*T >= num_samples*S
+//   + 1. separate       E > 1 and the final epoch supplies fewer than int(0.80 * per_epoch)
+//   samples,
 //                  where per_epoch = (T - 1) / S, sans_final = ((E-1)*T - 1) / S and the final
 //                  epoch supplies num_samples - sans_final samples.
 //   RNG            one NumpyRandomState(seed), used in this order by:
@@ -51,7 +52,7 @@ class SampleDataset {
   virtual int64_t num_samples() const = 0;
   virtual int64_t seq_length() const = 0;
   virtual void get(int64_t index, int32_t* out) const = 0;  // throws Error when out of range
-  virtual std::string describe() const = 0;                  // for logs and messages
+  virtual std::string describe() const = 0;                 // for logs and messages
 };
 
 // The low-level data: numbered token sequences (Megatron's LowLevelDataset). Thread-safe reads.
@@ -110,9 +111,9 @@ class MockSequenceSource final : public SequenceSource {
 };
 
 struct GPTDatasetConfig {
-  int64_t seq_length = 0;                // S >= 1
-  uint64_t seed = 1234;                  // numpy RandomState seed: < 2^32
-  std::optional<int64_t> num_samples;    // unset: one epoch (Megatron: None)
+  int64_t seq_length = 0;              // S >= 1
+  uint64_t seed = 1234;                // numpy RandomState seed: < 2^32
+  std::optional<int64_t> num_samples;  // unset: one epoch (Megatron: None)
   // Where build_or_load keeps index files. Empty: Megatron's default, the directory
   // "<dataset prefix>/cache/GPTDataset_indices" (PREFIX is used as a directory name beside
   // PREFIX.bin/.idx). Synthetic sources are never cached.
@@ -139,8 +140,8 @@ std::vector<int32_t> build_document_index(int64_t begin, int64_t end, int64_t nu
 // Pairs flattened: [2k] = position in the document index, [2k+1] = offset; num_samples + 1
 // pairs. `length_of(sequence id)` gives sequence lengths.
 std::vector<int64_t> build_sample_index(const std::function<int64_t(int64_t)>& length_of,
-                                        std::span<const int32_t> document_index,
-                                        int64_t seq_length, int64_t num_samples);
+                                        std::span<const int32_t> document_index, int64_t seq_length,
+                                        int64_t num_samples);
 std::vector<int64_t> build_shuffle_index(int64_t num_samples, int64_t total_size,
                                          NumpyRandomState& rng);
 
@@ -167,10 +168,11 @@ class GPTDataset final : public SampleDataset {
   // "...-description.json" (the key: format version, absolute dataset path, split name and
   // sequence range, num_samples, seq_length, seed, sequence count, split token count and an
   // FNV-1a hash of the split's lengths; plus each array's length and FNV-1a checksum).
-  static std::shared_ptr<GPTDataset> build_or_load(
-      std::shared_ptr<const SequenceSource> source, int split_id, DocumentRange sequences,
-      const GPTDatasetConfig& config, bool is_builder = true,
-      const std::function<void()>& barrier = {});
+  static std::shared_ptr<GPTDataset> build_or_load(std::shared_ptr<const SequenceSource> source,
+                                                   int split_id, DocumentRange sequences,
+                                                   const GPTDatasetConfig& config,
+                                                   bool is_builder = true,
+                                                   const std::function<void()>& barrier = {});
 
   // True when a valid cache for these arguments exists (fully validated, as a load would).
   static bool cache_exists(const SequenceSource& source, int split_id, DocumentRange sequences,

@@ -164,7 +164,8 @@ void BertWordPieceTokenizer::Impl::load() {
   unk = special("[UNK]");
 }
 
-std::vector<std::u32string> BertWordPieceTokenizer::Impl::basic_tokenize(std::string_view text) const {
+std::vector<std::u32string> BertWordPieceTokenizer::Impl::basic_tokenize(
+    std::string_view text) const {
   // _clean_text (drop NUL, U+FFFD and control characters, whitespace -> ' ') and
   // _tokenize_chinese_chars (spaces around CJK ideographs). Ill-formed UTF-8 decodes to U+FFFD
   // and is dropped here, like the reference's decode("utf-8", "ignore").
@@ -192,7 +193,8 @@ std::vector<std::u32string> BertWordPieceTokenizer::Impl::basic_tokenize(std::st
       uc::append_nfd(lowered, decomposed);
       stripped.clear();
       for (char32_t cp : decomposed)
-        if (cp < 0x300 || uc::general_category(cp) != uc::GeneralCategory::Mn) stripped.push_back(cp);
+        if (cp < 0x300 || uc::general_category(cp) != uc::GeneralCategory::Mn)
+          stripped.push_back(cp);
       word = stripped;
     }
     // _run_split_on_punc, then the final whitespace_tokenize of the joined pieces.
@@ -293,8 +295,8 @@ std::string BertWordPieceTokenizer::decode(const std::vector<int32_t>& ids) cons
   replace_all(text, " ##", "");
   text = std::string(python_strip(text));
   static constexpr std::pair<std::string_view, std::string_view> kCleanups[] = {
-      {" .", "."},      {" ?", "?"},      {" !", "!"},   {" ,", ","},     {" ' ", "'"},
-      {" n't", "n't"},  {" 'm", "'m"},    {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+      {" .", "."},     {" ?", "?"},   {" !", "!"},   {" ,", ","},     {" ' ", "'"},
+      {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
   for (const auto& [from, to] : kCleanups) replace_all(text, from, to);
   return text;
 }

@@ -181,7 +181,7 @@ struct StringHash {
 };
 
 constexpr size_t kCacheShards = 64;
-constexpr size_t kCacheShardCapacity = 1 << 15;  // entries per shard before it is cleared
+constexpr size_t kCacheShardCapacity = 1 << 13;  // entries per shard before it is cleared
 constexpr size_t kMaxCachedBytes = 96;           // longer pre-tokens are not cached
 constexpr size_t kHeapBpeMinSymbols = 48;        // the heap BPE for pre-tokens this long
 
@@ -225,8 +225,8 @@ void GPT2BPETokenizer::Impl::load_vocab() {
   id_bytes.assign(n, {});
   std::vector<bool> seen(n, false);
   for (const auto& [key, value] : j.items()) {
-    MT_INPUT_CHECK(value.is_number_integer(), "GPT-2 vocab file '", vocab_file, "': token '",
-                   key, "' has a non-integer id (", value.dump(), ")");
+    MT_INPUT_CHECK(value.is_number_integer(), "GPT-2 vocab file '", vocab_file, "': token '", key,
+                   "' has a non-integer id (", value.dump(), ")");
     const int64_t id = value.get<int64_t>();
     MT_INPUT_CHECK(id >= 0 && static_cast<size_t>(id) < n, "GPT-2 vocab file '", vocab_file,
                    "': token '", key, "' has id ", id, ", outside 0..", n - 1,
@@ -295,9 +295,8 @@ void GPT2BPETokenizer::Impl::load_merges() {
                    ": expected two space-separated tokens, got ", parts.size(), " ('", line, "')");
     auto id_of = [&](const std::string& tok, const char* what) {
       const auto it = token_ids.find(tok);
-      MT_INPUT_CHECK(it != token_ids.end(), "GPT-2 merges file '", merge_file, "' line ",
-                     line_no, ": ", what, " '", tok, "' is not in the vocab file '", vocab_file,
-                     "'");
+      MT_INPUT_CHECK(it != token_ids.end(), "GPT-2 merges file '", merge_file, "' line ", line_no,
+                     ": ", what, " '", tok, "' is not in the vocab file '", vocab_file, "'");
       return it->second;
     };
     const int32_t a = id_of(std::string(parts[0]), "token");
@@ -316,7 +315,8 @@ void GPT2BPETokenizer::Impl::load_merges() {
     if (!inserted) it->second = std::max(it->second, m.rank);
   }
   for (const auto& [key, m] : merges) {
-    for (int32_t part : {static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xFFFFFFFFu)}) {
+    for (int32_t part :
+         {static_cast<int32_t>(key >> 32), static_cast<int32_t>(key & 0xFFFFFFFFu)}) {
       const auto it = last_made.find(part);
       if (it != last_made.end() && it->second >= m.rank) heap_ok = false;
     }
@@ -377,7 +377,8 @@ void GPT2BPETokenizer::Impl::bpe_heap(std::vector<int32_t>& word) const {
   auto push = [&](int32_t pos) {
     if (pos < 0 || next[pos] < 0) return;
     const auto it = merges.find(pair_key(word[pos], word[next[pos]]));
-    if (it != merges.end()) heap.push({it->second.rank, pos, word[pos], word[next[pos]], it->second.result});
+    if (it != merges.end())
+      heap.push({it->second.rank, pos, word[pos], word[next[pos]], it->second.result});
   };
   for (int32_t i = 0; i + 1 < n; ++i) push(i);
   std::vector<bool> alive(n, true);
@@ -453,22 +454,25 @@ std::vector<int32_t> GPT2BPETokenizer::encode(std::string_view text) const {
   }
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
-  for_each_pretoken(text, [&](size_t b, size_t e) { impl_->encode_word(text.substr(b, e - b), ids); });
+  for_each_pretoken(text,
+                    [&](size_t b, size_t e) { impl_->encode_word(text.substr(b, e - b), ids); });
   return ids;
 }
 
 std::string GPT2BPETokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string bytes;
   for (int32_t id : ids) {
-    MT_INPUT_CHECK(id >= 0 && static_cast<size_t>(id) < impl_->id_bytes.size(),
-                   "GPT2BPETokenizer(", impl_->vocab_file, "): token id ", id,
-                   " is out of range (vocab ", impl_->id_bytes.size(), ")");
+    MT_INPUT_CHECK(id >= 0 && static_cast<size_t>(id) < impl_->id_bytes.size(), "GPT2BPETokenizer(",
+                   impl_->vocab_file, "): token id ", id, " is out of range (vocab ",
+                   impl_->id_bytes.size(), ")");
     bytes += impl_->id_bytes[id];
   }
   return uc::replace_invalid_utf8(bytes);
 }
 
-int64_t GPT2BPETokenizer::vocab_size() const { return static_cast<int64_t>(impl_->id_bytes.size()); }
+int64_t GPT2BPETokenizer::vocab_size() const {
+  return static_cast<int64_t>(impl_->id_bytes.size());
+}
 int32_t GPT2BPETokenizer::eod() const { return impl_->eod; }
 
 std::string GPT2BPETokenizer::describe() const {

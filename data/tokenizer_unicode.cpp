@@ -159,8 +159,9 @@ void append_nfd(std::u32string_view s, std::u32string& out) {
     while (j < out.size() && combining_class(out[j]) != 0) ++j;
     if (j - i > 1) {
       std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(i),
-                       out.begin() + static_cast<std::ptrdiff_t>(j),
-                       [](char32_t a, char32_t b) { return combining_class(a) < combining_class(b); });
+                       out.begin() + static_cast<std::ptrdiff_t>(j), [](char32_t a, char32_t b) {
+                         return combining_class(a) < combining_class(b);
+                       });
     }
     i = j;
   }

@@ -14,17 +14,51 @@ namespace megatron::data::unicode {
 
 // Same order as tools/gen_unicode_tables.py's CATEGORIES (Cn = unassigned is 0).
 enum class GeneralCategory : uint8_t {
-  Cn, Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po,
-  Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Cs, Co
+  Cn,
+  Lu,
+  Ll,
+  Lt,
+  Lm,
+  Lo,
+  Mn,
+  Mc,
+  Me,
+  Nd,
+  Nl,
+  No,
+  Pc,
+  Pd,
+  Ps,
+  Pe,
+  Pi,
+  Pf,
+  Po,
+  Sm,
+  Sc,
+  Sk,
+  So,
+  Zs,
+  Zl,
+  Zp,
+  Cc,
+  Cf,
+  Cs,
+  Co
 };
 
 // The Unicode version of the tables, e.g. "14.0.0".
 const char* unicode_version();
 
 GeneralCategory general_category(char32_t cp);
-inline bool is_letter(GeneralCategory c) { return c >= GeneralCategory::Lu && c <= GeneralCategory::Lo; }
-inline bool is_mark(GeneralCategory c) { return c >= GeneralCategory::Mn && c <= GeneralCategory::Me; }
-inline bool is_number(GeneralCategory c) { return c >= GeneralCategory::Nd && c <= GeneralCategory::No; }
+inline bool is_letter(GeneralCategory c) {
+  return c >= GeneralCategory::Lu && c <= GeneralCategory::Lo;
+}
+inline bool is_mark(GeneralCategory c) {
+  return c >= GeneralCategory::Mn && c <= GeneralCategory::Me;
+}
+inline bool is_number(GeneralCategory c) {
+  return c >= GeneralCategory::Nd && c <= GeneralCategory::No;
+}
 inline bool is_punctuation(GeneralCategory c) {
   return c >= GeneralCategory::Pc && c <= GeneralCategory::Po;
 }

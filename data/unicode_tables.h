@@ -6,6 +6,7 @@
 
 namespace megatron::data::unicode_tables {
 
+// clang-format off
 inline constexpr const char* kUnicodeVersion = "14.0.0";
 
 // (first << 5) | category, 3968 runs
@@ -2064,5 +2065,7 @@ inline constexpr uint32_t kNfdData[] = {
     0x2a0ce, 0x4cf8, 0x2a105, 0x2a20e, 0x2a291, 0x9ebb, 0x4d56, 0x9ef9,
     0x9efe, 0x9f05, 0x9f0f, 0x9f16, 0x9f3b, 0x2a600,
 };
+
+// clang-format on
 
 }  // namespace megatron::data::unicode_tables

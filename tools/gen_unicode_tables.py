@@ -82,6 +82,7 @@ def main():
     out.append("")
     out.append("namespace megatron::data::unicode_tables {")
     out.append("")
+    out.append("// clang-format off")
     out.append('inline constexpr const char* kUnicodeVersion = "%s";' % version)
     out.append("")
 
@@ -164,6 +165,8 @@ def main():
                         comment="NFD: pairs (cp, (offset into kNfdData << 3) | length)"))
     out.append("")
     out.append(emit_u32("kNfdData", data, comment="NFD: the decomposed code points"))
+    out.append("")
+    out.append("// clang-format on")
     out.append("")
     out.append("}  // namespace megatron::data::unicode_tables")
     print("\n".join(out))

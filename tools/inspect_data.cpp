@@ -85,14 +85,14 @@ void print_stats(const megatron::data::IndexedDataset& ds, const std::string& sp
             << "tokens       " << ds.num_tokens() << "\n";
   if (ndocs > 0) {
     const double mean = static_cast<double>(ds.num_tokens()) / static_cast<double>(ndocs);
-    std::printf("document length (tokens): mean %.1f, min %lld, p10 %lld, p50 %lld, p90 %lld, "
-                "p99 %lld, max %lld\n",
-                mean, static_cast<long long>(sorted.front()),
-                static_cast<long long>(percentile(sorted, 10)),
-                static_cast<long long>(percentile(sorted, 50)),
-                static_cast<long long>(percentile(sorted, 90)),
-                static_cast<long long>(percentile(sorted, 99)),
-                static_cast<long long>(sorted.back()));
+    std::printf(
+        "document length (tokens): mean %.1f, min %lld, p10 %lld, p50 %lld, p90 %lld, "
+        "p99 %lld, max %lld\n",
+        mean, static_cast<long long>(sorted.front()),
+        static_cast<long long>(percentile(sorted, 10)),
+        static_cast<long long>(percentile(sorted, 50)),
+        static_cast<long long>(percentile(sorted, 90)),
+        static_cast<long long>(percentile(sorted, 99)), static_cast<long long>(sorted.back()));
     std::cout.flush();
     // Power-of-two buckets: [0], [1], [2, 4), [4, 8), ...
     std::vector<int64_t> buckets(64, 0);
@@ -105,10 +105,12 @@ void print_stats(const megatron::data::IndexedDataset& ds, const std::string& sp
     std::cout << "histogram of document lengths:\n";
     for (size_t b = 0; b < buckets.size(); ++b) {
       if (buckets[b] == 0) continue;
-      const std::string range =
-          b == 0 ? "0" : b == 1 ? "1" : concat(int64_t{1} << (b - 1), "-", (int64_t{1} << b) - 1);
-      const auto bar = static_cast<size_t>(std::lround(40.0 * static_cast<double>(buckets[b]) /
-                                                       static_cast<double>(peak)));
+      const std::string range = b == 0 ? "0"
+                                : b == 1
+                                    ? "1"
+                                    : concat(int64_t{1} << (b - 1), "-", (int64_t{1} << b) - 1);
+      const auto bar = static_cast<size_t>(
+          std::lround(40.0 * static_cast<double>(buckets[b]) / static_cast<double>(peak)));
       std::printf("  %15s %9lld %s\n", range.c_str(), static_cast<long long>(buckets[b]),
                   std::string(std::max<size_t>(bar, 1), '#').c_str());
     }
@@ -117,7 +119,8 @@ void print_stats(const megatron::data::IndexedDataset& ds, const std::string& sp
   std::cout << "split '" << split << "' over sequences (Megatron splits GPT data by sequence):\n";
   for (int s = 0; s < 3; ++s) {
     int64_t tokens = 0;
-    for (int64_t q = ranges[static_cast<size_t>(s)].begin; q < ranges[static_cast<size_t>(s)].end; ++q)
+    for (int64_t q = ranges[static_cast<size_t>(s)].begin; q < ranges[static_cast<size_t>(s)].end;
+         ++q)
       tokens += ds.sequence_length(q);
     std::printf("  %-5s sequences [%lld, %lld)  %lld tokens\n", megatron::data::split_name(s),
                 static_cast<long long>(ranges[static_cast<size_t>(s)].begin),
@@ -134,12 +137,18 @@ int main(int argc, char** argv) {
   namespace md = megatron::data;
   try {
     const md::cli::Args args(argc, argv,
-                             {{"data-path", Arity::One},      {"split-weights", Arity::One},
-                              {"sample", Arity::One},         {"seq-length", Arity::One},
-                              {"split", Arity::One},          {"seed", Arity::One},
-                              {"num-samples", Arity::One},    {"cache-dir", Arity::One},
-                              {"tokenizer-type", Arity::One}, {"tokenizer-model", Arity::One},
-                              {"vocab-file", Arity::One},     {"merge-file", Arity::One}});
+                             {{"data-path", Arity::One},
+                              {"split-weights", Arity::One},
+                              {"sample", Arity::One},
+                              {"seq-length", Arity::One},
+                              {"split", Arity::One},
+                              {"seed", Arity::One},
+                              {"num-samples", Arity::One},
+                              {"cache-dir", Arity::One},
+                              {"tokenizer-type", Arity::One},
+                              {"tokenizer-model", Arity::One},
+                              {"vocab-file", Arity::One},
+                              {"merge-file", Arity::One}});
     if (args.help()) {
       std::cout << kUsage;
       return 0;
@@ -165,11 +174,14 @@ int main(int argc, char** argv) {
                                 args.get("merge-file"), args.get("tokenizer-model")});
     }
     auto src = std::make_shared<md::IndexedSequenceSource>(ds);
-    const auto range = md::split_document_ranges(split, ds->num_sequences())[static_cast<size_t>(split_id)];
-    const auto gpt = cfg.cache_dir.empty() ? md::GPTDataset::build(src, split_id, range, cfg)
-                                           : md::GPTDataset::build_or_load(src, split_id, range, cfg);
-    std::cout << "\n" << gpt->describe() << (gpt->plan().separate_final_epoch
-                                                 ? ", final epoch shuffled separately" : "")
+    const auto range =
+        md::split_document_ranges(split, ds->num_sequences())[static_cast<size_t>(split_id)];
+    const auto gpt = cfg.cache_dir.empty()
+                         ? md::GPTDataset::build(src, split_id, range, cfg)
+                         : md::GPTDataset::build_or_load(src, split_id, range, cfg);
+    std::cout << "\n"
+              << gpt->describe()
+              << (gpt->plan().separate_final_epoch ? ", final epoch shuffled separately" : "")
               << "\n";
     if (index >= gpt->num_samples())
       throw megatron::InputError(megatron::concat("--sample ", index, " is out of range: the ",

@@ -66,9 +66,9 @@ class Communicator {
                                                      ReduceOp op) = 0;
   virtual void broadcast(Tensor& t, int root) = 0;
   virtual void barrier() = 0;
-  // Uneven all-to-all in element counts: this rank sends in[sum(send_counts[<r]) ...] (send_counts[r]
-  // elements) to rank r and receives recv_counts[r] elements from rank r into out, packed in
-  // rank order. Both count vectors have size() entries (zeros allowed) and must sum to
+  // Uneven all-to-all in element counts: this rank sends in[sum(send_counts[<r]) ...]
+  // (send_counts[r] elements) to rank r and receives recv_counts[r] elements from rank r into out,
+  // packed in rank order. Both count vectors have size() entries (zeros allowed) and must sum to
   // in.numel() and out.numel(); recv_counts[r] here must equal send_counts[rank()] on rank r.
   virtual void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
                           const std::vector<int64_t>& recv_counts) = 0;

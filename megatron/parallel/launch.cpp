@@ -57,8 +57,8 @@ LaunchInfo layout_from_node_names(int rank, const std::vector<std::string>& node
   for (const std::string& name : node_of_rank)
     if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
   info.num_nodes = static_cast<int>(order.size());
-  info.node_index = static_cast<int>(std::find(order.begin(), order.end(), info.node_name) -
-                                     order.begin());
+  info.node_index =
+      static_cast<int>(std::find(order.begin(), order.end(), info.node_name) - order.begin());
   info.local_rank = 0;
   info.local_size = 0;
   for (int r = 0; r < n; ++r) {
@@ -97,8 +97,7 @@ LaunchInfo discover_launch_info() {
 
   // Shared-memory domain of each rank, identified by its lowest world rank.
   MPI_Comm shared = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
-                                &shared),
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared),
             "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
   int leader = rank;
   check_mpi(MPI_Allreduce(&rank, &leader, 1, MPI_INT, MPI_MIN, shared),
@@ -170,8 +169,7 @@ void MpiRuntime::abort(int code, std::string_view message) {
   MPI_Finalized(&finalized);
   const bool live = initialized && !finalized;
   if (live) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::fprintf(stderr, "rank %d: %.*s\n", rank, static_cast<int>(message.size()),
-               message.data());
+  std::fprintf(stderr, "rank %d: %.*s\n", rank, static_cast<int>(message.size()), message.data());
   std::fflush(stderr);
   if (live) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);

@@ -1,6 +1,7 @@
 #include "megatron/parallel/mesh.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <sstream>
@@ -47,8 +48,11 @@ Axes make_axes(const MeshSizes& s) {
   for (size_t i = 0; i < 5; ++i) {
     a.name[i] = tokens[i];
     const std::string& t = tokens[i];
-    a.size[i] = t == "tp" ? s.tp : t == "cp" ? s.cp : t == "ep" ? s.ep : t == "dp" ? s.dp / s.ep
-                                                                                   : s.pp;
+    a.size[i] = t == "tp"   ? s.tp
+                : t == "cp" ? s.cp
+                : t == "ep" ? s.ep
+                : t == "dp" ? s.dp / s.ep
+                            : s.pp;
     a.stride[i] = stride;
     stride *= a.size[i];
   }
@@ -173,10 +177,13 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     for (int64_t pos : positions)
       p.rank_at_position[static_cast<size_t>(pos)] = node_ranks[n][used[n]++];
   };
+  // First node with `need` free ranks. Within one phase `need` is fixed and free counts only
+  // shrink, so nodes skipped once stay unusable: a cursor per phase keeps this linear.
+  size_t cursor = 0, cursor_need = 0;
   auto first_fit = [&](size_t need) -> int {
-    for (size_t n = 0; n < node_ranks.size(); ++n)
-      if (free_of(n) >= need) return static_cast<int>(n);
-    return -1;
+    if (need != cursor_need) cursor = 0, cursor_need = need;
+    while (cursor < node_ranks.size() && free_of(cursor) < need) ++cursor;
+    return cursor < node_ranks.size() ? static_cast<int>(cursor) : -1;
   };
 
   const Axes axes = make_axes(sizes);
@@ -238,8 +245,8 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     rp.ep = coord(axes, pos, "ep");
     rp.expert_dp = coord(axes, pos, "dp");
     rp.pp = coord(axes, pos, "pp");
-    rp.dp = ep_inner ? rp.ep + sizes.ep * rp.expert_dp
-                     : rp.expert_dp + (sizes.dp / sizes.ep) * rp.ep;
+    rp.dp =
+        ep_inner ? rp.ep + sizes.ep * rp.expert_dp : rp.expert_dp + (sizes.dp / sizes.ep) * rp.ep;
     rp.has_embedding = rp.pp == 0 || rp.pp == sizes.pp - 1;
   }
 
@@ -278,7 +285,8 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     for (const auto& pipe : p.groups[static_cast<size_t>(GroupKind::PP)]) {
       std::vector<int> ends = {pipe.front()};
       if (pipe.size() > 1) ends.push_back(pipe.back());
-      for (int r : ends) p.group_of_rank[k][static_cast<size_t>(r)] = static_cast<int>(p.groups[k].size());
+      for (int r : ends)
+        p.group_of_rank[k][static_cast<size_t>(r)] = static_cast<int>(p.groups[k].size());
       p.groups[k].push_back(ends);
       for (size_t i = 1; i + 1 < pipe.size(); ++i) {
         p.group_of_rank[k][static_cast<size_t>(pipe[i])] = static_cast<int>(p.groups[k].size());
@@ -297,7 +305,8 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     if (nodes.size() <= 1) continue;
     std::ostringstream os;
     os << "tp group [" << join(g) << "] spans nodes ";
-    for (size_t i = 0; i < nodes.size(); ++i) os << (i ? ", " : "") << p.nodes[static_cast<size_t>(nodes[i])];
+    for (size_t i = 0; i < nodes.size(); ++i)
+      os << (i ? ", " : "") << p.nodes[static_cast<size_t>(nodes[i])];
     os << ": no node had " << sizes.tp << " ranks left (ranks per node:";
     for (size_t n = 0; n < node_ranks.size(); ++n) os << " " << node_ranks[n].size();
     os << "); tensor-parallel traffic will cross the network";
@@ -306,18 +315,22 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
   return p;
 }
 
-std::string Placement::report() const {
+std::string Placement::report(size_t max_items) const {
   std::ostringstream os;
-  os << "mesh " << sizes.str() << " on " << world_size() << " ranks, " << nodes.size()
-     << " node" << (nodes.size() == 1 ? "" : "s") << "\n";
-  for (size_t n = 0; n < nodes.size(); ++n) {
-    std::vector<int> rs;
-    for (const RankPlacement& r : ranks)
-      if (r.node == static_cast<int>(n)) rs.push_back(r.world_rank);
-    os << "  node " << nodes[n] << ": ranks " << join(rs) << "\n";
-  }
+  auto more = [&](size_t total) {
+    if (total > max_items) os << "  ... " << total - max_items << " more\n";
+  };
+  os << "mesh " << sizes.str() << " on " << world_size() << " ranks, " << nodes.size() << " node"
+     << (nodes.size() == 1 ? "" : "s") << "\n";
+  std::vector<std::vector<int>> node_ranks(nodes.size());
+  for (const RankPlacement& r : ranks)
+    node_ranks[static_cast<size_t>(r.node)].push_back(r.world_rank);
+  for (size_t n = 0; n < nodes.size() && n < max_items; ++n)
+    os << "  node " << nodes[n] << ": ranks " << join(node_ranks[n]) << "\n";
+  more(nodes.size());
   os << "  rank node         tp cp ep edp dp pp emb\n";
-  for (const RankPlacement& r : ranks) {
+  for (size_t i = 0; i < ranks.size() && i < max_items; ++i) {
+    const RankPlacement& r = ranks[i];
     char line[160];
     std::snprintf(line, sizeof(line), "  %4d %-12.12s %2lld %2lld %2lld %3lld %2lld %2lld %s\n",
                   r.world_rank, nodes[static_cast<size_t>(r.node)].c_str(),
@@ -327,20 +340,26 @@ std::string Placement::report() const {
                   r.has_embedding ? "y" : "-");
     os << line;
   }
+  more(ranks.size());
   for (GroupKind kind : kAllGroupKinds) {
+    const auto& gs = groups[static_cast<size_t>(kind)];
     os << "  " << group_kind_name(kind) << ":";
-    for (const auto& g : groups[static_cast<size_t>(kind)]) {
+    for (size_t gi = 0; gi < gs.size() && gi < max_items; ++gi) {
       std::vector<int> ns;
-      for (int r : g) {
+      for (int r : gs[gi]) {
         const int n = ranks[static_cast<size_t>(r)].node;
         if (std::find(ns.begin(), ns.end(), n) == ns.end()) ns.push_back(n);
       }
-      os << " [" << join(g) << "]@";
-      for (size_t i = 0; i < ns.size(); ++i) os << (i ? "+" : "") << nodes[static_cast<size_t>(ns[i])];
+      os << " [" << join(gs[gi]) << "]@";
+      for (size_t i = 0; i < ns.size(); ++i)
+        os << (i ? "+" : "") << nodes[static_cast<size_t>(ns[i])];
     }
+    if (gs.size() > max_items) os << " ... " << gs.size() - max_items << " more";
     os << "\n";
   }
-  for (const std::string& w : warnings) os << "  WARNING: " << w << "\n";
+  for (size_t i = 0; i < warnings.size() && i < max_items; ++i)
+    os << "  WARNING: " << warnings[i] << "\n";
+  more(warnings.size());
   return os.str();
 }
 
@@ -371,9 +390,8 @@ Mesh::Mesh(const MeshSizes& sizes_in, Communicator& world, const LaunchInfo& lau
   const int me = world.rank();
   if (n == 1) {
     for (GroupKind kind : kAllGroupKinds)
-      groups_[static_cast<size_t>(kind)] =
-          make_single_process_communicator(std::string(group_kind_name(kind)),
-                                           world.world_rank_of(me));
+      groups_[static_cast<size_t>(kind)] = make_single_process_communicator(
+          std::string(group_kind_name(kind)), world.world_rank_of(me));
     return;
   }
   auto* mpi = dynamic_cast<MpiCommunicator*>(&world);

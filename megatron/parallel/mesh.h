@@ -28,6 +28,7 @@
 // reported in Placement::warnings. So TP stays inside a node whenever node sizes allow,
 // including cyclic rank->node assignments (srun --distribution=cyclic) and uneven nodes.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -55,7 +56,7 @@ struct MeshSizes {
 enum class GroupKind : int { TP, CP, DP, PP, EP, ExpertDP, Model, Embedding, DPCP };
 inline constexpr int kNumGroupKinds = 9;
 inline constexpr std::array<GroupKind, kNumGroupKinds> kAllGroupKinds = {
-    GroupKind::TP, GroupKind::CP,    GroupKind::DP,        GroupKind::PP,  GroupKind::EP,
+    GroupKind::TP,       GroupKind::CP,    GroupKind::DP,        GroupKind::PP,  GroupKind::EP,
     GroupKind::ExpertDP, GroupKind::Model, GroupKind::Embedding, GroupKind::DPCP};
 std::string_view group_kind_name(GroupKind kind);  // "tp", "expert_dp", "dp_cp", ...
 
@@ -64,26 +65,26 @@ struct RankPlacement {
   int64_t position = 0;  // index in the logical mesh (mixed radix in `order`)
   int node = 0;          // index into Placement::nodes
   int64_t tp = 0, cp = 0, ep = 0, expert_dp = 0, dp = 0, pp = 0;  // coordinates
-  bool has_embedding = false;  // first or last pipeline stage
+  bool has_embedding = false;                                     // first or last pipeline stage
 };
 
 struct Placement {
   MeshSizes sizes;
-  std::vector<std::string> nodes;      // distinct node names, first appearance
-  std::vector<RankPlacement> ranks;    // by world rank
-  std::vector<int> rank_at_position;   // logical position -> world rank
+  std::vector<std::string> nodes;     // distinct node names, first appearance
+  std::vector<RankPlacement> ranks;   // by world rank
+  std::vector<int> rank_at_position;  // logical position -> world rank
   // groups[kind]: every group of that kind, each listing world ranks in group-rank order;
   // group_of_rank[kind][world rank] indexes groups[kind].
   std::array<std::vector<std::vector<int>>, kNumGroupKinds> groups;
   std::array<std::vector<int>, kNumGroupKinds> group_of_rank;
-  std::vector<std::string> warnings;   // e.g. a TP group that had to span nodes
+  std::vector<std::string> warnings;  // e.g. a TP group that had to span nodes
 
   int world_size() const { return static_cast<int>(ranks.size()); }
   const std::vector<int>& group(GroupKind kind, int world_rank) const;
   int group_rank(GroupKind kind, int world_rank) const;  // index of world_rank in its group
   // Human-readable: nodes and their ranks, each rank's coordinates, every group with the
-  // node(s) it lies on, and the warnings.
-  std::string report() const;
+  // node(s) it lies on, and the warnings; each list cut after max_items entries.
+  std::string report(size_t max_items = 64) const;
 };
 
 // Pure (no MPI): where each mesh position goes, given the node name of every world rank.
@@ -131,9 +132,7 @@ class Mesh {
 
  private:
   Mesh() = default;
-  const RankPlacement& me() const {
-    return placement_.ranks[static_cast<size_t>(world_->rank())];
-  }
+  const RankPlacement& me() const { return placement_.ranks[static_cast<size_t>(world_->rank())]; }
 
   std::unique_ptr<Communicator> owned_world_;  // single_process() only
   Communicator* world_ = nullptr;

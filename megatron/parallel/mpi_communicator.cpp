@@ -1,6 +1,7 @@
 #include "megatron/parallel/mpi_communicator.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <climits>
@@ -112,9 +113,8 @@ class MpiWork final : public Work {
       const ExpectedCount& e = expected_counts[i];
       int got = 0;
       MPI_Get_count(&statuses[e.request], e.type, &got);
-      MT_CHECK(got == e.count, op_, ": received ", got, " elements from rank ", e.peer,
-               " (tag ", e.tag, ") into a buffer chunk of ", e.count,
-               "; sender and receiver sizes differ");
+      MT_CHECK(got == e.count, op_, ": received ", got, " elements from rank ", e.peer, " (tag ",
+               e.tag, ") into a buffer chunk of ", e.count, "; sender and receiver sizes differ");
     }
     if (finish) finish();
   }
@@ -148,8 +148,8 @@ double resolve_comm_timeout_s(double configured) {
   if (env == nullptr || *env == '\0') return configured;
   char* end = nullptr;
   const double v = std::strtod(env, &end);
-  MT_INPUT_CHECK(end != env && *end == '\0',
-                 "MEGATRON_COMM_TIMEOUT_S='", env, "' is not a number of seconds");
+  MT_INPUT_CHECK(end != env && *end == '\0', "MEGATRON_COMM_TIMEOUT_S='", env,
+                 "' is not a number of seconds");
   return v;
 }
 
@@ -168,8 +168,7 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::string name, double timeout
   std::vector<int> ranks(static_cast<size_t>(size_));
   for (int i = 0; i < size_; ++i) ranks[static_cast<size_t>(i)] = i;
   world_ranks_.resize(ranks.size());
-  check_mpi(MPI_Group_translate_ranks(group, size_, ranks.data(), world_group,
-                                      world_ranks_.data()),
+  check_mpi(MPI_Group_translate_ranks(group, size_, ranks.data(), world_group, world_ranks_.data()),
             "MPI_Group_translate_ranks");
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
@@ -186,7 +185,18 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::world(double timeout_s) {
            "MpiCommunicator::world: MPI is not initialised (construct an MpiRuntime first)");
   MPI_Comm dup = MPI_COMM_NULL;
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup(MPI_COMM_WORLD)");
-  return std::make_unique<MpiCommunicator>(dup, "world", timeout_s);
+  auto world = std::make_unique<MpiCommunicator>(dup, "world", timeout_s);
+  // Busy-poll only when this node has a core per rank (as Open MPI's own progress loop does;
+  // oversubscribed ranks yield at once).
+  MPI_Comm shared = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared),
+            "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+  int local = 1;
+  MPI_Comm_size(shared, &local);
+  MPI_Comm_free(&shared);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  world->set_spin_seconds(local <= cpus ? 2e-3 : 0.0);
+  return world;
 }
 
 std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key,
@@ -196,14 +206,20 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key,
             concat("MPI_Comm_split of group '", name_, "' into '", name, "'"));
   if (out == MPI_COMM_NULL) return nullptr;
   auto child = std::make_unique<MpiCommunicator>(out, std::move(name), timeout_s_);
+  child->spin_s_ = spin_s_;
   child->max_chunk_ = max_chunk_;
   return child;
 }
 
 int MpiCommunicator::world_rank_of(int group_rank) const {
-  MT_CHECK(group_rank >= 0 && group_rank < size_, "group rank ", group_rank,
-           " outside group '", name_, "' of ", size_);
+  MT_CHECK(group_rank >= 0 && group_rank < size_, "group rank ", group_rank, " outside group '",
+           name_, "' of ", size_);
   return world_ranks_[static_cast<size_t>(group_rank)];
+}
+
+void MpiCommunicator::set_spin_seconds(double s) {
+  MT_CHECK(s >= 0 && s <= 1, "spin time ", s, " s outside [0, 1]");
+  spin_s_ = s;
 }
 
 void MpiCommunicator::set_max_chunk_elements(int64_t n) {
@@ -217,7 +233,7 @@ void MpiCommunicator::timed_out(std::string_view op, double waited_s,
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   std::ostringstream os;
   os << "rank " << world_rank << ": collective " << op << " on group " << name_
-     << " timed out after " << waited_s << " s (peers: ";
+     << " timed out after " << timeout_s_ << " s (peers: ";
   std::vector<int> list = peers;
   if (list.empty())
     for (int r = 0; r < size_; ++r)
@@ -226,7 +242,9 @@ void MpiCommunicator::timed_out(std::string_view op, double waited_s,
   for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << world_rank_of(list[i]);
   if (shown < list.size()) os << ", ... " << list.size() - shown << " more";
   if (list.empty()) os << "none";
-  os << "; world ranks; timeout set by MEGATRON_COMM_TIMEOUT_S or the communicator option)\n";
+  os << ")\n  (peers are world ranks of the group's other members; waited " << waited_s
+     << " s; the limit comes from MEGATRON_COMM_TIMEOUT_S or the communicator's timeout "
+        "option)\n";
   const std::string msg = os.str();
   std::fputs(msg.c_str(), stderr);
   std::fflush(stderr);
@@ -244,8 +262,8 @@ void MpiCommunicator::wait_requests(std::vector<MPI_Request>& requests, std::str
   const auto start = Clock::now();
   for (;;) {
     int flag = 0;
-    const int rc = MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag,
-                               statuses.data());
+    const int rc =
+        MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, statuses.data());
     if (rc == MPI_ERR_IN_STATUS) {
       for (const MPI_Status& s : statuses)
         if (s.MPI_ERROR != MPI_SUCCESS && s.MPI_ERROR != MPI_ERR_PENDING)
@@ -255,9 +273,12 @@ void MpiCommunicator::wait_requests(std::vector<MPI_Request>& requests, std::str
     if (flag) return;
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (timeout_s_ > 0 && waited > timeout_s_) timed_out(op, waited, peers);
-    // Poll eagerly at first (MPI progresses non-blocking collectives only inside MPI calls),
-    // yielding the core to co-located ranks; back off once the wait is clearly long.
-    if (waited < 0.05)
+    // Poll eagerly at first (MPI progresses non-blocking collectives only inside MPI calls):
+    // busy while cores are to spare, then yielding the core to co-located ranks; back off once
+    // the wait is clearly long.
+    if (waited < spin_s_)
+      continue;
+    else if (waited < 0.05)
       sched_yield();
     else if (waited < 1.0)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -291,8 +312,8 @@ std::unique_ptr<Work> MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) 
   for (int64_t off = 0; off < n || (n == 0 && off == 0); off += max_chunk_) {
     const int count = static_cast<int>(std::min<int64_t>(max_chunk_, n - off));
     MPI_Request req;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes_of(t) + static_cast<size_t>(off) * esize,
-                             count, type, mpi_op(op), comm_, &req),
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, bytes_of(t) + static_cast<size_t>(off) * esize, count,
+                             type, mpi_op(op), comm_, &req),
               concat("MPI_Iallreduce on group '", name_, "'"));
     work->requests.push_back(req);
     if (n == 0) break;
@@ -388,8 +409,8 @@ void MpiCommunicator::broadcast(Tensor& t, int root) {
   for (int64_t off = 0; off < n || (n == 0 && off == 0); off += max_chunk_) {
     const int count = static_cast<int>(std::min<int64_t>(max_chunk_, n - off));
     MPI_Request req;
-    check_mpi(MPI_Ibcast(bytes_of(t) + static_cast<size_t>(off) * esize, count,
-                         mpi_type(t.dtype()), root, comm_, &req),
+    check_mpi(MPI_Ibcast(bytes_of(t) + static_cast<size_t>(off) * esize, count, mpi_type(t.dtype()),
+                         root, comm_, &req),
               concat("MPI_Ibcast on group '", name_, "'"));
     work.requests.push_back(req);
     if (n == 0) break;
@@ -422,8 +443,8 @@ void MpiCommunicator::all_to_all(const Tensor& in, const std::vector<int64_t>& s
     std::vector<int> c(counts.size()), d(counts.size());
     int64_t off = 0;
     for (size_t r = 0; r < counts.size(); ++r) {
-      MT_CHECK(counts[r] >= 0, "all_to_all on group '", name_, "': negative ", what,
-               " count ", counts[r], " for rank ", r);
+      MT_CHECK(counts[r] >= 0, "all_to_all on group '", name_, "': negative ", what, " count ",
+               counts[r], " for rank ", r);
       MT_CHECK(off + counts[r] <= max_chunk_, "all_to_all on group '", name_, "': ", what,
                " offsets reach ", off + counts[r], " elements, beyond the MPI count limit ",
                max_chunk_, "; exchange in several calls");
@@ -440,9 +461,9 @@ void MpiCommunicator::all_to_all(const Tensor& in, const std::vector<int64_t>& s
   to_ints(recv_counts, out.numel(), "receive");
   const MPI_Datatype type = mpi_type(in.dtype());
   MPI_Request req;
-  check_mpi(MPI_Ialltoallv(bytes_of(in), work.int_arrays[0].data(), work.int_arrays[1].data(),
-                           type, bytes_of(out), work.int_arrays[2].data(),
-                           work.int_arrays[3].data(), type, comm_, &req),
+  check_mpi(MPI_Ialltoallv(bytes_of(in), work.int_arrays[0].data(), work.int_arrays[1].data(), type,
+                           bytes_of(out), work.int_arrays[2].data(), work.int_arrays[3].data(),
+                           type, comm_, &req),
             concat("MPI_Ialltoallv on group '", name_, "'"));
   work.requests.push_back(req);
   work.wait();

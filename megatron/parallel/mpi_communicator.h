@@ -63,14 +63,17 @@ class MpiCommunicator final : public Communicator {
   // Largest element count passed to one MPI call (tests lower it to exercise chunking).
   int64_t max_chunk_elements() const { return max_chunk_; }
   void set_max_chunk_elements(int64_t n);
+  // How long a wait busy-polls before it starts yielding the core (then sleeping, after 50 ms).
+  // world() picks 2 ms when the node has a core per rank, else 0; split() inherits it.
+  double spin_seconds() const { return spin_s_; }
+  void set_spin_seconds(double s);
 
   void all_reduce(Tensor& t, ReduceOp op) override;
   std::unique_ptr<Work> all_reduce_async(Tensor& t, ReduceOp op) override;
   void all_gather(const Tensor& in, Tensor& out) override;
   std::unique_ptr<Work> all_gather_async(const Tensor& in, Tensor& out) override;
   void reduce_scatter(const Tensor& in, Tensor& out, ReduceOp op) override;
-  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, Tensor& out,
-                                             ReduceOp op) override;
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override;
   void broadcast(Tensor& t, int root) override;
   void barrier() override;
   void all_to_all(const Tensor& in, const std::vector<int64_t>& send_counts, Tensor& out,
@@ -93,6 +96,7 @@ class MpiCommunicator final : public Communicator {
   double timeout_s_;
   int rank_ = 0, size_ = 1;
   int64_t max_chunk_;
+  double spin_s_ = 0.0;
   std::vector<int> world_ranks_;  // group rank -> MPI_COMM_WORLD rank
 };
 

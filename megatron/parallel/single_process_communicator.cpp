@@ -17,8 +17,7 @@ class SingleProcessCommunicator final : public Communicator {
   int size() const override { return 1; }
   const std::string& name() const override { return name_; }
   int world_rank_of(int group_rank) const override {
-    MT_CHECK(group_rank == 0, "group rank ", group_rank, " outside the group of one '", name_,
-             "'");
+    MT_CHECK(group_rank == 0, "group rank ", group_rank, " outside the group of one '", name_, "'");
     return world_rank_;
   }
 
@@ -36,8 +35,7 @@ class SingleProcessCommunicator final : public Communicator {
     check_op(in.dtype(), op, "reduce_scatter");
     copy(in, out, "reduce_scatter");
   }
-  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, Tensor& out,
-                                             ReduceOp op) override {
+  std::unique_ptr<Work> reduce_scatter_async(const Tensor& in, Tensor& out, ReduceOp op) override {
     reduce_scatter(in, out, op);
     return std::make_unique<DoneWork>();
   }
@@ -50,15 +48,14 @@ class SingleProcessCommunicator final : public Communicator {
     MT_CHECK(send_counts.size() == 1 && recv_counts.size() == 1, "all_to_all on group '", name_,
              "' of one: need one send and one receive count, got ", send_counts.size(), " and ",
              recv_counts.size());
-    MT_CHECK(send_counts[0] == in.numel() && recv_counts[0] == out.numel(),
-             "all_to_all on group '", name_, "' of one: counts ", send_counts[0], "/",
-             recv_counts[0], " vs buffers of ", in.numel(), "/", out.numel(), " elements");
+    MT_CHECK(send_counts[0] == in.numel() && recv_counts[0] == out.numel(), "all_to_all on group '",
+             name_, "' of one: counts ", send_counts[0], "/", recv_counts[0], " vs buffers of ",
+             in.numel(), "/", out.numel(), " elements");
     copy(in, out, "all_to_all");
   }
   std::unique_ptr<Work> batch_isend_irecv(std::vector<P2POp> ops) override {
-    MT_CHECK(ops.empty(), "batch_isend_irecv on group '", name_,
-             "': no peers in a group of one (", ops.size(), " ops, first with peer ",
-             ops.empty() ? 0 : ops.front().peer, ")");
+    MT_CHECK(ops.empty(), "batch_isend_irecv on group '", name_, "': no peers in a group of one (",
+             ops.size(), " ops, first with peer ", ops.empty() ? 0 : ops.front().peer, ")");
     return std::make_unique<DoneWork>();
   }
 
@@ -81,8 +78,7 @@ class SingleProcessCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_single_process_communicator(std::string name,
-                                                               int world_rank) {
+std::unique_ptr<Communicator> make_single_process_communicator(std::string name, int world_rank) {
   return std::make_unique<SingleProcessCommunicator>(std::move(name), world_rank);
 }
 

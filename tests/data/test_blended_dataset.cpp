@@ -26,7 +26,8 @@ const json& fixture() {
 }
 
 std::shared_ptr<const SequenceSource> write_corpus(const std::string& prefix,
-                                                   const std::vector<int64_t>& lengths, int corpus) {
+                                                   const std::vector<int64_t>& lengths,
+                                                   int corpus) {
   IndexedDatasetWriter w(prefix, DType::I32);
   int32_t pos = 0;
   for (int64_t l : lengths) {
@@ -130,8 +131,11 @@ TEST(BlendedDataset, GetRoutesAndValidates) {
   expect_input_error([&] { BlendedDataset(parts, {1.0}, 10); }, {"2 datasets but 1 weights"});
   std::vector<std::shared_ptr<const SampleDataset>> small{std::make_shared<TaggedDataset>(1, 100),
                                                           std::make_shared<TaggedDataset>(2, 5)};
-  expect_input_error([&] { BlendedDataset(small, {0.5, 0.5}, 40); },
-                     {"draws 20 samples from tagged 2", "only 5"});
+  expect_input_error(
+      [&] {
+        BlendedDataset(small, {0.5, 0.5}, 40);
+      },
+      {"draws 20 samples from tagged 2", "only 5"});
   std::vector<std::shared_ptr<const SampleDataset>> mixed{std::make_shared<TaggedDataset>(1, 9, 3),
                                                           std::make_shared<TaggedDataset>(2, 9, 4)};
   expect_input_error([&] { BlendedDataset(mixed, {0.5, 0.5}, 4); }, {"seq_length"});
@@ -162,7 +166,8 @@ TEST(BuildGPTDatasets, MatchesMegatronBuilderFixture) {
     EXPECT_EQ(barriers, 9 * (round + 1));
     for (int s = 0; s < 3; ++s) {
       const json& want = b["splits"][static_cast<size_t>(s)];
-      const auto* blended = dynamic_cast<const BlendedDataset*>(got.splits[static_cast<size_t>(s)].get());
+      const auto* blended =
+          dynamic_cast<const BlendedDataset*>(got.splits[static_cast<size_t>(s)].get());
       ASSERT_NE(blended, nullptr);
       ASSERT_EQ(blended->num_samples(), want["size"].get<int64_t>());
       for (size_t d = 0; d < 3; ++d) {

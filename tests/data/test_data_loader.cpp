@@ -26,7 +26,8 @@ class CountingDataset final : public SampleDataset {
   void get(int64_t index, int32_t* out) const override {
     ++reads;
     if (delay_us_) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-    if (index == throw_at_) throw std::runtime_error("disk on fire at sample " + std::to_string(index));
+    if (index == throw_at_)
+      throw std::runtime_error("disk on fire at sample " + std::to_string(index));
     MT_CHECK(index >= 0 && index < n_, "index");
     for (int64_t t = 0; t <= seq_; ++t) out[t] = static_cast<int32_t>(index + t);
   }
@@ -86,7 +87,8 @@ TEST(DataLoader, AssignmentMatchesMegatronSampler) {
         for (size_t m = 0; m < s.micro_batches.size(); ++m)
           for (size_t b = 0; b < 2; ++b)
             for (size_t t = 0; t < 5; ++t)
-              ASSERT_EQ(s.micro_batches[m][b * 5 + t], s.sample_indices[m][b] + static_cast<int64_t>(t));
+              ASSERT_EQ(s.micro_batches[m][b * 5 + t],
+                        s.sample_indices[m][b] + static_cast<int64_t>(t));
     }
   }
   // Rank 1 of dp 2, mbs 2, gbs 8, from 0: micro-batches {2,3} {6,7}, then {10,11} {14,15}.
@@ -234,11 +236,22 @@ TEST(DataLoader, ShutdownWithAFullQueueAndASlowDataset) {
 
 TEST(DataLoader, ConfigErrors) {
   auto ds = std::make_shared<CountingDataset>(100, 2);
-  expect_input_error([&] { DataLoader(ds, {10, 4, 0, 1, 0, 2, std::nullopt}); },
-                     {"global_batch_size 10", "4 x 1"});
+  expect_input_error(
+      [&] {
+        DataLoader(ds, {10, 4, 0, 1, 0, 2, std::nullopt});
+      },
+      {"global_batch_size 10", "4 x 1"});
   expect_input_error([&] { DataLoader(ds, {8, 4, 2, 2, 0, 2, std::nullopt}); }, {"dp_rank 2"});
-  expect_input_error([&] { DataLoader(ds, {8, 0, 0, 1, 0, 2, std::nullopt}); }, {"micro_batch_size"});
-  expect_input_error([&] { DataLoader(ds, {8, 4, 0, 1, -8, 2, std::nullopt}); }, {"consumed_samples"});
+  expect_input_error(
+      [&] {
+        DataLoader(ds, {8, 0, 0, 1, 0, 2, std::nullopt});
+      },
+      {"micro_batch_size"});
+  expect_input_error(
+      [&] {
+        DataLoader(ds, {8, 4, 0, 1, -8, 2, std::nullopt});
+      },
+      {"consumed_samples"});
   expect_input_error([&] { DataLoader(ds, {8, 4, 0, 1, 0, 2, 101}); }, {"total_samples 101"});
 }
 

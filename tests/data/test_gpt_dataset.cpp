@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <thread>
@@ -52,12 +52,13 @@ template <typename A, typename B>
 void expect_same(const A& got, const B& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_EQ(static_cast<int64_t>(got[i]), static_cast<int64_t>(want[i])) << what << " [" << i << "]";
+    ASSERT_EQ(static_cast<int64_t>(got[i]), static_cast<int64_t>(want[i]))
+        << what << " [" << i << "]";
 }
 
 void expect_matches_case(const GPTDataset& ds, const json& c) {
-  const std::string what = std::string("case ") + c["corpus"].get<std::string>() +
-                           " split " + std::to_string(c["split_id"].get<int>()) + " S " +
+  const std::string what = std::string("case ") + c["corpus"].get<std::string>() + " split " +
+                           std::to_string(c["split_id"].get<int>()) + " S " +
                            std::to_string(c["seq_length"].get<int64_t>());
   EXPECT_EQ(ds.plan().tokens_per_epoch, c["tokens_per_epoch"].get<int64_t>()) << what;
   EXPECT_EQ(ds.plan().num_epochs, c["num_epochs"].get<int64_t>()) << what;
@@ -65,7 +66,8 @@ void expect_matches_case(const GPTDataset& ds, const json& c) {
   EXPECT_EQ(ds.num_samples(), c["num_samples_total"].get<int64_t>()) << what;
   expect_same(ds.document_index(), c["document_index"].get<std::vector<int64_t>>(), what + " doc");
   expect_same(ds.sample_index(), c["sample_index"].get<std::vector<int64_t>>(), what + " sample");
-  expect_same(ds.shuffle_index(), c["shuffle_index"].get<std::vector<int64_t>>(), what + " shuffle");
+  expect_same(ds.shuffle_index(), c["shuffle_index"].get<std::vector<int64_t>>(),
+              what + " shuffle");
   const auto samples = c["samples"].get<std::vector<std::vector<int64_t>>>();
   std::vector<int32_t> buf(static_cast<size_t>(ds.seq_length() + 1));
   for (size_t i = 0; i < samples.size(); ++i) {
@@ -152,7 +154,8 @@ TEST(GPTDataset, PlanThresholdAndEpochs) {
   EXPECT_FALSE(p.separate_final_epoch);
   p = plan_gpt_indices(100, 15, 10, "x");  // final gives 6 < 7
   EXPECT_TRUE(p.separate_final_epoch);
-  expect_input_error([] { plan_gpt_indices(1, 5, 10, "dataset 'q'"); }, {"dataset 'q'", "1 tokens"});
+  expect_input_error([] { plan_gpt_indices(1, 5, 10, "dataset 'q'"); },
+                     {"dataset 'q'", "1 tokens"});
   expect_input_error([] { plan_gpt_indices(100, 5, 0, "dataset 'q'"); }, {"seq_length"});
 }
 
@@ -200,15 +203,24 @@ TEST(GPTDataset, ErrorsNameDatasetAndSplit) {
   auto src = write_corpus(dir.file("small"), {1, 3, 2});
   GPTDatasetConfig cfg;
   cfg.seq_length = 8;
-  expect_input_error([&] { GPTDataset::build(src, 1, {2, 2}, cfg); },
-                     {dir.file("small"), "valid split", "empty"});
+  expect_input_error(
+      [&] {
+        GPTDataset::build(src, 1, {2, 2}, cfg);
+      },
+      {dir.file("small"), "valid split", "empty"});
   // 6 tokens, one epoch (num_samples unset): no window of 9 tokens.
-  expect_input_error([&] { GPTDataset::build(src, 0, {0, 3}, cfg); },
-                     {dir.file("small"), "train split", "6 tokens", "seq_length + 1 = 9"});
+  expect_input_error(
+      [&] {
+        GPTDataset::build(src, 0, {0, 3}, cfg);
+      },
+      {dir.file("small"), "train split", "6 tokens", "seq_length + 1 = 9"});
   // A single 1-token sequence: Megatron asserts tokens_per_epoch > 1.
   cfg.num_samples = 4;
-  expect_input_error([&] { GPTDataset::build(src, 2, {0, 1}, cfg); },
-                     {dir.file("small"), "test split", "1 tokens"});
+  expect_input_error(
+      [&] {
+        GPTDataset::build(src, 2, {0, 1}, cfg);
+      },
+      {dir.file("small"), "test split", "1 tokens"});
   // With num_samples, Megatron repeats the few tokens over many epochs: allowed.
   const auto ds = GPTDataset::build(src, 0, {0, 3}, cfg);
   EXPECT_GE(ds->num_samples(), 4);
@@ -311,16 +323,16 @@ TEST(GPTDatasetCache, CorruptOrTruncatedFilesAreRebuiltWithAWarning) {
   CacheFixture f;
   const DocumentRange r{0, 100};
   const auto ref = GPTDataset::build(f.src, 0, r, f.cfg);
-  for (const char* victim : {"-sample_index.npy", "-shuffle_index.npy", "-document_index.npy",
-                             "-description.json"}) {
+  for (const char* victim :
+       {"-sample_index.npy", "-shuffle_index.npy", "-document_index.npy", "-description.json"}) {
     for (int mode = 0; mode < 3; ++mode) {
       GPTDataset::build_or_load(f.src, 0, r, f.cfg);
       ASSERT_TRUE(GPTDataset::cache_exists(*f.src, 0, r, f.cfg));
       const std::string path = f.file_ending(victim).string();
       auto bytes = testing::read_bytes(path);
       if (mode == 0) bytes[bytes.size() - 3] ^= 0x40;  // flip a bit of the data
-      if (mode == 1) bytes.resize(bytes.size() - 8);     // truncate
-      if (mode == 2) bytes[12] ^= 0x01;                  // damage the header / the JSON
+      if (mode == 1) bytes.resize(bytes.size() - 8);   // truncate
+      if (mode == 2) bytes[12] ^= 0x01;                // damage the header / the JSON
       testing::write_bytes(path, bytes);
       EXPECT_FALSE(GPTDataset::cache_exists(*f.src, 0, r, f.cfg)) << victim << " mode " << mode;
       f.logs.clear();

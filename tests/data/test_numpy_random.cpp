@@ -22,7 +22,8 @@ struct Record {
 };
 
 std::vector<Record> load_fixture() {
-  const std::string path = std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/data/numpy_random.txt";
+  const std::string path =
+      std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/data/numpy_random.txt";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "cannot open " << path;
   std::vector<Record> out;
@@ -69,7 +70,8 @@ TEST(MT19937, RawOutputsMatchNumpy) {
     ASSERT_EQ(r.fields.size(), count + 2);
     NumpyRandomState rs(seed);
     for (size_t i = 0; i < count; ++i)
-      ASSERT_EQ(rs.generator().next_uint32(), u64(r.fields[2 + i])) << "seed " << seed << " i " << i;
+      ASSERT_EQ(rs.generator().next_uint32(), u64(r.fields[2 + i]))
+          << "seed " << seed << " i " << i;
     ++checked;
   }
   EXPECT_EQ(checked, 4);
@@ -99,13 +101,15 @@ TEST(NumpyRandomState, ShuffleMatchesNumpy) {
       std::iota(a.begin(), a.end(), 0);
       NumpyRandomState(seed).shuffle(std::span<int64_t>(a));
       for (size_t i = 0; i < n; ++i)
-        ASSERT_EQ(a[i], static_cast<int64_t>(u64(r.fields[2 + i]))) << "seed " << seed << " n " << n;
+        ASSERT_EQ(a[i], static_cast<int64_t>(u64(r.fields[2 + i])))
+            << "seed " << seed << " n " << n;
     } else {
       std::vector<int32_t> a(n);
       std::iota(a.begin(), a.end(), 0);
       NumpyRandomState(seed).shuffle(std::span<int32_t>(a));
       for (size_t i = 0; i < n; ++i)
-        ASSERT_EQ(a[i], static_cast<int32_t>(u64(r.fields[2 + i]))) << "seed " << seed << " n " << n;
+        ASSERT_EQ(a[i], static_cast<int32_t>(u64(r.fields[2 + i])))
+            << "seed " << seed << " n " << n;
     }
     ++checked;
   }

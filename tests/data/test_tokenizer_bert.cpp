@@ -23,7 +23,9 @@ using testing::write_text;
 const std::string kSrc = std::string(MEGATRON_SOURCE_DIR) + "/";
 const std::string kVocab = kSrc + "tokenizers/bert-base-uncased/vocab.txt";
 
-std::unique_ptr<Tokenizer> uncased() { return make_tokenizer({"BertWordPieceLowerCase", kVocab, "", ""}); }
+std::unique_ptr<Tokenizer> uncased() {
+  return make_tokenizer({"BertWordPieceLowerCase", kVocab, "", ""});
+}
 std::unique_ptr<Tokenizer> cased() { return make_tokenizer({"BertWordPieceCase", kVocab, "", ""}); }
 
 std::string from_hex(const std::string& hex) {
@@ -58,22 +60,30 @@ TEST(BertWordPiece, HandCheckedEncodings) {
   EXPECT_EQ(lower.encode("Hello, World!"), (I{7592, 1010, 2088, 999}));
   EXPECT_EQ(keep.encode("Hello, World!"), (I{100, 1010, 100, 999}));  // no capitals in the vocab
   EXPECT_EQ(lower.tokenize("unaffable"), (S{"una", "##ffa", "##ble"}));
-  EXPECT_EQ(lower.tokenize("UNwant\xc3\xa9""d,running"), (S{"unwanted", ",", "running"}));
+  EXPECT_EQ(lower.tokenize("UNwant\xc3\xa9"
+                           "d,running"),
+            (S{"unwanted", ",", "running"}));
   EXPECT_EQ(lower.tokenize("I'm"), (S{"i", "'", "m"}));
   // Final sigma (Python's str.lower()): "ΣΑΣ" -> "σας".
-  EXPECT_EQ(lower.tokenize("\xce\xa3\xce\x91\xce\xa3"), (S{"\xcf\x83", "##\xce\xb1", "##\xcf\x82"}));
+  EXPECT_EQ(lower.tokenize("\xce\xa3\xce\x91\xce\xa3"),
+            (S{"\xcf\x83", "##\xce\xb1", "##\xcf\x82"}));
   // CJK ideographs are split out; one missing from the vocab is [UNK].
   EXPECT_EQ(lower.tokenize("\xe6\x88\x91\xe7\x88\xb1\xe5\x8c\x97\xe4\xba\xac"),
             (S{"\xe6\x88\x91", "[UNK]", "\xe5\x8c\x97", "\xe4\xba\xac"}));
   // Control characters vanish, whitespace of any kind separates.
-  EXPECT_EQ(lower.tokenize("a\x01" "b\tc\xe2\x80\x83" "d\xe2\x80\xa8" "e"), (S{"ab", "c", "d", "e"}));
+  EXPECT_EQ(lower.tokenize("a\x01"
+                           "b\tc\xe2\x80\x83"
+                           "d\xe2\x80\xa8"
+                           "e"),
+            (S{"ab", "c", "d", "e"}));
   EXPECT_TRUE(lower.encode("").empty());
   EXPECT_TRUE(lower.encode(" \n\t ").empty());
   // Words over 200 code points are [UNK]; 200 are not.
   EXPECT_EQ(lower.encode(std::string(201, 'a')), (I{100}));
   EXPECT_NE(lower.encode(std::string(200, 'a')), (I{100}));
   // Decode: Megatron's convert_tokens_to_string.
-  EXPECT_EQ(lower.decode(lower.encode("Hello, World! I'm unaffable.")), "hello, world! i'm unaffable.");
+  EXPECT_EQ(lower.decode(lower.encode("Hello, World! I'm unaffable.")),
+            "hello, world! i'm unaffable.");
   EXPECT_EQ(lower.decode({101, 7592, 102}), "[CLS] hello [SEP]");
   expect_input_error([&] { lower.decode({30522}); }, {"30522", kVocab});
   expect_input_error([&] { lower.decode({-1}); }, {"-1"});
@@ -88,12 +98,13 @@ TEST(BertWordPiece, MatchesReferenceFixture) {
   size_t n = 0;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line);
-    const std::string text =
-        j.contains("hex") ? from_hex(j.at("hex").get<std::string>()) : j.at("text").get<std::string>();
+    const std::string text = j.contains("hex") ? from_hex(j.at("hex").get<std::string>())
+                                               : j.at("text").get<std::string>();
     const auto expected = j.at("uncased").get<std::vector<int32_t>>();
     EXPECT_EQ(lower->encode(text), expected) << "text: " << text;
     EXPECT_EQ(keep->encode(text), j.at("cased").get<std::vector<int32_t>>()) << "text: " << text;
-    EXPECT_EQ(lower->decode(expected), j.at("decoded_uncased").get<std::string>()) << "text: " << text;
+    EXPECT_EQ(lower->decode(expected), j.at("decoded_uncased").get<std::string>())
+        << "text: " << text;
     ++n;
   }
   EXPECT_GT(n, 400u);
@@ -101,8 +112,9 @@ TEST(BertWordPiece, MatchesReferenceFixture) {
 
 TEST(BertWordPiece, ConcurrentEncode) {
   const auto tok = uncased();
-  const std::string text = "It is a truth universally acknowledged, that a single man in "
-                           "possession of a good fortune, must be in want of a wife.";
+  const std::string text =
+      "It is a truth universally acknowledged, that a single man in "
+      "possession of a good fortune, must be in want of a wife.";
   const auto expected = tok->encode(text);
   std::vector<std::thread> threads;
   std::vector<int> bad(4, 0);
@@ -122,7 +134,8 @@ TEST(BertWordPiece, BadVocabFiles) {
   {
     const BertWordPieceTokenizer tok(v, true);
     EXPECT_EQ(tok.vocab_size(), 8);
-    EXPECT_EQ(tok.tokenize("Hellos WORLD x"), (std::vector<std::string>{"hello", "##s", "world", "[UNK]"}));
+    EXPECT_EQ(tok.tokenize("Hellos WORLD x"),
+              (std::vector<std::string>{"hello", "##s", "world", "[UNK]"}));
   }
   write_text(v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\n");
   expect_input_error(make, {v, "[MASK]"});
@@ -132,11 +145,17 @@ TEST(BertWordPiece, BadVocabFiles) {
   expect_input_error(make, {v, "line 6", "UTF-8"});
   write_text(v, "");
   expect_input_error(make, {v, "empty"});
-  expect_input_error([&] { make_tokenizer({"BertWordPieceCase", dir.file("none.txt"), "", ""}); },
-                     {dir.file("none.txt")});
+  expect_input_error(
+      [&] {
+        make_tokenizer({"BertWordPieceCase", dir.file("none.txt"), "", ""});
+      },
+      {dir.file("none.txt")});
   expect_input_error([&] { make_tokenizer({"BertWordPieceCase", "", "", ""}); }, {"vocab"});
-  expect_input_error([&] { make_tokenizer({"BertWordPiece", kVocab, "", ""}); },
-                     {"BertWordPiece", "unknown", "BertWordPieceLowerCase"});
+  expect_input_error(
+      [&] {
+        make_tokenizer({"BertWordPiece", kVocab, "", ""});
+      },
+      {"BertWordPiece", "unknown", "BertWordPieceLowerCase"});
 }
 
 TEST(Unicode, TablesAndHelpers) {
@@ -164,21 +183,25 @@ TEST(Unicode, TablesAndHelpers) {
   out.clear();
   unicode::append_lower(U"\u0130X\u03a3\u03a3 \u03a3", out);
   EXPECT_EQ(out, (std::u32string{U'i', 0x307, U'x', 0x3C3, 0x3C2, U' ', 0x3C3}));
-  EXPECT_EQ(unicode::replace_invalid_utf8("a\xc3(\xf0\x9f\x98\xff"), "a\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(unicode::replace_invalid_utf8("a\xc3(\xf0\x9f\x98\xff"),
+            "a\xef\xbf\xbd(\xef\xbf\xbd\xef\xbf\xbd");
   EXPECT_EQ(unicode::find_invalid_utf8("valid \xe2\x82\xac text"), std::string_view::npos);
   EXPECT_EQ(unicode::find_invalid_utf8("12345678\xc0\x80"), 8u);
 }
 
 TEST(BertWordPiece, PreprocessDataWithBertVocab) {
   ScratchDir dir;
-  write_text(dir.file("in.jsonl"), "{\"text\": \"Hello, World!\"}\n{\"text\": \"\"}\n{\"text\": \"unaffable\"}\n");
+  write_text(dir.file("in.jsonl"),
+             "{\"text\": \"Hello, World!\"}\n{\"text\": \"\"}\n{\"text\": \"unaffable\"}\n");
   const std::string exe = std::string(MEGATRON_BINARY_DIR) + "/bin/preprocess_data";
   ASSERT_TRUE(std::filesystem::exists(exe)) << "build the 'preprocess_data' target first";
   const std::string cmd = "'" + exe + "' --input " + dir.file("in.jsonl") + " --output-prefix " +
-                          dir.file("out") + " --tokenizer-type BertWordPieceLowerCase --vocab-file " +
-                          kVocab + " --append-eod --log-interval 0 2> " + dir.file("err.txt");
+                          dir.file("out") +
+                          " --tokenizer-type BertWordPieceLowerCase --vocab-file " + kVocab +
+                          " --append-eod --log-interval 0 2> " + dir.file("err.txt");
   const int status = std::system(cmd.c_str());
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << testing::read_text(dir.file("err.txt"));
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << testing::read_text(dir.file("err.txt"));
   const IndexedDataset ds(dir.file("out_text_document"));
   EXPECT_EQ(ds.num_documents(), 3);
   ASSERT_EQ(ds.num_sequences(), 2);

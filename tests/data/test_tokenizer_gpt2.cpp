@@ -26,7 +26,9 @@ const std::string kSrc = std::string(MEGATRON_SOURCE_DIR) + "/";
 const std::string kVocab = kSrc + "tokenizers/gpt2/vocab.json";
 const std::string kMerges = kSrc + "tokenizers/gpt2/merges.txt";
 
-std::unique_ptr<Tokenizer> gpt2() { return make_tokenizer({"GPT2BPETokenizer", kVocab, kMerges, ""}); }
+std::unique_ptr<Tokenizer> gpt2() {
+  return make_tokenizer({"GPT2BPETokenizer", kVocab, kMerges, ""});
+}
 
 std::string from_hex(const std::string& hex) {
   std::string out;
@@ -121,7 +123,8 @@ TEST(GPT2BPETokenizer, PreTokenization) {
   EXPECT_EQ(GPT2BPETokenizer::pretokenize("x's ''s 'll"), (V{"x", "'s", " ''", "s", " '", "ll"}));
   EXPECT_EQ(GPT2BPETokenizer::pretokenize("a\n\nb"), (V{"a", "\n", "\n", "b"}));
   EXPECT_EQ(GPT2BPETokenizer::pretokenize("a \t b"), (V{"a", " \t", " b"}));
-  EXPECT_EQ(GPT2BPETokenizer::pretokenize("12ab!? \xc3\xa9t\xc3\xa9 \xe2\x82\xac" "5"),
+  EXPECT_EQ(GPT2BPETokenizer::pretokenize("12ab!? \xc3\xa9t\xc3\xa9 \xe2\x82\xac"
+                                          "5"),
             (V{"12", "ab", "!?", " \xc3\xa9t\xc3\xa9", " \xe2\x82\xac", "5"}));
   EXPECT_TRUE(GPT2BPETokenizer::pretokenize("").empty());
 }
@@ -158,7 +161,8 @@ TEST(GPT2BPETokenizer, BadFilesNameFileAndLine) {
     for (int k = 0; k < b; ++k)
       if (!((k >= '!' && k <= '~') || (k >= 0xA1 && k <= 0xAC) || k >= 0xAE)) ++extra;
     std::string s;
-    unicode::append_utf8(printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra), s);
+    unicode::append_utf8(printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra),
+                         s);
     return s;
   };
   nlohmann::json vocab = nlohmann::json::object();
@@ -212,11 +216,17 @@ TEST(GPT2BPETokenizer, BadFilesNameFileAndLine) {
   bad["<|endoftext|>"] = 'a';
   write_text(v, bad.dump());
   expect_input_error(make, {v, "single-byte token 'a'"});
-  expect_input_error([&] { make_tokenizer({"GPT2BPETokenizer", dir.file("none.json"), m, ""}); },
-                     {dir.file("none.json")});
+  expect_input_error(
+      [&] {
+        make_tokenizer({"GPT2BPETokenizer", dir.file("none.json"), m, ""});
+      },
+      {dir.file("none.json")});
   write_text(v, vocab.dump());
-  expect_input_error([&] { make_tokenizer({"GPT2BPETokenizer", v, dir.file("none.txt"), ""}); },
-                     {dir.file("none.txt")});
+  expect_input_error(
+      [&] {
+        make_tokenizer({"GPT2BPETokenizer", v, dir.file("none.txt"), ""});
+      },
+      {dir.file("none.txt")});
   expect_input_error([&] { make_tokenizer({"GPT2BPETokenizer", v, "", ""}); }, {"merge"});
 }
 
@@ -258,8 +268,8 @@ TEST(GPT2BPETokenizer, CorpusRoundTripAndThroughput) {
   std::snprintf(buf, sizeof(buf),
                 "GPT-2 encode of the corpus (%.1f MB, 1 thread): %.2f MB/s cold cache, %.2f MB/s "
                 "warm; %.2f M tokens, %.2f M tokens/s cold",
-                bytes / 1e6, bytes / 1e6 / cold, bytes / 1e6 / warm, static_cast<double>(total) / 1e6,
-                static_cast<double>(total) / 1e6 / cold);
+                bytes / 1e6, bytes / 1e6 / cold, bytes / 1e6 / warm,
+                static_cast<double>(total) / 1e6, static_cast<double>(total) / 1e6 / cold);
   std::printf("%s\n", buf);
   RecordProperty("throughput", buf);
 }
@@ -273,7 +283,8 @@ int run_preprocess(const ScratchDir& dir, const std::string& args, std::string& 
     return -1;
   }
   const std::string err_file = dir.file("stderr.txt");
-  const int status = std::system(("'" + exe + "' " + args + " > /dev/null 2> '" + err_file + "'").c_str());
+  const int status =
+      std::system(("'" + exe + "' " + args + " > /dev/null 2> '" + err_file + "'").c_str());
   err = testing::read_text(err_file);
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
@@ -287,12 +298,12 @@ TEST(GPT2BPETokenizer, PreprocessDataEndToEndMatchesFixture) {
   for (const auto& c : cases) jsonl += nlohmann::json({{"text", c.text}}).dump() + "\n";
   write_text(dir.file("in.jsonl"), jsonl);
   std::string err;
-  const int rc = run_preprocess(
-      dir,
-      "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("out") +
-          " --tokenizer-type GPT2BPETokenizer --vocab-file " + kVocab + " --merge-file " + kMerges +
-          " --append-eod --workers 2 --log-interval 0",
-      err);
+  const int rc =
+      run_preprocess(dir,
+                     "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("out") +
+                         " --tokenizer-type GPT2BPETokenizer --vocab-file " + kVocab +
+                         " --merge-file " + kMerges + " --append-eod --workers 2 --log-interval 0",
+                     err);
   ASSERT_EQ(rc, 0) << err;
   EXPECT_NE(err.find("GPT2BPETokenizer"), std::string::npos) << err;
   const IndexedDataset ds(dir.file("out_text_document"));
@@ -308,11 +319,12 @@ TEST(GPT2BPETokenizer, PreprocessDataEndToEndMatchesFixture) {
   }
   EXPECT_EQ(ds.num_sequences(), seq);
   // Missing files are input errors naming the file.
-  const int rc2 = run_preprocess(dir,
-                                 "--input " + dir.file("in.jsonl") + " --output-prefix " +
-                                     dir.file("o2") + " --tokenizer-type GPT2BPETokenizer --vocab-file " +
-                                     dir.file("nope.json") + " --merge-file " + kMerges,
-                                 err);
+  const int rc2 =
+      run_preprocess(dir,
+                     "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("o2") +
+                         " --tokenizer-type GPT2BPETokenizer --vocab-file " +
+                         dir.file("nope.json") + " --merge-file " + kMerges,
+                     err);
   EXPECT_EQ(rc2, 1);
   EXPECT_NE(err.find(dir.file("nope.json")), std::string::npos) << err;
 }

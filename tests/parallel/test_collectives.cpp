@@ -227,7 +227,8 @@ TEST(Collectives, UnevenAllToAllWithZeroCounts) {
   }
   // Every count zero (a rank that routes no tokens anywhere).
   std::vector<int64_t> zeros(n, 0);
-  Tensor empty_in = Tensor::empty(Shape{0}, DType::I32), empty_out = Tensor::empty(Shape{0}, DType::I32);
+  Tensor empty_in = Tensor::empty(Shape{0}, DType::I32),
+         empty_out = Tensor::empty(Shape{0}, DType::I32);
   world().all_to_all(empty_in, zeros, empty_out, zeros);
   // Even exchange of one int per pair: the transposition.
   std::vector<int64_t> ones(n, 1);
@@ -335,7 +336,8 @@ TEST(Collectives, ClearErrors) {
   Tensor rs_in = Tensor::zeros(Shape{4 * n}, DType::I32);
   EXPECT_THROW(world().reduce_scatter(rs_in, rs_out, ReduceOp::Avg), megatron::Error);
 
-  Tensor small = Tensor::zeros(Shape{3}, DType::F32), wrong = Tensor::zeros(Shape{3 * n + 1}, DType::F32);
+  Tensor small = Tensor::zeros(Shape{3}, DType::F32),
+         wrong = Tensor::zeros(Shape{3 * n + 1}, DType::F32);
   e = error_of([&] { world().all_gather(small, wrong); });
   EXPECT_NE(e.find("output holds"), std::string::npos) << e;
   Tensor wrong_dtype = Tensor::zeros(Shape{3 * n}, DType::F64);

@@ -111,7 +111,8 @@ TEST(Mesh, Tp2Pp2Dp2OnEightRanks) {
   EXPECT_EQ(mesh.tp_rank(), me % 2);
   EXPECT_EQ(mesh.dp_rank(), me / 2 % 2);
   EXPECT_EQ(mesh.pp_rank(), me / 4);
-  EXPECT_EQ(mesh.placement().group(GroupKind::TP, me), (std::vector<int>{me / 2 * 2, me / 2 * 2 + 1}));
+  EXPECT_EQ(mesh.placement().group(GroupKind::TP, me),
+            (std::vector<int>{me / 2 * 2, me / 2 * 2 + 1}));
   EXPECT_EQ(mesh.placement().group(GroupKind::PP, me), (std::vector<int>{me % 4, me % 4 + 4}));
   // A tp all-reduce sums the two neighbours, a pp broadcast comes from stage 0.
   Tensor t = Tensor::empty(Shape{1}, DType::I64);

@@ -63,7 +63,8 @@ TEST(P2P, BothDirectionsAndSeveralTags) {
   // Forward activations (tag 1) and backward grads (tag 2) in one batch, posted in opposite
   // orders on the two sides; tags keep them apart.
   Tensor fwd = iota(77, 10.f * me), bwd = iota(33, -10.f * me);
-  Tensor got_fwd = Tensor::zeros(Shape{77}, DType::F32), got_bwd = Tensor::zeros(Shape{33}, DType::F32);
+  Tensor got_fwd = Tensor::zeros(Shape{77}, DType::F32),
+         got_bwd = Tensor::zeros(Shape{33}, DType::F32);
   auto work = world().batch_isend_irecv({{P2POp::Recv, got_bwd, next, 2},
                                          {P2POp::Send, fwd, next, 1},
                                          {P2POp::Send, bwd, prev, 2},
@@ -75,7 +76,9 @@ TEST(P2P, BothDirectionsAndSeveralTags) {
 
 TEST(P2P, UnevenPairwiseExchangeWithEmptyMessages) {
   const int size = world().size(), me = world().rank();
-  auto len = [](int src, int dst) -> int64_t { return (src + 2 * dst) % 3 == 0 ? 0 : 5 * src + dst + 1; };
+  auto len = [](int src, int dst) -> int64_t {
+    return (src + 2 * dst) % 3 == 0 ? 0 : 5 * src + dst + 1;
+  };
   std::vector<Tensor> sends, recvs;
   std::vector<P2POp> ops;
   for (int r = 0; r < size; ++r) {
@@ -96,8 +99,10 @@ TEST(P2P, DtypesMoveExactly) {
   for (int i = 0; i < 3; ++i) s64.data<int64_t>()[i] = (int64_t{1} << 40) * me + i;
   for (int i = 0; i < 5; ++i) s8.data<uint8_t>()[i] = static_cast<uint8_t>(200 + me + i);
   world()
-      .batch_isend_irecv({{P2POp::Send, s64, next}, {P2POp::Send, s8, next},
-                          {P2POp::Recv, r64, prev}, {P2POp::Recv, r8, prev}})
+      .batch_isend_irecv({{P2POp::Send, s64, next},
+                          {P2POp::Send, s8, next},
+                          {P2POp::Recv, r64, prev},
+                          {P2POp::Recv, r8, prev}})
       ->wait();
   for (int i = 0; i < 3; ++i) EXPECT_EQ(r64.data<int64_t>()[i], (int64_t{1} << 40) * prev + i);
   for (int i = 0; i < 5; ++i) EXPECT_EQ(r8.data<uint8_t>()[i], 200 + prev + i);

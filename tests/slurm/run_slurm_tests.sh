@@ -6,9 +6,10 @@
 #
 #   srun       one node: `srun -n 2 --mpi=pmix probe` (ranks talk, SLURM_PROCID = MPI rank);
 #              a failing rank fails the step
-#   sbatch     one node: `sbatch --wait` of a wrapped srun and of tools/slurm/pretrain_cpu.sbatch
-#              (with the probe as PRETRAIN: checks the flags and threads the template passes),
-#              output files, and that the job's exit code comes back
+#   sbatch     one node: `sbatch --wait` of a wrapped srun, of tools/slurm/pretrain_cpu.sbatch
+#              and of tools/slurm/pretrain.sbatch with --gpus-per-node=0 (the probe as
+#              PRETRAIN: checks the flags and threads the templates pass), output files, and
+#              that the job's exit code comes back
 #   two_nodes  nodes n1, n2: `srun -N 2 --ntasks-per-node=2` gives SLURM_NODEID 0,0,1,1 and
 #              node names n1,n1,n2,n2, with distinct host names (unshare) and with one shared
 #              host name; the CPU template across both nodes
@@ -176,6 +177,17 @@ phase_sbatch() {
   grep -q '2 ranks x 2 threads' "$out" || { cat "$out" >&2; fail "$out: template header line missing"; }
   cat "$out"
 
+  note "sbatch --wait tools/slurm/pretrain.sbatch --gpus-per-node=0 (the GPU template, no GPUs here)"
+  must_run "$WORK/sbatch-gpu-template.log" 90 \
+    env MEGATRON_ROOT="$src" PRETRAIN="$PROBE" SET="training.train_iters=3" \
+    sbatch --wait --nodes=1 --ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=2 \
+    --output="$WORK/gpu-template-%j.out" "$src/tools/slurm/pretrain.sbatch"
+  out="$(only_file "$WORK/gpu-template-*.out")"
+  check_probe "$out" 2 "0 0" "n1 n1"
+  grep -q '^probe args: --recipe recipes/gpt_tiny.yaml --set training.train_iters=3$' "$out" ||
+    { cat "$out" >&2; fail "$out: the GPU template did not pass --recipe/--set as expected"; }
+  cat "$out"
+
   note "sbatch --wait returns the job's exit status"
   local rc=0
   run_to "$WORK/sbatch-fail.log" 90 \
@@ -255,9 +267,9 @@ phase_pretrain() {
   must_run "$WORK/pretrain-sbatch.log" 240 \
     env MEGATRON_ROOT="$src" PRETRAIN="$bin" RECIPE="$recipe" SET="$set" EXTRA_ARGS="$extra" \
     sbatch --wait --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=5 \
-    --output="$WORK/pretrain-%j.out" "$src/tools/slurm/pretrain_cpu.sbatch"
+    --output="$WORK/job-pretrain-%j.out" "$src/tools/slurm/pretrain_cpu.sbatch"
   local out
-  out="$(only_file "$WORK/pretrain-*.out")"
+  out="$(only_file "$WORK/job-pretrain-*.out")"
   grep -q validation "$out" || { cat "$out" >&2; fail "$out: no 'validation' in the job's output"; }
   tail -n 5 "$out"
 }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <random>
 #include <set>
 
@@ -68,9 +70,9 @@ void check_invariants(const mp::Placement& p, const std::string& what) {
   }
   for (int c : seen) EXPECT_EQ(c, 1);
   const std::pair<GroupKind, int64_t> expected_size[] = {
-      {GroupKind::TP, s.tp},      {GroupKind::CP, s.cp},
-      {GroupKind::DP, s.dp},      {GroupKind::PP, s.pp},
-      {GroupKind::EP, s.ep},      {GroupKind::ExpertDP, s.dp / s.ep},
+      {GroupKind::TP, s.tp},           {GroupKind::CP, s.cp},
+      {GroupKind::DP, s.dp},           {GroupKind::PP, s.pp},
+      {GroupKind::EP, s.ep},           {GroupKind::ExpertDP, s.dp / s.ep},
       {GroupKind::Model, s.tp * s.pp}, {GroupKind::DPCP, s.dp * s.cp}};
   for (GroupKind k : mp::kAllGroupKinds) {
     SCOPED_TRACE(std::string(mp::group_kind_name(k)));
@@ -146,7 +148,8 @@ TEST(MeshSizes, ValidateNamesTheProblem) {
   } catch (const megatron::InputError& e) {
     EXPECT_NE(std::string(e.what()).find("ep=3"), std::string::npos) << e.what();
   }
-  for (const char* bad : {"tp-cp-dp-pp", "tp-tp-ep-dp-pp", "tp-cp-ep-dp-xx", "", "tp,cp,ep,dp,pp"}) {
+  for (const char* bad :
+       {"tp-cp-dp-pp", "tp-tp-ep-dp-pp", "tp-cp-ep-dp-xx", "", "tp,cp,ep,dp,pp"}) {
     try {
       sizes(2, 1, 1, 2, 2, bad).validate(8);
       FAIL() << bad;
@@ -398,6 +401,23 @@ TEST(MeshPlacement, ReportShowsNodesAndGroups) {
   EXPECT_EQ(r.find("WARNING"), std::string::npos) << r;
 }
 
+TEST(MeshPlacement, LargeWorldPlansQuicklyAndReportsBriefly) {
+  // 4096 nodes x 8 ranks, handed out cyclically.
+  const int nodes = 4096, world = nodes * 8;
+  const auto start = std::chrono::steady_clock::now();
+  const auto p = mp::plan_placement(sizes(8, 1, 8, 512, 8), cyclic_nodes(nodes, world));
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);
+  EXPECT_TRUE(p.warnings.empty());
+  EXPECT_TRUE(tp_groups_node_local(p));
+  EXPECT_EQ(groups(p, GroupKind::TP).size(), static_cast<size_t>(world / 8));
+  EXPECT_EQ(groups(p, GroupKind::DP).size(), static_cast<size_t>(world / 512));
+  const std::string r = p.report();
+  EXPECT_LT(std::count(r.begin(), r.end(), '\n'), 300);
+  EXPECT_NE(r.find("more"), std::string::npos);
+}
+
 TEST(LaunchLayout, LocalRanksFollowNodeNames) {
   const std::vector<std::string> names = {"a", "b", "a", "b", "a", "c"};
   auto i = mp::layout_from_node_names(4, names);
@@ -433,10 +453,10 @@ TEST(MeshSingleProcess, AllGroupsOfOne) {
   EXPECT_TRUE(mesh->has_embedding());
   megatron::Tensor t = megatron::Tensor::zeros(megatron::Shape{3}, megatron::DType::F32);
   mesh->dp().all_reduce(t, mp::ReduceOp::Avg);
-  EXPECT_THROW(mesh->dp().all_reduce(t = megatron::Tensor::zeros(megatron::Shape{3},
-                                                                  megatron::DType::I32),
-                                     mp::ReduceOp::Avg),
-               megatron::Error);
+  EXPECT_THROW(
+      mesh->dp().all_reduce(t = megatron::Tensor::zeros(megatron::Shape{3}, megatron::DType::I32),
+                            mp::ReduceOp::Avg),
+      megatron::Error);
   EXPECT_THROW(mesh->pp().batch_isend_irecv({{mp::P2POp::Send, t, 0}}), megatron::Error);
   EXPECT_NO_THROW(mesh->pp().batch_isend_irecv({})->wait());
 

@@ -36,44 +36,44 @@ void DataParallelGrads::begin_last_backward() {
 
 void DataParallelGrads::grads_ready_below(int64_t watermark) {
   if (!armed_) return;
-  // Blocking reduce-scatter for the distributed optimizer runs in finish(); all-reduce buckets
-  // start here, overlapping the remaining backward.
-  if (distributed_) return;
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].end <= watermark)
     launch(next_bucket_++);
 }
 
 void DataParallelGrads::launch(size_t i) {
   Tensor grads = store_->grads().flat_view(buckets_[i].begin, {buckets_[i].size()});
-  pending_.push_back(dp_->all_reduce_async(grads, parallel::ReduceOp::Sum));
+  if (distributed_) {
+    pending_.push_back(dp_->reduce_scatter_async(grads, shard_scratch_[i], parallel::ReduceOp::Sum));
+  } else {
+    pending_.push_back(dp_->all_reduce_async(grads, parallel::ReduceOp::Sum));
+  }
 }
 
 void DataParallelGrads::finish() {
   if (dp_->size() == 1) return;
+  while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
+  for (auto& w : pending_) w->wait();
+  pending_.clear();
   if (distributed_) {
-    for (size_t i = 0; i < buckets_.size(); ++i) {
-      const BufferRange& b = buckets_[i];
-      Tensor in = store_->grads().flat_view(b.begin, {b.size()});
-      dp_->reduce_scatter(in, shard_scratch_[i], parallel::ReduceOp::Sum);
-      Tensor mine = store_->grads().flat_view(owned_[i].begin, {owned_[i].size()});
-      mine.copy_from(shard_scratch_[i]);
-    }
-  } else {
-    while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
-    for (auto& w : pending_) w->wait();
-    pending_.clear();
+    // The reduced shard lands in scratch (the input bucket must not alias the output).
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      store_->grads().flat_view(owned_[i].begin, {owned_[i].size()}).copy_from(shard_scratch_[i]);
   }
   armed_ = false;
 }
 
 void DataParallelGrads::gather_params() {
   if (!distributed_) return;
+  std::vector<Tensor> outs;
+  outs.reserve(buckets_.size());  // async gathers keep pointers to these views
   for (size_t i = 0; i < buckets_.size(); ++i) {
     shard_scratch_[i].copy_from(
         store_->values().flat_view(owned_[i].begin, {owned_[i].size()}));
-    Tensor out = store_->values().flat_view(buckets_[i].begin, {buckets_[i].size()});
-    dp_->all_gather(shard_scratch_[i], out);
+    outs.push_back(store_->values().flat_view(buckets_[i].begin, {buckets_[i].size()}));
+    pending_.push_back(dp_->all_gather_async(shard_scratch_[i], outs.back()));
   }
+  for (auto& w : pending_) w->wait();
+  pending_.clear();
 }
 
 }  // namespace megatron::optim

@@ -82,11 +82,16 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
       is_logger_(groups.world->rank() == 0) {
   recipe_.resolve_for_world(world_->size());
   const auto& tr = recipe_.training;
-  MT_INPUT_CHECK(recipe_.parallel.tensor == tp_->size() && recipe_.parallel.pipeline == 1 &&
-                     recipe_.parallel.data == dp_->size(),
-                 recipe_.source_path, ": parallel.tensor=", recipe_.parallel.tensor,
-                 " pipeline=", recipe_.parallel.pipeline, " data=", recipe_.parallel.data,
-                 " is not runnable by this build yet (data parallelism only)");
+  MT_INPUT_CHECK(recipe_.parallel.tensor == tp_->size() && recipe_.parallel.data == dp_->size(),
+                 recipe_.source_path, ": parallel.tensor=", recipe_.parallel.tensor, " data=",
+                 recipe_.parallel.data, " do not match the process groups (tp ", tp_->size(),
+                 ", dp ", dp_->size(), ")");
+  MT_INPUT_CHECK(recipe_.parallel.pipeline == 1, recipe_.source_path, ": parallel.pipeline=",
+                 recipe_.parallel.pipeline, ": pipeline parallelism is not available yet");
+  MT_INPUT_CHECK(!recipe_.parallel.sequence_parallel, recipe_.source_path,
+                 ": parallel.sequence_parallel: not available yet");
+  MT_INPUT_CHECK(recipe_.parallel.expert == 1 && recipe_.parallel.context == 1,
+                 recipe_.source_path, ": parallel.expert/context > 1 are not available yet");
   MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
                  "' is not available in this build (cpu only so far)");
   MT_INPUT_CHECK(tr.precision == "fp32", recipe_.source_path, ": training.precision: '",

@@ -44,6 +44,7 @@ models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_
   t.norm_eps = static_cast<float>(m.layernorm_epsilon);
   t.init_std = static_cast<float>(m.init_method_std);
   t.seed = r.training.seed;
+  t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
   s.vocab_size = m.vocab_size > 0 ? m.vocab_size : tokenizer_vocab;
   MT_INPUT_CHECK(s.vocab_size >= tokenizer_vocab, r.source_path, ": model.vocab_size ",
                  m.vocab_size, " is smaller than the tokenizer's vocabulary ", tokenizer_vocab);
@@ -88,8 +89,6 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  ", dp ", dp_->size(), ")");
   MT_INPUT_CHECK(recipe_.parallel.pipeline == 1, recipe_.source_path, ": parallel.pipeline=",
                  recipe_.parallel.pipeline, ": pipeline parallelism is not available yet");
-  MT_INPUT_CHECK(!recipe_.parallel.sequence_parallel, recipe_.source_path,
-                 ": parallel.sequence_parallel: not available yet");
   MT_INPUT_CHECK(recipe_.parallel.expert == 1 && recipe_.parallel.context == 1,
                  recipe_.source_path, ": parallel.expert/context > 1 are not available yet");
   MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
@@ -181,6 +180,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     model_->backward(act_, mb_, loss_scale, last ? on_ready : models::GPTModel::GradsReady{});
   }
   grad_sync_->finish();
+  reduce_sequence_parallel_grads();
   StepMetrics metrics;
   metrics.iteration = iteration;
   metrics.loss = all_reduce_sum(*dp_, loss_sum) / valid_tokens;
@@ -200,6 +200,31 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
   metrics.mfu = metrics.tflops * 1e12 / peak_flops_;
   return metrics;
+}
+
+void Trainer::reduce_sequence_parallel_grads() {
+  if (tp_->size() == 1) return;
+  // Norms (and position embeddings) saw only this rank's sequence slice: sum their partial
+  // gradients over tensor parallel, in one call over a packed copy. Summing after the
+  // data-parallel reduction is the same sum.
+  int64_t n = 0;
+  for (const optim::Segment& s : optimizer_->segments())
+    if (s.param->tp_partial_grad) n += s.end - s.begin;
+  if (n == 0) return;
+  ensure(sp_grad_scratch_, {n});
+  float* packed = sp_grad_scratch_.data<float>();
+  for (const optim::Segment& s : optimizer_->segments()) {
+    if (!s.param->tp_partial_grad) continue;
+    const float* g = s.param->grad.data<float>() + s.begin;
+    packed = std::copy(g, g + (s.end - s.begin), packed);
+  }
+  tp_->all_reduce(sp_grad_scratch_, parallel::ReduceOp::Sum);
+  const float* from = sp_grad_scratch_.data<float>();
+  for (const optim::Segment& s : optimizer_->segments()) {
+    if (!s.param->tp_partial_grad) continue;
+    std::copy(from, from + (s.end - s.begin), s.param->grad.data<float>() + s.begin);
+    from += s.end - s.begin;
+  }
 }
 
 EvalMetrics Trainer::evaluate(int64_t iteration) {

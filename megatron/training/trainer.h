@@ -69,7 +69,8 @@ class Trainer {
   double peak_flops() const { return peak_flops_; }
 
  private:
-  void log_step(const StepMetrics& m, bool to_console);  // JSONL gets every step
+  void log_step(const StepMetrics& m, bool to_console);
+  void reduce_sequence_parallel_grads();  // JSONL gets every step
   void log_eval(const EvalMetrics& m);
 
   config::Recipe recipe_;
@@ -88,6 +89,7 @@ class Trainer {
   optim::LRSchedule schedule_;
   models::GPTModel::Activations act_;
   models::MicroBatch mb_;
+  Tensor sp_grad_scratch_;
   int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;
   double flops_per_step_ = 0, peak_flops_ = 0;
 };

@@ -15,6 +15,8 @@ void TransformerSpec::validate(int64_t tp_size) const {
   MT_CHECK(query_groups % tp_size == 0, "query groups ", query_groups,
            " not divisible by tensor parallel size ", tp_size);
   MT_CHECK(!rope || head_dim() % 2 == 0, "rotary embeddings need an even head dim");
+  MT_CHECK(!sequence_parallel || seq_length % tp_size == 0, "sequence length ", seq_length,
+           " not divisible by tensor parallel size ", tp_size, " (sequence parallelism)");
 }
 
 TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
@@ -27,20 +29,21 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
   local_groups_ = G / tp.size();
   // Megatron's scaled init for the output projections of the residual branches.
   const float out_std = spec.init_std / std::sqrt(2.0f * static_cast<float>(spec.num_layers));
-  ln1_ = std::make_unique<Norm>(store, prefix + ".input_norm", D, spec.norm, spec.norm_eps);
+  const bool sp = spec.sequence_parallel && tp.size() > 1;
+  ln1_ = std::make_unique<Norm>(store, prefix + ".input_norm", D, spec.norm, spec.norm_eps, sp);
   // Fused QKV rows grouped per query group: [G, H/G + 2, Dh] x D, split over groups.
   qkv_ = std::make_unique<Linear>(store, prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
-                                  spec.bias, TPMode::Column, tp, spec.init_std);
+                                  spec.bias, TPMode::Column, tp, spec.init_std, Shape{}, sp);
   proj_ = std::make_unique<Linear>(store, prefix + ".attention.proj", H * Dh, D, spec.bias,
-                                   TPMode::Row, tp, out_std);
+                                   TPMode::Row, tp, out_std, Shape{}, sp);
   ln2_ = std::make_unique<Norm>(store, prefix + ".post_attention_norm", D, spec.norm,
-                                spec.norm_eps);
+                                spec.norm_eps, sp);
   const int64_t fc1_out = spec.swiglu ? 2 * spec.ffn : spec.ffn;
   const Shape fc1_shape = spec.swiglu ? Shape{2, spec.ffn, D} : Shape{};
   fc1_ = std::make_unique<Linear>(store, prefix + ".mlp.fc1", D, fc1_out, spec.bias,
-                                  TPMode::Column, tp, spec.init_std, fc1_shape);
+                                  TPMode::Column, tp, spec.init_std, fc1_shape, sp);
   fc2_ = std::make_unique<Linear>(store, prefix + ".mlp.fc2", spec.ffn, D, spec.bias, TPMode::Row,
-                                  tp, out_std);
+                                  tp, out_std, Shape{}, sp);
 }
 
 int64_t TransformerBlock::grad_watermark() const {
@@ -82,56 +85,62 @@ DropoutSite TransformerBlock::site(const MicroBatchInfo& mb, int64_t which) cons
   return DropoutSite{spec_.seed, mb.iteration, layer_, which};
 }
 
+ActivationSlice TransformerBlock::slice(const MicroBatchInfo& mb, int64_t local_seq) const {
+  if (!sp()) return ActivationSlice{mb.batch_offset, 0, local_seq};
+  return ActivationSlice{mb.batch_offset, tp_->rank() * local_seq, local_seq * tp_->size()};
+}
+
 const Tensor& TransformerBlock::forward(Ctx& c, const Tensor& x, const MicroBatchInfo& mb,
                                         const uint8_t* key_mask) const {
-  const int64_t S = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+  // Sl: rows of this rank's activations; S: the full sequence the attention and MLP see.
+  const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+  const int64_t S = sp() ? Sl * tp_->size() : Sl;
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
   const int64_t ffn_local = fc2_->local_in();
   const auto as = attention_shape(S, B, mb.batch_offset);
   const auto ao = attention_options(mb, key_mask);
   const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
+  const ActivationSlice where = slice(mb, Sl);
 
-  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {S, B, D}));
+  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}));
   qkv_->forward(c.qkv, c.ln1_out, ensure(c.qkv_out, {S, B, qkv_width}));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
   ops::attention_forward(as, ao, c.qkv_out, ensure(c.attn_out, {S, B, local_heads_ * Dh}),
                          ensure(c.probs, {B, local_heads_, S, S}));
-  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {S, B, D}));
-  ensure(c.mid, {S, B, D});
-  if (hidden_dropout) {
-    dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1),
-                        mb.batch_offset);
-  }
+  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
+  ensure(c.mid, {Sl, B, D});
+  if (hidden_dropout)
+    dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
   ops::add(x, c.proj_out, c.mid);
 
-  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {S, B, D}));
+  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}));
   fc1_->forward(c.fc1, c.ln2_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}));
   ensure(c.act_out, {S, B, ffn_local});
   if (spec_.swiglu)
     ops::swiglu_forward(c.fc1_out, c.act_out);
   else
     ops::gelu_forward(c.fc1_out, c.act_out);
-  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {S, B, D}));
-  if (hidden_dropout) {
-    dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2),
-                        mb.batch_offset);
-  }
-  ops::add(c.mid, c.fc2_out, ensure(c.out, {S, B, D}));
+  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}));
+  if (hidden_dropout)
+    dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
+  ops::add(c.mid, c.fc2_out, ensure(c.out, {Sl, B, D}));
   return c.out;
 }
 
 void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                                 const uint8_t* key_mask) const {
-  const int64_t S = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
+  const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
+  const int64_t S = sp() ? Sl * tp_->size() : Sl;
   const auto as = attention_shape(S, B, mb.batch_offset);
   const auto ao = attention_options(mb, key_mask);
   const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
+  const ActivationSlice where = slice(mb, Sl);
 
   // MLP branch: out = mid + drop(fc2(act(fc1(ln2(mid)))))
   const Tensor* d_branch = &d_out;
   if (hidden_dropout) {
-    dropout_sbd_backward(d_out, ensure(c.d_proj, {S, B, D}), spec_.hidden_dropout, site(mb, 2),
-                         mb.batch_offset);
+    dropout_sbd_backward(d_out, ensure(c.d_proj, {Sl, B, D}), spec_.hidden_dropout, site(mb, 2),
+                         where);
     d_branch = &c.d_proj;
   }
   fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape()));
@@ -140,15 +149,15 @@ void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const M
     ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
   else
     ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
-  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {S, B, D}));
-  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {S, B, D}));
+  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}));
+  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {Sl, B, D}));
   ops::add_inplace(c.d_mid, d_out);  // residual
 
   // Attention branch: mid = x + drop(proj(attn(qkv(ln1(x)))))
   d_branch = &c.d_mid;
   if (hidden_dropout) {
-    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {S, B, D}), spec_.hidden_dropout, site(mb, 1),
-                         mb.batch_offset);
+    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}), spec_.hidden_dropout, site(mb, 1),
+                         where);
     d_branch = &c.d_proj;
   }
   proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));

@@ -22,6 +22,7 @@ struct TransformerSpec {
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
   uint64_t seed = 1234;  // dropout seed
+  bool sequence_parallel = false;  // activations outside attention/MLP are [S/tp, B, D]
   int64_t head_dim() const { return hidden / heads; }
   void validate(int64_t tp_size) const;
 };
@@ -40,7 +41,8 @@ class TransformerBlock {
   TransformerBlock(ParamStore& store, const std::string& prefix, int64_t layer_index,
                    const TransformerSpec& spec, parallel::Communicator& tp);
 
-  // x: [S, B, D]; returns ctx.out. key_mask: optional [B, S] (1 = attend).
+  // x: [S, B, D] ([S/tp, B, D] with sequence parallelism); returns ctx.out.
+  // key_mask: optional [B, S] (1 = attend).
   const Tensor& forward(Ctx& ctx, const Tensor& x, const MicroBatchInfo& mb,
                         const uint8_t* key_mask = nullptr) const;
   // d_out: grad w.r.t. the block output; writes dx (grad w.r.t. the block input).
@@ -55,6 +57,8 @@ class TransformerBlock {
   kernels::cpu::AttentionOptions attention_options(const MicroBatchInfo& mb,
                                                    const uint8_t* key_mask) const;
   DropoutSite site(const MicroBatchInfo& mb, int64_t which) const;
+  ActivationSlice slice(const MicroBatchInfo& mb, int64_t local_seq) const;
+  bool sp() const { return spec_.sequence_parallel && tp_->size() > 1; }
 
   TransformerSpec spec_;
   int64_t layer_;

@@ -12,8 +12,10 @@ ShardSpec tp_shard(int dim, const parallel::Communicator& tp) {
 }  // namespace
 
 Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias,
-               TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape)
-    : mode_(mode), tp_(&tp), local_in_(in), local_out_(out) {
+               TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape,
+               bool sequence_parallel)
+    : mode_(mode), tp_(&tp), local_in_(in), local_out_(out),
+      sp_(sequence_parallel && tp.size() > 1 && mode != TPMode::None) {
   if (weight_shape.ndim() == 0) weight_shape = Shape{out, in};
   MT_CHECK(weight_shape.numel() == out * in, "Linear '", name, "': weight shape ",
            weight_shape.str(), " does not hold [", out, ", ", in, "]");
@@ -40,12 +42,35 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
   }
 }
 
+namespace {
+
+// [S_local, ...] -> [S_local * tp, ...]: the sequence dim is the outermost.
+Shape full_sequence(const Shape& local, int64_t tp) {
+  Shape s = local;
+  s[0] = local[0] * tp;
+  return s;
+}
+
+}  // namespace
+
 void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
-  ctx.input = x;
   const Tensor w = weight_2d(weight_->value);
+  if (sp_ && mode_ == TPMode::Column) {
+    ensure(ctx.gathered, full_sequence(x.shape(), tp_->size()));
+    tp_->all_gather(x, ctx.gathered);
+    ctx.input = ctx.gathered;
+    ops::linear_forward(ctx.input, w, bias_ ? &bias_->value : nullptr, y);
+    return;
+  }
+  ctx.input = x;
   if (mode_ == TPMode::Row && tp_->size() > 1) {
-    ops::linear_forward(x, w, nullptr, y);
-    tp_->all_reduce(y, parallel::ReduceOp::Sum);
+    if (sp_) {
+      ops::linear_forward(x, w, nullptr, ensure(ctx.partial, full_sequence(y.shape(), tp_->size())));
+      tp_->reduce_scatter(ctx.partial, y, parallel::ReduceOp::Sum);
+    } else {
+      ops::linear_forward(x, w, nullptr, y);
+      tp_->all_reduce(y, parallel::ReduceOp::Sum);
+    }
     if (bias_) ops::add_bias(y, bias_->value);
   } else {
     ops::linear_forward(x, w, bias_ ? &bias_->value : nullptr, y);
@@ -54,8 +79,23 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
 
 void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
   Tensor dw = weight_2d(weight_->grad);
-  ops::linear_backward(ctx.input, weight_2d(weight_->value), dy, dx, dw,
-                       bias_ ? &bias_->grad : nullptr);
+  const Tensor w = weight_2d(weight_->value);
+  if (sp_ && mode_ == TPMode::Row) {
+    // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
+    // the gathered gradient for the bias too makes its gradient complete on every rank.
+    ensure(ctx.gathered, full_sequence(dy.shape(), tp_->size()));
+    tp_->all_gather(dy, ctx.gathered);
+    ops::linear_backward(ctx.input, w, ctx.gathered, dx, dw, bias_ ? &bias_->grad : nullptr);
+    return;
+  }
+  if (sp_ && mode_ == TPMode::Column && dx) {
+    // Full-sequence partial input gradient, summed over tp and split back into slices at once.
+    ensure(ctx.partial, ctx.input.shape());
+    ops::linear_backward(ctx.input, w, dy, &ctx.partial, dw, bias_ ? &bias_->grad : nullptr);
+    tp_->reduce_scatter(ctx.partial, *dx, parallel::ReduceOp::Sum);
+    return;
+  }
+  ops::linear_backward(ctx.input, w, dy, dx, dw, bias_ ? &bias_->grad : nullptr);
   if (dx && mode_ == TPMode::Column && tp_->size() > 1)
     tp_->all_reduce(*dx, parallel::ReduceOp::Sum);
 }
@@ -70,11 +110,15 @@ void Norm::collect_params(std::vector<Parameter*>& out) const {
   if (bias_) out.push_back(bias_);
 }
 
-Norm::Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps)
+Norm::Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps,
+           bool sequence_parallel)
     : kind_(kind), eps_(eps), dim_(dim) {
   weight_ = &store.add(name + ".weight", Shape{dim}, {ParamInit::Kind::Ones, 0.0f}, false);
-  if (kind == Kind::LayerNorm)
+  weight_->tp_partial_grad = sequence_parallel;
+  if (kind == Kind::LayerNorm) {
     bias_ = &store.add(name + ".bias", Shape{dim}, {ParamInit::Kind::Zeros, 0.0f}, false);
+    bias_->tp_partial_grad = sequence_parallel;
+  }
 }
 
 void Norm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
@@ -99,8 +143,8 @@ void Norm::backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const {
 }
 
 Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,
-                     parallel::Communicator& tp, float init_std)
-    : tp_(&tp) {
+                     parallel::Communicator& tp, float init_std, bool sequence_parallel)
+    : tp_(&tp), sp_(sequence_parallel && tp.size() > 1) {
   MT_CHECK(vocab % tp.size() == 0, "embedding '", name, "': vocabulary ", vocab,
            " is not divisible by tensor parallel size ", tp.size());
   local_vocab_ = vocab / tp.size();
@@ -111,39 +155,55 @@ Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, 
 
 void Embedding::forward(Ctx& ctx, const Tensor& ids, Tensor& out) const {
   ctx.ids = ids;
+  // Each rank produces only the rows of its vocabulary slice; the sum completes them.
+  if (sp_) {
+    ensure(scratch_, full_sequence(out.shape(), tp_->size()));
+    ops::embedding_forward(ids, table_->value, vocab_start_, scratch_);
+    tp_->reduce_scatter(scratch_, out, parallel::ReduceOp::Sum);
+    return;
+  }
   ops::embedding_forward(ids, table_->value, vocab_start_, out);
-  // Each rank produced only the rows of its vocabulary slice.
   if (tp_->size() > 1) tp_->all_reduce(out, parallel::ReduceOp::Sum);
 }
 
 void Embedding::backward(Ctx& ctx, const Tensor& dout) const {
+  if (sp_) {
+    ensure(scratch_, full_sequence(dout.shape(), tp_->size()));
+    tp_->all_gather(dout, scratch_);
+    ops::embedding_backward(ctx.ids, scratch_, vocab_start_, table_->grad);
+    return;
+  }
   ops::embedding_backward(ctx.ids, dout, vocab_start_, table_->grad);
 }
 
-void dropout_sbd_forward(const Tensor& x, Tensor& y, float p, const DropoutSite& site,
-                         int64_t batch_offset) {
-  const int64_t S = x.dim(0), B = x.dim(1), D = x.numel() / (S * B);
+namespace {
+
+template <typename Fn>
+void for_each_row(const Tensor& t, const ActivationSlice& slice, Fn&& fn) {
+  const int64_t S = t.dim(0), B = t.dim(1), D = t.numel() / (S * B);
+  const int64_t total = slice.seq_total > 0 ? slice.seq_total : S;
   for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t row = (s * B + b) * D;
-      Tensor xr = x.flat_view(row, {D});
-      Tensor yr = y.flat_view(row, {D});
-      ops::dropout_forward(xr, yr, p, site.seed, site.stream(),
-                           static_cast<uint64_t>(((batch_offset + b) * S + s) * D));
-    }
+    for (int64_t b = 0; b < B; ++b)
+      fn((s * B + b) * D, D,
+         static_cast<uint64_t>(((slice.batch_offset + b) * total + slice.seq_offset + s) * D));
+}
+
+}  // namespace
+
+void dropout_sbd_forward(const Tensor& x, Tensor& y, float p, const DropoutSite& site,
+                         const ActivationSlice& slice) {
+  for_each_row(x, slice, [&](int64_t row, int64_t D, uint64_t index) {
+    Tensor yr = y.flat_view(row, {D});
+    ops::dropout_forward(x.flat_view(row, {D}), yr, p, site.seed, site.stream(), index);
+  });
 }
 
 void dropout_sbd_backward(const Tensor& dy, Tensor& dx, float p, const DropoutSite& site,
-                          int64_t batch_offset) {
-  const int64_t S = dy.dim(0), B = dy.dim(1), D = dy.numel() / (S * B);
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t row = (s * B + b) * D;
-      Tensor dyr = dy.flat_view(row, {D});
-      Tensor dxr = dx.flat_view(row, {D});
-      ops::dropout_backward(dyr, dxr, p, site.seed, site.stream(),
-                            static_cast<uint64_t>(((batch_offset + b) * S + s) * D));
-    }
+                          const ActivationSlice& slice) {
+  for_each_row(dy, slice, [&](int64_t row, int64_t D, uint64_t index) {
+    Tensor dxr = dx.flat_view(row, {D});
+    ops::dropout_backward(dy.flat_view(row, {D}), dxr, p, site.seed, site.stream(), index);
+  });
 }
 
 }  // namespace megatron

@@ -17,15 +17,22 @@ enum class TPMode : uint8_t {
   Row,     // input dim split: all-reduce of y forward, bias added after the reduction
 };
 
+// Sequence parallelism (Megatron's): outside Column..Row regions activations are [S/tp, B, D]
+// sequence slices. A sequence-parallel Column layer all-gathers its input along the sequence
+// (and reduce-scatters its input gradient); a Row layer reduce-scatters its output (and
+// all-gathers the output gradient).
 class Linear {
  public:
   struct Ctx {
-    Tensor input;  // view of the caller's input (kept alive by the caller's context)
+    Tensor input;     // the (gathered, with sequence parallelism) input used by the GEMMs
+    Tensor gathered;  // sequence parallel: storage of the gathered input / output gradient
+    Tensor partial;   // sequence parallel: full-sequence partial sums before reduce-scatter
   };
   // Weight global shape [out, in] (or `weight_shape` whose product matches, e.g. [2, F, D] for
   // gated MLPs so every shard holds its own gate and up halves).
   Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias,
-         TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape = {});
+         TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape = {},
+         bool sequence_parallel = false);
 
   int64_t local_in() const { return local_in_; }
   int64_t local_out() const { return local_out_; }
@@ -41,6 +48,7 @@ class Linear {
   TPMode mode_;
   parallel::Communicator* tp_;
   int64_t local_in_, local_out_;
+  bool sp_;  // sequence parallel (only meaningful with tp > 1)
 };
 
 class Norm {
@@ -49,7 +57,10 @@ class Norm {
   struct Ctx {
     Tensor input, mean, rstd;
   };
-  Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps);
+  // sequence_parallel: the norm sees sequence slices, so its gradients are tensor-parallel
+  // partial sums (Parameter::tp_partial_grad).
+  Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps,
+       bool sequence_parallel = false);
   void forward(Ctx& ctx, const Tensor& x, Tensor& y) const;
   void backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const;
   void collect_params(std::vector<Parameter*>& out) const;
@@ -68,8 +79,10 @@ class Embedding {
   struct Ctx {
     Tensor ids;
   };
+  // sequence_parallel: forward reduce-scatters the vocab-partial lookups into [S/tp, B, D]
+  // slices (instead of all-reducing), backward all-gathers the slice gradients.
   Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,
-            parallel::Communicator& tp, float init_std);
+            parallel::Communicator& tp, float init_std, bool sequence_parallel = false);
   void forward(Ctx& ctx, const Tensor& ids, Tensor& out) const;
   void backward(Ctx& ctx, const Tensor& dout) const;
   Parameter& table() const { return *table_; }
@@ -80,14 +93,23 @@ class Embedding {
   Parameter* table_ = nullptr;
   parallel::Communicator* tp_;
   int64_t vocab_start_, local_vocab_;
+  bool sp_;
+  mutable Tensor scratch_;  // full-sequence partial lookups / gathered gradient
 };
 
-// Inverted dropout on activations laid out [S, B, D] (a slice of the global batch starting at
-// MicroBatchInfo::batch_offset): element (s, b, d) uses Philox index ((b_global * S + s) * D + d)
-// so masks do not depend on micro-batch size or data-parallel split.
+// Where a [S_local, B, D] activation sits in the global [S, global batch, D] tensor.
+struct ActivationSlice {
+  int64_t batch_offset = 0;  // global sample index of local sample 0
+  int64_t seq_offset = 0;    // global position of local row 0 (sequence parallel)
+  int64_t seq_total = 0;     // full sequence length (0 = the tensor's own S)
+};
+
+// Inverted dropout on activations laid out [S, B, D]: element (s, b, d) uses Philox index
+// ((b_global * S_total + s_global) * D + d), so masks depend neither on micro-batch size,
+// data-parallel split nor sequence-parallel split.
 void dropout_sbd_forward(const Tensor& x, Tensor& y, float p, const DropoutSite& site,
-                         int64_t batch_offset);
+                         const ActivationSlice& slice);
 void dropout_sbd_backward(const Tensor& dy, Tensor& dx, float p, const DropoutSite& site,
-                          int64_t batch_offset);
+                          const ActivationSlice& slice);
 
 }  // namespace megatron

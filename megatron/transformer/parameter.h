@@ -37,6 +37,9 @@ struct Parameter {
   ShardSpec shard;
   ParamInit init;
   bool weight_decay = true;  // false for norms and biases
+  // Replicated over tensor parallel but fed by sequence-parallel slices: each rank holds a
+  // partial gradient that must be summed over the tensor-parallel group before the step.
+  bool tp_partial_grad = false;
   int64_t offset = 0;        // element offset of this shard in the buffers
   Tensor value;              // view into ParamStore's value buffer
   Tensor grad;               // view into ParamStore's grad buffer

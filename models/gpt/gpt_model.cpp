@@ -25,19 +25,29 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
     : spec_(spec), tp_(&tp), replicated_(parallel::make_single_process_communicator()) {
   spec.validate(tp.size());
   const auto& t = spec.transformer;
+  const bool sp = t.sequence_parallel && tp.size() > 1;
   tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
-                                           spec.padded_vocab_size, t.hidden, tp, t.init_std);
-  if (!t.rope)
+                                           spec.padded_vocab_size, t.hidden, tp, t.init_std, sp);
+  if (!t.rope) {
     pos_embed_ = std::make_unique<Embedding>(store, "embedding.position_embeddings",
                                              spec.max_positions, t.hidden, *replicated_,
                                              t.init_std);
+    // With sequence parallelism each rank looks up only its positions.
+    pos_embed_->table().tp_partial_grad = sp;
+  }
   for (int64_t l = 0; l < t.num_layers; ++l)
     blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l,
                                                          t, tp));
-  final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps);
+  final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
   if (!spec.tie_embeddings)
     lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden, spec.padded_vocab_size,
-                                        false, TPMode::Column, tp, t.init_std);
+                                        false, TPMode::Column, tp, t.init_std, Shape{}, sp);
+}
+
+ActivationSlice GPTModel::slice(const MicroBatch& mb, int64_t local_seq) const {
+  if (!sp()) return ActivationSlice{mb.info.batch_offset, 0, local_seq};
+  return ActivationSlice{mb.info.batch_offset, tp_->rank() * local_seq,
+                         local_seq * tp_->size()};
 }
 
 kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
@@ -85,34 +95,44 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb) const {
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
   MT_CHECK(S <= t.seq_length, "micro-batch sequence ", S, " longer than seq_length ",
            t.seq_length);
+  // Sl rows of [S, B, D] activations live here: all of them, or a sequence slice.
+  MT_CHECK(!sp() || S % tp_->size() == 0, "sequence ", S,
+           " not divisible by tensor parallel size ", tp_->size());
+  const int64_t Sl = sp() ? S / tp_->size() : S;
+  const ActivationSlice where = slice(mb, Sl);
   a.blocks.resize(blocks_.size());
 
-  Tensor& x0 = ensure(a.embedded, {S, B, D});
+  Tensor& x0 = ensure(a.embedded, {Sl, B, D});
   tok_embed_->forward(a.tok, mb.tokens, x0);
   if (pos_embed_) {
-    Tensor& pos = ensure(a.positions, {S, B}, DType::I32);
-    for (int64_t s = 0; s < S; ++s)
-      for (int64_t b = 0; b < B; ++b) pos.data<int32_t>()[s * B + b] = static_cast<int32_t>(s);
-    Tensor& pe = ensure(a.grad_a, {S, B, D});  // scratch until backward
+    Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
+    for (int64_t s = 0; s < Sl; ++s)
+      for (int64_t b = 0; b < B; ++b)
+        pos.data<int32_t>()[s * B + b] = static_cast<int32_t>(where.seq_offset + s);
+    Tensor& pe = ensure(a.grad_a, {Sl, B, D});  // scratch until backward
     pos_embed_->forward(a.pos, pos, pe);
     ops::add_inplace(x0, pe);
   }
   const Tensor* x = &x0;
   if (mb.info.training && spec_.embedding_dropout > 0.0f) {
-    dropout_sbd_forward(x0, ensure(a.embedded_dropped, {S, B, D}), spec_.embedding_dropout,
-                        DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7},
-                        mb.info.batch_offset);
+    dropout_sbd_forward(x0, ensure(a.embedded_dropped, {Sl, B, D}), spec_.embedding_dropout,
+                        DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
     x = &a.embedded_dropped;
   }
   for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, mb.info);
 
-  final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {S, B, D}));
+  final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}));
   const kernels::cpu::VocabSlice vs = vocab_slice();
   Tensor& logits = ensure(a.logits, {N, vs.V_local});
   if (lm_head_) {
     lm_head_->forward(a.lm_head, a.final_out, logits);
   } else {
-    ops::linear_forward(a.final_out, tok_embed_->table().value, nullptr, logits);
+    const Tensor* h = &a.final_out;
+    if (sp()) {  // the vocab-parallel head needs every position
+      tp_->all_gather(a.final_out, ensure(a.final_full, {S, B, D}));
+      h = &a.final_full;
+    }
+    ops::linear_forward(*h, tok_embed_->table().value, nullptr, logits);
   }
   a.labels = mb.labels;
   ensure(a.losses, {N});
@@ -130,21 +150,30 @@ void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale,
                         const GradsReady& grads_ready) const {
   const auto& t = spec_.transformer;
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
+  const int64_t Sl = sp() ? S / tp_->size() : S;
+  const ActivationSlice where = slice(mb, Sl);
   const kernels::cpu::VocabSlice vs = vocab_slice();
 
   Tensor& dl = ensure(a.dlosses, {N});
   for (int64_t i = 0; i < N; ++i) dl.data<float>()[i] = loss_scale;
   // d(logits) overwrites the logits buffer.
   ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
-  Tensor& d_final = ensure(a.grad_b, {S, B, D});
+  Tensor& d_final = ensure(a.grad_b, {Sl, B, D});
   if (lm_head_) {
     lm_head_->backward(a.lm_head, a.logits, &d_final);
   } else {
     Parameter& table = tok_embed_->table();
-    ops::linear_backward(a.final_out, table.value, a.logits, &d_final, table.grad, nullptr);
-    if (tp_->size() > 1) tp_->all_reduce(d_final, parallel::ReduceOp::Sum);
+    if (sp()) {
+      // Each rank's vocab slice gives a partial gradient for every position: sum and split.
+      Tensor& full = ensure(a.d_final_full, {S, B, D});
+      ops::linear_backward(a.final_full, table.value, a.logits, &full, table.grad, nullptr);
+      tp_->reduce_scatter(full, d_final, parallel::ReduceOp::Sum);
+    } else {
+      ops::linear_backward(a.final_out, table.value, a.logits, &d_final, table.grad, nullptr);
+      if (tp_->size() > 1) tp_->all_reduce(d_final, parallel::ReduceOp::Sum);
+    }
   }
-  Tensor* grad = &ensure(a.grad_a, {S, B, D});
+  Tensor* grad = &ensure(a.grad_a, {Sl, B, D});
   Tensor* other = &d_final;
   final_norm_->backward(a.final_norm, d_final, *grad);
   // Buffer layout is reverse registration order: output layer / final norm, blocks L-1..0,
@@ -164,8 +193,7 @@ void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale,
   }
   if (mb.info.training && spec_.embedding_dropout > 0.0f) {
     dropout_sbd_backward(*grad, *other, spec_.embedding_dropout,
-                         DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7},
-                         mb.info.batch_offset);
+                         DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
     std::swap(grad, other);
   }
   tok_embed_->backward(a.tok, *grad);

@@ -39,7 +39,7 @@ class GPTModel {
     Tensor positions, embedded, embedded_dropped;
     std::vector<TransformerBlock::Ctx> blocks;
     Norm::Ctx final_norm;
-    Tensor final_out, logits, losses, lse, dlosses;
+    Tensor final_out, final_full, d_final_full, logits, losses, lse, dlosses;
     Tensor grad_a, grad_b;  // ping-pong residual-stream grads
     Linear::Ctx lm_head;
     Tensor labels;
@@ -64,6 +64,8 @@ class GPTModel {
 
  private:
   kernels::cpu::VocabSlice vocab_slice() const;
+  bool sp() const { return spec_.transformer.sequence_parallel && tp_->size() > 1; }
+  ActivationSlice slice(const MicroBatch& mb, int64_t local_seq) const;
 
   GPTSpec spec_;
   parallel::Communicator* tp_;

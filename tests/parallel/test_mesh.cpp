@@ -3,6 +3,7 @@
 // world ranks inside each group), on the real node and on simulated multi-node topologies.
 // mpirun-np: 1 2 4 8
 #include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "megatron/parallel/mesh.h"
@@ -74,36 +75,58 @@ void check_groups(const mp::Mesh& mesh, const std::string& what) {
 
 TEST(Launch, InfoUnderMpirun) {
   const mp::LaunchInfo& info = launch();
-  EXPECT_EQ(info.world_rank, world().rank());
-  EXPECT_EQ(info.world_size, world().size());
-  if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
-    EXPECT_EQ(info.launcher, "mpirun");
-    EXPECT_EQ(info.local_rank, std::atoi(env));
-    EXPECT_EQ(info.local_size, std::atoi(std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")));
-  }
+  const int n = world().size(), me = world().rank();
+  EXPECT_EQ(info.world_rank, me);
+  EXPECT_EQ(info.world_size, n);
   EXPECT_EQ(info.node_name, mp::local_node_name());
-  EXPECT_EQ(info.num_nodes, 1);  // every rank of these tests runs on this machine
-  EXPECT_EQ(info.node_index, 0);
-  EXPECT_EQ(info.local_rank, info.world_rank);
   EXPECT_GE(mp::default_cpu_threads(info), 1);
-  // Every rank agrees on the layout.
-  Tensor mine = Tensor::empty(Shape{2}, DType::I32);
-  mine.data<int32_t>()[0] = info.local_rank;
-  mine.data<int32_t>()[1] = info.local_size;
-  Tensor all = Tensor::zeros(Shape{2 * world().size()}, DType::I32);
+  // Node names as every rank sees them; the layout must follow them (ctest also runs this
+  // program with SLURMD_NODENAME=n1/n2 alternating over the ranks of one machine, as two
+  // slurmd instances on one host would).
+  constexpr int64_t kName = 64;
+  Tensor mine = Tensor::zeros(Shape{kName}, DType::U8);
+  ASSERT_LT(info.node_name.size(), static_cast<size_t>(kName));
+  std::memcpy(mine.raw(), info.node_name.data(), info.node_name.size());
+  Tensor all = Tensor::zeros(Shape{kName * n}, DType::U8);
   world().all_gather(mine, all);
-  for (int r = 0; r < world().size(); ++r) {
-    EXPECT_EQ(all.data<int32_t>()[2 * r], r);
-    EXPECT_EQ(all.data<int32_t>()[2 * r + 1], world().size());
+  std::vector<std::string> names;
+  for (int r = 0; r < n; ++r) names.emplace_back(static_cast<const char*>(all.raw()) + r * kName);
+  const mp::LaunchInfo want = mp::layout_from_node_names(me, names);
+  EXPECT_EQ(info.local_rank, want.local_rank);
+  EXPECT_EQ(info.local_size, want.local_size);
+  EXPECT_EQ(info.node_index, want.node_index);
+  EXPECT_EQ(info.num_nodes, want.num_nodes);
+  if (std::getenv("MEGATRON_TEST_TWO_NODE_NAMES")) {
+    ASSERT_NE(std::getenv("SLURMD_NODENAME"), nullptr) << "the two-node run lost its node names";
+  }
+  if (const char* simulated = std::getenv("SLURMD_NODENAME")) {
+    EXPECT_EQ(info.node_name, simulated);
+    if (info.node_name == "n1" || info.node_name == "n2") {  // the alternating ctest run
+      EXPECT_EQ(info.num_nodes, n > 1 ? 2 : 1);
+      EXPECT_EQ(info.node_index, me % 2);
+      EXPECT_EQ(info.local_rank, me / 2);
+      EXPECT_EQ(info.local_size, (n + 1 - me % 2) / 2);
+    }
+  } else {
+    // One machine: one node, and the shared-memory split agrees with Open MPI's numbering.
+    EXPECT_EQ(info.num_nodes, 1);
+    EXPECT_EQ(info.node_index, 0);
+    EXPECT_EQ(info.local_rank, me);
+    if (const char* env = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) {
+      EXPECT_EQ(info.launcher, "mpirun");
+      EXPECT_EQ(info.local_rank, std::atoi(env));
+      EXPECT_EQ(info.local_size, std::atoi(std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")));
+    }
   }
   // A second discovery gives the same answer.
   const mp::LaunchInfo again = mp::discover_launch_info();
   EXPECT_EQ(again.node_name, info.node_name);
   EXPECT_EQ(again.local_rank, info.local_rank);
+  EXPECT_EQ(again.node_index, info.node_index);
 }
 
 TEST(Mesh, Tp2Pp2Dp2OnEightRanks) {
-  if (world().size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  if (world().size() != 8 || launch().num_nodes != 1) GTEST_SKIP() << "needs 8 ranks, 1 node";
   mp::Mesh mesh(sizes(2, 1, 1, 2, 2), world(), launch());
   check_groups(mesh, "tp2 pp2 dp2");
   const int me = world().rank();

@@ -1,7 +1,8 @@
 // mpirun-np: 2 4 8
-// Tensor parallelism (with data parallelism on the remaining ranks) reproduces the
-// single-process loss curve over 20 steps within fp32 round-off, for a GPT (learned positions,
-// tied embeddings, dropout on) and a LLaMA-style model (RMSNorm, SwiGLU, RoPE, GQA, untied).
+// Tensor parallelism, with and without sequence parallelism, and with data parallelism on the
+// remaining ranks, reproduces the single-process loss curve over 20 steps within fp32
+// round-off, for a GPT (learned positions, tied embeddings, dropout on) and a LLaMA-style model
+// (RMSNorm, SwiGLU, RoPE, GQA, untied).
 #include <random>
 #include <sstream>
 
@@ -37,9 +38,10 @@ const char* kLlama =
     " position_embedding: rope, add_bias: false, tie_embeddings: false,"
     " make_vocab_size_divisible_by: 8}\n";
 
-config::Recipe recipe(const char* model, int64_t tp, int64_t micro) {
+config::Recipe recipe(const char* model, int64_t tp, int64_t micro, bool sp = false) {
   std::ostringstream y;
-  y << model << "parallel: {tensor: " << tp << "}\n"
+  y << model << "parallel: {tensor: " << tp << ", sequence_parallel: " << (sp ? "true" : "false")
+    << "}\n"
     << "training: {micro_batch_size: " << micro
     << ", global_batch_size: 8, train_iters: 20, eval_interval: 10, eval_iters: 1, seed: 9,"
        " peak_tflops: 1.0}\n"
@@ -88,8 +90,12 @@ TEST(TensorParallel, MatchesSingleProcess) {
       sizes.dp = dp;
       mp::Mesh mesh(sizes, world(), mp::testing::launch());
       const int64_t micro = 8 / dp >= 2 ? 2 : 1;
-      expect_same_curve(train(recipe(model, tp, micro), {&mesh.world(), &mesh.tp(), &mesh.dp()}),
-                        reference);
+      for (bool sp : {false, true}) {
+        SCOPED_TRACE(sp ? "sequence parallel" : "no sequence parallel");
+        expect_same_curve(
+            train(recipe(model, tp, micro, sp), {&mesh.world(), &mesh.tp(), &mesh.dp()}),
+            reference);
+      }
     }
   }
 }

@@ -1,0 +1,146 @@
+// mpirun-np: 2 4
+// Each tensor-parallel layer against its unsplit version: outputs, input gradients and every
+// weight-gradient shard equal the matching slice of the single-process layer's results, with
+// and without sequence parallelism.
+#include <random>
+
+#include "megatron/backend/ops.h"
+#include "megatron/transformer/layers.h"
+#include "parallel_test.h"
+
+namespace megatron {
+namespace {
+
+namespace mp = megatron::parallel;
+using mp::testing::world;
+
+Tensor random_tensor(const Shape& shape, uint32_t seed) {
+  Tensor t = Tensor::empty(shape, DType::F32);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
+}
+
+// Rows [r * n / parts, (r + 1) * n / parts) of dim 0, or columns of the last dim.
+Tensor slice_dim0(const Tensor& t, int64_t part, int64_t parts) {
+  const int64_t rows = t.dim(0) / parts;
+  return t.slice(part * rows, (part + 1) * rows);
+}
+
+Tensor slice_last(const Tensor& t, int64_t part, int64_t parts) {
+  const int64_t cols = t.dim(t.ndim() - 1), w = cols / parts, rows = t.numel() / cols;
+  Shape s = t.shape();
+  s[s.ndim() - 1] = w;
+  Tensor out = Tensor::empty(s, DType::F32);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < w; ++c)
+      out.data<float>()[r * w + c] = t.data<float>()[r * cols + part * w + c];
+  return out;
+}
+
+void expect_close(const Tensor& got, const Tensor& want, const char* what) {
+  ASSERT_EQ(got.numel(), want.numel()) << what;
+  for (int64_t i = 0; i < got.numel(); ++i)
+    ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i],
+                1e-4f * (1.0f + std::abs(want.data<float>()[i])))
+        << what << " element " << i;
+}
+
+// Every local element of each sharded parameter equals the full parameter's gradient at its
+// global index.
+void expect_grad_shards(ParamStore& sharded, ParamStore& full) {
+  for (Parameter* p : sharded.params()) {
+    Parameter& f = full.get(p->name);
+    for (int64_t i = 0; i < p->grad.numel(); ++i)
+      ASSERT_NEAR(p->grad.data<float>()[i], f.grad.data<float>()[p->global_index(i)],
+                  1e-4f * (1.0f + std::abs(f.grad.data<float>()[p->global_index(i)])))
+          << p->name << " local element " << i;
+  }
+}
+
+struct LayerCase {
+  TPMode mode;
+  bool sp;
+};
+
+TEST(TensorParallelLayers, LinearMatchesUnsplit) {
+  const int tp = world().size(), r = world().rank();
+  auto self = mp::make_single_process_communicator();
+  const int64_t S = 4 * tp, B = 3, in = 8 * tp, out = 4 * tp;
+  for (const LayerCase c : {LayerCase{TPMode::Column, false}, LayerCase{TPMode::Column, true},
+                            LayerCase{TPMode::Row, false}, LayerCase{TPMode::Row, true}}) {
+    SCOPED_TRACE(std::string(c.mode == TPMode::Column ? "column" : "row") +
+                 (c.sp ? " sequence-parallel" : ""));
+    ParamStore full_store, tp_store;
+    Linear full(full_store, "l", in, out, true, c.mode, *self, 0.5f);
+    Linear split(tp_store, "l", in, out, true, c.mode, world(), 0.5f, Shape{}, c.sp);
+    for (ParamStore* s : {&full_store, &tp_store}) {
+      s->finalize();
+      s->initialize(3);
+    }
+    // Biases start at zero; give them values so the bias path is exercised.
+    for (ParamStore* s : {&full_store, &tp_store}) {
+      Parameter& b = s->get("l.bias");
+      for (int64_t i = 0; i < b.value.numel(); ++i)
+        b.value.data<float>()[i] = 0.1f * static_cast<float>(b.global_index(i) % 7);
+    }
+    const Tensor x = random_tensor({S, B, in}, 11), dy = random_tensor({S, B, out}, 12);
+    Linear::Ctx fc, sc;
+    Tensor y_full = Tensor::empty({S, B, out}, DType::F32);
+    full.forward(fc, x, y_full);
+    Tensor dx_full = Tensor::empty({S, B, in}, DType::F32);
+    full.backward(fc, dy, &dx_full);
+
+    // What this rank sees of x and dy, and what it must produce.
+    Tensor x_local = c.mode == TPMode::Row ? slice_last(x, r, tp) : x;
+    if (c.sp && c.mode == TPMode::Column) x_local = slice_dim0(x, r, tp);
+    Tensor y_want = c.mode == TPMode::Column ? slice_last(y_full, r, tp) : y_full;
+    if (c.sp && c.mode == TPMode::Row) y_want = slice_dim0(y_full, r, tp).clone();
+    Tensor dy_local = c.mode == TPMode::Column ? slice_last(dy, r, tp) : dy;
+    if (c.sp && c.mode == TPMode::Row) dy_local = slice_dim0(dy, r, tp).clone();
+    Tensor dx_want = c.mode == TPMode::Row ? slice_last(dx_full, r, tp) : dx_full;
+    if (c.sp && c.mode == TPMode::Column) dx_want = slice_dim0(dx_full, r, tp).clone();
+
+    Tensor y = Tensor::empty(y_want.shape(), DType::F32);
+    split.forward(sc, x_local, y);
+    expect_close(y, y_want, "output");
+    Tensor dx = Tensor::empty(dx_want.shape(), DType::F32);
+    split.backward(sc, dy_local, &dx);
+    expect_close(dx, dx_want, "input gradient");
+    expect_grad_shards(tp_store, full_store);
+  }
+}
+
+TEST(TensorParallelLayers, VocabParallelEmbeddingMatchesUnsplit) {
+  const int tp = world().size(), r = world().rank();
+  auto self = mp::make_single_process_communicator();
+  const int64_t S = 2 * tp, B = 3, V = 8 * tp, D = 5;
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sequence-parallel" : "plain");
+    ParamStore full_store, tp_store;
+    Embedding full(full_store, "e", V, D, *self, 1.0f);
+    Embedding split(tp_store, "e", V, D, world(), 1.0f, sp);
+    for (ParamStore* s : {&full_store, &tp_store}) {
+      s->finalize();
+      s->initialize(5);
+    }
+    Tensor ids = Tensor::empty({S, B}, DType::I32);
+    for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int32_t>()[i] = (i * 7 + 3) % V;
+    Embedding::Ctx fc, sc;
+    Tensor y_full = Tensor::empty({S, B, D}, DType::F32);
+    full.forward(fc, ids, y_full);
+    const Tensor dy = random_tensor({S, B, D}, 9);
+    full.backward(fc, dy);
+
+    const Tensor y_want = sp ? slice_dim0(y_full, r, tp).clone() : y_full;
+    Tensor y = Tensor::empty(y_want.shape(), DType::F32);
+    split.forward(sc, ids, y);
+    expect_close(y, y_want, "embedding output");
+    split.backward(sc, sp ? slice_dim0(dy, r, tp).clone() : dy);
+    expect_grad_shards(tp_store, full_store);
+  }
+}
+
+}  // namespace
+}  // namespace megatron

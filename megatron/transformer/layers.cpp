@@ -55,18 +55,20 @@ Shape full_sequence(const Shape& local, int64_t tp) {
 
 void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   const Tensor w = weight_2d(weight_->value);
+  ctx.input = x;
   if (sp_ && mode_ == TPMode::Column) {
-    ensure(ctx.gathered, full_sequence(x.shape(), tp_->size()));
-    tp_->all_gather(x, ctx.gathered);
-    ctx.input = ctx.gathered;
-    ops::linear_forward(ctx.input, w, bias_ ? &bias_->value : nullptr, y);
+    // Only the local slice is kept for backward (which gathers it again): the memory saving
+    // of sequence parallelism. The gathered copy is transient.
+    Tensor gathered = Tensor::empty(full_sequence(x.shape(), tp_->size()), DType::F32);
+    tp_->all_gather(x, gathered);
+    ops::linear_forward(gathered, w, bias_ ? &bias_->value : nullptr, y);
     return;
   }
-  ctx.input = x;
   if (mode_ == TPMode::Row && tp_->size() > 1) {
     if (sp_) {
-      ops::linear_forward(x, w, nullptr, ensure(ctx.partial, full_sequence(y.shape(), tp_->size())));
-      tp_->reduce_scatter(ctx.partial, y, parallel::ReduceOp::Sum);
+      Tensor partial = Tensor::empty(full_sequence(y.shape(), tp_->size()), DType::F32);
+      ops::linear_forward(x, w, nullptr, partial);
+      tp_->reduce_scatter(partial, y, parallel::ReduceOp::Sum);
     } else {
       ops::linear_forward(x, w, nullptr, y);
       tp_->all_reduce(y, parallel::ReduceOp::Sum);
@@ -83,16 +85,22 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
   if (sp_ && mode_ == TPMode::Row) {
     // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
     // the gathered gradient for the bias too makes its gradient complete on every rank.
-    ensure(ctx.gathered, full_sequence(dy.shape(), tp_->size()));
-    tp_->all_gather(dy, ctx.gathered);
-    ops::linear_backward(ctx.input, w, ctx.gathered, dx, dw, bias_ ? &bias_->grad : nullptr);
+    Tensor dy_full = Tensor::empty(full_sequence(dy.shape(), tp_->size()), DType::F32);
+    tp_->all_gather(dy, dy_full);
+    ops::linear_backward(ctx.input, w, dy_full, dx, dw, bias_ ? &bias_->grad : nullptr);
     return;
   }
-  if (sp_ && mode_ == TPMode::Column && dx) {
+  if (sp_ && mode_ == TPMode::Column) {
+    Tensor x_full = Tensor::empty(full_sequence(ctx.input.shape(), tp_->size()), DType::F32);
+    tp_->all_gather(ctx.input, x_full);
+    if (!dx) {
+      ops::linear_backward(x_full, w, dy, nullptr, dw, bias_ ? &bias_->grad : nullptr);
+      return;
+    }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
-    ensure(ctx.partial, ctx.input.shape());
-    ops::linear_backward(ctx.input, w, dy, &ctx.partial, dw, bias_ ? &bias_->grad : nullptr);
-    tp_->reduce_scatter(ctx.partial, *dx, parallel::ReduceOp::Sum);
+    Tensor partial = Tensor::empty(x_full.shape(), DType::F32);
+    ops::linear_backward(x_full, w, dy, &partial, dw, bias_ ? &bias_->grad : nullptr);
+    tp_->reduce_scatter(partial, *dx, parallel::ReduceOp::Sum);
     return;
   }
   ops::linear_backward(ctx.input, w, dy, dx, dw, bias_ ? &bias_->grad : nullptr);

@@ -24,9 +24,7 @@ enum class TPMode : uint8_t {
 class Linear {
  public:
   struct Ctx {
-    Tensor input;     // the (gathered, with sequence parallelism) input used by the GEMMs
-    Tensor gathered;  // sequence parallel: storage of the gathered input / output gradient
-    Tensor partial;   // sequence parallel: full-sequence partial sums before reduce-scatter
+    Tensor input;  // view of the caller's input (a sequence slice with sequence parallelism)
   };
   // Weight global shape [out, in] (or `weight_shape` whose product matches, e.g. [2, F, D] for
   // gated MLPs so every shard holds its own gate and up halves).

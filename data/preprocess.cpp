@@ -7,6 +7,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <thread>
 
 #include "data/indexed_dataset.h"
@@ -23,7 +24,9 @@ struct Line {
 
 struct Result {
   std::vector<std::vector<int32_t>> docs;  // per key
-  std::string error;                       // non-empty: a bad line
+  // Per key, with split_sentences: the sentence lengths (summing to docs[k].size()).
+  std::vector<std::vector<int32_t>> sentence_lengths;
+  std::string error;  // non-empty: a bad line
 };
 
 // Reads up to max_lines lines / max_bytes bytes; returns false at end of file.
@@ -47,8 +50,9 @@ bool read_chunk(std::istream& in, int64_t& line_no, int64_t max_lines, int64_t m
 const char* json_type_name(const nlohmann::json& j) { return j.type_name(); }
 
 void process_line(const Line& line, const std::vector<std::string>& keys, const Tokenizer& tok,
-                  bool append_eod, Result& r) {
+                  bool append_eod, bool sentences, Result& r) {
   r.docs.assign(keys.size(), {});
+  r.sentence_lengths.assign(keys.size(), {});
   r.error.clear();
   nlohmann::json j;
   try {
@@ -71,9 +75,27 @@ void process_line(const Line& line, const std::vector<std::string>& keys, const 
       r.error = concat("key '", keys[k], "' is not a string (got ", json_type_name(*it), ")");
       return;
     }
-    std::vector<int32_t> ids = tok.encode(it->get_ref<const std::string&>());
-    if (append_eod && !ids.empty()) ids.push_back(tok.eod());
-    r.docs[k] = std::move(ids);
+    const std::string& text = it->get_ref<const std::string&>();
+    if (!sentences) {
+      std::vector<int32_t> ids = tok.encode(text);
+      if (append_eod && !ids.empty()) ids.push_back(tok.eod());
+      r.docs[k] = std::move(ids);
+      continue;
+    }
+    // Megatron: each sentence tokenized on its own, empty ones dropped, the EOD extends the
+    // last sentence.
+    std::vector<int32_t>& ids = r.docs[k];
+    std::vector<int32_t>& lens = r.sentence_lengths[k];
+    for (const std::string_view sentence : split_sentences(text)) {
+      const std::vector<int32_t> s = tok.encode(sentence);
+      if (s.empty()) continue;
+      ids.insert(ids.end(), s.begin(), s.end());
+      lens.push_back(static_cast<int32_t>(s.size()));
+    }
+    if (append_eod && !ids.empty()) {
+      ids.push_back(tok.eod());
+      ++lens.back();
+    }
   }
 }
 
@@ -81,7 +103,88 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_upper(char c) { return c >= 'A' && c <= 'Z'; }
+bool is_letter(char c) { return (c >= 'a' && c <= 'z') || is_upper(c); }
+
+// The length of a closing quote/bracket at text[i] (0: none).
+size_t closing_at(std::string_view text, size_t i) {
+  const char c = text[i];
+  if (c == '"' || c == '\'' || c == ')' || c == ']') return 1;
+  const std::string_view rest = text.substr(i);
+  if (rest.starts_with("\xE2\x80\x9D") || rest.starts_with("\xE2\x80\x99")) return 3;
+  return 0;
+}
+
+// Whether text[i] may begin a sentence after a terminator.
+bool opens_sentence(std::string_view text, size_t i) {
+  const char c = text[i];
+  if (is_upper(c) || (c >= '0' && c <= '9') || c == '"' || c == '\'' || c == '(' || c == '[')
+    return true;
+  const std::string_view rest = text.substr(i);
+  return rest.starts_with("\xE2\x80\x9C") || rest.starts_with("\xE2\x80\x98");
+}
+
+// Whether the '.' at text[dot] ends an abbreviation or an initial.
+bool is_abbreviation(std::string_view text, size_t dot) {
+  size_t b = dot;
+  while (b > 0 && is_letter(text[b - 1])) --b;
+  const std::string_view word = text.substr(b, dot - b);
+  if (word.empty()) return false;
+  if (word.size() == 1) return word != "I";  // an initial ("J. Smith", "e.g.")
+  static constexpr std::string_view kAbbreviations[] = {
+      "Mr",  "Mrs", "Ms",  "Messrs", "Dr", "St",  "Jr",  "Sr",  "Prof", "Rev", "Capt",
+      "Col", "Gen", "Lt",  "Sgt",    "Mt", "Esq", "Hon", "vs",  "viz",  "cf"};
+  for (const std::string_view a : kAbbreviations)
+    if (word == a) return true;
+  return false;
+}
+
 }  // namespace
+
+std::vector<std::string_view> split_sentences(std::string_view text) {
+  std::vector<std::string_view> out;
+  const size_t n = text.size();
+  size_t start = 0;
+  const auto emit = [&](size_t end) {  // text[start, end), trimmed
+    size_t b = start, e = end;
+    while (b < e && is_space(text[b])) ++b;
+    while (e > b && is_space(text[e - 1])) --e;
+    if (e > b) out.push_back(text.substr(b, e - b));
+    start = end;
+  };
+  size_t i = 0;
+  while (i < n) {
+    const char c = text[i];
+    if (c == '\n') {
+      // A blank line ends the sentence.
+      size_t j = i + 1;
+      while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) ++j;
+      if (j < n && text[j] == '\n') {
+        emit(i);
+        i = j;
+        continue;
+      }
+      ++i;
+      continue;
+    }
+    if (c != '.' && c != '!' && c != '?') {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < n && (text[j] == '.' || text[j] == '!' || text[j] == '?')) ++j;
+    const bool single_dot = j == i + 1 && c == '.';
+    for (size_t k; j < n && (k = closing_at(text, j)) > 0;) j += k;
+    size_t w = j;
+    while (w < n && is_space(text[w])) ++w;
+    if (w > j && w < n && opens_sentence(text, w) && !(single_dot && is_abbreviation(text, i)))
+      emit(j);
+    i = j;
+  }
+  emit(n);
+  return out;
+}
 
 PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
   MT_INPUT_CHECK(!opt.inputs.empty(), "preprocess: no input file given");
@@ -106,13 +209,16 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
   PreprocessStats stats;
   std::vector<std::unique_ptr<IndexedDatasetWriter>> writers;
   for (const auto& key : opt.json_keys) {
-    stats.output_prefixes.push_back(opt.output_prefix + "_" + key + "_document");
+    stats.output_prefixes.push_back(opt.output_prefix + "_" + key +
+                                    (opt.split_sentences ? "_sentence" : "_document"));
     writers.push_back(std::make_unique<IndexedDatasetWriter>(stats.output_prefixes.back(), dtype));
   }
   stats.tokens.assign(opt.json_keys.size(), 0);
+  stats.sequences.assign(opt.json_keys.size(), 0);
   if (opt.log) {
     *opt.log << "preprocess: tokenizer " << tok->describe() << ", dtype "
-             << dtype_name(dtype) << ", " << opt.workers << " worker(s)\n";
+             << dtype_name(dtype) << ", " << opt.workers << " worker(s)"
+             << (opt.split_sentences ? ", one sequence per sentence" : "") << "\n";
   }
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -134,7 +240,8 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
         threads.emplace_back([&, w] {
           try {
             for (size_t i; (i = next_index.fetch_add(1)) < cur.size();)
-              process_line(cur[i], opt.json_keys, *tok, opt.append_eod, results[i]);
+              process_line(cur[i], opt.json_keys, *tok, opt.append_eod, opt.split_sentences,
+                           results[i]);
           } catch (const std::exception& e) {
             worker_errors[w] = e.what();
             next_index.store(cur.size());
@@ -163,8 +270,20 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
           continue;
         }
         for (size_t k = 0; k < writers.size(); ++k) {
-          writers[k]->add_document(r.docs[k]);
-          stats.tokens[k] += static_cast<int64_t>(r.docs[k].size());
+          const std::span<const int32_t> ids = r.docs[k];
+          if (opt.split_sentences) {
+            size_t offset = 0;
+            for (const int32_t len : r.sentence_lengths[k]) {
+              writers[k]->add_sequence(ids.subspan(offset, static_cast<size_t>(len)));
+              offset += static_cast<size_t>(len);
+            }
+            writers[k]->end_document();
+            stats.sequences[k] += static_cast<int64_t>(r.sentence_lengths[k].size());
+          } else {
+            writers[k]->add_document(ids);
+            if (!ids.empty()) ++stats.sequences[k];
+          }
+          stats.tokens[k] += static_cast<int64_t>(ids.size());
         }
         ++stats.documents;
       }
@@ -195,7 +314,8 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
     *opt.log << buf;
     for (size_t k = 0; k < writers.size(); ++k)
       *opt.log << "preprocess: wrote " << stats.output_prefixes[k] << ".{bin,idx}: "
-               << stats.tokens[k] << " tokens\n";
+               << stats.tokens[k] << " tokens, " << stats.sequences[k]
+               << (opt.split_sentences ? " sentences\n" : " sequences\n");
     *opt.log << std::flush;
   }
   return stats;

@@ -11,9 +11,17 @@
 // non-string value is an InputError naming the file and line number, unless
 // skip_bad_lines, in which case it is counted and skipped (for every key). Whitespace-only
 // lines are ignored.
+//
+// With split_sentences (Megatron's --split-sentences) every document is first cut into sentences
+// by split_sentences() below; each sentence is tokenized on its own and becomes one sequence
+// (a sentence that tokenizes to nothing is dropped), the document's sentences form one document
+// of the index, the EOD (append_eod) extends the document's last sentence, and the outputs are
+// {output_prefix}_{key}_sentence.{bin,idx} (Megatron's "sentence" level) - the input of
+// BERTDataset.
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data/tokenizer.h"
@@ -25,6 +33,7 @@ struct PreprocessOptions {
   std::vector<std::string> json_keys{"text"};
   TokenizerSpec tokenizer;
   bool append_eod = false;
+  bool split_sentences = false;  // one sequence per sentence, outputs *_sentence.{bin,idx}
   int workers = 1;
   std::string output_prefix;
   bool skip_bad_lines = false;
@@ -39,10 +48,25 @@ struct PreprocessStats {
   int64_t bad_lines = 0;  // skipped with skip_bad_lines
   int64_t input_bytes = 0;
   std::vector<int64_t> tokens;          // per key
-  std::vector<std::string> output_prefixes;  // per key: {output_prefix}_{key}_document
+  std::vector<int64_t> sequences;       // per key (sentences with split_sentences)
+  std::vector<std::string> output_prefixes;  // per key: {output_prefix}_{key}_{document|sentence}
   double seconds = 0;
 };
 
 PreprocessStats preprocess_jsonl(const PreprocessOptions& options);
+
+// A small rule-based English sentence splitter (Megatron uses NLTK's punkt model instead, so
+// sentence boundaries - and hence BERT samples - can differ from Megatron's on the same text).
+// Returns the sentences as views into `text`, in order, each trimmed of surrounding whitespace
+// (inner whitespace and newlines are kept), none empty. A sentence ends:
+//  - at a blank line (a newline, optional spaces/tabs/CR, another newline): paragraphs and
+//    headings are never joined;
+//  - after a run of '.', '!' or '?' plus any closing quotes/brackets (" ' ) ] and the UTF-8
+//    right quotes U+201D U+2019), when whitespace follows and then an ASCII uppercase letter,
+//    a digit (verse numbers), or an opening quote/bracket (" ' ( [ U+201C U+2018);
+//  - but not after a single '.' ending a common abbreviation (Mr Mrs Ms Messrs Dr St Jr Sr
+//    Prof Rev Capt Col Gen Lt Sgt Mt Esq Hon vs viz cf, case-sensitive) or a single-letter
+//    initial other than "I" ("J. Smith", "e.g.").
+std::vector<std::string_view> split_sentences(std::string_view text);
 
 }  // namespace megatron::data

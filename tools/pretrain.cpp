@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "data/gpt_sampler.h"
-#include "data/indexed_dataset.h"
+#include "data/blended_dataset.h"
+#include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
 #include "megatron/config/recipe.h"
 #include "megatron/core/error.h"
@@ -58,18 +58,17 @@ Args parse_args(int argc, char** argv) {
   return a;
 }
 
-// Adapts the GPT sampler of one split to the trainer's sample source.
-class SamplerSource final : public training::SampleSource {
+// Adapts one split of the (blended) Megatron GPT datasets to the trainer's sample source.
+class DatasetSource final : public training::SampleSource {
  public:
-  explicit SamplerSource(std::unique_ptr<data::GPTSampler> sampler, int64_t seq_length)
-      : sampler_(std::move(sampler)), seq_length_(seq_length) {}
-  int64_t seq_length() const override { return seq_length_; }
-  int64_t samples_per_epoch() const override { return sampler_->num_samples_per_epoch(); }
-  void get(int64_t index, int32_t* tokens) const override { sampler_->get(index, tokens); }
+  explicit DatasetSource(std::shared_ptr<const data::SampleDataset> dataset)
+      : dataset_(std::move(dataset)) {}
+  int64_t seq_length() const override { return dataset_->seq_length(); }
+  int64_t samples_per_epoch() const override { return dataset_->num_samples(); }
+  void get(int64_t index, int32_t* tokens) const override { dataset_->get(index, tokens); }
 
  private:
-  std::unique_ptr<data::GPTSampler> sampler_;
-  int64_t seq_length_;
+  std::shared_ptr<const data::SampleDataset> dataset_;
 };
 
 // Discards output on ranks other than 0.
@@ -113,22 +112,26 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   auto tokenizer = data::make_tokenizer(tspec);
   out << "tokenizer: " << tokenizer->describe() << "\n";
 
-  MT_INPUT_CHECK(d.train.size() == 1, recipe.source_path,
-                 ": data.train: blending several datasets is not available in this build yet "
-                 "(give one dataset)");
-  const std::string prefix = config::resolve_path(recipe, d.train[0].path);
-  auto dataset = std::make_shared<const data::IndexedDataset>(prefix);
-  out << "dataset: " << prefix << " (" << dataset->num_documents() << " documents, "
-            << dataset->num_tokens() << " tokens)\n";
-  const int64_t S = recipe.model.seq_length;
-  const uint64_t seed = recipe.training.seed;
-  auto train = std::make_shared<SamplerSource>(
-      std::make_unique<data::GPTSampler>(dataset, "train", d.split, S, seed), S);
-  std::shared_ptr<SamplerSource> valid;
-  if (recipe.training.eval_iters > 0)
-    valid = std::make_shared<SamplerSource>(
-        std::make_unique<data::GPTSampler>(dataset, "valid", d.split, S, seed), S);
-  out << "samples per epoch: train " << train->samples_per_epoch();
+  // Megatron's GPT datasets: split, index (built once by rank 0, cached), blended by weight.
+  const auto& tr = recipe.training;
+  data::GPTDatasetsSpec dspec;
+  for (const auto& entry : d.train)
+    dspec.paths_weights.emplace_back(config::resolve_path(recipe, entry.path), entry.weight);
+  dspec.split = d.split;
+  dspec.seq_length = recipe.model.seq_length;
+  dspec.seed = tr.seed;
+  dspec.num_samples = {tr.train_iters * tr.global_batch_size,
+                       tr.eval_iters > 0 ? tr.eval_iters * tr.global_batch_size : 0, 0};
+  dspec.cache_dir = d.cache_dir.empty() ? "" : config::resolve_path(recipe, d.cache_dir);
+  dspec.is_builder = launch.world_rank == 0;
+  dspec.barrier = [&] { world->barrier(); };
+  dspec.log = [&](const std::string& line) { out << "[data] " << line << "\n"; };
+  const data::GPTDatasets datasets = data::build_gpt_datasets(dspec);
+  auto train = std::make_shared<DatasetSource>(datasets.train());
+  std::shared_ptr<DatasetSource> valid;
+  if (datasets.valid()) valid = std::make_shared<DatasetSource>(datasets.valid());
+  out << "dataset: " << datasets.train()->describe() << "\n";
+  out << "samples: train " << train->samples_per_epoch();
   if (valid) out << ", valid " << valid->samples_per_epoch();
   out << "\n";
 
@@ -161,11 +164,9 @@ int main(int argc, char** argv) {
       message = std::string("fatal: ") + e.what();
       code = 2;
     }
-    // A failure on one rank must not leave the others waiting in a collective.
-    if (launch.world_size > 1) {
-      std::cerr << "rank " << launch.world_rank << ": " << message << "\n" << std::flush;
-      megatron::parallel::MpiRuntime::abort(code, message);
-    }
+    // A failure on one rank must not leave the others waiting in a collective (abort prints
+    // the message with the rank).
+    if (launch.world_size > 1) megatron::parallel::MpiRuntime::abort(code, message);
   } catch (const std::exception& e) {
     message = std::string("fatal: ") + e.what();
     code = 2;

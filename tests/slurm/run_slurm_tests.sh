@@ -23,10 +23,13 @@
 #   SLURM_TEST_PRETRAIN_CMD the pretrain command for the pretrain phase: the binary, then
 #                           --recipe R, --set K=V (repeatable) and other flags, split on spaces
 #                           (no quoting). Relative paths are relative to the repository root.
+#   SLURM_TEST_TIME_LIMIT   seconds for the whole script (default 240; keep it under ctest's
+#                           TIMEOUT): each launch's `timeout` is cut to what is left
 #
 # Needs root and the Slurm packages (tools/setup.sh): without them every phase FAILS. The
-# daemons are always stopped on exit (trap); every launch runs under `timeout`, so a hung job
-# fails the test well before ctest's TIMEOUT would kill this script (and leak the daemons).
+# daemons are always stopped on exit (trap, also on SIGINT/SIGTERM); every launch runs under
+# `timeout` within SLURM_TEST_TIME_LIMIT, so a hung job fails the test before ctest's TIMEOUT
+# would SIGKILL this script (that would leave the daemons running until the next start).
 set -euo pipefail
 
 src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -45,8 +48,20 @@ while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(SLURM_|SBATCH_|
 fail() { echo "FAIL: $*" >&2; exit 1; }
 note() { echo "== $*"; }
 
+# The whole script ends within this many seconds (under ctest's TIMEOUT of 300, which would
+# SIGKILL us and leave the daemons running until the next start).
+TIME_LIMIT="${SLURM_TEST_TIME_LIMIT:-240}"
+deadline=$((SECONDS + TIME_LIMIT))
+
+phase_pid=""
+kill_tree() {  # kill_tree PID: PID and all its descendants (children first)
+  local c
+  for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do kill_tree "$c"; done
+  kill -TERM "$1" 2>/dev/null || true
+}
 cleanup() {
   local rc=$?
+  if [ -n "$phase_pid" ] && kill -0 "$phase_pid" 2>/dev/null; then kill_tree "$phase_pid"; fi
   "$cluster" stop || true
   exit $rc
 }
@@ -77,7 +92,10 @@ start_cluster() {  # start_cluster NODES  (extra environment passes through, e.g
 # run_to FILE TIMEOUT CMD...: runs CMD with stdout+stderr to FILE; prints FILE on failure.
 # Returns CMD's exit status.
 run_to() {
-  local file="$1" secs="$2" rc=0; shift 2
+  local file="$1" secs="$2" rc=0 left; shift 2
+  left=$((deadline - SECONDS))
+  [ $left -gt 5 ] || fail "the slurm tests ran out of time (SLURM_TEST_TIME_LIMIT=${TIME_LIMIT}s) before: $*"
+  [ "$secs" -le $left ] || secs=$left
   echo "\$ $*" >"$file.cmd"
   timeout --kill-after=5 "$secs" "$@" >"$file" 2>&1 || rc=$?
   if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
@@ -128,7 +146,9 @@ only_file() {  # only_file GLOB: the single file matching GLOB (a job's output f
   local files=()
   # shellcheck disable=SC2206
   files=($1)
-  [ ${#files[@]} -eq 1 ] && [ -f "${files[0]}" ] || fail "expected one job output file $1, found: ${files[*]}"
+  if [ ${#files[@]} -ne 1 ] || [ ! -f "${files[0]}" ]; then
+    fail "expected one job output file $1, found: ${files[*]}"
+  fi
   echo "${files[0]}"
 }
 
@@ -146,6 +166,7 @@ phase_srun() {
 
   note "a failing rank fails the step"
   local rc=0
+  # shellcheck disable=SC2016  # expanded by the task's shell
   run_to "$WORK/srun-fail.out" 60 srun -n 2 bash -c 'exit $((SLURM_PROCID * 7))' || rc=$?
   [ $rc -ne 0 ] || { cat "$WORK/srun-fail.out" >&2; fail "srun returned 0 although rank 1 exited with 7"; }
   echo "srun exit status $rc"
@@ -172,8 +193,9 @@ phase_sbatch() {
   check_probe "$out" 2 "0 0" "n1 n1"
   grep -q '^probe args: --recipe recipes/gpt_tiny.yaml --set training.train_iters=3 --set optimizer.lr=5e-4 --print-recipe$' "$out" ||
     { cat "$out" >&2; fail "$out: the template did not pass --recipe/--set/EXTRA_ARGS as expected"; }
-  [ "$(field "$out" cpus_per_task)" = "2 2" ] && [ "$(field "$out" omp_num_threads)" = "2 2" ] ||
-    { cat "$out" >&2; fail "$out: ranks did not get 2 CPUs and OMP_NUM_THREADS=2"; }
+  if [ "$(field "$out" cpus_per_task)" != "2 2" ] || [ "$(field "$out" omp_num_threads)" != "2 2" ]; then
+    cat "$out" >&2; fail "$out: ranks did not get 2 CPUs and OMP_NUM_THREADS=2"
+  fi
   grep -q '2 ranks x 2 threads' "$out" || { cat "$out" >&2; fail "$out: template header line missing"; }
   cat "$out"
 
@@ -293,10 +315,14 @@ for p in "${phases[@]}"; do
   mkdir -p "$WORK"
   t0=$SECONDS
   # A subshell keeps each phase's exports (SLURM_CONF, OMPI_MCA_*) and cd to itself. Not
-  # `( ... ) || fail`: errexit would be ignored inside.
+  # `( ... ) || fail`: errexit would be ignored inside. In the background so that a signal to
+  # this script runs the trap at once (it kills the phase, then stops the cluster).
   set +e
-  (set -e; "phase_$p")
+  (set -e; "phase_$p") &
+  phase_pid=$!
+  wait "$phase_pid"
   rc=$?
+  phase_pid=""
   set -e
   [ $rc -eq 0 ] || fail "phase $p"
   note "phase $p passed ($((SECONDS - t0)) s)"

@@ -147,6 +147,8 @@ ReturnToService=2
 SlurmdParameters=config_overrides
 # Short timeouts: a broken test should fail fast.
 KillWait=5
+# Reject at submission what the partition can never run (instead of pending forever).
+EnforcePartLimits=ALL
 # Completed jobs are forgotten after 5 s. This also keeps "sbatch --wait" polling every 2 s
 # (it backs off to 8 s and 32 s only while the poll interval is below MinJobAge/2).
 MinJobAge=5
@@ -156,7 +158,8 @@ EOF
       echo "NodeName=n$i NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((port + i)) CPUs=$cpus RealMemory=$mem State=UNKNOWN"
     done
     local list="n1"; [ "$nodes" -eq 2 ] && list="n1,n2"
-    echo "PartitionName=debug Nodes=$list Default=YES MaxTime=10 State=UP OverSubscribe=YES"
+    # No MaxTime: the templates ask for hours; tests bound their jobs themselves.
+    echo "PartitionName=debug Nodes=$list Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES"
   } >"$CONF"
 }
 

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The real pretrain binary on the shipped corpus: alone, under mpirun with dp=2, tp=2 and
+# tp=2 + sequence parallel + dp... on 2 ranks; every layout must log the single-process losses
+# (per-step JSONL) within fp32 round-off.
+# usage: pretrain_layouts.sh PRETRAIN_BINARY MPIEXEC WORK_DIR
+set -euo pipefail
+pretrain=$1 mpiexec=$2 work=$3
+src="$(cd "$(dirname "$0")/../.." && pwd)"
+rm -rf "$work" && mkdir -p "$work"
+cd "$src"
+common=(--recipe recipes/gpt_tiny.yaml --set training.train_iters=6 --set training.eval_iters=0
+        --set training.eval_interval=0 --set optimizer.schedule.warmup_iters=2
+        --set training.micro_batch_size=4 --set training.global_batch_size=8
+        --set model.num_layers=2 --set model.seq_length=64 --set training.peak_tflops=0.1)
+mpi=("$mpiexec" --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1)
+
+run() {  # name, launcher..., -- extra args
+  local name=$1; shift
+  local launcher=()
+  while [ "$1" != "--" ]; do launcher+=("$1"); shift; done
+  shift
+  if ! "${launcher[@]}" "$pretrain" "${common[@]}" --set "logging.jsonl=$work/$name.jsonl" "$@" \
+      > "$work/$name.log" 2>&1; then
+    echo "FAIL: $name exited non-zero"; tail -20 "$work/$name.log"; exit 1
+  fi
+}
+losses() { grep -o '"loss":[-0-9.e+]*' "$1" | cut -d: -f2; }
+
+run single env OMP_NUM_THREADS=1 --
+run dp2 "${mpi[@]}" -np 2 --
+run tp2 "${mpi[@]}" -np 2 -- --set parallel.tensor=2
+run tp2_sp "${mpi[@]}" -np 2 -- --set parallel.tensor=2 --set parallel.sequence_parallel=true
+run dp2_distopt "${mpi[@]}" -np 2 -- --set optimizer.distributed=true
+
+ref=$(losses "$work/single.jsonl")
+[ "$(echo "$ref" | wc -l)" -eq 6 ] || { echo "FAIL: expected 6 steps in single.jsonl"; exit 1; }
+status=0
+for name in dp2 tp2 tp2_sp dp2_distopt; do
+  got=$(losses "$work/$name.jsonl")
+  if ! paste <(echo "$ref") <(echo "$got") | awk -v n="$name" '
+      { d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 2e-5 * $1) { bad = 1;
+        printf "FAIL: %s step %d: %s vs single %s\n", n, NR, $2, $1 } }
+      END { exit bad }'; then
+    status=1
+  else
+    echo "ok: $name matches the single-process losses: $(echo $got | tr '\n' ' ')"
+  fi
+done
+grep -q "launch: mpirun, 2 ranks" "$work/dp2.log" || { echo "FAIL: no launch report"; status=1; }
+exit $status

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "megatron/checkpoint/file_io.h"
 #include "megatron/core/dtype.h"
 #include "megatron/core/tensor.h"
 
@@ -50,11 +51,8 @@ class File {
  public:
   // Opens and validates `path`; throws InputError naming the file on any problem.
   explicit File(const std::string& path);
-  ~File();
-  File(const File&) = delete;
-  File& operator=(const File&) = delete;
-  File(File&& other) noexcept;
-  File& operator=(File&& other) noexcept;
+  File(File&&) noexcept = default;
+  File& operator=(File&&) noexcept = default;
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return file_size_; }
@@ -72,11 +70,11 @@ class File {
   Tensor read(std::string_view name) const;
 
  private:
-  void close_fd();
   std::string path_;
-  int fd_ = -1;
+  io::Fd fd_;
   uint64_t file_size_ = 0, header_size_ = 0;
   std::vector<TensorInfo> tensors_;
+  std::map<std::string, size_t, std::less<>> by_name_;
   std::map<std::string, std::string> metadata_;
 };
 

@@ -56,7 +56,7 @@ void Optimizer::step(double lr) {
   p.bias_correction2 = static_cast<float>(1.0 - std::pow(settings_.beta2, steps_));
   for (const Segment& s : segments_) {
     const int64_t n = s.end - s.begin;
-    Tensor value = segment_of(s.param->value, s);
+    Tensor value = segment_of(s.param->master, s);
     const Tensor grad = segment_of(s.param->grad, s);
     Tensor m = m_.flat_view(s.state_offset, {n});
     const float wd = s.param->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
@@ -74,6 +74,8 @@ void Optimizer::step(double lr) {
         w[i] -= p.lr * mom[i];
       }
     }
+    // Mixed precision: the model (and compute) weights follow the updated master weights.
+    store_->refresh_model_weights(s.param->offset + s.begin, s.param->offset + s.end);
   }
 }
 
@@ -92,13 +94,17 @@ double global_grad_norm(const std::vector<Segment>& segments,
   return std::sqrt(sum);
 }
 
-double clip_grads(const std::vector<Segment>& segments, double norm, double max_norm) {
-  if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0;
-  const double factor = max_norm / (norm + 1e-6);
+void scale_grads(const std::vector<Segment>& segments, double factor) {
   for (const Segment& s : segments) {
     Tensor g = segment_of(s.param->grad, s);
     ops::scale_inplace(g, static_cast<float>(factor));
   }
+}
+
+double clip_grads(const std::vector<Segment>& segments, double norm, double max_norm) {
+  if (max_norm <= 0.0 || !(norm > max_norm)) return 1.0;
+  const double factor = max_norm / (norm + 1e-6);
+  scale_grads(segments, factor);
   return factor;
 }
 

@@ -56,5 +56,7 @@ double global_grad_norm(const std::vector<Segment>& segments,
                         parallel::Communicator* sharded_over);
 // Scales the segments' gradients by min(1, max_norm / norm); returns the factor applied.
 double clip_grads(const std::vector<Segment>& segments, double norm, double max_norm);
+// Multiplies the segments' gradients by factor.
+void scale_grads(const std::vector<Segment>& segments, double factor);
 
 }  // namespace megatron::optim

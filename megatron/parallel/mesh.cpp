@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <unordered_map>
 
 #include "megatron/core/error.h"
 #include "megatron/parallel/mpi_communicator.h"
@@ -159,15 +160,15 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
 
   // Nodes in first-appearance order, each with its ranks ascending.
   std::vector<std::vector<int>> node_ranks;
+  std::unordered_map<std::string, int> node_index;
   for (int r = 0; r < world; ++r) {
     const std::string& name = node_of_rank[static_cast<size_t>(r)];
-    auto it = std::find(p.nodes.begin(), p.nodes.end(), name);
-    if (it == p.nodes.end()) {
+    auto [it, inserted] = node_index.emplace(name, static_cast<int>(p.nodes.size()));
+    if (inserted) {
       p.nodes.push_back(name);
       node_ranks.emplace_back();
-      it = p.nodes.end() - 1;
     }
-    const int n = static_cast<int>(it - p.nodes.begin());
+    const int n = it->second;
     node_ranks[static_cast<size_t>(n)].push_back(r);
     p.ranks[static_cast<size_t>(r)].node = n;
   }

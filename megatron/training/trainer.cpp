@@ -93,8 +93,6 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  recipe_.source_path, ": parallel.expert/context > 1 are not available yet");
   MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
                  "' is not available in this build (cpu only so far)");
-  MT_INPUT_CHECK(tr.precision == "fp32", recipe_.source_path, ": training.precision: '",
-                 tr.precision, "' is not available on the CPU path yet (fp32 only)");
   MT_INPUT_CHECK(tr.recompute == "none", recipe_.source_path, ": training.recompute: '",
                  tr.recompute, "' is not implemented yet (use none)");
   MT_INPUT_CHECK(train_->seq_length() == recipe_.model.seq_length, recipe_.source_path,
@@ -109,7 +107,13 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   const models::GPTSpec spec = gpt_spec_from_recipe(recipe_, tokenizer_vocab, tp_->size());
   model_ = std::make_unique<models::GPTModel>(spec, store_, *tp_);
   const bool distributed = recipe_.optimizer.distributed && dp_size_ > 1;
-  store_.finalize(distributed ? dp_size_ : 1);
+  // Mixed precision on the CPU: weights stored in bf16/fp16 (the compute copy holds exactly
+  // those values), fp32 master weights and main gradients, dynamic loss scaling for fp16.
+  const DType model_dtype = tr.precision == "bf16"   ? DType::BF16
+                            : tr.precision == "fp16" ? DType::F16
+                                                     : DType::F32;
+  store_.finalize(distributed ? dp_size_ : 1, model_dtype);
+  scaler_ = std::make_unique<optim::LossScaler>(model_dtype == DType::F16);
   store_.initialize(tr.seed);
 
   // Buckets of ~16 MiB of fp32 gradients: large enough for bandwidth, small enough to overlap.
@@ -161,7 +165,8 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   // Normalise by the valid tokens of the whole global batch, so any micro-batching gives the
   // same mean. All samples are full windows here: every label counts.
   const double valid_tokens = static_cast<double>(G * S);
-  const float loss_scale = static_cast<float>(1.0 / valid_tokens);
+  const double scale = scaler_->scale();
+  const float loss_scale = static_cast<float>(scale / valid_tokens);
 
   store_.zero_grads();
   double loss_sum = 0.0;
@@ -184,15 +189,29 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   StepMetrics metrics;
   metrics.iteration = iteration;
   metrics.loss = all_reduce_sum(*dp_, loss_sum) / valid_tokens;
-  metrics.grad_norm = optim::global_grad_norm(optimizer_->segments(), *tp_,
-                                              grad_sync_->distributed() ? dp_ : nullptr);
-  MT_CHECK(std::isfinite(metrics.loss) && std::isfinite(metrics.grad_norm), "iteration ",
-           iteration, ": non-finite loss ", metrics.loss, " or gradient norm ", metrics.grad_norm,
-           " (lower optimizer.lr or enable clipping)");
-  optim::clip_grads(optimizer_->segments(), metrics.grad_norm, recipe_.optimizer.clip_grad);
+  metrics.loss_scale = scale;
+  // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
+  const double scaled_norm = optim::global_grad_norm(optimizer_->segments(), *tp_,
+                                                     grad_sync_->distributed() ? dp_ : nullptr);
+  metrics.grad_norm = scaled_norm / scale;
+  MT_CHECK(std::isfinite(metrics.loss), "iteration ", iteration, ": non-finite loss ",
+           metrics.loss, " (lower optimizer.lr)");
   metrics.lr = schedule_.lr(iteration);
-  optimizer_->step(metrics.lr);
-  grad_sync_->gather_params();
+  if (!std::isfinite(scaled_norm) || fp16_gradient_overflow()) {
+    MT_CHECK(scaler_->dynamic(), "iteration ", iteration, ": non-finite gradient norm ",
+             scaled_norm, " (lower optimizer.lr or enable clipping)");
+    metrics.skipped = true;  // fp16 overflow: skip the update, back off the scale
+    scaler_->update(true);
+  } else {
+    // Unscale and clip in one pass over the gradients.
+    double factor = 1.0 / scale;
+    const double clip = recipe_.optimizer.clip_grad;
+    if (clip > 0.0 && metrics.grad_norm > clip) factor *= clip / (metrics.grad_norm + 1e-6);
+    if (factor != 1.0) optim::scale_grads(optimizer_->segments(), factor);
+    optimizer_->step(metrics.lr);
+    grad_sync_->gather_params();
+    scaler_->update(false);
+  }
 
   metrics.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -200,6 +219,23 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
   metrics.mfu = metrics.tflops * 1e12 / peak_flops_;
   return metrics;
+}
+
+bool Trainer::fp16_gradient_overflow() {
+  if (store_.model_dtype() != DType::F16) return false;
+  // The CPU computes in fp32, so an fp16 gradient overflow is detected by range: a scaled
+  // gradient beyond fp16's largest finite value would have been inf on an fp16 device.
+  constexpr float kFp16Max = 65504.0f;
+  float overflow = 0.0f;
+  for (const optim::Segment& s : optimizer_->segments()) {
+    const float* g = s.param->grad.data<float>() + s.begin;
+    for (int64_t i = 0; i < s.end - s.begin && overflow == 0.0f; ++i)
+      if (!(std::abs(g[i]) <= kFp16Max)) overflow = 1.0f;
+  }
+  Tensor flag = Tensor::wrap(&overflow, {1}, DType::F32);
+  if (tp_->size() > 1) tp_->all_reduce(flag, parallel::ReduceOp::Max);
+  if (grad_sync_->distributed()) dp_->all_reduce(flag, parallel::ReduceOp::Max);
+  return overflow > 0.0f;
 }
 
 void Trainer::reduce_sequence_parallel_grads() {
@@ -256,13 +292,15 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
         << " tok/s | " << std::setprecision(3) << m.tflops << " TFLOP/s | MFU "
         << std::setprecision(1) << m.mfu * 100 << "% | mem "
         << std::setprecision(0) << static_cast<double>(cpu_memory_stats().peak_bytes) / 1048576.0
-        << " MiB" << std::defaultfloat << "\n"
+        << " MiB" << (m.skipped ? " | skipped (fp16 overflow)" : "") << std::defaultfloat
+        << "\n"
         << std::flush;
   if (jsonl_.is_open()) {
     nlohmann::json j = {{"iteration", m.iteration},       {"loss", m.loss},
                         {"lr", m.lr},                     {"grad_norm", m.grad_norm},
                         {"step_seconds", m.seconds},      {"tokens_per_s", m.tokens_per_s},
-                        {"tflops", m.tflops},             {"mfu", m.mfu}};
+                        {"tflops", m.tflops},             {"mfu", m.mfu},
+                        {"loss_scale", m.loss_scale},     {"skipped", m.skipped}};
     jsonl_ << j.dump() << "\n" << std::flush;
   }
 }

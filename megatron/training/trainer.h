@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "megatron/config/recipe.h"
+#include "megatron/optimizer/loss_scaler.h"
 #include "megatron/optimizer/lr_schedule.h"
 #include "megatron/optimizer/optimizer.h"
 #include "megatron/training/batch_source.h"
@@ -19,6 +20,8 @@ namespace megatron::training {
 struct StepMetrics {
   int64_t iteration = 0;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  double loss_scale = 1;
+  bool skipped = false;  // fp16 overflow: no update this step
 };
 
 struct EvalMetrics {
@@ -64,13 +67,15 @@ class Trainer {
 
   ParamStore& params() { return store_; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
+  const optim::LossScaler& loss_scaler() const { return *scaler_; }
   const models::GPTModel& model() const { return *model_; }
   double flops_per_step() const { return flops_per_step_; }
   double peak_flops() const { return peak_flops_; }
 
  private:
   void log_step(const StepMetrics& m, bool to_console);
-  void reduce_sequence_parallel_grads();  // JSONL gets every step
+  void reduce_sequence_parallel_grads();
+  bool fp16_gradient_overflow();  // JSONL gets every step
   void log_eval(const EvalMetrics& m);
 
   config::Recipe recipe_;
@@ -87,6 +92,7 @@ class Trainer {
   std::unique_ptr<optim::DataParallelGrads> grad_sync_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;
+  std::unique_ptr<optim::LossScaler> scaler_;
   models::GPTModel::Activations act_;
   models::MicroBatch mb_;
   Tensor sp_grad_scratch_;

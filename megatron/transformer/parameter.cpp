@@ -1,5 +1,6 @@
 #include "megatron/transformer/parameter.h"
 
+#include "kernels/common/numeric.h"
 #include "kernels/common/philox.h"
 
 namespace megatron {
@@ -49,8 +50,11 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   return *params_.back();
 }
 
-void ParamStore::finalize(int64_t pad_multiple) {
+void ParamStore::finalize(int64_t pad_multiple, DType model_dtype) {
   MT_CHECK(!finalized_, "ParamStore finalized twice");
+  MT_CHECK(model_dtype == DType::F32 || model_dtype == DType::BF16 || model_dtype == DType::F16,
+           "model dtype must be fp32, bf16 or fp16, got ", dtype_name(model_dtype));
+  model_dtype_ = model_dtype;
   MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
   total_ = 0;
   // Reverse registration order = the order backward finishes gradients.
@@ -61,9 +65,14 @@ void ParamStore::finalize(int64_t pad_multiple) {
   const int64_t padded = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
   values_ = Tensor::zeros({padded}, DType::F32);
   grads_ = Tensor::zeros({padded}, DType::F32);
+  if (mixed_precision()) {
+    masters_ = Tensor::zeros({padded}, DType::F32);
+    model_weights_ = Tensor::zeros({padded}, model_dtype);
+  }
   for (auto& p : params_) {
     p->value = values_.flat_view(p->offset, p->local_shape);
     p->grad = grads_.flat_view(p->offset, p->local_shape);
+    p->master = masters().flat_view(p->offset, p->local_shape);
   }
   finalized_ = true;
 }
@@ -71,7 +80,7 @@ void ParamStore::finalize(int64_t pad_multiple) {
 void ParamStore::initialize(uint64_t seed) {
   MT_CHECK(finalized_, "initialize before finalize");
   for (auto& p : params_) {
-    float* v = p->value.data<float>();
+    float* v = p->master.data<float>();
     const int64_t n = p->value.numel();
     switch (p->init.kind) {
       case ParamInit::Kind::Zeros:
@@ -90,9 +99,25 @@ void ParamStore::initialize(uint64_t seed) {
       }
     }
   }
+  refresh_model_weights(0, values_.numel());
 }
 
 void ParamStore::zero_grads() { grads_.zero_(); }
+
+void ParamStore::refresh_model_weights(int64_t begin, int64_t end) {
+  if (!mixed_precision()) return;
+  MT_CHECK(0 <= begin && begin <= end && end <= values_.numel(), "refresh range [", begin, ", ",
+           end, ")");
+  const float* master = masters_.data<float>();
+  float* compute = values_.data<float>();
+  const bool bf16 = model_dtype_ == DType::BF16;
+  uint16_t* bits = bf16 ? &model_weights_.data<bf16_t>()->bits : &model_weights_.data<fp16_t>()->bits;
+#pragma omp parallel for schedule(static) if (end - begin > 65536)
+  for (int64_t i = begin; i < end; ++i) {
+    bits[i] = bf16 ? math::float_to_bf16_bits(master[i]) : math::float_to_fp16_bits(master[i]);
+    compute[i] = bf16 ? math::bf16_bits_to_float(bits[i]) : math::fp16_bits_to_float(bits[i]);
+  }
+}
 
 std::vector<Parameter*> ParamStore::params() {
   std::vector<Parameter*> out;

@@ -41,8 +41,9 @@ struct Parameter {
   // partial gradient that must be summed over the tensor-parallel group before the step.
   bool tp_partial_grad = false;
   int64_t offset = 0;        // element offset of this shard in the buffers
-  Tensor value;              // view into ParamStore's value buffer
-  Tensor grad;               // view into ParamStore's grad buffer
+  Tensor value;              // fp32 compute weights: view into ParamStore's value buffer
+  Tensor grad;               // fp32 main gradient: view into ParamStore's grad buffer
+  Tensor master;             // fp32 master weights the optimizer updates (== value for fp32)
 
   // Global flat index of local element i (for shard-independent init and checkpoints).
   int64_t global_index(int64_t local_index) const;
@@ -55,13 +56,23 @@ class ParamStore {
                  ShardSpec shard = {});
   // Allocates the value and grad buffers and binds every parameter's views. The buffers are
   // padded with zeros to a multiple of pad_multiple (data-parallel sharding needs equal shards).
-  void finalize(int64_t pad_multiple = 1);
+  // With a 16-bit model dtype (mixed precision) the model weights are stored in that dtype,
+  // the fp32 master weights separately; the fp32 compute copy (value) holds the model weights
+  // exactly (the CPU kernels compute in fp32).
+  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32);
   bool finalized() const { return finalized_; }
 
   // Deterministic init from (seed, global name, global element index): any sharding of the same
   // model gets the same global weights.
   void initialize(uint64_t seed);
   void zero_grads();
+  // Mixed precision: model weights (and the compute copy) <- master weights in [begin, end)
+  // of the buffer, rounded to the model dtype. No-op for fp32.
+  void refresh_model_weights(int64_t begin, int64_t end);
+  bool mixed_precision() const { return model_dtype_ != DType::F32; }
+  DType model_dtype() const { return model_dtype_; }
+  Tensor& masters() { return mixed_precision() ? masters_ : values_; }
+  Tensor& model_weights() { return model_weights_; }
 
   std::vector<Parameter*> params();
   std::vector<const Parameter*> params() const;
@@ -73,7 +84,8 @@ class ParamStore {
 
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
-  Tensor values_, grads_;
+  Tensor values_, grads_, masters_, model_weights_;
+  DType model_dtype_ = DType::F32;
   int64_t total_ = 0;
   bool finalized_ = false;
 };

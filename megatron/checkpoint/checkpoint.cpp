@@ -1,0 +1,737 @@
+#include "megatron/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "megatron/checkpoint/file_io.h"
+#include "megatron/checkpoint/safetensors.h"
+
+namespace megatron::checkpoint {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr const char* kMetadataFile = "metadata.json";
+constexpr const char* kLatestFile = "latest";
+
+std::string iter_name(int64_t iteration) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "iter_%07lld", static_cast<long long>(iteration));
+  return buf;
+}
+
+// "iter_<digits>" -> the number; anything else (temporaries included) -> nullopt.
+std::optional<int64_t> parse_iter_name(std::string_view s) {
+  if (s.substr(0, 5) != "iter_" || s.size() == 5 || s.size() > 5 + 18) return std::nullopt;
+  int64_t v = 0;
+  for (char c : s.substr(5)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    v = v * 10 + (c - '0');
+  }
+  return v;
+}
+
+std::vector<int64_t> dims(const Shape& s) { return {s.begin(), s.end()}; }
+
+std::string shape_str(const std::vector<int64_t>& s) { return json(s).dump(); }
+
+std::string dump(const ordered_json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+void step(const SaveRequest& r, const char* name) {
+  if (r.on_step) r.on_step(name);
+}
+
+bool same_path(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return false;
+  std::error_code e1, e2;
+  const fs::path pa = fs::weakly_canonical(a, e1), pb = fs::weakly_canonical(b, e2);
+  if (e1 || e2) return fs::path(a).lexically_normal() == fs::path(b).lexically_normal();
+  return pa == pb;
+}
+
+// Whether DIR/iter_N holds a committed checkpoint of iteration N (metadata.json readable).
+bool is_complete(const std::string& dir, int64_t iteration) {
+  const std::string meta = (fs::path(checkpoint_path(dir, iteration)) / kMetadataFile).string();
+  std::error_code ec;
+  if (!fs::is_regular_file(meta, ec)) return false;
+  try {
+    const json j = json::parse(io::read_file(meta), nullptr, false);
+    return j.is_object() && j.contains("format_version") && j["format_version"].is_number_integer() &&
+           j.contains("iteration") && j["iteration"].is_number_integer() &&
+           j["iteration"].get<int64_t>() == iteration;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// Complete checkpoints in dir, newest first.
+std::vector<int64_t> complete_iterations(const std::string& dir) {
+  std::vector<int64_t> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto n = parse_iter_name(it->path().filename().string());
+    if (n && is_complete(dir, *n)) out.push_back(*n);
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+std::string random_id() {
+  std::random_device rd;
+  uint64_t v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  v ^= static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  v ^= static_cast<uint64_t>(::getpid()) << 17;
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%012llx", static_cast<unsigned long long>(v & 0xffffffffffffull));
+  return buf;
+}
+
+// Moves `path` out of the way atomically, then deletes it (a crash mid-delete leaves only an
+// ignored *.old-* directory).
+void remove_checkpoint_dir(const std::string& path, const std::string& id) {
+  const std::string doomed = path + ".old-" + id;
+  if (::rename(path.c_str(), doomed.c_str()) != 0) return;
+  std::error_code ec;
+  fs::remove_all(doomed, ec);
+}
+
+// ---- index parsing (shared by finalize and read_index) ---------------------------------------
+
+struct IndexError {
+  std::string where;  // prefix naming the file
+  template <typename... Parts>
+  InputError operator()(const Parts&... parts) const {
+    return InputError(concat(where, ": ", parts...));
+  }
+};
+
+int64_t get_int(const json& j, const char* key, const std::string& what, const IndexError& fail) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_number_integer())
+    throw fail(what, ": missing or non-integer \"", key, "\"");
+  return it->get<int64_t>();
+}
+
+std::vector<int64_t> get_ints(const json& j, const char* key, const std::string& what,
+                              const IndexError& fail) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_array()) throw fail(what, ": missing or non-array \"", key, "\"");
+  std::vector<int64_t> out;
+  for (const json& v : *it) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0)
+      throw fail(what, ": \"", key, "\" ", it->dump(), " holds a value that is not a non-negative integer");
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+const std::string& get_string(const json& j, const char* key, const std::string& what,
+                              const IndexError& fail) {
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) throw fail(what, ": missing or non-string \"", key, "\"");
+  return it->get_ref<const std::string&>();
+}
+
+SavedPiece parse_piece(const json& p, const std::vector<int64_t>& shape, size_t element_size,
+                       const std::string& what, const IndexError& fail) {
+  if (!p.is_object()) throw fail(what, " is not an object");
+  SavedPiece s;
+  s.file = get_string(p, "file", what, fail);
+  s.key = get_string(p, "key", what, fail);
+  s.geometry.shape = shape;
+  s.geometry.offset = get_ints(p, "offset", what, fail);
+  s.geometry.extent = get_ints(p, "extent", what, fail);
+  const auto flat = get_ints(p, "flat", what, fail);
+  const auto data = get_ints(p, "data_offsets", what, fail);
+  if (flat.size() != 2) throw fail(what, ": \"flat\" must be [begin, end]");
+  if (data.size() != 2) throw fail(what, ": \"data_offsets\" must be [begin, end]");
+  s.geometry.flat_begin = flat[0];
+  s.geometry.flat_end = flat[1];
+  if (auto problem = s.geometry.problem()) throw fail(what, ": ", *problem);
+  s.data_begin = static_cast<uint64_t>(data[0]);
+  s.data_end = static_cast<uint64_t>(data[1]);
+  if (s.data_begin > s.data_end ||
+      s.data_end - s.data_begin != static_cast<uint64_t>(s.geometry.count()) * element_size)
+    throw fail(what, ": data_offsets ", json(data).dump(), " do not hold ", s.geometry.count(),
+               " elements of ", element_size, " bytes");
+  return s;
+}
+
+bool safe_file_name(const std::string& f) {
+  return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
+         f.find('\0') == std::string::npos;
+}
+
+// Parses the "files" and "tensors" members of metadata.json.
+void parse_tensor_index(const json& j, CheckpointIndex& index, const IndexError& fail) {
+  const auto files = j.find("files");
+  if (files == j.end() || !files->is_object()) throw fail("missing or non-object \"files\"");
+  for (auto it = files->begin(); it != files->end(); ++it) {
+    const std::string what = concat("files entry '", it.key(), "'");
+    if (!safe_file_name(it.key())) throw fail(what, " is not a plain file name");
+    if (!it.value().is_object()) throw fail(what, " is not an object");
+    const int64_t bytes = get_int(it.value(), "bytes", what, fail);
+    if (bytes < 0) throw fail(what, ": negative size");
+    index.files[it.key()] = static_cast<uint64_t>(bytes);
+  }
+  const auto tensors = j.find("tensors");
+  if (tensors == j.end() || !tensors->is_object()) throw fail("missing or non-object \"tensors\"");
+  for (auto it = tensors->begin(); it != tensors->end(); ++it) {
+    const std::string what = concat("tensor '", it.key(), "'");
+    const json& t = it.value();
+    if (!t.is_object()) throw fail(what, " is not an object");
+    SavedTensor st;
+    st.dtype = get_string(t, "dtype", what, fail);
+    const auto esize = safetensors::dtype_size(st.dtype);
+    if (!esize) throw fail(what, ": unknown dtype '", st.dtype, "'");
+    st.shape = get_ints(t, "shape", what, fail);
+    if (st.shape.size() > static_cast<size_t>(Shape::kMaxDims))
+      throw fail(what, ": shape ", shape_str(st.shape), " has too many dimensions");
+    const auto pieces = t.find("pieces");
+    if (pieces == t.end() || !pieces->is_array()) throw fail(what, ": missing or non-array \"pieces\"");
+    for (size_t i = 0; i < pieces->size(); ++i) {
+      SavedPiece p = parse_piece((*pieces)[i], st.shape, *esize, concat(what, " piece ", i), fail);
+      if (!index.files.count(p.file))
+        throw fail(what, " piece ", i, ": file '", p.file, "' is not listed in \"files\"");
+      st.pieces.push_back(std::move(p));
+    }
+    index.tensors.emplace(it.key(), std::move(st));
+  }
+}
+
+// Opens the shard files and checks them against the index.
+std::map<std::string, safetensors::File> open_files(const CheckpointIndex& index,
+                                                    const std::set<std::string>& names) {
+  std::map<std::string, std::vector<std::pair<const std::string*, const SavedPiece*>>> by_file;
+  std::map<std::string, const SavedTensor*> tensor_of;
+  for (const auto& [name, t] : index.tensors)
+    for (const SavedPiece& p : t.pieces)
+      if (names.count(p.file)) {
+        by_file[p.file].emplace_back(&name, &p);
+        tensor_of[name] = &t;
+      }
+  std::map<std::string, safetensors::File> out;
+  for (const std::string& f : names) {
+    const std::string path = (fs::path(index.path) / f).string();
+    const auto rec = index.files.find(f);
+    if (rec == index.files.end())
+      throw InputError(concat("checkpoint ", index.path, ": no file '", f, "' in ", kMetadataFile));
+    std::error_code ec;
+    if (!fs::exists(path, ec))
+      throw InputError(concat("checkpoint file ", path, " is missing (listed in ", kMetadataFile, ")"));
+    safetensors::File file(path);
+    if (file.file_size() != rec->second)
+      throw InputError(concat("checkpoint file ", path, ": ", file.file_size(), " bytes, but ",
+                              kMetadataFile, " records ", rec->second));
+    const auto& entries = by_file[f];
+    if (file.tensors().size() != entries.size())
+      throw InputError(concat("checkpoint file ", path, ": holds ", file.tensors().size(),
+                              " tensors, ", kMetadataFile, " lists ", entries.size(),
+                              " pieces in it"));
+    for (const auto& [name, p] : entries) {
+      const safetensors::TensorInfo* info = file.find(p->key);
+      const std::string what = concat("checkpoint file ", path, ": tensor '", p->key, "' (piece of '", *name, "')");
+      if (!info) throw InputError(concat(what, " is missing"));
+      if (info->dtype != tensor_of[*name]->dtype)
+        throw InputError(concat(what, " has dtype ", info->dtype, ", ", kMetadataFile, " says ",
+                                tensor_of[*name]->dtype));
+      if (info->numel() != p->geometry.count())
+        throw InputError(concat(what, " has ", info->numel(), " elements, ", kMetadataFile,
+                                " says ", p->geometry.count()));
+      if (info->begin != p->data_begin || info->end != p->data_end)
+        throw InputError(concat(what, " is at bytes [", info->begin, ", ", info->end, "), ",
+                                kMetadataFile, " says [", p->data_begin, ", ", p->data_end, ")"));
+    }
+    out.emplace(f, std::move(file));
+  }
+  return out;
+}
+
+std::string describe(const TensorPiece& p, const PieceGeometry& g) {
+  std::string s = concat("piece of '", p.name, "'");
+  if (!p.shard.replicated())
+    s += concat(" (shard ", p.shard.index, "/", p.shard.count, " along dim ", p.shard.dim, ")");
+  if (!g.is_full_box()) s += concat(" flat [", g.flat_begin, ", ", g.flat_end, ")");
+  return s;
+}
+
+}  // namespace
+
+std::string checkpoint_path(const std::string& dir, int64_t iteration) {
+  return (fs::path(dir) / iter_name(iteration)).string();
+}
+
+std::string tmp_checkpoint_path(const std::string& dir, int64_t iteration, const std::string& id) {
+  return checkpoint_path(dir, iteration) + ".tmp-" + id;
+}
+
+int64_t SavedTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+PieceGeometry TensorPiece::geometry() const {
+  auto fail = [&](const auto&... parts) {
+    return Error(concat("checkpoint piece '", name, "' (global ", global_shape.str(), ", local ",
+                        local_shape.str(), "): ", parts...));
+  };
+  if (name.empty()) throw fail("empty name");
+  if (global_shape.ndim() != local_shape.ndim()) throw fail("global and local ranks differ");
+  PieceGeometry g;
+  g.shape = dims(global_shape);
+  g.extent = dims(local_shape);
+  g.offset.assign(g.shape.size(), 0);
+  if (shard.replicated()) {
+    if (!(global_shape == local_shape)) throw fail("replicated piece with a local shape");
+  } else {
+    const int d = shard.dim;
+    if (d >= global_shape.ndim()) throw fail("shard dim ", d, " out of range");
+    if (shard.index < 0 || shard.index >= shard.count)
+      throw fail("shard index ", shard.index, " of ", shard.count);
+    for (int i = 0; i < global_shape.ndim(); ++i)
+      if (i != d && global_shape[i] != local_shape[i]) throw fail("dim ", i, " differs");
+    if (local_shape[d] * shard.count != global_shape[d])
+      throw fail("dim ", d, " is not split into ", shard.count, " equal shards");
+    g.offset[d] = shard.index * local_shape[d];
+  }
+  g.flat_begin = flat_begin;
+  g.flat_end = flat_end < 0 ? g.box_numel() : flat_end;
+  if (auto problem = g.problem()) throw fail(*problem);
+  return g;
+}
+
+// ---- save --------------------------------------------------------------------------------
+
+json write_rank_shard(const SaveRequest& req, const std::string& tmp_dir, int rank) {
+  std::error_code ec;
+  fs::create_directories(tmp_dir, ec);
+  if (ec) throw Error(concat("cannot create checkpoint directory ", tmp_dir, ": ", ec.message()));
+  safetensors::Writer writer;
+  json pieces = json::array();
+  std::set<std::string> keys;
+  for (const TensorPiece& piece : req.pieces) {
+    if (piece.shard.replicated() && !req.write_this_rank_replicas) continue;
+    const PieceGeometry g = piece.geometry();
+    MT_CHECK(g.count() == 0 || piece.data != nullptr, "checkpoint piece '", piece.name,
+             "' has no data");
+    std::string key = piece.name;
+    for (int k = 1; !keys.insert(key).second; ++k) key = concat(piece.name, "#", k);
+    writer.add({key, "F32", g.is_full_box() ? g.extent : std::vector<int64_t>{g.count()}, piece.data});
+    const auto [b, e] = writer.data_offsets(pieces.size());
+    pieces.push_back({{"name", piece.name},
+                      {"shape", g.shape},
+                      {"key", key},
+                      {"offset", g.offset},
+                      {"extent", g.extent},
+                      {"flat", {g.flat_begin, g.flat_end}},
+                      {"data_offsets", {b, e}}});
+  }
+  json part = {{"file", nullptr}, {"bytes", 0}, {"pieces", pieces}};
+  if (!pieces.empty()) {
+    const std::string file = concat("shard_", rank, ".safetensors");
+    writer.set_metadata("format", "megatron-cpp checkpoint shard");
+    writer.set_metadata("iteration", std::to_string(req.iteration));
+    writer.set_metadata("rank", std::to_string(rank));
+    writer.write((fs::path(tmp_dir) / file).string(), /*sync=*/true);
+    part["file"] = file;
+    part["bytes"] = writer.file_size();
+  }
+  step(req, "shard_written");
+  return part;
+}
+
+void finalize(const SaveRequest& req, const std::string& tmp_dir,
+              const std::vector<json>& rank_parts, int keep_last, const std::string& protect) {
+  const std::string where = concat("checkpoint save to ", tmp_dir);
+  // Merge the ranks' index parts (tensors in first-seen order) and check each tensor is held
+  // exactly once.
+  ordered_json files = ordered_json::object(), tensors = ordered_json::object();
+  CheckpointIndex check;
+  const IndexError fail{where};
+  for (size_t r = 0; r < rank_parts.size(); ++r) {
+    const json& part = rank_parts[r];
+    MT_CHECK(part.is_object() && part.contains("pieces"), where, ": bad index part from rank ", r);
+    if (part["file"].is_string()) {
+      const std::string file = part["file"].get<std::string>();
+      MT_CHECK(!files.contains(file), where, ": two ranks wrote ", file);
+      files[file] = {{"bytes", part["bytes"]}};
+      check.files[file] = part["bytes"].get<uint64_t>();
+    }
+    for (const json& p : part["pieces"]) {
+      const std::string name = p["name"].get<std::string>();
+      const auto shape = p["shape"].get<std::vector<int64_t>>();
+      if (!tensors.contains(name)) {
+        tensors[name] = {{"dtype", "F32"}, {"shape", shape}, {"pieces", ordered_json::array()}};
+      } else {
+        MT_CHECK(tensors[name]["shape"].get<std::vector<int64_t>>() == shape, where, ": tensor '",
+                 name, "' has global shape ", shape_str(tensors[name]["shape"].get<std::vector<int64_t>>()),
+                 " on one rank and ", shape_str(shape), " on rank ", r);
+      }
+      ordered_json entry = {{"file", part["file"]},       {"key", p["key"]},
+                            {"offset", p["offset"]},      {"extent", p["extent"]},
+                            {"flat", p["flat"]},          {"data_offsets", p["data_offsets"]}};
+      SavedTensor& st = check.tensors[name];
+      st.shape = shape;
+      st.pieces.push_back(parse_piece(json::parse(dump(entry)), shape, 4,
+                                      concat("tensor '", name, "' piece from rank ", r), fail));
+      tensors[name]["pieces"].push_back(std::move(entry));
+    }
+  }
+  for (const auto& [name, t] : check.tensors) {
+    std::vector<const PieceGeometry*> geoms;
+    for (const SavedPiece& p : t.pieces) geoms.push_back(&p.geometry);
+    if (auto problem = tiling_problem(t.shape, geoms))
+      throw Error(concat(where, ": tensor '", name, "' ", shape_str(t.shape), ": ", *problem,
+                         " (a replica written twice, or a shard missing?)"));
+  }
+
+  step(req, "before_metadata");
+  ordered_json meta = {{"format_version", kFormatVersion},
+                       {"iteration", req.iteration},
+                       {"metadata", ordered_json(req.metadata)},
+                       {"files", files},
+                       {"tensors", tensors}};
+  const std::string meta_path = (fs::path(tmp_dir) / kMetadataFile).string();
+  {
+    const std::string text = dump(meta, 1) + "\n";
+    io::Fd fd = io::open_for_write(meta_path);
+    io::write_all(fd.get(), text.data(), text.size(), meta_path);
+    io::fsync_fd(fd.get(), meta_path);
+    fd.close(meta_path);
+  }
+  io::fsync_dir(tmp_dir);
+
+  step(req, "before_rename");
+  const std::string final_dir = checkpoint_path(req.dir, req.iteration);
+  const std::string id = fs::path(tmp_dir).filename().string().substr(
+      fs::path(tmp_dir).filename().string().rfind(".tmp-") + 5);
+  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
+    const int err = errno;
+    if (err != ENOTEMPTY && err != EEXIST)
+      throw Error(concat("renaming ", tmp_dir, " to ", final_dir, ": ", io::errno_text(err)));
+    // A checkpoint of this iteration exists: swap atomically, then delete the old one.
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) == 0) {
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);
+    } else {
+      const std::string old = final_dir + ".old-" + id;
+      if (::rename(final_dir.c_str(), old.c_str()) != 0 ||
+          ::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
+        throw Error(concat("replacing ", final_dir, " with ", tmp_dir, ": ", io::errno_text(errno)));
+      std::error_code ec;
+      fs::remove_all(old, ec);
+    }
+  }
+  io::fsync_dir(req.dir);
+
+  step(req, "before_latest");
+  io::write_file_atomic((fs::path(req.dir) / kLatestFile).string(), iter_name(req.iteration) + "\n",
+                        ".tmp-" + id);
+
+  step(req, "before_cleanup");
+  if (keep_last > 0) {
+    int kept = 1;  // the new checkpoint
+    for (int64_t it : complete_iterations(req.dir)) {
+      if (it == req.iteration) continue;
+      const std::string path = checkpoint_path(req.dir, it);
+      if (kept < keep_last) {
+        ++kept;
+        continue;
+      }
+      if (same_path(path, protect)) continue;
+      remove_checkpoint_dir(path, id);
+    }
+  }
+  // Leftovers of crashed or replaced saves.
+  std::error_code ec;
+  for (fs::directory_iterator it(req.dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool stale = (name.rfind("iter_", 0) == 0 &&
+                        (name.find(".tmp-") != std::string::npos ||
+                         name.find(".old-") != std::string::npos)) ||
+                       name.rfind(std::string(kLatestFile) + ".tmp-", 0) == 0;
+    if (stale) {
+      std::error_code rm;
+      fs::remove_all(it->path(), rm);
+    }
+  }
+  step(req, "done");
+}
+
+namespace {
+
+// Rank `root` receives every rank's string (in rank order); the others get an empty vector.
+std::vector<std::string> gather_strings(parallel::Communicator& comm, const std::string& mine,
+                                        int root) {
+  const int n = comm.size();
+  Tensor len = Tensor::empty(Shape{1}, DType::I64);
+  len.data<int64_t>()[0] = static_cast<int64_t>(mine.size());
+  Tensor lens = Tensor::empty(Shape{n}, DType::I64);
+  comm.all_gather(len, lens);
+  std::vector<int64_t> send(n, 0), recv(n, 0);
+  send[root] = static_cast<int64_t>(mine.size());
+  int64_t total = 0;
+  if (comm.rank() == root)
+    for (int r = 0; r < n; ++r) total += recv[r] = lens.data<int64_t>()[r];
+  std::string in = mine;
+  Tensor tin = Tensor::wrap(in.data(), Shape{static_cast<int64_t>(in.size())}, DType::U8);
+  Tensor tout = Tensor::empty(Shape{total}, DType::U8);
+  comm.all_to_all(tin, send, tout, recv);
+  std::vector<std::string> out;
+  if (comm.rank() == root) {
+    const char* p = static_cast<const char*>(tout.raw());
+    for (int r = 0; r < n; ++r) {
+      out.emplace_back(p, static_cast<size_t>(recv[r]));
+      p += recv[r];
+    }
+  }
+  return out;
+}
+
+std::string broadcast_string(parallel::Communicator& comm, std::string s, int root) {
+  Tensor len = Tensor::empty(Shape{1}, DType::I64);
+  len.data<int64_t>()[0] = static_cast<int64_t>(s.size());
+  comm.broadcast(len, root);
+  s.resize(static_cast<size_t>(len.data<int64_t>()[0]));
+  Tensor t = Tensor::wrap(s.data(), Shape{static_cast<int64_t>(s.size())}, DType::U8);
+  comm.broadcast(t, root);
+  return s;
+}
+
+}  // namespace
+
+void save(const SaveRequest& req, parallel::Communicator& world, int keep_last,
+          const std::string& protect) {
+  const int rank = world.rank();
+  const std::string id = broadcast_string(world, rank == 0 ? random_id() : std::string(), 0);
+  const std::string tmp_dir = tmp_checkpoint_path(req.dir, req.iteration, id);
+  json part;
+  std::string error;
+  try {
+    part = write_rank_shard(req, tmp_dir, rank);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const json msg = {{"error", error}, {"part", part}};
+  const auto all = gather_strings(world, msg.dump(-1, ' ', false, json::error_handler_t::replace), 0);
+  std::string status;
+  if (rank == 0) {
+    std::vector<json> parts;
+    for (size_t r = 0; r < all.size(); ++r) {
+      const json m = json::parse(all[r], nullptr, false);
+      if (m.is_discarded() || !m.is_object()) {
+        status += concat("rank ", r, ": unreadable index part; ");
+        continue;
+      }
+      if (!m["error"].get<std::string>().empty())
+        status += concat("rank ", r, ": ", m["error"].get<std::string>(), "; ");
+      parts.push_back(m["part"]);
+    }
+    if (status.empty()) {
+      try {
+        finalize(req, tmp_dir, parts, keep_last, protect);
+      } catch (const std::exception& e) {
+        status = e.what();
+      }
+    } else {
+      status = concat("checkpoint save of iteration ", req.iteration, " to ", req.dir,
+                      " failed: ", status);
+    }
+    if (!status.empty()) {
+      std::error_code ec;
+      fs::remove_all(tmp_dir, ec);
+    }
+  }
+  status = broadcast_string(world, status, 0);
+  if (!status.empty()) throw Error(status);
+}
+
+// ---- load --------------------------------------------------------------------------------
+
+std::optional<int64_t> latest_iteration(const std::string& dir) {
+  const std::string latest = (fs::path(dir) / kLatestFile).string();
+  std::error_code ec;
+  if (fs::is_regular_file(latest, ec)) {
+    try {
+      std::string s = io::read_file(latest);
+      while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+      auto n = parse_iter_name(s);
+      if (!n) n = parse_iter_name("iter_" + s);
+      if (n && is_complete(dir, *n)) return n;
+    } catch (const std::exception&) {
+      // fall through to the scan
+    }
+  }
+  const auto all = complete_iterations(dir);
+  if (all.empty()) return std::nullopt;
+  return all.front();
+}
+
+CheckpointIndex read_index(const std::string& dir, std::optional<int64_t> iteration) {
+  CheckpointIndex index;
+  std::optional<int64_t> expected = iteration;
+  std::error_code ec;
+  if (iteration) {
+    index.path = checkpoint_path(dir, *iteration);
+    if (!fs::is_directory(index.path, ec))
+      throw InputError(concat("checkpoint ", index.path, " does not exist"));
+  } else if (fs::is_regular_file(fs::path(dir) / kMetadataFile, ec)) {
+    index.path = dir;
+    expected = parse_iter_name(fs::path(dir).lexically_normal().filename().string());
+  } else {
+    if (!fs::is_directory(dir, ec))
+      throw InputError(concat("checkpoint directory ", dir, " does not exist"));
+    const auto latest = latest_iteration(dir);
+    if (!latest)
+      throw InputError(concat("no complete checkpoint in ", dir, " (", kLatestFile,
+                              " missing or stale, and no iter_NNNNNNN directory with a ",
+                              kMetadataFile, ")"));
+    expected = latest;
+    index.path = checkpoint_path(dir, *latest);
+  }
+  const std::string meta_path = (fs::path(index.path) / kMetadataFile).string();
+  if (!fs::is_regular_file(meta_path, ec))
+    throw InputError(concat("checkpoint ", index.path, ": ", kMetadataFile,
+                            " is missing (incomplete checkpoint?)"));
+  const IndexError fail{concat("checkpoint metadata ", meta_path)};
+  json j;
+  try {
+    j = json::parse(io::read_file(meta_path));
+  } catch (const json::exception& e) {
+    throw fail("invalid JSON: ", e.what());
+  }
+  if (!j.is_object()) throw fail("not a JSON object");
+  const int64_t version = get_int(j, "format_version", "header", fail);
+  if (version < 1 || version > kFormatVersion)
+    throw fail("format_version ", version, " is not one this build reads (1..", kFormatVersion, ")");
+  index.format_version = static_cast<int>(version);
+  index.iteration = get_int(j, "iteration", "header", fail);
+  if (expected && *expected != index.iteration)
+    throw fail("iteration ", index.iteration, " does not match the directory name ",
+               iter_name(*expected));
+  index.metadata = j.contains("metadata") ? j["metadata"] : json::object();
+  parse_tensor_index(j, index, fail);
+  return index;
+}
+
+void verify_files(const CheckpointIndex& index, const std::vector<std::string>* only) {
+  std::set<std::string> names;
+  if (only)
+    names.insert(only->begin(), only->end());
+  else
+    for (const auto& [f, size] : index.files) names.insert(f);
+  open_files(index, names);
+}
+
+nlohmann::json load(const LoadRequest& req) {
+  const CheckpointIndex index = read_index(req.dir, req.iteration);
+  const std::string meta_path = (fs::path(index.path) / kMetadataFile).string();
+  struct Plan {
+    const TensorPiece* piece;
+    PieceGeometry geometry;
+    const SavedTensor* saved;
+    std::vector<const SavedPiece*> sources;  // saved pieces whose span meets the request
+  };
+  std::vector<Plan> plans;
+  std::set<std::string> needed;
+  for (const TensorPiece& piece : req.pieces) {
+    Plan plan{&piece, piece.geometry(), nullptr, {}};
+    const auto it = index.tensors.find(piece.name);
+    if (it == index.tensors.end())
+      throw InputError(concat("checkpoint ", meta_path, " has no tensor '", piece.name, "'"));
+    plan.saved = &it->second;
+    if (plan.saved->shape != plan.geometry.shape)
+      throw InputError(concat("checkpoint ", meta_path, ": tensor '", piece.name,
+                              "' has global shape ", shape_str(plan.saved->shape),
+                              ", the model expects ", shape_str(plan.geometry.shape)));
+    if (plan.saved->dtype != "F32")
+      throw InputError(concat("checkpoint ", meta_path, ": tensor '", piece.name, "' is ",
+                              plan.saved->dtype, "; only F32 loads"));
+    MT_CHECK(plan.geometry.count() == 0 || piece.dest, "checkpoint load: ",
+             describe(piece, plan.geometry), " has no destination");
+    const auto [lo, hi] = plan.geometry.global_span();
+    for (const SavedPiece& s : plan.saved->pieces) {
+      const auto [slo, shi] = s.geometry.global_span();
+      if (slo < hi && lo < shi) {
+        plan.sources.push_back(&s);
+        needed.insert(s.file);
+      }
+    }
+    plans.push_back(std::move(plan));
+  }
+  const auto files = open_files(index, needed);
+
+  constexpr int64_t kGap = int64_t{1} << 16;    // elements read through rather than seeking
+  constexpr int64_t kChunk = int64_t{1} << 23;  // elements per staged read (32 MB)
+  std::vector<float> staging;
+  for (const Plan& plan : plans) {
+    // Where each saved piece overlaps the request; together they must tile it exactly.
+    std::vector<std::vector<Overlap>> overlaps(plan.sources.size());
+    std::vector<std::pair<int64_t, int64_t>> cover;
+    for (size_t s = 0; s < plan.sources.size(); ++s)
+      for_each_overlap(plan.geometry, plan.sources[s]->geometry, [&](const Overlap& o) {
+        overlaps[s].push_back(o);
+        cover.emplace_back(o.a_pos, o.length);
+      });
+    std::sort(cover.begin(), cover.end());
+    int64_t covered = 0;
+    for (const auto& [pos, len] : cover) {
+      if (pos != covered)
+        throw InputError(concat(
+            "checkpoint ", index.path, ": ", describe(*plan.piece, plan.geometry), ": elements ",
+            pos < covered ? concat("from ", pos, " are saved more than once")
+                          : concat("[", covered, ", ", pos, ") are in no saved piece")));
+      covered += len;
+    }
+    if (covered != plan.geometry.count())
+      throw InputError(concat("checkpoint ", index.path, ": ", describe(*plan.piece, plan.geometry),
+                              ": elements [", covered, ", ", plan.geometry.count(),
+                              ") are in no saved piece"));
+    float* dest = plan.piece->dest;
+    for (size_t s = 0; s < plan.sources.size(); ++s) {
+      const SavedPiece& src = *plan.sources[s];
+      const safetensors::File& file = files.at(src.file);
+      const safetensors::TensorInfo& info = file.get(src.key);
+      const auto& ovs = overlaps[s];
+      for (size_t i = 0; i < ovs.size();) {
+        // Coalesce nearby overlaps into one read; a lone overlap reads straight into dest.
+        const int64_t start = ovs[i].b_pos;
+        int64_t end = start + ovs[i].length;
+        size_t j = i + 1;
+        while (j < ovs.size() && ovs[j].b_pos - end <= kGap &&
+               ovs[j].b_pos + ovs[j].length - start <= kChunk)
+          end = ovs[j].b_pos + ovs[j].length, ++j;
+        if (j == i + 1) {
+          file.read_bytes(info, static_cast<uint64_t>(start) * 4,
+                          static_cast<uint64_t>(ovs[i].length) * 4, dest + ovs[i].a_pos);
+        } else {
+          staging.resize(static_cast<size_t>(end - start));
+          file.read_bytes(info, static_cast<uint64_t>(start) * 4,
+                          static_cast<uint64_t>(end - start) * 4, staging.data());
+          for (size_t k = i; k < j; ++k)
+            std::memcpy(dest + ovs[k].a_pos, staging.data() + (ovs[k].b_pos - start),
+                        static_cast<size_t>(ovs[k].length) * 4);
+        }
+        i = j;
+      }
+    }
+  }
+  return index.metadata;
+}
+
+}  // namespace megatron::checkpoint

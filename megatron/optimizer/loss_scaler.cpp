@@ -1,0 +1,43 @@
+#include "megatron/optimizer/loss_scaler.h"
+
+#include <algorithm>
+
+#include "megatron/core/error.h"
+
+namespace megatron::optim {
+
+void LossScalerConfig::validate() const {
+  MT_CHECK(initial_scale >= min_scale && min_scale > 0.0, "loss scale: initial ", initial_scale,
+           " min ", min_scale);
+  MT_CHECK(growth_factor > 1.0 && backoff_factor > 0.0 && backoff_factor < 1.0,
+           "loss scale: growth ", growth_factor, " backoff ", backoff_factor);
+  MT_CHECK(growth_interval > 0 && hysteresis > 0, "loss scale: growth interval ",
+           growth_interval, " hysteresis ", hysteresis);
+}
+
+LossScaler::LossScaler(bool dynamic, const LossScalerConfig& config)
+    : dynamic_(dynamic),
+      config_(config),
+      scale_(dynamic ? config.initial_scale : 1.0),
+      hysteresis_left_(config.hysteresis) {
+  config.validate();
+}
+
+void LossScaler::update(bool found_non_finite) {
+  if (found_non_finite) ++skipped_;
+  if (!dynamic_) return;
+  if (found_non_finite) {
+    clean_steps_ = 0;
+    // As Megatron: once hysteresis is used up, every further overflow backs off until the
+    // next growth restores it.
+    if (--hysteresis_left_ <= 0) scale_ = std::max(scale_ * config_.backoff_factor, config_.min_scale);
+    return;
+  }
+  if (++clean_steps_ >= config_.growth_interval) {
+    scale_ *= config_.growth_factor;
+    clean_steps_ = 0;
+    hysteresis_left_ = config_.hysteresis;
+  }
+}
+
+}  // namespace megatron::optim

@@ -131,7 +131,8 @@ bool is_abbreviation(std::string_view text, size_t dot) {
   while (b > 0 && is_letter(text[b - 1])) --b;
   const std::string_view word = text.substr(b, dot - b);
   if (word.empty()) return false;
-  if (word.size() == 1) return word != "I";  // an initial ("J. Smith", "e.g.")
+  // An initial ("J. Smith", "e.g."), but not "I" nor the "s" of "Paul's".
+  if (word.size() == 1) return word != "I" && !(b > 0 && text[b - 1] == '\'');
   static constexpr std::string_view kAbbreviations[] = {
       "Mr",  "Mrs", "Ms",  "Messrs", "Dr", "St",  "Jr",  "Sr",  "Prof", "Rev", "Capt",
       "Col", "Gen", "Lt",  "Sgt",    "Mt", "Esq", "Hon", "vs",  "viz",  "cf"};

@@ -66,7 +66,7 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& options);
 //    a digit (verse numbers), or an opening quote/bracket (" ' ( [ U+201C U+2018);
 //  - but not after a single '.' ending a common abbreviation (Mr Mrs Ms Messrs Dr St Jr Sr
 //    Prof Rev Capt Col Gen Lt Sgt Mt Esq Hon vs viz cf, case-sensitive) or a single-letter
-//    initial other than "I" ("J. Smith", "e.g.").
+//    initial other than "I" ("J. Smith", "e.g."; not a letter after an apostrophe, "Paul's.").
 std::vector<std::string_view> split_sentences(std::string_view text);
 
 }  // namespace megatron::data

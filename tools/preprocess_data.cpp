@@ -12,11 +12,11 @@ constexpr const char* kUsage = R"(usage: preprocess_data --input FILE.jsonl [FIL
                        --tokenizer-type {SentencePieceTokenizer,GPT2BPETokenizer,
                                          BertWordPieceLowerCase,BertWordPieceCase,ByteTokenizer}
                        [--tokenizer-model FILE] [--vocab-file FILE] [--merge-file FILE]
-                       [--json-keys KEY [KEY ...]] [--append-eod] [--workers N]
+                       [--json-keys KEY [KEY ...]] [--append-eod] [--split-sentences] [--workers N]
                        [--skip-bad-lines] [--log-interval N]
 
 Tokenizes every JSON line's KEY string (default: text) as one document and writes
-PREFIX_KEY_document.bin/.idx (uint16 tokens when the vocabulary is below 65500, else int32).
+PREFIX_KEY_document.bin/.idx (PREFIX_KEY_sentence.bin/.idx with --split-sentences) (uint16 tokens when the vocabulary is below 65500, else int32).
   --input            JSONL input file(s), one JSON object per line
   --output-prefix    output path prefix
   --tokenizer-type   SentencePieceTokenizer (--tokenizer-model), GPT2BPETokenizer
@@ -28,6 +28,9 @@ PREFIX_KEY_document.bin/.idx (uint16 tokens when the vocabulary is below 65500, 
   --merge-file       GPT-2 merges.txt
   --json-keys        keys to tokenize (one output per key; default: text)
   --append-eod       end every non-empty document with the tokenizer's EOD id
+  --split-sentences  one sequence per sentence (a rule-based splitter; Megatron uses NLTK punkt,
+                     so boundaries can differ), the document's sentences form one document;
+                     writes PREFIX_KEY_sentence.bin/.idx (the input of BERT datasets)
   --workers          tokenizer threads (default 1); output order is the input order
   --skip-bad-lines   skip (and count) lines that are not valid JSON or lack a key, instead of
                      failing with the file and line number
@@ -45,6 +48,7 @@ int main(int argc, char** argv) {
          {"tokenizer-type", Arity::One},  {"tokenizer-model", Arity::One},
          {"vocab-file", Arity::One},      {"merge-file", Arity::One},
          {"json-keys", Arity::Many},      {"append-eod", Arity::Flag},
+         {"split-sentences", Arity::Flag},
          {"workers", Arity::One},         {"skip-bad-lines", Arity::Flag},
          {"log-interval", Arity::One}});
     if (args.help()) {
@@ -62,6 +66,7 @@ int main(int argc, char** argv) {
     opt.tokenizer.merge_file = args.get("merge-file");
     if (args.has("json-keys")) opt.json_keys = args.values("json-keys");
     opt.append_eod = args.has("append-eod");
+    opt.split_sentences = args.has("split-sentences");
     opt.workers = static_cast<int>(args.get_int("workers", 1, 1));
     opt.skip_bad_lines = args.has("skip-bad-lines");
     opt.log_interval = args.get_int("log-interval", 1000, 0);

@@ -1,42 +1,167 @@
 #include "kernels/common/numeric.h"
+#include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.h"
-#include "megatron/backend/cuda/check.h"
 
 namespace megatron::kernels::cuda {
 namespace {
 
+using detail::from_float;
+using detail::to_float;
+
 constexpr int kThreads = 256;
 
-__global__ void gelu_forward_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+#define MT_GRID_STRIDE(i, n)                                                   \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = math::gelu_tanh(x[i]);
+
+template <typename T>
+__global__ void add_kernel(const T* a, const T* b, T* out,
+                           int64_t n) {
+  MT_GRID_STRIDE(i, n) out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
-__global__ void gelu_backward_kernel(const float* __restrict__ x, const float* __restrict__ dy,
-                                     float* __restrict__ dx, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    dx[i] = dy[i] * math::gelu_tanh_grad(x[i]);
+template <typename TAcc, typename TX>
+__global__ void add_inplace_kernel(TAcc* acc, const TX* x, int64_t n) {
+  MT_GRID_STRIDE(i, n) acc[i] = from_float<TAcc>(to_float(acc[i]) + to_float(x[i]));
 }
 
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
+template <typename T>
+__global__ void scale_kernel(T* x, float s, int64_t n) {
+  MT_GRID_STRIDE(i, n) x[i] = from_float<T>(to_float(x[i]) * s);
 }
+
+template <typename T>
+__global__ void fill_kernel(T* x, float value, int64_t n) {
+  const T v = from_float<T>(value);
+  MT_GRID_STRIDE(i, n) x[i] = v;
+}
+
+template <typename TSrc, typename TDst>
+__global__ void cast_kernel(const TSrc* src, TDst* dst, int64_t n) {
+  MT_GRID_STRIDE(i, n) dst[i] = from_float<TDst>(to_float(src[i]));
+}
+
+template <typename T>
+__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
+  MT_GRID_STRIDE(i, n) y[i] = from_float<T>(math::gelu_tanh(to_float(x[i])));
+}
+
+template <typename T>
+__global__ void gelu_backward_kernel(const T* x, const T* dy,
+                                     T* dx, int64_t n) {
+  MT_GRID_STRIDE(i, n) dx[i] = from_float<T>(to_float(dy[i]) * math::gelu_tanh_grad(to_float(x[i])));
+}
+
+template <typename T>
+__global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows,
+                                      int64_t F) {
+  MT_GRID_STRIDE(i, rows * F) {
+    const int64_t r = i / F, j = i - r * F;
+    const T* gate = x + r * 2 * F;
+    y[i] = from_float<T>(math::silu(to_float(gate[j])) * to_float(gate[F + j]));
+  }
+}
+
+template <typename T>
+__global__ void swiglu_backward_kernel(const T* x, const T* dy,
+                                       T* dx, int64_t rows, int64_t F) {
+  MT_GRID_STRIDE(i, rows * F) {
+    const int64_t r = i / F, j = i - r * F;
+    const float g = to_float(x[r * 2 * F + j]), u = to_float(x[r * 2 * F + F + j]);
+    const float d = to_float(dy[i]);
+    dx[r * 2 * F + j] = from_float<T>(d * u * math::silu_grad(g));
+    dx[r * 2 * F + F + j] = from_float<T>(d * math::silu(g));
+  }
+}
+
+#undef MT_GRID_STRIDE
+
+unsigned blocks_for(int64_t n) { return detail::grid_for(n, kThreads); }
 
 }  // namespace
 
-void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
-  MT_CUDA_CHECK(cudaGetLastError());
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, out, n);
+  MT_CUDA_LAUNCH_CHECK();
 }
 
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, dx, n);
-  MT_CUDA_CHECK(cudaGetLastError());
+template <typename TAcc, typename TX>
+void add_inplace(TAcc* acc, const TX* x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  add_inplace_kernel<<<blocks_for(n), kThreads, 0, stream>>>(acc, x, n);
+  MT_CUDA_LAUNCH_CHECK();
 }
+
+template <typename T>
+void scale_inplace(T* x, float s, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, s, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void fill(T* x, float value, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, value, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename TSrc, typename TDst>
+void cast(const TSrc* src, TDst* dst, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  cast_kernel<<<blocks_for(n), kThreads, 0, stream>>>(src, dst, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, dx, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stream) {
+  if (rows <= 0 || F <= 0) return;
+  swiglu_forward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, y, rows, F);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F,
+                     cudaStream_t stream) {
+  if (rows <= 0 || F <= 0) return;
+  swiglu_backward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, dy, dx, rows, F);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+#define MT_INSTANTIATE(T)                                                                  \
+  template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                     \
+  template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);                        \
+  template void fill<T>(T*, float, int64_t, cudaStream_t);                                 \
+  template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                      \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
+  template void swiglu_forward<T>(const T*, T*, int64_t, int64_t, cudaStream_t);           \
+  template void swiglu_backward<T>(const T*, const T*, T*, int64_t, int64_t, cudaStream_t); \
+  template void add_inplace<T, T>(T*, const T*, int64_t, cudaStream_t);                    \
+  template void cast<T, float>(const T*, float*, int64_t, cudaStream_t);                   \
+  template void cast<T, __nv_bfloat16>(const T*, __nv_bfloat16*, int64_t, cudaStream_t);   \
+  template void cast<T, __half>(const T*, __half*, int64_t, cudaStream_t);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(__nv_bfloat16)
+MT_INSTANTIATE(__half)
+#undef MT_INSTANTIATE
+template void add_inplace<float, __nv_bfloat16>(float*, const __nv_bfloat16*, int64_t,
+                                                cudaStream_t);
+template void add_inplace<float, __half>(float*, const __half*, int64_t, cudaStream_t);
 
 }  // namespace megatron::kernels::cuda

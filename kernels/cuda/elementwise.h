@@ -1,13 +1,40 @@
 #pragma once
-// CUDA element-wise kernels (launchers); the math is kernels/common/numeric.h, shared with the
-// CPU kernels.
-#include <cstdint>
-
+// CUDA element-wise kernels (launchers), op for op kernels/cpu/elementwise.h with the same
+// semantics. T is the storage type (float, __nv_bfloat16, __half); the math is fp32 and comes
+// from kernels/common/numeric.h, shared with the CPU kernels. All launchers are asynchronous on
+// `stream`; n == 0 is a no-op.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 namespace megatron::kernels::cuda {
 
-void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream);
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream);
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n, cudaStream_t stream);  // out = a + b
+// acc += x; TAcc/TX in {(f,f), (bf16,bf16), (f16,f16), (f,bf16), (f,f16)}.
+template <typename TAcc, typename TX>
+void add_inplace(TAcc* acc, const TX* x, int64_t n, cudaStream_t stream);
+template <typename T>
+void scale_inplace(T* x, float s, int64_t n, cudaStream_t stream);  // x *= s
+template <typename T>
+void fill(T* x, float value, int64_t n, cudaStream_t stream);
+// dst = src converted (round-to-nearest-even into 16-bit types); every pair of
+// float/__nv_bfloat16/__half.
+template <typename TSrc, typename TDst>
+void cast(const TSrc* src, TDst* dst, int64_t n, cudaStream_t stream);
+
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
+// dx = dy * gelu'(x)
+template <typename T>
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t stream);
+
+// SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
+template <typename T>
+void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stream);
+template <typename T>
+void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

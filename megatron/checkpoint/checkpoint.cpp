@@ -51,6 +51,37 @@ std::string dump(const ordered_json& j, int indent = -1) {
   return j.dump(indent, ' ', false, ordered_json::error_handler_t::replace);
 }
 
+// metadata.json: the caller's metadata indented, then one line per file and per piece (readable,
+// diffable, and compact for models with thousands of pieces).
+std::string metadata_text(const SaveRequest& req, const ordered_json& files,
+                          const ordered_json& tensors) {
+  std::string indented = dump(ordered_json(req.metadata), 2);
+  for (size_t at = indented.find('\n'); at != std::string::npos; at = indented.find('\n', at + 3))
+    indented.replace(at, 1, "\n  ");
+  std::string out = concat("{\n  \"format_version\": ", kFormatVersion, ",\n  \"iteration\": ",
+                           req.iteration, ",\n  \"metadata\": ", indented, ",\n  \"files\": {");
+  const char* sep = "\n    ";
+  for (const auto& [name, f] : files.items()) {
+    out += concat(sep, dump(name), ": ", dump(f));
+    sep = ",\n    ";
+  }
+  out += files.empty() ? "},\n  \"tensors\": {" : "\n  },\n  \"tensors\": {";
+  sep = "\n    ";
+  for (const auto& [name, t] : tensors.items()) {
+    out += concat(sep, dump(name), ": {\"dtype\": ", dump(t["dtype"]), ", \"shape\": ",
+                  dump(t["shape"]), ", \"pieces\": [");
+    const char* psep = "\n      ";
+    for (const auto& p : t["pieces"]) {
+      out += psep + dump(p);
+      psep = ",\n      ";
+    }
+    out += "]}";
+    sep = ",\n    ";
+  }
+  out += tensors.empty() ? "}\n}\n" : "\n  }\n}\n";
+  return out;
+}
+
 void step(const SaveRequest& r, const char* name) {
   if (r.on_step) r.on_step(name);
 }
@@ -401,14 +432,9 @@ void finalize(const SaveRequest& req, const std::string& tmp_dir,
   }
 
   step(req, "before_metadata");
-  ordered_json meta = {{"format_version", kFormatVersion},
-                       {"iteration", req.iteration},
-                       {"metadata", ordered_json(req.metadata)},
-                       {"files", files},
-                       {"tensors", tensors}};
   const std::string meta_path = (fs::path(tmp_dir) / kMetadataFile).string();
   {
-    const std::string text = dump(meta, 1) + "\n";
+    const std::string text = metadata_text(req, files, tensors);
     io::Fd fd = io::open_for_write(meta_path);
     io::write_all(fd.get(), text.data(), text.size(), meta_path);
     io::fsync_fd(fd.get(), meta_path);

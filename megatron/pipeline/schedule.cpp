@@ -10,12 +10,18 @@ namespace megatron::pipeline {
 
 const char* action_kind_name(ActionKind k) {
   switch (k) {
-    case ActionKind::Forward: return "forward";
-    case ActionKind::Backward: return "backward";
-    case ActionKind::SendActivation: return "send_activation";
-    case ActionKind::RecvActivation: return "recv_activation";
-    case ActionKind::SendGrad: return "send_grad";
-    case ActionKind::RecvGrad: return "recv_grad";
+    case ActionKind::Forward:
+      return "forward";
+    case ActionKind::Backward:
+      return "backward";
+    case ActionKind::SendActivation:
+      return "send_activation";
+    case ActionKind::RecvActivation:
+      return "recv_activation";
+    case ActionKind::SendGrad:
+      return "send_grad";
+    case ActionKind::RecvGrad:
+      return "recv_grad";
   }
   return "?";
 }
@@ -32,12 +38,24 @@ ActionKind parse_action_kind(const std::string& name) {
 std::string format_action(const Action& a, bool show_chunks) {
   std::ostringstream os;
   switch (a.kind) {
-    case ActionKind::Forward: os << "F"; break;
-    case ActionKind::Backward: os << "B"; break;
-    case ActionKind::SendActivation: os << "SA"; break;
-    case ActionKind::RecvActivation: os << "RA"; break;
-    case ActionKind::SendGrad: os << "SG"; break;
-    case ActionKind::RecvGrad: os << "RG"; break;
+    case ActionKind::Forward:
+      os << "F";
+      break;
+    case ActionKind::Backward:
+      os << "B";
+      break;
+    case ActionKind::SendActivation:
+      os << "SA";
+      break;
+    case ActionKind::RecvActivation:
+      os << "RA";
+      break;
+    case ActionKind::SendGrad:
+      os << "SG";
+      break;
+    case ActionKind::RecvGrad:
+      os << "RG";
+      break;
   }
   os << a.microbatch;
   if (show_chunks || a.chunk != 0) os << "." << a.chunk;
@@ -84,10 +102,10 @@ namespace {
 
 void check_stage(int pp, int stage, int microbatches) {
   MT_INPUT_CHECK(pp >= 1, "pipeline schedule: pipeline-parallel size must be >= 1, got ", pp);
-  MT_INPUT_CHECK(stage >= 0 && stage < pp, "pipeline schedule: stage ", stage,
-                 " is outside [0, ", pp, ")");
-  MT_INPUT_CHECK(microbatches >= 1, "pipeline schedule: the number of micro-batches must be >= 1, got ",
-                 microbatches);
+  MT_INPUT_CHECK(stage >= 0 && stage < pp, "pipeline schedule: stage ", stage, " is outside [0, ",
+                 pp, ")");
+  MT_INPUT_CHECK(microbatches >= 1,
+                 "pipeline schedule: the number of micro-batches must be >= 1, got ", microbatches);
 }
 
 Action compute(ActionKind k, int mb, int chunk = 0) { return {k, mb, chunk, -1}; }
@@ -154,8 +172,8 @@ std::vector<Action> one_f_one_b(int pp, int stage, int microbatches) {
 std::vector<Action> interleaved_one_f_one_b(int pp, int stage, int microbatches, int vpp,
                                             int group_size) {
   check_stage(pp, stage, microbatches);
-  MT_INPUT_CHECK(vpp >= 1, "interleaved pipeline schedule: virtual pipeline size must be >= 1, got ",
-                 vpp);
+  MT_INPUT_CHECK(vpp >= 1,
+                 "interleaved pipeline schedule: virtual pipeline size must be >= 1, got ", vpp);
   if (vpp == 1) return one_f_one_b(pp, stage, microbatches);
   MT_INPUT_CHECK(pp > 1, "interleaved pipeline schedule: needs a pipeline-parallel size > 1 (got ",
                  pp, " with virtual pipeline size ", vpp, ")");
@@ -169,8 +187,8 @@ std::vector<Action> interleaved_one_f_one_b(int pp, int stage, int microbatches,
                  "interleaved pipeline schedule: the micro-batch group size per virtual stage (",
                  group, ") must be in [pp=", pp, ", m=", m, "]");
   MT_INPUT_CHECK(m % group == 0 || m % group >= pp,
-                 "interleaved pipeline schedule: the remainder of m=", m, " divided by the group size ",
-                 group, " must be 0 or >= pp=", pp);
+                 "interleaved pipeline schedule: the remainder of m=", m,
+                 " divided by the group size ", group, " must be 0 or >= pp=", pp);
 
   // The forward order: (micro-batch, chunk) of forward number k. Groups of `group` micro-batches
   // run through every chunk before the next group starts; the last group takes what is left.
@@ -239,7 +257,8 @@ std::vector<Action> interleaved_one_f_one_b(int pp, int stage, int microbatches,
   };
   auto send_grad = [&](int k) {  // not from the first virtual stage
     const Slot s = bwd(k);
-    if (!(first_rank && s.chunk == 0)) out.push_back(comm(ActionKind::SendGrad, s.mb, s.chunk, prev));
+    if (!(first_rank && s.chunk == 0))
+      out.push_back(comm(ActionKind::SendGrad, s.mb, s.chunk, prev));
   };
   auto recv_act = [&](std::optional<Slot> s) {
     if (s) out.push_back(comm(ActionKind::RecvActivation, s->mb, s->chunk, prev));
@@ -280,9 +299,12 @@ std::vector<Action> interleaved_one_f_one_b(int pp, int stage, int microbatches,
 
 const char* schedule_kind_name(ScheduleKind k) {
   switch (k) {
-    case ScheduleKind::NoPipelining: return "no_pipelining";
-    case ScheduleKind::OneFOneB: return "1f1b";
-    case ScheduleKind::Interleaved: return "interleaved_1f1b";
+    case ScheduleKind::NoPipelining:
+      return "no_pipelining";
+    case ScheduleKind::OneFOneB:
+      return "1f1b";
+    case ScheduleKind::Interleaved:
+      return "interleaved_1f1b";
   }
   return "?";
 }

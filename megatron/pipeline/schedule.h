@@ -45,7 +45,9 @@ struct Action {
   bool operator==(const Action&) const = default;
 };
 
-inline bool is_compute(ActionKind k) { return k == ActionKind::Forward || k == ActionKind::Backward; }
+inline bool is_compute(ActionKind k) {
+  return k == ActionKind::Forward || k == ActionKind::Backward;
+}
 inline bool is_send(ActionKind k) {
   return k == ActionKind::SendActivation || k == ActionKind::SendGrad;
 }
@@ -106,7 +108,7 @@ struct Schedule {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int pp = 1, vpp = 1, microbatches = 0;
   std::vector<std::vector<Action>> ranks;  // ranks[stage]: that stage's action list
-  std::string describe() const;  // e.g. "interleaved_1f1b pp=4 vpp=2 m=8"
+  std::string describe() const;            // e.g. "interleaved_1f1b pp=4 vpp=2 m=8"
 };
 
 // NoPipelining needs pp == 1 and vpp == 1; OneFOneB needs vpp == 1; Interleaved with vpp == 1

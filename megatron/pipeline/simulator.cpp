@@ -122,11 +122,20 @@ class Simulator {
     const Action& a = list(r)[i];
     int v_from = 0, v_to = 0;
     switch (a.kind) {
-      case ActionKind::SendActivation: v_from = v, v_to = v + 1; break;
-      case ActionKind::RecvActivation: v_from = v - 1, v_to = v; break;
-      case ActionKind::SendGrad: v_from = v, v_to = v - 1; break;
-      case ActionKind::RecvGrad: v_from = v + 1, v_to = v; break;
-      default: return npos;
+      case ActionKind::SendActivation:
+        v_from = v, v_to = v + 1;
+        break;
+      case ActionKind::RecvActivation:
+        v_from = v - 1, v_to = v;
+        break;
+      case ActionKind::SendGrad:
+        v_from = v, v_to = v - 1;
+        break;
+      case ActionKind::RecvGrad:
+        v_from = v + 1, v_to = v;
+        break;
+      default:
+        return npos;
     }
     if (v_from < 0 || v_from >= nv_ || v_to < 0 || v_to >= nv_) {
       error(where(r, i), ": virtual stage ", v, " has no ", v_to < v ? "previous" : "next",
@@ -302,10 +311,9 @@ class Simulator {
       if (k == npos) continue;
       const Message& msg = messages_[k];
       if (is_recv(a.kind) && !msg.send_posted)
-        waits.push_back(concat(format_action(a, vpp_ > 1), " waits for stage ", a.peer_stage,
-                               " to send it"));
-      if (is_send(a.kind) && cost_.send_mode == CostModel::SendMode::Rendezvous &&
-          !msg.recv_posted)
+        waits.push_back(
+            concat(format_action(a, vpp_ > 1), " waits for stage ", a.peer_stage, " to send it"));
+      if (is_send(a.kind) && cost_.send_mode == CostModel::SendMode::Rendezvous && !msg.recv_posted)
         waits.push_back(concat(format_action(a, vpp_ > 1), " waits for stage ", a.peer_stage,
                                " to receive it"));
     }
@@ -318,7 +326,8 @@ class Simulator {
   // order, or FIFO matching (one tag per direction) would pair the wrong messages.
   void check_order() {
     using Channel = std::tuple<int, int, int>;  // sender, receiver, direction
-    std::map<Channel, std::vector<std::pair<int, int>>> sends, recvs;  // (micro-batch, chunk-free v)
+    std::map<Channel, std::vector<std::pair<int, int>>> sends,
+        recvs;  // (micro-batch, chunk-free v)
     for (int r = 0; r < pp_; ++r) {
       for (const Action& a : list(r)) {
         if (is_compute(a.kind)) continue;
@@ -367,8 +376,7 @@ class Simulator {
         if (v + 1 < nv_) {
           const Work& n = work(mb, v + 1);
           if (n.backwards > 0 && w.b_start < n.b_end)
-            error(name, ": backward starts before the backward of virtual stage ", v + 1,
-                  " ended");
+            error(name, ": backward starts before the backward of virtual stage ", v + 1, " ended");
         }
       }
     }

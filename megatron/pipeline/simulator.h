@@ -32,8 +32,8 @@ struct CostModel {
 
 struct SimulationResult {
   bool deadlocked = false;
-  std::vector<std::string> stuck;   // deadlock: one line per rank that could not finish
-  std::vector<std::string> errors;  // dependency, matching and ordering violations
+  std::vector<std::string> stuck;       // deadlock: one line per rank that could not finish
+  std::vector<std::string> errors;      // dependency, matching and ordering violations
   std::vector<TimelineEvent> timeline;  // compute events, and one event per send/recv
   double makespan_s = 0;
   std::vector<double> busy_s;       // per rank: forward + backward time

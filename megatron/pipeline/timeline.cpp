@@ -149,11 +149,20 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -164,15 +173,23 @@ std::string hsl(double h, double s, double l) {  // h in degrees, s and l in [0,
   const double hp = std::fmod(h, 360.0) / 60.0;
   const double x = c * (1 - std::fabs(std::fmod(hp, 2.0) - 1));
   double r = 0, g = 0, b = 0;
-  if (hp < 1) r = c, g = x;
-  else if (hp < 2) r = x, g = c;
-  else if (hp < 3) g = c, b = x;
-  else if (hp < 4) g = x, b = c;
-  else if (hp < 5) r = x, b = c;
-  else r = c, b = x;
+  if (hp < 1)
+    r = c, g = x;
+  else if (hp < 2)
+    r = x, g = c;
+  else if (hp < 3)
+    g = c, b = x;
+  else if (hp < 4)
+    g = x, b = c;
+  else if (hp < 5)
+    r = x, b = c;
+  else
+    r = c, b = x;
   const double m = l - c / 2;
   char buf[8];
-  auto to8 = [&](double v) { return static_cast<int>(std::lround(std::clamp(v + m, 0.0, 1.0) * 255)); };
+  auto to8 = [&](double v) {
+    return static_cast<int>(std::lround(std::clamp(v + m, 0.0, 1.0) * 255));
+  };
   std::snprintf(buf, sizeof buf, "#%02x%02x%02x", to8(r), to8(g), to8(b));
   return buf;
 }
@@ -251,7 +268,8 @@ std::string render_timeline_svg(const std::vector<TimelineEvent>& events, const 
     os << "<text x=\"" << num(left - 10) << "\" y=\"" << num(y + rh / 2 + 5)
        << "\" font-size=\"13\" text-anchor=\"end\">stage " << r << "</text>\n";
     os << "<rect x=\"" << num(left) << "\" y=\"" << num(y) << "\" width=\"" << num(width)
-       << "\" height=\"" << num(rh) << "\" fill=\"url(#idle)\" stroke=\"#999\" stroke-width=\"0.5\"/>\n";
+       << "\" height=\"" << num(rh)
+       << "\" fill=\"url(#idle)\" stroke=\"#999\" stroke-width=\"0.5\"/>\n";
   }
   const double comm_h = 4;
   for (const TimelineEvent& e : events) {
@@ -260,20 +278,20 @@ std::string render_timeline_svg(const std::vector<TimelineEvent>& events, const 
     const double w = (e.end_s - e.start_s) * scale;
     if (!is_compute(e.kind)) {
       if (any_comm && w > 0)
-        os << "<rect x=\"" << num(x) << "\" y=\"" << num(y + rh - comm_h) << "\" width=\""
-           << num(w) << "\" height=\"" << num(comm_h) << "\" fill=\"#555\" opacity=\"0.55\"/>\n";
+        os << "<rect x=\"" << num(x) << "\" y=\"" << num(y + rh - comm_h) << "\" width=\"" << num(w)
+           << "\" height=\"" << num(comm_h) << "\" fill=\"#555\" opacity=\"0.55\"/>\n";
       continue;
     }
     const bool fwd = e.kind == ActionKind::Forward;
     const double bh = any_comm ? rh - comm_h - 1 : rh;
-    os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w)
-       << "\" height=\"" << num(bh) << "\" fill=\""
+    os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w) << "\" height=\""
+       << num(bh) << "\" fill=\""
        << (fwd ? forward_colour(e.microbatch) : backward_colour(e.microbatch))
        << "\" stroke=\"white\" stroke-width=\"1\"><title>" << action_kind_name(e.kind)
        << " micro-batch " << e.microbatch << " chunk " << e.chunk << " [" << fmt_time(e.start_s)
        << ", " << fmt_time(e.end_s) << ")</title></rect>\n";
-    const std::string label = st.chunks > 1 ? concat(e.microbatch, ".", e.chunk)
-                                            : std::to_string(e.microbatch);
+    const std::string label =
+        st.chunks > 1 ? concat(e.microbatch, ".", e.chunk) : std::to_string(e.microbatch);
     const double fs = std::min(14.0, std::min(bh * 0.45, (w - 2) / (0.62 * label.size())));
     if (fs >= 6)
       os << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + bh / 2 + fs * 0.36)
@@ -287,8 +305,8 @@ std::string render_timeline_svg(const std::vector<TimelineEvent>& events, const 
   const double step = tick_step(span, 10);
   for (double t = 0; t <= span * (1 + 1e-9); t += step) {
     const double x = left + t * scale;
-    os << "<line x1=\"" << num(x) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(x)
-       << "\" y2=\"" << num(axis_y + 5) << "\" stroke=\"#333\"/>"
+    os << "<line x1=\"" << num(x) << "\" y1=\"" << num(axis_y) << "\" x2=\"" << num(x) << "\" y2=\""
+       << num(axis_y + 5) << "\" stroke=\"#333\"/>"
        << "<text x=\"" << num(x) << "\" y=\"" << num(axis_y + 18)
        << "\" font-size=\"11\" text-anchor=\"middle\">" << fmt_time(t0 + t) << "</text>\n";
   }

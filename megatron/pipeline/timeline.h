@@ -32,11 +32,11 @@ std::vector<TimelineEvent> read_timeline_jsonl(std::istream& is, const std::stri
 std::vector<TimelineEvent> read_timeline_jsonl(const std::string& path);
 
 struct TimelineStats {
-  int ranks = 0;              // max rank + 1
-  int chunks = 1;             // max chunk + 1
-  int microbatches = 0;       // max micro-batch + 1
+  int ranks = 0;                                  // max rank + 1
+  int chunks = 1;                                 // max chunk + 1
+  int microbatches = 0;                           // max micro-batch + 1
   double start_s = 0, end_s = 0, makespan_s = 0;  // over all events
-  std::vector<double> busy_s;  // per rank: total forward + backward time
+  std::vector<double> busy_s;                     // per rank: total forward + backward time
   double bubble_fraction = 0;  // idle / total = 1 - sum(busy) / (ranks * makespan)
 };
 TimelineStats timeline_stats(const std::vector<TimelineEvent>& events);
@@ -76,8 +76,8 @@ class TimelineRecorder {
 };
 
 struct SvgOptions {
-  std::string title;         // prefix of the title; the bubble fraction is appended
-  double width_px = 1200;    // drawing width of the time axis
+  std::string title;       // prefix of the title; the bubble fraction is appended
+  double width_px = 1200;  // drawing width of the time axis
   double row_height_px = 44;
   bool show_communication = true;  // thin marks under each row for p2p waits (end > start)
 };

@@ -1,0 +1,142 @@
+#pragma once
+// Supervised fine-tuning (SFT) data: conversations from a JSONL file, tokenized with a chat
+// template, served as fixed-length samples of seq_length + 1 tokens with a loss mask that is on
+// only for the assistant's (response's) tokens. data/README.md ("SFT datasets") documents it.
+//
+// Input: one JSON object per non-blank line, either
+//   {"prompt": "...", "response": "..."}                  (optional "system": "...")
+//   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+// Other keys are ignored. A line that is not valid JSON, is not an object, has both or neither
+// form, a non-string value, an unknown role, no assistant message, ... is an InputError
+// "FILE:LINE: ...". (Prompt/response = messages [system,] user, assistant.)
+//
+// Chat template. Each message is tokenized on its own with the tokenizer's encode(), so loss-mask
+// boundaries always fall between tokens; role headers are *plain text* (not special tokens):
+//   system     encode("<|system|>\n" + content + "\n")       loss off
+//   user       encode("<|user|>\n" + content + "\n")         loss off
+//   assistant  encode("<|assistant|>\n")                      loss off
+//              encode(content), then the tokenizer's eod()    loss ON (the EOD too)
+// The only id not produced by encode() is the EOD closing every assistant message. No BOS.
+//
+// Samples (S = seq_length, each S + 1 tokens; labels = tokens[1:], loss_mask[t] weighs the
+// prediction of tokens[t + 1]):
+//   Packed  conversations, in the epoch's order, are appended to the current sample while they
+//           fit in S + 1 tokens; one that does not fit starts the next sample (the rest of the
+//           current one is padding). A conversation never spans two samples; one longer than
+//           S + 1 tokens gets a sample of its own, truncated on the right.
+//   Padded  one conversation per sample, truncated on the right to S + 1 tokens.
+//   Padding uses the tokenizer's pad() (eod() when it has none) with loss mask 0.
+// Order: the split's conversations (split_document_ranges over the file's conversations, in file
+// order) are shuffled per epoch by one NumpyRandomState(seed) (epoch 0's shuffle first, then
+// epoch 1's, ...); epochs are added until num_samples samples exist (unset: one epoch).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/gpt_dataset.h"
+#include "data/gpt_sampler.h"
+#include "data/tokenizer.h"
+
+namespace megatron::data {
+
+struct SFTMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+// The template above: appends the conversation's tokens and per-token loss flags (1 = trained).
+void tokenize_conversation(std::span<const SFTMessage> messages, const Tokenizer& tokenizer,
+                           std::vector<int32_t>& tokens, std::vector<uint8_t>& loss);
+
+// Parses one JSONL line into messages; InputError "WHERE: ..." (where = "FILE:LINE").
+std::vector<SFTMessage> parse_sft_line(std::string_view line, const std::string& where);
+
+// All conversations of a JSONL file, tokenized.
+class SFTConversations {
+ public:
+  static std::shared_ptr<const SFTConversations> load(const std::string& path,
+                                                      const Tokenizer& tokenizer);
+
+  int64_t size() const { return static_cast<int64_t>(lines_.size()); }
+  std::span<const int32_t> tokens(int64_t i) const;
+  std::span<const uint8_t> loss(int64_t i) const;  // per token: 1 = in the loss
+  int64_t line(int64_t i) const { return lines_.at(static_cast<size_t>(i)); }  // 1-based
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens_.size()); }
+  int64_t num_loss_tokens() const { return loss_tokens_; }
+  const std::string& path() const { return path_; }
+  int32_t pad_id() const { return pad_; }  // tokenizer pad(), else eod()
+  int32_t eod() const { return eod_; }
+
+ private:
+  std::string path_;
+  std::vector<int32_t> tokens_;
+  std::vector<uint8_t> loss_;
+  std::vector<int64_t> offsets_{0};
+  std::vector<int64_t> lines_;
+  int64_t loss_tokens_ = 0;
+  int32_t pad_ = 0, eod_ = 0;
+};
+
+enum class SFTPacking { Packed, Padded };
+// "packed" / "padded"; InputError otherwise.
+SFTPacking sft_packing_from_name(std::string_view name);
+
+struct SFTDatasetConfig {
+  int64_t seq_length = 0;              // S >= 1
+  uint64_t seed = 1234;                // numpy RandomState seed: < 2^32
+  std::optional<int64_t> num_samples;  // unset: one epoch
+  SFTPacking packing = SFTPacking::Packed;
+  // Progress and warnings (one line each, no newline). Unset: "[data] ..." lines on stderr.
+  std::function<void(const std::string&)> log;
+};
+
+struct SFTSample {
+  std::vector<int32_t> tokens;           // [S + 1]
+  std::vector<uint8_t> loss_mask;        // [S]: 1 when labels[t] = tokens[t + 1] is trained on
+  std::vector<int32_t> document_starts;  // offset in tokens of each conversation it holds
+  std::vector<int64_t> conversations;    // their conversation ids (SFTConversations index)
+  int32_t num_tokens = 0;                // real tokens; [num_tokens, S + 1) is padding
+  int32_t truncated = 0;                 // 1 when its conversation was cut at S + 1 tokens
+};
+
+class SFTDataset final : public SampleDataset {
+ public:
+  // split_id 0/1/2 = train/valid/test of `split` (Megatron's split string) over the
+  // conversations. InputError (naming the file and split) for an empty split or bad settings.
+  static std::shared_ptr<SFTDataset> build(std::shared_ptr<const SFTConversations> data,
+                                           int split_id, const std::string& split,
+                                           const SFTDatasetConfig& config);
+
+  int64_t num_samples() const override { return static_cast<int64_t>(sample_begin_.size()) - 1; }
+  int64_t seq_length() const override { return config_.seq_length; }
+  void get(int64_t index, int32_t* out) const override;  // the S + 1 tokens
+  std::string describe() const override;
+  SFTSample get_sample(int64_t index) const;  // const, thread-safe
+
+  int64_t num_epochs() const { return num_epochs_; }
+  DocumentRange conversation_range() const { return range_; }
+  // Conversations of the split longer than S + 1 tokens (truncated whenever they are used).
+  int64_t num_truncated_conversations() const { return truncated_conversations_; }
+  int64_t num_padding_tokens() const { return padding_tokens_; }  // over all samples
+  const SFTConversations& conversations() const { return *data_; }
+
+ private:
+  SFTDataset() = default;
+  std::shared_ptr<const SFTConversations> data_;
+  int split_id_ = 0;
+  std::string split_;
+  DocumentRange range_;
+  SFTDatasetConfig config_;
+  std::vector<int64_t> sample_begin_;  // sample k holds entries_[sample_begin_[k], [k + 1])
+  std::vector<int64_t> entries_;       // conversation ids
+  int64_t num_epochs_ = 0;
+  int64_t truncated_conversations_ = 0;
+  int64_t padding_tokens_ = 0;
+};
+
+}  // namespace megatron::data

@@ -1,0 +1,86 @@
+#include "kernels/common/philox.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/dropout.h"
+
+namespace megatron::kernels::cuda {
+namespace {
+
+using detail::from_float;
+using detail::to_float;
+
+constexpr int kThreads = 256;
+
+// One thread per Philox block: global indices 4k .. 4k+3 share one philox4x32_10 evaluation,
+// exactly the words philox::uniform would give each of them.
+template <typename T>
+__global__ void dropout_kernel(const T* in, T* out, int64_t n, float p,
+                               float keep_scale, uint64_t seed, uint64_t rng_stream,
+                               uint64_t index_offset) {
+  const uint64_t first_block = index_offset >> 2;
+  const uint64_t last_block = (index_offset + uint64_t(n) - 1) >> 2;
+  const uint64_t blocks = last_block - first_block + 1;
+  for (uint64_t k = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x; k < blocks;
+       k += uint64_t(gridDim.x) * blockDim.x) {
+    const uint64_t block = first_block + k;
+    const philox::U32x4 r = philox::random_block(seed, rng_stream, block);
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint64_t g = block * 4 + uint64_t(w);
+      if (g < index_offset || g >= index_offset + uint64_t(n)) continue;
+      const int64_t i = int64_t(g - index_offset);
+      const float u = philox::to_unit_float(r.v[w]);
+      out[i] = from_float<T>(u >= p ? to_float(in[i]) * keep_scale : 0.0f);
+    }
+  }
+}
+
+template <typename T>
+__global__ void copy_kernel(const T* in, T* out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = in[i];
+}
+
+template <typename T>
+void apply(const T* in, T* out, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
+           uint64_t index_offset, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (p <= 0.0f) {
+    if (in != out) {
+      copy_kernel<<<detail::grid_for(n, kThreads), kThreads, 0, stream>>>(in, out, n);
+      MT_CUDA_LAUNCH_CHECK();
+    }
+    return;
+  }
+  const float keep_scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+  const int64_t blocks = int64_t(((index_offset + uint64_t(n) - 1) >> 2) - (index_offset >> 2) + 1);
+  dropout_kernel<<<detail::grid_for(blocks, kThreads), kThreads, 0, stream>>>(
+      in, out, n, p, keep_scale, seed, rng_stream, index_offset);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+template <typename T>
+void dropout_forward(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
+                     uint64_t index_offset, cudaStream_t stream) {
+  apply(x, y, n, p, seed, rng_stream, index_offset, stream);
+}
+
+template <typename T>
+void dropout_backward(const T* dy, T* dx, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
+                      uint64_t index_offset, cudaStream_t stream) {
+  apply(dy, dx, n, p, seed, rng_stream, index_offset, stream);
+}
+
+#define MT_INSTANTIATE(T)                                                                   \
+  template void dropout_forward<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, uint64_t, \
+                                   cudaStream_t);                                           \
+  template void dropout_backward<T>(const T*, T*, int64_t, float, uint64_t, uint64_t,        \
+                                    uint64_t, cudaStream_t);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(__nv_bfloat16)
+MT_INSTANTIATE(__half)
+#undef MT_INSTANTIATE
+
+}  // namespace megatron::kernels::cuda

@@ -1,0 +1,82 @@
+#include "kernels/common/numeric.h"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.h"
+
+namespace megatron::kernels::cuda {
+namespace {
+
+using detail::from_float;
+using detail::to_float;
+
+constexpr int kMaxHalf = 512;
+constexpr int kThreads = 256;
+
+struct InvFreq {
+  float v[kMaxHalf];
+};
+
+// One thread per (token, rotated head, pair i): S * B * G * (H/G + 1) * (Dh/2) threads.
+template <typename T>
+__global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per_group,
+                            int64_t half, int64_t position_offset, float sin_sign, InvFreq freq) {
+  const int64_t rotated = per_group - 1;  // the group's query heads and its key head
+  const int64_t total = S * B * G * rotated * half;
+  for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
+       idx += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half;
+    int64_t rest = idx / half;
+    const int64_t h = rest % rotated;
+    rest /= rotated;
+    const int64_t g = rest % G;
+    const int64_t sb = rest / G;  // s * B + b
+    const int64_t s = sb / B;
+    const float angle = static_cast<float>(position_offset + s) * freq.v[i];
+    float sn, c;
+    sincosf(angle, &sn, &c);
+    T* x = qkv + ((sb * G + g) * per_group + h) * (2 * half);
+    float a = to_float(x[i]), b = to_float(x[i + half]);
+    math::rope_rotate(a, b, c, sin_sign * sn);
+    x[i] = from_float<T>(a);
+    x[i + half] = from_float<T>(b);
+  }
+}
+
+template <typename T>
+void rope_apply(const AttentionShape& shape, T* qkv, float theta, int64_t position_offset,
+                float sin_sign, cudaStream_t stream) {
+  const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
+  MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
+  const int64_t half = Dh / 2;
+  MT_CHECK(half <= kMaxHalf, "rope (CUDA): head size ", Dh, " above ", 2 * kMaxHalf);
+  const int64_t total = S * B * G * (H / G + 1) * half;
+  if (total == 0) return;
+  InvFreq freq{};
+  for (int64_t i = 0; i < half; ++i) freq.v[i] = math::rope_inv_freq(i, Dh, theta);
+  rope_kernel<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(
+      qkv, S, B, G, H / G + 2, half, position_offset, sin_sign, freq);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+template <typename T>
+void rope_forward(const AttentionShape& shape, T* qkv, float theta, int64_t position_offset,
+                  cudaStream_t stream) {
+  rope_apply(shape, qkv, theta, position_offset, 1.0f, stream);
+}
+
+template <typename T>
+void rope_backward(const AttentionShape& shape, T* dqkv, float theta, int64_t position_offset,
+                   cudaStream_t stream) {
+  rope_apply(shape, dqkv, theta, position_offset, -1.0f, stream);
+}
+
+#define MT_INSTANTIATE(T)                                                                  \
+  template void rope_forward<T>(const AttentionShape&, T*, float, int64_t, cudaStream_t);  \
+  template void rope_backward<T>(const AttentionShape&, T*, float, int64_t, cudaStream_t);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(__nv_bfloat16)
+MT_INSTANTIATE(__half)
+#undef MT_INSTANTIATE
+
+}  // namespace megatron::kernels::cuda

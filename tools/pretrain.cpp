@@ -136,7 +136,9 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   out << "\n";
 
   training::Trainer trainer(recipe, tokenizer->vocab_size(), train, valid,
-                            training::TrainerGroups{&mesh->world(), &mesh->tp(), &mesh->dp()},
+                            training::TrainerGroups{&mesh->world(), &mesh->tp(), &mesh->dp(),
+                                                    &mesh->pp(), &mesh->embedding(),
+                                                    &mesh->model()},
                             out);
   const training::TrainSummary summary = trainer.run();
   if (summary.evals.size() >= 2) {

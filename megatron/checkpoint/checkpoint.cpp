@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -195,8 +196,9 @@ SavedPiece parse_piece(const json& p, const std::vector<int64_t>& shape, size_t 
   if (auto problem = s.geometry.problem()) throw fail(what, ": ", *problem);
   s.data_begin = static_cast<uint64_t>(data[0]);
   s.data_end = static_cast<uint64_t>(data[1]);
-  if (s.data_begin > s.data_end ||
-      s.data_end - s.data_begin != static_cast<uint64_t>(s.geometry.count()) * element_size)
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(s.geometry.count()), element_size, &bytes) ||
+      s.data_begin > s.data_end || s.data_end - s.data_begin != bytes)
     throw fail(what, ": data_offsets ", json(data).dump(), " do not hold ", s.geometry.count(),
                " elements of ", element_size, " bytes");
   return s;
@@ -264,6 +266,10 @@ std::map<std::string, safetensors::File> open_files(const CheckpointIndex& index
     std::error_code ec;
     if (!fs::exists(path, ec))
       throw InputError(concat("checkpoint file ", path, " is missing (listed in ", kMetadataFile, ")"));
+    const auto size = fs::file_size(path, ec);
+    if (!ec && size != rec->second)
+      throw InputError(concat("checkpoint file ", path, ": ", size, " bytes, but ", kMetadataFile,
+                              " records ", rec->second, size < rec->second ? " (truncated?)" : ""));
     safetensors::File file(path);
     if (file.file_size() != rec->second)
       throw InputError(concat("checkpoint file ", path, ": ", file.file_size(), " bytes, but ",
@@ -484,18 +490,16 @@ void finalize(const SaveRequest& req, const std::string& tmp_dir,
     }
   }
   // Leftovers of crashed or replaced saves.
+  std::vector<fs::path> stale;
   std::error_code ec;
   for (fs::directory_iterator it(req.dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const bool stale = (name.rfind("iter_", 0) == 0 &&
-                        (name.find(".tmp-") != std::string::npos ||
-                         name.find(".old-") != std::string::npos)) ||
-                       name.rfind(std::string(kLatestFile) + ".tmp-", 0) == 0;
-    if (stale) {
-      std::error_code rm;
-      fs::remove_all(it->path(), rm);
-    }
+    if ((name.rfind("iter_", 0) == 0 && (name.find(".tmp-") != std::string::npos ||
+                                         name.find(".old-") != std::string::npos)) ||
+        name.rfind(std::string(kLatestFile) + ".tmp-", 0) == 0)
+      stale.push_back(it->path());
   }
+  for (const fs::path& p : stale) fs::remove_all(p, ec);
   step(req, "done");
 }
 
@@ -618,7 +622,9 @@ CheckpointIndex read_index(const std::string& dir, std::optional<int64_t> iterat
       throw InputError(concat("checkpoint ", index.path, " does not exist"));
   } else if (fs::is_regular_file(fs::path(dir) / kMetadataFile, ec)) {
     index.path = dir;
-    expected = parse_iter_name(fs::path(dir).lexically_normal().filename().string());
+    fs::path normal = fs::path(dir).lexically_normal();
+    if (normal.filename().empty()) normal = normal.parent_path();  // "DIR/iter_N/"
+    expected = parse_iter_name(normal.filename().string());
   } else {
     if (!fs::is_directory(dir, ec))
       throw InputError(concat("checkpoint directory ", dir, " does not exist"));

@@ -171,6 +171,7 @@ std::string Recipe::to_yaml() const {
   w.kv("interval", str(logging.interval));
   w.kv("jsonl", str(logging.jsonl));
   w.kv("tensorboard_dir", str(logging.tensorboard_dir));
+  w.kv("timeline", str(logging.timeline));
   w.end();
   return w.str();
 }
@@ -257,7 +258,8 @@ nlohmann::json Recipe::to_json() const {
                      {"finetune", c.finetune}};
   j["logging"] = {{"interval", logging.interval},
                   {"jsonl", js(logging.jsonl)},
-                  {"tensorboard_dir", js(logging.tensorboard_dir)}};
+                  {"tensorboard_dir", js(logging.tensorboard_dir)},
+                  {"timeline", js(logging.timeline)}};
   return j;
 }
 

@@ -263,6 +263,7 @@ void parse_logging(MapReader r, LoggingConfig& l) {
   r.get("interval", l.interval);
   r.get("jsonl", l.jsonl);
   r.get("tensorboard_dir", l.tensorboard_dir);
+  r.get("timeline", l.timeline);
   r.finish();
 }
 

@@ -163,6 +163,8 @@ struct CheckpointConfig {
 struct LoggingConfig {
   int64_t interval = 10;
   std::string jsonl, tensorboard_dir;  // empty -> off
+  // Per-rank action timings as JSONL (PATH.rank<N>.jsonl) for tools/pipeline_timeline.
+  std::string timeline;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const LoggingConfig&) const = default;

@@ -59,6 +59,7 @@ void DataParallelGrads::finish() {
     for (size_t i = 0; i < buckets_.size(); ++i)
       store_->grads().flat_view(owned_[i].begin, {owned_[i].size()}).copy_from(shard_scratch_[i]);
   }
+  next_bucket_ = 0;
   armed_ = false;
 }
 

@@ -79,16 +79,17 @@ void Optimizer::step(double lr) {
   }
 }
 
-double global_grad_norm(const std::vector<Segment>& segments,
-                        parallel::Communicator& tensor_parallel,
+double global_grad_norm(const std::vector<Segment>& segments, int tensor_parallel_rank,
+                        parallel::Communicator& model_parallel,
                         parallel::Communicator* sharded_over) {
   double sum = 0.0;
   for (const Segment& s : segments) {
-    const bool counted_here = !s.param->shard.replicated() || tensor_parallel.rank() == 0;
+    const bool counted_here =
+        !s.param->shared_copy && (!s.param->shard.replicated() || tensor_parallel_rank == 0);
     if (counted_here) sum += ops::sum_squares(segment_of(s.param->grad, s));
   }
   Tensor t = Tensor::wrap(&sum, {1}, DType::F64);
-  if (tensor_parallel.size() > 1) tensor_parallel.all_reduce(t, parallel::ReduceOp::Sum);
+  if (model_parallel.size() > 1) model_parallel.all_reduce(t, parallel::ReduceOp::Sum);
   if (sharded_over && sharded_over->size() > 1)
     sharded_over->all_reduce(t, parallel::ReduceOp::Sum);
   return std::sqrt(sum);

@@ -48,11 +48,11 @@ class Optimizer {
 };
 
 // The true global L2 norm of the gradients the optimizer will use. Each rank sums its segments
-// (tensor-parallel-replicated parameters only on tensor-parallel rank 0, so they count once),
-// then the sum is reduced over `tensor_parallel` and, when segments are data-parallel shards,
-// over `sharded_over`.
-double global_grad_norm(const std::vector<Segment>& segments,
-                        parallel::Communicator& tensor_parallel,
+// (tensor-parallel-replicated parameters only on tensor-parallel rank 0, and pipeline copies of
+// tied weights not at all, so each counts once), then the sum is reduced over the model-parallel
+// group (tp x pp) and, when segments are data-parallel shards, over `sharded_over`.
+double global_grad_norm(const std::vector<Segment>& segments, int tensor_parallel_rank,
+                        parallel::Communicator& model_parallel,
                         parallel::Communicator* sharded_over);
 // Scales the segments' gradients by min(1, max_norm / norm); returns the factor applied.
 double clip_grads(const std::vector<Segment>& segments, double norm, double max_norm);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <iomanip>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 namespace megatron::training {
 namespace {
@@ -79,16 +80,19 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
       world_(groups.world),
       tp_(groups.tp ? groups.tp : single_.get()),
       dp_(groups.dp ? groups.dp : single_.get()),
+      pp_(groups.pp ? groups.pp : single_.get()),
+      embedding_(groups.embedding ? groups.embedding : single_.get()),
+      model_group_(groups.model ? groups.model : tp_),
       log_(&log),
       is_logger_(groups.world->rank() == 0) {
   recipe_.resolve_for_world(world_->size());
   const auto& tr = recipe_.training;
-  MT_INPUT_CHECK(recipe_.parallel.tensor == tp_->size() && recipe_.parallel.data == dp_->size(),
-                 recipe_.source_path, ": parallel.tensor=", recipe_.parallel.tensor, " data=",
-                 recipe_.parallel.data, " do not match the process groups (tp ", tp_->size(),
+  MT_INPUT_CHECK(recipe_.parallel.tensor == tp_->size() && recipe_.parallel.data == dp_->size() &&
+                     recipe_.parallel.pipeline == pp_->size(),
+                 recipe_.source_path, ": parallel.tensor=", recipe_.parallel.tensor,
+                 " pipeline=", recipe_.parallel.pipeline, " data=", recipe_.parallel.data,
+                 " do not match the process groups (tp ", tp_->size(), ", pp ", pp_->size(),
                  ", dp ", dp_->size(), ")");
-  MT_INPUT_CHECK(recipe_.parallel.pipeline == 1, recipe_.source_path, ": parallel.pipeline=",
-                 recipe_.parallel.pipeline, ": pipeline parallelism is not available yet");
   MT_INPUT_CHECK(recipe_.parallel.expert == 1 && recipe_.parallel.context == 1,
                  recipe_.source_path, ": parallel.expert/context > 1 are not available yet");
   MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
@@ -105,7 +109,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   num_micro_ = recipe_.num_microbatches(world_->size());
 
   const models::GPTSpec spec = gpt_spec_from_recipe(recipe_, tokenizer_vocab, tp_->size());
-  model_ = std::make_unique<models::GPTModel>(spec, store_, *tp_);
+  build_model(spec);
   const bool distributed = recipe_.optimizer.distributed && dp_size_ > 1;
   // Mixed precision on the CPU: weights stored in bf16/fp16 (the compute copy holds exactly
   // those values), fp32 master weights and main gradients, dynamic loss scaling for fp16.
@@ -156,6 +160,71 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
 
 Trainer::~Trainer() = default;
 
+void Trainer::build_model(const models::GPTSpec& spec) {
+  // Virtual stage v = chunk * pp + stage holds the v-th group of layers: an even split or
+  // parallel.pipeline_layers (one count per virtual stage, in layer order).
+  const int64_t pp = pp_->size(), vpp = recipe_.parallel.virtual_stages();
+  const int64_t stages = pp * vpp, L = spec.transformer.num_layers;
+  std::vector<int64_t> counts = recipe_.parallel.pipeline_layers;
+  if (counts.empty()) {
+    MT_INPUT_CHECK(L % stages == 0, recipe_.source_path, ": model.num_layers ", L,
+                   " does not split evenly over ", stages,
+                   " pipeline stages (set parallel.pipeline_layers)");
+    counts.assign(static_cast<size_t>(stages), L / stages);
+  }
+  MT_INPUT_CHECK(static_cast<int64_t>(counts.size()) == stages, recipe_.source_path,
+                 ": parallel.pipeline_layers has ", counts.size(), " entries for ", stages,
+                 " (virtual) pipeline stages");
+  for (int64_t c = 0; c < vpp; ++c) {
+    const int64_t v = c * pp + pp_->rank();
+    models::GPTStage stage;
+    for (int64_t i = 0; i < v; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
+    stage.num_layers = counts[static_cast<size_t>(v)];
+    stage.pre_process = v == 0;
+    stage.post_process = v == stages - 1;
+    chunks_.push_back(std::make_unique<models::GPTModel>(spec, store_, *tp_, stage));
+  }
+  if (pp > 1) {
+    const auto& t = spec.transformer;
+    const int64_t rows = t.sequence_parallel ? t.seq_length / tp_->size() : t.seq_length;
+    std::vector<const models::GPTModel*> chunks;
+    for (const auto& c : chunks_) chunks.push_back(c.get());
+    pipeline_ = std::make_unique<PipelineRuntime>(chunks, *pp_, rows, t.hidden);
+    const auto& p = recipe_.parallel;
+    const auto kind = p.virtual_pipeline && vpp > 1 ? pipeline::ScheduleKind::Interleaved
+                                                    : pipeline::ScheduleKind::OneFOneB;
+    schedule_actions_ = pipeline::make_schedule(kind, static_cast<int>(pp),
+                                                static_cast<int>(num_micro_),
+                                                static_cast<int>(vpp))
+                            .ranks[static_cast<size_t>(pp_->rank())];
+    // The last stage's tied LM-head copy is not counted again in the gradient norm.
+    for (const auto& c : chunks_)
+      if (Parameter* w = c->word_embeddings(); w && !c->stage().pre_process && spec.tie_embeddings)
+        w->shared_copy = true;
+  }
+  if (!recipe_.logging.timeline.empty())
+    timeline_ = std::make_unique<pipeline::TimelineRecorder>(world_->rank());
+}
+
+void Trainer::fill(int64_t first_sample, const SampleSource& source, int64_t iteration,
+                   int64_t position, bool training, models::MicroBatch& mb) const {
+  fill_micro_batch(source, first_sample, recipe_.training.micro_batch_size, mb);
+  mb.info = MicroBatchInfo{iteration, position, training};
+}
+
+void Trainer::reduce_tied_embedding_grads() {
+  // First and last stage each hold the word embeddings (input table and tied LM head): sum
+  // their gradients so both copies take the same step (Megatron's embedding group).
+  if (pp_->size() == 1 || !recipe_.model.tie_embeddings || embedding_->size() == 1) return;
+  for (const auto& c : chunks_) {
+    Parameter* w = c->word_embeddings();
+    if (w && (c->stage().pre_process || c->stage().post_process)) {
+      embedding_->all_reduce(w->grad, parallel::ReduceOp::Sum);
+      return;
+    }
+  }
+}
+
 StepMetrics Trainer::train_step(int64_t iteration) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& tr = recipe_.training;
@@ -170,29 +239,43 @@ StepMetrics Trainer::train_step(int64_t iteration) {
 
   store_.zero_grads();
   double loss_sum = 0.0;
-  const models::GPTModel::GradsReady on_ready = [this](int64_t w) {
-    grad_sync_->grads_ready_below(w);
-  };
-  for (int64_t m = 0; m < num_micro_; ++m) {
-    // Megatron's sampler order: each micro-batch round takes micro*dp consecutive samples of
-    // the global batch and data-parallel rank r takes [r * micro, (r + 1) * micro).
-    const int64_t position = m * mbs * dp_size_ + dp_rank_ * mbs;
-    fill_micro_batch(*train_, base + position, mbs, mb_);
-    mb_.info = MicroBatchInfo{iteration, position, true};
-    loss_sum += model_->forward(act_, mb_);
-    const bool last = m + 1 == num_micro_;
-    if (last) grad_sync_->begin_last_backward();
-    model_->backward(act_, mb_, loss_scale, last ? on_ready : models::GPTModel::GradsReady{});
+  // Megatron's sampler order: each micro-batch round takes micro*dp consecutive samples of the
+  // global batch and data-parallel rank r takes [r * micro, (r + 1) * micro).
+  auto position = [&](int64_t m) { return m * mbs * dp_size_ + dp_rank_ * mbs; };
+  if (pipeline_) {
+    const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
+      fill(base + position(m), *train_, iteration, position(m), true, mb);
+    };
+    loss_sum = pipeline_->run(schedule_actions_, fill_mb, loss_scale, timeline_.get());
+    reduce_tied_embedding_grads();
+  } else {
+    const models::GPTModel::GradsReady on_ready = [this](int64_t w) {
+      grad_sync_->grads_ready_below(w);
+    };
+    auto& model = *chunks_.front();
+    for (int64_t m = 0; m < num_micro_; ++m) {
+      fill(base + position(m), *train_, iteration, position(m), true, mb_);
+      std::optional<pipeline::TimelineRecorder::Scope> scope;
+      if (timeline_) scope.emplace(*timeline_, pipeline::ActionKind::Forward, m, 0);
+      loss_sum += model.forward(act_, mb_);
+      scope.reset();
+      if (timeline_) scope.emplace(*timeline_, pipeline::ActionKind::Backward, m, 0);
+      const bool last = m + 1 == num_micro_;
+      if (last) grad_sync_->begin_last_backward();
+      model.backward(act_, mb_, loss_scale, last ? on_ready : models::GPTModel::GradsReady{});
+    }
   }
   grad_sync_->finish();
   reduce_sequence_parallel_grads();
+  if (pp_->size() > 1) loss_sum = all_reduce_sum(*pp_, loss_sum);  // the loss is on the last stage
   StepMetrics metrics;
   metrics.iteration = iteration;
   metrics.loss = all_reduce_sum(*dp_, loss_sum) / valid_tokens;
   metrics.loss_scale = scale;
   // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
-  const double scaled_norm = optim::global_grad_norm(optimizer_->segments(), *tp_,
-                                                     grad_sync_->distributed() ? dp_ : nullptr);
+  const double scaled_norm =
+      optim::global_grad_norm(optimizer_->segments(), tp_->rank(), *model_group_,
+                              grad_sync_->distributed() ? dp_ : nullptr);
   metrics.grad_norm = scaled_norm / scale;
   MT_CHECK(std::isfinite(metrics.loss), "iteration ", iteration, ": non-finite loss ",
            metrics.loss, " (lower optimizer.lr)");
@@ -233,7 +316,7 @@ bool Trainer::fp16_gradient_overflow() {
       if (!(std::abs(g[i]) <= kFp16Max)) overflow = 1.0f;
   }
   Tensor flag = Tensor::wrap(&overflow, {1}, DType::F32);
-  if (tp_->size() > 1) tp_->all_reduce(flag, parallel::ReduceOp::Max);
+  if (model_group_->size() > 1) model_group_->all_reduce(flag, parallel::ReduceOp::Max);
   if (grad_sync_->distributed()) dp_->all_reduce(flag, parallel::ReduceOp::Max);
   return overflow > 0.0f;
 }
@@ -269,10 +352,18 @@ EvalMetrics Trainer::evaluate(int64_t iteration) {
   const int64_t samples = std::max<int64_t>(tr.eval_iters, 1) * tr.global_batch_size;
   double loss_sum = 0.0;
   // The same validation samples every time, so evaluations compare directly.
-  for (int64_t first = dp_rank_ * mbs; first < samples; first += mbs * dp_size_) {
-    fill_micro_batch(*valid_, first, mbs, mb_);
-    mb_.info = MicroBatchInfo{iteration, first, false};
-    loss_sum += model_->forward(act_, mb_);
+  const int64_t rounds = samples / (mbs * dp_size_);
+  auto position = [&](int64_t m) { return m * mbs * dp_size_ + dp_rank_ * mbs; };
+  if (pipeline_) {
+    const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
+      fill(position(m), *valid_, iteration, position(m), false, mb);
+    };
+    loss_sum = all_reduce_sum(*pp_, pipeline_->forward_only(static_cast<int>(rounds), fill_mb));
+  } else {
+    for (int64_t m = 0; m < rounds; ++m) {
+      fill(position(m), *valid_, iteration, position(m), false, mb_);
+      loss_sum += chunks_.front()->forward(act_, mb_);
+    }
   }
   EvalMetrics e;
   e.iteration = iteration;
@@ -330,6 +421,12 @@ TrainSummary Trainer::run() {
     const bool periodic = tr.eval_interval > 0 && it % tr.eval_interval == 0;
     if (eval_enabled && (periodic || it == tr.train_iters))
       log_eval(summary.evals.emplace_back(evaluate(it)));
+  }
+  if (timeline_) {
+    const std::string path = config::resolve_path(recipe_, recipe_.logging.timeline) + ".rank" +
+                             std::to_string(world_->rank()) + ".jsonl";
+    pipeline::write_timeline_jsonl(path, timeline_->events());
+    if (is_logger_) *log_ << "timeline written to " << path << " (and the other ranks')\n";
   }
   return summary;
 }

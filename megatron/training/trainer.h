@@ -14,6 +14,7 @@
 #include "megatron/optimizer/optimizer.h"
 #include "megatron/training/batch_source.h"
 #include "megatron/training/flops.h"
+#include "megatron/training/pipeline_runtime.h"
 
 namespace megatron::training {
 
@@ -44,6 +45,9 @@ struct TrainerGroups {
   parallel::Communicator* world;
   parallel::Communicator* tp;
   parallel::Communicator* dp;
+  parallel::Communicator* pp = nullptr;
+  parallel::Communicator* embedding = nullptr;  // first + last pipeline stage
+  parallel::Communicator* model = nullptr;      // tp x pp (gradient norm)
 };
 
 class Trainer {
@@ -68,14 +72,18 @@ class Trainer {
   ParamStore& params() { return store_; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
   const optim::LossScaler& loss_scaler() const { return *scaler_; }
-  const models::GPTModel& model() const { return *model_; }
+  const models::GPTModel& model() const { return *chunks_.front(); }
   double flops_per_step() const { return flops_per_step_; }
   double peak_flops() const { return peak_flops_; }
 
  private:
   void log_step(const StepMetrics& m, bool to_console);
   void reduce_sequence_parallel_grads();
-  bool fp16_gradient_overflow();  // JSONL gets every step
+  bool fp16_gradient_overflow();
+  void build_model(const models::GPTSpec& spec);
+  void reduce_tied_embedding_grads();
+  void fill(int64_t first_sample, const SampleSource& source, int64_t iteration, int64_t position,
+            bool training, models::MicroBatch& mb) const;  // JSONL gets every step
   void log_eval(const EvalMetrics& m);
 
   config::Recipe recipe_;
@@ -84,11 +92,17 @@ class Trainer {
   parallel::Communicator* world_;
   parallel::Communicator* tp_;
   parallel::Communicator* dp_;
+  parallel::Communicator* pp_;
+  parallel::Communicator* embedding_;
+  parallel::Communicator* model_group_;
   std::ostream* log_;
   bool is_logger_ = true;
   std::ofstream jsonl_;
   ParamStore store_;
-  std::unique_ptr<models::GPTModel> model_;
+  std::vector<std::unique_ptr<models::GPTModel>> chunks_;  // this rank's virtual stages
+  std::unique_ptr<PipelineRuntime> pipeline_;
+  std::unique_ptr<pipeline::TimelineRecorder> timeline_;
+  std::vector<pipeline::Action> schedule_actions_;
   std::unique_ptr<optim::DataParallelGrads> grad_sync_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;

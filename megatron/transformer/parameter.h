@@ -40,6 +40,9 @@ struct Parameter {
   // Replicated over tensor parallel but fed by sequence-parallel slices: each rank holds a
   // partial gradient that must be summed over the tensor-parallel group before the step.
   bool tp_partial_grad = false;
+  // A pipeline copy of a weight another stage also holds (the tied LM head on the last stage):
+  // updated identically, but counted once in the gradient norm (on the first stage).
+  bool shared_copy = false;
   int64_t offset = 0;        // element offset of this shard in the buffers
   Tensor value;              // fp32 compute weights: view into ParamStore's value buffer
   Tensor grad;               // fp32 main gradient: view into ParamStore's grad buffer

@@ -21,41 +21,55 @@ void GPTSpec::validate(int64_t tp_size) const {
            max_positions, " < seq length ", transformer.seq_length);
 }
 
-GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp)
-    : spec_(spec), tp_(&tp), replicated_(parallel::make_single_process_communicator()) {
+GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
+                   const GPTStage& stage)
+    : spec_(spec), stage_(stage), tp_(&tp),
+      replicated_(parallel::make_single_process_communicator()) {
   spec.validate(tp.size());
   const auto& t = spec.transformer;
+  if (stage_.num_layers < 0) stage_.num_layers = t.num_layers - stage_.first_layer;
+  MT_CHECK(stage_.first_layer >= 0 && stage_.num_layers >= 0 &&
+               stage_.first_layer + stage_.num_layers <= t.num_layers,
+           "stage layers [", stage_.first_layer, ", +", stage_.num_layers, ") outside a ",
+           t.num_layers, "-layer model");
   const bool sp = t.sequence_parallel && tp.size() > 1;
-  tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
-                                           spec.padded_vocab_size, t.hidden, tp, t.init_std, sp);
-  if (!t.rope) {
+  // The word embeddings live on the first stage; with tied embeddings the last stage holds a
+  // copy (same name, so the same initial values) whose gradient is summed with the first's.
+  if (stage_.pre_process || (stage_.post_process && spec.tie_embeddings))
+    tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
+                                             spec.padded_vocab_size, t.hidden, tp, t.init_std, sp);
+  if (stage_.pre_process && !t.rope) {
     pos_embed_ = std::make_unique<Embedding>(store, "embedding.position_embeddings",
                                              spec.max_positions, t.hidden, *replicated_,
                                              t.init_std);
     // With sequence parallelism each rank looks up only its positions.
     pos_embed_->table().tp_partial_grad = sp;
   }
-  for (int64_t l = 0; l < t.num_layers; ++l)
+  for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l)
     blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l,
                                                          t, tp));
-  final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
-  if (!spec.tie_embeddings)
-    lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden, spec.padded_vocab_size,
-                                        false, TPMode::Column, tp, t.init_std, Shape{}, sp);
+  if (stage_.post_process) {
+    final_norm_ =
+        std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
+    if (!spec.tie_embeddings)
+      lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden,
+                                          spec.padded_vocab_size, false, TPMode::Column, tp,
+                                          t.init_std, Shape{}, sp);
+  }
+}
+
+kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
+  kernels::cpu::VocabSlice vs;
+  vs.V_local = spec_.padded_vocab_size / tp_->size();
+  vs.vocab_start = vs.V_local * tp_->rank();
+  vs.valid_vocab = spec_.vocab_size;
+  return vs;
 }
 
 ActivationSlice GPTModel::slice(const MicroBatch& mb, int64_t local_seq) const {
   if (!sp()) return ActivationSlice{mb.info.batch_offset, 0, local_seq};
   return ActivationSlice{mb.info.batch_offset, tp_->rank() * local_seq,
                          local_seq * tp_->size()};
-}
-
-kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
-  kernels::cpu::VocabSlice vs;
-  vs.V_local = tok_embed_->local_vocab();
-  vs.vocab_start = tok_embed_->vocab_start();
-  vs.valid_vocab = spec_.vocab_size;
-  return vs;
 }
 
 namespace {
@@ -87,7 +101,12 @@ void vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& labels,
 
 }  // namespace
 
-double GPTModel::forward(Activations& a, const MicroBatch& mb) const {
+const Tensor& GPTModel::output(const Activations& a) const {
+  MT_CHECK(a.last_hidden != nullptr, "stage output requested before forward");
+  return *a.last_hidden;
+}
+
+double GPTModel::forward(Activations& a, const MicroBatch& mb, const Tensor* hidden_in) const {
   const auto& t = spec_.transformer;
   MT_CHECK(mb.tokens.ndim() == 2 && mb.labels.shape() == mb.tokens.shape(),
            "micro-batch tokens/labels must both be [S, B], got ", mb.tokens.shape().str(), " and ",
@@ -102,24 +121,31 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb) const {
   const ActivationSlice where = slice(mb, Sl);
   a.blocks.resize(blocks_.size());
 
-  Tensor& x0 = ensure(a.embedded, {Sl, B, D});
-  tok_embed_->forward(a.tok, mb.tokens, x0);
-  if (pos_embed_) {
-    Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
-    for (int64_t s = 0; s < Sl; ++s)
-      for (int64_t b = 0; b < B; ++b)
-        pos.data<int32_t>()[s * B + b] = static_cast<int32_t>(where.seq_offset + s);
-    Tensor& pe = ensure(a.grad_a, {Sl, B, D});  // scratch until backward
-    pos_embed_->forward(a.pos, pos, pe);
-    ops::add_inplace(x0, pe);
+  const Tensor* x = hidden_in;
+  if (stage_.pre_process) {
+    Tensor& x0 = ensure(a.embedded, {Sl, B, D});
+    tok_embed_->forward(a.tok, mb.tokens, x0);
+    if (pos_embed_) {
+      Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
+      for (int64_t s = 0; s < Sl; ++s)
+        for (int64_t b = 0; b < B; ++b)
+          pos.data<int32_t>()[s * B + b] = static_cast<int32_t>(where.seq_offset + s);
+      Tensor& pe = ensure(a.grad_a, {Sl, B, D});  // scratch until backward
+      pos_embed_->forward(a.pos, pos, pe);
+      ops::add_inplace(x0, pe);
+    }
+    x = &x0;
+    if (mb.info.training && spec_.embedding_dropout > 0.0f) {
+      dropout_sbd_forward(x0, ensure(a.embedded_dropped, {Sl, B, D}), spec_.embedding_dropout,
+                          DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
+      x = &a.embedded_dropped;
+    }
   }
-  const Tensor* x = &x0;
-  if (mb.info.training && spec_.embedding_dropout > 0.0f) {
-    dropout_sbd_forward(x0, ensure(a.embedded_dropped, {Sl, B, D}), spec_.embedding_dropout,
-                        DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
-    x = &a.embedded_dropped;
-  }
+  MT_CHECK(x != nullptr && x->numel() == Sl * B * D, "stage input must be [", Sl, ", ", B, ", ",
+           D, "]");
   for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, mb.info);
+  a.last_hidden = x;
+  if (!stage_.post_process) return 0.0;
 
   final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}));
   const kernels::cpu::VocabSlice vs = vocab_slice();
@@ -134,7 +160,6 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb) const {
     }
     ops::linear_forward(*h, tok_embed_->table().value, nullptr, logits);
   }
-  a.labels = mb.labels;
   ensure(a.losses, {N});
   ensure(a.lse, {N});
   vocab_parallel_cross_entropy(logits, mb.labels, vs, *tp_, a.losses, a.lse);
@@ -147,49 +172,64 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb) const {
 }
 
 void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale,
-                        const GradsReady& grads_ready) const {
+                        const GradsReady& grads_ready, const Tensor* d_hidden_out,
+                        Tensor* d_hidden_in) const {
   const auto& t = spec_.transformer;
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
   const int64_t Sl = sp() ? S / tp_->size() : S;
   const ActivationSlice where = slice(mb, Sl);
-  const kernels::cpu::VocabSlice vs = vocab_slice();
+  auto report = [&](const std::vector<Parameter*>& params) {
+    if (!grads_ready) return;
+    int64_t w = 0;
+    for (const Parameter* p : params) w = std::max(w, p->offset + p->value.numel());
+    grads_ready(w);
+  };
 
-  Tensor& dl = ensure(a.dlosses, {N});
-  for (int64_t i = 0; i < N; ++i) dl.data<float>()[i] = loss_scale;
-  // d(logits) overwrites the logits buffer.
-  ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
-  Tensor& d_final = ensure(a.grad_b, {Sl, B, D});
-  if (lm_head_) {
-    lm_head_->backward(a.lm_head, a.logits, &d_final);
-  } else {
-    Parameter& table = tok_embed_->table();
-    if (sp()) {
-      // Each rank's vocab slice gives a partial gradient for every position: sum and split.
-      Tensor& full = ensure(a.d_final_full, {S, B, D});
-      ops::linear_backward(a.final_full, table.value, a.logits, &full, table.grad, nullptr);
-      tp_->reduce_scatter(full, d_final, parallel::ReduceOp::Sum);
-    } else {
-      ops::linear_backward(a.final_out, table.value, a.logits, &d_final, table.grad, nullptr);
-      if (tp_->size() > 1) tp_->all_reduce(d_final, parallel::ReduceOp::Sum);
-    }
-  }
-  Tensor* grad = &ensure(a.grad_a, {Sl, B, D});
-  Tensor* other = &d_final;
-  final_norm_->backward(a.final_norm, d_final, *grad);
   // Buffer layout is reverse registration order: output layer / final norm, blocks L-1..0,
   // then the embeddings (which the tied LM head also feeds), so watermarks only grow.
-  if (grads_ready) {
+  Tensor* grad = &ensure(a.grad_a, {Sl, B, D});
+  Tensor* other = &ensure(a.grad_b, {Sl, B, D});
+  if (stage_.post_process) {
+    const kernels::cpu::VocabSlice vs = vocab_slice();
+    Tensor& dl = ensure(a.dlosses, {N});
+    for (int64_t i = 0; i < N; ++i) dl.data<float>()[i] = loss_scale;
+    // d(logits) overwrites the logits buffer.
+    ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
+    Tensor& d_final = *other;
+    if (lm_head_) {
+      lm_head_->backward(a.lm_head, a.logits, &d_final);
+    } else {
+      Parameter& table = tok_embed_->table();
+      if (sp()) {
+        // Each rank's vocab slice gives a partial gradient for every position: sum and split.
+        Tensor& full = ensure(a.d_final_full, {S, B, D});
+        ops::linear_backward(a.final_full, table.value, a.logits, &full, table.grad, nullptr);
+        tp_->reduce_scatter(full, d_final, parallel::ReduceOp::Sum);
+      } else {
+        ops::linear_backward(a.final_out, table.value, a.logits, &d_final, table.grad, nullptr);
+        if (tp_->size() > 1) tp_->all_reduce(d_final, parallel::ReduceOp::Sum);
+      }
+    }
+    final_norm_->backward(a.final_norm, d_final, *grad);
     std::vector<Parameter*> tail;
     final_norm_->collect_params(tail);
     if (lm_head_) lm_head_->collect_params(tail);
-    int64_t w = 0;
-    for (const Parameter* p : tail) w = std::max(w, p->offset + p->value.numel());
-    grads_ready(w);
+    report(tail);
+  } else {
+    MT_CHECK(d_hidden_out != nullptr && d_hidden_out->numel() == Sl * B * D,
+             "stage backward needs the gradient of its output [", Sl, ", ", B, ", ", D, "]");
+    grad->copy_from(*d_hidden_out);
   }
   for (size_t l = blocks_.size(); l-- > 0;) {
     blocks_[l]->backward(a.blocks[l], *grad, *other, mb.info);
     std::swap(grad, other);
     if (grads_ready) grads_ready(blocks_[l]->grad_watermark());
+  }
+  if (!stage_.pre_process) {
+    MT_CHECK(d_hidden_in != nullptr, "stage backward needs a buffer for its input gradient");
+    d_hidden_in->copy_from(*grad);
+    if (grads_ready) grads_ready(std::numeric_limits<int64_t>::max());
+    return;
   }
   if (mb.info.training && spec_.embedding_dropout > 0.0f) {
     dropout_sbd_backward(*grad, *other, spec_.embedding_dropout,

@@ -1,0 +1,155 @@
+#include "megatron/training/pipeline_runtime.h"
+
+namespace megatron::training {
+
+using pipeline::ActionKind;
+
+PipelineRuntime::PipelineRuntime(std::vector<const models::GPTModel*> chunks,
+                                 parallel::Communicator& pp, int64_t hidden_rows,
+                                 int64_t hidden)
+    : chunks_(std::move(chunks)), pp_(&pp), hidden_rows_(hidden_rows), hidden_(hidden) {
+  MT_CHECK(!chunks_.empty(), "pipeline runtime without model chunks");
+}
+
+models::GPTModel::Activations& PipelineRuntime::acquire(const Key& k) {
+  MT_CHECK(!live_.count(k), "micro-batch ", k.first, " chunk ", k.second, " is already in flight");
+  if (free_.empty()) free_.push_back(std::make_unique<models::GPTModel::Activations>());
+  pool_.push_back(std::move(free_.back()));
+  free_.pop_back();
+  live_[k] = pool_.back().get();
+  return *pool_.back();
+}
+
+void PipelineRuntime::release(const Key& k) {
+  auto it = live_.find(k);
+  MT_CHECK(it != live_.end(), "release of micro-batch ", k.first, " chunk ", k.second,
+           " not in flight");
+  for (auto p = pool_.begin(); p != pool_.end(); ++p) {
+    if (p->get() == it->second) {  // keep the buffers for the next micro-batch
+      free_.push_back(std::move(*p));
+      pool_.erase(p);
+      break;
+    }
+  }
+  live_.erase(it);
+}
+
+Tensor PipelineRuntime::hidden_buffer(int mb) {
+  return Tensor::empty({hidden_rows_, batch(mb).tokens.dim(1), hidden_}, DType::F32);
+}
+
+const models::MicroBatch& PipelineRuntime::batch(int mb) {
+  auto it = batches_.find(mb);
+  if (it != batches_.end()) return it->second;
+  models::MicroBatch& b = batches_[mb];
+  (*fill_)(mb, b);
+  return b;
+}
+
+void PipelineRuntime::exchange(const std::vector<pipeline::Action>& actions, size_t begin,
+                               size_t end) {
+  std::vector<parallel::P2POp> ops;
+  for (size_t i = begin; i < end; ++i) {
+    const pipeline::Action& a = actions[i];
+    const Key k{a.microbatch, a.chunk};
+    const int tag = pipeline::p2p_tag(a.kind);
+    switch (a.kind) {
+      case ActionKind::SendActivation:
+        ops.push_back({parallel::P2POp::Send, chunks_[a.chunk]->output(*live_.at(k)),
+                       a.peer_stage, tag});
+        break;
+      case ActionKind::RecvActivation:
+        act_in_[k] = hidden_buffer(k.first);
+        ops.push_back({parallel::P2POp::Recv, act_in_[k], a.peer_stage, tag});
+        break;
+      case ActionKind::SendGrad:
+        ops.push_back({parallel::P2POp::Send, grad_in_.at(k), a.peer_stage, tag});
+        break;
+      case ActionKind::RecvGrad:
+        grad_out_[k] = hidden_buffer(k.first);
+        ops.push_back({parallel::P2POp::Recv, grad_out_[k], a.peer_stage, tag});
+        break;
+      default:
+        MT_CHECK(false, "compute action inside a communication batch");
+    }
+  }
+  pp_->batch_isend_irecv(std::move(ops))->wait();
+  for (size_t i = begin; i < end; ++i)  // a sent gradient is no longer needed
+    if (actions[i].kind == ActionKind::SendGrad)
+      grad_in_.erase({actions[i].microbatch, actions[i].chunk});
+}
+
+double PipelineRuntime::run(const std::vector<pipeline::Action>& actions,
+                            const FillMicroBatch& fill, float loss_scale,
+                            pipeline::TimelineRecorder* timeline) {
+  double loss = 0.0;
+  batches_.clear();
+  fill_ = &fill;
+  for (size_t i = 0; i < actions.size();) {
+    const pipeline::Action& a = actions[i];
+    if (!pipeline::is_compute(a.kind)) {
+      size_t end = i;
+      while (end < actions.size() && !pipeline::is_compute(actions[end].kind)) ++end;
+      exchange(actions, i, end);
+      i = end;
+      continue;
+    }
+    const Key k{a.microbatch, a.chunk};
+    const models::GPTModel& chunk = *chunks_[a.chunk];
+    const models::MicroBatch& mb = batch(a.microbatch);
+    std::optional<pipeline::TimelineRecorder::Scope> scope;
+    if (timeline) scope.emplace(*timeline, a.kind, a.microbatch, a.chunk);
+    if (a.kind == ActionKind::Forward) {
+      models::GPTModel::Activations& act = acquire(k);
+      const Tensor* in = chunk.stage().pre_process ? nullptr : &act_in_.at(k);
+      loss += chunk.forward(act, mb, in);
+    } else {
+      models::GPTModel::Activations& act = *live_.at(k);
+      const Tensor* d_out = chunk.stage().post_process ? nullptr : &grad_out_.at(k);
+      Tensor* d_in = nullptr;
+      if (!chunk.stage().pre_process) {
+        grad_in_[k] = hidden_buffer(k.first);
+        d_in = &grad_in_[k];
+      }
+      chunk.backward(act, mb, loss_scale, {}, d_out, d_in);
+      release(k);
+      act_in_.erase(k);
+      grad_out_.erase(k);
+    }
+    ++i;
+  }
+  MT_CHECK(live_.empty() && grad_in_.empty(), "pipeline step ended with ", live_.size(),
+           " micro-batches in flight");
+  return loss;
+}
+
+double PipelineRuntime::forward_only(int num_microbatches, const FillMicroBatch& fill) {
+  const int pp = pp_->size(), stage = pp_->rank();
+  const int vpp = static_cast<int>(chunks_.size()), virtual_stages = pp * vpp;
+  double loss = 0.0;
+  batches_.clear();
+  fill_ = &fill;
+  for (int mb = 0; mb < num_microbatches; ++mb) {
+    const models::MicroBatch& b = batch(mb);
+    for (int v = 0; v < virtual_stages; ++v) {
+      if (v % pp != stage) continue;
+      const int c = v / pp;
+      const Key k{mb, c};
+      models::GPTModel::Activations& act = acquire(k);
+      const int prev = (v - 1) % pp, next = (v + 1) % pp;
+      if (v > 0) {
+        act_in_[k] = hidden_buffer(k.first);
+        pp_->batch_isend_irecv({{parallel::P2POp::Recv, act_in_[k], prev, 0}})->wait();
+      }
+      loss += chunks_[c]->forward(act, b, v > 0 ? &act_in_[k] : nullptr);
+      if (v + 1 < virtual_stages)
+        pp_->batch_isend_irecv({{parallel::P2POp::Send, chunks_[c]->output(act), next, 0}})
+            ->wait();
+      release(k);
+      act_in_.erase(k);
+    }
+  }
+  return loss;
+}
+
+}  // namespace megatron::training

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The real pretrain binary on the shipped corpus: alone, under mpirun with dp=2, tp=2 and
-# tp=2 + sequence parallel + dp... on 2 ranks; every layout must log the single-process losses
-# (per-step JSONL) within fp32 round-off.
+# The real pretrain binary on the shipped corpus: alone, and under mpirun with dp=2, tp=2,
+# tp=2 + sequence parallel, the distributed optimizer, pp=2 (with a recorded timeline) and
+# tp=2 x pp=2 x dp=2 on 8 ranks; every layout must log the single-process losses (per-step
+# JSONL) within fp32 round-off.
 # usage: pretrain_layouts.sh PRETRAIN_BINARY MPIEXEC WORK_DIR
 set -euo pipefail
 pretrain=$1 mpiexec=$2 work=$3
@@ -31,11 +32,14 @@ run dp2 "${mpi[@]}" -np 2 --
 run tp2 "${mpi[@]}" -np 2 -- --set parallel.tensor=2
 run tp2_sp "${mpi[@]}" -np 2 -- --set parallel.tensor=2 --set parallel.sequence_parallel=true
 run dp2_distopt "${mpi[@]}" -np 2 -- --set optimizer.distributed=true
+run pp2 "${mpi[@]}" -np 2 -- --set parallel.pipeline=2 --set "logging.timeline=$work/timeline"
+run tp2_pp2_dp2 "${mpi[@]}" -np 8 -- --set parallel.tensor=2 --set parallel.pipeline=2 \
+    --set parallel.sequence_parallel=true --set training.micro_batch_size=2
 
 ref=$(losses "$work/single.jsonl")
 [ "$(echo "$ref" | wc -l)" -eq 6 ] || { echo "FAIL: expected 6 steps in single.jsonl"; exit 1; }
 status=0
-for name in dp2 tp2 tp2_sp dp2_distopt; do
+for name in dp2 tp2 tp2_sp dp2_distopt pp2 tp2_pp2_dp2; do
   got=$(losses "$work/$name.jsonl")
   if ! paste <(echo "$ref") <(echo "$got") | awk -v n="$name" '
       { d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 2e-5 * $1) { bad = 1;
@@ -47,4 +51,10 @@ for name in dp2 tp2 tp2_sp dp2_distopt; do
   fi
 done
 grep -q "launch: mpirun, 2 ranks" "$work/dp2.log" || { echo "FAIL: no launch report"; status=1; }
+# The recorded pipeline timeline renders as an SVG.
+if [ -n "${TIMELINE_TOOL:-}" ]; then
+  "$TIMELINE_TOOL" --events "$work"/timeline.rank*.jsonl --output "$work/timeline.svg" \
+    > "$work/timeline_tool.log" 2>&1 && grep -q "<svg" "$work/timeline.svg" \
+    || { echo "FAIL: pipeline_timeline"; cat "$work/timeline_tool.log"; status=1; }
+fi
 exit $status

@@ -41,3 +41,25 @@ void LossScaler::update(bool found_non_finite) {
 }
 
 }  // namespace megatron::optim
+
+namespace megatron::optim {
+
+nlohmann::json LossScaler::state() const {
+  return {{"scale", scale_},
+          {"clean_steps", clean_steps_},
+          {"hysteresis_left", hysteresis_left_},
+          {"skipped", skipped_}};
+}
+
+void LossScaler::load_state(const nlohmann::json& s) {
+  MT_INPUT_CHECK(s.is_object() && s.contains("scale") && s.contains("clean_steps") &&
+                     s.contains("hysteresis_left"),
+                 "checkpoint loss_scaler state is malformed: ", s.dump());
+  if (!dynamic_) return;  // a constant scale stays 1
+  scale_ = s["scale"].get<double>();
+  clean_steps_ = s["clean_steps"].get<int64_t>();
+  hysteresis_left_ = s["hysteresis_left"].get<int64_t>();
+  skipped_ = s.value("skipped", int64_t{0});
+}
+
+}  // namespace megatron::optim

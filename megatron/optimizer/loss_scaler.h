@@ -5,6 +5,8 @@
 // grows. bf16 and fp32 use a constant scale of 1 (no overflow risk worth the cost).
 #include <cstdint>
 
+#include <nlohmann/json.hpp>
+
 namespace megatron::optim {
 
 struct LossScalerConfig {
@@ -26,6 +28,8 @@ class LossScaler {
   // Call once per step with whether any gradient was non-finite (on any rank).
   void update(bool found_non_finite);
   int64_t skipped_steps() const { return skipped_; }
+  nlohmann::json state() const;  // for checkpoints
+  void load_state(const nlohmann::json& state);
 
  private:
   bool dynamic_;

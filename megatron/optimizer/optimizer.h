@@ -34,6 +34,7 @@ class Optimizer {
   // One update with learning rate lr; advances the step count (bias correction).
   void step(double lr);
   int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(int64_t steps) { steps_ = steps; }  // resume
   const std::vector<Segment>& segments() const { return segments_; }
   Tensor& exp_avg() { return m_; }
   Tensor& exp_avg_sq() { return v_; }

@@ -1,5 +1,7 @@
 #include "megatron/training/trainer.h"
 
+#include "megatron/training/signals.h"
+
 #include <omp.h>
 
 #include <chrono>
@@ -408,20 +410,57 @@ void Trainer::log_eval(const EvalMetrics& e) {
   }
 }
 
+bool Trainer::should_stop(double elapsed_minutes) {
+  const auto& limit = recipe_.training.exit_duration_minutes;
+  float stop = exit_signal_received() || (limit && elapsed_minutes >= *limit) ? 1.0f : 0.0f;
+  // Every rank must stop at the same step: agree on the flag.
+  if (world_->size() > 1) {
+    Tensor t = Tensor::wrap(&stop, {1}, DType::F32);
+    world_->all_reduce(t, parallel::ReduceOp::Max);
+  }
+  return stop > 0.0f;
+}
+
 TrainSummary Trainer::run() {
   const auto& tr = recipe_.training;
+  const auto& ck = recipe_.checkpoint;
+  const auto start_time = std::chrono::steady_clock::now();
+  install_exit_signal_handlers();
   const int64_t interval = std::max<int64_t>(recipe_.logging.interval, 1);
   const bool eval_enabled = tr.eval_iters > 0 && valid_ != nullptr;
   TrainSummary summary;
-  if (eval_enabled) log_eval(summary.evals.emplace_back(evaluate(0)));
-  for (int64_t it = 1; it <= tr.train_iters; ++it) {
+  summary.start_iteration = load_checkpoint();
+  summary.last_iteration = summary.start_iteration;
+  if (eval_enabled && summary.start_iteration == 0)
+    log_eval(summary.evals.emplace_back(evaluate(0)));
+  int64_t last_saved = summary.start_iteration;
+  for (int64_t it = summary.start_iteration + 1; it <= tr.train_iters; ++it) {
     const StepMetrics m = train_step(it);
     summary.steps.push_back(m);
+    summary.last_iteration = it;
     log_step(m, it % interval == 0 || it == 1 || it == tr.train_iters);
     const bool periodic = tr.eval_interval > 0 && it % tr.eval_interval == 0;
     if (eval_enabled && (periodic || it == tr.train_iters))
       log_eval(summary.evals.emplace_back(evaluate(it)));
+    if (!ck.save.empty() && ck.save_interval && it % *ck.save_interval == 0) {
+      save_checkpoint(it);
+      last_saved = it;
+    }
+    const double minutes =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count() /
+        60.0;
+    if (it < tr.train_iters && should_stop(minutes)) {
+      summary.stopped_early = true;
+      if (is_logger_)
+        *log_ << "stopping at iteration " << it
+              << (exit_signal_received() ? " (signal received)" : " (exit_duration_minutes)")
+              << "\n"
+              << std::flush;
+      break;
+    }
   }
+  if (!ck.save.empty() && summary.last_iteration > last_saved)
+    save_checkpoint(summary.last_iteration);
   if (timeline_) {
     const std::string path = config::resolve_path(recipe_, recipe_.logging.timeline) + ".rank" +
                              std::to_string(world_->rank()) + ".jsonl";

@@ -33,6 +33,9 @@ struct EvalMetrics {
 struct TrainSummary {
   std::vector<StepMetrics> steps;
   std::vector<EvalMetrics> evals;
+  int64_t start_iteration = 0;  // resumed from this checkpoint iteration (0: fresh)
+  int64_t last_iteration = 0;
+  bool stopped_early = false;   // signal or training.exit_duration_minutes
 };
 
 // Builds the GPT spec of a recipe for a tokenizer vocabulary and tensor-parallel size.
@@ -63,9 +66,14 @@ class Trainer {
           parallel::Communicator& world, std::ostream& log);
   ~Trainer();
 
-  // Trains recipe.training.train_iters steps with evaluation at step 0, every eval_interval,
-  // and at the end.
+  // Resumes from a checkpoint when one is configured or present in checkpoint.save, then
+  // trains to recipe.training.train_iters with evaluation at step 0, every eval_interval and
+  // at the end; saves every checkpoint.save_interval steps, at the end, and early (then
+  // returning) on SIGTERM/SIGUSR1 or after training.exit_duration_minutes.
   TrainSummary run();
+  void save_checkpoint(int64_t iteration);
+  // Loads the configured checkpoint; returns the iteration to continue after (0 if none).
+  int64_t load_checkpoint();
   StepMetrics train_step(int64_t iteration);  // iteration is 1-based
   EvalMetrics evaluate(int64_t iteration);
 
@@ -79,6 +87,8 @@ class Trainer {
  private:
   void log_step(const StepMetrics& m, bool to_console);
   void reduce_sequence_parallel_grads();
+  std::string checkpoint_dir(const std::string& dir) const;
+  bool should_stop(double elapsed_minutes);
   bool fp16_gradient_overflow();
   void build_model(const models::GPTSpec& spec);
   void reduce_tied_embedding_grads();
@@ -110,6 +120,7 @@ class Trainer {
   models::GPTModel::Activations act_;
   models::MicroBatch mb_;
   Tensor sp_grad_scratch_;
+  std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
   int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;
   double flops_per_step_ = 0, peak_flops_ = 0;
 };

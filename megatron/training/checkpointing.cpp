@@ -1,0 +1,192 @@
+// Trainer <-> checkpoint: which tensors a rank writes (each element exactly once across the
+// world), how a rank finds its pieces in any saved layout, and the resume state.
+//
+// Saved tensors, all fp32 under their global parameter names:
+//   model/<name>            the model (compute) weights
+//   master/<name>           fp32 master weights (mixed precision only)
+//   optim/exp_avg/<name>    Adam moments (as flat segments of this rank's shards)
+//   optim/exp_avg_sq/<name>
+// Metadata: the resolved recipe, iteration, consumed samples, optimizer step count and the
+// loss scaler state. The data order, dropout masks and LR schedule are functions of
+// (seed, iteration), so they resume exactly without further state.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/training/trainer.h"
+
+namespace megatron::training {
+namespace ckpt = megatron::checkpoint;
+
+namespace {
+
+ckpt::TensorPiece whole(Parameter& p, const std::string& prefix, float* data) {
+  ckpt::TensorPiece piece;
+  piece.name = prefix + p.name;
+  piece.global_shape = p.global_shape;
+  piece.local_shape = p.local_shape;
+  piece.shard = p.shard;
+  piece.data = piece.dest = data;
+  return piece;
+}
+
+ckpt::TensorPiece segment(const optim::Segment& s, const std::string& prefix, float* first) {
+  ckpt::TensorPiece piece = whole(*s.param, prefix, first);
+  piece.flat_begin = s.begin;
+  piece.flat_end = s.end;
+  return piece;
+}
+
+// The vocabulary is padded to a multiple of make_vocab_size_divisible_by * tp, so the
+// embedding and output tables of another tensor-parallel size differ in their padding rows
+// only. Such a piece is re-expressed as a row range of the saved (unsharded) tensor; padding
+// rows beyond the saved table keep their initial values (they never influence the model).
+bool remap_padded_rows(ckpt::TensorPiece& piece, const std::vector<int64_t>& saved_shape,
+                       std::vector<ckpt::TensorPiece>& out) {
+  const Shape& want = piece.global_shape;
+  if (static_cast<int>(saved_shape.size()) != want.ndim() || want.ndim() < 1) return false;
+  for (int d = 1; d < want.ndim(); ++d)
+    if (saved_shape[static_cast<size_t>(d)] != want[d]) return false;
+  if (!(piece.shard.dim <= 0)) return false;
+  const int64_t row = want.numel() / std::max<int64_t>(want[0], 1);
+  const int64_t local_rows = piece.local_shape[0];
+  const int64_t first_row = piece.shard.replicated() ? 0 : piece.shard.index * local_rows;
+  const int64_t end = piece.flat_end < 0 ? local_rows * row : piece.flat_end;
+  // Global flat range of this piece in the wanted tensor, clipped to the saved rows.
+  const int64_t g0 = first_row * row + piece.flat_begin, g1 = first_row * row + end;
+  const int64_t lim = std::min(saved_shape[0], want[0]) * row;
+  if (std::min(g1, lim) <= g0) return true;  // only padding rows: nothing to load
+  ckpt::TensorPiece p = piece;
+  p.global_shape = Shape(saved_shape.begin(), saved_shape.end());
+  p.local_shape = p.global_shape;
+  p.shard = {};
+  p.flat_begin = g0;
+  p.flat_end = std::min(g1, lim);
+  out.push_back(p);
+  return true;
+}
+
+}  // namespace
+
+std::string Trainer::checkpoint_dir(const std::string& dir) const {
+  return config::resolve_path(recipe_, dir);
+}
+
+void Trainer::save_checkpoint(int64_t iteration) {
+  const auto& c = recipe_.checkpoint;
+  MT_CHECK(!c.save.empty(), "save_checkpoint without checkpoint.save");
+  const bool mixed = store_.mixed_precision();
+  // Model weights: data-parallel rank 0 writes them; tensor-parallel replicas only from tp
+  // rank 0 (write_this_rank_replicas); pipeline copies of tied weights are not written.
+  // Optimizer segments: every data-parallel rank's own shards with the distributed optimizer,
+  // otherwise data-parallel rank 0's.
+  ckpt::SaveRequest req;
+  req.dir = checkpoint_dir(c.save);
+  req.iteration = iteration;
+  req.write_this_rank_replicas = tp_->rank() == 0;
+  const bool write_segments = grad_sync_->distributed() || dp_rank_ == 0;
+  if (dp_rank_ == 0)
+    for (Parameter* p : store_.params())
+      if (!p->shared_copy) req.pieces.push_back(whole(*p, "model/", p->value.data<float>()));
+  if (write_segments) {
+    for (const optim::Segment& s : optimizer_->segments()) {
+      if (s.param->shared_copy) continue;
+      if (mixed)
+        req.pieces.push_back(segment(s, "master/", s.param->master.data<float>() + s.begin));
+      req.pieces.push_back(
+          segment(s, "optim/exp_avg/", optimizer_->exp_avg().data<float>() + s.state_offset));
+      if (optimizer_->exp_avg_sq().defined() && optimizer_->exp_avg_sq().numel() > 0)
+        req.pieces.push_back(segment(
+            s, "optim/exp_avg_sq/", optimizer_->exp_avg_sq().data<float>() + s.state_offset));
+    }
+  }
+  req.metadata = {{"recipe", recipe_.to_json()},
+                  {"iteration", iteration},
+                  {"consumed_samples", iteration * recipe_.training.global_batch_size},
+                  {"optimizer_steps", optimizer_->steps_taken()},
+                  {"optimizer_type", recipe_.optimizer.type},
+                  {"loss_scaler", scaler_->state()},
+                  {"layout",
+                   {{"tp", tp_->size()}, {"pp", pp_->size()}, {"dp", dp_size_},
+                    {"distributed_optimizer", grad_sync_->distributed()}}}};
+  ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
+  if (is_logger_)
+    *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n"
+          << std::flush;
+}
+
+int64_t Trainer::load_checkpoint() {
+  const auto& c = recipe_.checkpoint;
+  // checkpoint.load, or (auto-resume after a requeue) a checkpoint already in checkpoint.save.
+  std::string dir;
+  if (!c.load.empty()) {
+    dir = checkpoint_dir(c.load);
+    MT_INPUT_CHECK(ckpt::latest_iteration(dir).has_value() ||
+                       std::filesystem::exists(std::filesystem::path(dir) / "metadata.json"),
+                   recipe_.source_path, ": checkpoint.load: no complete checkpoint in '", dir,
+                   "'");
+  } else if (!c.save.empty() && ckpt::latest_iteration(checkpoint_dir(c.save))) {
+    dir = checkpoint_dir(c.save);
+  } else {
+    return 0;
+  }
+  const ckpt::CheckpointIndex index = ckpt::read_index(dir);
+  const bool weights_only = c.finetune;
+  const bool mixed = store_.mixed_precision();
+  auto has = [&](const std::string& name) { return index.tensors.count(name) > 0; };
+
+  std::vector<ckpt::TensorPiece> pieces;
+  auto request = [&](ckpt::TensorPiece piece) {
+    auto it = index.tensors.find(piece.name);
+    if (it != index.tensors.end()) {
+      const std::vector<int64_t> want(piece.global_shape.begin(), piece.global_shape.end());
+      if (it->second.shape != want) {
+        MT_INPUT_CHECK(remap_padded_rows(piece, it->second.shape, pieces), index.path,
+                       ": tensor '", piece.name, "' has shape ", Shape(it->second.shape.begin(),
+                                                                       it->second.shape.end())
+                                                                     .str(),
+                       " but this model needs ", piece.global_shape.str(),
+                       " (a checkpoint of a different model?)");
+        return;
+      }
+    }
+    pieces.push_back(piece);  // a missing tensor is reported by the loader, naming it
+  };
+  for (Parameter* p : store_.params()) request(whole(*p, "model/", p->value.data<float>()));
+  for (const optim::Segment& s : optimizer_->segments()) {
+    if (mixed) {
+      const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
+      request(segment(s, prefix, s.param->master.data<float>() + s.begin));
+    }
+    if (weights_only) continue;
+    MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path,
+                   ": no optimizer state for '", s.param->name,
+                   "' (set checkpoint.finetune: true to load the weights only)");
+    request(segment(s, "optim/exp_avg/", optimizer_->exp_avg().data<float>() + s.state_offset));
+    if (optimizer_->exp_avg_sq().numel() > 0)
+      request(segment(s, "optim/exp_avg_sq/",
+                      optimizer_->exp_avg_sq().data<float>() + s.state_offset));
+  }
+  ckpt::LoadRequest req;
+  req.dir = dir;
+  req.iteration = index.iteration;
+  req.pieces = std::move(pieces);
+  const nlohmann::json meta = ckpt::load(req);
+  if (mixed)
+    for (const optim::Segment& s : optimizer_->segments())
+      store_.refresh_model_weights(s.param->offset + s.begin, s.param->offset + s.end);
+  resumed_from_ = index.path;
+  if (is_logger_)
+    *log_ << "loaded checkpoint " << index.path << (weights_only ? " (weights only)" : "")
+          << "\n"
+          << std::flush;
+  if (weights_only) return 0;
+  MT_INPUT_CHECK(meta.contains("iteration") && meta.contains("optimizer_steps"), index.path,
+                 "/metadata.json: missing iteration or optimizer_steps");
+  optimizer_->set_steps_taken(meta["optimizer_steps"].get<int64_t>());
+  if (meta.contains("loss_scaler")) scaler_->load_state(meta["loss_scaler"]);
+  return meta["iteration"].get<int64_t>();
+}
+
+}  // namespace megatron::training

@@ -39,8 +39,10 @@ double numpy_random_double(NumpyRandomState& rng) {
 
 BertTokenInfo BertTokenInfo::from_tokenizer(const Tokenizer& tokenizer) {
   const auto* wp = dynamic_cast<const BertWordPieceTokenizer*>(&tokenizer);
-  MT_INPUT_CHECK(wp != nullptr, "BERT datasets need a WordPiece tokenizer (BertWordPieceLowerCase "
-                 "or BertWordPieceCase), got ", tokenizer.describe());
+  MT_INPUT_CHECK(wp != nullptr,
+                 "BERT datasets need a WordPiece tokenizer (BertWordPieceLowerCase "
+                 "or BertWordPieceCase), got ",
+                 tokenizer.describe());
   BertTokenInfo info;
   info.cls = wp->cls();
   info.sep = wp->sep();
@@ -54,12 +56,10 @@ BertTokenInfo BertTokenInfo::from_tokenizer(const Tokenizer& tokenizer) {
   return info;
 }
 
-std::vector<BertSampleRange> build_bert_mapping(std::span<const int64_t> docs,
-                                                const std::function<int64_t(int64_t)>& sentence_length,
-                                                std::optional<int64_t> num_samples,
-                                                int32_t max_seq_length, double short_seq_probability,
-                                                uint32_t seed, int32_t min_sentences,
-                                                const std::string& what, int64_t* num_epochs) {
+std::vector<BertSampleRange> build_bert_mapping(
+    std::span<const int64_t> docs, const std::function<int64_t(int64_t)>& sentence_length,
+    std::optional<int64_t> num_samples, int32_t max_seq_length, double short_seq_probability,
+    uint32_t seed, int32_t min_sentences, const std::string& what, int64_t* num_epochs) {
   MT_CHECK(docs.size() >= 1 && max_seq_length > 1 && min_sentences >= 1);
   MT_CHECK(short_seq_probability >= 0.0 && short_seq_probability <= 1.0);
   // helpers.cpp: the probability becomes a ratio, round(1 / p) (C round: half away from zero).
@@ -141,8 +141,7 @@ std::vector<int32_t> create_masked_lm_predictions(std::span<const int32_t> token
 
   const double p = config.masking_probability;
   // Python's round (half to even) = nearbyint in the default rounding mode.
-  const double by_length =
-      std::max(1.0, std::nearbyint(static_cast<double>(n_tokens) * p));
+  const double by_length = std::max(1.0, std::nearbyint(static_cast<double>(n_tokens) * p));
   const double n_maskings = std::min(p * static_cast<double>(target_length), by_length);
 
   // n-gram probabilities ~ 1/n, normalised (numpy's arithmetic: sum, divide, renormalise,
@@ -226,7 +225,8 @@ std::shared_ptr<BERTDataset> BERTDataset::build(std::shared_ptr<const IndexedDat
   const std::string what =
       concat("BERT dataset '", dataset->prefix(), "' (", split_name(split_id), " split)");
   MT_INPUT_CHECK(config.seq_length >= 5 && config.seq_length <= std::numeric_limits<int32_t>::max(),
-                 what, ": seq_length must be >= 5 ([CLS] A [SEP] B [SEP]), got ", config.seq_length);
+                 what, ": seq_length must be >= 5 ([CLS] A [SEP] B [SEP]), got ",
+                 config.seq_length);
   MT_INPUT_CHECK(config.seed >= 1 && config.seed < (uint64_t{1} << 31), what,
                  ": the seed must be in [1, 2^31) (Megatron's helpers take an int32 > 0), got ",
                  config.seed);
@@ -242,10 +242,10 @@ std::shared_ptr<BERTDataset> BERTDataset::build(std::shared_ptr<const IndexedDat
                      tokens.vocab_size > 0 &&
                      static_cast<int64_t>(tokens.is_continuation.size()) == tokens.vocab_size,
                  what, ": the vocabulary lacks [CLS], [SEP], [MASK] or [PAD]");
-  MT_INPUT_CHECK(documents.begin >= 0 && documents.end <= dataset->num_documents() &&
-                     documents.size() > 0,
-                 what, ": the split's document range [", documents.begin, ", ", documents.end,
-                 ") is empty or outside the dataset's ", dataset->num_documents(), " documents");
+  MT_INPUT_CHECK(
+      documents.begin >= 0 && documents.end <= dataset->num_documents() && documents.size() > 0,
+      what, ": the split's document range [", documents.begin, ", ", documents.end,
+      ") is empty or outside the dataset's ", dataset->num_documents(), " documents");
 
   const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<BERTDataset> ds(new BERTDataset());
@@ -262,11 +262,10 @@ std::shared_ptr<BERTDataset> BERTDataset::build(std::shared_ptr<const IndexedDat
       static_cast<int32_t>(config.seq_length - 3), config.short_seq_probability,
       static_cast<uint32_t>(config.seed), config.binary_head ? 2 : 1, what, &ds->num_epochs_);
   MT_INPUT_CHECK(!ds->mapping_.empty() || (config.num_samples && *config.num_samples == 0), what,
-                 ": no BERT sample can be built (documents [", documents.begin, ", ",
-                 documents.end, "): none has ", config.binary_head ? "2" : "1",
+                 ": no BERT sample can be built (documents [", documents.begin, ", ", documents.end,
+                 "): none has ", config.binary_head ? "2" : "1",
                  "+ sentences without a sentence over 512 tokens)");
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto& log = config.log ? config.log : default_log;
   char buf[128];
   std::snprintf(buf, sizeof buf, " (%.2f s)", secs);
@@ -293,9 +292,9 @@ BertSample BERTDataset::get(int64_t index) const {
   for (int64_t s = r.begin; s < r.end; ++s) {
     sentences.push_back(dataset_->read(s));
     for (const int32_t t : sentences.back())
-      MT_INPUT_CHECK(t >= 0 && t < info.vocab_size, "dataset '", dataset_->prefix(),
-                     "': sentence ", s, " holds token id ", t,
-                     ", outside the BERT vocabulary (size ", info.vocab_size, ")");
+      MT_INPUT_CHECK(t >= 0 && t < info.vocab_size, "dataset '", dataset_->prefix(), "': sentence ",
+                     s, " holds token id ", t, ", outside the BERT vocabulary (size ",
+                     info.vocab_size, ")");
   }
   int64_t pivot = n;
   bool is_random = false;
@@ -347,8 +346,8 @@ BertSample BERTDataset::get(int64_t index) const {
 
   std::vector<int32_t> positions, labels;
   BertSample out;
-  out.tokens = create_masked_lm_predictions(tokens, r.target_length, info, config_, rng, positions,
-                                            labels);
+  out.tokens =
+      create_masked_lm_predictions(tokens, r.target_length, info, config_, rng, positions, labels);
   const size_t len = out.tokens.size();
   out.tokens.resize(S, info.pad);
   out.token_types = std::move(types);
@@ -365,13 +364,13 @@ BertSample BERTDataset::get(int64_t index) const {
 }
 
 std::string BERTDataset::describe() const {
-  return concat("BERTDataset(", dataset_->prefix(), ", ", split_name(split_id_), " documents [",
-                documents_.begin, ", ", documents_.end, "), seq_length ", config_.seq_length,
-                ", seed ", config_.seed, ", ", num_samples(), " samples in ", num_epochs_,
-                " epoch", num_epochs_ == 1 ? "" : "s",
-                config_.num_samples ? concat(" (", *config_.num_samples, " requested)")
-                                    : std::string(),
-                config_.binary_head ? ", NSP" : ", no NSP", ")");
+  return concat(
+      "BERTDataset(", dataset_->prefix(), ", ", split_name(split_id_), " documents [",
+      documents_.begin, ", ", documents_.end, "), seq_length ", config_.seq_length, ", seed ",
+      config_.seed, ", ", num_samples(), " samples in ", num_epochs_, " epoch",
+      num_epochs_ == 1 ? "" : "s",
+      config_.num_samples ? concat(" (", *config_.num_samples, " requested)") : std::string(),
+      config_.binary_head ? ", NSP" : ", no NSP", ")");
 }
 
 }  // namespace megatron::data

@@ -59,15 +59,15 @@ struct BertTokenInfo {
 };
 
 struct BERTDatasetConfig {
-  int64_t seq_length = 512;            // S >= 5: [CLS] A [SEP] B [SEP] plus padding
-  uint64_t seed = 1234;                // 1 <= seed < 2^31 (helpers.cpp takes an int32 > 0)
-  std::optional<int64_t> num_samples;  // unset: one epoch; else whole epochs until reached
-  double masking_probability = 0.15;   // Megatron --mask-prob, in (0, 1)
-  double short_seq_probability = 0.1;  // Megatron --short-seq-prob, in [0, 1]
-  int32_t masking_max_ngram = 3;       // pretrain_bert.py's value; 1: plain whole-word masking
-  bool masking_do_full_word = true;    // whole-word candidates (false: every piece alone)
+  int64_t seq_length = 512;                // S >= 5: [CLS] A [SEP] B [SEP] plus padding
+  uint64_t seed = 1234;                    // 1 <= seed < 2^31 (helpers.cpp takes an int32 > 0)
+  std::optional<int64_t> num_samples;      // unset: one epoch; else whole epochs until reached
+  double masking_probability = 0.15;       // Megatron --mask-prob, in (0, 1)
+  double short_seq_probability = 0.1;      // Megatron --short-seq-prob, in [0, 1]
+  int32_t masking_max_ngram = 3;           // pretrain_bert.py's value; 1: plain whole-word masking
+  bool masking_do_full_word = true;        // whole-word candidates (false: every piece alone)
   bool masking_use_longer_ngrams = false;  // P(n) ~ 1/(N + 1 - n) instead of 1/n
-  bool binary_head = true;  // next-sentence prediction (Megatron --bert-binary-head)
+  bool binary_head = true;                 // next-sentence prediction (Megatron --bert-binary-head)
   // Progress lines (no newline). Unset: "[data] ..." lines on stderr.
   std::function<void(const std::string&)> log;
 };
@@ -100,8 +100,7 @@ std::vector<BertSampleRange> build_bert_mapping(
 // Megatron's masking of one sample. `tokens` is [CLS] A [SEP] (B [SEP]); returns the masked
 // tokens and writes the masked positions (ascending) and their original ids. Uses `rng`.
 std::vector<int32_t> create_masked_lm_predictions(std::span<const int32_t> tokens,
-                                                  int64_t target_length,
-                                                  const BertTokenInfo& info,
+                                                  int64_t target_length, const BertTokenInfo& info,
                                                   const BERTDatasetConfig& config,
                                                   NumpyRandomState& rng,
                                                   std::vector<int32_t>& positions,

@@ -103,7 +103,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 bool is_upper(char c) { return c >= 'A' && c <= 'Z'; }
 bool is_letter(char c) { return (c >= 'a' && c <= 'z') || is_upper(c); }
 
@@ -134,8 +136,8 @@ bool is_abbreviation(std::string_view text, size_t dot) {
   // An initial ("J. Smith", "e.g."), but not "I" nor the "s" of "Paul's".
   if (word.size() == 1) return word != "I" && !(b > 0 && text[b - 1] == '\'');
   static constexpr std::string_view kAbbreviations[] = {
-      "Mr",  "Mrs", "Ms",  "Messrs", "Dr", "St",  "Jr",  "Sr",  "Prof", "Rev", "Capt",
-      "Col", "Gen", "Lt",  "Sgt",    "Mt", "Esq", "Hon", "vs",  "viz",  "cf"};
+      "Mr",  "Mrs", "Ms", "Messrs", "Dr", "St",  "Jr",  "Sr", "Prof", "Rev", "Capt",
+      "Col", "Gen", "Lt", "Sgt",    "Mt", "Esq", "Hon", "vs", "viz",  "cf"};
   for (const std::string_view a : kAbbreviations)
     if (word == a) return true;
   return false;
@@ -217,8 +219,8 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
   stats.tokens.assign(opt.json_keys.size(), 0);
   stats.sequences.assign(opt.json_keys.size(), 0);
   if (opt.log) {
-    *opt.log << "preprocess: tokenizer " << tok->describe() << ", dtype "
-             << dtype_name(dtype) << ", " << opt.workers << " worker(s)"
+    *opt.log << "preprocess: tokenizer " << tok->describe() << ", dtype " << dtype_name(dtype)
+             << ", " << opt.workers << " worker(s)"
              << (opt.split_sentences ? ", one sequence per sentence" : "") << "\n";
   }
 
@@ -314,8 +316,8 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
                   stats.input_bytes / 1e6 / s);
     *opt.log << buf;
     for (size_t k = 0; k < writers.size(); ++k)
-      *opt.log << "preprocess: wrote " << stats.output_prefixes[k] << ".{bin,idx}: "
-               << stats.tokens[k] << " tokens, " << stats.sequences[k]
+      *opt.log << "preprocess: wrote " << stats.output_prefixes[k]
+               << ".{bin,idx}: " << stats.tokens[k] << " tokens, " << stats.sequences[k]
                << (opt.split_sentences ? " sentences\n" : " sequences\n");
     *opt.log << std::flush;
   }

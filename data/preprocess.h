@@ -47,8 +47,8 @@ struct PreprocessStats {
   int64_t documents = 0;  // JSON lines turned into documents
   int64_t bad_lines = 0;  // skipped with skip_bad_lines
   int64_t input_bytes = 0;
-  std::vector<int64_t> tokens;          // per key
-  std::vector<int64_t> sequences;       // per key (sentences with split_sentences)
+  std::vector<int64_t> tokens;               // per key
+  std::vector<int64_t> sequences;            // per key (sentences with split_sentences)
   std::vector<std::string> output_prefixes;  // per key: {output_prefix}_{key}_{document|sentence}
   double seconds = 0;
 };

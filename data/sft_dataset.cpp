@@ -41,8 +41,8 @@ void tokenize_conversation(std::span<const SFTMessage> messages, const Tokenizer
       tokens.push_back(tok.eod());
       loss.push_back(1);
     } else {
-      throw InputError(concat("unknown chat role '", m.role,
-                              "' (expected system, user or assistant)"));
+      throw InputError(
+          concat("unknown chat role '", m.role, "' (expected system, user or assistant)"));
     }
   }
 }
@@ -153,8 +153,8 @@ std::shared_ptr<SFTDataset> SFTDataset::build(std::shared_ptr<const SFTConversat
   const DocumentRange range = ranges.at(static_cast<size_t>(split_id));
   MT_INPUT_CHECK(range.size() > 0, what, ": data split '", split, "' leaves it empty (",
                  data->size(), " conversations: train [", ranges[0].begin, ", ", ranges[0].end,
-                 "), valid [", ranges[1].begin, ", ", ranges[1].end, "), test [",
-                 ranges[2].begin, ", ", ranges[2].end, "))");
+                 "), valid [", ranges[1].begin, ", ", ranges[1].end, "), test [", ranges[2].begin,
+                 ", ", ranges[2].end, "))");
 
   std::shared_ptr<SFTDataset> ds(new SFTDataset());
   ds->data_ = std::move(data);
@@ -224,7 +224,8 @@ SFTSample SFTDataset::get_sample(int64_t index) const {
     s.document_starts.push_back(static_cast<int32_t>(s.tokens.size()));
     s.conversations.push_back(c);
     s.tokens.insert(s.tokens.end(), toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(take));
-    token_loss.insert(token_loss.end(), loss.begin(), loss.begin() + static_cast<std::ptrdiff_t>(take));
+    token_loss.insert(token_loss.end(), loss.begin(),
+                      loss.begin() + static_cast<std::ptrdiff_t>(take));
   }
   s.num_tokens = static_cast<int32_t>(s.tokens.size());
   s.tokens.resize(window, data_->pad_id());
@@ -239,14 +240,13 @@ void SFTDataset::get(int64_t index, int32_t* out) const {
 }
 
 std::string SFTDataset::describe() const {
-  return concat("SFTDataset(", data_->path(), ", ", split_name(split_id_), " conversations [",
-                range_.begin, ", ", range_.end, ") of ", data_->size(), " (split ", split_,
-                "), ", config_.packing == SFTPacking::Packed ? "packed" : "padded",
-                ", seq_length ", config_.seq_length, ", seed ", config_.seed, ", ",
-                num_samples(), " samples in ", num_epochs_, " epoch", num_epochs_ == 1 ? "" : "s",
-                config_.num_samples ? concat(" (", *config_.num_samples, " requested)")
-                                    : std::string(),
-                ")");
+  return concat(
+      "SFTDataset(", data_->path(), ", ", split_name(split_id_), " conversations [", range_.begin,
+      ", ", range_.end, ") of ", data_->size(), " (split ", split_, "), ",
+      config_.packing == SFTPacking::Packed ? "packed" : "padded", ", seq_length ",
+      config_.seq_length, ", seed ", config_.seed, ", ", num_samples(), " samples in ", num_epochs_,
+      " epoch", num_epochs_ == 1 ? "" : "s",
+      config_.num_samples ? concat(" (", *config_.num_samples, " requested)") : std::string(), ")");
 }
 
 }  // namespace megatron::data

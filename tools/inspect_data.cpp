@@ -13,14 +13,15 @@
 #include "data/bert_dataset.h"
 #include "data/cli.h"
 #include "data/gpt_dataset.h"
-#include "data/sft_dataset.h"
 #include "data/indexed_dataset.h"
+#include "data/sft_dataset.h"
 #include "data/tokenizer.h"
 #include "megatron/core/error.h"
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: inspect_data --data-path PREFIX|FILE.jsonl [--dataset-type gpt|bert|sft]
+constexpr const char* kUsage =
+    R"(usage: inspect_data --data-path PREFIX|FILE.jsonl [--dataset-type gpt|bert|sft]
                     [--split-weights 969,30,1]
                     [--sample I --seq-length S [--split train|valid|test] [--seed N]
                      [--num-samples N] [--cache-dir DIR]
@@ -140,7 +141,8 @@ void print_stats(const megatron::data::IndexedDataset& ds, const std::string& sp
   }
   if (split_by_documents) {
     const auto ranges = megatron::data::split_document_ranges(split, ndocs);
-    std::cout << "split '" << split << "' over documents (Megatron splits BERT data by document):\n";
+    std::cout << "split '" << split
+              << "' over documents (Megatron splits BERT data by document):\n";
     for (int s = 0; s < 3; ++s) {
       const auto& r = ranges[static_cast<size_t>(s)];
       int64_t tokens = 0;
@@ -169,7 +171,6 @@ void print_stats(const megatron::data::IndexedDataset& ds, const std::string& sp
   }
   std::cout.flush();
 }
-
 
 namespace md = megatron::data;
 
@@ -210,8 +211,8 @@ void show_bert_sample(const md::BERTDataset& bert, const md::Tokenizer& tok, int
   for (size_t i = 0; i < S; ++i) {
     if (s.labels[i] == md::kBertIgnoreLabel) continue;
     const char* how = s.tokens[i] == bert.token_info().mask ? ""
-                      : s.tokens[i] == s.labels[i]         ? "  (kept)"
-                                                           : "  (random token)";
+                      : s.tokens[i] == s.labels[i]          ? "  (kept)"
+                                                            : "  (random token)";
     std::printf("  %5zu  %-18s %-18s%s\n", i, piece_of(tok, s.tokens[i]).c_str(),
                 piece_of(tok, s.labels[i]).c_str(), how);
   }
@@ -265,8 +266,9 @@ void show_sft_sample(const md::SFTDataset& sft, const md::Tokenizer& tok, int64_
     const bool on = t > 0 && s.loss_mask[t - 1];
     size_t e = t + 1;
     while (e < real && (s.loss_mask[e - 1] != 0) == on) ++e;
-    const std::string text = tok.decode(std::vector<int32_t>(s.tokens.begin() + static_cast<std::ptrdiff_t>(t),
-                                                             s.tokens.begin() + static_cast<std::ptrdiff_t>(e)));
+    const std::string text =
+        tok.decode(std::vector<int32_t>(s.tokens.begin() + static_cast<std::ptrdiff_t>(t),
+                                        s.tokens.begin() + static_cast<std::ptrdiff_t>(e)));
     std::cout << (on ? "" : "[[") << text << (on ? "" : "]]");
     t = e;
   }
@@ -368,8 +370,8 @@ int main(int argc, char** argv) {
       cfg.log = [](const std::string& line) { std::cout << "\n" << line << "\n"; };
       const auto range =
           md::split_document_ranges(split, ds->num_documents())[static_cast<size_t>(split_id)];
-      const auto bert = md::BERTDataset::build(ds, split_id, range,
-                                               md::BertTokenInfo::from_tokenizer(*tok), cfg);
+      const auto bert =
+          md::BERTDataset::build(ds, split_id, range, md::BertTokenInfo::from_tokenizer(*tok), cfg);
       check_index(index, bert->num_samples());
       show_bert_sample(*bert, *tok, index);
       return 0;

@@ -16,7 +16,8 @@ constexpr const char* kUsage = R"(usage: preprocess_data --input FILE.jsonl [FIL
                        [--skip-bad-lines] [--log-interval N]
 
 Tokenizes every JSON line's KEY string (default: text) as one document and writes
-PREFIX_KEY_document.bin/.idx (PREFIX_KEY_sentence.bin/.idx with --split-sentences) (uint16 tokens when the vocabulary is below 65500, else int32).
+PREFIX_KEY_document.bin/.idx (PREFIX_KEY_sentence.bin/.idx with --split-sentences; uint16 tokens
+when the vocabulary is below 65500, else int32).
   --input            JSONL input file(s), one JSON object per line
   --output-prefix    output path prefix
   --tokenizer-type   SentencePieceTokenizer (--tokenizer-model), GPT2BPETokenizer
@@ -47,10 +48,9 @@ int main(int argc, char** argv) {
         {{"input", Arity::Many},          {"output-prefix", Arity::One},
          {"tokenizer-type", Arity::One},  {"tokenizer-model", Arity::One},
          {"vocab-file", Arity::One},      {"merge-file", Arity::One},
-         {"json-keys", Arity::Many},      {"append-eod", Arity::Flag},
-         {"split-sentences", Arity::Flag},
-         {"workers", Arity::One},         {"skip-bad-lines", Arity::Flag},
-         {"log-interval", Arity::One}});
+         {"json-keys", Arity::Many},       {"append-eod", Arity::Flag},
+         {"split-sentences", Arity::Flag}, {"workers", Arity::One},
+         {"skip-bad-lines", Arity::Flag},  {"log-interval", Arity::One}});
     if (args.help()) {
       std::cout << kUsage;
       return 0;

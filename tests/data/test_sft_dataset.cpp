@@ -54,8 +54,10 @@ TEST(SFTTemplate, PromptResponseLossCoversResponseAndEod) {
 
 TEST(SFTTemplate, ChatRoles) {
   ByteTokenizer tok;
-  const std::vector<SFTMessage> msgs = {{"system", "Be brief."}, {"user", "A?"},
-                                        {"assistant", "B."},         {"user", "C?"},
+  const std::vector<SFTMessage> msgs = {{"system", "Be brief."},
+                                        {"user", "A?"},
+                                        {"assistant", "B."},
+                                        {"user", "C?"},
                                         {"assistant", ""}};
   std::vector<int32_t> tokens;
   std::vector<uint8_t> loss;
@@ -73,9 +75,9 @@ TEST(SFTTemplate, ChatRoles) {
   want.insert(want.end(), on1.size(), 1);
   EXPECT_EQ(loss, want);
   // The prompt/response form is the same as messages [system,] user, assistant.
-  EXPECT_EQ(parse_sft_line(R"({"system": "S", "prompt": "P", "response": "R", "id": 7})", "x:1")
-                .size(),
-            3u);
+  EXPECT_EQ(
+      parse_sft_line(R"({"system": "S", "prompt": "P", "response": "R", "id": 7})", "x:1").size(),
+      3u);
   const auto m = parse_sft_line(R"({"prompt": "P", "response": "R"})", "x:1");
   ASSERT_EQ(m.size(), 2u);
   EXPECT_EQ(m[0].role, "user");
@@ -187,8 +189,7 @@ TEST(SFTDataset, PackedKeepsConversationsWholeAndCoversEachOncePerEpoch) {
     // The next conversation would not have fitted (greedy packing in order).
     if (i + 1 < ds->num_samples()) {
       const SFTSample next = ds->get_sample(i + 1);
-      const int64_t first_len =
-          static_cast<int64_t>(data->tokens(next.conversations[0]).size());
+      const int64_t first_len = static_cast<int64_t>(data->tokens(next.conversations[0]).size());
       EXPECT_GT(s.num_tokens + first_len, 97);
     }
     std::vector<int32_t> raw(97);

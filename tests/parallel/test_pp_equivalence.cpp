@@ -32,10 +32,12 @@ class SyntheticSource final : public training::SampleSource {
 struct Layout {
   int64_t tp, pp, dp, vpp, micro;
   bool sp, distributed;
+  std::vector<int64_t> stage_layers = {};  // explicit (uneven) split
   std::string name() const {
     std::ostringstream o;
     o << "tp" << tp << " pp" << pp << " dp" << dp << " vpp" << vpp << " micro" << micro
       << (sp ? " sp" : "") << (distributed ? " distopt" : "");
+    for (int64_t n : stage_layers) o << " " << n;
     return o.str();
   }
 };
@@ -47,6 +49,11 @@ config::Recipe recipe(const Layout& l) {
     << "parallel: {tensor: " << l.tp << ", pipeline: " << l.pp
     << ", sequence_parallel: " << (l.sp ? "true" : "false");
   if (l.vpp > 1) y << ", virtual_pipeline: " << l.vpp;
+  if (!l.stage_layers.empty()) {
+    y << ", pipeline_layers: [";
+    for (size_t i = 0; i < l.stage_layers.size(); ++i) y << (i ? ", " : "") << l.stage_layers[i];
+    y << "]";
+  }
   y << "}\n"
     << "training: {micro_batch_size: " << l.micro
     << ", global_batch_size: 8, train_iters: 20, eval_interval: 10, eval_iters: 1, seed: 21,"
@@ -77,7 +84,8 @@ TEST(PipelineParallel, MatchesSingleProcess) {
       {1, 4, 1, 1, 1, false, false}, {1, 4, 1, 2, 1, false, false},
       {2, 2, 1, 1, 2, true, false},  {1, 2, 2, 1, 2, false, true},
       {2, 2, 2, 1, 1, true, true},   {2, 2, 2, 2, 2, false, false},
-      {1, 8, 1, 1, 1, false, false}};
+      {1, 8, 1, 1, 1, false, false},  {1, 2, 1, 1, 2, false, false, {3, 5}},
+      {1, 4, 1, 1, 1, false, false, {1, 3, 3, 1}}};
   int ran = 0;
   for (const Layout& l : layouts) {
     if (l.tp * l.pp * l.dp != n) continue;

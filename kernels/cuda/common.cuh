@@ -7,8 +7,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "megatron/backend/cuda/check.h"
+#include "megatron/core/dtype.h"
 
 namespace megatron::kernels::cuda::detail {
 
@@ -84,6 +86,36 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   v = lane < warps ? scratch[lane] : -INFINITY;
   return warp_max(v);
 }
+
+// The DType of a storage type.
+template <typename T>
+constexpr DType dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return DType::F32;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return DType::BF16;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> ||
+                    std::is_same_v<T, __half>,
+                "storage type must be float, __nv_bfloat16 or __half");
+  return DType::F16;
+}
+
+// Carves 256-byte-aligned pieces out of a workspace. With base == nullptr it only adds up the
+// size (the same sequence of take() calls sizes and then carves a workspace).
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+  template <typename T>
+  T* take(int64_t count) {
+    offset_ = (offset_ + 255) / 256 * 256;
+    T* p = base_ ? reinterpret_cast<T*>(base_ + offset_) : nullptr;
+    offset_ += static_cast<size_t>(count) * sizeof(T);
+    return p;
+  }
+  size_t bytes() const { return offset_; }
+
+ private:
+  char* base_;
+  size_t offset_ = 0;
+};
 
 // Grid for a grid-stride loop over n elements.
 inline unsigned grid_for(int64_t n, int threads, int64_t max_blocks = 65535 * 8) {

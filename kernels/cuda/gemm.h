@@ -22,8 +22,10 @@
 //                 not accumulated).
 //   BgradA        bias[M] = row sums of op(A) (sum over K), e.g. dbias from dY in the weight-grad
 //                 GEMM dW = dY^T X (WRITTEN, not accumulated).
-// Not every type/epilogue combination has a cuBLASLt kernel on every GPU; a missing one is an
-// error naming the problem (the CPU-identical path is no epilogue plus the element-wise kernels).
+// When the cuBLASLt heuristic offers no algorithm (unusual leading dimensions or alignments),
+// epilogues None and Bias fall back to classic cuBLAS (cublasGemmStridedBatchedEx_64, then a bias
+// kernel); for the other epilogues that is an error naming the problem (use no epilogue plus the
+// element-wise kernels).
 //
 // Strided batched: batch > 1 repeats the problem with A, B, C (and aux) advanced by stride_a,
 // stride_b, stride_c (elements) per batch entry.
@@ -33,11 +35,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <tuple>
-#include <vector>
 
 #include "megatron/core/dtype.h"
 

@@ -59,6 +59,7 @@ CachingAllocator::~CachingAllocator() {
     DeviceGuard guard(device_);
     cudaDeviceSynchronize();
     std::lock_guard<std::mutex> lock(mutex_);
+    process_pending_locked();
     release_cached_locked();
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   } catch (...) {

@@ -60,7 +60,8 @@ void drop_dir_cache(const std::string& dir) {
 int main(int argc, char** argv) {
   int64_t mb = 512;
   int repeat = 3;
-  std::string dir = (fs::temp_directory_path() / megatron::concat("bench_checkpoint_", ::getpid())).string();
+  std::string dir =
+      (fs::temp_directory_path() / megatron::concat("bench_checkpoint_", ::getpid())).string();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--mb" && i + 1 < argc) {
@@ -78,8 +79,8 @@ int main(int argc, char** argv) {
     fs::remove_all(dir);
     fs::create_directories(dir);
     constexpr int64_t kCols = 4096, kMatrices = 8, kVectors = 64;
-    const int64_t rows =
-        std::max<int64_t>(2, (mb * 1024 * 1024 / 4 - kVectors * kCols) / (kMatrices * kCols) / 2 * 2);
+    const int64_t rows = std::max<int64_t>(
+        2, (mb * 1024 * 1024 / 4 - kVectors * kCols) / (kMatrices * kCols) / 2 * 2);
     std::vector<std::vector<float>> bufs;
     std::vector<ck::TensorPiece> pieces;
     for (int64_t m = 0; m < kMatrices + kVectors; ++m) {
@@ -89,7 +90,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < bufs.back().size(); ++i)
         bufs.back()[i] = static_cast<float>((i * 2654435761u + static_cast<size_t>(m)) % 1000003);
       ck::TensorPiece p;
-      p.name = matrix ? megatron::concat("layers.", m, ".weight") : megatron::concat("norms.", m, ".weight");
+      p.name = matrix ? megatron::concat("layers.", m, ".weight")
+                      : megatron::concat("norms.", m, ".weight");
       p.global_shape = p.local_shape = shape;
       p.data = bufs.back().data();
       pieces.push_back(p);

@@ -67,22 +67,36 @@ Options parse_args(int argc, char** argv) {
     if (flag == "-h" || flag == "--help") usage("help");
     if (i + 1 >= argc) usage(std::string(flag) + " needs a value");
     const std::string_view value = argv[++i];
-    if (flag == "--steps") o.steps = parse_int(flag, value, 1);
-    else if (flag == "--warmup") o.warmup = parse_int(flag, value, 0);
-    else if (flag == "--layers") o.layers = parse_int(flag, value, 1);
-    else if (flag == "--hidden") o.hidden = parse_int(flag, value, 1);
-    else if (flag == "--heads") o.heads = parse_int(flag, value, 1);
-    else if (flag == "--seq") o.seq = parse_int(flag, value, 1);
-    else if (flag == "--vocab") o.vocab = parse_int(flag, value, 2);
-    else if (flag == "--micro-batch") o.micro_batch = parse_int(flag, value, 1);
-    else if (flag == "--global-batch") o.global_batch = parse_int(flag, value, 1);
-    else if (flag == "--threads") o.threads = parse_int(flag, value, 0);
-    else if (flag == "--seed") o.seed = parse_int(flag, value, 0);
-    else if (flag == "--json") o.json = std::string(value);
-    else usage("unknown flag '" + std::string(flag) + "'");
+    if (flag == "--steps")
+      o.steps = parse_int(flag, value, 1);
+    else if (flag == "--warmup")
+      o.warmup = parse_int(flag, value, 0);
+    else if (flag == "--layers")
+      o.layers = parse_int(flag, value, 1);
+    else if (flag == "--hidden")
+      o.hidden = parse_int(flag, value, 1);
+    else if (flag == "--heads")
+      o.heads = parse_int(flag, value, 1);
+    else if (flag == "--seq")
+      o.seq = parse_int(flag, value, 1);
+    else if (flag == "--vocab")
+      o.vocab = parse_int(flag, value, 2);
+    else if (flag == "--micro-batch")
+      o.micro_batch = parse_int(flag, value, 1);
+    else if (flag == "--global-batch")
+      o.global_batch = parse_int(flag, value, 1);
+    else if (flag == "--threads")
+      o.threads = parse_int(flag, value, 0);
+    else if (flag == "--seed")
+      o.seed = parse_int(flag, value, 0);
+    else if (flag == "--json")
+      o.json = std::string(value);
+    else
+      usage("unknown flag '" + std::string(flag) + "'");
   }
   if (o.global_batch == 0) o.global_batch = o.micro_batch;
-  if (o.global_batch % o.micro_batch != 0) usage("--global-batch must be a multiple of --micro-batch");
+  if (o.global_batch % o.micro_batch != 0)
+    usage("--global-batch must be a multiple of --micro-batch");
   if (o.hidden % o.heads != 0) usage("--hidden must be divisible by --heads");
   return o;
 }
@@ -96,8 +110,9 @@ class RandomTokens final : public training::SampleSource {
   int64_t samples_per_epoch() const override { return int64_t{1} << 40; }
   void get(int64_t index, int32_t* tokens) const override {
     for (int64_t t = 0; t <= seq_; ++t) {
-      const uint64_t h = splitmix(seed_ ^ splitmix(static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull +
-                                                   static_cast<uint64_t>(t)));
+      const uint64_t h =
+          splitmix(seed_ ^ splitmix(static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull +
+                                    static_cast<uint64_t>(t)));
       tokens[t] = static_cast<int32_t>(h % static_cast<uint64_t>(vocab_));
     }
   }
@@ -183,14 +198,15 @@ int run(const Options& o) {
   const int threads = omp_get_max_threads();
   const int64_t tokens_per_step = o.global_batch * o.seq;
   const double flops = trainer.flops_per_step(), peak_start = trainer.peak_flops();
-  std::printf("bench_gpt_train: layers %lld hidden %lld heads %lld seq %lld micro %lld global %lld"
-              " vocab %lld; %lld parameters; %.4f TFLOP/step; sgemm peak %.1f GFLOP/s on %d"
-              " threads\n",
-              static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
-              static_cast<long long>(o.heads), static_cast<long long>(o.seq),
-              static_cast<long long>(o.micro_batch), static_cast<long long>(o.global_batch),
-              static_cast<long long>(o.vocab), static_cast<long long>(trainer.params().numel()),
-              flops / 1e12, peak_start / 1e9, threads);
+  std::printf(
+      "bench_gpt_train: layers %lld hidden %lld heads %lld seq %lld micro %lld global %lld"
+      " vocab %lld; %lld parameters; %.4f TFLOP/step; sgemm peak %.1f GFLOP/s on %d"
+      " threads\n",
+      static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
+      static_cast<long long>(o.heads), static_cast<long long>(o.seq),
+      static_cast<long long>(o.micro_batch), static_cast<long long>(o.global_batch),
+      static_cast<long long>(o.vocab), static_cast<long long>(trainer.params().numel()),
+      flops / 1e12, peak_start / 1e9, threads);
 
   std::vector<double> timed;
   double first_loss = 0, last_loss = 0;
@@ -200,10 +216,11 @@ int run(const Options& o) {
     if (!warm) timed.push_back(m.seconds);
     if (it == 1) first_loss = m.loss;
     last_loss = m.loss;
-    std::printf("%s step %3lld | loss %.4f | grad_norm %.3f | %8.1f ms | %7.1f tok/s | %.4f"
-                " TFLOP/s\n",
-                warm ? "warmup" : "timed ", static_cast<long long>(it), m.loss, m.grad_norm,
-                m.seconds * 1e3, m.tokens_per_s, m.tflops);
+    std::printf(
+        "%s step %3lld | loss %.4f | grad_norm %.3f | %8.1f ms | %7.1f tok/s | %.4f"
+        " TFLOP/s\n",
+        warm ? "warmup" : "timed ", static_cast<long long>(it), m.loss, m.grad_norm,
+        m.seconds * 1e3, m.tokens_per_s, m.tflops);
     std::fflush(stdout);
   }
 
@@ -219,14 +236,14 @@ int run(const Options& o) {
   const double mfu = flops / mean_s / peak;
   const double tracked_mib = static_cast<double>(cpu_memory_stats().peak_bytes) / 1048576.0;
   const double rss_mib = peak_rss_mib();
-  std::printf("SUMMARY impl=megatron-cpp threads=%d steps=%zu tokens/s=%.1f TFLOP/s=%.4f"
-              " MFU=%.1f%% ms/step=%.1f (median %.1f, min %.1f) peak_sgemm_GFLOP/s=%.1f"
-              " (start %.1f, end %.1f)"
-              " peak_mem_tensors_MiB=%.0f peak_rss_MiB=%.0f loss %.4f -> %.4f\n",
-              threads, timed.size(), tok_s, tflops, mfu * 100, mean_s * 1e3, median(timed) * 1e3,
-              *std::min_element(timed.begin(), timed.end()) * 1e3, peak / 1e9,
-              peak_start / 1e9, peak_end / 1e9, tracked_mib,
-              rss_mib, first_loss, last_loss);
+  std::printf(
+      "SUMMARY impl=megatron-cpp threads=%d steps=%zu tokens/s=%.1f TFLOP/s=%.4f"
+      " MFU=%.1f%% ms/step=%.1f (median %.1f, min %.1f) peak_sgemm_GFLOP/s=%.1f"
+      " (start %.1f, end %.1f)"
+      " peak_mem_tensors_MiB=%.0f peak_rss_MiB=%.0f loss %.4f -> %.4f\n",
+      threads, timed.size(), tok_s, tflops, mfu * 100, mean_s * 1e3, median(timed) * 1e3,
+      *std::min_element(timed.begin(), timed.end()) * 1e3, peak / 1e9, peak_start / 1e9,
+      peak_end / 1e9, tracked_mib, rss_mib, first_loss, last_loss);
 
   if (!o.json.empty()) {
     nlohmann::json j = {{"impl", "megatron-cpp"},

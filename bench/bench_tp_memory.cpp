@@ -37,10 +37,11 @@ int main(int argc, char** argv) {
     block.forward(ctx, x, mb);
     const int64_t activations = cpu_memory_stats().current_bytes - before;
     if (world->rank() == 0)
-      std::printf("tp=%lld sp=%d: parameters %.2f MiB/rank (%lld elements), activations saved "
-                  "for backward %.1f MiB/rank\n",
-                  static_cast<long long>(tp), sp ? 1 : 0, store.numel() * 4.0 / 1048576.0,
-                  static_cast<long long>(store.numel()), activations / 1048576.0);
+      std::printf(
+          "tp=%lld sp=%d: parameters %.2f MiB/rank (%lld elements), activations saved "
+          "for backward %.1f MiB/rank\n",
+          static_cast<long long>(tp), sp ? 1 : 0, store.numel() * 4.0 / 1048576.0,
+          static_cast<long long>(store.numel()), activations / 1048576.0);
   }
   return 0;
 }

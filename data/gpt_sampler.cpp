@@ -27,7 +27,8 @@ std::vector<double> parse_split(const std::string& split) {
   };
   while (true) {
     const size_t next = split.find_first_of(",/", pos);
-    std::string part = split.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
+    std::string part =
+        split.substr(pos, next == std::string::npos ? std::string::npos : next - pos);
     const auto b = part.find_first_not_of(" \t");
     const auto e = part.find_last_not_of(" \t");
     part = b == std::string::npos ? std::string() : part.substr(b, e - b + 1);
@@ -35,7 +36,8 @@ std::vector<double> parse_split(const std::string& split) {
     char* end = nullptr;
     const double v = std::strtod(part.c_str(), &end);
     if (end != part.c_str() + part.size()) throw bad(concat("'", part, "' is not a number"));
-    if (!std::isfinite(v) || v < 0) throw bad(concat("weight ", part, " is not a finite value >= 0"));
+    if (!std::isfinite(v) || v < 0)
+      throw bad(concat("weight ", part, " is not a finite value >= 0"));
     w.push_back(v);
     if (next == std::string::npos) break;
     pos = next + 1;
@@ -51,8 +53,8 @@ std::vector<double> parse_split(const std::string& split) {
 std::vector<DocumentRange> split_document_ranges(const std::string& split, int64_t num_documents) {
   const std::vector<double> w = parse_split(split);
   std::vector<DocumentRange> out(3);
-  // Megatron: bookends e_i = running sums; beg = int(round(e_i * D)), end = int(round(e_{i+1} * D)),
-  // Python round = half to even = nearbyint under the default FE_TONEAREST mode.
+  // Megatron: bookends e_i = running sums; beg = int(round(e_i * D)), end = int(round(e_{i+1} *
+  // D)), Python round = half to even = nearbyint under the default FE_TONEAREST mode.
   const int saved = std::fegetround();
   std::fesetround(FE_TONEAREST);
   double e = 0.0;
@@ -60,7 +62,8 @@ std::vector<DocumentRange> split_document_ranges(const std::string& split, int64
     const double e_next = e + w[i];
     if (e_next > e) {
       out[i].begin = static_cast<int64_t>(std::nearbyint(e * static_cast<double>(num_documents)));
-      out[i].end = static_cast<int64_t>(std::nearbyint(e_next * static_cast<double>(num_documents)));
+      out[i].end =
+          static_cast<int64_t>(std::nearbyint(e_next * static_cast<double>(num_documents)));
     }  // a zero weight leaves the split empty (Megatron: None)
     e = e_next;
   }
@@ -85,11 +88,11 @@ GPTSampler::GPTSampler(std::shared_ptr<const IndexedDataset> dataset, std::strin
   const int64_t ndocs = dataset_->num_documents();
   const auto ranges = split_document_ranges(split, ndocs);
   docs_ = ranges[split_id_];
-  MT_INPUT_CHECK(docs_.size() > 0, "dataset '", prefix, "': data split '", split,
-                 "' leaves the ", split_name, " split empty (", ndocs,
-                 " documents: train [", ranges[0].begin, ", ", ranges[0].end, "), valid [",
-                 ranges[1].begin, ", ", ranges[1].end, "), test [", ranges[2].begin, ", ",
-                 ranges[2].end, ")); use more documents or give this split a larger weight");
+  MT_INPUT_CHECK(docs_.size() > 0, "dataset '", prefix, "': data split '", split, "' leaves the ",
+                 split_name, " split empty (", ndocs, " documents: train [", ranges[0].begin, ", ",
+                 ranges[0].end, "), valid [", ranges[1].begin, ", ", ranges[1].end, "), test [",
+                 ranges[2].begin, ", ", ranges[2].end,
+                 ")); use more documents or give this split a larger weight");
 
   const auto doc_idx = dataset_->document_indices();
   seq_begin_ = doc_idx[docs_.begin];
@@ -100,10 +103,10 @@ GPTSampler::GPTSampler(std::shared_ptr<const IndexedDataset> dataset, std::strin
     cum_[s - seq_begin_ + 1] = cum_[s - seq_begin_] + dataset_->sequence_length(s);
   stream_tokens_ = cum_.back();
   num_windows_ = stream_tokens_ > 0 ? (stream_tokens_ - 1) / seq_length_ : 0;
-  MT_INPUT_CHECK(num_windows_ > 0, "dataset '", prefix, "': the ", split_name, " split (documents [",
-                 docs_.begin, ", ", docs_.end, ") of split '", split, "') has ", stream_tokens_,
-                 " tokens, fewer than seq_length + 1 = ", seq_length_ + 1,
-                 ", so it holds no sample");
+  MT_INPUT_CHECK(
+      num_windows_ > 0, "dataset '", prefix, "': the ", split_name, " split (documents [",
+      docs_.begin, ", ", docs_.end, ") of split '", split, "') has ", stream_tokens_,
+      " tokens, fewer than seq_length + 1 = ", seq_length_ + 1, ", so it holds no sample");
 }
 
 std::shared_ptr<const std::vector<int64_t>> GPTSampler::permutation(int64_t epoch) const {

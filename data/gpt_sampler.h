@@ -77,8 +77,8 @@ class GPTSampler {
   int64_t seq_length_ = 0;
   uint64_t seed_ = 0;
   DocumentRange docs_;
-  int64_t seq_begin_ = 0;                 // first sequence of the split
-  std::vector<int64_t> cum_;              // cum_[k] = stream tokens before sequence seq_begin_+k
+  int64_t seq_begin_ = 0;     // first sequence of the split
+  std::vector<int64_t> cum_;  // cum_[k] = stream tokens before sequence seq_begin_+k
   int64_t stream_tokens_ = 0;
   int64_t num_windows_ = 0;
 

@@ -63,8 +63,8 @@ uint8_t indexed_dtype_code(DType dtype) {
     case DType::F16:
       break;
   }
-  throw InputError(concat("dtype ", dtype_name(dtype),
-                          " has no code in the Megatron indexed-dataset format"));
+  throw InputError(
+      concat("dtype ", dtype_name(dtype), " has no code in the Megatron indexed-dataset format"));
 }
 
 DType indexed_dtype_from_code(uint8_t code, const std::string& file) {
@@ -131,8 +131,7 @@ IndexedDatasetWriter::IndexedDatasetWriter(const std::string& prefix, DType dtyp
   bin_ = std::make_unique<File>();
   bin_->path = prefix + ".bin.tmp";
   bin_->f = std::fopen(bin_->path.c_str(), "wb");
-  MT_INPUT_CHECK(bin_->f != nullptr, "cannot open '", bin_->path, "' for writing: ",
-                 errno_text());
+  MT_INPUT_CHECK(bin_->f != nullptr, "cannot open '", bin_->path, "' for writing: ", errno_text());
   bin_->buffer.resize(1 << 20);
   std::setvbuf(bin_->f, bin_->buffer.data(), _IOFBF, bin_->buffer.size());
 }
@@ -192,8 +191,8 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
 
 void IndexedDatasetWriter::add_index(const IndexedDataset& other) {
   MT_INPUT_CHECK(other.dtype() == dtype_, "cannot merge '", other.prefix(), "' (dtype ",
-                 dtype_name(other.dtype()), ") into '", prefix_, "' (dtype ",
-                 dtype_name(dtype_), "): dtypes differ");
+                 dtype_name(other.dtype()), ") into '", prefix_, "' (dtype ", dtype_name(dtype_),
+                 "): dtypes differ");
   MT_INPUT_CHECK(doc_idx_.back() == static_cast<int64_t>(lengths_.size()), "cannot merge '",
                  other.prefix(), "' into '", prefix_, "': the current document is unfinished");
   const auto bytes = other.bin_bytes();
@@ -210,8 +209,7 @@ void IndexedDatasetWriter::finalize() {
   MT_CHECK(!finalized_, "indexed dataset '", prefix_, "': finalize() called twice");
   MT_INPUT_CHECK(doc_idx_.back() == static_cast<int64_t>(lengths_.size()), "indexed dataset '",
                  prefix_, "': finalize() with an unfinished document (call end_document())");
-  MT_INPUT_CHECK(std::fflush(bin_->f) == 0, "write to '", bin_->path, "' failed: ",
-                 errno_text());
+  MT_INPUT_CHECK(std::fflush(bin_->f) == 0, "write to '", bin_->path, "' failed: ", errno_text());
   const int rc = std::fclose(bin_->f);
   bin_->f = nullptr;
   MT_INPUT_CHECK(rc == 0, "closing '", bin_->path, "' failed: ", errno_text());
@@ -236,8 +234,7 @@ void IndexedDatasetWriter::finalize() {
     }
     write_or_throw(f.get(), pointers.data(), pointers.size() * sizeof(int64_t), idx_tmp);
     write_or_throw(f.get(), doc_idx_.data(), doc_idx_.size() * sizeof(int64_t), idx_tmp);
-    MT_INPUT_CHECK(std::fflush(f.get()) == 0, "write to '", idx_tmp, "' failed: ",
-                   errno_text());
+    MT_INPUT_CHECK(std::fflush(f.get()) == 0, "write to '", idx_tmp, "' failed: ", errno_text());
   }
   std::error_code ec;
   std::filesystem::rename(bin_->path, prefix_ + ".bin", ec);
@@ -319,9 +316,10 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
                         __builtin_add_overflow(need, uint64_t{kHeaderSize}, &need);
   MT_INPUT_CHECK(!overflow && need == size, f, ": the header's counts (", n, " sequences, ", d,
                  " document boundaries) need ",
-                 overflow ? std::string("more than 2^64") : concat(need), " bytes but the file has ",
-                 size, need > size || overflow ? " (truncated index, or corrupt counts)"
-                                               : " (trailing bytes, or corrupt counts)");
+                 overflow ? std::string("more than 2^64") : concat(need),
+                 " bytes but the file has ", size,
+                 need > size || overflow ? " (truncated index, or corrupt counts)"
+                                         : " (trailing bytes, or corrupt counts)");
   MT_INPUT_CHECK(d >= 1, f, ": document count is 0 (it counts boundaries and must be >= 1)");
   n_ = static_cast<int64_t>(n);
   lengths_off_ = kHeaderSize;
@@ -344,8 +342,9 @@ IndexedDataset::IndexedDataset(const std::string& prefix)
                    bin_path_, " (", bin_size, " bytes)");
     total_tokens_ += len;
   }
-  MT_INPUT_CHECK(expected == bin_size, f, ": the index describes ", expected, " bytes of tokens but ",
-                 bin_path_, " has ", bin_size, " bytes (mismatched or truncated .bin)");
+  MT_INPUT_CHECK(expected == bin_size, f, ": the index describes ", expected,
+                 " bytes of tokens but ", bin_path_, " has ", bin_size,
+                 " bytes (mismatched or truncated .bin)");
 
   doc_idx_.resize(d);
   std::memcpy(doc_idx_.data(), idx_data_ + doc_off, d * 8);
@@ -389,8 +388,8 @@ void IndexedDataset::read(int64_t sequence, int64_t offset, int64_t count, int32
           if constexpr (sizeof(T) > sizeof(int32_t)) {
             MT_INPUT_CHECK(v >= std::numeric_limits<int32_t>::min() &&
                                v <= std::numeric_limits<int32_t>::max(),
-                           bin_path_, ": token ", v, " at position ", offset + k,
-                           " of sequence ", sequence, " does not fit int32");
+                           bin_path_, ": token ", v, " at position ", offset + k, " of sequence ",
+                           sequence, " does not fit int32");
           }
           out[k] = static_cast<int32_t>(v);
         }

@@ -194,15 +194,14 @@ PreprocessStats preprocess_jsonl(const PreprocessOptions& opt) {
   MT_INPUT_CHECK(!opt.json_keys.empty(), "preprocess: no JSON key given");
   MT_INPUT_CHECK(!opt.output_prefix.empty(), "preprocess: no output prefix given");
   MT_INPUT_CHECK(opt.workers >= 1, "preprocess: workers must be >= 1, got ", opt.workers);
-  MT_INPUT_CHECK(opt.chunk_lines >= 1 && opt.chunk_bytes >= 1, "preprocess: chunk sizes must be >= 1");
+  MT_INPUT_CHECK(opt.chunk_lines >= 1 && opt.chunk_bytes >= 1,
+                 "preprocess: chunk sizes must be >= 1");
   for (const auto& in : opt.inputs)
     MT_INPUT_CHECK(std::filesystem::is_regular_file(in), "input file '", in,
                    "' does not exist or is not a regular file");
-  const std::filesystem::path out_dir =
-      std::filesystem::path(opt.output_prefix).parent_path();
+  const std::filesystem::path out_dir = std::filesystem::path(opt.output_prefix).parent_path();
   MT_INPUT_CHECK(out_dir.empty() || std::filesystem::is_directory(out_dir), "output directory '",
-                 out_dir.string(), "' (of --output-prefix ", opt.output_prefix,
-                 ") does not exist");
+                 out_dir.string(), "' (of --output-prefix ", opt.output_prefix, ") does not exist");
 
   // One tokenizer shared by all workers: encode is const and thread-safe (Tokenizer's
   // contract), the files are loaded once, and GPT-2's BPE cache is shared.

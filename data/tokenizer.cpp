@@ -80,8 +80,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     std::vector<int> v;
     v.reserve(ids.size());
     for (int32_t id : ids) {
-      MT_INPUT_CHECK(id >= 0 && id < vocab_, "SentencePiece model '", model_path_,
-                     "': token id ", id, " is out of range (vocab ", vocab_, ")");
+      MT_INPUT_CHECK(id >= 0 && id < vocab_, "SentencePiece model '", model_path_, "': token id ",
+                     id, " is out of range (vocab ", vocab_, ")");
       v.push_back(id);
     }
     std::string out;
@@ -110,7 +110,8 @@ class SentencePieceTokenizer final : public Tokenizer {
 }  // namespace
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
-  if (spec.type == "SentencePieceTokenizer") return std::make_unique<SentencePieceTokenizer>(spec.model);
+  if (spec.type == "SentencePieceTokenizer")
+    return std::make_unique<SentencePieceTokenizer>(spec.model);
   if (spec.type == "ByteTokenizer") return std::make_unique<ByteTokenizer>();
   if (spec.type == "GPT2BPETokenizer") {
     MT_INPUT_CHECK(!spec.vocab_file.empty() && !spec.merge_file.empty(),

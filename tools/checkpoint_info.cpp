@@ -47,7 +47,9 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       const long long v = std::strtoll(argv[++i], &end, 10);
       if (*end != '\0' || v < 0) {
-        std::fprintf(stderr, "checkpoint_info: --iteration needs a non-negative integer, got '%s'\n", argv[i]);
+        std::fprintf(stderr,
+                     "checkpoint_info: --iteration needs a non-negative integer, got '%s'\n",
+                     argv[i]);
         return 2;
       }
       iteration = v;
@@ -77,8 +79,8 @@ int main(int argc, char** argv) {
         std::vector<const ck::PieceGeometry*> geoms;
         for (const auto& p : t.pieces) geoms.push_back(&p.geometry);
         if (auto problem = ck::tiling_problem(t.shape, geoms))
-          throw megatron::InputError(megatron::concat("checkpoint ", index.path,
-                                                      "/metadata.json: tensor '", name, "': ", *problem));
+          throw megatron::InputError(megatron::concat(
+              "checkpoint ", index.path, "/metadata.json: tensor '", name, "': ", *problem));
       }
     }
     uint64_t total = 0;
@@ -102,19 +104,22 @@ int main(int argc, char** argv) {
                                   {"pieces", t.pieces.size()},
                                   {"bytes", bytes}});
       }
-      std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+      std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+                << "\n";
       return 0;
     }
     std::printf("checkpoint  %s\n", index.path.c_str());
     std::printf("iteration   %lld\n", static_cast<long long>(index.iteration));
     std::printf("format      %d%s\n", index.format_version, verify ? " (files verified)" : "");
-    std::printf("files       %zu, %s\n", index.files.size(), human_bytes(static_cast<double>(total)).c_str());
-    std::printf("metadata    %s\n",
-                index.metadata.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("files       %zu, %s\n", index.files.size(),
+                human_bytes(static_cast<double>(total)).c_str());
+    std::printf(
+        "metadata    %s\n",
+        index.metadata.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     size_t name_width = 4;
     for (const auto& [name, t] : index.tensors) name_width = std::max(name_width, name.size());
-    std::printf("\n%-*s  %-20s  %-5s  %6s  %12s\n", static_cast<int>(name_width), "name", "global shape",
-                "dtype", "pieces", "bytes");
+    std::printf("\n%-*s  %-20s  %-5s  %6s  %12s\n", static_cast<int>(name_width), "name",
+                "global shape", "dtype", "pieces", "bytes");
     int64_t elements = 0;
     for (const auto& [name, t] : index.tensors) {
       uint64_t bytes = 0;
@@ -124,7 +129,8 @@ int main(int argc, char** argv) {
                   nlohmann::json(t.shape).dump().c_str(), t.dtype.c_str(), t.pieces.size(),
                   static_cast<unsigned long long>(bytes));
     }
-    std::printf("\n%zu tensors, %lld elements\n", index.tensors.size(), static_cast<long long>(elements));
+    std::printf("\n%zu tensors, %lld elements\n", index.tensors.size(),
+                static_cast<long long>(elements));
   } catch (const megatron::InputError& e) {
     std::fprintf(stderr, "checkpoint_info: %s\n", e.what());
     return 1;

@@ -8,7 +8,8 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: merge_datasets --input PREFIX [PREFIX ...] --output-prefix OUT
+constexpr const char* kUsage =
+    R"(usage: merge_datasets --input PREFIX [PREFIX ...] --output-prefix OUT
 
 Writes OUT.bin/.idx holding every document of the input datasets (PREFIX.bin/.idx), in order.
 All inputs must have the same token dtype.
@@ -19,8 +20,8 @@ All inputs must have the same token dtype.
 int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
   try {
-    const megatron::data::cli::Args args(
-        argc, argv, {{"input", Arity::Many}, {"output-prefix", Arity::One}});
+    const megatron::data::cli::Args args(argc, argv,
+                                         {{"input", Arity::Many}, {"output-prefix", Arity::One}});
     if (args.help()) {
       std::cout << kUsage;
       return 0;
@@ -31,8 +32,7 @@ int main(int argc, char** argv) {
     const auto& inputs = args.values("input");
     for (const auto& in : inputs)
       if (in == out)
-        throw megatron::InputError("merge_datasets: output prefix '" + out +
-                                   "' is also an input");
+        throw megatron::InputError("merge_datasets: output prefix '" + out + "' is also an input");
     std::unique_ptr<megatron::data::IndexedDatasetWriter> writer;
     for (const auto& in : inputs) {
       const megatron::data::IndexedDataset ds(in);
@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
     }
     writer->finalize();
     std::cerr << "merge_datasets: wrote " << out << ".{bin,idx}: " << writer->num_documents()
-              << " documents, " << writer->num_sequences() << " sequences, "
-              << writer->num_tokens() << " tokens\n";
+              << " documents, " << writer->num_sequences() << " sequences, " << writer->num_tokens()
+              << " tokens\n";
     return 0;
   } catch (const megatron::data::cli::UsageError& e) {
     std::cerr << "merge_datasets: " << e.what() << "\n\n" << kUsage;

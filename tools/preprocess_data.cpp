@@ -8,7 +8,8 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: preprocess_data --input FILE.jsonl [FILE.jsonl ...] --output-prefix PREFIX
+constexpr const char* kUsage =
+    R"(usage: preprocess_data --input FILE.jsonl [FILE.jsonl ...] --output-prefix PREFIX
                        --tokenizer-type {SentencePieceTokenizer,GPT2BPETokenizer,
                                          BertWordPieceLowerCase,BertWordPieceCase,ByteTokenizer}
                        [--tokenizer-model FILE] [--vocab-file FILE] [--merge-file FILE]
@@ -43,14 +44,19 @@ when the vocabulary is below 65500, else int32).
 int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
   try {
-    const megatron::data::cli::Args args(
-        argc, argv,
-        {{"input", Arity::Many},          {"output-prefix", Arity::One},
-         {"tokenizer-type", Arity::One},  {"tokenizer-model", Arity::One},
-         {"vocab-file", Arity::One},      {"merge-file", Arity::One},
-         {"json-keys", Arity::Many},       {"append-eod", Arity::Flag},
-         {"split-sentences", Arity::Flag}, {"workers", Arity::One},
-         {"skip-bad-lines", Arity::Flag},  {"log-interval", Arity::One}});
+    const megatron::data::cli::Args args(argc, argv,
+                                         {{"input", Arity::Many},
+                                          {"output-prefix", Arity::One},
+                                          {"tokenizer-type", Arity::One},
+                                          {"tokenizer-model", Arity::One},
+                                          {"vocab-file", Arity::One},
+                                          {"merge-file", Arity::One},
+                                          {"json-keys", Arity::Many},
+                                          {"append-eod", Arity::Flag},
+                                          {"split-sentences", Arity::Flag},
+                                          {"workers", Arity::One},
+                                          {"skip-bad-lines", Arity::Flag},
+                                          {"log-interval", Arity::One}});
     if (args.help()) {
       std::cout << kUsage;
       return 0;

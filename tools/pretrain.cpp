@@ -89,9 +89,9 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   out << "# resolved recipe (" << args.recipe << ")\n" << recipe.to_yaml() << std::flush;
 
   // One process per device: the mesh and its groups, placed by node.
-  auto world = launch.world_size > 1 ? std::unique_ptr<parallel::Communicator>(
-                                           parallel::MpiCommunicator::world())
-                                     : parallel::make_single_process_communicator();
+  auto world = launch.world_size > 1
+                   ? std::unique_ptr<parallel::Communicator>(parallel::MpiCommunicator::world())
+                   : parallel::make_single_process_communicator();
   const auto& p = recipe.parallel;
   parallel::MeshSizes sizes{p.tensor, p.context, p.expert, p.data, p.pipeline, p.order};
   std::unique_ptr<parallel::Mesh> mesh =
@@ -135,16 +135,16 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   if (valid) out << ", valid " << valid->samples_per_epoch();
   out << "\n";
 
-  training::Trainer trainer(recipe, tokenizer->vocab_size(), train, valid,
-                            training::TrainerGroups{&mesh->world(), &mesh->tp(), &mesh->dp(),
-                                                    &mesh->pp(), &mesh->embedding(),
-                                                    &mesh->model()},
-                            out);
+  training::Trainer trainer(
+      recipe, tokenizer->vocab_size(), train, valid,
+      training::TrainerGroups{&mesh->world(), &mesh->tp(), &mesh->dp(), &mesh->pp(),
+                              &mesh->embedding(), &mesh->model()},
+      out);
   const training::TrainSummary summary = trainer.run();
   if (summary.evals.size() >= 2) {
     const double first = summary.evals.front().loss, last = summary.evals.back().loss;
     out << "validation loss " << first << " -> " << last << " (" << 100.0 * last / first
-              << "% of the first)\n";
+        << "% of the first)\n";
   }
   return 0;
 }

@@ -23,7 +23,8 @@
 
 namespace {
 
-constexpr const char* kUsage = R"(usage: train_tokenizer --input FILE.jsonl [FILE.jsonl ...] --model-prefix PREFIX
+constexpr const char* kUsage =
+    R"(usage: train_tokenizer --input FILE.jsonl [FILE.jsonl ...] --model-prefix PREFIX
                        --vocab-size N [--model-type {bpe,unigram,char,word}]
                        [--json-keys KEY [KEY ...]] [--character-coverage F]
                        [--eod-piece STR] [--max-sentence-length N] [--num-threads N]
@@ -62,7 +63,8 @@ std::vector<std::string> load_sentences(const std::vector<std::string>& inputs,
       try {
         j = nlohmann::json::parse(line);
       } catch (const nlohmann::json::parse_error& e) {
-        throw megatron::InputError(megatron::concat(path, ":", line_no, ": invalid JSON: ", e.what()));
+        throw megatron::InputError(
+            megatron::concat(path, ":", line_no, ": invalid JSON: ", e.what()));
       }
       MT_INPUT_CHECK(j.is_object(), path, ":", line_no, ": expected a JSON object, got ",
                      j.type_name());
@@ -92,13 +94,17 @@ std::vector<std::string> load_sentences(const std::vector<std::string>& inputs,
 int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
   try {
-    const megatron::data::cli::Args args(
-        argc, argv,
-        {{"input", Arity::Many},          {"model-prefix", Arity::One},
-         {"vocab-size", Arity::One},      {"model-type", Arity::One},
-         {"json-keys", Arity::Many},      {"character-coverage", Arity::One},
-         {"eod-piece", Arity::One},       {"max-sentence-length", Arity::One},
-         {"num-threads", Arity::One},     {"seed", Arity::One}});
+    const megatron::data::cli::Args args(argc, argv,
+                                         {{"input", Arity::Many},
+                                          {"model-prefix", Arity::One},
+                                          {"vocab-size", Arity::One},
+                                          {"model-type", Arity::One},
+                                          {"json-keys", Arity::Many},
+                                          {"character-coverage", Arity::One},
+                                          {"eod-piece", Arity::One},
+                                          {"max-sentence-length", Arity::One},
+                                          {"num-threads", Arity::One},
+                                          {"seed", Arity::One}});
     if (args.help()) {
       std::cout << kUsage;
       return 0;
@@ -112,8 +118,8 @@ int main(int argc, char** argv) {
       throw megatron::data::cli::UsageError("missing required flag '--vocab-size'");
     const std::string type = args.get("model-type", "bpe");
     if (type != "bpe" && type != "unigram" && type != "char" && type != "word")
-      throw megatron::data::cli::UsageError("--model-type must be bpe, unigram, char or word, got '" +
-                                            type + "'");
+      throw megatron::data::cli::UsageError(
+          "--model-type must be bpe, unigram, char or word, got '" + type + "'");
     const std::vector<std::string> keys =
         args.has("json-keys") ? args.values("json-keys") : std::vector<std::string>{"text"};
     const double coverage = args.get_double("character-coverage", 1.0);
@@ -159,7 +165,8 @@ int main(int argc, char** argv) {
     MT_INPUT_CHECK(status.ok(), "SentencePiece training failed: ", status.ToString());
 
     // Check the result loads and has the EOD piece.
-    const auto tok = megatron::data::make_tokenizer({"SentencePieceTokenizer", "", "", prefix + ".model"});
+    const auto tok =
+        megatron::data::make_tokenizer({"SentencePieceTokenizer", "", "", prefix + ".model"});
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cerr << "train_tokenizer: wrote " << prefix << ".model and " << prefix << ".vocab ("

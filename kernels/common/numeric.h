@@ -57,7 +57,7 @@ MT_HD float gelu_tanh_grad(float x) {
   const float u = kSqrt2OverPi * (x + kGeluCoeff * x2 * x);
   const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoeff * x2);
   const float e = exp_approx(-2.0f * u);
-  const float s = 1.0f / (1.0f + e);  // sigmoid(2u) = 0.5 (1 + tanh(u))
+  const float s = 1.0f / (1.0f + e);       // sigmoid(2u) = 0.5 (1 + tanh(u))
   return s + 2.0f * x * (e * s * s) * du;  // d sigmoid(2u)/du = 2 s (1 - s), 1 - s = e s
 }
 
@@ -120,7 +120,7 @@ MT_HD uint16_t float_to_fp16_bits(float f) {
   memcpy(&x, &f, 4);
   const uint32_t sign = (x >> 16) & 0x8000u;
   uint32_t mag = x & 0x7fffffffu;
-  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (mag > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (mag >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
   if (mag < 0x38800000u) {                                               // subnormal or zero
     if (mag < 0x33000000u) return static_cast<uint16_t>(sign);           // below half min subnormal

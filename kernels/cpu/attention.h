@@ -18,9 +18,9 @@ namespace megatron::kernels::cpu {
 
 struct AttentionShape {
   int64_t S, B, H, G, Dh;
-  int64_t head_offset = 0;  // global index of local head 0 (tensor parallel)
-  int64_t total_heads = 0;  // global head count (0 means H)
-  int64_t batch_offset = 0; // global index of local sample 0 (data parallel / micro-batching)
+  int64_t head_offset = 0;   // global index of local head 0 (tensor parallel)
+  int64_t total_heads = 0;   // global head count (0 means H)
+  int64_t batch_offset = 0;  // global index of local sample 0 (data parallel / micro-batching)
 };
 
 struct AttentionOptions {

@@ -4,9 +4,9 @@
 
 namespace megatron::kernels::cpu {
 
-void add(const float* a, const float* b, float* out, int64_t n);      // out = a + b
-void add_inplace(float* acc, const float* x, int64_t n);               // acc += x
-void scale_inplace(float* x, float s, int64_t n);                      // x *= s
+void add(const float* a, const float* b, float* out, int64_t n);  // out = a + b
+void add_inplace(float* acc, const float* x, int64_t n);          // acc += x
+void scale_inplace(float* x, float s, int64_t n);                 // x *= s
 void fill(float* x, float value, int64_t n);
 
 void gelu_forward(const float* x, float* y, int64_t n);

@@ -26,7 +26,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
   if (K == 0) {
     if (!bias) {
       for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
+        for (int64_t j = 0; j < N; ++j)
+          C[i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[i * ldc + j];
     }
     return;
   }

@@ -268,8 +268,7 @@ void attention_pack_qkv(const AttentionShape& s, const T* q, const T* k, const T
   const int64_t total = s.S * s.B * (s.H + 2 * s.G) * s.Dh;
   if (total == 0) return;
   qkv_layout_kernel<T, true><<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(
-      qkv, const_cast<T*>(q), const_cast<T*>(k), const_cast<T*>(v), s.S, s.B, s.G, s.H / s.G,
-      s.Dh);
+      qkv, const_cast<T*>(q), const_cast<T*>(k), const_cast<T*>(v), s.S, s.B, s.G, s.H / s.G, s.Dh);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -310,8 +309,9 @@ void attention_forward(GemmContext& gemm, const AttentionShape& s, const Attenti
              0.0f, probs, S, hpg * S * S, kT, DType::F32, groups, stream);
   const DropoutArgs d = dropout_args(s, opt);
   T* pd = fp32_no_dropout ? nullptr : w.pd;
-  attention_softmax_kernel<T><<<unsigned(s.B * s.H * S), detail::row_threads(S, kThreads), 0,
-                                stream>>>(probs, pd, S, s.H, opt.causal, opt.key_mask, d);
+  attention_softmax_kernel<T>
+      <<<unsigned(s.B * s.H * S), detail::row_threads(S, kThreads), 0, stream>>>(
+          probs, pd, S, s.H, opt.causal, opt.key_mask, d);
   MT_CUDA_LAUNCH_CHECK();
   const void* pv = fp32_no_dropout ? static_cast<const void*>(probs) : w.pd;
   // o_group[hpg*S, Dh] = pv_group[hpg*S, S] V
@@ -346,8 +346,8 @@ void attention_backward(GemmContext& gemm, const AttentionShape& s, const Attent
     pv = w.pd;
   }
   // dV[S, Dh] = pv_group^T dO_group: the K dimension (hpg*S) sums the group's heads.
-  group_gemm(gemm, true, false, S, Dh, hpg * S, 1.0f, pv, S, hpg * S * S, w.dout, Dh,
-             hpg * S * Dh, 0.0f, w.dv, Dh, S * Dh, kT, kT, groups, stream);
+  group_gemm(gemm, true, false, S, Dh, hpg * S, 1.0f, pv, S, hpg * S * S, w.dout, Dh, hpg * S * Dh,
+             0.0f, w.dv, Dh, S * Dh, kT, kT, groups, stream);
   // dPv[hpg*S, S] = dO_group V^T (fp32)
   group_gemm(gemm, false, true, hpg * S, S, Dh, 1.0f, w.dout, Dh, hpg * S * Dh, w.v, Dh, S * Dh,
              0.0f, w.dp, S, hpg * S * S, kT, DType::F32, groups, stream);
@@ -362,18 +362,17 @@ void attention_backward(GemmContext& gemm, const AttentionShape& s, const Attent
   attention_pack_qkv(s, w.dq, w.dk, w.dv, dqkv, stream);
 }
 
-#define MT_INSTANTIATE(T)                                                                      \
-  template void attention_forward<T>(GemmContext&, const AttentionShape&,                      \
-                                     const AttentionOptions&, const T*, T*, float*, void*,     \
-                                     cudaStream_t);                                            \
-  template void attention_backward<T>(GemmContext&, const AttentionShape&,                     \
-                                      const AttentionOptions&, const T*, const float*, const T*, \
-                                      T*, void*, cudaStream_t);                                \
-  template void attention_unpack_qkv<T>(const AttentionShape&, const T*, T*, T*, T*,           \
-                                        cudaStream_t);                                         \
-  template void attention_pack_qkv<T>(const AttentionShape&, const T*, const T*, const T*, T*, \
-                                      cudaStream_t);                                           \
-  template void attention_sbhd_to_bhsd<T>(const AttentionShape&, const T*, T*, cudaStream_t);  \
+#define MT_INSTANTIATE(T)                                                                          \
+  template void attention_forward<T>(GemmContext&, const AttentionShape&, const AttentionOptions&, \
+                                     const T*, T*, float*, void*, cudaStream_t);                   \
+  template void attention_backward<T>(GemmContext&, const AttentionShape&,                         \
+                                      const AttentionOptions&, const T*, const float*, const T*,   \
+                                      T*, void*, cudaStream_t);                                    \
+  template void attention_unpack_qkv<T>(const AttentionShape&, const T*, T*, T*, T*,               \
+                                        cudaStream_t);                                             \
+  template void attention_pack_qkv<T>(const AttentionShape&, const T*, const T*, const T*, T*,     \
+                                      cudaStream_t);                                               \
+  template void attention_sbhd_to_bhsd<T>(const AttentionShape&, const T*, T*, cudaStream_t);      \
   template void attention_bhsd_to_sbhd<T>(const AttentionShape&, const T*, T*, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)

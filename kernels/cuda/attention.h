@@ -42,9 +42,9 @@ void attention_forward(GemmContext& gemm, const AttentionShape& shape, const Att
                        const T* qkv, T* out, float* probs, void* workspace, cudaStream_t stream);
 // Writes dqkv (same layout as qkv) from dout [S, B, H, Dh].
 template <typename T>
-void attention_backward(GemmContext& gemm, const AttentionShape& shape,
-                        const AttentionOptions& opt, const T* qkv, const float* probs,
-                        const T* dout, T* dqkv, void* workspace, cudaStream_t stream);
+void attention_backward(GemmContext& gemm, const AttentionShape& shape, const AttentionOptions& opt,
+                        const T* qkv, const float* probs, const T* dout, T* dqkv, void* workspace,
+                        cudaStream_t stream);
 
 // Layout helpers (also used by the fused path).
 // qkv [S, B, G, H/G + 2, Dh] -> q [B, H, S, Dh], k [B, G, S, Dh], v [B, G, S, Dh]

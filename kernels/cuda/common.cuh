@@ -92,9 +92,9 @@ template <typename T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DType::F32;
   if constexpr (std::is_same_v<T, __nv_bfloat16>) return DType::BF16;
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> ||
-                    std::is_same_v<T, __half>,
-                "storage type must be float, __nv_bfloat16 or __half");
+  static_assert(
+      std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
+      "storage type must be float, __nv_bfloat16 or __half");
   return DType::F16;
 }
 

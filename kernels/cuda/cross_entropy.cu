@@ -130,14 +130,14 @@ void cross_entropy_row_max(const T* logits, int64_t N, const VocabSlice& vs, flo
 }
 
 template <typename T>
-void cross_entropy_sum_exp(const T* logits, const int32_t* targets, int64_t N,
-                           const VocabSlice& vs, const float* row_max, float* sum_exp,
-                           float* target_logit, cudaStream_t stream) {
+void cross_entropy_sum_exp(const T* logits, const int32_t* targets, int64_t N, const VocabSlice& vs,
+                           const float* row_max, float* sum_exp, float* target_logit,
+                           cudaStream_t stream) {
   if (N <= 0) return;
   check_rows(N);
-  sum_exp_kernel<<<unsigned(N), kThreads, 0, stream>>>(logits, targets, vs.V_local,
-                                                       vs.vocab_start, valid_columns(vs), row_max,
-                                                       sum_exp, target_logit);
+  sum_exp_kernel<<<unsigned(N), kThreads, 0, stream>>>(logits, targets, vs.V_local, vs.vocab_start,
+                                                       valid_columns(vs), row_max, sum_exp,
+                                                       target_logit);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -151,9 +151,8 @@ void cross_entropy_loss(const int32_t* targets, int64_t N, int32_t ignore_index,
 }
 
 template <typename T>
-void cross_entropy_forward(const T* logits, const int32_t* targets, int64_t N,
-                           const VocabSlice& vs, int32_t ignore_index, float* loss, float* lse,
-                           cudaStream_t stream) {
+void cross_entropy_forward(const T* logits, const int32_t* targets, int64_t N, const VocabSlice& vs,
+                           int32_t ignore_index, float* loss, float* lse, cudaStream_t stream) {
   if (N <= 0) return;
   check_rows(N);
   forward_kernel<<<unsigned(N), kThreads, 0, stream>>>(logits, targets, vs.V_local, vs.vocab_start,
@@ -167,19 +166,19 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, int64_t N,
                             const float* dloss, T* dlogits, cudaStream_t stream) {
   if (N <= 0) return;
   check_rows(N);
-  backward_kernel<<<unsigned(N), kThreads, 0, stream>>>(logits, targets, vs.V_local,
-                                                        vs.vocab_start, valid_columns(vs),
-                                                        ignore_index, lse, dloss, dlogits);
+  backward_kernel<<<unsigned(N), kThreads, 0, stream>>>(logits, targets, vs.V_local, vs.vocab_start,
+                                                        valid_columns(vs), ignore_index, lse, dloss,
+                                                        dlogits);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                      \
+#define MT_INSTANTIATE(T)                                                                       \
   template void cross_entropy_row_max<T>(const T*, int64_t, const VocabSlice&, float*,          \
-                                         cudaStream_t);                                        \
+                                         cudaStream_t);                                         \
   template void cross_entropy_sum_exp<T>(const T*, const int32_t*, int64_t, const VocabSlice&,  \
-                                         const float*, float*, float*, cudaStream_t);          \
+                                         const float*, float*, float*, cudaStream_t);           \
   template void cross_entropy_forward<T>(const T*, const int32_t*, int64_t, const VocabSlice&,  \
-                                         int32_t, float*, float*, cudaStream_t);               \
+                                         int32_t, float*, float*, cudaStream_t);                \
   template void cross_entropy_backward<T>(const T*, const int32_t*, int64_t, const VocabSlice&, \
                                           int32_t, const float*, const float*, T*, cudaStream_t);
 MT_INSTANTIATE(float)

@@ -25,17 +25,16 @@ template <typename T>
 void cross_entropy_row_max(const T* logits, int64_t N, const VocabSlice& vs, float* row_max,
                            cudaStream_t stream);
 template <typename T>
-void cross_entropy_sum_exp(const T* logits, const int32_t* targets, int64_t N,
-                           const VocabSlice& vs, const float* row_max, float* sum_exp,
-                           float* target_logit, cudaStream_t stream);
+void cross_entropy_sum_exp(const T* logits, const int32_t* targets, int64_t N, const VocabSlice& vs,
+                           const float* row_max, float* sum_exp, float* target_logit,
+                           cudaStream_t stream);
 void cross_entropy_loss(const int32_t* targets, int64_t N, int32_t ignore_index,
                         const float* row_max, const float* sum_exp, const float* target_logit,
                         float* loss, cudaStream_t stream);
 
 template <typename T>
-void cross_entropy_forward(const T* logits, const int32_t* targets, int64_t N,
-                           const VocabSlice& vs, int32_t ignore_index, float* loss, float* lse,
-                           cudaStream_t stream);
+void cross_entropy_forward(const T* logits, const int32_t* targets, int64_t N, const VocabSlice& vs,
+                           int32_t ignore_index, float* loss, float* lse, cudaStream_t stream);
 // dlogits may alias logits (in place).
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, int64_t N,

@@ -13,9 +13,8 @@ constexpr int kThreads = 256;
 // One thread per Philox block: global indices 4k .. 4k+3 share one philox4x32_10 evaluation,
 // exactly the words philox::uniform would give each of them.
 template <typename T>
-__global__ void dropout_kernel(const T* in, T* out, int64_t n, float p,
-                               float keep_scale, uint64_t seed, uint64_t rng_stream,
-                               uint64_t index_offset) {
+__global__ void dropout_kernel(const T* in, T* out, int64_t n, float p, float keep_scale,
+                               uint64_t seed, uint64_t rng_stream, uint64_t index_offset) {
   const uint64_t first_block = index_offset >> 2;
   const uint64_t last_block = (index_offset + uint64_t(n) - 1) >> 2;
   const uint64_t blocks = last_block - first_block + 1;
@@ -73,11 +72,11 @@ void dropout_backward(const T* dy, T* dx, int64_t n, float p, uint64_t seed, uin
   apply(dy, dx, n, p, seed, rng_stream, index_offset, stream);
 }
 
-#define MT_INSTANTIATE(T)                                                                   \
-  template void dropout_forward<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, uint64_t, \
-                                   cudaStream_t);                                           \
-  template void dropout_backward<T>(const T*, T*, int64_t, float, uint64_t, uint64_t,        \
-                                    uint64_t, cudaStream_t);
+#define MT_INSTANTIATE(T)                                                                       \
+  template void dropout_forward<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, uint64_t,  \
+                                   cudaStream_t);                                               \
+  template void dropout_backward<T>(const T*, T*, int64_t, float, uint64_t, uint64_t, uint64_t, \
+                                    cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

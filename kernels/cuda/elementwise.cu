@@ -10,13 +10,12 @@ using detail::to_float;
 
 constexpr int kThreads = 256;
 
-#define MT_GRID_STRIDE(i, n)                                                   \
+#define MT_GRID_STRIDE(i, n)                                                             \
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
 template <typename T>
-__global__ void add_kernel(const T* a, const T* b, T* out,
-                           int64_t n) {
+__global__ void add_kernel(const T* a, const T* b, T* out, int64_t n) {
   MT_GRID_STRIDE(i, n) out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
 }
 
@@ -47,14 +46,13 @@ __global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
 }
 
 template <typename T>
-__global__ void gelu_backward_kernel(const T* x, const T* dy,
-                                     T* dx, int64_t n) {
-  MT_GRID_STRIDE(i, n) dx[i] = from_float<T>(to_float(dy[i]) * math::gelu_tanh_grad(to_float(x[i])));
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
+  MT_GRID_STRIDE(i, n)
+  dx[i] = from_float<T>(to_float(dy[i]) * math::gelu_tanh_grad(to_float(x[i])));
 }
 
 template <typename T>
-__global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows,
-                                      int64_t F) {
+__global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F) {
   MT_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i - r * F;
     const T* gate = x + r * 2 * F;
@@ -63,8 +61,7 @@ __global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows,
 }
 
 template <typename T>
-__global__ void swiglu_backward_kernel(const T* x, const T* dy,
-                                       T* dx, int64_t rows, int64_t F) {
+__global__ void swiglu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows, int64_t F) {
   MT_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i - r * F;
     const float g = to_float(x[r * 2 * F + j]), u = to_float(x[r * 2 * F + F + j]);
@@ -137,24 +134,23 @@ void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stre
 }
 
 template <typename T>
-void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F,
-                     cudaStream_t stream) {
+void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, cudaStream_t stream) {
   if (rows <= 0 || F <= 0) return;
   swiglu_backward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, dy, dx, rows, F);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                  \
-  template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                     \
-  template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);                        \
-  template void fill<T>(T*, float, int64_t, cudaStream_t);                                 \
-  template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                      \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);           \
-  template void swiglu_forward<T>(const T*, T*, int64_t, int64_t, cudaStream_t);           \
+#define MT_INSTANTIATE(T)                                                                   \
+  template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                      \
+  template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);                         \
+  template void fill<T>(T*, float, int64_t, cudaStream_t);                                  \
+  template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                       \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);            \
+  template void swiglu_forward<T>(const T*, T*, int64_t, int64_t, cudaStream_t);            \
   template void swiglu_backward<T>(const T*, const T*, T*, int64_t, int64_t, cudaStream_t); \
-  template void add_inplace<T, T>(T*, const T*, int64_t, cudaStream_t);                    \
-  template void cast<T, float>(const T*, float*, int64_t, cudaStream_t);                   \
-  template void cast<T, __nv_bfloat16>(const T*, __nv_bfloat16*, int64_t, cudaStream_t);   \
+  template void add_inplace<T, T>(T*, const T*, int64_t, cudaStream_t);                     \
+  template void cast<T, float>(const T*, float*, int64_t, cudaStream_t);                    \
+  template void cast<T, __nv_bfloat16>(const T*, __nv_bfloat16*, int64_t, cudaStream_t);    \
   template void cast<T, __half>(const T*, __half*, int64_t, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)

@@ -39,7 +39,8 @@ __global__ void embedding_backward_kernel(const int32_t* __restrict__ ids, int64
   __shared__ int64_t match_row[kThreads];
   __shared__ int warp_counts[kThreads / detail::kWarp];
   const int64_t row_lo = blockIdx.x * rows_per_block;
-  const int64_t row_hi = row_lo + rows_per_block < vocab_rows ? row_lo + rows_per_block : vocab_rows;
+  const int64_t row_hi =
+      row_lo + rows_per_block < vocab_rows ? row_lo + rows_per_block : vocab_rows;
   const int lane = threadIdx.x % detail::kWarp, warp = threadIdx.x / detail::kWarp;
   for (int64_t t0 = 0; t0 < n_tokens; t0 += blockDim.x) {
     const int64_t t = t0 + threadIdx.x;
@@ -93,10 +94,10 @@ void embedding_backward(const int32_t* ids, int64_t n_tokens, const T* dout, int
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                   \
-  template void embedding_forward<T>(const int32_t*, int64_t, const T*, int64_t, int64_t,   \
-                                     int64_t, T*, cudaStream_t);                            \
-  template void embedding_backward<T>(const int32_t*, int64_t, const T*, int64_t, int64_t,  \
+#define MT_INSTANTIATE(T)                                                                          \
+  template void embedding_forward<T>(const int32_t*, int64_t, const T*, int64_t, int64_t, int64_t, \
+                                     T*, cudaStream_t);                                            \
+  template void embedding_backward<T>(const int32_t*, int64_t, const T*, int64_t, int64_t,         \
                                       int64_t, float*, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)

@@ -2,8 +2,8 @@
 #include <cublas_v2.h>
 
 #include <map>
-#include <type_traits>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cuda/common.cuh"
@@ -27,37 +27,56 @@ cudaDataType_t cuda_type(DType t, const char* what) {
     default:
       break;
   }
-  MT_CHECK(false, "gemm (CUDA): ", what, " dtype ", dtype_name(t), " not supported (F32, BF16, F16)");
+  MT_CHECK(false, "gemm (CUDA): ", what, " dtype ", dtype_name(t),
+           " not supported (F32, BF16, F16)");
   return CUDA_R_32F;
 }
 
 const char* epilogue_name(GemmEpilogue e) {
   switch (e) {
-    case GemmEpilogue::None: return "none";
-    case GemmEpilogue::Bias: return "bias";
-    case GemmEpilogue::Gelu: return "gelu";
-    case GemmEpilogue::BiasGelu: return "bias+gelu";
-    case GemmEpilogue::GeluAux: return "gelu+aux";
-    case GemmEpilogue::BiasGeluAux: return "bias+gelu+aux";
-    case GemmEpilogue::DGelu: return "dgelu";
-    case GemmEpilogue::DGeluBgrad: return "dgelu+bgrad";
-    case GemmEpilogue::BgradA: return "bgrad(A)";
+    case GemmEpilogue::None:
+      return "none";
+    case GemmEpilogue::Bias:
+      return "bias";
+    case GemmEpilogue::Gelu:
+      return "gelu";
+    case GemmEpilogue::BiasGelu:
+      return "bias+gelu";
+    case GemmEpilogue::GeluAux:
+      return "gelu+aux";
+    case GemmEpilogue::BiasGeluAux:
+      return "bias+gelu+aux";
+    case GemmEpilogue::DGelu:
+      return "dgelu";
+    case GemmEpilogue::DGeluBgrad:
+      return "dgelu+bgrad";
+    case GemmEpilogue::BgradA:
+      return "bgrad(A)";
   }
   return "?";
 }
 
 cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
   switch (e) {
-    case GemmEpilogue::None: return CUBLASLT_EPILOGUE_DEFAULT;
-    case GemmEpilogue::Bias: return CUBLASLT_EPILOGUE_BIAS;
-    case GemmEpilogue::Gelu: return CUBLASLT_EPILOGUE_GELU;
-    case GemmEpilogue::BiasGelu: return CUBLASLT_EPILOGUE_GELU_BIAS;
-    case GemmEpilogue::GeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case GemmEpilogue::BiasGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case GemmEpilogue::DGelu: return CUBLASLT_EPILOGUE_DGELU;
-    case GemmEpilogue::DGeluBgrad: return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case GemmEpilogue::None:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::Bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::Gelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case GemmEpilogue::BiasGelu:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case GemmEpilogue::GeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::BiasGeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::DGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case GemmEpilogue::DGeluBgrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     // Row-major op(A) is cuBLAS's B operand (see gemm.h): its bias gradient is BGRADB.
-    case GemmEpilogue::BgradA: return CUBLASLT_EPILOGUE_BGRADB;
+    case GemmEpilogue::BgradA:
+      return CUBLASLT_EPILOGUE_BGRADB;
   }
   return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -169,8 +188,8 @@ __global__ void bias_grad_partial_kernel(const T* __restrict__ dout, int64_t M, 
   }
 }
 
-__global__ void bias_grad_final_kernel(const float* __restrict__ partial, int64_t chunks,
-                                       int64_t N, float* __restrict__ dbias) {
+__global__ void bias_grad_final_kernel(const float* __restrict__ partial, int64_t chunks, int64_t N,
+                                       float* __restrict__ dbias) {
   const int64_t col = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (col >= N) return;
   float sum = 0.0f;
@@ -252,9 +271,9 @@ void GemmContext::run(const GemmArgs& a, cudaStream_t stream) {
                                                        static_cast<const float*>(bias));
         break;
       case DType::BF16:
-        empty_product_kernel<<<grid, 256, 0, stream>>>(
-            static_cast<__nv_bfloat16*>(a.C), a.M, a.N, a.ldc, a.stride_c, a.batch, a.beta,
-            static_cast<const __nv_bfloat16*>(bias));
+        empty_product_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(a.C), a.M, a.N,
+                                                       a.ldc, a.stride_c, a.batch, a.beta,
+                                                       static_cast<const __nv_bfloat16*>(bias));
         break;
       default:
         empty_product_kernel<<<grid, 256, 0, stream>>>(static_cast<__half*>(a.C), a.M, a.N, a.ldc,
@@ -301,12 +320,29 @@ void GemmContext::run(const GemmArgs& a, cudaStream_t stream) {
 
   const uint32_t align_first = alignment_of(a.B), align_second = alignment_of(a.A);
   const uint32_t align_c = alignment_of(a.C);
-  const std::vector<int64_t> key{
-      a.trans_a, a.trans_b, a.M, a.N, a.K, a.lda, a.ldb, a.ldc, int64_t(a.ab_type),
-      int64_t(a.c_type), int64_t(a.epilogue), a.ld_aux, a.batch, a.stride_a, a.stride_b,
-      a.stride_c, a.stride_aux, tf32, align_first, align_second, align_c,
-      uses_aux(a.epilogue) ? alignment_of(a.aux) : 0,
-      uses_bias(a.epilogue) ? alignment_of(a.bias) : 0};
+  const std::vector<int64_t> key{a.trans_a,
+                                 a.trans_b,
+                                 a.M,
+                                 a.N,
+                                 a.K,
+                                 a.lda,
+                                 a.ldb,
+                                 a.ldc,
+                                 int64_t(a.ab_type),
+                                 int64_t(a.c_type),
+                                 int64_t(a.epilogue),
+                                 a.ld_aux,
+                                 a.batch,
+                                 a.stride_a,
+                                 a.stride_b,
+                                 a.stride_c,
+                                 a.stride_aux,
+                                 tf32,
+                                 align_first,
+                                 align_second,
+                                 align_c,
+                                 uses_aux(a.epilogue) ? alignment_of(a.aux) : 0,
+                                 uses_bias(a.epilogue) ? alignment_of(a.bias) : 0};
 
   std::lock_guard<std::mutex> lock(impl_->mutex);
   void* workspace = impl_->workspace_for(stream);
@@ -345,12 +381,12 @@ void GemmContext::run(const GemmArgs& a, cudaStream_t stream) {
     // Classic cuBLAS takes any leading dimension and alignment.
     if (!impl_->classic) MT_CUBLAS_CHECK(cublasCreate(&impl_->classic));
     MT_CUBLAS_CHECK(cublasSetStream(impl_->classic, stream));
-    MT_CUBLAS_CHECK(cublasSetMathMode(impl_->classic, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                           : CUBLAS_DEFAULT_MATH));
+    MT_CUBLAS_CHECK(
+        cublasSetMathMode(impl_->classic, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     const float alpha = a.alpha, beta = a.beta;
     MT_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(
-        impl_->classic, op_first, op_second, a.N, a.M, a.K, &alpha, a.B, ab, a.ldb, a.stride_b,
-        a.A, ab, a.lda, a.stride_a, &beta, a.C, ct, a.ldc, a.stride_c, a.batch,
+        impl_->classic, op_first, op_second, a.N, a.M, a.K, &alpha, a.B, ab, a.ldb, a.stride_b, a.A,
+        ab, a.lda, a.stride_a, &beta, a.C, ct, a.ldc, a.stride_c, a.batch,
         tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (a.epilogue == GemmEpilogue::Bias) {
       const unsigned grid = detail::grid_for(a.batch * a.M * a.N, 256);
@@ -361,9 +397,9 @@ void GemmContext::run(const GemmArgs& a, cudaStream_t stream) {
                                                     static_cast<const float*>(a.bias));
           break;
         case DType::BF16:
-          add_bias_kernel<<<grid, 256, 0, stream>>>(
-              static_cast<__nv_bfloat16*>(a.C), a.M, a.N, a.ldc, a.stride_c, a.batch,
-              static_cast<const __nv_bfloat16*>(a.bias));
+          add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(a.C), a.M, a.N,
+                                                    a.ldc, a.stride_c, a.batch,
+                                                    static_cast<const __nv_bfloat16*>(a.bias));
           break;
         default:
           add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<__half*>(a.C), a.M, a.N, a.ldc,
@@ -419,16 +455,17 @@ void bias_grad(const T* dout, int64_t M, int64_t N, float* dbias, void* workspac
   MT_CHECK(workspace != nullptr, "bias_grad (CUDA): no workspace");
   MT_CHECK(chunks <= 65535, "bias_grad (CUDA): ", M, " rows exceed the grid");
   float* partial = static_cast<float*>(workspace);
-  const dim3 grid(static_cast<unsigned>((N + kTileCols - 1) / kTileCols), static_cast<unsigned>(chunks));
+  const dim3 grid(static_cast<unsigned>((N + kTileCols - 1) / kTileCols),
+                  static_cast<unsigned>(chunks));
   bias_grad_partial_kernel<<<grid, kTileCols * kRowLanes, 0, stream>>>(dout, M, N, partial);
   MT_CUDA_LAUNCH_CHECK();
   bias_grad_final_kernel<<<detail::grid_for(N, 256, 1 << 30), 256, 0, stream>>>(partial, chunks, N,
-                                                                                 dbias);
+                                                                                dbias);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                      \
-  template void gemm<T>(GemmContext&, bool, bool, int64_t, int64_t, int64_t, float, const T*,  \
+#define MT_INSTANTIATE(T)                                                                        \
+  template void gemm<T>(GemmContext&, bool, bool, int64_t, int64_t, int64_t, float, const T*,    \
                         int64_t, const T*, int64_t, float, T*, int64_t, const T*, cudaStream_t); \
   template void bias_grad<T>(const T*, int64_t, int64_t, float*, void*, cudaStream_t);
 MT_INSTANTIATE(float)

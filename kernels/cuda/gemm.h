@@ -45,7 +45,17 @@ class CachingAllocator;
 
 namespace megatron::kernels::cuda {
 
-enum class GemmEpilogue { None, Bias, Gelu, BiasGelu, GeluAux, BiasGeluAux, DGelu, DGeluBgrad, BgradA };
+enum class GemmEpilogue {
+  None,
+  Bias,
+  Gelu,
+  BiasGelu,
+  GeluAux,
+  BiasGeluAux,
+  DGelu,
+  DGeluBgrad,
+  BgradA
+};
 
 struct GemmArgs {
   bool trans_a = false, trans_b = false;

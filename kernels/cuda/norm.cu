@@ -93,8 +93,8 @@ __global__ void norm_dx_kernel(const T* __restrict__ x, const W* __restrict__ we
 // kRowLanes row lanes walks its rows in order; the lanes are then added in lane order.
 template <typename T>
 __global__ void norm_param_partial_kernel(const T* __restrict__ x, const float* __restrict__ mean,
-                                          const float* __restrict__ rstd,
-                                          const T* __restrict__ dy, float* __restrict__ partial_w,
+                                          const float* __restrict__ rstd, const T* __restrict__ dy,
+                                          float* __restrict__ partial_w,
                                           float* __restrict__ partial_b, int64_t rows, int64_t D) {
   __shared__ float sw[kRowLanes][kTileCols];
   __shared__ float sb[kRowLanes][kTileCols];
@@ -155,9 +155,10 @@ void param_grads(const T* x, const float* mean, const float* rstd, const T* dy, 
   MT_CHECK(chunks <= 65535, "norm backward (CUDA): ", rows, " rows exceed the grid");
   float* partial_w = static_cast<float*>(workspace);
   float* partial_b = dbias ? partial_w + chunks * D : nullptr;
-  const dim3 grid(static_cast<unsigned>((D + kTileCols - 1) / kTileCols), static_cast<unsigned>(chunks));
-  norm_param_partial_kernel<<<grid, kTileCols * kRowLanes, 0, stream>>>(x, mean, rstd, dy, partial_w,
-                                                                       partial_b, rows, D);
+  const dim3 grid(static_cast<unsigned>((D + kTileCols - 1) / kTileCols),
+                  static_cast<unsigned>(chunks));
+  norm_param_partial_kernel<<<grid, kTileCols * kRowLanes, 0, stream>>>(
+      x, mean, rstd, dy, partial_w, partial_b, rows, D);
   MT_CUDA_LAUNCH_CHECK();
   norm_param_final_kernel<<<detail::grid_for(D, 256, 1 << 30), 256, 0, stream>>>(
       partial_w, partial_b, dweight, dbias, chunks, D);
@@ -211,15 +212,15 @@ void rmsnorm_backward(const T* x, const W* weight, const float* rstd, const T* d
               static_cast<float*>(nullptr), rows, D, workspace, stream);
 }
 
-#define MT_INSTANTIATE(T, W)                                                                   \
-  template void layernorm_forward<T, W>(const T*, const W*, const W*, T*, float*, float*,      \
-                                        int64_t, int64_t, float, cudaStream_t);                \
-  template void layernorm_backward<T, W>(const T*, const W*, const float*, const float*,       \
-                                         const T*, T*, float*, float*, int64_t, int64_t, void*, \
-                                         cudaStream_t);                                        \
-  template void rmsnorm_forward<T, W>(const T*, const W*, T*, float*, int64_t, int64_t, float,  \
-                                      cudaStream_t);                                           \
-  template void rmsnorm_backward<T, W>(const T*, const W*, const float*, const T*, T*, float*,  \
+#define MT_INSTANTIATE(T, W)                                                                       \
+  template void layernorm_forward<T, W>(const T*, const W*, const W*, T*, float*, float*, int64_t, \
+                                        int64_t, float, cudaStream_t);                             \
+  template void layernorm_backward<T, W>(const T*, const W*, const float*, const float*, const T*, \
+                                         T*, float*, float*, int64_t, int64_t, void*,              \
+                                         cudaStream_t);                                            \
+  template void rmsnorm_forward<T, W>(const T*, const W*, T*, float*, int64_t, int64_t, float,     \
+                                      cudaStream_t);                                               \
+  template void rmsnorm_backward<T, W>(const T*, const W*, const float*, const T*, T*, float*,     \
                                        int64_t, int64_t, void*, cudaStream_t);
 MT_INSTANTIATE(float, float)
 MT_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)

@@ -161,10 +161,9 @@ void sum_squares(const T* x, int64_t n, double* out_device, void* workspace, cud
                               workspace, stream);
 }
 
-#define MT_INSTANTIATE(T)                                                                      \
-  template void multi_tensor_sum_squares<T>(const std::vector<const T*>&,                      \
-                                            const std::vector<int64_t>&, double*, void*,       \
-                                            cudaStream_t);                                     \
+#define MT_INSTANTIATE(T)                                                                       \
+  template void multi_tensor_sum_squares<T>(                                                    \
+      const std::vector<const T*>&, const std::vector<int64_t>&, double*, void*, cudaStream_t); \
   template void sum_squares<T>(const T*, int64_t, double*, void*, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)

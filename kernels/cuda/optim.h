@@ -15,11 +15,11 @@ namespace megatron::kernels::cuda {
 
 // One tensor (or contiguous chunk of a buffer) for the multi-tensor AdamW step.
 struct AdamWTensor {
-  float* param;        // fp32 master weights, updated in place
-  const float* grad;   // fp32 main grads
-  float* m;            // first moment
-  float* v;            // second moment
-  int64_t n;           // elements
+  float* param;          // fp32 master weights, updated in place
+  const float* grad;     // fp32 main grads
+  float* m;              // first moment
+  float* v;              // second moment
+  int64_t n;             // elements
   float wd_mult = 1.0f;  // weight decay used: p.weight_decay * wd_mult (0 for biases/norms)
   // Optional: also write the updated weights rounded to bf16 (the model's compute copy).
   __nv_bfloat16* param_bf16 = nullptr;

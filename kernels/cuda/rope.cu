@@ -71,8 +71,8 @@ void rope_backward(const AttentionShape& shape, T* dqkv, float theta, int64_t po
   rope_apply(shape, dqkv, theta, position_offset, -1.0f, stream);
 }
 
-#define MT_INSTANTIATE(T)                                                                  \
-  template void rope_forward<T>(const AttentionShape&, T*, float, int64_t, cudaStream_t);  \
+#define MT_INSTANTIATE(T)                                                                 \
+  template void rope_forward<T>(const AttentionShape&, T*, float, int64_t, cudaStream_t); \
   template void rope_backward<T>(const AttentionShape&, T*, float, int64_t, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)

@@ -47,7 +47,8 @@ template <typename T>
 void softmax_forward(const T* x, T* y, int64_t rows, int64_t L, float scale, cudaStream_t stream) {
   if (rows <= 0 || L <= 0) return;
   MT_CHECK(rows <= 0x7fffffff, "softmax (CUDA): ", rows, " rows exceed the grid");
-  softmax_forward_kernel<<<unsigned(rows), detail::row_threads(L, 512), 0, stream>>>(x, y, L, scale);
+  softmax_forward_kernel<<<unsigned(rows), detail::row_threads(L, 512), 0, stream>>>(x, y, L,
+                                                                                     scale);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -57,14 +58,13 @@ void softmax_backward(const T* y, const T* dy, T* dx, int64_t rows, int64_t L, f
   if (rows <= 0 || L <= 0) return;
   MT_CHECK(rows <= 0x7fffffff, "softmax (CUDA): ", rows, " rows exceed the grid");
   softmax_backward_kernel<<<unsigned(rows), detail::row_threads(L, 512), 0, stream>>>(y, dy, dx, L,
-                                                                                     scale);
+                                                                                      scale);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                  \
-  template void softmax_forward<T>(const T*, T*, int64_t, int64_t, float, cudaStream_t);   \
-  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, float,       \
-                                    cudaStream_t);
+#define MT_INSTANTIATE(T)                                                                \
+  template void softmax_forward<T>(const T*, T*, int64_t, int64_t, float, cudaStream_t); \
+  template void softmax_backward<T>(const T*, const T*, T*, int64_t, int64_t, float, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

@@ -81,12 +81,11 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
                         const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db) {
   require_f32(dy, "layernorm_backward", "dy");
   const int64_t d = w.numel(), n = rows_of(x, d);
-  MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == d &&
-               db.numel() == d,
+  MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == d && db.numel() == d,
            "layernorm_backward: shape mismatch");
   cpu::layernorm_backward(x.data<float>(), w.data<float>(), mean.data<float>(), rstd.data<float>(),
-                          dy.data<float>(), dx.data<float>(), dw.data<float>(), db.data<float>(),
-                          n, d);
+                          dy.data<float>(), dx.data<float>(), dw.data<float>(), db.data<float>(), n,
+                          d);
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
@@ -234,8 +233,8 @@ void add_bias(Tensor& y, const Tensor& bias) {
 
 void add_inplace(Tensor& acc, const Tensor& x) {
   require_f32(acc, "add_inplace", "acc");
-  MT_CHECK(acc.numel() == x.numel(), "add_inplace: shape mismatch ", acc.shape().str(), " += ",
-           x.shape().str());
+  MT_CHECK(acc.numel() == x.numel(), "add_inplace: shape mismatch ", acc.shape().str(),
+           " += ", x.shape().str());
   cpu::add_inplace(acc.data<float>(), x.data<float>(), acc.numel());
 }
 
@@ -247,9 +246,9 @@ void scale_inplace(Tensor& x, float s) {
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                 const math::AdamWParams& p) {
   require_f32(param, "adamw_step", "param");
-  MT_CHECK(grad.numel() == param.numel() && m.numel() == param.numel() &&
-               v.numel() == param.numel(),
-           "adamw_step: state sizes differ from param ", param.shape().str());
+  MT_CHECK(
+      grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
+      "adamw_step: state sizes differ from param ", param.shape().str());
   cpu::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
                   param.numel(), p);
 }

@@ -4,9 +4,9 @@
 // the CUDA backend provides it, otherwise a clear error).
 #include <cstdint>
 
+#include "kernels/common/numeric.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
-#include "kernels/common/numeric.h"
 #include "megatron/core/tensor.h"
 
 namespace megatron::ops {
@@ -32,8 +32,7 @@ void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 
 // ids int32 [n]; table [vocab_rows, D] holding rows from vocab_start; out [n, D]
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out);
-void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start,
-                        Tensor& dtable);
+void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start, Tensor& dtable);
 
 void attention_forward(const kernels::cpu::AttentionShape& shape,
                        const kernels::cpu::AttentionOptions& opt, const Tensor& qkv, Tensor& out,

@@ -59,8 +59,9 @@ std::string metadata_text(const SaveRequest& req, const ordered_json& files,
   std::string indented = dump(ordered_json(req.metadata), 2);
   for (size_t at = indented.find('\n'); at != std::string::npos; at = indented.find('\n', at + 3))
     indented.replace(at, 1, "\n  ");
-  std::string out = concat("{\n  \"format_version\": ", kFormatVersion, ",\n  \"iteration\": ",
-                           req.iteration, ",\n  \"metadata\": ", indented, ",\n  \"files\": {");
+  std::string out =
+      concat("{\n  \"format_version\": ", kFormatVersion, ",\n  \"iteration\": ", req.iteration,
+             ",\n  \"metadata\": ", indented, ",\n  \"files\": {");
   const char* sep = "\n    ";
   for (const auto& [name, f] : files.items()) {
     out += concat(sep, dump(name), ": ", dump(f));
@@ -69,8 +70,8 @@ std::string metadata_text(const SaveRequest& req, const ordered_json& files,
   out += files.empty() ? "},\n  \"tensors\": {" : "\n  },\n  \"tensors\": {";
   sep = "\n    ";
   for (const auto& [name, t] : tensors.items()) {
-    out += concat(sep, dump(name), ": {\"dtype\": ", dump(t["dtype"]), ", \"shape\": ",
-                  dump(t["shape"]), ", \"pieces\": [");
+    out += concat(sep, dump(name), ": {\"dtype\": ", dump(t["dtype"]),
+                  ", \"shape\": ", dump(t["shape"]), ", \"pieces\": [");
     const char* psep = "\n      ";
     for (const auto& p : t["pieces"]) {
       out += psep + dump(p);
@@ -102,9 +103,9 @@ bool is_complete(const std::string& dir, int64_t iteration) {
   if (!fs::is_regular_file(meta, ec)) return false;
   try {
     const json j = json::parse(io::read_file(meta), nullptr, false);
-    return j.is_object() && j.contains("format_version") && j["format_version"].is_number_integer() &&
-           j.contains("iteration") && j["iteration"].is_number_integer() &&
-           j["iteration"].get<int64_t>() == iteration;
+    return j.is_object() && j.contains("format_version") &&
+           j["format_version"].is_number_integer() && j.contains("iteration") &&
+           j["iteration"].is_number_integer() && j["iteration"].get<int64_t>() == iteration;
   } catch (const std::exception&) {
     return false;
   }
@@ -165,7 +166,8 @@ std::vector<int64_t> get_ints(const json& j, const char* key, const std::string&
   std::vector<int64_t> out;
   for (const json& v : *it) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0)
-      throw fail(what, ": \"", key, "\" ", it->dump(), " holds a value that is not a non-negative integer");
+      throw fail(what, ": \"", key, "\" ", it->dump(),
+                 " holds a value that is not a non-negative integer");
     out.push_back(v.get<int64_t>());
   }
   return out;
@@ -235,7 +237,8 @@ void parse_tensor_index(const json& j, CheckpointIndex& index, const IndexError&
     if (st.shape.size() > static_cast<size_t>(Shape::kMaxDims))
       throw fail(what, ": shape ", shape_str(st.shape), " has too many dimensions");
     const auto pieces = t.find("pieces");
-    if (pieces == t.end() || !pieces->is_array()) throw fail(what, ": missing or non-array \"pieces\"");
+    if (pieces == t.end() || !pieces->is_array())
+      throw fail(what, ": missing or non-array \"pieces\"");
     for (size_t i = 0; i < pieces->size(); ++i) {
       SavedPiece p = parse_piece((*pieces)[i], st.shape, *esize, concat(what, " piece ", i), fail);
       if (!index.files.count(p.file))
@@ -265,7 +268,8 @@ std::map<std::string, safetensors::File> open_files(const CheckpointIndex& index
       throw InputError(concat("checkpoint ", index.path, ": no file '", f, "' in ", kMetadataFile));
     std::error_code ec;
     if (!fs::exists(path, ec))
-      throw InputError(concat("checkpoint file ", path, " is missing (listed in ", kMetadataFile, ")"));
+      throw InputError(
+          concat("checkpoint file ", path, " is missing (listed in ", kMetadataFile, ")"));
     const auto size = fs::file_size(path, ec);
     if (!ec && size != rec->second)
       throw InputError(concat("checkpoint file ", path, ": ", size, " bytes, but ", kMetadataFile,
@@ -281,7 +285,8 @@ std::map<std::string, safetensors::File> open_files(const CheckpointIndex& index
                               " pieces in it"));
     for (const auto& [name, p] : entries) {
       const safetensors::TensorInfo* info = file.find(p->key);
-      const std::string what = concat("checkpoint file ", path, ": tensor '", p->key, "' (piece of '", *name, "')");
+      const std::string what =
+          concat("checkpoint file ", path, ": tensor '", p->key, "' (piece of '", *name, "')");
       if (!info) throw InputError(concat(what, " is missing"));
       if (info->dtype != tensor_of[*name]->dtype)
         throw InputError(concat(what, " has dtype ", info->dtype, ", ", kMetadataFile, " says ",
@@ -368,7 +373,8 @@ json write_rank_shard(const SaveRequest& req, const std::string& tmp_dir, int ra
              "' has no data");
     std::string key = piece.name;
     for (int k = 1; !keys.insert(key).second; ++k) key = concat(piece.name, "#", k);
-    writer.add({key, "F32", g.is_full_box() ? g.extent : std::vector<int64_t>{g.count()}, piece.data});
+    writer.add(
+        {key, "F32", g.is_full_box() ? g.extent : std::vector<int64_t>{g.count()}, piece.data});
     const auto [b, e] = writer.data_offsets(pieces.size());
     pieces.push_back({{"name", piece.name},
                       {"shape", g.shape},
@@ -416,12 +422,13 @@ void finalize(const SaveRequest& req, const std::string& tmp_dir,
         tensors[name] = {{"dtype", "F32"}, {"shape", shape}, {"pieces", ordered_json::array()}};
       } else {
         MT_CHECK(tensors[name]["shape"].get<std::vector<int64_t>>() == shape, where, ": tensor '",
-                 name, "' has global shape ", shape_str(tensors[name]["shape"].get<std::vector<int64_t>>()),
-                 " on one rank and ", shape_str(shape), " on rank ", r);
+                 name, "' has global shape ",
+                 shape_str(tensors[name]["shape"].get<std::vector<int64_t>>()), " on one rank and ",
+                 shape_str(shape), " on rank ", r);
       }
-      ordered_json entry = {{"file", part["file"]},       {"key", p["key"]},
-                            {"offset", p["offset"]},      {"extent", p["extent"]},
-                            {"flat", p["flat"]},          {"data_offsets", p["data_offsets"]}};
+      ordered_json entry = {{"file", part["file"]},  {"key", p["key"]},
+                            {"offset", p["offset"]}, {"extent", p["extent"]},
+                            {"flat", p["flat"]},     {"data_offsets", p["data_offsets"]}};
       SavedTensor& st = check.tensors[name];
       st.shape = shape;
       st.pieces.push_back(parse_piece(json::parse(dump(entry)), shape, 4,
@@ -464,7 +471,8 @@ void finalize(const SaveRequest& req, const std::string& tmp_dir,
       const std::string old = final_dir + ".old-" + id;
       if (::rename(final_dir.c_str(), old.c_str()) != 0 ||
           ::rename(tmp_dir.c_str(), final_dir.c_str()) != 0)
-        throw Error(concat("replacing ", final_dir, " with ", tmp_dir, ": ", io::errno_text(errno)));
+        throw Error(
+            concat("replacing ", final_dir, " with ", tmp_dir, ": ", io::errno_text(errno)));
       std::error_code ec;
       fs::remove_all(old, ec);
     }
@@ -494,8 +502,8 @@ void finalize(const SaveRequest& req, const std::string& tmp_dir,
   std::error_code ec;
   for (fs::directory_iterator it(req.dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if ((name.rfind("iter_", 0) == 0 && (name.find(".tmp-") != std::string::npos ||
-                                         name.find(".old-") != std::string::npos)) ||
+    if ((name.rfind("iter_", 0) == 0 &&
+         (name.find(".tmp-") != std::string::npos || name.find(".old-") != std::string::npos)) ||
         name.rfind(std::string(kLatestFile) + ".tmp-", 0) == 0)
       stale.push_back(it->path());
   }
@@ -558,7 +566,8 @@ void save(const SaveRequest& req, parallel::Communicator& world, int keep_last,
     error = e.what();
   }
   const json msg = {{"error", error}, {"part", part}};
-  const auto all = gather_strings(world, msg.dump(-1, ' ', false, json::error_handler_t::replace), 0);
+  const auto all =
+      gather_strings(world, msg.dump(-1, ' ', false, json::error_handler_t::replace), 0);
   std::string status;
   if (rank == 0) {
     std::vector<json> parts;
@@ -650,7 +659,8 @@ CheckpointIndex read_index(const std::string& dir, std::optional<int64_t> iterat
   if (!j.is_object()) throw fail("not a JSON object");
   const int64_t version = get_int(j, "format_version", "header", fail);
   if (version < 1 || version > kFormatVersion)
-    throw fail("format_version ", version, " is not one this build reads (1..", kFormatVersion, ")");
+    throw fail("format_version ", version, " is not one this build reads (1..", kFormatVersion,
+               ")");
   index.format_version = static_cast<int>(version);
   index.iteration = get_int(j, "iteration", "header", fail);
   if (expected && *expected != index.iteration)
@@ -694,8 +704,8 @@ nlohmann::json load(const LoadRequest& req) {
     if (plan.saved->dtype != "F32")
       throw InputError(concat("checkpoint ", meta_path, ": tensor '", piece.name, "' is ",
                               plan.saved->dtype, "; only F32 loads"));
-    MT_CHECK(plan.geometry.count() == 0 || piece.dest, "checkpoint load: ",
-             describe(piece, plan.geometry), " has no destination");
+    MT_CHECK(plan.geometry.count() == 0 || piece.dest,
+             "checkpoint load: ", describe(piece, plan.geometry), " has no destination");
     const auto [lo, hi] = plan.geometry.global_span();
     for (const SavedPiece& s : plan.saved->pieces) {
       const auto [slo, shi] = s.geometry.global_span();

@@ -118,8 +118,8 @@ struct CheckpointIndex {
   std::string path;  // the iter_NNNNNNN directory
   int64_t iteration = 0;
   int format_version = 0;
-  nlohmann::json metadata;                  // the caller's metadata
-  std::map<std::string, uint64_t> files;    // shard file -> size in bytes
+  nlohmann::json metadata;                // the caller's metadata
+  std::map<std::string, uint64_t> files;  // shard file -> size in bytes
   std::map<std::string, SavedTensor> tensors;
 };
 

@@ -73,8 +73,8 @@ void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& 
       throw InputError(concat("reading ", path, " at byte ", offset, ": ", errno_text(errno)));
     }
     if (r == 0)
-      throw InputError(concat("reading ", path, ": unexpected end of file at byte ", offset,
-                              " (", n, " more bytes expected; truncated?)"));
+      throw InputError(concat("reading ", path, ": unexpected end of file at byte ", offset, " (",
+                              n, " more bytes expected; truncated?)"));
     p += r;
     n -= static_cast<size_t>(r);
     offset += static_cast<uint64_t>(r);
@@ -83,7 +83,8 @@ void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& 
 
 uint64_t file_size(int fd, const std::string& path) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) throw InputError(concat("cannot stat ", path, ": ", errno_text(errno)));
+  if (::fstat(fd, &st) != 0)
+    throw InputError(concat("cannot stat ", path, ": ", errno_text(errno)));
   if (!S_ISREG(st.st_mode)) throw InputError(concat(path, " is not a regular file"));
   return static_cast<uint64_t>(st.st_size);
 }

@@ -188,8 +188,7 @@ std::optional<std::string> tiling_problem(const std::vector<int64_t>& shape,
     if (g > covered) return concat("elements [", covered, ", ", g, ") are held by no piece");
     covered = g + len;
   }
-  if (covered != numel)
-    return concat("elements [", covered, ", ", numel, ") are held by no piece");
+  if (covered != numel) return concat("elements [", covered, ", ", numel, ") are held by no piece");
   return std::nullopt;
 }
 

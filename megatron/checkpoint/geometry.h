@@ -64,10 +64,10 @@ class RunCursor {
   int64_t run_start(int64_t k) const;  // global start of box run k (unclipped)
   void load(int64_t k);
   const PieceGeometry* g_;
-  int outer_dims_ = 0;               // dims before the run dim
-  int64_t run_len_ = 0;              // elements per box run
+  int outer_dims_ = 0;                                // dims before the run dim
+  int64_t run_len_ = 0;                               // elements per box run
   std::vector<int64_t> outer_extent_, outer_stride_;  // per outer dim: box extent, global stride
-  int64_t base_ = 0;                 // global index of the box's first element
+  int64_t base_ = 0;                                  // global index of the box's first element
   int64_t k_ = 0, k_begin_ = 0, k_end_ = 0;
   Run run_;
 };

@@ -21,9 +21,9 @@ struct DTypeName {
   size_t size;
 };
 constexpr DTypeName kDTypes[] = {
-    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
-    {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},
-    {"F64", 8},  {"I64", 8}, {"U64", 8},
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+    {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+    {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8},
 };
 
 constexpr int kMaxDepth = 3;  // header object > tensor object > shape array
@@ -63,7 +63,9 @@ int max_depth(std::string_view json) {
   return deepest;
 }
 
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
 
 }  // namespace
 
@@ -75,16 +77,26 @@ std::optional<size_t> dtype_size(std::string_view name) {
 
 std::string_view dtype_string(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I64: return "I64";
-    case DType::I32: return "I32";
-    case DType::I16: return "I16";
-    case DType::I8: return "I8";
-    case DType::U16: return "U16";
-    case DType::U8: return "U8";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I64:
+      return "I64";
+    case DType::I32:
+      return "I32";
+    case DType::I16:
+      return "I16";
+    case DType::I8:
+      return "I8";
+    case DType::U16:
+      return "U16";
+    case DType::U8:
+      return "U8";
   }
   MT_CHECK(false, "invalid dtype code ", static_cast<int>(dtype));
   __builtin_unreachable();
@@ -175,7 +187,8 @@ Header parse_header(std::string_view text, uint64_t data_bytes, const std::strin
     uint64_t numel = 1;
     for (const json& d : *sh) {
       if (!d.is_number_unsigned() && !(d.is_number_integer() && d.get<int64_t>() >= 0))
-        throw fail(where, ": shape ", sh->dump(), " has a dimension that is not a non-negative integer");
+        throw fail(where, ": shape ", sh->dump(),
+                   " has a dimension that is not a non-negative integer");
       const uint64_t dim = d.get<uint64_t>();
       if (dim > static_cast<uint64_t>(INT64_MAX) || mul_overflows(numel, dim, &numel))
         throw fail(where, ": shape ", sh->dump(), " overflows");
@@ -188,10 +201,11 @@ Header parse_header(std::string_view text, uint64_t data_bytes, const std::strin
         throw fail(where, ": data_offsets ", off->dump(), " are not non-negative integers");
     t.begin = (*off)[0].get<uint64_t>();
     t.end = (*off)[1].get<uint64_t>();
-    if (t.begin > t.end) throw fail(where, ": data_offsets ", off->dump(), " end before they begin");
+    if (t.begin > t.end)
+      throw fail(where, ": data_offsets ", off->dump(), " end before they begin");
     if (t.end > data_bytes)
-      throw fail(where, ": data_offsets ", off->dump(), " reach past the data buffer (",
-                 data_bytes, " bytes)");
+      throw fail(where, ": data_offsets ", off->dump(), " reach past the data buffer (", data_bytes,
+                 " bytes)");
     uint64_t bytes = 0;
     if (mul_overflows(numel, t.element_size, &bytes) || bytes != t.end - t.begin)
       throw fail(where, ": ", t.end - t.begin, " bytes in data_offsets ", off->dump(),
@@ -237,7 +251,8 @@ File::File(const std::string& path) : path_(path) {
                             " exceeds the 100 MB limit (corrupt length field?)"));
   if (n > file_size_ - 8)
     throw InputError(concat("safetensors file ", path, ": header length ", n,
-                            " reaches past the end of the ", file_size_, "-byte file (truncated?)"));
+                            " reaches past the end of the ", file_size_,
+                            "-byte file (truncated?)"));
   std::string text(n, '\0');
   if (n) io::pread_all(fd.get(), text.data(), n, 8, path);
   header_size_ = n;
@@ -269,8 +284,8 @@ Tensor File::read(std::string_view name) const {
   const TensorInfo& t = get(name);
   const auto dtype = to_dtype(t.dtype);
   if (!dtype)
-    throw InputError(concat("safetensors file ", path_, ": tensor ", error_name(name), " has dtype ",
-                            t.dtype, ", which has no tensor type here"));
+    throw InputError(concat("safetensors file ", path_, ": tensor ", error_name(name),
+                            " has dtype ", t.dtype, ", which has no tensor type here"));
   Tensor out = Tensor::empty(Shape(t.shape.begin(), t.shape.end()), *dtype);
   read_bytes(t, 0, t.nbytes(), out.raw());
   return out;
@@ -280,7 +295,8 @@ Tensor File::read(std::string_view name) const {
 
 void Writer::add(WriteEntry e) {
   MT_CHECK(e.name != "__metadata__", "a tensor cannot be named __metadata__");
-  for (const WriteEntry& o : entries_) MT_CHECK(o.name != e.name, "duplicate tensor name '", e.name, "'");
+  for (const WriteEntry& o : entries_)
+    MT_CHECK(o.name != e.name, "duplicate tensor name '", e.name, "'");
   const auto esize = dtype_size(e.dtype);
   MT_CHECK(esize.has_value(), "unknown safetensors dtype '", e.dtype, "'");
   uint64_t numel = 1;
@@ -314,7 +330,8 @@ std::string Writer::header() const {
   }
   for (size_t i = 0; i < entries_.size(); ++i) {
     const WriteEntry& e = entries_[i];
-    j[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offsets_[i], offsets_[i + 1]}}};
+    j[e.name] = {
+        {"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offsets_[i], offsets_[i + 1]}}};
   }
   std::string s = j.dump();
   s.append((8 - (8 + s.size()) % 8) % 8, ' ');

@@ -99,7 +99,9 @@ class Writer {
  public:
   void add(WriteEntry entry);
   void add(std::string name, const Tensor& t);  // CPU tensor; data must outlive write()
-  void set_metadata(std::string key, std::string value) { metadata_[std::move(key)] = std::move(value); }
+  void set_metadata(std::string key, std::string value) {
+    metadata_[std::move(key)] = std::move(value);
+  }
   // The header JSON exactly as write() stores it (padded), and the total file size.
   std::string header() const;
   uint64_t file_size() const;

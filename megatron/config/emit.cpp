@@ -44,7 +44,9 @@ std::string auto_note(int64_t stored, int64_t resolved) {
   return stored == 0 ? "auto: " + std::to_string(resolved) : "";
 }
 
-nlohmann::json js(const std::string& s) { return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s); }
+nlohmann::json js(const std::string& s) {
+  return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s);
+}
 template <typename T>
 nlohmann::json js(const std::optional<T>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
@@ -61,7 +63,8 @@ std::string Recipe::to_yaml() const {
   w.kv("num_layers", str(m.num_layers));
   w.kv("hidden_size", str(m.hidden_size));
   w.kv("num_attention_heads", str(m.num_attention_heads));
-  w.kv("num_query_groups", str(m.num_query_groups), auto_note(m.num_query_groups, m.query_groups()));
+  w.kv("num_query_groups", str(m.num_query_groups),
+       auto_note(m.num_query_groups, m.query_groups()));
   w.kv("ffn_hidden_size", str(m.ffn_hidden_size), auto_note(m.ffn_hidden_size, m.ffn()));
   w.kv("seq_length", str(m.seq_length));
   w.kv("max_position_embeddings", str(m.max_position_embeddings),
@@ -203,15 +206,16 @@ nlohmann::json Recipe::to_json() const {
                 {"num_experts", m.num_experts},
                 {"moe_router_topk", m.moe_router_topk}};
   const auto& p = parallel;
-  j["parallel"] = {{"tensor", p.tensor},
-                   {"pipeline", p.pipeline},
-                   {"data", p.data == 0 ? json("auto") : json(p.data)},
-                   {"expert", p.expert},
-                   {"context", p.context},
-                   {"virtual_pipeline", js(p.virtual_pipeline)},
-                   {"sequence_parallel", p.sequence_parallel},
-                   {"order", p.order},
-                   {"pipeline_layers", p.pipeline_layers.empty() ? json(nullptr) : json(p.pipeline_layers)}};
+  j["parallel"] = {
+      {"tensor", p.tensor},
+      {"pipeline", p.pipeline},
+      {"data", p.data == 0 ? json("auto") : json(p.data)},
+      {"expert", p.expert},
+      {"context", p.context},
+      {"virtual_pipeline", js(p.virtual_pipeline)},
+      {"sequence_parallel", p.sequence_parallel},
+      {"order", p.order},
+      {"pipeline_layers", p.pipeline_layers.empty() ? json(nullptr) : json(p.pipeline_layers)}};
   const auto& t = training;
   j["training"] = {{"device", t.device},
                    {"precision", t.precision},

@@ -40,8 +40,10 @@ Node resolve_extends(Node tree, const fs::path& base_dir, std::vector<ChainLink>
   } else if (ext.kind == Node::Kind::Seq) {
     for (const auto& item : ext.items) names.push_back(&item);
   } else if (ext.kind != Node::Kind::Null) {
-    throw InputError(concat(ext.origin.str(), ": extends: expected a recipe path or a list of "
-                            "paths, got ", ext.describe()));
+    throw InputError(concat(ext.origin.str(),
+                            ": extends: expected a recipe path or a list of "
+                            "paths, got ",
+                            ext.describe()));
   }
   Node merged;
   merged.kind = Node::Kind::Map;

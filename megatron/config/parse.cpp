@@ -18,7 +18,9 @@ class MapReader {
  public:
   // `node` may be null (section absent); `path` is the map's key path ("model", "data.tokenizer").
   MapReader(const Node* node, std::string path, KeyOrigins& origins)
-      : node_(node && !node->is_null() ? node : nullptr), path_(std::move(path)), origins_(origins) {
+      : node_(node && !node->is_null() ? node : nullptr),
+        path_(std::move(path)),
+        origins_(origins) {
     if (node_ && node_->kind != Node::Kind::Map)
       fail(*node_, path_, concat("expected a map of keys, got ", node_->describe()));
   }
@@ -233,17 +235,20 @@ void parse_data(MapReader r, KeyOrigins& origins, DataConfig& d) {
           m.get("weight", e.weight);
           m.finish();
         } else {
-          fail(item, key, concat("expected {path: ..., weight: ...} or a path, got ", item.describe()));
+          fail(item, key,
+               concat("expected {path: ..., weight: ...} or a path, got ", item.describe()));
         }
         d.train.push_back(e);
       }
     } else {
-      fail(*v, "data.train", concat("expected a list of {path, weight} or a path, got ", v->describe()));
+      fail(*v, "data.train",
+           concat("expected a list of {path, weight} or a path, got ", v->describe()));
     }
   }
   if (const Node* v = r.take("split")) {
     // Accept `split: 1` (plain number) as well as the usual "969,30,1".
-    if (v->kind != Node::Kind::Scalar) fail(*v, "data.split", concat("expected a string like \"969,30,1\", got ", v->describe()));
+    if (v->kind != Node::Kind::Scalar)
+      fail(*v, "data.split", concat("expected a string like \"969,30,1\", got ", v->describe()));
     d.split = v->scalar;
   }
   r.get("cache_dir", d.cache_dir);
@@ -272,8 +277,8 @@ void parse_logging(MapReader r, LoggingConfig& l) {
 Recipe parse_tree(const Node& root, const std::string& top_file) {
   Recipe r;
   r.origins.fallback = top_file;
-  static const std::vector<std::string> sections = {"model",      "parallel", "training", "optimizer",
-                                                    "data",       "checkpoint", "logging"};
+  static const std::vector<std::string> sections = {"model", "parallel",   "training", "optimizer",
+                                                    "data",  "checkpoint", "logging"};
   for (const auto& [key, value] : root.entries) {
     if (std::find(sections.begin(), sections.end(), key) != sections.end()) continue;
     std::string best;
@@ -281,8 +286,9 @@ Recipe parse_tree(const Node& root, const std::string& top_file) {
       if (edit_distance(key, s) <= 2) best = s;
     std::string list;
     for (const auto& s : sections) list += (list.empty() ? "" : ", ") + s;
-    fail(value, key, concat("unknown section", best.empty() ? "" : concat(" (did you mean '", best, "'?)"),
-                            "; known sections: extends, ", list));
+    fail(value, key,
+         concat("unknown section", best.empty() ? "" : concat(" (did you mean '", best, "'?)"),
+                "; known sections: extends, ", list));
   }
   auto section = [&](const char* name) { return MapReader(root.find(name), name, r.origins); };
   parse_model(section("model"), r.model);

@@ -15,18 +15,18 @@
 // from ("recipes/x.yaml:12", or "recipes/x.yaml (--set model.num_layers=5)" for an override, or the
 // top recipe file for a key left at its default), then the full key path, then the problem with
 // the bad value, e.g.
-//   recipes/x.yaml:4: model.num_attention_heads: must be divisible by parallel.tensor (got 12 % 5 = 2)
+//   recipes/x.yaml:4: model.num_attention_heads: must be divisible by parallel.tensor (got 12 % 5 =
+//   2)
 //
 // Scalars: integers are plain decimal; floats accept 6e-4, 0.1, 10; booleans are true/false;
 // quoted scalars ("12") are strings and are rejected where a number or boolean is expected. A
 // null (`null`, `~` or nothing) means "not set": the default applies (an error for required keys).
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace megatron::config {
 
@@ -39,14 +39,14 @@ struct KeyOrigins {
 };
 
 struct ModelConfig {
-  std::string arch = "gpt";  // gpt|llama|bert
+  std::string arch = "gpt";                                          // gpt|llama|bert
   int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0;  // required
-  int64_t num_query_groups = 0;  // 0 -> = num_attention_heads (no GQA)
-  int64_t ffn_hidden_size = 0;   // 0 -> 4 * hidden_size
-  int64_t seq_length = 0;        // required
-  int64_t max_position_embeddings = 0;      // 0 -> seq_length
-  std::string normalization = "layernorm";  // layernorm|rmsnorm
-  std::string activation = "gelu";          // gelu|swiglu
+  int64_t num_query_groups = 0;                // 0 -> = num_attention_heads (no GQA)
+  int64_t ffn_hidden_size = 0;                 // 0 -> 4 * hidden_size
+  int64_t seq_length = 0;                      // required
+  int64_t max_position_embeddings = 0;         // 0 -> seq_length
+  std::string normalization = "layernorm";     // layernorm|rmsnorm
+  std::string activation = "gelu";             // gelu|swiglu
   std::string position_embedding = "learned";  // learned|rope
   double rope_theta = 10000;
   bool tie_embeddings = true;
@@ -59,10 +59,16 @@ struct ModelConfig {
   int64_t num_experts = 0;      // 0 -> dense MLP; > 0 -> MoE with this many experts per layer
   int64_t moe_router_topk = 2;  // experts per token (MoE only)
 
-  int64_t query_groups() const { return num_query_groups > 0 ? num_query_groups : num_attention_heads; }
+  int64_t query_groups() const {
+    return num_query_groups > 0 ? num_query_groups : num_attention_heads;
+  }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
-  int64_t head_dim() const { return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0; }
-  int64_t max_positions() const { return max_position_embeddings > 0 ? max_position_embeddings : seq_length; }
+  int64_t head_dim() const {
+    return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
+  }
+  int64_t max_positions() const {
+    return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
+  }
   // The embedding-table rows: vocab_size if set, else tokenizer_vocab, rounded up to a multiple of
   // make_vocab_size_divisible_by * tensor_parallel (Megatron's padding rule).
   int64_t padded_vocab_size(int64_t tokenizer_vocab, int64_t tensor_parallel = 1) const;
@@ -97,15 +103,15 @@ struct ScheduleConfig {
 };
 
 struct TrainingConfig {
-  std::string device = "cpu";      // cpu|cuda
-  std::string precision = "fp32";  // fp32|bf16|fp16
+  std::string device = "cpu";                                            // cpu|cuda
+  std::string precision = "fp32";                                        // fp32|bf16|fp16
   int64_t micro_batch_size = 0, global_batch_size = 0, train_iters = 0;  // required
   int64_t eval_interval = 0, eval_iters = 0;  // eval_interval 0 -> no periodic evaluation
   uint64_t seed = 1234;
   std::string recompute = "none";  // none|full|selective
   std::optional<double> exit_duration_minutes;
-  int64_t threads = 0;      // 0 = auto
-  double peak_tflops = 0;   // 0 = measure at start
+  int64_t threads = 0;     // 0 = auto
+  double peak_tflops = 0;  // 0 = measure at start
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const TrainingConfig&) const = default;
@@ -115,8 +121,8 @@ struct OptimizerConfig {
   std::string type = "adamw";  // adamw|sgd (sgd uses beta1 as momentum)
   double lr = 0;               // required, > 0
   double min_lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip_grad = 1.0;      // 0 -> no clipping
-  bool distributed = false;    // ZeRO-1 over data parallel
+  double clip_grad = 1.0;    // 0 -> no clipping
+  bool distributed = false;  // ZeRO-1 over data parallel
   ScheduleConfig schedule;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
@@ -151,7 +157,7 @@ struct DataConfig {
 };
 
 struct CheckpointConfig {
-  std::string save, load;               // directories; empty -> none
+  std::string save, load;                // directories; empty -> none
   std::optional<int64_t> save_interval;  // unset -> save only on signal/exit (if save is set)
   int64_t keep_last = 3;                 // 0 -> keep all
   bool finetune = false;                 // load weights only: reset iteration, optimizer, data
@@ -194,7 +200,7 @@ struct Recipe {
   // validate_for_world(), then sets parallel.data to the resolved size.
   void resolve_for_world(int64_t world_size);
 
-  std::string to_yaml() const;  // every key, defaults included; re-parses to an equal recipe
+  std::string to_yaml() const;     // every key, defaults included; re-parses to an equal recipe
   nlohmann::json to_json() const;  // same keys; empty strings and unset optionals are null
 
   // Compares the configuration sections only (not source_path, root_dir or origins).

@@ -90,11 +90,21 @@ std::string yaml_quote(const std::string& s) {
   std::string q = "\"";
   for (unsigned char c : s) {
     switch (c) {
-      case '"': q += "\\\""; break;
-      case '\\': q += "\\\\"; break;
-      case '\n': q += "\\n"; break;
-      case '\t': q += "\\t"; break;
-      case '\r': q += "\\r"; break;
+      case '"':
+        q += "\\\"";
+        break;
+      case '\\':
+        q += "\\\\";
+        break;
+      case '\n':
+        q += "\\n";
+        break;
+      case '\t':
+        q += "\\t";
+        break;
+      case '\r':
+        q += "\\r";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           char esc[8];

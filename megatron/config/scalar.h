@@ -10,7 +10,7 @@ namespace megatron::config::detail {
 std::string parse_int64(std::string_view text, int64_t& out);
 std::string parse_uint64(std::string_view text, uint64_t& out);
 std::string parse_double(std::string_view text, double& out);  // finite values only
-std::string parse_bool(std::string_view text, bool& out);       // true|True|TRUE|false|False|FALSE
+std::string parse_bool(std::string_view text, bool& out);      // true|True|TRUE|false|False|FALSE
 
 // Shortest text that parses back to exactly v ("0.001", "1e-05", "10000").
 std::string format_double(double v);

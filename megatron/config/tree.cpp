@@ -27,10 +27,14 @@ Node* Node::find(const std::string& key) {
 
 std::string Node::describe() const {
   switch (kind) {
-    case Kind::Null: return "null";
-    case Kind::Seq: return "a list";
-    case Kind::Map: return "a map";
-    case Kind::Scalar: return quoted ? concat("the string \"", scalar, "\"") : concat("'", scalar, "'");
+    case Kind::Null:
+      return "null";
+    case Kind::Seq:
+      return "a list";
+    case Kind::Map:
+      return "a map";
+    case Kind::Scalar:
+      return quoted ? concat("the string \"", scalar, "\"") : concat("'", scalar, "'");
   }
   return {};
 }
@@ -48,7 +52,8 @@ struct Budget {
 
 // Converts a yaml-cpp node. Its origin line is that of the key holding it (yaml-cpp's marks for
 // null values point past the key); `path` names it in errors.
-Node convert(const YAML::Node& y, Origin origin, const std::string& path, Budget& budget, int depth) {
+Node convert(const YAML::Node& y, Origin origin, const std::string& path, Budget& budget,
+             int depth) {
   MT_INPUT_CHECK(depth <= kMaxDepth, origin.str(), ": ", path, ": nested more than ", kMaxDepth,
                  " levels deep (a recursive alias?)");
   MT_INPUT_CHECK(++budget.nodes <= kMaxNodes, origin.str(), ": more than ", kMaxNodes,
@@ -57,7 +62,9 @@ Node convert(const YAML::Node& y, Origin origin, const std::string& path, Budget
   n.origin = std::move(origin);
   switch (y.Type()) {
     case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null: n.kind = Node::Kind::Null; break;
+    case YAML::NodeType::Null:
+      n.kind = Node::Kind::Null;
+      break;
     case YAML::NodeType::Scalar:
       n.kind = Node::Kind::Scalar;
       n.scalar = y.Scalar();
@@ -68,7 +75,8 @@ Node convert(const YAML::Node& y, Origin origin, const std::string& path, Budget
       size_t i = 0;
       for (const auto& item : y) {
         Origin o = n.origin;
-        if (o.override_text.empty() && !item.Mark().is_null() && !item.IsNull()) o.line = item.Mark().line;
+        if (o.override_text.empty() && !item.Mark().is_null() && !item.IsNull())
+          o.line = item.Mark().line;
         n.items.push_back(convert(item, o, concat(path, "[", i++, "]"), budget, depth + 1));
       }
       break;
@@ -98,8 +106,8 @@ Node parse_yaml(const std::string& text, const std::string& file) {
     docs = YAML::LoadAll(text);
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw InputError(concat(file, ": malformed YAML: ", e.msg));
-    throw InputError(concat(file, ":", e.mark.line + 1, ":", e.mark.column + 1,
-                            ": malformed YAML: ", e.msg));
+    throw InputError(
+        concat(file, ":", e.mark.line + 1, ":", e.mark.column + 1, ": malformed YAML: ", e.msg));
   }
   MT_INPUT_CHECK(docs.size() <= 1, file, ": expected one YAML document, found ", docs.size());
   Origin origin{file, 0, ""};
@@ -109,8 +117,10 @@ Node parse_yaml(const std::string& text, const std::string& file) {
     empty.origin = origin;
     return empty;
   }
-  MT_INPUT_CHECK(docs[0].IsMap(), file, ": the top level must be a map of sections (model:, "
-                 "training:, ...), got ", docs[0].IsSequence() ? "a list" : "a scalar");
+  MT_INPUT_CHECK(docs[0].IsMap(), file,
+                 ": the top level must be a map of sections (model:, "
+                 "training:, ...), got ",
+                 docs[0].IsSequence() ? "a list" : "a scalar");
   Budget budget;
   return convert(docs[0], origin, "", budget, 0);
 }
@@ -185,8 +195,8 @@ void apply_override(Node& root, const std::string& text, const std::string& top_
       int64_t index = -1;
       MT_INPUT_CHECK(parse_int64(part, index).empty() && index >= 0 &&
                          static_cast<size_t>(index) < cur->items.size(),
-                     "--set ", text, ": ", walked, " is a list of ", cur->items.size(),
-                     " items; '", part, "' is not an index into it");
+                     "--set ", text, ": ", walked, " is a list of ", cur->items.size(), " items; '",
+                     part, "' is not an index into it");
       next = &cur->items[static_cast<size_t>(index)];
     } else {
       throw InputError(concat("--set ", text, ": ", walked, " is a value (", cur->describe(),

@@ -19,8 +19,8 @@ struct Node {
   enum class Kind { Null, Scalar, Seq, Map };
   Kind kind = Kind::Null;
   std::string scalar;
-  bool quoted = false;  // a quoted (or !!str-tagged) scalar: a string, never a number/bool
-  std::vector<Node> items;                           // Seq
+  bool quoted = false;      // a quoted (or !!str-tagged) scalar: a string, never a number/bool
+  std::vector<Node> items;  // Seq
   std::vector<std::pair<std::string, Node>> entries;  // Map, in file order
   Origin origin;
 

@@ -56,7 +56,8 @@ class Checker {
   // `key` must be divisible by `by`; `by_name` names the divisor in the message.
   void divisible(const std::string& key, int64_t v, const std::string& by_name, int64_t by) const {
     if (by > 0 && v % by != 0)
-      fail(key, concat("must be divisible by ", by_name, " (got ", v, " % ", by, " = ", v % by, ")"));
+      fail(key,
+           concat("must be divisible by ", by_name, " (got ", v, " % ", by, " = ", v % by, ")"));
   }
 
  private:
@@ -67,7 +68,8 @@ class Checker {
 
 int64_t ModelConfig::padded_vocab_size(int64_t tokenizer_vocab, int64_t tensor_parallel) const {
   int64_t vocab = vocab_size > 0 ? vocab_size : tokenizer_vocab;
-  int64_t multiple = std::max<int64_t>(1, make_vocab_size_divisible_by) * std::max<int64_t>(1, tensor_parallel);
+  int64_t multiple =
+      std::max<int64_t>(1, make_vocab_size_divisible_by) * std::max<int64_t>(1, tensor_parallel);
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
@@ -95,9 +97,10 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
             concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",
                    head_dim(), ")"));
   if (position_embedding == "learned")
-    c.check(seq_length <= max_positions(), "model.seq_length",
-            concat("must be <= model.max_position_embeddings with learned position embeddings (got ",
-                   seq_length, " > ", max_positions(), ")"));
+    c.check(
+        seq_length <= max_positions(), "model.seq_length",
+        concat("must be <= model.max_position_embeddings with learned position embeddings (got ",
+               seq_length, " > ", max_positions(), ")"));
   c.unit_interval("model.hidden_dropout", hidden_dropout);
   c.unit_interval("model.attention_dropout", attention_dropout);
   c.positive("model.layernorm_epsilon", layernorm_epsilon);
@@ -113,8 +116,10 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
 
 void ParallelConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
-  for (auto [key, v] : {std::pair{"parallel.tensor", tensor}, {"parallel.pipeline", pipeline},
-                        {"parallel.expert", expert}, {"parallel.context", context}})
+  for (auto [key, v] : {std::pair{"parallel.tensor", tensor},
+                        {"parallel.pipeline", pipeline},
+                        {"parallel.expert", expert},
+                        {"parallel.context", context}})
     c.check(v >= 1, key, concat("must be >= 1 (got ", v, ")"));
   c.check(data >= 0, "parallel.data", concat("must be >= 1 or auto (got ", data, ")"));
   if (virtual_pipeline) {
@@ -137,8 +142,8 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
     int64_t stages = pipeline * virtual_stages();
     c.check(static_cast<int64_t>(pipeline_layers.size()) == stages, "parallel.pipeline_layers",
             concat("must have one entry per pipeline stage (parallel.pipeline * "
-                   "parallel.virtual_pipeline = ", stages, "), got ", pipeline_layers.size(),
-                   " entries"));
+                   "parallel.virtual_pipeline = ",
+                   stages, "), got ", pipeline_layers.size(), " entries"));
     for (size_t i = 0; i < pipeline_layers.size(); ++i)
       c.check(pipeline_layers[i] >= 0, concat("parallel.pipeline_layers"),
               concat("entries must be >= 0 (got ", pipeline_layers[i], " at index ", i, ")"));
@@ -232,7 +237,8 @@ void DataConfig::validate(const KeyOrigins& origins) const {
   }
   c.check(!split_fractions().empty(), "data.split",
           concat("must be 1 to 3 comma-separated non-negative numbers with a positive sum, like "
-                 "\"969,30,1\" (got \"", split, "\")"));
+                 "\"969,30,1\" (got \"",
+                 split, "\")"));
 }
 
 void CheckpointConfig::validate(const KeyOrigins& origins) const {
@@ -297,8 +303,8 @@ void Recipe::validate() const {
   int64_t decay_iters = optimizer.schedule.decay_iters.value_or(training.train_iters);
   c.check(optimizer.schedule.warmup_iters <= decay_iters, "optimizer.schedule.warmup_iters",
           concat("must be <= the decay length (optimizer.schedule.decay_iters, default "
-                 "training.train_iters) (got ", optimizer.schedule.warmup_iters, " > ",
-                 decay_iters, ")"));
+                 "training.train_iters) (got ",
+                 optimizer.schedule.warmup_iters, " > ", decay_iters, ")"));
   if (training.eval_interval > 0)
     c.check(data.split_fractions()[1] > 0, "data.split",
             concat("needs a non-zero validation part when training.eval_interval > 0 (got \"",
@@ -329,8 +335,8 @@ void Recipe::validate_for_world(int64_t world) const {
                  training.global_batch_size, " % (", training.micro_batch_size, " * ", dp,
                  ") = ", training.global_batch_size % per_step, ")"));
   c.check(dp % p.expert == 0, "parallel.expert",
-          concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert,
-                 " = ", dp % p.expert, ")"));
+          concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert, " = ",
+                 dp % p.expert, ")"));
 }
 
 int64_t Recipe::data_parallel_size(int64_t world_size) const {
@@ -343,7 +349,9 @@ int64_t Recipe::num_microbatches(int64_t world_size) const {
   return training.global_batch_size / (training.micro_batch_size * dp);
 }
 
-void Recipe::resolve_for_world(int64_t world_size) { parallel.data = data_parallel_size(world_size); }
+void Recipe::resolve_for_world(int64_t world_size) {
+  parallel.data = data_parallel_size(world_size);
+}
 
 bool Recipe::operator==(const Recipe& o) const {
   return model == o.model && parallel == o.parallel && training == o.training &&

@@ -34,12 +34,12 @@ DType parse_dtype(std::string_view name) {
     DType type;
   };
   static constexpr Alias kAliases[] = {
-      {"fp32", DType::F32},   {"float32", DType::F32},  {"float", DType::F32},
-      {"fp64", DType::F64},   {"float64", DType::F64},  {"double", DType::F64},
-      {"bf16", DType::BF16},  {"bfloat16", DType::BF16}, {"fp16", DType::F16},
-      {"float16", DType::F16}, {"half", DType::F16},     {"int64", DType::I64},
-      {"int32", DType::I32},  {"int16", DType::I16},    {"int8", DType::I8},
-      {"uint16", DType::U16}, {"uint8", DType::U8},
+      {"fp32", DType::F32},    {"float32", DType::F32},   {"float", DType::F32},
+      {"fp64", DType::F64},    {"float64", DType::F64},   {"double", DType::F64},
+      {"bf16", DType::BF16},   {"bfloat16", DType::BF16}, {"fp16", DType::F16},
+      {"float16", DType::F16}, {"half", DType::F16},      {"int64", DType::I64},
+      {"int32", DType::I32},   {"int16", DType::I16},     {"int8", DType::I8},
+      {"uint16", DType::U16},  {"uint8", DType::U8},
   };
   for (const Alias& a : kAliases)
     if (a.name == name) return a.type;

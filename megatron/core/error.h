@@ -40,8 +40,8 @@ std::string concat(Parts&&... parts) {
   } while (0)
 
 // For bad user input: no source location, just the message (which must name the input).
-#define MT_INPUT_CHECK(cond, ...)                                                     \
-  do {                                                                                \
-    if (!(cond)) [[unlikely]]                                                         \
+#define MT_INPUT_CHECK(cond, ...)                                                      \
+  do {                                                                                 \
+    if (!(cond)) [[unlikely]]                                                          \
       throw ::megatron::InputError(::megatron::concat("" __VA_OPT__(, ) __VA_ARGS__)); \
   } while (0)

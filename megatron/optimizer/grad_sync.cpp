@@ -43,7 +43,8 @@ void DataParallelGrads::grads_ready_below(int64_t watermark) {
 void DataParallelGrads::launch(size_t i) {
   Tensor grads = store_->grads().flat_view(buckets_[i].begin, {buckets_[i].size()});
   if (distributed_) {
-    pending_.push_back(dp_->reduce_scatter_async(grads, shard_scratch_[i], parallel::ReduceOp::Sum));
+    pending_.push_back(
+        dp_->reduce_scatter_async(grads, shard_scratch_[i], parallel::ReduceOp::Sum));
   } else {
     pending_.push_back(dp_->all_reduce_async(grads, parallel::ReduceOp::Sum));
   }
@@ -68,8 +69,7 @@ void DataParallelGrads::gather_params() {
   std::vector<Tensor> outs;
   outs.reserve(buckets_.size());  // async gathers keep pointers to these views
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    shard_scratch_[i].copy_from(
-        store_->values().flat_view(owned_[i].begin, {owned_[i].size()}));
+    shard_scratch_[i].copy_from(store_->values().flat_view(owned_[i].begin, {owned_[i].size()}));
     outs.push_back(store_->values().flat_view(buckets_[i].begin, {buckets_[i].size()}));
     pending_.push_back(dp_->all_gather_async(shard_scratch_[i], outs.back()));
   }

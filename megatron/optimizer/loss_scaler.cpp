@@ -11,8 +11,8 @@ void LossScalerConfig::validate() const {
            " min ", min_scale);
   MT_CHECK(growth_factor > 1.0 && backoff_factor > 0.0 && backoff_factor < 1.0,
            "loss scale: growth ", growth_factor, " backoff ", backoff_factor);
-  MT_CHECK(growth_interval > 0 && hysteresis > 0, "loss scale: growth interval ",
-           growth_interval, " hysteresis ", hysteresis);
+  MT_CHECK(growth_interval > 0 && hysteresis > 0, "loss scale: growth interval ", growth_interval,
+           " hysteresis ", hysteresis);
 }
 
 LossScaler::LossScaler(bool dynamic, const LossScalerConfig& config)
@@ -30,7 +30,8 @@ void LossScaler::update(bool found_non_finite) {
     clean_steps_ = 0;
     // As Megatron: once hysteresis is used up, every further overflow backs off until the
     // next growth restores it.
-    if (--hysteresis_left_ <= 0) scale_ = std::max(scale_ * config_.backoff_factor, config_.min_scale);
+    if (--hysteresis_left_ <= 0)
+      scale_ = std::max(scale_ * config_.backoff_factor, config_.min_scale);
     return;
   }
   if (++clean_steps_ >= config_.growth_interval) {

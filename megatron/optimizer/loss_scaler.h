@@ -4,7 +4,6 @@
 // `hysteresis` such steps, the scale backs off; after `growth_interval` clean steps in a row it
 // grows. bf16 and fp32 use a constant scale of 1 (no overflow risk worth the cost).
 #include <cstdint>
-
 #include <nlohmann/json.hpp>
 
 namespace megatron::optim {

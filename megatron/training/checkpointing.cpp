@@ -97,8 +97,8 @@ void Trainer::save_checkpoint(int64_t iteration) {
       req.pieces.push_back(
           segment(s, "optim/exp_avg/", optimizer_->exp_avg().data<float>() + s.state_offset));
       if (optimizer_->exp_avg_sq().defined() && optimizer_->exp_avg_sq().numel() > 0)
-        req.pieces.push_back(segment(
-            s, "optim/exp_avg_sq/", optimizer_->exp_avg_sq().data<float>() + s.state_offset));
+        req.pieces.push_back(segment(s, "optim/exp_avg_sq/",
+                                     optimizer_->exp_avg_sq().data<float>() + s.state_offset));
     }
   }
   req.metadata = {{"recipe", recipe_.to_json()},
@@ -107,24 +107,28 @@ void Trainer::save_checkpoint(int64_t iteration) {
                   {"optimizer_steps", optimizer_->steps_taken()},
                   {"optimizer_type", recipe_.optimizer.type},
                   {"lr_schedule",
-                   {{"max_lr", schedule_.max_lr}, {"min_lr", schedule_.min_lr},
+                   {{"max_lr", schedule_.max_lr},
+                    {"min_lr", schedule_.min_lr},
                     {"warmup_iters", schedule_.warmup_iters},
                     {"decay_iters", schedule_.decay_iters},
                     {"decay", recipe_.optimizer.schedule.decay},
                     {"lr_at_iteration", schedule_.lr(iteration)}}},
-                  {"rng", {{"kind", "philox4x32-10 counter-based"},
-                           {"seed", recipe_.training.seed},
-                           {"note", "dropout and init streams are functions of (seed, iteration)"}}},
-                  {"data", {{"consumed_samples", iteration * recipe_.training.global_batch_size},
-                            {"seed", recipe_.training.seed}}},
+                  {"rng",
+                   {{"kind", "philox4x32-10 counter-based"},
+                    {"seed", recipe_.training.seed},
+                    {"note", "dropout and init streams are functions of (seed, iteration)"}}},
+                  {"data",
+                   {{"consumed_samples", iteration * recipe_.training.global_batch_size},
+                    {"seed", recipe_.training.seed}}},
                   {"loss_scaler", scaler_->state()},
                   {"layout",
-                   {{"tp", tp_->size()}, {"pp", pp_->size()}, {"dp", dp_size_},
+                   {{"tp", tp_->size()},
+                    {"pp", pp_->size()},
+                    {"dp", dp_size_},
                     {"distributed_optimizer", grad_sync_->distributed()}}}};
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
   if (is_logger_)
-    *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n"
-          << std::flush;
+    *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
 }
 
 int64_t Trainer::load_checkpoint() {
@@ -135,8 +139,7 @@ int64_t Trainer::load_checkpoint() {
     dir = checkpoint_dir(c.load);
     MT_INPUT_CHECK(ckpt::latest_iteration(dir).has_value() ||
                        std::filesystem::exists(std::filesystem::path(dir) / "metadata.json"),
-                   recipe_.source_path, ": checkpoint.load: no complete checkpoint in '", dir,
-                   "'");
+                   recipe_.source_path, ": checkpoint.load: no complete checkpoint in '", dir, "'");
   } else if (!c.save.empty() && ckpt::latest_iteration(checkpoint_dir(c.save))) {
     dir = checkpoint_dir(c.save);
   } else {
@@ -153,10 +156,9 @@ int64_t Trainer::load_checkpoint() {
     if (it != index.tensors.end()) {
       const std::vector<int64_t> want(piece.global_shape.begin(), piece.global_shape.end());
       if (it->second.shape != want) {
-        MT_INPUT_CHECK(remap_padded_rows(piece, it->second.shape, pieces), index.path,
-                       ": tensor '", piece.name, "' has shape ", Shape(it->second.shape.begin(),
-                                                                       it->second.shape.end())
-                                                                     .str(),
+        MT_INPUT_CHECK(remap_padded_rows(piece, it->second.shape, pieces), index.path, ": tensor '",
+                       piece.name, "' has shape ",
+                       Shape(it->second.shape.begin(), it->second.shape.end()).str(),
                        " but this model needs ", piece.global_shape.str(),
                        " (a checkpoint of a different model?)");
         return;
@@ -171,13 +173,12 @@ int64_t Trainer::load_checkpoint() {
       request(segment(s, prefix, s.param->master.data<float>() + s.begin));
     }
     if (weights_only) continue;
-    MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path,
-                   ": no optimizer state for '", s.param->name,
-                   "' (set checkpoint.finetune: true to load the weights only)");
+    MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path, ": no optimizer state for '",
+                   s.param->name, "' (set checkpoint.finetune: true to load the weights only)");
     request(segment(s, "optim/exp_avg/", optimizer_->exp_avg().data<float>() + s.state_offset));
     if (optimizer_->exp_avg_sq().numel() > 0)
-      request(segment(s, "optim/exp_avg_sq/",
-                      optimizer_->exp_avg_sq().data<float>() + s.state_offset));
+      request(
+          segment(s, "optim/exp_avg_sq/", optimizer_->exp_avg_sq().data<float>() + s.state_offset));
   }
   ckpt::LoadRequest req;
   req.dir = dir;
@@ -189,8 +190,7 @@ int64_t Trainer::load_checkpoint() {
       store_.refresh_model_weights(s.param->offset + s.begin, s.param->offset + s.end);
   resumed_from_ = index.path;
   if (is_logger_)
-    *log_ << "loaded checkpoint " << index.path << (weights_only ? " (weights only)" : "")
-          << "\n"
+    *log_ << "loaded checkpoint " << index.path << (weights_only ? " (weights only)" : "") << "\n"
           << std::flush;
   if (weights_only) return 0;
   MT_INPUT_CHECK(meta.contains("iteration") && meta.contains("optimizer_steps"), index.path,

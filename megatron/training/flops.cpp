@@ -15,8 +15,8 @@ double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
       (1.0 + static_cast<double>(m.query_groups) / static_cast<double>(m.heads) +
        static_cast<double>(m.seq_length) / h) *
       q_ratio;
-  const double mlp = static_cast<double>(m.ffn) / h * static_cast<double>(m.experts_per_token) *
-                     gated;
+  const double mlp =
+      static_cast<double>(m.ffn) / h * static_cast<double>(m.experts_per_token) * gated;
   const double logits = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
   return 12.0 * static_cast<double>(global_batch_size) * static_cast<double>(m.seq_length) *
          static_cast<double>(m.num_layers) * h * h * (attention + mlp + logits);

@@ -5,8 +5,7 @@ namespace megatron::training {
 using pipeline::ActionKind;
 
 PipelineRuntime::PipelineRuntime(std::vector<const models::GPTModel*> chunks,
-                                 parallel::Communicator& pp, int64_t hidden_rows,
-                                 int64_t hidden)
+                                 parallel::Communicator& pp, int64_t hidden_rows, int64_t hidden)
     : chunks_(std::move(chunks)), pp_(&pp), hidden_rows_(hidden_rows), hidden_(hidden) {
   MT_CHECK(!chunks_.empty(), "pipeline runtime without model chunks");
 }
@@ -55,8 +54,8 @@ void PipelineRuntime::exchange(const std::vector<pipeline::Action>& actions, siz
     const int tag = pipeline::p2p_tag(a.kind);
     switch (a.kind) {
       case ActionKind::SendActivation:
-        ops.push_back({parallel::P2POp::Send, chunks_[a.chunk]->output(*live_.at(k)),
-                       a.peer_stage, tag});
+        ops.push_back(
+            {parallel::P2POp::Send, chunks_[a.chunk]->output(*live_.at(k)), a.peer_stage, tag});
         break;
       case ActionKind::RecvActivation:
         act_in_[k] = hidden_buffer(k.first);
@@ -143,8 +142,7 @@ double PipelineRuntime::forward_only(int num_microbatches, const FillMicroBatch&
       }
       loss += chunks_[c]->forward(act, b, v > 0 ? &act_in_[k] : nullptr);
       if (v + 1 < virtual_stages)
-        pp_->batch_isend_irecv({{parallel::P2POp::Send, chunks_[c]->output(act), next, 0}})
-            ->wait();
+        pp_->batch_isend_irecv({{parallel::P2POp::Send, chunks_[c]->output(act), next, 0}})->wait();
       release(k);
       act_in_.erase(k);
     }

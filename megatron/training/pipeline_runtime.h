@@ -5,8 +5,8 @@
 // actions is one batched isend/irecv, waited before the next compute.
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 

@@ -1,7 +1,5 @@
 #include "megatron/training/trainer.h"
 
-#include "megatron/training/signals.h"
-
 #include <omp.h>
 
 #include <chrono>
@@ -10,6 +8,8 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <optional>
+
+#include "megatron/training/signals.h"
 
 namespace megatron::training {
 namespace {
@@ -60,8 +60,9 @@ models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_
 
 FlopsModel flops_model_from_spec(const models::GPTSpec& s) {
   const auto& t = s.transformer;
-  return FlopsModel{t.num_layers, t.hidden,     t.heads,  t.query_groups,      t.head_dim(),
-                    t.ffn,        t.seq_length, s.padded_vocab_size, t.swiglu, 1};
+  return FlopsModel{t.num_layers, t.hidden, t.heads,      t.query_groups,
+                    t.head_dim(), t.ffn,    t.seq_length, s.padded_vocab_size,
+                    t.swiglu,     1};
 }
 
 Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
@@ -73,8 +74,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
 
 Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  std::shared_ptr<const SampleSource> train,
-                 std::shared_ptr<const SampleSource> valid, TrainerGroups groups,
-                 std::ostream& log)
+                 std::shared_ptr<const SampleSource> valid, TrainerGroups groups, std::ostream& log)
     : recipe_(recipe),
       train_(std::move(train)),
       valid_(std::move(valid)),
@@ -95,8 +95,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  " pipeline=", recipe_.parallel.pipeline, " data=", recipe_.parallel.data,
                  " do not match the process groups (tp ", tp_->size(), ", pp ", pp_->size(),
                  ", dp ", dp_->size(), ")");
-  MT_INPUT_CHECK(recipe_.parallel.expert == 1 && recipe_.parallel.context == 1,
-                 recipe_.source_path, ": parallel.expert/context > 1 are not available yet");
+  MT_INPUT_CHECK(recipe_.parallel.expert == 1 && recipe_.parallel.context == 1, recipe_.source_path,
+                 ": parallel.expert/context > 1 are not available yet");
   MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
                  "' is not available in this build (cpu only so far)");
   MT_INPUT_CHECK(tr.recompute == "none", recipe_.source_path, ": training.recompute: '",
@@ -124,8 +124,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
 
   // Buckets of ~16 MiB of fp32 gradients: large enough for bandwidth, small enough to overlap.
   constexpr int64_t kBucketElements = int64_t{4} << 20;
-  grad_sync_ = std::make_unique<optim::DataParallelGrads>(store_, *dp_, kBucketElements,
-                                                          distributed);
+  grad_sync_ =
+      std::make_unique<optim::DataParallelGrads>(store_, *dp_, kBucketElements, distributed);
   const auto& o = recipe_.optimizer;
   optimizer_ = std::make_unique<optim::Optimizer>(
       store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay},
@@ -149,13 +149,13 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   if (is_logger_) {
     *log_ << "model: " << store_.numel() << " parameters (" << spec.transformer.num_layers
           << " layers, hidden " << spec.transformer.hidden << ", vocab " << spec.vocab_size
-          << " padded to " << spec.padded_vocab_size << "); dp " << dp_size_ << ", "
-          << num_micro_ << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
+          << " padded to " << spec.padded_vocab_size << "); dp " << dp_size_ << ", " << num_micro_
+          << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
           << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
           << (distributed ? " (distributed)" : "") << "; " << std::setprecision(4)
           << flops_per_step_ / 1e12 << " TFLOP per step; peak " << peak_flops_ / 1e12
-          << " TFLOP/s per rank" << (tr.peak_tflops > 0 ? " (recipe)" : " (measured sgemm)")
-          << "; " << omp_get_max_threads() << " threads per rank\n"
+          << " TFLOP/s per rank" << (tr.peak_tflops > 0 ? " (recipe)" : " (measured sgemm)") << "; "
+          << omp_get_max_threads() << " threads per rank\n"
           << std::flush;
   }
 }
@@ -196,8 +196,7 @@ void Trainer::build_model(const models::GPTSpec& spec) {
     const auto kind = p.virtual_pipeline && vpp > 1 ? pipeline::ScheduleKind::Interleaved
                                                     : pipeline::ScheduleKind::OneFOneB;
     schedule_actions_ = pipeline::make_schedule(kind, static_cast<int>(pp),
-                                                static_cast<int>(num_micro_),
-                                                static_cast<int>(vpp))
+                                                static_cast<int>(num_micro_), static_cast<int>(vpp))
                             .ranks[static_cast<size_t>(pp_->rank())];
     // The last stage's tied LM-head copy is not counted again in the gradient norm.
     for (const auto& c : chunks_)
@@ -279,8 +278,8 @@ StepMetrics Trainer::train_step(int64_t iteration) {
       optim::global_grad_norm(optimizer_->segments(), tp_->rank(), *model_group_,
                               grad_sync_->distributed() ? dp_ : nullptr);
   metrics.grad_norm = scaled_norm / scale;
-  MT_CHECK(std::isfinite(metrics.loss), "iteration ", iteration, ": non-finite loss ",
-           metrics.loss, " (lower optimizer.lr)");
+  MT_CHECK(std::isfinite(metrics.loss), "iteration ", iteration, ": non-finite loss ", metrics.loss,
+           " (lower optimizer.lr)");
   metrics.lr = schedule_.lr(iteration);
   if (!std::isfinite(scaled_norm) || fp16_gradient_overflow()) {
     MT_CHECK(scaler_->dynamic(), "iteration ", iteration, ": non-finite gradient norm ",
@@ -298,8 +297,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     scaler_->update(false);
   }
 
-  metrics.seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
   metrics.mfu = metrics.tflops * 1e12 / peak_flops_;
@@ -378,22 +376,26 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
   if (!is_logger_) return;
   if (to_console)
     *log_ << "iter " << std::setw(6) << m.iteration << "/" << recipe_.training.train_iters
-        << " | loss " << std::fixed << std::setprecision(4) << m.loss << " | lr "
-        << std::scientific << std::setprecision(3) << m.lr << " | grad_norm " << std::fixed
-        << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
-        << m.seconds * 1000 << " ms | " << std::setprecision(0) << m.tokens_per_s
-        << " tok/s | " << std::setprecision(3) << m.tflops << " TFLOP/s | MFU "
-        << std::setprecision(1) << m.mfu * 100 << "% | mem "
-        << std::setprecision(0) << static_cast<double>(cpu_memory_stats().peak_bytes) / 1048576.0
-        << " MiB" << (m.skipped ? " | skipped (fp16 overflow)" : "") << std::defaultfloat
-        << "\n"
-        << std::flush;
+          << " | loss " << std::fixed << std::setprecision(4) << m.loss << " | lr "
+          << std::scientific << std::setprecision(3) << m.lr << " | grad_norm " << std::fixed
+          << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
+          << m.seconds * 1000 << " ms | " << std::setprecision(0) << m.tokens_per_s << " tok/s | "
+          << std::setprecision(3) << m.tflops << " TFLOP/s | MFU " << std::setprecision(1)
+          << m.mfu * 100 << "% | mem " << std::setprecision(0)
+          << static_cast<double>(cpu_memory_stats().peak_bytes) / 1048576.0 << " MiB"
+          << (m.skipped ? " | skipped (fp16 overflow)" : "") << std::defaultfloat << "\n"
+          << std::flush;
   if (jsonl_.is_open()) {
-    nlohmann::json j = {{"iteration", m.iteration},       {"loss", m.loss},
-                        {"lr", m.lr},                     {"grad_norm", m.grad_norm},
-                        {"step_seconds", m.seconds},      {"tokens_per_s", m.tokens_per_s},
-                        {"tflops", m.tflops},             {"mfu", m.mfu},
-                        {"loss_scale", m.loss_scale},     {"skipped", m.skipped}};
+    nlohmann::json j = {{"iteration", m.iteration},
+                        {"loss", m.loss},
+                        {"lr", m.lr},
+                        {"grad_norm", m.grad_norm},
+                        {"step_seconds", m.seconds},
+                        {"tokens_per_s", m.tokens_per_s},
+                        {"tflops", m.tflops},
+                        {"mfu", m.mfu},
+                        {"loss_scale", m.loss_scale},
+                        {"skipped", m.skipped}};
     jsonl_ << j.dump() << "\n" << std::flush;
   }
 }
@@ -401,11 +403,12 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
 void Trainer::log_eval(const EvalMetrics& e) {
   if (!is_logger_) return;
   *log_ << "validation at iter " << e.iteration << " | val_loss " << std::fixed
-        << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2)
-        << e.perplexity << std::defaultfloat << "\n"
+        << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2) << e.perplexity
+        << std::defaultfloat << "\n"
         << std::flush;
   if (jsonl_.is_open()) {
-    nlohmann::json j = {{"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};
+    nlohmann::json j = {
+        {"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};
     jsonl_ << j.dump() << "\n" << std::flush;
   }
 }
@@ -447,8 +450,7 @@ TrainSummary Trainer::run() {
       last_saved = it;
     }
     const double minutes =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count() /
-        60.0;
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count() / 60.0;
     if (it < tr.train_iters && should_stop(minutes)) {
       summary.stopped_early = true;
       if (is_logger_)

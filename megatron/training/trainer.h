@@ -35,7 +35,7 @@ struct TrainSummary {
   std::vector<EvalMetrics> evals;
   int64_t start_iteration = 0;  // resumed from this checkpoint iteration (0: fresh)
   int64_t last_iteration = 0;
-  bool stopped_early = false;   // signal or training.exit_duration_minutes
+  bool stopped_early = false;  // signal or training.exit_duration_minutes
 };
 
 // Builds the GPT spec of a recipe for a tokenizer vocabulary and tensor-parallel size.

@@ -36,12 +36,12 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
                                   spec.bias, TPMode::Column, tp, spec.init_std, Shape{}, sp);
   proj_ = std::make_unique<Linear>(store, prefix + ".attention.proj", H * Dh, D, spec.bias,
                                    TPMode::Row, tp, out_std, Shape{}, sp);
-  ln2_ = std::make_unique<Norm>(store, prefix + ".post_attention_norm", D, spec.norm,
-                                spec.norm_eps, sp);
+  ln2_ = std::make_unique<Norm>(store, prefix + ".post_attention_norm", D, spec.norm, spec.norm_eps,
+                                sp);
   const int64_t fc1_out = spec.swiglu ? 2 * spec.ffn : spec.ffn;
   const Shape fc1_shape = spec.swiglu ? Shape{2, spec.ffn, D} : Shape{};
-  fc1_ = std::make_unique<Linear>(store, prefix + ".mlp.fc1", D, fc1_out, spec.bias,
-                                  TPMode::Column, tp, spec.init_std, fc1_shape, sp);
+  fc1_ = std::make_unique<Linear>(store, prefix + ".mlp.fc1", D, fc1_out, spec.bias, TPMode::Column,
+                                  tp, spec.init_std, fc1_shape, sp);
   fc2_ = std::make_unique<Linear>(store, prefix + ".mlp.fc2", spec.ffn, D, spec.bias, TPMode::Row,
                                   tp, out_std, Shape{}, sp);
 }
@@ -49,7 +49,8 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
 int64_t TransformerBlock::grad_watermark() const {
   std::vector<Parameter*> params;
   for (const Norm* n : {ln1_.get(), ln2_.get()}) n->collect_params(params);
-  for (const Linear* l : {qkv_.get(), proj_.get(), fc1_.get(), fc2_.get()}) l->collect_params(params);
+  for (const Linear* l : {qkv_.get(), proj_.get(), fc1_.get(), fc2_.get()})
+    l->collect_params(params);
   int64_t end = 0;
   for (const Parameter* p : params) end = std::max(end, p->offset + p->value.numel());
   return end;

@@ -21,7 +21,7 @@ struct TransformerSpec {
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
-  uint64_t seed = 1234;  // dropout seed
+  uint64_t seed = 1234;            // dropout seed
   bool sequence_parallel = false;  // activations outside attention/MLP are [S/tp, B, D]
   int64_t head_dim() const { return hidden / heads; }
   void validate(int64_t tp_size) const;

@@ -14,7 +14,10 @@ ShardSpec tp_shard(int dim, const parallel::Communicator& tp) {
 Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias,
                TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape,
                bool sequence_parallel)
-    : mode_(mode), tp_(&tp), local_in_(in), local_out_(out),
+    : mode_(mode),
+      tp_(&tp),
+      local_in_(in),
+      local_out_(out),
       sp_(sequence_parallel && tp.size() > 1 && mode != TPMode::None) {
   if (weight_shape.ndim() == 0) weight_shape = Shape{out, in};
   MT_CHECK(weight_shape.numel() == out * in, "Linear '", name, "': weight shape ",
@@ -33,12 +36,12 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
     shard_dim = weight_shape.ndim() - 1;
   }
   ShardSpec shard = shard_dim >= 0 ? tp_shard(shard_dim, tp) : ShardSpec{};
-  weight_ = &store.add(name + ".weight", weight_shape, {ParamInit::Kind::Normal, init_std}, true,
-                       shard);
+  weight_ =
+      &store.add(name + ".weight", weight_shape, {ParamInit::Kind::Normal, init_std}, true, shard);
   if (bias) {
     ShardSpec bias_shard = mode == TPMode::Column ? tp_shard(0, tp) : ShardSpec{};
-    bias_ = &store.add(name + ".bias", Shape{out}, {ParamInit::Kind::Zeros, 0.0f}, false,
-                       bias_shard);
+    bias_ =
+        &store.add(name + ".bias", Shape{out}, {ParamInit::Kind::Zeros, 0.0f}, false, bias_shard);
   }
 }
 

@@ -111,7 +111,8 @@ void ParamStore::refresh_model_weights(int64_t begin, int64_t end) {
   const float* master = masters_.data<float>();
   float* compute = values_.data<float>();
   const bool bf16 = model_dtype_ == DType::BF16;
-  uint16_t* bits = bf16 ? &model_weights_.data<bf16_t>()->bits : &model_weights_.data<fp16_t>()->bits;
+  uint16_t* bits =
+      bf16 ? &model_weights_.data<bf16_t>()->bits : &model_weights_.data<fp16_t>()->bits;
 #pragma omp parallel for schedule(static) if (end - begin > 65536)
   for (int64_t i = begin; i < end; ++i) {
     bits[i] = bf16 ? math::float_to_bf16_bits(master[i]) : math::float_to_fp16_bits(master[i]);

@@ -43,10 +43,10 @@ struct Parameter {
   // A pipeline copy of a weight another stage also holds (the tied LM head on the last stage):
   // updated identically, but counted once in the gradient norm (on the first stage).
   bool shared_copy = false;
-  int64_t offset = 0;        // element offset of this shard in the buffers
-  Tensor value;              // fp32 compute weights: view into ParamStore's value buffer
-  Tensor grad;               // fp32 main gradient: view into ParamStore's grad buffer
-  Tensor master;             // fp32 master weights the optimizer updates (== value for fp32)
+  int64_t offset = 0;  // element offset of this shard in the buffers
+  Tensor value;        // fp32 compute weights: view into ParamStore's value buffer
+  Tensor grad;         // fp32 main gradient: view into ParamStore's grad buffer
+  Tensor master;       // fp32 master weights the optimizer updates (== value for fp32)
 
   // Global flat index of local element i (for shard-independent init and checkpoints).
   int64_t global_index(int64_t local_index) const;

@@ -23,7 +23,9 @@ void GPTSpec::validate(int64_t tp_size) const {
 
 GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
                    const GPTStage& stage)
-    : spec_(spec), stage_(stage), tp_(&tp),
+    : spec_(spec),
+      stage_(stage),
+      tp_(&tp),
       replicated_(parallel::make_single_process_communicator()) {
   spec.validate(tp.size());
   const auto& t = spec.transformer;
@@ -39,22 +41,20 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
     tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
                                              spec.padded_vocab_size, t.hidden, tp, t.init_std, sp);
   if (stage_.pre_process && !t.rope) {
-    pos_embed_ = std::make_unique<Embedding>(store, "embedding.position_embeddings",
-                                             spec.max_positions, t.hidden, *replicated_,
-                                             t.init_std);
+    pos_embed_ =
+        std::make_unique<Embedding>(store, "embedding.position_embeddings", spec.max_positions,
+                                    t.hidden, *replicated_, t.init_std);
     // With sequence parallelism each rank looks up only its positions.
     pos_embed_->table().tp_partial_grad = sp;
   }
   for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l)
-    blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l,
-                                                         t, tp));
+    blocks_.push_back(
+        std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t, tp));
   if (stage_.post_process) {
-    final_norm_ =
-        std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
+    final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
     if (!spec.tie_embeddings)
-      lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden,
-                                          spec.padded_vocab_size, false, TPMode::Column, tp,
-                                          t.init_std, Shape{}, sp);
+      lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden, spec.padded_vocab_size,
+                                          false, TPMode::Column, tp, t.init_std, Shape{}, sp);
   }
 }
 
@@ -68,8 +68,7 @@ kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
 
 ActivationSlice GPTModel::slice(const MicroBatch& mb, int64_t local_seq) const {
   if (!sp()) return ActivationSlice{mb.info.batch_offset, 0, local_seq};
-  return ActivationSlice{mb.info.batch_offset, tp_->rank() * local_seq,
-                         local_seq * tp_->size()};
+  return ActivationSlice{mb.info.batch_offset, tp_->rank() * local_seq, local_seq * tp_->size()};
 }
 
 namespace {
@@ -112,11 +111,10 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb, const Tensor* hid
            "micro-batch tokens/labels must both be [S, B], got ", mb.tokens.shape().str(), " and ",
            mb.labels.shape().str());
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
-  MT_CHECK(S <= t.seq_length, "micro-batch sequence ", S, " longer than seq_length ",
-           t.seq_length);
+  MT_CHECK(S <= t.seq_length, "micro-batch sequence ", S, " longer than seq_length ", t.seq_length);
   // Sl rows of [S, B, D] activations live here: all of them, or a sequence slice.
-  MT_CHECK(!sp() || S % tp_->size() == 0, "sequence ", S,
-           " not divisible by tensor parallel size ", tp_->size());
+  MT_CHECK(!sp() || S % tp_->size() == 0, "sequence ", S, " not divisible by tensor parallel size ",
+           tp_->size());
   const int64_t Sl = sp() ? S / tp_->size() : S;
   const ActivationSlice where = slice(mb, Sl);
   a.blocks.resize(blocks_.size());
@@ -141,8 +139,8 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb, const Tensor* hid
       x = &a.embedded_dropped;
     }
   }
-  MT_CHECK(x != nullptr && x->numel() == Sl * B * D, "stage input must be [", Sl, ", ", B, ", ",
-           D, "]");
+  MT_CHECK(x != nullptr && x->numel() == Sl * B * D, "stage input must be [", Sl, ", ", B, ", ", D,
+           "]");
   for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, mb.info);
   a.last_hidden = x;
   if (!stage_.post_process) return 0.0;

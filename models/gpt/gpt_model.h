@@ -29,7 +29,7 @@ int64_t padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp_size);
 // last the final norm, LM head and loss. The default is the whole model.
 struct GPTStage {
   int64_t first_layer = 0;
-  int64_t num_layers = -1;  // -1: all layers
+  int64_t num_layers = -1;   // -1: all layers
   bool pre_process = true;   // embeddings
   bool post_process = true;  // final norm, LM head, loss
 };

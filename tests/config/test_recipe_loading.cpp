@@ -12,10 +12,10 @@
 namespace megatron::config {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::fixture;
+using ::testing::HasSubstr;
 using testing::input_error;
+using ::testing::Not;
 using testing::ScratchDir;
 using testing::source_path;
 
@@ -34,10 +34,10 @@ Recipe minimal(const std::vector<std::string>& overrides = {}) {
 
 TEST(RecipeExtends, ThreeLevelChainMergesDeeply) {
   Recipe r = load_recipe(fixture("extends/mid/leaf/leaf.yaml"));
-  EXPECT_EQ(r.model.num_layers, 8);               // mid
-  EXPECT_EQ(r.model.hidden_size, 128);            // leaf
-  EXPECT_EQ(r.model.num_attention_heads, 4);      // base
-  EXPECT_EQ(r.model.normalization, "rmsnorm");    // mid over base
+  EXPECT_EQ(r.model.num_layers, 8);                 // mid
+  EXPECT_EQ(r.model.hidden_size, 128);              // leaf
+  EXPECT_EQ(r.model.num_attention_heads, 4);        // base
+  EXPECT_EQ(r.model.normalization, "rmsnorm");      // mid over base
   EXPECT_EQ(r.optimizer.schedule.warmup_iters, 3);  // mid, nested
   EXPECT_EQ(r.optimizer.schedule.decay, "linear");  // base, sibling of the overridden key
   EXPECT_EQ(r.optimizer.schedule.decay_iters, 8);   // leaf
@@ -61,7 +61,8 @@ TEST(RecipeExtends, OriginsNameTheFileThatSetTheKey) {
 TEST(RecipeExtends, ErrorInABaseNamesTheBaseFileAndLine) {
   ScratchDir dir;
   dir.write("base.yaml", std::string(kMinimal) + "parallel: {order: tp-dp}\n");
-  std::string child = dir.write("sub/child.yaml", "extends: ../base.yaml\nmodel: {num_layers: 8}\n");
+  std::string child =
+      dir.write("sub/child.yaml", "extends: ../base.yaml\nmodel: {num_layers: 8}\n");
   std::string msg = input_error([&] { load_recipe(child); });
   EXPECT_THAT(msg, HasSubstr("base.yaml:6"));
   EXPECT_THAT(msg, HasSubstr("parallel.order"));
@@ -138,9 +139,8 @@ TEST(RecipeFile, MalformedYamlNamesFileAndLine) {
 }
 
 TEST(RecipeFile, MalformedIndentation) {
-  std::string msg = input_error([] {
-    parse_recipe_string("model:\n  num_layers: 4\n   hidden_size: 3\n", "indent.yaml");
-  });
+  std::string msg = input_error(
+      [] { parse_recipe_string("model:\n  num_layers: 4\n   hidden_size: 3\n", "indent.yaml"); });
   EXPECT_THAT(msg, HasSubstr("indent.yaml:3"));
 }
 
@@ -150,13 +150,16 @@ TEST(RecipeFile, TopLevelMustBeAMap) {
 }
 
 TEST(RecipeFile, OneDocumentOnly) {
-  EXPECT_THAT(input_error([] { parse_recipe_string(std::string(kMinimal) + "---\na: 1\n", "two.yaml"); }),
-              HasSubstr("two.yaml: expected one YAML document"));
+  EXPECT_THAT(
+      input_error([] { parse_recipe_string(std::string(kMinimal) + "---\na: 1\n", "two.yaml"); }),
+      HasSubstr("two.yaml: expected one YAML document"));
 }
 
 TEST(RecipeFile, DuplicateKey) {
-  std::string msg = input_error(
-      [] { parse_recipe_string(std::string(kMinimal) + "logging:\n  interval: 1\n  interval: 2\n", "dup.yaml"); });
+  std::string msg = input_error([] {
+    parse_recipe_string(std::string(kMinimal) + "logging:\n  interval: 1\n  interval: 2\n",
+                        "dup.yaml");
+  });
   EXPECT_THAT(msg, HasSubstr("dup.yaml:8: logging.interval: duplicate key"));
 }
 
@@ -167,11 +170,13 @@ TEST(RecipeFile, EmptyFileReportsFirstMissingKey) {
 
 TEST(RecipeFile, DirectoryIsNotARecipe) {
   ScratchDir dir;
-  EXPECT_THAT(input_error([&] { load_recipe(dir.path().string()); }), HasSubstr("it is a directory"));
+  EXPECT_THAT(input_error([&] { load_recipe(dir.path().string()); }),
+              HasSubstr("it is a directory"));
 }
 
 TEST(RecipeFile, AliasesWorkButRecursiveOnesAreErrors) {
-  Recipe r = parse_recipe_string(std::string(kMinimal) + "checkpoint: {save: &dir ck, load: *dir}\n", "alias.yaml");
+  Recipe r = parse_recipe_string(
+      std::string(kMinimal) + "checkpoint: {save: &dir ck, load: *dir}\n", "alias.yaml");
   EXPECT_EQ(r.checkpoint.load, "ck");
   std::string msg = input_error([] { parse_recipe_string("model: &m {x: *m}\n", "loop.yaml"); });
   EXPECT_THAT(msg, HasSubstr("loop.yaml:1: model.x.x.x"));
@@ -190,14 +195,15 @@ TEST(RecipeOverrides, ScalarsOfEveryType) {
   EXPECT_EQ(r.model.normalization, "rmsnorm");
   EXPECT_EQ(r.training.seed, 7u);
   EXPECT_EQ(r.training.exit_duration_minutes, 1.5);
-  EXPECT_THAT(r.origins.of("training.train_iters"), HasSubstr("minimal.yaml (--set training.train_iters=50)"));
+  EXPECT_THAT(r.origins.of("training.train_iters"),
+              HasSubstr("minimal.yaml (--set training.train_iters=50)"));
 }
 
 TEST(RecipeOverrides, NestedListMapAndIndex) {
-  Recipe r = minimal({"optimizer.schedule.decay=linear", "parallel.pipeline=2",
-                      "parallel.pipeline_layers=[1,3]",
-                      "data.train=[{path: a, weight: 1}, {path: b, weight: 3}]",
-                      "data.train.1.weight=5", "data.tokenizer={type: NullTokenizer, vocab_size: 100}"});
+  Recipe r = minimal(
+      {"optimizer.schedule.decay=linear", "parallel.pipeline=2", "parallel.pipeline_layers=[1,3]",
+       "data.train=[{path: a, weight: 1}, {path: b, weight: 3}]", "data.train.1.weight=5",
+       "data.tokenizer={type: NullTokenizer, vocab_size: 100}"});
   EXPECT_EQ(r.optimizer.schedule.decay, "linear");
   EXPECT_EQ(r.parallel.pipeline_layers, (std::vector<int64_t>{1, 3}));
   ASSERT_EQ(r.data.train.size(), 2u);
@@ -207,8 +213,9 @@ TEST(RecipeOverrides, NestedListMapAndIndex) {
 }
 
 TEST(RecipeOverrides, CreatesSectionsAndNullResets) {
-  Recipe r = minimal({"checkpoint.save=ckpt dir", "checkpoint.save_interval=5", "checkpoint.save_interval=null",
-                      "parallel.virtual_pipeline=~", "model.seq_length=16", "model.seq_length=24"});
+  Recipe r = minimal({"checkpoint.save=ckpt dir", "checkpoint.save_interval=5",
+                      "checkpoint.save_interval=null", "parallel.virtual_pipeline=~",
+                      "model.seq_length=16", "model.seq_length=24"});
   EXPECT_EQ(r.checkpoint.save, "ckpt dir");
   EXPECT_FALSE(r.checkpoint.save_interval.has_value());  // later override wins
   EXPECT_FALSE(r.parallel.virtual_pipeline.has_value());
@@ -216,7 +223,8 @@ TEST(RecipeOverrides, CreatesSectionsAndNullResets) {
 }
 
 TEST(RecipeOverrides, AppliedAfterExtends) {
-  Recipe r = load_recipe(fixture("extends/mid/leaf/leaf.yaml"), {"model.num_layers=2", "data.split=1,1,0"});
+  Recipe r = load_recipe(fixture("extends/mid/leaf/leaf.yaml"),
+                         {"model.num_layers=2", "data.split=1,1,0"});
   EXPECT_EQ(r.model.num_layers, 2);
   EXPECT_EQ(r.data.split, "1,1,0");
   EXPECT_EQ(r.model.hidden_size, 128);
@@ -228,22 +236,28 @@ TEST(RecipeOverrides, SyntaxErrorsNameTheOverride) {
   EXPECT_THAT(input_error([] { minimal({"=3"}); }), HasSubstr("--set =3: expected"));
   EXPECT_THAT(input_error([] { minimal({"model..num_layers=3"}); }),
               HasSubstr("--set model..num_layers=3: malformed key"));
-  EXPECT_THAT(input_error([] { minimal({"model=3"}); }), HasSubstr("--set model=3: 'model' is a whole section"));
-  EXPECT_THAT(input_error([] { minimal({"extends=x.yaml"}); }), HasSubstr("--set extends=x.yaml: extends cannot"));
+  EXPECT_THAT(input_error([] { minimal({"model=3"}); }),
+              HasSubstr("--set model=3: 'model' is a whole section"));
+  EXPECT_THAT(input_error([] { minimal({"extends=x.yaml"}); }),
+              HasSubstr("--set extends=x.yaml: extends cannot"));
   EXPECT_THAT(input_error([] { minimal({"model.num_layers.x=1"}); }),
               HasSubstr("--set model.num_layers.x=1: model.num_layers is a value"));
   EXPECT_THAT(input_error([] { minimal({"model.num_layers=[1,"}); }),
               HasSubstr("--set model.num_layers=[1,: cannot parse the value '[1,'"));
-  EXPECT_THAT(input_error([] { minimal({"data.train=[a]", "data.train.3.weight=1"}); }),
+  EXPECT_THAT(input_error([] {
+                minimal({"data.train=[a]", "data.train.3.weight=1"});
+              }),
               HasSubstr("--set data.train.3.weight=1: data.train is a list of 1 items"));
 }
 
 TEST(RecipeOverrides, UnknownKeyNamesTheOverride) {
   std::string msg = input_error([] { minimal({"model.num_layer=3"}); });
-  EXPECT_THAT(msg, HasSubstr("minimal.yaml (--set model.num_layer=3): model.num_layer: unknown key"));
+  EXPECT_THAT(msg,
+              HasSubstr("minimal.yaml (--set model.num_layer=3): model.num_layer: unknown key"));
   EXPECT_THAT(msg, HasSubstr("did you mean 'num_layers'"));
   msg = input_error([] { minimal({"modle.num_layers=3"}); });
-  EXPECT_THAT(msg, HasSubstr("(--set modle.num_layers=3): modle: unknown section (did you mean 'model'?)"));
+  EXPECT_THAT(
+      msg, HasSubstr("(--set modle.num_layers=3): modle: unknown section (did you mean 'model'?)"));
 }
 
 TEST(RecipeOverrides, BadValueNamesOverrideKeyAndValue) {
@@ -251,7 +265,8 @@ TEST(RecipeOverrides, BadValueNamesOverrideKeyAndValue) {
   EXPECT_THAT(msg, HasSubstr("--set model.num_layers=abc"));
   EXPECT_THAT(msg, HasSubstr("model.num_layers: expected an integer, got 'abc'"));
   msg = input_error([] { minimal({"optimizer.lr=-1"}); });
-  EXPECT_THAT(msg, HasSubstr("minimal.yaml (--set optimizer.lr=-1): optimizer.lr: must be > 0 (got -1)"));
+  EXPECT_THAT(
+      msg, HasSubstr("minimal.yaml (--set optimizer.lr=-1): optimizer.lr: must be > 0 (got -1)"));
 }
 
 // ---- value forms -------------------------------------------------------------------------------
@@ -277,7 +292,8 @@ data: {tokenizer: {type: ByteTokenizer}, train: data/x, cache_dir: null}
 parallel: {data: auto, virtual_pipeline: null, pipeline_layers: ~}
 checkpoint: {save: null, save_interval: null}
 logging:
-)", "nulls.yaml");
+)",
+                                 "nulls.yaml");
   EXPECT_EQ(r.model.num_query_groups, 0);
   EXPECT_FALSE(r.training.exit_duration_minutes);
   EXPECT_EQ(r.parallel.data, 0);
@@ -297,7 +313,8 @@ TEST(RecipeValues, NumberForms) {
   EXPECT_DOUBLE_EQ(r.optimizer.eps, 1e-8);
   EXPECT_DOUBLE_EQ(r.optimizer.clip_grad, 2.0);
   EXPECT_EQ(r.training.seed, 18446744073709551615ull);
-  EXPECT_THAT(input_error([] { minimal({"optimizer.lr=.inf"}); }), HasSubstr("'.inf' (not a number)"));
+  EXPECT_THAT(input_error([] { minimal({"optimizer.lr=.inf"}); }),
+              HasSubstr("'.inf' (not a number)"));
   EXPECT_THAT(input_error([] { minimal({"optimizer.lr=nan"}); }), HasSubstr("optimizer.lr"));
   EXPECT_THAT(input_error([] { minimal({"model.tie_embeddings=yes"}); }),
               HasSubstr("model.tie_embeddings: expected true or false, got 'yes'"));
@@ -306,36 +323,66 @@ TEST(RecipeValues, NumberForms) {
 // ---- round trips --------------------------------------------------------------------------------
 
 Recipe everything_set() {
-  return minimal({"model.arch=llama", "model.num_layers=8", "model.num_query_groups=2",
-                  "model.ffn_hidden_size=172", "model.max_position_embeddings=64",
-                  "model.normalization=rmsnorm", "model.activation=swiglu",
-                  "model.position_embedding=rope", "model.rope_theta=500000.5",
-                  "model.tie_embeddings=false", "model.add_bias=false", "model.hidden_dropout=0.1",
-                  "model.attention_dropout=0.05", "model.layernorm_epsilon=1e-6",
-                  "model.init_method_std=0.006", "model.vocab_size=50304",
-                  "model.num_experts=4", "model.moe_router_topk=1",
-                  "parallel.tensor=2", "parallel.pipeline=2", "parallel.virtual_pipeline=2",
-                  "parallel.pipeline_layers=[1,2,3,2]", "parallel.sequence_parallel=true",
-                  "parallel.order=tp-ep-cp-dp-pp", "parallel.data=4", "parallel.expert=2",
-                  "training.device=cuda", "training.precision=bf16", "training.eval_interval=3",
-                  "training.eval_iters=2", "training.seed=99", "training.recompute=selective",
-                  "training.exit_duration_minutes=230.5", "training.threads=2",
-                  "training.peak_tflops=989.5", "optimizer.type=sgd", "optimizer.lr=0.1",
-                  "optimizer.min_lr=0.001", "optimizer.distributed=true",
+  return minimal({"model.arch=llama",
+                  "model.num_layers=8",
+                  "model.num_query_groups=2",
+                  "model.ffn_hidden_size=172",
+                  "model.max_position_embeddings=64",
+                  "model.normalization=rmsnorm",
+                  "model.activation=swiglu",
+                  "model.position_embedding=rope",
+                  "model.rope_theta=500000.5",
+                  "model.tie_embeddings=false",
+                  "model.add_bias=false",
+                  "model.hidden_dropout=0.1",
+                  "model.attention_dropout=0.05",
+                  "model.layernorm_epsilon=1e-6",
+                  "model.init_method_std=0.006",
+                  "model.vocab_size=50304",
+                  "model.num_experts=4",
+                  "model.moe_router_topk=1",
+                  "parallel.tensor=2",
+                  "parallel.pipeline=2",
+                  "parallel.virtual_pipeline=2",
+                  "parallel.pipeline_layers=[1,2,3,2]",
+                  "parallel.sequence_parallel=true",
+                  "parallel.order=tp-ep-cp-dp-pp",
+                  "parallel.data=4",
+                  "parallel.expert=2",
+                  "training.device=cuda",
+                  "training.precision=bf16",
+                  "training.eval_interval=3",
+                  "training.eval_iters=2",
+                  "training.seed=99",
+                  "training.recompute=selective",
+                  "training.exit_duration_minutes=230.5",
+                  "training.threads=2",
+                  "training.peak_tflops=989.5",
+                  "optimizer.type=sgd",
+                  "optimizer.lr=0.1",
+                  "optimizer.min_lr=0.001",
+                  "optimizer.distributed=true",
                   "optimizer.schedule={warmup_iters: 1, decay: constant, decay_iters: 9}",
                   "data.tokenizer={type: GPT2BPETokenizer, vocab_file: 'v o.json', merge_file: "
                   "'m: \"x\"#.txt', vocab_size: 50257}",
                   "data.train=[{path: /abs/a, weight: 0.3}, {path: 'null', weight: 0.7}]",
-                  "data.split=98,1,1", "data.cache_dir=-cache",
-                  "checkpoint.save=ck", "checkpoint.load=true", "checkpoint.save_interval=4",
-                  "checkpoint.keep_last=0", "checkpoint.finetune=true", "logging.interval=1",
-                  "logging.jsonl=log.jsonl", "logging.tensorboard_dir=tb"});
+                  "data.split=98,1,1",
+                  "data.cache_dir=-cache",
+                  "checkpoint.save=ck",
+                  "checkpoint.load=true",
+                  "checkpoint.save_interval=4",
+                  "checkpoint.keep_last=0",
+                  "checkpoint.finetune=true",
+                  "logging.interval=1",
+                  "logging.jsonl=log.jsonl",
+                  "logging.tensorboard_dir=tb"});
 }
 
 TEST(RecipeRoundTrip, YamlReparsesToAnEqualRecipe) {
-  for (const Recipe& r : {minimal(), everything_set(), load_recipe(fixture("extends/mid/leaf/leaf.yaml")),
-                          load_recipe(source_path("recipes/gpt_tiny.yaml")),
-                          load_recipe(source_path("recipes/gpt2_124m.yaml"))}) {
+  for (const Recipe& r :
+       {minimal(), everything_set(), load_recipe(fixture("extends/mid/leaf/leaf.yaml")),
+        load_recipe(source_path("recipes/gpt_tiny.yaml")),
+        load_recipe(source_path("recipes/gpt2_124m.yaml"))}) {
     std::string yaml = r.to_yaml();
     Recipe back = parse_recipe_string(yaml, "dump.yaml");
     EXPECT_TRUE(back == r) << yaml;
@@ -361,7 +408,8 @@ TEST(RecipeRoundTrip, YamlShowsResolvedDefaults) {
 }
 
 TEST(RecipeRoundTrip, JsonReparsesToAnEqualRecipe) {
-  for (const Recipe& r : {minimal(), everything_set(), load_recipe(source_path("recipes/gpt2_124m.yaml"))}) {
+  for (const Recipe& r :
+       {minimal(), everything_set(), load_recipe(source_path("recipes/gpt2_124m.yaml"))}) {
     nlohmann::json j = r.to_json();
     EXPECT_TRUE(parse_recipe_string(j.dump(2), "dump.json") == r) << j.dump(2);
   }
@@ -373,7 +421,8 @@ TEST(RecipeRoundTrip, JsonReparsesToAnEqualRecipe) {
   EXPECT_EQ(j["optimizer"]["schedule"]["decay"], "cosine");
 }
 
-// ---- shipped recipes ------------------------------------------------------------------------------
+// ---- shipped recipes
+// ------------------------------------------------------------------------------
 
 TEST(ShippedRecipes, GptTiny) {
   Recipe r = load_recipe(source_path("recipes/gpt_tiny.yaml"));
@@ -432,7 +481,8 @@ TEST(ShippedRecipes, Gpt2Small) {
   EXPECT_EQ(r.num_microbatches(1), 64);
 }
 
-// ---- resolve_path ----------------------------------------------------------------------------------
+// ---- resolve_path
+// ----------------------------------------------------------------------------------
 
 class CwdGuard {
  public:

@@ -9,16 +9,16 @@
 namespace megatron::config {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::fixture;
+using ::testing::HasSubstr;
 using testing::input_error;
 using testing::ScratchDir;
 
 struct Rule {
-  const char* name;     // also the recipe file name: <name>.yaml
-  const char* yaml;     // merged over tests/fixtures/recipes/valid_base.yaml
-  const char* key;      // full key path expected in the message
-  const char* value;    // the bad value (or the arithmetic that shows it) expected in the message
+  const char* name;   // also the recipe file name: <name>.yaml
+  const char* yaml;   // merged over tests/fixtures/recipes/valid_base.yaml
+  const char* key;    // full key path expected in the message
+  const char* value;  // the bad value (or the arithmetic that shows it) expected in the message
 };
 
 void PrintTo(const Rule& r, std::ostream* os) { *os << r.name; }
@@ -28,7 +28,8 @@ const Rule kRules[] = {
     {"int_word", "model: {num_layers: four}", "model.num_layers", "'four'"},
     {"int_fraction", "model: {num_layers: 1.5}", "model.num_layers", "'1.5'"},
     {"int_quoted", "model: {hidden_size: \"64\"}", "model.hidden_size", "the string \"64\""},
-    {"int_overflow", "model: {num_layers: 99999999999999999999}", "model.num_layers", "out of range"},
+    {"int_overflow", "model: {num_layers: 99999999999999999999}", "model.num_layers",
+     "out of range"},
     {"int_list", "model: {num_layers: [4]}", "model.num_layers", "a list"},
     {"float_word", "optimizer: {lr: fast}", "optimizer.lr", "'fast'"},
     {"bool_word", "model: {tie_embeddings: maybe}", "model.tie_embeddings", "'maybe'"},
@@ -45,9 +46,12 @@ const Rule kRules[] = {
     // unknown keys and sections
     {"unknown_key", "model: {num_layer: 4}", "model.num_layer", "did you mean 'num_layers'"},
     {"unknown_section", "modell: {num_layers: 4}", "modell", "did you mean 'model'"},
-    {"unknown_nested", "optimizer: {schedule: {warmup: 3}}", "optimizer.schedule.warmup", "unknown key"},
-    {"unknown_tokenizer_key", "data: {tokenizer: {typ: x}}", "data.tokenizer.typ", "did you mean 'type'"},
-    {"unknown_train_key", "data: {train: [{path: a, wieght: 2}]}", "data.train[0].wieght", "did you mean 'weight'"},
+    {"unknown_nested", "optimizer: {schedule: {warmup: 3}}", "optimizer.schedule.warmup",
+     "unknown key"},
+    {"unknown_tokenizer_key", "data: {tokenizer: {typ: x}}", "data.tokenizer.typ",
+     "did you mean 'type'"},
+    {"unknown_train_key", "data: {train: [{path: a, wieght: 2}]}", "data.train[0].wieght",
+     "did you mean 'weight'"},
     // model
     {"layers_negative", "model: {num_layers: -2}", "model.num_layers", "got -2"},
     {"hidden_zero", "model: {hidden_size: 0}", "model.hidden_size", "got 0"},
@@ -55,24 +59,30 @@ const Rule kRules[] = {
     {"seq_zero", "model: {seq_length: 0}", "model.seq_length", "got 0"},
     {"groups_negative", "model: {num_query_groups: -1}", "model.num_query_groups", "got -1"},
     {"ffn_negative", "model: {ffn_hidden_size: -4}", "model.ffn_hidden_size", "got -4"},
-    {"heads_groups", "model: {num_attention_heads: 4, num_query_groups: 3}", "model.num_query_groups", "4 % 3"},
-    {"hidden_heads", "model: {hidden_size: 66, num_attention_heads: 4}", "model.hidden_size", "66 % 4"},
+    {"heads_groups", "model: {num_attention_heads: 4, num_query_groups: 3}",
+     "model.num_query_groups", "4 % 3"},
+    {"hidden_heads", "model: {hidden_size: 66, num_attention_heads: 4}", "model.hidden_size",
+     "66 % 4"},
     {"normalization", "model: {normalization: batchnorm}", "model.normalization", "'batchnorm'"},
     {"activation", "model: {activation: relu}", "model.activation", "'relu'"},
     {"position", "model: {position_embedding: alibi}", "model.position_embedding", "'alibi'"},
     {"arch", "model: {arch: t5}", "model.arch", "'t5'"},
     {"hidden_dropout", "model: {hidden_dropout: 1.0}", "model.hidden_dropout", "got 1)"},
-    {"attention_dropout", "model: {attention_dropout: -0.1}", "model.attention_dropout", "got -0.1"},
-    {"seq_over_positions", "model: {seq_length: 64, max_position_embeddings: 32}", "model.seq_length", "64 > 32"},
+    {"attention_dropout", "model: {attention_dropout: -0.1}", "model.attention_dropout",
+     "got -0.1"},
+    {"seq_over_positions", "model: {seq_length: 64, max_position_embeddings: 32}",
+     "model.seq_length", "64 > 32"},
     {"rope_odd_head", "model: {position_embedding: rope, hidden_size: 60, num_attention_heads: 4}",
      "model.position_embedding", "= 15"},
     {"rope_theta", "model: {rope_theta: 0}", "model.rope_theta", "got 0"},
     {"epsilon", "model: {layernorm_epsilon: 0}", "model.layernorm_epsilon", "got 0"},
     {"init_std", "model: {init_method_std: -0.02}", "model.init_method_std", "got -0.02"},
     {"vocab_negative", "model: {vocab_size: -5}", "model.vocab_size", "got -5"},
-    {"vocab_divisor", "model: {make_vocab_size_divisible_by: 0}", "model.make_vocab_size_divisible_by", "got 0"},
+    {"vocab_divisor", "model: {make_vocab_size_divisible_by: 0}",
+     "model.make_vocab_size_divisible_by", "got 0"},
     {"topk", "model: {num_experts: 4, moe_router_topk: 5}", "model.moe_router_topk", "got 5"},
-    {"vocab_below_tokenizer", "model: {vocab_size: 100}\ndata: {tokenizer: {type: NullTokenizer, vocab_size: 200}}",
+    {"vocab_below_tokenizer",
+     "model: {vocab_size: 100}\ndata: {tokenizer: {type: NullTokenizer, vocab_size: 200}}",
      "model.vocab_size", "100 < 200"},
     // parallel
     {"tensor_zero", "parallel: {tensor: 0}", "parallel.tensor", "got 0"},
@@ -80,18 +90,21 @@ const Rule kRules[] = {
     {"expert_zero", "parallel: {expert: 0}", "parallel.expert", "got 0"},
     {"context_zero", "parallel: {context: 0}", "parallel.context", "got 0"},
     {"data_negative", "parallel: {data: -1}", "parallel.data", "got -1"},
-    {"heads_tensor", "model: {num_attention_heads: 4}\nparallel: {tensor: 3}", "model.num_attention_heads",
-     "must be divisible by parallel.tensor (got 4 % 3"},
+    {"heads_tensor", "model: {num_attention_heads: 4}\nparallel: {tensor: 3}",
+     "model.num_attention_heads", "must be divisible by parallel.tensor (got 4 % 3"},
     {"groups_tensor", "model: {num_attention_heads: 8, num_query_groups: 2}\nparallel: {tensor: 4}",
      "model.num_query_groups", "2 % 4"},
-    {"ffn_tensor", "model: {ffn_hidden_size: 102}\nparallel: {tensor: 4}", "model.ffn_hidden_size", "102 % 4"},
-    {"layers_pipeline", "model: {num_layers: 5}\nparallel: {pipeline: 2}", "model.num_layers", "5 % 2"},
-    {"layers_virtual", "model: {num_layers: 4}\nparallel: {pipeline: 2, virtual_pipeline: 4}", "model.num_layers",
-     "4 % 8"},
-    {"pipeline_layers_sum", "model: {num_layers: 4}\nparallel: {pipeline: 2, pipeline_layers: [1, 2]}",
+    {"ffn_tensor", "model: {ffn_hidden_size: 102}\nparallel: {tensor: 4}", "model.ffn_hidden_size",
+     "102 % 4"},
+    {"layers_pipeline", "model: {num_layers: 5}\nparallel: {pipeline: 2}", "model.num_layers",
+     "5 % 2"},
+    {"layers_virtual", "model: {num_layers: 4}\nparallel: {pipeline: 2, virtual_pipeline: 4}",
+     "model.num_layers", "4 % 8"},
+    {"pipeline_layers_sum",
+     "model: {num_layers: 4}\nparallel: {pipeline: 2, pipeline_layers: [1, 2]}",
      "parallel.pipeline_layers", "1+2 = 3"},
-    {"pipeline_layers_length", "parallel: {pipeline: 2, pipeline_layers: [4]}", "parallel.pipeline_layers",
-     "got 1 entries"},
+    {"pipeline_layers_length", "parallel: {pipeline: 2, pipeline_layers: [4]}",
+     "parallel.pipeline_layers", "got 1 entries"},
     {"pipeline_layers_negative", "parallel: {pipeline: 2, pipeline_layers: [5, -1]}",
      "parallel.pipeline_layers", "got -1"},
     {"virtual_without_pipeline", "parallel: {virtual_pipeline: 2}", "parallel.virtual_pipeline",
@@ -101,22 +114,26 @@ const Rule kRules[] = {
     {"order_repeat", "parallel: {order: tp-tp-ep-dp-pp}", "parallel.order", "'tp-tp-ep-dp-pp'"},
     {"sequence_parallel", "model: {seq_length: 30}\nparallel: {tensor: 4, sequence_parallel: true}",
      "model.seq_length", "30 % 4"},
-    {"context_seq", "model: {seq_length: 30}\nparallel: {context: 2}", "model.seq_length", "30 % 4"},
+    {"context_seq", "model: {seq_length: 30}\nparallel: {context: 2}", "model.seq_length",
+     "30 % 4"},
     {"expert_dense", "parallel: {expert: 2}", "parallel.expert", "expert 2 with num_experts 0"},
-    {"experts_expert", "model: {num_experts: 3}\nparallel: {expert: 2}", "model.num_experts", "3 % 2"},
+    {"experts_expert", "model: {num_experts: 3}\nparallel: {expert: 2}", "model.num_experts",
+     "3 % 2"},
     // training
     {"micro_zero", "training: {micro_batch_size: 0}", "training.micro_batch_size", "got 0"},
-    {"global_negative", "training: {global_batch_size: -8}", "training.global_batch_size", "got -8"},
+    {"global_negative", "training: {global_batch_size: -8}", "training.global_batch_size",
+     "got -8"},
     {"iters_zero", "training: {train_iters: 0}", "training.train_iters", "got 0"},
-    {"global_micro", "training: {global_batch_size: 10, micro_batch_size: 4}", "training.global_batch_size",
-     "10 % 4"},
+    {"global_micro", "training: {global_batch_size: 10, micro_batch_size: 4}",
+     "training.global_batch_size", "10 % 4"},
     {"eval_iters", "training: {eval_interval: 5, eval_iters: 0}", "training.eval_iters",
      "got eval_iters 0 with eval_interval 5"},
     {"eval_interval_negative", "training: {eval_interval: -5}", "training.eval_interval", "got -5"},
     {"device", "training: {device: tpu}", "training.device", "'tpu'"},
     {"precision", "training: {precision: fp8}", "training.precision", "'fp8'"},
     {"recompute", "training: {recompute: partial}", "training.recompute", "'partial'"},
-    {"exit_duration", "training: {exit_duration_minutes: 0}", "training.exit_duration_minutes", "got 0"},
+    {"exit_duration", "training: {exit_duration_minutes: 0}", "training.exit_duration_minutes",
+     "got 0"},
     {"threads", "training: {threads: -1}", "training.threads", "got -1"},
     {"peak_tflops", "training: {peak_tflops: -3.5}", "training.peak_tflops", "got -3.5"},
     // optimizer
@@ -130,14 +147,19 @@ const Rule kRules[] = {
     {"weight_decay", "optimizer: {weight_decay: -0.1}", "optimizer.weight_decay", "got -0.1"},
     {"clip", "optimizer: {clip_grad: -1}", "optimizer.clip_grad", "got -1"},
     {"optimizer_type", "optimizer: {type: lion}", "optimizer.type", "'lion'"},
-    {"decay", "optimizer: {schedule: {decay: exponential}}", "optimizer.schedule.decay", "'exponential'"},
-    {"warmup_negative", "optimizer: {schedule: {warmup_iters: -1}}", "optimizer.schedule.warmup_iters", "got -1"},
-    {"warmup_long", "optimizer: {schedule: {warmup_iters: 20}}", "optimizer.schedule.warmup_iters", "20 > 10"},
+    {"decay", "optimizer: {schedule: {decay: exponential}}", "optimizer.schedule.decay",
+     "'exponential'"},
+    {"warmup_negative", "optimizer: {schedule: {warmup_iters: -1}}",
+     "optimizer.schedule.warmup_iters", "got -1"},
+    {"warmup_long", "optimizer: {schedule: {warmup_iters: 20}}", "optimizer.schedule.warmup_iters",
+     "20 > 10"},
     {"warmup_decay", "optimizer: {schedule: {warmup_iters: 5, decay_iters: 4}}",
      "optimizer.schedule.warmup_iters", "5 > 4"},
-    {"decay_iters", "optimizer: {schedule: {decay_iters: 0}}", "optimizer.schedule.decay_iters", "got 0"},
+    {"decay_iters", "optimizer: {schedule: {decay_iters: 0}}", "optimizer.schedule.decay_iters",
+     "got 0"},
     // data
-    {"tokenizer_type", "data: {tokenizer: {type: WordLevel}}", "data.tokenizer.type", "'WordLevel'"},
+    {"tokenizer_type", "data: {tokenizer: {type: WordLevel}}", "data.tokenizer.type",
+     "'WordLevel'"},
     {"gpt2_merges", "data: {tokenizer: {type: GPT2BPETokenizer, vocab_file: v.json}}",
      "data.tokenizer.merge_file", "GPT2BPETokenizer (got none)"},
     {"gpt2_vocab", "data: {tokenizer: {type: GPT2BPETokenizer, merge_file: m.txt}}",
@@ -146,21 +168,27 @@ const Rule kRules[] = {
      "SentencePieceTokenizer (got none)"},
     {"bert_vocab", "data: {tokenizer: {type: BertWordPieceLowerCase}}", "data.tokenizer.vocab_file",
      "BertWordPieceLowerCase (got none)"},
-    {"null_tokenizer", "data: {tokenizer: {type: NullTokenizer}}", "data.tokenizer.vocab_size", "got 0"},
-    {"tokenizer_vocab_negative", "data: {tokenizer: {vocab_size: -1}}", "data.tokenizer.vocab_size", "got -1"},
+    {"null_tokenizer", "data: {tokenizer: {type: NullTokenizer}}", "data.tokenizer.vocab_size",
+     "got 0"},
+    {"tokenizer_vocab_negative", "data: {tokenizer: {vocab_size: -1}}", "data.tokenizer.vocab_size",
+     "got -1"},
     {"train_empty", "data: {train: []}", "data.train", "got none"},
     {"train_weight", "data: {train: [{path: a, weight: 0}]}", "data.train[0].weight", "got 0"},
-    {"train_second_weight", "data: {train: [a, {path: b, weight: -1}]}", "data.train[1].weight", "got -1"},
-    {"train_path_missing", "data: {train: [{weight: 2}]}", "data.train[0].path", "required key is missing"},
+    {"train_second_weight", "data: {train: [a, {path: b, weight: -1}]}", "data.train[1].weight",
+     "got -1"},
+    {"train_path_missing", "data: {train: [{weight: 2}]}", "data.train[0].path",
+     "required key is missing"},
     {"train_path_empty", "data: {train: [{path: \"\"}]}", "data.train[0].path", "got none"},
     {"split_words", "data: {split: \"a,b\"}", "data.split", "\"a,b\""},
     {"split_four", "data: {split: \"1,2,3,4\"}", "data.split", "\"1,2,3,4\""},
     {"split_zero", "data: {split: \"0,0,0\"}", "data.split", "\"0,0,0\""},
-    {"split_no_valid", "training: {eval_interval: 5, eval_iters: 1}\ndata: {split: \"100,0,0\"}", "data.split",
-     "\"100,0,0\""},
+    {"split_no_valid", "training: {eval_interval: 5, eval_iters: 1}\ndata: {split: \"100,0,0\"}",
+     "data.split", "\"100,0,0\""},
     // checkpoint and logging
-    {"save_interval_no_save", "checkpoint: {save_interval: 10}", "checkpoint.save_interval", "save_interval 10"},
-    {"save_interval_zero", "checkpoint: {save: d, save_interval: 0}", "checkpoint.save_interval", "got 0"},
+    {"save_interval_no_save", "checkpoint: {save_interval: 10}", "checkpoint.save_interval",
+     "save_interval 10"},
+    {"save_interval_zero", "checkpoint: {save: d, save_interval: 0}", "checkpoint.save_interval",
+     "got 0"},
     {"keep_last", "checkpoint: {keep_last: -1}", "checkpoint.keep_last", "got -1"},
     {"finetune", "checkpoint: {finetune: true}", "checkpoint.finetune", "finetune true"},
     {"log_interval", "logging: {interval: 0}", "logging.interval", "got 0"},
@@ -197,7 +225,8 @@ TEST(Validation, BaseIsValid) {
 // the value it conflicts with.
 TEST(Validation, CrossSectionErrorNamesTheFileOfTheReportedKey) {
   ScratchDir dir;
-  std::string file = dir.write("child.yaml", "extends: " + fixture("valid_base.yaml") + "\nparallel: {tensor: 3}\n");
+  std::string file = dir.write(
+      "child.yaml", "extends: " + fixture("valid_base.yaml") + "\nparallel: {tensor: 3}\n");
   std::string msg = input_error([&] { load_recipe(file); });
   EXPECT_THAT(msg, HasSubstr("valid_base.yaml:5: model.num_attention_heads: must be divisible by "
                              "parallel.tensor (got 4 % 3 = 1)"));
@@ -223,17 +252,19 @@ TEST(Validation, MissingRequiredKeysNameTheFile) {
     EXPECT_THAT(msg, HasSubstr(std::string(section) + "." + key + ": required key is missing"));
   }
   std::string msg = input_error([] {
-    parse_recipe_string("model: {num_layers: 4, hidden_size: 64, num_attention_heads: 4, seq_length: 32}\n"
-                        "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: 10}\n"
-                        "optimizer: {lr: 0.001}\n",
-                        "no_data.yaml");
+    parse_recipe_string(
+        "model: {num_layers: 4, hidden_size: 64, num_attention_heads: 4, seq_length: 32}\n"
+        "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: 10}\n"
+        "optimizer: {lr: 0.001}\n",
+        "no_data.yaml");
   });
   EXPECT_THAT(msg, HasSubstr("no_data.yaml: data.tokenizer.type: required key is missing"));
 }
 
 TEST(Validation, SectionValidateWorksWithoutOrigins) {
   ModelConfig m;
-  EXPECT_THAT(input_error([&] { m.validate(); }), HasSubstr("model.num_layers: must be > 0 (got 0)"));
+  EXPECT_THAT(input_error([&] { m.validate(); }),
+              HasSubstr("model.num_layers: must be > 0 (got 0)"));
   OptimizerConfig o;
   EXPECT_THAT(input_error([&] { o.validate(); }), HasSubstr("optimizer.lr: must be > 0 (got 0)"));
   ParallelConfig p;
@@ -241,7 +272,8 @@ TEST(Validation, SectionValidateWorksWithoutOrigins) {
   p.order = "pp";
   EXPECT_THAT(input_error([&] { p.validate(); }), HasSubstr("parallel.order"));
   DataConfig d;
-  EXPECT_THAT(input_error([&] { d.validate(); }), HasSubstr("data.tokenizer.type: required key is missing"));
+  EXPECT_THAT(input_error([&] { d.validate(); }),
+              HasSubstr("data.tokenizer.type: required key is missing"));
   CheckpointConfig c;
   c.validate();
   LoggingConfig l;
@@ -290,7 +322,9 @@ TEST(ValidateForWorld, WorldNotDivisibleByModelParallel) {
 }
 
 TEST(ValidateForWorld, ExplicitDataMustMatch) {
-  std::string msg = input_error([] { base({"parallel.data=3", "parallel.tensor=2"}).validate_for_world(8); });
+  std::string msg = input_error([] {
+    base({"parallel.data=3", "parallel.tensor=2"}).validate_for_world(8);
+  });
   EXPECT_THAT(msg, HasSubstr("valid_base.yaml (--set parallel.data=3): parallel.data:"));
   EXPECT_THAT(msg, HasSubstr("= 8 / 2 = 4 (got 3)"));
 }
@@ -307,7 +341,9 @@ TEST(ValidateForWorld, ExpertMustDivideDataParallel) {
   Recipe r = base({"model.num_experts=4", "parallel.expert=4"});
   r.validate_for_world(4);
   std::string msg = input_error([&] { r.validate_for_world(2); });
-  EXPECT_THAT(msg, HasSubstr("(--set parallel.expert=4): parallel.expert: must divide the data-parallel size"));
+  EXPECT_THAT(
+      msg,
+      HasSubstr("(--set parallel.expert=4): parallel.expert: must divide the data-parallel size"));
   EXPECT_THAT(msg, HasSubstr("dp 2 % expert 4"));
 }
 

@@ -156,9 +156,9 @@ TEST(IndexedDataset, ExactByteLayout) {
   idx.push_back(8);                                                            // dtype: uint16
   put_u64(idx, 3);                                                             // sequences
   put_u64(idx, 4);                                                             // doc boundaries
-  put_u32(idx, 3), put_u32(idx, 1), put_u32(idx, 2);                          // lengths
-  put_u64(idx, 0), put_u64(idx, 6), put_u64(idx, 8);                          // byte pointers
-  put_u64(idx, 0), put_u64(idx, 1), put_u64(idx, 1), put_u64(idx, 3);        // document idx
+  put_u32(idx, 3), put_u32(idx, 1), put_u32(idx, 2);                           // lengths
+  put_u64(idx, 0), put_u64(idx, 6), put_u64(idx, 8);                           // byte pointers
+  put_u64(idx, 0), put_u64(idx, 1), put_u64(idx, 1), put_u64(idx, 3);          // document idx
   ASSERT_EQ(idx.size(), 34u + 3 * 4 + 3 * 8 + 4 * 8);
   EXPECT_EQ(read_bytes(prefix + ".idx"), idx);
   const std::vector<unsigned char> bin = {1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0};
@@ -301,7 +301,7 @@ TEST(IndexedDatasetFuzz, FlipAndTrimIndexBytes) {
         b[rng() % range] ^= static_cast<unsigned char>(1 + rng() % 255);
       }
     }
-    if (mode == 1 || mode == 3) b.resize(rng() % (b.size() + 1));  // trim
+    if (mode == 1 || mode == 3) b.resize(rng() % (b.size() + 1));   // trim
     if (mode == 4) b[17] = static_cast<unsigned char>(rng() % 10);  // another dtype code
     if (mode == 5) {  // move one inner document boundary (valid when it stays monotonic)
       const size_t docs_off = b.size() - d_count * 8;
@@ -372,7 +372,8 @@ TEST(IndexedDataset, DtypeCodesAndOptimalDtype) {
   EXPECT_EQ(indexed_dtype_code(DType::F64), 6);
   EXPECT_EQ(indexed_dtype_code(DType::F32), 7);
   EXPECT_EQ(indexed_dtype_code(DType::U16), 8);
-  for (uint8_t c = 1; c <= 8; ++c) EXPECT_EQ(indexed_dtype_code(indexed_dtype_from_code(c, "f")), c);
+  for (uint8_t c = 1; c <= 8; ++c)
+    EXPECT_EQ(indexed_dtype_code(indexed_dtype_from_code(c, "f")), c);
   EXPECT_EQ(optimal_token_dtype(257), DType::U16);
   EXPECT_EQ(optimal_token_dtype(65499), DType::U16);
   EXPECT_EQ(optimal_token_dtype(65500), DType::I32);

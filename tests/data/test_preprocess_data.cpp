@@ -13,8 +13,8 @@
 namespace megatron::data {
 namespace {
 
-using testing::ScratchDir;
 using testing::read_text;
+using testing::ScratchDir;
 using testing::write_text;
 
 const std::string kBin = std::string(MEGATRON_BINARY_DIR) + "/bin/";
@@ -40,21 +40,23 @@ RunResult run_tool(const ScratchDir& dir, const std::string& tool, const std::st
 
 std::string jsonl(const std::vector<std::string>& texts) {
   std::string out;
-  for (const auto& t : texts) out += nlohmann::json({{"text", t}, {"title", "T:" + t}}).dump() + "\n";
+  for (const auto& t : texts)
+    out += nlohmann::json({{"text", t}, {"title", "T:" + t}}).dump() + "\n";
   return out;
 }
 
-const std::vector<std::string> kTexts = {"Hello world.", "", "caf\xc3\xa9 \xf0\x9f\x99\x82\nline two",
-                                         "In the beginning God created the heaven and the earth.",
-                                         "last"};
+const std::vector<std::string> kTexts = {
+    "Hello world.", "", "caf\xc3\xa9 \xf0\x9f\x99\x82\nline two",
+    "In the beginning God created the heaven and the earth.", "last"};
 
 TEST(PreprocessData, ByteTokenizerEndToEnd) {
   ScratchDir dir;
   write_text(dir.file("in.jsonl"), jsonl(kTexts));
-  const auto r = run_tool(dir, "preprocess_data",
-                          "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("out") +
-                              " --tokenizer-type ByteTokenizer --json-keys text title --append-eod "
-                              "--workers 3 --log-interval 1");
+  const auto r =
+      run_tool(dir, "preprocess_data",
+               "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("out") +
+                   " --tokenizer-type ByteTokenizer --json-keys text title --append-eod "
+                   "--workers 3 --log-interval 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("docs/s"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("MB/s"), std::string::npos) << r.err;
@@ -80,10 +82,10 @@ TEST(PreprocessData, ByteTokenizerEndToEnd) {
 TEST(PreprocessData, SentencePieceEndToEndRoundTrips) {
   ScratchDir dir;
   write_text(dir.file("in.jsonl"), jsonl(kTexts));
-  const auto r = run_tool(dir, "preprocess_data",
-                          "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("out") +
-                              " --tokenizer-type SentencePieceTokenizer --tokenizer-model " + kModel +
-                              " --append-eod");
+  const auto r = run_tool(
+      dir, "preprocess_data",
+      "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("out") +
+          " --tokenizer-type SentencePieceTokenizer --tokenizer-model " + kModel + " --append-eod");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto tok = make_tokenizer({"SentencePieceTokenizer", "", "", kModel});
   const IndexedDataset ds(dir.file("out_text_document"));
@@ -102,9 +104,11 @@ TEST(PreprocessData, SentencePieceEndToEndRoundTrips) {
 TEST(PreprocessData, BadJsonLineNamesFileAndLine) {
   ScratchDir dir;
   const std::string in = dir.file("bad.jsonl");
-  write_text(in, "{\"text\": \"ok\"}\n\n{\"text\": \"fine\"}\n{\"text\": broken\n{\"text\": \"after\"}\n");
-  auto r = run_tool(dir, "preprocess_data",
-                    "--input " + in + " --output-prefix " + dir.file("out") + " --tokenizer-type ByteTokenizer");
+  write_text(
+      in, "{\"text\": \"ok\"}\n\n{\"text\": \"fine\"}\n{\"text\": broken\n{\"text\": \"after\"}\n");
+  auto r = run_tool(
+      dir, "preprocess_data",
+      "--input " + in + " --output-prefix " + dir.file("out") + " --tokenizer-type ByteTokenizer");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(in + ":4:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("invalid JSON"), std::string::npos) << r.err;
@@ -112,8 +116,9 @@ TEST(PreprocessData, BadJsonLineNamesFileAndLine) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("out_text_document.bin.tmp")));
 
   write_text(in, "{\"text\": \"ok\"}\n{\"body\": \"no text key\"}\n");
-  r = run_tool(dir, "preprocess_data",
-               "--input " + in + " --output-prefix " + dir.file("out") + " --tokenizer-type ByteTokenizer");
+  r = run_tool(
+      dir, "preprocess_data",
+      "--input " + in + " --output-prefix " + dir.file("out") + " --tokenizer-type ByteTokenizer");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(in + ":2:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("key 'text' is missing"), std::string::npos) << r.err;
@@ -145,7 +150,8 @@ TEST(PreprocessData, UsageAndInputErrors) {
   r = run_tool(dir, "preprocess_data", io);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--tokenizer-type"), std::string::npos) << r.err;
-  r = run_tool(dir, "preprocess_data", io + " --tokenizer-type GPT2BPETokenizer --vocab-file v --merge-file m");
+  r = run_tool(dir, "preprocess_data",
+               io + " --tokenizer-type GPT2BPETokenizer --vocab-file v --merge-file m");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("'v' does not exist"), std::string::npos) << r.err;
   r = run_tool(dir, "preprocess_data",
@@ -153,8 +159,9 @@ TEST(PreprocessData, UsageAndInputErrors) {
                    " --tokenizer-type ByteTokenizer");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(dir.file("missing.jsonl")), std::string::npos) << r.err;
-  r = run_tool(dir, "preprocess_data",
-               io + " --tokenizer-type SentencePieceTokenizer --tokenizer-model " + dir.file("x.model"));
+  r = run_tool(
+      dir, "preprocess_data",
+      io + " --tokenizer-type SentencePieceTokenizer --tokenizer-model " + dir.file("x.model"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(dir.file("x.model")), std::string::npos) << r.err;
 }
@@ -162,10 +169,13 @@ TEST(PreprocessData, UsageAndInputErrors) {
 TEST(PreprocessData, ManyWorkersSmallChunksKeepInputOrder) {
   ScratchDir dir;
   std::vector<std::string> texts;
-  for (int i = 0; i < 300; ++i) texts.push_back("document number " + std::to_string(i) + std::string(i % 13, 'x'));
+  for (int i = 0; i < 300; ++i)
+    texts.push_back("document number " + std::to_string(i) + std::string(i % 13, 'x'));
   texts[17].clear();
-  write_text(dir.file("a.jsonl"), jsonl(std::vector<std::string>(texts.begin(), texts.begin() + 150)));
-  write_text(dir.file("b.jsonl"), jsonl(std::vector<std::string>(texts.begin() + 150, texts.end())));
+  write_text(dir.file("a.jsonl"),
+             jsonl(std::vector<std::string>(texts.begin(), texts.begin() + 150)));
+  write_text(dir.file("b.jsonl"),
+             jsonl(std::vector<std::string>(texts.begin() + 150, texts.end())));
   PreprocessOptions opt;
   opt.inputs = {dir.file("a.jsonl"), dir.file("b.jsonl")};
   opt.tokenizer = {"ByteTokenizer", "", "", ""};
@@ -193,8 +203,8 @@ TEST(MergeDatasets, JoinsPrefixesInOrder) {
   write_text(dir.file("b.jsonl"), jsonl({"three"}));
   for (const std::string n : {"a", "b"}) {
     const auto r = run_tool(dir, "preprocess_data",
-                            "--input " + dir.file(n + ".jsonl") + " --output-prefix " + dir.file(n) +
-                                " --tokenizer-type ByteTokenizer --append-eod");
+                            "--input " + dir.file(n + ".jsonl") + " --output-prefix " +
+                                dir.file(n) + " --tokenizer-type ByteTokenizer --append-eod");
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
   auto r = run_tool(dir, "merge_datasets",
@@ -208,7 +218,8 @@ TEST(MergeDatasets, JoinsPrefixesInOrder) {
             (std::vector<int64_t>{0, 1, 1, 2, 3}));
   EXPECT_EQ(m.read(2), (std::vector<int32_t>{'t', 'h', 'r', 'e', 'e', 256}));
 
-  r = run_tool(dir, "merge_datasets", "--input " + dir.file("nope") + " --output-prefix " + dir.file("m2"));
+  r = run_tool(dir, "merge_datasets",
+               "--input " + dir.file("nope") + " --output-prefix " + dir.file("m2"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find(dir.file("nope.idx")), std::string::npos) << r.err;
   r = run_tool(dir, "merge_datasets", "--output-prefix " + dir.file("m2"));

@@ -15,7 +15,9 @@ using testing::ScratchDir;
 
 const std::string kModel = std::string(MEGATRON_SOURCE_DIR) + "/tokenizers/corpus_spm_8k.model";
 
-std::unique_ptr<Tokenizer> spm() { return make_tokenizer({"SentencePieceTokenizer", "", "", kModel}); }
+std::unique_ptr<Tokenizer> spm() {
+  return make_tokenizer({"SentencePieceTokenizer", "", "", kModel});
+}
 
 TEST(SentencePieceTokenizer, ShippedModelBasics) {
   const auto tok = spm();
@@ -39,7 +41,8 @@ TEST(SentencePieceTokenizer, RoundTripsTextAndUnicodeExactly) {
       "  3 And God said, Let there be light: and there was light.\n  4 And God saw the light",
       "CHAPTER I\n\n\nTwo  spaces,\ttab, trailing space \nand\r\nCRLF",
       " leading space and trailing newline\n",
-      "naïve café — Übermaß, 日本語のテキスト, emoji 🙂👍🏽, Ελληνικά, عربى",
+      "naïve café — Übermaß, 日本語のテキスト, emoji 🙂👍🏽, Ελληνικά, "
+      "عربى",
       "\x01\x7f control bytes",
       "",
       "<|endoftext|>between<|endoftext|>",
@@ -64,14 +67,18 @@ TEST(SentencePieceTokenizer, DecodeRejectsOutOfRangeIds) {
 
 TEST(SentencePieceTokenizer, BadModelFilesNameTheFile) {
   ScratchDir dir;
-  expect_input_error([&] { make_tokenizer({"SentencePieceTokenizer", "", "", dir.file("nope.model")}); },
-                     {dir.file("nope.model")});
+  expect_input_error(
+      [&] {
+        make_tokenizer({"SentencePieceTokenizer", "", "", dir.file("nope.model")});
+      },
+      {dir.file("nope.model")});
   testing::write_text(dir.file("garbage.model"), "this is not a protobuf \xff\xfe");
   expect_input_error(
-      [&] { make_tokenizer({"SentencePieceTokenizer", "", "", dir.file("garbage.model")}); },
+      [&] {
+        make_tokenizer({"SentencePieceTokenizer", "", "", dir.file("garbage.model")});
+      },
       {dir.file("garbage.model")});
-  expect_input_error([&] { make_tokenizer({"SentencePieceTokenizer", "", "", ""}); },
-                     {"model"});
+  expect_input_error([&] { make_tokenizer({"SentencePieceTokenizer", "", "", ""}); }, {"model"});
 }
 
 TEST(ByteTokenizer, EncodeDecode) {
@@ -93,12 +100,21 @@ TEST(ByteTokenizer, EncodeDecode) {
 
 TEST(MakeTokenizer, UnknownTypesAndMissingFiles) {
   // GPT-2 BPE and BERT WordPiece are tested in test_tokenizer_gpt2.cpp / test_tokenizer_bert.cpp.
-  expect_input_error([] { make_tokenizer({"GPT2BPETokenizer", "vocab.json", "merges.txt", ""}); },
-                     {"vocab.json", "does not exist"});
-  expect_input_error([] { make_tokenizer({"BertWordPieceLowerCase", "vocab.txt", "", ""}); },
-                     {"vocab.txt", "does not exist"});
-  expect_input_error([] { make_tokenizer({"BertWordPiece", "vocab.txt", "", ""}); },
-                     {"BertWordPiece", "unknown"});
+  expect_input_error(
+      [] {
+        make_tokenizer({"GPT2BPETokenizer", "vocab.json", "merges.txt", ""});
+      },
+      {"vocab.json", "does not exist"});
+  expect_input_error(
+      [] {
+        make_tokenizer({"BertWordPieceLowerCase", "vocab.txt", "", ""});
+      },
+      {"vocab.txt", "does not exist"});
+  expect_input_error(
+      [] {
+        make_tokenizer({"BertWordPiece", "vocab.txt", "", ""});
+      },
+      {"BertWordPiece", "unknown"});
   expect_input_error([] { make_tokenizer({"Tiktoken", "", "", ""}); }, {"Tiktoken", "unknown"});
 }
 

@@ -54,8 +54,8 @@ fs::path PretrainE2E::dir_;
 
 TEST_F(PretrainE2E, DefaultRecipeLearnsAndLogs) {
   const fs::path log = dir_ / "log.jsonl";
-  const Result r = run(kBin + "pretrain --recipe " + kRecipe + " --set data.train=" +
-                       data_prefix() + " --set training.train_iters=40" +
+  const Result r = run(kBin + "pretrain --recipe " + kRecipe +
+                       " --set data.train=" + data_prefix() + " --set training.train_iters=40" +
                        " --set training.eval_interval=20 --set training.eval_iters=2" +
                        " --set optimizer.schedule.warmup_iters=5" +
                        " --set training.peak_tflops=0.1 --set logging.jsonl=" + log.string());
@@ -73,12 +73,13 @@ TEST_F(PretrainE2E, DefaultRecipeLearnsAndLogs) {
       val.push_back(j["val_loss"].get<double>());
       continue;
     }
-    for (const char* key : {"iteration", "loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu"})
+    for (const char* key :
+         {"iteration", "loss", "lr", "grad_norm", "tokens_per_s", "tflops", "mfu"})
       EXPECT_TRUE(j.contains(key)) << key << " missing in " << line;
     ++steps;
   }
   EXPECT_EQ(steps, 40);
-  ASSERT_EQ(val.size(), 3u);  // step 0, 20, 40
+  ASSERT_EQ(val.size(), 3u);                        // step 0, 20, 40
   EXPECT_NEAR(val.front(), std::log(8192.0), 0.3);  // near-uniform at init
   EXPECT_LT(val.back(), 0.8 * val.front()) << r.output;
 }
@@ -106,8 +107,8 @@ TEST(PretrainCli, BadInputsFailWithAClearMessage) {
 }
 
 TEST(PretrainCli, PrintRecipeShowsResolvedValues) {
-  const Result r = run(kBin + "pretrain --recipe " + kRecipe +
-                       " --set training.train_iters=77 --print-recipe");
+  const Result r =
+      run(kBin + "pretrain --recipe " + kRecipe + " --set training.train_iters=77 --print-recipe");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("train_iters: 77"));
 }

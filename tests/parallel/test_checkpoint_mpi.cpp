@@ -28,7 +28,10 @@ struct Def {
   int dim;
 };
 std::vector<Def> model(int64_t n) {
-  return {{"w_col", {4 * n, 6}, 0}, {"w_row", {6, 2 * n}, 1}, {"w3", {3, 2 * n, 5}, 1}, {"bias", {5}, -1}};
+  return {{"w_col", {4 * n, 6}, 0},
+          {"w_row", {6, 2 * n}, 1},
+          {"w3", {3, 2 * n, 5}, 1},
+          {"bias", {5}, -1}};
 }
 
 // Rank r of tp: its shard of each tensor, plus "m.w_col" as two flat pieces of its shard.
@@ -43,7 +46,8 @@ Pieces make(int64_t n, int r, int tp, int64_t iteration) {
     const PieceGeometry g = p.geometry();
     out.buffers.emplace_back(static_cast<size_t>(g.count()), std::nanf(""));
     if (iteration >= 0)
-      for (int64_t i = 0; i < g.count(); ++i) out.buffers.back()[i] = value_of(p.name, g.global_index(i), iteration);
+      for (int64_t i = 0; i < g.count(); ++i)
+        out.buffers.back()[i] = value_of(p.name, g.global_index(i), iteration);
     out.pieces.push_back(p);
   };
   for (const Def& d : model(n)) {
@@ -63,7 +67,8 @@ Pieces make(int64_t n, int r, int tp, int64_t iteration) {
       }
     }
   }
-  for (size_t i = 0; i < out.pieces.size(); ++i) out.pieces[i].data = out.pieces[i].dest = out.buffers[i].data();
+  for (size_t i = 0; i < out.pieces.size(); ++i)
+    out.pieces[i].data = out.pieces[i].dest = out.buffers[i].data();
   return out;
 }
 

@@ -65,10 +65,10 @@ training::TrainSummary run(const Layout& l, int64_t iters, const std::string& sa
   sizes.pp = l.pp;
   sizes.dp = l.dp;
   mp::Mesh mesh(sizes, world(), mp::testing::launch());
-  return training::Trainer(recipe, 37, src, nullptr,
-                           {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(),
-                            &mesh.model()},
-                           log)
+  return training::Trainer(
+             recipe, 37, src, nullptr,
+             {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(), &mesh.model()},
+             log)
       .run();
 }
 
@@ -82,8 +82,8 @@ TEST(CheckpointReshard, AnyLayoutLoadsAnyOther) {
   const fs::path base = fs::temp_directory_path() / ("megatron_reshard_" + std::to_string(id));
   const Layout single{}, tp2{2, 1, 1}, pp2{1, 2, 1}, dp2_dist{1, 1, 2, true}, dp2{1, 1, 2};
   const std::vector<std::pair<Layout, Layout>> cases = {
-      {tp2, single}, {single, tp2}, {pp2, single}, {dp2_dist, single},
-      {single, dp2_dist}, {tp2, pp2}, {dp2_dist, tp2}, {pp2, dp2}};
+      {tp2, single},      {single, tp2}, {pp2, single},   {dp2_dist, single},
+      {single, dp2_dist}, {tp2, pp2},    {dp2_dist, tp2}, {pp2, dp2}};
   int index = 0;
   for (const auto& [from, to] : cases) {
     SCOPED_TRACE(from.name() + " -> " + to.name());

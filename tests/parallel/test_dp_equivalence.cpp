@@ -26,7 +26,8 @@ class SyntheticSource final : public training::SampleSource {
     std::mt19937 rng(static_cast<uint32_t>(index * 7919 + 17));
     tokens[0] = static_cast<int32_t>(rng() % 37);
     for (int64_t t = 1; t <= 16; ++t)
-      tokens[t] = static_cast<int32_t>((3 * tokens[t - 1] + (rng() % 4 == 0 ? rng() % 37 : 1)) % 37);
+      tokens[t] =
+          static_cast<int32_t>((3 * tokens[t - 1] + (rng() % 4 == 0 ? rng() % 37 : 1)) % 37);
   }
 };
 

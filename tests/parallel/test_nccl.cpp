@@ -24,7 +24,9 @@ namespace {
 
 #ifndef MEGATRON_WITH_CUDA
 
-TEST(Nccl, BuiltWithoutCuda) { GTEST_SKIP() << "built without CUDA (-DMEGATRON_CUDA=OFF or no nvcc)"; }
+TEST(Nccl, BuiltWithoutCuda) {
+  GTEST_SKIP() << "built without CUDA (-DMEGATRON_CUDA=OFF or no nvcc)";
+}
 
 #else
 
@@ -45,8 +47,8 @@ bool have_gpus() {
   return all == 1;
 }
 
-#define REQUIRE_GPUS()                                                                  \
-  if (!have_gpus())                                                                     \
+#define REQUIRE_GPUS()                                                                \
+  if (!have_gpus())                                                                   \
   GTEST_SKIP() << "needs one CUDA device per rank (" << mc::device_count() << " for " \
                << mp::testing::launch().local_size << " local ranks)"
 
@@ -161,7 +163,8 @@ TEST(Nccl, AllReduceBf16Natively) {
   c.all_reduce(d.t, ReduceOp::Sum);
   d.buf.copy_to_host(host.data(), n * 2);
   for (int64_t i = 0; i < n; ++i)
-    ASSERT_EQ(megatron::math::bf16_bits_to_float(host[i]), expected_reduce<float>(ReduceOp::Sum, i, c.size()));
+    ASSERT_EQ(megatron::math::bf16_bits_to_float(host[i]),
+              expected_reduce<float>(ReduceOp::Sum, i, c.size()));
 }
 
 TEST(Nccl, AllGatherAndReduceScatter) {
@@ -256,7 +259,8 @@ TEST(Nccl, BatchedP2PRingAndAsyncOverlap) {
   wb->wait();
   wa->wait();
   const std::vector<float> ga = read<float>(a, 100003), gb = read<float>(b, 777);
-  for (int64_t i = 0; i < 100003; ++i) ASSERT_EQ(ga[i], expected_reduce<float>(ReduceOp::Sum, i, P));
+  for (int64_t i = 0; i < 100003; ++i)
+    ASSERT_EQ(ga[i], expected_reduce<float>(ReduceOp::Sum, i, P));
   for (int64_t i = 0; i < 777; ++i) {
     float want = value<float>(0, i + 5);
     for (int r = 1; r < P; ++r) want = std::max(want, value<float>(r, i + 5));

@@ -75,17 +75,21 @@ training::TrainSummary train(const config::Recipe& r, training::TrainerGroups gr
 
 TEST(PipelineParallel, MatchesSingleProcess) {
   auto self = mp::make_single_process_communicator();
-  const auto reference = train(recipe({1, 1, 1, 1, 8, false, false}),
-                               {self.get(), self.get(), self.get()});
+  const auto reference =
+      train(recipe({1, 1, 1, 1, 8, false, false}), {self.get(), self.get(), self.get()});
   EXPECT_LT(reference.steps.back().loss, reference.steps.front().loss);
   const int64_t n = world().size();
-  const std::vector<Layout> layouts = {
-      {1, 2, 1, 1, 2, false, false}, {1, 2, 1, 2, 2, false, false},
-      {1, 4, 1, 1, 1, false, false}, {1, 4, 1, 2, 1, false, false},
-      {2, 2, 1, 1, 2, true, false},  {1, 2, 2, 1, 2, false, true},
-      {2, 2, 2, 1, 1, true, true},   {2, 2, 2, 2, 2, false, false},
-      {1, 8, 1, 1, 1, false, false},  {1, 2, 1, 1, 2, false, false, {3, 5}},
-      {1, 4, 1, 1, 1, false, false, {1, 3, 3, 1}}};
+  const std::vector<Layout> layouts = {{1, 2, 1, 1, 2, false, false},
+                                       {1, 2, 1, 2, 2, false, false},
+                                       {1, 4, 1, 1, 1, false, false},
+                                       {1, 4, 1, 2, 1, false, false},
+                                       {2, 2, 1, 1, 2, true, false},
+                                       {1, 2, 2, 1, 2, false, true},
+                                       {2, 2, 2, 1, 1, true, true},
+                                       {2, 2, 2, 2, 2, false, false},
+                                       {1, 8, 1, 1, 1, false, false},
+                                       {1, 2, 1, 1, 2, false, false, {3, 5}},
+                                       {1, 4, 1, 1, 1, false, false, {1, 3, 3, 1}}};
   int ran = 0;
   for (const Layout& l : layouts) {
     if (l.tp * l.pp * l.dp != n) continue;

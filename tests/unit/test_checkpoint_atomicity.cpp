@@ -24,12 +24,15 @@ namespace {
 namespace fs = std::filesystem;
 
 const std::vector<std::pair<std::string, Shape>> kTensors = {
-    {"embedding.weight", {1536, 1024}}, {"layers.0.fc1.weight", {1024, 1536}},
-    {"layers.0.fc2.weight", {1536, 1024}}, {"optimizer.exp_avg.embedding.weight", {1536, 1024}},
+    {"embedding.weight", {1536, 1024}},
+    {"layers.0.fc1.weight", {1024, 1536}},
+    {"layers.0.fc2.weight", {1536, 1024}},
+    {"optimizer.exp_avg.embedding.weight", {1536, 1024}},
     {"final_norm.weight", {1024}}};
 
 float value_of(size_t tensor, int64_t i, int64_t iteration) {
-  return static_cast<float>((static_cast<int64_t>(tensor) * 1000003 + i * 7 + iteration * 13) % 16000000);
+  return static_cast<float>((static_cast<int64_t>(tensor) * 1000003 + i * 7 + iteration * 13) %
+                            16000000);
 }
 
 struct State {
@@ -157,7 +160,8 @@ TEST_F(CheckpointAtomicity, KilledSavesNeverBreakTheLatestCheckpoint) {
     EXPECT_TRUE(now == latest || now == iteration) << now;
     latest = now;
   }
-  std::printf("timed kills: %d of %zu saves were killed before finishing\n", killed, delays_us.size());
+  std::printf("timed kills: %d of %zu saves were killed before finishing\n", killed,
+              delays_us.size());
   EXPECT_GT(killed, 0) << "every save finished before its kill; nothing was tested";
   // Leftovers are there (some kill interrupted a save) until the next good save removes them.
   ++iteration;

@@ -33,7 +33,8 @@ PieceGeometry random_piece(std::mt19937& rng, const std::vector<int64_t>& shape)
   PieceGeometry g;
   g.shape = shape;
   for (int64_t s : shape) {
-    const int64_t a = static_cast<int64_t>(rng() % (s + 1)), b = static_cast<int64_t>(rng() % (s + 1));
+    const int64_t a = static_cast<int64_t>(rng() % (s + 1)),
+                  b = static_cast<int64_t>(rng() % (s + 1));
     // Often the full extent, as real shards are.
     if (rng() % 3 == 0) {
       g.offset.push_back(0);
@@ -47,7 +48,8 @@ PieceGeometry random_piece(std::mt19937& rng, const std::vector<int64_t>& shape)
   g.flat_begin = 0;
   g.flat_end = n;
   if (n > 0 && rng() % 2) {
-    const int64_t a = static_cast<int64_t>(rng() % (n + 1)), b = static_cast<int64_t>(rng() % (n + 1));
+    const int64_t a = static_cast<int64_t>(rng() % (n + 1)),
+                  b = static_cast<int64_t>(rng() % (n + 1));
     g.flat_begin = std::min(a, b);
     g.flat_end = std::max(a, b);
   }
@@ -181,7 +183,8 @@ TEST(CheckpointGeometry, TilingFindsGapsAndDoubles) {
   const Shape shape{6, 4};
   std::vector<PieceGeometry> halves;
   for (int64_t i = 0; i < 2; ++i)
-    halves.push_back(TensorPiece{"w", shape, Shape{6, 2}, ShardSpec{1, ShardAxis::Tensor, i, 2}}.geometry());
+    halves.push_back(
+        TensorPiece{"w", shape, Shape{6, 2}, ShardSpec{1, ShardAxis::Tensor, i, 2}}.geometry());
   EXPECT_FALSE(tiling_problem({6, 4}, {&halves[0], &halves[1]}));
   EXPECT_THAT(*tiling_problem({6, 4}, {&halves[0]}), ::testing::HasSubstr("held by no piece"));
   EXPECT_THAT(*tiling_problem({6, 4}, {&halves[0], &halves[1], &halves[1]}),
@@ -219,10 +222,14 @@ TEST(CheckpointGeometry, InconsistentPiecesAreErrorsNamingThePiece) {
   };
   expect_error({"w", Shape{4, 4}, Shape{4}, {}}, "ranks differ");
   expect_error({"w", Shape{4, 4}, Shape{2, 4}, {}}, "replicated piece");
-  expect_error({"w", Shape{4, 4}, Shape{2, 4}, ShardSpec{0, ShardAxis::Tensor, 2, 2}}, "shard index");
-  expect_error({"w", Shape{4, 4}, Shape{2, 4}, ShardSpec{2, ShardAxis::Tensor, 0, 2}}, "out of range");
-  expect_error({"w", Shape{4, 4}, Shape{2, 2}, ShardSpec{0, ShardAxis::Tensor, 0, 2}}, "dim 1 differs");
-  expect_error({"w", Shape{5, 4}, Shape{2, 4}, ShardSpec{0, ShardAxis::Tensor, 0, 2}}, "equal shards");
+  expect_error({"w", Shape{4, 4}, Shape{2, 4}, ShardSpec{0, ShardAxis::Tensor, 2, 2}},
+               "shard index");
+  expect_error({"w", Shape{4, 4}, Shape{2, 4}, ShardSpec{2, ShardAxis::Tensor, 0, 2}},
+               "out of range");
+  expect_error({"w", Shape{4, 4}, Shape{2, 2}, ShardSpec{0, ShardAxis::Tensor, 0, 2}},
+               "dim 1 differs");
+  expect_error({"w", Shape{5, 4}, Shape{2, 4}, ShardSpec{0, ShardAxis::Tensor, 0, 2}},
+               "equal shards");
   expect_error({"w", Shape{4}, Shape{4}, {}, 3, 2}, "flat range");
   expect_error({"w", Shape{4}, Shape{4}, {}, 0, 5}, "flat range");
   expect_error({"", Shape{4}, Shape{4}, {}}, "empty name");

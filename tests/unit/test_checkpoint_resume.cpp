@@ -31,9 +31,13 @@ class PatternSource final : public training::SampleSource {
 
 struct RunSpec {
   RunSpec(std::string precision_, int64_t iters_, int64_t layers_ = 2, int64_t hidden_ = 32,
-      std::string save_ = "", std::string load_ = "")
-      : precision(std::move(precision_)), iters(iters_), layers(layers_), hidden(hidden_),
-        save(std::move(save_)), load(std::move(load_)) {}
+          std::string save_ = "", std::string load_ = "")
+      : precision(std::move(precision_)),
+        iters(iters_),
+        layers(layers_),
+        hidden(hidden_),
+        save(std::move(save_)),
+        load(std::move(load_)) {}
   std::string precision;
   int64_t iters, layers, hidden;
   std::string save, load, extra;
@@ -45,8 +49,9 @@ training::TrainSummary train(const RunSpec& r) {
     << ", num_attention_heads: 4, seq_length: 8, make_vocab_size_divisible_by: 16,"
        " hidden_dropout: 0.1, attention_dropout: 0.1}\n"
        "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: "
-    << r.iters << ", eval_interval: 5, eval_iters: 1, seed: 11, peak_tflops: 1.0, precision: "
-    << r.precision << r.extra
+    << r.iters
+    << ", eval_interval: 5, eval_iters: 1, seed: 11, peak_tflops: 1.0, precision: " << r.precision
+    << r.extra
     << "}\n"
        "optimizer: {lr: 0.01, min_lr: 0.001, schedule: {warmup_iters: 2, decay_iters: 10}}\n"
        "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}]}\n"

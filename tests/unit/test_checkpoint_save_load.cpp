@@ -27,9 +27,12 @@ struct TensorDef {
   int tp_dim;  // -1: replicated over tensor parallel
 };
 const std::vector<TensorDef> kModel = {
-    {"embedding.weight", {12, 4}, 0},      {"layers.0.qkv.weight", {12, 6}, 0},
-    {"layers.0.qkv.bias", {12}, 0},        {"layers.0.proj.weight", {6, 12}, 1},
-    {"layers.0.norm.weight", {6}, -1},     {"layers.0.w3d", {4, 12, 3}, 1},
+    {"embedding.weight", {12, 4}, 0},
+    {"layers.0.qkv.weight", {12, 6}, 0},
+    {"layers.0.qkv.bias", {12}, 0},
+    {"layers.0.proj.weight", {6, 12}, 1},
+    {"layers.0.norm.weight", {6}, -1},
+    {"layers.0.w3d", {4, 12, 3}, 1},
     {"scale", {}, -1},
 };
 const char* kMoment = "optimizer.exp_avg.";
@@ -43,22 +46,21 @@ float value_of(const std::string& name, int64_t global, int64_t iteration) {
 struct Layout {
   int tp = 1, dp = 1;
   bool distributed = false;  // optimizer state as dp flat segments
-  std::string str() const {
-    return concat("tp", tp, "_dp", dp, distributed ? "_distopt" : "");
-  }
+  std::string str() const { return concat("tp", tp, "_dp", dp, distributed ? "_distopt" : ""); }
 };
 
 // The pieces simulated rank (t, d) saves (params only on d == 0, moments as its dp segment) or
 // loads (params on every d). Buffers live in `storage`.
-std::vector<TensorPiece> rank_pieces(const Layout& L, int t, int d, bool for_save, int64_t iteration,
-                                     std::deque<std::vector<float>>& storage) {
+std::vector<TensorPiece> rank_pieces(const Layout& L, int t, int d, bool for_save,
+                                     int64_t iteration, std::deque<std::vector<float>>& storage) {
   std::vector<TensorPiece> out;
   auto add = [&](TensorPiece p) {
     const PieceGeometry g = p.geometry();
     storage.emplace_back(static_cast<size_t>(g.count()), std::nanf(""));
     auto& buf = storage.back();
     if (for_save)
-      for (int64_t i = 0; i < g.count(); ++i) buf[i] = value_of(p.name, g.global_index(i), iteration);
+      for (int64_t i = 0; i < g.count(); ++i)
+        buf[i] = value_of(p.name, g.global_index(i), iteration);
     p.data = p.dest = buf.data();
     out.push_back(std::move(p));
   };
@@ -95,7 +97,8 @@ std::vector<TensorPiece> rank_pieces(const Layout& L, int t, int d, bool for_sav
   return out;
 }
 
-void expect_values(const std::vector<TensorPiece>& pieces, int64_t iteration, const std::string& where) {
+void expect_values(const std::vector<TensorPiece>& pieces, int64_t iteration,
+                   const std::string& where) {
   for (const TensorPiece& p : pieces) {
     const PieceGeometry g = p.geometry();
     for (int64_t i = 0; i < g.count(); ++i)
@@ -116,8 +119,8 @@ class CheckpointTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Saves like the collective save would with tp x dp ranks.
-  void save_layout(const Layout& L, int64_t iteration, int keep_last = 0, const std::string& protect = {},
-                   json metadata = json::object()) {
+  void save_layout(const Layout& L, int64_t iteration, int keep_last = 0,
+                   const std::string& protect = {}, json metadata = json::object()) {
     const std::string tmp = tmp_checkpoint_path(dir_, iteration, concat("sim", ++saves_));
     std::vector<json> parts;
     SaveRequest first;
@@ -167,7 +170,8 @@ class CheckpointTest : public ::testing::Test {
       load(req);
       ADD_FAILURE() << "load succeeded";
     } catch (const InputError& e) {
-      for (const std::string& part : {std::string(parts)...}) EXPECT_THAT(e.what(), HasSubstr(part));
+      for (const std::string& part : {std::string(parts)...})
+        EXPECT_THAT(e.what(), HasSubstr(part));
     }
   }
   LoadRequest whole_model_request(std::deque<std::vector<float>>& storage,
@@ -199,17 +203,34 @@ TEST_F(CheckpointTest, RoundTripKeepsValuesAndMetadata) {
   EXPECT_EQ(j["tensors"]["scale"]["shape"], json::array());
   // A checkpoint directory can be loaded directly too.
   std::deque<std::vector<float>> storage;
-  LoadRequest req{checkpoint_path(dir_, 10), std::nullopt, rank_pieces(Layout{}, 0, 0, false, 0, storage)};
+  LoadRequest req{checkpoint_path(dir_, 10), std::nullopt,
+                  rank_pieces(Layout{}, 0, 0, false, 0, storage)};
   EXPECT_EQ(load(req), meta);
   expect_values(req.pieces, 10, "direct");
 }
 
+TEST_F(CheckpointTest, MetadataOnlyCheckpoint) {
+  auto comm = parallel::make_single_process_communicator("world");
+  SaveRequest req;
+  req.dir = dir_;
+  req.iteration = 0;
+  req.metadata = {{"note", "no tensors"}};
+  save(req, *comm, 1);
+  EXPECT_EQ(latest_iteration(dir_), 0);
+  EXPECT_EQ(load(LoadRequest{dir_, std::nullopt, {}}), req.metadata);
+  const CheckpointIndex index = read_index(dir_);
+  EXPECT_TRUE(index.files.empty());
+  EXPECT_TRUE(index.tensors.empty());
+}
+
 TEST_F(CheckpointTest, AnyLayoutLoadsAnyOtherLayout) {
   const std::vector<std::pair<Layout, Layout>> cases = {
-      {{1, 1}, {2, 1}},             {{2, 1}, {1, 1}},             {{2, 1}, {3, 1}},
-      {{4, 1}, {1, 1}},             {{1, 1}, {4, 1}},             {{2, 2, true}, {1, 1}},
-      {{1, 1}, {2, 3, true}},       {{1, 3, true}, {1, 2, true}}, {{4, 1}, {2, 2, true}},
-      {{3, 2, true}, {4, 3, true}}, {{2, 4, true}, {6, 1}},       {{1, 2, false}, {2, 2, true}},
+      {{1, 1}, {2, 1}},       {{2, 1}, {1, 1}},
+      {{2, 1}, {3, 1}},       {{4, 1}, {1, 1}},
+      {{1, 1}, {4, 1}},       {{2, 2, true}, {1, 1}},
+      {{1, 1}, {2, 3, true}}, {{1, 3, true}, {1, 2, true}},
+      {{4, 1}, {2, 2, true}}, {{3, 2, true}, {4, 3, true}},
+      {{2, 4, true}, {6, 1}}, {{1, 2, false}, {2, 2, true}},
   };
   int64_t iteration = 0;
   for (const auto& [from, to] : cases) {
@@ -232,7 +253,7 @@ TEST_F(CheckpointTest, CollectiveSaveOnOneProcess) {
   req.on_step = [&](const std::string& s) { steps.push_back(s); };
   save(req, *comm, 2);
   EXPECT_EQ(steps, (std::vector<std::string>{"shard_written", "before_metadata", "before_rename",
-                                              "before_latest", "before_cleanup", "done"}));
+                                             "before_latest", "before_cleanup", "done"}));
   EXPECT_EQ(latest_iteration(dir_), 3);
   EXPECT_EQ(load_layout(Layout{2, 1}, std::nullopt, 3), json({{"step", 3}}));
   // Leaves nothing but the checkpoint and latest.
@@ -379,10 +400,12 @@ TEST_F(CheckpointTest, RowSplitsReadThroughCoalescedChunks) {
       req = SaveRequest{};
       req.dir = dir_;
       req.iteration = 1;
-      TensorPiece p{"m", shape, Shape{300, 64 / saved_tp}, ShardSpec{1, ShardAxis::Tensor, r, saved_tp}};
+      TensorPiece p{"m", shape, Shape{300, 64 / saved_tp},
+                    ShardSpec{1, ShardAxis::Tensor, r, saved_tp}};
       const PieceGeometry g = p.geometry();
       storage.emplace_back();
-      for (int64_t i = 0; i < g.count(); ++i) storage.back().push_back(value_of("m", g.global_index(i), 1));
+      for (int64_t i = 0; i < g.count(); ++i)
+        storage.back().push_back(value_of("m", g.global_index(i), 1));
       p.data = storage.back().data();
       req.pieces.push_back(p);
       parts.push_back(write_rank_shard(req, tmp, r));
@@ -424,7 +447,8 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
     for (Parameter* p : store->params()) req.pieces.push_back(param_piece(*p, "model."));
     // Two segments of the local shard, at their own offsets in the moment buffer.
     req.pieces.push_back(segment_piece(optim::Segment{&w, 0, 10, 0}, moments.back().data(), "m."));
-    req.pieces.push_back(segment_piece(optim::Segment{&w, 10, 24, 10}, moments.back().data(), "m."));
+    req.pieces.push_back(
+        segment_piece(optim::Segment{&w, 10, 24, 10}, moments.back().data(), "m."));
     parts.push_back(write_rank_shard(req, tmp, t));
     stores.push_back(std::move(store));
   }
@@ -445,7 +469,8 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
   reference.finalize();
   reference.initialize(42);
   for (int64_t i = 0; i < 48; ++i) {
-    ASSERT_EQ(full.get("fc.weight").value.data<float>()[i], reference.get("fc.weight").value.data<float>()[i]);
+    ASSERT_EQ(full.get("fc.weight").value.data<float>()[i],
+              reference.get("fc.weight").value.data<float>()[i]);
     ASSERT_EQ(m[i], value_of("m", i, 0));
   }
   for (int64_t i = 0; i < 6; ++i) ASSERT_EQ(full.get("norm.weight").value.data<float>()[i], 1.0f);
@@ -499,7 +524,8 @@ TEST_F(CheckpointTest, MismatchedRequestsNameTheTensorAndFile) {
   expect_load_error(LoadRequest{dir_, {}, {missing}}, "no tensor 'layers.9.weight'", meta);
   TensorPiece wrong{"layers.0.qkv.weight", Shape{12, 7}, Shape{12, 7}};
   wrong.dest = buf.data();
-  expect_load_error(LoadRequest{dir_, {}, {wrong}}, "'layers.0.qkv.weight'", "[12,6]", "[12,7]", meta);
+  expect_load_error(LoadRequest{dir_, {}, {wrong}}, "'layers.0.qkv.weight'", "[12,6]", "[12,7]",
+                    meta);
   TensorPiece no_dest{"layers.0.qkv.bias", Shape{12}, Shape{12}};
   EXPECT_THROW(load(LoadRequest{dir_, {}, {no_dest}}), Error);
 }
@@ -514,11 +540,18 @@ TEST_F(CheckpointTest, DamagedFilesAreInputErrorsNamingTheFile) {
   // Truncated shard.
   fresh();
   fs::resize_file(shard1, fs::file_size(shard1) / 2);
-  expect_load_error(whole_model_request(storage), shard1);
+  expect_load_error(whole_model_request(storage), shard1, "truncated?");
   // Truncated by a few bytes only (header intact).
   fresh();
   fs::resize_file(shard1, fs::file_size(shard1) - 3);
-  expect_load_error(whole_model_request(storage), shard1);
+  expect_load_error(whole_model_request(storage), shard1, "truncated?");
+  // Truncated, and metadata.json edited to match: the safetensors check still catches it.
+  fresh();
+  fs::resize_file(shard1, fs::file_size(shard1) - 3);
+  json edited = read_meta(1);
+  edited["files"]["shard_1.safetensors"]["bytes"] = fs::file_size(shard1);
+  write_meta(1, edited);
+  expect_load_error(whole_model_request(storage), shard1, "reach past the data buffer");
   // Deleted shard.
   fresh();
   fs::remove(shard1);

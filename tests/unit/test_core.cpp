@@ -28,9 +28,7 @@ TEST(DType, SizesNamesAndParsing) {
 }
 
 TEST(DType, DispatchReachesTheMatchingType) {
-  auto size_of = [](DType t) {
-    return dispatch_dtype(t, []<typename T>() { return sizeof(T); });
-  };
+  auto size_of = [](DType t) { return dispatch_dtype(t, []<typename T>() { return sizeof(T); }); };
   EXPECT_EQ(size_of(DType::F64), 8u);
   EXPECT_EQ(size_of(DType::F16), 2u);
   EXPECT_EQ(size_of(DType::U16), 2u);

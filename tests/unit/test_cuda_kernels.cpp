@@ -135,7 +135,8 @@ class Dev {
 template <typename V>
 class DevRaw {  // ints, doubles: copied as is
  public:
-  explicit DevRaw(const std::vector<V>& host) : n_(host.size()), buf_(std::max<size_t>(n_, 1) * sizeof(V)) {
+  explicit DevRaw(const std::vector<V>& host)
+      : n_(host.size()), buf_(std::max<size_t>(n_, 1) * sizeof(V)) {
     buf_.copy_from_host(host.data(), n_ * sizeof(V));
   }
   explicit DevRaw(size_t n) : n_(n), buf_(std::max<size_t>(n, 1) * sizeof(V)) { buf_.zero(); }
@@ -349,8 +350,8 @@ void check_norms(int64_t rows, int64_t D) {
   Dev<W> dwt(w), dbt(b);
   Dev<float> dmean(rows), drstd(rows), ddw(dw0), ddb(db0);
   Workspace ws(kc::norm_backward_workspace_bytes(rows, D));
-  kc::layernorm_forward(dxin.p(), dwt.p(), dbt.p(), dyout.p(), dmean.p(), drstd.p(), rows, D,
-                        1e-5f, nullptr);
+  kc::layernorm_forward(dxin.p(), dwt.p(), dbt.p(), dyout.p(), dmean.p(), drstd.p(), rows, D, 1e-5f,
+                        nullptr);
   kc::layernorm_backward(dxin.p(), dwt.p(), dmean.p(), drstd.p(), ddy.p(), ddx.p(), ddw.p(),
                          ddb.p(), rows, D, ws.p(), nullptr);
   EXPECT_CLOSE(dyout.get(), y, tol<T>());
@@ -368,7 +369,8 @@ void check_norms(int64_t rows, int64_t D) {
 
   std::vector<float> ry(rows * D), rrstd(rows), rdx(rows * D), rdw = dw0;
   kp::rmsnorm_forward(x.data(), w.data(), ry.data(), rrstd.data(), rows, D, 1e-6f);
-  kp::rmsnorm_backward(x.data(), w.data(), rrstd.data(), dy.data(), rdx.data(), rdw.data(), rows, D);
+  kp::rmsnorm_backward(x.data(), w.data(), rrstd.data(), dy.data(), rdx.data(), rdw.data(), rows,
+                       D);
   Dev<float> drdw(dw0);
   kc::rmsnorm_forward(dxin.p(), dwt.p(), dyout.p(), drstd.p(), rows, D, 1e-6f, nullptr);
   kc::rmsnorm_backward(dxin.p(), dwt.p(), drstd.p(), ddy.p(), ddx.p(), drdw.p(), rows, D, ws.p(),
@@ -410,7 +412,8 @@ TYPED_TEST(CudaOps, Embedding) {
   Dev<T> dtab(table), dout_dev(dout), dres(n * dim);
   Dev<float> ddtab(dtable0);
   kc::embedding_forward(dids.p(), n, dtab.p(), vocab_start, vocab_rows, dim, dres.p(), nullptr);
-  kc::embedding_backward(dids.p(), n, dout_dev.p(), vocab_start, vocab_rows, dim, ddtab.p(), nullptr);
+  kc::embedding_backward(dids.p(), n, dout_dev.p(), vocab_start, vocab_rows, dim, ddtab.p(),
+                         nullptr);
   EXPECT_EQ(dres.get(), out) << "a lookup is a copy";
   EXPECT_EQ(ddtab.get(), dtable) << "tokens are added in token order, as on the CPU";
 }
@@ -436,8 +439,8 @@ TYPED_TEST(CudaOps, CrossEntropy) {
   using T = TypeParam;
   const int64_t N = 41;
   // A middle vocab shard [64, 64 + 96) of a vocabulary with 150 real tokens (columns >= 150 pad).
-  for (const kp::VocabSlice vs : {kp::VocabSlice{200, 0, 150}, kp::VocabSlice{96, 64, 150},
-                                  kp::VocabSlice{96, 128, 150}}) {
+  for (const kp::VocabSlice vs :
+       {kp::VocabSlice{200, 0, 150}, kp::VocabSlice{96, 64, 150}, kp::VocabSlice{96, 128, 150}}) {
     const int32_t ignore = -100;
     std::mt19937 rng(20);
     std::uniform_int_distribution<int32_t> tgt(0, 149);
@@ -534,7 +537,7 @@ void check_attention(const AttnCase& c) {
   const auto qkv = rounded<T>(randn(n_qkv, 29));
   const auto dout = rounded<T>(randn(n_out, 30));
   std::vector<uint8_t> mask(s.B * s.S, 1);
-  for (int64_t j = 0; j < s.S; j += 3) mask[j] = 0;                     // sample 0: holes
+  for (int64_t j = 0; j < s.S; j += 3) mask[j] = 0;                            // sample 0: holes
   for (int64_t j = 0; j < s.S && s.B > 1; ++j) mask[s.S + j] = j < 2 ? 0 : 1;  // sample 1: a prefix
   kp::AttentionOptions opt;
   opt.scale = 1.0f / std::sqrt(float(s.Dh));
@@ -568,18 +571,18 @@ void check_attention(const AttnCase& c) {
 }
 
 const AttnCase kAttnCases[] = {
-    {{37, 2, 4, 2, 16, 1, 6, 3}, true, true, 0.2f},    // GQA, causal, holes, dropout, offsets
-    {{37, 2, 4, 4, 16}, false, false, 0.0f},            // plain MHA
-    {{64, 1, 6, 2, 32}, true, false, 0.0f},             // causal GQA, no mask
-    {{19, 2, 2, 1, 64, 0, 0, 0}, false, true, 0.1f},    // MQA with padding and dropout
+    {{37, 2, 4, 2, 16, 1, 6, 3}, true, true, 0.2f},   // GQA, causal, holes, dropout, offsets
+    {{37, 2, 4, 4, 16}, false, false, 0.0f},          // plain MHA
+    {{64, 1, 6, 2, 32}, true, false, 0.0f},           // causal GQA, no mask
+    {{19, 2, 2, 1, 64, 0, 0, 0}, false, true, 0.1f},  // MQA with padding and dropout
 };
 
 TYPED_TEST(CudaOps, AttentionUnfusedMatchesCpu) {
   REQUIRE_GPU();
   for (const AttnCase& c : kAttnCases) {
-    SCOPED_TRACE(::testing::Message() << "S=" << c.shape.S << " H=" << c.shape.H << " G="
-                                      << c.shape.G << " causal=" << c.causal
-                                      << " mask=" << c.key_mask << " p=" << c.dropout);
+    SCOPED_TRACE(::testing::Message()
+                 << "S=" << c.shape.S << " H=" << c.shape.H << " G=" << c.shape.G
+                 << " causal=" << c.causal << " mask=" << c.key_mask << " p=" << c.dropout);
     check_attention<TypeParam>(c);
   }
 }
@@ -615,7 +618,8 @@ TEST(CudaKernels, FlashAttentionMatchesUnfused) {
   Dev<float> lse(s.B * s.H * s.S);
   Workspace ws(size_t(64) << 20);
   kc::flash_attention_forward(s, opt, dq.p(), dres.p(), lse.p(), ws.p(), nullptr);
-  kc::flash_attention_backward(s, opt, dq.p(), dres.p(), lse.p(), ddo.p(), ddq.p(), ws.p(), nullptr);
+  kc::flash_attention_backward(s, opt, dq.p(), dres.p(), lse.p(), ddo.p(), ddq.p(), ws.p(),
+                               nullptr);
   EXPECT_CLOSE(dres.get(), out, tol<T>());
   EXPECT_CLOSE(ddq.get(), dqkv, 3 * tol<T>());
 }
@@ -765,22 +769,22 @@ TEST(CudaKernels, MultiTensorAdamWMatchesCpu) {
   for (int i = 0; i < 29; ++i) sizes.push_back(1 + 37 * i);
   sizes.push_back(300001);
   math::AdamWParams p{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, 0.0f};
-  std::vector<std::vector<float>> param, grad, m, v;
+  std::vector<std::vector<float> > param, grad, m, v;
   for (size_t t = 0; t < sizes.size(); ++t) {
     param.push_back(randn(sizes[t], 100 + t));
     grad.push_back(randn(sizes[t], 200 + t, 0.1f));
     m.push_back(std::vector<float>(sizes[t], 0.0f));
     v.push_back(std::vector<float>(sizes[t], 0.0f));
   }
-  std::vector<std::unique_ptr<Dev<float>>> dp, dg, dm, dv;
-  std::vector<std::unique_ptr<Dev<__nv_bfloat16>>> dcopy;
+  std::vector<std::unique_ptr<Dev<float> > > dp, dg, dm, dv;
+  std::vector<std::unique_ptr<Dev<__nv_bfloat16> > > dcopy;
   std::vector<kc::AdamWTensor> list;
   for (size_t t = 0; t < sizes.size(); ++t) {
-    dp.push_back(std::make_unique<Dev<float>>(param[t]));
-    dg.push_back(std::make_unique<Dev<float>>(grad[t]));
-    dm.push_back(std::make_unique<Dev<float>>(m[t]));
-    dv.push_back(std::make_unique<Dev<float>>(v[t]));
-    dcopy.push_back(std::make_unique<Dev<__nv_bfloat16>>(sizes[t]));
+    dp.push_back(std::make_unique<Dev<float> >(param[t]));
+    dg.push_back(std::make_unique<Dev<float> >(grad[t]));
+    dm.push_back(std::make_unique<Dev<float> >(m[t]));
+    dv.push_back(std::make_unique<Dev<float> >(v[t]));
+    dcopy.push_back(std::make_unique<Dev<__nv_bfloat16> >(sizes[t]));
     kc::AdamWTensor a{dp[t]->p(), dg[t]->p(), dm[t]->p(), dv[t]->p(), sizes[t]};
     a.wd_mult = t % 3 == 0 ? 0.0f : 1.0f;
     a.param_bf16 = dcopy[t]->p();
@@ -808,14 +812,14 @@ TEST(CudaKernels, MultiTensorAdamWMatchesCpu) {
 TEST(CudaKernels, SumSquaresIsDeterministicAndMatchesCpu) {
   REQUIRE_GPU();
   const std::vector<int64_t> sizes{0, 1, 1000, 1 << 20, 77777};
-  std::vector<std::vector<float>> host;
-  std::vector<std::unique_ptr<Dev<float>>> dev;
+  std::vector<std::vector<float> > host;
+  std::vector<std::unique_ptr<Dev<float> > > dev;
   std::vector<const float*> ptrs;
   double want = 0.0;
   for (size_t t = 0; t < sizes.size(); ++t) {
     host.push_back(randn(sizes[t], 300 + t));
     want += kp::sum_squares(host[t].data(), sizes[t]);
-    dev.push_back(std::make_unique<Dev<float>>(host[t]));
+    dev.push_back(std::make_unique<Dev<float> >(host[t]));
     ptrs.push_back(dev[t]->p());
   }
   Workspace ws(kc::sum_squares_workspace_bytes(int(sizes.size())));

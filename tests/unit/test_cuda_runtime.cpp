@@ -77,7 +77,7 @@ TEST(CudaAllocator, SizeClassesBoundWaste) {
   EXPECT_EQ(A::size_class(513), 1024u);
   EXPECT_EQ(A::size_class(4096), 4096u);
   EXPECT_EQ(A::size_class(4097), 5120u);
-  EXPECT_EQ(A::size_class(size_t(100) << 20), size_t(100) << 20);         // 2 MiB multiple
+  EXPECT_EQ(A::size_class(size_t(100) << 20), size_t(100) << 20);  // 2 MiB multiple
   EXPECT_EQ(A::size_class((size_t(100) << 20) + 1), size_t(102) << 20);
   for (size_t b = 1; b < (size_t(80) << 20); b = b * 3 / 2 + 7) {
     const size_t c = A::size_class(b);

@@ -65,8 +65,8 @@ training::TrainSummary train(const std::string& precision, ParamStore** store_ou
   auto src = std::make_shared<PatternSource>();
   static auto world = parallel::make_single_process_communicator();
   static std::ostringstream log;
-  auto t = std::make_unique<training::Trainer>(
-      config::parse_recipe_string(y.str(), "mp.yaml"), 13, src, nullptr, *world, log);
+  auto t = std::make_unique<training::Trainer>(config::parse_recipe_string(y.str(), "mp.yaml"), 13,
+                                               src, nullptr, *world, log);
   auto summary = t->run();
   if (store_out) *store_out = &t->params();
   if (keep) *keep = std::move(t);

@@ -11,7 +11,7 @@ namespace megatron::cuda {
 namespace {
 
 constexpr size_t kMinBlock = 512;
-constexpr size_t kSmallLimit = 4096;              // multiples of 512 below this
+constexpr size_t kSmallLimit = 4096;                // multiples of 512 below this
 constexpr size_t kQuarterLimit = size_t(64) << 20;  // quarter-power-of-two classes below this
 constexpr size_t kLargeRound = size_t(2) << 20;
 

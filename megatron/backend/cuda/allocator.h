@@ -32,11 +32,11 @@ struct AllocatorStats {
   size_t peak_bytes = 0;      // high-water mark of current_bytes (since reset_peak)
   size_t reserved_bytes = 0;  // held from cudaMalloc: live plus cached
   size_t peak_reserved_bytes = 0;
-  size_t cached_bytes = 0;      // reserved but free (free lists and blocks awaiting events)
-  int64_t device_allocs = 0;    // cudaMalloc calls so far
-  int64_t device_frees = 0;     // cudaFree calls so far
-  int64_t cache_hits = 0;       // allocations served from a free list
-  int64_t oom_retries = 0;      // cache flushes forced by cudaMalloc running out of memory
+  size_t cached_bytes = 0;    // reserved but free (free lists and blocks awaiting events)
+  int64_t device_allocs = 0;  // cudaMalloc calls so far
+  int64_t device_frees = 0;   // cudaFree calls so far
+  int64_t cache_hits = 0;     // allocations served from a free list
+  int64_t oom_retries = 0;    // cache flushes forced by cudaMalloc running out of memory
 };
 
 class CachingAllocator {

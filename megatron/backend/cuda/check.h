@@ -19,36 +19,36 @@ namespace megatron::cuda::detail {
 
 }  // namespace megatron::cuda::detail
 
-#define MT_CUDA_CHECK(call)                                                              \
-  do {                                                                                   \
-    const cudaError_t mt_status_ = (call);                                               \
-    if (mt_status_ != cudaSuccess)                                                       \
-      ::megatron::throw_check_failure(#call, __FILE__, __LINE__,                         \
-                                      ::megatron::concat("CUDA error ",                  \
-                                                         cudaGetErrorName(mt_status_), ": ", \
-                                                         cudaGetErrorString(mt_status_))); \
+#define MT_CUDA_CHECK(call)                                                     \
+  do {                                                                          \
+    const cudaError_t mt_status_ = (call);                                      \
+    if (mt_status_ != cudaSuccess)                                              \
+      ::megatron::throw_check_failure(                                          \
+          #call, __FILE__, __LINE__,                                            \
+          ::megatron::concat("CUDA error ", cudaGetErrorName(mt_status_), ": ", \
+                             cudaGetErrorString(mt_status_)));                  \
   } while (0)
 
 // cublasStatus_t (cuBLAS and cuBLASLt share it).
-#define MT_CUBLAS_CHECK(call)                                                             \
-  do {                                                                                    \
-    const int mt_status_ = static_cast<int>(call);                                        \
-    if (mt_status_ != 0)                                                                  \
+#define MT_CUBLAS_CHECK(call)                                                              \
+  do {                                                                                     \
+    const int mt_status_ = static_cast<int>(call);                                         \
+    if (mt_status_ != 0)                                                                   \
       ::megatron::cuda::detail::throw_cublas_error(mt_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // cudnnStatus_t.
-#define MT_CUDNN_CHECK(call)                                                             \
-  do {                                                                                   \
-    const int mt_status_ = static_cast<int>(call);                                       \
-    if (mt_status_ != 0)                                                                 \
+#define MT_CUDNN_CHECK(call)                                                              \
+  do {                                                                                    \
+    const int mt_status_ = static_cast<int>(call);                                        \
+    if (mt_status_ != 0)                                                                  \
       ::megatron::cuda::detail::throw_cudnn_error(mt_status_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // ncclResult_t. ncclInProgress (non-blocking communicators) is not an error.
-#define MT_NCCL_CHECK(call)                                                             \
-  do {                                                                                  \
-    const int mt_status_ = static_cast<int>(call);                                      \
-    if (mt_status_ != 0 && mt_status_ != 7 /* ncclInProgress */)                        \
+#define MT_NCCL_CHECK(call)                                                              \
+  do {                                                                                   \
+    const int mt_status_ = static_cast<int>(call);                                       \
+    if (mt_status_ != 0 && mt_status_ != 7 /* ncclInProgress */)                         \
       ::megatron::cuda::detail::throw_nccl_error(mt_status_, #call, __FILE__, __LINE__); \
   } while (0)

@@ -23,16 +23,25 @@ ncclDataType_t reduce_type(DType t, ReduceOp op, const std::string& group, const
            ": avg-reduction needs a floating dtype, got ", dtype_name(t),
            " (use sum and divide yourself)");
   switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::BF16: return ncclBfloat16;
-    case DType::F16: return ncclFloat16;
-    case DType::I64: return ncclInt64;
-    case DType::I32: return ncclInt32;
-    case DType::I8: return ncclInt8;
-    case DType::U8: return ncclUint8;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::F16:
+      return ncclFloat16;
+    case DType::I64:
+      return ncclInt64;
+    case DType::I32:
+      return ncclInt32;
+    case DType::I8:
+      return ncclInt8;
+    case DType::U8:
+      return ncclUint8;
     case DType::I16:
-    case DType::U16: break;
+    case DType::U16:
+      break;
   }
   MT_CHECK(false, what, " on group ", group, ": NCCL cannot reduce ", dtype_name(t),
            " tensors (no 16-bit integer type); widen to int32 first");
@@ -41,10 +50,14 @@ ncclDataType_t reduce_type(DType t, ReduceOp op, const std::string& group, const
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Avg: return ncclAvg;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Avg:
+      return ncclAvg;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Min:
+      return ncclMin;
   }
   return ncclSum;
 }
@@ -226,8 +239,8 @@ std::unique_ptr<parallel::Work> NcclCommunicator::all_reduce_async(Tensor& t, Re
   MT_CHECK(comm_ != nullptr, "all_reduce on group ", name_, ": communicator was aborted");
   begin();
   if (t.numel() > 0)
-    MT_NCCL_CHECK(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, nccl_op(op), comm_,
-                                comm_stream_));
+    MT_NCCL_CHECK(
+        ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, nccl_op(op), comm_, comm_stream_));
   return finish({t});
 }
 
@@ -244,8 +257,8 @@ std::unique_ptr<parallel::Work> NcclCommunicator::all_gather_async(const Tensor&
   begin();
   // NCCL's in-place form is exactly the interface's: in == out's chunk rank().
   if (in.numel() > 0)
-    MT_NCCL_CHECK(ncclAllGather(in.raw(), out.raw(), byte_count(in), ncclUint8, comm_,
-                                comm_stream_));
+    MT_NCCL_CHECK(
+        ncclAllGather(in.raw(), out.raw(), byte_count(in), ncclUint8, comm_, comm_stream_));
   return finish({in, out});
 }
 
@@ -281,8 +294,8 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   MT_CHECK(comm_ != nullptr, "broadcast on group ", name_, ": communicator was aborted");
   begin();
   if (t.numel() > 0)
-    MT_NCCL_CHECK(ncclBroadcast(t.raw(), t.raw(), byte_count(t), ncclUint8, root, comm_,
-                                comm_stream_));
+    MT_NCCL_CHECK(
+        ncclBroadcast(t.raw(), t.raw(), byte_count(t), ncclUint8, root, comm_, comm_stream_));
   complete_blocking();
 }
 

@@ -49,7 +49,8 @@ void Stream::wait(cudaStream_t other) const {
 }
 
 Event::Event(bool timing) {
-  MT_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+  MT_CUDA_CHECK(
+      cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 
 Event::~Event() {

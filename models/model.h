@@ -1,0 +1,99 @@
+#pragma once
+// What every model gives the trainer and the pipeline runtime: one pipeline stage (or virtual
+// chunk) of the network with an explicit forward/backward over per-micro-batch activations.
+// GPT/LLaMA decoders (models/gpt) and the BERT encoder (models/bert) implement it, so data,
+// tensor, pipeline parallelism, checkpoints and the optimizer are shared by all of them.
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "megatron/core/tensor.h"
+#include "megatron/transformer/context.h"
+#include "megatron/transformer/parameter.h"
+
+namespace megatron::models {
+
+// Labels equal to this are not predicted (not counted in the loss).
+constexpr int32_t kIgnoreIndex = -100;
+
+// One micro-batch, sequence-major like the activations.
+struct MicroBatch {
+  Tensor tokens, labels;  // int32 [S, B]
+  Tensor token_types;     // int32 [S, B] segment ids (BERT); empty otherwise
+  Tensor padding_mask;    // uint8 [B, S], 1 = real token (BERT); empty: no padding
+  Tensor nsp_labels;      // int32 [B] sentence-pair labels (BERT binary head); empty otherwise
+  MicroBatchInfo info;
+};
+
+// Number of labels != kIgnoreIndex (the language-model loss terms of this micro-batch).
+int64_t count_lm_targets(const MicroBatch& mb);
+// Number of sentence-pair labels (0 without a binary head).
+inline int64_t count_aux_targets(const MicroBatch& mb) { return mb.nsp_labels.numel(); }
+
+// Which part of the model one instance holds: a pipeline stage (or virtual-stage chunk) owns
+// layers [first_layer, first_layer + num_layers); the first also holds the embeddings, the
+// last the final norm / heads and the loss. The default is the whole model.
+struct ModelStage {
+  int64_t first_layer = 0;
+  int64_t num_layers = -1;   // -1: all layers
+  bool pre_process = true;   // embeddings
+  bool post_process = true;  // final norm, heads, loss
+};
+
+// Losses summed (not averaged) over one micro-batch: `lm` over its counted labels, `aux` (the
+// BERT sentence-pair loss) over its samples. Zero unless this stage has post_process.
+struct LossSums {
+  double lm = 0, aux = 0;
+  LossSums& operator+=(const LossSums& o) {
+    lm += o.lm;
+    aux += o.aux;
+    return *this;
+  }
+};
+
+// Backward seeds: d(objective)/d(lm sum) and d(objective)/d(aux sum). The trainer's objective is
+// lm_sum / (lm targets in the global batch) + aux_sum / (aux targets in the global batch), times
+// the loss scale, so any micro-batching and data-parallel split gives the same gradients.
+struct LossWeights {
+  float lm = 0, aux = 0;
+};
+
+// Per-micro-batch activation storage of one model; created by the model (make_activations) and
+// reused across micro-batches of the same shape.
+struct ModelActivations {
+  virtual ~ModelActivations() = default;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual std::unique_ptr<ModelActivations> make_activations() const = 0;
+
+  // Runs forward; returns the summed losses (non-zero only with post_process). hidden_in is the
+  // previous stage's output ([S(/tp), B, D]) when this stage has no embeddings.
+  virtual LossSums forward(ModelActivations& act, const MicroBatch& mb,
+                           const Tensor* hidden_in = nullptr) const = 0;
+  // This stage's output activation (when not post_process), valid after forward.
+  virtual const Tensor& output(const ModelActivations& act) const = 0;
+
+  // Backward of the last forward on `act`. d_hidden_out: gradient of this stage's output (when
+  // not post_process). d_hidden_in: where the gradient of hidden_in is written (when not
+  // pre_process). grads_ready (optional) is called as backward proceeds with a watermark W:
+  // every gradient at a buffer offset below W is final (data parallelism starts reducing).
+  using GradsReady = std::function<void(int64_t watermark)>;
+  virtual void backward(ModelActivations& act, const MicroBatch& mb, const LossWeights& weights,
+                        const GradsReady& grads_ready = {}, const Tensor* d_hidden_out = nullptr,
+                        Tensor* d_hidden_in = nullptr) const = 0;
+
+  virtual const ModelStage& stage() const = 0;
+  // The word-embedding table this stage holds (input embedding or a tied output layer), or null.
+  // Pipeline parallelism sums its gradient over the embedding group (first + last stage).
+  virtual Parameter* word_embeddings() const = 0;
+  // Whether forward reports an aux (sentence-pair) loss.
+  virtual bool has_aux_loss() const { return false; }
+  // Per-token LM losses of the last forward ([S*B] fp32, 0 where ignored), for tests/eval.
+  virtual const Tensor& token_losses(const ModelActivations& act) const = 0;
+};
+
+}  // namespace megatron::models

@@ -176,6 +176,16 @@ std::string Recipe::to_yaml() const {
   w.kv("tensorboard_dir", str(logging.tensorboard_dir));
   w.kv("timeline", str(logging.timeline));
   w.end();
+
+  const auto& cl = cluster;
+  w.section("cluster");
+  w.kv("nodes", str(cl.nodes), cl.nodes == 0 ? "not stated" : "");
+  w.kv("gpus_per_node", str(cl.gpus_per_node), cl.gpus_per_node == 0 ? "not stated" : "");
+  w.kv("gpu_memory_gb", str(cl.gpu_memory_gb), cl.gpu_memory_gb == 0 ? "not stated" : "");
+  w.kv("gpu_tflops", str(cl.gpu_tflops), cl.gpu_tflops == 0 ? "not stated" : "");
+  w.kv("intra_node_gbps", str(cl.intra_node_gbps));
+  w.kv("inter_node_gbps", str(cl.inter_node_gbps));
+  w.end();
   return w.str();
 }
 
@@ -264,6 +274,12 @@ nlohmann::json Recipe::to_json() const {
                   {"jsonl", js(logging.jsonl)},
                   {"tensorboard_dir", js(logging.tensorboard_dir)},
                   {"timeline", js(logging.timeline)}};
+  j["cluster"] = {{"nodes", cluster.nodes},
+                  {"gpus_per_node", cluster.gpus_per_node},
+                  {"gpu_memory_gb", cluster.gpu_memory_gb},
+                  {"gpu_tflops", cluster.gpu_tflops},
+                  {"intra_node_gbps", cluster.intra_node_gbps},
+                  {"inter_node_gbps", cluster.inter_node_gbps}};
   return j;
 }
 

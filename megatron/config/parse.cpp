@@ -272,13 +272,23 @@ void parse_logging(MapReader r, LoggingConfig& l) {
   r.finish();
 }
 
+void parse_cluster(MapReader r, ClusterConfig& c) {
+  r.get("nodes", c.nodes);
+  r.get("gpus_per_node", c.gpus_per_node);
+  r.get("gpu_memory_gb", c.gpu_memory_gb);
+  r.get("gpu_tflops", c.gpu_tflops);
+  r.get("intra_node_gbps", c.intra_node_gbps);
+  r.get("inter_node_gbps", c.inter_node_gbps);
+  r.finish();
+}
+
 }  // namespace
 
 Recipe parse_tree(const Node& root, const std::string& top_file) {
   Recipe r;
   r.origins.fallback = top_file;
-  static const std::vector<std::string> sections = {"model", "parallel",   "training", "optimizer",
-                                                    "data",  "checkpoint", "logging"};
+  static const std::vector<std::string> sections = {
+      "model", "parallel", "training", "optimizer", "data", "checkpoint", "logging", "cluster"};
   for (const auto& [key, value] : root.entries) {
     if (std::find(sections.begin(), sections.end(), key) != sections.end()) continue;
     std::string best;
@@ -298,6 +308,7 @@ Recipe parse_tree(const Node& root, const std::string& top_file) {
   parse_data(section("data"), r.origins, r.data);
   parse_checkpoint(section("checkpoint"), r.checkpoint);
   parse_logging(section("logging"), r.logging);
+  parse_cluster(section("cluster"), r.cluster);
   return r;
 }
 

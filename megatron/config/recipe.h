@@ -176,6 +176,24 @@ struct LoggingConfig {
   bool operator==(const LoggingConfig&) const = default;
 };
 
+// The cluster a recipe is written for (optional; documentation and the planner's default:
+// `build/bin/plan` plans the recipe for this shape, its flags override). `pretrain` ignores it.
+// 0 means "not stated" for the first four keys.
+struct ClusterConfig {
+  int64_t nodes = 0;
+  int64_t gpus_per_node = 0;
+  double gpu_memory_gb = 0;  // per device, in GB (1e9 bytes)
+  double gpu_tflops = 0;     // peak dense bf16 TFLOP/s per device
+  // Per-device bandwidths in GB/s as seen by collectives: NVLink-class inside a node, the
+  // device's share of the network (e.g. one 400 Gb/s NIC per GPU) across nodes.
+  double intra_node_gbps = 450;
+  double inter_node_gbps = 50;
+  bool specified() const { return nodes > 0 || gpus_per_node > 0; }
+  void validate() const { validate(KeyOrigins{}); }
+  void validate(const KeyOrigins& origins) const;
+  bool operator==(const ClusterConfig&) const = default;
+};
+
 struct Recipe {
   ModelConfig model;
   ParallelConfig parallel;
@@ -184,6 +202,7 @@ struct Recipe {
   DataConfig data;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
+  ClusterConfig cluster;
   std::string source_path;  // the top recipe file, as given to load_recipe
   std::string root_dir;     // repository root guessed at load time (see resolve_path); may be empty
   KeyOrigins origins;       // filled by the loader; used in error messages

@@ -259,6 +259,21 @@ void LoggingConfig::validate(const KeyOrigins& origins) const {
   c.positive("logging.interval", interval);
 }
 
+void ClusterConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  c.non_negative("cluster.nodes", nodes);
+  c.non_negative("cluster.gpus_per_node", gpus_per_node);
+  c.non_negative("cluster.gpu_memory_gb", gpu_memory_gb);
+  c.non_negative("cluster.gpu_tflops", gpu_tflops);
+  c.positive("cluster.intra_node_gbps", intra_node_gbps);
+  c.positive("cluster.inter_node_gbps", inter_node_gbps);
+  // A shape is both numbers or neither.
+  if (nodes > 0 || gpus_per_node > 0)
+    c.check(nodes > 0 && gpus_per_node > 0, nodes > 0 ? "cluster.gpus_per_node" : "cluster.nodes",
+            concat("needs both cluster.nodes and cluster.gpus_per_node (got nodes ", nodes,
+                   ", gpus_per_node ", gpus_per_node, ")"));
+}
+
 void Recipe::validate() const {
   model.validate(origins);
   parallel.validate(origins);
@@ -267,6 +282,7 @@ void Recipe::validate() const {
   data.validate(origins);
   checkpoint.validate(origins);
   logging.validate(origins);
+  cluster.validate(origins);
 
   Checker c(origins);
   const int64_t tp = parallel.tensor;
@@ -356,7 +372,7 @@ void Recipe::resolve_for_world(int64_t world_size) {
 bool Recipe::operator==(const Recipe& o) const {
   return model == o.model && parallel == o.parallel && training == o.training &&
          optimizer == o.optimizer && data == o.data && checkpoint == o.checkpoint &&
-         logging == o.logging;
+         logging == o.logging && cluster == o.cluster;
 }
 
 }  // namespace megatron::config

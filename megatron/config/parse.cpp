@@ -287,8 +287,8 @@ void parse_cluster(MapReader r, ClusterConfig& c) {
 Recipe parse_tree(const Node& root, const std::string& top_file) {
   Recipe r;
   r.origins.fallback = top_file;
-  static const std::vector<std::string> sections = {
-      "model", "parallel", "training", "optimizer", "data", "checkpoint", "logging", "cluster"};
+  static const std::vector<std::string> sections = {"model", "parallel",   "training", "optimizer",
+                                                    "data",  "checkpoint", "logging",  "cluster"};
   for (const auto& [key, value] : root.entries) {
     if (std::find(sections.begin(), sections.end(), key) != sections.end()) continue;
     std::string best;

@@ -93,6 +93,7 @@ ActivationSlice TransformerBlock::slice(const MicroBatchInfo& mb, int64_t local_
 
 const Tensor& TransformerBlock::forward(Ctx& c, const Tensor& x, const MicroBatchInfo& mb,
                                         const uint8_t* key_mask) const {
+  if (spec_.post_norm) return forward_post_norm(c, x, mb, key_mask);
   // Sl: rows of this rank's activations; S: the full sequence the attention and MLP see.
   const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const int64_t S = sp() ? Sl * tp_->size() : Sl;
@@ -130,6 +131,10 @@ const Tensor& TransformerBlock::forward(Ctx& c, const Tensor& x, const MicroBatc
 
 void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                                 const uint8_t* key_mask) const {
+  if (spec_.post_norm) {
+    backward_post_norm(c, d_out, dx, mb, key_mask);
+    return;
+  }
   const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
   const int64_t S = sp() ? Sl * tp_->size() : Sl;
   const auto as = attention_shape(S, B, mb.batch_offset);
@@ -167,6 +172,85 @@ void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const M
   qkv_->backward(c.qkv, c.d_qkv, &c.d_ln);
   ln1_->backward(c.ln1, c.d_ln, dx);
   ops::add_inplace(dx, c.d_mid);  // residual
+}
+
+// Post-LN: the sub-layers read the residual stream directly and the norms sit after each
+// residual sum. With sequence parallelism the norms and sums run on [S/tp] slices exactly as
+// in pre-LN (the Column layers gather, the Row layers reduce-scatter).
+const Tensor& TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, const MicroBatchInfo& mb,
+                                                  const uint8_t* key_mask) const {
+  const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+  const int64_t S = sp() ? Sl * tp_->size() : Sl;
+  const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
+  const int64_t ffn_local = fc2_->local_in();
+  const auto as = attention_shape(S, B, mb.batch_offset);
+  const auto ao = attention_options(mb, key_mask);
+  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
+  const ActivationSlice where = slice(mb, Sl);
+
+  // mid = x + drop(proj(attn(qkv(x)))); h = LN1(mid)
+  qkv_->forward(c.qkv, x, ensure(c.qkv_out, {S, B, qkv_width}));
+  if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
+  ops::attention_forward(as, ao, c.qkv_out, ensure(c.attn_out, {S, B, local_heads_ * Dh}),
+                         ensure(c.probs, {B, local_heads_, S, S}));
+  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
+  if (hidden_dropout)
+    dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
+  ops::add(x, c.proj_out, ensure(c.mid, {Sl, B, D}));
+  ln1_->forward(c.ln1, c.mid, ensure(c.ln1_out, {Sl, B, D}));
+
+  // sum2 = h + drop(fc2(act(fc1(h)))); out = LN2(sum2)
+  fc1_->forward(c.fc1, c.ln1_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}));
+  ensure(c.act_out, {S, B, ffn_local});
+  if (spec_.swiglu)
+    ops::swiglu_forward(c.fc1_out, c.act_out);
+  else
+    ops::gelu_forward(c.fc1_out, c.act_out);
+  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}));
+  if (hidden_dropout)
+    dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
+  ops::add(c.ln1_out, c.fc2_out, ensure(c.sum2, {Sl, B, D}));
+  ln2_->forward(c.ln2, c.sum2, ensure(c.out, {Sl, B, D}));
+  return c.out;
+}
+
+void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
+                                          const MicroBatchInfo& mb, const uint8_t* key_mask) const {
+  const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
+  const int64_t S = sp() ? Sl * tp_->size() : Sl;
+  const auto as = attention_shape(S, B, mb.batch_offset);
+  const auto ao = attention_options(mb, key_mask);
+  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
+  const ActivationSlice where = slice(mb, Sl);
+
+  // d_mid holds d(sum2), then d(mid); d_ln holds d(h).
+  ln2_->backward(c.ln2, d_out, ensure(c.d_mid, {Sl, B, D}));
+  const Tensor* d_branch = &c.d_mid;
+  if (hidden_dropout) {
+    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}), spec_.hidden_dropout, site(mb, 2),
+                         where);
+    d_branch = &c.d_proj;
+  }
+  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape()));
+  ensure(c.d_fc1, c.fc1_out.shape());
+  if (spec_.swiglu)
+    ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
+  else
+    ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
+  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}));
+  ops::add_inplace(c.d_ln, c.d_mid);  // residual into h
+
+  ln1_->backward(c.ln1, c.d_ln, c.d_mid);
+  d_branch = &c.d_mid;
+  if (hidden_dropout) {
+    dropout_sbd_backward(c.d_mid, c.d_proj, spec_.hidden_dropout, site(mb, 1), where);
+    d_branch = &c.d_proj;
+  }
+  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
+  ops::attention_backward(as, ao, c.qkv_out, c.probs, c.d_attn, ensure(c.d_qkv, c.qkv_out.shape()));
+  if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
+  qkv_->backward(c.qkv, c.d_qkv, &dx);
+  ops::add_inplace(dx, c.d_mid);  // residual into x
 }
 
 }  // namespace megatron

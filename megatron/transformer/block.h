@@ -1,5 +1,11 @@
 #pragma once
-// A pre-LN transformer block: x + Dropout(Attn(Norm(x))), then + Dropout(MLP(Norm(.))).
+// A transformer block, pre-LN (GPT/LLaMA) or post-LN (the original Transformer and BERT):
+//   pre-LN:  mid = x + Dropout(Attn(LN1(x)));   out = mid + Dropout(MLP(LN2(mid)))
+//   post-LN: h = LN1(x + Dropout(Attn(x)));     out = LN2(h + Dropout(MLP(h)))
+// LN1 is registered as "<prefix>.input_norm" and LN2 as "<prefix>.post_attention_norm" in both
+// modes, so in post-LN mode "input_norm" is the norm after the attention residual and
+// "post_attention_norm" the one after the MLP residual (HF BERT's attention.output.LayerNorm
+// and output.LayerNorm).
 // Activations are [S, B, D] (sequence-major as in Megatron) over this micro-batch.
 #include <memory>
 #include <string>
@@ -18,6 +24,7 @@ struct TransformerSpec {
   float rope_theta = 10000.0f;
   bool bias = true;
   bool causal = true;
+  bool post_norm = false;  // post-LN (BERT) instead of pre-LN; see TransformerBlock
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   float norm_eps = 1e-5f;
   float init_std = 0.02f;
@@ -34,6 +41,10 @@ class TransformerBlock {
     Linear::Ctx qkv, proj, fc1, fc2;
     Tensor ln1_out, qkv_out, probs, attn_out, proj_out, mid;  // mid = x + attention branch
     Tensor ln2_out, fc1_out, act_out, fc2_out, out;
+    // Post-LN uses the same buffers differently: mid = x + attention branch (what LN1
+    // normalises), ln1_out = LN1(mid) (the attention sub-layer's output, the MLP's input),
+    // sum2 = ln1_out + MLP branch (what LN2 normalises into out); ln2_out is unused.
+    Tensor sum2;
     // scratch for backward
     Tensor d_proj, d_attn, d_qkv, d_ln, d_act, d_fc1, d_mid;
   };
@@ -53,6 +64,11 @@ class TransformerBlock {
   int64_t grad_watermark() const;
 
  private:
+  // The post-LN variants (spec_.post_norm); the public functions dispatch to them.
+  const Tensor& forward_post_norm(Ctx& ctx, const Tensor& x, const MicroBatchInfo& mb,
+                                  const uint8_t* key_mask) const;
+  void backward_post_norm(Ctx& ctx, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
+                          const uint8_t* key_mask) const;
   kernels::cpu::AttentionShape attention_shape(int64_t S, int64_t B, int64_t batch_offset) const;
   kernels::cpu::AttentionOptions attention_options(const MicroBatchInfo& mb,
                                                    const uint8_t* key_mask) const;

@@ -1,0 +1,613 @@
+// BERT: finite-difference gradient checks of the post-LN block (with a padding mask), the
+// embeddings (word + position + token type, LayerNorm), the masked-LM head (tied decoder with
+// bias), the sentence-pair head and the whole model; a plain-loop forward of a 1-layer BERT;
+// pipeline-stage and micro-batch splits against the whole model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+
+#include "models/bert/bert_model.h"
+
+namespace megatron::models {
+namespace {
+
+constexpr int64_t kVocab = 29, kPaddedVocab = 32;
+
+BertSpec tiny_spec(float dropout = 0.0f, bool binary_head = true) {
+  BertSpec s =
+      make_bert_spec(/*layers*/ 2, /*hidden*/ 16, /*heads*/ 4, /*ffn*/ 24, /*seq*/ 8,
+                     /*max_positions*/ 10, kVocab, kPaddedVocab, binary_head, dropout, dropout);
+  s.transformer.init_std = 0.2f;  // large enough that every path carries signal
+  s.transformer.norm_eps = 1e-5f;
+  return s;
+}
+
+// Sample b has S - 2 * (b % 3) real tokens (sample 0 is unpadded); the second half of each
+// sample's real tokens is segment B; about half the real positions carry an MLM label.
+MicroBatch random_batch(int64_t S, int64_t B, uint32_t seed) {
+  std::mt19937 rng(seed);
+  MicroBatch mb;
+  mb.tokens = Tensor::empty({S, B}, DType::I32);
+  mb.labels = Tensor::empty({S, B}, DType::I32);
+  mb.token_types = Tensor::empty({S, B}, DType::I32);
+  mb.padding_mask = Tensor::empty({B, S}, DType::U8);
+  mb.nsp_labels = Tensor::empty({B}, DType::I32);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t len = S - 2 * (b % 3);
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t i = s * B + b;
+      const bool real = s < len;
+      mb.tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % kVocab);
+      mb.labels.data<int32_t>()[i] =
+          real && rng() % 2 == 0 ? static_cast<int32_t>(rng() % kVocab) : kIgnoreIndex;
+      mb.token_types.data<int32_t>()[i] = real && s >= len / 2 ? 1 : 0;
+      mb.padding_mask.data<uint8_t>()[b * S + s] = real ? 1 : 0;
+    }
+    mb.labels.data<int32_t>()[b] = static_cast<int32_t>(rng() % kVocab);  // position 0 counts
+    mb.nsp_labels.data<int32_t>()[b] = static_cast<int32_t>(rng() % 2);
+  }
+  mb.info = MicroBatchInfo{3, 5, true};
+  return mb;
+}
+
+Tensor random_tensor(const Shape& shape, uint32_t seed, float std = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, std);
+  Tensor t = Tensor::empty(shape, DType::F32);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
+  return t;
+}
+
+// Biases and norm shifts start at zero and norm scales at one; perturb them so every path
+// (and its gradient) is exercised.
+void perturb_biases(ParamStore& store, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.3f);
+  for (Parameter* p : store.params())
+    if (p->init.kind != ParamInit::Kind::Normal)
+      for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data<float>()[i] += dist(rng);
+}
+
+double dot(const Tensor& a, const Tensor& b) {
+  double s = 0.0;
+  for (int64_t i = 0; i < a.numel(); ++i)
+    s += static_cast<double>(a.data<float>()[i]) * b.data<float>()[i];
+  return s;
+}
+
+// Central differences at steps h and h/2 combined by Richardson extrapolation (error O(h^4)):
+// two estimates checked against each other in one number.
+double numeric_grad(float& w, const std::function<double()>& objective, float h = 1e-2f) {
+  const float saved = w;
+  auto central = [&](float step) {
+    const float up = saved + step, down = saved - step;
+    w = up;
+    const double f_up = objective();
+    w = down;
+    const double f_down = objective();
+    w = saved;
+    return (f_up - f_down) / (static_cast<double>(up) - static_cast<double>(down));
+  };
+  const double coarse = central(h), fine = central(h / 2);
+  return (4.0 * fine - coarse) / 3.0;
+}
+
+// Compares `grad` with finite differences of `objective` at `samples` elements of `value`,
+// half of them where the gradient is non-zero (sparse embedding rows). Returns the count.
+int check_elements(Tensor& value, const Tensor& grad, const std::function<double()>& objective,
+                   const std::string& what, std::mt19937& rng, int samples = 6) {
+  std::vector<int64_t> nonzero;
+  for (int64_t i = 0; i < grad.numel(); ++i)
+    if (grad.data<float>()[i] != 0.0f) nonzero.push_back(i);
+  int checked = 0;
+  for (int k = 0; k < samples; ++k) {
+    const bool pick_nonzero = k % 2 == 0 && !nonzero.empty();
+    const int64_t i = pick_nonzero ? nonzero[rng() % nonzero.size()]
+                                   : static_cast<int64_t>(rng() % value.numel());
+    const double numeric = numeric_grad(value.data<float>()[i], objective);
+    const double analytic = grad.data<float>()[i];
+    EXPECT_NEAR(analytic, numeric, 3e-4 + 2e-2 * std::abs(numeric)) << what << "[" << i << "]";
+    ++checked;
+  }
+  return checked;
+}
+
+int check_params(ParamStore& store, const std::function<double()>& objective, uint32_t seed) {
+  std::mt19937 rng(seed);
+  int checked = 0;
+  for (Parameter* p : store.params())
+    checked += check_elements(p->value, p->grad, objective, p->name, rng);
+  return checked;
+}
+
+// ---- the post-LN block ------------------------------------------------------------------
+
+class PostNormBlock : public ::testing::TestWithParam<float> {};
+
+TEST_P(PostNormBlock, GradientsMatchFiniteDifferences) {
+  const float dropout = GetParam();
+  TransformerSpec t = tiny_spec(dropout).transformer;
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  TransformerBlock block(store, "layers.0", 0, t, *tp);
+  store.finalize();
+  store.initialize(3);
+  perturb_biases(store, 4);
+  const MicroBatch mb = random_batch(8, 3, 5);
+  const uint8_t* mask = mb.padding_mask.data<uint8_t>();
+  Tensor x = random_tensor({8, 3, 16}, 6);
+  const Tensor r = random_tensor({8, 3, 16}, 7, 0.3f);  // objective = sum(out * r)
+  TransformerBlock::Ctx ctx;
+  auto objective = [&] { return dot(block.forward(ctx, x, mb.info, mask), r); };
+
+  store.zero_grads();
+  objective();
+  Tensor dx = Tensor::empty(x.shape(), DType::F32);
+  block.backward(ctx, r, dx, mb.info, mask);
+  std::mt19937 rng(8);
+  EXPECT_GT(check_params(store, objective, 9), 50);
+  check_elements(x, dx, objective, "dx", rng, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dropout, PostNormBlock, ::testing::Values(0.0f, 0.1f),
+                         [](const auto& info) { return info.param > 0 ? "dropout" : "plain"; });
+
+TEST(PostNormBlockMask, PaddedKeysDoNotReachRealPositions) {
+  TransformerSpec t = tiny_spec().transformer;
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  TransformerBlock block(store, "layers.0", 0, t, *tp);
+  store.finalize();
+  store.initialize(3);
+  const MicroBatch mb = random_batch(8, 3, 5);  // sample 1 has 6 real tokens
+  Tensor x = random_tensor({8, 3, 16}, 6);
+  TransformerBlock::Ctx ctx;
+  const Tensor before = block.forward(ctx, x, mb.info, mb.padding_mask.data<uint8_t>()).clone();
+  for (int64_t d = 0; d < 16; ++d) x.data<float>()[(7 * 3 + 1) * 16 + d] += 5.0f;  // s=7, b=1
+  const Tensor& after = block.forward(ctx, x, mb.info, mb.padding_mask.data<uint8_t>());
+  for (int64_t s = 0; s < 8; ++s)
+    for (int64_t b = 0; b < 3; ++b)
+      for (int64_t d = 0; d < 16; ++d) {
+        const int64_t i = (s * 3 + b) * 16 + d;
+        if (s == 7 && b == 1) continue;  // the changed (padded) row itself
+        EXPECT_EQ(after.data<float>()[i], before.data<float>()[i]) << "s=" << s << " b=" << b;
+      }
+  // Without the mask the padded key is attended to: real positions of sample 1 change.
+  block.forward(ctx, x, mb.info, nullptr);
+  EXPECT_NE(ctx.out.data<float>()[(0 * 3 + 1) * 16], before.data<float>()[(0 * 3 + 1) * 16]);
+}
+
+// ---- embeddings and heads as stages of a model without blocks ---------------------------
+
+TEST(BertEmbeddings, GradientsMatchFiniteDifferences) {
+  for (const bool dropout : {false, true}) {
+    SCOPED_TRACE(dropout ? "dropout" : "plain");
+    auto tp = parallel::make_single_process_communicator();
+    ParamStore store;
+    BertModel model(tiny_spec(dropout ? 0.1f : 0.0f), store, *tp, ModelStage{0, 0, true, false});
+    store.finalize();
+    store.initialize(11);
+    perturb_biases(store, 12);
+    const MicroBatch mb = random_batch(8, 3, 13);
+    const Tensor r = random_tensor({8, 3, 16}, 14);
+    auto act = model.make_activations();
+    auto objective = [&] {
+      model.forward(*act, mb);
+      return dot(model.output(*act), r);
+    };
+    store.zero_grads();
+    objective();
+    model.backward(*act, mb, LossWeights{}, {}, &r);
+    EXPECT_EQ(store.params().size(), 5u);  // word, position, token type, norm weight and bias
+    EXPECT_GT(check_params(store, objective, 15), 25);
+  }
+}
+
+struct HeadCase {
+  const char* name;
+  bool binary_head;
+  LossWeights weights;
+};
+
+void PrintTo(const HeadCase& c, std::ostream* os) { *os << c.name; }
+
+class BertHeads : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(BertHeads, GradientsMatchFiniteDifferences) {
+  const HeadCase c = GetParam();
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  // A last stage with no blocks: the heads straight on hidden_in.
+  BertModel model(tiny_spec(0.0f, c.binary_head), store, *tp, ModelStage{2, 0, false, true});
+  store.finalize();
+  store.initialize(21);
+  perturb_biases(store, 22);
+  const MicroBatch mb = random_batch(8, 3, 23);
+  Tensor hidden = random_tensor({8, 3, 16}, 24);
+  auto act = model.make_activations();
+  auto objective = [&] {
+    const LossSums l = model.forward(*act, mb, &hidden);
+    return c.weights.lm * l.lm + c.weights.aux * l.aux;
+  };
+  store.zero_grads();
+  objective();
+  Tensor d_hidden = Tensor::empty(hidden.shape(), DType::F32);
+  model.backward(*act, mb, c.weights, {}, nullptr, &d_hidden);
+  EXPECT_GT(check_params(store, objective, 25), 20);
+  std::mt19937 rng(26);
+  check_elements(hidden, d_hidden, objective, "d_hidden", rng, 16);
+  if (c.weights.lm == 0.0f) {  // only the [CLS] rows feed the sentence-pair head
+    for (int64_t i = 3 * 16; i < d_hidden.numel(); ++i) ASSERT_EQ(d_hidden.data<float>()[i], 0.0f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Heads, BertHeads,
+                         ::testing::Values(HeadCase{"mlm_only", false, {0.3f, 0.0f}},
+                                           HeadCase{"sentence_pair_only", true, {0.0f, 0.7f}},
+                                           HeadCase{"both", true, {1.0f / 13.0f, 0.7f}}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// ---- the whole model ---------------------------------------------------------------------
+
+struct ModelCase {
+  const char* name;
+  float dropout;
+  bool binary_head, token_types;
+};
+
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
+
+class BertGradientCheck : public ::testing::TestWithParam<ModelCase> {};
+
+TEST_P(BertGradientCheck, EveryParameterMatchesFiniteDifferences) {
+  const ModelCase c = GetParam();
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  BertModel model(tiny_spec(c.dropout, c.binary_head), store, *tp);
+  store.finalize();
+  store.initialize(31);
+  perturb_biases(store, 32);
+  MicroBatch mb = random_batch(8, 3, 33);
+  if (!c.token_types) mb.token_types = Tensor();
+  const LossWeights weights{1.0f / 13.0f, c.binary_head ? 0.7f : 0.0f};
+  auto act = model.make_activations();
+  auto objective = [&] {
+    const LossSums l = model.forward(*act, mb);
+    return weights.lm * l.lm + weights.aux * l.aux;
+  };
+  store.zero_grads();
+  objective();
+  model.backward(*act, mb, weights);
+  EXPECT_GT(check_params(store, objective, 34), 150);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, BertGradientCheck,
+                         ::testing::Values(ModelCase{"bert", 0.0f, true, true},
+                                           ModelCase{"bert_dropout", 0.1f, true, true},
+                                           ModelCase{"mlm_only", 0.0f, false, true},
+                                           ModelCase{"no_token_types", 0.0f, true, false}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// A 1-layer BERT forward in double-precision loops, straight from the equations.
+struct Reference {
+  const ParamStore& store;
+  const BertSpec& spec;
+  const float* p(const std::string& name) const {
+    return const_cast<ParamStore&>(store).get(name).value.data<float>();
+  }
+  using Vec = std::vector<double>;
+  Vec layernorm(const Vec& x, const std::string& name) const {
+    const float *g = p(name + ".weight"), *b = p(name + ".bias");
+    double mean = 0, var = 0;
+    for (double v : x) mean += v / x.size();
+    for (double v : x) var += (v - mean) * (v - mean) / x.size();
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      y[i] = (x[i] - mean) / std::sqrt(var + spec.transformer.norm_eps) * g[i] + b[i];
+    return y;
+  }
+  Vec linear(const Vec& x, const std::string& name, size_t out) const {
+    const float *w = p(name + ".weight"), *b = p(name + ".bias");
+    Vec y(out);
+    for (size_t o = 0; o < out; ++o) {
+      y[o] = b[o];
+      for (size_t i = 0; i < x.size(); ++i) y[o] += w[o * x.size() + i] * x[i];
+    }
+    return y;
+  }
+  static double gelu(double x) {
+    return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+  }
+  static double cross_entropy(const Vec& logits, int label) {
+    double m = logits[0], s = 0;
+    for (double v : logits) m = std::max(m, v);
+    for (double v : logits) s += std::exp(v - m);
+    return std::log(s) + m - logits[label];
+  }
+
+  LossSums run(const MicroBatch& mb) const {
+    const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = spec.transformer.hidden;
+    const int64_t H = spec.transformer.heads, Dh = D / H, F = spec.transformer.ffn;
+    auto at = [&](const Tensor& t, int64_t s, int64_t b) { return t.data<int32_t>()[s * B + b]; };
+    std::vector<Vec> x(S * B);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < B; ++b) {
+        Vec e(D);
+        for (int64_t d = 0; d < D; ++d)
+          e[d] = p("embedding.word_embeddings.weight")[at(mb.tokens, s, b) * D + d] +
+                 p("embedding.position_embeddings.weight")[s * D + d] +
+                 p("embedding.tokentype_embeddings.weight")[at(mb.token_types, s, b) * D + d];
+        x[s * B + b] = layernorm(e, "embedding.norm");
+      }
+    // Attention: fused QKV rows per head h are [q_h; k_h; v_h] (query groups == heads).
+    std::vector<Vec> qkv(S * B), attn(S * B, Vec(D));
+    for (int64_t i = 0; i < S * B; ++i) qkv[i] = linear(x[i], "layers.0.attention.qkv", 3 * D);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < S; ++i) {
+          Vec w(S, 0.0);
+          double m = -1e300, z = 0;
+          for (int64_t j = 0; j < S; ++j) {
+            if (!mb.padding_mask.data<uint8_t>()[b * S + j]) continue;
+            for (int64_t e = 0; e < Dh; ++e)
+              w[j] += qkv[i * B + b][(h * 3) * Dh + e] * qkv[j * B + b][(h * 3 + 1) * Dh + e];
+            w[j] /= std::sqrt(static_cast<double>(Dh));
+            m = std::max(m, w[j]);
+          }
+          for (int64_t j = 0; j < S; ++j)
+            if (mb.padding_mask.data<uint8_t>()[b * S + j]) z += (w[j] = std::exp(w[j] - m));
+          for (int64_t j = 0; j < S; ++j)
+            if (mb.padding_mask.data<uint8_t>()[b * S + j])
+              for (int64_t e = 0; e < Dh; ++e)
+                attn[i * B + b][h * Dh + e] += w[j] / z * qkv[j * B + b][(h * 3 + 2) * Dh + e];
+        }
+    LossSums l;
+    for (int64_t i = 0; i < S * B; ++i) {
+      Vec mid = linear(attn[i], "layers.0.attention.proj", D);
+      for (int64_t d = 0; d < D; ++d) mid[d] += x[i][d];
+      const Vec h1 = layernorm(mid, "layers.0.input_norm");
+      Vec f = linear(h1, "layers.0.mlp.fc1", F);
+      for (double& v : f) v = gelu(v);
+      Vec sum2 = linear(f, "layers.0.mlp.fc2", D);
+      for (int64_t d = 0; d < D; ++d) sum2[d] += h1[d];
+      x[i] = layernorm(sum2, "layers.0.post_attention_norm");  // the encoder output
+      const int label = mb.labels.data<int32_t>()[i];
+      if (label == kIgnoreIndex) continue;
+      Vec t = linear(x[i], "lm_head.dense", D);
+      for (double& v : t) v = gelu(v);
+      t = layernorm(t, "lm_head.norm");
+      Vec logits(spec.vocab_size);  // padding columns of the vocabulary are never predicted
+      for (int64_t v = 0; v < spec.vocab_size; ++v) {
+        logits[v] = p("lm_head.bias")[v];
+        for (int64_t d = 0; d < D; ++d)
+          logits[v] += t[d] * p("embedding.word_embeddings.weight")[v * D + d];
+      }
+      l.lm += cross_entropy(logits, label);
+    }
+    for (int64_t b = 0; b < B; ++b) {
+      Vec pooled = linear(x[b], "pooler.dense", D);  // position 0 of sample b
+      for (double& v : pooled) v = std::tanh(v);
+      l.aux += cross_entropy(linear(pooled, "binary_head", 2), mb.nsp_labels.data<int32_t>()[b]);
+    }
+    return l;
+  }
+};
+
+TEST(BertModel, MatchesPlainLoopReference) {
+  BertSpec spec = tiny_spec();
+  spec.transformer.num_layers = 1;
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  BertModel model(spec, store, *tp);
+  store.finalize();
+  store.initialize(41);
+  perturb_biases(store, 42);
+  const MicroBatch mb = random_batch(8, 3, 43);
+  auto act = model.make_activations();
+  const LossSums got = model.forward(*act, mb);
+  const LossSums want = Reference{store, spec}.run(mb);
+  EXPECT_NEAR(got.lm, want.lm, 1e-4 * std::abs(want.lm));
+  EXPECT_NEAR(got.aux, want.aux, 1e-4 * std::abs(want.aux));
+  EXPECT_GT(want.aux, 0.1);
+}
+
+TEST(BertModel, PaddedTokensDoNotChangeTheLosses) {
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  BertModel model(tiny_spec(0.1f), store, *tp);
+  store.finalize();
+  store.initialize(51);
+  MicroBatch mb = random_batch(8, 3, 52);
+  auto act = model.make_activations();
+  const LossSums before = model.forward(*act, mb);
+  for (int64_t s = 6; s < 8; ++s) {  // sample 1's padding
+    mb.tokens.data<int32_t>()[s * 3 + 1] = 7;
+    mb.token_types.data<int32_t>()[s * 3 + 1] = 1;
+  }
+  const LossSums after = model.forward(*act, mb);
+  EXPECT_EQ(before.lm, after.lm);
+  EXPECT_EQ(before.aux, after.aux);
+}
+
+TEST(BertModel, InitialLossesAreNearUniform) {
+  BertSpec spec = tiny_spec();
+  spec.transformer.init_std = 0.002f;
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  BertModel model(spec, store, *tp);
+  store.finalize();
+  store.initialize(1);
+  const MicroBatch mb = random_batch(8, 3, 9);
+  auto act = model.make_activations();
+  const LossSums l = model.forward(*act, mb);
+  EXPECT_NEAR(l.lm / static_cast<double>(count_lm_targets(mb)), std::log(29.0), 0.02);
+  EXPECT_NEAR(l.aux / 3.0, std::log(2.0), 0.02);
+  EXPECT_TRUE(model.has_aux_loss());
+  EXPECT_EQ(model.token_losses(*act).numel(), 8 * 3);
+}
+
+// Every gradient of the stores, by name; the word-embedding copies of several stages summed.
+std::map<std::string, std::vector<float>> grads_by_name(const std::vector<ParamStore*>& stores) {
+  std::map<std::string, std::vector<float>> out;
+  for (ParamStore* s : stores)
+    for (Parameter* p : s->params()) {
+      auto& g = out[p->name];
+      g.resize(p->grad.numel(), 0.0f);
+      for (int64_t i = 0; i < p->grad.numel(); ++i) g[i] += p->grad.data<float>()[i];
+    }
+  return out;
+}
+
+void expect_same_grads(const std::map<std::string, std::vector<float>>& got,
+                       const std::map<std::string, std::vector<float>>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    const auto& g = got.at(name);
+    ASSERT_EQ(g.size(), w.size()) << name;
+    for (size_t i = 0; i < w.size(); ++i)
+      ASSERT_NEAR(g[i], w[i], 1e-5f + 1e-4f * std::abs(w[i])) << name << "[" << i << "]";
+  }
+}
+
+TEST(BertModel, PipelineStagesMatchWholeModel) {
+  const BertSpec spec = tiny_spec(0.1f);
+  const LossWeights weights{0.25f, 0.5f};
+  const MicroBatch mb = random_batch(8, 3, 61);
+  auto tp = parallel::make_single_process_communicator();
+
+  ParamStore whole_store;
+  BertModel whole(spec, whole_store, *tp);
+  whole_store.finalize();
+  whole_store.initialize(62);
+  whole_store.zero_grads();
+  auto act = whole.make_activations();
+  const LossSums want = whole.forward(*act, mb);
+  whole.backward(*act, mb, weights);
+
+  ParamStore first_store, last_store;
+  BertModel first(spec, first_store, *tp, ModelStage{0, 1, true, false});
+  BertModel last(spec, last_store, *tp, ModelStage{1, 1, false, true});
+  for (ParamStore* s : {&first_store, &last_store}) {
+    s->finalize();
+    s->initialize(62);
+    s->zero_grads();
+  }
+  EXPECT_NE(first.word_embeddings(), nullptr);
+  EXPECT_NE(last.word_embeddings(), nullptr);
+  auto a1 = first.make_activations(), a2 = last.make_activations();
+  EXPECT_EQ(first.forward(*a1, mb).lm, 0.0);
+  const Tensor boundary = first.output(*a1).clone();  // as received over p2p
+  const LossSums got = last.forward(*a2, mb, &boundary);
+  EXPECT_NEAR(got.lm, want.lm, 1e-6 * want.lm);
+  EXPECT_NEAR(got.aux, want.aux, 1e-6 * want.aux);
+  Tensor d_boundary = Tensor::empty(boundary.shape(), DType::F32);
+  last.backward(*a2, mb, weights, {}, nullptr, &d_boundary);
+  first.backward(*a1, mb, weights, {}, &d_boundary);
+  expect_same_grads(grads_by_name({&first_store, &last_store}), grads_by_name({&whole_store}));
+}
+
+// Rows [b0, b0 + nb) of the batch as their own micro-batch at global offset info.batch_offset+b0.
+MicroBatch sub_batch(const MicroBatch& mb, int64_t b0, int64_t nb) {
+  const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1);
+  MicroBatch out;
+  out.info = mb.info;
+  out.info.batch_offset += b0;
+  auto columns = [&](const Tensor& t) {
+    Tensor c = Tensor::empty({S, nb}, DType::I32);
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < nb; ++b)
+        c.data<int32_t>()[s * nb + b] = t.data<int32_t>()[s * B + b0 + b];
+    return c;
+  };
+  out.tokens = columns(mb.tokens);
+  out.labels = columns(mb.labels);
+  out.token_types = columns(mb.token_types);
+  out.padding_mask = mb.padding_mask.slice(b0, b0 + nb).clone();
+  out.nsp_labels = mb.nsp_labels.slice(b0, b0 + nb).clone();
+  return out;
+}
+
+// Data parallelism and micro-batching split the batch: the same sums and gradients (dropout
+// masks follow the global sample index).
+TEST(BertModel, MicroBatchSplitMatchesWholeBatch) {
+  const BertSpec spec = tiny_spec(0.1f);
+  const LossWeights weights{0.25f, 0.5f};
+  const MicroBatch mb = random_batch(8, 4, 71);
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  BertModel model(spec, store, *tp);
+  store.finalize();
+  store.initialize(72);
+  auto act = model.make_activations();
+  store.zero_grads();
+  const LossSums want = model.forward(*act, mb);
+  model.backward(*act, mb, weights);
+  const auto want_grads = grads_by_name({&store});
+
+  store.zero_grads();
+  LossSums got;
+  for (int64_t b0 : {0, 2}) {
+    const MicroBatch part = sub_batch(mb, b0, 2);
+    got += model.forward(*act, part);
+    model.backward(*act, part, weights);
+  }
+  EXPECT_NEAR(got.lm, want.lm, 1e-5 * want.lm);
+  EXPECT_NEAR(got.aux, want.aux, 1e-5 * want.aux);
+  expect_same_grads(grads_by_name({&store}), want_grads);
+}
+
+// grads_ready watermarks grow, and every gradient below one is final when it is reported.
+TEST(BertModel, GradsReadyWatermarksAreFinal) {
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore store;
+  BertModel model(tiny_spec(), store, *tp);
+  store.finalize();
+  store.initialize(81);
+  const MicroBatch mb = random_batch(8, 3, 82);
+  auto act = model.make_activations();
+  store.zero_grads();
+  model.forward(*act, mb);
+  std::vector<std::pair<int64_t, Tensor>> reports;
+  model.backward(*act, mb, LossWeights{0.5f, 0.5f}, [&](int64_t w) {
+    reports.emplace_back(std::min(w, store.grads().numel()), store.grads().clone());
+  });
+  ASSERT_GE(reports.size(), 3u);  // heads, 2 blocks, embeddings
+  EXPECT_EQ(reports.back().first, store.grads().numel());
+  for (size_t k = 0; k < reports.size(); ++k) {
+    if (k > 0) {
+      EXPECT_GE(reports[k].first, reports[k - 1].first);
+    }
+    for (int64_t i = 0; i < reports[k].first; ++i)
+      ASSERT_EQ(reports[k].second.data<float>()[i], store.grads().data<float>()[i])
+          << "report " << k << " offset " << i;
+  }
+}
+
+TEST(BertModel, RejectsBadInput) {
+  auto tp = parallel::make_single_process_communicator();
+  BertSpec causal = tiny_spec();
+  causal.transformer.causal = true;
+  ParamStore store0;
+  EXPECT_ANY_THROW(BertModel(causal, store0, *tp));
+
+  ParamStore store;
+  BertModel model(tiny_spec(), store, *tp);
+  store.finalize();
+  store.initialize(1);
+  auto act = model.make_activations();
+  MicroBatch bad_types = random_batch(8, 3, 1);
+  bad_types.token_types.data<int32_t>()[0] = 2;
+  EXPECT_ANY_THROW(model.forward(*act, bad_types));
+  MicroBatch bad_mask = random_batch(8, 3, 1);
+  bad_mask.padding_mask = Tensor::empty({8, 3}, DType::U8);  // [S, B] instead of [B, S]
+  EXPECT_ANY_THROW(model.forward(*act, bad_mask));
+  MicroBatch no_nsp = random_batch(8, 3, 1);
+  no_nsp.nsp_labels = Tensor();
+  EXPECT_ANY_THROW(model.forward(*act, no_nsp));
+}
+
+}  // namespace
+}  // namespace megatron::models

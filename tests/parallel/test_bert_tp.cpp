@@ -1,11 +1,13 @@
 // mpirun-np: 2
-// BERT under tensor parallelism, with and without sequence parallelism (and with dropout on):
-// the same losses, per-token losses and gradients (each shard, partial gradients summed over tp
-// as the trainer does) as the single-process model on the same padded batch.
+// BERT under tensor parallelism, with and without sequence parallelism (and with dropout on),
+// also split into two pipeline stages: the same losses, per-token losses and gradients (each
+// shard, partial gradients summed over tp as the trainer does) as the single-process model on
+// the same padded batch.
 #include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "megatron/backend/ops.h"
 #include "models/bert/bert_model.h"
 #include "parallel_test.h"
 
@@ -64,6 +66,22 @@ void expect_close(float got, float want, const std::string& what) {
   EXPECT_NEAR(got, want, 2e-5f + 2e-4f * std::abs(want)) << what;
 }
 
+// Sums the sequence-parallel partial gradients over tp (as the trainer does before the step).
+void sum_partial_grads(ParamStore& store) {
+  for (Parameter* p : store.params())
+    if (p->tp_partial_grad) world().all_reduce(p->grad, mp::ReduceOp::Sum);
+}
+
+// Every local gradient element equals the single-process gradient at its global index.
+void expect_grads_match(ParamStore& sharded, ParamStore& full, const std::string& what) {
+  for (Parameter* p : sharded.params()) {
+    Parameter& f = full.get(p->name);
+    for (int64_t i = 0; i < p->grad.numel(); ++i)
+      expect_close(p->grad.data<float>()[i], f.grad.data<float>()[p->global_index(i)],
+                   what + p->name + " local element " + std::to_string(i));
+  }
+}
+
 TEST(BertTensorParallel, MatchesSingleProcess) {
   auto self = mp::make_single_process_communicator();
   const MicroBatch mb = batch();
@@ -88,9 +106,7 @@ TEST(BertTensorParallel, MatchesSingleProcess) {
       const LossSums got = split.forward(*tp_act, mb);
       split.backward(*tp_act, mb, weights);
 
-      // What the trainer does before the step: sum the sequence-parallel partial gradients.
-      for (Parameter* p : tp_store.params())
-        if (p->tp_partial_grad) world().all_reduce(p->grad, mp::ReduceOp::Sum);
+      sum_partial_grads(tp_store);
       const std::vector<Parameter*> params = tp_store.params();
       EXPECT_EQ(std::any_of(params.begin(), params.end(),
                             [](const Parameter* p) { return p->tp_partial_grad; }),
@@ -104,13 +120,50 @@ TEST(BertTensorParallel, MatchesSingleProcess) {
       for (int64_t i = 0; i < tl.numel(); ++i)
         if (mb.labels.data<int32_t>()[i] != kIgnoreIndex)
           expect_close(tl.data<float>()[i], fl.data<float>()[i], "token loss");
-      for (Parameter* p : tp_store.params()) {
-        Parameter& f = full_store.get(p->name);
-        for (int64_t i = 0; i < p->grad.numel(); ++i)
-          expect_close(p->grad.data<float>()[i], f.grad.data<float>()[p->global_index(i)],
-                       p->name + " local element " + std::to_string(i));
-      }
+      expect_grads_match(tp_store, full_store, "");
     }
+}
+
+// Two pipeline stages, each tensor- and sequence-parallel, passing [S/tp, B, D] slices: the
+// same losses and gradients as the single-process whole model (the tied word-embedding copies'
+// gradients summed, as over the embedding group).
+TEST(BertTensorParallel, PipelineStagesMatchSingleProcess) {
+  auto self = mp::make_single_process_communicator();
+  const MicroBatch mb = batch();
+  const LossWeights weights{0.2f, 0.9f};
+  const BertSpec spec = spec_for(true, 0.1f);
+  ParamStore full_store, first_store, last_store;
+  BertModel full(spec, full_store, *self);
+  BertModel first(spec, first_store, world(), ModelStage{0, 1, true, false});
+  BertModel last(spec, last_store, world(), ModelStage{1, 1, false, true});
+  for (ParamStore* s : {&full_store, &first_store, &last_store}) {
+    s->finalize();
+    s->initialize(8);
+    perturb(*s);
+    s->zero_grads();
+  }
+  auto full_act = full.make_activations();
+  const LossSums want = full.forward(*full_act, mb);
+  full.backward(*full_act, mb, weights);
+
+  auto a1 = first.make_activations(), a2 = last.make_activations();
+  first.forward(*a1, mb);
+  const Tensor boundary = first.output(*a1).clone();
+  ASSERT_EQ(boundary.dim(0), kSeq / world().size());
+  const LossSums got = last.forward(*a2, mb, &boundary);
+  Tensor d_boundary = Tensor::empty(boundary.shape(), DType::F32);
+  last.backward(*a2, mb, weights, {}, nullptr, &d_boundary);
+  first.backward(*a1, mb, weights, {}, &d_boundary);
+  // The embedding-group sum of the tied table, here within one process.
+  ops::add_inplace(first.word_embeddings()->grad, last.word_embeddings()->grad);
+  last.word_embeddings()->grad.copy_from(first.word_embeddings()->grad);
+  sum_partial_grads(first_store);
+  sum_partial_grads(last_store);
+
+  EXPECT_NEAR(got.lm, want.lm, 1e-5 * want.lm);
+  EXPECT_NEAR(got.aux, want.aux, 1e-5 * want.aux);
+  expect_grads_match(first_store, full_store, "first stage: ");
+  expect_grads_match(last_store, full_store, "last stage: ");
 }
 
 }  // namespace

@@ -1,0 +1,991 @@
+#include "megatron/planning/planner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "data/tokenizer.h"
+#include "megatron/core/error.h"
+#include "megatron/training/flops.h"
+
+namespace megatron::planning {
+namespace {
+
+constexpr double kCudaRuntimeReserve = 2e9;  // context, NCCL, cuBLAS workspace, fragmentation
+
+// Sizes derived from the model config.
+struct Dims {
+  int64_t L, D, H, G, Dh, F, fc1, S, P, E, topk;
+  bool layernorm, swiglu, bias, rope, tied, bert;
+  double hidden_dropout, attention_dropout;
+  int64_t norm() const { return layernorm ? 2 * D : D; }
+  int64_t experts_per_token() const { return E > 0 ? topk : 1; }
+};
+
+Dims dims_of(const config::ModelConfig& m) {
+  Dims d{};
+  d.L = m.num_layers;
+  d.D = m.hidden_size;
+  d.H = m.num_attention_heads;
+  d.G = m.query_groups();
+  d.Dh = m.head_dim();
+  d.F = m.ffn();
+  d.swiglu = m.activation == "swiglu";
+  d.fc1 = d.swiglu ? 2 * d.F : d.F;
+  d.S = m.seq_length;
+  d.P = m.max_positions();
+  d.E = m.num_experts;
+  d.topk = m.moe_router_topk;
+  d.bert = m.arch == "bert";
+  // BERT (models/bert): LayerNorm, learned positions and a decoder tied to the embeddings.
+  d.layernorm = d.bert || m.normalization == "layernorm";
+  d.bias = m.add_bias;
+  d.rope = !d.bert && m.position_embedding == "rope";
+  d.tied = d.bert || m.tie_embeddings;
+  d.hidden_dropout = m.hidden_dropout;
+  d.attention_dropout = m.attention_dropout;
+  return d;
+}
+
+int64_t layer_params(const Dims& d, int64_t tp, int64_t ep) {
+  const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
+  int64_t n = 2 * d.norm();
+  n += qkv * d.D / tp + (d.bias ? qkv / tp : 0);
+  n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
+  int64_t mlp = d.fc1 * d.D / tp + (d.bias ? d.fc1 / tp : 0) + d.F * d.D / tp + (d.bias ? d.D : 0);
+  if (d.E > 0) mlp = mlp * (d.E / ep) + d.E * d.D;  // this rank's experts + the router
+  return n + mlp;
+}
+
+// Word (+ position, token type) embeddings, and BERT's embedding norm (post-LN), per tp rank.
+int64_t embedding_params(const Dims& d, int64_t V, int64_t tp) {
+  int64_t n = V * d.D / tp;
+  if (!d.rope) n += d.P * d.D;
+  if (d.bert) n += 2 * d.D + d.norm();
+  return n;
+}
+
+// What the last stage adds (not counting a tied copy of the word embeddings), per tp rank.
+int64_t head_params(const Dims& d, int64_t V, int64_t tp) {
+  int64_t n = d.tied ? 0 : V * d.D / tp;
+  if (d.bert)  // LM-head dense + norm + vocab-parallel output bias, pooler, binary head
+    n += d.D * d.D + d.D + d.norm() + V / tp + d.D * d.D + d.D + 2 * d.D + 2;
+  else
+    n += d.norm();  // final norm
+  return n;
+}
+
+bool is_mixed(const std::string& precision) { return precision == "bf16" || precision == "fp16"; }
+
+double ring_all_reduce(double bytes, int64_t n, double bw) {
+  return n > 1 ? 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) * bytes / bw : 0.0;
+}
+double ring_gather(double bytes, int64_t n, double bw) {  // all-gather or reduce-scatter
+  return n > 1 ? static_cast<double>(n - 1) / static_cast<double>(n) * bytes / bw : 0.0;
+}
+
+std::string gb(double bytes, int precision = 2) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(precision) << bytes / 1e9;
+  return os.str();
+}
+
+std::string human_count(double n) {
+  std::ostringstream os;
+  os << std::setprecision(4);
+  if (n >= 1e9)
+    os << n / 1e9 << "B";
+  else if (n >= 1e6)
+    os << n / 1e6 << "M";
+  else if (n >= 1e3)
+    os << n / 1e3 << "K";
+  else
+    os << n;
+  return os.str();
+}
+
+// Activation bytes of one micro-batch for the pieces of a model chunk.
+struct Activations {
+  const Dims& d;
+  const Layout& lay;
+  bool cuda;
+  bool flash;
+  double a;    // bytes per activation element
+  double V;    // padded vocab
+  double s;    // sequence per context-parallel rank
+  double b;    // micro-batch
+  double t;    // tensor parallel
+  double spd;  // sequence-parallel divisor (t or 1)
+
+  // One layer with every activation kept (no recompute), split as (rest, attention core).
+  std::pair<double, double> layer() const {
+    const double D = static_cast<double>(d.D), H = static_cast<double>(d.H),
+                 G = static_cast<double>(d.G), Dh = static_cast<double>(d.Dh),
+                 F = static_cast<double>(d.F), fc1 = static_cast<double>(d.fc1),
+                 S = static_cast<double>(d.S), ke = static_cast<double>(d.experts_per_token());
+    const bool drop = d.hidden_dropout > 0;
+    if (cuda) {
+      const double rep = s * b * D * (4 * a + (drop ? 2 : 0)) / spd;
+      const double tensor = s * b * a * (2 * H * Dh + 2 * G * Dh + ke * (fc1 + F)) / t;
+      const double core = flash ? 4 * b * H * s / t
+                                : b * H * s * S * (a + (d.attention_dropout > 0 ? 1 + a : 0)) / t;
+      return {rep + tensor, core};
+    }
+    // CPU: the TransformerBlock::Ctx tensors (fp32), forward and the backward scratch.
+    const double rows = s * b / spd, full = s * b;
+    const double nst = d.layernorm ? 2 : 1;
+    const double qkvw = (H + 2 * G) * Dh / t, attnw = H * Dh / t, fc1w = ke * fc1 / t,
+                 Fl = ke * F / t;
+    const double fwd = rows * (6 * D + 2 * nst) + full * (qkvw + attnw + fc1w + Fl);
+    const double bwd = rows * D * (2 + (drop ? 1 : 0)) + full * (Fl + fc1w + attnw + qkvw);
+    const double core = b * H / t * s * S;  // probs [b, H/t, s, s]
+    return {4 * (fwd + bwd), 4 * core};
+  }
+  double layer_input() const { return a * s * b * static_cast<double>(d.D) / spd; }
+
+  // Per-micro-batch bytes outside the layers (embeddings; final norm, logits, loss).
+  double pre() const {
+    const double D = static_cast<double>(d.D), rows = s * b / spd;
+    if (cuda) return d.hidden_dropout > 0 ? rows * D : 0;  // embedding dropout mask
+    double n = 4 * rows * D;                               // embedded
+    if (!d.rope) n += 4 * rows;                            // int32 positions
+    if (d.hidden_dropout > 0) n += 4 * rows * D;           // embedding dropout output
+    return n;
+  }
+  double post() const {
+    const double D = static_cast<double>(d.D), rows = s * b / spd, full = s * b;
+    if (cuda) {
+      double n = 2 * a * rows * D + 4 * full * V / t;  // final norm + output inputs, fp32 softmax
+      if (d.bert) n += 3 * a * full * D;               // LM-head dense, activation, norm inputs
+      return n;
+    }
+    const double nst = d.layernorm ? 2 : 1;
+    double n = nst * rows + rows * D + full * V / t + 3 * full;  // norm, out, logits, losses
+    if (lay.sequence_parallel && d.tied) n += 2 * full * D;      // gathered final out + its grad
+    if (d.bert) n += 3 * full * D;
+    return 4 * n;
+  }
+  // Per activation set regardless of the chunk: ping-pong gradients (CPU), micro-batch ids,
+  // pipeline receive buffers.
+  double common(bool has_pre, bool has_post) const {
+    const double D = static_cast<double>(d.D), rows = s * b / spd, full = s * b;
+    if (cuda) return 0;
+    double n = 2 * 4 * rows * D;
+    if (has_pre || has_post) n += 2 * 4 * full;  // tokens + labels (int32)
+    if (lay.pp > 1 && !has_pre) n += 2 * 4 * rows * D;
+    return n;
+  }
+};
+
+struct ChunkShape {
+  int64_t layers;
+  bool pre, post;
+};
+
+}  // namespace
+
+std::string Layout::describe() const {
+  std::ostringstream os;
+  os << "tp" << tp << " pp" << pp << " dp" << dp;
+  if (cp > 1) os << " cp" << cp;
+  if (ep > 1) os << " ep" << ep;
+  if (vpp > 1) os << " vpp" << vpp;
+  os << " mb" << micro_batch << "x" << num_microbatches;
+  if (sequence_parallel) os << " sp";
+  os << " recompute=" << recompute;
+  if (distributed_optimizer) os << " dist-opt";
+  return os.str();
+}
+
+ClusterSpec cluster_from_recipe(const config::Recipe& r) {
+  ClusterSpec c;
+  const auto& cl = r.cluster;
+  if (cl.specified()) {
+    c.nodes = cl.nodes;
+    c.gpus_per_node = cl.gpus_per_node;
+  } else {
+    c.nodes = 1;
+    c.gpus_per_node = r.parallel.tensor * r.parallel.pipeline * r.parallel.context *
+                      std::max<int64_t>(r.parallel.data, 1);
+  }
+  if (cl.gpu_memory_gb > 0) c.gpu_memory_bytes = cl.gpu_memory_gb * 1e9;
+  if (cl.gpu_tflops > 0)
+    c.gpu_tflops = cl.gpu_tflops;
+  else if (r.training.peak_tflops > 0)
+    c.gpu_tflops = r.training.peak_tflops;
+  c.intra_node_gbps = cl.intra_node_gbps;
+  c.inter_node_gbps = cl.inter_node_gbps;
+  return c;
+}
+
+ParamCounts count_parameters(const config::ModelConfig& model, int64_t padded_vocab) {
+  const Dims d = dims_of(model);
+  ParamCounts c;
+  c.embedding = embedding_params(d, padded_vocab, 1);
+  c.per_layer = layer_params(d, 1, 1);
+  c.head = head_params(d, padded_vocab, 1);
+  c.total = c.embedding + d.L * c.per_layer + c.head;
+  return c;
+}
+
+std::vector<int64_t> virtual_stage_layers(const config::Recipe& r, int64_t pp, int64_t vpp) {
+  const int64_t stages = pp * vpp, L = r.model.num_layers;
+  const auto& given = r.parallel.pipeline_layers;
+  if (!given.empty() && static_cast<int64_t>(given.size()) == stages) return given;
+  MT_INPUT_CHECK(L % stages == 0, r.source_path, ": model.num_layers ", L,
+                 " does not split evenly over ", stages,
+                 " pipeline stages (set parallel.pipeline_layers)");
+  return std::vector<int64_t>(static_cast<size_t>(stages), L / stages);
+}
+
+namespace {
+
+std::vector<ChunkShape> stage_chunks(const std::vector<int64_t>& counts, int64_t pp, int64_t vpp,
+                                     int64_t stage) {
+  std::vector<ChunkShape> out;
+  const int64_t stages = pp * vpp;
+  for (int64_t c = 0; c < vpp; ++c) {
+    const int64_t v = c * pp + stage;
+    out.push_back({counts[static_cast<size_t>(v)], v == 0, v == stages - 1});
+  }
+  return out;
+}
+
+int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkShape& c) {
+  int64_t n = c.layers * layer_params(d, lay.tp, lay.ep);
+  if (c.pre) n += embedding_params(d, V, lay.tp);
+  if (c.post) {
+    n += head_params(d, V, lay.tp);
+    // The last stage's copy of the tied word embeddings (when another stage holds the table).
+    if (d.tied && !c.pre) n += V * d.D / lay.tp;
+  }
+  return n;
+}
+
+}  // namespace
+
+int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const Layout& lay,
+                         int64_t stage) {
+  const Dims d = dims_of(r.model);
+  const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
+  int64_t n = 0;
+  for (const ChunkShape& c : stage_chunks(counts, lay.pp, lay.vpp, stage))
+    n += chunk_params(d, padded_vocab, lay, c);
+  return n;
+}
+
+int64_t live_chunk_activations(int64_t pp, int64_t vpp, int64_t m, int64_t stage) {
+  if (vpp <= 1) return std::min(pp - stage, m);
+  return std::min(vpp * m, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1);
+}
+
+PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_t tokenizer_vocab) {
+  const config::Recipe& r = recipe;
+  const auto& tr = r.training;
+  const int64_t world = cluster.world();
+  MT_INPUT_CHECK(world >= 1, "cluster: nodes x gpus_per_node must be >= 1 (got ", cluster.nodes,
+                 " x ", cluster.gpus_per_node, ")");
+  PlanReport rep;
+  rep.recipe = r.source_path;
+  rep.arch = r.model.arch;
+  rep.device = tr.device;
+  rep.precision = tr.precision;
+  rep.cluster = cluster;
+
+  Layout& lay = rep.layout;
+  lay.tp = r.parallel.tensor;
+  lay.pp = r.parallel.pipeline;
+  lay.cp = r.parallel.context;
+  lay.ep = r.parallel.expert;
+  lay.vpp = r.parallel.virtual_stages();
+  lay.dp = r.data_parallel_size(world);  // validates the recipe against the world size
+  lay.micro_batch = tr.micro_batch_size;
+  lay.num_microbatches = tr.global_batch_size / (tr.micro_batch_size * lay.dp);
+  lay.sequence_parallel = r.parallel.sequence_parallel && lay.tp > 1;
+  lay.distributed_optimizer = r.optimizer.distributed && lay.dp > 1;
+  lay.recompute = tr.recompute;
+  MT_INPUT_CHECK(lay.vpp == 1 || lay.num_microbatches % lay.pp == 0, r.source_path,
+                 ": parallel.virtual_pipeline: the interleaved schedule needs the number of "
+                 "micro-batches per step to be a multiple of parallel.pipeline (got ",
+                 lay.num_microbatches, " micro-batches, pipeline ", lay.pp, ")");
+
+  const Dims d = dims_of(r.model);
+  rep.vocab = r.model.vocab_size > 0 ? r.model.vocab_size : tokenizer_vocab;
+  MT_INPUT_CHECK(rep.vocab > 0, "the vocabulary size must be > 0 (got ", rep.vocab, ")");
+  rep.padded_vocab = r.model.padded_vocab_size(tokenizer_vocab, lay.tp);
+  const int64_t V = rep.padded_vocab;
+  rep.params = count_parameters(r.model, V);
+
+  const bool cuda = tr.device == "cuda";
+  const bool mixed = is_mixed(tr.precision);
+  const double wbytes = mixed ? 2.0 : 4.0;  // model weights / activations on cuda
+  const bool adam = r.optimizer.type == "adamw";
+  const double moment_bytes = adam ? 8.0 : 4.0;
+  const Activations act{d,
+                        lay,
+                        cuda,
+                        cluster.flash_attention,
+                        cuda ? wbytes : 4.0,
+                        static_cast<double>(V),
+                        static_cast<double>(d.S / lay.cp),
+                        static_cast<double>(lay.micro_batch),
+                        static_cast<double>(lay.tp),
+                        lay.sequence_parallel ? static_cast<double>(lay.tp) : 1.0};
+  if (!cuda && tr.recompute != "none")
+    rep.notes.push_back("training.recompute '" + tr.recompute +
+                        "' is projected: the CPU trainer does not implement recomputation yet");
+  if (cuda && !cluster.flash_attention)
+    rep.notes.push_back("unfused attention: the [b, H/t, s, s] softmax is stored per layer");
+  if (d.E > 0)
+    rep.notes.push_back(
+        "MoE: expert MLPs sharded over parallel.expert, activations scaled by "
+        "moe_router_topk; routing imbalance and all-to-all time not modelled");
+  if (lay.cp > 1) rep.notes.push_back("context parallelism: its communication is not modelled");
+
+  const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
+  const double dp = static_cast<double>(lay.dp);
+  for (int64_t stage = 0; stage < lay.pp; ++stage) {
+    StagePlan sp;
+    sp.stage = stage;
+    const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage);
+    for (const ChunkShape& c : chunks) {
+      sp.layers += c.layers;
+      sp.parameters += chunk_params(d, V, lay, c);
+      sp.first = sp.first || c.pre;
+      sp.last = sp.last || c.post;
+    }
+    const double P = static_cast<double>(sp.parameters);
+    MemoryBreakdown& m = sp.memory;
+    if (cuda) {
+      m.weights = wbytes * P;
+      m.gradients = 4 * P;
+      const double master = mixed ? 4 * P : 0, moments = moment_bytes * P;
+      m.optimizer_without_distributed = master + moments;
+      m.optimizer_with_distributed = (master + moments) / dp;
+      m.master = lay.distributed_optimizer ? master / dp : master;
+      m.optimizer = lay.distributed_optimizer ? moments / dp : moments;
+    } else {
+      // ParamStore pads the buffers to a multiple of dp for the distributed optimizer.
+      const double buf = lay.distributed_optimizer ? std::ceil(P / dp) * dp : P;
+      m.weights = 4 * buf + (mixed ? 2 * buf : 0);
+      m.gradients = 4 * buf;
+      m.master = mixed ? 4 * buf : 0;
+      m.optimizer_without_distributed = m.master + moment_bytes * P;
+      m.optimizer_with_distributed = lay.dp > 1 ? m.master + (moment_bytes + 4) * std::ceil(P / dp)
+                                                : m.optimizer_without_distributed;
+      m.optimizer = lay.distributed_optimizer ? (moment_bytes + 4) * buf / dp : moment_bytes * P;
+    }
+
+    // Activations of one micro-batch through every chunk of this stage, per recompute mode.
+    const auto [layer_rest, layer_core] = act.layer();
+    double extras = 0, none = 0, selective = 0, full = 0;
+    for (const ChunkShape& c : chunks) {
+      const double n = static_cast<double>(c.layers);
+      extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
+      none += n * (layer_rest + layer_core);
+      selective += n * layer_rest;
+      full += n * act.layer_input();
+    }
+    m.activations_none = none + extras;
+    m.activations_selective = selective + extras;
+    m.activations_full = full + extras;
+    m.activations_per_microbatch = tr.recompute == "full"        ? m.activations_full
+                                   : tr.recompute == "selective" ? m.activations_selective
+                                                                 : m.activations_none;
+    const int64_t live = live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage);
+    m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
+    m.activations = m.activations_per_microbatch * m.in_flight;
+
+    // Workspace: transient buffers, held once.
+    const double D = static_cast<double>(d.D), full_tokens = act.s * act.b;
+    double ws = 0;
+    if (tr.recompute == "full") ws += layer_rest + layer_core;  // the rematerialised layer
+    if (tr.recompute == "selective") ws += layer_core;
+    if (cuda) {
+      if (sp.last) ws += 2 * act.a * full_tokens * static_cast<double>(V) / act.t;
+      if (lay.sequence_parallel) ws += 2 * act.a * full_tokens * D;
+      if (lay.pp > 1) ws += 2 * act.a * full_tokens * D / act.spd;
+      m.reserve = kCudaRuntimeReserve;
+    } else {
+      if (lay.sequence_parallel) ws += 4 * full_tokens * D * (sp.first ? 3 : 2);
+      if (lay.tp > 1 && sp.last) ws += 3 * 4 * full_tokens;
+    }
+    m.workspace = ws;
+    m.total =
+        m.weights + m.master + m.gradients + m.optimizer + m.activations + m.workspace + m.reserve;
+    rep.stages.push_back(sp);
+  }
+  for (size_t i = 1; i < rep.stages.size(); ++i)
+    if (rep.stages[i].memory.total > rep.stages[rep.worst_stage].memory.total) rep.worst_stage = i;
+  rep.fits = rep.memory().total <= cluster.gpu_memory_bytes;
+
+  // FLOPs: the trainer's formula, then what recomputation adds.
+  const training::FlopsModel fm{d.L, d.D, d.H, d.G,      d.Dh,
+                                d.F, d.S, V,   d.swiglu, d.experts_per_token()};
+  const double gb_size = static_cast<double>(tr.global_batch_size);
+  rep.flops_per_step = training::megatron_flops_per_step(fm, tr.global_batch_size);
+  const double logits_flops = 6.0 * gb_size * static_cast<double>(d.S * d.D) * V;
+  rep.hardware_flops_per_step = rep.flops_per_step;
+  if (tr.recompute == "full")
+    rep.hardware_flops_per_step += (rep.flops_per_step - logits_flops) / 3;
+  if (tr.recompute == "selective")
+    rep.hardware_flops_per_step += 4.0 * gb_size * static_cast<double>(d.S) *
+                                   static_cast<double>(d.S) * static_cast<double>(d.L * d.H * d.Dh);
+
+  // Step time estimate.
+  TimeEstimate& t = rep.time;
+  const double devices = static_cast<double>(lay.tp * lay.pp * lay.dp * lay.cp);
+  const double peak = cluster.gpu_tflops * 1e12;
+  const double compute_peak = cuda && !mixed ? peak / 2 : peak;  // fp32: TF32 at half rate
+  const double rows = act.s * act.b, width = static_cast<double>(d.D) / act.t;
+  t.efficiency = cluster.gemm_efficiency * rows / (rows + 256) * width / (width + 128);
+  const double m_count = static_cast<double>(lay.num_microbatches);
+  const double compute_mb =
+      rep.hardware_flops_per_step / (m_count * devices) / (compute_peak * t.efficiency);
+  const double intra = cluster.intra_node_gbps * 1e9, inter = cluster.inter_node_gbps * 1e9;
+  const double bw_tp = lay.tp <= cluster.gpus_per_node ? intra : inter;
+  const double bw_dp = lay.tp * lay.cp * lay.dp <= cluster.gpus_per_node ? intra : inter;
+  const double bw_pp =
+      cluster.nodes > 1 && lay.tp * lay.cp * lay.dp >= cluster.gpus_per_node ? inter : intra;
+  const double hidden_bytes = act.a * rows * static_cast<double>(d.D);
+  const double layers_per_stage = static_cast<double>(d.L) / static_cast<double>(lay.pp);
+  const double tp_mb = layers_per_stage * (tr.recompute == "full" ? 6 : 4) *
+                       ring_all_reduce(hidden_bytes, lay.tp, bw_tp);
+  const double pp_mb =
+      lay.pp > 1 ? 2.0 * static_cast<double>(lay.vpp) * hidden_bytes / act.spd / bw_pp : 0.0;
+  const double per_mb = compute_mb + tp_mb + pp_mb;
+  t.compute = compute_mb * m_count;
+  t.tp_comm = tp_mb * m_count;
+  t.pp_comm = pp_mb * m_count;
+  t.bubble = per_mb * static_cast<double>(lay.pp - 1) / static_cast<double>(lay.vpp);
+  const double P = static_cast<double>(rep.device_stage().parameters);
+  const double grad_sync = lay.distributed_optimizer ? ring_gather(4 * P, lay.dp, bw_dp)
+                                                     : ring_all_reduce(4 * P, lay.dp, bw_dp);
+  t.dp_comm_exposed = std::max(0.2 * grad_sync, grad_sync - compute_mb * 2.0 / 3.0);
+  t.param_gather =
+      lay.distributed_optimizer ? ring_gather((cuda ? wbytes : 4.0) * P, lay.dp, bw_dp) : 0.0;
+  const double owned = lay.distributed_optimizer ? P / dp : P;
+  t.optimizer = owned * (28.0 + wbytes) / (cluster.memory_bandwidth_gbps * 1e9);
+  t.step = t.compute + t.tp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.param_gather +
+           t.optimizer;
+  t.tokens_per_second = gb_size * static_cast<double>(d.S) / t.step;
+  t.tflops_per_device = rep.flops_per_step / t.step / devices / 1e12;
+  t.mfu = rep.flops_per_step / (t.step * devices * peak);
+  return rep;
+}
+
+// ---- reports ---------------------------------------------------------------------------------
+
+nlohmann::json PlanReport::to_json() const {
+  using nlohmann::json;
+  const MemoryBreakdown& m = memory();
+  json stages_json = json::array();
+  for (const StagePlan& s : stages)
+    stages_json.push_back({{"stage", s.stage},
+                           {"layers", s.layers},
+                           {"parameters", s.parameters},
+                           {"first", s.first},
+                           {"last", s.last},
+                           {"activation_bytes", s.memory.activations},
+                           {"total_bytes", s.memory.total}});
+  return {{"recipe", recipe},
+          {"arch", arch},
+          {"device", device},
+          {"precision", precision},
+          {"cluster",
+           {{"nodes", cluster.nodes},
+            {"gpus_per_node", cluster.gpus_per_node},
+            {"world", cluster.world()},
+            {"gpu_memory_bytes", cluster.gpu_memory_bytes},
+            {"gpu_tflops", cluster.gpu_tflops},
+            {"intra_node_gbps", cluster.intra_node_gbps},
+            {"inter_node_gbps", cluster.inter_node_gbps},
+            {"gemm_efficiency", cluster.gemm_efficiency},
+            {"flash_attention", cluster.flash_attention}}},
+          {"layout",
+           {{"tp", layout.tp},
+            {"pp", layout.pp},
+            {"dp", layout.dp},
+            {"cp", layout.cp},
+            {"ep", layout.ep},
+            {"vpp", layout.vpp},
+            {"micro_batch", layout.micro_batch},
+            {"num_microbatches", layout.num_microbatches},
+            {"sequence_parallel", layout.sequence_parallel},
+            {"distributed_optimizer", layout.distributed_optimizer},
+            {"recompute", layout.recompute},
+            {"describe", layout.describe()}}},
+          {"vocab", vocab},
+          {"padded_vocab", padded_vocab},
+          {"parameters",
+           {{"total", params.total},
+            {"embedding", params.embedding},
+            {"per_layer", params.per_layer},
+            {"head", params.head},
+            {"per_device", device_stage().parameters}}},
+          {"memory",
+           {{"stage", device_stage().stage},
+            {"weights", m.weights},
+            {"master", m.master},
+            {"gradients", m.gradients},
+            {"optimizer", m.optimizer},
+            {"optimizer_without_distributed", m.optimizer_without_distributed},
+            {"optimizer_with_distributed", m.optimizer_with_distributed},
+            {"activations_per_microbatch", m.activations_per_microbatch},
+            {"activations_per_microbatch_by_recompute",
+             {{"none", m.activations_none},
+              {"selective", m.activations_selective},
+              {"full", m.activations_full}}},
+            {"in_flight", m.in_flight},
+            {"activations", m.activations},
+            {"workspace", m.workspace},
+            {"reserve", m.reserve},
+            {"total", m.total},
+            {"device_bytes", cluster.gpu_memory_bytes}}},
+          {"stages", stages_json},
+          {"flops", {{"per_step", flops_per_step}, {"hardware_per_step", hardware_flops_per_step}}},
+          {"time",
+           {{"gemm_efficiency", time.efficiency},
+            {"compute_s", time.compute},
+            {"bubble_s", time.bubble},
+            {"tp_comm_s", time.tp_comm},
+            {"pp_comm_s", time.pp_comm},
+            {"dp_comm_exposed_s", time.dp_comm_exposed},
+            {"param_gather_s", time.param_gather},
+            {"optimizer_s", time.optimizer},
+            {"step_s", time.step},
+            {"tokens_per_s", time.tokens_per_second},
+            {"tflops_per_device", time.tflops_per_device},
+            {"mfu", time.mfu}}},
+          {"fits", fits},
+          {"notes", notes}};
+}
+
+std::string PlanReport::to_text() const {
+  std::ostringstream os;
+  const MemoryBreakdown& m = memory();
+  const StagePlan& st = device_stage();
+  // Memory in GB, or MB for small models.
+  const bool small = m.total < 1e9;
+  const double unit = small ? 1e6 : 1e9;
+  const char* unit_name = small ? "MB" : "GB";
+  auto mem = [&](double bytes, int precision = 2) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(precision) << bytes / unit;
+    return o.str();
+  };
+  os << "plan: " << (recipe.empty() ? "(recipe)" : recipe) << " (" << arch << ", "
+     << human_count(static_cast<double>(params.total)) << " parameters, " << precision << " on "
+     << device << ")\n";
+  os << "cluster: " << cluster.nodes << " node(s) x " << cluster.gpus_per_node
+     << " devices = " << cluster.world() << "; " << gb(cluster.gpu_memory_bytes, 1) << " GB and "
+     << cluster.gpu_tflops << " TFLOP/s peak per device; " << cluster.intra_node_gbps
+     << " GB/s intra-node, " << cluster.inter_node_gbps << " GB/s inter-node\n";
+  os << "layout: " << layout.describe() << " (global batch " << layout.micro_batch << " x "
+     << layout.num_microbatches << " x dp " << layout.dp << ")\n";
+  os << "parameters: " << params.total << " total (" << human_count(double(params.embedding))
+     << " embedding, " << human_count(double(params.per_layer)) << " per layer, "
+     << human_count(double(params.head)) << " head); vocab " << vocab << " padded to "
+     << padded_vocab << "; " << st.parameters << " on each device of stage " << st.stage << "\n";
+  os << "memory per device (stage " << st.stage << " of " << stages.size() << ", " << st.layers
+     << " layers" << (st.first ? ", embeddings" : "") << (st.last ? ", output layer" : "") << "), "
+     << unit_name << ":\n";
+  auto row = [&](const std::string& name, double bytes, const std::string& extra = "") {
+    os << "  " << std::left << std::setw(34) << name << std::right << std::setw(10) << mem(bytes)
+       << (extra.empty() ? "" : "  " + extra) << "\n";
+  };
+  const bool mixed = is_mixed(precision);
+  row(device == "cuda"
+          ? std::string("weights (") + precision + ")"
+          : std::string("weights (fp32 compute") + (mixed ? " + " + precision : "") + ")",
+      m.weights);
+  if (m.master > 0) row("fp32 master weights", m.master);
+  row("fp32 gradients", m.gradients);
+  row(std::string("optimizer state") + (layout.distributed_optimizer ? " (distributed)" : ""),
+      m.optimizer,
+      "master+state: " + mem(m.optimizer_without_distributed) + " without / " +
+          mem(m.optimizer_with_distributed) + " with the distributed optimizer");
+  std::ostringstream inflight;
+  inflight << std::setprecision(3) << m.in_flight;
+  row("activations", m.activations,
+      mem(m.activations_per_microbatch, 3) + " per micro-batch x " + inflight.str() +
+          " in flight; per micro-batch none " + mem(m.activations_none, 3) + " / selective " +
+          mem(m.activations_selective, 3) + " / full " + mem(m.activations_full, 3));
+  row("workspace", m.workspace);
+  if (m.reserve > 0) row("runtime reserve", m.reserve);
+  row("total", m.total,
+      std::string(fits ? "fits" : "DOES NOT FIT") + " in " + gb(cluster.gpu_memory_bytes, 1) +
+          " GB");
+  os << std::setprecision(4) << "FLOPs per step: " << flops_per_step << " (Megatron's formula)";
+  if (hardware_flops_per_step != flops_per_step)
+    os << ", " << hardware_flops_per_step << " with recomputation";
+  os << "\n";
+  os << std::setprecision(3) << "estimated step time: " << time.step << " s (compute "
+     << time.compute << ", bubble " << time.bubble << ", TP comm " << time.tp_comm << ", PP comm "
+     << time.pp_comm << ", DP exposed " << time.dp_comm_exposed << ", param gather "
+     << time.param_gather << ", optimizer " << time.optimizer << ")\n"
+     << std::fixed << std::setprecision(0) << "  " << time.tokens_per_second << " tokens/s, "
+     << std::setprecision(1) << time.tflops_per_device << " TFLOP/s per device, MFU "
+     << time.mfu * 100 << "% (estimate; GEMM efficiency " << std::setprecision(2) << time.efficiency
+     << ")\n";
+  for (const std::string& n : notes) os << "note: " << n << "\n";
+  return os.str();
+}
+
+// ---- search ----------------------------------------------------------------------------------
+
+SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
+                    int64_t tokenizer_vocab) {
+  SearchResult result;
+  const int64_t world = cluster.world();
+  const auto& m = recipe.model;
+  const auto& tr = recipe.training;
+  const int64_t cp = recipe.parallel.context;
+  std::vector<int64_t> micros;
+  for (int64_t b = 1; b <= tr.global_batch_size; b *= 2) micros.push_back(b);
+  if (std::find(micros.begin(), micros.end(), tr.micro_batch_size) == micros.end())
+    micros.push_back(tr.micro_batch_size);
+  const std::vector<std::string> recomputes =
+      tr.device == "cuda" ? std::vector<std::string>{"none", "selective", "full"}
+                          : std::vector<std::string>{"none"};
+  std::vector<int64_t> vpps = {1};
+  if (recipe.parallel.virtual_stages() > 1) vpps.push_back(recipe.parallel.virtual_stages());
+  for (int64_t tp = 1; tp <= std::min(cluster.gpus_per_node, world); ++tp) {
+    if (cluster.gpus_per_node % tp != 0 || m.num_attention_heads % tp != 0 ||
+        m.query_groups() % tp != 0 || m.ffn() % tp != 0)
+      continue;
+    for (int64_t pp = 1; pp <= m.num_layers; ++pp) {
+      if (m.num_layers % pp != 0 || world % (tp * pp * cp) != 0) continue;
+      const int64_t dp = world / (tp * pp * cp);
+      for (int64_t vpp : vpps) {
+        if (vpp > 1 && (pp == 1 || m.num_layers % (pp * vpp) != 0)) continue;
+        for (int64_t micro : micros) {
+          if (tr.global_batch_size % (micro * dp) != 0) continue;
+          for (const std::string& rc : recomputes) {
+            for (bool dist : dp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              config::Recipe c = recipe;
+              c.parallel.tensor = tp;
+              c.parallel.pipeline = pp;
+              c.parallel.data = 0;
+              c.parallel.virtual_pipeline =
+                  vpp > 1 ? std::optional<int64_t>(vpp) : std::optional<int64_t>();
+              c.parallel.pipeline_layers.clear();
+              c.parallel.sequence_parallel = tp > 1 && m.seq_length % tp == 0;
+              c.training.micro_batch_size = micro;
+              c.training.recompute = rc;
+              c.optimizer.distributed = dist;
+              PlanReport p;
+              try {
+                c.validate_for_world(world);
+                p = plan(c, cluster, tokenizer_vocab);
+              } catch (const InputError&) {
+                continue;  // not a valid layout for this world / batch
+              }
+              ++result.candidates;
+              if (!p.fits) {
+                ++result.too_big;
+                continue;
+              }
+              result.fitting.push_back(std::move(p));
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(result.fitting.begin(), result.fitting.end(),
+                   [](const PlanReport& a, const PlanReport& b) {
+                     if (a.time.step != b.time.step) return a.time.step < b.time.step;
+                     return a.memory().total < b.memory().total;
+                   });
+  return result;
+}
+
+std::string search_table(const SearchResult& result, size_t top) {
+  std::ostringstream os;
+  os << "search: " << result.candidates << " valid layouts, " << result.too_big << " do not fit, "
+     << result.fitting.size() << " fit";
+  if (result.fitting.empty()) {
+    os << "\n";
+    return os.str();
+  }
+  os << "; fastest " << std::min(top, result.fitting.size()) << " by estimated step time:\n";
+  os << std::right << std::setw(4) << "#" << std::setw(4) << "tp" << std::setw(4) << "pp"
+     << std::setw(6) << "dp" << std::setw(4) << "vpp" << std::setw(5) << "mb" << std::setw(6) << "m"
+     << std::setw(4) << "sp" << std::setw(11) << "recompute" << std::setw(9) << "dist-opt"
+     << std::setw(10) << "mem GB" << std::setw(10) << "step s" << std::setw(8) << "MFU %"
+     << std::setw(12) << "tokens/s"
+     << "\n";
+  for (size_t i = 0; i < result.fitting.size() && i < top; ++i) {
+    const PlanReport& p = result.fitting[i];
+    const Layout& l = p.layout;
+    os << std::setw(4) << i + 1 << std::setw(4) << l.tp << std::setw(4) << l.pp << std::setw(6)
+       << l.dp << std::setw(4) << l.vpp << std::setw(5) << l.micro_batch << std::setw(6)
+       << l.num_microbatches << std::setw(4) << (l.sequence_parallel ? "on" : "-") << std::setw(11)
+       << l.recompute << std::setw(9) << (l.distributed_optimizer ? "on" : "-") << std::setw(10)
+       << gb(p.memory().total, 2) << std::setw(10) << std::setprecision(4) << p.time.step
+       << std::setw(8) << std::fixed << std::setprecision(1) << p.time.mfu * 100 << std::setw(12)
+       << std::setprecision(0) << p.time.tokens_per_second << std::defaultfloat << "\n";
+  }
+  return os.str();
+}
+
+// ---- command line ----------------------------------------------------------------------------
+
+double parse_memory_size(const std::string& text) {
+  std::string s = text;
+  s.erase(0, s.find_first_not_of(" \t"));
+  s.erase(s.find_last_not_of(" \t") + 1);
+  size_t unit_at = s.find_first_not_of("0123456789.eE+-");
+  // "1e9" style numbers: an 'e' followed by a digit belongs to the number.
+  std::string number = s.substr(0, unit_at),
+              unit = unit_at == std::string::npos ? "" : s.substr(unit_at);
+  unit.erase(0, unit.find_first_not_of(" \t"));
+  for (char& ch : unit) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  double value = 0;
+  const char* end = number.data() + number.size();
+  auto [ptr, ec] = std::from_chars(number.data(), end, value);
+  MT_INPUT_CHECK(!number.empty() && ec == std::errc() && ptr == end && std::isfinite(value),
+                 "expected a size like 80GB, 80GiB or 80 (GB), got '", text, "'");
+  double scale = 0;
+  if (unit.empty() || unit == "gb" || unit == "g")
+    scale = 1e9;
+  else if (unit == "gib")
+    scale = 1073741824.0;
+  else if (unit == "tb" || unit == "t")
+    scale = 1e12;
+  else if (unit == "tib")
+    scale = 1099511627776.0;
+  else if (unit == "mb" || unit == "m")
+    scale = 1e6;
+  else if (unit == "mib")
+    scale = 1048576.0;
+  MT_INPUT_CHECK(scale > 0, "unknown size unit '", unit, "' in '", text,
+                 "' (use MB, MiB, GB, GiB, TB or TiB)");
+  MT_INPUT_CHECK(value > 0, "a size must be > 0, got '", text, "'");
+  return value * scale;
+}
+
+namespace {
+
+int64_t parse_positive_int(const std::string& flag, const std::string& v) {
+  int64_t x = 0;
+  const char* end = v.data() + v.size();
+  auto [ptr, ec] = std::from_chars(v.data(), end, x);
+  MT_INPUT_CHECK(!v.empty() && ec == std::errc() && ptr == end && x > 0, flag,
+                 ": expected a positive integer, got '", v, "'");
+  return x;
+}
+
+double parse_positive_double(const std::string& flag, const std::string& v) {
+  double x = 0;
+  const char* end = v.data() + v.size();
+  auto [ptr, ec] = std::from_chars(v.data(), end, x);
+  MT_INPUT_CHECK(!v.empty() && ec == std::errc() && ptr == end && std::isfinite(x) && x > 0, flag,
+                 ": expected a positive number, got '", v, "'");
+  return x;
+}
+
+}  // namespace
+
+std::string plan_usage() {
+  return "usage: plan --recipe R.yaml [--set key=value ...] [--nodes N] [--gpus-per-node G]\n"
+         "            [--gpu-memory 80GB] [--gpu-tflops 989] [--intra-node-gbps 450]\n"
+         "            [--inter-node-gbps 50] [--efficiency 0.6] [--no-flash-attention]\n"
+         "            [--vocab V] [--search [--top 10]] [--json]\n"
+         "Plans the recipe's layout on a cluster: parameters, memory per device (weights,\n"
+         "gradients, optimizer state, activations, workspace), FLOPs per step, estimated step\n"
+         "time and MFU. --search ranks every (tp, pp, dp, micro-batch, recompute, distributed\n"
+         "optimizer) layout that fits. The cluster defaults to the recipe's cluster: section;\n"
+         "flags override it. --gpu-memory takes GB (1e9) or GiB; a bare number is GB.\n"
+         "Exit status: 0 fits (with --search: something fits), 3 does not fit, 1 error.\n";
+}
+
+PlanArgs parse_plan_args(const std::vector<std::string>& args) {
+  PlanArgs a;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string flag = args[i], value;
+    bool inline_value = false;
+    if (flag.rfind("--", 0) == 0) {
+      if (size_t eq = flag.find('='); eq != std::string::npos) {
+        value = flag.substr(eq + 1);
+        flag = flag.substr(0, eq);
+        inline_value = true;
+      }
+    }
+    auto take = [&]() -> std::string {
+      if (inline_value) return value;
+      MT_INPUT_CHECK(i + 1 < args.size(), flag, ": needs a value");
+      return args[++i];
+    };
+    auto no_value = [&] {
+      MT_INPUT_CHECK(!inline_value, flag, ": takes no value (got '", value, "')");
+    };
+    if (flag == "--help" || flag == "-h") {
+      no_value();
+      a.help = true;
+    } else if (flag == "--recipe") {
+      a.recipe = take();
+      MT_INPUT_CHECK(!a.recipe.empty(), "--recipe: needs a file name");
+    } else if (flag == "--set") {
+      a.overrides.push_back(take());
+    } else if (flag == "--nodes") {
+      a.nodes = parse_positive_int(flag, take());
+    } else if (flag == "--gpus-per-node") {
+      a.gpus_per_node = parse_positive_int(flag, take());
+    } else if (flag == "--vocab") {
+      a.vocab = parse_positive_int(flag, take());
+    } else if (flag == "--top") {
+      a.top = parse_positive_int(flag, take());
+    } else if (flag == "--gpu-memory") {
+      const std::string v = take();
+      try {
+        a.gpu_memory_bytes = parse_memory_size(v);
+      } catch (const InputError& e) {
+        throw InputError(concat(flag, ": ", e.what()));
+      }
+    } else if (flag == "--gpu-tflops") {
+      a.gpu_tflops = parse_positive_double(flag, take());
+    } else if (flag == "--intra-node-gbps") {
+      a.intra_node_gbps = parse_positive_double(flag, take());
+    } else if (flag == "--inter-node-gbps") {
+      a.inter_node_gbps = parse_positive_double(flag, take());
+    } else if (flag == "--efficiency") {
+      const std::string v = take();
+      a.efficiency = parse_positive_double(flag, v);
+      MT_INPUT_CHECK(*a.efficiency <= 1, flag, ": must be in (0, 1], got '", v, "'");
+    } else if (flag == "--no-flash-attention") {
+      no_value();
+      a.flash_attention = false;
+    } else if (flag == "--search") {
+      no_value();
+      a.search = true;
+    } else if (flag == "--json") {
+      no_value();
+      a.json = true;
+    } else {
+      throw InputError(concat("unknown argument '", args[i], "' (see --help)"));
+    }
+  }
+  MT_INPUT_CHECK(a.help || !a.recipe.empty(), "--recipe: required (see --help)");
+  return a;
+}
+
+namespace {
+
+int64_t resolve_vocab(const config::Recipe& r, const PlanArgs& a, std::vector<std::string>& notes) {
+  if (a.vocab) return *a.vocab;
+  if (r.model.vocab_size > 0) return r.model.vocab_size;
+  const auto& t = r.data.tokenizer;
+  if (t.type == "NullTokenizer") return t.vocab_size;
+  if (t.type == "ByteTokenizer") return data::ByteTokenizer().vocab_size();
+  try {
+    auto tok = data::make_tokenizer({t.type, config::resolve_path(r, t.vocab_file),
+                                     config::resolve_path(r, t.merge_file),
+                                     config::resolve_path(r, t.model)});
+    notes.push_back("vocabulary from " + tok->describe());
+    return tok->vocab_size();
+  } catch (const std::exception& e) {
+    throw InputError(concat("cannot read the tokenizer to size the vocabulary (", e.what(),
+                            "); pass --vocab N (e.g. 50257 for GPT-2, 32000 for LLaMA-2, 30522 "
+                            "for BERT) or set model.vocab_size"));
+  }
+}
+
+}  // namespace
+
+int run_plan_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  PlanArgs a;
+  config::Recipe recipe;
+  ClusterSpec cluster;
+  int64_t vocab = 0;
+  std::vector<std::string> notes;
+  try {
+    a = parse_plan_args(args);
+    if (a.help) {
+      out << plan_usage();
+      return 0;
+    }
+    recipe = config::load_recipe(a.recipe, a.overrides);
+    cluster = cluster_from_recipe(recipe);
+    if (!recipe.cluster.specified() && !a.nodes && !a.gpus_per_node)
+      notes.push_back("no cluster: section or --nodes/--gpus-per-node: assuming 1 node of " +
+                      std::to_string(cluster.gpus_per_node) + " devices");
+    if (a.nodes) cluster.nodes = *a.nodes;
+    if (a.gpus_per_node) cluster.gpus_per_node = *a.gpus_per_node;
+    if (a.gpu_memory_bytes) cluster.gpu_memory_bytes = *a.gpu_memory_bytes;
+    if (a.gpu_tflops) cluster.gpu_tflops = *a.gpu_tflops;
+    if (a.intra_node_gbps) cluster.intra_node_gbps = *a.intra_node_gbps;
+    if (a.inter_node_gbps) cluster.inter_node_gbps = *a.inter_node_gbps;
+    if (a.efficiency) cluster.gemm_efficiency = *a.efficiency;
+    cluster.flash_attention = a.flash_attention;
+    if (recipe.training.device == "cpu") {
+      // CPU "devices" are processes: this machine's sgemm peak and memory, shared per node.
+      const double per_node = static_cast<double>(cluster.gpus_per_node);
+      if (!a.gpu_tflops && recipe.cluster.gpu_tflops <= 0 && recipe.training.peak_tflops <= 0) {
+        cluster.gpu_tflops = training::measure_cpu_peak_flops() / 1e12 / per_node;
+        notes.push_back("peak: this CPU's measured fp32 sgemm rate, shared by the " +
+                        std::to_string(cluster.gpus_per_node) + " process(es) of a node");
+      }
+      if (!a.gpu_memory_bytes && recipe.cluster.gpu_memory_gb <= 0) {
+        const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<double>(sysconf(_SC_PAGE_SIZE));
+        if (phys > 0) {
+          cluster.gpu_memory_bytes = phys / per_node;
+          notes.push_back("memory: this machine's RAM shared by the process(es) of a node");
+        }
+      }
+    }
+    vocab = resolve_vocab(recipe, a, notes);
+  } catch (const InputError& e) {
+    err << "plan: " << e.what() << "\n";
+    return 1;
+  }
+
+  std::optional<PlanReport> report;
+  std::string layout_error;
+  try {
+    report = plan(recipe, cluster, vocab);
+    report->notes.insert(report->notes.begin(), notes.begin(), notes.end());
+  } catch (const InputError& e) {
+    layout_error = e.what();
+    if (!a.search) {
+      err << "plan: the recipe's layout does not fit this cluster: " << layout_error << "\n";
+      return 1;
+    }
+  }
+  std::optional<SearchResult> found;
+  if (a.search) found = search(recipe, cluster, vocab);
+
+  if (a.json) {
+    nlohmann::json j = report ? report->to_json() : nlohmann::json{{"error", layout_error}};
+    if (found) {
+      nlohmann::json results = nlohmann::json::array();
+      for (size_t i = 0; i < found->fitting.size() && i < static_cast<size_t>(a.top); ++i)
+        results.push_back(found->fitting[i].to_json());
+      j = {{"plan", j},
+           {"search",
+            {{"candidates", found->candidates},
+             {"too_big", found->too_big},
+             {"fitting", found->fitting.size()},
+             {"results", results}}}};
+    }
+    out << j.dump(2) << "\n";
+  } else {
+    if (report)
+      out << report->to_text();
+    else
+      out << "the recipe's layout is not valid on this cluster: " << layout_error << "\n";
+    if (found) out << "\n" << search_table(*found, static_cast<size_t>(a.top));
+  }
+  if (found) return found->fitting.empty() ? 3 : 0;
+  return report->fits ? 0 : 3;
+}
+
+}  // namespace megatron::planning

@@ -6,14 +6,17 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "data/tokenizer.h"
 #include "megatron/pipeline/schedule.h"
 #include "megatron/planning/planner.h"
 #include "megatron/training/trainer.h"
+#include "models/bert/bert_model.h"
 
 namespace megatron {
 namespace {
@@ -205,6 +208,42 @@ TEST(PlannerParams, TensorAndPipelineShardsMatchTheModel) {
                     real_stage_numel(r, r.model.vocab_size, tp, rank, pp, stage))
               << r.model.arch << " tp" << tp << " pp" << pp << " stage " << stage << " rank "
               << rank;
+    }
+  }
+}
+
+TEST(PlannerParams, BertMatchesTheModel) {
+  // Post-LN encoder: token-type embeddings + embedding norm on the first stage; MLM head (dense,
+  // norm, vocab-parallel bias, tied decoder), pooler and sentence-pair head on the last.
+  config::Recipe r = recipe_from(
+      "arch: bert, num_layers: 4, hidden_size: 64, num_attention_heads: 4, seq_length: 32, "
+      "max_position_embeddings: 40, vocab_size: 1000",
+      "micro_batch_size: 2, global_batch_size: 4, train_iters: 1");
+  for (auto [tp, pp] : {std::pair{1, 1}, {2, 1}, {2, 2}, {1, 4}}) {
+    const int64_t V = r.model.padded_vocab_size(1000, tp);
+    const models::BertSpec spec = models::make_bert_spec(4, 64, 4, 256, 32, 40, 1000, V);
+    r.parallel.tensor = tp;
+    r.parallel.pipeline = pp;
+    Layout lay;
+    lay.tp = tp;
+    lay.pp = pp;
+    int64_t whole = 0;
+    for (int stage = 0; stage < pp; ++stage) {
+      ShapeOnlyComm comm(0, tp);
+      models::ModelStage st;
+      st.first_layer = stage * (4 / pp);
+      st.num_layers = 4 / pp;
+      st.pre_process = stage == 0;
+      st.post_process = stage == pp - 1;
+      ParamStore store;
+      models::BertModel model(spec, store, comm, st);
+      store.finalize();
+      EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
+          << "tp" << tp << " pp" << pp << " stage " << stage;
+      whole += store.numel();
+    }
+    if (tp == 1 && pp == 1) {
+      EXPECT_EQ(planning::count_parameters(r.model, V).total, whole);
     }
   }
 }
@@ -677,6 +716,33 @@ TEST_F(PlannerCliRun, Errors) {
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("vocab 50257 padded to 50304"));
   EXPECT_EQ(cli({"--help"}).code, 0);
+}
+
+// The binary itself (built with the tools): exit codes and where messages go.
+TEST_F(PlannerCliRun, Binary) {
+  const std::string bin = std::string(MEGATRON_BINARY_DIR) + "/bin/plan";
+  if (!std::filesystem::exists(bin)) GTEST_SKIP() << bin << " not built";
+  const std::string recipe = write("r.yaml", kCudaRecipe);
+  auto run = [&](const std::string& args) {
+    const std::string cmd = bin + " " + args + " > " + (dir_ / "out.txt").string() + " 2> " +
+                            (dir_ / "err.txt").string();
+    const int status = std::system(cmd.c_str());
+    std::ifstream out(dir_ / "out.txt"), err(dir_ / "err.txt");
+    std::stringstream o, e;
+    o << out.rdbuf();
+    e << err.rdbuf();
+    return std::tuple{WIFEXITED(status) ? WEXITSTATUS(status) : -1, o.str(), e.str()};
+  };
+  auto [ok, ok_out, ok_err] = run("--recipe " + recipe + " --json");
+  EXPECT_EQ(ok, 0) << ok_err;
+  EXPECT_TRUE(nlohmann::json::parse(ok_out)["fits"].get<bool>());
+  auto [bad, bad_out, bad_err] = run("--recipe " + recipe + " --gpu-memory 80XB");
+  EXPECT_EQ(bad, 1);
+  EXPECT_THAT(bad_err, HasSubstr("--gpu-memory: unknown size unit 'xb' in '80XB'"));
+  EXPECT_TRUE(bad_out.empty());
+  auto [big, big_out, big_err] = run("--recipe " + recipe + " --gpu-memory 2GB");
+  EXPECT_EQ(big, 3) << big_err;
+  EXPECT_THAT(big_out, HasSubstr("DOES NOT FIT"));
 }
 
 }  // namespace

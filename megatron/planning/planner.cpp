@@ -883,7 +883,7 @@ int64_t resolve_vocab(const config::Recipe& r, const PlanArgs& a, std::vector<st
   if (a.vocab) return *a.vocab;
   if (r.model.vocab_size > 0) return r.model.vocab_size;
   const auto& t = r.data.tokenizer;
-  if (t.type == "NullTokenizer") return t.vocab_size;
+  if (t.type == "NullTokenizer" || t.vocab_size > 0) return t.vocab_size;
   if (t.type == "ByteTokenizer") return data::ByteTokenizer().vocab_size();
   try {
     auto tok = data::make_tokenizer({t.type, config::resolve_path(r, t.vocab_file),

@@ -16,7 +16,8 @@ namespace megatron::models {
 // Labels equal to this are not predicted (not counted in the loss).
 constexpr int32_t kIgnoreIndex = -100;
 
-// One micro-batch, sequence-major like the activations.
+// One micro-batch, sequence-major like the activations. "Empty" fields are default-constructed
+// Tensors: test with present(), not numel() (a default Tensor is a 0-d scalar shape).
 struct MicroBatch {
   Tensor tokens, labels;  // int32 [S, B]
   Tensor token_types;     // int32 [S, B] segment ids (BERT); empty otherwise
@@ -25,10 +26,14 @@ struct MicroBatch {
   MicroBatchInfo info;
 };
 
+inline bool present(const Tensor& t) { return t.ndim() > 0; }
+
 // Number of labels != kIgnoreIndex (the language-model loss terms of this micro-batch).
 int64_t count_lm_targets(const MicroBatch& mb);
 // Number of sentence-pair labels (0 without a binary head).
-inline int64_t count_aux_targets(const MicroBatch& mb) { return mb.nsp_labels.numel(); }
+inline int64_t count_aux_targets(const MicroBatch& mb) {
+  return present(mb.nsp_labels) ? mb.nsp_labels.numel() : 0;
+}
 
 // Which part of the model one instance holds: a pipeline stage (or virtual-stage chunk) owns
 // layers [first_layer, first_layer + num_layers); the first also holds the embeddings, the

@@ -3,8 +3,11 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
+#include "data/bert_dataset.h"
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
@@ -13,6 +16,7 @@
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mesh.h"
 #include "megatron/parallel/mpi_communicator.h"
+#include "megatron/training/bert_source.h"
 #include "megatron/training/trainer.h"
 
 namespace {
@@ -71,6 +75,67 @@ class DatasetSource final : public training::SampleSource {
   std::shared_ptr<const data::SampleDataset> dataset_;
 };
 
+using Sources = std::pair<std::shared_ptr<const training::BatchSource>,
+                          std::shared_ptr<const training::BatchSource>>;
+
+// Megatron's GPT datasets: split, index (built once by rank 0, cached), blended by weight.
+Sources gpt_sources(const config::Recipe& recipe, const parallel::LaunchInfo& launch,
+                    parallel::Communicator& world, std::ostream& out) {
+  const auto& d = recipe.data;
+  const auto& tr = recipe.training;
+  data::GPTDatasetsSpec dspec;
+  for (const auto& entry : d.train)
+    dspec.paths_weights.emplace_back(config::resolve_path(recipe, entry.path), entry.weight);
+  dspec.split = d.split;
+  dspec.seq_length = recipe.model.seq_length;
+  dspec.seed = tr.seed;
+  dspec.num_samples = {tr.train_iters * tr.global_batch_size,
+                       tr.eval_iters > 0 ? tr.eval_iters * tr.global_batch_size : 0, 0};
+  dspec.cache_dir = d.cache_dir.empty() ? "" : config::resolve_path(recipe, d.cache_dir);
+  dspec.is_builder = launch.world_rank == 0;
+  dspec.barrier = [&] { world.barrier(); };
+  dspec.log = [&](const std::string& line) { out << "[data] " << line << "\n"; };
+  const data::GPTDatasets datasets = data::build_gpt_datasets(dspec);
+  out << "dataset: " << datasets.train()->describe() << "\n";
+  Sources s;
+  s.first = std::make_shared<DatasetSource>(datasets.train());
+  if (datasets.valid()) s.second = std::make_shared<DatasetSource>(datasets.valid());
+  return s;
+}
+
+// Megatron's BERT datasets over one sentence-split indexed dataset (preprocess_data
+// --split-sentences), split by documents. The sample mapping is cheap: every rank builds it.
+Sources bert_sources(const config::Recipe& recipe, const data::Tokenizer& tokenizer,
+                     std::ostream& out) {
+  const auto& d = recipe.data;
+  const auto& tr = recipe.training;
+  MT_INPUT_CHECK(d.train.size() == 1, recipe.source_path,
+                 ": data.train: BERT training takes one sentence-split dataset (got ",
+                 d.train.size(), ")");
+  const std::string prefix = config::resolve_path(recipe, d.train.front().path);
+  auto dataset = std::make_shared<const data::IndexedDataset>(prefix);
+  const auto ranges = data::split_document_ranges(d.split, dataset->num_documents());
+  data::BERTDatasetConfig cfg;
+  cfg.seq_length = recipe.model.seq_length;
+  cfg.seed = tr.seed;
+  cfg.masking_probability = d.masking_probability;
+  cfg.short_seq_probability = d.short_seq_probability;
+  cfg.binary_head = d.bert_binary_head;
+  cfg.log = [&](const std::string& line) { out << "[data] " << line << "\n"; };
+  const data::BertTokenInfo info = data::BertTokenInfo::from_tokenizer(tokenizer);
+  Sources s;
+  cfg.num_samples = tr.train_iters * tr.global_batch_size;
+  auto train = data::BERTDataset::build(dataset, 0, ranges[0], info, cfg);
+  out << "dataset: " << train->describe() << "\n";
+  s.first = std::make_shared<training::BertBatchSource>(train);
+  if (tr.eval_iters > 0 && ranges[1].size() > 0) {
+    cfg.num_samples = tr.eval_iters * tr.global_batch_size;
+    s.second = std::make_shared<training::BertBatchSource>(
+        data::BERTDataset::build(dataset, 1, ranges[1], info, cfg));
+  }
+  return s;
+}
+
 // Discards output on ranks other than 0.
 struct NullBuffer : std::streambuf {
   int overflow(int c) override { return c; }
@@ -112,25 +177,12 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   auto tokenizer = data::make_tokenizer(tspec);
   out << "tokenizer: " << tokenizer->describe() << "\n";
 
-  // Megatron's GPT datasets: split, index (built once by rank 0, cached), blended by weight.
-  const auto& tr = recipe.training;
-  data::GPTDatasetsSpec dspec;
-  for (const auto& entry : d.train)
-    dspec.paths_weights.emplace_back(config::resolve_path(recipe, entry.path), entry.weight);
-  dspec.split = d.split;
-  dspec.seq_length = recipe.model.seq_length;
-  dspec.seed = tr.seed;
-  dspec.num_samples = {tr.train_iters * tr.global_batch_size,
-                       tr.eval_iters > 0 ? tr.eval_iters * tr.global_batch_size : 0, 0};
-  dspec.cache_dir = d.cache_dir.empty() ? "" : config::resolve_path(recipe, d.cache_dir);
-  dspec.is_builder = launch.world_rank == 0;
-  dspec.barrier = [&] { world->barrier(); };
-  dspec.log = [&](const std::string& line) { out << "[data] " << line << "\n"; };
-  const data::GPTDatasets datasets = data::build_gpt_datasets(dspec);
-  auto train = std::make_shared<DatasetSource>(datasets.train());
-  std::shared_ptr<DatasetSource> valid;
-  if (datasets.valid()) valid = std::make_shared<DatasetSource>(datasets.valid());
-  out << "dataset: " << datasets.train()->describe() << "\n";
+  std::shared_ptr<const training::BatchSource> train, valid;
+  if (recipe.model.arch == "bert") {
+    std::tie(train, valid) = bert_sources(recipe, *tokenizer, out);
+  } else {
+    std::tie(train, valid) = gpt_sources(recipe, launch, *world, out);
+  }
   out << "samples: train " << train->samples_per_epoch();
   if (valid) out << ", valid " << valid->samples_per_epoch();
   out << "\n";

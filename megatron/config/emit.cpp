@@ -159,6 +159,9 @@ std::string Recipe::to_yaml() const {
   }
   w.kv("split", yaml_quote(data.split.empty() ? "" : data.split));
   w.kv("cache_dir", str(data.cache_dir));
+  w.kv("masking_probability", str(data.masking_probability), "BERT only");
+  w.kv("short_seq_probability", str(data.short_seq_probability), "BERT only");
+  w.kv("bert_binary_head", str(data.bert_binary_head), "BERT only");
   w.end();
 
   const auto& c = checkpoint;
@@ -263,7 +266,10 @@ nlohmann::json Recipe::to_json() const {
                  {"vocab_size", data.tokenizer.vocab_size}}},
                {"train", train},
                {"split", data.split},
-               {"cache_dir", js(data.cache_dir)}};
+               {"cache_dir", js(data.cache_dir)},
+               {"masking_probability", data.masking_probability},
+               {"short_seq_probability", data.short_seq_probability},
+               {"bert_binary_head", data.bert_binary_head}};
   const auto& c = checkpoint;
   j["checkpoint"] = {{"save", js(c.save)},
                      {"load", js(c.load)},

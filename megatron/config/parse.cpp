@@ -252,6 +252,9 @@ void parse_data(MapReader r, KeyOrigins& origins, DataConfig& d) {
     d.split = v->scalar;
   }
   r.get("cache_dir", d.cache_dir);
+  r.get("masking_probability", d.masking_probability);
+  r.get("short_seq_probability", d.short_seq_probability);
+  r.get("bert_binary_head", d.bert_binary_head);
   r.finish();
 }
 

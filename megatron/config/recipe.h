@@ -149,6 +149,10 @@ struct DataConfig {
   std::vector<DatasetEntry> train;  // YAML: a list of {path, weight} (or of paths), or one path
   std::string split = "969,30,1";   // train,valid,test weights (1 to 3 comma-separated numbers)
   std::string cache_dir;            // empty -> next to the dataset
+  // BERT (model.arch: bert) samples: Megatron's --mask-prob, --short-seq-prob and binary head
+  // (next-sentence prediction; false = --bert-no-binary-head).
+  double masking_probability = 0.15, short_seq_probability = 0.1;
+  bool bert_binary_head = true;
   // The split as three fractions summing to 1 (missing parts are 0).
   std::vector<double> split_fractions() const;
   void validate() const { validate(KeyOrigins{}); }

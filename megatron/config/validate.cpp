@@ -239,6 +239,10 @@ void DataConfig::validate(const KeyOrigins& origins) const {
           concat("must be 1 to 3 comma-separated non-negative numbers with a positive sum, like "
                  "\"969,30,1\" (got \"",
                  split, "\")"));
+  c.check(masking_probability > 0 && masking_probability < 1, "data.masking_probability",
+          concat("must be in (0, 1) (got ", masking_probability, ")"));
+  c.check(short_seq_probability >= 0 && short_seq_probability <= 1, "data.short_seq_probability",
+          concat("must be in [0, 1] (got ", short_seq_probability, ")"));
 }
 
 void CheckpointConfig::validate(const KeyOrigins& origins) const {

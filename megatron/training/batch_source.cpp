@@ -4,6 +4,11 @@
 
 namespace megatron::training {
 
+void SampleSource::fill(int64_t first_sample, int64_t micro_batch_size,
+                        models::MicroBatch& mb) const {
+  fill_micro_batch(*this, first_sample, micro_batch_size, mb);
+}
+
 void fill_micro_batch(const SampleSource& source, int64_t first_sample, int64_t micro_batch_size,
                       models::MicroBatch& mb) {
   const int64_t S = source.seq_length(), B = micro_batch_size;

@@ -1,23 +1,35 @@
 #pragma once
-// Where training samples come from: sample i of a split is seq_length + 1 token ids (inputs and
-// the labels shifted by one). Sample indices grow without bound; sources cycle epochs.
+// Where training samples come from. A BatchSource fills [S, B] micro-batches from sample indices
+// first, first + 1, ...; indices grow without bound and sources cycle epochs.
+//   SampleSource: token windows (GPT/LLaMA): sample i is seq_length + 1 ids, the inputs and the
+//                 labels shifted by one.
+//   BertBatchSource (bert_source.h): masked-LM samples with token types, padding and the
+//                 sentence-pair label.
 #include <cstdint>
 #include <memory>
 
-#include "models/gpt/gpt_model.h"
+#include "models/model.h"
 
 namespace megatron::training {
 
-class SampleSource {
+class BatchSource {
  public:
-  virtual ~SampleSource() = default;
+  virtual ~BatchSource() = default;
   virtual int64_t seq_length() const = 0;
   virtual int64_t samples_per_epoch() const = 0;
-  virtual void get(int64_t index, int32_t* tokens) const = 0;  // seq_length + 1 ids
+  // Fills mb (reusing its tensors when shapes match) from samples first .. first + B - 1.
+  virtual void fill(int64_t first_sample, int64_t micro_batch_size,
+                    models::MicroBatch& mb) const = 0;
 };
 
-// Fills a [S, B] micro-batch from samples first, first + 1, ... (tokens[s, b] = sample[s],
-// labels[s, b] = sample[s + 1]). Reuses the micro-batch's tensors when shapes match.
+class SampleSource : public BatchSource {
+ public:
+  virtual void get(int64_t index, int32_t* tokens) const = 0;  // seq_length + 1 ids
+  void fill(int64_t first_sample, int64_t micro_batch_size, models::MicroBatch& mb) const override;
+};
+
+// Fills a [S, B] micro-batch from token windows (tokens[s, b] = sample[s], labels[s, b] =
+// sample[s + 1]). Reuses the micro-batch's tensors when shapes match.
 void fill_micro_batch(const SampleSource& source, int64_t first_sample, int64_t micro_batch_size,
                       models::MicroBatch& mb);
 

@@ -4,15 +4,16 @@ namespace megatron::training {
 
 using pipeline::ActionKind;
 
-PipelineRuntime::PipelineRuntime(std::vector<const models::GPTModel*> chunks,
+PipelineRuntime::PipelineRuntime(std::vector<const models::Model*> chunks,
                                  parallel::Communicator& pp, int64_t hidden_rows, int64_t hidden)
     : chunks_(std::move(chunks)), pp_(&pp), hidden_rows_(hidden_rows), hidden_(hidden) {
   MT_CHECK(!chunks_.empty(), "pipeline runtime without model chunks");
 }
 
-models::GPTModel::Activations& PipelineRuntime::acquire(const Key& k) {
+models::ModelActivations& PipelineRuntime::acquire(const Key& k) {
   MT_CHECK(!live_.count(k), "micro-batch ", k.first, " chunk ", k.second, " is already in flight");
-  if (free_.empty()) free_.push_back(std::make_unique<models::GPTModel::Activations>());
+  // Every chunk is the same model class, so pooled activations fit any of them.
+  if (free_.empty()) free_.push_back(chunks_[static_cast<size_t>(k.second)]->make_activations());
   pool_.push_back(std::move(free_.back()));
   free_.pop_back();
   live_[k] = pool_.back().get();
@@ -78,10 +79,11 @@ void PipelineRuntime::exchange(const std::vector<pipeline::Action>& actions, siz
       grad_in_.erase({actions[i].microbatch, actions[i].chunk});
 }
 
-double PipelineRuntime::run(const std::vector<pipeline::Action>& actions,
-                            const FillMicroBatch& fill, float loss_scale,
-                            pipeline::TimelineRecorder* timeline) {
-  double loss = 0.0;
+models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actions,
+                                      const FillMicroBatch& fill,
+                                      const models::LossWeights& weights,
+                                      pipeline::TimelineRecorder* timeline) {
+  models::LossSums loss;
   batches_.clear();
   fill_ = &fill;
   for (size_t i = 0; i < actions.size();) {
@@ -94,23 +96,23 @@ double PipelineRuntime::run(const std::vector<pipeline::Action>& actions,
       continue;
     }
     const Key k{a.microbatch, a.chunk};
-    const models::GPTModel& chunk = *chunks_[a.chunk];
+    const models::Model& chunk = *chunks_[a.chunk];
     const models::MicroBatch& mb = batch(a.microbatch);
     std::optional<pipeline::TimelineRecorder::Scope> scope;
     if (timeline) scope.emplace(*timeline, a.kind, a.microbatch, a.chunk);
     if (a.kind == ActionKind::Forward) {
-      models::GPTModel::Activations& act = acquire(k);
+      models::ModelActivations& act = acquire(k);
       const Tensor* in = chunk.stage().pre_process ? nullptr : &act_in_.at(k);
       loss += chunk.forward(act, mb, in);
     } else {
-      models::GPTModel::Activations& act = *live_.at(k);
+      models::ModelActivations& act = *live_.at(k);
       const Tensor* d_out = chunk.stage().post_process ? nullptr : &grad_out_.at(k);
       Tensor* d_in = nullptr;
       if (!chunk.stage().pre_process) {
         grad_in_[k] = hidden_buffer(k.first);
         d_in = &grad_in_[k];
       }
-      chunk.backward(act, mb, loss_scale, {}, d_out, d_in);
+      chunk.backward(act, mb, weights, {}, d_out, d_in);
       release(k);
       act_in_.erase(k);
       grad_out_.erase(k);
@@ -122,10 +124,10 @@ double PipelineRuntime::run(const std::vector<pipeline::Action>& actions,
   return loss;
 }
 
-double PipelineRuntime::forward_only(int num_microbatches, const FillMicroBatch& fill) {
+models::LossSums PipelineRuntime::forward_only(int num_microbatches, const FillMicroBatch& fill) {
   const int pp = pp_->size(), stage = pp_->rank();
   const int vpp = static_cast<int>(chunks_.size()), virtual_stages = pp * vpp;
-  double loss = 0.0;
+  models::LossSums loss;
   batches_.clear();
   fill_ = &fill;
   for (int mb = 0; mb < num_microbatches; ++mb) {
@@ -134,7 +136,7 @@ double PipelineRuntime::forward_only(int num_microbatches, const FillMicroBatch&
       if (v % pp != stage) continue;
       const int c = v / pp;
       const Key k{mb, c};
-      models::GPTModel::Activations& act = acquire(k);
+      models::ModelActivations& act = acquire(k);
       const int prev = (v - 1) % pp, next = (v + 1) % pp;
       if (v > 0) {
         act_in_[k] = hidden_buffer(k.first);

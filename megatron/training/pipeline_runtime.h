@@ -13,39 +13,39 @@
 #include "megatron/parallel/communicator.h"
 #include "megatron/pipeline/schedule.h"
 #include "megatron/pipeline/timeline.h"
-#include "models/gpt/gpt_model.h"
+#include "models/model.h"
 
 namespace megatron::training {
 
 class PipelineRuntime {
  public:
   // chunks[c] is this rank's model chunk c (virtual stage c * pp + stage).
-  PipelineRuntime(std::vector<const models::GPTModel*> chunks, parallel::Communicator& pp,
+  PipelineRuntime(std::vector<const models::Model*> chunks, parallel::Communicator& pp,
                   int64_t hidden_rows_per_sample_seq /* Sl */, int64_t hidden);
 
   // Fills micro-batch `mb` of the step (tokens, labels, info).
   using FillMicroBatch = std::function<void(int mb, models::MicroBatch& out)>;
-  // Runs the actions; returns the summed loss (non-zero only where the last virtual stage is).
-  double run(const std::vector<pipeline::Action>& actions, const FillMicroBatch& fill,
-             float loss_scale, pipeline::TimelineRecorder* timeline);
-  // Forward only over all virtual stages in order (evaluation); returns the summed loss.
-  double forward_only(int num_microbatches, const FillMicroBatch& fill);
+  // Runs the actions; returns the summed losses (non-zero only where the last virtual stage is).
+  models::LossSums run(const std::vector<pipeline::Action>& actions, const FillMicroBatch& fill,
+                       const models::LossWeights& weights, pipeline::TimelineRecorder* timeline);
+  // Forward only over all virtual stages in order (evaluation); returns the summed losses.
+  models::LossSums forward_only(int num_microbatches, const FillMicroBatch& fill);
 
  private:
   using Key = std::pair<int, int>;  // (micro-batch, chunk)
-  models::GPTModel::Activations& acquire(const Key& k);
+  models::ModelActivations& acquire(const Key& k);
   void release(const Key& k);
   Tensor hidden_buffer(int mb);
   void exchange(const std::vector<pipeline::Action>& actions, size_t begin, size_t end);
   const models::MicroBatch& batch(int mb);
 
-  std::vector<const models::GPTModel*> chunks_;
+  std::vector<const models::Model*> chunks_;
   parallel::Communicator* pp_;
   int64_t hidden_rows_, hidden_;
   const FillMicroBatch* fill_ = nullptr;  // during run() / forward_only()
   std::map<int, models::MicroBatch> batches_;
-  std::map<Key, models::GPTModel::Activations*> live_;
-  std::vector<std::unique_ptr<models::GPTModel::Activations>> pool_, free_;
+  std::map<Key, models::ModelActivations*> live_;
+  std::vector<std::unique_ptr<models::ModelActivations>> pool_, free_;
   std::map<Key, Tensor> act_in_, grad_out_, grad_in_;
 };
 

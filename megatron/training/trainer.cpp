@@ -10,26 +10,13 @@
 #include <optional>
 
 #include "megatron/training/signals.h"
+#include "models/bert/bert_model.h"
 
 namespace megatron::training {
-namespace {
 
-double all_reduce_sum(parallel::Communicator& group, double value) {
-  if (group.size() == 1) return value;
-  Tensor t = Tensor::wrap(&value, {1}, DType::F64);
-  group.all_reduce(t, parallel::ReduceOp::Sum);
-  return value;
-}
-
-}  // namespace
-
-models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab,
-                                     int64_t tp_size) {
+TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp_size) {
   const auto& m = r.model;
-  MT_INPUT_CHECK(m.arch == "gpt" || m.arch == "llama", r.source_path, ": model.arch: '", m.arch,
-                 "' is not trainable by this build yet (gpt and llama-style decoders are)");
-  models::GPTSpec s;
-  TransformerSpec& t = s.transformer;
+  TransformerSpec t;
   t.num_layers = m.num_layers;
   t.hidden = m.hidden_size;
   t.heads = m.num_attention_heads;
@@ -41,40 +28,79 @@ models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_
   t.rope = m.position_embedding == "rope";
   t.rope_theta = static_cast<float>(m.rope_theta);
   t.bias = m.add_bias;
-  t.causal = true;
+  // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).
+  t.causal = m.arch != "bert";
+  t.post_norm = m.arch == "bert";
   t.hidden_dropout = static_cast<float>(m.hidden_dropout);
   t.attention_dropout = static_cast<float>(m.attention_dropout);
   t.norm_eps = static_cast<float>(m.layernorm_epsilon);
   t.init_std = static_cast<float>(m.init_method_std);
   t.seed = r.training.seed;
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
-  s.vocab_size = m.vocab_size > 0 ? m.vocab_size : tokenizer_vocab;
-  MT_INPUT_CHECK(s.vocab_size >= tokenizer_vocab, r.source_path, ": model.vocab_size ",
-                 m.vocab_size, " is smaller than the tokenizer's vocabulary ", tokenizer_vocab);
+  return t;
+}
+
+namespace {
+
+int64_t model_vocab(const config::Recipe& r, int64_t tokenizer_vocab) {
+  const int64_t v = r.model.vocab_size > 0 ? r.model.vocab_size : tokenizer_vocab;
+  MT_INPUT_CHECK(v >= tokenizer_vocab, r.source_path, ": model.vocab_size ", r.model.vocab_size,
+                 " is smaller than the tokenizer's vocabulary ", tokenizer_vocab);
+  return v;
+}
+
+models::BertSpec bert_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab,
+                                       int64_t tp_size) {
+  const auto& m = r.model;
+  models::BertSpec s;
+  s.transformer = transformer_spec_from_recipe(r, tp_size);
+  MT_INPUT_CHECK(!s.transformer.rope, r.source_path,
+                 ": model.position_embedding: BERT uses learned positions, not rope");
+  MT_INPUT_CHECK(m.tie_embeddings, r.source_path,
+                 ": model.tie_embeddings: BERT's masked-LM decoder is tied to the embeddings");
+  s.vocab_size = model_vocab(r, tokenizer_vocab);
   s.padded_vocab_size = m.padded_vocab_size(tokenizer_vocab, tp_size);
-  s.max_positions = t.rope ? 0 : m.max_positions();
+  s.max_positions = m.max_positions();
+  s.binary_head = r.data.bert_binary_head;
+  s.embedding_dropout = static_cast<float>(m.hidden_dropout);
+  return s;
+}
+
+}  // namespace
+
+models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab,
+                                     int64_t tp_size) {
+  const auto& m = r.model;
+  MT_INPUT_CHECK(m.arch == "gpt" || m.arch == "llama", r.source_path, ": model.arch: '", m.arch,
+                 "' is not a decoder (gpt or llama)");
+  models::GPTSpec s;
+  s.transformer = transformer_spec_from_recipe(r, tp_size);
+  s.vocab_size = model_vocab(r, tokenizer_vocab);
+  s.padded_vocab_size = m.padded_vocab_size(tokenizer_vocab, tp_size);
+  s.max_positions = s.transformer.rope ? 0 : m.max_positions();
   s.tie_embeddings = m.tie_embeddings;
   s.embedding_dropout = static_cast<float>(m.hidden_dropout);
   return s;
 }
 
+FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab) {
+  return FlopsModel{t.num_layers, t.hidden,     t.heads,      t.query_groups, t.head_dim(),
+                    t.ffn,        t.seq_length, padded_vocab, t.swiglu,       1};
+}
+
 FlopsModel flops_model_from_spec(const models::GPTSpec& s) {
-  const auto& t = s.transformer;
-  return FlopsModel{t.num_layers, t.hidden, t.heads,      t.query_groups,
-                    t.head_dim(), t.ffn,    t.seq_length, s.padded_vocab_size,
-                    t.swiglu,     1};
+  return flops_model_from_spec(s.transformer, s.padded_vocab_size);
 }
 
 Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
-                 std::shared_ptr<const SampleSource> train,
-                 std::shared_ptr<const SampleSource> valid, parallel::Communicator& world,
-                 std::ostream& log)
+                 std::shared_ptr<const BatchSource> train, std::shared_ptr<const BatchSource> valid,
+                 parallel::Communicator& world, std::ostream& log)
     : Trainer(recipe, tokenizer_vocab, std::move(train), std::move(valid),
               TrainerGroups{&world, nullptr, nullptr}, log) {}
 
 Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
-                 std::shared_ptr<const SampleSource> train,
-                 std::shared_ptr<const SampleSource> valid, TrainerGroups groups, std::ostream& log)
+                 std::shared_ptr<const BatchSource> train, std::shared_ptr<const BatchSource> valid,
+                 TrainerGroups groups, std::ostream& log)
     : recipe_(recipe),
       train_(std::move(train)),
       valid_(std::move(valid)),
@@ -110,8 +136,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   dp_rank_ = dp_->rank();
   num_micro_ = recipe_.num_microbatches(world_->size());
 
-  const models::GPTSpec spec = gpt_spec_from_recipe(recipe_, tokenizer_vocab, tp_->size());
-  build_model(spec);
+  const FlopsModel flops_model = build_model(tokenizer_vocab);
   const bool distributed = recipe_.optimizer.distributed && dp_size_ > 1;
   // Mixed precision on the CPU: weights stored in bf16/fp16 (the compute copy holds exactly
   // those values), fp32 master weights and main gradients, dynamic loss scaling for fp16.
@@ -136,7 +161,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   schedule_.decay_iters = o.schedule.decay_iters.value_or(tr.train_iters);
   schedule_.decay = optim::parse_decay(o.schedule.decay);
 
-  flops_per_step_ = megatron_flops_per_step(flops_model_from_spec(spec), tr.global_batch_size);
+  flops_per_step_ = megatron_flops_per_step(flops_model, tr.global_batch_size);
   peak_flops_ = tr.peak_tflops > 0 ? tr.peak_tflops * 1e12 : measure_cpu_peak_flops();
 
   if (is_logger_ && !recipe_.logging.jsonl.empty()) {
@@ -147,10 +172,11 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
     MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: cannot open '", path, "' for writing");
   }
   if (is_logger_) {
-    *log_ << "model: " << store_.numel() << " parameters (" << spec.transformer.num_layers
-          << " layers, hidden " << spec.transformer.hidden << ", vocab " << spec.vocab_size
-          << " padded to " << spec.padded_vocab_size << "); dp " << dp_size_ << ", " << num_micro_
-          << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
+    const auto& m = recipe_.model;
+    *log_ << "model: " << m.arch << ", " << store_.numel() << " parameters (" << m.num_layers
+          << " layers, hidden " << m.hidden_size << ", vocab padded to " << flops_model.padded_vocab
+          << "); dp " << dp_size_ << ", " << num_micro_ << " micro-batches of "
+          << tr.micro_batch_size << " per step per rank; "
           << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
           << (distributed ? " (distributed)" : "") << "; " << std::setprecision(4)
           << flops_per_step_ / 1e12 << " TFLOP per step; peak " << peak_flops_ / 1e12
@@ -162,11 +188,21 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
 
 Trainer::~Trainer() = default;
 
-void Trainer::build_model(const models::GPTSpec& spec) {
+FlopsModel Trainer::build_model(int64_t tokenizer_vocab) {
+  const bool bert = recipe_.model.arch == "bert";
+  std::optional<models::GPTSpec> gpt;
+  std::optional<models::BertSpec> bert_spec;
+  if (bert) {
+    bert_spec = bert_spec_from_recipe(recipe_, tokenizer_vocab, tp_->size());
+  } else {
+    gpt = gpt_spec_from_recipe(recipe_, tokenizer_vocab, tp_->size());
+  }
+  const TransformerSpec& t = bert ? bert_spec->transformer : gpt->transformer;
+  const bool tied = bert || gpt->tie_embeddings;
   // Virtual stage v = chunk * pp + stage holds the v-th group of layers: an even split or
   // parallel.pipeline_layers (one count per virtual stage, in layer order).
   const int64_t pp = pp_->size(), vpp = recipe_.parallel.virtual_stages();
-  const int64_t stages = pp * vpp, L = spec.transformer.num_layers;
+  const int64_t stages = pp * vpp, L = t.num_layers;
   std::vector<int64_t> counts = recipe_.parallel.pipeline_layers;
   if (counts.empty()) {
     MT_INPUT_CHECK(L % stages == 0, recipe_.source_path, ": model.num_layers ", L,
@@ -179,17 +215,20 @@ void Trainer::build_model(const models::GPTSpec& spec) {
                  " (virtual) pipeline stages");
   for (int64_t c = 0; c < vpp; ++c) {
     const int64_t v = c * pp + pp_->rank();
-    models::GPTStage stage;
+    models::ModelStage stage;
     for (int64_t i = 0; i < v; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
     stage.num_layers = counts[static_cast<size_t>(v)];
     stage.pre_process = v == 0;
     stage.post_process = v == stages - 1;
-    chunks_.push_back(std::make_unique<models::GPTModel>(spec, store_, *tp_, stage));
+    if (bert)
+      chunks_.push_back(std::make_unique<models::BertModel>(*bert_spec, store_, *tp_, stage));
+    else
+      chunks_.push_back(std::make_unique<models::GPTModel>(*gpt, store_, *tp_, stage));
   }
+  act_ = chunks_.front()->make_activations();
   if (pp > 1) {
-    const auto& t = spec.transformer;
     const int64_t rows = t.sequence_parallel ? t.seq_length / tp_->size() : t.seq_length;
-    std::vector<const models::GPTModel*> chunks;
+    std::vector<const models::Model*> chunks;
     for (const auto& c : chunks_) chunks.push_back(c.get());
     pipeline_ = std::make_unique<PipelineRuntime>(chunks, *pp_, rows, t.hidden);
     const auto& p = recipe_.parallel;
@@ -200,23 +239,26 @@ void Trainer::build_model(const models::GPTSpec& spec) {
                             .ranks[static_cast<size_t>(pp_->rank())];
     // The last stage's tied LM-head copy is not counted again in the gradient norm.
     for (const auto& c : chunks_)
-      if (Parameter* w = c->word_embeddings(); w && !c->stage().pre_process && spec.tie_embeddings)
+      if (Parameter* w = c->word_embeddings(); w && !c->stage().pre_process && tied)
         w->shared_copy = true;
   }
   if (!recipe_.logging.timeline.empty())
     timeline_ = std::make_unique<pipeline::TimelineRecorder>(world_->rank());
+  return bert ? flops_model_from_spec(bert_spec->transformer, bert_spec->padded_vocab_size)
+              : flops_model_from_spec(*gpt);
 }
 
-void Trainer::fill(int64_t first_sample, const SampleSource& source, int64_t iteration,
+void Trainer::fill(int64_t first_sample, const BatchSource& source, int64_t iteration,
                    int64_t position, bool training, models::MicroBatch& mb) const {
-  fill_micro_batch(source, first_sample, recipe_.training.micro_batch_size, mb);
+  source.fill(first_sample, recipe_.training.micro_batch_size, mb);
   mb.info = MicroBatchInfo{iteration, position, training};
 }
 
 void Trainer::reduce_tied_embedding_grads() {
   // First and last stage each hold the word embeddings (input table and tied LM head): sum
   // their gradients so both copies take the same step (Megatron's embedding group).
-  if (pp_->size() == 1 || !recipe_.model.tie_embeddings || embedding_->size() == 1) return;
+  const bool tied = recipe_.model.tie_embeddings || recipe_.model.arch == "bert";
+  if (pp_->size() == 1 || !tied || embedding_->size() == 1) return;
   for (const auto& c : chunks_) {
     Parameter* w = c->word_embeddings();
     if (w && (c->stage().pre_process || c->stage().post_process)) {
@@ -226,52 +268,77 @@ void Trainer::reduce_tied_embedding_grads() {
   }
 }
 
+std::pair<double, double> Trainer::global_target_counts(
+    const std::vector<models::MicroBatch>& batches) {
+  double counts[2] = {0.0, 0.0};
+  for (const models::MicroBatch& mb : batches) {
+    counts[0] += static_cast<double>(models::count_lm_targets(mb));
+    counts[1] += static_cast<double>(models::count_aux_targets(mb));
+  }
+  // Every tp/pp rank of a data-parallel replica reads the same samples: sum over dp only.
+  if (dp_->size() > 1) {
+    Tensor t = Tensor::wrap(counts, {2}, DType::F64);
+    dp_->all_reduce(t, parallel::ReduceOp::Sum);
+  }
+  return {counts[0], counts[1]};
+}
+
 StepMetrics Trainer::train_step(int64_t iteration) {
   const auto t0 = std::chrono::steady_clock::now();
   const auto& tr = recipe_.training;
   const int64_t mbs = tr.micro_batch_size, G = tr.global_batch_size, S = recipe_.model.seq_length;
   const int64_t base = (iteration - 1) * G;
 
-  // Normalise by the valid tokens of the whole global batch, so any micro-batching gives the
-  // same mean. All samples are full windows here: every label counts.
-  const double valid_tokens = static_cast<double>(G * S);
-  const double scale = scaler_->scale();
-  const float loss_scale = static_cast<float>(scale / valid_tokens);
-
-  store_.zero_grads();
-  double loss_sum = 0.0;
   // Megatron's sampler order: each micro-batch round takes micro*dp consecutive samples of the
   // global batch and data-parallel rank r takes [r * micro, (r + 1) * micro).
   auto position = [&](int64_t m) { return m * mbs * dp_size_ + dp_rank_ * mbs; };
+  batches_.resize(static_cast<size_t>(num_micro_));
+  for (int64_t m = 0; m < num_micro_; ++m)
+    fill(base + position(m), *train_, iteration, position(m), true,
+         batches_[static_cast<size_t>(m)]);
+  // Normalise by the predicted tokens (and sentence pairs) of the whole global batch, so any
+  // micro-batching and data-parallel split gives the same mean and the same gradients.
+  const auto [lm_targets, aux_targets] = global_target_counts(batches_);
+  MT_CHECK(lm_targets > 0, "iteration ", iteration, ": the global batch has no predicted token");
+  const double scale = scaler_->scale();
+  const models::LossWeights weights{
+      static_cast<float>(scale / lm_targets),
+      aux_targets > 0 ? static_cast<float>(scale / aux_targets) : 0.0f};
+
+  store_.zero_grads();
+  models::LossSums sums;
   if (pipeline_) {
     const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
-      fill(base + position(m), *train_, iteration, position(m), true, mb);
+      mb = batches_[static_cast<size_t>(m)];
     };
-    loss_sum = pipeline_->run(schedule_actions_, fill_mb, loss_scale, timeline_.get());
+    sums = pipeline_->run(schedule_actions_, fill_mb, weights, timeline_.get());
     reduce_tied_embedding_grads();
   } else {
-    const models::GPTModel::GradsReady on_ready = [this](int64_t w) {
+    const models::Model::GradsReady on_ready = [this](int64_t w) {
       grad_sync_->grads_ready_below(w);
     };
     auto& model = *chunks_.front();
     for (int64_t m = 0; m < num_micro_; ++m) {
-      fill(base + position(m), *train_, iteration, position(m), true, mb_);
+      const models::MicroBatch& mb = batches_[static_cast<size_t>(m)];
       std::optional<pipeline::TimelineRecorder::Scope> scope;
       if (timeline_) scope.emplace(*timeline_, pipeline::ActionKind::Forward, m, 0);
-      loss_sum += model.forward(act_, mb_);
+      sums += model.forward(*act_, mb);
       scope.reset();
       if (timeline_) scope.emplace(*timeline_, pipeline::ActionKind::Backward, m, 0);
       const bool last = m + 1 == num_micro_;
       if (last) grad_sync_->begin_last_backward();
-      model.backward(act_, mb_, loss_scale, last ? on_ready : models::GPTModel::GradsReady{});
+      model.backward(*act_, mb, weights, last ? on_ready : models::Model::GradsReady{});
     }
   }
   grad_sync_->finish();
   reduce_sequence_parallel_grads();
-  if (pp_->size() > 1) loss_sum = all_reduce_sum(*pp_, loss_sum);  // the loss is on the last stage
   StepMetrics metrics;
   metrics.iteration = iteration;
-  metrics.loss = all_reduce_sum(*dp_, loss_sum) / valid_tokens;
+  const models::LossSums total = reduce_losses(sums);
+  metrics.lm_loss = total.lm / lm_targets;
+  metrics.has_aux = aux_targets > 0;
+  metrics.aux_loss = metrics.has_aux ? total.aux / aux_targets : 0.0;
+  metrics.loss = metrics.lm_loss + metrics.aux_loss;
   metrics.loss_scale = scale;
   // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
   const double scaled_norm =
@@ -346,29 +413,42 @@ void Trainer::reduce_sequence_parallel_grads() {
   }
 }
 
+models::LossSums Trainer::reduce_losses(const models::LossSums& local) {
+  // The losses are on the last pipeline stage; sum them there over pp, then over dp.
+  double v[2] = {local.lm, local.aux};
+  Tensor t = Tensor::wrap(v, {2}, DType::F64);
+  if (pp_->size() > 1) pp_->all_reduce(t, parallel::ReduceOp::Sum);
+  if (dp_->size() > 1) dp_->all_reduce(t, parallel::ReduceOp::Sum);
+  return {v[0], v[1]};
+}
+
 EvalMetrics Trainer::evaluate(int64_t iteration) {
   const auto& tr = recipe_.training;
-  const int64_t mbs = tr.micro_batch_size, S = recipe_.model.seq_length;
+  const int64_t mbs = tr.micro_batch_size;
   const int64_t samples = std::max<int64_t>(tr.eval_iters, 1) * tr.global_batch_size;
-  double loss_sum = 0.0;
   // The same validation samples every time, so evaluations compare directly.
   const int64_t rounds = samples / (mbs * dp_size_);
   auto position = [&](int64_t m) { return m * mbs * dp_size_ + dp_rank_ * mbs; };
+  std::vector<models::MicroBatch> batches(static_cast<size_t>(rounds));
+  for (int64_t m = 0; m < rounds; ++m)
+    fill(position(m), *valid_, iteration, position(m), false, batches[static_cast<size_t>(m)]);
+  const auto [lm_targets, aux_targets] = global_target_counts(batches);
+  models::LossSums sums;
   if (pipeline_) {
     const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
-      fill(position(m), *valid_, iteration, position(m), false, mb);
+      mb = batches[static_cast<size_t>(m)];
     };
-    loss_sum = all_reduce_sum(*pp_, pipeline_->forward_only(static_cast<int>(rounds), fill_mb));
+    sums = pipeline_->forward_only(static_cast<int>(rounds), fill_mb);
   } else {
-    for (int64_t m = 0; m < rounds; ++m) {
-      fill(position(m), *valid_, iteration, position(m), false, mb_);
-      loss_sum += chunks_.front()->forward(act_, mb_);
-    }
+    for (const models::MicroBatch& mb : batches) sums += chunks_.front()->forward(*act_, mb);
   }
+  const models::LossSums total = reduce_losses(sums);
   EvalMetrics e;
   e.iteration = iteration;
-  e.loss = all_reduce_sum(*dp_, loss_sum) / static_cast<double>(samples * S);
+  e.loss = lm_targets > 0 ? total.lm / lm_targets : 0.0;
   e.perplexity = std::exp(std::min(e.loss, 80.0));
+  e.has_aux = aux_targets > 0;
+  e.aux_loss = e.has_aux ? total.aux / aux_targets : 0.0;
   return e;
 }
 
@@ -376,9 +456,11 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
   if (!is_logger_) return;
   if (to_console)
     *log_ << "iter " << std::setw(6) << m.iteration << "/" << recipe_.training.train_iters
-          << " | loss " << std::fixed << std::setprecision(4) << m.loss << " | lr "
-          << std::scientific << std::setprecision(3) << m.lr << " | grad_norm " << std::fixed
-          << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
+          << " | loss " << std::fixed << std::setprecision(4) << m.loss;
+  if (to_console && m.has_aux) *log_ << " (lm " << m.lm_loss << " + nsp " << m.aux_loss << ")";
+  if (to_console)
+    *log_ << " | lr " << std::scientific << std::setprecision(3) << m.lr << " | grad_norm "
+          << std::fixed << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
           << m.seconds * 1000 << " ms | " << std::setprecision(0) << m.tokens_per_s << " tok/s | "
           << std::setprecision(3) << m.tflops << " TFLOP/s | MFU " << std::setprecision(1)
           << m.mfu * 100 << "% | mem " << std::setprecision(0)
@@ -388,6 +470,7 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
   if (jsonl_.is_open()) {
     nlohmann::json j = {{"iteration", m.iteration},
                         {"loss", m.loss},
+                        {"lm_loss", m.lm_loss},
                         {"lr", m.lr},
                         {"grad_norm", m.grad_norm},
                         {"step_seconds", m.seconds},
@@ -396,6 +479,7 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
                         {"mfu", m.mfu},
                         {"loss_scale", m.loss_scale},
                         {"skipped", m.skipped}};
+    if (m.has_aux) j["nsp_loss"] = m.aux_loss;
     jsonl_ << j.dump() << "\n" << std::flush;
   }
 }
@@ -403,12 +487,13 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
 void Trainer::log_eval(const EvalMetrics& e) {
   if (!is_logger_) return;
   *log_ << "validation at iter " << e.iteration << " | val_loss " << std::fixed
-        << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2) << e.perplexity
-        << std::defaultfloat << "\n"
-        << std::flush;
+        << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2) << e.perplexity;
+  if (e.has_aux) *log_ << " | val_nsp_loss " << std::setprecision(4) << e.aux_loss;
+  *log_ << std::defaultfloat << "\n" << std::flush;
   if (jsonl_.is_open()) {
     nlohmann::json j = {
         {"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};
+    if (e.has_aux) j["val_nsp_loss"] = e.aux_loss;
     jsonl_ << j.dump() << "\n" << std::flush;
   }
 }

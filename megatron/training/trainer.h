@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <ostream>
+#include <utility>
 #include <vector>
 
 #include "megatron/config/recipe.h"
@@ -15,11 +16,16 @@
 #include "megatron/training/batch_source.h"
 #include "megatron/training/flops.h"
 #include "megatron/training/pipeline_runtime.h"
+#include "models/gpt/gpt_model.h"
 
 namespace megatron::training {
 
 struct StepMetrics {
   int64_t iteration = 0;
+  // loss = lm_loss + aux_loss: the LM cross-entropy averaged over the global batch's predicted
+  // tokens, plus (BERT) the sentence-pair loss averaged over its samples.
+  double lm_loss = 0, aux_loss = 0;
+  bool has_aux = false;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update this step
@@ -27,7 +33,9 @@ struct StepMetrics {
 
 struct EvalMetrics {
   int64_t iteration = 0;
-  double loss = 0, perplexity = 0;
+  double loss = 0, perplexity = 0;  // loss and perplexity of the LM part
+  double aux_loss = 0;              // BERT sentence-pair loss (when has_aux)
+  bool has_aux = false;
 };
 
 struct TrainSummary {
@@ -38,9 +46,12 @@ struct TrainSummary {
   bool stopped_early = false;  // signal or training.exit_duration_minutes
 };
 
-// Builds the GPT spec of a recipe for a tokenizer vocabulary and tensor-parallel size.
+// Builds the transformer of a recipe (any arch) and the GPT/LLaMA spec for a tokenizer
+// vocabulary and tensor-parallel size.
+TransformerSpec transformer_spec_from_recipe(const config::Recipe& recipe, int64_t tp_size);
 models::GPTSpec gpt_spec_from_recipe(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                      int64_t tp_size);
+FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab);
 FlopsModel flops_model_from_spec(const models::GPTSpec& spec);
 
 // The process groups the trainer uses (from the mesh; all of size one for a single process).
@@ -58,11 +69,11 @@ class Trainer {
   // `log` receives the human-readable lines (stdout in the tool, a string stream in tests);
   // only world rank 0 writes to it and to the JSONL file.
   Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
-          std::shared_ptr<const SampleSource> train, std::shared_ptr<const SampleSource> valid,
+          std::shared_ptr<const BatchSource> train, std::shared_ptr<const BatchSource> valid,
           TrainerGroups groups, std::ostream& log);
   // Single process.
   Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
-          std::shared_ptr<const SampleSource> train, std::shared_ptr<const SampleSource> valid,
+          std::shared_ptr<const BatchSource> train, std::shared_ptr<const BatchSource> valid,
           parallel::Communicator& world, std::ostream& log);
   ~Trainer();
 
@@ -80,7 +91,7 @@ class Trainer {
   ParamStore& params() { return store_; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
   const optim::LossScaler& loss_scaler() const { return *scaler_; }
-  const models::GPTModel& model() const { return *chunks_.front(); }
+  const models::Model& model() const { return *chunks_.front(); }
   double flops_per_step() const { return flops_per_step_; }
   double peak_flops() const { return peak_flops_; }
 
@@ -90,14 +101,19 @@ class Trainer {
   std::string checkpoint_dir(const std::string& dir) const;
   bool should_stop(double elapsed_minutes);
   bool fp16_gradient_overflow();
-  void build_model(const models::GPTSpec& spec);
+  // Builds this rank's chunks (virtual pipeline stages); returns the FLOPs model.
+  FlopsModel build_model(int64_t tokenizer_vocab);
+  // The LM/aux target counts of the global batch made of these (this rank's) micro-batches.
+  std::pair<double, double> global_target_counts(const std::vector<models::MicroBatch>& batches);
   void reduce_tied_embedding_grads();
-  void fill(int64_t first_sample, const SampleSource& source, int64_t iteration, int64_t position,
-            bool training, models::MicroBatch& mb) const;  // JSONL gets every step
+  void fill(int64_t first_sample, const BatchSource& source, int64_t iteration, int64_t position,
+            bool training, models::MicroBatch& mb) const;
   void log_eval(const EvalMetrics& m);
+  // Sums this rank's losses over the pipeline (where the last stage has them) and dp.
+  models::LossSums reduce_losses(const models::LossSums& local);
 
   config::Recipe recipe_;
-  std::shared_ptr<const SampleSource> train_, valid_;
+  std::shared_ptr<const BatchSource> train_, valid_;
   std::unique_ptr<parallel::Communicator> single_;  // groups of one when none are given
   parallel::Communicator* world_;
   parallel::Communicator* tp_;
@@ -109,7 +125,7 @@ class Trainer {
   bool is_logger_ = true;
   std::ofstream jsonl_;
   ParamStore store_;
-  std::vector<std::unique_ptr<models::GPTModel>> chunks_;  // this rank's virtual stages
+  std::vector<std::unique_ptr<models::Model>> chunks_;  // this rank's virtual stages
   std::unique_ptr<PipelineRuntime> pipeline_;
   std::unique_ptr<pipeline::TimelineRecorder> timeline_;
   std::vector<pipeline::Action> schedule_actions_;
@@ -117,8 +133,8 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;
-  models::GPTModel::Activations act_;
-  models::MicroBatch mb_;
+  std::unique_ptr<models::ModelActivations> act_;
+  std::vector<models::MicroBatch> batches_;  // this step's micro-batches
   Tensor sp_grad_scratch_;
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
   int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "megatron/backend/ops.h"
+#include "megatron/transformer/vocab_parallel.h"
 
 namespace megatron::models {
 
@@ -59,11 +60,7 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
 }
 
 kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
-  kernels::cpu::VocabSlice vs;
-  vs.V_local = spec_.padded_vocab_size / tp_->size();
-  vs.vocab_start = vs.V_local * tp_->rank();
-  vs.valid_vocab = spec_.vocab_size;
-  return vs;
+  return megatron::vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
 }
 
 ActivationSlice GPTModel::slice(const MicroBatch& mb, int64_t local_seq) const {
@@ -73,39 +70,28 @@ ActivationSlice GPTModel::slice(const MicroBatch& mb, int64_t local_seq) const {
 
 namespace {
 
-// Cross-entropy over vocab-sharded logits: the row max, the sum of exponentials and the target
-// logit are reduced over tensor parallel, so full logits are never gathered.
-void vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                  const kernels::cpu::VocabSlice& vs, parallel::Communicator& tp,
-                                  Tensor& losses, Tensor& lse) {
-  if (tp.size() == 1) {
-    ops::cross_entropy_forward(logits, labels, vs, kIgnoreIndex, losses, lse);
-    return;
-  }
-  namespace cpu = kernels::cpu;
-  const int64_t n = labels.numel();
-  Tensor row_max = Tensor::empty({n}, DType::F32), sum_exp = Tensor::empty({n}, DType::F32),
-         target = Tensor::empty({n}, DType::F32);
-  cpu::cross_entropy_row_max(logits.data<float>(), n, vs, row_max.data<float>());
-  tp.all_reduce(row_max, parallel::ReduceOp::Max);
-  cpu::cross_entropy_sum_exp(logits.data<float>(), labels.data<int32_t>(), n, vs,
-                             row_max.data<float>(), sum_exp.data<float>(), target.data<float>());
-  tp.all_reduce(sum_exp, parallel::ReduceOp::Sum);
-  tp.all_reduce(target, parallel::ReduceOp::Sum);
-  cpu::cross_entropy_loss(labels.data<int32_t>(), n, kIgnoreIndex, row_max.data<float>(),
-                          sum_exp.data<float>(), target.data<float>(), losses.data<float>());
-  for (int64_t i = 0; i < n; ++i)
-    lse.data<float>()[i] = row_max.data<float>()[i] + std::log(sum_exp.data<float>()[i]);
+GPTModel::Activations& own(ModelActivations& act) {
+  auto* a = dynamic_cast<GPTModel::Activations*>(&act);
+  MT_CHECK(a != nullptr, "GPTModel given another model's activations");
+  return *a;
+}
+const GPTModel::Activations& own(const ModelActivations& act) {
+  return own(const_cast<ModelActivations&>(act));
 }
 
 }  // namespace
 
-const Tensor& GPTModel::output(const Activations& a) const {
+const Tensor& GPTModel::token_losses(const ModelActivations& act) const { return own(act).losses; }
+
+const Tensor& GPTModel::output(const ModelActivations& act) const {
+  const Activations& a = own(act);
   MT_CHECK(a.last_hidden != nullptr, "stage output requested before forward");
   return *a.last_hidden;
 }
 
-double GPTModel::forward(Activations& a, const MicroBatch& mb, const Tensor* hidden_in) const {
+LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
+                           const Tensor* hidden_in) const {
+  Activations& a = own(act);
   const auto& t = spec_.transformer;
   MT_CHECK(mb.tokens.ndim() == 2 && mb.labels.shape() == mb.tokens.shape(),
            "micro-batch tokens/labels must both be [S, B], got ", mb.tokens.shape().str(), " and ",
@@ -143,7 +129,7 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb, const Tensor* hid
            "]");
   for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, mb.info);
   a.last_hidden = x;
-  if (!stage_.post_process) return 0.0;
+  if (!stage_.post_process) return {};
 
   final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}));
   const kernels::cpu::VocabSlice vs = vocab_slice();
@@ -160,18 +146,19 @@ double GPTModel::forward(Activations& a, const MicroBatch& mb, const Tensor* hid
   }
   ensure(a.losses, {N});
   ensure(a.lse, {N});
-  vocab_parallel_cross_entropy(logits, mb.labels, vs, *tp_, a.losses, a.lse);
-  double total = 0.0;
+  vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, a.losses, a.lse);
+  LossSums total;
   const float* losses = a.losses.data<float>();
   const int32_t* labels = mb.labels.data<int32_t>();
   for (int64_t i = 0; i < N; ++i)
-    if (labels[i] != kIgnoreIndex) total += losses[i];
+    if (labels[i] != kIgnoreIndex) total.lm += losses[i];
   return total;
 }
 
-void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale,
+void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossWeights& weights,
                         const GradsReady& grads_ready, const Tensor* d_hidden_out,
                         Tensor* d_hidden_in) const {
+  Activations& a = own(act);
   const auto& t = spec_.transformer;
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
   const int64_t Sl = sp() ? S / tp_->size() : S;
@@ -190,7 +177,7 @@ void GPTModel::backward(Activations& a, const MicroBatch& mb, float loss_scale,
   if (stage_.post_process) {
     const kernels::cpu::VocabSlice vs = vocab_slice();
     Tensor& dl = ensure(a.dlosses, {N});
-    for (int64_t i = 0; i < N; ++i) dl.data<float>()[i] = loss_scale;
+    for (int64_t i = 0; i < N; ++i) dl.data<float>()[i] = weights.lm;
     // d(logits) overwrites the logits buffer.
     ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
     Tensor& d_final = *other;

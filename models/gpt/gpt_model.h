@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "megatron/transformer/block.h"
+#include "models/model.h"
 
 namespace megatron::models {
 
@@ -24,27 +25,11 @@ struct GPTSpec {
 // Megatron's rule: round vocab up to a multiple of divisible_by * tp.
 int64_t padded_vocab(int64_t vocab, int64_t divisible_by, int64_t tp_size);
 
-// Which part of the model one instance holds: a pipeline stage (or virtual-stage chunk) owns
-// layers [first_layer, first_layer + num_layers); the first also holds the embeddings, the
-// last the final norm, LM head and loss. The default is the whole model.
-struct GPTStage {
-  int64_t first_layer = 0;
-  int64_t num_layers = -1;   // -1: all layers
-  bool pre_process = true;   // embeddings
-  bool post_process = true;  // final norm, LM head, loss
-};
+using GPTStage = ModelStage;
 
-// One micro-batch: tokens and labels are [S, B] int32 (sequence-major); labels equal to
-// kIgnoreIndex are excluded from the loss.
-struct MicroBatch {
-  Tensor tokens, labels;
-  MicroBatchInfo info;
-};
-constexpr int32_t kIgnoreIndex = -100;
-
-class GPTModel {
+class GPTModel final : public Model {
  public:
-  struct Activations {
+  struct Activations final : ModelActivations {
     Embedding::Ctx tok, pos;
     Tensor positions, embedded, embedded_dropped;
     std::vector<TransformerBlock::Ctx> blocks;
@@ -58,29 +43,24 @@ class GPTModel {
   GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
            const GPTStage& stage = {});
 
-  // Runs forward and returns the summed loss over the micro-batch's counted tokens (0 unless
-  // post_process). hidden_in is the previous stage's output ([S(/tp), B, D]) when this
-  // stage has no embeddings. Backward must follow with the same activations.
-  double forward(Activations& act, const MicroBatch& mb, const Tensor* hidden_in = nullptr) const;
-  // This stage's output activation (when not post_process).
-  const Tensor& output(const Activations& act) const;
-  // loss_scale multiplies d(sum loss): 1 / (valid tokens in the global batch) gives the mean.
-  // d_hidden_out: gradient of this stage's output (when not post_process). d_hidden_in: where
-  // the gradient of hidden_in is written (when not pre_process).
-  // grads_ready (optional) is called as backward proceeds with a watermark W: every gradient
-  // at a buffer offset below W is final (data parallelism starts reducing those buckets).
-  using GradsReady = std::function<void(int64_t watermark)>;
-  void backward(Activations& act, const MicroBatch& mb, float loss_scale,
+  std::unique_ptr<ModelActivations> make_activations() const override {
+    return std::make_unique<Activations>();
+  }
+  // Model interface (models/model.h). forward's LossSums.lm is the summed cross-entropy over
+  // labels != kIgnoreIndex; there is no aux loss.
+  LossSums forward(ModelActivations& act, const MicroBatch& mb,
+                   const Tensor* hidden_in = nullptr) const override;
+  const Tensor& output(const ModelActivations& act) const override;
+  void backward(ModelActivations& act, const MicroBatch& mb, const LossWeights& weights,
                 const GradsReady& grads_ready = {}, const Tensor* d_hidden_out = nullptr,
-                Tensor* d_hidden_in = nullptr) const;
-
-  const GPTStage& stage() const { return stage_; }
-  // The word-embedding table this stage holds (embedding or tied LM head), or null.
-  Parameter* word_embeddings() const { return tok_embed_ ? &tok_embed_->table() : nullptr; }
+                Tensor* d_hidden_in = nullptr) const override;
+  const ModelStage& stage() const override { return stage_; }
+  Parameter* word_embeddings() const override {
+    return tok_embed_ ? &tok_embed_->table() : nullptr;
+  }
+  const Tensor& token_losses(const ModelActivations& act) const override;
 
   const GPTSpec& spec() const { return spec_; }
-  // Per-token loss of the last forward (for evaluation and tests).
-  static const Tensor& token_losses(const Activations& act) { return act.losses; }
 
  private:
   kernels::cpu::VocabSlice vocab_slice() const;

@@ -70,9 +70,9 @@ TEST_P(GPTGradientCheck, EveryParameterMatchesFiniteDifferences) {
   const float scale = 1.0f / 17.0f;
   store.zero_grads();
   model.forward(act, mb);
-  model.backward(act, mb, scale);
+  model.backward(act, mb, LossWeights{scale, 0.0f});
 
-  auto loss_at = [&] { return model.forward(act, mb) * scale; };
+  auto loss_at = [&] { return model.forward(act, mb).lm * scale; };
   std::mt19937 rng(11);
   int checked = 0;
   for (Parameter* p : store.params()) {
@@ -115,7 +115,7 @@ TEST(GPTModel, InitialLossIsNearUniform) {
   store.initialize(1);
   const MicroBatch mb = random_batch(6, 3, 29, 9);
   GPTModel::Activations act;
-  const double total = model.forward(act, mb);
+  const double total = model.forward(act, mb).lm;
   // Tiny weights -> near-uniform over the 29 real tokens (padding columns are excluded).
   EXPECT_NEAR(total / (6 * 3 - 1), std::log(29.0), 0.02);
 }
@@ -130,10 +130,10 @@ TEST(GPTModel, GradientsAccumulateOverMicroBatches) {
   GPTModel::Activations act;
   store.zero_grads();
   model.forward(act, mb);
-  model.backward(act, mb, 1.0f);
+  model.backward(act, mb, LossWeights{1.0f, 0.0f});
   const Tensor once = store.grads().clone();
   model.forward(act, mb);
-  model.backward(act, mb, 1.0f);
+  model.backward(act, mb, LossWeights{1.0f, 0.0f});
   for (int64_t i = 0; i < once.numel(); i += 7)
     EXPECT_NEAR(store.grads().data<float>()[i], 2.0f * once.data<float>()[i],
                 1e-5 + 1e-5 * std::abs(once.data<float>()[i]));

@@ -152,23 +152,27 @@ struct Activations {
   // Per-micro-batch bytes outside the layers (embeddings; final norm, logits, loss).
   double pre() const {
     const double D = static_cast<double>(d.D), rows = s * b / spd;
-    if (cuda) return d.hidden_dropout > 0 ? rows * D : 0;  // embedding dropout mask
-    double n = 4 * rows * D;                               // embedded
-    if (!d.rope) n += 4 * rows;                            // int32 positions
-    if (d.hidden_dropout > 0) n += 4 * rows * D;           // embedding dropout output
+    if (cuda) return d.hidden_dropout > 0 ? rows * D : 0;       // embedding dropout mask
+    double n = 4 * rows * D;                                    // embedded
+    if (!d.rope) n += 4 * rows;                                 // int32 positions
+    if (d.hidden_dropout > 0) n += 4 * rows * D;                // embedding dropout output
+    if (d.bert) n += 4 * (2 * rows * D + 2 * rows) + 4 * rows;  // sum scratch, norm, types
     return n;
   }
   double post() const {
     const double D = static_cast<double>(d.D), rows = s * b / spd, full = s * b;
     if (cuda) {
       double n = 2 * a * rows * D + 4 * full * V / t;  // final norm + output inputs, fp32 softmax
-      if (d.bert) n += 3 * a * full * D;               // LM-head dense, activation, norm inputs
+      if (d.bert) n += a * rows * D;                   // the MLM transform's activation input
       return n;
     }
     const double nst = d.layernorm ? 2 : 1;
-    double n = nst * rows + rows * D + full * V / t + 3 * full;  // norm, out, logits, losses
-    if (lay.sequence_parallel && d.tied) n += 2 * full * D;      // gathered final out + its grad
-    if (d.bert) n += 3 * full * D;
+    double n = full * V / t + 3 * full;                      // logits, losses, lse, d(losses)
+    if (lay.sequence_parallel && d.tied) n += 2 * full * D;  // gathered head input + its grad
+    if (d.bert)  // MLM transform / GELU / norm outputs and their grads, pooler + NSP head
+      n += 5 * rows * D + 2 * rows + 5 * b * D;
+    else
+      n += nst * rows + rows * D;  // final norm
     return 4 * n;
   }
   // Per activation set regardless of the chunk: ping-pong gradients (CPU), micro-batch ids,
@@ -177,7 +181,7 @@ struct Activations {
     const double D = static_cast<double>(d.D), rows = s * b / spd, full = s * b;
     if (cuda) return 0;
     double n = 2 * 4 * rows * D;
-    if (has_pre || has_post) n += 2 * 4 * full;  // tokens + labels (int32)
+    if (has_pre || has_post) n += (d.bert ? 13 : 8) * full;  // int32 tokens, labels (+ types, mask)
     if (lay.pp > 1 && !has_pre) n += 2 * 4 * rows * D;
     return n;
   }

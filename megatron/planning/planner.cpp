@@ -22,14 +22,15 @@ constexpr double kCudaRuntimeReserve = 2e9;  // context, NCCL, cuBLAS workspace,
 // Sizes derived from the model config.
 struct Dims {
   int64_t L, D, H, G, Dh, F, fc1, S, P, E, topk;
-  bool layernorm, swiglu, bias, rope, tied, bert;
+  bool layernorm, swiglu, bias, rope, tied, bert, binary_head;
   double hidden_dropout, attention_dropout;
   int64_t norm() const { return layernorm ? 2 * D : D; }
   int64_t experts_per_token() const { return E > 0 ? topk : 1; }
 };
 
-Dims dims_of(const config::ModelConfig& m) {
+Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
   Dims d{};
+  d.binary_head = bert_binary_head;
   d.L = m.num_layers;
   d.D = m.hidden_size;
   d.H = m.num_attention_heads;
@@ -75,7 +76,7 @@ int64_t embedding_params(const Dims& d, int64_t V, int64_t tp) {
 int64_t head_params(const Dims& d, int64_t V, int64_t tp) {
   int64_t n = d.tied ? 0 : V * d.D / tp;
   if (d.bert)  // LM-head dense + norm + vocab-parallel output bias, pooler, binary head
-    n += d.D * d.D + d.D + d.norm() + V / tp + d.D * d.D + d.D + 2 * d.D + 2;
+    n += d.D * d.D + d.D + d.norm() + V / tp + (d.binary_head ? d.D * d.D + d.D + 2 * d.D + 2 : 0);
   else
     n += d.norm();  // final norm
   return n;
@@ -170,7 +171,7 @@ struct Activations {
     double n = full * V / t + 3 * full;                      // logits, losses, lse, d(losses)
     if (lay.sequence_parallel && d.tied) n += 2 * full * D;  // gathered head input + its grad
     if (d.bert)  // MLM transform / GELU / norm outputs and their grads, pooler + NSP head
-      n += 5 * rows * D + 2 * rows + 5 * b * D;
+      n += 5 * rows * D + 2 * rows + (d.binary_head ? 5 * b * D : 0);
     else
       n += nst * rows + rows * D;  // final norm
     return 4 * n;
@@ -228,8 +229,9 @@ ClusterSpec cluster_from_recipe(const config::Recipe& r) {
   return c;
 }
 
-ParamCounts count_parameters(const config::ModelConfig& model, int64_t padded_vocab) {
-  const Dims d = dims_of(model);
+ParamCounts count_parameters(const config::ModelConfig& model, int64_t padded_vocab,
+                             bool bert_binary_head) {
+  const Dims d = dims_of(model, bert_binary_head);
   ParamCounts c;
   c.embedding = embedding_params(d, padded_vocab, 1);
   c.per_layer = layer_params(d, 1, 1);
@@ -276,7 +278,7 @@ int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkSha
 
 int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const Layout& lay,
                          int64_t stage) {
-  const Dims d = dims_of(r.model);
+  const Dims d = dims_of(r.model, r.data.bert_binary_head);
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
   int64_t n = 0;
   for (const ChunkShape& c : stage_chunks(counts, lay.pp, lay.vpp, stage))
@@ -319,12 +321,12 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                  "micro-batches per step to be a multiple of parallel.pipeline (got ",
                  lay.num_microbatches, " micro-batches, pipeline ", lay.pp, ")");
 
-  const Dims d = dims_of(r.model);
+  const Dims d = dims_of(r.model, r.data.bert_binary_head);
   rep.vocab = r.model.vocab_size > 0 ? r.model.vocab_size : tokenizer_vocab;
   MT_INPUT_CHECK(rep.vocab > 0, "the vocabulary size must be > 0 (got ", rep.vocab, ")");
   rep.padded_vocab = r.model.padded_vocab_size(tokenizer_vocab, lay.tp);
   const int64_t V = rep.padded_vocab;
-  rep.params = count_parameters(r.model, V);
+  rep.params = count_parameters(r.model, V, r.data.bert_binary_head);
 
   const bool cuda = tr.device == "cuda";
   const bool mixed = is_mixed(tr.precision);

@@ -16,7 +16,7 @@
 //   first stage: word embeddings V h / t, learned positions P h, BERT token types 2h and norm;
 //   last stage: final norm, untied output layer V h / t, or with tied embeddings and p > 1 a copy
 //   of the word embeddings (counted on the device, not in the model total); BERT: LM-head dense
-//   + norm + output bias V / t, pooler, binary head.
+//   + norm + output bias V / t, pooler and binary head (data.bert_binary_head).
 //
 // Memory per device (the stage with the largest total is reported; bytes per local parameter P):
 //   device cuda (Megatron's accounting): weights P x (2 or 4), fp32 grads 4P, fp32 master 4P
@@ -161,7 +161,8 @@ struct PlanReport {
 
 // Parameters of the whole model and of one device of pipeline stage `stage` (all tensor-parallel
 // ranks hold the same count). `padded_vocab` as ModelConfig::padded_vocab_size for this tp.
-ParamCounts count_parameters(const config::ModelConfig& model, int64_t padded_vocab);
+ParamCounts count_parameters(const config::ModelConfig& model, int64_t padded_vocab,
+                             bool bert_binary_head = true);
 int64_t stage_parameters(const config::Recipe& recipe, int64_t padded_vocab, const Layout& layout,
                          int64_t stage);
 

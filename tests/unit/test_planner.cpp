@@ -219,9 +219,15 @@ TEST(PlannerParams, BertMatchesTheModel) {
       "arch: bert, num_layers: 4, hidden_size: 64, num_attention_heads: 4, seq_length: 32, "
       "max_position_embeddings: 40, vocab_size: 1000",
       "micro_batch_size: 2, global_batch_size: 4, train_iters: 1");
-  for (auto [tp, pp] : {std::pair{1, 1}, {2, 1}, {2, 2}, {1, 4}}) {
+  for (auto [tp, pp, nsp] : {std::tuple{1, 1, true},
+                             {2, 1, true},
+                             {2, 2, true},
+                             {1, 4, true},
+                             {1, 1, false},
+                             {2, 2, false}}) {
     const int64_t V = r.model.padded_vocab_size(1000, tp);
-    const models::BertSpec spec = models::make_bert_spec(4, 64, 4, 256, 32, 40, 1000, V);
+    const models::BertSpec spec = models::make_bert_spec(4, 64, 4, 256, 32, 40, 1000, V, nsp);
+    r.data.bert_binary_head = nsp;
     r.parallel.tensor = tp;
     r.parallel.pipeline = pp;
     Layout lay;
@@ -239,11 +245,11 @@ TEST(PlannerParams, BertMatchesTheModel) {
       models::BertModel model(spec, store, comm, st);
       store.finalize();
       EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
-          << "tp" << tp << " pp" << pp << " stage " << stage;
+          << "tp" << tp << " pp" << pp << " stage " << stage << " nsp " << nsp;
       whole += store.numel();
     }
     if (tp == 1 && pp == 1) {
-      EXPECT_EQ(planning::count_parameters(r.model, V).total, whole);
+      EXPECT_EQ(planning::count_parameters(r.model, V, nsp).total, whole);
     }
   }
 }

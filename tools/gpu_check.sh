@@ -5,7 +5,8 @@
 #
 # 1. Configures with -DMEGATRON_CUDA=ON into build-cuda (explicit archs, default 80;90: A100 and
 #    H100; use --archs 90 on an H100-only box to halve the build).
-# 2. Builds the CUDA library and the CUDA test programs (unit: test_cuda_*, parallel: test_nccl).
+# 2. Builds the CUDA library and the CUDA test programs (unit: test_cuda_*, test_ops_backends;
+#    parallel: test_nccl).
 # 3. Runs `ctest -R "[Cc]uda|[Nn]ccl"` (gtest case names are CamelCase) and prints a summary: on a GPU machine nothing may be SKIPPED
 #    except what the summary explains (fused attention is not implemented yet; the 2-rank NCCL
 #    test needs 2 GPUs).
@@ -39,7 +40,7 @@ if [ "$skip_build" = 0 ]; then
   echo "== configure ($build_dir, CUDA archs $archs)"
   cmake -S "$root" -B "$build_dir" -DMEGATRON_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs"
   echo "== build"
-  targets=(megatron_cuda test_nccl)
+  targets=(megatron_cuda test_nccl test_ops_backends)
   for src in "$root"/tests/unit/test_cuda_*.cpp; do targets+=("$(basename "$src" .cpp)"); done
   cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}"
 fi

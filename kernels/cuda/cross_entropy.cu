@@ -68,6 +68,13 @@ __global__ void loss_kernel(const int32_t* __restrict__ targets, int64_t N, int3
   loss[n] = targets[n] == ignore_index ? 0.0f : logf(sum_exp[n]) + row_max[n] - target_logit[n];
 }
 
+__global__ void lse_kernel(const float* __restrict__ row_max, const float* __restrict__ sum_exp,
+                           int64_t N, float* __restrict__ lse) {
+  const int64_t n = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (n >= N) return;
+  lse[n] = row_max[n] + logf(sum_exp[n]);
+}
+
 template <typename T>
 __global__ void forward_kernel(const T* __restrict__ logits, const int32_t* __restrict__ targets,
                                int64_t V_local, int64_t vocab_start, int64_t valid,
@@ -147,6 +154,13 @@ void cross_entropy_loss(const int32_t* targets, int64_t N, int32_t ignore_index,
   if (N <= 0) return;
   loss_kernel<<<detail::grid_for(N, 256, 1 << 30), 256, 0, stream>>>(
       targets, N, ignore_index, row_max, sum_exp, target_logit, loss);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+void cross_entropy_lse(const float* row_max, const float* sum_exp, int64_t N, float* lse,
+                       cudaStream_t stream) {
+  if (N <= 0) return;
+  lse_kernel<<<detail::grid_for(N, 256, 1 << 30), 256, 0, stream>>>(row_max, sum_exp, N, lse);
   MT_CUDA_LAUNCH_CHECK();
 }
 

@@ -31,6 +31,9 @@ void cross_entropy_sum_exp(const T* logits, const int32_t* targets, int64_t N, c
 void cross_entropy_loss(const int32_t* targets, int64_t N, int32_t ignore_index,
                         const float* row_max, const float* sum_exp, const float* target_logit,
                         float* loss, cudaStream_t stream);
+// lse[n] = row_max[n] + log(sum_exp[n]) from the combined statistics (for the backward).
+void cross_entropy_lse(const float* row_max, const float* sum_exp, int64_t N, float* lse,
+                       cudaStream_t stream);
 
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, int64_t N, const VocabSlice& vs,

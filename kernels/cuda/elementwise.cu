@@ -25,6 +25,11 @@ __global__ void add_inplace_kernel(TAcc* acc, const TX* x, int64_t n) {
 }
 
 template <typename T>
+__global__ void add_bias_kernel(T* y, const T* bias, int64_t rows, int64_t n) {
+  MT_GRID_STRIDE(i, rows * n) y[i] = from_float<T>(to_float(y[i]) + to_float(bias[i % n]));
+}
+
+template <typename T>
 __global__ void scale_kernel(T* x, float s, int64_t n) {
   MT_GRID_STRIDE(i, n) x[i] = from_float<T>(to_float(x[i]) * s);
 }
@@ -92,6 +97,13 @@ void add_inplace(TAcc* acc, const TX* x, int64_t n, cudaStream_t stream) {
 }
 
 template <typename T>
+void add_bias(T* y, const T* bias, int64_t rows, int64_t n, cudaStream_t stream) {
+  if (rows <= 0 || n <= 0) return;
+  add_bias_kernel<<<blocks_for(rows * n), kThreads, 0, stream>>>(y, bias, rows, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
 void scale_inplace(T* x, float s, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, s, n);
@@ -142,6 +154,7 @@ void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, cu
 
 #define MT_INSTANTIATE(T)                                                                   \
   template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                      \
+  template void add_bias<T>(T*, const T*, int64_t, int64_t, cudaStream_t);                  \
   template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);                         \
   template void fill<T>(T*, float, int64_t, cudaStream_t);                                  \
   template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                       \

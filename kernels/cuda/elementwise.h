@@ -18,6 +18,9 @@ template <typename TAcc, typename TX>
 void add_inplace(TAcc* acc, const TX* x, int64_t n, cudaStream_t stream);
 template <typename T>
 void scale_inplace(T* x, float s, int64_t n, cudaStream_t stream);  // x *= s
+// y[r, :] += bias for each of the `rows` rows of y [rows, n]
+template <typename T>
+void add_bias(T* y, const T* bias, int64_t rows, int64_t n, cudaStream_t stream);
 template <typename T>
 void fill(T* x, float value, int64_t n, cudaStream_t stream);
 // dst = src converted (round-to-nearest-even into 16-bit types); every pair of

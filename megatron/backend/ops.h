@@ -1,7 +1,13 @@
 #pragma once
-// Device-dispatched ops over Tensors. Layers call these; each checks shapes and dtypes at the
-// boundary, then runs the kernel for the tensor's device (kernels/cpu today; kernels/cuda when
-// the CUDA backend provides it, otherwise a clear error).
+// Device-dispatched ops over Tensors. Layers call these; each checks that all its tensors are
+// on one device (tensors on different devices are an error naming each one's device), checks
+// shapes at the boundary, then runs the kernel for that device:
+//  - cpu: kernels/cpu, every floating tensor fp32;
+//  - cuda (builds with -DMEGATRON_CUDA=ON; otherwise a clear error): kernels/cuda, queued on the
+//    CUDA backend's current stream (backend/cuda/runtime.h), asynchronous for the host except
+//    sum_squares, which returns a host value. Activations may be fp32, bf16 or fp16; saved
+//    statistics, parameter gradients that accumulate (main grads) and losses stay fp32. The
+//    dtypes each op accepts are listed in backend/cuda/ops_cuda.h.
 #include <cstdint>
 
 #include "kernels/common/numeric.h"
@@ -59,12 +65,28 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                             const kernels::cpu::VocabSlice& vs, int32_t ignore_index,
                             const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
+// The vocab-parallel forward in pieces (kernels/cpu/cross_entropy.h), for a caller that
+// all-reduces the per-row statistics over the tensor-parallel group in between:
+//   cross_entropy_row_max -> row_max [N]                     (then all-reduce MAX)
+//   cross_entropy_sum_exp -> sum_exp [N], target_logit [N]   (then all-reduce SUM both)
+//   cross_entropy_loss    -> loss [N] and lse [N] (= row_max + log(sum_exp), for backward)
+void cross_entropy_row_max(const Tensor& logits, const kernels::cpu::VocabSlice& vs,
+                           Tensor& row_max);
+void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
+                           const kernels::cpu::VocabSlice& vs, const Tensor& row_max,
+                           Tensor& sum_exp, Tensor& target_logit);
+void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
+                        const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
+                        Tensor& lse);
 
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 // y[r, :] += bias for every row of y
 void add_bias(Tensor& y, const Tensor& bias);
 void add_inplace(Tensor& acc, const Tensor& x);
 void scale_inplace(Tensor& x, float s);
+// dst = src converted between fp32, bf16 and fp16 (round to nearest even into 16-bit types,
+// as math::float_to_bf16_bits / float_to_fp16_bits); same numel; any pair, on either device.
+void cast(const Tensor& src, Tensor& dst);
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                 const math::AdamWParams& p);

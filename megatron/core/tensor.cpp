@@ -18,9 +18,24 @@ void note_alloc(int64_t bytes) {
   while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now)) {
   }
 }
+
+// The backend of a non-CPU device, or an error saying the build lacks it.
+DeviceMemoryBackend& backend_for(Device device, const char* what) {
+  DeviceMemoryBackend* backend = device_memory_backend(device);
+  MT_CHECK(backend != nullptr, what, " on ", device_name(device), ": this build has no ",
+           device_name(device),
+           " backend (configure with -DMEGATRON_CUDA=ON on a machine with the CUDA toolkit, or "
+           "use device cpu)");
+  return *backend;
+}
 }  // namespace
 
 MemoryStats cpu_memory_stats() { return {g_cpu_current.load(), g_cpu_peak.load()}; }
+
+MemoryStats memory_stats(Device device) {
+  if (device == Device::CPU) return cpu_memory_stats();
+  return backend_for(device, "memory_stats").memory_stats();
+}
 
 std::string_view device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
@@ -72,8 +87,14 @@ std::string Shape::str() const {
 }
 
 Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
-  MT_CHECK(device == Device::CPU,
-           "CUDA storage is allocated by the CUDA backend (this build has no CUDA allocator)");
+  if (device != Device::CPU) {
+    backend_ = &backend_for(device, "allocating a tensor");
+    if (bytes == 0) return;
+    const DeviceAllocation block = backend_->allocate(bytes);
+    data_ = block.ptr;
+    device_index_ = block.device_index;
+    return;
+  }
   const size_t rounded = (bytes + 63) / 64 * 64;
   data_ = rounded ? std::aligned_alloc(64, rounded) : nullptr;
   MT_CHECK(rounded == 0 || data_ != nullptr, "out of host memory allocating ", bytes, " bytes");
@@ -81,6 +102,10 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
 }
 
 Storage::~Storage() {
+  if (device_ != Device::CPU) {
+    if (data_ != nullptr) backend_->deallocate(DeviceAllocation{data_, device_index_});
+    return;
+  }
   std::free(data_);
   g_cpu_current.fetch_sub(static_cast<int64_t>(bytes_));
 }
@@ -138,19 +163,40 @@ Tensor Tensor::flat_view(int64_t offset, const Shape& shape) const {
 }
 
 void Tensor::zero_() {
-  MT_CHECK(device_ == Device::CPU, "zero_ on ", device_name(device_), " needs the backend");
+  if (device_ != Device::CPU) {
+    DeviceMemoryBackend& backend = backend_for(device_, "zero_");
+    if (nbytes()) backend.zero(data_, nbytes());
+    return;
+  }
   if (nbytes()) std::memset(data_, 0, nbytes());
 }
 
 void Tensor::copy_from(const Tensor& src) {
   MT_CHECK(src.dtype_ == dtype_ && src.numel() == numel(), "copy from ", dtype_name(src.dtype_),
            src.shape_.str(), " into ", dtype_name(dtype_), shape_.str());
-  MT_CHECK(device_ == Device::CPU && src.device_ == Device::CPU, "host copy of device tensors");
-  if (nbytes()) std::memmove(data_, src.data_, nbytes());
+  if (device_ == Device::CPU && src.device_ == Device::CPU) {
+    if (nbytes()) std::memmove(data_, src.data_, nbytes());
+    return;
+  }
+  // One backend moves the bytes; both sides must be its device or the host.
+  const Device device = device_ != Device::CPU ? device_ : src.device_;
+  MT_CHECK((device_ == Device::CPU || device_ == device) &&
+               (src.device_ == Device::CPU || src.device_ == device),
+           "copy from ", device_name(src.device_), " into ", device_name(device_),
+           ": no backend copies between these devices");
+  DeviceMemoryBackend& backend = backend_for(device, "copy_from");
+  if (nbytes()) backend.copy(data_, device_, src.data_, src.device_, nbytes());
 }
 
 Tensor Tensor::clone() const {
   Tensor t = empty(shape_, dtype_, device_);
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::to(Device device) const {
+  if (device == device_) return *this;
+  Tensor t = empty(shape_, dtype_, device);
   t.copy_from(*this);
   return t;
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "megatron/core/device_memory.h"
 #include "megatron/core/dtype.h"
 #include "megatron/core/error.h"
 
@@ -41,7 +42,9 @@ class Shape {
   int ndim_ = 0;
 };
 
-// Raw device memory. CPU memory is 64-byte aligned; CUDA memory comes from the CUDA backend.
+// Raw device memory. CPU memory is 64-byte aligned host memory; memory of other devices comes
+// from the device's backend (device_memory.h; for CUDA the backend's stream-ordered caching
+// allocator, allocated on and returned to the stream current at allocation).
 class Storage {
  public:
   Storage(size_t bytes, Device device);
@@ -56,14 +59,15 @@ class Storage {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_;
+  DeviceMemoryBackend* backend_ = nullptr;  // non-CPU storage: who allocated it
+  int device_index_ = 0;
 };
 
 // Bytes currently held and the peak since start, for CPU storage (for memory reports).
-struct MemoryStats {
-  int64_t current_bytes;
-  int64_t peak_bytes;
-};
 MemoryStats cpu_memory_stats();
+// The same for any device: CPU storage, or the device backend's allocator (throws when the
+// build has no backend for `device`).
+MemoryStats memory_stats(Device device);
 
 class Tensor {
  public:
@@ -99,9 +103,15 @@ class Tensor {
   // Elements [offset, offset + shape.numel()) of the flattened tensor, viewed as `shape`.
   Tensor flat_view(int64_t offset, const Shape& shape) const;
 
+  // On the CPU: at once. On a device: queued on the backend's current stream.
   void zero_();
-  void copy_from(const Tensor& src);  // same dtype, numel and device
-  Tensor clone() const;
+  // Same dtype and numel; any pair of devices. Copies that read or write host memory have
+  // completed on return; device-to-device copies are queued on the current stream.
+  void copy_from(const Tensor& src);
+  Tensor clone() const;  // same device
+  // This tensor on `device`: itself (sharing memory) when it is already there, otherwise a new
+  // contiguous tensor holding a copy (see copy_from for when the copy completes).
+  Tensor to(Device device) const;
 
  private:
   std::shared_ptr<Storage> storage_;

@@ -18,6 +18,7 @@
 #include "kernels/common/numeric.h"
 #include "megatron/backend/cuda/device.h"
 #include "megatron/backend/cuda/nccl_communicator.h"
+#include "megatron/backend/ops.h"
 #endif
 
 namespace {
@@ -298,6 +299,39 @@ TEST(Nccl, RejectsCpuTensorsAndInt16Reductions) {
   DeviceTensor ints(8, DType::I32);
   EXPECT_THROW(c.all_reduce(ints.t, ReduceOp::Avg), megatron::Error);
   c.barrier();  // nothing was left half-posted: the group still works
+}
+
+// Owning CUDA tensors (Tensor::empty on Device::CUDA: the caching allocator) and ops:: on the
+// backend's current stream, which is also the communicator's default compute stream: ops before
+// a collective are seen by it, ops after it see its result, with no explicit synchronisation;
+// an async collective keeps its tensors alive after the caller dropped them.
+TEST(Nccl, OwningCudaTensorsAndOpsOnTheCurrentStream) {
+  REQUIRE_GPUS();
+  mc::NcclCommunicator& c = nccl_world();
+  const int P = c.size(), me = c.rank();
+  const int64_t n = 10007;
+  std::vector<float> host(n);
+  for (int64_t i = 0; i < n; ++i) host[i] = value<float>(me, i);
+  Tensor h = Tensor::empty(Shape{n}, DType::F32);
+  std::memcpy(h.raw(), host.data(), n * sizeof(float));
+  Tensor d = h.to(megatron::Device::CUDA);
+  megatron::ops::scale_inplace(d, 2.0f);  // queued before the all-reduce
+  c.all_reduce(d, ReduceOp::Sum);
+  megatron::ops::add_inplace(d, d);  // queued after it: doubles the sum
+  const Tensor back = d.to(megatron::Device::CPU);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(back.data<float>()[i], 4.0f * expected_reduce<float>(ReduceOp::Sum, i, P)) << i;
+
+  std::unique_ptr<mp::Work> work;
+  {
+    Tensor t = h.to(megatron::Device::CUDA);
+    work = c.all_reduce_async(t, ReduceOp::Max);
+  }  // t is gone; the Work keeps its storage until the collective is done
+  Tensor after = Tensor::zeros(Shape{n}, DType::F32, megatron::Device::CUDA);
+  work->wait();
+  work.reset();
+  EXPECT_EQ(megatron::ops::sum_squares(after), 0.0);
+  c.barrier();
 }
 
 #endif  // MEGATRON_WITH_CUDA

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "megatron/backend/cuda/check.h"
+#include "megatron/backend/cuda/runtime.h"
 
 namespace megatron::cuda {
 namespace {
@@ -84,7 +85,7 @@ class NcclCommunicator::NcclWork final : public parallel::Work {
   void wait() override {
     if (waited_) return;
     waited_ = true;
-    MT_CUDA_CHECK(cudaStreamWaitEvent(c_.compute_stream_, event_, 0));
+    MT_CUDA_CHECK(cudaStreamWaitEvent(c_.compute_stream(), event_, 0));
     if (c_.blocking_wait_) c_.host_wait(event_, "wait");
   }
 
@@ -147,6 +148,10 @@ NcclCommunicator::~NcclCommunicator() {
   if (comm_stream_) cudaStreamDestroy(comm_stream_);
 }
 
+cudaStream_t NcclCommunicator::compute_stream() const {
+  return fixed_compute_stream_ ? compute_stream_ : current_stream();
+}
+
 int NcclCommunicator::world_rank_of(int group_rank) const {
   MT_CHECK(group_rank >= 0 && group_rank < size_, "group ", name_, " has no rank ", group_rank);
   return world_ranks_[group_rank];
@@ -164,7 +169,7 @@ void NcclCommunicator::check_tensor(const Tensor& t, const char* op) const {
 void NcclCommunicator::begin() {
   cudaEvent_t ready = nullptr;
   MT_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-  MT_CUDA_CHECK(cudaEventRecord(ready, compute_stream_));
+  MT_CUDA_CHECK(cudaEventRecord(ready, compute_stream()));
   MT_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_, ready, 0));
   MT_CUDA_CHECK(cudaEventDestroy(ready));  // the wait is queued; destroying is safe
 }

@@ -11,8 +11,10 @@
 //
 // Streams and completion (the usual CUDA semantics; the host is not blocked):
 //  - Each operation runs on the communicator's own stream, after all work queued so far on the
-//    compute stream (set_compute_stream; default: the legacy default stream 0), so it sees the
-//    compute stream's results.
+//    compute stream, so it sees the compute stream's results. The compute stream is the one
+//    given to set_compute_stream or, by default, the CUDA backend's current stream of the
+//    calling thread at the time of the call (runtime.h: the legacy default stream 0 unless a
+//    StreamGuard says otherwise), i.e. the stream ops:: and CUDA tensor copies use.
 //  - A blocking call (all_reduce, all_gather, ...) makes the compute stream wait for the
 //    operation: later work on the compute stream sees the result. The host returns at once;
 //    read results on the host after synchronising the compute stream (a cudaMemcpy on the legacy
@@ -65,8 +67,12 @@ class NcclCommunicator final : public parallel::Communicator {
   const std::string& name() const override { return name_; }
   int world_rank_of(int group_rank) const override;
 
-  void set_compute_stream(cudaStream_t stream) { compute_stream_ = stream; }
-  cudaStream_t compute_stream() const { return compute_stream_; }
+  void set_compute_stream(cudaStream_t stream) {
+    compute_stream_ = stream;
+    fixed_compute_stream_ = true;
+  }
+  // The stream set above, else the calling thread's current stream (runtime.h).
+  cudaStream_t compute_stream() const;
   cudaStream_t comm_stream() const { return comm_stream_; }
   void set_blocking_wait(bool blocking) { blocking_wait_ = blocking; }
   int device() const { return device_; }
@@ -106,6 +112,7 @@ class NcclCommunicator final : public parallel::Communicator {
   std::vector<int> world_ranks_;
   cudaStream_t comm_stream_ = nullptr;
   cudaStream_t compute_stream_ = nullptr;
+  bool fixed_compute_stream_ = false;
   bool blocking_wait_ = false;
   void* barrier_buffer_ = nullptr;  // one float on the device
 };

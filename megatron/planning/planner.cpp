@@ -343,9 +343,6 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                         static_cast<double>(lay.micro_batch),
                         static_cast<double>(lay.tp),
                         lay.sequence_parallel ? static_cast<double>(lay.tp) : 1.0};
-  if (!cuda && tr.recompute != "none")
-    rep.notes.push_back("training.recompute '" + tr.recompute +
-                        "' is projected: the CPU trainer does not implement recomputation yet");
   if (cuda && !cluster.flash_attention)
     rep.notes.push_back("unfused attention: the [b, H/t, s, s] softmax is stored per layer");
   if (d.E > 0)
@@ -657,9 +654,7 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
   for (int64_t b = 1; b <= tr.global_batch_size; b *= 2) micros.push_back(b);
   if (std::find(micros.begin(), micros.end(), tr.micro_batch_size) == micros.end())
     micros.push_back(tr.micro_batch_size);
-  const std::vector<std::string> recomputes =
-      tr.device == "cuda" ? std::vector<std::string>{"none", "selective", "full"}
-                          : std::vector<std::string>{"none"};
+  const std::vector<std::string> recomputes = {"none", "selective", "full"};
   std::vector<int64_t> vpps = {1};
   if (recipe.parallel.virtual_stages() > 1) vpps.push_back(recipe.parallel.virtual_stages());
   for (int64_t tp = 1; tp <= std::min(cluster.gpus_per_node, world); ++tp) {

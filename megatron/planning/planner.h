@@ -40,7 +40,10 @@
 //       [b, H/t, s, s], attention output, projection, residuals, fc1/act/fc2 outputs, and the
 //       backward scratch each layer context keeps (d_qkv, d_attn, d_fc1, d_act, d_ln, d_mid);
 //       plus embeddings, final norm, logits [s b, V/t], losses and the ping-pong gradients.
-//       (Recompute is projected as on cuda: the CPU trainer does not implement it.)
+//       Recompute as TransformerBlock implements it (megatron/transformer/block.h): selective
+//       keeps no probabilities per layer (one [b, H/t, s, s] workspace, counted as workspace);
+//       full keeps one layer output 4 s b h (/t with SP) per layer plus one whole layer
+//       context (forward and backward scratch) as workspace.
 //   In flight (1F1B): stage r holds min(p - r, m) micro-batches; interleaved: min(v m,
 //     2(p - r - 1) + (v - 1) p + 1) chunk activations, i.e. p (1 + (p-1)/(p v)) on stage 0.
 //   Workspace: transient logits / gradient copies, gathered sequence-parallel inputs, p2p
@@ -184,7 +187,7 @@ struct SearchResult {
 };
 // Enumerates tp (divisors of gpus_per_node dividing heads, query groups and ffn), pp (dividing
 // num_layers, even split), dp = world / (tp pp cp) with global % (micro dp) == 0, micro-batch
-// (powers of two and the recipe's), recompute (none|selective|full; cuda only), the distributed
+// (powers of two and the recipe's), recompute (none|selective|full), the distributed
 // optimizer (dp > 1), the recipe's virtual pipeline size; sequence parallel whenever tp > 1.
 SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab);

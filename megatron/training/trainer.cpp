@@ -37,6 +37,7 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.init_std = static_cast<float>(m.init_method_std);
   t.seed = r.training.seed;
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
+  t.recompute = parse_recompute(r.training.recompute);
   return t;
 }
 
@@ -125,8 +126,6 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  ": parallel.expert/context > 1 are not available yet");
   MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
                  "' is not available in this build (cpu only so far)");
-  MT_INPUT_CHECK(tr.recompute == "none", recipe_.source_path, ": training.recompute: '",
-                 tr.recompute, "' is not implemented yet (use none)");
   MT_INPUT_CHECK(train_->seq_length() == recipe_.model.seq_length, recipe_.source_path,
                  ": data samples have seq_length ", train_->seq_length(),
                  " but model.seq_length is ", recipe_.model.seq_length);
@@ -213,6 +212,9 @@ FlopsModel Trainer::build_model(int64_t tokenizer_vocab) {
   MT_INPUT_CHECK(static_cast<int64_t>(counts.size()) == stages, recipe_.source_path,
                  ": parallel.pipeline_layers has ", counts.size(), " entries for ", stages,
                  " (virtual) pipeline stages");
+  // One recompute workspace for every chunk of this rank (it holds nothing between calls).
+  std::shared_ptr<RecomputeWorkspace> workspace;
+  if (t.recompute != Recompute::None) workspace = std::make_shared<RecomputeWorkspace>();
   for (int64_t c = 0; c < vpp; ++c) {
     const int64_t v = c * pp + pp_->rank();
     models::ModelStage stage;
@@ -221,9 +223,10 @@ FlopsModel Trainer::build_model(int64_t tokenizer_vocab) {
     stage.pre_process = v == 0;
     stage.post_process = v == stages - 1;
     if (bert)
-      chunks_.push_back(std::make_unique<models::BertModel>(*bert_spec, store_, *tp_, stage));
+      chunks_.push_back(
+          std::make_unique<models::BertModel>(*bert_spec, store_, *tp_, stage, workspace));
     else
-      chunks_.push_back(std::make_unique<models::GPTModel>(*gpt, store_, *tp_, stage));
+      chunks_.push_back(std::make_unique<models::GPTModel>(*gpt, store_, *tp_, stage, workspace));
   }
   act_ = chunks_.front()->make_activations();
   if (pp > 1) {

@@ -2,6 +2,8 @@
 // The training loop: micro-batches with gradient accumulation, gradient clipping by the global
 // norm, AdamW with the LR schedule, periodic validation, and per-step metrics (loss, lr, grad
 // norm, tokens/s, TFLOP/s and MFU by Megatron's FLOPs formula) logged to stdout and JSONL.
+// training.recompute (none|selective|full) selects activation recomputation in the transformer
+// blocks (megatron/transformer/block.h); every model chunk of a rank shares one workspace.
 #include <cstdint>
 #include <fstream>
 #include <memory>

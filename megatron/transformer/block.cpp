@@ -6,6 +6,14 @@
 
 namespace megatron {
 
+Recompute parse_recompute(std::string_view name) {
+  if (name == "none") return Recompute::None;
+  if (name == "selective") return Recompute::Selective;
+  if (name == "full") return Recompute::Full;
+  MT_INPUT_CHECK(false, "recompute must be none, selective or full, got '", name, "'");
+  return Recompute::None;
+}
+
 void TransformerSpec::validate(int64_t tp_size) const {
   MT_CHECK(num_layers > 0 && hidden > 0 && heads > 0 && ffn > 0 && seq_length > 0,
            "transformer sizes must be positive");
@@ -21,8 +29,13 @@ void TransformerSpec::validate(int64_t tp_size) const {
 
 TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
                                    int64_t layer_index, const TransformerSpec& spec,
-                                   parallel::Communicator& tp)
-    : spec_(spec), layer_(layer_index), tp_(&tp) {
+                                   parallel::Communicator& tp,
+                                   std::shared_ptr<RecomputeWorkspace> workspace)
+    : spec_(spec), layer_(layer_index), tp_(&tp), workspace_(std::move(workspace)) {
+  if (spec.recompute == Recompute::None)
+    workspace_.reset();
+  else if (!workspace_)
+    workspace_ = std::make_shared<RecomputeWorkspace>();
   spec.validate(tp.size());
   const int64_t D = spec.hidden, Dh = spec.head_dim(), H = spec.heads, G = spec.query_groups;
   local_heads_ = H / tp.size();
@@ -91,9 +104,61 @@ ActivationSlice TransformerBlock::slice(const MicroBatchInfo& mb, int64_t local_
   return ActivationSlice{mb.batch_offset, tp_->rank() * local_seq, local_seq * tp_->size()};
 }
 
+Tensor& TransformerBlock::probs_of(Ctx& c) const {
+  return spec_.recompute == Recompute::Selective ? workspace_->block.probs : c.probs;
+}
+
+void TransformerBlock::recompute_probs(Ctx& c, const kernels::cpu::AttentionShape& as,
+                                       const kernels::cpu::AttentionOptions& ao) const {
+  // Same qkv (after rope), options and dropout stream as the forward: the same values.
+  ops::attention_forward(as, ao, c.qkv_out, ensure(c.d_attn, c.attn_out.shape()),
+                         ensure(probs_of(c), {as.B, as.H, as.S, as.S}));
+}
+
+void TransformerBlock::run_forward(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
+                                   const uint8_t* key_mask) const {
+  if (spec_.post_norm)
+    forward_post_norm(c, x, out, mb, key_mask);
+  else
+    forward_pre_norm(c, x, out, mb, key_mask);
+}
+
+void TransformerBlock::run_backward(Ctx& c, const Tensor& d_out, Tensor& dx,
+                                    const MicroBatchInfo& mb, const uint8_t* key_mask) const {
+  if (spec_.post_norm)
+    backward_post_norm(c, d_out, dx, mb, key_mask);
+  else
+    backward_pre_norm(c, d_out, dx, mb, key_mask);
+}
+
 const Tensor& TransformerBlock::forward(Ctx& c, const Tensor& x, const MicroBatchInfo& mb,
                                         const uint8_t* key_mask) const {
-  if (spec_.post_norm) return forward_post_norm(c, x, mb, key_mask);
+  if (spec_.recompute == Recompute::Full) {
+    // Keep the input (a view: the previous block's checkpointed output, the embeddings or
+    // the received stage input) and the output; everything else is transient.
+    c.input = x;
+    run_forward(workspace_->block, x, c.out, mb, key_mask);
+  } else {
+    run_forward(c, x, c.out, mb, key_mask);
+  }
+  return c.out;
+}
+
+void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
+                                const uint8_t* key_mask) const {
+  if (spec_.recompute == Recompute::Full) {
+    MT_CHECK(c.input.numel() == d_out.numel(), "layer ", layer_,
+             ": full-recompute backward without a forward on this context");
+    Ctx& w = workspace_->block;
+    run_forward(w, c.input, w.out, mb, key_mask);
+    run_backward(w, d_out, dx, mb, key_mask);
+    return;
+  }
+  run_backward(c, d_out, dx, mb, key_mask);
+}
+
+void TransformerBlock::forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out,
+                                        const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   // Sl: rows of this rank's activations; S: the full sequence the attention and MLP see.
   const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const int64_t S = sp() ? Sl * tp_->size() : Sl;
@@ -108,7 +173,7 @@ const Tensor& TransformerBlock::forward(Ctx& c, const Tensor& x, const MicroBatc
   qkv_->forward(c.qkv, c.ln1_out, ensure(c.qkv_out, {S, B, qkv_width}));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
   ops::attention_forward(as, ao, c.qkv_out, ensure(c.attn_out, {S, B, local_heads_ * Dh}),
-                         ensure(c.probs, {B, local_heads_, S, S}));
+                         ensure(probs_of(c), {B, local_heads_, S, S}));
   proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
   ensure(c.mid, {Sl, B, D});
   if (hidden_dropout)
@@ -125,16 +190,11 @@ const Tensor& TransformerBlock::forward(Ctx& c, const Tensor& x, const MicroBatc
   fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}));
   if (hidden_dropout)
     dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
-  ops::add(c.mid, c.fc2_out, ensure(c.out, {Sl, B, D}));
-  return c.out;
+  ops::add(c.mid, c.fc2_out, ensure(out, {Sl, B, D}));
 }
 
-void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
-                                const uint8_t* key_mask) const {
-  if (spec_.post_norm) {
-    backward_post_norm(c, d_out, dx, mb, key_mask);
-    return;
-  }
+void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
+                                         const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
   const int64_t S = sp() ? Sl * tp_->size() : Sl;
   const auto as = attention_shape(S, B, mb.batch_offset);
@@ -166,8 +226,10 @@ void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const M
                          where);
     d_branch = &c.d_proj;
   }
+  if (spec_.recompute == Recompute::Selective) recompute_probs(c, as, ao);
   proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
-  ops::attention_backward(as, ao, c.qkv_out, c.probs, c.d_attn, ensure(c.d_qkv, c.qkv_out.shape()));
+  ops::attention_backward(as, ao, c.qkv_out, probs_of(c), c.d_attn,
+                          ensure(c.d_qkv, c.qkv_out.shape()));
   if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
   qkv_->backward(c.qkv, c.d_qkv, &c.d_ln);
   ln1_->backward(c.ln1, c.d_ln, dx);
@@ -177,8 +239,8 @@ void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const M
 // Post-LN: the sub-layers read the residual stream directly and the norms sit after each
 // residual sum. With sequence parallelism the norms and sums run on [S/tp] slices exactly as
 // in pre-LN (the Column layers gather, the Row layers reduce-scatter).
-const Tensor& TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, const MicroBatchInfo& mb,
-                                                  const uint8_t* key_mask) const {
+void TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, Tensor& out,
+                                         const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const int64_t S = sp() ? Sl * tp_->size() : Sl;
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
@@ -192,7 +254,7 @@ const Tensor& TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, const
   qkv_->forward(c.qkv, x, ensure(c.qkv_out, {S, B, qkv_width}));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
   ops::attention_forward(as, ao, c.qkv_out, ensure(c.attn_out, {S, B, local_heads_ * Dh}),
-                         ensure(c.probs, {B, local_heads_, S, S}));
+                         ensure(probs_of(c), {B, local_heads_, S, S}));
   proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
   if (hidden_dropout)
     dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
@@ -210,8 +272,7 @@ const Tensor& TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, const
   if (hidden_dropout)
     dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
   ops::add(c.ln1_out, c.fc2_out, ensure(c.sum2, {Sl, B, D}));
-  ln2_->forward(c.ln2, c.sum2, ensure(c.out, {Sl, B, D}));
-  return c.out;
+  ln2_->forward(c.ln2, c.sum2, ensure(out, {Sl, B, D}));
 }
 
 void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
@@ -246,8 +307,10 @@ void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& d
     dropout_sbd_backward(c.d_mid, c.d_proj, spec_.hidden_dropout, site(mb, 1), where);
     d_branch = &c.d_proj;
   }
+  if (spec_.recompute == Recompute::Selective) recompute_probs(c, as, ao);
   proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
-  ops::attention_backward(as, ao, c.qkv_out, c.probs, c.d_attn, ensure(c.d_qkv, c.qkv_out.shape()));
+  ops::attention_backward(as, ao, c.qkv_out, probs_of(c), c.d_attn,
+                          ensure(c.d_qkv, c.qkv_out.shape()));
   if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
   qkv_->backward(c.qkv, c.d_qkv, &dx);
   ops::add_inplace(dx, c.d_mid);  // residual into x

@@ -7,13 +7,37 @@
 // "post_attention_norm" the one after the MLP residual (HF BERT's attention.output.LayerNorm
 // and output.LayerNorm).
 // Activations are [S, B, D] (sequence-major as in Megatron) over this micro-batch.
+//
+// Activation recomputation (TransformerSpec::recompute, Megatron's --recompute-granularity);
+// what a block's per-micro-batch Ctx keeps between its forward and its backward:
+//   None:      every intermediate of the forward (norm inputs and statistics, qkv, the attention
+//              probabilities [B, H/tp, S, S], attention output, projections, residual sums,
+//              fc1/activation/fc2 outputs) and the backward scratch.
+//   Selective: as None but without the attention probabilities (Megatron's "core attention"
+//              recompute): forward computes them in the shared RecomputeWorkspace and backward
+//              recomputes them from the saved qkv before the attention backward.
+//   Full:      only the block's output `out` (the next block's input, i.e. one [S(/tp), B, D]
+//              checkpoint per layer; the sequence slice with sequence parallelism) and a view of
+//              its input. Forward runs in the shared workspace; backward first re-runs the
+//              forward from the saved input into the workspace, then the backward there.
+// Dropout masks are pure functions of (seed, iteration, layer, site, global indices), so the
+// recomputed forward is bit-identical and so are the gradients. The workspace holds nothing
+// between calls: every layer, micro-batch and model chunk of a rank can share one, whatever
+// the order of forward and backward calls (the pipeline schedules interleave them).
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "kernels/cpu/attention.h"
 #include "megatron/transformer/layers.h"
 
 namespace megatron {
+
+enum class Recompute : uint8_t { None, Selective, Full };
+// "none" | "selective" | "full" (training.recompute); throws InputError otherwise.
+Recompute parse_recompute(std::string_view name);
+
+struct RecomputeWorkspace;  // below
 
 struct TransformerSpec {
   int64_t num_layers = 0, hidden = 0, heads = 0, query_groups = 0, ffn = 0;
@@ -30,6 +54,7 @@ struct TransformerSpec {
   float init_std = 0.02f;
   uint64_t seed = 1234;            // dropout seed
   bool sequence_parallel = false;  // activations outside attention/MLP are [S/tp, B, D]
+  Recompute recompute = Recompute::None;
   int64_t head_dim() const { return hidden / heads; }
   void validate(int64_t tp_size) const;
 };
@@ -47,10 +72,15 @@ class TransformerBlock {
     Tensor sum2;
     // scratch for backward
     Tensor d_proj, d_attn, d_qkv, d_ln, d_act, d_fc1, d_mid;
+    // Full recompute: a view of the block input (the checkpoint backward recomputes from).
+    Tensor input;
   };
 
+  // workspace: shared by the blocks of a model (and the model chunks of a rank) under
+  // selective or full recompute; created for this block alone when null.
   TransformerBlock(ParamStore& store, const std::string& prefix, int64_t layer_index,
-                   const TransformerSpec& spec, parallel::Communicator& tp);
+                   const TransformerSpec& spec, parallel::Communicator& tp,
+                   std::shared_ptr<RecomputeWorkspace> workspace = nullptr);
 
   // x: [S, B, D] ([S/tp, B, D] with sequence parallelism); returns ctx.out.
   // key_mask: optional [B, S] (1 = attend).
@@ -64,11 +94,25 @@ class TransformerBlock {
   int64_t grad_watermark() const;
 
  private:
-  // The post-LN variants (spec_.post_norm); the public functions dispatch to them.
-  const Tensor& forward_post_norm(Ctx& ctx, const Tensor& x, const MicroBatchInfo& mb,
-                                  const uint8_t* key_mask) const;
-  void backward_post_norm(Ctx& ctx, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
+  // The computation in context c, writing the block output into `out` (c.out, or a
+  // full-recompute checkpoint); pre-LN and post-LN variants (spec_.post_norm).
+  void forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
+                        const uint8_t* key_mask) const;
+  void backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
+                         const uint8_t* key_mask) const;
+  void forward_post_norm(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
+                         const uint8_t* key_mask) const;
+  void backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                           const uint8_t* key_mask) const;
+  void run_forward(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
+                   const uint8_t* key_mask) const;
+  void run_backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
+                    const uint8_t* key_mask) const;
+  // Where the attention probabilities of context c live (the workspace under selective).
+  Tensor& probs_of(Ctx& c) const;
+  // Selective recompute: the probabilities again from c.qkv_out (c.d_attn as scratch output).
+  void recompute_probs(Ctx& c, const kernels::cpu::AttentionShape& as,
+                       const kernels::cpu::AttentionOptions& ao) const;
   kernels::cpu::AttentionShape attention_shape(int64_t S, int64_t B, int64_t batch_offset) const;
   kernels::cpu::AttentionOptions attention_options(const MicroBatchInfo& mb,
                                                    const uint8_t* key_mask) const;
@@ -82,6 +126,14 @@ class TransformerBlock {
   int64_t local_heads_, local_groups_;
   std::unique_ptr<Norm> ln1_, ln2_;
   std::unique_ptr<Linear> qkv_, proj_, fc1_, fc2_;
+  std::shared_ptr<RecomputeWorkspace> workspace_;  // null without recompute
+};
+
+// The buffers recomputation works in: the context of the block being (re)computed under full
+// recompute, and (block.probs) the attention probabilities under selective recompute. Valid
+// only during one block forward or backward call.
+struct RecomputeWorkspace {
+  TransformerBlock::Ctx block;
 };
 
 }  // namespace megatron

@@ -89,7 +89,7 @@ BertSpec make_bert_spec(int64_t num_layers, int64_t hidden, int64_t heads, int64
 }
 
 BertModel::BertModel(const BertSpec& spec, ParamStore& store, parallel::Communicator& tp,
-                     const ModelStage& stage)
+                     const ModelStage& stage, std::shared_ptr<RecomputeWorkspace> workspace)
     : spec_(spec),
       stage_(stage),
       tp_(&tp),
@@ -124,9 +124,11 @@ BertModel::BertModel(const BertSpec& spec, ParamStore& store, parallel::Communic
     emb_norm_ = std::make_unique<Norm>(store, "embedding.norm", t.hidden, Norm::Kind::LayerNorm,
                                        t.norm_eps, sp);
   }
+  if (t.recompute != Recompute::None && !workspace)
+    workspace = std::make_shared<RecomputeWorkspace>();
   for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l)
-    blocks_.push_back(
-        std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t, tp));
+    blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t,
+                                                         tp, workspace));
   if (!stage_.post_process) return;
 
   // MLM transform: replicated; it sees [S/tp] rows with sequence parallelism (partial grads).

@@ -41,7 +41,7 @@ struct BertActivations final : ModelActivations {
   Embedding::Ctx word, pos, type;
   Tensor positions, types, embedded, scratch, emb_norm_out, embedded_dropped;
   Norm::Ctx emb_norm;
-  // blocks
+  // blocks (under full recompute each holds only the layer's output, a checkpoint)
   std::vector<TransformerBlock::Ctx> blocks;
   const Tensor* last_hidden = nullptr;  // encoder output (stage output)
   Tensor grad_a, grad_b;                // ping-pong residual-stream gradients
@@ -57,8 +57,10 @@ struct BertActivations final : ModelActivations {
 
 class BertModel final : public Model {
  public:
+  // workspace: the recompute workspace shared with this rank's other model chunks (see
+  // TransformerSpec::recompute in megatron/transformer/block.h); one of its own when null.
   BertModel(const BertSpec& spec, ParamStore& store, parallel::Communicator& tp,
-            const ModelStage& stage = {});
+            const ModelStage& stage = {}, std::shared_ptr<RecomputeWorkspace> workspace = nullptr);
 
   std::unique_ptr<ModelActivations> make_activations() const override;
   LossSums forward(ModelActivations& act, const MicroBatch& mb,

@@ -23,7 +23,7 @@ void GPTSpec::validate(int64_t tp_size) const {
 }
 
 GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
-                   const GPTStage& stage)
+                   const GPTStage& stage, std::shared_ptr<RecomputeWorkspace> workspace)
     : spec_(spec),
       stage_(stage),
       tp_(&tp),
@@ -48,9 +48,11 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
     // With sequence parallelism each rank looks up only its positions.
     pos_embed_->table().tp_partial_grad = sp;
   }
+  if (t.recompute != Recompute::None && !workspace)
+    workspace = std::make_shared<RecomputeWorkspace>();
   for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l)
-    blocks_.push_back(
-        std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t, tp));
+    blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t,
+                                                         tp, workspace));
   if (stage_.post_process) {
     final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
     if (!spec.tie_embeddings)

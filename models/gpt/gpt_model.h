@@ -32,6 +32,7 @@ class GPTModel final : public Model {
   struct Activations final : ModelActivations {
     Embedding::Ctx tok, pos;
     Tensor positions, embedded, embedded_dropped;
+    // Per layer; under full recompute each holds only the layer's output (a checkpoint).
     std::vector<TransformerBlock::Ctx> blocks;
     Norm::Ctx final_norm;
     Tensor final_out, final_full, d_final_full, logits, losses, lse, dlosses;
@@ -40,8 +41,10 @@ class GPTModel final : public Model {
     const Tensor* last_hidden = nullptr;  // output of the last block (stage output)
   };
 
+  // workspace: the recompute workspace shared with this rank's other model chunks (see
+  // TransformerSpec::recompute in megatron/transformer/block.h); one of its own when null.
   GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
-           const GPTStage& stage = {});
+           const GPTStage& stage = {}, std::shared_ptr<RecomputeWorkspace> workspace = nullptr);
 
   std::unique_ptr<ModelActivations> make_activations() const override {
     return std::make_unique<Activations>();

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <tuple>
 
@@ -129,6 +130,54 @@ TEST(PlannerMemory, GptFp32MatchesMeasuredPeak) {
 
 TEST(PlannerMemory, LlamaBf16MatchesMeasuredPeak) {
   expect_memory_prediction(llama_small(", precision: bf16"), "llama bf16");
+}
+
+// Activation recomputation (training.recompute) at seq 256, where the attention probabilities
+// [b, H, s, s] dominate the activations: none, selective (no probabilities per layer) and full
+// (one checkpoint per layer plus one rematerialised layer).
+config::Recipe gpt_seq256(const std::string& recompute) {
+  return recipe_from(
+      "num_layers: 4, hidden_size: 256, num_attention_heads: 8, seq_length: 256, "
+      "vocab_size: 8000, hidden_dropout: 0.1, attention_dropout: 0.1",
+      "micro_batch_size: 4, global_batch_size: 8, train_iters: 2, peak_tflops: 1.0, seed: 5, "
+      "recompute: " +
+          recompute);
+}
+
+TEST(PlannerMemory, GptSeq256RecomputeNoneMatchesMeasuredPeak) {
+  expect_memory_prediction(gpt_seq256("none"), "gpt seq256 recompute none");
+}
+
+TEST(PlannerMemory, GptSeq256RecomputeSelectiveMatchesMeasuredPeak) {
+  expect_memory_prediction(gpt_seq256("selective"), "gpt seq256 recompute selective");
+}
+
+TEST(PlannerMemory, GptSeq256RecomputeFullMatchesMeasuredPeak) {
+  expect_memory_prediction(gpt_seq256("full"), "gpt seq256 recompute full");
+}
+
+TEST(PlannerMemory, LlamaRecomputeFullMatchesMeasuredPeak) {
+  expect_memory_prediction(llama_small(", recompute: full"), "llama recompute full");
+}
+
+TEST(PlannerMemory, LlamaRecomputeSelectiveMatchesMeasuredPeak) {
+  expect_memory_prediction(llama_small(", recompute: selective"), "llama recompute selective");
+}
+
+TEST(PlannerMemory, RecomputeModesOrderOnCpu) {
+  const auto mem = [](const std::string& mode) {
+    return planning::plan(gpt_seq256(mode), one_device(), 8000).memory();
+  };
+  const auto none = mem("none"), selective = mem("selective"), full = mem("full");
+  // Selective: one probabilities buffer [b, H, s, s] fp32 instead of one per layer.
+  const double probs = 4.0 * 4 * 8 * 256 * 256;
+  EXPECT_NEAR(none.activations - selective.activations, 4 * probs, 1e-9 * probs);
+  EXPECT_NEAR(selective.workspace - none.workspace, probs, 1e-9 * probs);
+  EXPECT_LT(full.total, selective.total);
+  EXPECT_LT(selective.total, none.total);
+  // The same three numbers whatever the recipe's own mode.
+  EXPECT_DOUBLE_EQ(none.activations_full, full.activations_per_microbatch);
+  EXPECT_DOUBLE_EQ(full.activations_selective, selective.activations_per_microbatch);
 }
 
 // ---- (a) parameter counts against the real model ---------------------------------------------
@@ -502,7 +551,7 @@ TEST(PlannerSearch, Gpt175bFitsWithTp8Pp16) {
   EXPECT_GT(single.memory().weights, 80e9);
 }
 
-TEST(PlannerSearch, OnlyFittingLayoutsAndCpuOnlyWithoutRecompute) {
+TEST(PlannerSearch, OnlyFittingLayoutsWithCpuRecompute) {
   config::Recipe r = gpt_small();
   r.training.global_batch_size = 16;
   ClusterSpec c = one_device();
@@ -510,10 +559,13 @@ TEST(PlannerSearch, OnlyFittingLayoutsAndCpuOnlyWithoutRecompute) {
   c.gpu_memory_bytes = 0.35e9;
   const auto result = planning::search(r, c, 8000);
   ASSERT_FALSE(result.fitting.empty());
+  std::set<std::string> modes;
   for (const PlanReport& p : result.fitting) {
     EXPECT_LE(p.memory().total, 0.35e9);
-    EXPECT_EQ(p.layout.recompute, "none");  // the CPU trainer does not recompute
+    modes.insert(p.layout.recompute);
   }
+  // The CPU trainer recomputes too: every mode is a candidate.
+  EXPECT_EQ(modes, (std::set<std::string>{"none", "selective", "full"}));
   c.gpu_memory_bytes = 1e6;
   EXPECT_TRUE(planning::search(r, c, 8000).fitting.empty());
 }

@@ -17,6 +17,7 @@
 #include "megatron/parallel/mesh.h"
 #include "megatron/parallel/mpi_communicator.h"
 #include "megatron/training/bert_source.h"
+#include "megatron/training/mock_source.h"
 #include "megatron/training/trainer.h"
 
 namespace {
@@ -136,6 +137,20 @@ Sources bert_sources(const config::Recipe& recipe, const data::Tokenizer& tokeni
   return s;
 }
 
+// data.mock: synthetic samples (validation from another seed), no files.
+Sources mock_sources(const config::Recipe& recipe, int64_t vocab, std::ostream& out) {
+  const int64_t S = recipe.model.seq_length;
+  const uint64_t seed = recipe.training.seed;
+  out << "dataset: mock (synthetic " << recipe.model.arch << " samples, vocab " << vocab << ")\n";
+  if (recipe.model.arch == "bert") {
+    const bool nsp = recipe.data.bert_binary_head;
+    return {std::make_shared<training::MockBertSource>(S, vocab, seed, nsp),
+            std::make_shared<training::MockBertSource>(S, vocab, seed + 1, nsp)};
+  }
+  return {std::make_shared<training::MockTokenSource>(S, vocab, seed),
+          std::make_shared<training::MockTokenSource>(S, vocab, seed + 1)};
+}
+
 // Discards output on ranks other than 0.
 struct NullBuffer : std::streambuf {
   int overflow(int c) override { return c; }
@@ -143,14 +158,14 @@ struct NullBuffer : std::streambuf {
 
 int run(const Args& args, const parallel::LaunchInfo& launch) {
   config::Recipe recipe = config::load_recipe(args.recipe, args.overrides);
-  recipe.resolve_for_world(launch.world_size);
   NullBuffer null_buffer;
   std::ostream null_stream(&null_buffer);
   std::ostream& out = launch.world_rank == 0 ? std::cout : null_stream;
-  if (args.print_only) {
+  if (args.print_only) {  // the recipe as written: a cluster layout needs no cluster to print
     out << recipe.to_yaml();
     return 0;
   }
+  recipe.resolve_for_world(launch.world_size);
   out << "# resolved recipe (" << args.recipe << ")\n" << recipe.to_yaml() << std::flush;
 
   // One process per device: the mesh and its groups, placed by node.
@@ -174,11 +189,26 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   data::TokenizerSpec tspec{d.tokenizer.type, config::resolve_path(recipe, d.tokenizer.vocab_file),
                             config::resolve_path(recipe, d.tokenizer.merge_file),
                             config::resolve_path(recipe, d.tokenizer.model)};
-  auto tokenizer = data::make_tokenizer(tspec);
-  out << "tokenizer: " << tokenizer->describe() << "\n";
+  // NullTokenizer (pre-tokenized data) only fixes the vocabulary size; mock data with
+  // model.vocab_size set needs no tokenizer file either.
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  int64_t vocab = recipe.model.vocab_size;
+  if (d.tokenizer.type == "NullTokenizer") {
+    vocab = d.tokenizer.vocab_size;
+    out << "tokenizer: NullTokenizer (pre-tokenized data, vocab " << vocab << ")\n";
+  } else if (!d.mock || vocab == 0) {
+    tokenizer = data::make_tokenizer(tspec);
+    out << "tokenizer: " << tokenizer->describe() << "\n";
+    vocab = tokenizer->vocab_size();
+  }
 
   std::shared_ptr<const training::BatchSource> train, valid;
-  if (recipe.model.arch == "bert") {
+  if (d.mock) {
+    std::tie(train, valid) = mock_sources(recipe, vocab, out);
+  } else if (recipe.model.arch == "bert") {
+    MT_INPUT_CHECK(tokenizer != nullptr, recipe.source_path,
+                   ": data.tokenizer.type: BERT data needs a WordPiece vocabulary "
+                   "(BertWordPieceLowerCase), not NullTokenizer");
     std::tie(train, valid) = bert_sources(recipe, *tokenizer, out);
   } else {
     std::tie(train, valid) = gpt_sources(recipe, launch, *world, out);
@@ -188,7 +218,7 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   out << "\n";
 
   training::Trainer trainer(
-      recipe, tokenizer->vocab_size(), train, valid,
+      recipe, vocab, train, valid,
       training::TrainerGroups{&mesh->world(), &mesh->tp(), &mesh->dp(), &mesh->pp(),
                               &mesh->embedding(), &mesh->model()},
       out);

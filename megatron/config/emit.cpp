@@ -162,6 +162,7 @@ std::string Recipe::to_yaml() const {
   w.kv("masking_probability", str(data.masking_probability), "BERT only");
   w.kv("short_seq_probability", str(data.short_seq_probability), "BERT only");
   w.kv("bert_binary_head", str(data.bert_binary_head), "BERT only");
+  w.kv("mock", str(data.mock), data.mock ? "synthetic data" : "");
   w.end();
 
   const auto& c = checkpoint;
@@ -269,7 +270,8 @@ nlohmann::json Recipe::to_json() const {
                {"cache_dir", js(data.cache_dir)},
                {"masking_probability", data.masking_probability},
                {"short_seq_probability", data.short_seq_probability},
-               {"bert_binary_head", data.bert_binary_head}};
+               {"bert_binary_head", data.bert_binary_head},
+               {"mock", data.mock}};
   const auto& c = checkpoint;
   j["checkpoint"] = {{"save", js(c.save)},
                      {"load", js(c.load)},

@@ -255,6 +255,7 @@ void parse_data(MapReader r, KeyOrigins& origins, DataConfig& d) {
   r.get("masking_probability", d.masking_probability);
   r.get("short_seq_probability", d.short_seq_probability);
   r.get("bert_binary_head", d.bert_binary_head);
+  r.get("mock", d.mock);
   r.finish();
 }
 

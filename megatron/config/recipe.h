@@ -153,6 +153,9 @@ struct DataConfig {
   // (next-sentence prediction; false = --bert-no-binary-head).
   double masking_probability = 0.15, short_seq_probability = 0.1;
   bool bert_binary_head = true;
+  // Synthetic samples instead of data.train (Megatron's --mock-data), for smoke tests and
+  // throughput runs: no data file is read, and no tokenizer file when model.vocab_size is set.
+  bool mock = false;
   // The split as three fractions summing to 1 (missing parts are 0).
   std::vector<double> split_fractions() const;
   void validate() const { validate(KeyOrigins{}); }

@@ -229,7 +229,8 @@ void DataConfig::validate(const KeyOrigins& origins) const {
   if (t == "NullTokenizer")
     c.check(tokenizer.vocab_size > 0, "data.tokenizer.vocab_size",
             concat("must be > 0 for NullTokenizer (got ", tokenizer.vocab_size, ")"));
-  c.check(!train.empty(), "data.train", "must name at least one dataset (got none)");
+  c.check(mock || !train.empty(), "data.train",
+          "must name at least one dataset (got none; data.mock: true trains on synthetic data)");
   for (size_t i = 0; i < train.size(); ++i) {
     std::string key = concat("data.train[", i, "]");
     c.check(!train[i].path.empty(), key + ".path", "must not be empty (got none)");

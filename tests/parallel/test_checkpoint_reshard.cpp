@@ -2,30 +2,19 @@
 // Resharding on load: a checkpoint saved by one layout (tp, pp, dp with the distributed
 // optimizer, or a single process) loads into another, optimizer state included, and training
 // continues on the loss curve of the uninterrupted single-process run (fp32 round-off).
-#include <filesystem>
-#include <random>
-#include <sstream>
+#include <unistd.h>
 
-#include "megatron/parallel/mesh.h"
-#include "megatron/training/trainer.h"
-#include "parallel_test.h"
+#include <filesystem>
+
+#include "equivalence_fixture.h"
 
 namespace megatron {
 namespace {
 
 namespace fs = std::filesystem;
+namespace eq = megatron::equivalence;
 namespace mp = megatron::parallel;
 using mp::testing::world;
-
-class SyntheticSource final : public training::SampleSource {
- public:
-  int64_t seq_length() const override { return 16; }
-  int64_t samples_per_epoch() const override { return 1 << 20; }
-  void get(int64_t index, int32_t* tokens) const override {
-    std::mt19937 rng(static_cast<uint32_t>(index * 31 + 5));
-    for (int64_t t = 0; t <= 16; ++t) tokens[t] = static_cast<int32_t>(rng() % 37);
-  }
-};
 
 struct Layout {
   int64_t tp = 1, pp = 1, dp = 1;
@@ -39,37 +28,26 @@ struct Layout {
 
 training::TrainSummary run(const Layout& l, int64_t iters, const std::string& save,
                            const std::string& load) {
-  std::ostringstream y;
-  y << "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 4, seq_length: 16,"
-       " make_vocab_size_divisible_by: 8}\n"
-    << "parallel: {tensor: " << l.tp << ", pipeline: " << l.pp << "}\n"
-    << "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: " << iters
-    << ", seed: 4, peak_tflops: 1.0}\n"
-       "optimizer: {lr: 0.005, min_lr: 0.0005, distributed: "
-    << (l.distributed ? "true" : "false")
-    << ", schedule: {warmup_iters: 2, decay_iters: 10}}\n"
-       "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}]}\n"
-       "checkpoint: {save: "
-    << (save.empty() ? "null" : save) << ", load: " << (load.empty() ? "null" : load) << "}\n"
-    << "logging: {interval: 1000}\n";
-  const config::Recipe recipe = config::parse_recipe_string(y.str(), "reshard.yaml");
-  auto src = std::make_shared<SyntheticSource>();
-  std::ostringstream log;
-  if (l.ranks() == 1) {
-    auto self = mp::make_single_process_communicator();
-    return training::Trainer(recipe, 37, src, nullptr, {self.get(), self.get(), self.get()}, log)
-        .run();
-  }
-  mp::MeshSizes sizes;
-  sizes.tp = l.tp;
-  sizes.pp = l.pp;
-  sizes.dp = l.dp;
-  mp::Mesh mesh(sizes, world(), mp::testing::launch());
-  return training::Trainer(
-             recipe, 37, src, nullptr,
-             {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(), &mesh.model()},
-             log)
-      .run();
+  eq::RecipeSpec s;
+  s.tp = l.tp;
+  s.pp = l.pp;
+  s.distributed = l.distributed;
+  s.micro = 2;
+  s.iters = iters;
+  s.eval_interval = 0;
+  s.eval_iters = 0;
+  s.seed = 4;
+  s.weight_decay = 0.01;
+  s.clip_grad = 1.0;
+  s.warmup = 2;
+  s.decay_iters = 10;
+  s.save = save;
+  s.load = load;
+  const config::Recipe recipe = eq::make_recipe(s, "reshard.yaml");
+  auto src = std::make_shared<eq::SyntheticTokens>(
+      eq::TokenRule{.seed_mul = 31, .seed_add = 5, .uniform = true});
+  return l.ranks() == 1 ? eq::train_single(recipe, src, nullptr)
+                        : eq::train_on_world(recipe, src, nullptr);
 }
 
 TEST(CheckpointReshard, AnyLayoutLoadsAnyOther) {
@@ -98,15 +76,11 @@ TEST(CheckpointReshard, AnyLayoutLoadsAnyOther) {
     const auto resumed = run(to, 10, "", dir);
     ASSERT_EQ(resumed.start_iteration, 5);
     ASSERT_EQ(resumed.steps.size(), 5u);
-    for (size_t i = 0; i < resumed.steps.size(); ++i) {
-      const auto& want = reference.steps[5 + i];
-      EXPECT_NEAR(resumed.steps[i].loss, want.loss, 2e-5 * want.loss) << "iteration " << 6 + i;
-      EXPECT_NEAR(resumed.steps[i].grad_norm, want.grad_norm, 2e-4 * want.grad_norm + 1e-6)
-          << "iteration " << 6 + i;
-    }
+    eq::expect_same_steps(resumed.steps, reference.steps, 5);
     world().barrier();
   }
   if (world().rank() == 0) fs::remove_all(base);
+  eq::report_max_diff("checkpoint reshard");
 }
 
 }  // namespace

@@ -3,89 +3,48 @@
 // dp size (the world), micro-batch size and distributed-optimizer setting gives the loss curve
 // of one process with one micro-batch of the whole batch, within fp32 round-off, over 20 steps
 // (dropout on, so the layout-independent masks are exercised too).
-#include <cmath>
-#include <random>
-#include <sstream>
-
-#include "megatron/parallel/mesh.h"
-#include "megatron/training/trainer.h"
-#include "parallel_test.h"
+#include "equivalence_fixture.h"
 
 namespace megatron {
 namespace {
 
+namespace eq = megatron::equivalence;
 namespace mp = megatron::parallel;
 using mp::testing::world;
 
 // Random tokens with a learnable bigram structure: token t+1 = (3 * token t + noise) mod V.
-class SyntheticSource final : public training::SampleSource {
- public:
-  int64_t seq_length() const override { return 16; }
-  int64_t samples_per_epoch() const override { return 1 << 20; }
-  void get(int64_t index, int32_t* tokens) const override {
-    std::mt19937 rng(static_cast<uint32_t>(index * 7919 + 17));
-    tokens[0] = static_cast<int32_t>(rng() % 37);
-    for (int64_t t = 1; t <= 16; ++t)
-      tokens[t] =
-          static_cast<int32_t>((3 * tokens[t - 1] + (rng() % 4 == 0 ? rng() % 37 : 1)) % 37);
-  }
-};
-
-config::Recipe recipe(int64_t micro, bool distributed) {
-  std::ostringstream y;
-  y << "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 4, seq_length: 16,"
-       " make_vocab_size_divisible_by: 8, hidden_dropout: 0.1, attention_dropout: 0.1}\n"
-       "training: {micro_batch_size: "
-    << micro
-    << ", global_batch_size: 8, train_iters: 20, eval_interval: 10, eval_iters: 1, seed: 5,"
-       " peak_tflops: 1.0}\n"
-       "optimizer: {lr: 0.005, min_lr: 0.0005, weight_decay: 0.1, clip_grad: 0.5,"
-       " distributed: "
-    << (distributed ? "true" : "false")
-    << ", schedule: {warmup_iters: 3}}\n"
-       "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}]}\n"
-       "logging: {interval: 1000}\n";
-  return config::parse_recipe_string(y.str(), "dp_equivalence.yaml");
+std::shared_ptr<eq::SyntheticTokens> source() {
+  return std::make_shared<eq::SyntheticTokens>(eq::TokenRule{7919, 17, 3, 1});
 }
 
-training::TrainSummary train(const config::Recipe& r, training::TrainerGroups groups) {
-  auto src = std::make_shared<SyntheticSource>();
-  std::ostringstream log;
-  training::Trainer t(r, 37, src, src, groups, log);
-  return t.run();
+config::Recipe recipe(int64_t micro, bool distributed) {
+  eq::RecipeSpec s;
+  s.dropout = 0.1;
+  s.seed = 5;
+  s.micro = micro;
+  s.distributed = distributed;
+  return eq::make_recipe(s, "dp_equivalence.yaml");
 }
 
 TEST(DataParallel, MatchesSingleProcessForEveryLayout) {
   // Reference: one process, one micro-batch holding the whole global batch.
-  auto self = mp::make_single_process_communicator();
-  const auto reference = train(recipe(8, false), {self.get(), self.get(), self.get()});
+  auto src = source();
+  const auto reference = eq::train_single(recipe(8, false), src, src);
   ASSERT_EQ(reference.steps.size(), 20u);
   EXPECT_LT(reference.steps.back().loss, reference.steps.front().loss);
 
   const int dp = world().size();
   if (8 % dp != 0) GTEST_SKIP() << "global batch 8 does not split over " << dp << " ranks";
-  mp::MeshSizes sizes;
-  sizes.dp = dp;
-  mp::Mesh mesh(sizes, world(), mp::testing::launch());
   for (bool distributed : {false, true}) {
     for (int64_t micro : {1, 2, 4}) {
       if (8 % (micro * dp) != 0) continue;
       SCOPED_TRACE("dp=" + std::to_string(dp) + " micro=" + std::to_string(micro) +
                    (distributed ? " distributed" : ""));
-      const auto got = train(recipe(micro, distributed), {&mesh.world(), &mesh.tp(), &mesh.dp()});
-      ASSERT_EQ(got.steps.size(), reference.steps.size());
-      for (size_t i = 0; i < got.steps.size(); ++i) {
-        const double want = reference.steps[i].loss;
-        EXPECT_NEAR(got.steps[i].loss, want, 2e-5 * want) << "step " << i + 1;
-        EXPECT_NEAR(got.steps[i].grad_norm, reference.steps[i].grad_norm,
-                    1e-4 * reference.steps[i].grad_norm + 1e-6)
-            << "step " << i + 1;
-      }
-      ASSERT_EQ(got.evals.size(), reference.evals.size());
-      for (size_t i = 0; i < got.evals.size(); ++i)
-        EXPECT_NEAR(got.evals[i].loss, reference.evals[i].loss, 2e-5 * reference.evals[i].loss);
+      eq::expect_same_curve(eq::train_on_world(recipe(micro, distributed), src, src), reference,
+                            {.loss = 2e-5, .grad_norm = 1e-4});
     }
   }
+  eq::report_max_diff("dp equivalence");
 }
 
 TEST(DataParallel, DistributedOptimizerStateShrinksWithDp) {
@@ -94,14 +53,14 @@ TEST(DataParallel, DistributedOptimizerStateShrinksWithDp) {
   mp::MeshSizes sizes;
   sizes.dp = dp;
   mp::Mesh mesh(sizes, world(), mp::testing::launch());
-  auto src = std::make_shared<SyntheticSource>();
+  auto src = source();
   std::ostringstream log;
   config::Recipe r = recipe(1, true);
   r.training.train_iters = 3;
-  training::Trainer t(r, 37, src, nullptr, {&mesh.world(), &mesh.tp(), &mesh.dp()}, log);
+  training::Trainer t(r, eq::kVocab, src, nullptr, {&mesh.world(), &mesh.tp(), &mesh.dp()}, log);
   auto self = mp::make_single_process_communicator();
-  training::Trainer full(recipe(8, false), 37, src, nullptr, {self.get(), self.get(), self.get()},
-                         log);
+  training::Trainer full(recipe(8, false), eq::kVocab, src, nullptr,
+                         {self.get(), self.get(), self.get()}, log);
   const double ratio = static_cast<double>(t.optimizer().state_bytes()) /
                        static_cast<double>(full.optimizer().state_bytes());
   EXPECT_NEAR(ratio, 1.0 / dp, 0.01 / dp) << "optimizer state bytes per rank";

@@ -1,0 +1,411 @@
+#pragma once
+// Shared by the trainer-level equivalence programs (test_{tp,pp,dp,llama,bert}_equivalence.cpp,
+// test_checkpoint_reshard.cpp): deterministic synthetic data for the decoders (token windows)
+// and for BERT (masked-LM batches with padding, two segments and the sentence-pair label), a
+// recipe builder for tiny models in any layout, and the train / compare helpers.
+//
+// The data, the initialisation and the dropout masks are functions of the seed and of global
+// indices only, so every rank computes the single-process reference itself (on a group of one)
+// and compares its layout's run with it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "megatron/parallel/mesh.h"
+#include "megatron/training/trainer.h"
+#include "parallel_test.h"
+
+namespace megatron::equivalence {
+
+namespace mp = megatron::parallel;
+
+// The synthetic tokenizer's vocabulary (the trainer pads it per recipe).
+constexpr int32_t kVocab = 37;
+
+// How SyntheticTokens draws sample i: from mt19937(i * seed_mul + seed_add), a random first token
+// then token[t] = (mul * token[t - 1] + step) mod vocab, one in four replaced by a random token
+// (a learnable bigram structure); with `uniform`, every token random.
+struct TokenRule {
+  int64_t seed_mul = 7919, seed_add = 3;
+  int32_t mul = 5, step = 2;
+  bool uniform = false;
+};
+
+// GPT/LLaMA training data: token windows of seq_length + 1 ids.
+class SyntheticTokens final : public training::SampleSource {
+ public:
+  explicit SyntheticTokens(TokenRule rule = {}, int64_t seq_length = 16, int32_t vocab = kVocab)
+      : rule_(rule), seq_(seq_length), vocab_(vocab) {}
+  int64_t seq_length() const override { return seq_; }
+  int64_t samples_per_epoch() const override { return 1 << 20; }
+  void get(int64_t index, int32_t* tokens) const override {
+    std::mt19937 rng(static_cast<uint32_t>(index * rule_.seed_mul + rule_.seed_add));
+    if (rule_.uniform) {
+      for (int64_t t = 0; t <= seq_; ++t) tokens[t] = static_cast<int32_t>(rng() % vocab_);
+      return;
+    }
+    tokens[0] = static_cast<int32_t>(rng() % vocab_);
+    for (int64_t t = 1; t <= seq_; ++t)
+      tokens[t] = static_cast<int32_t>(
+          (rule_.mul * tokens[t - 1] + (rng() % 4 == 0 ? rng() % vocab_ : rule_.step)) % vocab_);
+  }
+
+ private:
+  TokenRule rule_;
+  int64_t seq_;
+  int32_t vocab_;
+};
+
+// BERT training data in the layout of BertBatchSource: "[CLS] A [SEP] B [SEP]" then padding,
+// with a different real length per sample (seq_length / 2 .. seq_length), token types 0 for the
+// first segment and 1 for the second, ~15% of the words (at least one) masked Megatron-style
+// (80% [MASK], 10% a random word, 10% kept; labels -100 elsewhere) and the sentence-pair label.
+// Learnable structure: words follow a chain (word + 1, one in five replaced by a random word
+// skewed towards the first words); B continues A's chain (label 0) or starts at a random word
+// (label 1).
+class SyntheticBert final : public training::BatchSource {
+ public:
+  static constexpr int32_t kPad = 0, kCls = 1, kSep = 2, kMask = 3, kFirstWord = 4;
+
+  explicit SyntheticBert(int64_t seq_length = 16, bool binary_head = true, int64_t seed = 29,
+                         int32_t vocab = kVocab)
+      : seq_(seq_length), binary_head_(binary_head), seed_(seed), vocab_(vocab) {
+    MT_CHECK(seq_length >= 10 && vocab > kFirstWord, "SyntheticBert: seq_length ", seq_length,
+             " < 10 or vocabulary ", vocab, " without words");
+  }
+  int64_t seq_length() const override { return seq_; }
+  int64_t samples_per_epoch() const override { return 1 << 20; }
+
+  void fill(int64_t first_sample, int64_t micro_batch_size, models::MicroBatch& mb) const override {
+    const int64_t S = seq_, B = micro_batch_size;
+    int32_t* tokens = ensure(mb.tokens, {S, B}, DType::I32).data<int32_t>();
+    int32_t* types = ensure(mb.token_types, {S, B}, DType::I32).data<int32_t>();
+    int32_t* labels = ensure(mb.labels, {S, B}, DType::I32).data<int32_t>();
+    uint8_t* padding = ensure(mb.padding_mask, {B, S}, DType::U8).data<uint8_t>();
+    int32_t* nsp = binary_head_ ? ensure(mb.nsp_labels, {B}, DType::I32).data<int32_t>() : nullptr;
+    if (!binary_head_) mb.nsp_labels = Tensor();
+    std::vector<int32_t> tok(static_cast<size_t>(S)), type(static_cast<size_t>(S)),
+        label(static_cast<size_t>(S));
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t len = sample(first_sample + b, tok, type, label);
+      for (int64_t s = 0; s < S; ++s) {
+        const auto i = static_cast<size_t>(s);
+        tokens[s * B + b] = tok[i];
+        types[s * B + b] = type[i];
+        labels[s * B + b] = label[i];
+        padding[b * S + s] = s < len ? 1 : 0;
+      }
+      if (nsp) nsp[b] = is_random(first_sample + b);
+    }
+  }
+
+ private:
+  int32_t words() const { return vocab_ - kFirstWord; }
+  int32_t next_word(int32_t w, std::mt19937& rng) const {
+    if (rng() % 5 == 0) return random_word(rng);
+    return kFirstWord + (w - kFirstWord + 1) % words();
+  }
+  // Skewed towards the first words (the minimum of three uniform draws).
+  int32_t random_word(std::mt19937& rng) const {
+    const auto a = rng() % words(), b = rng() % words(), c = rng() % words();
+    return kFirstWord + static_cast<int32_t>(std::min({a, b, c}));
+  }
+  int32_t is_random(int64_t index) const {
+    std::mt19937 rng(static_cast<uint32_t>(index * 6007 + seed_ + 1));
+    return static_cast<int32_t>(rng() % 2);
+  }
+  // Writes sample `index` (padded to seq_length); returns its real length.
+  int64_t sample(int64_t index, std::vector<int32_t>& tok, std::vector<int32_t>& type,
+                 std::vector<int32_t>& label) const {
+    std::mt19937 rng(static_cast<uint32_t>(index * 7877 + seed_));
+    const int64_t S = seq_, len = S / 2 + static_cast<int64_t>(rng() % (S / 2 + 1));
+    const int64_t n_words = len - 3, a_len = 1 + static_cast<int64_t>(rng() % (n_words - 1));
+    std::fill(tok.begin(), tok.end(), kPad);
+    std::fill(type.begin(), type.end(), 0);
+    std::fill(label.begin(), label.end(), models::kIgnoreIndex);
+    std::vector<int64_t> word_positions;
+    int32_t w = random_word(rng);
+    int64_t s = 0;
+    tok[static_cast<size_t>(s++)] = kCls;
+    for (int64_t i = 0; i < a_len; ++i, w = next_word(w, rng)) {
+      word_positions.push_back(s);
+      tok[static_cast<size_t>(s++)] = w;
+    }
+    tok[static_cast<size_t>(s++)] = kSep;
+    if (is_random(index)) w = random_word(rng);
+    for (int64_t i = a_len; i < n_words; ++i, w = next_word(w, rng)) {
+      word_positions.push_back(s);
+      type[static_cast<size_t>(s)] = 1;
+      tok[static_cast<size_t>(s++)] = w;
+    }
+    type[static_cast<size_t>(s)] = 1;
+    tok[static_cast<size_t>(s++)] = kSep;
+    // Mask max(1, 15%) distinct words.
+    const int64_t n_mask = std::max<int64_t>(1, (15 * n_words + 50) / 100);
+    for (int64_t m = 0; m < n_mask; ++m) {
+      const auto pick = static_cast<size_t>(rng() % word_positions.size());
+      const auto p = static_cast<size_t>(word_positions[pick]);
+      word_positions.erase(word_positions.begin() + static_cast<std::ptrdiff_t>(pick));
+      label[p] = tok[p];
+      const auto r = rng() % 10;
+      if (r < 8)
+        tok[p] = kMask;
+      else if (r == 8)
+        tok[p] = random_word(rng);
+    }
+    return len;
+  }
+
+  int64_t seq_;
+  bool binary_head_;
+  int64_t seed_;
+  int32_t vocab_;
+};
+
+// A tiny model and its training setup, written out as a recipe (parsed and validated like a
+// recipe file). arch: gpt (LayerNorm, GELU, learned positions, tied), llama (RMSNorm, SwiGLU,
+// RoPE, no biases, untied) or bert (post-LN encoder, masked-LM + sentence-pair heads).
+struct RecipeSpec {
+  std::string arch = "gpt";
+  int64_t layers = 2, hidden = 32, heads = 4;
+  int64_t groups = 0, ffn = 0;  // 0: the model's default (heads; 4 * hidden)
+  int64_t seq = 16;
+  double dropout = 0;       // hidden and attention
+  bool binary_head = true;  // bert
+  // layout
+  int64_t tp = 1, pp = 1, vpp = 1;
+  int64_t dp = 0;  // 0: auto (world / tp / pp)
+  bool sp = false, distributed = false;
+  std::vector<int64_t> stage_layers = {};  // explicit (uneven) pipeline split
+  // training
+  int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
+  uint64_t seed = 1;
+  std::string precision = "fp32";
+  double lr = 0.005, min_lr = 0.0005, weight_decay = 0.1, clip_grad = 0.5;
+  int64_t warmup = 3;
+  std::optional<int64_t> decay_iters = {};
+  std::string save = {}, load = {};  // checkpoint directories (empty: none)
+};
+
+inline config::Recipe make_recipe(const RecipeSpec& s,
+                                  const std::string& name = "equivalence.yaml") {
+  std::ostringstream y;
+  y << "model: {arch: " << s.arch << ", num_layers: " << s.layers << ", hidden_size: " << s.hidden
+    << ", num_attention_heads: " << s.heads << ", seq_length: " << s.seq
+    << ", make_vocab_size_divisible_by: 8";
+  if (s.groups > 0) y << ", num_query_groups: " << s.groups;
+  if (s.ffn > 0) y << ", ffn_hidden_size: " << s.ffn;
+  if (s.arch == "llama")
+    y << ", normalization: rmsnorm, activation: swiglu, position_embedding: rope,"
+         " add_bias: false, tie_embeddings: false";
+  if (s.arch == "bert") y << ", layernorm_epsilon: 1.0e-12";
+  if (s.dropout > 0) y << ", hidden_dropout: " << s.dropout << ", attention_dropout: " << s.dropout;
+  y << "}\n"
+    << "parallel: {tensor: " << s.tp << ", pipeline: " << s.pp
+    << ", sequence_parallel: " << (s.sp ? "true" : "false");
+  if (s.dp > 0) y << ", data: " << s.dp;
+  if (s.vpp > 1) y << ", virtual_pipeline: " << s.vpp;
+  if (!s.stage_layers.empty()) {
+    y << ", pipeline_layers: [";
+    for (size_t i = 0; i < s.stage_layers.size(); ++i) y << (i ? ", " : "") << s.stage_layers[i];
+    y << "]";
+  }
+  y << "}\n"
+    << "training: {micro_batch_size: " << s.micro << ", global_batch_size: " << s.global
+    << ", train_iters: " << s.iters << ", eval_interval: " << s.eval_interval
+    << ", eval_iters: " << s.eval_iters << ", seed: " << s.seed << ", precision: " << s.precision
+    << ", peak_tflops: 1.0}\n"
+    << "optimizer: {lr: " << s.lr << ", min_lr: " << s.min_lr
+    << ", weight_decay: " << s.weight_decay << ", clip_grad: " << s.clip_grad
+    << ", distributed: " << (s.distributed ? "true" : "false")
+    << ", schedule: {warmup_iters: " << s.warmup;
+  if (s.decay_iters) y << ", decay_iters: " << *s.decay_iters;
+  y << "}}\n"
+    << "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}], bert_binary_head: "
+    << (s.binary_head ? "true" : "false") << "}\n"
+    << "checkpoint: {save: " << (s.save.empty() ? "null" : s.save)
+    << ", load: " << (s.load.empty() ? "null" : s.load) << "}\n"
+    << "logging: {interval: 1000}\n";
+  return config::parse_recipe_string(y.str(), name);
+}
+
+// A parallel layout to run a RecipeSpec under.
+struct Layout {
+  int64_t tp = 1, pp = 1, dp = 1, vpp = 1, micro = 1;
+  bool sp = false, distributed = false;
+  std::vector<int64_t> stage_layers = {};
+  int64_t ranks() const { return tp * pp * dp; }
+  std::string name() const {
+    std::ostringstream o;
+    o << "tp" << tp << " pp" << pp << " dp" << dp << " vpp" << vpp << " micro" << micro
+      << (sp ? " sp" : "") << (distributed ? " distopt" : "");
+    for (int64_t n : stage_layers) o << " " << n;
+    return o.str();
+  }
+  RecipeSpec applied_to(RecipeSpec s) const {
+    s.tp = tp;
+    s.pp = pp;
+    s.dp = dp;
+    s.vpp = vpp;
+    s.micro = micro;
+    s.sp = sp;
+    s.distributed = distributed;
+    s.stage_layers = stage_layers;
+    return s;
+  }
+};
+
+// The layouts each model is checked under (a model of 4 layers, global batch 8): on 2 ranks
+// tp=2, tp=2 + sp, pp=2, pp=2 interleaved (vpp=2), dp=2 and dp=2 with the distributed optimizer;
+// on 4 ranks tp2 x pp2 + sp, tp2 x dp2, pp2 x dp2 interleaved, pp=4; on 8 ranks tp2 x pp2 x dp2
+// (+ sp and the distributed optimizer; interleaved). Every one runs more than one micro-batch.
+inline const std::vector<Layout>& model_layouts() {
+  static const std::vector<Layout> all = {
+      // 2 ranks
+      {.tp = 2, .micro = 2},
+      {.tp = 2, .micro = 2, .sp = true},
+      {.pp = 2, .micro = 2},
+      {.pp = 2, .vpp = 2, .micro = 2},
+      {.dp = 2, .micro = 1},
+      {.dp = 2, .micro = 2, .distributed = true},
+      // 4 ranks
+      {.tp = 2, .pp = 2, .micro = 2, .sp = true},
+      {.tp = 2, .dp = 2, .micro = 2, .distributed = true},
+      {.pp = 2, .dp = 2, .vpp = 2, .micro = 1, .distributed = true},
+      {.pp = 4, .micro = 2},
+      // 8 ranks
+      {.tp = 2, .pp = 2, .dp = 2, .micro = 2, .sp = true, .distributed = true},
+      {.tp = 2, .pp = 2, .dp = 2, .vpp = 2, .micro = 1},
+  };
+  return all;
+}
+
+// Trains on this process alone (a group of one, whatever the world).
+inline training::TrainSummary train_single(const config::Recipe& r,
+                                           std::shared_ptr<const training::BatchSource> train,
+                                           std::shared_ptr<const training::BatchSource> valid) {
+  auto self = mp::make_single_process_communicator();
+  std::ostringstream log;
+  training::Trainer t(r, kVocab, std::move(train), std::move(valid),
+                      training::TrainerGroups{self.get(), self.get(), self.get()}, log);
+  return t.run();
+}
+
+// Trains on the whole world, split into the recipe's tp x pp mesh with data parallelism over the
+// remaining ranks.
+inline training::TrainSummary train_on_world(const config::Recipe& r,
+                                             std::shared_ptr<const training::BatchSource> train,
+                                             std::shared_ptr<const training::BatchSource> valid) {
+  mp::MeshSizes sizes;
+  sizes.tp = r.parallel.tensor;
+  sizes.pp = r.parallel.pipeline;
+  sizes.dp = mp::testing::world().size() / (sizes.tp * sizes.pp);
+  mp::Mesh mesh(sizes, mp::testing::world(), mp::testing::launch());
+  std::ostringstream log;
+  training::Trainer t(
+      r, kVocab, std::move(train), std::move(valid),
+      {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(), &mesh.model()}, log);
+  return t.run();
+}
+
+// The largest relative differences seen by the expect_same_* calls (for the report).
+struct MaxDiff {
+  double loss = 0, grad_norm = 0;
+};
+inline MaxDiff& max_diff() {
+  static MaxDiff d;
+  return d;
+}
+inline double relative(double got, double want) {
+  return std::abs(got - want) / std::max(std::abs(want), 1e-30);
+}
+
+// Relative tolerances: every loss (and, with an aux loss, its LM and sentence-pair parts)
+// within loss_rtol, the gradient norm within grad_rtol (+1e-6).
+struct Tolerance {
+  double loss = 2e-5, grad_norm = 2e-4;
+};
+
+inline void expect_same_step(const training::StepMetrics& got, const training::StepMetrics& want,
+                             const Tolerance& tol, const std::string& where) {
+  EXPECT_NEAR(got.loss, want.loss, tol.loss * want.loss) << where;
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, tol.grad_norm * want.grad_norm + 1e-6) << where;
+  EXPECT_EQ(got.has_aux, want.has_aux) << where;
+  if (want.has_aux) {
+    EXPECT_NEAR(got.lm_loss, want.lm_loss, tol.loss * want.lm_loss) << where << " (lm loss)";
+    EXPECT_NEAR(got.aux_loss, want.aux_loss, tol.loss * want.aux_loss) << where << " (aux loss)";
+    max_diff().loss = std::max({max_diff().loss, relative(got.lm_loss, want.lm_loss),
+                                relative(got.aux_loss, want.aux_loss)});
+  }
+  max_diff().loss = std::max(max_diff().loss, relative(got.loss, want.loss));
+  max_diff().grad_norm = std::max(max_diff().grad_norm, relative(got.grad_norm, want.grad_norm));
+}
+
+// Steps [0, got.size()) of `got` against steps [offset, offset + got.size()) of `want`.
+inline void expect_same_steps(const std::vector<training::StepMetrics>& got,
+                              const std::vector<training::StepMetrics>& want, size_t offset,
+                              const Tolerance& tol = {}) {
+  ASSERT_LE(offset + got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    expect_same_step(got[i], want[offset + i], tol,
+                     "iteration " + std::to_string(want[offset + i].iteration));
+}
+
+// The whole run: every step and every evaluation.
+inline void expect_same_curve(const training::TrainSummary& got, const training::TrainSummary& want,
+                              const Tolerance& tol = {}) {
+  ASSERT_EQ(got.steps.size(), want.steps.size());
+  expect_same_steps(got.steps, want.steps, 0, tol);
+  ASSERT_EQ(got.evals.size(), want.evals.size());
+  for (size_t i = 0; i < got.evals.size(); ++i) {
+    const auto &g = got.evals[i], &w = want.evals[i];
+    const std::string where = "evaluation at iteration " + std::to_string(w.iteration);
+    EXPECT_NEAR(g.loss, w.loss, tol.loss * w.loss) << where;
+    EXPECT_EQ(g.has_aux, w.has_aux) << where;
+    if (w.has_aux) {
+      EXPECT_NEAR(g.aux_loss, w.aux_loss, tol.loss * w.aux_loss) << where << " (aux loss)";
+      max_diff().loss = std::max(max_diff().loss, relative(g.aux_loss, w.aux_loss));
+    }
+    max_diff().loss = std::max(max_diff().loss, relative(g.loss, w.loss));
+  }
+}
+
+// Trains `model` on this process alone (the reference: its loss must fall), then under every
+// layout of `layouts` that uses exactly the world's ranks, and expects the same curve from each.
+// Returns how many layouts ran.
+inline int expect_layouts_match(const RecipeSpec& model,
+                                const std::shared_ptr<const training::BatchSource>& source,
+                                const std::vector<Layout>& layouts, const Tolerance& tol = {}) {
+  const auto reference = train_single(make_recipe(model), source, source);
+  EXPECT_LT(reference.steps.back().loss, reference.steps.front().loss);
+  int ran = 0;
+  for (const Layout& l : layouts) {
+    if (l.ranks() != mp::testing::world().size()) continue;
+    SCOPED_TRACE(model.arch + " " + l.name());
+    expect_same_curve(train_on_world(make_recipe(l.applied_to(model)), source, source), reference,
+                      tol);
+    ++ran;
+  }
+  return ran;
+}
+
+// Rank 0 prints the largest relative differences seen since the last report (ctest -V shows
+// them); the next report starts from zero.
+inline void report_max_diff(const std::string& what) {
+  if (mp::testing::world().rank() == 0) {
+    std::printf("%s: max relative difference: loss %.3g, grad norm %.3g\n", what.c_str(),
+                max_diff().loss, max_diff().grad_norm);
+    std::fflush(stdout);
+  }
+  max_diff() = {};
+}
+
+}  // namespace megatron::equivalence

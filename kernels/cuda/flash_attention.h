@@ -1,25 +1,27 @@
 #pragma once
-// Fused (flash) attention: the interface of the memory-efficient path, NOT IMPLEMENTED yet.
+// Fused (flash, FlashAttention-2 style) attention on CUDA: our own tiled kernels with exactly the
+// semantics of the CPU attention (kernels/cpu/attention.h, kernels/cpu/flash_attention.h).
 //
-// Intended contract (same qkv/out layouts, masks and scale as attention.h; forward saves the
-// per-row log-sum-exp lse [B, H, S] (fp32) instead of the [B, H, S, S] probabilities, backward
-// recomputes them):
-//   flash_attention_forward(shape, opt, qkv, out, lse, workspace, stream)
-//   flash_attention_backward(shape, opt, qkv, out, lse, dout, dqkv, workspace, stream)
-// for T in {__nv_bfloat16, __half}, Dh <= 128 (Ampere) / <= 256 (Hopper), causal or not.
+// qkv is the fused grouped projection [S, B, G, (H/G + 2), Dh] read in place; out [S, B, H, Dh];
+// AttentionShape incl. head_offset/total_heads/batch_offset; causal or bidirectional; an
+// arbitrary key_mask [B, S] (device memory; holes allowed, a fully masked row gives zeros);
+// GQA/MQA; scale; dropout with the Philox index rule of attention.h, so the dropout masks are bit
+// for bit those of the CPU and of the unfused CUDA path. Forward saves only the per-row
+// log-sum-exp lse [B, H, S] (fp32, -inf for an empty row) instead of the [B, H, S, S]
+// probabilities; backward recomputes them tile by tile. T in {float, bf16, fp16}, fp32
+// accumulation, Dh <= 256.
 //
-// Why it is missing (see flash_attention_support()): this machine's cuDNN is 9.19 without the
-// cudnn_frontend headers. In cuDNN 9.19's backend API
-//  - the unified CUDNN_BACKEND_OPERATION_SDPA_FWD/BWD_DESCRIPTOR ops (9.13.1+) cannot express a
-//    causal mask: that needs CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH, new in cuDNN 9.21;
-//  - the composite flash-attention graph (matmul, pointwise scale, GEN_INDEX/CMP_GE/
-//    BINARY_SELECT causal mask, reduction-based softmax with a stats output, matmul; and its
-//    ~30-node backward) must match cuDNN's fusion pattern exactly and could not be validated
-//    without a GPU, so it was not written.
-// Two semantic limits any cuDNN path will have: dropout masks come from cuDNN's own RNG (they
-// cannot follow the Philox index rule of attention.h, so fused dropout would not match the CPU),
-// and padding is by per-sequence lengths (a key_mask that is not a suffix of zeros cannot be
-// expressed). Until then use the unfused path (attention.h), which has the full semantics.
+// Why not cuDNN: this machine's cuDNN (9.19) has no cudnn_frontend, and its backend unified SDPA
+// op cannot express a causal mask before 9.21 (CUDNN_ATTR_OPERATION_SDPA_FWD_SUBGRAPH). More
+// fundamentally, any cuDNN path draws dropout from cuDNN's own RNG (masks could not follow our
+// Philox rule and match the CPU) and pads by per-sequence lengths (a key_mask with holes is not
+// expressible). Our own kernels keep the full semantics and stay testable against the CPU.
+//
+// Implementation (correctness first, straightforward shared-memory tiling): forward: one warp per
+// query row, 32-key tiles of K/V in shared memory, lane j scores key j, online softmax in fp32.
+// Backward: D = rowsum(dout * out) (fp32, workspace), then a dK/dV kernel (one warp per key,
+// looping over the group's heads and 32-query tiles: deterministic, no atomics) and a dQ kernel
+// (one warp per query row, looping over key tiles).
 #include <cuda_runtime.h>
 
 #include <string>
@@ -31,19 +33,24 @@ namespace megatron::kernels::cuda {
 
 struct FlashAttentionSupport {
   bool supported = false;
-  std::string reason;  // why not, naming the missing piece
+  std::string reason;  // why not
 };
 
-// Whether the fused path can run this problem on the current device. Today: never, with the
-// reason above (and the cuDNN version found at run time).
+inline constexpr int64_t kFlashMaxHeadDim = 256;
+
+// Whether the fused path runs this problem: Dh in [1, 256], any dtype of F32/BF16/F16.
 FlashAttentionSupport flash_attention_support(const cpu::AttentionShape& shape,
                                               const cpu::AttentionOptions& opt, DType dtype);
 
-// Throw megatron::Error with flash_attention_support()'s reason.
+size_t flash_attention_forward_workspace_bytes(const cpu::AttentionShape& shape);
+size_t flash_attention_backward_workspace_bytes(const cpu::AttentionShape& shape);
+
+// out [S, B, H, Dh] (T), lse [B, H, S] (fp32). Throws megatron::Error when unsupported.
 template <typename T>
 void flash_attention_forward(const cpu::AttentionShape& shape, const cpu::AttentionOptions& opt,
                              const T* qkv, T* out, float* lse, void* workspace,
                              cudaStream_t stream);
+// Writes every element of dqkv.
 template <typename T>
 void flash_attention_backward(const cpu::AttentionShape& shape, const cpu::AttentionOptions& opt,
                               const T* qkv, const T* out, const float* lse, const T* dout, T* dqkv,

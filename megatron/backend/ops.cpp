@@ -8,6 +8,7 @@
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
+#include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
@@ -312,6 +313,35 @@ void attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOption
   require_f32(op, {{&qkv, "qkv"}, {&probs, "probs"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
   cpu::attention_backward(s, opt, qkv.data<float>(), probs.data<float>(), dout.data<float>(),
                           dqkv.data<float>());
+}
+
+void flash_attention_forward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
+                             const Tensor& qkv, Tensor& out, Tensor& lse) {
+  const char* op = "flash_attention_forward";
+  const Device dev = device_of(op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}});
+  check_attention_shape(s, qkv, op);
+  MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && lse.numel() == s.B * s.H * s.S,
+           "flash_attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
+           " G=", s.G, " Dh=", s.Dh);
+  MT_RUN_ON_CUDA(dev, flash_attention_forward(s, opt, qkv, out, lse));
+  require_f32(op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}});
+  cpu::flash_attention_forward(s, opt, qkv.data<float>(), out.data<float>(), lse.data<float>());
+}
+
+void flash_attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
+                              const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              const Tensor& dout, Tensor& dqkv) {
+  const char* op = "flash_attention_backward";
+  const Device dev = device_of(
+      op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
+  check_attention_shape(s, qkv, op);
+  MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
+               out.numel() == dout.numel() && lse.numel() == s.B * s.H * s.S,
+           "flash_attention_backward: buffer sizes");
+  MT_RUN_ON_CUDA(dev, flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv));
+  require_f32(op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
+  cpu::flash_attention_backward(s, opt, qkv.data<float>(), out.data<float>(), lse.data<float>(),
+                                dout.data<float>(), dqkv.data<float>());
 }
 
 void rope_forward(const cpu::AttentionShape& s, Tensor& qkv, float theta, int64_t offset) {

@@ -46,6 +46,16 @@ void attention_forward(const kernels::cpu::AttentionShape& shape,
 void attention_backward(const kernels::cpu::AttentionShape& shape,
                         const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
                         const Tensor& probs, const Tensor& dout, Tensor& dqkv);
+// Fused (flash) attention, same semantics as attention_forward/backward
+// (kernels/cpu/flash_attention.h, kernels/cuda/flash_attention.h): forward saves lse [B, H, S]
+// (F32) instead of the [B, H, S, S] probabilities; backward recomputes them from qkv and lse.
+void flash_attention_forward(const kernels::cpu::AttentionShape& shape,
+                             const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+                             Tensor& out, Tensor& lse);
+void flash_attention_backward(const kernels::cpu::AttentionShape& shape,
+                              const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, const Tensor& dout,
+                              Tensor& dqkv);
 void rope_forward(const kernels::cpu::AttentionShape& shape, Tensor& qkv, float theta,
                   int64_t position_offset);
 void rope_backward(const kernels::cpu::AttentionShape& shape, Tensor& dqkv, float theta,

@@ -13,6 +13,7 @@
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/optim.h"
@@ -291,6 +292,34 @@ void attention_backward(const kernels::cpu::AttentionShape& s,
     mc::DeviceMemory ws = workspace(kc::attention_backward_workspace_bytes(s, sizeof(T)));
     kc::attention_backward<T>(mc::gemm_context(), s, opt, ptr<T>(qkv), ptr<float>(probs),
                               ptr<T>(dout), ptr<T>(dqkv), ws.get(), stream());
+  });
+}
+
+void flash_attention_forward(const kernels::cpu::AttentionShape& s,
+                             const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+                             Tensor& out, Tensor& lse) {
+  const char* op = "flash_attention_forward";
+  expect(op, lse, "lse", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&out, "out"}});
+    kc::flash_attention_forward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), nullptr,
+                                   stream());
+  });
+}
+
+void flash_attention_backward(const kernels::cpu::AttentionShape& s,
+                              const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, const Tensor& dout,
+                              Tensor& dqkv) {
+  const char* op = "flash_attention_backward";
+  expect(op, lse, "lse", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&out, "out"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
+    mc::DeviceMemory ws = workspace(kc::flash_attention_backward_workspace_bytes(s));
+    kc::flash_attention_backward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), ptr<T>(dout),
+                                    ptr<T>(dqkv), ws.get(), stream());
   });
 }
 

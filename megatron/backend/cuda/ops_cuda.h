@@ -16,6 +16,8 @@
 //   attention_forward       qkv, out: T; probs: fp32; opt.key_mask: device memory (unfused
 //                           cuBLASLt path, kernels/cuda/attention.h)
 //   attention_backward      qkv, dout, dqkv: T; probs: fp32
+//   flash_attention_*       qkv, out, dout, dqkv: T; lse: fp32 (own tiled kernels,
+//                           kernels/cuda/flash_attention.h)
 //   rope, dropout           T
 //   cross_entropy_forward   logits: T; targets: int32; loss, lse: fp32
 //   cross_entropy_backward  logits, dlogits: T; targets: int32; lse, dloss: fp32
@@ -64,6 +66,13 @@ void attention_forward(const kernels::cpu::AttentionShape& shape,
 void attention_backward(const kernels::cpu::AttentionShape& shape,
                         const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
                         const Tensor& probs, const Tensor& dout, Tensor& dqkv);
+void flash_attention_forward(const kernels::cpu::AttentionShape& shape,
+                             const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+                             Tensor& out, Tensor& lse);
+void flash_attention_backward(const kernels::cpu::AttentionShape& shape,
+                              const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, const Tensor& dout,
+                              Tensor& dqkv);
 void rope_forward(const kernels::cpu::AttentionShape& shape, Tensor& qkv, float theta,
                   int64_t position_offset);
 void rope_backward(const kernels::cpu::AttentionShape& shape, Tensor& dqkv, float theta,

@@ -72,6 +72,7 @@ std::string Recipe::to_yaml() const {
   w.kv("normalization", str(m.normalization));
   w.kv("activation", str(m.activation));
   w.kv("position_embedding", str(m.position_embedding));
+  w.kv("attention_backend", str(m.attention_backend));
   w.kv("rope_theta", str(m.rope_theta));
   w.kv("tie_embeddings", str(m.tie_embeddings));
   w.kv("add_bias", str(m.add_bias));
@@ -208,6 +209,7 @@ nlohmann::json Recipe::to_json() const {
                 {"normalization", m.normalization},
                 {"activation", m.activation},
                 {"position_embedding", m.position_embedding},
+                {"attention_backend", m.attention_backend},
                 {"rope_theta", m.rope_theta},
                 {"tie_embeddings", m.tie_embeddings},
                 {"add_bias", m.add_bias},

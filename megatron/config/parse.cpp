@@ -141,6 +141,7 @@ void parse_model(MapReader r, ModelConfig& m) {
   r.get("normalization", m.normalization);
   r.get("activation", m.activation);
   r.get("position_embedding", m.position_embedding);
+  r.get("attention_backend", m.attention_backend);
   r.get("rope_theta", m.rope_theta);
   r.get("tie_embeddings", m.tie_embeddings);
   r.get("add_bias", m.add_bias);

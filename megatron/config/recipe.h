@@ -48,6 +48,10 @@ struct ModelConfig {
   std::string normalization = "layernorm";     // layernorm|rmsnorm
   std::string activation = "gelu";             // gelu|swiglu
   std::string position_embedding = "learned";  // learned|rope
+  // unfused: probabilities [B, H, S, S] saved for backward (kernels/cpu/attention.h);
+  // flash: fused kernels saving only the row log-sum-exp (kernels/*/flash_attention.h);
+  // auto: flash on cuda, unfused on cpu (where the unfused path is a few % faster).
+  std::string attention_backend = "auto";  // auto|unfused|flash
   double rope_theta = 10000;
   bool tie_embeddings = true;
   bool add_bias = true;
@@ -65,6 +69,10 @@ struct ModelConfig {
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const {
     return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
+  }
+  // Whether training on `device` (training.device) uses the flash attention kernels.
+  bool flash_attention(const std::string& device) const {
+    return attention_backend == "flash" || (attention_backend == "auto" && device == "cuda");
   }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;

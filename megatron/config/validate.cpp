@@ -91,6 +91,7 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   c.one_of("model.normalization", normalization, {"layernorm", "rmsnorm"});
   c.one_of("model.activation", activation, {"gelu", "swiglu"});
   c.one_of("model.position_embedding", position_embedding, {"learned", "rope"});
+  c.one_of("model.attention_backend", attention_backend, {"auto", "unfused", "flash"});
   c.positive("model.rope_theta", rope_theta);
   if (position_embedding == "rope")
     c.check(head_dim() % 2 == 0, "model.position_embedding",

@@ -145,7 +145,8 @@ struct Activations {
                  Fl = ke * F / t;
     const double fwd = rows * (6 * D + 2 * nst) + full * (qkvw + attnw + fc1w + Fl);
     const double bwd = rows * D * (2 + (drop ? 1 : 0)) + full * (Fl + fc1w + attnw + qkvw);
-    const double core = b * H / t * s * S;  // probs [b, H/t, s, s]
+    // probs [b, H/t, s, s]; flash attention keeps only lse [b, H/t, s]
+    const double core = flash ? b * H / t * s : b * H / t * s * S;
     return {4 * (fwd + bwd), 4 * core};
   }
   double layer_input() const { return a * s * b * static_cast<double>(d.D) / spd; }
@@ -333,17 +334,20 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   const double wbytes = mixed ? 2.0 : 4.0;  // model weights / activations on cuda
   const bool adam = r.optimizer.type == "adamw";
   const double moment_bytes = adam ? 8.0 : 4.0;
+  // The recipe's model.attention_backend (auto: flash on cuda); --no-flash-attention forces the
+  // unfused model.
+  const bool flash = cluster.flash_attention && r.model.flash_attention(tr.device);
   const Activations act{d,
                         lay,
                         cuda,
-                        cluster.flash_attention,
+                        flash,
                         cuda ? wbytes : 4.0,
                         static_cast<double>(V),
                         static_cast<double>(d.S / lay.cp),
                         static_cast<double>(lay.micro_batch),
                         static_cast<double>(lay.tp),
                         lay.sequence_parallel ? static_cast<double>(lay.tp) : 1.0};
-  if (cuda && !cluster.flash_attention)
+  if (cuda && !flash)
     rep.notes.push_back("unfused attention: the [b, H/t, s, s] softmax is stored per layer");
   if (d.E > 0)
     rep.notes.push_back(
@@ -392,7 +396,9 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
       const double n = static_cast<double>(c.layers);
       extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
       none += n * (layer_rest + layer_core);
-      selective += n * layer_rest;
+      // CPU flash attention keeps no probabilities to drop: selective keeps what none does (the
+      // cuda model follows Megatron, where selective drops the softmax stats too).
+      selective += n * (flash && !cuda ? layer_rest + layer_core : layer_rest);
       full += n * act.layer_input();
     }
     m.activations_none = none + extras;
@@ -409,7 +415,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     const double D = static_cast<double>(d.D), full_tokens = act.s * act.b;
     double ws = 0;
     if (tr.recompute == "full") ws += layer_rest + layer_core;  // the rematerialised layer
-    if (tr.recompute == "selective") ws += layer_core;
+    if (tr.recompute == "selective" && !(flash && !cuda)) ws += layer_core;
     if (cuda) {
       if (sp.last) ws += 2 * act.a * full_tokens * static_cast<double>(V) / act.t;
       if (lay.sequence_parallel) ws += 2 * act.a * full_tokens * D;
@@ -437,7 +443,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   rep.hardware_flops_per_step = rep.flops_per_step;
   if (tr.recompute == "full")
     rep.hardware_flops_per_step += (rep.flops_per_step - logits_flops) / 3;
-  if (tr.recompute == "selective")
+  if (tr.recompute == "selective" && !(flash && tr.device != "cuda"))
     rep.hardware_flops_per_step += 4.0 * gb_size * static_cast<double>(d.S) *
                                    static_cast<double>(d.S) * static_cast<double>(d.L * d.H * d.Dh);
 

@@ -38,6 +38,7 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.seed = r.training.seed;
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
   t.recompute = parse_recompute(r.training.recompute);
+  t.flash_attention = m.flash_attention(r.training.device);
   return t;
 }
 

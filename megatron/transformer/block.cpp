@@ -115,6 +115,27 @@ void TransformerBlock::recompute_probs(Ctx& c, const kernels::cpu::AttentionShap
                          ensure(probs_of(c), {as.B, as.H, as.S, as.S}));
 }
 
+void TransformerBlock::attention_core_forward(Ctx& c, const kernels::cpu::AttentionShape& as,
+                                              const kernels::cpu::AttentionOptions& ao) const {
+  Tensor& out = ensure(c.attn_out, {as.S, as.B, as.H * as.Dh});
+  if (spec_.flash_attention)
+    ops::flash_attention_forward(as, ao, c.qkv_out, out, ensure(c.lse, {as.B, as.H, as.S}));
+  else
+    ops::attention_forward(as, ao, c.qkv_out, out, ensure(probs_of(c), {as.B, as.H, as.S, as.S}));
+}
+
+void TransformerBlock::attention_core_backward(Ctx& c, const kernels::cpu::AttentionShape& as,
+                                               const kernels::cpu::AttentionOptions& ao) const {
+  // (Unfused under selective recompute: the probabilities were recomputed before the projection
+  // backward, which then overwrote recompute_probs' scratch c.d_attn with the real gradient.)
+  Tensor& d_qkv = ensure(c.d_qkv, c.qkv_out.shape());
+  if (spec_.flash_attention) {
+    ops::flash_attention_backward(as, ao, c.qkv_out, c.attn_out, c.lse, c.d_attn, d_qkv);
+    return;
+  }
+  ops::attention_backward(as, ao, c.qkv_out, probs_of(c), c.d_attn, d_qkv);
+}
+
 void TransformerBlock::run_forward(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
                                    const uint8_t* key_mask) const {
   if (spec_.post_norm)
@@ -172,8 +193,7 @@ void TransformerBlock::forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out,
   ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}));
   qkv_->forward(c.qkv, c.ln1_out, ensure(c.qkv_out, {S, B, qkv_width}));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
-  ops::attention_forward(as, ao, c.qkv_out, ensure(c.attn_out, {S, B, local_heads_ * Dh}),
-                         ensure(probs_of(c), {B, local_heads_, S, S}));
+  attention_core_forward(c, as, ao);
   proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
   ensure(c.mid, {Sl, B, D});
   if (hidden_dropout)
@@ -226,10 +246,9 @@ void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx
                          where);
     d_branch = &c.d_proj;
   }
-  if (spec_.recompute == Recompute::Selective) recompute_probs(c, as, ao);
+  if (spec_.recompute == Recompute::Selective && !spec_.flash_attention) recompute_probs(c, as, ao);
   proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
-  ops::attention_backward(as, ao, c.qkv_out, probs_of(c), c.d_attn,
-                          ensure(c.d_qkv, c.qkv_out.shape()));
+  attention_core_backward(c, as, ao);
   if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
   qkv_->backward(c.qkv, c.d_qkv, &c.d_ln);
   ln1_->backward(c.ln1, c.d_ln, dx);
@@ -253,8 +272,7 @@ void TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, Tensor& out,
   // mid = x + drop(proj(attn(qkv(x)))); h = LN1(mid)
   qkv_->forward(c.qkv, x, ensure(c.qkv_out, {S, B, qkv_width}));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
-  ops::attention_forward(as, ao, c.qkv_out, ensure(c.attn_out, {S, B, local_heads_ * Dh}),
-                         ensure(probs_of(c), {B, local_heads_, S, S}));
+  attention_core_forward(c, as, ao);
   proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
   if (hidden_dropout)
     dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
@@ -307,10 +325,9 @@ void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& d
     dropout_sbd_backward(c.d_mid, c.d_proj, spec_.hidden_dropout, site(mb, 1), where);
     d_branch = &c.d_proj;
   }
-  if (spec_.recompute == Recompute::Selective) recompute_probs(c, as, ao);
+  if (spec_.recompute == Recompute::Selective && !spec_.flash_attention) recompute_probs(c, as, ao);
   proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
-  ops::attention_backward(as, ao, c.qkv_out, probs_of(c), c.d_attn,
-                          ensure(c.d_qkv, c.qkv_out.shape()));
+  attention_core_backward(c, as, ao);
   if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
   qkv_->backward(c.qkv, c.d_qkv, &dx);
   ops::add_inplace(dx, c.d_mid);  // residual into x

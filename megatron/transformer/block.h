@@ -15,7 +15,9 @@
 //              fc1/activation/fc2 outputs) and the backward scratch.
 //   Selective: as None but without the attention probabilities (Megatron's "core attention"
 //              recompute): forward computes them in the shared RecomputeWorkspace and backward
-//              recomputes them from the saved qkv before the attention backward.
+//              recomputes them from the saved qkv before the attention backward. With flash
+//              attention (TransformerSpec::flash_attention) no probabilities are saved in the
+//              first place (only lse [B, H/tp, S]), so selective behaves like None.
 //   Full:      only the block's output `out` (the next block's input, i.e. one [S(/tp), B, D]
 //              checkpoint per layer; the sequence slice with sequence parallelism) and a view of
 //              its input. Forward runs in the shared workspace; backward first re-runs the
@@ -55,6 +57,11 @@ struct TransformerSpec {
   uint64_t seed = 1234;            // dropout seed
   bool sequence_parallel = false;  // activations outside attention/MLP are [S/tp, B, D]
   Recompute recompute = Recompute::None;
+  // Fused (flash) attention (ops::flash_attention_*): saves the row log-sum-exp lse
+  // [B, H/tp, S] instead of the probabilities [B, H/tp, S, S] and recomputes them blockwise in
+  // backward; same results as the unfused path to rounding (dropout masks identical). Selective
+  // recompute then has nothing to drop and behaves like none. (model.attention_backend)
+  bool flash_attention = false;
   int64_t head_dim() const { return hidden / heads; }
   void validate(int64_t tp_size) const;
 };
@@ -65,6 +72,7 @@ class TransformerBlock {
     Norm::Ctx ln1, ln2;
     Linear::Ctx qkv, proj, fc1, fc2;
     Tensor ln1_out, qkv_out, probs, attn_out, proj_out, mid;  // mid = x + attention branch
+    Tensor lse;  // flash attention: row log-sum-exp [B, H/tp, S] (instead of probs)
     Tensor ln2_out, fc1_out, act_out, fc2_out, out;
     // Post-LN uses the same buffers differently: mid = x + attention branch (what LN1
     // normalises), ln1_out = LN1(mid) (the attention sub-layer's output, the MLP's input),
@@ -113,6 +121,12 @@ class TransformerBlock {
   // Selective recompute: the probabilities again from c.qkv_out (c.d_attn as scratch output).
   void recompute_probs(Ctx& c, const kernels::cpu::AttentionShape& as,
                        const kernels::cpu::AttentionOptions& ao) const;
+  // The attention core (unfused or flash) from c.qkv_out into c.attn_out, and its backward from
+  // c.d_attn into c.d_qkv (recomputing the probabilities first under selective recompute).
+  void attention_core_forward(Ctx& c, const kernels::cpu::AttentionShape& as,
+                              const kernels::cpu::AttentionOptions& ao) const;
+  void attention_core_backward(Ctx& c, const kernels::cpu::AttentionShape& as,
+                               const kernels::cpu::AttentionOptions& ao) const;
   kernels::cpu::AttentionShape attention_shape(int64_t S, int64_t B, int64_t batch_offset) const;
   kernels::cpu::AttentionOptions attention_options(const MicroBatchInfo& mb,
                                                    const uint8_t* key_mask) const;

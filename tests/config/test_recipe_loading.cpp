@@ -305,6 +305,18 @@ logging:
   EXPECT_EQ(minimal({"parallel.data=4"}).parallel.data, 4);
 }
 
+// model.attention_backend: auto (default) is flash on cuda and unfused on cpu.
+TEST(RecipeValues, AttentionBackend) {
+  const Recipe r = minimal({});
+  EXPECT_EQ(r.model.attention_backend, "auto");
+  EXPECT_TRUE(r.model.flash_attention("cuda"));
+  EXPECT_FALSE(r.model.flash_attention("cpu"));
+  const Recipe flash = minimal({"model.attention_backend=flash"});
+  EXPECT_TRUE(flash.model.flash_attention("cpu"));
+  const Recipe unfused = minimal({"model.attention_backend=unfused"});
+  EXPECT_FALSE(unfused.model.flash_attention("cuda"));
+}
+
 TEST(RecipeValues, NumberForms) {
   Recipe r = minimal({"optimizer.lr=6e-4", "optimizer.min_lr=.5e-4", "optimizer.eps=+1.0E-8",
                       "optimizer.clip_grad=2", "training.seed=18446744073709551615"});
@@ -331,6 +343,7 @@ Recipe everything_set() {
                   "model.normalization=rmsnorm",
                   "model.activation=swiglu",
                   "model.position_embedding=rope",
+                  "model.attention_backend=flash",
                   "model.rope_theta=500000.5",
                   "model.tie_embeddings=false",
                   "model.add_bias=false",

@@ -66,6 +66,8 @@ const Rule kRules[] = {
     {"normalization", "model: {normalization: batchnorm}", "model.normalization", "'batchnorm'"},
     {"activation", "model: {activation: relu}", "model.activation", "'relu'"},
     {"position", "model: {position_embedding: alibi}", "model.position_embedding", "'alibi'"},
+    {"attention_backend", "model: {attention_backend: cudnn}", "model.attention_backend",
+     "'cudnn'"},
     {"arch", "model: {arch: t5}", "model.arch", "'t5'"},
     {"hidden_dropout", "model: {hidden_dropout: 1.0}", "model.hidden_dropout", "got 1)"},
     {"attention_dropout", "model: {attention_dropout: -0.1}", "model.attention_dropout",

@@ -164,6 +164,31 @@ TEST(PlannerMemory, LlamaRecomputeSelectiveMatchesMeasuredPeak) {
   expect_memory_prediction(llama_small(", recompute: selective"), "llama recompute selective");
 }
 
+// Flash attention on the CPU (model.attention_backend: flash): lse [b, H, s] instead of the
+// probabilities per layer.
+config::Recipe gpt_seq256_flash(const std::string& recompute) {
+  config::Recipe r = gpt_seq256(recompute);
+  r.model.attention_backend = "flash";
+  return r;
+}
+
+TEST(PlannerMemory, GptSeq256FlashMatchesMeasuredPeak) {
+  expect_memory_prediction(gpt_seq256_flash("none"), "gpt seq256 flash attention");
+}
+
+TEST(PlannerMemory, FlashAttentionDropsTheProbabilitiesOnCpu) {
+  const auto mem = [](const config::Recipe& r) {
+    return planning::plan(r, one_device(), 8000).memory();
+  };
+  const auto unfused = mem(gpt_seq256("none")), flash = mem(gpt_seq256_flash("none"));
+  const double probs = 4.0 * 4 * 8 * 256 * 256, lse = 4.0 * 4 * 8 * 256;
+  EXPECT_NEAR(unfused.activations - flash.activations, 4 * (probs - lse), 1e-9 * probs);
+  // Nothing left for selective recompute to drop.
+  const auto selective = mem(gpt_seq256_flash("selective"));
+  EXPECT_DOUBLE_EQ(selective.activations, flash.activations);
+  EXPECT_DOUBLE_EQ(selective.workspace, flash.workspace);
+}
+
 TEST(PlannerMemory, RecomputeModesOrderOnCpu) {
   const auto mem = [](const std::string& mode) {
     return planning::plan(gpt_seq256(mode), one_device(), 8000).memory();

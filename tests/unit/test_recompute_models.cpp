@@ -5,6 +5,8 @@
 // and the memory saving is real (measured peak of a 4-layer, seq-256 model).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <random>
@@ -180,9 +182,10 @@ Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64
   return out;
 }
 
-Outcome run_gpt(bool llama, Recompute mode, int stages) {
+Outcome run_gpt(bool llama, Recompute mode, int stages, bool flash = false) {
   GPTSpec spec = gpt_spec(llama);
   spec.transformer.recompute = mode;
+  spec.transformer.flash_attention = flash;
   std::vector<MicroBatch> batches = {gpt_batch(16, 3, 37, 1, 0), gpt_batch(16, 3, 37, 2, 3)};
   auto make = [&](ParamStore& store, parallel::Communicator& tp, const ModelStage& st,
                   std::shared_ptr<RecomputeWorkspace> ws) -> std::unique_ptr<Model> {
@@ -191,11 +194,12 @@ Outcome run_gpt(bool llama, Recompute mode, int stages) {
   return run(make, batches, spec.transformer.num_layers, stages, LossWeights{1.0f / 90, 0.0f});
 }
 
-Outcome run_bert(Recompute mode, int stages) {
+Outcome run_bert(Recompute mode, int stages, bool flash = false) {
   BertSpec spec = make_bert_spec(3, 32, 4, 64, 12, 16, 37, 40, true, 0.1f, 0.1f);
   spec.transformer.init_std = 0.1f;
   spec.transformer.norm_eps = 1e-5f;
   spec.transformer.recompute = mode;
+  spec.transformer.flash_attention = flash;
   std::vector<MicroBatch> batches = {bert_batch(12, 4, 37, 3, 0), bert_batch(12, 4, 37, 4, 4)};
   auto make = [&](ParamStore& store, parallel::Communicator& tp, const ModelStage& st,
                   std::shared_ptr<RecomputeWorkspace> ws) -> std::unique_ptr<Model> {
@@ -235,6 +239,57 @@ TEST(Recompute, BertGradientsEqualNone) {
     for (Recompute mode : {Recompute::Selective, Recompute::Full})
       expect_same(none, run_bert(mode, stages),
                   std::string("bert ") + name(mode) + " stages " + std::to_string(stages));
+  }
+}
+
+// ---- flash attention (TransformerSpec::flash_attention) ---------------------------------------
+
+// Flash vs unfused: the same computation up to rounding (dropout masks identical).
+void expect_close(const Outcome& want, const Outcome& got, const std::string& what) {
+  ASSERT_EQ(want.lm.size(), got.lm.size());
+  for (size_t m = 0; m < want.lm.size(); ++m) {
+    EXPECT_NEAR(want.lm[m], got.lm[m], 1e-5 * std::abs(want.lm[m])) << what << " mb " << m;
+    EXPECT_NEAR(want.aux[m], got.aux[m], 1e-5 * std::abs(want.aux[m]) + 1e-7) << what;
+  }
+  ASSERT_EQ(want.grads.size(), got.grads.size());
+  for (const auto& [param, g] : want.grads) {
+    const auto& h = got.grads.at(param);
+    ASSERT_EQ(g.size(), h.size()) << param;
+    double scale = 1e-12, err = 0;
+    for (size_t i = 0; i < g.size(); ++i) {
+      scale = std::max(scale, std::abs(double(g[i])));
+      err = std::max(err, std::abs(double(g[i]) - h[i]));
+    }
+    EXPECT_LE(err, 2e-4 * scale) << what << ": gradient of " << param;
+  }
+}
+
+TEST(FlashAttentionModels, GptWithDropoutGradientsEqualUnfused) {
+  for (int stages : {1, 2})
+    expect_close(run_gpt(false, Recompute::None, stages),
+                 run_gpt(false, Recompute::None, stages, true),
+                 "gpt flash stages " + std::to_string(stages));
+}
+
+TEST(FlashAttentionModels, LlamaGradientsEqualUnfused) {
+  expect_close(run_gpt(true, Recompute::None, 1), run_gpt(true, Recompute::None, 1, true),
+               "llama flash");
+}
+
+TEST(FlashAttentionModels, BertGradientsEqualUnfused) {
+  for (int stages : {1, 2})
+    expect_close(run_bert(Recompute::None, stages), run_bert(Recompute::None, stages, true),
+                 "bert flash stages " + std::to_string(stages));
+}
+
+// Under flash, selective has nothing to drop (behaves like none) and full recomputes the layer:
+// both bit-identical to none.
+TEST(FlashAttentionModels, RecomputeModesEqualNone) {
+  const Outcome gpt = run_gpt(false, Recompute::None, 2, true);
+  const Outcome bert = run_bert(Recompute::None, 1, true);
+  for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
+    expect_same(gpt, run_gpt(false, mode, 2, true), std::string("gpt flash ") + name(mode));
+    expect_same(bert, run_bert(mode, 1, true), std::string("bert flash ") + name(mode));
   }
 }
 

@@ -1,12 +1,51 @@
 #include "models/model.h"
 
+#include <algorithm>
+
 namespace megatron::models {
 
 int64_t count_lm_targets(const MicroBatch& mb) {
-  const int32_t* labels = mb.labels.data<int32_t>();
+  const Tensor host = mb.labels.to(Device::CPU);
+  const int32_t* labels = host.data<int32_t>();
   int64_t n = 0;
   for (int64_t i = 0; i < mb.labels.numel(); ++i) n += labels[i] != kIgnoreIndex;
   return n;
+}
+
+void fill_positions(Tensor& pos, int64_t first) {
+  const bool on_host = pos.device() == Device::CPU;
+  Tensor host = on_host ? pos : Tensor::empty(pos.shape(), DType::I32);
+  const int64_t S = pos.dim(0), B = pos.numel() / std::max<int64_t>(S, 1);
+  int32_t* p = host.data<int32_t>();
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) p[s * B + b] = static_cast<int32_t>(first + s);
+  if (!on_host) pos.copy_from(host);
+}
+
+void fill_value(Tensor& t, float v) {
+  const bool on_host = t.device() == Device::CPU;
+  Tensor host = on_host ? t : Tensor::empty(t.shape(), DType::F32);
+  float* p = host.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = v;
+  if (!on_host) t.copy_from(host);
+}
+
+double sum_target_losses(const Tensor& losses, const Tensor& labels) {
+  const Tensor l = losses.to(Device::CPU), y = labels.to(Device::CPU);
+  const float* lp = l.data<float>();
+  const int32_t* yp = y.data<int32_t>();
+  double total = 0.0;
+  for (int64_t i = 0; i < y.numel(); ++i)
+    if (yp[i] != kIgnoreIndex) total += lp[i];
+  return total;
+}
+
+double sum_values(const Tensor& t) {
+  const Tensor h = t.to(Device::CPU);
+  const float* p = h.data<float>();
+  double total = 0.0;
+  for (int64_t i = 0; i < h.numel(); ++i) total += p[i];
+  return total;
 }
 
 }  // namespace megatron::models

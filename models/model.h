@@ -35,6 +35,18 @@ inline int64_t count_aux_targets(const MicroBatch& mb) {
   return present(mb.nsp_labels) ? mb.nsp_labels.numel() : 0;
 }
 
+// Device-agnostic helpers for the few per-element loops of the models. Index tensors that the
+// host knows (positions) and small [B]-sized values are made on the host and copied; reductions
+// of per-token losses read a host copy (the tensor itself on the CPU, so the sums are the same).
+// pos [S, B] int32 <- first + s.
+void fill_positions(Tensor& pos, int64_t first);
+// t <- v everywhere (fp32).
+void fill_value(Tensor& t, float v);
+// Sum (in double, in index order) of losses[i] where labels[i] != kIgnoreIndex.
+double sum_target_losses(const Tensor& losses, const Tensor& labels);
+// Sum (in double, in index order) of every element of an fp32 tensor.
+double sum_values(const Tensor& t);
+
 // Which part of the model one instance holds: a pipeline stage (or virtual-stage chunk) owns
 // layers [first_layer, first_layer + num_layers); the first also holds the embeddings, the
 // last the final norm / heads and the loss. The default is the whole model.

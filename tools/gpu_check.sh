@@ -10,7 +10,9 @@
 # 3. Runs `ctest -R "[Cc]uda|[Nn]ccl"` (gtest case names are CamelCase) and prints a summary: on a GPU machine nothing may be SKIPPED
 #    except what the summary explains (fused attention is not implemented yet; the 2-rank NCCL
 #    test needs 2 GPUs).
-# 4. --bench: the training benchmark (see the TODO section below; not wired yet).
+# 4. --bench: training benchmarks through pretrain with training.device=cuda, bf16 and
+#    data.mock=true: GPT-2 124M and GPT-3 1.3B on one GPU, printing tokens/s, TFLOP/s per GPU
+#    and MFU (GPU_PEAK_TFLOPS=... overrides the recipes' cluster.gpu_tflops).
 # Exit status: 0 when every selected test passed, 1 otherwise.
 set -euo pipefail
 
@@ -68,30 +70,50 @@ echo "NCCL cases (all SKIPPED means fewer GPUs than ranks on this node):"
 grep -E "\] Nccl\.[A-Za-z0-9_]+ \(" "$nccl_log" | sed 's/^[0-9]*: /  /' || echo "  none ran"
 
 if [ "$bench" = 1 ]; then
-  echo "== training benchmark"
-  # ---------------------------------------------------------------------------------------
-  # TODO(lead): wire once the trainer runs with training.device=cuda (bench_gpt_train has no
-  # --device flag yet). Intended runs, bf16, one GPU, numbers comparable to Megatron-LM's
-  # (tokens/s, TFLOP/s by Megatron's formula, MFU against the GPU's bf16 dense peak):
-  #
-  #   # GPT-2 124M: 12 layers, hidden 768, 12 heads, seq 1024, vocab 50304
-  #   "$build_dir/bin/bench_gpt_train" --device cuda --precision bf16 \
-  #       --layers 12 --hidden 768 --heads 12 --seq 1024 --vocab 50304 \
-  #       --micro-batch 16 --global-batch 64 --warmup 3 --steps 20 \
-  #       --json "$build_dir/bench_gpt2_124m_cuda.json"
-  #
-  #   # ~1.3B (GPT-3 XL shape): 24 layers, hidden 2048, 16 heads, seq 2048
-  #   "$build_dir/bin/bench_gpt_train" --device cuda --precision bf16 \
-  #       --layers 24 --hidden 2048 --heads 16 --seq 2048 --vocab 50304 \
-  #       --micro-batch 4 --global-batch 32 --warmup 3 --steps 20 \
-  #       --json "$build_dir/bench_gpt_1p3b_cuda.json"
-  #
-  # Memory note for the 1.3B run: the unfused attention saves fp32 probabilities
-  # [micro, heads, seq, seq] per layer (4 x 16 x 2048^2 x 4 B = 1 GiB per layer, 24 GiB for 24
-  # layers) until the fused path exists; use --micro-batch 2 or activation recomputation on an
-  # 80 GB GPU.
-  # ---------------------------------------------------------------------------------------
-  echo "TODO: the training benchmark needs trainer support for --device cuda (not wired yet)"
+  echo "== training benchmark (pretrain, training.device: cuda, bf16, synthetic data)"
+  # The shipped recipes with data.mock=true (no data files), one GPU, a few steps. Numbers by
+  # Megatron's FLOPs formula; MFU against the recipe's cluster.gpu_tflops (989: H100 SXM dense
+  # bf16) unless --peak says otherwise. The CUDA kernels compute in fp32 from bf16-rounded
+  # weights (as the CPU does), so expect fp32-GEMM throughput, not bf16 tensor-core rates.
+  [ "$skip_build" = 1 ] || cmake --build "$build_dir" -j "$jobs" --target pretrain
+  peak="${GPU_PEAK_TFLOPS:-}"
+  bench_run() {  # name recipe extra --set arguments...
+    local name="$1" recipe="$2"; shift 2
+    local jsonl="$build_dir/bench_${name}.jsonl"
+    rm -f "$jsonl"
+    local sets=(--set data.mock=true --set training.device=cuda --set training.precision=bf16
+                --set parallel.tensor=1 --set parallel.pipeline=1 --set parallel.data=1
+                --set training.eval_iters=0 --set training.eval_interval=0
+                --set checkpoint.save= --set checkpoint.save_interval=null
+                --set logging.interval=1 --set "logging.jsonl=$jsonl")
+    [ -n "$peak" ] && sets+=(--set "training.peak_tflops=$peak")
+    echo "-- $name ($recipe $*)"
+    if ! (cd "$root" && "$build_dir/bin/pretrain" --recipe "$recipe" "${sets[@]}" "$@" \
+          > "$build_dir/bench_${name}.log" 2>&1); then
+      echo "   FAILED (see $build_dir/bench_${name}.log):"; tail -5 "$build_dir/bench_${name}.log"
+      status=1; return
+    fi
+    # Mean over the steps after the first two (warm-up: allocator, cuBLASLt heuristics).
+    python3 - "$jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+steady = rows[2:] or rows
+n = len(steady)
+mean = lambda k: sum(r[k] for r in steady) / n
+print(f"   {n} steps: {mean('tokens_per_s'):.0f} tokens/s | {mean('tflops'):.1f} TFLOP/s per GPU"
+      f" | MFU {100 * mean('mfu'):.1f}% | loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
+PY
+  }
+  # GPT-2 124M: 12 layers, hidden 768, seq 1024, vocab 50257 -> 50304.
+  bench_run gpt2_124m recipes/gpt2_124m.yaml --set model.vocab_size=50257 \
+    --set training.micro_batch_size=8 --set training.global_batch_size=32 \
+    --set training.train_iters=8
+  # ~1.3B (GPT-3 XL shape): 24 layers, hidden 2048, seq 2048. The unfused attention keeps
+  # fp32 probabilities [micro, heads, seq, seq] per layer, so micro-batch 1 with selective
+  # recomputation fits 80 GB.
+  bench_run gpt_1p3b recipes/gpt_1.3b.yaml --set model.vocab_size=50257 \
+    --set training.micro_batch_size=1 --set training.global_batch_size=8 \
+    --set training.recompute=selective --set training.train_iters=6
 fi
 
 exit "$status"

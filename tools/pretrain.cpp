@@ -12,6 +12,7 @@
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
 #include "megatron/config/recipe.h"
+#include "megatron/core/device_memory.h"
 #include "megatron/core/error.h"
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mesh.h"
@@ -19,6 +20,10 @@
 #include "megatron/training/bert_source.h"
 #include "megatron/training/mock_source.h"
 #include "megatron/training/trainer.h"
+#if MEGATRON_WITH_CUDA
+#include "megatron/backend/cuda/device.h"
+#include "megatron/backend/cuda/nccl_communicator.h"
+#endif
 
 namespace {
 
@@ -217,11 +222,35 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   if (valid) out << ", valid " << valid->samples_per_epoch();
   out << "\n";
 
-  training::Trainer trainer(
-      recipe, vocab, train, valid,
-      training::TrainerGroups{&mesh->world(), &mesh->tp(), &mesh->dp(), &mesh->pp(),
-                              &mesh->embedding(), &mesh->model()},
-      out);
+  training::TrainerGroups groups{&mesh->world(), &mesh->tp(),        &mesh->dp(),
+                                 &mesh->pp(),    &mesh->embedding(), &mesh->model()};
+  // training.device: cuda: one GPU per process, picked by node-local rank, and one NCCL
+  // communicator per process group the model's tensors travel through (made from the mesh's MPI
+  // group, in the same order on every rank). The world group stays MPI: it carries host-side
+  // control values only (stop flags, checkpoints).
+  std::vector<std::unique_ptr<parallel::Communicator>> nccl_groups;
+  if (recipe.training.device == "cuda") {
+    MT_INPUT_CHECK(device_available(Device::CUDA), recipe.source_path,
+                   ": training.device: cuda but no CUDA device is visible (or this build has no "
+                   "CUDA backend: configure with -DMEGATRON_CUDA=ON)");
+#if MEGATRON_WITH_CUDA
+    const int gpu = cuda::select_device_for_local_rank(launch.local_rank);
+    out << "device: cuda, rank 0 on GPU " << gpu << " (GPU = local rank % visible devices)\n";
+    auto to_nccl = [&](parallel::Communicator* c) -> parallel::Communicator* {
+      if (c == nullptr || c->size() == 1) return c;
+      const auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(c);
+      MT_CHECK(mpi != nullptr, "process group '", c->name(), "' is not an MPI group");
+      nccl_groups.push_back(std::make_unique<cuda::NcclCommunicator>(*mpi));
+      return nccl_groups.back().get();
+    };
+    groups.tp = to_nccl(groups.tp);
+    groups.dp = to_nccl(groups.dp);
+    groups.pp = to_nccl(groups.pp);
+    groups.embedding = to_nccl(groups.embedding);
+    groups.model = to_nccl(groups.model);
+#endif
+  }
+  training::Trainer trainer(recipe, vocab, train, valid, groups, out);
   const training::TrainSummary summary = trainer.run();
   if (summary.evals.size() >= 2) {
     const double first = summary.evals.front().loss, last = summary.evals.back().loss;

@@ -17,7 +17,7 @@ DataParallelGrads::DataParallelGrads(ParamStore& store, parallel::Communicator& 
     for (const BufferRange& b : buckets_) {
       const int64_t shard = b.size() / n;
       owned_.push_back({b.begin + dp.rank() * shard, b.begin + (dp.rank() + 1) * shard});
-      shard_scratch_.push_back(Tensor::empty({shard}, DType::F32));
+      shard_scratch_.push_back(Tensor::empty({shard}, DType::F32, store.device()));
     }
   } else {
     owned_.push_back({0, total});

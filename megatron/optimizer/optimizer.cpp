@@ -41,8 +41,12 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings,
     s.state_offset = offset;
     offset += s.end - s.begin;
   }
-  m_ = Tensor::zeros({state}, DType::F32);
-  if (settings.type == "adamw") v_ = Tensor::zeros({state}, DType::F32);
+  // Moments live with the parameters (on the store's device).
+  MT_INPUT_CHECK(settings.type == "adamw" || store.device() == Device::CPU,
+                 "optimizer.type: sgd runs on the CPU only (use adamw on ",
+                 device_name(store.device()), ")");
+  m_ = Tensor::zeros({state}, DType::F32, store.device());
+  if (settings.type == "adamw") v_ = Tensor::zeros({state}, DType::F32, store.device());
 }
 
 void Optimizer::step(double lr) {
@@ -79,19 +83,32 @@ void Optimizer::step(double lr) {
   }
 }
 
+void all_reduce_host(parallel::Communicator& group, Tensor& host, parallel::ReduceOp op,
+                     Device via) {
+  if (group.size() == 1) return;
+  if (via == Device::CPU) {
+    group.all_reduce(host, op);
+    return;
+  }
+  Tensor staged = host.to(via);
+  group.all_reduce(staged, op);
+  host.copy_from(staged);
+}
+
 double global_grad_norm(const std::vector<Segment>& segments, int tensor_parallel_rank,
                         parallel::Communicator& model_parallel,
                         parallel::Communicator* sharded_over) {
   double sum = 0.0;
+  Device device = Device::CPU;
   for (const Segment& s : segments) {
+    device = s.param->grad.device();
     const bool counted_here =
         !s.param->shared_copy && (!s.param->shard.replicated() || tensor_parallel_rank == 0);
     if (counted_here) sum += ops::sum_squares(segment_of(s.param->grad, s));
   }
   Tensor t = Tensor::wrap(&sum, {1}, DType::F64);
-  if (model_parallel.size() > 1) model_parallel.all_reduce(t, parallel::ReduceOp::Sum);
-  if (sharded_over && sharded_over->size() > 1)
-    sharded_over->all_reduce(t, parallel::ReduceOp::Sum);
+  all_reduce_host(model_parallel, t, parallel::ReduceOp::Sum, device);
+  if (sharded_over) all_reduce_host(*sharded_over, t, parallel::ReduceOp::Sum, device);
   return std::sqrt(sum);
 }
 

@@ -48,6 +48,12 @@ class Optimizer {
   int64_t steps_ = 0;
 };
 
+// All-reduces a small host tensor of control values (norms, counts, flags) over `group`: in
+// place on the CPU, through a copy on `via` when the group's collectives work on that device's
+// memory (NCCL takes device tensors only).
+void all_reduce_host(parallel::Communicator& group, Tensor& host, parallel::ReduceOp op,
+                     Device via);
+
 // The true global L2 norm of the gradients the optimizer will use. Each rank sums its segments
 // (tensor-parallel-replicated parameters only on tensor-parallel rank 0, and pipeline copies of
 // tied weights not at all, so each counts once), then the sum is reduced over the model-parallel

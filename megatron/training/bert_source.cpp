@@ -11,12 +11,13 @@ BertBatchSource::BertBatchSource(std::shared_ptr<const data::BERTDataset> datase
 void BertBatchSource::fill(int64_t first_sample, int64_t micro_batch_size,
                            models::MicroBatch& mb) const {
   const int64_t S = seq_length(), B = micro_batch_size;
-  int32_t* tokens = ensure(mb.tokens, {S, B}, DType::I32).data<int32_t>();
-  int32_t* types = ensure(mb.token_types, {S, B}, DType::I32).data<int32_t>();
-  int32_t* labels = ensure(mb.labels, {S, B}, DType::I32).data<int32_t>();
-  uint8_t* padding = ensure(mb.padding_mask, {B, S}, DType::U8).data<uint8_t>();
+  int32_t* tokens = ensure(mb.tokens, {S, B}, DType::I32, Device::CPU).data<int32_t>();
+  int32_t* types = ensure(mb.token_types, {S, B}, DType::I32, Device::CPU).data<int32_t>();
+  int32_t* labels = ensure(mb.labels, {S, B}, DType::I32, Device::CPU).data<int32_t>();
+  uint8_t* padding = ensure(mb.padding_mask, {B, S}, DType::U8, Device::CPU).data<uint8_t>();
   const bool binary_head = dataset_->config().binary_head;
-  int32_t* nsp = binary_head ? ensure(mb.nsp_labels, {B}, DType::I32).data<int32_t>() : nullptr;
+  int32_t* nsp =
+      binary_head ? ensure(mb.nsp_labels, {B}, DType::I32, Device::CPU).data<int32_t>() : nullptr;
   if (!binary_head) mb.nsp_labels = Tensor();
   for (int64_t b = 0; b < B; ++b) {
     const data::BertSample sample = dataset_->get((first_sample + b) % samples_per_epoch());

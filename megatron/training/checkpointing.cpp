@@ -69,6 +69,26 @@ bool remap_padded_rows(ckpt::TensorPiece& piece, const std::vector<int64_t>& sav
 
 }  // namespace
 
+Trainer::HostBuffers Trainer::host_buffers(bool values_only) {
+  HostBuffers h;
+  auto stage = [&](Tensor& t) -> float* {
+    if (!t.defined() || t.numel() == 0) return nullptr;
+    if (t.device() == Device::CPU) return t.data<float>();
+    h.staged.emplace_back(&t, t.to(Device::CPU));
+    return h.staged.back().second.data<float>();
+  };
+  h.values = stage(store_.values());
+  if (values_only) return h;
+  h.masters = store_.mixed_precision() ? stage(store_.masters()) : h.values;
+  h.exp_avg = stage(optimizer_->exp_avg());
+  h.exp_avg_sq = stage(optimizer_->exp_avg_sq());
+  return h;
+}
+
+void Trainer::write_back(const HostBuffers& host) {
+  for (const auto& [device, staged] : host.staged) device->copy_from(staged);
+}
+
 std::string Trainer::checkpoint_dir(const std::string& dir) const {
   return config::resolve_path(recipe_, dir);
 }
@@ -86,19 +106,19 @@ void Trainer::save_checkpoint(int64_t iteration) {
   req.iteration = iteration;
   req.write_this_rank_replicas = tp_->rank() == 0;
   const bool write_segments = grad_sync_->distributed() || dp_rank_ == 0;
+  // Host views of the buffers (the buffers themselves on the CPU; staged copies on a device).
+  const HostBuffers host = host_buffers(!write_segments);
   if (dp_rank_ == 0)
     for (Parameter* p : store_.params())
-      if (!p->shared_copy) req.pieces.push_back(whole(*p, "model/", p->value.data<float>()));
+      if (!p->shared_copy) req.pieces.push_back(whole(*p, "model/", host.values + p->offset));
   if (write_segments) {
     for (const optim::Segment& s : optimizer_->segments()) {
       if (s.param->shared_copy) continue;
       if (mixed)
-        req.pieces.push_back(segment(s, "master/", s.param->master.data<float>() + s.begin));
-      req.pieces.push_back(
-          segment(s, "optim/exp_avg/", optimizer_->exp_avg().data<float>() + s.state_offset));
-      if (optimizer_->exp_avg_sq().defined() && optimizer_->exp_avg_sq().numel() > 0)
-        req.pieces.push_back(segment(s, "optim/exp_avg_sq/",
-                                     optimizer_->exp_avg_sq().data<float>() + s.state_offset));
+        req.pieces.push_back(segment(s, "master/", host.masters + s.param->offset + s.begin));
+      req.pieces.push_back(segment(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
+      if (host.exp_avg_sq != nullptr)
+        req.pieces.push_back(segment(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
     }
   }
   req.metadata = {{"recipe", recipe_.to_json()},
@@ -166,25 +186,27 @@ int64_t Trainer::load_checkpoint() {
     }
     pieces.push_back(piece);  // a missing tensor is reported by the loader, naming it
   };
-  for (Parameter* p : store_.params()) request(whole(*p, "model/", p->value.data<float>()));
+  // Load into host views of the buffers (staged copies on a device, written back below).
+  const HostBuffers host = host_buffers(false);
+  for (Parameter* p : store_.params()) request(whole(*p, "model/", host.values + p->offset));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (mixed) {
       const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
-      request(segment(s, prefix, s.param->master.data<float>() + s.begin));
+      request(segment(s, prefix, host.masters + s.param->offset + s.begin));
     }
     if (weights_only) continue;
     MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path, ": no optimizer state for '",
                    s.param->name, "' (set checkpoint.finetune: true to load the weights only)");
-    request(segment(s, "optim/exp_avg/", optimizer_->exp_avg().data<float>() + s.state_offset));
-    if (optimizer_->exp_avg_sq().numel() > 0)
-      request(
-          segment(s, "optim/exp_avg_sq/", optimizer_->exp_avg_sq().data<float>() + s.state_offset));
+    request(segment(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
+    if (host.exp_avg_sq != nullptr)
+      request(segment(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
   }
   ckpt::LoadRequest req;
   req.dir = dir;
   req.iteration = index.iteration;
   req.pieces = std::move(pieces);
   const nlohmann::json meta = ckpt::load(req);
+  write_back(host);
   if (mixed)
     for (const optim::Segment& s : optimizer_->segments())
       store_.refresh_model_weights(s.param->offset + s.begin, s.param->offset + s.end);

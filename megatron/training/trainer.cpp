@@ -125,8 +125,16 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  ", dp ", dp_->size(), ")");
   MT_INPUT_CHECK(recipe_.parallel.expert == 1 && recipe_.parallel.context == 1, recipe_.source_path,
                  ": parallel.expert/context > 1 are not available yet");
-  MT_INPUT_CHECK(tr.device == "cpu", recipe_.source_path, ": training.device: '", tr.device,
-                 "' is not available in this build (cpu only so far)");
+  MT_INPUT_CHECK(tr.device == "cpu" || tr.device == "cuda", recipe_.source_path,
+                 ": training.device: unknown device '", tr.device, "' (expected cpu or cuda)");
+  device_ = tr.device == "cuda" ? Device::CUDA : Device::CPU;
+  // The caller selects the GPU (cuda::select_device_for_local_rank) and gives NCCL groups
+  // (tools/pretrain.cpp); here only whether one is usable at all.
+  MT_INPUT_CHECK(device_ == Device::CPU || device_available(Device::CUDA), recipe_.source_path,
+                 ": training.device: cuda but no CUDA device is visible (or this build has no CUDA "
+                 "backend: configure with -DMEGATRON_CUDA=ON)");
+  // Activations and per-step buffers of every layer follow the parameters.
+  set_compute_device(device_);
   MT_INPUT_CHECK(train_->seq_length() == recipe_.model.seq_length, recipe_.source_path,
                  ": data samples have seq_length ", train_->seq_length(),
                  " but model.seq_length is ", recipe_.model.seq_length);
@@ -143,7 +151,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   const DType model_dtype = tr.precision == "bf16"   ? DType::BF16
                             : tr.precision == "fp16" ? DType::F16
                                                      : DType::F32;
-  store_.finalize(distributed ? dp_size_ : 1, model_dtype);
+  store_.finalize(distributed ? dp_size_ : 1, model_dtype, device_);
   scaler_ = std::make_unique<optim::LossScaler>(model_dtype == DType::F16);
   store_.initialize(tr.seed);
 
@@ -162,7 +170,14 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   schedule_.decay = optim::parse_decay(o.schedule.decay);
 
   flops_per_step_ = megatron_flops_per_step(flops_model, tr.global_batch_size);
-  peak_flops_ = tr.peak_tflops > 0 ? tr.peak_tflops * 1e12 : measure_cpu_peak_flops();
+  // The peak for MFU: the recipe's (training.peak_tflops, or on a GPU the cluster section's
+  // gpu_tflops); on the CPU measured when not given; unknown (MFU 0) on a GPU without either.
+  if (tr.peak_tflops > 0)
+    peak_flops_ = tr.peak_tflops * 1e12;
+  else if (device_ != Device::CPU)
+    peak_flops_ = recipe_.cluster.gpu_tflops * 1e12;
+  else
+    peak_flops_ = measure_cpu_peak_flops();
 
   if (is_logger_ && !recipe_.logging.jsonl.empty()) {
     const std::string path = config::resolve_path(recipe_, recipe_.logging.jsonl);
@@ -180,8 +195,11 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
           << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
           << (distributed ? " (distributed)" : "") << "; " << std::setprecision(4)
           << flops_per_step_ / 1e12 << " TFLOP per step; peak " << peak_flops_ / 1e12
-          << " TFLOP/s per rank" << (tr.peak_tflops > 0 ? " (recipe)" : " (measured sgemm)") << "; "
-          << omp_get_max_threads() << " threads per rank\n"
+          << " TFLOP/s per rank"
+          << (tr.peak_tflops > 0       ? " (recipe)"
+              : device_ != Device::CPU ? " (cluster.gpu_tflops)"
+                                       : " (measured sgemm)")
+          << "; " << device_name(device_) << "; " << omp_get_max_threads() << " threads per rank\n"
           << std::flush;
   }
 }
@@ -252,6 +270,21 @@ FlopsModel Trainer::build_model(int64_t tokenizer_vocab) {
               : flops_model_from_spec(*gpt);
 }
 
+models::MicroBatch Trainer::on_device(const models::MicroBatch& mb) const {
+  // The sources fill host tensors; a device run copies each field (to() is the tensor itself on
+  // its own device, so the CPU path keeps using the host batch).
+  if (device_ == Device::CPU) return mb;
+  auto move = [this](const Tensor& t) { return models::present(t) ? t.to(device_) : t; };
+  models::MicroBatch out;
+  out.tokens = move(mb.tokens);
+  out.labels = move(mb.labels);
+  out.token_types = move(mb.token_types);
+  out.padding_mask = move(mb.padding_mask);
+  out.nsp_labels = move(mb.nsp_labels);
+  out.info = mb.info;
+  return out;
+}
+
 void Trainer::fill(int64_t first_sample, const BatchSource& source, int64_t iteration,
                    int64_t position, bool training, models::MicroBatch& mb) const {
   source.fill(first_sample, recipe_.training.micro_batch_size, mb);
@@ -280,10 +313,8 @@ std::pair<double, double> Trainer::global_target_counts(
     counts[1] += static_cast<double>(models::count_aux_targets(mb));
   }
   // Every tp/pp rank of a data-parallel replica reads the same samples: sum over dp only.
-  if (dp_->size() > 1) {
-    Tensor t = Tensor::wrap(counts, {2}, DType::F64);
-    dp_->all_reduce(t, parallel::ReduceOp::Sum);
-  }
+  Tensor t = Tensor::wrap(counts, {2}, DType::F64);
+  optim::all_reduce_host(*dp_, t, parallel::ReduceOp::Sum, device_);
   return {counts[0], counts[1]};
 }
 
@@ -303,6 +334,8 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   // Normalise by the predicted tokens (and sentence pairs) of the whole global batch, so any
   // micro-batching and data-parallel split gives the same mean and the same gradients.
   const auto [lm_targets, aux_targets] = global_target_counts(batches_);
+  device_batches_.resize(batches_.size());
+  for (size_t m = 0; m < batches_.size(); ++m) device_batches_[m] = on_device(batches_[m]);
   MT_CHECK(lm_targets > 0, "iteration ", iteration, ": the global batch has no predicted token");
   const double scale = scaler_->scale();
   const models::LossWeights weights{
@@ -313,7 +346,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   models::LossSums sums;
   if (pipeline_) {
     const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
-      mb = batches_[static_cast<size_t>(m)];
+      mb = device_batches_[static_cast<size_t>(m)];
     };
     sums = pipeline_->run(schedule_actions_, fill_mb, weights, timeline_.get());
     reduce_tied_embedding_grads();
@@ -323,7 +356,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     };
     auto& model = *chunks_.front();
     for (int64_t m = 0; m < num_micro_; ++m) {
-      const models::MicroBatch& mb = batches_[static_cast<size_t>(m)];
+      const models::MicroBatch& mb = device_batches_[static_cast<size_t>(m)];
       std::optional<pipeline::TimelineRecorder::Scope> scope;
       if (timeline_) scope.emplace(*timeline_, pipeline::ActionKind::Forward, m, 0);
       sums += model.forward(*act_, mb);
@@ -371,7 +404,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
-  metrics.mfu = metrics.tflops * 1e12 / peak_flops_;
+  metrics.mfu = peak_flops_ > 0 ? metrics.tflops * 1e12 / peak_flops_ : 0.0;
   return metrics;
 }
 
@@ -380,15 +413,18 @@ bool Trainer::fp16_gradient_overflow() {
   // The CPU computes in fp32, so an fp16 gradient overflow is detected by range: a scaled
   // gradient beyond fp16's largest finite value would have been inf on an fp16 device.
   constexpr float kFp16Max = 65504.0f;
+  // On a device the kernels also compute in fp32: the same check on a host copy of the grads.
   float overflow = 0.0f;
+  const Tensor grads = store_.grads().to(Device::CPU);
   for (const optim::Segment& s : optimizer_->segments()) {
-    const float* g = s.param->grad.data<float>() + s.begin;
+    const float* g = grads.data<float>() + s.param->offset + s.begin;
     for (int64_t i = 0; i < s.end - s.begin && overflow == 0.0f; ++i)
       if (!(std::abs(g[i]) <= kFp16Max)) overflow = 1.0f;
   }
   Tensor flag = Tensor::wrap(&overflow, {1}, DType::F32);
-  if (model_group_->size() > 1) model_group_->all_reduce(flag, parallel::ReduceOp::Max);
-  if (grad_sync_->distributed()) dp_->all_reduce(flag, parallel::ReduceOp::Max);
+  optim::all_reduce_host(*model_group_, flag, parallel::ReduceOp::Max, device_);
+  if (grad_sync_->distributed())
+    optim::all_reduce_host(*dp_, flag, parallel::ReduceOp::Max, device_);
   return overflow > 0.0f;
 }
 
@@ -401,19 +437,22 @@ void Trainer::reduce_sequence_parallel_grads() {
   for (const optim::Segment& s : optimizer_->segments())
     if (s.param->tp_partial_grad) n += s.end - s.begin;
   if (n == 0) return;
-  ensure(sp_grad_scratch_, {n});
-  float* packed = sp_grad_scratch_.data<float>();
+  ensure(sp_grad_scratch_, {n}, DType::F32, device_);
+  auto grad_of = [&](const optim::Segment& s) {
+    return store_.grads().flat_view(s.param->offset + s.begin, {s.end - s.begin});
+  };
+  int64_t at = 0;
   for (const optim::Segment& s : optimizer_->segments()) {
     if (!s.param->tp_partial_grad) continue;
-    const float* g = s.param->grad.data<float>() + s.begin;
-    packed = std::copy(g, g + (s.end - s.begin), packed);
+    sp_grad_scratch_.flat_view(at, {s.end - s.begin}).copy_from(grad_of(s));
+    at += s.end - s.begin;
   }
   tp_->all_reduce(sp_grad_scratch_, parallel::ReduceOp::Sum);
-  const float* from = sp_grad_scratch_.data<float>();
+  at = 0;
   for (const optim::Segment& s : optimizer_->segments()) {
     if (!s.param->tp_partial_grad) continue;
-    std::copy(from, from + (s.end - s.begin), s.param->grad.data<float>() + s.begin);
-    from += s.end - s.begin;
+    grad_of(s).copy_from(sp_grad_scratch_.flat_view(at, {s.end - s.begin}));
+    at += s.end - s.begin;
   }
 }
 
@@ -421,8 +460,8 @@ models::LossSums Trainer::reduce_losses(const models::LossSums& local) {
   // The losses are on the last pipeline stage; sum them there over pp, then over dp.
   double v[2] = {local.lm, local.aux};
   Tensor t = Tensor::wrap(v, {2}, DType::F64);
-  if (pp_->size() > 1) pp_->all_reduce(t, parallel::ReduceOp::Sum);
-  if (dp_->size() > 1) dp_->all_reduce(t, parallel::ReduceOp::Sum);
+  optim::all_reduce_host(*pp_, t, parallel::ReduceOp::Sum, device_);
+  optim::all_reduce_host(*dp_, t, parallel::ReduceOp::Sum, device_);
   return {v[0], v[1]};
 }
 
@@ -437,6 +476,7 @@ EvalMetrics Trainer::evaluate(int64_t iteration) {
   for (int64_t m = 0; m < rounds; ++m)
     fill(position(m), *valid_, iteration, position(m), false, batches[static_cast<size_t>(m)]);
   const auto [lm_targets, aux_targets] = global_target_counts(batches);
+  for (models::MicroBatch& mb : batches) mb = on_device(mb);
   models::LossSums sums;
   if (pipeline_) {
     const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
@@ -468,7 +508,7 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
           << m.seconds * 1000 << " ms | " << std::setprecision(0) << m.tokens_per_s << " tok/s | "
           << std::setprecision(3) << m.tflops << " TFLOP/s | MFU " << std::setprecision(1)
           << m.mfu * 100 << "% | mem " << std::setprecision(0)
-          << static_cast<double>(cpu_memory_stats().peak_bytes) / 1048576.0 << " MiB"
+          << static_cast<double>(memory_stats(device_).peak_bytes) / 1048576.0 << " MiB"
           << (m.skipped ? " | skipped (fp16 overflow)" : "") << std::defaultfloat << "\n"
           << std::flush;
   if (jsonl_.is_open()) {

@@ -96,11 +96,20 @@ class Trainer {
   const models::Model& model() const { return *chunks_.front(); }
   double flops_per_step() const { return flops_per_step_; }
   double peak_flops() const { return peak_flops_; }
+  Device device() const { return device_; }
 
  private:
   void log_step(const StepMetrics& m, bool to_console);
   void reduce_sequence_parallel_grads();
   std::string checkpoint_dir(const std::string& dir) const;
+  // Checkpoints read and write host memory: pointers to the fp32 buffers (values, masters,
+  // moments) on the CPU, or to host copies of them (written back by write_back) on a device.
+  struct HostBuffers {
+    float *values = nullptr, *masters = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+    std::vector<std::pair<Tensor*, Tensor>> staged;
+  };
+  HostBuffers host_buffers(bool values_only);
+  void write_back(const HostBuffers& host);
   bool should_stop(double elapsed_minutes);
   bool fp16_gradient_overflow();
   // Builds this rank's chunks (virtual pipeline stages); returns the FLOPs model.
@@ -111,6 +120,8 @@ class Trainer {
   void fill(int64_t first_sample, const BatchSource& source, int64_t iteration, int64_t position,
             bool training, models::MicroBatch& mb) const;
   void log_eval(const EvalMetrics& m);
+  // The micro-batch with its tensors on the training device (the same tensors on the CPU).
+  models::MicroBatch on_device(const models::MicroBatch& mb) const;
   // Sums this rank's losses over the pipeline (where the last stage has them) and dp.
   models::LossSums reduce_losses(const models::LossSums& local);
 
@@ -136,7 +147,9 @@ class Trainer {
   optim::LRSchedule schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<models::ModelActivations> act_;
-  std::vector<models::MicroBatch> batches_;  // this step's micro-batches
+  std::vector<models::MicroBatch> batches_;         // this step's micro-batches (host)
+  std::vector<models::MicroBatch> device_batches_;  // the same on the training device
+  Device device_ = Device::CPU;
   Tensor sp_grad_scratch_;
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
   int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;

@@ -62,14 +62,16 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   if (sp_ && mode_ == TPMode::Column) {
     // Only the local slice is kept for backward (which gathers it again): the memory saving
     // of sequence parallelism. The gathered copy is transient.
-    Tensor gathered = Tensor::empty(full_sequence(x.shape(), tp_->size()), DType::F32);
+    Tensor gathered =
+        Tensor::empty(full_sequence(x.shape(), tp_->size()), DType::F32, compute_device());
     tp_->all_gather(x, gathered);
     ops::linear_forward(gathered, w, bias_ ? &bias_->value : nullptr, y);
     return;
   }
   if (mode_ == TPMode::Row && tp_->size() > 1) {
     if (sp_) {
-      Tensor partial = Tensor::empty(full_sequence(y.shape(), tp_->size()), DType::F32);
+      Tensor partial =
+          Tensor::empty(full_sequence(y.shape(), tp_->size()), DType::F32, compute_device());
       ops::linear_forward(x, w, nullptr, partial);
       tp_->reduce_scatter(partial, y, parallel::ReduceOp::Sum);
     } else {
@@ -88,20 +90,22 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
   if (sp_ && mode_ == TPMode::Row) {
     // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
     // the gathered gradient for the bias too makes its gradient complete on every rank.
-    Tensor dy_full = Tensor::empty(full_sequence(dy.shape(), tp_->size()), DType::F32);
+    Tensor dy_full =
+        Tensor::empty(full_sequence(dy.shape(), tp_->size()), DType::F32, compute_device());
     tp_->all_gather(dy, dy_full);
     ops::linear_backward(ctx.input, w, dy_full, dx, dw, bias_ ? &bias_->grad : nullptr);
     return;
   }
   if (sp_ && mode_ == TPMode::Column) {
-    Tensor x_full = Tensor::empty(full_sequence(ctx.input.shape(), tp_->size()), DType::F32);
+    Tensor x_full =
+        Tensor::empty(full_sequence(ctx.input.shape(), tp_->size()), DType::F32, compute_device());
     tp_->all_gather(ctx.input, x_full);
     if (!dx) {
       ops::linear_backward(x_full, w, dy, nullptr, dw, bias_ ? &bias_->grad : nullptr);
       return;
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
-    Tensor partial = Tensor::empty(x_full.shape(), DType::F32);
+    Tensor partial = Tensor::empty(x_full.shape(), DType::F32, compute_device());
     ops::linear_backward(x_full, w, dy, &partial, dw, bias_ ? &bias_->grad : nullptr);
     tp_->reduce_scatter(partial, *dx, parallel::ReduceOp::Sum);
     return;

@@ -2,6 +2,7 @@
 
 #include "kernels/common/numeric.h"
 #include "kernels/common/philox.h"
+#include "megatron/backend/ops.h"
 
 namespace megatron {
 
@@ -50,11 +51,12 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   return *params_.back();
 }
 
-void ParamStore::finalize(int64_t pad_multiple, DType model_dtype) {
+void ParamStore::finalize(int64_t pad_multiple, DType model_dtype, Device device) {
   MT_CHECK(!finalized_, "ParamStore finalized twice");
   MT_CHECK(model_dtype == DType::F32 || model_dtype == DType::BF16 || model_dtype == DType::F16,
            "model dtype must be fp32, bf16 or fp16, got ", dtype_name(model_dtype));
   model_dtype_ = model_dtype;
+  device_ = device;
   MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
   total_ = 0;
   // Reverse registration order = the order backward finishes gradients.
@@ -63,11 +65,11 @@ void ParamStore::finalize(int64_t pad_multiple, DType model_dtype) {
     total_ += (*it)->local_shape.numel();
   }
   const int64_t padded = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
-  values_ = Tensor::zeros({padded}, DType::F32);
-  grads_ = Tensor::zeros({padded}, DType::F32);
+  values_ = Tensor::zeros({padded}, DType::F32, device);
+  grads_ = Tensor::zeros({padded}, DType::F32, device);
   if (mixed_precision()) {
-    masters_ = Tensor::zeros({padded}, DType::F32);
-    model_weights_ = Tensor::zeros({padded}, model_dtype);
+    masters_ = Tensor::zeros({padded}, DType::F32, device);
+    model_weights_ = Tensor::zeros({padded}, model_dtype, device);
   }
   for (auto& p : params_) {
     p->value = values_.flat_view(p->offset, p->local_shape);
@@ -79,8 +81,12 @@ void ParamStore::finalize(int64_t pad_multiple, DType model_dtype) {
 
 void ParamStore::initialize(uint64_t seed) {
   MT_CHECK(finalized_, "initialize before finalize");
+  // The values depend only on (seed, name, global index): compute them on the host (into the
+  // master buffer itself on the CPU) and copy them to the device in one transfer.
+  const bool on_host = device_ == Device::CPU;
+  Tensor host = on_host ? masters() : Tensor::zeros({masters().numel()}, DType::F32);
   for (auto& p : params_) {
-    float* v = p->master.data<float>();
+    float* v = host.data<float>() + p->offset;
     const int64_t n = p->value.numel();
     switch (p->init.kind) {
       case ParamInit::Kind::Zeros:
@@ -99,6 +105,7 @@ void ParamStore::initialize(uint64_t seed) {
       }
     }
   }
+  if (!on_host) masters().copy_from(host);
   refresh_model_weights(0, values_.numel());
 }
 
@@ -108,6 +115,17 @@ void ParamStore::refresh_model_weights(int64_t begin, int64_t end) {
   if (!mixed_precision()) return;
   MT_CHECK(0 <= begin && begin <= end && end <= values_.numel(), "refresh range [", begin, ", ",
            end, ")");
+  if (device_ != Device::CPU) {
+    // On a device: round the master weights into the model dtype, then widen them back into
+    // the fp32 compute copy (the same values the CPU loop below writes).
+    if (begin == end) return;
+    const Tensor master = masters_.flat_view(begin, {end - begin});
+    Tensor model = model_weights_.flat_view(begin, {end - begin});
+    Tensor compute = values_.flat_view(begin, {end - begin});
+    ops::cast(master, model);
+    ops::cast(model, compute);
+    return;
+  }
   const float* master = masters_.data<float>();
   float* compute = values_.data<float>();
   const bool bf16 = model_dtype_ == DType::BF16;

@@ -61,8 +61,10 @@ class ParamStore {
   // padded with zeros to a multiple of pad_multiple (data-parallel sharding needs equal shards).
   // With a 16-bit model dtype (mixed precision) the model weights are stored in that dtype,
   // the fp32 master weights separately; the fp32 compute copy (value) holds the model weights
-  // exactly (the CPU kernels compute in fp32).
-  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32);
+  // exactly (the CPU kernels compute in fp32). Every buffer lives on `device`.
+  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32,
+                Device device = Device::CPU);
+  Device device() const { return device_; }
   bool finalized() const { return finalized_; }
 
   // Deterministic init from (seed, global name, global element index): any sharding of the same
@@ -70,7 +72,7 @@ class ParamStore {
   void initialize(uint64_t seed);
   void zero_grads();
   // Mixed precision: model weights (and the compute copy) <- master weights in [begin, end)
-  // of the buffer, rounded to the model dtype. No-op for fp32.
+  // of the buffer, rounded to the model dtype (ops::cast on a device). No-op for fp32.
   void refresh_model_weights(int64_t begin, int64_t end);
   bool mixed_precision() const { return model_dtype_ != DType::F32; }
   DType model_dtype() const { return model_dtype_; }
@@ -89,6 +91,7 @@ class ParamStore {
   std::vector<std::unique_ptr<Parameter>> params_;
   Tensor values_, grads_, masters_, model_weights_;
   DType model_dtype_ = DType::F32;
+  Device device_ = Device::CPU;
   int64_t total_ = 0;
   bool finalized_ = false;
 };

@@ -1,7 +1,5 @@
 #include "megatron/transformer/vocab_parallel.h"
 
-#include <cmath>
-
 #include "megatron/backend/ops.h"
 
 namespace megatron {
@@ -24,20 +22,18 @@ void vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& labels,
     ops::cross_entropy_forward(logits, labels, vs, ignore_index, losses, lse);
     return;
   }
-  namespace cpu = kernels::cpu;
+  // The same CPU kernels as cross_entropy_forward (or their CUDA versions), with the per-row
+  // statistics all-reduced over the vocabulary slices in between.
   const int64_t n = labels.numel();
-  Tensor row_max = Tensor::empty({n}, DType::F32), sum_exp = Tensor::empty({n}, DType::F32),
-         target = Tensor::empty({n}, DType::F32);
-  cpu::cross_entropy_row_max(logits.data<float>(), n, vs, row_max.data<float>());
+  Tensor row_max = Tensor::empty({n}, DType::F32, logits.device()),
+         sum_exp = Tensor::empty({n}, DType::F32, logits.device()),
+         target = Tensor::empty({n}, DType::F32, logits.device());
+  ops::cross_entropy_row_max(logits, vs, row_max);
   tp.all_reduce(row_max, parallel::ReduceOp::Max);
-  cpu::cross_entropy_sum_exp(logits.data<float>(), labels.data<int32_t>(), n, vs,
-                             row_max.data<float>(), sum_exp.data<float>(), target.data<float>());
+  ops::cross_entropy_sum_exp(logits, labels, vs, row_max, sum_exp, target);
   tp.all_reduce(sum_exp, parallel::ReduceOp::Sum);
   tp.all_reduce(target, parallel::ReduceOp::Sum);
-  cpu::cross_entropy_loss(labels.data<int32_t>(), n, ignore_index, row_max.data<float>(),
-                          sum_exp.data<float>(), target.data<float>(), losses.data<float>());
-  for (int64_t i = 0; i < n; ++i)
-    lse.data<float>()[i] = row_max.data<float>()[i] + std::log(sum_exp.data<float>()[i]);
+  ops::cross_entropy_loss(labels, ignore_index, row_max, sum_exp, target, losses, lse);
 }
 
 }  // namespace megatron

@@ -13,26 +13,42 @@ namespace {
 // A MicroBatch field that was not given is a default Tensor (0-d, not 0 elements).
 bool given(const Tensor& t) { return t.ndim() > 0; }
 
-// The pooler's tanh runs on [B, D] host values (B*D elements, negligible next to the blocks),
-// so it does not need an op of its own.
+// The pooler's tanh runs on [B, D] values (B*D elements, negligible next to the blocks) on the
+// host: on a device through a host copy, so it does not need an op of its own.
+template <typename Fn>
+void on_host(const std::vector<const Tensor*>& in, Tensor& out, Fn fn) {
+  if (out.device() == Device::CPU) {
+    fn(in, out);
+    return;
+  }
+  std::vector<Tensor> host;
+  for (const Tensor* t : in) host.push_back(t->to(Device::CPU));
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : host) ptrs.push_back(&t);
+  Tensor result = Tensor::empty(out.shape(), out.dtype());
+  fn(ptrs, result);
+  out.copy_from(result);
+}
+
 void tanh_forward(const Tensor& x, Tensor& y) {
-  const float* in = x.data<float>();
-  float* out = y.data<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) out[i] = std::tanh(in[i]);
+  on_host({&x}, y, [](const std::vector<const Tensor*>& in, Tensor& out) {
+    const float* src = in[0]->data<float>();
+    float* dst = out.data<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) dst[i] = std::tanh(src[i]);
+  });
 }
 
-// dx = dy * (1 - y^2), from the tanh output y.
+// dx = dy * (1 - y^2), from the tanh output y (dx may be dy).
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  const float* out = y.data<float>();
-  const float* g = dy.data<float>();
-  float* d = dx.data<float>();
-  for (int64_t i = 0; i < y.numel(); ++i) d[i] = g[i] * (1.0f - out[i] * out[i]);
+  on_host({&y, &dy}, dx, [](const std::vector<const Tensor*>& in, Tensor& out) {
+    const float* o = in[0]->data<float>();
+    const float* g = in[1]->data<float>();
+    float* d = out.data<float>();
+    for (int64_t i = 0; i < out.numel(); ++i) d[i] = g[i] * (1.0f - o[i] * o[i]);
+  });
 }
 
-void fill(Tensor& t, float v) {
-  float* p = t.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = v;
-}
+void fill(Tensor& t, float v) { fill_value(t, v); }
 
 int64_t params_end(const std::vector<Parameter*>& params) {
   int64_t end = 0;
@@ -205,7 +221,8 @@ void BertModel::check_batch(const MicroBatch& mb) const {
   if (stage_.pre_process && given(mb.token_types)) {
     MT_CHECK(mb.token_types.shape() == mb.tokens.shape() && mb.token_types.dtype() == DType::I32,
              "token_types must be int32 [S, B] like tokens, got ", mb.token_types.shape().str());
-    const int32_t* types = mb.token_types.data<int32_t>();
+    const Tensor host_types = mb.token_types.to(Device::CPU);
+    const int32_t* types = host_types.data<int32_t>();
     for (int64_t i = 0; i < mb.token_types.numel(); ++i)
       MT_CHECK(types[i] >= 0 && types[i] < std::max<int64_t>(spec_.num_token_types, 1),
                "token type ", types[i], " outside [0, ", spec_.num_token_types, ")");
@@ -217,7 +234,8 @@ void BertModel::check_batch(const MicroBatch& mb) const {
     MT_CHECK(
         given(mb.nsp_labels) && mb.nsp_labels.numel() == B && mb.nsp_labels.dtype() == DType::I32,
         "the binary head needs int32 nsp_labels [", B, "]");
-    const int32_t* nsp = mb.nsp_labels.data<int32_t>();
+    const Tensor host_nsp = mb.nsp_labels.to(Device::CPU);
+    const int32_t* nsp = host_nsp.data<int32_t>();
     for (int64_t b = 0; b < B; ++b)
       MT_CHECK(nsp[b] == 0 || nsp[b] == 1, "nsp label ", nsp[b], " is not 0 or 1");
   }
@@ -230,9 +248,7 @@ void BertModel::embed(BertActivations& a, const MicroBatch& mb, int64_t Sl) cons
   word_embed_->forward(a.word, mb.tokens, x);
   // Replicated tables look up only this rank's rows [seq_offset, seq_offset + Sl).
   Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
-  for (int64_t s = 0; s < Sl; ++s)
-    for (int64_t b = 0; b < B; ++b)
-      pos.data<int32_t>()[s * B + b] = static_cast<int32_t>(where.seq_offset + s);
+  fill_positions(pos, where.seq_offset);
   Tensor& rows = ensure(a.scratch, {Sl, B, D});
   pos_embed_->forward(a.pos, pos, rows);
   ops::add_inplace(x, rows);
@@ -294,12 +310,7 @@ double BertModel::lm_head_forward(BertActivations& a, const MicroBatch& mb, cons
   ops::linear_forward(*hn, word_embed_->table().value, &output_bias_->value, logits);
   vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, ensure(a.losses, {N}),
                                ensure(a.lse, {N}));
-  double total = 0.0;
-  const float* losses = a.losses.data<float>();
-  const int32_t* labels = mb.labels.data<int32_t>();
-  for (int64_t i = 0; i < N; ++i)
-    if (labels[i] != kIgnoreIndex) total += losses[i];
-  return total;
+  return sum_target_losses(a.losses, mb.labels);
 }
 
 double BertModel::binary_head_forward(BertActivations& a, const MicroBatch& mb,
@@ -315,9 +326,7 @@ double BertModel::binary_head_forward(BertActivations& a, const MicroBatch& mb,
   binary_->forward(a.binary, a.pooled, ensure(a.nsp_logits, {B, 2}));
   ops::cross_entropy_forward(a.nsp_logits, mb.nsp_labels, kTwoClasses, kIgnoreIndex,
                              ensure(a.nsp_losses, {B}), ensure(a.nsp_lse, {B}));
-  double total = 0.0;
-  for (int64_t b = 0; b < B; ++b) total += a.nsp_losses.data<float>()[b];
-  return total;
+  return sum_values(a.nsp_losses);
 }
 
 void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float weight,

@@ -113,9 +113,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
     tok_embed_->forward(a.tok, mb.tokens, x0);
     if (pos_embed_) {
       Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
-      for (int64_t s = 0; s < Sl; ++s)
-        for (int64_t b = 0; b < B; ++b)
-          pos.data<int32_t>()[s * B + b] = static_cast<int32_t>(where.seq_offset + s);
+      fill_positions(pos, where.seq_offset);
       Tensor& pe = ensure(a.grad_a, {Sl, B, D});  // scratch until backward
       pos_embed_->forward(a.pos, pos, pe);
       ops::add_inplace(x0, pe);
@@ -150,10 +148,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   ensure(a.lse, {N});
   vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, a.losses, a.lse);
   LossSums total;
-  const float* losses = a.losses.data<float>();
-  const int32_t* labels = mb.labels.data<int32_t>();
-  for (int64_t i = 0; i < N; ++i)
-    if (labels[i] != kIgnoreIndex) total.lm += losses[i];
+  total.lm = sum_target_losses(a.losses, mb.labels);
   return total;
 }
 
@@ -179,7 +174,7 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   if (stage_.post_process) {
     const kernels::cpu::VocabSlice vs = vocab_slice();
     Tensor& dl = ensure(a.dlosses, {N});
-    for (int64_t i = 0; i < N; ++i) dl.data<float>()[i] = weights.lm;
+    fill_value(dl, weights.lm);
     // d(logits) overwrites the logits buffer.
     ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
     Tensor& d_final = *other;

@@ -108,9 +108,9 @@ PY
   bench_run gpt2_124m recipes/gpt2_124m.yaml --set model.vocab_size=50257 \
     --set training.micro_batch_size=8 --set training.global_batch_size=32 \
     --set training.train_iters=8
-  # ~1.3B (GPT-3 XL shape): 24 layers, hidden 2048, seq 2048. The unfused attention keeps
-  # fp32 probabilities [micro, heads, seq, seq] per layer, so micro-batch 1 with selective
-  # recomputation fits 80 GB.
+  # ~1.3B (GPT-3 XL shape): 24 layers, hidden 2048, seq 2048; flash attention (the cuda
+  # default, model.attention_backend: auto) keeps no [S, S] probabilities, and micro-batch 1
+  # with selective recomputation leaves room on 80 GB.
   bench_run gpt_1p3b recipes/gpt_1.3b.yaml --set model.vocab_size=50257 \
     --set training.micro_batch_size=1 --set training.global_batch_size=8 \
     --set training.recompute=selective --set training.train_iters=6

@@ -13,6 +13,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
@@ -141,6 +142,41 @@ BENCHMARK(BM_Attention)
     ->Args({1, 0, 1})
     ->Args({0, 0, 1})
     ->Args({1, 10, 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Flash (kernels/cpu/flash_attention.h) vs unfused attention, forward + backward, causal.
+// Args: flash, S. B=2, H=8, Dh=64.
+void BM_AttentionFlashVsUnfused(benchmark::State& state) {
+  const bool flash = state.range(0) != 0;
+  const cpu::AttentionShape shape{state.range(1), 2, 8, 8, 64};
+  cpu::AttentionOptions opt{};
+  opt.scale = 1.0f / std::sqrt(float(shape.Dh));
+  opt.causal = true;
+  const int64_t tokens = shape.S * shape.B;
+  const auto qkv = random_vector(tokens * (shape.H + 2 * shape.G) * shape.Dh, 1);
+  const auto dout = random_vector(tokens * shape.H * shape.Dh, 2);
+  std::vector<float> out(tokens * shape.H * shape.Dh), dqkv(qkv.size());
+  std::vector<float> saved(flash ? shape.B * shape.H * shape.S
+                                 : shape.B * shape.H * shape.S * shape.S);
+  for (auto _ : state) {
+    if (flash) {
+      cpu::flash_attention_forward(shape, opt, qkv.data(), out.data(), saved.data());
+      cpu::flash_attention_backward(shape, opt, qkv.data(), out.data(), saved.data(), dout.data(),
+                                    dqkv.data());
+    } else {
+      cpu::attention_forward(shape, opt, qkv.data(), out.data(), saved.data());
+      cpu::attention_backward(shape, opt, qkv.data(), saved.data(), dout.data(), dqkv.data());
+    }
+    benchmark::ClobberMemory();
+  }
+}
+BENCHMARK(BM_AttentionFlashVsUnfused)
+    ->ArgNames({"flash", "S"})
+    ->Args({0, 256})
+    ->Args({1, 256})
+    ->Args({0, 1024})
+    ->Args({1, 1024})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

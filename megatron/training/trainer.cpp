@@ -320,6 +320,7 @@ std::pair<double, double> Trainer::global_target_counts(
 
 StepMetrics Trainer::train_step(int64_t iteration) {
   const auto t0 = std::chrono::steady_clock::now();
+  set_compute_device(device_);  // per process: another trainer may have set another one
   const auto& tr = recipe_.training;
   const int64_t mbs = tr.micro_batch_size, G = tr.global_batch_size, S = recipe_.model.seq_length;
   const int64_t base = (iteration - 1) * G;
@@ -401,6 +402,9 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     scaler_->update(false);
   }
 
+  // On a device the step's last kernels (AdamW, casts) may still be queued: a one-element
+  // device-to-host copy waits for them, so the step time covers the whole step.
+  if (device_ != Device::CPU) (void)store_.values().flat_view(0, {1}).to(Device::CPU);
   metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
@@ -466,6 +470,7 @@ models::LossSums Trainer::reduce_losses(const models::LossSums& local) {
 }
 
 EvalMetrics Trainer::evaluate(int64_t iteration) {
+  set_compute_device(device_);
   const auto& tr = recipe_.training;
   const int64_t mbs = tr.micro_batch_size;
   const int64_t samples = std::max<int64_t>(tr.eval_iters, 1) * tr.global_batch_size;

@@ -187,6 +187,34 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
         << launch.num_nodes << " node(s)\n"
         << mesh->placement().report() << std::flush;
   }
+  training::TrainerGroups groups{&mesh->world(), &mesh->tp(),        &mesh->dp(),
+                                 &mesh->pp(),    &mesh->embedding(), &mesh->model()};
+  // training.device: cuda: one GPU per process, picked by node-local rank, and one NCCL
+  // communicator per process group the model's tensors travel through (made from the mesh's MPI
+  // group, in the same order on every rank). The world group stays MPI: it carries host-side
+  // control values only (stop flags, checkpoints).
+  std::vector<std::unique_ptr<parallel::Communicator>> nccl_groups;
+  if (recipe.training.device == "cuda") {
+    MT_INPUT_CHECK(device_available(Device::CUDA), recipe.source_path,
+                   ": training.device: cuda but no CUDA device is visible (or this build has no "
+                   "CUDA backend: configure with -DMEGATRON_CUDA=ON)");
+#if MEGATRON_WITH_CUDA
+    const int gpu = cuda::select_device_for_local_rank(launch.local_rank);
+    out << "device: cuda, rank 0 on GPU " << gpu << " (GPU = local rank % visible devices)\n";
+    auto to_nccl = [&](parallel::Communicator* c) -> parallel::Communicator* {
+      if (c == nullptr || c->size() == 1) return c;
+      const auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(c);
+      MT_CHECK(mpi != nullptr, "process group '", c->name(), "' is not an MPI group");
+      nccl_groups.push_back(std::make_unique<cuda::NcclCommunicator>(*mpi));
+      return nccl_groups.back().get();
+    };
+    groups.tp = to_nccl(groups.tp);
+    groups.dp = to_nccl(groups.dp);
+    groups.pp = to_nccl(groups.pp);
+    groups.embedding = to_nccl(groups.embedding);
+    groups.model = to_nccl(groups.model);
+#endif
+  }
   if (recipe.training.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)
     recipe.training.threads = parallel::default_cpu_threads(launch);
 
@@ -222,34 +250,6 @@ int run(const Args& args, const parallel::LaunchInfo& launch) {
   if (valid) out << ", valid " << valid->samples_per_epoch();
   out << "\n";
 
-  training::TrainerGroups groups{&mesh->world(), &mesh->tp(),        &mesh->dp(),
-                                 &mesh->pp(),    &mesh->embedding(), &mesh->model()};
-  // training.device: cuda: one GPU per process, picked by node-local rank, and one NCCL
-  // communicator per process group the model's tensors travel through (made from the mesh's MPI
-  // group, in the same order on every rank). The world group stays MPI: it carries host-side
-  // control values only (stop flags, checkpoints).
-  std::vector<std::unique_ptr<parallel::Communicator>> nccl_groups;
-  if (recipe.training.device == "cuda") {
-    MT_INPUT_CHECK(device_available(Device::CUDA), recipe.source_path,
-                   ": training.device: cuda but no CUDA device is visible (or this build has no "
-                   "CUDA backend: configure with -DMEGATRON_CUDA=ON)");
-#if MEGATRON_WITH_CUDA
-    const int gpu = cuda::select_device_for_local_rank(launch.local_rank);
-    out << "device: cuda, rank 0 on GPU " << gpu << " (GPU = local rank % visible devices)\n";
-    auto to_nccl = [&](parallel::Communicator* c) -> parallel::Communicator* {
-      if (c == nullptr || c->size() == 1) return c;
-      const auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(c);
-      MT_CHECK(mpi != nullptr, "process group '", c->name(), "' is not an MPI group");
-      nccl_groups.push_back(std::make_unique<cuda::NcclCommunicator>(*mpi));
-      return nccl_groups.back().get();
-    };
-    groups.tp = to_nccl(groups.tp);
-    groups.dp = to_nccl(groups.dp);
-    groups.pp = to_nccl(groups.pp);
-    groups.embedding = to_nccl(groups.embedding);
-    groups.model = to_nccl(groups.model);
-#endif
-  }
   training::Trainer trainer(recipe, vocab, train, valid, groups, out);
   const training::TrainSummary summary = trainer.run();
   if (summary.evals.size() >= 2) {

@@ -1,5 +1,7 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <cmath>
+
 #include "kernels/common/numeric.h"
 #include "kernels/cpu/kernel_util.h"
 
@@ -38,6 +40,15 @@ void gelu_forward(const float* x, float* y, int64_t n) {
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * math::gelu_tanh_grad(x[i]);
+}
+
+// Small ([B, D] pooler) and scalar on purpose: libm's tanhf, element by element.
+void tanh_forward(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+}
+
+void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F) {

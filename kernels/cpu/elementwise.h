@@ -13,6 +13,11 @@ void gelu_forward(const float* x, float* y, int64_t n);
 // dx = dy * gelu'(x)   (activation grads are written, not accumulated)
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
 
+// tanh (the BERT pooler): y = tanh(x); backward from the output: dx = dy * (1 - y^2) (dx may be
+// dy).
+void tanh_forward(const float* x, float* y, int64_t n);
+void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);
+
 // SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F);
 void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F);

@@ -57,6 +57,19 @@ __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) 
 }
 
 template <typename T>
+__global__ void tanh_forward_kernel(const T* x, T* y, int64_t n) {
+  MT_GRID_STRIDE(i, n) y[i] = from_float<T>(tanhf(to_float(x[i])));
+}
+
+template <typename T>
+__global__ void tanh_backward_kernel(const T* y, const T* dy, T* dx, int64_t n) {
+  MT_GRID_STRIDE(i, n) {
+    const float o = to_float(y[i]);
+    dx[i] = from_float<T>(to_float(dy[i]) * (1.0f - o * o));
+  }
+}
+
+template <typename T>
 __global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F) {
   MT_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i - r * F;
@@ -139,6 +152,20 @@ void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t strea
 }
 
 template <typename T>
+void tanh_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  tanh_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
+void tanh_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  tanh_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
 void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stream) {
   if (rows <= 0 || F <= 0) return;
   swiglu_forward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, y, rows, F);
@@ -159,6 +186,8 @@ void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, cu
   template void fill<T>(T*, float, int64_t, cudaStream_t);                                  \
   template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                       \
   template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);            \
+  template void tanh_forward<T>(const T*, T*, int64_t, cudaStream_t);                       \
+  template void tanh_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);            \
   template void swiglu_forward<T>(const T*, T*, int64_t, int64_t, cudaStream_t);            \
   template void swiglu_backward<T>(const T*, const T*, T*, int64_t, int64_t, cudaStream_t); \
   template void add_inplace<T, T>(T*, const T*, int64_t, cudaStream_t);                     \

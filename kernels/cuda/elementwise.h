@@ -34,6 +34,12 @@ void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
 template <typename T>
 void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t stream);
 
+// y = tanh(x); dx = dy * (1 - y^2) from the output y (dx may be dy).
+template <typename T>
+void tanh_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
+template <typename T>
+void tanh_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t stream);
+
 // SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
 template <typename T>
 void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stream);

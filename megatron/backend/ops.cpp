@@ -239,6 +239,24 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   cpu::gelu_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
 }
 
+void tanh_forward(const Tensor& x, Tensor& y) {
+  const char* op = "tanh_forward";
+  const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
+  MT_CHECK(y.numel() == x.numel(), "tanh_forward: shape mismatch");
+  MT_RUN_ON_CUDA(dev, tanh_forward(x, y));
+  require_f32(op, {{&x, "x"}, {&y, "y"}});
+  cpu::tanh_forward(x.data<float>(), y.data<float>(), x.numel());
+}
+
+void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const char* op = "tanh_backward";
+  const Device dev = device_of(op, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx"}});
+  MT_CHECK(dy.numel() == y.numel() && dx.numel() == y.numel(), "tanh_backward: shape mismatch");
+  MT_RUN_ON_CUDA(dev, tanh_backward(y, dy, dx));
+  require_f32(op, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx"}});
+  cpu::tanh_backward(y.data<float>(), dy.data<float>(), dx.data<float>(), y.numel());
+}
+
 void swiglu_forward(const Tensor& x, Tensor& y) {
   const char* op = "swiglu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});

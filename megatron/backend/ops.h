@@ -33,6 +33,9 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
 
 void gelu_forward(const Tensor& x, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+// y = tanh(x); backward from the output y: dx = dy * (1 - y^2) (dx may be dy).
+void tanh_forward(const Tensor& x, Tensor& y);
+void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void swiglu_forward(const Tensor& x, Tensor& y);  // x [N, 2F] -> y [N, F]
 void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 

@@ -13,41 +13,6 @@ namespace {
 // A MicroBatch field that was not given is a default Tensor (0-d, not 0 elements).
 bool given(const Tensor& t) { return t.ndim() > 0; }
 
-// The pooler's tanh runs on [B, D] values (B*D elements, negligible next to the blocks) on the
-// host: on a device through a host copy, so it does not need an op of its own.
-template <typename Fn>
-void on_host(const std::vector<const Tensor*>& in, Tensor& out, Fn fn) {
-  if (out.device() == Device::CPU) {
-    fn(in, out);
-    return;
-  }
-  std::vector<Tensor> host;
-  for (const Tensor* t : in) host.push_back(t->to(Device::CPU));
-  std::vector<const Tensor*> ptrs;
-  for (const Tensor& t : host) ptrs.push_back(&t);
-  Tensor result = Tensor::empty(out.shape(), out.dtype());
-  fn(ptrs, result);
-  out.copy_from(result);
-}
-
-void tanh_forward(const Tensor& x, Tensor& y) {
-  on_host({&x}, y, [](const std::vector<const Tensor*>& in, Tensor& out) {
-    const float* src = in[0]->data<float>();
-    float* dst = out.data<float>();
-    for (int64_t i = 0; i < out.numel(); ++i) dst[i] = std::tanh(src[i]);
-  });
-}
-
-// dx = dy * (1 - y^2), from the tanh output y (dx may be dy).
-void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
-  on_host({&y, &dy}, dx, [](const std::vector<const Tensor*>& in, Tensor& out) {
-    const float* o = in[0]->data<float>();
-    const float* g = in[1]->data<float>();
-    float* d = out.data<float>();
-    for (int64_t i = 0; i < out.numel(); ++i) d[i] = g[i] * (1.0f - o[i] * o[i]);
-  });
-}
-
 void fill(Tensor& t, float v) { fill_value(t, v); }
 
 int64_t params_end(const std::vector<Parameter*>& params) {
@@ -322,7 +287,7 @@ double BertModel::binary_head_forward(BertActivations& a, const MicroBatch& mb,
   if (!sp() || tp_->rank() == 0) cls.copy_from(h.flat_view(0, {B, D}));
   if (sp()) tp_->broadcast(cls, 0);
   pooler_->forward(a.pooler, cls, ensure(a.pooler_out, {B, D}));
-  tanh_forward(a.pooler_out, ensure(a.pooled, {B, D}));
+  ops::tanh_forward(a.pooler_out, ensure(a.pooled, {B, D}));
   binary_->forward(a.binary, a.pooled, ensure(a.nsp_logits, {B, 2}));
   ops::cross_entropy_forward(a.nsp_logits, mb.nsp_labels, kTwoClasses, kIgnoreIndex,
                              ensure(a.nsp_losses, {B}), ensure(a.nsp_lse, {B}));
@@ -364,7 +329,7 @@ void BertModel::binary_head_backward(BertActivations& a, const MicroBatch& mb, f
   ops::cross_entropy_backward(a.nsp_logits, mb.nsp_labels, kTwoClasses, kIgnoreIndex, a.nsp_lse,
                               a.d_nsp, a.nsp_logits);
   binary_->backward(a.binary, a.nsp_logits, &ensure(a.d_pooled, {B, D}));
-  tanh_backward(a.pooled, a.d_pooled, a.d_pooled);
+  ops::tanh_backward(a.pooled, a.d_pooled, a.d_pooled);
   pooler_->backward(a.pooler, a.d_pooled, &ensure(a.d_cls, {B, D}));
   // Only the rank whose slice holds position 0 owns those rows' gradient (with SP); without
   // SP every rank holds the full (identical) residual-stream gradient.

@@ -287,6 +287,18 @@ TEST_P(CudaVsCpuOps, GeluAndSwiglu) {
   });
 }
 
+TEST_P(CudaVsCpuOps, Tanh) {
+  const int64_t rows = 5, d = 24;
+  const auto x = rnd(rows * d, 34, 2.0f), dy = rnd(rows * d, 35);
+  compare([&](const Backend& be) {
+    Tensor tx = be.make(x, {rows, d});
+    Tensor y = be.act_zeros({rows, d}), dx = be.make(dy, {rows, d});
+    ops::tanh_forward(tx, y);
+    ops::tanh_backward(y, dx, dx);  // in place, as the BERT pooler does
+    return Outputs{{"tanh_y", y}, {"tanh_dx", dx}};
+  });
+}
+
 TEST_P(CudaVsCpuOps, Embedding) {
   const int64_t rows = 20, d = 16, start = 5;
   // In range, repeated, and outside this shard's rows [5, 25) (zero rows, no gradient).

@@ -230,6 +230,22 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   });
 }
 
+void tanh_forward(const Tensor& x, Tensor& y) {
+  const char* op = "tanh_forward";
+  with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
+    expect_all<T>(op, {{&y, "y"}});
+    kc::tanh_forward<T>(ptr<T>(x), ptr<T>(y), x.numel(), stream());
+  });
+}
+
+void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+  const char* op = "tanh_backward";
+  with_storage_type(y.dtype(), op, "y", [&]<typename T>() {
+    expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
+    kc::tanh_backward<T>(ptr<T>(y), ptr<T>(dy), ptr<T>(dx), y.numel(), stream());
+  });
+}
+
 void swiglu_forward(const Tensor& x, Tensor& y) {
   const char* op = "swiglu_forward";
   const int64_t f = y.dim(y.ndim() - 1), n = y.numel() / f;

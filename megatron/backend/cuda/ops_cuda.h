@@ -10,7 +10,7 @@
 //   linear_backward         x, w, dy, dx: T; dw: T or fp32 (+=); db: fp32 (+=)
 //   layernorm/rmsnorm fwd   x, y: T; w, b: T or fp32; mean, rstd: fp32
 //   layernorm/rmsnorm bwd   x, dy, dx: T; w: T or fp32; mean, rstd: fp32; dw, db: fp32 (+=)
-//   gelu, swiglu            T
+//   gelu, swiglu, tanh      T
 //   embedding_forward       ids: int32; table, out: T
 //   embedding_backward      ids: int32; dout: T; dtable: fp32 (+=)
 //   attention_forward       qkv, out: T; probs: fp32; opt.key_mask: device memory (unfused
@@ -54,6 +54,8 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
 
 void gelu_forward(const Tensor& x, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+void tanh_forward(const Tensor& x, Tensor& y);
+void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 void swiglu_forward(const Tensor& x, Tensor& y);
 void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 

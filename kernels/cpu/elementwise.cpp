@@ -51,6 +51,13 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
 }
 
+int64_t count_outside(const float* x, int64_t n, float limit) {
+  int64_t count = 0;
+#pragma omp parallel for reduction(+ : count) schedule(static) if (n > kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) count += !(std::abs(x[i]) <= limit);
+  return count;
+}
+
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F) {
 #pragma omp parallel for schedule(static) if (rows * F > kActivationGrain)
   for (int64_t r = 0; r < rows; ++r) {

@@ -18,6 +18,9 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
 void tanh_forward(const float* x, float* y, int64_t n);
 void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);
 
+// Number of elements with !(|x| <= limit): beyond the limit or not finite (fp16 overflow check).
+int64_t count_outside(const float* x, int64_t n, float limit);
+
 // SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F);
 void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F);

@@ -70,6 +70,14 @@ __global__ void tanh_backward_kernel(const T* y, const T* dy, T* dx, int64_t n) 
 }
 
 template <typename T>
+__global__ void count_outside_kernel(const T* x, int64_t n, float limit,
+                                     unsigned long long* count) {
+  unsigned long long c = 0;
+  MT_GRID_STRIDE(i, n) c += !(fabsf(to_float(x[i])) <= limit);
+  if (c != 0) atomicAdd(count, c);
+}
+
+template <typename T>
 __global__ void swiglu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F) {
   MT_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i - r * F;
@@ -166,6 +174,14 @@ void tanh_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t strea
 }
 
 template <typename T>
+void count_outside(const T* x, int64_t n, float limit, unsigned long long* count,
+                   cudaStream_t stream) {
+  if (n <= 0) return;
+  count_outside_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, limit, count);
+  MT_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T>
 void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stream) {
   if (rows <= 0 || F <= 0) return;
   swiglu_forward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, y, rows, F);
@@ -179,20 +195,21 @@ void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, cu
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                   \
-  template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                      \
-  template void add_bias<T>(T*, const T*, int64_t, int64_t, cudaStream_t);                  \
-  template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);                         \
-  template void fill<T>(T*, float, int64_t, cudaStream_t);                                  \
-  template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                       \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);            \
-  template void tanh_forward<T>(const T*, T*, int64_t, cudaStream_t);                       \
-  template void tanh_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);            \
-  template void swiglu_forward<T>(const T*, T*, int64_t, int64_t, cudaStream_t);            \
-  template void swiglu_backward<T>(const T*, const T*, T*, int64_t, int64_t, cudaStream_t); \
-  template void add_inplace<T, T>(T*, const T*, int64_t, cudaStream_t);                     \
-  template void cast<T, float>(const T*, float*, int64_t, cudaStream_t);                    \
-  template void cast<T, __nv_bfloat16>(const T*, __nv_bfloat16*, int64_t, cudaStream_t);    \
+#define MT_INSTANTIATE(T)                                                                      \
+  template void add<T>(const T*, const T*, T*, int64_t, cudaStream_t);                         \
+  template void add_bias<T>(T*, const T*, int64_t, int64_t, cudaStream_t);                     \
+  template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);                            \
+  template void fill<T>(T*, float, int64_t, cudaStream_t);                                     \
+  template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                          \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);               \
+  template void tanh_forward<T>(const T*, T*, int64_t, cudaStream_t);                          \
+  template void count_outside<T>(const T*, int64_t, float, unsigned long long*, cudaStream_t); \
+  template void tanh_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);               \
+  template void swiglu_forward<T>(const T*, T*, int64_t, int64_t, cudaStream_t);               \
+  template void swiglu_backward<T>(const T*, const T*, T*, int64_t, int64_t, cudaStream_t);    \
+  template void add_inplace<T, T>(T*, const T*, int64_t, cudaStream_t);                        \
+  template void cast<T, float>(const T*, float*, int64_t, cudaStream_t);                       \
+  template void cast<T, __nv_bfloat16>(const T*, __nv_bfloat16*, int64_t, cudaStream_t);       \
   template void cast<T, __half>(const T*, __half*, int64_t, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)

@@ -40,6 +40,12 @@ void tanh_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
 template <typename T>
 void tanh_backward(const T* y, const T* dy, T* dx, int64_t n, cudaStream_t stream);
 
+// *count += number of elements with !(|x| <= limit) (beyond it or not finite); the caller zeroes
+// *count (device memory) first.
+template <typename T>
+void count_outside(const T* x, int64_t n, float limit, unsigned long long* count,
+                   cudaStream_t stream);
+
 // SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
 template <typename T>
 void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stream);

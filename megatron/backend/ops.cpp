@@ -573,6 +573,14 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                   param.numel(), p);
 }
 
+int64_t count_outside(const Tensor& x, float limit) {
+  const char* op = "count_outside";
+  const Device dev = device_of(op, {{&x, "x"}});
+  MT_RUN_ON_CUDA(dev, count_outside(x, limit));
+  require_f32(op, {{&x, "x"}});
+  return cpu::count_outside(x.data<float>(), x.numel(), limit);
+}
+
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   const Device dev = device_of(op, {{&x, "x"}});

@@ -104,5 +104,7 @@ void cast(const Tensor& src, Tensor& dst);
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                 const math::AdamWParams& p);
 double sum_squares(const Tensor& x);
+// Number of elements with !(|x| <= limit): beyond it or not finite (returns to the host).
+int64_t count_outside(const Tensor& x, float limit);
 
 }  // namespace megatron::ops

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "megatron/backend/ops.h"
 #include "megatron/training/signals.h"
 #include "models/bert/bert_model.h"
 
@@ -417,13 +418,14 @@ bool Trainer::fp16_gradient_overflow() {
   // The CPU computes in fp32, so an fp16 gradient overflow is detected by range: a scaled
   // gradient beyond fp16's largest finite value would have been inf on an fp16 device.
   constexpr float kFp16Max = 65504.0f;
-  // On a device the kernels also compute in fp32: the same check on a host copy of the grads.
+  // (The kernels on a device also compute in fp32: the same check, as an op.)
   float overflow = 0.0f;
-  const Tensor grads = store_.grads().to(Device::CPU);
   for (const optim::Segment& s : optimizer_->segments()) {
-    const float* g = grads.data<float>() + s.param->offset + s.begin;
-    for (int64_t i = 0; i < s.end - s.begin && overflow == 0.0f; ++i)
-      if (!(std::abs(g[i]) <= kFp16Max)) overflow = 1.0f;
+    const Tensor g = store_.grads().flat_view(s.param->offset + s.begin, {s.end - s.begin});
+    if (ops::count_outside(g, kFp16Max) > 0) {
+      overflow = 1.0f;
+      break;
+    }
   }
   Tensor flag = Tensor::wrap(&overflow, {1}, DType::F32);
   optim::all_reduce_host(*model_group_, flag, parallel::ReduceOp::Max, device_);

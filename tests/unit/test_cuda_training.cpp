@@ -148,6 +148,23 @@ TEST(DeviceAgnostic, CastRefreshEqualsTheCpuLoop) {
   }
 }
 
+// The fp16 overflow check of the trainer: elements beyond fp16's range or not finite, counted on
+// the tensor's device.
+TEST(DeviceAgnostic, CountOutsideFindsFp16Overflow) {
+  Tensor g = Tensor::zeros({1000}, DType::F32);
+  EXPECT_EQ(ops::count_outside(g, 65504.0f), 0);
+  g.data<float>()[3] = 65504.0f;  // the largest finite fp16: fine
+  g.data<float>()[10] = -70000.0f;
+  g.data<float>()[500] = std::nanf("");
+  g.data<float>()[999] = INFINITY;
+  EXPECT_EQ(ops::count_outside(g, 65504.0f), 3);
+  if (!device_available(Device::CUDA)) return;
+  EXPECT_EQ(ops::count_outside(g.to(Device::CUDA), 65504.0f), 3);
+  Tensor h = Tensor::zeros({1000}, DType::BF16, Device::CUDA);
+  ops::cast(g.to(Device::CUDA), h);
+  EXPECT_EQ(ops::count_outside(h, 65504.0f), 3);
+}
+
 TEST(DeviceAgnostic, ModelHostHelpers) {
   Tensor pos = Tensor::empty({3, 2}, DType::I32);
   models::fill_positions(pos, 5);

@@ -489,6 +489,19 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                  p, stream());
 }
 
+int64_t count_outside(const Tensor& x, float limit) {
+  unsigned long long result = 0;
+  with_storage_type(x.dtype(), "count_outside", "x", [&]<typename T>() {
+    mc::DeviceMemory count = workspace(sizeof(unsigned long long));
+    MT_CUDA_CHECK(cudaMemsetAsync(count.get(), 0, sizeof(unsigned long long), stream()));
+    kc::count_outside<T>(ptr<T>(x), x.numel(), limit, count.as<unsigned long long>(), stream());
+    MT_CUDA_CHECK(cudaMemcpyAsync(&result, count.get(), sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToHost, stream()));
+    MT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  });
+  return static_cast<int64_t>(result);
+}
+
 double sum_squares(const Tensor& x) {
   double result = 0.0;
   with_storage_type(x.dtype(), "sum_squares", "x", [&]<typename T>() {

@@ -56,6 +56,7 @@ void gelu_forward(const Tensor& x, Tensor& y);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 void tanh_forward(const Tensor& x, Tensor& y);
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
+int64_t count_outside(const Tensor& x, float limit);
 void swiglu_forward(const Tensor& x, Tensor& y);
 void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 

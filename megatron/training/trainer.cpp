@@ -126,6 +126,10 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  ", dp ", dp_->size(), ")");
   MT_INPUT_CHECK(recipe_.parallel.expert == 1 && recipe_.parallel.context == 1, recipe_.source_path,
                  ": parallel.expert/context > 1 are not available yet");
+  // Training a dense model in place of the requested MoE one would be silently wrong.
+  MT_INPUT_CHECK(recipe_.model.num_experts == 0, recipe_.source_path,
+                 ": model.num_experts: ", recipe_.model.num_experts,
+                 " asks for mixture-of-experts layers, which are not implemented yet (use 0)");
   MT_INPUT_CHECK(tr.device == "cpu" || tr.device == "cuda", recipe_.source_path,
                  ": training.device: unknown device '", tr.device, "' (expected cpu or cuda)");
   device_ = tr.device == "cuda" ? Device::CUDA : Device::CPU;

@@ -104,6 +104,21 @@ INSTANTIATE_TEST_SUITE_P(Shipped, RecipeLibrary, ::testing::ValuesIn(shipped_rec
                            return n;
                          });
 
+TEST(RecipeLibraryList, UnimplementedMixtureOfExpertsIsAnErrorNotADenseModel) {
+  config::Recipe r =
+      reduced(config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/gpt_tiny.yaml"));
+  r.model.num_experts = 4;
+  auto source = std::make_shared<training::MockTokenSource>(r.model.seq_length, kVocab, 7);
+  auto world = parallel::make_single_process_communicator();
+  std::ostringstream log;
+  try {
+    training::Trainer trainer(r, kVocab, source, nullptr, *world, log);
+    FAIL() << "an MoE recipe trained as a dense model";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.num_experts"), std::string::npos) << e.what();
+  }
+}
+
 TEST(RecipeLibraryList, ShipsEveryArchitectureAndSize) {
   std::vector<std::string> names;
   for (const auto& p : shipped_recipes()) names.push_back(name_of(p));

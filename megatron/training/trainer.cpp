@@ -191,6 +191,9 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
     jsonl_.open(path, std::ios::app);
     MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: cannot open '", path, "' for writing");
   }
+  if (is_logger_ && !recipe_.logging.tensorboard_dir.empty())
+    tensorboard_ = std::make_unique<TensorBoardWriter>(
+        config::resolve_path(recipe_, recipe_.logging.tensorboard_dir));
   if (is_logger_) {
     const auto& m = recipe_.model;
     *log_ << "model: " << m.arch << ", " << store_.numel() << " parameters (" << m.num_layers
@@ -537,6 +540,18 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
     if (m.has_aux) j["nsp_loss"] = m.aux_loss;
     jsonl_ << j.dump() << "\n" << std::flush;
   }
+  if (tensorboard_) {
+    auto& tb = *tensorboard_;
+    tb.add_scalar("lm loss", m.iteration, m.lm_loss);
+    if (m.has_aux) tb.add_scalar("nsp loss", m.iteration, m.aux_loss);
+    tb.add_scalar("learning-rate", m.iteration, m.lr);
+    tb.add_scalar("grad-norm", m.iteration, m.grad_norm);
+    tb.add_scalar("loss-scale", m.iteration, m.loss_scale);
+    tb.add_scalar("tokens-per-sec", m.iteration, m.tokens_per_s);
+    tb.add_scalar("tflops", m.iteration, m.tflops);
+    tb.add_scalar("mfu", m.iteration, m.mfu);
+    tb.flush();
+  }
 }
 
 void Trainer::log_eval(const EvalMetrics& e) {
@@ -550,6 +565,11 @@ void Trainer::log_eval(const EvalMetrics& e) {
         {"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};
     if (e.has_aux) j["val_nsp_loss"] = e.aux_loss;
     jsonl_ << j.dump() << "\n" << std::flush;
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("lm loss validation", e.iteration, e.loss);
+    if (e.has_aux) tensorboard_->add_scalar("nsp loss validation", e.iteration, e.aux_loss);
+    tensorboard_->flush();
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // The training loop: micro-batches with gradient accumulation, gradient clipping by the global
 // norm, AdamW with the LR schedule, periodic validation, and per-step metrics (loss, lr, grad
-// norm, tokens/s, TFLOP/s and MFU by Megatron's FLOPs formula) logged to stdout and JSONL.
+// norm, tokens/s, TFLOP/s and MFU by Megatron's FLOPs formula) logged to stdout, JSONL
+// and TensorBoard (logging.tensorboard_dir, Megatron's tag names).
 // training.recompute (none|selective|full) selects activation recomputation in the transformer
 // blocks (megatron/transformer/block.h); every model chunk of a rank shares one workspace.
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include "megatron/training/batch_source.h"
 #include "megatron/training/flops.h"
 #include "megatron/training/pipeline_runtime.h"
+#include "megatron/training/tensorboard.h"
 #include "models/gpt/gpt_model.h"
 
 namespace megatron::training {
@@ -137,6 +139,7 @@ class Trainer {
   std::ostream* log_;
   bool is_logger_ = true;
   std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // logging.tensorboard_dir (rank 0)
   ParamStore store_;
   std::vector<std::unique_ptr<models::Model>> chunks_;  // this rank's virtual stages
   std::unique_ptr<PipelineRuntime> pipeline_;

@@ -1,17 +1,18 @@
 #include "kernels/cpu/attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <limits>
 #include <vector>
 
 #include "kernels/common/numeric.h"
+#include "kernels/cpu/attention_common.h"
 #include "kernels/cpu/kernel_util.h"
 #include "megatron/core/error.h"
 
 namespace megatron::kernels::cpu {
 namespace {
+
+using namespace attention_detail;
 
 // Query rows are processed in blocks, bounding the per-thread scratch to block x S floats.
 // Under a causal mask, block [r0, r1) only needs keys [0, r1): small blocks skip most of the
@@ -19,47 +20,6 @@ namespace {
 constexpr int64_t kCausalRowBlock = 64;
 constexpr int64_t kRowBlock = 256;
 int64_t row_block(const AttentionOptions& opt) { return opt.causal ? kCausalRowBlock : kRowBlock; }
-
-// Addressing into the fused qkv [S, B, G, (H/G + 2), Dh] and out [S, B, H, Dh] buffers. Each
-// head is a strided [S, Dh] matrix whose row stride (ld) is one token, so BLAS reads it in place.
-struct Layout {
-  int64_t S, B, H, G, Dh, heads_per_group, ld_qkv, ld_out;
-
-  explicit Layout(const AttentionShape& s)
-      : S(s.S),
-        B(s.B),
-        H(s.H),
-        G(s.G),
-        Dh(s.Dh),
-        heads_per_group(s.G > 0 ? s.H / s.G : 0),
-        ld_qkv(s.B * (s.H + 2 * s.G) * s.Dh),
-        ld_out(s.B * s.H * s.Dh) {}
-  int64_t group_offset(int64_t b, int64_t g) const {
-    return b * (H + 2 * G) * Dh + g * (heads_per_group + 2) * Dh;
-  }
-  int64_t q(int64_t b, int64_t h) const {
-    return group_offset(b, h / heads_per_group) + (h % heads_per_group) * Dh;
-  }
-  int64_t k(int64_t b, int64_t g) const { return group_offset(b, g) + heads_per_group * Dh; }
-  int64_t v(int64_t b, int64_t g) const { return k(b, g) + Dh; }
-  int64_t out(int64_t b, int64_t h) const { return (b * H + h) * Dh; }
-  // Keys a row block ending at r1 can see.
-  int64_t key_end(int64_t r1, bool causal) const { return causal ? r1 : S; }
-};
-
-void check_shape(const AttentionShape& s, const AttentionOptions& opt) {
-  MT_CHECK(s.S >= 0 && s.B >= 0 && s.Dh > 0 && s.G > 0 && s.H % s.G == 0,
-           "attention: bad shape S=", s.S, " B=", s.B, " H=", s.H, " G=", s.G, " Dh=", s.Dh);
-  MT_CHECK(opt.dropout_p >= 0.0f && opt.dropout_p < 1.0f, "attention: dropout_p ", opt.dropout_p,
-           " outside [0, 1)");
-}
-
-// C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major.
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
-              int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
-}
 
 // Turns scaled scores row[0, S) of query i into masked probabilities in place: row[j] for
 // j >= lim (causal) or padded keys is exactly 0; a row with no visible key is all zeros.
@@ -99,17 +59,11 @@ void dropout_rows(const float* P, float* pd, int64_t r0, int64_t r1, int64_t ken
   }
 }
 
-// Philox index of element (0, 0) of local head (b, h).
-uint64_t dropout_base(const AttentionShape& s, int64_t b, int64_t h) {
-  const int64_t total_heads = s.total_heads > 0 ? s.total_heads : s.H;
-  return uint64_t(((s.batch_offset + b) * total_heads + s.head_offset + h) * s.S * s.S);
-}
-
 }  // namespace
 
 void attention_forward(const AttentionShape& shape, const AttentionOptions& opt, const float* qkv,
                        float* out, float* probs) {
-  check_shape(shape, opt);
+  check_shape("attention", shape, opt);
   const Layout L(shape);
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;
@@ -152,7 +106,7 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
 
 void attention_backward(const AttentionShape& shape, const AttentionOptions& opt, const float* qkv,
                         const float* probs, const float* dout, float* dqkv) {
-  check_shape(shape, opt);
+  check_shape("attention", shape, opt);
   const Layout L(shape);
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;

@@ -1,62 +1,24 @@
 #include "kernels/cpu/flash_attention.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "kernels/common/numeric.h"
+#include "kernels/cpu/attention_common.h"
 #include "kernels/cpu/kernel_util.h"
 #include "megatron/core/error.h"
 
 namespace megatron::kernels::cpu {
 namespace {
 
+using namespace attention_detail;
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Query rows x key columns per tile: the per-thread scratch is kRows x kCols scores.
 constexpr int64_t kRows = 64;
 constexpr int64_t kCols = 128;
-
-// Addressing of the fused qkv / out buffers, as in attention.cpp.
-struct Layout {
-  int64_t S, B, H, G, Dh, hpg, ld_qkv, ld_out;
-  explicit Layout(const AttentionShape& s)
-      : S(s.S),
-        B(s.B),
-        H(s.H),
-        G(s.G),
-        Dh(s.Dh),
-        hpg(s.G > 0 ? s.H / s.G : 0),
-        ld_qkv(s.B * (s.H + 2 * s.G) * s.Dh),
-        ld_out(s.B * s.H * s.Dh) {}
-  int64_t group_offset(int64_t b, int64_t g) const {
-    return b * (H + 2 * G) * Dh + g * (hpg + 2) * Dh;
-  }
-  int64_t q(int64_t b, int64_t h) const { return group_offset(b, h / hpg) + (h % hpg) * Dh; }
-  int64_t k(int64_t b, int64_t g) const { return group_offset(b, g) + hpg * Dh; }
-  int64_t v(int64_t b, int64_t g) const { return k(b, g) + Dh; }
-  int64_t out(int64_t b, int64_t h) const { return (b * H + h) * Dh; }
-};
-
-void check_shape(const AttentionShape& s, const AttentionOptions& opt) {
-  MT_CHECK(s.S >= 0 && s.B >= 0 && s.Dh > 0 && s.G > 0 && s.H % s.G == 0,
-           "flash_attention: bad shape S=", s.S, " B=", s.B, " H=", s.H, " G=", s.G, " Dh=", s.Dh);
-  MT_CHECK(opt.dropout_p >= 0.0f && opt.dropout_p < 1.0f, "flash_attention: dropout_p ",
-           opt.dropout_p, " outside [0, 1)");
-}
-
-void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
-              int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
-}
-
-uint64_t dropout_base(const AttentionShape& s, int64_t b, int64_t h) {
-  const int64_t total_heads = s.total_heads > 0 ? s.total_heads : s.H;
-  return uint64_t(((s.batch_offset + b) * total_heads + s.head_offset + h) * s.S * s.S);
-}
 
 // Number of visible columns [c0, c0 + lim) of row i in a tile starting at key c0 (causal
 // clips at i); key_mask holes are applied separately.
@@ -69,7 +31,7 @@ int64_t visible(int64_t i, int64_t c0, int64_t cols, bool causal) {
 
 void flash_attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
                              const float* qkv, float* out, float* lse) {
-  check_shape(shape, opt);
+  check_shape("flash_attention", shape, opt);
   const Layout L(shape);
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;
@@ -81,7 +43,7 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
     std::vector<float> sc(kRows * kCols), m(kRows), l(kRows), uniforms(kCols);
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < pairs; ++bh) {
-      const int64_t b = bh / L.H, h = bh % L.H, g = h / L.hpg;
+      const int64_t b = bh / L.H, h = bh % L.H, g = h / L.heads_per_group;
       const float* Q = qkv + L.q(b, h);
       const float* K = qkv + L.k(b, g);
       const float* V = qkv + L.v(b, g);
@@ -159,7 +121,7 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
 void flash_attention_backward(const AttentionShape& shape, const AttentionOptions& opt,
                               const float* qkv, const float* out, const float* lse,
                               const float* dout, float* dqkv) {
-  check_shape(shape, opt);
+  check_shape("flash_attention", shape, opt);
   const Layout L(shape);
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;
@@ -184,7 +146,7 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
         std::fill(dK + s * L.ld_qkv, dK + s * L.ld_qkv + Dh, 0.0f);
         std::fill(dV + s * L.ld_qkv, dV + s * L.ld_qkv + Dh, 0.0f);
       }
-      for (int64_t h = g * L.hpg; h < (g + 1) * L.hpg; ++h) {
+      for (int64_t h = g * L.heads_per_group; h < (g + 1) * L.heads_per_group; ++h) {
         const float* Q = qkv + L.q(b, h);
         float* dQ = dqkv + L.q(b, h);
         const float* O = out + L.out(b, h);

@@ -104,6 +104,8 @@ class Model {
                         Tensor* d_hidden_in = nullptr) const = 0;
 
   virtual const ModelStage& stage() const = 0;
+  // The dtype of the activations (and of a stage's input/output and their gradients).
+  virtual DType activation_dtype() const = 0;
   // The word-embedding table this stage holds (input embedding or a tied output layer), or null.
   // Pipeline parallelism sums its gradient over the embedding group (first + last stage).
   virtual Parameter* word_embeddings() const = 0;

@@ -30,6 +30,16 @@ void apply_dropout(const float* in, float* out, int64_t n, float p, uint64_t see
 
 }  // namespace
 
+void dropout_rows(const float* in, float* out, const DropoutRows& rows, float p, uint64_t seed,
+                  uint64_t stream) {
+  const int64_t R = rows.rows(), D = rows.D;
+  // Each row's tiles run on one thread; rows are spread over the threads (apply_dropout's own
+  // loop stays serial inside a parallel region).
+#pragma omp parallel for schedule(static) if (R * D > detail::kParallelGrain)
+  for (int64_t r = 0; r < R; ++r)
+    apply_dropout(in + r * D, out + r * D, D, p, seed, stream, rows.row_index(r));
+}
+
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t stream,
                      uint64_t index_offset) {
   apply_dropout(x, y, n, p, seed, stream, index_offset);

@@ -4,11 +4,18 @@
 // backward regenerates it, so any shard of a tensor reproduces the full tensor's mask.
 #include <cstdint>
 
+#include "kernels/common/dropout_rows.h"
+
 namespace megatron::kernels::cpu {
 
 void dropout_forward(const float* x, float* y, int64_t n, float p, uint64_t seed, uint64_t stream,
                      uint64_t index_offset);
 void dropout_backward(const float* dy, float* dx, int64_t n, float p, uint64_t seed,
                       uint64_t stream, uint64_t index_offset);
+
+// The same over the rows of an [S, B, D] tensor: row r = s * B + b starts at Philox index
+// rows.row_index(r) (kernels/common/dropout_rows.h). Backward is the same map.
+void dropout_rows(const float* in, float* out, const DropoutRows& rows, float p, uint64_t seed,
+                  uint64_t stream);
 
 }  // namespace megatron::kernels::cpu

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/dropout_rows.h"
+
 namespace megatron::kernels::cuda {
 
 template <typename T>
@@ -17,5 +19,11 @@ void dropout_forward(const T* x, T* y, int64_t n, float p, uint64_t seed, uint64
 template <typename T>
 void dropout_backward(const T* dy, T* dx, int64_t n, float p, uint64_t seed, uint64_t rng_stream,
                       uint64_t index_offset, cudaStream_t stream);
+
+// kernels/cpu/dropout.h dropout_rows: the rows of an [S, B, D] tensor in one launch, row r
+// starting at Philox index rows.row_index(r); bit-identical masks. in may equal out.
+template <typename T>
+void dropout_rows(const T* in, T* out, const DropoutRows& rows, float p, uint64_t seed,
+                  uint64_t rng_stream, cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

@@ -13,6 +13,7 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/rope.h"
+#include "megatron/backend/float_args.h"
 #ifdef MEGATRON_WITH_CUDA
 #include "megatron/backend/cuda/ops_cuda.h"
 #endif
@@ -20,7 +21,8 @@
 // Every op: (1) the device of its tensors (all on one device, else an error naming each
 // tensor's device), (2) the shape checks shared by all devices, (3) on CUDA, the CUDA backend's
 // version (backend/cuda/ops_cuda.h: dtype checks and the kernels/cuda launch on the current
-// stream), (4) on the CPU, the fp32 checks and the kernels/cpu call.
+// stream), (4) on the CPU, the kernels/cpu call in fp32 (backend/float_args.h: the dtype
+// contract is checked for every device, 16-bit tensors are widened for the CPU kernels).
 #ifdef MEGATRON_WITH_CUDA
 #define MT_RUN_ON_CUDA(device, call) \
   if ((device) == Device::CUDA) return cuda_backend::call
@@ -32,6 +34,11 @@ namespace megatron::ops {
 namespace cpu = kernels::cpu;
 
 namespace {
+
+using detail::FloatArgs;
+using detail::Fp32OnCpu;
+using detail::Role;
+constexpr bool kWritten = true;
 
 struct Arg {
   const Tensor* t;  // null: an optional tensor that was not given
@@ -62,14 +69,6 @@ Device device_of(const char* op, std::initializer_list<Arg> args) {
            " but this build has no CUDA backend (configure with -DMEGATRON_CUDA=ON)");
 #endif
   return device;
-}
-
-// The CPU kernels are fp32 (low-precision storage is converted by the caller).
-void require_f32(const char* op, std::initializer_list<Arg> args) {
-  for (const Arg& a : args)
-    if (a.t != nullptr)
-      MT_CHECK(a.t->dtype() == DType::F32, op, ": ", a.name, " must be fp32 on the cpu, got ",
-               dtype_name(a.t->dtype()));
 }
 
 void require_i32(const char* op, const Tensor& t, const char* name) {
@@ -124,10 +123,11 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   MT_CHECK(y.numel() == n * out, "linear_forward: output ", y.shape().str(), " != [", n, ", ", out,
            "]");
   if (b) MT_CHECK(b->numel() == out, "linear_forward: bias ", b->shape().str(), " != [", out, "]");
+  const FloatArgs fa(op, {{&x, "x"}, {&w, "w"}, {b, "b"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, linear_forward(x, w, b, y));
-  require_f32(op, {{&x, "x"}, {&w, "w"}, {b, "b"}, {&y, "y"}});
-  cpu::gemm(false, true, n, out, in, 1.0f, x.data<float>(), in, w.data<float>(), in, 0.0f,
-            y.data<float>(), out, b ? b->data<float>() : nullptr);
+  Fp32OnCpu f(fa);
+  cpu::gemm(false, true, n, out, in, 1.0f, f.in(x), in, f.in(w), in, 0.0f, f.out(y), out, f.in(b));
+  f.finish();
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
@@ -141,15 +141,19 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
   MT_CHECK(dy.numel() == n * out && dw.numel() == out * in, "linear_backward: shape mismatch");
   if (dx) MT_CHECK(dx->numel() == n * in, "linear_backward: dx ", dx->shape().str());
   if (db) MT_CHECK(db->numel() == out, "linear_backward: db ", db->shape().str());
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&w, "w"},
+                          {&dy, "dy"},
+                          {dx, "dx", Role::T, kWritten},
+                          {&dw, "dw", Role::TorF32, kWritten},
+                          {db, "db", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, linear_backward(x, w, dy, dx, dw, db));
-  require_f32(op, {{&x, "x"}, {&w, "w"}, {&dy, "dy"}, {dx, "dx"}, {&dw, "dw"}, {db, "db"}});
-  if (dx) {
-    cpu::gemm(false, false, n, in, out, 1.0f, dy.data<float>(), out, w.data<float>(), in, 0.0f,
-              dx->data<float>(), in);
-  }
-  cpu::gemm(true, false, out, in, n, 1.0f, dy.data<float>(), out, x.data<float>(), in, 1.0f,
-            dw.data<float>(), in);
-  if (db) cpu::bias_grad(dy.data<float>(), n, out, db->data<float>());
+  Fp32OnCpu f(fa);
+  if (dx)
+    cpu::gemm(false, false, n, in, out, 1.0f, f.in(dy), out, f.in(w), in, 0.0f, f.out(dx), in);
+  cpu::gemm(true, false, out, in, n, 1.0f, f.in(dy), out, f.in(x), in, 1.0f, f.out(dw), in);
+  if (db) cpu::bias_grad(f.in(dy), n, out, f.out(db));
+  f.finish();
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,
@@ -160,10 +164,16 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float 
   const int64_t d = w.numel(), n = rows_of(x, d);
   MT_CHECK(b.numel() == d && y.numel() == x.numel() && mean.numel() == n && rstd.numel() == n,
            "layernorm_forward: shape mismatch for x ", x.shape().str());
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&w, "w", Role::TorF32},
+                          {&b, "b", Role::TorF32},
+                          {&y, "y", Role::T, kWritten},
+                          {&mean, "mean", Role::F32, kWritten},
+                          {&rstd, "rstd", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, layernorm_forward(x, w, b, eps, y, mean, rstd));
-  require_f32(op, {{&x, "x"}, {&w, "w"}, {&b, "b"}, {&y, "y"}, {&mean, "mean"}, {&rstd, "rstd"}});
-  cpu::layernorm_forward(x.data<float>(), w.data<float>(), b.data<float>(), y.data<float>(),
-                         mean.data<float>(), rstd.data<float>(), n, d, eps);
+  Fp32OnCpu f(fa);
+  cpu::layernorm_forward(f.in(x), f.in(w), f.in(b), f.out(y), f.out(mean), f.out(rstd), n, d, eps);
+  f.finish();
 }
 
 void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
@@ -181,18 +191,19 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == d &&
                db.numel() == d && mean.numel() == n && rstd.numel() == n,
            "layernorm_backward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&w, "w", Role::TorF32},
+                          {&mean, "mean", Role::F32},
+                          {&rstd, "rstd", Role::F32},
+                          {&dy, "dy"},
+                          {&dx, "dx", Role::T, kWritten},
+                          {&dw, "dw", Role::F32, kWritten},
+                          {&db, "db", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, layernorm_backward(x, w, mean, rstd, dy, dx, dw, db));
-  require_f32(op, {{&x, "x"},
-                   {&w, "w"},
-                   {&mean, "mean"},
-                   {&rstd, "rstd"},
-                   {&dy, "dy"},
-                   {&dx, "dx"},
-                   {&dw, "dw"},
-                   {&db, "db"}});
-  cpu::layernorm_backward(x.data<float>(), w.data<float>(), mean.data<float>(), rstd.data<float>(),
-                          dy.data<float>(), dx.data<float>(), dw.data<float>(), db.data<float>(), n,
-                          d);
+  Fp32OnCpu f(fa);
+  cpu::layernorm_backward(f.in(x), f.in(w), f.in(mean), f.in(rstd), f.in(dy), f.out(dx), f.out(dw),
+                          f.out(db), n, d);
+  f.finish();
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
@@ -200,10 +211,14 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
   const Device dev = device_of(op, {{&x, "x"}, {&w, "w"}, {&y, "y"}, {&rstd, "rstd"}});
   const int64_t d = w.numel(), n = rows_of(x, d);
   MT_CHECK(y.numel() == x.numel() && rstd.numel() == n, "rmsnorm_forward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&w, "w", Role::TorF32},
+                          {&y, "y", Role::T, kWritten},
+                          {&rstd, "rstd", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, rmsnorm_forward(x, w, eps, y, rstd));
-  require_f32(op, {{&x, "x"}, {&w, "w"}, {&y, "y"}, {&rstd, "rstd"}});
-  cpu::rmsnorm_forward(x.data<float>(), w.data<float>(), y.data<float>(), rstd.data<float>(), n, d,
-                       eps);
+  Fp32OnCpu f(fa);
+  cpu::rmsnorm_forward(f.in(x), f.in(w), f.out(y), f.out(rstd), n, d, eps);
+  f.finish();
 }
 
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
@@ -215,66 +230,84 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   MT_CHECK(
       dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == d && rstd.numel() == n,
       "rmsnorm_backward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&w, "w", Role::TorF32},
+                          {&rstd, "rstd", Role::F32},
+                          {&dy, "dy"},
+                          {&dx, "dx", Role::T, kWritten},
+                          {&dw, "dw", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, rmsnorm_backward(x, w, rstd, dy, dx, dw));
-  require_f32(op, {{&x, "x"}, {&w, "w"}, {&rstd, "rstd"}, {&dy, "dy"}, {&dx, "dx"}, {&dw, "dw"}});
-  cpu::rmsnorm_backward(x.data<float>(), w.data<float>(), rstd.data<float>(), dy.data<float>(),
-                        dx.data<float>(), dw.data<float>(), n, d);
+  Fp32OnCpu f(fa);
+  cpu::rmsnorm_backward(f.in(x), f.in(w), f.in(rstd), f.in(dy), f.out(dx), f.out(dw), n, d);
+  f.finish();
 }
 
 void gelu_forward(const Tensor& x, Tensor& y) {
   const char* op = "gelu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "gelu_forward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, gelu_forward(x, y));
-  require_f32(op, {{&x, "x"}, {&y, "y"}});
-  cpu::gelu_forward(x.data<float>(), y.data<float>(), x.numel());
+  Fp32OnCpu f(fa);
+  cpu::gelu_forward(f.in(x), f.out(y), x.numel());
+  f.finish();
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const char* op = "gelu_backward";
   const Device dev = device_of(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel(), "gelu_backward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, gelu_backward(x, dy, dx));
-  require_f32(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
-  cpu::gelu_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+  Fp32OnCpu f(fa);
+  cpu::gelu_backward(f.in(x), f.in(dy), f.out(dx), x.numel());
+  f.finish();
 }
 
 void tanh_forward(const Tensor& x, Tensor& y) {
   const char* op = "tanh_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "tanh_forward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, tanh_forward(x, y));
-  require_f32(op, {{&x, "x"}, {&y, "y"}});
-  cpu::tanh_forward(x.data<float>(), y.data<float>(), x.numel());
+  Fp32OnCpu f(fa);
+  cpu::tanh_forward(f.in(x), f.out(y), x.numel());
+  f.finish();
 }
 
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   const char* op = "tanh_backward";
   const Device dev = device_of(op, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dy.numel() == y.numel() && dx.numel() == y.numel(), "tanh_backward: shape mismatch");
+  const FloatArgs fa(op, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, tanh_backward(y, dy, dx));
-  require_f32(op, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx"}});
-  cpu::tanh_backward(y.data<float>(), dy.data<float>(), dx.data<float>(), y.numel());
+  Fp32OnCpu f(fa);
+  cpu::tanh_backward(f.in(y), f.in(dy), f.out(dx), y.numel());
+  f.finish();
 }
 
 void swiglu_forward(const Tensor& x, Tensor& y) {
   const char* op = "swiglu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
-  const int64_t f = last_dim(y), n = rows_of(y, f);
+  const int64_t fdim = last_dim(y), n = rows_of(y, fdim);
   MT_CHECK(x.numel() == 2 * y.numel(), "swiglu_forward: x must be [N, 2F] for y ", y.shape().str());
+  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, swiglu_forward(x, y));
-  require_f32(op, {{&x, "x"}, {&y, "y"}});
-  cpu::swiglu_forward(x.data<float>(), y.data<float>(), n, f);
+  Fp32OnCpu f(fa);
+  cpu::swiglu_forward(f.in(x), f.out(y), n, fdim);
+  f.finish();
 }
 
 void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const char* op = "swiglu_backward";
   const Device dev = device_of(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
-  const int64_t f = last_dim(dy), n = rows_of(dy, f);
+  const int64_t fdim = last_dim(dy), n = rows_of(dy, fdim);
   MT_CHECK(x.numel() == 2 * dy.numel() && dx.numel() == x.numel(), "swiglu_backward: shapes");
+  const FloatArgs fa(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, swiglu_backward(x, dy, dx));
-  require_f32(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
-  cpu::swiglu_backward(x.data<float>(), dy.data<float>(), dx.data<float>(), n, f);
+  Fp32OnCpu f(fa);
+  cpu::swiglu_backward(f.in(x), f.in(dy), f.out(dx), n, fdim);
+  f.finish();
 }
 
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {
@@ -284,10 +317,12 @@ void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_sta
   MT_CHECK(table.ndim() == 2, "embedding_forward: table must be 2-D, got ", table.shape().str());
   const int64_t d = table.dim(1);
   MT_CHECK(out.numel() == ids.numel() * d, "embedding_forward: out ", out.shape().str());
+  const FloatArgs fa(op, {{&table, "table"}, {&out, "out", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, embedding_forward(ids, table, vocab_start, out));
-  require_f32(op, {{&table, "table"}, {&out, "out"}});
-  cpu::embedding_forward(ids.data<int32_t>(), ids.numel(), table.data<float>(), vocab_start,
-                         table.dim(0), d, out.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::embedding_forward(ids.data<int32_t>(), ids.numel(), f.in(table), vocab_start, table.dim(0),
+                         d, f.out(out));
+  f.finish();
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start,
@@ -299,10 +334,12 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_sta
            dtable.shape().str());
   const int64_t d = dtable.dim(1);
   MT_CHECK(dout.numel() == ids.numel() * d, "embedding_backward: dout ", dout.shape().str());
+  const FloatArgs fa(op, {{&dout, "dout"}, {&dtable, "dtable", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, embedding_backward(ids, dout, vocab_start, dtable));
-  require_f32(op, {{&dout, "dout"}, {&dtable, "dtable"}});
-  cpu::embedding_backward(ids.data<int32_t>(), ids.numel(), dout.data<float>(), vocab_start,
-                          dtable.dim(0), d, dtable.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::embedding_backward(ids.data<int32_t>(), ids.numel(), f.in(dout), vocab_start, dtable.dim(0),
+                          d, f.out(dtable));
+  f.finish();
 }
 
 void attention_forward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
@@ -313,9 +350,13 @@ void attention_forward(const cpu::AttentionShape& s, const cpu::AttentionOptions
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && probs.numel() == s.B * s.H * s.S * s.S,
            "attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
            " G=", s.G, " Dh=", s.Dh);
+  const FloatArgs fa(
+      op,
+      {{&qkv, "qkv"}, {&out, "out", Role::T, kWritten}, {&probs, "probs", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, attention_forward(s, opt, qkv, out, probs));
-  require_f32(op, {{&qkv, "qkv"}, {&out, "out"}, {&probs, "probs"}});
-  cpu::attention_forward(s, opt, qkv.data<float>(), out.data<float>(), probs.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::attention_forward(s, opt, f.in(qkv), f.out(out), f.out(probs));
+  f.finish();
 }
 
 void attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
@@ -327,10 +368,14 @@ void attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOption
   MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
                probs.numel() == s.B * s.H * s.S * s.S,
            "attention_backward: buffer sizes");
+  const FloatArgs fa(op, {{&qkv, "qkv"},
+                          {&probs, "probs", Role::F32},
+                          {&dout, "dout"},
+                          {&dqkv, "dqkv", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, attention_backward(s, opt, qkv, probs, dout, dqkv));
-  require_f32(op, {{&qkv, "qkv"}, {&probs, "probs"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
-  cpu::attention_backward(s, opt, qkv.data<float>(), probs.data<float>(), dout.data<float>(),
-                          dqkv.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::attention_backward(s, opt, f.in(qkv), f.in(probs), f.in(dout), f.out(dqkv));
+  f.finish();
 }
 
 void flash_attention_forward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
@@ -341,9 +386,12 @@ void flash_attention_forward(const cpu::AttentionShape& s, const cpu::AttentionO
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && lse.numel() == s.B * s.H * s.S,
            "flash_attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
            " G=", s.G, " Dh=", s.Dh);
+  const FloatArgs fa(
+      op, {{&qkv, "qkv"}, {&out, "out", Role::T, kWritten}, {&lse, "lse", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, flash_attention_forward(s, opt, qkv, out, lse));
-  require_f32(op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}});
-  cpu::flash_attention_forward(s, opt, qkv.data<float>(), out.data<float>(), lse.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::flash_attention_forward(s, opt, f.in(qkv), f.out(out), f.out(lse));
+  f.finish();
 }
 
 void flash_attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
@@ -356,28 +404,37 @@ void flash_attention_backward(const cpu::AttentionShape& s, const cpu::Attention
   MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
                out.numel() == dout.numel() && lse.numel() == s.B * s.H * s.S,
            "flash_attention_backward: buffer sizes");
+  const FloatArgs fa(op, {{&qkv, "qkv"},
+                          {&out, "out"},
+                          {&lse, "lse", Role::F32},
+                          {&dout, "dout"},
+                          {&dqkv, "dqkv", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv));
-  require_f32(op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
-  cpu::flash_attention_backward(s, opt, qkv.data<float>(), out.data<float>(), lse.data<float>(),
-                                dout.data<float>(), dqkv.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::flash_attention_backward(s, opt, f.in(qkv), f.in(out), f.in(lse), f.in(dout), f.out(dqkv));
+  f.finish();
 }
 
 void rope_forward(const cpu::AttentionShape& s, Tensor& qkv, float theta, int64_t offset) {
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
+  const FloatArgs fa(op, {{&qkv, "qkv", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, theta, offset));
-  require_f32(op, {{&qkv, "qkv"}});
-  cpu::rope_forward(s, qkv.data<float>(), theta, offset);
+  Fp32OnCpu f(fa);
+  cpu::rope_forward(s, f.out(qkv), theta, offset);
+  f.finish();
 }
 
 void rope_backward(const cpu::AttentionShape& s, Tensor& dqkv, float theta, int64_t offset) {
   const char* op = "rope_backward";
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);
+  const FloatArgs fa(op, {{&dqkv, "dqkv", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, theta, offset));
-  require_f32(op, {{&dqkv, "dqkv"}});
-  cpu::rope_backward(s, dqkv.data<float>(), theta, offset);
+  Fp32OnCpu f(fa);
+  cpu::rope_backward(s, f.out(dqkv), theta, offset);
+  f.finish();
 }
 
 void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
@@ -385,9 +442,11 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_
   const char* op = "dropout_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "dropout_forward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, dropout_forward(x, y, p, seed, stream, index_offset));
-  require_f32(op, {{&x, "x"}, {&y, "y"}});
-  cpu::dropout_forward(x.data<float>(), y.data<float>(), x.numel(), p, seed, stream, index_offset);
+  Fp32OnCpu f(fa);
+  cpu::dropout_forward(f.in(x), f.out(y), x.numel(), p, seed, stream, index_offset);
+  f.finish();
 }
 
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t stream,
@@ -395,10 +454,30 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint
   const char* op = "dropout_backward";
   const Device dev = device_of(op, {{&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dx.numel() == dy.numel(), "dropout_backward: shape mismatch");
+  const FloatArgs fa(op, {{&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, dropout_backward(dy, dx, p, seed, stream, index_offset));
-  require_f32(op, {{&dy, "dy"}, {&dx, "dx"}});
-  cpu::dropout_backward(dy.data<float>(), dx.data<float>(), dy.numel(), p, seed, stream,
-                        index_offset);
+  Fp32OnCpu f(fa);
+  cpu::dropout_backward(f.in(dy), f.out(dx), dy.numel(), p, seed, stream, index_offset);
+  f.finish();
+}
+
+void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
+                  uint64_t seed, uint64_t stream) {
+  const char* op = "dropout_rows";
+  const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
+  MT_CHECK(rows.S >= 0 && rows.B > 0 && rows.D > 0 && x.numel() == rows.S * rows.B * rows.D &&
+               y.numel() == x.numel(),
+           "dropout_rows: tensors ", x.shape().str(), " / ", y.shape().str(), " are not [", rows.S,
+           ", ", rows.B, ", ", rows.D, "]");
+  MT_CHECK(
+      rows.batch_offset >= 0 && rows.seq_offset >= 0 && rows.seq_offset + rows.S <= rows.seq_total,
+      "dropout_rows: rows [", rows.seq_offset, ", ", rows.seq_offset + rows.S,
+      ") outside a sequence of ", rows.seq_total);
+  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
+  MT_RUN_ON_CUDA(dev, dropout_rows(x, y, rows, p, seed, stream));
+  Fp32OnCpu f(fa);
+  cpu::dropout_rows(f.in(x), f.out(y), rows, p, seed, stream);
+  f.finish();
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const cpu::VocabSlice& vs,
@@ -410,10 +489,14 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const cp
   const int64_t n = targets.numel();
   MT_CHECK(logits.numel() == n * vs.V_local && loss.numel() == n && lse.numel() == n,
            "cross_entropy_forward: logits ", logits.shape().str(), " vs ", n, " targets");
+  const FloatArgs fa(op, {{&logits, "logits"},
+                          {&loss, "loss", Role::F32, kWritten},
+                          {&lse, "lse", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, cross_entropy_forward(logits, targets, vs, ignore_index, loss, lse));
-  require_f32(op, {{&logits, "logits"}, {&loss, "loss"}, {&lse, "lse"}});
-  cpu::cross_entropy_forward(logits.data<float>(), targets.data<int32_t>(), n, vs, ignore_index,
-                             loss.data<float>(), lse.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::cross_entropy_forward(f.in(logits), targets.data<int32_t>(), n, vs, ignore_index,
+                             f.out(loss), f.out(lse));
+  f.finish();
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const cpu::VocabSlice& vs,
@@ -430,11 +513,16 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const c
   MT_CHECK(logits.numel() == n * vs.V_local && dlogits.numel() == logits.numel() &&
                dloss.numel() == n && lse.numel() == n,
            "cross_entropy_backward: shape mismatch");
+  const FloatArgs fa(op, {{&logits, "logits"},
+                          {&lse, "lse", Role::F32},
+                          {&dloss, "dloss", Role::F32},
+                          {&dlogits, "dlogits", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev,
                  cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss, dlogits));
-  require_f32(op, {{&logits, "logits"}, {&lse, "lse"}, {&dloss, "dloss"}, {&dlogits, "dlogits"}});
-  cpu::cross_entropy_backward(logits.data<float>(), targets.data<int32_t>(), n, vs, ignore_index,
-                              lse.data<float>(), dloss.data<float>(), dlogits.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::cross_entropy_backward(f.in(logits), targets.data<int32_t>(), n, vs, ignore_index, f.in(lse),
+                              f.in(dloss), f.out(dlogits));
+  f.finish();
 }
 
 void cross_entropy_row_max(const Tensor& logits, const cpu::VocabSlice& vs, Tensor& row_max) {
@@ -443,9 +531,11 @@ void cross_entropy_row_max(const Tensor& logits, const cpu::VocabSlice& vs, Tens
   const int64_t n = rows_of(logits, vs.V_local);
   MT_CHECK(row_max.numel() == n, "cross_entropy_row_max: row_max ", row_max.shape().str(), " for ",
            n, " rows");
+  const FloatArgs fa(op, {{&logits, "logits"}, {&row_max, "row_max", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, cross_entropy_row_max(logits, vs, row_max));
-  require_f32(op, {{&logits, "logits"}, {&row_max, "row_max"}});
-  cpu::cross_entropy_row_max(logits.data<float>(), n, vs, row_max.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::cross_entropy_row_max(f.in(logits), n, vs, f.out(row_max));
+  f.finish();
 }
 
 void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets, const cpu::VocabSlice& vs,
@@ -461,14 +551,15 @@ void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets, const cp
   MT_CHECK(logits.numel() == n * vs.V_local && row_max.numel() == n && sum_exp.numel() == n &&
                target_logit.numel() == n,
            "cross_entropy_sum_exp: logits ", logits.shape().str(), " vs ", n, " targets");
+  const FloatArgs fa(op, {{&logits, "logits"},
+                          {&row_max, "row_max", Role::F32},
+                          {&sum_exp, "sum_exp", Role::F32, kWritten},
+                          {&target_logit, "target_logit", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, cross_entropy_sum_exp(logits, targets, vs, row_max, sum_exp, target_logit));
-  require_f32(op, {{&logits, "logits"},
-                   {&row_max, "row_max"},
-                   {&sum_exp, "sum_exp"},
-                   {&target_logit, "target_logit"}});
-  cpu::cross_entropy_sum_exp(logits.data<float>(), targets.data<int32_t>(), n, vs,
-                             row_max.data<float>(), sum_exp.data<float>(),
-                             target_logit.data<float>());
+  Fp32OnCpu f(fa);
+  cpu::cross_entropy_sum_exp(f.in(logits), targets.data<int32_t>(), n, vs, f.in(row_max),
+                             f.out(sum_exp), f.out(target_logit));
+  f.finish();
 }
 
 void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
@@ -486,19 +577,21 @@ void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tenso
   MT_CHECK(row_max.numel() == n && sum_exp.numel() == n && target_logit.numel() == n &&
                loss.numel() == n && lse.numel() == n,
            "cross_entropy_loss: every statistic must have one value per target (", n, ")");
+  const FloatArgs fa(op, {{&row_max, "row_max", Role::F32},
+                          {&sum_exp, "sum_exp", Role::F32},
+                          {&target_logit, "target_logit", Role::F32},
+                          {&loss, "loss", Role::F32, kWritten},
+                          {&lse, "lse", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(
       dev, cross_entropy_loss(targets, ignore_index, row_max, sum_exp, target_logit, loss, lse));
-  require_f32(op, {{&row_max, "row_max"},
-                   {&sum_exp, "sum_exp"},
-                   {&target_logit, "target_logit"},
-                   {&loss, "loss"},
-                   {&lse, "lse"}});
-  cpu::cross_entropy_loss(targets.data<int32_t>(), n, ignore_index, row_max.data<float>(),
-                          sum_exp.data<float>(), target_logit.data<float>(), loss.data<float>());
-  const float* mx = row_max.data<float>();
-  const float* se = sum_exp.data<float>();
-  float* out = lse.data<float>();
+  Fp32OnCpu f(fa);
+  cpu::cross_entropy_loss(targets.data<int32_t>(), n, ignore_index, f.in(row_max), f.in(sum_exp),
+                          f.in(target_logit), f.out(loss));
+  const float* mx = f.in(row_max);
+  const float* se = f.in(sum_exp);
+  float* out = f.out(lse);
   for (int64_t i = 0; i < n; ++i) out[i] = mx[i] + std::log(se[i]);
+  f.finish();
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -506,19 +599,22 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   const Device dev = device_of(op, {{&a, "a"}, {&b, "b"}, {&out, "out"}});
   MT_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "add: shape mismatch ",
            a.shape().str(), " + ", b.shape().str());
+  const FloatArgs fa(op, {{&a, "a"}, {&b, "b"}, {&out, "out", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, add(a, b, out));
-  require_f32(op, {{&a, "a"}, {&b, "b"}, {&out, "out"}});
-  cpu::add(a.data<float>(), b.data<float>(), out.data<float>(), a.numel());
+  Fp32OnCpu f(fa);
+  cpu::add(f.in(a), f.in(b), f.out(out), a.numel());
+  f.finish();
 }
 
 void add_bias(Tensor& y, const Tensor& bias) {
   const char* op = "add_bias";
   const Device dev = device_of(op, {{&y, "y"}, {&bias, "bias"}});
   const int64_t n = bias.numel(), rows = rows_of(y, n);
+  const FloatArgs fa(op, {{&y, "y", Role::T, kWritten}, {&bias, "bias"}});
   MT_RUN_ON_CUDA(dev, add_bias(y, bias));
-  require_f32(op, {{&y, "y"}, {&bias, "bias"}});
-  for (int64_t r = 0; r < rows; ++r)
-    cpu::add_inplace(y.data<float>() + r * n, bias.data<float>(), n);
+  Fp32OnCpu f(fa);
+  for (int64_t r = 0; r < rows; ++r) cpu::add_inplace(f.out(y) + r * n, f.in(bias), n);
+  f.finish();
 }
 
 void add_inplace(Tensor& acc, const Tensor& x) {
@@ -526,17 +622,21 @@ void add_inplace(Tensor& acc, const Tensor& x) {
   const Device dev = device_of(op, {{&acc, "acc"}, {&x, "x"}});
   MT_CHECK(acc.numel() == x.numel(), "add_inplace: shape mismatch ", acc.shape().str(),
            " += ", x.shape().str());
+  const FloatArgs fa(op, {{&x, "x"}, {&acc, "acc", Role::TorF32, kWritten}});
   MT_RUN_ON_CUDA(dev, add_inplace(acc, x));
-  require_f32(op, {{&acc, "acc"}, {&x, "x"}});
-  cpu::add_inplace(acc.data<float>(), x.data<float>(), acc.numel());
+  Fp32OnCpu f(fa);
+  cpu::add_inplace(f.out(acc), f.in(x), acc.numel());
+  f.finish();
 }
 
 void scale_inplace(Tensor& x, float s) {
   const char* op = "scale_inplace";
   const Device dev = device_of(op, {{&x, "x"}});
+  const FloatArgs fa(op, {{&x, "x", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, scale_inplace(x, s));
-  require_f32(op, {{&x, "x"}});
-  cpu::scale_inplace(x.data<float>(), s, x.numel());
+  Fp32OnCpu f(fa);
+  cpu::scale_inplace(f.out(x), s, x.numel());
+  f.finish();
 }
 
 void cast(const Tensor& src, Tensor& dst) {
@@ -567,8 +667,11 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   MT_CHECK(
       grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
       "adamw_step: state sizes differ from param ", param.shape().str());
+  const FloatArgs fa(op, {{&param, "param", Role::F32},
+                          {&grad, "grad", Role::F32},
+                          {&m, "m", Role::F32},
+                          {&v, "v", Role::F32}});
   MT_RUN_ON_CUDA(dev, adamw_step(param, grad, m, v, p));
-  require_f32(op, {{&param, "param"}, {&grad, "grad"}, {&m, "m"}, {&v, "v"}});
   cpu::adamw_step(param.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(),
                   param.numel(), p);
 }
@@ -576,17 +679,19 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
 int64_t count_outside(const Tensor& x, float limit) {
   const char* op = "count_outside";
   const Device dev = device_of(op, {{&x, "x"}});
+  const FloatArgs fa(op, {{&x, "x"}});
   MT_RUN_ON_CUDA(dev, count_outside(x, limit));
-  require_f32(op, {{&x, "x"}});
-  return cpu::count_outside(x.data<float>(), x.numel(), limit);
+  const Fp32OnCpu f(fa);
+  return cpu::count_outside(f.in(x), x.numel(), limit);
 }
 
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   const Device dev = device_of(op, {{&x, "x"}});
+  const FloatArgs fa(op, {{&x, "x"}});
   MT_RUN_ON_CUDA(dev, sum_squares(x));
-  require_f32(op, {{&x, "x"}});
-  return cpu::sum_squares(x.data<float>(), x.numel());
+  const Fp32OnCpu f(fa);
+  return cpu::sum_squares(f.in(x), x.numel());
 }
 
 }  // namespace megatron::ops

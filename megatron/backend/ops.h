@@ -10,6 +10,7 @@
 //    dtypes each op accepts are listed in backend/cuda/ops_cuda.h.
 #include <cstdint>
 
+#include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -70,6 +71,11 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_
                      uint64_t index_offset);
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t stream,
                       uint64_t index_offset);
+// The same over an [S, B, D] tensor in one call, row (s, b) starting at Philox index
+// rows.row_index(s * B + b) (kernels/common/dropout_rows.h); forward and backward alike (the
+// mask scales the gradient as it scaled the activation). y may be x.
+void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
+                  uint64_t seed, uint64_t stream);
 
 // logits [N, V_local]; targets int32 [N]; loss [N]; lse [N]
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets,

@@ -3,14 +3,14 @@
 namespace megatron::checkpoint {
 
 TensorPiece param_piece(Parameter& p, const std::string& prefix) {
-  MT_CHECK(p.value.device() == Device::CPU, "checkpoint of parameter '", p.name,
-           "': its values are not on the CPU");
+  MT_CHECK(p.weight.device() == Device::CPU && p.weight.dtype() == DType::F32,
+           "checkpoint of parameter '", p.name, "': its weights are not fp32 on the CPU");
   TensorPiece piece;
   piece.name = prefix + p.name;
   piece.global_shape = p.global_shape;
   piece.local_shape = p.local_shape;
   piece.shard = p.shard;
-  piece.data = piece.dest = p.value.data<float>();
+  piece.data = piece.dest = p.weight.data<float>();
   return piece;
 }
 

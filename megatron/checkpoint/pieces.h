@@ -12,7 +12,7 @@
 
 namespace megatron::checkpoint {
 
-// p.value must be a CPU tensor (copy device state to the host first).
+// p.weight must be an fp32 CPU tensor (stage device or 16-bit weights through fp32 first).
 TensorPiece param_piece(Parameter& p, const std::string& prefix = {});
 // The segment's local elements [begin, end) of its parameter, stored at state + state_offset.
 TensorPiece segment_piece(const optim::Segment& s, float* state, const std::string& prefix);

@@ -119,6 +119,10 @@ std::string Recipe::to_yaml() const {
   w.kv("exit_duration_minutes", str(t.exit_duration_minutes));
   w.kv("threads", str(t.threads), t.threads == 0 ? "auto" : "");
   w.kv("peak_tflops", str(t.peak_tflops), t.peak_tflops == 0 ? "measure at start" : "");
+  w.kv("initial_loss_scale", str(t.initial_loss_scale), "fp16 only");
+  w.kv("min_loss_scale", str(t.min_loss_scale));
+  w.kv("loss_scale_window", str(t.loss_scale_window));
+  w.kv("hysteresis", str(t.hysteresis));
   w.end();
 
   const auto& o = optimizer;
@@ -244,7 +248,11 @@ nlohmann::json Recipe::to_json() const {
                    {"recompute", t.recompute},
                    {"exit_duration_minutes", js(t.exit_duration_minutes)},
                    {"threads", t.threads},
-                   {"peak_tflops", t.peak_tflops}};
+                   {"peak_tflops", t.peak_tflops},
+                   {"initial_loss_scale", t.initial_loss_scale},
+                   {"min_loss_scale", t.min_loss_scale},
+                   {"loss_scale_window", t.loss_scale_window},
+                   {"hysteresis", t.hysteresis}};
   const auto& o = optimizer;
   j["optimizer"] = {{"type", o.type},
                     {"lr", o.lr},

@@ -187,6 +187,10 @@ void parse_training(MapReader r, TrainingConfig& t) {
   r.get("exit_duration_minutes", t.exit_duration_minutes);
   r.get("threads", t.threads);
   r.get("peak_tflops", t.peak_tflops);
+  r.get("initial_loss_scale", t.initial_loss_scale);
+  r.get("min_loss_scale", t.min_loss_scale);
+  r.get("loss_scale_window", t.loss_scale_window);
+  r.get("hysteresis", t.hysteresis);
   r.finish();
 }
 

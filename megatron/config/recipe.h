@@ -120,6 +120,12 @@ struct TrainingConfig {
   std::optional<double> exit_duration_minutes;
   int64_t threads = 0;     // 0 = auto
   double peak_tflops = 0;  // 0 = measure at start
+  // fp16 dynamic loss scaling (Megatron's --initial-loss-scale, --min-loss-scale,
+  // --loss-scale-window, --hysteresis); unused for fp32 and bf16.
+  double initial_loss_scale = 4294967296.0;  // 2^32
+  double min_loss_scale = 1.0;
+  int64_t loss_scale_window = 1000;  // clean steps before the scale doubles
+  int64_t hysteresis = 2;            // overflowing steps tolerated before it halves
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const TrainingConfig&) const = default;

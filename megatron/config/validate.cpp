@@ -170,6 +170,13 @@ void TrainingConfig::validate(const KeyOrigins& origins) const {
   if (exit_duration_minutes) c.positive("training.exit_duration_minutes", *exit_duration_minutes);
   c.non_negative("training.threads", threads);
   c.non_negative("training.peak_tflops", peak_tflops);
+  c.positive("training.initial_loss_scale", initial_loss_scale);
+  c.positive("training.min_loss_scale", min_loss_scale);
+  c.check(min_loss_scale <= initial_loss_scale, "training.min_loss_scale",
+          concat("must not exceed training.initial_loss_scale (", min_loss_scale, " > ",
+                 initial_loss_scale, ")"));
+  c.positive("training.loss_scale_window", loss_scale_window);
+  c.positive("training.hysteresis", hysteresis);
 }
 
 void OptimizerConfig::validate(const KeyOrigins& origins) const {

@@ -18,6 +18,7 @@ DataParallelGrads::DataParallelGrads(ParamStore& store, parallel::Communicator& 
       const int64_t shard = b.size() / n;
       owned_.push_back({b.begin + dp.rank() * shard, b.begin + (dp.rank() + 1) * shard});
       shard_scratch_.push_back(Tensor::empty({shard}, DType::F32, store.device()));
+      gather_scratch_.push_back(Tensor::empty({shard}, store.model_dtype(), store.device()));
     }
   } else {
     owned_.push_back({0, total});
@@ -69,9 +70,9 @@ void DataParallelGrads::gather_params() {
   std::vector<Tensor> outs;
   outs.reserve(buckets_.size());  // async gathers keep pointers to these views
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    shard_scratch_[i].copy_from(store_->values().flat_view(owned_[i].begin, {owned_[i].size()}));
-    outs.push_back(store_->values().flat_view(buckets_[i].begin, {buckets_[i].size()}));
-    pending_.push_back(dp_->all_gather_async(shard_scratch_[i], outs.back()));
+    gather_scratch_[i].copy_from(store_->weights().flat_view(owned_[i].begin, {owned_[i].size()}));
+    outs.push_back(store_->weights().flat_view(buckets_[i].begin, {buckets_[i].size()}));
+    pending_.push_back(dp_->all_gather_async(gather_scratch_[i], outs.back()));
   }
   for (auto& w : pending_) w->wait();
   pending_.clear();

@@ -39,7 +39,8 @@ class DataParallelGrads {
   void grads_ready_below(int64_t watermark);
   // Launches the remaining buckets and waits for all of them.
   void finish();
-  // Distributed optimizer: all-gather every bucket's parameter shards after the step.
+  // Distributed optimizer: all-gather every bucket's model-weight shards (the model dtype: bf16
+  // halves the bytes) after the step refreshed this rank's own.
   void gather_params();
 
   const std::vector<BufferRange>& buckets() const { return buckets_; }
@@ -55,7 +56,8 @@ class DataParallelGrads {
   bool distributed_;
   std::vector<BufferRange> buckets_, owned_;
   std::vector<std::unique_ptr<parallel::Work>> pending_;
-  std::vector<Tensor> shard_scratch_;
+  std::vector<Tensor> shard_scratch_;   // fp32 gradient shards (reduce-scatter output)
+  std::vector<Tensor> gather_scratch_;  // model-dtype weight shards (all-gather input)
   size_t next_bucket_ = 0;
   bool armed_ = false;
 };

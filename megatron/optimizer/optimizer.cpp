@@ -26,7 +26,7 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings,
   for (const BufferRange& r : owned) {
     for (Parameter* p : store.params()) {
       const int64_t lo = std::max(r.begin, p->offset);
-      const int64_t hi = std::min(r.end, p->offset + p->value.numel());
+      const int64_t hi = std::min(r.end, p->offset + p->local_shape.numel());
       if (lo >= hi) continue;
       segments_.push_back({p, lo - p->offset, hi - p->offset, state});
       state += hi - lo;

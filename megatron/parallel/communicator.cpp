@@ -17,9 +17,6 @@ std::string_view reduce_op_name(ReduceOp op) {
 }
 
 void check_reduce_dtype(DType dtype, ReduceOp op, std::string_view where) {
-  MT_CHECK(dtype != DType::BF16 && dtype != DType::F16, where, ": ", reduce_op_name(op),
-           "-reduction of ", dtype_name(dtype),
-           " tensors is not supported by the CPU communicators; reduce an fp32 copy");
   MT_CHECK(op != ReduceOp::Avg || dtype_is_float(dtype), where,
            ": avg-reduction needs a floating dtype, got ", dtype_name(dtype),
            " (use sum and divide yourself)");

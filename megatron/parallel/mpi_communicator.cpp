@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "kernels/common/numeric.h"
+
 namespace megatron::parallel {
 namespace {
 
@@ -31,7 +33,7 @@ MPI_Datatype mpi_type(DType t) {
     case DType::BF16:
     case DType::F16:
     case DType::U16:
-      return MPI_UINT16_T;  // moved as bits; reductions are rejected before this is used
+      return MPI_UINT16_T;  // moved as bits; reductions go through an fp32 copy (widened)
     case DType::I64:
       return MPI_INT64_T;
     case DType::I32:
@@ -90,6 +92,28 @@ void divide_by(Tensor& t, int n) {
   }
 }
 
+bool is_16bit_float(DType t) { return t == DType::BF16 || t == DType::F16; }
+
+// 16-bit floats are reduced as fp32 (MPI has no bf16/fp16 sum): widened here, reduced, and
+// rounded back once (round to nearest even) when the operation completes.
+Tensor widened(const Tensor& t) {
+  Tensor w = Tensor::empty(t.shape(), DType::F32);
+  const uint16_t* in = static_cast<const uint16_t*>(t.raw());
+  float* out = w.data<float>();
+  const bool bf16 = t.dtype() == DType::BF16;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[i] = bf16 ? math::bf16_bits_to_float(in[i]) : math::fp16_bits_to_float(in[i]);
+  return w;
+}
+
+void narrow_into(const Tensor& wide, Tensor& t) {
+  const float* in = wide.data<float>();
+  uint16_t* out = static_cast<uint16_t*>(t.raw());
+  const bool bf16 = t.dtype() == DType::BF16;
+  for (int64_t i = 0; i < t.numel(); ++i)
+    out[i] = bf16 ? math::float_to_bf16_bits(in[i]) : math::float_to_fp16_bits(in[i]);
+}
+
 // An operation in flight: its requests plus what must stay alive until it completes (the
 // tensors, whose owning storage is shared, and count arrays) and what runs after completion.
 class MpiWork final : public Work {
@@ -136,6 +160,16 @@ class MpiWork final : public Work {
   std::string op_;
   bool done_ = false;
 };
+
+// Makes `work` (an MpiWork reducing `wide`) round `wide` into `target` once it completes.
+std::unique_ptr<Work> narrowing_into(std::unique_ptr<Work> work, Tensor wide, Tensor target) {
+  auto& mpi_work = static_cast<MpiWork&>(*work);
+  mpi_work.finish = [wide, target, prior = std::move(mpi_work.finish)]() mutable {
+    if (prior) prior();
+    narrow_into(wide, target);
+  };
+  return work;
+}
 
 }  // namespace
 
@@ -304,6 +338,10 @@ void check_cpu(const Tensor& t, std::string_view op, const std::string& group) {
 std::unique_ptr<Work> MpiCommunicator::all_reduce_async(Tensor& t, ReduceOp op) {
   check_cpu(t, "all_reduce", name_);
   check_reduce_dtype(t.dtype(), op, concat("all_reduce on group '", name_, "'"));
+  if (is_16bit_float(t.dtype())) {
+    Tensor wide = widened(t);
+    return narrowing_into(all_reduce_async(wide, op), wide, t);
+  }
   auto work = std::make_unique<MpiWork>(*this, "all_reduce");
   work->keep_alive.push_back(t);
   const MPI_Datatype type = mpi_type(t.dtype());
@@ -365,6 +403,11 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& in, Te
   MT_CHECK(in.dtype() == out.dtype(), "reduce_scatter on group '", name_, "': input ",
            dtype_name(in.dtype()), " vs output ", dtype_name(out.dtype()));
   check_reduce_dtype(in.dtype(), op, concat("reduce_scatter on group '", name_, "'"));
+  if (is_16bit_float(in.dtype())) {
+    Tensor wide_in = widened(in);
+    Tensor wide_out = Tensor::empty(out.shape(), DType::F32);
+    return narrowing_into(reduce_scatter_async(wide_in, wide_out, op), wide_out, out);
+  }
   const int64_t n = out.numel();
   MT_CHECK(in.numel() == n * size_, "reduce_scatter on group '", name_, "' of ", size_,
            ": input holds ", in.numel(), " elements, need ", size_, " x ", n);

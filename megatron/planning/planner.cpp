@@ -138,27 +138,29 @@ struct Activations {
                                 : b * H * s * S * (a + (d.attention_dropout > 0 ? 1 + a : 0)) / t;
       return {rep + tensor, core};
     }
-    // CPU: the TransformerBlock::Ctx tensors (fp32), forward and the backward scratch.
+    // CPU: the TransformerBlock::Ctx tensors (activations in the model dtype, norm statistics
+    // fp32), forward and the backward scratch.
     const double rows = s * b / spd, full = s * b;
     const double nst = d.layernorm ? 2 : 1;
     const double qkvw = (H + 2 * G) * Dh / t, attnw = H * Dh / t, fc1w = ke * fc1 / t,
                  Fl = ke * F / t;
-    const double fwd = rows * (6 * D + 2 * nst) + full * (qkvw + attnw + fc1w + Fl);
+    const double fwd = rows * 6 * D + full * (qkvw + attnw + fc1w + Fl);
+    const double stats = rows * 2 * nst;
     const double bwd = rows * D * (2 + (drop ? 1 : 0)) + full * (Fl + fc1w + attnw + qkvw);
-    // probs [b, H/t, s, s]; flash attention keeps only lse [b, H/t, s]
+    // probs [b, H/t, s, s] (fp32); flash attention keeps only lse [b, H/t, s]
     const double core = flash ? b * H / t * s : b * H / t * s * S;
-    return {4 * (fwd + bwd), 4 * core};
+    return {a * (fwd + bwd) + 4 * stats, 4 * core};
   }
   double layer_input() const { return a * s * b * static_cast<double>(d.D) / spd; }
 
   // Per-micro-batch bytes outside the layers (embeddings; final norm, logits, loss).
   double pre() const {
     const double D = static_cast<double>(d.D), rows = s * b / spd;
-    if (cuda) return d.hidden_dropout > 0 ? rows * D : 0;       // embedding dropout mask
-    double n = 4 * rows * D;                                    // embedded
-    if (!d.rope) n += 4 * rows;                                 // int32 positions
-    if (d.hidden_dropout > 0) n += 4 * rows * D;                // embedding dropout output
-    if (d.bert) n += 4 * (2 * rows * D + 2 * rows) + 4 * rows;  // sum scratch, norm, types
+    if (cuda) return d.hidden_dropout > 0 ? rows * D : 0;         // embedding dropout mask
+    double n = a * rows * D;                                      // embedded
+    if (!d.rope) n += 4 * rows;                                   // int32 positions
+    if (d.hidden_dropout > 0) n += a * rows * D;                  // embedding dropout output
+    if (d.bert) n += a * 2 * rows * D + 4 * 2 * rows + 4 * rows;  // sum scratch, norm, types
     return n;
   }
   double post() const {
@@ -169,22 +171,22 @@ struct Activations {
       return n;
     }
     const double nst = d.layernorm ? 2 : 1;
-    double n = full * V / t + 3 * full;                      // logits, losses, lse, d(losses)
-    if (lay.sequence_parallel && d.tied) n += 2 * full * D;  // gathered head input + its grad
+    double n = a * full * V / t + 4 * 3 * full;  // logits; fp32 losses, lse, d(losses)
+    if (lay.sequence_parallel && d.tied) n += a * 2 * full * D;  // gathered head input + grad
     if (d.bert)  // MLM transform / GELU / norm outputs and their grads, pooler + NSP head
-      n += 5 * rows * D + 2 * rows + (d.binary_head ? 5 * b * D : 0);
+      n += a * (5 * rows * D + (d.binary_head ? 5 * b * D : 0)) + 4 * 2 * rows;
     else
-      n += nst * rows + rows * D;  // final norm
-    return 4 * n;
+      n += 4 * nst * rows + a * rows * D;  // final norm
+    return n;
   }
   // Per activation set regardless of the chunk: ping-pong gradients (CPU), micro-batch ids,
   // pipeline receive buffers.
   double common(bool has_pre, bool has_post) const {
     const double D = static_cast<double>(d.D), rows = s * b / spd, full = s * b;
     if (cuda) return 0;
-    double n = 2 * 4 * rows * D;
+    double n = 2 * a * rows * D;
     if (has_pre || has_post) n += (d.bert ? 13 : 8) * full;  // int32 tokens, labels (+ types, mask)
-    if (lay.pp > 1 && !has_pre) n += 2 * 4 * rows * D;
+    if (lay.pp > 1 && !has_pre) n += 2 * a * rows * D;
     return n;
   }
 };
@@ -341,7 +343,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                         lay,
                         cuda,
                         flash,
-                        cuda ? wbytes : 4.0,
+                        wbytes,
                         static_cast<double>(V),
                         static_cast<double>(d.S / lay.cp),
                         static_cast<double>(lay.micro_batch),
@@ -380,7 +382,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     } else {
       // ParamStore pads the buffers to a multiple of dp for the distributed optimizer.
       const double buf = lay.distributed_optimizer ? std::ceil(P / dp) * dp : P;
-      m.weights = 4 * buf + (mixed ? 2 * buf : 0);
+      m.weights = wbytes * buf;
       m.gradients = 4 * buf;
       m.master = mixed ? 4 * buf : 0;
       m.optimizer_without_distributed = m.master + moment_bytes * P;
@@ -422,8 +424,17 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
       if (lay.pp > 1) ws += 2 * act.a * full_tokens * D / act.spd;
       m.reserve = kCudaRuntimeReserve;
     } else {
-      if (lay.sequence_parallel) ws += 4 * full_tokens * D * (sp.first ? 3 : 2);
+      if (lay.sequence_parallel) ws += act.a * full_tokens * D * (sp.first ? 3 : 2);
       if (lay.tp > 1 && sp.last) ws += 3 * 4 * full_tokens;
+      // 16-bit ops on the CPU widen their 16-bit arguments into fp32 copies for the call: the
+      // largest is the output layer's backward (input, weight, d(logits), d(input)), else
+      // fc1's (input, weight, d(output), d(input)).
+      if (mixed) {
+        const double Vl = static_cast<double>(V) / act.t, fc1l = static_cast<double>(d.fc1) / act.t;
+        const double head = sp.last ? 2 * full_tokens * D + Vl * D + full_tokens * Vl : 0;
+        const double mlp = 2 * full_tokens * D + fc1l * D + full_tokens * fc1l;
+        ws += 4 * std::max(head, mlp);
+      }
     }
     m.workspace = ws;
     m.total =
@@ -609,11 +620,7 @@ std::string PlanReport::to_text() const {
     os << "  " << std::left << std::setw(34) << name << std::right << std::setw(10) << mem(bytes)
        << (extra.empty() ? "" : "  " + extra) << "\n";
   };
-  const bool mixed = is_mixed(precision);
-  row(device == "cuda"
-          ? std::string("weights (") + precision + ")"
-          : std::string("weights (fp32 compute") + (mixed ? " + " + precision : "") + ")",
-      m.weights);
+  row(std::string("weights (") + precision + ")", m.weights);
   if (m.master > 0) row("fp32 master weights", m.master);
   row("fp32 gradients", m.gradients);
   row(std::string("optimizer state") + (layout.distributed_optimizer ? " (distributed)" : ""),

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "megatron/backend/ops.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/training/trainer.h"
 
@@ -69,24 +70,36 @@ bool remap_padded_rows(ckpt::TensorPiece& piece, const std::vector<int64_t>& sav
 
 }  // namespace
 
-Trainer::HostBuffers Trainer::host_buffers(bool values_only) {
+Trainer::HostBuffers Trainer::host_buffers(bool weights_only) {
   HostBuffers h;
   auto stage = [&](Tensor& t) -> float* {
     if (!t.defined() || t.numel() == 0) return nullptr;
-    if (t.device() == Device::CPU) return t.data<float>();
-    h.staged.emplace_back(&t, t.to(Device::CPU));
+    if (t.device() == Device::CPU && t.dtype() == DType::F32) return t.data<float>();
+    Tensor wide = t;
+    if (t.dtype() != DType::F32) {
+      wide = Tensor::empty(t.shape(), DType::F32, t.device());
+      ops::cast(t, wide);
+    }
+    h.staged.emplace_back(&t, wide.to(Device::CPU));
     return h.staged.back().second.data<float>();
   };
-  h.values = stage(store_.values());
-  if (values_only) return h;
-  h.masters = store_.mixed_precision() ? stage(store_.masters()) : h.values;
+  h.weights = stage(store_.weights());
+  if (weights_only) return h;
+  h.masters = store_.mixed_precision() ? stage(store_.masters()) : h.weights;
   h.exp_avg = stage(optimizer_->exp_avg());
   h.exp_avg_sq = stage(optimizer_->exp_avg_sq());
   return h;
 }
 
 void Trainer::write_back(const HostBuffers& host) {
-  for (const auto& [device, staged] : host.staged) device->copy_from(staged);
+  for (const auto& [target, staged] : host.staged) {
+    if (target->dtype() == DType::F32) {
+      target->copy_from(staged);
+      continue;
+    }
+    Tensor& dst = *target;
+    ops::cast(staged.to(dst.device()), dst);
+  }
 }
 
 std::string Trainer::checkpoint_dir(const std::string& dir) const {
@@ -110,7 +123,7 @@ void Trainer::save_checkpoint(int64_t iteration) {
   const HostBuffers host = host_buffers(!write_segments);
   if (dp_rank_ == 0)
     for (Parameter* p : store_.params())
-      if (!p->shared_copy) req.pieces.push_back(whole(*p, "model/", host.values + p->offset));
+      if (!p->shared_copy) req.pieces.push_back(whole(*p, "model/", host.weights + p->offset));
   if (write_segments) {
     for (const optim::Segment& s : optimizer_->segments()) {
       if (s.param->shared_copy) continue;
@@ -188,7 +201,7 @@ int64_t Trainer::load_checkpoint() {
   };
   // Load into host views of the buffers (staged copies on a device, written back below).
   const HostBuffers host = host_buffers(false);
-  for (Parameter* p : store_.params()) request(whole(*p, "model/", host.values + p->offset));
+  for (Parameter* p : store_.params()) request(whole(*p, "model/", host.weights + p->offset));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (mixed) {
       const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";

@@ -35,8 +35,8 @@ void PipelineRuntime::release(const Key& k) {
 }
 
 Tensor PipelineRuntime::hidden_buffer(int mb) {
-  return Tensor::empty({hidden_rows_, batch(mb).tokens.dim(1), hidden_}, DType::F32,
-                       compute_device());
+  return Tensor::empty({hidden_rows_, batch(mb).tokens.dim(1), hidden_},
+                       chunks_.front()->activation_dtype(), compute_device());
 }
 
 const models::MicroBatch& PipelineRuntime::batch(int mb) {

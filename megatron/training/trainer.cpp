@@ -15,6 +15,12 @@
 
 namespace megatron::training {
 
+DType model_dtype_of(const config::TrainingConfig& training) {
+  if (training.precision == "bf16") return DType::BF16;
+  if (training.precision == "fp16") return DType::F16;
+  return DType::F32;
+}
+
 TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp_size) {
   const auto& m = r.model;
   TransformerSpec t;
@@ -40,6 +46,7 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
   t.recompute = parse_recompute(r.training.recompute);
   t.flash_attention = m.flash_attention(r.training.device);
+  t.activation_dtype = model_dtype_of(r.training);
   return t;
 }
 
@@ -151,13 +158,17 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
 
   const FlopsModel flops_model = build_model(tokenizer_vocab);
   const bool distributed = recipe_.optimizer.distributed && dp_size_ > 1;
-  // Mixed precision on the CPU: weights stored in bf16/fp16 (the compute copy holds exactly
-  // those values), fp32 master weights and main gradients, dynamic loss scaling for fp16.
-  const DType model_dtype = tr.precision == "bf16"   ? DType::BF16
-                            : tr.precision == "fp16" ? DType::F16
-                                                     : DType::F32;
+  // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
+  // CPU kernels widen to fp32 internally), fp32 master weights and main gradients, dynamic
+  // loss scaling for fp16.
+  const DType model_dtype = model_dtype_of(tr);
   store_.finalize(distributed ? dp_size_ : 1, model_dtype, device_);
-  scaler_ = std::make_unique<optim::LossScaler>(model_dtype == DType::F16);
+  optim::LossScalerConfig scaling;
+  scaling.initial_scale = tr.initial_loss_scale;
+  scaling.min_scale = tr.min_loss_scale;
+  scaling.growth_interval = tr.loss_scale_window;
+  scaling.hysteresis = tr.hysteresis;
+  scaler_ = std::make_unique<optim::LossScaler>(model_dtype == DType::F16, scaling);
   store_.initialize(tr.seed);
 
   // Buckets of ~16 MiB of fp32 gradients: large enough for bandwidth, small enough to overlap.
@@ -412,7 +423,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
 
   // On a device the step's last kernels (AdamW, casts) may still be queued: a one-element
   // device-to-host copy waits for them, so the step time covers the whole step.
-  if (device_ != Device::CPU) (void)store_.values().flat_view(0, {1}).to(Device::CPU);
+  if (device_ != Device::CPU) (void)store_.masters().flat_view(0, {1}).to(Device::CPU);
   metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();

@@ -53,6 +53,8 @@ struct TrainSummary {
 // Builds the transformer of a recipe (any arch) and the GPT/LLaMA spec for a tokenizer
 // vocabulary and tensor-parallel size.
 TransformerSpec transformer_spec_from_recipe(const config::Recipe& recipe, int64_t tp_size);
+// training.precision -> the model dtype (fp32, bf16 or fp16) of weights and activations.
+DType model_dtype_of(const config::TrainingConfig& training);
 models::GPTSpec gpt_spec_from_recipe(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                      int64_t tp_size);
 FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab);
@@ -106,11 +108,14 @@ class Trainer {
   std::string checkpoint_dir(const std::string& dir) const;
   // Checkpoints read and write host memory: pointers to the fp32 buffers (values, masters,
   // moments) on the CPU, or to host copies of them (written back by write_back) on a device.
+  // fp32 host views of the buffers a checkpoint reads and writes: the buffers themselves on
+  // the CPU in fp32; otherwise staged fp32 host copies (16-bit model weights widened), which
+  // write_back copies (and rounds) back.
   struct HostBuffers {
-    float *values = nullptr, *masters = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+    float *weights = nullptr, *masters = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
     std::vector<std::pair<Tensor*, Tensor>> staged;
   };
-  HostBuffers host_buffers(bool values_only);
+  HostBuffers host_buffers(bool weights_only);
   void write_back(const HostBuffers& host);
   bool should_stop(double elapsed_minutes);
   bool fp16_gradient_overflow();

@@ -65,7 +65,7 @@ int64_t TransformerBlock::grad_watermark() const {
   for (const Linear* l : {qkv_.get(), proj_.get(), fc1_.get(), fc2_.get()})
     l->collect_params(params);
   int64_t end = 0;
-  for (const Parameter* p : params) end = std::max(end, p->offset + p->value.numel());
+  for (const Parameter* p : params) end = std::max(end, p->offset + p->local_shape.numel());
   return end;
 }
 
@@ -111,13 +111,13 @@ Tensor& TransformerBlock::probs_of(Ctx& c) const {
 void TransformerBlock::recompute_probs(Ctx& c, const kernels::cpu::AttentionShape& as,
                                        const kernels::cpu::AttentionOptions& ao) const {
   // Same qkv (after rope), options and dropout stream as the forward: the same values.
-  ops::attention_forward(as, ao, c.qkv_out, ensure(c.d_attn, c.attn_out.shape()),
+  ops::attention_forward(as, ao, c.qkv_out, ensure(c.d_attn, c.attn_out.shape(), act()),
                          ensure(probs_of(c), {as.B, as.H, as.S, as.S}));
 }
 
 void TransformerBlock::attention_core_forward(Ctx& c, const kernels::cpu::AttentionShape& as,
                                               const kernels::cpu::AttentionOptions& ao) const {
-  Tensor& out = ensure(c.attn_out, {as.S, as.B, as.H * as.Dh});
+  Tensor& out = ensure(c.attn_out, {as.S, as.B, as.H * as.Dh}, act());
   if (spec_.flash_attention)
     ops::flash_attention_forward(as, ao, c.qkv_out, out, ensure(c.lse, {as.B, as.H, as.S}));
   else
@@ -128,7 +128,7 @@ void TransformerBlock::attention_core_backward(Ctx& c, const kernels::cpu::Atten
                                                const kernels::cpu::AttentionOptions& ao) const {
   // (Unfused under selective recompute: the probabilities were recomputed before the projection
   // backward, which then overwrote recompute_probs' scratch c.d_attn with the real gradient.)
-  Tensor& d_qkv = ensure(c.d_qkv, c.qkv_out.shape());
+  Tensor& d_qkv = ensure(c.d_qkv, c.qkv_out.shape(), act());
   if (spec_.flash_attention) {
     ops::flash_attention_backward(as, ao, c.qkv_out, c.attn_out, c.lse, c.d_attn, d_qkv);
     return;
@@ -190,27 +190,27 @@ void TransformerBlock::forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out,
   const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
   const ActivationSlice where = slice(mb, Sl);
 
-  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}));
-  qkv_->forward(c.qkv, c.ln1_out, ensure(c.qkv_out, {S, B, qkv_width}));
+  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act()));
+  qkv_->forward(c.qkv, c.ln1_out, ensure(c.qkv_out, {S, B, qkv_width}, act()));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
   attention_core_forward(c, as, ao);
-  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
-  ensure(c.mid, {Sl, B, D});
+  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}, act()));
+  ensure(c.mid, {Sl, B, D}, act());
   if (hidden_dropout)
     dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
   ops::add(x, c.proj_out, c.mid);
 
-  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}));
-  fc1_->forward(c.fc1, c.ln2_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}));
-  ensure(c.act_out, {S, B, ffn_local});
+  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}, act()));
+  fc1_->forward(c.fc1, c.ln2_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}, act()));
+  ensure(c.act_out, {S, B, ffn_local}, act());
   if (spec_.swiglu)
     ops::swiglu_forward(c.fc1_out, c.act_out);
   else
     ops::gelu_forward(c.fc1_out, c.act_out);
-  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}));
+  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}, act()));
   if (hidden_dropout)
     dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
-  ops::add(c.mid, c.fc2_out, ensure(out, {Sl, B, D}));
+  ops::add(c.mid, c.fc2_out, ensure(out, {Sl, B, D}, act()));
 }
 
 void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
@@ -225,29 +225,29 @@ void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx
   // MLP branch: out = mid + drop(fc2(act(fc1(ln2(mid)))))
   const Tensor* d_branch = &d_out;
   if (hidden_dropout) {
-    dropout_sbd_backward(d_out, ensure(c.d_proj, {Sl, B, D}), spec_.hidden_dropout, site(mb, 2),
-                         where);
+    dropout_sbd_backward(d_out, ensure(c.d_proj, {Sl, B, D}, act()), spec_.hidden_dropout,
+                         site(mb, 2), where);
     d_branch = &c.d_proj;
   }
-  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape()));
-  ensure(c.d_fc1, c.fc1_out.shape());
+  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape(), act()));
+  ensure(c.d_fc1, c.fc1_out.shape(), act());
   if (spec_.swiglu)
     ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
   else
     ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
-  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}));
-  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {Sl, B, D}));
+  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}, act()));
+  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {Sl, B, D}, act()));
   ops::add_inplace(c.d_mid, d_out);  // residual
 
   // Attention branch: mid = x + drop(proj(attn(qkv(ln1(x)))))
   d_branch = &c.d_mid;
   if (hidden_dropout) {
-    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}), spec_.hidden_dropout, site(mb, 1),
-                         where);
+    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}, act()), spec_.hidden_dropout,
+                         site(mb, 1), where);
     d_branch = &c.d_proj;
   }
   if (spec_.recompute == Recompute::Selective && !spec_.flash_attention) recompute_probs(c, as, ao);
-  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
+  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape(), act()));
   attention_core_backward(c, as, ao);
   if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
   qkv_->backward(c.qkv, c.d_qkv, &c.d_ln);
@@ -270,27 +270,27 @@ void TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, Tensor& out,
   const ActivationSlice where = slice(mb, Sl);
 
   // mid = x + drop(proj(attn(qkv(x)))); h = LN1(mid)
-  qkv_->forward(c.qkv, x, ensure(c.qkv_out, {S, B, qkv_width}));
+  qkv_->forward(c.qkv, x, ensure(c.qkv_out, {S, B, qkv_width}, act()));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
   attention_core_forward(c, as, ao);
-  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}));
+  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}, act()));
   if (hidden_dropout)
     dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
-  ops::add(x, c.proj_out, ensure(c.mid, {Sl, B, D}));
-  ln1_->forward(c.ln1, c.mid, ensure(c.ln1_out, {Sl, B, D}));
+  ops::add(x, c.proj_out, ensure(c.mid, {Sl, B, D}, act()));
+  ln1_->forward(c.ln1, c.mid, ensure(c.ln1_out, {Sl, B, D}, act()));
 
   // sum2 = h + drop(fc2(act(fc1(h)))); out = LN2(sum2)
-  fc1_->forward(c.fc1, c.ln1_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}));
-  ensure(c.act_out, {S, B, ffn_local});
+  fc1_->forward(c.fc1, c.ln1_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}, act()));
+  ensure(c.act_out, {S, B, ffn_local}, act());
   if (spec_.swiglu)
     ops::swiglu_forward(c.fc1_out, c.act_out);
   else
     ops::gelu_forward(c.fc1_out, c.act_out);
-  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}));
+  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}, act()));
   if (hidden_dropout)
     dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
-  ops::add(c.ln1_out, c.fc2_out, ensure(c.sum2, {Sl, B, D}));
-  ln2_->forward(c.ln2, c.sum2, ensure(out, {Sl, B, D}));
+  ops::add(c.ln1_out, c.fc2_out, ensure(c.sum2, {Sl, B, D}, act()));
+  ln2_->forward(c.ln2, c.sum2, ensure(out, {Sl, B, D}, act()));
 }
 
 void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
@@ -303,20 +303,20 @@ void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& d
   const ActivationSlice where = slice(mb, Sl);
 
   // d_mid holds d(sum2), then d(mid); d_ln holds d(h).
-  ln2_->backward(c.ln2, d_out, ensure(c.d_mid, {Sl, B, D}));
+  ln2_->backward(c.ln2, d_out, ensure(c.d_mid, {Sl, B, D}, act()));
   const Tensor* d_branch = &c.d_mid;
   if (hidden_dropout) {
-    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}), spec_.hidden_dropout, site(mb, 2),
-                         where);
+    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}, act()), spec_.hidden_dropout,
+                         site(mb, 2), where);
     d_branch = &c.d_proj;
   }
-  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape()));
-  ensure(c.d_fc1, c.fc1_out.shape());
+  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape(), act()));
+  ensure(c.d_fc1, c.fc1_out.shape(), act());
   if (spec_.swiglu)
     ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
   else
     ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
-  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}));
+  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}, act()));
   ops::add_inplace(c.d_ln, c.d_mid);  // residual into h
 
   ln1_->backward(c.ln1, c.d_ln, c.d_mid);
@@ -326,7 +326,7 @@ void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& d
     d_branch = &c.d_proj;
   }
   if (spec_.recompute == Recompute::Selective && !spec_.flash_attention) recompute_probs(c, as, ao);
-  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape()));
+  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape(), act()));
   attention_core_backward(c, as, ao);
   if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
   qkv_->backward(c.qkv, c.d_qkv, &dx);

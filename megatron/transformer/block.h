@@ -62,6 +62,9 @@ struct TransformerSpec {
   // backward; same results as the unfused path to rounding (dropout masks identical). Selective
   // recompute then has nothing to drop and behaves like none. (model.attention_backend)
   bool flash_attention = false;
+  // The dtype of the activations and their gradients (the model dtype: bf16/fp16 under mixed
+  // precision). Statistics (norm mean/rstd, attention probabilities, lse) stay fp32.
+  DType activation_dtype = DType::F32;
   int64_t head_dim() const { return hidden / heads; }
   void validate(int64_t tp_size) const;
 };
@@ -133,6 +136,7 @@ class TransformerBlock {
   DropoutSite site(const MicroBatchInfo& mb, int64_t which) const;
   ActivationSlice slice(const MicroBatchInfo& mb, int64_t local_seq) const;
   bool sp() const { return spec_.sequence_parallel && tp_->size() > 1; }
+  DType act() const { return spec_.activation_dtype; }
 
   TransformerSpec spec_;
   int64_t layer_;

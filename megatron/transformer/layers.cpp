@@ -1,5 +1,7 @@
 #include "megatron/transformer/layers.h"
 
+#include <algorithm>
+
 #include "megatron/backend/ops.h"
 
 namespace megatron {
@@ -57,55 +59,52 @@ Shape full_sequence(const Shape& local, int64_t tp) {
 }  // namespace
 
 void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
-  const Tensor w = weight_2d(weight_->value);
+  const Tensor w = weight_2d(weight_->weight);
   ctx.input = x;
   if (sp_ && mode_ == TPMode::Column) {
     // Only the local slice is kept for backward (which gathers it again): the memory saving
     // of sequence parallelism. The gathered copy is transient.
-    Tensor gathered =
-        Tensor::empty(full_sequence(x.shape(), tp_->size()), DType::F32, compute_device());
+    Tensor gathered = Tensor::empty(full_sequence(x.shape(), tp_->size()), x.dtype(), x.device());
     tp_->all_gather(x, gathered);
-    ops::linear_forward(gathered, w, bias_ ? &bias_->value : nullptr, y);
+    ops::linear_forward(gathered, w, bias_ ? &bias_->weight : nullptr, y);
     return;
   }
   if (mode_ == TPMode::Row && tp_->size() > 1) {
     if (sp_) {
-      Tensor partial =
-          Tensor::empty(full_sequence(y.shape(), tp_->size()), DType::F32, compute_device());
+      Tensor partial = Tensor::empty(full_sequence(y.shape(), tp_->size()), y.dtype(), y.device());
       ops::linear_forward(x, w, nullptr, partial);
       tp_->reduce_scatter(partial, y, parallel::ReduceOp::Sum);
     } else {
       ops::linear_forward(x, w, nullptr, y);
       tp_->all_reduce(y, parallel::ReduceOp::Sum);
     }
-    if (bias_) ops::add_bias(y, bias_->value);
+    if (bias_) ops::add_bias(y, bias_->weight);
   } else {
-    ops::linear_forward(x, w, bias_ ? &bias_->value : nullptr, y);
+    ops::linear_forward(x, w, bias_ ? &bias_->weight : nullptr, y);
   }
 }
 
 void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
   Tensor dw = weight_2d(weight_->grad);
-  const Tensor w = weight_2d(weight_->value);
+  const Tensor w = weight_2d(weight_->weight);
   if (sp_ && mode_ == TPMode::Row) {
     // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
     // the gathered gradient for the bias too makes its gradient complete on every rank.
-    Tensor dy_full =
-        Tensor::empty(full_sequence(dy.shape(), tp_->size()), DType::F32, compute_device());
+    Tensor dy_full = Tensor::empty(full_sequence(dy.shape(), tp_->size()), dy.dtype(), dy.device());
     tp_->all_gather(dy, dy_full);
     ops::linear_backward(ctx.input, w, dy_full, dx, dw, bias_ ? &bias_->grad : nullptr);
     return;
   }
   if (sp_ && mode_ == TPMode::Column) {
-    Tensor x_full =
-        Tensor::empty(full_sequence(ctx.input.shape(), tp_->size()), DType::F32, compute_device());
+    const Tensor& x = ctx.input;
+    Tensor x_full = Tensor::empty(full_sequence(x.shape(), tp_->size()), x.dtype(), x.device());
     tp_->all_gather(ctx.input, x_full);
     if (!dx) {
       ops::linear_backward(x_full, w, dy, nullptr, dw, bias_ ? &bias_->grad : nullptr);
       return;
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
-    Tensor partial = Tensor::empty(x_full.shape(), DType::F32, compute_device());
+    Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
     ops::linear_backward(x_full, w, dy, &partial, dw, bias_ ? &bias_->grad : nullptr);
     tp_->reduce_scatter(partial, *dx, parallel::ReduceOp::Sum);
     return;
@@ -142,18 +141,18 @@ void Norm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   ensure(ctx.rstd, rows);
   if (kind_ == Kind::LayerNorm) {
     ensure(ctx.mean, rows);
-    ops::layernorm_forward(x, weight_->value, bias_->value, eps_, y, ctx.mean, ctx.rstd);
+    ops::layernorm_forward(x, weight_->weight, bias_->weight, eps_, y, ctx.mean, ctx.rstd);
   } else {
-    ops::rmsnorm_forward(x, weight_->value, eps_, y, ctx.rstd);
+    ops::rmsnorm_forward(x, weight_->weight, eps_, y, ctx.rstd);
   }
 }
 
 void Norm::backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const {
   if (kind_ == Kind::LayerNorm) {
-    ops::layernorm_backward(ctx.input, weight_->value, ctx.mean, ctx.rstd, dy, dx, weight_->grad,
+    ops::layernorm_backward(ctx.input, weight_->weight, ctx.mean, ctx.rstd, dy, dx, weight_->grad,
                             bias_->grad);
   } else {
-    ops::rmsnorm_backward(ctx.input, weight_->value, ctx.rstd, dy, dx, weight_->grad);
+    ops::rmsnorm_backward(ctx.input, weight_->weight, ctx.rstd, dy, dx, weight_->grad);
   }
 }
 
@@ -172,18 +171,18 @@ void Embedding::forward(Ctx& ctx, const Tensor& ids, Tensor& out) const {
   ctx.ids = ids;
   // Each rank produces only the rows of its vocabulary slice; the sum completes them.
   if (sp_) {
-    ensure(scratch_, full_sequence(out.shape(), tp_->size()));
-    ops::embedding_forward(ids, table_->value, vocab_start_, scratch_);
+    ensure(scratch_, full_sequence(out.shape(), tp_->size()), out.dtype());
+    ops::embedding_forward(ids, table_->weight, vocab_start_, scratch_);
     tp_->reduce_scatter(scratch_, out, parallel::ReduceOp::Sum);
     return;
   }
-  ops::embedding_forward(ids, table_->value, vocab_start_, out);
+  ops::embedding_forward(ids, table_->weight, vocab_start_, out);
   if (tp_->size() > 1) tp_->all_reduce(out, parallel::ReduceOp::Sum);
 }
 
 void Embedding::backward(Ctx& ctx, const Tensor& dout) const {
   if (sp_) {
-    ensure(scratch_, full_sequence(dout.shape(), tp_->size()));
+    ensure(scratch_, full_sequence(dout.shape(), tp_->size()), dout.dtype());
     tp_->all_gather(dout, scratch_);
     ops::embedding_backward(ctx.ids, scratch_, vocab_start_, table_->grad);
     return;
@@ -193,32 +192,28 @@ void Embedding::backward(Ctx& ctx, const Tensor& dout) const {
 
 namespace {
 
-template <typename Fn>
-void for_each_row(const Tensor& t, const ActivationSlice& slice, Fn&& fn) {
-  const int64_t S = t.dim(0), B = t.dim(1), D = t.numel() / (S * B);
-  const int64_t total = slice.seq_total > 0 ? slice.seq_total : S;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < B; ++b)
-      fn((s * B + b) * D, D,
-         static_cast<uint64_t>(((slice.batch_offset + b) * total + slice.seq_offset + s) * D));
+kernels::DropoutRows rows_of(const Tensor& t, const ActivationSlice& slice) {
+  MT_CHECK(t.ndim() >= 2, "dropout over [S, B, D] activations got ", t.shape().str());
+  kernels::DropoutRows r;
+  r.S = t.dim(0);
+  r.B = t.dim(1);
+  r.D = t.numel() / std::max<int64_t>(r.S * r.B, 1);
+  r.batch_offset = slice.batch_offset;
+  r.seq_offset = slice.seq_offset;
+  r.seq_total = slice.seq_total > 0 ? slice.seq_total : r.S;
+  return r;
 }
 
 }  // namespace
 
 void dropout_sbd_forward(const Tensor& x, Tensor& y, float p, const DropoutSite& site,
                          const ActivationSlice& slice) {
-  for_each_row(x, slice, [&](int64_t row, int64_t D, uint64_t index) {
-    Tensor yr = y.flat_view(row, {D});
-    ops::dropout_forward(x.flat_view(row, {D}), yr, p, site.seed, site.stream(), index);
-  });
+  ops::dropout_rows(x, y, rows_of(x, slice), p, site.seed, site.stream());
 }
 
 void dropout_sbd_backward(const Tensor& dy, Tensor& dx, float p, const DropoutSite& site,
                           const ActivationSlice& slice) {
-  for_each_row(dy, slice, [&](int64_t row, int64_t D, uint64_t index) {
-    Tensor dxr = dx.flat_view(row, {D});
-    ops::dropout_backward(dy.flat_view(row, {D}), dxr, p, site.seed, site.stream(), index);
-  });
+  ops::dropout_rows(dy, dx, rows_of(dy, slice), p, site.seed, site.stream());
 }
 
 }  // namespace megatron

@@ -65,14 +65,11 @@ void ParamStore::finalize(int64_t pad_multiple, DType model_dtype, Device device
     total_ += (*it)->local_shape.numel();
   }
   const int64_t padded = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
-  values_ = Tensor::zeros({padded}, DType::F32, device);
+  weights_ = Tensor::zeros({padded}, model_dtype, device);
   grads_ = Tensor::zeros({padded}, DType::F32, device);
-  if (mixed_precision()) {
-    masters_ = Tensor::zeros({padded}, DType::F32, device);
-    model_weights_ = Tensor::zeros({padded}, model_dtype, device);
-  }
+  if (mixed_precision()) masters_ = Tensor::zeros({padded}, DType::F32, device);
   for (auto& p : params_) {
-    p->value = values_.flat_view(p->offset, p->local_shape);
+    p->weight = weights_.flat_view(p->offset, p->local_shape);
     p->grad = grads_.flat_view(p->offset, p->local_shape);
     p->master = masters().flat_view(p->offset, p->local_shape);
   }
@@ -87,7 +84,7 @@ void ParamStore::initialize(uint64_t seed) {
   Tensor host = on_host ? masters() : Tensor::zeros({masters().numel()}, DType::F32);
   for (auto& p : params_) {
     float* v = host.data<float>() + p->offset;
-    const int64_t n = p->value.numel();
+    const int64_t n = p->local_shape.numel();
     switch (p->init.kind) {
       case ParamInit::Kind::Zeros:
         for (int64_t i = 0; i < n; ++i) v[i] = 0.0f;
@@ -106,36 +103,18 @@ void ParamStore::initialize(uint64_t seed) {
     }
   }
   if (!on_host) masters().copy_from(host);
-  refresh_model_weights(0, values_.numel());
+  refresh_model_weights(0, weights_.numel());
 }
 
 void ParamStore::zero_grads() { grads_.zero_(); }
 
 void ParamStore::refresh_model_weights(int64_t begin, int64_t end) {
   if (!mixed_precision()) return;
-  MT_CHECK(0 <= begin && begin <= end && end <= values_.numel(), "refresh range [", begin, ", ",
+  MT_CHECK(0 <= begin && begin <= end && end <= weights_.numel(), "refresh range [", begin, ", ",
            end, ")");
-  if (device_ != Device::CPU) {
-    // On a device: round the master weights into the model dtype, then widen them back into
-    // the fp32 compute copy (the same values the CPU loop below writes).
-    if (begin == end) return;
-    const Tensor master = masters_.flat_view(begin, {end - begin});
-    Tensor model = model_weights_.flat_view(begin, {end - begin});
-    Tensor compute = values_.flat_view(begin, {end - begin});
-    ops::cast(master, model);
-    ops::cast(model, compute);
-    return;
-  }
-  const float* master = masters_.data<float>();
-  float* compute = values_.data<float>();
-  const bool bf16 = model_dtype_ == DType::BF16;
-  uint16_t* bits =
-      bf16 ? &model_weights_.data<bf16_t>()->bits : &model_weights_.data<fp16_t>()->bits;
-#pragma omp parallel for schedule(static) if (end - begin > 65536)
-  for (int64_t i = begin; i < end; ++i) {
-    bits[i] = bf16 ? math::float_to_bf16_bits(master[i]) : math::float_to_fp16_bits(master[i]);
-    compute[i] = bf16 ? math::bf16_bits_to_float(bits[i]) : math::fp16_bits_to_float(bits[i]);
-  }
+  if (begin == end) return;
+  Tensor model = weights_.flat_view(begin, {end - begin});
+  ops::cast(masters_.flat_view(begin, {end - begin}), model);
 }
 
 std::vector<Parameter*> ParamStore::params() {

@@ -1,8 +1,9 @@
 #pragma once
 // Parameters know their global identity (DESIGN.md principle 5): global name, global shape and
-// how this rank's shard is cut from it. Values and fp32 "main" gradients each live in one
-// contiguous buffer (principle 6) laid out in reverse registration order, i.e. in the order
-// backward produces gradients, so data-parallel buckets are contiguous ranges.
+// how this rank's shard is cut from it. Model weights, fp32 "main" gradients and (mixed
+// precision) fp32 master weights each live in one contiguous buffer (principle 6) laid out in
+// reverse registration order, i.e. in the order backward produces gradients, so data-parallel
+// buckets are contiguous ranges.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -44,9 +45,11 @@ struct Parameter {
   // updated identically, but counted once in the gradient norm (on the first stage).
   bool shared_copy = false;
   int64_t offset = 0;  // element offset of this shard in the buffers
-  Tensor value;        // fp32 compute weights: view into ParamStore's value buffer
-  Tensor grad;         // fp32 main gradient: view into ParamStore's grad buffer
-  Tensor master;       // fp32 master weights the optimizer updates (== value for fp32)
+  // The weights the layers compute with, in the model dtype (fp32, or bf16/fp16 under mixed
+  // precision): a view into ParamStore's weight buffer.
+  Tensor weight;
+  Tensor grad;    // fp32 main gradient: view into ParamStore's grad buffer
+  Tensor master;  // fp32 master weights the optimizer updates (the same view as weight in fp32)
 
   // Global flat index of local element i (for shard-independent init and checkpoints).
   int64_t global_index(int64_t local_index) const;
@@ -57,11 +60,11 @@ class ParamStore {
   // Registers a parameter; its tensors exist after finalize(). The reference stays valid.
   Parameter& add(std::string name, const Shape& global_shape, ParamInit init, bool weight_decay,
                  ShardSpec shard = {});
-  // Allocates the value and grad buffers and binds every parameter's views. The buffers are
-  // padded with zeros to a multiple of pad_multiple (data-parallel sharding needs equal shards).
-  // With a 16-bit model dtype (mixed precision) the model weights are stored in that dtype,
-  // the fp32 master weights separately; the fp32 compute copy (value) holds the model weights
-  // exactly (the CPU kernels compute in fp32). Every buffer lives on `device`.
+  // Allocates the buffers and binds every parameter's views. The buffers are padded with zeros
+  // to a multiple of pad_multiple (data-parallel sharding needs equal shards). With a 16-bit
+  // model dtype (mixed precision) the model weights are stored in that dtype and the fp32
+  // master weights separately (Megatron's layout: 2 + 4 + 4 bytes per parameter plus the
+  // optimizer's moments); in fp32 one buffer is both. Every buffer lives on `device`.
   void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32,
                 Device device = Device::CPU);
   Device device() const { return device_; }
@@ -71,25 +74,24 @@ class ParamStore {
   // model gets the same global weights.
   void initialize(uint64_t seed);
   void zero_grads();
-  // Mixed precision: model weights (and the compute copy) <- master weights in [begin, end)
-  // of the buffer, rounded to the model dtype (ops::cast on a device). No-op for fp32.
+  // Mixed precision: model weights <- master weights in [begin, end) of the buffer, rounded to
+  // the model dtype (ops::cast, round to nearest even). No-op for fp32.
   void refresh_model_weights(int64_t begin, int64_t end);
   bool mixed_precision() const { return model_dtype_ != DType::F32; }
   DType model_dtype() const { return model_dtype_; }
-  Tensor& masters() { return mixed_precision() ? masters_ : values_; }
-  Tensor& model_weights() { return model_weights_; }
+  Tensor& weights() { return weights_; }                                 // model dtype
+  Tensor& masters() { return mixed_precision() ? masters_ : weights_; }  // fp32
 
   std::vector<Parameter*> params();
   std::vector<const Parameter*> params() const;
   Parameter& get(const std::string& name);
   int64_t numel() const { return total_; }  // parameters (without padding)
-  int64_t buffer_numel() const { return values_.numel(); }
-  Tensor& values() { return values_; }
+  int64_t buffer_numel() const { return weights_.numel(); }
   Tensor& grads() { return grads_; }
 
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
-  Tensor values_, grads_, masters_, model_weights_;
+  Tensor weights_, grads_, masters_;
   DType model_dtype_ = DType::F32;
   Device device_ = Device::CPU;
   int64_t total_ = 0;

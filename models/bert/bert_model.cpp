@@ -17,7 +17,7 @@ void fill(Tensor& t, float v) { fill_value(t, v); }
 
 int64_t params_end(const std::vector<Parameter*>& params) {
   int64_t end = 0;
-  for (const Parameter* p : params) end = std::max(end, p->offset + p->value.numel());
+  for (const Parameter* p : params) end = std::max(end, p->offset + p->local_shape.numel());
   return end;
 }
 
@@ -209,12 +209,12 @@ void BertModel::check_batch(const MicroBatch& mb) const {
 void BertModel::embed(BertActivations& a, const MicroBatch& mb, int64_t Sl) const {
   const int64_t B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   const ActivationSlice where = slice(mb, Sl);
-  Tensor& x = ensure(a.embedded, {Sl, B, D});
+  Tensor& x = ensure(a.embedded, {Sl, B, D}, act_dtype());
   word_embed_->forward(a.word, mb.tokens, x);
   // Replicated tables look up only this rank's rows [seq_offset, seq_offset + Sl).
   Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
   fill_positions(pos, where.seq_offset);
-  Tensor& rows = ensure(a.scratch, {Sl, B, D});
+  Tensor& rows = ensure(a.scratch, {Sl, B, D}, act_dtype());
   pos_embed_->forward(a.pos, pos, rows);
   ops::add_inplace(x, rows);
   if (type_embed_) {
@@ -226,9 +226,9 @@ void BertModel::embed(BertActivations& a, const MicroBatch& mb, int64_t Sl) cons
     type_embed_->forward(a.type, types, rows);
     ops::add_inplace(x, rows);
   }
-  emb_norm_->forward(a.emb_norm, x, ensure(a.emb_norm_out, {Sl, B, D}));
+  emb_norm_->forward(a.emb_norm, x, ensure(a.emb_norm_out, {Sl, B, D}, act_dtype()));
   if (mb.info.training && spec_.embedding_dropout > 0.0f)
-    dropout_sbd_forward(a.emb_norm_out, ensure(a.embedded_dropped, {Sl, B, D}),
+    dropout_sbd_forward(a.emb_norm_out, ensure(a.embedded_dropped, {Sl, B, D}, act_dtype()),
                         spec_.embedding_dropout, embedding_dropout_site(mb), where);
 }
 
@@ -262,17 +262,17 @@ LossSums BertModel::forward(ModelActivations& act, const MicroBatch& mb,
 double BertModel::lm_head_forward(BertActivations& a, const MicroBatch& mb, const Tensor& h) const {
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   const int64_t N = S * B, Sl = h.dim(0);
-  transform_->forward(a.transform, h, ensure(a.transform_out, {Sl, B, D}));
-  ops::gelu_forward(a.transform_out, ensure(a.gelu_out, {Sl, B, D}));
-  head_norm_->forward(a.head_norm, a.gelu_out, ensure(a.head_out, {Sl, B, D}));
+  transform_->forward(a.transform, h, ensure(a.transform_out, {Sl, B, D}, act_dtype()));
+  ops::gelu_forward(a.transform_out, ensure(a.gelu_out, {Sl, B, D}, act_dtype()));
+  head_norm_->forward(a.head_norm, a.gelu_out, ensure(a.head_out, {Sl, B, D}, act_dtype()));
   const Tensor* hn = &a.head_out;
   if (sp()) {  // the vocab-parallel decoder needs every position
-    tp_->all_gather(a.head_out, ensure(a.head_full, {S, B, D}));
+    tp_->all_gather(a.head_out, ensure(a.head_full, {S, B, D}, act_dtype()));
     hn = &a.head_full;
   }
   const kernels::cpu::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
-  Tensor& logits = ensure(a.logits, {N, vs.V_local});
-  ops::linear_forward(*hn, word_embed_->table().value, &output_bias_->value, logits);
+  Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype());
+  ops::linear_forward(*hn, word_embed_->table().weight, &output_bias_->weight, logits);
   vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, ensure(a.losses, {N}),
                                ensure(a.lse, {N}));
   return sum_target_losses(a.losses, mb.labels);
@@ -283,12 +283,12 @@ double BertModel::binary_head_forward(BertActivations& a, const MicroBatch& mb,
   const int64_t B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   // [CLS] is sequence position 0: rows [0, B) of [S, B, D]. With sequence parallelism only tp
   // rank 0 holds them; it broadcasts them and every rank computes the (replicated) head.
-  Tensor& cls = ensure(a.cls, {B, D});
+  Tensor& cls = ensure(a.cls, {B, D}, act_dtype());
   if (!sp() || tp_->rank() == 0) cls.copy_from(h.flat_view(0, {B, D}));
   if (sp()) tp_->broadcast(cls, 0);
-  pooler_->forward(a.pooler, cls, ensure(a.pooler_out, {B, D}));
-  ops::tanh_forward(a.pooler_out, ensure(a.pooled, {B, D}));
-  binary_->forward(a.binary, a.pooled, ensure(a.nsp_logits, {B, 2}));
+  pooler_->forward(a.pooler, cls, ensure(a.pooler_out, {B, D}, act_dtype()));
+  ops::tanh_forward(a.pooler_out, ensure(a.pooled, {B, D}, act_dtype()));
+  binary_->forward(a.binary, a.pooled, ensure(a.nsp_logits, {B, 2}, act_dtype()));
   ops::cross_entropy_forward(a.nsp_logits, mb.nsp_labels, kTwoClasses, kIgnoreIndex,
                              ensure(a.nsp_losses, {B}), ensure(a.nsp_lse, {B}));
   return sum_values(a.nsp_losses);
@@ -305,18 +305,18 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
   // Table and bias gradients of this rank's vocab slice are complete (all rows, own columns);
   // the hidden-state gradient is partial over the vocab slices: sum it (and split with SP).
   Parameter& table = word_embed_->table();
-  Tensor& d_head = ensure(a.d_head, {Sl, B, D});
+  Tensor& d_head = ensure(a.d_head, {Sl, B, D}, act_dtype());
   if (sp()) {
-    Tensor& full = ensure(a.d_head_full, {S, B, D});
-    ops::linear_backward(a.head_full, table.value, a.logits, &full, table.grad,
+    Tensor& full = ensure(a.d_head_full, {S, B, D}, act_dtype());
+    ops::linear_backward(a.head_full, table.weight, a.logits, &full, table.grad,
                          &output_bias_->grad);
     tp_->reduce_scatter(full, d_head, parallel::ReduceOp::Sum);
   } else {
-    ops::linear_backward(a.head_out, table.value, a.logits, &d_head, table.grad,
+    ops::linear_backward(a.head_out, table.weight, a.logits, &d_head, table.grad,
                          &output_bias_->grad);
     if (tp_->size() > 1) tp_->all_reduce(d_head, parallel::ReduceOp::Sum);
   }
-  Tensor& d_gelu = ensure(a.d_gelu, {Sl, B, D});
+  Tensor& d_gelu = ensure(a.d_gelu, {Sl, B, D}, act_dtype());
   head_norm_->backward(a.head_norm, d_head, d_gelu);
   ops::gelu_backward(a.transform_out, d_gelu, d_head);  // d_head now holds d(transform_out)
   transform_->backward(a.transform, d_head, &d_hidden);
@@ -328,9 +328,9 @@ void BertModel::binary_head_backward(BertActivations& a, const MicroBatch& mb, f
   fill(ensure(a.d_nsp, {B}), weight);
   ops::cross_entropy_backward(a.nsp_logits, mb.nsp_labels, kTwoClasses, kIgnoreIndex, a.nsp_lse,
                               a.d_nsp, a.nsp_logits);
-  binary_->backward(a.binary, a.nsp_logits, &ensure(a.d_pooled, {B, D}));
+  binary_->backward(a.binary, a.nsp_logits, &ensure(a.d_pooled, {B, D}, act_dtype()));
   ops::tanh_backward(a.pooled, a.d_pooled, a.d_pooled);
-  pooler_->backward(a.pooler, a.d_pooled, &ensure(a.d_cls, {B, D}));
+  pooler_->backward(a.pooler, a.d_pooled, &ensure(a.d_cls, {B, D}, act_dtype()));
   // Only the rank whose slice holds position 0 owns those rows' gradient (with SP); without
   // SP every rank holds the full (identical) residual-stream gradient.
   if (sp() && tp_->rank() != 0) return;
@@ -363,8 +363,8 @@ void BertModel::backward(ModelActivations& act, const MicroBatch& mb, const Loss
 
   // Buffer layout is reverse registration order: heads, blocks L-1..0, then the embeddings
   // (which the tied decoder also feeds), so watermarks only grow.
-  Tensor* grad = &ensure(a.grad_a, {Sl, B, D});
-  Tensor* other = &ensure(a.grad_b, {Sl, B, D});
+  Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype());
+  Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype());
   if (stage_.post_process) {
     lm_head_backward(a, mb, weights.lm, *grad);
     std::vector<Parameter*> tail{output_bias_};

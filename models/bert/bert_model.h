@@ -71,6 +71,7 @@ class BertModel final : public Model {
                 Tensor* d_hidden_in = nullptr) const override;
 
   const ModelStage& stage() const override { return stage_; }
+  DType activation_dtype() const override { return spec_.transformer.activation_dtype; }
   Parameter* word_embeddings() const override {
     return word_embed_ ? &word_embed_->table() : nullptr;
   }
@@ -81,6 +82,7 @@ class BertModel final : public Model {
 
  private:
   bool sp() const { return spec_.transformer.sequence_parallel && tp_->size() > 1; }
+  DType act_dtype() const { return spec_.transformer.activation_dtype; }
   ActivationSlice slice(const MicroBatch& mb, int64_t local_seq) const;
   DropoutSite embedding_dropout_site(const MicroBatch& mb) const;
   void check_batch(const MicroBatch& mb) const;

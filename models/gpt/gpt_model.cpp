@@ -109,18 +109,19 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
 
   const Tensor* x = hidden_in;
   if (stage_.pre_process) {
-    Tensor& x0 = ensure(a.embedded, {Sl, B, D});
+    Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype());
     tok_embed_->forward(a.tok, mb.tokens, x0);
     if (pos_embed_) {
       Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
       fill_positions(pos, where.seq_offset);
-      Tensor& pe = ensure(a.grad_a, {Sl, B, D});  // scratch until backward
+      Tensor& pe = ensure(a.grad_a, {Sl, B, D}, act_dtype());  // scratch until backward
       pos_embed_->forward(a.pos, pos, pe);
       ops::add_inplace(x0, pe);
     }
     x = &x0;
     if (mb.info.training && spec_.embedding_dropout > 0.0f) {
-      dropout_sbd_forward(x0, ensure(a.embedded_dropped, {Sl, B, D}), spec_.embedding_dropout,
+      dropout_sbd_forward(x0, ensure(a.embedded_dropped, {Sl, B, D}, act_dtype()),
+                          spec_.embedding_dropout,
                           DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
       x = &a.embedded_dropped;
     }
@@ -131,18 +132,18 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   a.last_hidden = x;
   if (!stage_.post_process) return {};
 
-  final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}));
+  final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}, act_dtype()));
   const kernels::cpu::VocabSlice vs = vocab_slice();
-  Tensor& logits = ensure(a.logits, {N, vs.V_local});
+  Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype());
   if (lm_head_) {
     lm_head_->forward(a.lm_head, a.final_out, logits);
   } else {
     const Tensor* h = &a.final_out;
     if (sp()) {  // the vocab-parallel head needs every position
-      tp_->all_gather(a.final_out, ensure(a.final_full, {S, B, D}));
+      tp_->all_gather(a.final_out, ensure(a.final_full, {S, B, D}, act_dtype()));
       h = &a.final_full;
     }
-    ops::linear_forward(*h, tok_embed_->table().value, nullptr, logits);
+    ops::linear_forward(*h, tok_embed_->table().weight, nullptr, logits);
   }
   ensure(a.losses, {N});
   ensure(a.lse, {N});
@@ -163,14 +164,14 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   auto report = [&](const std::vector<Parameter*>& params) {
     if (!grads_ready) return;
     int64_t w = 0;
-    for (const Parameter* p : params) w = std::max(w, p->offset + p->value.numel());
+    for (const Parameter* p : params) w = std::max(w, p->offset + p->local_shape.numel());
     grads_ready(w);
   };
 
   // Buffer layout is reverse registration order: output layer / final norm, blocks L-1..0,
   // then the embeddings (which the tied LM head also feeds), so watermarks only grow.
-  Tensor* grad = &ensure(a.grad_a, {Sl, B, D});
-  Tensor* other = &ensure(a.grad_b, {Sl, B, D});
+  Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype());
+  Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype());
   if (stage_.post_process) {
     const kernels::cpu::VocabSlice vs = vocab_slice();
     Tensor& dl = ensure(a.dlosses, {N});
@@ -184,11 +185,11 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
       Parameter& table = tok_embed_->table();
       if (sp()) {
         // Each rank's vocab slice gives a partial gradient for every position: sum and split.
-        Tensor& full = ensure(a.d_final_full, {S, B, D});
-        ops::linear_backward(a.final_full, table.value, a.logits, &full, table.grad, nullptr);
+        Tensor& full = ensure(a.d_final_full, {S, B, D}, act_dtype());
+        ops::linear_backward(a.final_full, table.weight, a.logits, &full, table.grad, nullptr);
         tp_->reduce_scatter(full, d_final, parallel::ReduceOp::Sum);
       } else {
-        ops::linear_backward(a.final_out, table.value, a.logits, &d_final, table.grad, nullptr);
+        ops::linear_backward(a.final_out, table.weight, a.logits, &d_final, table.grad, nullptr);
         if (tp_->size() > 1) tp_->all_reduce(d_final, parallel::ReduceOp::Sum);
       }
     }

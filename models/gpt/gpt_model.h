@@ -58,6 +58,7 @@ class GPTModel final : public Model {
                 const GradsReady& grads_ready = {}, const Tensor* d_hidden_out = nullptr,
                 Tensor* d_hidden_in = nullptr) const override;
   const ModelStage& stage() const override { return stage_; }
+  DType activation_dtype() const override { return spec_.transformer.activation_dtype; }
   Parameter* word_embeddings() const override {
     return tok_embed_ ? &tok_embed_->table() : nullptr;
   }
@@ -68,6 +69,7 @@ class GPTModel final : public Model {
  private:
   kernels::cpu::VocabSlice vocab_slice() const;
   bool sp() const { return spec_.transformer.sequence_parallel && tp_->size() > 1; }
+  DType act_dtype() const { return spec_.transformer.activation_dtype; }
   ActivationSlice slice(const MicroBatch& mb, int64_t local_seq) const;
 
   GPTSpec spec_;

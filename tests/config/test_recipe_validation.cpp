@@ -138,6 +138,13 @@ const Rule kRules[] = {
      "got 0"},
     {"threads", "training: {threads: -1}", "training.threads", "got -1"},
     {"peak_tflops", "training: {peak_tflops: -3.5}", "training.peak_tflops", "got -3.5"},
+    {"initial_loss_scale", "training: {initial_loss_scale: 0}", "training.initial_loss_scale",
+     "got 0"},
+    {"min_loss_scale", "training: {initial_loss_scale: 1024, min_loss_scale: 4096}",
+     "training.min_loss_scale", "4096 > 1024"},
+    {"loss_scale_window", "training: {loss_scale_window: 0}", "training.loss_scale_window",
+     "got 0"},
+    {"hysteresis", "training: {hysteresis: -1}", "training.hysteresis", "got -1"},
     // optimizer
     {"lr_zero", "optimizer: {lr: 0}", "optimizer.lr", "got 0"},
     {"lr_negative", "optimizer: {lr: -1.0e-3}", "optimizer.lr", "got -0.001"},

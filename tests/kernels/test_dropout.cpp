@@ -110,6 +110,31 @@ TEST(Dropout, ShardsReproduceTheUnshardedMask) {
   EXPECT_EQ(whole, sharded);
 }
 
+// dropout_rows over [S, B, D] = the flat kernel per row at its global index, and a sequence
+// slice (S/2 rows at seq_offset) or a later micro-batch (batch_offset) reproduces its part of
+// the whole global tensor's mask.
+TEST(Dropout, RowsFollowTheGlobalLayout) {
+  const int64_t S = 6, B = 3, D = 10;  // D % 4 != 0: rows start mid Philox block
+  const auto x = random_vector(S * B * D, 3, 0.5f, 1.5f);
+  DropoutRows rows{S, B, D, /*batch_offset=*/2, /*seq_offset=*/0, /*seq_total=*/S};
+  std::vector<float> got(x.size()), want(x.size());
+  cpu::dropout_rows(x.data(), got.data(), rows, 0.4f, 5, 7);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t r = s * B + b;
+      const uint64_t index = static_cast<uint64_t>(((2 + b) * S + s) * D);
+      EXPECT_EQ(rows.row_index(r), index);
+      cpu::dropout_forward(x.data() + r * D, want.data() + r * D, D, 0.4f, 5, 7, index);
+    }
+  EXPECT_EQ(got, want);
+  // The second half of the sequence as a sequence-parallel slice.
+  const int64_t half = S / 2;
+  DropoutRows slice{half, B, D, 2, half, S};
+  std::vector<float> part(static_cast<size_t>(half * B * D));
+  cpu::dropout_rows(x.data() + half * B * D, part.data(), slice, 0.4f, 5, 7);
+  EXPECT_EQ(part, std::vector<float>(got.begin() + half * B * D, got.end()));
+}
+
 TEST(Dropout, KeepFractionAndScale) {
   const int64_t n = 400000;
   const float p = 0.3f;

@@ -57,9 +57,10 @@ MicroBatch batch() {
 void perturb(ParamStore& store) {
   for (Parameter* p : store.params())
     if (p->init.kind != ParamInit::Kind::Normal)
-      for (int64_t i = 0; i < p->value.numel(); ++i)
-        p->value.data<float>()[i] += 0.3f * std::sin(0.7f * static_cast<float>(p->global_index(i)) +
-                                                     static_cast<float>(name_hash(p->name) % 100));
+      for (int64_t i = 0; i < p->weight.numel(); ++i)
+        p->weight.data<float>()[i] +=
+            0.3f * std::sin(0.7f * static_cast<float>(p->global_index(i)) +
+                            static_cast<float>(name_hash(p->name) % 100));
 }
 
 void expect_close(float got, float want, const std::string& what) {

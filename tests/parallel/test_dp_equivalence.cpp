@@ -87,7 +87,7 @@ TEST(GradSync, BucketsHoldTheSumOverDataParallel) {
             << "element " << i << (distributed ? " distributed" : "");
     if (distributed) {
       // After the step each rank's shards are gathered back into every rank's parameters.
-      float* v = store.values().data<float>();
+      float* v = store.weights().data<float>();
       for (const optim::BufferRange& r : sync.owned())
         for (int64_t i = r.begin; i < r.end; ++i) v[i] = static_cast<float>(i);
       sync.gather_params();

@@ -82,8 +82,8 @@ TEST(TensorParallelLayers, LinearMatchesUnsplit) {
     // Biases start at zero; give them values so the bias path is exercised.
     for (ParamStore* s : {&full_store, &tp_store}) {
       Parameter& b = s->get("l.bias");
-      for (int64_t i = 0; i < b.value.numel(); ++i)
-        b.value.data<float>()[i] = 0.1f * static_cast<float>(b.global_index(i) % 7);
+      for (int64_t i = 0; i < b.weight.numel(); ++i)
+        b.weight.data<float>()[i] = 0.1f * static_cast<float>(b.global_index(i) % 7);
     }
     const Tensor x = random_tensor({S, B, in}, 11), dy = random_tensor({S, B, out}, 12);
     Linear::Ctx fc, sc;

@@ -68,7 +68,7 @@ void perturb_biases(ParamStore& store, uint32_t seed) {
   std::normal_distribution<float> dist(0.0f, 0.3f);
   for (Parameter* p : store.params())
     if (p->init.kind != ParamInit::Kind::Normal)
-      for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data<float>()[i] += dist(rng);
+      for (int64_t i = 0; i < p->weight.numel(); ++i) p->weight.data<float>()[i] += dist(rng);
 }
 
 double dot(const Tensor& a, const Tensor& b) {
@@ -119,7 +119,7 @@ int check_params(ParamStore& store, const std::function<double()>& objective, ui
   std::mt19937 rng(seed);
   int checked = 0;
   for (Parameter* p : store.params())
-    checked += check_elements(p->value, p->grad, objective, p->name, rng);
+    checked += check_elements(p->weight, p->grad, objective, p->name, rng);
   return checked;
 }
 
@@ -296,7 +296,7 @@ struct Reference {
   const ParamStore& store;
   const BertSpec& spec;
   const float* p(const std::string& name) const {
-    return const_cast<ParamStore&>(store).get(name).value.data<float>();
+    return const_cast<ParamStore&>(store).get(name).weight.data<float>();
   }
   using Vec = std::vector<double>;
   Vec layernorm(const Vec& x, const std::string& name) const {

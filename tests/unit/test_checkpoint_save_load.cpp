@@ -437,7 +437,7 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
     store->finalize();
     store->initialize(42);
     Parameter& w = store->get("fc.weight");
-    moments.emplace_back(static_cast<size_t>(w.value.numel()));
+    moments.emplace_back(static_cast<size_t>(w.weight.numel()));
     for (size_t i = 0; i < moments.back().size(); ++i)
       moments.back()[i] = value_of("m", w.global_index(static_cast<int64_t>(i)), 0);
     req = SaveRequest{};
@@ -469,11 +469,11 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
   reference.finalize();
   reference.initialize(42);
   for (int64_t i = 0; i < 48; ++i) {
-    ASSERT_EQ(full.get("fc.weight").value.data<float>()[i],
-              reference.get("fc.weight").value.data<float>()[i]);
+    ASSERT_EQ(full.get("fc.weight").weight.data<float>()[i],
+              reference.get("fc.weight").weight.data<float>()[i]);
     ASSERT_EQ(m[i], value_of("m", i, 0));
   }
-  for (int64_t i = 0; i < 6; ++i) ASSERT_EQ(full.get("norm.weight").value.data<float>()[i], 1.0f);
+  for (int64_t i = 0; i < 6; ++i) ASSERT_EQ(full.get("norm.weight").weight.data<float>()[i], 1.0f);
 }
 
 TEST_F(CheckpointTest, FinalizeRefusesDoublesAndGaps) {

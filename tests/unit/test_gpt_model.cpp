@@ -76,10 +76,10 @@ TEST_P(GPTGradientCheck, EveryParameterMatchesFiniteDifferences) {
   std::mt19937 rng(11);
   int checked = 0;
   for (Parameter* p : store.params()) {
-    const int64_t n = p->value.numel();
+    const int64_t n = p->weight.numel();
     for (int k = 0; k < 6; ++k) {
       const int64_t i = static_cast<int64_t>(rng() % n);
-      float& w = p->value.data<float>()[i];
+      float& w = p->weight.data<float>()[i];
       const float saved = w;
       const float eps = 1e-2f;
       w = saved + eps;

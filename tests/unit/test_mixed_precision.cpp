@@ -79,15 +79,16 @@ TEST(MixedPrecision, Bf16WeightsAreBf16AndTrainLikeFp32) {
   std::unique_ptr<training::Trainer> keep;
   const auto bf16 = train("bf16", &store, &keep);
   ASSERT_TRUE(store->mixed_precision());
-  EXPECT_EQ(store->model_weights().dtype(), DType::BF16);
-  // The compute weights are exactly the bf16 model weights; the masters carry more bits.
+  EXPECT_EQ(store->weights().dtype(), DType::BF16);
+  EXPECT_EQ(store->masters().dtype(), DType::F32);
+  // The model weights the layers computed with are the masters rounded to bf16; the masters
+  // carry more bits.
   int64_t differ = 0;
-  const float* value = store->values().data<float>();
+  const bf16_t* weight = store->weights().data<bf16_t>();
   const float* master = store->masters().data<float>();
   for (int64_t i = 0; i < store->numel(); ++i) {
-    ASSERT_EQ(value[i], math::bf16_bits_to_float(math::float_to_bf16_bits(value[i])));
-    ASSERT_EQ(value[i], math::bf16_bits_to_float(math::float_to_bf16_bits(master[i])));
-    differ += value[i] != master[i];
+    ASSERT_EQ(weight[i].bits, math::float_to_bf16_bits(master[i])) << i;
+    differ += math::bf16_bits_to_float(weight[i].bits) != master[i];
   }
   EXPECT_GT(differ, store->numel() / 2);
   EXPECT_LT(bf16.steps.back().loss, 0.6 * bf16.steps.front().loss);

@@ -173,9 +173,11 @@ class CudaVsCpuOps : public ::testing::TestWithParam<DType> {
     return v;
   }
 
-  // Runs `run` on the CPU (fp32), then, when a GPU is there, on CUDA in dt() and compares every
-  // output. `slack` multiplies the dtype's tolerance for the outputs it names (chains of
-  // roundings); `fixed` replaces it (fp32 outputs computed from exactly the same inputs).
+  // Runs `run` on the CPU (fp32), then on the CPU in dt() (16-bit tensors: the contract of
+  // backend/float_args.h, widened kernels, rounded outputs), then, when a GPU is there, on CUDA
+  // in dt(), and compares every output of the last two with the fp32 CPU ones. `slack`
+  // multiplies the dtype's tolerance for the outputs it names (chains of roundings); `fixed`
+  // replaces it (fp32 outputs computed from exactly the same inputs).
   void compare(const std::function<Outputs(const Backend&)>& run,
                const std::map<std::string, double>& slack = {},
                const std::map<std::string, double>& fixed = {}) {
@@ -184,20 +186,26 @@ class CudaVsCpuOps : public ::testing::TestWithParam<DType> {
       ASSERT_EQ(t.device(), Device::CPU) << name;
       for (float x : values(t)) ASSERT_TRUE(std::isfinite(x)) << name << " has a non-finite value";
     }
+    auto check = [&](const Outputs& got, Device device) {
+      ASSERT_EQ(got.size(), cpu.size());
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        const auto& [name, t] = got[i];
+        EXPECT_EQ(t.device(), device) << name;
+        const auto it = slack.find(name);
+        const auto fx = fixed.find(name);
+        const double tol = fx != fixed.end()
+                               ? fx->second
+                               : tolerance(dt()) * (it == slack.end() ? 1.0 : it->second);
+        const double err = rel_error(values(t), values(cpu[i].second));
+        EXPECT_LE(err, tol) << name << " (" << dtype_name(dt()) << " on " << device_name(device)
+                            << ")";
+      }
+    };
+    if (dt() != DType::F32) check(run(Backend{Device::CPU, dt()}), Device::CPU);
     if (!device_available(Device::CUDA))
-      GTEST_SKIP() << "no CUDA backend or no GPU here: the CPU side ran, the CUDA side did not";
-    const Outputs gpu = run(Backend{Device::CUDA, dt()});
-    ASSERT_EQ(gpu.size(), cpu.size());
-    for (size_t i = 0; i < cpu.size(); ++i) {
-      const auto& [name, t] = gpu[i];
-      EXPECT_EQ(t.device(), Device::CUDA) << name;
-      const auto it = slack.find(name);
-      const auto fx = fixed.find(name);
-      const double tol =
-          fx != fixed.end() ? fx->second : tolerance(dt()) * (it == slack.end() ? 1.0 : it->second);
-      const double err = rel_error(values(t), values(cpu[i].second));
-      EXPECT_LE(err, tol) << name << " (" << dtype_name(dt()) << ")";
-    }
+      GTEST_SKIP() << "no CUDA backend or no GPU here: the CPU sides ran (fp32 and "
+                   << dtype_name(dt()) << "), the CUDA side did not";
+    check(run(Backend{Device::CUDA, dt()}), Device::CUDA);
   }
 };
 
@@ -459,6 +467,20 @@ TEST_P(CudaVsCpuOps, DropoutSameMasks) {
   int64_t mismatches = 0;
   for (int64_t i = 0; i < n; ++i) mismatches += (gpu[i] == 0.0f) != (cpu[i] == 0.0f);
   EXPECT_EQ(mismatches, 0);
+}
+
+// [S, B, D] rows at their global Philox indices (a sequence slice of a later micro-batch),
+// out of place and in place; D = 10 starts rows mid Philox block.
+TEST_P(CudaVsCpuOps, DropoutRowsSameMasks) {
+  const kernels::DropoutRows rows{4, 3, 10, 5, 4, 12};
+  const int64_t n = rows.S * rows.B * rows.D;
+  const auto x = rnd(n, 73);
+  compare([&](const Backend& be) {
+    Tensor y = be.act_zeros({rows.S, rows.B, rows.D}), z = be.make(x, {rows.S, rows.B, rows.D});
+    ops::dropout_rows(be.make(x, {rows.S, rows.B, rows.D}), y, rows, 0.3f, 42, 7);
+    ops::dropout_rows(z, z, rows, 0.3f, 42, 7);
+    return Outputs{{"y", y}, {"in_place", z}};
+  });
 }
 
 TEST_P(CudaVsCpuOps, CrossEntropy) {
@@ -723,13 +745,50 @@ TEST(DeviceDispatch, CastRejectsNonFloatTypes) {
   }
 }
 
-TEST(DeviceDispatch, CpuOpsNameTheDtypeTheyNeed) {
-  Tensor x = Tensor::zeros({4}, DType::BF16), y = Tensor::zeros({4}, DType::BF16);
-  try {
-    ops::gelu_forward(x, y);
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("gelu_forward: x must be fp32 on the cpu, got bf16"));
+// The dtype contract (backend/float_args.h) holds on every device, so a mix the CUDA kernels
+// would reject fails on the CPU too, naming the tensors.
+TEST(DeviceDispatch, OpsCheckOneDtypeContractOnEveryDevice) {
+  auto error_of = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  Tensor x = Tensor::zeros({4, 8}, DType::BF16), y32 = Tensor::zeros({4, 8}, DType::F32);
+  EXPECT_THAT(error_of([&] { ops::gelu_forward(x, y32); }),
+              HasSubstr("gelu_forward: y is fp32 but x is bf16 (these must have one dtype)"));
+  Tensor w16 = Tensor::zeros({8}, DType::F16), mean = Tensor::zeros({4}, DType::F32),
+         rstd = Tensor::zeros({4}, DType::F32), y = Tensor::zeros({4, 8}, DType::BF16);
+  EXPECT_THAT(error_of([&] { ops::layernorm_forward(x, w16, w16, 1e-5f, y, mean, rstd); }),
+              HasSubstr("layernorm_forward: w must be fp32 or bf16 (the dtype of x), got fp16"));
+  Tensor mean16 = Tensor::zeros({4}, DType::BF16);
+  EXPECT_THAT(error_of([&] { ops::rmsnorm_forward(x, y32.flat_view(0, {8}), 1e-5f, y, mean16); }),
+              HasSubstr("rmsnorm_forward: rstd must be fp32, got bf16"));
+  Tensor ints = Tensor::zeros({4, 8}, DType::I32);
+  EXPECT_THAT(error_of([&] { ops::add(x, x, ints); }),
+              HasSubstr("add: out must be fp32, bf16 or fp16, got int32"));
+  // Allowed mixes: fp32 norm weights with bf16 activations, fp32 accumulation of bf16 values.
+  ops::layernorm_forward(x, y32.flat_view(0, {8}), y32.flat_view(8, {8}), 1e-5f, y, mean, rstd);
+  ops::add_inplace(y32, x);
+}
+
+// A 16-bit op on the CPU reads its 16-bit inputs exactly, computes in fp32 and rounds each
+// written tensor once (to nearest even); in-place arguments see one copy.
+TEST(DeviceDispatch, CpuSixteenBitOpsRoundTheFp32ResultOnce) {
+  const std::vector<float> a = {1.0f, -2.5f, 3.0f, 0.1f}, b = {0.00390625f, 1.0f, -0.75f, 0.2f};
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor ta = host_tensor(a, {4}, dt), tb = host_tensor(b, {4}, dt), out = Tensor::empty({4}, dt);
+    ops::add(ta, tb, out);
+    const auto va = values(ta), vb = values(tb), vo = values(out);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(vo[i], round_to(dt, va[i] + vb[i])) << i;
+    ops::add(ta, ta, ta);  // in place: every element doubled exactly
+    const auto doubled = values(ta);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(doubled[i], 2.0f * va[i]) << i;
+    Tensor acc = Tensor::zeros({4}, DType::F32);
+    ops::add_inplace(acc, tb);  // fp32 accumulator, 16-bit addend: exact
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(acc.data<float>()[i], vb[i]) << i;
   }
 }
 

@@ -141,7 +141,7 @@ Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64
       std::mt19937 rng(static_cast<uint32_t>(name_hash(p->name)));
       std::normal_distribution<float> dist(0.0f, 0.2f);
       if (p->init.kind != ParamInit::Kind::Normal)
-        for (int64_t i = 0; i < p->value.numel(); ++i) p->value.data<float>()[i] += dist(rng);
+        for (int64_t i = 0; i < p->weight.numel(); ++i) p->weight.data<float>()[i] += dist(rng);
     }
     store.zero_grads();
   }

@@ -23,8 +23,8 @@ TEST(ParamStore, ShardedInitMatchesTheGlobalInit) {
                               ShardSpec{dim, ShardAxis::Tensor, shard, 2});
       part.finalize();
       part.initialize(9);
-      for (int64_t i = 0; i < p.value.numel(); ++i)
-        ASSERT_EQ(p.value.data<float>()[i], w.value.data<float>()[p.global_index(i)])
+      for (int64_t i = 0; i < p.weight.numel(); ++i)
+        ASSERT_EQ(p.weight.data<float>()[i], w.weight.data<float>()[p.global_index(i)])
             << "dim " << dim << " shard " << shard << " element " << i;
     }
   }

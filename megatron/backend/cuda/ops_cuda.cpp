@@ -363,6 +363,15 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_
   });
 }
 
+void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
+                  uint64_t seed, uint64_t rng_stream) {
+  const char* op = "dropout_rows";
+  with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
+    expect_all<T>(op, {{&y, "y"}});
+    kc::dropout_rows<T>(ptr<T>(x), ptr<T>(y), rows, p, seed, rng_stream, stream());
+  });
+}
+
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t rng_stream,
                       uint64_t index_offset) {
   const char* op = "dropout_backward";

@@ -33,6 +33,7 @@
 // instead of raising an error (kernels/cuda/embedding.h, cross_entropy.h).
 #include <cstdint>
 
+#include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
@@ -85,6 +86,8 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_
                      uint64_t index_offset);
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t stream,
                       uint64_t index_offset);
+void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
+                  uint64_t seed, uint64_t stream);
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                            const kernels::cpu::VocabSlice& vs, int32_t ignore_index, Tensor& loss,

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "megatron/backend/ops.h"
+
 namespace megatron::models {
 
 int64_t count_lm_targets(const MicroBatch& mb) {
@@ -22,13 +24,18 @@ void fill_positions(Tensor& pos, int64_t first) {
   if (!on_host) pos.copy_from(host);
 }
 
-void fill_value(Tensor& t, float v) {
-  const bool on_host = t.device() == Device::CPU;
-  Tensor host = on_host ? t : Tensor::empty(t.shape(), DType::F32);
-  float* p = host.data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = v;
-  if (!on_host) t.copy_from(host);
+const Tensor& PositionIds::get(int64_t S, int64_t B, int64_t first_position) {
+  const bool same = ids.owns_storage() && ids.shape() == Shape({S, B}) &&
+                    ids.device() == compute_device() && first == first_position;
+  if (!same) {
+    ensure(ids, {S, B}, DType::I32);
+    fill_positions(ids, first_position);
+    first = first_position;
+  }
+  return ids;
 }
+
+void fill_value(Tensor& t, float v) { ops::fill(t, v); }
 
 double sum_target_losses(const Tensor& losses, const Tensor& labels) {
   const Tensor l = losses.to(Device::CPU), y = labels.to(Device::CPU);

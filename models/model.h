@@ -36,11 +36,18 @@ inline int64_t count_aux_targets(const MicroBatch& mb) {
 }
 
 // Device-agnostic helpers for the few per-element loops of the models. Index tensors that the
-// host knows (positions) and small [B]-sized values are made on the host and copied; reductions
-// of per-token losses read a host copy (the tensor itself on the CPU, so the sums are the same).
+// host knows (positions) are made on the host and copied; reductions of per-token losses read a
+// host copy (the tensor itself on the CPU, so the sums are the same).
 // pos [S, B] int32 <- first + s.
 void fill_positions(Tensor& pos, int64_t first);
-// t <- v everywhere (fp32).
+// Position ids [S, B] = first + s on the compute device, kept between micro-batches: rebuilt
+// (through a host copy on a device) only when the shape or the first position changes.
+struct PositionIds {
+  Tensor ids;
+  int64_t first = -1;
+  const Tensor& get(int64_t S, int64_t B, int64_t first_position);
+};
+// t <- v everywhere (ops::fill: no host round trip on a device).
 void fill_value(Tensor& t, float v);
 // Sum (in double, in index order) of losses[i] where labels[i] != kIgnoreIndex.
 double sum_target_losses(const Tensor& losses, const Tensor& labels);

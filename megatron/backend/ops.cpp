@@ -639,6 +639,17 @@ void scale_inplace(Tensor& x, float s) {
   f.finish();
 }
 
+void fill(Tensor& x, float v) {
+  const char* op = "fill";
+  const Device dev = device_of(op, {{&x, "x"}});
+  const FloatArgs fa(op, {{&x, "x", Role::T, kWritten}});
+  MT_RUN_ON_CUDA(dev, fill(x, v));
+  dispatch_float_storage(x.dtype(), [&]<typename T>() {
+    T* p = static_cast<T*>(x.raw());
+    for (int64_t i = 0; i < x.numel(); ++i) store<T>(p, i, v);
+  });
+}
+
 void cast(const Tensor& src, Tensor& dst) {
   const char* op = "cast";
   const Device dev = device_of(op, {{&src, "src"}, {&dst, "dst"}});

@@ -103,6 +103,8 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void add_bias(Tensor& y, const Tensor& bias);
 void add_inplace(Tensor& acc, const Tensor& x);
 void scale_inplace(Tensor& x, float s);
+// Every element = v (rounded to x's dtype); on a device without a host round trip.
+void fill(Tensor& x, float v);
 // dst = src converted between fp32, bf16 and fp16 (round to nearest even into 16-bit types,
 // as math::float_to_bf16_bits / float_to_fp16_bits); same numel; any pair, on either device.
 void cast(const Tensor& src, Tensor& dst);

@@ -212,8 +212,7 @@ void BertModel::embed(BertActivations& a, const MicroBatch& mb, int64_t Sl) cons
   Tensor& x = ensure(a.embedded, {Sl, B, D}, act_dtype());
   word_embed_->forward(a.word, mb.tokens, x);
   // Replicated tables look up only this rank's rows [seq_offset, seq_offset + Sl).
-  Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
-  fill_positions(pos, where.seq_offset);
+  const Tensor& pos = a.positions.get(Sl, B, where.seq_offset);
   Tensor& rows = ensure(a.scratch, {Sl, B, D}, act_dtype());
   pos_embed_->forward(a.pos, pos, rows);
   ops::add_inplace(x, rows);

@@ -39,7 +39,8 @@ BertSpec make_bert_spec(int64_t num_layers, int64_t hidden, int64_t heads, int64
 struct BertActivations final : ModelActivations {
   // embeddings
   Embedding::Ctx word, pos, type;
-  Tensor positions, types, embedded, scratch, emb_norm_out, embedded_dropped;
+  PositionIds positions;
+  Tensor types, embedded, scratch, emb_norm_out, embedded_dropped;
   Norm::Ctx emb_norm;
   // blocks (under full recompute each holds only the layer's output, a checkpoint)
   std::vector<TransformerBlock::Ctx> blocks;

@@ -112,8 +112,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
     Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype());
     tok_embed_->forward(a.tok, mb.tokens, x0);
     if (pos_embed_) {
-      Tensor& pos = ensure(a.positions, {Sl, B}, DType::I32);
-      fill_positions(pos, where.seq_offset);
+      const Tensor& pos = a.positions.get(Sl, B, where.seq_offset);
       Tensor& pe = ensure(a.grad_a, {Sl, B, D}, act_dtype());  // scratch until backward
       pos_embed_->forward(a.pos, pos, pe);
       ops::add_inplace(x0, pe);

@@ -31,7 +31,8 @@ class GPTModel final : public Model {
  public:
   struct Activations final : ModelActivations {
     Embedding::Ctx tok, pos;
-    Tensor positions, embedded, embedded_dropped;
+    PositionIds positions;
+    Tensor embedded, embedded_dropped;
     // Per layer; under full recompute each holds only the layer's output (a checkpoint).
     std::vector<TransformerBlock::Ctx> blocks;
     Norm::Ctx final_norm;

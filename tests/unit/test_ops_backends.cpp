@@ -483,6 +483,15 @@ TEST_P(CudaVsCpuOps, DropoutRowsSameMasks) {
   });
 }
 
+TEST_P(CudaVsCpuOps, Fill) {
+  compare([&](const Backend& be) {
+    Tensor a = be.act_zeros({3, 7}), b = be.zeros({5}, DType::F32);
+    ops::fill(a, -1.375f);
+    ops::fill(b, 0.1f);
+    return Outputs{{"activation_dtype", a}, {"fp32", b}};
+  });
+}
+
 TEST_P(CudaVsCpuOps, CrossEntropy) {
   const int64_t n = 10, v = 50;
   const auto logits = rnd(n * v, 81, 3.0f), dloss = rnd(n, 82);

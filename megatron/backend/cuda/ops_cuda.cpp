@@ -476,6 +476,11 @@ void add_inplace(Tensor& acc, const Tensor& x) {
   });
 }
 
+void fill(Tensor& x, float v) {
+  with_storage_type(x.dtype(), "fill", "x",
+                    [&]<typename T>() { kc::fill<T>(ptr<T>(x), v, x.numel(), stream()); });
+}
+
 void scale_inplace(Tensor& x, float s) {
   with_storage_type(x.dtype(), "scale_inplace", "x",
                     [&]<typename T>() { kc::scale_inplace<T>(ptr<T>(x), s, x.numel(), stream()); });

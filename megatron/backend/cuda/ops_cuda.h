@@ -108,6 +108,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out);
 void add_bias(Tensor& y, const Tensor& bias);
 void add_inplace(Tensor& acc, const Tensor& x);
 void scale_inplace(Tensor& x, float s);
+void fill(Tensor& x, float v);
 void cast(const Tensor& src, Tensor& dst);
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,

@@ -705,4 +705,20 @@ double sum_squares(const Tensor& x) {
   return cpu::sum_squares(f.in(x), x.numel());
 }
 
+double sum_squares_of(const std::vector<Tensor>& xs) {
+  if (xs.empty()) return 0.0;
+  for (const Tensor& x : xs) {
+    MT_CHECK(x.device() == xs.front().device() && x.dtype() == xs.front().dtype(),
+             "sum_squares_of: tensors on ", device_name(x.device()), " (", dtype_name(x.dtype()),
+             ") and ", device_name(xs.front().device()), " (", dtype_name(xs.front().dtype()),
+             "); give one device and dtype");
+    const FloatArgs fa("sum_squares_of", {{&x, "xs[i]"}});
+  }
+  const Device dev = device_of("sum_squares_of", {{&xs.front(), "xs"}});
+  MT_RUN_ON_CUDA(dev, sum_squares_of(xs));
+  double total = 0.0;
+  for (const Tensor& x : xs) total += sum_squares(x);
+  return total;
+}
+
 }  // namespace megatron::ops

@@ -9,6 +9,7 @@
 //    statistics, parameter gradients that accumulate (main grads) and losses stay fp32. The
 //    dtypes each op accepts are listed in backend/cuda/ops_cuda.h.
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
@@ -112,6 +113,9 @@ void cast(const Tensor& src, Tensor& dst);
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                 const math::AdamWParams& p);
 double sum_squares(const Tensor& x);
+// The sum of squares of several tensors of one device and dtype (one host round trip on a
+// device instead of one per tensor); in tensor order on the CPU.
+double sum_squares_of(const std::vector<Tensor>& xs);
 // Number of elements with !(|x| <= limit): beyond it or not finite (returns to the host).
 int64_t count_outside(const Tensor& x, float limit);
 

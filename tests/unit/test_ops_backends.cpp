@@ -783,6 +783,15 @@ TEST(DeviceDispatch, OpsCheckOneDtypeContractOnEveryDevice) {
   ops::add_inplace(y32, x);
 }
 
+TEST(DeviceDispatch, SumSquaresOfSeveralTensors) {
+  const Tensor a = host_tensor({1.0f, -2.0f, 0.5f}, {3}, DType::F32),
+               b = host_tensor({3.0f}, {1}, DType::F32);
+  EXPECT_EQ(ops::sum_squares_of({a, b}), 14.25);
+  EXPECT_EQ(ops::sum_squares_of({}), 0.0);
+  const Tensor h = host_tensor({1.0f}, {1}, DType::BF16);
+  EXPECT_THROW(ops::sum_squares_of({a, h}), Error);
+}
+
 // A 16-bit op on the CPU reads its 16-bit inputs exactly, computes in fp32 and rounds each
 // written tensor once (to nearest even); in-place arguments see one copy.
 TEST(DeviceDispatch, CpuSixteenBitOpsRoundTheFp32ResultOnce) {

@@ -529,4 +529,24 @@ double sum_squares(const Tensor& x) {
   return result;
 }
 
+double sum_squares_of(const std::vector<Tensor>& xs) {
+  double result = 0.0;
+  with_storage_type(xs.front().dtype(), "sum_squares_of", "xs", [&]<typename T>() {
+    std::vector<const T*> ptrs;
+    std::vector<int64_t> sizes;
+    for (const Tensor& x : xs) {
+      expect("sum_squares_of", x, "xs[i]", dtype_of<T>());
+      ptrs.push_back(ptr<T>(x));
+      sizes.push_back(x.numel());
+    }
+    mc::DeviceMemory out = workspace(sizeof(double));
+    mc::DeviceMemory ws = workspace(kc::sum_squares_workspace_bytes(static_cast<int>(xs.size())));
+    kc::multi_tensor_sum_squares<T>(ptrs, sizes, out.as<double>(), ws.get(), stream());
+    MT_CUDA_CHECK(
+        cudaMemcpyAsync(&result, out.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
+    MT_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  });
+  return result;
+}
+
 }  // namespace megatron::ops::cuda_backend

@@ -32,6 +32,7 @@
 // out-of-vocabulary cross-entropy targets are treated as belonging to another vocabulary shard
 // instead of raising an error (kernels/cuda/embedding.h, cross_entropy.h).
 #include <cstdint>
+#include <vector>
 
 #include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
@@ -114,5 +115,6 @@ void cast(const Tensor& src, Tensor& dst);
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                 const math::AdamWParams& p);
 double sum_squares(const Tensor& x);
+double sum_squares_of(const std::vector<Tensor>& xs);  // same device and dtype, non-empty
 
 }  // namespace megatron::ops::cuda_backend

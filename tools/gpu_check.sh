@@ -7,8 +7,8 @@
 #    H100; use --archs 90 on an H100-only box to halve the build).
 # 2. Builds the CUDA library and the CUDA test programs (unit: test_cuda_*, test_ops_backends;
 #    parallel: test_nccl).
-# 3. Runs `ctest -R "[Cc]uda|[Nn]ccl"` (gtest case names are CamelCase) and prints a summary: on a GPU machine nothing may be SKIPPED
-#    except what the summary explains (fused attention is not implemented yet; the 2-rank NCCL
+# 3. Runs `ctest -R "[Cc]uda|[Nn]ccl"` (gtest case names are CamelCase) and prints a summary:
+#    on a GPU machine nothing may be SKIPPED except what the summary explains (the 2-rank NCCL
 #    test needs 2 GPUs).
 # 4. --bench: training benchmarks through pretrain with training.device=cuda, bf16 and
 #    data.mock=true: GPT-2 124M and GPT-3 1.3B on one GPU, printing tokens/s, TFLOP/s per GPU

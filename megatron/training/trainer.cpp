@@ -433,10 +433,10 @@ StepMetrics Trainer::train_step(int64_t iteration) {
 
 bool Trainer::fp16_gradient_overflow() {
   if (store_.model_dtype() != DType::F16) return false;
-  // The CPU computes in fp32, so an fp16 gradient overflow is detected by range: a scaled
-  // gradient beyond fp16's largest finite value would have been inf on an fp16 device.
+  // An overflow in the fp16 activations or their gradients reaches the fp32 main gradients as
+  // inf/NaN; a main gradient beyond fp16's largest finite value (accumulated in fp32) would not
+  // survive an fp16 copy either. Both count as overflow, on every device (an op).
   constexpr float kFp16Max = 65504.0f;
-  // (The kernels on a device also compute in fp32: the same check, as an op.)
   float overflow = 0.0f;
   for (const optim::Segment& s : optimizer_->segments()) {
     const Tensor g = store_.grads().flat_view(s.param->offset + s.begin, {s.end - s.begin});

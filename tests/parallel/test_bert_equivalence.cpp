@@ -5,7 +5,8 @@
 // interleaved) and data parallelism (with and without the distributed optimizer), and their
 // combinations (model_layouts()), gives the single-process curve over 20 steps within fp32
 // round-off: the total loss, its masked-LM and sentence-pair parts separately, the gradient
-// norm and the validation losses.
+// norm and the validation losses; and in bf16 mixed precision on a few layouts, within what bf16
+// rounding in another reduction order leaves.
 #include "equivalence_fixture.h"
 
 namespace megatron {
@@ -42,6 +43,21 @@ TEST(BertEquivalence, WithoutBinaryHeadMatchesSingleProcess) {
   EXPECT_GT(eq::expect_layouts_match(s, src, layouts), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("bert (no binary head) equivalence");
+}
+
+// bf16 weights, activations and tensor-parallel reductions (the [CLS] broadcast and the
+// vocab-parallel MLM loss included), with dropout.
+TEST(BertEquivalence, Bf16LayoutsTrackSingleProcess) {
+  eq::RecipeSpec s = bert();
+  s.precision = "bf16";
+  auto src = std::make_shared<eq::SyntheticBert>();
+  const std::vector<eq::Layout> layouts = {{.tp = 2, .micro = 2, .sp = true},
+                                           {.pp = 2, .vpp = 2, .micro = 2},
+                                           {.tp = 2, .pp = 2, .micro = 2, .sp = true},
+                                           {.tp = 2, .pp = 2, .dp = 2, .micro = 2, .sp = true}};
+  EXPECT_GT(eq::expect_layouts_match(s, src, layouts, eq::Tolerance{2e-3, 3e-2}), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("bert bf16 equivalence");
 }
 
 }  // namespace

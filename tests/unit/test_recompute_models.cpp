@@ -119,7 +119,7 @@ void expect_same(const Outcome& want, const Outcome& got, const std::string& wha
 // `stages` pipeline stages (each a Model instance in this process, hidden states handed over).
 template <typename MakeModel>
 Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64_t layers,
-            int stages, const LossWeights& weights) {
+            int stages, const LossWeights& weights, DType dtype) {
   auto tp = parallel::make_single_process_communicator();
   // One parameter store per stage, as on pipeline ranks (tied tables have a copy per stage).
   std::vector<ParamStore> stores(static_cast<size_t>(stages));
@@ -134,15 +134,16 @@ Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64
     models.push_back(make(stores[static_cast<size_t>(s)], *tp, st, workspace));
   }
   for (ParamStore& store : stores) {
-    store.finalize();
+    store.finalize(1, dtype);
     store.initialize(17);
     // Norm scales and biases start at one / zero: perturb them so every path carries signal.
     for (Parameter* p : store.params()) {
       std::mt19937 rng(static_cast<uint32_t>(name_hash(p->name)));
       std::normal_distribution<float> dist(0.0f, 0.2f);
       if (p->init.kind != ParamInit::Kind::Normal)
-        for (int64_t i = 0; i < p->weight.numel(); ++i) p->weight.data<float>()[i] += dist(rng);
+        for (int64_t i = 0; i < p->master.numel(); ++i) p->master.data<float>()[i] += dist(rng);
     }
+    store.refresh_model_weights(0, store.buffer_numel());
     store.zero_grads();
   }
 
@@ -159,6 +160,7 @@ Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64
       acts[m].push_back(models[s]->make_activations());
       const LossSums l = models[s]->forward(*acts[m][s], batches[m], h);
       h = &models[s]->output(*acts[m][s]);
+      EXPECT_EQ(h->dtype(), dtype) << "stage " << s << " output";
       out.lm[m] += l.lm;
       out.aux[m] += l.aux;
     }
@@ -170,7 +172,7 @@ Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64
       const Tensor* d_out = s + 1 < stages ? &d_in[m][s + 1] : nullptr;
       Tensor* d = nullptr;
       if (s > 0) {
-        d_in[m][s] = Tensor::empty(models[s]->output(*acts[m][s - 1]).shape(), DType::F32);
+        d_in[m][s] = Tensor::empty(models[s]->output(*acts[m][s - 1]).shape(), dtype);
         d = &d_in[m][s];
       }
       models[s]->backward(*acts[m][s], batches[m], weights, {}, d_out, d);
@@ -182,30 +184,34 @@ Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64
   return out;
 }
 
-Outcome run_gpt(bool llama, Recompute mode, int stages, bool flash = false) {
+Outcome run_gpt(bool llama, Recompute mode, int stages, bool flash = false,
+                DType dtype = DType::F32) {
   GPTSpec spec = gpt_spec(llama);
   spec.transformer.recompute = mode;
   spec.transformer.flash_attention = flash;
+  spec.transformer.activation_dtype = dtype;
   std::vector<MicroBatch> batches = {gpt_batch(16, 3, 37, 1, 0), gpt_batch(16, 3, 37, 2, 3)};
   auto make = [&](ParamStore& store, parallel::Communicator& tp, const ModelStage& st,
                   std::shared_ptr<RecomputeWorkspace> ws) -> std::unique_ptr<Model> {
     return std::make_unique<GPTModel>(spec, store, tp, st, ws);
   };
-  return run(make, batches, spec.transformer.num_layers, stages, LossWeights{1.0f / 90, 0.0f});
+  return run(make, batches, spec.transformer.num_layers, stages, LossWeights{1.0f / 90, 0.0f},
+             dtype);
 }
 
-Outcome run_bert(Recompute mode, int stages, bool flash = false) {
+Outcome run_bert(Recompute mode, int stages, bool flash = false, DType dtype = DType::F32) {
   BertSpec spec = make_bert_spec(3, 32, 4, 64, 12, 16, 37, 40, true, 0.1f, 0.1f);
   spec.transformer.init_std = 0.1f;
   spec.transformer.norm_eps = 1e-5f;
   spec.transformer.recompute = mode;
   spec.transformer.flash_attention = flash;
+  spec.transformer.activation_dtype = dtype;
   std::vector<MicroBatch> batches = {bert_batch(12, 4, 37, 3, 0), bert_batch(12, 4, 37, 4, 4)};
   auto make = [&](ParamStore& store, parallel::Communicator& tp, const ModelStage& st,
                   std::shared_ptr<RecomputeWorkspace> ws) -> std::unique_ptr<Model> {
     return std::make_unique<BertModel>(spec, store, tp, st, ws);
   };
-  return run(make, batches, 3, stages, LossWeights{1.0f / 40, 1.0f / 8});
+  return run(make, batches, 3, stages, LossWeights{1.0f / 40, 1.0f / 8}, dtype);
 }
 
 TEST(Recompute, ParsesTheRecipeValues) {
@@ -239,6 +245,21 @@ TEST(Recompute, BertGradientsEqualNone) {
     for (Recompute mode : {Recompute::Selective, Recompute::Full})
       expect_same(none, run_bert(mode, stages),
                   std::string("bert ") + name(mode) + " stages " + std::to_string(stages));
+  }
+}
+
+// bf16 weights and activations: the recomputed forward rounds exactly as the first one did.
+TEST(Recompute, Bf16GradientsEqualNone) {
+  for (int stages : {1, 2}) {
+    const std::string where = " stages " + std::to_string(stages);
+    const Outcome llama = run_gpt(true, Recompute::None, stages, false, DType::BF16);
+    const Outcome bert = run_bert(Recompute::None, stages, false, DType::BF16);
+    for (Recompute mode : {Recompute::Selective, Recompute::Full}) {
+      expect_same(llama, run_gpt(true, mode, stages, false, DType::BF16),
+                  std::string("llama bf16 ") + name(mode) + where);
+      expect_same(bert, run_bert(mode, stages, false, DType::BF16),
+                  std::string("bert bf16 ") + name(mode) + where);
+    }
   }
 }
 

@@ -178,117 +178,112 @@ void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const M
   run_backward(c, d_out, dx, mb, key_mask);
 }
 
-void TransformerBlock::forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out,
-                                        const MicroBatchInfo& mb, const uint8_t* key_mask) const {
-  // Sl: rows of this rank's activations; S: the full sequence the attention and MLP see.
-  const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+// The two residual branches, shared by the pre-LN and post-LN arrangements. `in` is the
+// branch input ([Sl, B, D]; a sequence slice with sequence parallelism): the attention branch
+// leaves drop(proj(attn(qkv(in)))) in c.proj_out, the MLP branch drop(fc2(act(fc1(in)))) in
+// c.fc2_out. Their backward take the gradient of that output (c.d_proj may hold it afterwards:
+// the dropout gradient is written there) and write the gradient of `in` into d_in.
+void TransformerBlock::attention_branch_forward(Ctx& c, const Tensor& in, const MicroBatchInfo& mb,
+                                                const uint8_t* key_mask) const {
+  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const int64_t S = sp() ? Sl * tp_->size() : Sl;
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
-  const int64_t ffn_local = fc2_->local_in();
   const auto as = attention_shape(S, B, mb.batch_offset);
-  const auto ao = attention_options(mb, key_mask);
-  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
-  const ActivationSlice where = slice(mb, Sl);
-
-  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act()));
-  qkv_->forward(c.qkv, c.ln1_out, ensure(c.qkv_out, {S, B, qkv_width}, act()));
+  qkv_->forward(c.qkv, in, ensure(c.qkv_out, {S, B, qkv_width}, act()));
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
-  attention_core_forward(c, as, ao);
+  attention_core_forward(c, as, attention_options(mb, key_mask));
   proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}, act()));
-  ensure(c.mid, {Sl, B, D}, act());
-  if (hidden_dropout)
-    dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
-  ops::add(x, c.proj_out, c.mid);
+  if (mb.training && spec_.hidden_dropout > 0.0f)
+    dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), slice(mb, Sl));
+}
 
-  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}, act()));
-  fc1_->forward(c.fc1, c.ln2_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}, act()));
-  ensure(c.act_out, {S, B, ffn_local}, act());
+void TransformerBlock::mlp_branch_forward(Ctx& c, const Tensor& in,
+                                          const MicroBatchInfo& mb) const {
+  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden;
+  const int64_t S = sp() ? Sl * tp_->size() : Sl;
+  fc1_->forward(c.fc1, in, ensure(c.fc1_out, {S, B, fc1_->local_out()}, act()));
+  ensure(c.act_out, {S, B, fc2_->local_in()}, act());
   if (spec_.swiglu)
     ops::swiglu_forward(c.fc1_out, c.act_out);
   else
     ops::gelu_forward(c.fc1_out, c.act_out);
   fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}, act()));
-  if (hidden_dropout)
-    dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
+  if (mb.training && spec_.hidden_dropout > 0.0f)
+    dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), slice(mb, Sl));
+}
+
+// The gradient entering a branch through its output dropout: `d_out` itself without dropout,
+// else its dropout gradient in c.d_proj.
+const Tensor& TransformerBlock::through_branch_dropout(Ctx& c, const Tensor& d_out,
+                                                       const MicroBatchInfo& mb,
+                                                       int64_t which) const {
+  if (!(mb.training && spec_.hidden_dropout > 0.0f)) return d_out;
+  const int64_t Sl = d_out.dim(0);
+  dropout_sbd_backward(d_out, ensure(c.d_proj, d_out.shape(), act()), spec_.hidden_dropout,
+                       site(mb, which), slice(mb, Sl));
+  return c.d_proj;
+}
+
+void TransformerBlock::attention_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
+                                                 const MicroBatchInfo& mb,
+                                                 const uint8_t* key_mask) const {
+  const int64_t Sl = d_branch.dim(0), B = d_branch.dim(1);
+  const int64_t S = sp() ? Sl * tp_->size() : Sl;
+  const auto as = attention_shape(S, B, mb.batch_offset);
+  const auto ao = attention_options(mb, key_mask);
+  const Tensor& d_proj_out = through_branch_dropout(c, d_branch, mb, 1);
+  if (spec_.recompute == Recompute::Selective && !spec_.flash_attention) recompute_probs(c, as, ao);
+  proj_->backward(c.proj, d_proj_out, &ensure(c.d_attn, c.attn_out.shape(), act()));
+  attention_core_backward(c, as, ao);
+  if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
+  qkv_->backward(c.qkv, c.d_qkv, &d_in);
+}
+
+void TransformerBlock::mlp_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
+                                           const MicroBatchInfo& mb) const {
+  const Tensor& d_fc2_out = through_branch_dropout(c, d_branch, mb, 2);
+  fc2_->backward(c.fc2, d_fc2_out, &ensure(c.d_act, c.act_out.shape(), act()));
+  ensure(c.d_fc1, c.fc1_out.shape(), act());
+  if (spec_.swiglu)
+    ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
+  else
+    ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
+  fc1_->backward(c.fc1, c.d_fc1, &d_in);
+}
+
+// Pre-LN: mid = x + attn(LN1(x)); out = mid + mlp(LN2(mid)).
+void TransformerBlock::forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out,
+                                        const MicroBatchInfo& mb, const uint8_t* key_mask) const {
+  const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden;
+  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act()));
+  attention_branch_forward(c, c.ln1_out, mb, key_mask);
+  ops::add(x, c.proj_out, ensure(c.mid, {Sl, B, D}, act()));
+  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}, act()));
+  mlp_branch_forward(c, c.ln2_out, mb);
   ops::add(c.mid, c.fc2_out, ensure(out, {Sl, B, D}, act()));
 }
 
 void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
                                          const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
-  const int64_t S = sp() ? Sl * tp_->size() : Sl;
-  const auto as = attention_shape(S, B, mb.batch_offset);
-  const auto ao = attention_options(mb, key_mask);
-  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
-  const ActivationSlice where = slice(mb, Sl);
-
-  // MLP branch: out = mid + drop(fc2(act(fc1(ln2(mid)))))
-  const Tensor* d_branch = &d_out;
-  if (hidden_dropout) {
-    dropout_sbd_backward(d_out, ensure(c.d_proj, {Sl, B, D}, act()), spec_.hidden_dropout,
-                         site(mb, 2), where);
-    d_branch = &c.d_proj;
-  }
-  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape(), act()));
-  ensure(c.d_fc1, c.fc1_out.shape(), act());
-  if (spec_.swiglu)
-    ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
-  else
-    ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
-  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}, act()));
+  mlp_branch_backward(c, d_out, ensure(c.d_ln, {Sl, B, D}, act()), mb);
   ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {Sl, B, D}, act()));
   ops::add_inplace(c.d_mid, d_out);  // residual
-
-  // Attention branch: mid = x + drop(proj(attn(qkv(ln1(x)))))
-  d_branch = &c.d_mid;
-  if (hidden_dropout) {
-    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}, act()), spec_.hidden_dropout,
-                         site(mb, 1), where);
-    d_branch = &c.d_proj;
-  }
-  if (spec_.recompute == Recompute::Selective && !spec_.flash_attention) recompute_probs(c, as, ao);
-  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape(), act()));
-  attention_core_backward(c, as, ao);
-  if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
-  qkv_->backward(c.qkv, c.d_qkv, &c.d_ln);
+  attention_branch_backward(c, c.d_mid, c.d_ln, mb, key_mask);
   ln1_->backward(c.ln1, c.d_ln, dx);
   ops::add_inplace(dx, c.d_mid);  // residual
 }
 
-// Post-LN: the sub-layers read the residual stream directly and the norms sit after each
-// residual sum. With sequence parallelism the norms and sums run on [S/tp] slices exactly as
-// in pre-LN (the Column layers gather, the Row layers reduce-scatter).
+// Post-LN: the branches read the residual stream directly and the norms sit after each
+// residual sum: h = LN1(x + attn(x)) (c.mid, c.ln1_out); out = LN2(h + mlp(h)) (c.sum2). With
+// sequence parallelism the norms and sums run on [S/tp] slices exactly as in pre-LN.
 void TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, Tensor& out,
                                          const MicroBatchInfo& mb, const uint8_t* key_mask) const {
-  const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
-  const int64_t S = sp() ? Sl * tp_->size() : Sl;
-  const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
-  const int64_t ffn_local = fc2_->local_in();
-  const auto as = attention_shape(S, B, mb.batch_offset);
-  const auto ao = attention_options(mb, key_mask);
-  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
-  const ActivationSlice where = slice(mb, Sl);
-
-  // mid = x + drop(proj(attn(qkv(x)))); h = LN1(mid)
-  qkv_->forward(c.qkv, x, ensure(c.qkv_out, {S, B, qkv_width}, act()));
-  if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
-  attention_core_forward(c, as, ao);
-  proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}, act()));
-  if (hidden_dropout)
-    dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), where);
+  const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden;
+  attention_branch_forward(c, x, mb, key_mask);
   ops::add(x, c.proj_out, ensure(c.mid, {Sl, B, D}, act()));
   ln1_->forward(c.ln1, c.mid, ensure(c.ln1_out, {Sl, B, D}, act()));
-
-  // sum2 = h + drop(fc2(act(fc1(h)))); out = LN2(sum2)
-  fc1_->forward(c.fc1, c.ln1_out, ensure(c.fc1_out, {S, B, fc1_->local_out()}, act()));
-  ensure(c.act_out, {S, B, ffn_local}, act());
-  if (spec_.swiglu)
-    ops::swiglu_forward(c.fc1_out, c.act_out);
-  else
-    ops::gelu_forward(c.fc1_out, c.act_out);
-  fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}, act()));
-  if (hidden_dropout)
-    dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), where);
+  mlp_branch_forward(c, c.ln1_out, mb);
   ops::add(c.ln1_out, c.fc2_out, ensure(c.sum2, {Sl, B, D}, act()));
   ln2_->forward(c.ln2, c.sum2, ensure(out, {Sl, B, D}, act()));
 }
@@ -296,40 +291,12 @@ void TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, Tensor& out,
 void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
                                           const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
-  const int64_t S = sp() ? Sl * tp_->size() : Sl;
-  const auto as = attention_shape(S, B, mb.batch_offset);
-  const auto ao = attention_options(mb, key_mask);
-  const bool hidden_dropout = mb.training && spec_.hidden_dropout > 0.0f;
-  const ActivationSlice where = slice(mb, Sl);
-
   // d_mid holds d(sum2), then d(mid); d_ln holds d(h).
   ln2_->backward(c.ln2, d_out, ensure(c.d_mid, {Sl, B, D}, act()));
-  const Tensor* d_branch = &c.d_mid;
-  if (hidden_dropout) {
-    dropout_sbd_backward(c.d_mid, ensure(c.d_proj, {Sl, B, D}, act()), spec_.hidden_dropout,
-                         site(mb, 2), where);
-    d_branch = &c.d_proj;
-  }
-  fc2_->backward(c.fc2, *d_branch, &ensure(c.d_act, c.act_out.shape(), act()));
-  ensure(c.d_fc1, c.fc1_out.shape(), act());
-  if (spec_.swiglu)
-    ops::swiglu_backward(c.fc1_out, c.d_act, c.d_fc1);
-  else
-    ops::gelu_backward(c.fc1_out, c.d_act, c.d_fc1);
-  fc1_->backward(c.fc1, c.d_fc1, &ensure(c.d_ln, {Sl, B, D}, act()));
+  mlp_branch_backward(c, c.d_mid, ensure(c.d_ln, {Sl, B, D}, act()), mb);
   ops::add_inplace(c.d_ln, c.d_mid);  // residual into h
-
   ln1_->backward(c.ln1, c.d_ln, c.d_mid);
-  d_branch = &c.d_mid;
-  if (hidden_dropout) {
-    dropout_sbd_backward(c.d_mid, c.d_proj, spec_.hidden_dropout, site(mb, 1), where);
-    d_branch = &c.d_proj;
-  }
-  if (spec_.recompute == Recompute::Selective && !spec_.flash_attention) recompute_probs(c, as, ao);
-  proj_->backward(c.proj, *d_branch, &ensure(c.d_attn, c.attn_out.shape(), act()));
-  attention_core_backward(c, as, ao);
-  if (spec_.rope) ops::rope_backward(as, c.d_qkv, spec_.rope_theta, 0);
-  qkv_->backward(c.qkv, c.d_qkv, &dx);
+  attention_branch_backward(c, c.d_mid, dx, mb, key_mask);
   ops::add_inplace(dx, c.d_mid);  // residual into x
 }
 

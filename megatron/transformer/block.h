@@ -115,6 +115,16 @@ class TransformerBlock {
                          const uint8_t* key_mask) const;
   void backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                           const uint8_t* key_mask) const;
+  // The residual branches both arrangements share (block.cpp).
+  void attention_branch_forward(Ctx& c, const Tensor& in, const MicroBatchInfo& mb,
+                                const uint8_t* key_mask) const;
+  void mlp_branch_forward(Ctx& c, const Tensor& in, const MicroBatchInfo& mb) const;
+  void attention_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
+                                 const MicroBatchInfo& mb, const uint8_t* key_mask) const;
+  void mlp_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
+                           const MicroBatchInfo& mb) const;
+  const Tensor& through_branch_dropout(Ctx& c, const Tensor& d_out, const MicroBatchInfo& mb,
+                                       int64_t which) const;
   void run_forward(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
                    const uint8_t* key_mask) const;
   void run_backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,

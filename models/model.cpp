@@ -14,6 +14,15 @@ int64_t count_lm_targets(const MicroBatch& mb) {
   return n;
 }
 
+ModelStage ModelStage::resolved(int64_t total_layers) const {
+  ModelStage s = *this;
+  if (s.num_layers < 0) s.num_layers = total_layers - s.first_layer;
+  MT_CHECK(s.first_layer >= 0 && s.num_layers >= 0 && s.first_layer + s.num_layers <= total_layers,
+           "stage layers [", s.first_layer, ", +", s.num_layers, ") outside a ", total_layers,
+           "-layer model");
+  return s;
+}
+
 void fill_positions(Tensor& pos, int64_t first) {
   const bool on_host = pos.device() == Device::CPU;
   Tensor host = on_host ? pos : Tensor::empty(pos.shape(), DType::I32);

@@ -62,6 +62,9 @@ struct ModelStage {
   int64_t num_layers = -1;   // -1: all layers
   bool pre_process = true;   // embeddings
   bool post_process = true;  // final norm, heads, loss
+  // This stage with num_layers -1 made explicit; an error when its layers fall outside a
+  // model of total_layers.
+  ModelStage resolved(int64_t total_layers) const;
 };
 
 // Losses summed (not averaged) over one micro-batch: `lm` over its counted labels, `aux` (the

@@ -100,8 +100,7 @@ DropoutSite TransformerBlock::site(const MicroBatchInfo& mb, int64_t which) cons
 }
 
 ActivationSlice TransformerBlock::slice(const MicroBatchInfo& mb, int64_t local_seq) const {
-  if (!sp()) return ActivationSlice{mb.batch_offset, 0, local_seq};
-  return ActivationSlice{mb.batch_offset, tp_->rank() * local_seq, local_seq * tp_->size()};
+  return activation_slice(mb.batch_offset, local_seq, *tp_, sp());
 }
 
 Tensor& TransformerBlock::probs_of(Ctx& c) const {
@@ -193,7 +192,7 @@ void TransformerBlock::attention_branch_forward(Ctx& c, const Tensor& in, const 
   if (spec_.rope) ops::rope_forward(as, c.qkv_out, spec_.rope_theta, 0);
   attention_core_forward(c, as, attention_options(mb, key_mask));
   proj_->forward(c.proj, c.attn_out, ensure(c.proj_out, {Sl, B, D}, act()));
-  if (mb.training && spec_.hidden_dropout > 0.0f)
+  if (hidden_dropout_on(mb))
     dropout_sbd_forward(c.proj_out, c.proj_out, spec_.hidden_dropout, site(mb, 1), slice(mb, Sl));
 }
 
@@ -208,7 +207,7 @@ void TransformerBlock::mlp_branch_forward(Ctx& c, const Tensor& in,
   else
     ops::gelu_forward(c.fc1_out, c.act_out);
   fc2_->forward(c.fc2, c.act_out, ensure(c.fc2_out, {Sl, B, D}, act()));
-  if (mb.training && spec_.hidden_dropout > 0.0f)
+  if (hidden_dropout_on(mb))
     dropout_sbd_forward(c.fc2_out, c.fc2_out, spec_.hidden_dropout, site(mb, 2), slice(mb, Sl));
 }
 
@@ -217,7 +216,7 @@ void TransformerBlock::mlp_branch_forward(Ctx& c, const Tensor& in,
 const Tensor& TransformerBlock::through_branch_dropout(Ctx& c, const Tensor& d_out,
                                                        const MicroBatchInfo& mb,
                                                        int64_t which) const {
-  if (!(mb.training && spec_.hidden_dropout > 0.0f)) return d_out;
+  if (!hidden_dropout_on(mb)) return d_out;
   const int64_t Sl = d_out.dim(0);
   dropout_sbd_backward(d_out, ensure(c.d_proj, d_out.shape(), act()), spec_.hidden_dropout,
                        site(mb, which), slice(mb, Sl));

@@ -147,6 +147,9 @@ class TransformerBlock {
   ActivationSlice slice(const MicroBatchInfo& mb, int64_t local_seq) const;
   bool sp() const { return spec_.sequence_parallel && tp_->size() > 1; }
   DType act() const { return spec_.activation_dtype; }
+  bool hidden_dropout_on(const MicroBatchInfo& mb) const {
+    return mb.training && spec_.hidden_dropout > 0.0f;
+  }
 
   TransformerSpec spec_;
   int64_t layer_;

@@ -206,6 +206,12 @@ kernels::DropoutRows rows_of(const Tensor& t, const ActivationSlice& slice) {
 
 }  // namespace
 
+ActivationSlice activation_slice(int64_t batch_offset, int64_t local_seq,
+                                 const parallel::Communicator& tp, bool sequence_parallel) {
+  if (!sequence_parallel || tp.size() == 1) return ActivationSlice{batch_offset, 0, local_seq};
+  return ActivationSlice{batch_offset, tp.rank() * local_seq, local_seq * tp.size()};
+}
+
 void dropout_sbd_forward(const Tensor& x, Tensor& y, float p, const DropoutSite& site,
                          const ActivationSlice& slice) {
   ops::dropout_rows(x, y, rows_of(x, slice), p, site.seed, site.stream());

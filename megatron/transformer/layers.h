@@ -102,6 +102,12 @@ struct ActivationSlice {
   int64_t seq_total = 0;     // full sequence length (0 = the tensor's own S)
 };
 
+// The slice of a micro-batch starting at global sample batch_offset whose local sequence is
+// local_seq rows: all of it, or with sequence parallelism over tp this rank's part of the
+// local_seq * tp positions.
+ActivationSlice activation_slice(int64_t batch_offset, int64_t local_seq,
+                                 const parallel::Communicator& tp, bool sequence_parallel);
+
 // Inverted dropout on activations laid out [S, B, D]: element (s, b, d) uses Philox index
 // ((b_global * S_total + s_global) * D + d), so masks depend neither on micro-batch size,
 // data-parallel split nor sequence-parallel split.

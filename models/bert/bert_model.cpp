@@ -77,11 +77,7 @@ BertModel::BertModel(const BertSpec& spec, ParamStore& store, parallel::Communic
       replicated_(parallel::make_single_process_communicator()) {
   spec.validate(tp.size());
   const auto& t = spec.transformer;
-  if (stage_.num_layers < 0) stage_.num_layers = t.num_layers - stage_.first_layer;
-  MT_CHECK(stage_.first_layer >= 0 && stage_.num_layers >= 0 &&
-               stage_.first_layer + stage_.num_layers <= t.num_layers,
-           "stage layers [", stage_.first_layer, ", +", stage_.num_layers, ") outside a ",
-           t.num_layers, "-layer model");
+  stage_ = stage_.resolved(t.num_layers);
   const bool sp = t.sequence_parallel && tp.size() > 1;
   // Registration order embeddings -> blocks -> heads puts the heads lowest in the buffer, so
   // backward's grads_ready watermarks only grow. The word embeddings live on the first stage;
@@ -161,8 +157,7 @@ const Tensor& BertModel::token_losses(const ModelActivations& act) const {
 }
 
 ActivationSlice BertModel::slice(const MicroBatch& mb, int64_t local_seq) const {
-  if (!sp()) return ActivationSlice{mb.info.batch_offset, 0, local_seq};
-  return ActivationSlice{mb.info.batch_offset, tp_->rank() * local_seq, local_seq * tp_->size()};
+  return activation_slice(mb.info.batch_offset, local_seq, *tp_, sp());
 }
 
 DropoutSite BertModel::embedding_dropout_site(const MicroBatch& mb) const {

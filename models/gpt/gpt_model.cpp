@@ -30,11 +30,7 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
       replicated_(parallel::make_single_process_communicator()) {
   spec.validate(tp.size());
   const auto& t = spec.transformer;
-  if (stage_.num_layers < 0) stage_.num_layers = t.num_layers - stage_.first_layer;
-  MT_CHECK(stage_.first_layer >= 0 && stage_.num_layers >= 0 &&
-               stage_.first_layer + stage_.num_layers <= t.num_layers,
-           "stage layers [", stage_.first_layer, ", +", stage_.num_layers, ") outside a ",
-           t.num_layers, "-layer model");
+  stage_ = stage_.resolved(t.num_layers);
   const bool sp = t.sequence_parallel && tp.size() > 1;
   // The word embeddings live on the first stage; with tied embeddings the last stage holds a
   // copy (same name, so the same initial values) whose gradient is summed with the first's.
@@ -66,8 +62,7 @@ kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
 }
 
 ActivationSlice GPTModel::slice(const MicroBatch& mb, int64_t local_seq) const {
-  if (!sp()) return ActivationSlice{mb.info.batch_offset, 0, local_seq};
-  return ActivationSlice{mb.info.batch_offset, tp_->rank() * local_seq, local_seq * tp_->size()};
+  return activation_slice(mb.info.batch_offset, local_seq, *tp_, sp());
 }
 
 namespace {

@@ -4,14 +4,15 @@
 // padded to 50304, tied embeddings, no dropout, AdamW, micro = global batch 8) over synthetic
 // random tokens, runs --warmup steps untimed and --steps timed, and prints one line per step and
 // a summary: tokens/s, TFLOP/s by Megatron's formula (training::megatron_flops_per_step), MFU
-// against the sgemm peak (training::measure_cpu_peak_flops, the better of a measurement before
-// and one after the run) and peak memory.
+// against the hardware peak for the precision (training::measure_cpu_peak, register-only loops;
+// the better of a measurement before and one after the run), the share of the measured GEMM rate,
+// and peak memory.
 // bench/pytorch_gpt.py runs the same model in PyTorch and prints the same summary;
 // bench/run_train_bench.sh runs both side by side.
 //
 //   bench_gpt_train [--steps N] [--warmup W] [--layers L] [--seq S] [--micro-batch B]
 //                   [--global-batch G] [--hidden D] [--heads H] [--vocab V] [--threads T]
-//                   [--seed X] [--json PATH]
+//                   [--seed X] [--precision fp32|bf16] [--json PATH]
 #include <omp.h>
 #include <sys/resource.h>
 
@@ -40,6 +41,7 @@ struct Options {
   int64_t micro_batch = 8, global_batch = 0;  // 0 -> = micro_batch
   int64_t threads = 0;                        // 0 -> OpenMP default (OMP_NUM_THREADS)
   int64_t seed = 1234;
+  std::string precision = "fp32";
   std::string json;
 };
 
@@ -47,7 +49,7 @@ struct Options {
   std::cerr << "bench_gpt_train: " << problem
             << "\nusage: bench_gpt_train [--steps N] [--warmup W] [--layers L] [--seq S]"
                " [--micro-batch B] [--global-batch G] [--hidden D] [--heads H] [--vocab V]"
-               " [--threads T] [--seed X] [--json PATH]\n";
+               " [--threads T] [--seed X] [--precision fp32|bf16] [--json PATH]\n";
   std::exit(2);
 }
 
@@ -89,7 +91,11 @@ Options parse_args(int argc, char** argv) {
       o.threads = parse_int(flag, value, 0);
     else if (flag == "--seed")
       o.seed = parse_int(flag, value, 0);
-    else if (flag == "--json")
+    else if (flag == "--precision") {
+      o.precision = std::string(value);
+      if (o.precision != "fp32" && o.precision != "bf16")
+        usage("--precision must be fp32 or bf16, got '" + o.precision + "'");
+    } else if (flag == "--json")
       o.json = std::string(value);
     else
       usage("unknown flag '" + std::string(flag) + "'");
@@ -128,7 +134,8 @@ class RandomTokens final : public training::SampleSource {
   uint64_t seed_;
 };
 
-// GPT-2 small as in recipes/gpt2_124m.yaml, resized by the flags, on the CPU in fp32. The LR is
+// GPT-2 small as in recipes/gpt2_124m.yaml, resized by the flags, on the CPU (fp32, or bf16 mixed
+// precision with fp32 master weights as in pretrain's training.precision: bf16). The LR is
 // constant (no warm-up, no decay) so every timed step does the same work as PyTorch's.
 std::string recipe_yaml(const Options& o) {
   std::ostringstream y;
@@ -150,7 +157,7 @@ std::string recipe_yaml(const Options& o) {
     << "  make_vocab_size_divisible_by: 128\n"
     << "training:\n"
     << "  device: cpu\n"
-    << "  precision: fp32\n"
+    << "  precision: " << o.precision << "\n"
     << "  micro_batch_size: " << o.micro_batch << "\n"
     << "  global_batch_size: " << o.global_batch << "\n"
     << "  train_iters: " << o.warmup + o.steps << "\n"
@@ -200,12 +207,13 @@ int run(const Options& o) {
   const double flops = trainer.flops_per_step(), peak_start = trainer.peak_flops();
   std::printf(
       "bench_gpt_train: layers %lld hidden %lld heads %lld seq %lld micro %lld global %lld"
-      " vocab %lld; %lld parameters; %.4f TFLOP/step; sgemm peak %.1f GFLOP/s on %d"
+      " vocab %lld; %s; %lld parameters; %.4f TFLOP/step; hardware peak %.1f GFLOP/s on %d"
       " threads\n",
       static_cast<long long>(o.layers), static_cast<long long>(o.hidden),
       static_cast<long long>(o.heads), static_cast<long long>(o.seq),
       static_cast<long long>(o.micro_batch), static_cast<long long>(o.global_batch),
-      static_cast<long long>(o.vocab), static_cast<long long>(trainer.params().numel()),
+      static_cast<long long>(o.vocab), o.precision.c_str(),
+      static_cast<long long>(trainer.params().numel()),
       flops / 1e12, peak_start / 1e9, threads);
 
   std::vector<double> timed;
@@ -224,9 +232,11 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
 
-  // The sgemm peak again after the run; MFU uses the better of the two, so a burst of load from
-  // other processes during one measurement does not inflate MFU.
-  const double peak_end = training::measure_cpu_peak_flops();
+  // The hardware peak again after the run; MFU uses the better of the two, so a burst of load
+  // from other processes during one measurement does not inflate MFU.
+  const DType compute = o.precision == "bf16" ? DType::BF16 : DType::F32;
+  const double peak_end = training::measure_cpu_peak(compute).flops;
+  const training::ComputePeak& cp = trainer.compute_peak();
   const double peak = std::max(peak_start, peak_end);
   double total = 0;
   for (double s : timed) total += s;
@@ -238,15 +248,22 @@ int run(const Options& o) {
   const double rss_mib = peak_rss_mib();
   std::printf(
       "SUMMARY impl=megatron-cpp threads=%d steps=%zu tokens/s=%.1f TFLOP/s=%.4f"
-      " MFU=%.1f%% ms/step=%.1f (median %.1f, min %.1f) peak_sgemm_GFLOP/s=%.1f"
+      " MFU=%.1f%% of_gemm=%.1f%% ms/step=%.1f (median %.1f, min %.1f) peak_GFLOP/s=%.1f"
       " (start %.1f, end %.1f)"
       " peak_mem_tensors_MiB=%.0f peak_rss_MiB=%.0f loss %.4f -> %.4f\n",
-      threads, timed.size(), tok_s, tflops, mfu * 100, mean_s * 1e3, median(timed) * 1e3,
+      threads, timed.size(), tok_s, tflops, mfu * 100, 100 * flops / mean_s / cp.gemm_flops,
+      mean_s * 1e3, median(timed) * 1e3,
       *std::min_element(timed.begin(), timed.end()) * 1e3, peak / 1e9, peak_start / 1e9,
       peak_end / 1e9, tracked_mib, rss_mib, first_loss, last_loss);
 
   if (!o.json.empty()) {
     nlohmann::json j = {{"impl", "megatron-cpp"},
+                        {"precision", o.precision},
+                        {"cpu", cp.cpu},
+                        {"isa", cp.isa},
+                        {"gemm", cp.gemm_path},
+                        {"peak_isa", cp.peak_isa},
+                        {"gemm_flops", cp.gemm_flops},
                         {"threads", threads},
                         {"layers", o.layers},
                         {"hidden", o.hidden},

@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   build-essential cmake pkg-config git ca-certificates
-  libopenblas-openmp-dev     # CBLAS for CPU GEMMs (OpenMP build: shares our thread pool)
+  libdnnl-dev                # oneDNN: CPU GEMMs dispatched by the CPU's ISA (AVX2/AVX-512/AMX)
   libopenmpi-dev openmpi-bin # MPI communicator and mpirun
   slurmctld slurmd slurm-client  # Slurm launches + the local-cluster test (tests/slurm)
   libyaml-cpp-dev            # recipes

@@ -1,11 +1,11 @@
 #pragma once
 // Pieces the unfused (attention.cpp) and flash (flash_attention.cpp) CPU attention share, so
 // both read the fused QKV buffer and draw dropout masks identically.
-#include <cblas.h>
 
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/gemm.h"
 #include "megatron/core/error.h"
 
 namespace megatron::kernels::cpu::attention_detail {
@@ -46,11 +46,10 @@ inline void check_shape(const char* op, const AttentionShape& s, const Attention
 }
 
 // C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; called inside the kernels' own
-// parallel regions, so a plain single BLAS call.
+// parallel regions, where the GEMM runs on the calling thread.
 inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(M),
-              int(N), int(K), alpha, A, int(lda), B, int(ldb), beta, C, int(ldc));
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // Philox index of element (0, 0) of local head (b, h): a function of the global batch and head,

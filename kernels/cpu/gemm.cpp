@@ -1,17 +1,125 @@
 #include "kernels/cpu/gemm.h"
 
-#include <cblas.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
-#include <vector>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+
+#include "kernels/common/numeric.h"
+#include "kernels/cpu/cpu_features.h"
+#include "megatron/core/error.h"
 
 namespace megatron::kernels::cpu {
+namespace {
+
+using dnnl::memory;
+
+// The CPU engine and the bf16 matmul primitives, one per shape/stride/epilogue (a training step
+// uses a few dozen). oneDNN compiles a kernel per primitive; building it costs ~0.1 ms, so each
+// is built once. Lives for the process like oneDNN's own kernel cache.
+class Onednn {
+ public:
+  static Onednn& get() {
+    static Onednn instance;
+    return instance;
+  }
+  const dnnl::engine& engine() const { return engine_; }
+  dnnl::stream& stream() { return stream_; }
+
+  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                         int, int>;
+  struct Matmul {
+    dnnl::matmul::primitive_desc pd;
+    dnnl::matmul primitive;
+  };
+  Matmul& bf16_matmul(const Bf16Gemm& g) {
+    const Key key{g.trans_a, g.trans_b, g.M,          g.N,
+                  g.K,       g.lda,     g.ldb,        g.ldc,
+                  g.accumulate, static_cast<int>(g.c_dtype), g.bias ? static_cast<int>(g.bias_dtype) : -1};
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    if (cache_.size() >= kMaxCached) cache_.clear();  // shapes churn only in odd workloads
+    dnnl::matmul::primitive_desc pd = descriptor(g);
+    dnnl::matmul primitive(pd);
+    return cache_.emplace(key, Matmul{std::move(pd), std::move(primitive)}).first->second;
+  }
+
+  dnnl::matmul::primitive_desc descriptor(const Bf16Gemm& g) const {
+    const memory::desc a({g.M, g.K}, memory::data_type::bf16,
+                         g.trans_a ? memory::dims{1, g.lda} : memory::dims{g.lda, 1});
+    const memory::desc b({g.K, g.N}, memory::data_type::bf16,
+                         g.trans_b ? memory::dims{1, g.ldb} : memory::dims{g.ldb, 1});
+    const memory::desc c({g.M, g.N}, data_type(g.c_dtype), memory::dims{g.ldc, 1});
+    dnnl::primitive_attr attr;
+    if (g.accumulate) {
+      dnnl::post_ops ops;
+      ops.append_sum(1.0f);
+      attr.set_post_ops(ops);
+    }
+    if (g.bias) {
+      return {dnnl::matmul::desc(a, b, bias_desc(g), c), attr, engine_};
+    }
+    return {dnnl::matmul::desc(a, b, c), attr, engine_};
+  }
+
+  static memory::desc bias_desc(const Bf16Gemm& g) {
+    return memory::desc({1, g.N}, data_type(g.bias_dtype), memory::dims{g.N, 1});
+  }
+
+  static memory::data_type data_type(DType t) {
+    MT_CHECK(t == DType::F32 || t == DType::BF16, "gemm_bf16: C and bias must be fp32 or bf16, got ",
+             dtype_name(t));
+    return t == DType::F32 ? memory::data_type::f32 : memory::data_type::bf16;
+  }
+
+ private:
+  Onednn() : engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    // oneDNN asks for AMX itself; asking first keeps the answer in one place (cpu_features).
+    request_amx_permission();
+  }
+  static constexpr size_t kMaxCached = 512;
+  dnnl::engine engine_;
+  dnnl::stream stream_;  // CPU execution is synchronous: one stream serves every call
+  std::mutex mutex_;
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      size_t h = 0;
+      std::apply([&](const auto&... v) { ((h = h * 1000003u ^ std::hash<int64_t>()(int64_t(v))), ...); },
+                 k);
+      return h;
+    }
+  };
+  std::unordered_map<Key, Matmul, KeyHash> cache_;
+};
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "none";
+  }
+}
+
+bool is_reference(const std::string& impl) { return impl.rfind("ref", 0) == 0; }
+
+}  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
           const float* bias) {
   if (M == 0 || N == 0) return;
   if (bias) {
-    // Seed C with beta*C + bias so one BLAS call finishes the job with beta = 1.
+    // Seed C with beta*C + bias so one GEMM call finishes the job with beta = 1.
 #pragma omp parallel for schedule(static) if (M * N > 16384)
     for (int64_t i = 0; i < M; ++i) {
       float* row = C + i * ldc;
@@ -31,24 +139,96 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     }
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(M), static_cast<int>(N),
-              static_cast<int>(K), alpha, A, static_cast<int>(lda), B, static_cast<int>(ldb), beta,
-              C, static_cast<int>(ldc));
+  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
+                                      lda, B, ldb, beta, C, ldc);
+  MT_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed (status ", int(st), ") for M=", M,
+           " N=", N, " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
 }
 
-void bias_grad(const float* dout, int64_t M, int64_t N, float* dbias) {
+void gemm_bf16(const Bf16Gemm& g) {
+  if (g.M == 0 || g.N == 0) return;
+  MT_CHECK(g.K > 0, "gemm_bf16: K must be positive (got ", g.K, ")");
+  Onednn& dnn = Onednn::get();
+  try {
+    Onednn::Matmul& mm = dnn.bf16_matmul(g);
+    const dnnl::matmul::primitive_desc& pd = mm.pd;
+    memory a(pd.src_desc(), dnn.engine(), const_cast<bf16_t*>(g.A));
+    memory b(pd.weights_desc(), dnn.engine(), const_cast<bf16_t*>(g.B));
+    memory c(pd.dst_desc(), dnn.engine(), g.C);
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}};
+    if (g.bias)
+      args.emplace(DNNL_ARG_BIAS,
+                   memory(Onednn::bias_desc(g), dnn.engine(), const_cast<void*>(g.bias)));
+    mm.primitive.execute(dnn.stream(), args);
+    dnn.stream().wait();
+  } catch (const dnnl::error& e) {
+    MT_CHECK(false, "gemm_bf16: oneDNN matmul failed (", e.what(), ") for M=", g.M, " N=", g.N,
+             " K=", g.K, " trans_a=", g.trans_a, " trans_b=", g.trans_b);
+  }
+}
+
+std::string matmul_impl(DType dtype, int64_t M, int64_t N, int64_t K) {
+  MT_CHECK(dtype == DType::F32 || dtype == DType::BF16, "matmul_impl: fp32 or bf16, got ",
+           dtype_name(dtype));
+  const auto dt = dtype == DType::F32 ? memory::data_type::f32 : memory::data_type::bf16;
+  const memory::desc a({M, K}, dt, memory::dims{K, 1}), b({K, N}, dt, memory::dims{N, 1}),
+      c({M, N}, memory::data_type::f32, memory::dims{N, 1});
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), Onednn::get().engine());
+  return pd.impl_info_str();
+}
+
+bool native_bf16_gemm() {
+  static const bool native = [] {
+    const CpuFeatures& f = cpu_features();
+    if (!f.has_avx512_bf16() && !f.has_amx_bf16()) return false;
+    return !is_reference(matmul_impl(DType::BF16, 256, 256, 256));
+  }();
+  return native;
+}
+
+std::string onednn_isa() {
+  Onednn::get();  // AMX permission first: oneDNN counts AMX only once the OS allows it
+  return isa_name(dnnl_get_effective_cpu_isa());
+}
+
+std::string gemm_path() {
+  const dnnl_version_t* v = dnnl_version();
+  std::string s = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                  std::to_string(v->patch) + ", cpu isa " + onednn_isa() +
+                  ": fp32 " + matmul_impl(DType::F32, 256, 256, 256) + ", bf16 ";
+  s += native_bf16_gemm() ? matmul_impl(DType::BF16, 256, 256, 256) + " (native)"
+                          : std::string("widened to fp32 (no bf16 instructions)");
+  return s;
+}
+
+namespace {
+template <typename T>
+void bias_grad_impl(const T* dout, int64_t M, int64_t N, float* dbias) {
   // Column sums; each thread owns a block of columns so the result is deterministic.
 #pragma omp parallel for schedule(static) if (M * N > 16384)
   for (int64_t j0 = 0; j0 < N; j0 += 64) {
     const int64_t j1 = j0 + 64 < N ? j0 + 64 : N;
     float acc[64] = {};
     for (int64_t i = 0; i < M; ++i) {
-      const float* row = dout + i * N;
-      for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
+      const T* row = dout + i * N;
+      for (int64_t j = j0; j < j1; ++j) {
+        if constexpr (std::is_same_v<T, float>)
+          acc[j - j0] += row[j];
+        else
+          acc[j - j0] += math::bf16_bits_to_float(row[j].bits);
+      }
     }
     for (int64_t j = j0; j < j1; ++j) dbias[j] += acc[j - j0];
   }
+}
+}  // namespace
+
+void bias_grad(const float* dout, int64_t M, int64_t N, float* dbias) {
+  bias_grad_impl(dout, M, N, dbias);
+}
+void bias_grad(const bf16_t* dout, int64_t M, int64_t N, float* dbias) {
+  bias_grad_impl(dout, M, N, dbias);
 }
 
 }  // namespace megatron::kernels::cpu

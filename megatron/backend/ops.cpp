@@ -14,6 +14,7 @@
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/rope.h"
 #include "megatron/backend/float_args.h"
+#include "megatron/backend/linear_cpu.h"
 #ifdef MEGATRON_WITH_CUDA
 #include "megatron/backend/cuda/ops_cuda.h"
 #endif
@@ -125,9 +126,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   if (b) MT_CHECK(b->numel() == out, "linear_forward: bias ", b->shape().str(), " != [", out, "]");
   const FloatArgs fa(op, {{&x, "x"}, {&w, "w"}, {b, "b"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, linear_forward(x, w, b, y));
-  Fp32OnCpu f(fa);
-  cpu::gemm(false, true, n, out, in, 1.0f, f.in(x), in, f.in(w), in, 0.0f, f.out(y), out, f.in(b));
-  f.finish();
+  detail::linear_forward_cpu(fa, x, w, b, y, n, in, out);
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
@@ -148,12 +147,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
                           {&dw, "dw", Role::TorF32, kWritten},
                           {db, "db", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, linear_backward(x, w, dy, dx, dw, db));
-  Fp32OnCpu f(fa);
-  if (dx)
-    cpu::gemm(false, false, n, in, out, 1.0f, f.in(dy), out, f.in(w), in, 0.0f, f.out(dx), in);
-  cpu::gemm(true, false, out, in, n, 1.0f, f.in(dy), out, f.in(x), in, 1.0f, f.out(dw), in);
-  if (db) cpu::bias_grad(f.in(dy), n, out, f.out(db));
-  f.finish();
+  detail::linear_backward_cpu(fa, x, w, dy, dx, dw, db, n, in, out);
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,

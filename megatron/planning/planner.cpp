@@ -940,11 +940,13 @@ int run_plan_cli(const std::vector<std::string>& args, std::ostream& out, std::o
     if (a.efficiency) cluster.gemm_efficiency = *a.efficiency;
     cluster.flash_attention = a.flash_attention;
     if (recipe.training.device == "cpu") {
-      // CPU "devices" are processes: this machine's sgemm peak and memory, shared per node.
+      // CPU "devices" are processes: this machine's hardware peak and memory, shared per node.
       const double per_node = static_cast<double>(cluster.gpus_per_node);
       if (!a.gpu_tflops && recipe.cluster.gpu_tflops <= 0 && recipe.training.peak_tflops <= 0) {
-        cluster.gpu_tflops = training::measure_cpu_peak_flops() / 1e12 / per_node;
-        notes.push_back("peak: this CPU's measured fp32 sgemm rate, shared by the " +
+        const DType compute = recipe.training.precision == "bf16" ? DType::BF16 : DType::F32;
+        cluster.gpu_tflops = training::measure_cpu_peak(compute).flops / 1e12 / per_node;
+        notes.push_back("peak: this CPU's measured hardware peak (" +
+                        std::string(compute == DType::BF16 ? "bf16" : "fp32") + "), shared by the " +
                         std::to_string(cluster.gpus_per_node) + " process(es) of a node");
       }
       if (!a.gpu_memory_bytes && recipe.cluster.gpu_memory_gb <= 0) {

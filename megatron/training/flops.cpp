@@ -1,5 +1,6 @@
 #include "megatron/training/flops.h"
 
+#include <algorithm>
 #include <chrono>
 #include <vector>
 
@@ -22,15 +23,28 @@ double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
          static_cast<double>(m.num_layers) * h * h * (attention + mlp + logits);
 }
 
-double measure_cpu_peak_flops() {
+kernels::cpu::PeakFlops measure_cpu_peak(DType compute_dtype) {
+  return compute_dtype == DType::BF16 ? kernels::cpu::measure_bf16_peak()
+                                      : kernels::cpu::measure_fp32_peak();
+}
+
+double measure_cpu_gemm_flops(DType compute_dtype) {
   const int64_t n = 1024;
+  const bool bf16 = compute_dtype == DType::BF16 && kernels::cpu::native_bf16_gemm();
   std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
+  std::vector<bf16_t> a16(n * n, bf16_t{0x3f00}), b16(n * n, bf16_t{0x3e80});
+  kernels::cpu::Bf16Gemm g;
+  g.M = g.N = g.K = g.lda = g.ldb = g.ldc = n;
+  g.A = a16.data(), g.B = b16.data(), g.C = c.data();
   auto run = [&] {
-    kernels::cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    if (bf16)
+      kernels::cpu::gemm_bf16(g);
+    else
+      kernels::cpu::gemm(false, false, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
   };
-  run();  // warm up threads and caches
+  run();  // warm up threads, caches and (bf16) the kernel
   double best = 0.0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     run();
     run();

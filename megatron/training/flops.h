@@ -7,6 +7,9 @@
 // without halving causal attention.
 #include <cstdint>
 
+#include "kernels/cpu/cpu_peak.h"
+#include "megatron/core/dtype.h"
+
 namespace megatron::training {
 
 struct FlopsModel {
@@ -17,7 +20,14 @@ struct FlopsModel {
 
 double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size);
 
-// Peak fp32 FLOP/s of this CPU measured with an sgemm (OpenBLAS) on the current thread count.
-double measure_cpu_peak_flops();
+// The hardware peak of this CPU for a compute dtype, on the current thread count: fp32 (and
+// fp16, computed in fp32) = the widest FMA; bf16 = the faster of the bf16 instructions (AMX,
+// AVX-512 BF16) and the fp32 FMA. Register-only loops (kernels/cpu/cpu_peak.h), so it is what
+// the hardware can do, not what a library reaches: the denominator of MFU.
+kernels::cpu::PeakFlops measure_cpu_peak(DType compute_dtype);
+
+// The FLOP/s a large GEMM reaches through the GEMM path in use (fp32 sgemm, or the bf16 GEMM
+// when bf16 runs natively), on the current thread count: shown beside MFU as "of measured gemm".
+double measure_cpu_gemm_flops(DType compute_dtype);
 
 }  // namespace megatron::training

@@ -8,12 +8,23 @@
 #include <iomanip>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 
 #include "megatron/backend/ops.h"
 #include "megatron/training/signals.h"
 #include "models/bert/bert_model.h"
 
 namespace megatron::training {
+
+namespace {
+// " (92% of gemm)" beside MFU when a GEMM rate was measured.
+std::string of_gemm_text(double of_gemm) {
+  if (of_gemm <= 0) return "";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(0) << " (" << of_gemm * 100 << "% of gemm)";
+  return s.str();
+}
+}  // namespace
 
 DType model_dtype_of(const config::TrainingConfig& training) {
   if (training.precision == "bf16") return DType::BF16;
@@ -186,14 +197,10 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   schedule_.decay = optim::parse_decay(o.schedule.decay);
 
   flops_per_step_ = megatron_flops_per_step(flops_model, tr.global_batch_size);
-  // The peak for MFU: the recipe's (training.peak_tflops, or on a GPU the cluster section's
-  // gpu_tflops); on the CPU measured when not given; unknown (MFU 0) on a GPU without either.
-  if (tr.peak_tflops > 0)
-    peak_flops_ = tr.peak_tflops * 1e12;
-  else if (device_ != Device::CPU)
-    peak_flops_ = recipe_.cluster.gpu_tflops * 1e12;
-  else
-    peak_flops_ = measure_cpu_peak_flops();
+  // The peak for MFU: the recipe's training.peak_tflops, on a GPU the cluster section's
+  // gpu_tflops, on the CPU the hardware peak measured for the compute dtype.
+  peak_ = ComputePeak::decide(device_, model_dtype, tr.peak_tflops, recipe_.cluster.gpu_tflops);
+  peak_flops_ = peak_.peak_flops;
 
   if (is_logger_ && !recipe_.logging.jsonl.empty()) {
     const std::string path = config::resolve_path(recipe_, recipe_.logging.jsonl);
@@ -201,6 +208,12 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
     if (!parent.empty()) std::filesystem::create_directories(parent);
     jsonl_.open(path, std::ios::app);
     MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: cannot open '", path, "' for writing");
+    nlohmann::json start = peak_.to_json();
+    start["event"] = "start";
+    start["device"] = device_name(device_);
+    start["threads_per_rank"] = omp_get_max_threads();
+    start["ranks"] = world_->size();
+    jsonl_ << start.dump() << "\n" << std::flush;
   }
   if (is_logger_ && !recipe_.logging.tensorboard_dir.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(
@@ -213,12 +226,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
           << tr.micro_batch_size << " per step per rank; "
           << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
           << (distributed ? " (distributed)" : "") << "; " << std::setprecision(4)
-          << flops_per_step_ / 1e12 << " TFLOP per step; peak " << peak_flops_ / 1e12
-          << " TFLOP/s per rank"
-          << (tr.peak_tflops > 0       ? " (recipe)"
-              : device_ != Device::CPU ? " (cluster.gpu_tflops)"
-                                       : " (measured sgemm)")
-          << "; " << device_name(device_) << "; " << omp_get_max_threads() << " threads per rank\n"
+          << flops_per_step_ / 1e12 << " TFLOP per step; " << device_name(device_) << "\n"
+          << peak_.describe(omp_get_max_threads())
           << std::flush;
   }
 }
@@ -428,6 +437,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
   metrics.mfu = peak_flops_ > 0 ? metrics.tflops * 1e12 / peak_flops_ : 0.0;
+  metrics.of_gemm = peak_.gemm_flops > 0 ? metrics.tflops * 1e12 / peak_.gemm_flops : 0.0;
   return metrics;
 }
 
@@ -532,7 +542,7 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
           << std::fixed << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
           << m.seconds * 1000 << " ms | " << std::setprecision(0) << m.tokens_per_s << " tok/s | "
           << std::setprecision(3) << m.tflops << " TFLOP/s | MFU " << std::setprecision(1)
-          << m.mfu * 100 << "% | mem " << std::setprecision(0)
+          << m.mfu * 100 << "%" << of_gemm_text(m.of_gemm) << " | mem " << std::setprecision(0)
           << static_cast<double>(memory_stats(device_).peak_bytes) / 1048576.0 << " MiB"
           << (m.skipped ? " | skipped (fp16 overflow)" : "") << std::defaultfloat << "\n"
           << std::flush;
@@ -546,6 +556,7 @@ void Trainer::log_step(const StepMetrics& m, bool to_console) {
                         {"tokens_per_s", m.tokens_per_s},
                         {"tflops", m.tflops},
                         {"mfu", m.mfu},
+                        {"of_gemm", m.of_gemm},
                         {"loss_scale", m.loss_scale},
                         {"skipped", m.skipped}};
     if (m.has_aux) j["nsp_loss"] = m.aux_loss;

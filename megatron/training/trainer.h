@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "megatron/config/recipe.h"
+#include "megatron/training/compute_peak.h"
 #include "megatron/optimizer/loss_scaler.h"
 #include "megatron/optimizer/lr_schedule.h"
 #include "megatron/optimizer/optimizer.h"
@@ -31,6 +32,7 @@ struct StepMetrics {
   double lm_loss = 0, aux_loss = 0;
   bool has_aux = false;
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  double of_gemm = 0;  // achieved FLOP/s over the measured GEMM rate (CPU), beside MFU
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update this step
 };
@@ -100,6 +102,7 @@ class Trainer {
   const models::Model& model() const { return *chunks_.front(); }
   double flops_per_step() const { return flops_per_step_; }
   double peak_flops() const { return peak_flops_; }
+  const ComputePeak& compute_peak() const { return peak_; }
   Device device() const { return device_; }
 
  private:
@@ -162,6 +165,7 @@ class Trainer {
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
   int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;
   double flops_per_step_ = 0, peak_flops_ = 0;
+  ComputePeak peak_;
 };
 
 }  // namespace megatron::training

@@ -1,0 +1,65 @@
+#include "megatron/training/compute_peak.h"
+
+#include <sstream>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "megatron/training/flops.h"
+
+namespace megatron::training {
+
+ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recipe_peak_tflops,
+                                double cluster_tflops) {
+  ComputePeak p;
+  if (device == Device::CPU) {
+    const auto& f = kernels::cpu::cpu_features();
+    std::ostringstream cpu;
+    cpu << (f.model_name.empty() ? f.vendor : f.model_name) << " (family " << f.family
+        << " model " << f.model << ")";
+    p.cpu = cpu.str();
+    p.isa = f.isa_list();
+    p.gemm_path = kernels::cpu::gemm_path();
+    p.gemm_flops = measure_cpu_gemm_flops(compute_dtype);
+  }
+  if (recipe_peak_tflops > 0) {
+    p.peak_flops = recipe_peak_tflops * 1e12;
+    p.peak_source = "recipe training.peak_tflops";
+  } else if (device != Device::CPU) {
+    p.peak_flops = cluster_tflops * 1e12;
+    p.peak_source = "cluster.gpu_tflops";
+  } else {
+    const kernels::cpu::PeakFlops hw = measure_cpu_peak(compute_dtype);
+    p.peak_flops = hw.flops;
+    p.peak_isa = hw.isa;
+    p.peak_source = "measured hardware peak";
+  }
+  return p;
+}
+
+std::string ComputePeak::describe(int threads) const {
+  std::ostringstream s;
+  s.precision(4);
+  if (!cpu.empty())
+    s << "cpu: " << cpu << ", isa " << isa << "; " << threads << " threads per rank\n"
+      << "gemm: " << gemm_path << "\n";
+  s << "peak: " << peak_flops / 1e12 << " TFLOP/s per rank (" << peak_source
+    << (peak_isa.empty() ? "" : ", " + peak_isa) << ")";
+  if (gemm_flops > 0) s << "; measured gemm " << gemm_flops / 1e12 << " TFLOP/s";
+  s << "\nMFU = model FLOP/s (Megatron's formula) / peak; \"of gemm\" = the same over the measured "
+       "gemm rate\n";
+  return s.str();
+}
+
+nlohmann::json ComputePeak::to_json() const {
+  nlohmann::json j = {{"peak_flops", peak_flops}, {"peak_source", peak_source}};
+  if (!peak_isa.empty()) j["peak_isa"] = peak_isa;
+  if (!cpu.empty()) {
+    j["cpu"] = cpu;
+    j["isa"] = isa;
+    j["gemm"] = gemm_path;
+    j["gemm_flops"] = gemm_flops;
+  }
+  return j;
+}
+
+}  // namespace megatron::training

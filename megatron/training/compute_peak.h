@@ -1,0 +1,28 @@
+#pragma once
+// What the run's MFU is measured against, decided once at start and reported on stdout and as the
+// first JSONL line: on the CPU, the processor, its usable instruction sets, the GEMM path in use,
+// the hardware peak for the compute dtype (register-only loops, or training.peak_tflops) and the
+// rate a large GEMM reaches through that path; on a GPU, the recipe's peak.
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "megatron/core/dtype.h"
+#include "megatron/core/tensor.h"
+
+namespace megatron::training {
+
+struct ComputePeak {
+  double peak_flops = 0;     // per rank; 0 = unknown (MFU not reported)
+  std::string peak_source;   // "recipe", "cluster.gpu_tflops", "measured"
+  std::string peak_isa;      // CPU: the instructions that reached the peak
+  double gemm_flops = 0;     // CPU: measured GEMM rate through the GEMM path (0 on a GPU)
+  std::string cpu, isa, gemm_path;
+
+  // recipe_peak_tflops > 0 wins; on a GPU cluster_tflops; on the CPU measured for compute_dtype.
+  static ComputePeak decide(Device device, DType compute_dtype, double recipe_peak_tflops,
+                            double cluster_tflops);
+  std::string describe(int threads) const;  // one line for the startup log
+  nlohmann::json to_json() const;           // the JSONL "start" record's fields
+};
+
+}  // namespace megatron::training

@@ -1,17 +1,21 @@
-#!/usr/bin/python3
-"""GPT-2 124M training throughput in PyTorch on the CPU: the baseline for bench_gpt_train.
+#!/usr/bin/env python3
+"""GPT-2 124M training throughput in PyTorch 2 on the CPU: the peer of bench_gpt_train.
 
 The same model, data shape, optimizer and metrics as bench/bench_gpt_train.cpp:
-  pre-LN GPT-2 (learned positions, fused QKV, GELU tanh, tied LM head), fp32, no dropout,
+  pre-LN GPT-2 (learned positions, fused QKV, GELU tanh, tied LM head), no dropout,
   vocab 50257 padded to a multiple of 128 (50304), AdamW(lr 6e-4, betas 0.9/0.95, eps 1e-8,
-  weight decay 0.1 on 2-D weights only), gradient clipping at norm 1.0, random tokens.
-  FLOPs per step by Megatron's formula, MFU against the best of 3 x 2 torch.mm of 1024 x 1024
-  on the same threads (as training::measure_cpu_peak_flops does with cblas_sgemm), measured
-  before and after the run, the better of the two.
+  weight decay 0.1 on 2-D weights only, fused), gradient clipping at norm 1.0, random tokens;
+  attention through F.scaled_dot_product_attention (causal).
+  --precision bf16: torch.autocast("cpu", bfloat16) over forward and loss (fp32 weights and
+  optimizer, as PyTorch's mixed precision does); --compile: torch.compile(model).
+  FLOPs per step by Megatron's formula; MFU against --peak-flops (the hardware peak that
+  bench_gpt_train measured for the same precision, so both divide by the same number); the
+  share of the best torch.mm rate (fp32, or bf16 under autocast) is shown beside it.
 
-Run with Debian's interpreter (python3-torch is installed for it):
-  /usr/bin/python3 bench/pytorch_gpt.py [--steps N] [--warmup W] [--layers L] [--seq S]
-      [--micro-batch B] [--hidden D] [--heads H] [--vocab V] [--threads T] [--json PATH]
+Run in the virtual environment bench/run_train_bench.sh makes (PyPI's torch):
+  python bench/pytorch_gpt.py [--steps N] [--warmup W] [--layers L] [--seq S]
+      [--micro-batch B] [--hidden D] [--heads H] [--vocab V] [--threads T]
+      [--precision fp32|bf16] [--compile] [--peak-flops F] [--json PATH]
 """
 import argparse
 import json
@@ -40,12 +44,12 @@ def megatron_flops_per_step(layers, hidden, heads, ffn, seq, vocab_padded, batch
     return 12.0 * batch * seq * layers * h * h * (attention + mlp + logits)
 
 
-def measure_peak_flops():
-    """Best of 3 x (2 torch.mm of 1024 x 1024) after one warm-up, like measure_cpu_peak_flops."""
+def measure_mm_flops(dtype):
+    """Best of 3 x (2 torch.mm of 1024 x 1024) after one warm-up, like measure_cpu_gemm_flops."""
     n = 1024
-    a = torch.full((n, n), 0.5)
-    b = torch.full((n, n), 0.25)
-    c = torch.empty(n, n)
+    a = torch.full((n, n), 0.5, dtype=dtype)
+    b = torch.full((n, n), 0.25, dtype=dtype)
+    c = torch.empty(n, n, dtype=dtype)
     torch.mm(a, b, out=c)
     best = 0.0
     for _ in range(3):
@@ -72,21 +76,19 @@ class Block(nn.Module):
             nn.init.normal_(lin.weight, 0.0, s)
             nn.init.zeros_(lin.bias)
 
-    def attention(self, x, mask):
+    def attention(self, x):
         B, S, D = x.shape
         H = self.heads
         q, k, v = self.qkv(x).split(D, dim=2)
         q = q.view(B, S, H, D // H).transpose(1, 2)  # [B, H, S, Dh]
         k = k.view(B, S, H, D // H).transpose(1, 2)
         v = v.view(B, S, H, D // H).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D // H))
-        att = att.masked_fill(mask[:S, :S], float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, S, D)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, S, D)
         return self.proj(y)
 
-    def forward(self, x, mask):
-        x = x + self.attention(self.ln1(x), mask)
+    def forward(self, x):
+        x = x + self.attention(self.ln1(x))
         x = x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
         return x
 
@@ -100,17 +102,15 @@ class GPT(nn.Module):
         nn.init.normal_(self.pos.weight, 0.0, std)
         self.blocks = nn.ModuleList(Block(hidden, heads, layers, std) for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
-        # True above the diagonal: future keys are masked out.
-        self.register_buffer("mask", torch.triu(torch.ones(seq, seq, dtype=torch.bool), 1))
 
     def forward(self, idx, targets):
         B, S = idx.shape
         x = self.tok(idx) + self.pos(torch.arange(S))
         for block in self.blocks:
-            x = block(x, self.mask)
+            x = block(x)
         x = self.ln_f(x)
         logits = F.linear(x, self.tok.weight)  # tied LM head
-        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
 def main():
@@ -125,6 +125,10 @@ def main():
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--peak-flops", type=float, default=0.0,
+                   help="hardware peak FLOP/s for MFU (0: MFU against the torch.mm rate)")
     p.add_argument("--label", default="pytorch", help="impl name in the summary and JSON")
     p.add_argument("--json", default="")
     a = p.parse_args()
@@ -135,7 +139,8 @@ def main():
     torch.manual_seed(a.seed)
     Vp = padded_vocab(a.vocab)
     B, S = a.micro_batch, a.seq
-    peak = measure_peak_flops()
+    mm_dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32
+    mm_start = measure_mm_flops(mm_dtype)
     flops = megatron_flops_per_step(a.layers, a.hidden, a.heads, 4 * a.hidden, S, Vp, B)
 
     model = GPT(a.layers, a.hidden, a.heads, S, Vp)
@@ -144,12 +149,14 @@ def main():
     no_decay = [q for q in params if q.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8)
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    step_model = torch.compile(model) if a.compile else model
     n_params = sum(q.numel() for q in params)
     print(f"{a.label}: torch {torch.__version__}, {torch.get_num_threads()} threads; layers "
           f"{a.layers} hidden {a.hidden} heads {a.heads} seq {S} micro {B} vocab {a.vocab} padded "
-          f"to {Vp}; {n_params} parameters; {flops / 1e12:.4f} TFLOP/step; torch.mm peak "
-          f"{peak / 1e9:.1f} GFLOP/s", flush=True)
+          f"to {Vp}; {n_params} parameters; {flops / 1e12:.4f} TFLOP/step; {a.precision}"
+          f"{' autocast' if a.precision == 'bf16' else ''}{', torch.compile' if a.compile else ''};"
+          f" torch.mm {mm_start / 1e9:.1f} GFLOP/s", flush=True)
 
     gen = torch.Generator().manual_seed(a.seed)
     timed, first_loss, last_loss = [], 0.0, 0.0
@@ -158,7 +165,8 @@ def main():
         data = torch.randint(0, a.vocab, (B, S + 1), generator=gen)
         idx, targets = data[:, :-1], data[:, 1:]
         opt.zero_grad(set_to_none=True)
-        loss = model(idx, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            loss = step_model(idx, targets)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -174,23 +182,25 @@ def main():
               f"{float(grad_norm):.3f} | {s * 1e3:8.1f} ms | {B * S / s:7.1f} tok/s | "
               f"{flops / s / 1e12:.4f} TFLOP/s", flush=True)
 
-    # The peak again after the run; MFU uses the better of the two (as bench_gpt_train does).
-    peak_start, peak_end = peak, measure_peak_flops()
-    peak = max(peak_start, peak_end)
+    # The mm rate again after the run; the better of the two (as bench_gpt_train does).
+    mm_flops = max(mm_start, measure_mm_flops(mm_dtype))
+    peak = a.peak_flops if a.peak_flops > 0 else mm_flops
     mean_s = sum(timed) / len(timed)
     tok_s = B * S / mean_s
     tflops = flops / mean_s / 1e12
     mfu = flops / mean_s / peak
+    of_mm = flops / mean_s / mm_flops
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"SUMMARY impl={a.label} threads={torch.get_num_threads()} steps={len(timed)} "
-          f"tokens/s={tok_s:.1f} TFLOP/s={tflops:.4f} MFU={100 * mfu:.1f}% "
+          f"tokens/s={tok_s:.1f} TFLOP/s={tflops:.4f} MFU={100 * mfu:.1f}% of_mm={100 * of_mm:.1f}% "
           f"ms/step={mean_s * 1e3:.1f} (median {statistics.median(timed) * 1e3:.1f}, "
-          f"min {min(timed) * 1e3:.1f}) peak_sgemm_GFLOP/s={peak / 1e9:.1f} "
-          f"(start {peak_start / 1e9:.1f}, end {peak_end / 1e9:.1f}) "
+          f"min {min(timed) * 1e3:.1f}) peak_GFLOP/s={peak / 1e9:.1f} "
+          f"mm_GFLOP/s={mm_flops / 1e9:.1f} "
           f"peak_rss_MiB={rss_mib:.0f} loss {first_loss:.4f} -> {last_loss:.4f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"impl": a.label, "threads": torch.get_num_threads(),
+                       "precision": a.precision, "compile": a.compile,
                        "torch_version": torch.__version__,
                        "ld_preload": os.environ.get("LD_PRELOAD", ""),
                        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
@@ -200,7 +210,7 @@ def main():
                        "step_seconds": timed, "mean_step_seconds": mean_s,
                        "median_step_seconds": statistics.median(timed), "tokens_per_s": tok_s,
                        "flops_per_step": flops, "tflops": tflops, "peak_flops": peak,
-                       "peak_flops_start": peak_start, "peak_flops_end": peak_end, "mfu": mfu,
+                       "mm_flops": mm_flops, "mfu": mfu, "of_mm": of_mm,
                        "peak_rss_mib": rss_mib, "first_loss": first_loss,
                        "last_loss": last_loss}, f, indent=2)
             f.write("\n")

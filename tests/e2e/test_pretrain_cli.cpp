@@ -62,13 +62,24 @@ TEST_F(PretrainE2E, DefaultRecipeLearnsAndLogs) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("# resolved recipe"));
   EXPECT_THAT(r.output, HasSubstr("tok/s"));
+  EXPECT_THAT(r.output, HasSubstr("gemm: oneDNN"));
 
   std::ifstream in(log);
   std::string line;
-  int steps = 0;
+  int steps = 0, starts = 0;
   std::vector<double> val;
   while (std::getline(in, line)) {
     const auto j = nlohmann::json::parse(line);
+    if (j.value("event", "") == "start") {  // the run's hardware, GEMM path and MFU peak
+      ++starts;
+      EXPECT_EQ(steps + val.size(), 0u) << "the start record comes first";
+      for (const char* key : {"gemm", "cpu", "isa", "peak_flops", "peak_source", "gemm_flops"})
+        EXPECT_TRUE(j.contains(key)) << key << " missing in " << line;
+      EXPECT_EQ(j.value("peak_source", ""), "recipe training.peak_tflops");
+      EXPECT_DOUBLE_EQ(j.value("peak_flops", 0.0), 0.1e12);
+      EXPECT_THAT(j.value("gemm", ""), HasSubstr("oneDNN"));
+      continue;
+    }
     if (j.contains("val_loss")) {
       val.push_back(j["val_loss"].get<double>());
       continue;
@@ -78,6 +89,7 @@ TEST_F(PretrainE2E, DefaultRecipeLearnsAndLogs) {
       EXPECT_TRUE(j.contains(key)) << key << " missing in " << line;
     ++steps;
   }
+  EXPECT_EQ(starts, 1);
   EXPECT_EQ(steps, 40);
   ASSERT_EQ(val.size(), 3u);                        // step 0, 20, 40
   EXPECT_NEAR(val.front(), std::log(8192.0), 0.3);  // near-uniform at init

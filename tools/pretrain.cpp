@@ -11,6 +11,7 @@
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
 #include "data/tokenizer.h"
+#include "kernels/cpu/cpu_features.h"
 #include "megatron/config/recipe.h"
 #include "megatron/core/device_memory.h"
 #include "megatron/core/error.h"
@@ -266,6 +267,7 @@ int main(int argc, char** argv) {
   int code = 0;
   std::string message;
   try {
+    megatron::kernels::cpu::check_compiled_isa();  // before any kernel compiled for -march runs
     megatron::parallel::MpiRuntime mpi(&argc, &argv);
     const auto& launch = mpi.info();
     try {

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "megatron/core/error.h"
+
 namespace megatron::kernels::cpu {
 namespace {
 
@@ -105,6 +107,30 @@ std::string CpuFeatures::isa_list() const {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;
+}
+
+void check_compiled_isa() {
+  const CpuFeatures& f = cpu_features();
+  std::string missing;
+  auto need = [&](bool have, const char* name) {
+    if (!have) missing += missing.empty() ? name : std::string(", ") + name;
+  };
+#if defined(MEGATRON_COMPILED_AVX512F)
+  need(f.avx512f && f.os_avx512, "avx512f");
+#endif
+#if defined(MEGATRON_COMPILED_AVX512BW)
+  need(f.avx512bw && f.os_avx512, "avx512bw");
+#endif
+#if defined(MEGATRON_COMPILED_AVX2)
+  need(f.avx2 && f.os_avx, "avx2");
+#endif
+#if defined(MEGATRON_COMPILED_FMA)
+  need(f.fma && f.os_avx, "fma");
+#endif
+  MT_CHECK(missing.empty(), "this build's CPU kernels were compiled for instructions this CPU (",
+           f.model_name, ") does not have: ", missing,
+           ". Rebuild on this machine (tools/build.sh), or for a mixed cluster configure an "
+           "older target, e.g. tools/build.sh -DMEGATRON_CPU_ARCH=x86-64-v3");
 }
 
 bool request_amx_permission() {

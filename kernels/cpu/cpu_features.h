@@ -29,6 +29,11 @@ struct CpuFeatures {
 
 const CpuFeatures& cpu_features();  // detected once
 
+// This build's own kernels are compiled for the build machine (MEGATRON_CPU_ARCH, default
+// -march=native): a CPU without the instruction sets they were compiled with would die of
+// SIGILL in the first kernel. Throws a message naming what is missing and how to rebuild.
+void check_compiled_isa();
+
 // Linux keeps AMX tile data off until a process asks (arch_prctl ARCH_REQ_XCOMP_PERM); true when
 // granted or already granted. Needed before any AMX instruction (our peak loop, oneDNN's kernels).
 bool request_amx_permission();

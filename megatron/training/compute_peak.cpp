@@ -12,6 +12,7 @@ ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recip
                                 double cluster_tflops) {
   ComputePeak p;
   if (device == Device::CPU) {
+    kernels::cpu::check_compiled_isa();
     const auto& f = kernels::cpu::cpu_features();
     std::ostringstream cpu;
     cpu << (f.model_name.empty() ? f.vendor : f.model_name) << " (family " << f.family

@@ -1,0 +1,157 @@
+// The GEMM libraries we could use on this CPU, side by side on the training step's shapes
+// (GPT-2 124M, seq 256, micro-batch 8: QKV, attention-out, FC1, FC2 forward/dgrad/wgrad and the
+// LM head), with the FMA peak of the same threads beside them. One candidate per process, because
+// OpenBLAS reads its core type once when it loads:
+//   bench_gemm_candidates --candidate onednn|onednn-bf16|openblas|openblas-forced|blis
+//   bench/run_gemm_candidates.sh runs them all.
+// openblas: the core OpenBLAS picks for itself (openblas_get_corename); openblas-forced: the
+// core chosen from this CPU's feature bits (AVX-512 BF16 -> Cooperlake, AVX-512 -> SkylakeX,
+// AVX2 -> Haswell) through OPENBLAS_CORETYPE, set before the library loads. OpenBLAS and BLIS
+// are loaded with dlopen, so the project never links them.
+#include <dlfcn.h>
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/cpu_peak.h"
+#include "kernels/cpu/gemm.h"
+
+namespace {
+
+using namespace megatron;
+
+struct Shape {
+  const char* name;
+  bool ta, tb;
+  int64_t M, N, K;
+};
+
+// CBLAS's row-major sgemm, as OpenBLAS and BLIS export it.
+using CblasSgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+template <typename Fn>
+double gflops(const Shape& s, Fn&& fn) {
+  fn();  // warm-up (oneDNN builds its kernel here)
+  int reps = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (seconds_since(t0) < 0.4) {
+    fn();
+    ++reps;
+  }
+  return 2.0 * double(s.M) * double(s.N) * double(s.K) * reps / seconds_since(t0) / 1e9;
+}
+
+int usage() {
+  std::fprintf(stderr,
+               "usage: bench_gemm_candidates --candidate "
+               "onednn|onednn-bf16|openblas|openblas-forced|blis\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3 || std::strcmp(argv[1], "--candidate") != 0) return usage();
+  const std::string cand = argv[2];
+  const auto& f = kernels::cpu::cpu_features();
+  std::string label = cand;
+  CblasSgemm sgemm = nullptr;
+  if (cand == "openblas" || cand == "openblas-forced") {
+    if (cand == "openblas-forced") {
+      const char* core = f.has_avx512_bf16() ? "Cooperlake"
+                         : f.has_avx512()    ? "SkylakeX"
+                         : f.has_avx2_fma()  ? "Haswell"
+                                             : "Prescott";
+      setenv("OPENBLAS_CORETYPE", core, 1);
+    }
+    void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      std::printf("%-16s not installed (%s)\n", cand.c_str(), dlerror());
+      return 0;
+    }
+    sgemm = reinterpret_cast<CblasSgemm>(dlsym(lib, "cblas_sgemm"));
+    auto corename = reinterpret_cast<char* (*)()>(dlsym(lib, "openblas_get_corename"));
+    if (corename) label += std::string(" (core ") + corename() + ")";
+  } else if (cand == "blis") {
+    void* lib = dlopen("libblis.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+      std::printf("%-16s not installed (%s)\n", cand.c_str(), dlerror());
+      return 0;
+    }
+    sgemm = reinterpret_cast<CblasSgemm>(dlsym(lib, "cblas_sgemm"));
+    auto arch_id = reinterpret_cast<int (*)()>(dlsym(lib, "bli_arch_query_id"));
+    auto arch_name = reinterpret_cast<const char* (*)(int)>(dlsym(lib, "bli_arch_string"));
+    if (arch_id && arch_name) label += std::string(" (arch ") + arch_name(arch_id()) + ")";
+  } else if (cand == "onednn" || cand == "onednn-bf16") {
+    label += " (" + kernels::cpu::gemm_path() + ")";
+  } else {
+    return usage();
+  }
+  if (cand != "onednn" && cand != "onednn-bf16" && !sgemm) {
+    std::printf("%-16s has no cblas_sgemm\n", cand.c_str());
+    return 0;
+  }
+
+  const int64_t T = 8 * 256, D = 768, F = 3072, V = 50304;
+  const Shape shapes[] = {
+      {"qkv fwd", false, true, T, 3 * D, D},  {"fc1 fwd", false, true, T, F, D},
+      {"fc2 fwd", false, true, T, D, F},      {"fc2 dgrad", false, false, T, F, D},
+      {"fc1 wgrad", true, false, F, D, T},    {"proj fwd", false, true, T, D, D},
+      {"lm head fwd", false, true, T, V, D},  {"lm head wgrad", true, false, V, D, T},
+  };
+  std::printf("%s, %d threads\n", label.c_str(), omp_get_max_threads());
+  double flops = 0, secs = 0;
+  for (const Shape& s : shapes) {
+    const int64_t a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
+    const int64_t b_rows = s.tb ? s.N : s.K, b_cols = s.tb ? s.K : s.N;
+    double g = 0;
+    if (cand == "onednn-bf16") {
+      std::vector<bf16_t> A(a_rows * a_cols, bf16_t{0x3c00}), B(b_rows * b_cols, bf16_t{0x3c00});
+      std::vector<float> C(s.M * s.N);
+      kernels::cpu::Bf16Gemm gm;
+      gm.trans_a = s.ta, gm.trans_b = s.tb, gm.M = s.M, gm.N = s.N, gm.K = s.K;
+      gm.A = A.data(), gm.lda = a_cols, gm.B = B.data(), gm.ldb = b_cols;
+      gm.C = C.data(), gm.ldc = s.N;
+      g = gflops(s, [&] { kernels::cpu::gemm_bf16(gm); });
+    } else {
+      std::vector<float> A(a_rows * a_cols, 0.01f), B(b_rows * b_cols, 0.02f), C(s.M * s.N);
+      if (cand == "onednn") {
+        g = gflops(s, [&] {
+          kernels::cpu::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols,
+                             0.0f, C.data(), s.N);
+        });
+      } else {
+        g = gflops(s, [&] {
+          sgemm(kRowMajor, s.ta ? kTrans : kNoTrans, s.tb ? kTrans : kNoTrans, int(s.M), int(s.N),
+                int(s.K), 1.0f, A.data(), int(a_cols), B.data(), int(b_cols), 0.0f, C.data(),
+                int(s.N));
+        });
+      }
+    }
+    const double f2 = 2.0 * double(s.M) * double(s.N) * double(s.K);
+    flops += f2;
+    secs += f2 / (g * 1e9);
+    std::printf("  %-14s M %5lld N %5lld K %5lld  %8.1f GFLOP/s\n", s.name,
+                static_cast<long long>(s.M), static_cast<long long>(s.N),
+                static_cast<long long>(s.K), g);
+  }
+  const auto peak = cand == "onednn-bf16" ? kernels::cpu::measure_bf16_peak()
+                                          : kernels::cpu::measure_fp32_peak();
+  const double all = flops / secs / 1e9;
+  std::printf("RESULT %-16s all shapes %8.1f GFLOP/s = %5.1f%% of the %s peak %.1f GFLOP/s\n",
+              cand.c_str(), all, 100 * all / (peak.flops / 1e9), peak.isa.c_str(),
+              peak.flops / 1e9);
+  return 0;
+}

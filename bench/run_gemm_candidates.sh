@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The GEMM libraries we could use, measured side by side on this CPU (bench_gemm_candidates.cpp):
+# oneDNN fp32 and bf16 (what the project uses), OpenBLAS with the core it picks itself and with
+# the core forced from the CPU's feature bits, BLIS. Installs the OpenBLAS and BLIS runtime
+# libraries from Debian if missing (they are loaded with dlopen, never linked by the project).
+#   bench/run_gemm_candidates.sh [--threads T] [--build-dir DIR] [--skip-build]
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+threads="$(nproc)" build_dir="$root/build" skip_build=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --threads) threads="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
+    --skip-build) skip_build=1; shift ;;
+    -h|--help) sed -n '2,6p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "run_gemm_candidates.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+packages=(libopenblas0-openmp libblis4-openmp)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+if [ "$skip_build" -eq 0 ]; then
+  [ -f "$build_dir/CMakeCache.txt" ] || cmake -S "$root" -B "$build_dir" -DMEGATRON_CUDA=OFF
+  cmake --build "$build_dir" -j"$(nproc)" --target bench_gemm_candidates
+fi
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(grep -m1 'model name' /proc/cpuinfo)"
+for c in onednn openblas openblas-forced blis onednn-bf16; do
+  OMP_NUM_THREADS="$threads" "$build_dir/bin/bench_gemm_candidates" --candidate "$c"
+done | tee /dev/stderr | grep RESULT

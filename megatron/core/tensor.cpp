@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "megatron/core/host_memory.h"
+
 namespace megatron {
 
 namespace {
@@ -95,9 +97,8 @@ Storage::Storage(size_t bytes, Device device) : bytes_(bytes), device_(device) {
     device_index_ = block.device_index;
     return;
   }
-  const size_t rounded = (bytes + 63) / 64 * 64;
-  data_ = rounded ? std::aligned_alloc(64, rounded) : nullptr;
-  MT_CHECK(rounded == 0 || data_ != nullptr, "out of host memory allocating ", bytes, " bytes");
+  data_ = bytes ? host_allocate(bytes) : nullptr;
+  MT_CHECK(bytes == 0 || data_ != nullptr, "out of host memory allocating ", bytes, " bytes");
   note_alloc(static_cast<int64_t>(bytes));
 }
 
@@ -106,7 +107,7 @@ Storage::~Storage() {
     if (data_ != nullptr) backend_->deallocate(DeviceAllocation{data_, device_index_});
     return;
   }
-  std::free(data_);
+  host_deallocate(data_, bytes_);
   g_cpu_current.fetch_sub(static_cast<int64_t>(bytes_));
 }
 

@@ -2,8 +2,11 @@
 // Helpers shared by the CPU kernel sources (not a kernel interface).
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
+#include "kernels/common/numeric.h"
 #include "kernels/common/philox.h"
+#include "megatron/core/dtype.h"
 
 namespace megatron::kernels::cpu::detail {
 
@@ -27,16 +30,31 @@ inline void fill_uniform(uint64_t seed, uint64_t stream, uint64_t start, int64_t
 
 // max(x[0..n)), -inf for n = 0; NaNs are skipped. g++ does not vectorize a float max reduction
 // even under `omp simd reduction(max)`, but does vectorize this element-wise max over 16 lanes.
-inline float max_of(const float* x, int64_t n) {
+// fp32 value of a stored element (fp32, or bf16 widened exactly), and the rounding back.
+inline float to_f32(float x) { return x; }
+inline float to_f32(bf16_t x) { return math::bf16_bits_to_float(x.bits); }
+template <typename T>
+inline T from_f32(float x) {
+  if constexpr (std::is_same_v<T, float>)
+    return x;
+  else
+    return T{math::float_to_bf16_bits(x)};
+}
+
+template <typename T>
+inline float max_of(const T* x, int64_t n) {
   constexpr int kLanes = 16;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   float lanes[kLanes];
   for (int k = 0; k < kLanes; ++k) lanes[k] = kNegInf;
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
-    for (int k = 0; k < kLanes; ++k) lanes[k] = lanes[k] < x[j + k] ? x[j + k] : lanes[k];
+    for (int k = 0; k < kLanes; ++k) {
+      const float v = to_f32(x[j + k]);
+      lanes[k] = lanes[k] < v ? v : lanes[k];
+    }
   float m = kNegInf;
-  for (; j < n; ++j) m = m < x[j] ? x[j] : m;
+  for (; j < n; ++j) m = m < to_f32(x[j]) ? to_f32(x[j]) : m;
   for (int k = 0; k < kLanes; ++k) m = m < lanes[k] ? lanes[k] : m;
   return m;
 }

@@ -5,6 +5,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/embedding.h"
@@ -487,6 +488,11 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const cp
                           {&loss, "loss", Role::F32, kWritten},
                           {&lse, "lse", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, cross_entropy_forward(logits, targets, vs, ignore_index, loss, lse));
+  if (logits.dtype() == DType::BF16) {  // the largest activation: read as stored, never widened
+    cpu::cross_entropy_forward(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs, ignore_index,
+                               loss.data<float>(), lse.data<float>());
+    return;
+  }
   Fp32OnCpu f(fa);
   cpu::cross_entropy_forward(f.in(logits), targets.data<int32_t>(), n, vs, ignore_index,
                              f.out(loss), f.out(lse));
@@ -513,6 +519,12 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const c
                           {&dlogits, "dlogits", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev,
                  cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss, dlogits));
+  if (logits.dtype() == DType::BF16) {
+    cpu::cross_entropy_backward(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs,
+                                ignore_index, lse.data<float>(), dloss.data<float>(),
+                                dlogits.data<bf16_t>());
+    return;
+  }
   Fp32OnCpu f(fa);
   cpu::cross_entropy_backward(f.in(logits), targets.data<int32_t>(), n, vs, ignore_index, f.in(lse),
                               f.in(dloss), f.out(dlogits));
@@ -527,6 +539,10 @@ void cross_entropy_row_max(const Tensor& logits, const cpu::VocabSlice& vs, Tens
            n, " rows");
   const FloatArgs fa(op, {{&logits, "logits"}, {&row_max, "row_max", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, cross_entropy_row_max(logits, vs, row_max));
+  if (logits.dtype() == DType::BF16) {
+    cpu::cross_entropy_row_max(logits.data<bf16_t>(), n, vs, row_max.data<float>());
+    return;
+  }
   Fp32OnCpu f(fa);
   cpu::cross_entropy_row_max(f.in(logits), n, vs, f.out(row_max));
   f.finish();
@@ -550,6 +566,12 @@ void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets, const cp
                           {&sum_exp, "sum_exp", Role::F32, kWritten},
                           {&target_logit, "target_logit", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, cross_entropy_sum_exp(logits, targets, vs, row_max, sum_exp, target_logit));
+  if (logits.dtype() == DType::BF16) {
+    cpu::cross_entropy_sum_exp(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs,
+                               row_max.data<float>(), sum_exp.data<float>(),
+                               target_logit.data<float>());
+    return;
+  }
   Fp32OnCpu f(fa);
   cpu::cross_entropy_sum_exp(f.in(logits), targets.data<int32_t>(), n, vs, f.in(row_max),
                              f.out(sum_exp), f.out(target_logit));
@@ -655,6 +677,10 @@ void cast(const Tensor& src, Tensor& dst) {
              " must be fp32, bf16 or fp16, got ", dtype_name(t));
   }
   const int64_t n = src.numel();
+  if (src.dtype() == DType::BF16 && dst.dtype() == DType::F32)
+    return cpu::bf16_to_f32(src.data<bf16_t>(), dst.data<float>(), n);
+  if (src.dtype() == DType::F32 && dst.dtype() == DType::BF16)
+    return cpu::f32_to_bf16(src.data<float>(), dst.data<bf16_t>(), n);
   dispatch_float_storage(src.dtype(), [&]<typename S>() {
     dispatch_float_storage(dst.dtype(), [&]<typename D>() {
       const S* in = static_cast<const S*>(src.raw());

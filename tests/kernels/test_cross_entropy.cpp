@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/common/numeric.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/reference/cross_entropy.h"
 #include "megatron/core/error.h"
@@ -188,6 +189,44 @@ TEST(CrossEntropy, RejectsTargetsOutsideTheVocabulary) {
                  megatron::Error)
         << bad;
   }
+}
+
+// bf16 logits are read as stored: every statistic equals the fp32 kernel's on the widened values
+// (up to the order the compiler sums the vector lanes in), and dlogits is exactly that kernel's
+// fp32 result rounded once to bf16 (also in place).
+TEST(CrossEntropy, Bf16LogitsMatchTheFp32KernelOnWidenedValues) {
+  const int64_t N = 9, V = 70;
+  const VocabSlice vs{V, 0, 67};  // three padding columns
+  const auto raw = random_vector(N * V, 41, -6.0f, 6.0f);
+  std::vector<bf16_t> l16(raw.size());
+  std::vector<float> l32(raw.size());
+  for (size_t i = 0; i < raw.size(); ++i) {
+    l16[i].bits = math::float_to_bf16_bits(raw[i]);
+    l32[i] = math::bf16_bits_to_float(l16[i].bits);
+  }
+  std::vector<int32_t> targets = {0, 5, 66, -100, 12, 3, 40, 7, 65};
+  std::vector<float> loss32(N), lse32(N), loss16(N), lse16(N);
+  cpu::cross_entropy_forward(l32.data(), targets.data(), N, vs, -100, loss32.data(), lse32.data());
+  cpu::cross_entropy_forward(l16.data(), targets.data(), N, vs, -100, loss16.data(), lse16.data());
+  EXPECT_TRUE(all_close(loss16, loss32, 1e-6f, 1e-6f));
+  EXPECT_TRUE(all_close(lse16, lse32, 1e-6f, 1e-6f));
+  std::vector<float> mx32(N), mx16(N), se32(N), se16(N), t32(N), t16(N);
+  cpu::cross_entropy_row_max(l32.data(), N, vs, mx32.data());
+  cpu::cross_entropy_row_max(l16.data(), N, vs, mx16.data());
+  EXPECT_EQ(mx32, mx16);
+  cpu::cross_entropy_sum_exp(l32.data(), targets.data(), N, vs, mx32.data(), se32.data(), t32.data());
+  cpu::cross_entropy_sum_exp(l16.data(), targets.data(), N, vs, mx16.data(), se16.data(), t16.data());
+  EXPECT_TRUE(all_close(se16, se32, 1e-6f, 1e-6f));
+  EXPECT_EQ(t32, t16);
+  const auto dloss = random_vector(N, 43);
+  std::vector<float> d32(raw.size());
+  cpu::cross_entropy_backward(l32.data(), targets.data(), N, vs, -100, lse32.data(), dloss.data(),
+                              d32.data());
+  std::vector<bf16_t> d16 = l16;  // in place, as the models call it
+  cpu::cross_entropy_backward(d16.data(), targets.data(), N, vs, -100, lse32.data(), dloss.data(),
+                              d16.data());
+  for (size_t i = 0; i < d16.size(); ++i)
+    ASSERT_EQ(d16[i].bits, math::float_to_bf16_bits(d32[i])) << "element " << i;
 }
 
 }  // namespace

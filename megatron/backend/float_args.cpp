@@ -37,6 +37,7 @@ FloatArgs::FloatArgs(const char* op, std::initializer_list<FloatArg> args) : op_
 }
 
 Fp32OnCpu::Fp32OnCpu(const FloatArgs& args) : op_(args.op()) {
+  std::vector<bool> widened;  // per copy: holds the tensor's values (not only scratch)
   for (const FloatArg& a : args.args()) {
     if (a.t == nullptr) continue;
     Tensor& t = const_cast<Tensor&>(*a.t);
@@ -53,11 +54,16 @@ Fp32OnCpu::Fp32OnCpu(const FloatArgs& args) : op_(args.op()) {
         copy = e.copy;
     if (copy < 0) {
       copies_.push_back(Tensor::empty(t.shape(), DType::F32, Device::CPU));
+      widened.push_back(false);
       copy = static_cast<int>(copies_.size()) - 1;
-      cast(t, copies_.back());
     }
-    entries_.push_back({a.t, copies_[copy].data<float>(), copy});
-    if (a.written) {
+    // A tensor the op only overwrites needs no widening: its old values are never read.
+    if (a.access != Access::Write && !widened[static_cast<size_t>(copy)]) {
+      cast(t, copies_[static_cast<size_t>(copy)]);
+      widened[static_cast<size_t>(copy)] = true;
+    }
+    entries_.push_back({a.t, copies_[static_cast<size_t>(copy)].data<float>(), copy});
+    if (a.written()) {
       bool listed = false;
       for (const auto& [target, c] : write_back_) listed = listed || c == copy;
       if (!listed) write_back_.emplace_back(&t, copy);

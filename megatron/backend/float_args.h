@@ -6,8 +6,9 @@
 //    or T. Checking it for CPU tensors too means a layer passing a mix the CUDA kernels would
 //    reject fails in the CPU tests, not first on a GPU.
 //  - Fp32OnCpu gives the fp32 CPU kernels fp32 pointers for every argument: fp32 tensors are
-//    used in place; a bf16/fp16 tensor is widened into an fp32 copy, and the copies of written
-//    tensors are rounded back by finish() (round to nearest even). So a 16-bit op on the CPU
+//    used in place; a bf16/fp16 tensor gets an fp32 copy, widened from it unless the op only
+//    overwrites it (Access::Write), and the copies of written tensors are rounded back by
+//    finish() (round to nearest even). So a 16-bit op on the CPU
 //    reads 16-bit inputs, computes in fp32 and rounds its outputs once, as the CUDA kernels do.
 #include <cstdint>
 #include <initializer_list>
@@ -18,12 +19,16 @@
 namespace megatron::ops::detail {
 
 enum class Role : uint8_t { T, F32, TorF32 };
+// How the op uses an argument: Read; Write (every element overwritten, old values never read);
+// Update (read and written: accumulation, in place).
+enum class Access : uint8_t { Read, Write, Update };
 
 struct FloatArg {
   const Tensor* t;  // null: an optional tensor that was not given
   const char* name;
   Role role = Role::T;
-  bool written = false;  // the op writes (or accumulates into) it
+  Access access = Access::Read;
+  bool written() const { return access != Access::Read; }
 };
 
 class FloatArgs {

@@ -40,7 +40,9 @@ namespace {
 using detail::FloatArgs;
 using detail::Fp32OnCpu;
 using detail::Role;
-constexpr bool kWritten = true;
+using detail::Access;
+constexpr Access kWritten = Access::Write;   // overwritten: never widened on the CPU
+constexpr Access kUpdated = Access::Update;  // read and written (accumulated, in place)
 
 struct Arg {
   const Tensor* t;  // null: an optional tensor that was not given
@@ -145,7 +147,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
                           {&w, "w"},
                           {&dy, "dy"},
                           {dx, "dx", Role::T, kWritten},
-                          {&dw, "dw", Role::TorF32, kWritten},
+                          {&dw, "dw", Role::TorF32, kUpdated},
                           {db, "db", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, linear_backward(x, w, dy, dx, dw, db));
   detail::linear_backward_cpu(fa, x, w, dy, dx, dw, db, n, in, out);
@@ -192,8 +194,8 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
                           {&rstd, "rstd", Role::F32},
                           {&dy, "dy"},
                           {&dx, "dx", Role::T, kWritten},
-                          {&dw, "dw", Role::F32, kWritten},
-                          {&db, "db", Role::F32, kWritten}});
+                          {&dw, "dw", Role::F32, kUpdated},
+                          {&db, "db", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, layernorm_backward(x, w, mean, rstd, dy, dx, dw, db));
   Fp32OnCpu f(fa);
   cpu::layernorm_backward(f.in(x), f.in(w), f.in(mean), f.in(rstd), f.in(dy), f.out(dx), f.out(dw),
@@ -230,7 +232,7 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
                           {&rstd, "rstd", Role::F32},
                           {&dy, "dy"},
                           {&dx, "dx", Role::T, kWritten},
-                          {&dw, "dw", Role::F32, kWritten}});
+                          {&dw, "dw", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, rmsnorm_backward(x, w, rstd, dy, dx, dw));
   Fp32OnCpu f(fa);
   cpu::rmsnorm_backward(f.in(x), f.in(w), f.in(rstd), f.in(dy), f.out(dx), f.out(dw), n, d);
@@ -329,7 +331,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_sta
            dtable.shape().str());
   const int64_t d = dtable.dim(1);
   MT_CHECK(dout.numel() == ids.numel() * d, "embedding_backward: dout ", dout.shape().str());
-  const FloatArgs fa(op, {{&dout, "dout"}, {&dtable, "dtable", Role::F32, kWritten}});
+  const FloatArgs fa(op, {{&dout, "dout"}, {&dtable, "dtable", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, embedding_backward(ids, dout, vocab_start, dtable));
   Fp32OnCpu f(fa);
   cpu::embedding_backward(ids.data<int32_t>(), ids.numel(), f.in(dout), vocab_start, dtable.dim(0),
@@ -414,7 +416,7 @@ void rope_forward(const cpu::AttentionShape& s, Tensor& qkv, float theta, int64_
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
-  const FloatArgs fa(op, {{&qkv, "qkv", Role::T, kWritten}});
+  const FloatArgs fa(op, {{&qkv, "qkv", Role::T, kUpdated}});
   MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, theta, offset));
   Fp32OnCpu f(fa);
   cpu::rope_forward(s, f.out(qkv), theta, offset);
@@ -425,7 +427,7 @@ void rope_backward(const cpu::AttentionShape& s, Tensor& dqkv, float theta, int6
   const char* op = "rope_backward";
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);
-  const FloatArgs fa(op, {{&dqkv, "dqkv", Role::T, kWritten}});
+  const FloatArgs fa(op, {{&dqkv, "dqkv", Role::T, kUpdated}});
   MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, theta, offset));
   Fp32OnCpu f(fa);
   cpu::rope_backward(s, f.out(dqkv), theta, offset);
@@ -626,7 +628,7 @@ void add_bias(Tensor& y, const Tensor& bias) {
   const char* op = "add_bias";
   const Device dev = device_of(op, {{&y, "y"}, {&bias, "bias"}});
   const int64_t n = bias.numel(), rows = rows_of(y, n);
-  const FloatArgs fa(op, {{&y, "y", Role::T, kWritten}, {&bias, "bias"}});
+  const FloatArgs fa(op, {{&y, "y", Role::T, kUpdated}, {&bias, "bias"}});
   MT_RUN_ON_CUDA(dev, add_bias(y, bias));
   Fp32OnCpu f(fa);
   for (int64_t r = 0; r < rows; ++r) cpu::add_inplace(f.out(y) + r * n, f.in(bias), n);
@@ -638,7 +640,7 @@ void add_inplace(Tensor& acc, const Tensor& x) {
   const Device dev = device_of(op, {{&acc, "acc"}, {&x, "x"}});
   MT_CHECK(acc.numel() == x.numel(), "add_inplace: shape mismatch ", acc.shape().str(),
            " += ", x.shape().str());
-  const FloatArgs fa(op, {{&x, "x"}, {&acc, "acc", Role::TorF32, kWritten}});
+  const FloatArgs fa(op, {{&x, "x"}, {&acc, "acc", Role::TorF32, kUpdated}});
   MT_RUN_ON_CUDA(dev, add_inplace(acc, x));
   Fp32OnCpu f(fa);
   cpu::add_inplace(f.out(acc), f.in(x), acc.numel());
@@ -648,7 +650,7 @@ void add_inplace(Tensor& acc, const Tensor& x) {
 void scale_inplace(Tensor& x, float s) {
   const char* op = "scale_inplace";
   const Device dev = device_of(op, {{&x, "x"}});
-  const FloatArgs fa(op, {{&x, "x", Role::T, kWritten}});
+  const FloatArgs fa(op, {{&x, "x", Role::T, kUpdated}});
   MT_RUN_ON_CUDA(dev, scale_inplace(x, s));
   Fp32OnCpu f(fa);
   cpu::scale_inplace(f.out(x), s, x.numel());

@@ -20,7 +20,8 @@ if [ "$recipe" = recipes/gpt2_124m.yaml ] && [ ${#extra[@]} -eq 0 ]; then
 fi
 common=(--recipe "$recipe" --set "training.train_iters=$steps" --set training.eval_iters=0
         --set training.eval_interval=0 --set optimizer.schedule.warmup_iters=2
-        --set logging.jsonl=null --set logging.interval=1 "${extra[@]}")
+        --set logging.jsonl=null --set logging.interval=1 --set checkpoint.save=null --set checkpoint.save_interval=null
+        --set checkpoint.load=null "${extra[@]}")
 mean_tok_s() {  # mean tokens/s over the steps after the first two (warm-up)
   grep -o '[0-9]* tok/s' | awk 'NR > 2 { s += $1; n++ } END { if (n) printf "%.0f", s / n }'
 }

@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
       {"fc2 fwd", false, true, T, D, F},      {"fc2 dgrad", false, false, T, F, D},
       {"fc1 wgrad", true, false, F, D, T},    {"proj fwd", false, true, T, D, D},
       {"lm head fwd", false, true, T, V, D},  {"lm head wgrad", true, false, V, D, T},
+      {"lm head dgrad", false, false, T, D, V},
   };
   std::printf("%s, %d threads\n", label.c_str(), omp_get_max_threads());
   double flops = 0, secs = 0;
@@ -119,11 +120,16 @@ int main(int argc, char** argv) {
     double g = 0;
     if (cand == "onednn-bf16") {
       std::vector<bf16_t> A(a_rows * a_cols, bf16_t{0x3c00}), B(b_rows * b_cols, bf16_t{0x3c00});
+      // As in training: activations (forward, input gradient) in bf16, weight gradients
+      // accumulated into the fp32 main gradients.
+      const bool wgrad = s.ta;
       std::vector<float> C(s.M * s.N);
+      std::vector<bf16_t> C16(s.M * s.N);
       kernels::cpu::Bf16Gemm gm;
       gm.trans_a = s.ta, gm.trans_b = s.tb, gm.M = s.M, gm.N = s.N, gm.K = s.K;
       gm.A = A.data(), gm.lda = a_cols, gm.B = B.data(), gm.ldb = b_cols;
-      gm.C = C.data(), gm.ldc = s.N;
+      gm.C = wgrad ? static_cast<void*>(C.data()) : C16.data(), gm.ldc = s.N;
+      gm.c_dtype = wgrad ? DType::F32 : DType::BF16, gm.accumulate = wgrad;
       g = gflops(s, [&] { kernels::cpu::gemm_bf16(gm); });
     } else {
       std::vector<float> A(a_rows * a_cols, 0.01f), B(b_rows * b_cols, 0.02f), C(s.M * s.N);

@@ -4,6 +4,8 @@
 
 #include <mutex>
 #include <tuple>
+#include <utility>
+#include <vector>
 #include <unordered_map>
 
 #include "kernels/common/numeric.h"
@@ -114,6 +116,54 @@ bool is_reference(const std::string& impl) { return impl.rfind("ref", 0) == 0; }
 
 }  // namespace
 
+namespace {
+
+// A dimension this long (the LM head's vocabulary: N in forward, M in the weight gradient, K in
+// the input gradient) costs oneDNN's kernels 10-45% of their speed (most in bf16); in chunks of a
+// few thousand they run at the speed of the layers' GEMMs (bench/bench_gemm_candidates.cpp).
+constexpr int64_t kLongDim = 16384;
+
+// [begin, size) of chunk c of `chunks` near-equal chunks of a dimension of length n.
+std::pair<int64_t, int64_t> chunk_of(int64_t n, int64_t chunks, int64_t c) {
+  const int64_t size = (n + chunks - 1) / chunks;
+  const int64_t begin = c * size;
+  return {begin, std::min(size, n - begin)};
+}
+
+int64_t chunks_for(int64_t n, int64_t target) { return (n + target - 1) / target; }
+
+void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t st =
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  MT_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed (status ", int(st), ") for M=", M,
+           " N=", N, " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+}
+
+// fp32: long N (forward) and long M (weight gradient) in chunks; the input gradient's long K
+// runs well as one call.
+void sgemm_chunked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                   int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  if (N > kLongDim) {
+    const int64_t chunks = chunks_for(N, 8192);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [n0, n] = chunk_of(N, chunks, c);
+      sgemm(ta, tb, M, n, K, alpha, A, lda, tb ? B + n0 * ldb : B + n0, ldb, beta, C + n0, ldc);
+    }
+  } else if (M > kLongDim) {
+    const int64_t chunks = chunks_for(M, 8192);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [m0, m] = chunk_of(M, chunks, c);
+      sgemm(ta, tb, m, N, K, alpha, ta ? A + m0 : A + m0 * lda, lda, B, ldb, beta, C + m0 * ldc,
+            ldc);
+    }
+  } else {
+    sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  }
+}
+
+}  // namespace
+
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
           const float* bias) {
@@ -139,15 +189,12 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
     }
     return;
   }
-  const dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
-                                      lda, B, ldb, beta, C, ldc);
-  MT_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed (status ", int(st), ") for M=", M,
-           " N=", N, " K=", K, " lda=", lda, " ldb=", ldb, " ldc=", ldc);
+  sgemm_chunked(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void gemm_bf16(const Bf16Gemm& g) {
-  if (g.M == 0 || g.N == 0) return;
-  MT_CHECK(g.K > 0, "gemm_bf16: K must be positive (got ", g.K, ")");
+namespace {
+
+void run_bf16_matmul(const Bf16Gemm& g) {
   Onednn& dnn = Onednn::get();
   try {
     Onednn::Matmul& mm = dnn.bf16_matmul(g);
@@ -166,6 +213,77 @@ void gemm_bf16(const Bf16Gemm& g) {
     MT_CHECK(false, "gemm_bf16: oneDNN matmul failed (", e.what(), ") for M=", g.M, " N=", g.N,
              " K=", g.K, " trans_a=", g.trans_a, " trans_b=", g.trans_b);
   }
+}
+
+size_t bytes_of(DType t) { return t == DType::BF16 ? 2 : 4; }
+
+}  // namespace
+
+void gemm_bf16(const Bf16Gemm& g) {
+  if (g.M == 0 || g.N == 0) return;
+  MT_CHECK(g.K > 0, "gemm_bf16: K must be positive (got ", g.K, ")");
+  const size_t c_bytes = bytes_of(g.c_dtype);
+  if (g.N > kLongDim) {  // columns of B, C and bias
+    const int64_t chunks = chunks_for(g.N, 4096);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [n0, n] = chunk_of(g.N, chunks, c);
+      Bf16Gemm part = g;
+      part.N = n;
+      part.B = g.trans_b ? g.B + n0 * g.ldb : g.B + n0;
+      part.C = static_cast<char*>(g.C) + n0 * c_bytes;
+      if (g.bias) part.bias = static_cast<const char*>(g.bias) + n0 * bytes_of(g.bias_dtype);
+      gemm_bf16(part);
+    }
+    return;
+  }
+  if (g.M > kLongDim) {  // rows of A and C
+    const int64_t chunks = chunks_for(g.M, 8192);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [m0, m] = chunk_of(g.M, chunks, c);
+      Bf16Gemm part = g;
+      part.M = m;
+      part.A = g.trans_a ? g.A + m0 : g.A + m0 * g.lda;
+      part.C = static_cast<char*>(g.C) + m0 * g.ldc * int64_t(c_bytes);
+      gemm_bf16(part);
+    }
+    return;
+  }
+  if (g.K > kLongDim) {
+    // The chunks' products accumulate in fp32 (in C itself when it is fp32, else in a scratch
+    // matrix rounded into C once at the end), so the result is rounded once as without chunks.
+    std::vector<float> scratch;
+    float* acc = static_cast<float*>(g.C);
+    int64_t ld = g.ldc;
+    if (g.c_dtype == DType::BF16) {
+      scratch.assign(static_cast<size_t>(g.M * g.N), 0.0f);
+      acc = scratch.data(), ld = g.N;
+      const bf16_t* c16 = static_cast<const bf16_t*>(g.C);
+      if (g.accumulate)
+        for (int64_t i = 0; i < g.M; ++i)
+          for (int64_t j = 0; j < g.N; ++j)
+            acc[i * ld + j] = math::bf16_bits_to_float(c16[i * g.ldc + j].bits);
+    }
+    const int64_t chunks = chunks_for(g.K, 8192);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const auto [k0, k] = chunk_of(g.K, chunks, c);
+      Bf16Gemm part = g;
+      part.K = k;
+      part.A = g.trans_a ? g.A + k0 * g.lda : g.A + k0;
+      part.B = g.trans_b ? g.B + k0 : g.B + k0 * g.ldb;
+      part.C = acc, part.c_dtype = DType::F32, part.ldc = ld;
+      part.accumulate = g.accumulate || c > 0;
+      if (c > 0) part.bias = nullptr;
+      run_bf16_matmul(part);
+    }
+    if (g.c_dtype == DType::BF16) {
+      bf16_t* c16 = static_cast<bf16_t*>(g.C);
+      for (int64_t i = 0; i < g.M; ++i)
+        for (int64_t j = 0; j < g.N; ++j)
+          c16[i * g.ldc + j].bits = math::float_to_bf16_bits(acc[i * ld + j]);
+    }
+    return;
+  }
+  run_bf16_matmul(g);
 }
 
 std::string matmul_impl(DType dtype, int64_t M, int64_t N, int64_t K) {

@@ -24,7 +24,9 @@ struct Case {
 };
 
 TEST(GemmBf16, MatchesDoubleReference) {
-  const Case cases[] = {{1, 1, 1}, {3, 7, 5}, {33, 65, 17}, {127, 3, 64}, {64, 96, 200}};
+  // The last three are long enough in N, M and K to run as chunks (gemm.cpp's kLongDim).
+  const Case cases[] = {{1, 1, 1},       {3, 7, 5},      {33, 65, 17},   {127, 3, 64},
+                        {64, 96, 200},   {3, 16500, 5},  {16500, 3, 5},  {2, 3, 16500}};
   uint32_t seed = 11;
   for (const Case& c : cases)
     for (bool ta : {false, true})

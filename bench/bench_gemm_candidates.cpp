@@ -106,10 +106,10 @@ int main(int argc, char** argv) {
 
   const int64_t T = 8 * 256, D = 768, F = 3072, V = 50304;
   const Shape shapes[] = {
-      {"qkv fwd", false, true, T, 3 * D, D},  {"fc1 fwd", false, true, T, F, D},
-      {"fc2 fwd", false, true, T, D, F},      {"fc2 dgrad", false, false, T, F, D},
-      {"fc1 wgrad", true, false, F, D, T},    {"proj fwd", false, true, T, D, D},
-      {"lm head fwd", false, true, T, V, D},  {"lm head wgrad", true, false, V, D, T},
+      {"qkv fwd", false, true, T, 3 * D, D},    {"fc1 fwd", false, true, T, F, D},
+      {"fc2 fwd", false, true, T, D, F},        {"fc2 dgrad", false, false, T, F, D},
+      {"fc1 wgrad", true, false, F, D, T},      {"proj fwd", false, true, T, D, D},
+      {"lm head fwd", false, true, T, V, D},    {"lm head wgrad", true, false, V, D, T},
       {"lm head dgrad", false, false, T, D, V},
   };
   std::printf("%s, %d threads\n", label.c_str(), omp_get_max_threads());
@@ -153,8 +153,8 @@ int main(int argc, char** argv) {
                 static_cast<long long>(s.M), static_cast<long long>(s.N),
                 static_cast<long long>(s.K), g);
   }
-  const auto peak = cand == "onednn-bf16" ? kernels::cpu::measure_bf16_peak()
-                                          : kernels::cpu::measure_fp32_peak();
+  const auto peak =
+      cand == "onednn-bf16" ? kernels::cpu::measure_bf16_peak() : kernels::cpu::measure_fp32_peak();
   const double all = flops / secs / 1e9;
   std::printf("RESULT %-16s all shapes %8.1f GFLOP/s = %5.1f%% of the %s peak %.1f GFLOP/s\n",
               cand.c_str(), all, 100 * all / (peak.flops / 1e9), peak.isa.c_str(),

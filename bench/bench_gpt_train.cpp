@@ -213,8 +213,7 @@ int run(const Options& o) {
       static_cast<long long>(o.heads), static_cast<long long>(o.seq),
       static_cast<long long>(o.micro_batch), static_cast<long long>(o.global_batch),
       static_cast<long long>(o.vocab), o.precision.c_str(),
-      static_cast<long long>(trainer.params().numel()),
-      flops / 1e12, peak_start / 1e9, threads);
+      static_cast<long long>(trainer.params().numel()), flops / 1e12, peak_start / 1e9, threads);
 
   std::vector<double> timed;
   double first_loss = 0, last_loss = 0;
@@ -252,9 +251,8 @@ int run(const Options& o) {
       " (start %.1f, end %.1f)"
       " peak_mem_tensors_MiB=%.0f peak_rss_MiB=%.0f loss %.4f -> %.4f\n",
       threads, timed.size(), tok_s, tflops, mfu * 100, 100 * flops / mean_s / cp.gemm_flops,
-      mean_s * 1e3, median(timed) * 1e3,
-      *std::min_element(timed.begin(), timed.end()) * 1e3, peak / 1e9, peak_start / 1e9,
-      peak_end / 1e9, tracked_mib, rss_mib, first_loss, last_loss);
+      mean_s * 1e3, median(timed) * 1e3, *std::min_element(timed.begin(), timed.end()) * 1e3,
+      peak / 1e9, peak_start / 1e9, peak_end / 1e9, tracked_mib, rss_mib, first_loss, last_loss);
 
   if (!o.json.empty()) {
     nlohmann::json j = {{"impl", "megatron-cpp"},

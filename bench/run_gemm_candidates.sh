@@ -16,17 +16,7 @@ while [ $# -gt 0 ]; do
     *) echo "run_gemm_candidates.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-packages=(libopenblas0-openmp libblis4-openmp)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash "$root/tools/apt_install.sh" libopenblas0-openmp libblis4-openmp
 if [ "$skip_build" -eq 0 ]; then
   [ -f "$build_dir/CMakeCache.txt" ] || cmake -S "$root" -B "$build_dir" -DMEGATRON_CUDA=OFF
   cmake --build "$build_dir" -j"$(nproc)" --target bench_gemm_candidates

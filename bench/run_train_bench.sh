@@ -12,6 +12,7 @@
 #   bench/run_train_bench.sh [--steps N] [--warmup W] [--rounds R] [--layers L] [--seq S]
 #                            [--micro-batch B] [--threads T] [--precisions "fp32 bf16"]
 #                            [--torch-version V] [--build-dir DIR] [--out DIR] [--skip-build]
+#                            [--report-only]   (the table from the results already in --out)
 # Defaults: 6 timed steps after 3 warm-up steps (torch.compile compiles in its first steps),
 # 12 layers, seq 256, micro-batch 8, threads = all cores: about 15 minutes on 2 cores.
 # --rounds R repeats the six runs R times, interleaved, and pools their timed steps. Other
@@ -21,7 +22,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 steps=6 warmup=3 rounds=1 layers=12 seq=256 micro=8 threads="$(nproc)"
 precisions="fp32 bf16" torch_version=2.9.1
-build_dir="$root/build" out_dir="" skip_build=0
+build_dir="$root/build" out_dir="" skip_build=0 report_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
@@ -36,7 +37,8 @@ while [ $# -gt 0 ]; do
     --build-dir) build_dir="$2"; shift 2 ;;
     --out) out_dir="$2"; shift 2 ;;
     --skip-build) skip_build=1; shift ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --report-only) report_only=1; skip_build=1; shift ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run_train_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -54,10 +56,7 @@ has_headers() {
     "$1" -c 'import venv, ensurepip' 2>/dev/null
 }
 if ! has_headers "$python"; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends python3-dev python3-venv
+  bash "$root/tools/apt_install.sh" python3-dev python3-venv
   python=/usr/bin/python3
 fi
 venv="$build_dir/bench-venv"
@@ -96,9 +95,10 @@ run() {  # name, then the command
   "$@" 2>&1 | tee "$out_dir/$name.log"
 }
 peak_of() { "$vpython" -c "import json,sys; print(json.load(open(sys.argv[1]))['peak_flops'])" "$1"; }
-rm -f "$out_dir"/{ours,eager,compile}_*.r*.{json,log,cond}
 start=$(date +%s)
-for r in $(seq 1 "$rounds"); do
+[ "$report_only" -eq 1 ] || rm -f "$out_dir"/{ours,eager,compile}_*.r*.{json,log,cond}
+[ "$report_only" -eq 1 ] && rounds_to_run=0 || rounds_to_run="$rounds"
+for r in $(seq 1 "$rounds_to_run"); do
   for p in $precisions; do
     run "ours_$p.r$r" env OMP_NUM_THREADS="$threads" "$bench" "${shape[@]}" --precision "$p" \
       --json "$out_dir/ours_$p.r$r.json"

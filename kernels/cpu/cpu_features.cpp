@@ -40,16 +40,17 @@ CpuFeatures detect() {
   f.vendor = vendor;
   const Regs l1 = cpuid(1, 0);
   const unsigned base_family = (l1.a >> 8) & 0xf, base_model = (l1.a >> 4) & 0xf;
-  f.family = static_cast<int>(base_family == 0xf ? base_family + ((l1.a >> 20) & 0xff) : base_family);
+  f.family =
+      static_cast<int>(base_family == 0xf ? base_family + ((l1.a >> 20) & 0xff) : base_family);
   f.model = static_cast<int>(base_family == 0x6 || base_family == 0xf
                                  ? (((l1.a >> 16) & 0xf) << 4) | base_model
                                  : base_model);
   f.fma = bit(l1.c, 12);
   const bool osxsave = bit(l1.c, 27);
   const uint64_t xcr = osxsave ? xcr0() : 0;
-  f.os_avx = (xcr & 0x6) == 0x6;               // SSE + AVX state
+  f.os_avx = (xcr & 0x6) == 0x6;                   // SSE + AVX state
   f.os_avx512 = f.os_avx && (xcr & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
-  f.os_amx = (xcr & 0x60000) == 0x60000;       // XTILECFG + XTILEDATA
+  f.os_amx = (xcr & 0x60000) == 0x60000;           // XTILECFG + XTILEDATA
   if (v.a >= 7) {
     const Regs l7 = cpuid(7, 0);
     f.avx2 = bit(l7.b, 5);
@@ -70,9 +71,8 @@ CpuFeatures detect() {
     }
     std::string s(brand);
     while (!s.empty() && s.back() == ' ') s.pop_back();
-    f.model_name = s.substr(s.find_first_not_of(' ') == std::string::npos
-                                ? s.size()
-                                : s.find_first_not_of(' '));
+    f.model_name = s.substr(
+        s.find_first_not_of(' ') == std::string::npos ? s.size() : s.find_first_not_of(' '));
   }
   return f;
 }
@@ -136,8 +136,8 @@ void check_compiled_isa() {
 bool request_amx_permission() {
 #if defined(__linux__)
   constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  static const bool granted =
-      cpu_features().amx_tile && syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  static const bool granted = cpu_features().amx_tile &&
+                              syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   return granted;
 #else
   return false;

@@ -14,57 +14,45 @@ namespace {
 
 // Twelve independent accumulator chains hide the FMA latency (4 cycles x 2 ports needs >= 8).
 // Written in assembly so the compiler cannot spill the accumulators to memory.
-#define MT_TWELVE(ins, src, acc) \
-  ins " " src ", %%" acc "0\n\t" ins " " src ", %%" acc "1\n\t" ins " " src ", %%" acc "2\n\t" \
-  ins " " src ", %%" acc "3\n\t" ins " " src ", %%" acc "4\n\t" ins " " src ", %%" acc "5\n\t" \
-  ins " " src ", %%" acc "6\n\t" ins " " src ", %%" acc "7\n\t" ins " " src ", %%" acc "8\n\t" \
-  ins " " src ", %%" acc "9\n\t" ins " " src ", %%" acc "10\n\t" ins " " src ", %%" acc "11\n\t"
+#define MT_TWELVE(ins, src, acc)                                                                   \
+  ins " " src ", %%" acc "0\n\t" ins " " src ", %%" acc "1\n\t" ins " " src ", %%" acc "2\n\t" ins \
+      " " src ", %%" acc "3\n\t" ins " " src ", %%" acc "4\n\t" ins " " src ", %%" acc "5\n\t" ins \
+      " " src ", %%" acc "6\n\t" ins " " src ", %%" acc "7\n\t" ins " " src ", %%" acc "8\n\t" ins \
+      " " src ", %%" acc "9\n\t" ins " " src ", %%" acc "10\n\t" ins " " src ", %%" acc "11\n\t"
 
-#define MT_CLOBBERS                                                                            \
+#define MT_CLOBBERS                                                                        \
   "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", \
       "xmm11", "xmm14", "xmm15", "cc"
 
 constexpr int kChains = 12;
 
-void loop_avx512_fma(int64_t n) {
-  __asm__ volatile(
-      "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-      "vpxord %%zmm15, %%zmm15, %%zmm15\n\t" MT_TWELVE("vmovaps", "%%zmm14", "zmm")
-      "1:\n\t" MT_TWELVE("vfmadd231ps %%zmm14,", "%%zmm15", "zmm") "dec %0\n\tjnz 1b\n\tvzeroupper"
-      : "+r"(n)
-      :
-      : MT_CLOBBERS);
-}
+// One vector FMA-like instruction `ins` (vfmadd231ps, vdpbf16ps) on registers of kind `reg`
+// (zmm, ymm): both sources zero, so the values stay finite whatever the trip count.
+#define MT_VECTOR_PEAK_LOOP(name, ins, reg)                               \
+  void name(int64_t n) {                                                  \
+    __asm__ volatile(                                                     \
+        "vpxor %%xmm14, %%xmm14, %%xmm14\n\t"                             \
+        "vpxor %%xmm15, %%xmm15, %%xmm15\n\t" MT_TWELVE(                  \
+            "vmovaps", "%%" reg "14",                                     \
+            reg) "1:\n\t" MT_TWELVE(ins " %%" reg "14,", "%%" reg "15",   \
+                                    reg) "dec %0\n\tjnz 1b\n\tvzeroupper" \
+        : "+r"(n)                                                         \
+        :                                                                 \
+        : MT_CLOBBERS);                                                   \
+  }
 
-void loop_avx512_bf16(int64_t n) {
-  __asm__ volatile(
-      "vpxord %%zmm14, %%zmm14, %%zmm14\n\t"
-      "vpxord %%zmm15, %%zmm15, %%zmm15\n\t" MT_TWELVE("vmovaps", "%%zmm14", "zmm")
-      "1:\n\t" MT_TWELVE("vdpbf16ps %%zmm14,", "%%zmm15", "zmm") "dec %0\n\tjnz 1b\n\tvzeroupper"
-      : "+r"(n)
-      :
-      : MT_CLOBBERS);
-}
-
-void loop_avx2_fma(int64_t n) {
-  __asm__ volatile(
-      "vxorps %%ymm14, %%ymm14, %%ymm14\n\t"
-      "vxorps %%ymm15, %%ymm15, %%ymm15\n\t" MT_TWELVE("vmovaps", "%%ymm14", "ymm")
-      "1:\n\t" MT_TWELVE("vfmadd231ps %%ymm14,", "%%ymm15", "ymm") "dec %0\n\tjnz 1b\n\tvzeroupper"
-      : "+r"(n)
-      :
-      : MT_CLOBBERS);
-}
+MT_VECTOR_PEAK_LOOP(loop_avx512_fma, "vfmadd231ps", "zmm")
+MT_VECTOR_PEAK_LOOP(loop_avx512_bf16, "vdpbf16ps", "zmm")
+MT_VECTOR_PEAK_LOOP(loop_avx2_fma, "vfmadd231ps", "ymm")
 
 // No FMA: a multiply and an add per chain step (2 FLOPs per lane, on separate ports).
 void loop_sse(int64_t n) {
-  __asm__ volatile(
-      "xorps %%xmm14, %%xmm14\n\txorps %%xmm15, %%xmm15\n\t" MT_TWELVE("movaps", "%%xmm14", "xmm")
-      "1:\n\t" MT_TWELVE("mulps", "%%xmm15", "xmm") MT_TWELVE("addps", "%%xmm14", "xmm")
-      "dec %0\n\tjnz 1b"
-      : "+r"(n)
-      :
-      : MT_CLOBBERS);
+  __asm__ volatile("xorps %%xmm14, %%xmm14\n\txorps %%xmm15, %%xmm15\n\t" MT_TWELVE(
+                       "movaps", "%%xmm14", "xmm") "1:\n\t" MT_TWELVE("mulps", "%%xmm15", "xmm")
+                       MT_TWELVE("addps", "%%xmm14", "xmm") "dec %0\n\tjnz 1b"
+                   : "+r"(n)
+                   :
+                   : MT_CLOBBERS);
 }
 
 struct alignas(64) TileConfig {

@@ -10,8 +10,8 @@
 namespace megatron::kernels::cpu {
 
 struct PeakFlops {
-  std::string isa;    // the instructions that reached it, e.g. "avx512 fma", "amx_bf16"
-  double flops = 0;   // FLOP/s over all OpenMP threads
+  std::string isa;   // the instructions that reached it, e.g. "avx512 fma", "amx_bf16"
+  double flops = 0;  // FLOP/s over all OpenMP threads
 };
 
 PeakFlops measure_fp32_peak();

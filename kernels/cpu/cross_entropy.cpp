@@ -97,7 +97,8 @@ void backward_impl(const T* logits, const int32_t* targets, int64_t N, const Voc
     const int64_t c = target_column(targets[n], vs, valid);
     const float target = c >= 0 ? to_f32(row[c]) : 0.0f;  // read before the row is overwritten
 #pragma omp simd
-    for (int64_t v = 0; v < valid; ++v) drow[v] = from_f32<T>(g * math::exp_approx(to_f32(row[v]) - l));
+    for (int64_t v = 0; v < valid; ++v)
+      drow[v] = from_f32<T>(g * math::exp_approx(to_f32(row[v]) - l));
     std::fill(drow + valid, drow + vs.V_local, from_f32<T>(0.0f));
     // The target column in fp32 and rounded once (no double rounding in bf16).
     if (c >= 0) {
@@ -112,8 +113,7 @@ void backward_impl(const T* logits, const int32_t* targets, int64_t N, const Voc
 void cross_entropy_row_max(const float* logits, int64_t N, const VocabSlice& vs, float* row_max) {
   row_max_impl(logits, N, vs, row_max);
 }
-void cross_entropy_row_max(const bf16_t* logits, int64_t N, const VocabSlice& vs,
-                           float* row_max) {
+void cross_entropy_row_max(const bf16_t* logits, int64_t N, const VocabSlice& vs, float* row_max) {
   row_max_impl(logits, N, vs, row_max);
 }
 

@@ -1,12 +1,11 @@
 #include "kernels/cpu/gemm.h"
 
-#include <oneapi/dnnl/dnnl.hpp>
-
 #include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
-#include <unordered_map>
 
 #include "kernels/common/numeric.h"
 #include "kernels/cpu/cpu_features.h"
@@ -29,16 +28,24 @@ class Onednn {
   const dnnl::engine& engine() const { return engine_; }
   dnnl::stream& stream() { return stream_; }
 
-  using Key = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                         int, int>;
+  using Key =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int>;
   struct Matmul {
     dnnl::matmul::primitive_desc pd;
     dnnl::matmul primitive;
   };
   Matmul& bf16_matmul(const Bf16Gemm& g) {
-    const Key key{g.trans_a, g.trans_b, g.M,          g.N,
-                  g.K,       g.lda,     g.ldb,        g.ldc,
-                  g.accumulate, static_cast<int>(g.c_dtype), g.bias ? static_cast<int>(g.bias_dtype) : -1};
+    const Key key{g.trans_a,
+                  g.trans_b,
+                  g.M,
+                  g.N,
+                  g.K,
+                  g.lda,
+                  g.ldb,
+                  g.ldc,
+                  g.accumulate,
+                  static_cast<int>(g.c_dtype),
+                  g.bias ? static_cast<int>(g.bias_dtype) : -1};
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = cache_.find(key);
     if (it != cache_.end()) return it->second;
@@ -71,8 +78,8 @@ class Onednn {
   }
 
   static memory::data_type data_type(DType t) {
-    MT_CHECK(t == DType::F32 || t == DType::BF16, "gemm_bf16: C and bias must be fp32 or bf16, got ",
-             dtype_name(t));
+    MT_CHECK(t == DType::F32 || t == DType::BF16,
+             "gemm_bf16: C and bias must be fp32 or bf16, got ", dtype_name(t));
     return t == DType::F32 ? memory::data_type::f32 : memory::data_type::bf16;
   }
 
@@ -88,8 +95,9 @@ class Onednn {
   struct KeyHash {
     size_t operator()(const Key& k) const {
       size_t h = 0;
-      std::apply([&](const auto&... v) { ((h = h * 1000003u ^ std::hash<int64_t>()(int64_t(v))), ...); },
-                 k);
+      std::apply(
+          [&](const auto&... v) { ((h = h * 1000003u ^ std::hash<int64_t>()(int64_t(v))), ...); },
+          k);
       return h;
     }
   };
@@ -98,17 +106,28 @@ class Onednn {
 
 const char* isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
-    case dnnl_cpu_isa_sse41: return "sse41";
-    case dnnl_cpu_isa_avx: return "avx";
-    case dnnl_cpu_isa_avx2: return "avx2";
-    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
-    case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
-    case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
-    case dnnl_cpu_isa_avx512_core: return "avx512_core";
-    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
-    default: return "none";
+    case dnnl_cpu_isa_sse41:
+      return "sse41";
+    case dnnl_cpu_isa_avx:
+      return "avx";
+    case dnnl_cpu_isa_avx2:
+      return "avx2";
+    case dnnl_cpu_isa_avx2_vnni:
+      return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_mic:
+      return "avx512_mic";
+    case dnnl_cpu_isa_avx512_mic_4ops:
+      return "avx512_mic_4ops";
+    case dnnl_cpu_isa_avx512_core:
+      return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni:
+      return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16:
+      return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx:
+      return "avx512_core_amx";
+    default:
+      return "none";
   }
 }
 
@@ -123,14 +142,13 @@ namespace {
 // few thousand they run at the speed of the layers' GEMMs (bench/bench_gemm_candidates.cpp).
 constexpr int64_t kLongDim = 16384;
 
-// [begin, size) of chunk c of `chunks` near-equal chunks of a dimension of length n.
-std::pair<int64_t, int64_t> chunk_of(int64_t n, int64_t chunks, int64_t c) {
+// fn(begin, size) for each of the near-equal chunks, of about `target`, of a dimension of length n.
+template <typename Fn>
+void for_each_chunk(int64_t n, int64_t target, Fn&& fn) {
+  const int64_t chunks = (n + target - 1) / target;
   const int64_t size = (n + chunks - 1) / chunks;
-  const int64_t begin = c * size;
-  return {begin, std::min(size, n - begin)};
+  for (int64_t begin = 0; begin < n; begin += size) fn(begin, std::min(size, n - begin));
 }
-
-int64_t chunks_for(int64_t n, int64_t target) { return (n + target - 1) / target; }
 
 void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
            int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -145,18 +163,14 @@ void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const
 void sgemm_chunked(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (N > kLongDim) {
-    const int64_t chunks = chunks_for(N, 8192);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const auto [n0, n] = chunk_of(N, chunks, c);
+    for_each_chunk(N, 8192, [&](int64_t n0, int64_t n) {
       sgemm(ta, tb, M, n, K, alpha, A, lda, tb ? B + n0 * ldb : B + n0, ldb, beta, C + n0, ldc);
-    }
+    });
   } else if (M > kLongDim) {
-    const int64_t chunks = chunks_for(M, 8192);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const auto [m0, m] = chunk_of(M, chunks, c);
+    for_each_chunk(M, 8192, [&](int64_t m0, int64_t m) {
       sgemm(ta, tb, m, N, K, alpha, ta ? A + m0 : A + m0 * lda, lda, B, ldb, beta, C + m0 * ldc,
             ldc);
-    }
+    });
   } else {
     sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
   }
@@ -224,28 +238,24 @@ void gemm_bf16(const Bf16Gemm& g) {
   MT_CHECK(g.K > 0, "gemm_bf16: K must be positive (got ", g.K, ")");
   const size_t c_bytes = bytes_of(g.c_dtype);
   if (g.N > kLongDim) {  // columns of B, C and bias
-    const int64_t chunks = chunks_for(g.N, 4096);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const auto [n0, n] = chunk_of(g.N, chunks, c);
+    for_each_chunk(g.N, 4096, [&](int64_t n0, int64_t n) {
       Bf16Gemm part = g;
       part.N = n;
       part.B = g.trans_b ? g.B + n0 * g.ldb : g.B + n0;
       part.C = static_cast<char*>(g.C) + n0 * c_bytes;
       if (g.bias) part.bias = static_cast<const char*>(g.bias) + n0 * bytes_of(g.bias_dtype);
       gemm_bf16(part);
-    }
+    });
     return;
   }
   if (g.M > kLongDim) {  // rows of A and C
-    const int64_t chunks = chunks_for(g.M, 8192);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const auto [m0, m] = chunk_of(g.M, chunks, c);
+    for_each_chunk(g.M, 8192, [&](int64_t m0, int64_t m) {
       Bf16Gemm part = g;
       part.M = m;
       part.A = g.trans_a ? g.A + m0 : g.A + m0 * g.lda;
       part.C = static_cast<char*>(g.C) + m0 * g.ldc * int64_t(c_bytes);
       gemm_bf16(part);
-    }
+    });
     return;
   }
   if (g.K > kLongDim) {
@@ -263,18 +273,16 @@ void gemm_bf16(const Bf16Gemm& g) {
           for (int64_t j = 0; j < g.N; ++j)
             acc[i * ld + j] = math::bf16_bits_to_float(c16[i * g.ldc + j].bits);
     }
-    const int64_t chunks = chunks_for(g.K, 8192);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const auto [k0, k] = chunk_of(g.K, chunks, c);
+    for_each_chunk(g.K, 8192, [&](int64_t k0, int64_t k) {
       Bf16Gemm part = g;
       part.K = k;
       part.A = g.trans_a ? g.A + k0 * g.lda : g.A + k0;
       part.B = g.trans_b ? g.B + k0 : g.B + k0 * g.ldb;
       part.C = acc, part.c_dtype = DType::F32, part.ldc = ld;
-      part.accumulate = g.accumulate || c > 0;
-      if (c > 0) part.bias = nullptr;
+      part.accumulate = g.accumulate || k0 > 0;
+      if (k0 > 0) part.bias = nullptr;
       run_bf16_matmul(part);
-    }
+    });
     if (g.c_dtype == DType::BF16) {
       bf16_t* c16 = static_cast<bf16_t*>(g.C);
       for (int64_t i = 0; i < g.M; ++i)
@@ -292,15 +300,20 @@ std::string matmul_impl(DType dtype, int64_t M, int64_t N, int64_t K) {
   const auto dt = dtype == DType::F32 ? memory::data_type::f32 : memory::data_type::bf16;
   const memory::desc a({M, K}, dt, memory::dims{K, 1}), b({K, N}, dt, memory::dims{N, 1}),
       c({M, N}, memory::data_type::f32, memory::dims{N, 1});
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), Onednn::get().engine());
-  return pd.impl_info_str();
+  try {
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), Onednn::get().engine());
+    return pd.impl_info_str();
+  } catch (const dnnl::error&) {
+    return "unimplemented";  // e.g. bf16 where oneDNN is limited to an ISA without bf16 kernels
+  }
 }
 
 bool native_bf16_gemm() {
   static const bool native = [] {
     const CpuFeatures& f = cpu_features();
     if (!f.has_avx512_bf16() && !f.has_amx_bf16()) return false;
-    return !is_reference(matmul_impl(DType::BF16, 256, 256, 256));
+    const std::string impl = matmul_impl(DType::BF16, 256, 256, 256);
+    return impl != "unimplemented" && !is_reference(impl);
   }();
   return native;
 }
@@ -313,8 +326,8 @@ std::string onednn_isa() {
 std::string gemm_path() {
   const dnnl_version_t* v = dnnl_version();
   std::string s = "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-                  std::to_string(v->patch) + ", cpu isa " + onednn_isa() +
-                  ": fp32 " + matmul_impl(DType::F32, 256, 256, 256) + ", bf16 ";
+                  std::to_string(v->patch) + ", cpu isa " + onednn_isa() + ": fp32 " +
+                  matmul_impl(DType::F32, 256, 256, 256) + ", bf16 ";
   s += native_bf16_gemm() ? matmul_impl(DType::BF16, 256, 256, 256) + " (native)"
                           : std::string("widened to fp32 (no bf16 instructions)");
   return s;

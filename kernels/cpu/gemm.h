@@ -42,7 +42,7 @@ bool native_bf16_gemm();
 std::string gemm_path();
 
 // The implementation oneDNN chooses for a [M,K]x[K,N] matmul of this dtype (F32 or BF16), e.g.
-// "brg:avx512_core" or "ref:any"; what gemm_path() and the tests report.
+// "brg:avx512_core", "ref:any", or "unimplemented"; what gemm_path() and the tests report.
 std::string matmul_impl(DType dtype, int64_t M, int64_t N, int64_t K);
 
 // oneDNN's highest usable instruction set, e.g. "avx512_core_amx".

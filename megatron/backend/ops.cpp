@@ -37,10 +37,10 @@ namespace cpu = kernels::cpu;
 
 namespace {
 
+using detail::Access;
 using detail::FloatArgs;
 using detail::Fp32OnCpu;
 using detail::Role;
-using detail::Access;
 constexpr Access kWritten = Access::Write;   // overwritten: never widened on the CPU
 constexpr Access kUpdated = Access::Update;  // read and written (accumulated, in place)
 
@@ -522,9 +522,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const c
   MT_RUN_ON_CUDA(dev,
                  cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss, dlogits));
   if (logits.dtype() == DType::BF16) {
-    cpu::cross_entropy_backward(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs,
-                                ignore_index, lse.data<float>(), dloss.data<float>(),
-                                dlogits.data<bf16_t>());
+    cpu::cross_entropy_backward(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs, ignore_index,
+                                lse.data<float>(), dloss.data<float>(), dlogits.data<bf16_t>());
     return;
   }
   Fp32OnCpu f(fa);

@@ -82,7 +82,7 @@ class HostBlockCache {
 // Process-wide like malloc's own arenas: one cache serves every tensor of the process.
 HostBlockCache& cache() {
   static HostBlockCache* instance = new HostBlockCache;  // never destroyed: tensors may outlive
-  return *instance;                                       // static destructors
+  return *instance;                                      // static destructors
 }
 
 }  // namespace

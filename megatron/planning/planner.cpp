@@ -946,8 +946,9 @@ int run_plan_cli(const std::vector<std::string>& args, std::ostream& out, std::o
         const DType compute = recipe.training.precision == "bf16" ? DType::BF16 : DType::F32;
         cluster.gpu_tflops = training::measure_cpu_peak(compute).flops / 1e12 / per_node;
         notes.push_back("peak: this CPU's measured hardware peak (" +
-                        std::string(compute == DType::BF16 ? "bf16" : "fp32") + "), shared by the " +
-                        std::to_string(cluster.gpus_per_node) + " process(es) of a node");
+                        std::string(compute == DType::BF16 ? "bf16" : "fp32") +
+                        "), shared by the " + std::to_string(cluster.gpus_per_node) +
+                        " process(es) of a node");
       }
       if (!a.gpu_memory_bytes && recipe.cluster.gpu_memory_gb <= 0) {
         const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *

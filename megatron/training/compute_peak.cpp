@@ -15,12 +15,18 @@ ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recip
     kernels::cpu::check_compiled_isa();
     const auto& f = kernels::cpu::cpu_features();
     std::ostringstream cpu;
-    cpu << (f.model_name.empty() ? f.vendor : f.model_name) << " (family " << f.family
-        << " model " << f.model << ")";
+    cpu << (f.model_name.empty() ? f.vendor : f.model_name) << " (family " << f.family << " model "
+        << f.model << ")";
     p.cpu = cpu.str();
     p.isa = f.isa_list();
     p.gemm_path = kernels::cpu::gemm_path();
     p.gemm_flops = measure_cpu_gemm_flops(compute_dtype);
+    if (compute_dtype != DType::F32 && !kernels::cpu::native_bf16_gemm())
+      p.note = "note: " + std::string(dtype_name(compute_dtype)) +
+               " runs widened to fp32 on this CPU (" +
+               (compute_dtype == DType::BF16 ? "no AVX-512 BF16/AMX GEMM kernel"
+                                             : "no fp16 GEMM kernel") +
+               "): about fp32 speed or a little below, with half the activation memory";
   }
   if (recipe_peak_tflops > 0) {
     p.peak_flops = recipe_peak_tflops * 1e12;
@@ -46,6 +52,7 @@ std::string ComputePeak::describe(int threads) const {
   s << "peak: " << peak_flops / 1e12 << " TFLOP/s per rank (" << peak_source
     << (peak_isa.empty() ? "" : ", " + peak_isa) << ")";
   if (gemm_flops > 0) s << "; measured gemm " << gemm_flops / 1e12 << " TFLOP/s";
+  if (!note.empty()) s << "\n" << note;
   s << "\nMFU = model FLOP/s (Megatron's formula) / peak; \"of gemm\" = the same over the measured "
        "gemm rate\n";
   return s.str();

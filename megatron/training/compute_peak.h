@@ -12,11 +12,12 @@
 namespace megatron::training {
 
 struct ComputePeak {
-  double peak_flops = 0;     // per rank; 0 = unknown (MFU not reported)
-  std::string peak_source;   // "recipe", "cluster.gpu_tflops", "measured"
-  std::string peak_isa;      // CPU: the instructions that reached the peak
-  double gemm_flops = 0;     // CPU: measured GEMM rate through the GEMM path (0 on a GPU)
+  double peak_flops = 0;    // per rank; 0 = unknown (MFU not reported)
+  std::string peak_source;  // "recipe", "cluster.gpu_tflops", "measured"
+  std::string peak_isa;     // CPU: the instructions that reached the peak
+  double gemm_flops = 0;    // CPU: measured GEMM rate through the GEMM path (0 on a GPU)
   std::string cpu, isa, gemm_path;
+  std::string note;  // a caveat for the log (e.g. bf16 without bf16 instructions)
 
   // recipe_peak_tflops > 0 wins; on a GPU cluster_tflops; on the CPU measured for compute_dtype.
   static ComputePeak decide(Device device, DType compute_dtype, double recipe_peak_tflops,

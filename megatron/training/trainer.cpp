@@ -227,8 +227,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
           << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
           << (distributed ? " (distributed)" : "") << "; " << std::setprecision(4)
           << flops_per_step_ / 1e12 << " TFLOP per step; " << device_name(device_) << "\n"
-          << peak_.describe(omp_get_max_threads())
-          << std::flush;
+          << peak_.describe(omp_get_max_threads()) << std::flush;
   }
 }
 

@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "megatron/config/recipe.h"
-#include "megatron/training/compute_peak.h"
 #include "megatron/optimizer/loss_scaler.h"
 #include "megatron/optimizer/lr_schedule.h"
 #include "megatron/optimizer/optimizer.h"
 #include "megatron/training/batch_source.h"
+#include "megatron/training/compute_peak.h"
 #include "megatron/training/flops.h"
 #include "megatron/training/pipeline_runtime.h"
 #include "megatron/training/tensorboard.h"

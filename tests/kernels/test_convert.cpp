@@ -26,12 +26,18 @@ TEST(Convert, EveryBf16WidensExactly) {
 }
 
 TEST(Convert, NarrowingMatchesScalarRoundToNearestEven) {
-  std::vector<float> in = {0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::infinity(),
+  std::vector<float> in = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           std::numeric_limits<float>::infinity(),
                            -std::numeric_limits<float>::infinity(),
                            std::numeric_limits<float>::quiet_NaN(),
                            std::numeric_limits<float>::signaling_NaN(),
-                           std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(),
-                           1e-40f, 3.0e38f};
+                           std::numeric_limits<float>::max(),
+                           std::numeric_limits<float>::denorm_min(),
+                           1e-40f,
+                           3.0e38f};
   for (uint32_t tie : {0x3f808000u, 0x3f818000u, 0x7f7f8000u, 0x7f7fffffu, 0xff800001u}) {
     float f;
     std::memcpy(&f, &tie, 4);

@@ -214,8 +214,10 @@ TEST(CrossEntropy, Bf16LogitsMatchTheFp32KernelOnWidenedValues) {
   cpu::cross_entropy_row_max(l32.data(), N, vs, mx32.data());
   cpu::cross_entropy_row_max(l16.data(), N, vs, mx16.data());
   EXPECT_EQ(mx32, mx16);
-  cpu::cross_entropy_sum_exp(l32.data(), targets.data(), N, vs, mx32.data(), se32.data(), t32.data());
-  cpu::cross_entropy_sum_exp(l16.data(), targets.data(), N, vs, mx16.data(), se16.data(), t16.data());
+  cpu::cross_entropy_sum_exp(l32.data(), targets.data(), N, vs, mx32.data(), se32.data(),
+                             t32.data());
+  cpu::cross_entropy_sum_exp(l16.data(), targets.data(), N, vs, mx16.data(), se16.data(),
+                             t16.data());
   EXPECT_TRUE(all_close(se16, se32, 1e-6f, 1e-6f));
   EXPECT_EQ(t32, t16);
   const auto dloss = random_vector(N, 43);

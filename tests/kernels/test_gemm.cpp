@@ -22,8 +22,8 @@ struct GemmCase {
 // whose leading dimensions are padded past the matrix width.
 TEST(Gemm, MatchesReferenceAllTransposesAndStrides) {
   // The last two are long enough in N and M to run as chunks (gemm.cpp's kLongDim).
-  const GemmCase cases[] = {{1, 1, 1},    {3, 7, 5},     {33, 65, 17},
-                            {127, 3, 64}, {7, 127, 33},  {3, 16500, 5}, {16500, 3, 5}};
+  const GemmCase cases[] = {{1, 1, 1},    {3, 7, 5},     {33, 65, 17}, {127, 3, 64},
+                            {7, 127, 33}, {3, 16500, 5}, {16500, 3, 5}};
   uint32_t seed = 1;
   for (const GemmCase& c : cases) {
     for (bool ta : {false, true}) {

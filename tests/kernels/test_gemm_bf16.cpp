@@ -25,8 +25,8 @@ struct Case {
 
 TEST(GemmBf16, MatchesDoubleReference) {
   // The last three are long enough in N, M and K to run as chunks (gemm.cpp's kLongDim).
-  const Case cases[] = {{1, 1, 1},       {3, 7, 5},      {33, 65, 17},   {127, 3, 64},
-                        {64, 96, 200},   {3, 16500, 5},  {16500, 3, 5},  {2, 3, 16500}};
+  const Case cases[] = {{1, 1, 1},     {3, 7, 5},     {33, 65, 17},  {127, 3, 64},
+                        {64, 96, 200}, {3, 16500, 5}, {16500, 3, 5}, {2, 3, 16500}};
   uint32_t seed = 11;
   for (const Case& c : cases)
     for (bool ta : {false, true})
@@ -36,8 +36,8 @@ TEST(GemmBf16, MatchesDoubleReference) {
             for (bool accumulate : {false, true}) {
               SCOPED_TRACE(::testing::Message()
                            << "M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << ta
-                           << " tb=" << tb << " c=" << dtype_name(c_dtype) << " bias="
-                           << bias_kind << " acc=" << accumulate);
+                           << " tb=" << tb << " c=" << dtype_name(c_dtype) << " bias=" << bias_kind
+                           << " acc=" << accumulate);
               const int64_t a_rows = ta ? c.K : c.M, a_cols = ta ? c.M : c.K;
               const int64_t b_rows = tb ? c.N : c.K, b_cols = tb ? c.K : c.N;
               const int64_t lda = a_cols + 3, ldb = b_cols + 2, ldc = c.N + 5;

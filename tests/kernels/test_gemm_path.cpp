@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -106,7 +108,8 @@ TEST(CpuPeak, MeasuresTheWidestInstructions) {
     EXPECT_GT(bf16.flops, 4 * fp32.flops);
   }
   std::cout << "[peak] fp32 " << fp32.flops / 1e9 << " GFLOP/s (" << fp32.isa << "), bf16 "
-            << bf16.flops / 1e9 << " GFLOP/s (" << bf16.isa << ") on 1 thread\n";
+            << bf16.flops / 1e9 << " GFLOP/s (" << bf16.isa << ") on " << omp_get_max_threads()
+            << " thread(s)\n";
 }
 
 }  // namespace

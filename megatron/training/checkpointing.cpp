@@ -154,6 +154,7 @@ void Trainer::save_checkpoint(int64_t iteration) {
                    {{"consumed_samples", iteration * recipe_.training.global_batch_size},
                     {"seed", recipe_.training.seed}}},
                   {"loss_scaler", scaler_->state()},
+                  {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
                   {"layout",
                    {{"tp", tp_->size()},
                     {"pp", pp_->size()},
@@ -182,6 +183,12 @@ int64_t Trainer::load_checkpoint() {
   const bool weights_only = c.finetune;
   const bool mixed = store_.mixed_precision();
   auto has = [&](const std::string& name) { return index.tensors.count(name) > 0; };
+  // The real vocabulary the checkpoint was trained with (-1: a checkpoint from before it was
+  // recorded; its vocabulary tables then load only with identical padding).
+  int64_t saved_vocab = -1;
+  if (index.metadata.contains("model") && index.metadata["model"].contains("vocab_size") &&
+      index.metadata["model"]["vocab_size"].is_number_integer())
+    saved_vocab = index.metadata["model"]["vocab_size"].get<int64_t>();
 
   std::vector<ckpt::TensorPiece> pieces;
   auto request = [&](ckpt::TensorPiece piece) {
@@ -189,11 +196,25 @@ int64_t Trainer::load_checkpoint() {
     if (it != index.tensors.end()) {
       const std::vector<int64_t> want(piece.global_shape.begin(), piece.global_shape.end());
       if (it->second.shape != want) {
-        MT_INPUT_CHECK(remap_padded_rows(piece, it->second.shape, pieces), index.path, ": tensor '",
-                       piece.name, "' has shape ",
-                       Shape(it->second.shape.begin(), it->second.shape.end()).str(),
-                       " but this model needs ", piece.global_shape.str(),
-                       " (a checkpoint of a different model?)");
+        // Only the padding rows of a vocabulary table may differ (another tp size or
+        // make_vocab_size_divisible_by), and only when both hold the same real vocabulary.
+        const bool vocab_table = piece.global_shape.ndim() >= 1 &&
+                                 piece.global_shape[0] == padded_vocab_ &&
+                                 it->second.shape.size() == size_t(piece.global_shape.ndim());
+        const bool padding_only =
+            vocab_table && saved_vocab == vocab_size_ && it->second.shape[0] >= vocab_size_;
+        const std::string saved_shape =
+            Shape(it->second.shape.begin(), it->second.shape.end()).str();
+        MT_INPUT_CHECK(
+            padding_only && remap_padded_rows(piece, it->second.shape, pieces), index.path,
+            ": tensor '", piece.name, "' has shape ", saved_shape, " but this model needs ",
+            piece.global_shape.str(),
+            vocab_table
+                ? concat(" (only vocabulary padding rows may differ: the checkpoint's vocabulary "
+                         "is ",
+                         saved_vocab < 0 ? std::string("not recorded") : concat(saved_vocab),
+                         ", this model's ", vocab_size_, ")")
+                : std::string(" (a checkpoint of a different model?)"));
         return;
       }
     }

@@ -168,6 +168,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   num_micro_ = recipe_.num_microbatches(world_->size());
 
   const FlopsModel flops_model = build_model(tokenizer_vocab);
+  vocab_size_ = model_vocab(recipe_, tokenizer_vocab);
+  padded_vocab_ = flops_model.padded_vocab;
   const bool distributed = recipe_.optimizer.distributed && dp_size_ > 1;
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients, dynamic

@@ -165,6 +165,9 @@ class Trainer {
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
   int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;
   double flops_per_step_ = 0, peak_flops_ = 0;
+  // The real vocabulary and its padded size (all tp ranks together): recorded with every
+  // checkpoint, so a load can tell vocabulary padding from a different vocabulary.
+  int64_t vocab_size_ = 0, padded_vocab_ = 0;
   ComputePeak peak_;
 };
 

@@ -42,13 +42,19 @@ struct RunSpec {
   std::string precision;
   int64_t iters, layers, hidden;
   std::string save, load, extra;
+  std::string model_extra;  // more model keys, e.g. ", vocab_size: 40"
+  int64_t vocab_divisible = 16;
 };
 
 training::TrainSummary train(const RunSpec& r) {
   std::ostringstream y;
   y << "model: {num_layers: " << r.layers << ", hidden_size: " << r.hidden
-    << ", num_attention_heads: 4, seq_length: 8, make_vocab_size_divisible_by: 16,"
-       " hidden_dropout: 0.1, attention_dropout: 0.1}\n"
+    << ", num_attention_heads: 4, seq_length: 8, make_vocab_size_divisible_by: "
+    << r.vocab_divisible
+    << ","
+       " hidden_dropout: 0.1, attention_dropout: 0.1"
+    << r.model_extra
+    << "}\n"
        "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: "
     << r.iters
     << ", eval_interval: 5, eval_iters: 1, seed: 11, peak_tflops: 1.0, precision: " << r.precision
@@ -162,6 +168,38 @@ TEST_F(CheckpointResume, AnotherModelShapeIsAClearError) {
     FAIL() << "a 3-layer model needs layers.2.* which the checkpoint lacks";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("layers.2"));
+  }
+}
+
+// Vocabulary tables may differ in their padding rows only (another make_vocab_size_divisible_by
+// or tp size); a different vocabulary or a longer learned position table is an error naming the
+// tensor and both shapes, never a partial load that trains on.
+TEST_F(CheckpointResume, OnlyVocabularyPaddingRowsMayDiffer) {
+  train(RunSpec("fp32", 2, 2, 32, dir()));  // vocabulary 17, padded to 32
+  RunSpec repadded("fp32", 3, 2, 32, "", dir());
+  repadded.vocab_divisible = 8;  // 17 padded to 24: the same 17 real rows
+  EXPECT_EQ(train(repadded).steps.size(), 1u);
+
+  RunSpec bigger_vocab("fp32", 3, 2, 32, "", dir());
+  bigger_vocab.model_extra = ", vocab_size: 40";  // padded to 48
+  try {
+    train(bigger_vocab);
+    FAIL() << "a vocabulary-17 checkpoint must not load into a vocabulary-40 model";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("word_embeddings"));
+    EXPECT_THAT(e.what(), HasSubstr("[32, 32]"));
+    EXPECT_THAT(e.what(), HasSubstr("[48, 32]"));
+    EXPECT_THAT(e.what(), HasSubstr("vocabulary is 17, this model's 40"));
+  }
+  RunSpec longer_positions("fp32", 3, 2, 32, "", dir());
+  longer_positions.model_extra = ", max_position_embeddings: 16";
+  try {
+    train(longer_positions);
+    FAIL() << "an 8-position table must not load into a 16-position one";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("position"));
+    EXPECT_THAT(e.what(), HasSubstr("[8, 32]"));
+    EXPECT_THAT(e.what(), HasSubstr("[16, 32]"));
   }
 }
 

@@ -109,24 +109,28 @@ const CpuFeatures& cpu_features() {
   return f;
 }
 
+std::string missing_compiled_isa(const CpuFeatures& f) {
+  // MEGATRON_COMPILED_*: 1 when the rest of the build was compiled with that instruction set.
+  struct Need {
+    bool compiled, available;
+    const char* name;
+  };
+  const Need needs[] = {
+      {MEGATRON_COMPILED_AVX512F == 1, f.avx512f && f.os_avx512, "avx512f"},
+      {MEGATRON_COMPILED_AVX512BW == 1, f.avx512bw && f.os_avx512, "avx512bw"},
+      {MEGATRON_COMPILED_AVX2 == 1, f.avx2 && f.os_avx, "avx2"},
+      {MEGATRON_COMPILED_FMA == 1, f.fma && f.os_avx, "fma"},
+  };
+  std::string missing;
+  for (const Need& n : needs)
+    if (n.compiled && !n.available)
+      missing += missing.empty() ? n.name : std::string(", ") + n.name;
+  return missing;
+}
+
 void check_compiled_isa() {
   const CpuFeatures& f = cpu_features();
-  std::string missing;
-  auto need = [&](bool have, const char* name) {
-    if (!have) missing += missing.empty() ? name : std::string(", ") + name;
-  };
-#if defined(MEGATRON_COMPILED_AVX512F)
-  need(f.avx512f && f.os_avx512, "avx512f");
-#endif
-#if defined(MEGATRON_COMPILED_AVX512BW)
-  need(f.avx512bw && f.os_avx512, "avx512bw");
-#endif
-#if defined(MEGATRON_COMPILED_AVX2)
-  need(f.avx2 && f.os_avx, "avx2");
-#endif
-#if defined(MEGATRON_COMPILED_FMA)
-  need(f.fma && f.os_avx, "fma");
-#endif
+  const std::string missing = missing_compiled_isa(f);
   MT_CHECK(missing.empty(), "this build's CPU kernels were compiled for instructions this CPU (",
            f.model_name, ") does not have: ", missing,
            ". Rebuild on this machine (tools/build.sh), or for a mixed cluster configure an "

@@ -33,6 +33,9 @@ const CpuFeatures& cpu_features();  // detected once
 // -march=native): a CPU without the instruction sets they were compiled with would die of
 // SIGILL in the first kernel. Throws a message naming what is missing and how to rebuild.
 void check_compiled_isa();
+// The instruction sets the build was compiled with that `f` lacks ("avx512f, avx512bw"; empty
+// when it has them all): what check_compiled_isa reports for this CPU.
+std::string missing_compiled_isa(const CpuFeatures& f);
 
 // Linux keeps AMX tile data off until a process asks (arch_prctl ARCH_REQ_XCOMP_PERM); true when
 // granted or already granted. Needed before any AMX instruction (our peak loop, oneDNN's kernels).

@@ -4,7 +4,6 @@
 // measure the instructions the CPU's feature bits promise.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <fstream>
@@ -51,6 +50,27 @@ TEST(CpuFeatures, AgreeWithProcCpuinfo) {
   EXPECT_EQ(f.amx_bf16, flags.count("amx_bf16") == 1);
   std::cout << "[cpu] " << f.model_name << " (family " << f.family << " model " << f.model
             << "): " << f.isa_list() << "\n";
+}
+
+// A build compiled for instructions a CPU lacks is refused at start, naming them (this test is
+// compiled with the same -march as the kernels).
+TEST(CpuFeatures, CompiledIsaCheckNamesWhatACpuLacks) {
+  EXPECT_EQ(cpu::missing_compiled_isa(cpu::cpu_features()), "");  // built here, runs here
+  EXPECT_NO_THROW(cpu::check_compiled_isa());
+  const cpu::CpuFeatures bare;  // no AVX at all
+  const std::string missing = cpu::missing_compiled_isa(bare);
+#ifdef __AVX512F__
+  EXPECT_THAT(missing, HasSubstr("avx512f"));
+#endif
+#ifdef __AVX2__
+  EXPECT_THAT(missing, HasSubstr("avx2"));
+#endif
+#ifdef __FMA__
+  EXPECT_THAT(missing, HasSubstr("fma"));
+#endif
+#if !defined(__AVX2__) && !defined(__AVX512F__) && !defined(__FMA__)
+  EXPECT_EQ(missing, "");
+#endif
 }
 
 // oneDNN's effective instruction set is at least the widest one the CPU offers.

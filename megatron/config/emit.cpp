@@ -177,6 +177,7 @@ std::string Recipe::to_yaml() const {
   w.kv("save_interval", str(c.save_interval));
   w.kv("keep_last", str(c.keep_last), c.keep_last == 0 ? "keep all" : "");
   w.kv("finetune", str(c.finetune));
+  w.kv("strict", str(c.strict), c.strict ? "" : "partial loads allowed");
   w.end();
 
   w.section("logging");
@@ -283,11 +284,9 @@ nlohmann::json Recipe::to_json() const {
                {"bert_binary_head", data.bert_binary_head},
                {"mock", data.mock}};
   const auto& c = checkpoint;
-  j["checkpoint"] = {{"save", js(c.save)},
-                     {"load", js(c.load)},
-                     {"save_interval", js(c.save_interval)},
-                     {"keep_last", c.keep_last},
-                     {"finetune", c.finetune}};
+  j["checkpoint"] = {
+      {"save", js(c.save)},       {"load", js(c.load)},     {"save_interval", js(c.save_interval)},
+      {"keep_last", c.keep_last}, {"finetune", c.finetune}, {"strict", c.strict}};
   j["logging"] = {{"interval", logging.interval},
                   {"jsonl", js(logging.jsonl)},
                   {"tensorboard_dir", js(logging.tensorboard_dir)},

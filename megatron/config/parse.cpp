@@ -270,6 +270,7 @@ void parse_checkpoint(MapReader r, CheckpointConfig& c) {
   r.get("save_interval", c.save_interval);
   r.get("keep_last", c.keep_last);
   r.get("finetune", c.finetune);
+  r.get("strict", c.strict);
   r.finish();
 }
 

@@ -182,6 +182,9 @@ struct CheckpointConfig {
   std::optional<int64_t> save_interval;  // unset -> save only on signal/exit (if save is set)
   int64_t keep_last = 3;                 // 0 -> keep all
   bool finetune = false;                 // load weights only: reset iteration, optimizer, data
+  // Every model tensor of the checkpoint is used and every one the model needs is there; false:
+  // a partial load that skips both kinds, naming each skipped tensor.
+  bool strict = true;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const CheckpointConfig&) const = default;

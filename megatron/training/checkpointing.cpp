@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "megatron/backend/ops.h"
 #include "megatron/checkpoint/checkpoint.h"
@@ -66,6 +67,30 @@ bool remap_padded_rows(ckpt::TensorPiece& piece, const std::vector<int64_t>& sav
   p.flat_end = std::min(g1, lim);
   out.push_back(p);
   return true;
+}
+
+// The checkpoint's model tensors that no rank of the run asked for (e.g. the layers of a deeper
+// model): each rank marks the ones its stage uses, the marks are combined over all ranks.
+std::vector<std::string> unused_model_tensors(const ckpt::CheckpointIndex& index,
+                                              const std::set<std::string>& used,
+                                              parallel::Communicator& world) {
+  std::vector<std::string> names;
+  for (const auto& [name, saved] : index.tensors)
+    if (name.rfind("model/", 0) == 0) names.push_back(name);
+  Tensor marks = Tensor::zeros({static_cast<int64_t>(names.size())}, DType::F32, Device::CPU);
+  for (size_t i = 0; i < names.size(); ++i)
+    if (used.count(names[i])) marks.data<float>()[i] = 1.0f;
+  if (world.size() > 1 && !names.empty()) world.all_reduce(marks, parallel::ReduceOp::Max);
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (marks.data<float>()[i] == 0.0f) unused.push_back(names[i]);
+  return unused;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+  return s;
 }
 
 }  // namespace
@@ -191,8 +216,10 @@ int64_t Trainer::load_checkpoint() {
     saved_vocab = index.metadata["model"]["vocab_size"].get<int64_t>();
 
   std::vector<ckpt::TensorPiece> pieces;
+  std::set<std::string> used;  // model tensors of the checkpoint this rank reads
   auto request = [&](ckpt::TensorPiece piece) {
     auto it = index.tensors.find(piece.name);
+    if (piece.name.rfind("model/", 0) == 0) used.insert(piece.name);
     if (it != index.tensors.end()) {
       const std::vector<int64_t> want(piece.global_shape.begin(), piece.global_shape.end());
       if (it->second.shape != want) {
@@ -222,8 +249,19 @@ int64_t Trainer::load_checkpoint() {
   };
   // Load into host views of the buffers (staged copies on a device, written back below).
   const HostBuffers host = host_buffers(false);
-  for (Parameter* p : store_.params()) request(whole(*p, "model/", host.weights + p->offset));
+  // Parameters the checkpoint lacks: an error listing them all, or with checkpoint.strict: false
+  // skipped (they keep their initial values and optimizer state), each named.
+  std::set<std::string> absent;
+  for (Parameter* p : store_.params())
+    if (!has("model/" + p->name)) absent.insert(p->name);
+  MT_INPUT_CHECK(
+      absent.empty() || !c.strict, index.path, ": the checkpoint has no tensor for ", absent.size(),
+      " parameter(s) of this model: ", join(std::vector<std::string>(absent.begin(), absent.end())),
+      " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
+  for (Parameter* p : store_.params())
+    if (!absent.count(p->name)) request(whole(*p, "model/", host.weights + p->offset));
   for (const optim::Segment& s : optimizer_->segments()) {
+    if (absent.count(s.param->name)) continue;
     if (mixed) {
       const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
       request(segment(s, prefix, host.masters + s.param->offset + s.begin));
@@ -234,6 +272,19 @@ int64_t Trainer::load_checkpoint() {
     request(segment(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
     if (host.exp_avg_sq != nullptr)
       request(segment(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
+  }
+  // Tensors of the checkpoint that no rank uses: an error listing them (e.g. a 2-layer
+  // checkpoint loaded into a 1-layer model), or with checkpoint.strict: false, named and skipped.
+  const std::vector<std::string> unused = unused_model_tensors(index, used, *world_);
+  MT_INPUT_CHECK(unused.empty() || !c.strict, index.path, ": ", unused.size(),
+                 " tensor(s) of the checkpoint are not part of this model: ", join(unused),
+                 " (a checkpoint of a different model? checkpoint.strict: false skips them)");
+  if (is_logger_) {
+    for (const std::string& name : absent)
+      *log_ << "checkpoint.strict: false: '" << name
+            << "' is not in the checkpoint; it keeps its initial value\n";
+    for (const std::string& name : unused)
+      *log_ << "checkpoint.strict: false: checkpoint tensor '" << name << "' is not used\n";
   }
   ckpt::LoadRequest req;
   req.dir = dir;

@@ -390,6 +390,7 @@ Recipe everything_set() {
                   "checkpoint.save_interval=4",
                   "checkpoint.keep_last=0",
                   "checkpoint.finetune=true",
+                  "checkpoint.strict=false",
                   "logging.interval=1",
                   "logging.jsonl=log.jsonl",
                   "logging.tensorboard_dir=tb"});

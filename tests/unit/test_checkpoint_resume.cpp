@@ -171,6 +171,35 @@ TEST_F(CheckpointResume, AnotherModelShapeIsAClearError) {
   }
 }
 
+// Strict by default: a checkpoint with tensors the model does not have (a 2-layer checkpoint
+// loaded into a 1-layer model) is an error listing them, as is one lacking tensors the model
+// needs (listing every one); checkpoint.strict: false loads what matches and names the rest.
+TEST_F(CheckpointResume, UnexpectedAndMissingTensorsAreListedUnlessStrictIsOff) {
+  train(RunSpec("fp32", 2, 2, 32, dir()));
+  try {
+    train(RunSpec("fp32", 4, 1, 32, "", dir()));
+    FAIL() << "layers.1.* of the checkpoint must not be dropped in silence";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not part of this model"));
+    EXPECT_THAT(e.what(), HasSubstr("model/layers.1."));
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("model/layers.0.")));
+  }
+  try {
+    train(RunSpec("fp32", 4, 4, 32, "", dir()));
+    FAIL() << "layers.2.* and layers.3.* are not in the checkpoint";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("has no tensor for"));
+    EXPECT_THAT(e.what(), HasSubstr("layers.2."));
+    EXPECT_THAT(e.what(), HasSubstr("layers.3."));
+  }
+  // Partial loads on request: the shallower model takes layer 0 (and the embeddings), the
+  // deeper one keeps its initial layers 2-3; both train from there.
+  RunSpec shallower("fp32", 4, 1, 32, "", dir() + ", strict: false");
+  EXPECT_EQ(train(shallower).steps.size(), 2u);
+  RunSpec deeper("fp32", 4, 4, 32, "", dir() + ", strict: false");
+  EXPECT_EQ(train(deeper).steps.size(), 2u);
+}
+
 // Vocabulary tables may differ in their padding rows only (another make_vocab_size_divisible_by
 // or tp size); a different vocabulary or a longer learned position table is an error naming the
 // tensor and both shapes, never a partial load that trains on.

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "megatron/core/error.h"
+
 namespace megatron::training {
 
 void SampleSource::fill(int64_t first_sample, int64_t micro_batch_size,
@@ -24,6 +26,23 @@ void fill_micro_batch(const SampleSource& source, int64_t first_sample, int64_t 
       labels[s * B + b] = sample[s + 1];
     }
   }
+}
+
+void check_ids_in_vocabulary(const models::MicroBatch& mb, int64_t vocab_size,
+                             const std::string& data, int64_t first_sample) {
+  const auto check = [&](const Tensor& ids, const char* what, bool allow_ignore) {
+    if (!models::present(ids)) return;
+    const int32_t* p = ids.data<int32_t>();
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      if (allow_ignore && p[i] == models::kIgnoreIndex) continue;
+      MT_INPUT_CHECK(p[i] >= 0 && p[i] < vocab_size, data, ": a micro-batch from sample ",
+                     first_sample, " holds ", what, " id ", p[i],
+                     ", outside the model's vocabulary of ", vocab_size,
+                     " (data tokenized with another tokenizer? model.vocab_size?)");
+    }
+  };
+  check(mb.tokens, "token", false);
+  check(mb.labels, "label", true);
 }
 
 }  // namespace megatron::training

@@ -7,6 +7,7 @@
 //                 sentence-pair label.
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "models/model.h"
 
@@ -32,5 +33,12 @@ class SampleSource : public BatchSource {
 // sample[s + 1]). Reuses the micro-batch's tensors when shapes match.
 void fill_micro_batch(const SampleSource& source, int64_t first_sample, int64_t micro_batch_size,
                       models::MicroBatch& mb);
+
+// Every token and label id (labels: except kIgnoreIndex) must lie in [0, vocab_size), on every
+// layout: under tensor parallelism an id in the vocabulary padding or beyond would meet a zero
+// embedding row and a loss term no vocabulary shard sees, and training would go on in silence.
+// InputError naming `data` (e.g. "training data (data.train: a, b)") and the first sample.
+void check_ids_in_vocabulary(const models::MicroBatch& mb, int64_t vocab_size,
+                             const std::string& data, int64_t first_sample);
 
 }  // namespace megatron::training

@@ -325,24 +325,11 @@ void Trainer::fill(int64_t first_sample, const BatchSource& source, int64_t iter
                    int64_t position, bool training, models::MicroBatch& mb) const {
   source.fill(first_sample, recipe_.training.micro_batch_size, mb);
   mb.info = MicroBatchInfo{iteration, position, training};
-  // Every id must be in the real vocabulary on every layout: under tensor parallelism an id in
-  // the padding rows, or beyond them, would meet a zero embedding row and a loss no vocabulary
-  // shard sees, and training would go on in silence.
-  const auto check = [&](const Tensor& ids, const char* what, bool allow_ignore) {
-    if (!models::present(ids)) return;
-    const int32_t* p = ids.data<int32_t>();
-    for (int64_t i = 0; i < ids.numel(); ++i) {
-      if (allow_ignore && p[i] == models::kIgnoreIndex) continue;
-      MT_INPUT_CHECK(p[i] >= 0 && p[i] < vocab_size_, training ? "training" : "validation",
-                     " data (data.train: ",
-                     recipe_.data.mock ? std::string("mock") : data_paths(recipe_.data.train),
-                     "): a micro-batch from sample ", first_sample, " holds ", what, " id ", p[i],
-                     ", outside the model's vocabulary of ", vocab_size_,
-                     " (data tokenized with another tokenizer? model.vocab_size?)");
-    }
-  };
-  check(mb.tokens, "token", false);
-  check(mb.labels, "label", true);
+  check_ids_in_vocabulary(
+      mb, vocab_size_,
+      concat(training ? "training" : "validation", " data (data.train: ",
+             recipe_.data.mock ? std::string("mock") : data_paths(recipe_.data.train), ")"),
+      first_sample);
 }
 
 void Trainer::reduce_tied_embedding_grads() {

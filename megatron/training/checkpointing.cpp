@@ -159,32 +159,33 @@ void Trainer::save_checkpoint(int64_t iteration) {
         req.pieces.push_back(segment(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
     }
   }
-  req.metadata = {{"recipe", recipe_.to_json()},
-                  {"iteration", iteration},
-                  {"consumed_samples", iteration * recipe_.training.global_batch_size},
-                  {"optimizer_steps", optimizer_->steps_taken()},
-                  {"optimizer_type", recipe_.optimizer.type},
-                  {"lr_schedule",
-                   {{"max_lr", schedule_.max_lr},
-                    {"min_lr", schedule_.min_lr},
-                    {"warmup_iters", schedule_.warmup_iters},
-                    {"decay_iters", schedule_.decay_iters},
-                    {"decay", recipe_.optimizer.schedule.decay},
-                    {"lr_at_iteration", schedule_.lr(iteration)}}},
-                  {"rng",
-                   {{"kind", "philox4x32-10 counter-based"},
-                    {"seed", recipe_.training.seed},
-                    {"note", "dropout and init streams are functions of (seed, iteration)"}}},
-                  {"data",
-                   {{"consumed_samples", iteration * recipe_.training.global_batch_size},
-                    {"seed", recipe_.training.seed}}},
-                  {"loss_scaler", scaler_->state()},
-                  {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
-                  {"layout",
-                   {{"tp", tp_->size()},
-                    {"pp", pp_->size()},
-                    {"dp", dp_size_},
-                    {"distributed_optimizer", grad_sync_->distributed()}}}};
+  req.metadata = {
+      {"recipe", recipe_.to_json()},
+      {"iteration", iteration},
+      {"consumed_samples", sample_offset_ + iteration * recipe_.training.global_batch_size},
+      {"optimizer_steps", optimizer_->steps_taken()},
+      {"optimizer_type", recipe_.optimizer.type},
+      {"lr_schedule",
+       {{"max_lr", schedule_.max_lr},
+        {"min_lr", schedule_.min_lr},
+        {"warmup_iters", schedule_.warmup_iters},
+        {"decay_iters", schedule_.decay_iters},
+        {"decay", recipe_.optimizer.schedule.decay},
+        {"lr_at_iteration", schedule_.lr(iteration)}}},
+      {"rng",
+       {{"kind", "philox4x32-10 counter-based"},
+        {"seed", recipe_.training.seed},
+        {"note", "dropout and init streams are functions of (seed, iteration)"}}},
+      {"data",
+       {{"consumed_samples", sample_offset_ + iteration * recipe_.training.global_batch_size},
+        {"seed", recipe_.training.seed}}},
+      {"loss_scaler", scaler_->state()},
+      {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
+      {"layout",
+       {{"tp", tp_->size()},
+        {"pp", pp_->size()},
+        {"dp", dp_size_},
+        {"distributed_optimizer", grad_sync_->distributed()}}}};
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
   if (is_logger_)
     *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
@@ -287,7 +288,8 @@ int64_t Trainer::load_checkpoint() {
       *log_ << "checkpoint.strict: false: checkpoint tensor '" << name << "' is not used\n";
   }
   ckpt::LoadRequest req;
-  req.dir = dir;
+  // index.path is the iteration directory itself; checkpoint.load may name it or its parent.
+  req.dir = std::filesystem::path(index.path).parent_path().string();
   req.iteration = index.iteration;
   req.pieces = std::move(pieces);
   const nlohmann::json meta = ckpt::load(req);
@@ -303,8 +305,29 @@ int64_t Trainer::load_checkpoint() {
   MT_INPUT_CHECK(meta.contains("iteration") && meta.contains("optimizer_steps"), index.path,
                  "/metadata.json: missing iteration or optimizer_steps");
   optimizer_->set_steps_taken(meta["optimizer_steps"].get<int64_t>());
+  const int64_t iteration = meta["iteration"].get<int64_t>();
+  const int64_t gbs = recipe_.training.global_batch_size;
+  if (meta.contains("consumed_samples") && meta["consumed_samples"].is_number_integer()) {
+    const int64_t consumed = meta["consumed_samples"].get<int64_t>();
+    sample_offset_ = consumed - iteration * gbs;
+    if (sample_offset_ != 0 && is_logger_)
+      *log_ << "resuming after " << consumed << " consumed samples (" << iteration
+            << " iterations) with global_batch_size " << gbs << ": the data continues at sample "
+            << consumed << "\n";
+  }
+  // The data order follows the seed and the blend: a change continues on other samples.
+  if (is_logger_ && meta.contains("data") && meta["data"].contains("seed") &&
+      meta["data"]["seed"] != recipe_.training.seed)
+    *log_ << "warning: the checkpoint was trained with seed " << meta["data"]["seed"]
+          << ", this run uses " << recipe_.training.seed
+          << ": data order and dropout masks differ from the saved run's\n";
+  if (is_logger_ && meta.contains("recipe") && meta["recipe"].contains("data") &&
+      meta["recipe"]["data"].contains("train") &&
+      meta["recipe"]["data"]["train"] != recipe_.to_json()["data"]["train"])
+    *log_ << "warning: data.train differs from the checkpoint's ("
+          << meta["recipe"]["data"]["train"].dump() << "): the data order changes\n";
   if (meta.contains("loss_scaler")) scaler_->load_state(meta["loss_scaler"]);
-  return meta["iteration"].get<int64_t>();
+  return iteration;
 }
 
 }  // namespace megatron::training

@@ -364,7 +364,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   set_compute_device(device_);  // per process: another trainer may have set another one
   const auto& tr = recipe_.training;
   const int64_t mbs = tr.micro_batch_size, G = tr.global_batch_size, S = recipe_.model.seq_length;
-  const int64_t base = (iteration - 1) * G;
+  const int64_t base = sample_offset_ + (iteration - 1) * G;
 
   // Megatron's sampler order: each micro-batch round takes micro*dp consecutive samples of the
   // global batch and data-parallel rank r takes [r * micro, (r + 1) * micro).

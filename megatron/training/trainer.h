@@ -168,6 +168,10 @@ class Trainer {
   // The real vocabulary and its padded size (all tp ranks together): recorded with every
   // checkpoint, so a load can tell vocabulary padding from a different vocabulary.
   int64_t vocab_size_ = 0, padded_vocab_ = 0;
+  // Samples consumed before iteration i = sample_offset_ + i * global_batch_size: 0 unless a run
+  // resumed with another global batch size (then the checkpoint's consumed_samples rules, as in
+  // Megatron: no sample is skipped or repeated).
+  int64_t sample_offset_ = 0;
   ComputePeak peak_;
 };
 

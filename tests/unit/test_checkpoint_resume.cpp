@@ -44,6 +44,7 @@ struct RunSpec {
   std::string save, load, extra;
   std::string model_extra;  // more model keys, e.g. ", vocab_size: 40"
   int64_t vocab_divisible = 16;
+  int64_t global_batch = 4;
 };
 
 training::TrainSummary train(const RunSpec& r) {
@@ -55,8 +56,8 @@ training::TrainSummary train(const RunSpec& r) {
        " hidden_dropout: 0.1, attention_dropout: 0.1"
     << r.model_extra
     << "}\n"
-       "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: "
-    << r.iters
+       "training: {micro_batch_size: 2, global_batch_size: "
+    << r.global_batch << ", train_iters: " << r.iters
     << ", eval_interval: 5, eval_iters: 1, seed: 11, peak_tflops: 1.0, precision: " << r.precision
     << ", initial_loss_scale: 1048576, loss_scale_window: 3" << r.extra
     << "}\n"
@@ -119,6 +120,30 @@ TEST_F(CheckpointResume, ResumeIsBitExact) {
     expect_identical_tail(train(RunSpec(precision, 10, 2, 32, dir())), full, 5);
     EXPECT_EQ(checkpoint::latest_iteration(dir()), std::optional<int64_t>(10));
   }
+}
+
+// checkpoint.load may name an iteration directory (e.g. an older one than `latest`) and resumes
+// from it exactly as from its parent.
+TEST_F(CheckpointResume, LoadNamesAnIterationDirectory) {
+  const auto full = train(RunSpec("fp32", 8));
+  train(RunSpec("fp32", 4, 2, 32, dir()));  // saves iter_0000004 at exit
+  train(RunSpec("fp32", 6, 2, 32, dir()));  // resumes, saves iter_0000006
+  ASSERT_EQ(checkpoint::latest_iteration(dir()), std::optional<int64_t>(6));
+  expect_identical_tail(train(RunSpec("fp32", 8, 2, 32, "", dir() + "/iter_0000004")), full, 4);
+}
+
+// Resuming with another global batch size continues the data after the checkpoint's consumed
+// samples (Megatron's semantics), neither skipping nor repeating any.
+TEST_F(CheckpointResume, AnotherGlobalBatchSizeResumesFromConsumedSamples) {
+  train(RunSpec("fp32", 4, 2, 32, dir()));  // 4 iterations x 4 samples
+  RunSpec bigger("fp32", 6, 2, 32, dir());
+  bigger.global_batch = 8;
+  const auto resumed = train(bigger);  // iterations 5 and 6 with 8 samples each
+  ASSERT_EQ(resumed.start_iteration, 4);
+  const auto index = checkpoint::read_index(dir());
+  ASSERT_EQ(index.iteration, 6);
+  EXPECT_EQ(index.metadata["consumed_samples"].get<int64_t>(), 16 + 2 * 8);
+  EXPECT_EQ(index.metadata["data"]["consumed_samples"].get<int64_t>(), 16 + 2 * 8);
 }
 
 TEST_F(CheckpointResume, WallClockBudgetStopsSavesAndResumes) {

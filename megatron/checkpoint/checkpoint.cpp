@@ -602,7 +602,9 @@ void save(const SaveRequest& req, parallel::Communicator& world, int keep_last,
 
 // ---- load --------------------------------------------------------------------------------
 
-std::optional<int64_t> latest_iteration(const std::string& dir) {
+LatestCheckpoint find_latest(const std::string& dir) {
+  LatestCheckpoint found;
+  std::optional<int64_t> named;  // the incomplete iteration `latest` names (reported once)
   const std::string latest = (fs::path(dir) / kLatestFile).string();
   std::error_code ec;
   if (fs::is_regular_file(latest, ec)) {
@@ -611,14 +613,37 @@ std::optional<int64_t> latest_iteration(const std::string& dir) {
       while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
       auto n = parse_iter_name(s);
       if (!n) n = parse_iter_name("iter_" + s);
-      if (n && is_complete(dir, *n)) return n;
-    } catch (const std::exception&) {
-      // fall through to the scan
+      if (n && is_complete(dir, *n)) {
+        found.iteration = n;
+        return found;
+      }
+      if (n) named = *n;
+      found.skipped.push_back(n ? concat(latest, " names ", iter_name(*n),
+                                         ", which is incomplete or unreadable (no valid ",
+                                         kMetadataFile, ")")
+                                : concat(latest, " holds '", s, "', not an iteration"));
+    } catch (const std::exception& e) {
+      found.skipped.push_back(concat(latest, " cannot be read (", e.what(), ")"));
     }
   }
   const auto all = complete_iterations(dir);
-  if (all.empty()) return std::nullopt;
-  return all.front();
+  if (!all.empty()) found.iteration = all.front();
+  // Newer iteration directories than the one chosen are incomplete: say so.
+  std::vector<int64_t> newer;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto n = parse_iter_name(it->path().filename().string());
+    if (n && n != named && (!found.iteration || *n > *found.iteration) && !is_complete(dir, *n))
+      newer.push_back(*n);
+  }
+  std::sort(newer.rbegin(), newer.rend());
+  for (int64_t n : newer)
+    found.skipped.push_back(
+        concat(checkpoint_path(dir, n), " is incomplete (no valid ", kMetadataFile, "): skipped"));
+  return found;
+}
+
+std::optional<int64_t> latest_iteration(const std::string& dir) {
+  return find_latest(dir).iteration;
 }
 
 CheckpointIndex read_index(const std::string& dir, std::optional<int64_t> iteration) {
@@ -637,7 +662,9 @@ CheckpointIndex read_index(const std::string& dir, std::optional<int64_t> iterat
   } else {
     if (!fs::is_directory(dir, ec))
       throw InputError(concat("checkpoint directory ", dir, " does not exist"));
-    const auto latest = latest_iteration(dir);
+    const LatestCheckpoint found = find_latest(dir);
+    const auto& latest = found.iteration;
+    index.skipped = found.skipped;
     if (!latest)
       throw InputError(concat("no complete checkpoint in ", dir, " (", kLatestFile,
                               " missing or stale, and no iter_NNNNNNN directory with a ",

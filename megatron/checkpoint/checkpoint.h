@@ -121,7 +121,18 @@ struct CheckpointIndex {
   nlohmann::json metadata;                // the caller's metadata
   std::map<std::string, uint64_t> files;  // shard file -> size in bytes
   std::map<std::string, SavedTensor> tensors;
+  // Resolved through DIR/latest: what was passed over on the way (a `latest` naming an
+  // incomplete checkpoint, newer incomplete iterations), one sentence each; empty normally.
+  std::vector<std::string> skipped;
 };
+
+// The newest complete checkpoint of DIR (DIR/latest when it names a complete one, else the
+// newest complete iter_NNNNNNN) and what was passed over to find it.
+struct LatestCheckpoint {
+  std::optional<int64_t> iteration;
+  std::vector<std::string> skipped;
+};
+LatestCheckpoint find_latest(const std::string& dir);
 
 // Resolves the checkpoint (DIR/latest, an explicit iteration, or DIR itself when it holds a
 // metadata.json) and parses and checks metadata.json. InputError naming the file on problems.

@@ -206,6 +206,10 @@ int64_t Trainer::load_checkpoint() {
     return 0;
   }
   const ckpt::CheckpointIndex index = ckpt::read_index(dir);
+  // Never fall back to an older checkpoint in silence.
+  if (is_logger_)
+    for (const std::string& why : index.skipped)
+      *log_ << "warning: " << why << "; loading " << index.path << " instead\n";
   const bool weights_only = c.finetune;
   const bool mixed = store_.mixed_precision();
   auto has = [&](const std::string& name) { return index.tensors.count(name) > 0; };

@@ -45,6 +45,7 @@ struct RunSpec {
   std::string model_extra;  // more model keys, e.g. ", vocab_size: 40"
   int64_t vocab_divisible = 16;
   int64_t global_batch = 4;
+  std::string* log_out = nullptr;  // receives the trainer's log
 };
 
 training::TrainSummary train(const RunSpec& r) {
@@ -72,7 +73,9 @@ training::TrainSummary train(const RunSpec& r) {
   std::ostringstream log;
   training::Trainer t(config::parse_recipe_string(y.str(), "resume.yaml"), 17, src, src, *world,
                       log);
-  return t.run();
+  auto summary = t.run();
+  if (r.log_out) *r.log_out = log.str();
+  return summary;
 }
 
 class CheckpointResume : public ::testing::Test {
@@ -144,6 +147,25 @@ TEST_F(CheckpointResume, AnotherGlobalBatchSizeResumesFromConsumedSamples) {
   ASSERT_EQ(index.iteration, 6);
   EXPECT_EQ(index.metadata["consumed_samples"].get<int64_t>(), 16 + 2 * 8);
   EXPECT_EQ(index.metadata["data"]["consumed_samples"].get<int64_t>(), 16 + 2 * 8);
+}
+
+// When `latest` names a checkpoint that is incomplete (here its metadata.json is gone), the run
+// resumes from the newest complete one and says which one it skipped and why.
+TEST_F(CheckpointResume, FallingBackToAnOlderCheckpointIsAWarning) {
+  train(RunSpec("fp32", 4, 2, 32, dir()));
+  train(RunSpec("fp32", 6, 2, 32, dir()));
+  fs::remove(fs::path(dir()) / "iter_0000006" / "metadata.json");
+  std::string log;
+  RunSpec resume("fp32", 8, 2, 32, "", dir());  // load only: no new save
+  resume.log_out = &log;
+  EXPECT_EQ(train(resume).start_iteration, 4);
+  EXPECT_THAT(log,
+              HasSubstr("warning: " + dir() + "/latest names iter_0000006, which is incomplete"));
+  fs::create_directory(fs::path(dir()) / "iter_0000007");  // a save killed before its metadata
+  log.clear();
+  EXPECT_EQ(train(resume).start_iteration, 4);
+  EXPECT_THAT(log, HasSubstr("iter_0000007 is incomplete"));
+  EXPECT_THAT(log, HasSubstr("loading " + dir() + "/iter_0000004 instead"));
 }
 
 TEST_F(CheckpointResume, WallClockBudgetStopsSavesAndResumes) {

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "megatron/checkpoint/directory.h"
 #include "megatron/checkpoint/geometry.h"
 #include "megatron/core/tensor.h"
 #include "megatron/parallel/communicator.h"
@@ -93,13 +94,6 @@ struct LoadRequest {
 // metadata. Throws InputError naming the file and the mismatch.
 nlohmann::json load(const LoadRequest& request);
 
-// The iteration DIR/latest names if that checkpoint is complete; else the newest complete
-// iter_NNNNNNN directory; nullopt when there is none (or DIR does not exist).
-std::optional<int64_t> latest_iteration(const std::string& dir);
-
-// DIR/iter_NNNNNNN (7 digits, more when needed).
-std::string checkpoint_path(const std::string& dir, int64_t iteration);
-
 // ---- Index (inspection, tools, advanced loading) -----------------------------------------
 
 struct SavedPiece {
@@ -125,14 +119,6 @@ struct CheckpointIndex {
   // incomplete checkpoint, newer incomplete iterations), one sentence each; empty normally.
   std::vector<std::string> skipped;
 };
-
-// The newest complete checkpoint of DIR (DIR/latest when it names a complete one, else the
-// newest complete iter_NNNNNNN) and what was passed over to find it.
-struct LatestCheckpoint {
-  std::optional<int64_t> iteration;
-  std::vector<std::string> skipped;
-};
-LatestCheckpoint find_latest(const std::string& dir);
 
 // Resolves the checkpoint (DIR/latest, an explicit iteration, or DIR itself when it holds a
 // metadata.json) and parses and checks metadata.json. InputError naming the file on problems.

@@ -28,15 +28,15 @@ void fill_micro_batch(const SampleSource& source, int64_t first_sample, int64_t 
   }
 }
 
-void check_ids_in_vocabulary(const models::MicroBatch& mb, int64_t vocab_size,
-                             const std::string& data, int64_t first_sample) {
+void check_ids_in_vocabulary(const models::MicroBatch& mb, int64_t vocab_size, int64_t first_sample,
+                             const std::function<std::string()>& describe_data) {
   const auto check = [&](const Tensor& ids, const char* what, bool allow_ignore) {
     if (!models::present(ids)) return;
     const int32_t* p = ids.data<int32_t>();
     for (int64_t i = 0; i < ids.numel(); ++i) {
       if (allow_ignore && p[i] == models::kIgnoreIndex) continue;
-      MT_INPUT_CHECK(p[i] >= 0 && p[i] < vocab_size, data, ": a micro-batch from sample ",
-                     first_sample, " holds ", what, " id ", p[i],
+      MT_INPUT_CHECK(p[i] >= 0 && p[i] < vocab_size, describe_data(),
+                     ": a micro-batch from sample ", first_sample, " holds ", what, " id ", p[i],
                      ", outside the model's vocabulary of ", vocab_size,
                      " (data tokenized with another tokenizer? model.vocab_size?)");
     }

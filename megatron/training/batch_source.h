@@ -6,6 +6,7 @@
 //   BertBatchSource (bert_source.h): masked-LM samples with token types, padding and the
 //                 sentence-pair label.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -37,8 +38,9 @@ void fill_micro_batch(const SampleSource& source, int64_t first_sample, int64_t 
 // Every token and label id (labels: except kIgnoreIndex) must lie in [0, vocab_size), on every
 // layout: under tensor parallelism an id in the vocabulary padding or beyond would meet a zero
 // embedding row and a loss term no vocabulary shard sees, and training would go on in silence.
-// InputError naming `data` (e.g. "training data (data.train: a, b)") and the first sample.
-void check_ids_in_vocabulary(const models::MicroBatch& mb, int64_t vocab_size,
-                             const std::string& data, int64_t first_sample);
+// InputError naming the data (describe_data(), e.g. "training data (data.train: a, b)", built
+// only for the message) and the first sample.
+void check_ids_in_vocabulary(const models::MicroBatch& mb, int64_t vocab_size, int64_t first_sample,
+                             const std::function<std::string()>& describe_data);
 
 }  // namespace megatron::training

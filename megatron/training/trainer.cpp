@@ -209,7 +209,6 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   // The peak for MFU: the recipe's training.peak_tflops, on a GPU the cluster section's
   // gpu_tflops, on the CPU the hardware peak measured for the compute dtype.
   peak_ = ComputePeak::decide(device_, model_dtype, tr.peak_tflops, recipe_.cluster.gpu_tflops);
-  peak_flops_ = peak_.peak_flops;
 
   if (is_logger_ && !recipe_.logging.jsonl.empty()) {
     const std::string path = config::resolve_path(recipe_, recipe_.logging.jsonl);
@@ -325,11 +324,10 @@ void Trainer::fill(int64_t first_sample, const BatchSource& source, int64_t iter
                    int64_t position, bool training, models::MicroBatch& mb) const {
   source.fill(first_sample, recipe_.training.micro_batch_size, mb);
   mb.info = MicroBatchInfo{iteration, position, training};
-  check_ids_in_vocabulary(
-      mb, vocab_size_,
-      concat(training ? "training" : "validation", " data (data.train: ",
-             recipe_.data.mock ? std::string("mock") : data_paths(recipe_.data.train), ")"),
-      first_sample);
+  check_ids_in_vocabulary(mb, vocab_size_, first_sample, [&] {
+    return concat(training ? "training" : "validation", " data (data.train: ",
+                  recipe_.data.mock ? std::string("mock") : data_paths(recipe_.data.train), ")");
+  });
 }
 
 void Trainer::reduce_tied_embedding_grads() {
@@ -449,7 +447,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / world_->size();
-  metrics.mfu = peak_flops_ > 0 ? metrics.tflops * 1e12 / peak_flops_ : 0.0;
+  metrics.mfu = peak_.peak_flops > 0 ? metrics.tflops * 1e12 / peak_.peak_flops : 0.0;
   metrics.of_gemm = peak_.gemm_flops > 0 ? metrics.tflops * 1e12 / peak_.gemm_flops : 0.0;
   return metrics;
 }

@@ -101,7 +101,7 @@ class Trainer {
   const optim::LossScaler& loss_scaler() const { return *scaler_; }
   const models::Model& model() const { return *chunks_.front(); }
   double flops_per_step() const { return flops_per_step_; }
-  double peak_flops() const { return peak_flops_; }
+  double peak_flops() const { return peak_.peak_flops; }
   const ComputePeak& compute_peak() const { return peak_; }
   Device device() const { return device_; }
 
@@ -164,7 +164,7 @@ class Trainer {
   Tensor sp_grad_scratch_;
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
   int64_t dp_size_ = 1, dp_rank_ = 0, num_micro_ = 1;
-  double flops_per_step_ = 0, peak_flops_ = 0;
+  double flops_per_step_ = 0;
   // The real vocabulary and its padded size (all tp ranks together): recorded with every
   // checkpoint, so a load can tell vocabulary padding from a different vocabulary.
   int64_t vocab_size_ = 0, padded_vocab_ = 0;

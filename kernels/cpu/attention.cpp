@@ -6,6 +6,7 @@
 
 #include "kernels/common/numeric.h"
 #include "kernels/cpu/attention_common.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel_util.h"
 #include "megatron/core/error.h"
 
@@ -87,8 +88,8 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
       for (int64_t r0 = 0; r0 < S; r0 += block) {
         const int64_t r1 = std::min(r0 + block, S), rows = r1 - r0;
         const int64_t kend = L.key_end(r1, opt.causal);
-        sgemm(false, true, rows, kend, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv, K, L.ld_qkv,
-              0.0f, P + r0 * S, S);
+        gemm(false, true, rows, kend, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv, K, L.ld_qkv, 0.0f,
+             P + r0 * S, S);
         for (int64_t i = r0; i < r1; ++i)
           masked_softmax_row(P + i * S, S, opt.causal ? i + 1 : S, km);
         const float* pv = P + r0 * S;
@@ -97,8 +98,8 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
                        uniforms.data());
           pv = pd.data();
         }
-        sgemm(false, false, rows, Dh, kend, 1.0f, pv, S, V, L.ld_qkv, 0.0f, O + r0 * L.ld_out,
-              L.ld_out);
+        gemm(false, false, rows, Dh, kend, 1.0f, pv, S, V, L.ld_qkv, 0.0f, O + r0 * L.ld_out,
+             L.ld_out);
       }
     }
   }
@@ -145,10 +146,10 @@ void attention_backward(const AttentionShape& shape, const AttentionOptions& opt
                          uniforms.data());
             pv = pd.data();
           }
-          sgemm(true, false, kend, Dh, rows, 1.0f, pv, S, dO + r0 * L.ld_out, L.ld_out, 1.0f, dV,
-                L.ld_qkv);
-          sgemm(false, true, rows, kend, Dh, 1.0f, dO + r0 * L.ld_out, L.ld_out, V, L.ld_qkv, 0.0f,
-                ds.data(), S);
+          gemm(true, false, kend, Dh, rows, 1.0f, pv, S, dO + r0 * L.ld_out, L.ld_out, 1.0f, dV,
+               L.ld_qkv);
+          gemm(false, true, rows, kend, Dh, 1.0f, dO + r0 * L.ld_out, L.ld_out, V, L.ld_qkv, 0.0f,
+               ds.data(), S);
           // With m the keep mask and c = 1/(1-p): dP = c m dPv and P * dP = pv * dPv, so the
           // softmax backward dS = P (dP - sum(P dP)) needs only pv, never the mask itself.
           for (int64_t i = 0; i < rows; ++i) {
@@ -161,10 +162,10 @@ void attention_backward(const AttentionShape& shape, const AttentionOptions& opt
 #pragma omp simd
             for (int64_t j = 0; j < kend; ++j) drow[j] = pvrow[j] * drow[j] - prow[j] * dot;
           }
-          sgemm(false, false, rows, Dh, kend, opt.scale, ds.data(), S, K, L.ld_qkv, 0.0f,
-                dQ + r0 * L.ld_qkv, L.ld_qkv);
-          sgemm(true, false, kend, Dh, rows, opt.scale, ds.data(), S, Q + r0 * L.ld_qkv, L.ld_qkv,
-                1.0f, dK, L.ld_qkv);
+          gemm(false, false, rows, Dh, kend, opt.scale, ds.data(), S, K, L.ld_qkv, 0.0f,
+               dQ + r0 * L.ld_qkv, L.ld_qkv);
+          gemm(true, false, kend, Dh, rows, opt.scale, ds.data(), S, Q + r0 * L.ld_qkv, L.ld_qkv,
+               1.0f, dK, L.ld_qkv);
         }
       }
     }

@@ -5,7 +5,6 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
-#include "kernels/cpu/gemm.h"
 #include "megatron/core/error.h"
 
 namespace megatron::kernels::cpu::attention_detail {
@@ -43,13 +42,6 @@ inline void check_shape(const char* op, const AttentionShape& s, const Attention
            " B=", s.B, " H=", s.H, " G=", s.G, " Dh=", s.Dh);
   MT_CHECK(opt.dropout_p >= 0.0f && opt.dropout_p < 1.0f, op, ": dropout_p ", opt.dropout_p,
            " outside [0, 1)");
-}
-
-// C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; called inside the kernels' own
-// parallel regions, where the GEMM runs on the calling thread.
-inline void sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
-  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 // Philox index of element (0, 0) of local head (b, h): a function of the global batch and head,

@@ -85,12 +85,6 @@ std::string CpuFeatures::widest_fma_isa() const {
   return "sse";
 }
 
-std::string CpuFeatures::widest_bf16_isa() const {
-  if (has_amx_bf16()) return "amx_bf16";
-  if (has_avx512_bf16()) return "avx512_bf16";
-  return "none";
-}
-
 std::string CpuFeatures::isa_list() const {
   std::string s;
   auto add = [&](bool on, const char* name) {

@@ -21,8 +21,6 @@ struct CpuFeatures {
   bool has_amx_bf16() const { return has_avx512() && amx_tile && amx_bf16 && os_amx; }
   // The widest fp32 FMA: "avx512", "avx2" or "sse" (no FMA).
   std::string widest_fma_isa() const;
-  // The fastest bf16 dot-product instruction: "amx_bf16", "avx512_bf16" or "none".
-  std::string widest_bf16_isa() const;
   // "avx512 avx512_bf16 amx_bf16 avx2 fma" (the usable ones).
   std::string isa_list() const;
 };

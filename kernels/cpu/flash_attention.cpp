@@ -7,6 +7,7 @@
 
 #include "kernels/common/numeric.h"
 #include "kernels/cpu/attention_common.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/kernel_util.h"
 #include "megatron/core/error.h"
 
@@ -59,8 +60,8 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
         for (int64_t i = r0; i < r1; ++i) std::fill(O + i * L.ld_out, O + i * L.ld_out + Dh, 0.0f);
         for (int64_t c0 = 0; c0 < kend; c0 += kCols) {
           const int64_t cols = std::min(kCols, kend - c0);
-          sgemm(false, true, rows, cols, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv,
-                K + c0 * L.ld_qkv, L.ld_qkv, 0.0f, sc.data(), kCols);
+          gemm(false, true, rows, cols, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv,
+               K + c0 * L.ld_qkv, L.ld_qkv, 0.0f, sc.data(), kCols);
           for (int64_t r = 0; r < rows; ++r) {
             const int64_t i = r0 + r;
             float* row = sc.data() + r * kCols;
@@ -97,8 +98,8 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
                 row[j] = uniforms[j] >= p ? row[j] * keep_scale : 0.0f;
             }
           }
-          sgemm(false, false, rows, Dh, cols, 1.0f, sc.data(), kCols, V + c0 * L.ld_qkv, L.ld_qkv,
-                1.0f, O + r0 * L.ld_out, L.ld_out);
+          gemm(false, false, rows, Dh, cols, 1.0f, sc.data(), kCols, V + c0 * L.ld_qkv, L.ld_qkv,
+               1.0f, O + r0 * L.ld_out, L.ld_out);
         }
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = r0 + r;
@@ -167,8 +168,8 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
           }
           for (int64_t c0 = 0; c0 < kend; c0 += kCols) {
             const int64_t cols = std::min(kCols, kend - c0);
-            sgemm(false, true, rows, cols, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv,
-                  K + c0 * L.ld_qkv, L.ld_qkv, 0.0f, P.data(), kCols);
+            gemm(false, true, rows, cols, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv,
+                 K + c0 * L.ld_qkv, L.ld_qkv, 0.0f, P.data(), kCols);
             for (int64_t r = 0; r < rows; ++r) {
               const int64_t i = r0 + r;
               float* prow = P.data() + r * kCols;
@@ -190,11 +191,11 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
             }
             const float* pvd = dropout ? pv.data() : P.data();
             // dV[c] += pv^T dO
-            sgemm(true, false, cols, Dh, rows, 1.0f, pvd, kCols, dO + r0 * L.ld_out, L.ld_out, 1.0f,
-                  dV + c0 * L.ld_qkv, L.ld_qkv);
+            gemm(true, false, cols, Dh, rows, 1.0f, pvd, kCols, dO + r0 * L.ld_out, L.ld_out, 1.0f,
+                 dV + c0 * L.ld_qkv, L.ld_qkv);
             // dPv = dO V^T
-            sgemm(false, true, rows, cols, Dh, 1.0f, dO + r0 * L.ld_out, L.ld_out,
-                  V + c0 * L.ld_qkv, L.ld_qkv, 0.0f, ds.data(), kCols);
+            gemm(false, true, rows, cols, Dh, 1.0f, dO + r0 * L.ld_out, L.ld_out, V + c0 * L.ld_qkv,
+                 L.ld_qkv, 0.0f, ds.data(), kCols);
             // dS = pv * dPv - P * D (see attention.cpp for why only pv is needed)
             for (int64_t r = 0; r < rows; ++r) {
               const float* prow = P.data() + r * kCols;
@@ -204,10 +205,10 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
 #pragma omp simd
               for (int64_t j = 0; j < cols; ++j) drow[j] = pvrow[j] * drow[j] - prow[j] * Dr;
             }
-            sgemm(false, false, rows, Dh, cols, opt.scale, ds.data(), kCols, K + c0 * L.ld_qkv,
-                  L.ld_qkv, 1.0f, dQ + r0 * L.ld_qkv, L.ld_qkv);
-            sgemm(true, false, cols, Dh, rows, opt.scale, ds.data(), kCols, Q + r0 * L.ld_qkv,
-                  L.ld_qkv, 1.0f, dK + c0 * L.ld_qkv, L.ld_qkv);
+            gemm(false, false, rows, Dh, cols, opt.scale, ds.data(), kCols, K + c0 * L.ld_qkv,
+                 L.ld_qkv, 1.0f, dQ + r0 * L.ld_qkv, L.ld_qkv);
+            gemm(true, false, cols, Dh, rows, opt.scale, ds.data(), kCols, Q + r0 * L.ld_qkv,
+                 L.ld_qkv, 1.0f, dK + c0 * L.ld_qkv, L.ld_qkv);
           }
         }
       }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/common/numeric.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_features.h"
 #include "megatron/core/error.h"
 
@@ -269,9 +270,7 @@ void gemm_bf16(const Bf16Gemm& g) {
       acc = scratch.data(), ld = g.N;
       const bf16_t* c16 = static_cast<const bf16_t*>(g.C);
       if (g.accumulate)
-        for (int64_t i = 0; i < g.M; ++i)
-          for (int64_t j = 0; j < g.N; ++j)
-            acc[i * ld + j] = math::bf16_bits_to_float(c16[i * g.ldc + j].bits);
+        for (int64_t i = 0; i < g.M; ++i) bf16_to_f32(c16 + i * g.ldc, acc + i * ld, g.N);
     }
     for_each_chunk(g.K, 8192, [&](int64_t k0, int64_t k) {
       Bf16Gemm part = g;
@@ -285,9 +284,7 @@ void gemm_bf16(const Bf16Gemm& g) {
     });
     if (g.c_dtype == DType::BF16) {
       bf16_t* c16 = static_cast<bf16_t*>(g.C);
-      for (int64_t i = 0; i < g.M; ++i)
-        for (int64_t j = 0; j < g.N; ++j)
-          c16[i * g.ldc + j].bits = math::float_to_bf16_bits(acc[i * ld + j]);
+      for (int64_t i = 0; i < g.M; ++i) f32_to_bf16(acc + i * ld, c16 + i * g.ldc, g.N);
     }
     return;
   }

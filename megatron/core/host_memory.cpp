@@ -60,11 +60,6 @@ class HostBlockCache {
     std::free(p);
   }
 
-  size_t cached() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return cached_;
-  }
-
   void release() {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [cls, blocks] : free_)
@@ -89,7 +84,5 @@ HostBlockCache& cache() {
 
 void* host_allocate(size_t bytes) { return cache().allocate(bytes); }
 void host_deallocate(void* p, size_t bytes) { cache().deallocate(p, bytes); }
-size_t host_cached_bytes() { return cache().cached(); }
-void host_release_cached() { cache().release(); }
 
 }  // namespace megatron

@@ -12,7 +12,5 @@ namespace megatron {
 
 void* host_allocate(size_t bytes);            // 64-byte aligned; null when out of memory
 void host_deallocate(void* p, size_t bytes);  // bytes: as given to host_allocate
-size_t host_cached_bytes();                   // blocks held for reuse
-void host_release_cached();                   // return the held blocks to the OS
 
 }  // namespace megatron

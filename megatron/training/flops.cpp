@@ -31,8 +31,8 @@ kernels::cpu::PeakFlops measure_cpu_peak(DType compute_dtype) {
 double measure_cpu_gemm_flops(DType compute_dtype) {
   const int64_t n = 1024;
   const bool bf16 = compute_dtype == DType::BF16 && kernels::cpu::native_bf16_gemm();
-  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n, 0.0f);
-  std::vector<bf16_t> a16(n * n, bf16_t{0x3f00}), b16(n * n, bf16_t{0x3e80});
+  std::vector<float> a(bf16 ? 0 : n * n, 0.5f), b(bf16 ? 0 : n * n, 0.25f), c(n * n, 0.0f);
+  std::vector<bf16_t> a16(bf16 ? n * n : 0, bf16_t{0x3f00}), b16(bf16 ? n * n : 0, bf16_t{0x3e80});
   kernels::cpu::Bf16Gemm g;
   g.M = g.N = g.K = g.lda = g.ldb = g.ldc = n;
   g.A = a16.data(), g.B = b16.data(), g.C = c.data();

@@ -27,6 +27,18 @@ std::string concat(Parts&&... parts) {
   return os.str();
 }
 
+// The items of a range, streamed and separated by `sep` ("1 2 3", "a, b"), for messages.
+template <typename Range>
+std::string join(const Range& items, const char* sep = ", ") {
+  std::ostringstream os;
+  const char* between = "";
+  for (const auto& item : items) {
+    os << between << item;
+    between = sep;
+  }
+  return os.str();
+}
+
 [[noreturn]] void throw_check_failure(const char* condition, const char* file, int line,
                                       const std::string& message);
 

@@ -65,12 +65,6 @@ int64_t coord(const Axes& a, int64_t position, std::string_view axis) {
   return position / a.stride[i] % a.size[i];
 }
 
-std::string join(const std::vector<int>& v, const char* sep = " ") {
-  std::ostringstream os;
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? sep : "") << v[i];
-  return os.str();
-}
-
 }  // namespace
 
 // ---- MeshSizes -------------------------------------------------------------------------
@@ -305,7 +299,7 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     }
     if (nodes.size() <= 1) continue;
     std::ostringstream os;
-    os << "tp group [" << join(g) << "] spans nodes ";
+    os << "tp group [" << join(g, " ") << "] spans nodes ";
     for (size_t i = 0; i < nodes.size(); ++i)
       os << (i ? ", " : "") << p.nodes[static_cast<size_t>(nodes[i])];
     os << ": no node had " << sizes.tp << " ranks left (ranks per node:";
@@ -327,7 +321,7 @@ std::string Placement::report(size_t max_items) const {
   for (const RankPlacement& r : ranks)
     node_ranks[static_cast<size_t>(r.node)].push_back(r.world_rank);
   for (size_t n = 0; n < nodes.size() && n < max_items; ++n)
-    os << "  node " << nodes[n] << ": ranks " << join(node_ranks[n]) << "\n";
+    os << "  node " << nodes[n] << ": ranks " << join(node_ranks[n], " ") << "\n";
   more(nodes.size());
   os << "  rank node         tp cp ep edp dp pp emb\n";
   for (size_t i = 0; i < ranks.size() && i < max_items; ++i) {
@@ -351,7 +345,7 @@ std::string Placement::report(size_t max_items) const {
         const int n = ranks[static_cast<size_t>(r)].node;
         if (std::find(ns.begin(), ns.end(), n) == ns.end()) ns.push_back(n);
       }
-      os << " [" << join(gs[gi]) << "]@";
+      os << " [" << join(gs[gi], " ") << "]@";
       for (size_t i = 0; i < ns.size(); ++i)
         os << (i ? "+" : "") << nodes[static_cast<size_t>(ns[i])];
     }

@@ -87,12 +87,6 @@ std::vector<std::string> unused_model_tensors(const ckpt::CheckpointIndex& index
   return unused;
 }
 
-std::string join(const std::vector<std::string>& names) {
-  std::string s;
-  for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 }  // namespace
 
 Trainer::HostBuffers Trainer::host_buffers(bool weights_only) {
@@ -159,33 +153,31 @@ void Trainer::save_checkpoint(int64_t iteration) {
         req.pieces.push_back(segment(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
     }
   }
-  req.metadata = {
-      {"recipe", recipe_.to_json()},
-      {"iteration", iteration},
-      {"consumed_samples", sample_offset_ + iteration * recipe_.training.global_batch_size},
-      {"optimizer_steps", optimizer_->steps_taken()},
-      {"optimizer_type", recipe_.optimizer.type},
-      {"lr_schedule",
-       {{"max_lr", schedule_.max_lr},
-        {"min_lr", schedule_.min_lr},
-        {"warmup_iters", schedule_.warmup_iters},
-        {"decay_iters", schedule_.decay_iters},
-        {"decay", recipe_.optimizer.schedule.decay},
-        {"lr_at_iteration", schedule_.lr(iteration)}}},
-      {"rng",
-       {{"kind", "philox4x32-10 counter-based"},
-        {"seed", recipe_.training.seed},
-        {"note", "dropout and init streams are functions of (seed, iteration)"}}},
-      {"data",
-       {{"consumed_samples", sample_offset_ + iteration * recipe_.training.global_batch_size},
-        {"seed", recipe_.training.seed}}},
-      {"loss_scaler", scaler_->state()},
-      {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
-      {"layout",
-       {{"tp", tp_->size()},
-        {"pp", pp_->size()},
-        {"dp", dp_size_},
-        {"distributed_optimizer", grad_sync_->distributed()}}}};
+  const int64_t consumed = sample_offset_ + iteration * recipe_.training.global_batch_size;
+  req.metadata = {{"recipe", recipe_.to_json()},
+                  {"iteration", iteration},
+                  {"consumed_samples", consumed},
+                  {"optimizer_steps", optimizer_->steps_taken()},
+                  {"optimizer_type", recipe_.optimizer.type},
+                  {"lr_schedule",
+                   {{"max_lr", schedule_.max_lr},
+                    {"min_lr", schedule_.min_lr},
+                    {"warmup_iters", schedule_.warmup_iters},
+                    {"decay_iters", schedule_.decay_iters},
+                    {"decay", recipe_.optimizer.schedule.decay},
+                    {"lr_at_iteration", schedule_.lr(iteration)}}},
+                  {"rng",
+                   {{"kind", "philox4x32-10 counter-based"},
+                    {"seed", recipe_.training.seed},
+                    {"note", "dropout and init streams are functions of (seed, iteration)"}}},
+                  {"data", {{"consumed_samples", consumed}, {"seed", recipe_.training.seed}}},
+                  {"loss_scaler", scaler_->state()},
+                  {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
+                  {"layout",
+                   {{"tp", tp_->size()},
+                    {"pp", pp_->size()},
+                    {"dp", dp_size_},
+                    {"distributed_optimizer", grad_sync_->distributed()}}}};
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
   if (is_logger_)
     *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
@@ -259,10 +251,9 @@ int64_t Trainer::load_checkpoint() {
   std::set<std::string> absent;
   for (Parameter* p : store_.params())
     if (!has("model/" + p->name)) absent.insert(p->name);
-  MT_INPUT_CHECK(
-      absent.empty() || !c.strict, index.path, ": the checkpoint has no tensor for ", absent.size(),
-      " parameter(s) of this model: ", join(std::vector<std::string>(absent.begin(), absent.end())),
-      " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
+  MT_INPUT_CHECK(absent.empty() || !c.strict, index.path, ": the checkpoint has no tensor for ",
+                 absent.size(), " parameter(s) of this model: ", join(absent),
+                 " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
   for (Parameter* p : store_.params())
     if (!absent.count(p->name)) request(whole(*p, "model/", host.weights + p->offset));
   for (const optim::Segment& s : optimizer_->segments()) {

@@ -78,6 +78,17 @@ training::TrainSummary train(const RunSpec& r) {
   return summary;
 }
 
+// The message of the InputError a run must stop with; a test failure naming `why` if it trains.
+std::string input_error_of(const RunSpec& r, const std::string& why) {
+  try {
+    train(r);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << why;
+  return "";
+}
+
 class CheckpointResume : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -202,19 +213,19 @@ TEST_F(CheckpointResume, FinetuneLoadsWeightsOnly) {
 
 TEST_F(CheckpointResume, AnotherModelShapeIsAClearError) {
   train(RunSpec("fp32", 2, 2, 32, dir()));
-  try {
-    train(RunSpec("fp32", 4, 2, 64, "", dir()));
-    FAIL() << "loading a hidden-32 checkpoint into a hidden-64 model must fail";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("iter_0000002"));
-    EXPECT_THAT(e.what(), HasSubstr("[32, 32]"));  // names both shapes
-    EXPECT_THAT(e.what(), HasSubstr("[32, 64]"));
+  {
+    const std::string error =
+        input_error_of(RunSpec("fp32", 4, 2, 64, "", dir()),
+                       "loading a hidden-32 checkpoint into a hidden-64 model must fail");
+    EXPECT_THAT(error, HasSubstr("iter_0000002"));
+    EXPECT_THAT(error, HasSubstr("[32, 32]"));  // names both shapes
+    EXPECT_THAT(error, HasSubstr("[32, 64]"));
   }
-  try {
-    train(RunSpec("fp32", 4, 3, 32, "", dir()));
-    FAIL() << "a 3-layer model needs layers.2.* which the checkpoint lacks";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("layers.2"));
+  {
+    const std::string error =
+        input_error_of(RunSpec("fp32", 4, 3, 32, "", dir()),
+                       "a 3-layer model needs layers.2.* which the checkpoint lacks");
+    EXPECT_THAT(error, HasSubstr("layers.2"));
   }
 }
 
@@ -223,21 +234,20 @@ TEST_F(CheckpointResume, AnotherModelShapeIsAClearError) {
 // needs (listing every one); checkpoint.strict: false loads what matches and names the rest.
 TEST_F(CheckpointResume, UnexpectedAndMissingTensorsAreListedUnlessStrictIsOff) {
   train(RunSpec("fp32", 2, 2, 32, dir()));
-  try {
-    train(RunSpec("fp32", 4, 1, 32, "", dir()));
-    FAIL() << "layers.1.* of the checkpoint must not be dropped in silence";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("not part of this model"));
-    EXPECT_THAT(e.what(), HasSubstr("model/layers.1."));
-    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("model/layers.0.")));
+  {
+    const std::string error =
+        input_error_of(RunSpec("fp32", 4, 1, 32, "", dir()),
+                       "layers.1.* of the checkpoint must not be dropped in silence");
+    EXPECT_THAT(error, HasSubstr("not part of this model"));
+    EXPECT_THAT(error, HasSubstr("model/layers.1."));
+    EXPECT_THAT(error, ::testing::Not(HasSubstr("model/layers.0.")));
   }
-  try {
-    train(RunSpec("fp32", 4, 4, 32, "", dir()));
-    FAIL() << "layers.2.* and layers.3.* are not in the checkpoint";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("has no tensor for"));
-    EXPECT_THAT(e.what(), HasSubstr("layers.2."));
-    EXPECT_THAT(e.what(), HasSubstr("layers.3."));
+  {
+    const std::string error = input_error_of(RunSpec("fp32", 4, 4, 32, "", dir()),
+                                             "layers.2.* and layers.3.* are not in the checkpoint");
+    EXPECT_THAT(error, HasSubstr("has no tensor for"));
+    EXPECT_THAT(error, HasSubstr("layers.2."));
+    EXPECT_THAT(error, HasSubstr("layers.3."));
   }
   // Partial loads on request: the shallower model takes layer 0 (and the embeddings), the
   // deeper one keeps its initial layers 2-3; both train from there.
@@ -258,24 +268,22 @@ TEST_F(CheckpointResume, OnlyVocabularyPaddingRowsMayDiffer) {
 
   RunSpec bigger_vocab("fp32", 3, 2, 32, "", dir());
   bigger_vocab.model_extra = ", vocab_size: 40";  // padded to 48
-  try {
-    train(bigger_vocab);
-    FAIL() << "a vocabulary-17 checkpoint must not load into a vocabulary-40 model";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("word_embeddings"));
-    EXPECT_THAT(e.what(), HasSubstr("[32, 32]"));
-    EXPECT_THAT(e.what(), HasSubstr("[48, 32]"));
-    EXPECT_THAT(e.what(), HasSubstr("vocabulary is 17, this model's 40"));
+  {
+    const std::string error = input_error_of(
+        bigger_vocab, "a vocabulary-17 checkpoint must not load into a vocabulary-40 model");
+    EXPECT_THAT(error, HasSubstr("word_embeddings"));
+    EXPECT_THAT(error, HasSubstr("[32, 32]"));
+    EXPECT_THAT(error, HasSubstr("[48, 32]"));
+    EXPECT_THAT(error, HasSubstr("vocabulary is 17, this model's 40"));
   }
   RunSpec longer_positions("fp32", 3, 2, 32, "", dir());
   longer_positions.model_extra = ", max_position_embeddings: 16";
-  try {
-    train(longer_positions);
-    FAIL() << "an 8-position table must not load into a 16-position one";
-  } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), HasSubstr("position"));
-    EXPECT_THAT(e.what(), HasSubstr("[8, 32]"));
-    EXPECT_THAT(e.what(), HasSubstr("[16, 32]"));
+  {
+    const std::string error = input_error_of(
+        longer_positions, "an 8-position table must not load into a 16-position one");
+    EXPECT_THAT(error, HasSubstr("position"));
+    EXPECT_THAT(error, HasSubstr("[8, 32]"));
+    EXPECT_THAT(error, HasSubstr("[16, 32]"));
   }
 }
 

@@ -22,67 +22,36 @@
 //              checkpoint per layer; the sequence slice with sequence parallelism) and a view of
 //              its input. Forward runs in the shared workspace; backward first re-runs the
 //              forward from the saved input into the workspace, then the backward there.
+// The attention and MLP sub-layers sit behind interfaces (submodules.h) and are built by the
+// BlockSubmodules factories (dense ones by default); the block owns the norms, the residual
+// sums and the residual-branch dropout.
 // Dropout masks are pure functions of (seed, iteration, layer, site, global indices), so the
 // recomputed forward is bit-identical and so are the gradients. The workspace holds nothing
 // between calls: every layer, micro-batch and model chunk of a rank can share one, whatever
 // the order of forward and backward calls (the pipeline schedules interleave them).
 #include <memory>
 #include <string>
-#include <string_view>
 
-#include "kernels/cpu/attention.h"
-#include "megatron/transformer/layers.h"
+#include "megatron/transformer/submodules.h"
+#include "megatron/transformer/transformer_spec.h"
 
 namespace megatron {
 
-enum class Recompute : uint8_t { None, Selective, Full };
-// "none" | "selective" | "full" (training.recompute); throws InputError otherwise.
-Recompute parse_recompute(std::string_view name);
-
 struct RecomputeWorkspace;  // below
-
-struct TransformerSpec {
-  int64_t num_layers = 0, hidden = 0, heads = 0, query_groups = 0, ffn = 0;
-  int64_t seq_length = 0;
-  Norm::Kind norm = Norm::Kind::LayerNorm;
-  bool swiglu = false;
-  bool rope = false;
-  float rope_theta = 10000.0f;
-  bool bias = true;
-  bool causal = true;
-  bool post_norm = false;  // post-LN (BERT) instead of pre-LN; see TransformerBlock
-  float hidden_dropout = 0.0f, attention_dropout = 0.0f;
-  float norm_eps = 1e-5f;
-  float init_std = 0.02f;
-  uint64_t seed = 1234;            // dropout seed
-  bool sequence_parallel = false;  // activations outside attention/MLP are [S/tp, B, D]
-  Recompute recompute = Recompute::None;
-  // Fused (flash) attention (ops::flash_attention_*): saves the row log-sum-exp lse
-  // [B, H/tp, S] instead of the probabilities [B, H/tp, S, S] and recomputes them blockwise in
-  // backward; same results as the unfused path to rounding (dropout masks identical). Selective
-  // recompute then has nothing to drop and behaves like none. (model.attention_backend)
-  bool flash_attention = false;
-  // The dtype of the activations and their gradients (the model dtype: bf16/fp16 under mixed
-  // precision). Statistics (norm mean/rstd, attention probabilities, lse) stay fp32.
-  DType activation_dtype = DType::F32;
-  int64_t head_dim() const { return hidden / heads; }
-  void validate(int64_t tp_size) const;
-};
 
 class TransformerBlock {
  public:
   struct Ctx {
     Norm::Ctx ln1, ln2;
-    Linear::Ctx qkv, proj, fc1, fc2;
-    Tensor ln1_out, qkv_out, probs, attn_out, proj_out, mid;  // mid = x + attention branch
-    Tensor lse;  // flash attention: row log-sum-exp [B, H/tp, S] (instead of probs)
-    Tensor ln2_out, fc1_out, act_out, fc2_out, out;
+    std::unique_ptr<LayerState> attention, mlp;  // made by the sub-layers on first use
+    Tensor ln1_out, mid;                         // mid = x + attention branch
+    Tensor ln2_out, out;
     // Post-LN uses the same buffers differently: mid = x + attention branch (what LN1
     // normalises), ln1_out = LN1(mid) (the attention sub-layer's output, the MLP's input),
     // sum2 = ln1_out + MLP branch (what LN2 normalises into out); ln2_out is unused.
     Tensor sum2;
-    // scratch for backward
-    Tensor d_proj, d_attn, d_qkv, d_ln, d_act, d_fc1, d_mid;
+    // scratch for backward (d_branch: a branch's output gradient through its dropout)
+    Tensor d_branch, d_ln, d_mid;
     // Full recompute: a view of the block input (the checkpoint backward recomputes from).
     Tensor input;
   };
@@ -91,7 +60,8 @@ class TransformerBlock {
   // selective or full recompute; created for this block alone when null.
   TransformerBlock(ParamStore& store, const std::string& prefix, int64_t layer_index,
                    const TransformerSpec& spec, parallel::Communicator& tp,
-                   std::shared_ptr<RecomputeWorkspace> workspace = nullptr);
+                   std::shared_ptr<RecomputeWorkspace> workspace = nullptr,
+                   const BlockSubmodules& submodules = dense_submodules());
 
   // x: [S, B, D] ([S/tp, B, D] with sequence parallelism); returns ctx.out.
   // key_mask: optional [B, S] (1 = attend).
@@ -115,10 +85,10 @@ class TransformerBlock {
                          const uint8_t* key_mask) const;
   void backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                           const uint8_t* key_mask) const;
-  // The residual branches both arrangements share (block.cpp).
-  void attention_branch_forward(Ctx& c, const Tensor& in, const MicroBatchInfo& mb,
-                                const uint8_t* key_mask) const;
-  void mlp_branch_forward(Ctx& c, const Tensor& in, const MicroBatchInfo& mb) const;
+  // The residual branches: the sub-layer's output with the residual dropout applied in place.
+  const Tensor& attention_branch_forward(Ctx& c, const Tensor& in, const MicroBatchInfo& mb,
+                                         const uint8_t* key_mask) const;
+  const Tensor& mlp_branch_forward(Ctx& c, const Tensor& in, const MicroBatchInfo& mb) const;
   void attention_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
                                  const MicroBatchInfo& mb, const uint8_t* key_mask) const;
   void mlp_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
@@ -129,20 +99,6 @@ class TransformerBlock {
                    const uint8_t* key_mask) const;
   void run_backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                     const uint8_t* key_mask) const;
-  // Where the attention probabilities of context c live (the workspace under selective).
-  Tensor& probs_of(Ctx& c) const;
-  // Selective recompute: the probabilities again from c.qkv_out (c.d_attn as scratch output).
-  void recompute_probs(Ctx& c, const kernels::cpu::AttentionShape& as,
-                       const kernels::cpu::AttentionOptions& ao) const;
-  // The attention core (unfused or flash) from c.qkv_out into c.attn_out, and its backward from
-  // c.d_attn into c.d_qkv (recomputing the probabilities first under selective recompute).
-  void attention_core_forward(Ctx& c, const kernels::cpu::AttentionShape& as,
-                              const kernels::cpu::AttentionOptions& ao) const;
-  void attention_core_backward(Ctx& c, const kernels::cpu::AttentionShape& as,
-                               const kernels::cpu::AttentionOptions& ao) const;
-  kernels::cpu::AttentionShape attention_shape(int64_t S, int64_t B, int64_t batch_offset) const;
-  kernels::cpu::AttentionOptions attention_options(const MicroBatchInfo& mb,
-                                                   const uint8_t* key_mask) const;
   DropoutSite site(const MicroBatchInfo& mb, int64_t which) const;
   ActivationSlice slice(const MicroBatchInfo& mb, int64_t local_seq) const;
   bool sp() const { return spec_.sequence_parallel && tp_->size() > 1; }
@@ -154,17 +110,18 @@ class TransformerBlock {
   TransformerSpec spec_;
   int64_t layer_;
   parallel::Communicator* tp_;
-  int64_t local_heads_, local_groups_;
   std::unique_ptr<Norm> ln1_, ln2_;
-  std::unique_ptr<Linear> qkv_, proj_, fc1_, fc2_;
+  std::unique_ptr<AttentionLayer> attention_;
+  std::unique_ptr<MlpLayer> mlp_;
   std::shared_ptr<RecomputeWorkspace> workspace_;  // null without recompute
 };
 
 // The buffers recomputation works in: the context of the block being (re)computed under full
-// recompute, and (block.probs) the attention probabilities under selective recompute. Valid
-// only during one block forward or backward call.
+// recompute, and the attention probabilities under selective recompute. Valid only during one
+// block forward or backward call.
 struct RecomputeWorkspace {
   TransformerBlock::Ctx block;
+  std::shared_ptr<Tensor> probs = std::make_shared<Tensor>();
 };
 
 }  // namespace megatron

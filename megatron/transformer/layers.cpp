@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "megatron/backend/ops.h"
+#include "megatron/tensor_parallel/mappings.h"
 
 namespace megatron {
 
@@ -47,71 +48,66 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
   }
 }
 
-namespace {
-
-// [S_local, ...] -> [S_local * tp, ...]: the sequence dim is the outermost.
-Shape full_sequence(const Shape& local, int64_t tp) {
-  Shape s = local;
-  s[0] = local[0] * tp;
-  return s;
-}
-
-}  // namespace
+namespace tp = tensor_parallel;
 
 void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   const Tensor w = weight_2d(weight_->weight);
+  const Tensor* bias = bias_ ? &bias_->weight : nullptr;
   ctx.input = x;
-  if (sp_ && mode_ == TPMode::Column) {
-    // Only the local slice is kept for backward (which gathers it again): the memory saving
-    // of sequence parallelism. The gathered copy is transient.
-    Tensor gathered = Tensor::empty(full_sequence(x.shape(), tp_->size()), x.dtype(), x.device());
-    tp_->all_gather(x, gathered);
-    ops::linear_forward(gathered, w, bias_ ? &bias_->weight : nullptr, y);
+  if (mode_ == TPMode::Column) {
+    // Entering the region. With sequence parallelism only the local slice is kept for backward
+    // (which gathers it again): the memory saving of sequence parallelism.
+    if (sp_) {
+      ops::linear_forward(tp::gathered_sequence(*tp_, x), w, bias, y);
+    } else {
+      ops::linear_forward(tp::copy_to_region_forward(x), w, bias, y);
+    }
     return;
   }
   if (mode_ == TPMode::Row && tp_->size() > 1) {
+    // Leaving the region: partial sums over the input shards, the bias added once after.
     if (sp_) {
-      Tensor partial = Tensor::empty(full_sequence(y.shape(), tp_->size()), y.dtype(), y.device());
+      Tensor partial =
+          Tensor::empty(tp::full_sequence_shape(y.shape(), *tp_), y.dtype(), y.device());
       ops::linear_forward(x, w, nullptr, partial);
-      tp_->reduce_scatter(partial, y, parallel::ReduceOp::Sum);
+      tp::reduce_scatter_to_sequence_forward(*tp_, partial, y);
     } else {
       ops::linear_forward(x, w, nullptr, y);
-      tp_->all_reduce(y, parallel::ReduceOp::Sum);
+      tp::reduce_from_region_forward(*tp_, y);
     }
     if (bias_) ops::add_bias(y, bias_->weight);
-  } else {
-    ops::linear_forward(x, w, bias_ ? &bias_->weight : nullptr, y);
+    return;
   }
+  ops::linear_forward(x, w, bias, y);
 }
 
 void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
   Tensor dw = weight_2d(weight_->grad);
   const Tensor w = weight_2d(weight_->weight);
+  Tensor* d_bias = bias_ ? &bias_->grad : nullptr;
   if (sp_ && mode_ == TPMode::Row) {
     // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
     // the gathered gradient for the bias too makes its gradient complete on every rank.
-    Tensor dy_full = Tensor::empty(full_sequence(dy.shape(), tp_->size()), dy.dtype(), dy.device());
-    tp_->all_gather(dy, dy_full);
-    ops::linear_backward(ctx.input, w, dy_full, dx, dw, bias_ ? &bias_->grad : nullptr);
+    Tensor dy_full =
+        Tensor::empty(tp::full_sequence_shape(dy.shape(), *tp_), dy.dtype(), dy.device());
+    tp::reduce_scatter_to_sequence_backward(*tp_, dy, dy_full);
+    ops::linear_backward(ctx.input, w, dy_full, dx, dw, d_bias);
     return;
   }
   if (sp_ && mode_ == TPMode::Column) {
-    const Tensor& x = ctx.input;
-    Tensor x_full = Tensor::empty(full_sequence(x.shape(), tp_->size()), x.dtype(), x.device());
-    tp_->all_gather(ctx.input, x_full);
+    const Tensor x_full = tp::gathered_sequence(*tp_, ctx.input);
     if (!dx) {
-      ops::linear_backward(x_full, w, dy, nullptr, dw, bias_ ? &bias_->grad : nullptr);
+      ops::linear_backward(x_full, w, dy, nullptr, dw, d_bias);
       return;
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
     Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
-    ops::linear_backward(x_full, w, dy, &partial, dw, bias_ ? &bias_->grad : nullptr);
-    tp_->reduce_scatter(partial, *dx, parallel::ReduceOp::Sum);
+    ops::linear_backward(x_full, w, dy, &partial, dw, d_bias);
+    tp::gather_from_sequence_backward(*tp_, partial, *dx);
     return;
   }
-  ops::linear_backward(ctx.input, w, dy, dx, dw, bias_ ? &bias_->grad : nullptr);
-  if (dx && mode_ == TPMode::Column && tp_->size() > 1)
-    tp_->all_reduce(*dx, parallel::ReduceOp::Sum);
+  ops::linear_backward(ctx.input, w, tp::reduce_from_region_backward(dy), dx, dw, d_bias);
+  if (dx && mode_ == TPMode::Column) tp::copy_to_region_backward(*tp_, *dx);
 }
 
 void Linear::collect_params(std::vector<Parameter*>& out) const {
@@ -169,25 +165,26 @@ Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, 
 
 void Embedding::forward(Ctx& ctx, const Tensor& ids, Tensor& out) const {
   ctx.ids = ids;
-  // Each rank produces only the rows of its vocabulary slice; the sum completes them.
+  // Each rank produces only the rows of its vocabulary slice; leaving the region sums them.
   if (sp_) {
-    ensure(scratch_, full_sequence(out.shape(), tp_->size()), out.dtype());
+    ensure(scratch_, tp::full_sequence_shape(out.shape(), *tp_), out.dtype());
     ops::embedding_forward(ids, table_->weight, vocab_start_, scratch_);
-    tp_->reduce_scatter(scratch_, out, parallel::ReduceOp::Sum);
+    tp::reduce_scatter_to_sequence_forward(*tp_, scratch_, out);
     return;
   }
   ops::embedding_forward(ids, table_->weight, vocab_start_, out);
-  if (tp_->size() > 1) tp_->all_reduce(out, parallel::ReduceOp::Sum);
+  tp::reduce_from_region_forward(*tp_, out);
 }
 
 void Embedding::backward(Ctx& ctx, const Tensor& dout) const {
   if (sp_) {
-    ensure(scratch_, full_sequence(dout.shape(), tp_->size()), dout.dtype());
-    tp_->all_gather(dout, scratch_);
+    ensure(scratch_, tp::full_sequence_shape(dout.shape(), *tp_), dout.dtype());
+    tp::reduce_scatter_to_sequence_backward(*tp_, dout, scratch_);
     ops::embedding_backward(ctx.ids, scratch_, vocab_start_, table_->grad);
     return;
   }
-  ops::embedding_backward(ctx.ids, dout, vocab_start_, table_->grad);
+  ops::embedding_backward(ctx.ids, tp::reduce_from_region_backward(dout), vocab_start_,
+                          table_->grad);
 }
 
 namespace {

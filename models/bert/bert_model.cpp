@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "megatron/backend/ops.h"
+#include "megatron/tensor_parallel/mappings.h"
 #include "megatron/transformer/vocab_parallel.h"
 
 namespace megatron::models {
@@ -261,7 +262,8 @@ double BertModel::lm_head_forward(BertActivations& a, const MicroBatch& mb, cons
   head_norm_->forward(a.head_norm, a.gelu_out, ensure(a.head_out, {Sl, B, D}, act_dtype()));
   const Tensor* hn = &a.head_out;
   if (sp()) {  // the vocab-parallel decoder needs every position
-    tp_->all_gather(a.head_out, ensure(a.head_full, {S, B, D}, act_dtype()));
+    tensor_parallel::gather_from_sequence_forward(*tp_, a.head_out,
+                                                  ensure(a.head_full, {S, B, D}, act_dtype()));
     hn = &a.head_full;
   }
   const kernels::cpu::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
@@ -304,11 +306,11 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
     Tensor& full = ensure(a.d_head_full, {S, B, D}, act_dtype());
     ops::linear_backward(a.head_full, table.weight, a.logits, &full, table.grad,
                          &output_bias_->grad);
-    tp_->reduce_scatter(full, d_head, parallel::ReduceOp::Sum);
+    tensor_parallel::gather_from_sequence_backward(*tp_, full, d_head);
   } else {
     ops::linear_backward(a.head_out, table.weight, a.logits, &d_head, table.grad,
                          &output_bias_->grad);
-    if (tp_->size() > 1) tp_->all_reduce(d_head, parallel::ReduceOp::Sum);
+    tensor_parallel::copy_to_region_backward(*tp_, d_head);
   }
   Tensor& d_gelu = ensure(a.d_gelu, {Sl, B, D}, act_dtype());
   head_norm_->backward(a.head_norm, d_head, d_gelu);

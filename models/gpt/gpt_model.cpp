@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "megatron/backend/ops.h"
+#include "megatron/tensor_parallel/mappings.h"
 #include "megatron/transformer/vocab_parallel.h"
 
 namespace megatron::models {
@@ -134,7 +135,8 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   } else {
     const Tensor* h = &a.final_out;
     if (sp()) {  // the vocab-parallel head needs every position
-      tp_->all_gather(a.final_out, ensure(a.final_full, {S, B, D}, act_dtype()));
+      tensor_parallel::gather_from_sequence_forward(*tp_, a.final_out,
+                                                    ensure(a.final_full, {S, B, D}, act_dtype()));
       h = &a.final_full;
     }
     ops::linear_forward(*h, tok_embed_->table().weight, nullptr, logits);
@@ -181,10 +183,10 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
         // Each rank's vocab slice gives a partial gradient for every position: sum and split.
         Tensor& full = ensure(a.d_final_full, {S, B, D}, act_dtype());
         ops::linear_backward(a.final_full, table.weight, a.logits, &full, table.grad, nullptr);
-        tp_->reduce_scatter(full, d_final, parallel::ReduceOp::Sum);
+        tensor_parallel::gather_from_sequence_backward(*tp_, full, d_final);
       } else {
         ops::linear_backward(a.final_out, table.weight, a.logits, &d_final, table.grad, nullptr);
-        if (tp_->size() > 1) tp_->all_reduce(d_final, parallel::ReduceOp::Sum);
+        tensor_parallel::copy_to_region_backward(*tp_, d_final);
       }
     }
     final_norm_->backward(a.final_norm, d_final, *grad);

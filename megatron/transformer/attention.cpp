@@ -1,0 +1,114 @@
+#include "megatron/transformer/attention.h"
+
+#include <cmath>
+
+#include "megatron/backend/ops.h"
+
+namespace megatron {
+
+SelfAttention::SelfAttention(const SubmoduleArgs& a)
+    : spec_(a.spec),
+      layer_(a.layer),
+      tp_(&a.tp),
+      sp_(a.spec.sequence_parallel && a.tp.size() > 1),
+      local_heads_(a.spec.heads / a.tp.size()),
+      local_groups_(a.spec.query_groups / a.tp.size()),
+      shared_probs_(a.spec.recompute == Recompute::Selective ? a.shared_probs : nullptr) {
+  MT_CHECK(a.spec.recompute != Recompute::Selective || shared_probs_,
+           "selective recompute needs the shared probabilities buffer");
+  const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
+  qkv_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
+                                  spec_.bias, TPMode::Column, a.tp, spec_.init_std, Shape{}, sp_);
+  proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
+                                   TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_);
+}
+
+void SelfAttention::collect_params(std::vector<Parameter*>& out) const {
+  qkv_->collect_params(out);
+  proj_->collect_params(out);
+}
+
+kernels::cpu::AttentionShape SelfAttention::shape(int64_t S, int64_t B,
+                                                  int64_t batch_offset) const {
+  kernels::cpu::AttentionShape s;
+  s.S = S;
+  s.B = B;
+  s.H = local_heads_;
+  s.G = local_groups_;
+  s.Dh = spec_.head_dim();
+  s.head_offset = local_heads_ * tp_->rank();
+  s.total_heads = spec_.heads;
+  s.batch_offset = batch_offset;
+  return s;
+}
+
+kernels::cpu::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
+                                                      const uint8_t* key_mask) const {
+  kernels::cpu::AttentionOptions o;
+  o.scale = 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
+  o.causal = spec_.causal;
+  o.key_mask = key_mask;
+  o.dropout_p = mb.training ? spec_.attention_dropout : 0.0f;
+  o.seed = spec_.seed;
+  o.stream = DropoutSite{spec_.seed, mb.iteration, layer_, 0}.stream();
+  return o;
+}
+
+Tensor& SelfAttention::probs_of(State& s) const { return shared_probs_ ? *shared_probs_ : s.probs; }
+
+void SelfAttention::recompute_probs(State& s, const kernels::cpu::AttentionShape& as,
+                                    const kernels::cpu::AttentionOptions& ao) const {
+  // Same qkv (after rope), options and dropout stream as the forward: the same values.
+  ops::attention_forward(as, ao, s.qkv_out, ensure(s.d_attn, s.attn_out.shape(), act()),
+                         ensure(probs_of(s), {as.B, as.H, as.S, as.S}));
+}
+
+void SelfAttention::core_forward(State& s, const kernels::cpu::AttentionShape& as,
+                                 const kernels::cpu::AttentionOptions& ao) const {
+  Tensor& out = ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act());
+  if (spec_.flash_attention)
+    ops::flash_attention_forward(as, ao, s.qkv_out, out, ensure(s.lse, {as.B, as.H, as.S}));
+  else
+    ops::attention_forward(as, ao, s.qkv_out, out, ensure(probs_of(s), {as.B, as.H, as.S, as.S}));
+}
+
+void SelfAttention::core_backward(State& s, const kernels::cpu::AttentionShape& as,
+                                  const kernels::cpu::AttentionOptions& ao) const {
+  // (Unfused under selective recompute: the probabilities were recomputed before the projection
+  // backward, which then overwrote recompute_probs' scratch s.d_attn with the real gradient.)
+  Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act());
+  if (spec_.flash_attention) {
+    ops::flash_attention_backward(as, ao, s.qkv_out, s.attn_out, s.lse, s.d_attn, d_qkv);
+    return;
+  }
+  ops::attention_backward(as, ao, s.qkv_out, probs_of(s), s.d_attn, d_qkv);
+}
+
+Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb,
+                               const uint8_t* key_mask) const {
+  State& s = static_cast<State&>(state);
+  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+  const int64_t S = full_seq(Sl);
+  const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
+  const auto as = shape(S, B, mb.batch_offset);
+  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act()));
+  if (spec_.rope) ops::rope_forward(as, s.qkv_out, spec_.rope_theta, 0);
+  core_forward(s, as, options(mb, key_mask));
+  proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act()));
+  return s.out;
+}
+
+void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
+                             const MicroBatchInfo& mb, const uint8_t* key_mask) const {
+  State& s = static_cast<State&>(state);
+  const int64_t S = full_seq(d_out.dim(0)), B = d_out.dim(1);
+  const auto as = shape(S, B, mb.batch_offset);
+  const auto ao = options(mb, key_mask);
+  if (shared_probs_ && !spec_.flash_attention) recompute_probs(s, as, ao);
+  proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act()));
+  core_backward(s, as, ao);
+  if (spec_.rope) ops::rope_backward(as, s.d_qkv, spec_.rope_theta, 0);
+  qkv_->backward(s.qkv, s.d_qkv, &d_in);
+}
+
+}  // namespace megatron

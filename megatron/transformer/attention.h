@@ -1,0 +1,60 @@
+#pragma once
+// Multi-head self-attention with grouped query groups, tensor-parallel over heads: a
+// column-parallel fused QKV projection (rows grouped per query group, [G, H/G + 2, Dh] x D),
+// optional rotary embeddings, the attention core (unfused, keeping the probabilities
+// [B, H/tp, S, S]; or flash, keeping only lse [B, H/tp, S]) and a row-parallel output
+// projection. Parameters "<prefix>.attention.qkv" and "<prefix>.attention.proj".
+// Under selective recompute the probabilities live in a buffer shared by all blocks and are
+// recomputed from the saved qkv before the backward.
+#include <memory>
+
+#include "kernels/cpu/attention.h"
+#include "megatron/transformer/submodules.h"
+
+namespace megatron {
+
+class SelfAttention final : public AttentionLayer {
+ public:
+  struct State final : LayerState {
+    Linear::Ctx qkv, proj;
+    Tensor qkv_out, probs, lse, attn_out, out;  // out: the projection [Sl, B, D]
+    Tensor d_attn, d_qkv;                       // backward scratch
+  };
+
+  explicit SelfAttention(const SubmoduleArgs& args);
+
+  std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
+  Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb,
+                  const uint8_t* key_mask) const override;
+  void backward(LayerState& state, const Tensor& d_out, Tensor& d_in, const MicroBatchInfo& mb,
+                const uint8_t* key_mask) const override;
+  void collect_params(std::vector<Parameter*>& out) const override;
+
+ private:
+  // Where the attention probabilities of state s live (the shared buffer under selective).
+  Tensor& probs_of(State& s) const;
+  // Selective recompute: the probabilities again from s.qkv_out (s.d_attn as scratch output).
+  void recompute_probs(State& s, const kernels::cpu::AttentionShape& as,
+                       const kernels::cpu::AttentionOptions& ao) const;
+  // The core (unfused or flash) from s.qkv_out into s.attn_out, and its backward from
+  // s.d_attn into s.d_qkv.
+  void core_forward(State& s, const kernels::cpu::AttentionShape& as,
+                    const kernels::cpu::AttentionOptions& ao) const;
+  void core_backward(State& s, const kernels::cpu::AttentionShape& as,
+                     const kernels::cpu::AttentionOptions& ao) const;
+  kernels::cpu::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
+  kernels::cpu::AttentionOptions options(const MicroBatchInfo& mb, const uint8_t* key_mask) const;
+  // The full sequence length of a branch input of local_seq rows.
+  int64_t full_seq(int64_t local_seq) const { return sp_ ? local_seq * tp_->size() : local_seq; }
+  DType act() const { return spec_.activation_dtype; }
+
+  TransformerSpec spec_;
+  int64_t layer_;
+  parallel::Communicator* tp_;
+  bool sp_;
+  int64_t local_heads_, local_groups_;
+  std::unique_ptr<Linear> qkv_, proj_;
+  std::shared_ptr<Tensor> shared_probs_;  // selective recompute only
+};
+
+}  // namespace megatron

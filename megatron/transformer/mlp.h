@@ -1,0 +1,36 @@
+#pragma once
+// The dense MLP: a column-parallel fc1 (for SwiGLU the gate and up halves, weight [2, F, D] so
+// every shard holds its own part of both), GeLU or SwiGLU, a row-parallel fc2. Parameters
+// "<prefix>.mlp.fc1" and "<prefix>.mlp.fc2".
+#include <memory>
+
+#include "megatron/transformer/submodules.h"
+
+namespace megatron {
+
+class DenseMLP final : public MlpLayer {
+ public:
+  struct State final : LayerState {
+    Linear::Ctx fc1, fc2;
+    Tensor fc1_out, act_out, out;  // out: fc2's output [Sl, B, D]
+    Tensor d_act, d_fc1;           // backward scratch
+  };
+
+  explicit DenseMLP(const SubmoduleArgs& args);
+
+  std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
+  Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const override;
+  void backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
+                const MicroBatchInfo& mb) const override;
+  void collect_params(std::vector<Parameter*>& out) const override;
+
+ private:
+  DType act() const { return spec_.activation_dtype; }
+
+  TransformerSpec spec_;
+  parallel::Communicator* tp_;
+  bool sp_;
+  std::unique_ptr<Linear> fc1_, fc2_;
+};
+
+}  // namespace megatron

@@ -1,0 +1,72 @@
+#pragma once
+// The sub-layers a transformer block holds, behind small interfaces, and the factories that
+// build them (Megatron's ModuleSpec): the block calls attention and MLP only through these, so
+// a mixture-of-experts MLP or LoRA-wrapped projections replace the dense ones by a different
+// factory, with the block unchanged.
+//
+// Contract of both interfaces (the same as every layer's): forward fills a per-micro-batch state
+// made by make_state() with what backward needs and returns the branch output [Sl, B, D] (a
+// sequence slice with sequence parallelism), which lives in that state and which the block may
+// modify in place (its residual dropout); backward takes the gradient of that output, writes the
+// gradient of the branch input into d_in and accumulates parameter gradients (+=).
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megatron/parallel/communicator.h"
+#include "megatron/transformer/context.h"
+#include "megatron/transformer/parameter.h"
+#include "megatron/transformer/transformer_spec.h"
+
+namespace megatron {
+
+// Per-micro-batch state of a layer behind an interface; each implementation derives its own.
+struct LayerState {
+  virtual ~LayerState() = default;
+};
+
+class AttentionLayer {
+ public:
+  virtual ~AttentionLayer() = default;
+  virtual std::unique_ptr<LayerState> make_state() const = 0;
+  // key_mask: optional [B, S] (1 = attend).
+  virtual Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb,
+                          const uint8_t* key_mask) const = 0;
+  virtual void backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
+                        const MicroBatchInfo& mb, const uint8_t* key_mask) const = 0;
+  virtual void collect_params(std::vector<Parameter*>& out) const = 0;
+};
+
+class MlpLayer {
+ public:
+  virtual ~MlpLayer() = default;
+  virtual std::unique_ptr<LayerState> make_state() const = 0;
+  virtual Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const = 0;
+  virtual void backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
+                        const MicroBatchInfo& mb) const = 0;
+  virtual void collect_params(std::vector<Parameter*>& out) const = 0;
+};
+
+// What a factory gets: the block's parameter prefix ("layers.3"), its index (dropout streams),
+// the spec, the tensor-parallel group, and (selective recompute) the probabilities buffer all
+// blocks share (null otherwise).
+struct SubmoduleArgs {
+  ParamStore& store;
+  const std::string& prefix;
+  int64_t layer;
+  const TransformerSpec& spec;
+  parallel::Communicator& tp;
+  std::shared_ptr<Tensor> shared_probs;
+};
+
+struct BlockSubmodules {
+  std::function<std::unique_ptr<AttentionLayer>(const SubmoduleArgs&)> attention;
+  std::function<std::unique_ptr<MlpLayer>(const SubmoduleArgs&)> mlp;
+};
+
+// Self-attention (megatron/transformer/attention.h) and the dense MLP (mlp.h).
+BlockSubmodules dense_submodules();
+
+}  // namespace megatron

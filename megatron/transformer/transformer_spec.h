@@ -1,0 +1,47 @@
+#pragma once
+// The sizes and options of a transformer's blocks (Megatron's TransformerConfig), shared by the
+// block and its attention and MLP sub-layers.
+#include <cstdint>
+#include <string_view>
+
+#include "megatron/core/dtype.h"
+#include "megatron/transformer/layers.h"
+
+namespace megatron {
+
+// Activation recomputation (Megatron's --recompute-granularity); see block.h for what each keeps.
+enum class Recompute : uint8_t { None, Selective, Full };
+// "none" | "selective" | "full" (training.recompute); throws InputError otherwise.
+Recompute parse_recompute(std::string_view name);
+
+struct TransformerSpec {
+  int64_t num_layers = 0, hidden = 0, heads = 0, query_groups = 0, ffn = 0;
+  int64_t seq_length = 0;
+  Norm::Kind norm = Norm::Kind::LayerNorm;
+  bool swiglu = false;
+  bool rope = false;
+  float rope_theta = 10000.0f;
+  bool bias = true;
+  bool causal = true;
+  bool post_norm = false;  // post-LN (BERT) instead of pre-LN; see TransformerBlock
+  float hidden_dropout = 0.0f, attention_dropout = 0.0f;
+  float norm_eps = 1e-5f;
+  float init_std = 0.02f;
+  uint64_t seed = 1234;            // dropout seed
+  bool sequence_parallel = false;  // activations outside attention/MLP are [S/tp, B, D]
+  Recompute recompute = Recompute::None;
+  // Fused (flash) attention (ops::flash_attention_*): saves the row log-sum-exp lse
+  // [B, H/tp, S] instead of the probabilities [B, H/tp, S, S] and recomputes them blockwise in
+  // backward; same results as the unfused path to rounding (dropout masks identical). Selective
+  // recompute then has nothing to drop and behaves like none. (model.attention_backend)
+  bool flash_attention = false;
+  // The dtype of the activations and their gradients (the model dtype: bf16/fp16 under mixed
+  // precision). Statistics (norm mean/rstd, attention probabilities, lse) stay fp32.
+  DType activation_dtype = DType::F32;
+  int64_t head_dim() const { return hidden / heads; }
+  void validate(int64_t tp_size) const;
+  // Megatron's scaled init for the output projections of the residual branches.
+  float output_init_std() const;
+};
+
+}  // namespace megatron

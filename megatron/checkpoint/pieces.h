@@ -1,9 +1,9 @@
 #pragma once
-// TensorPieces for the trainer's state: a Parameter's local shard (values), and a
-// distributed-optimizer Segment of a per-element state buffer (Adam moments, ...). The piece's
-// name is `prefix + parameter name` (e.g. "optimizer.exp_avg." + "layers.0.mlp.fc1.weight"),
+// TensorPieces for the trainer's state: a Parameter's local shard (weights, master weights),
+// and a distributed-optimizer Segment of a per-element state buffer (Adam moments, ...). The
+// piece's name is `prefix + parameter name` (e.g. "optim/exp_avg/" + "layers.0.mlp.fc1.weight"),
 // so every layout names the same global tensor the same way. Each piece serves both save
-// (data) and load (dest).
+// (data) and load (dest): both point at `data`, fp32 host memory of the piece's elements.
 #include <string>
 
 #include "megatron/checkpoint/checkpoint.h"
@@ -12,9 +12,9 @@
 
 namespace megatron::checkpoint {
 
-// p.weight must be an fp32 CPU tensor (stage device or 16-bit weights through fp32 first).
-TensorPiece param_piece(Parameter& p, const std::string& prefix = {});
-// The segment's local elements [begin, end) of its parameter, stored at state + state_offset.
-TensorPiece segment_piece(const optim::Segment& s, float* state, const std::string& prefix);
+// The whole local shard of p, its local_shape elements at data.
+TensorPiece param_piece(const Parameter& p, const std::string& prefix, float* data);
+// The segment's local elements [begin, end) of its parameter, the first of them at data.
+TensorPiece segment_piece(const optim::Segment& s, const std::string& prefix, float* data);
 
 }  // namespace megatron::checkpoint

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "megatron/backend/ops.h"
+#include "megatron/training/sampler.h"
 #include "megatron/training/signals.h"
 #include "models/bert/bert_model.h"
 
@@ -364,12 +365,10 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   const int64_t mbs = tr.micro_batch_size, G = tr.global_batch_size, S = recipe_.model.seq_length;
   const int64_t base = sample_offset_ + (iteration - 1) * G;
 
-  // Megatron's sampler order: each micro-batch round takes micro*dp consecutive samples of the
-  // global batch and data-parallel rank r takes [r * micro, (r + 1) * micro).
-  auto position = [&](int64_t m) { return m * mbs * dp_size_ + dp_rank_ * mbs; };
+  const PretrainingSampler sampler{mbs, dp_size_, dp_rank_};
   batches_.resize(static_cast<size_t>(num_micro_));
   for (int64_t m = 0; m < num_micro_; ++m)
-    fill(base + position(m), *train_, iteration, position(m), true,
+    fill(sampler.first_sample(base, m), *train_, iteration, sampler.position(m), true,
          batches_[static_cast<size_t>(m)]);
   // Normalise by the predicted tokens (and sentence pairs) of the whole global batch, so any
   // micro-batching and data-parallel split gives the same mean and the same gradients.
@@ -516,11 +515,12 @@ EvalMetrics Trainer::evaluate(int64_t iteration) {
   const int64_t mbs = tr.micro_batch_size;
   const int64_t samples = std::max<int64_t>(tr.eval_iters, 1) * tr.global_batch_size;
   // The same validation samples every time, so evaluations compare directly.
-  const int64_t rounds = samples / (mbs * dp_size_);
-  auto position = [&](int64_t m) { return m * mbs * dp_size_ + dp_rank_ * mbs; };
+  const PretrainingSampler sampler{mbs, dp_size_, dp_rank_};
+  const int64_t rounds = sampler.rounds(samples);
   std::vector<models::MicroBatch> batches(static_cast<size_t>(rounds));
   for (int64_t m = 0; m < rounds; ++m)
-    fill(position(m), *valid_, iteration, position(m), false, batches[static_cast<size_t>(m)]);
+    fill(sampler.first_sample(0, m), *valid_, iteration, sampler.position(m), false,
+         batches[static_cast<size_t>(m)]);
   const auto [lm_targets, aux_targets] = global_target_counts(batches);
   for (models::MicroBatch& mb : batches) mb = on_device(mb);
   models::LossSums sums;

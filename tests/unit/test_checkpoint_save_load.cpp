@@ -444,11 +444,12 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
     req.dir = dir_;
     req.iteration = 7;
     req.write_this_rank_replicas = t == 0;
-    for (Parameter* p : store->params()) req.pieces.push_back(param_piece(*p, "model."));
+    for (Parameter* p : store->params())
+      req.pieces.push_back(param_piece(*p, "model.", p->weight.data<float>()));
     // Two segments of the local shard, at their own offsets in the moment buffer.
-    req.pieces.push_back(segment_piece(optim::Segment{&w, 0, 10, 0}, moments.back().data(), "m."));
+    req.pieces.push_back(segment_piece(optim::Segment{&w, 0, 10, 0}, "m.", moments.back().data()));
     req.pieces.push_back(
-        segment_piece(optim::Segment{&w, 10, 24, 10}, moments.back().data(), "m."));
+        segment_piece(optim::Segment{&w, 10, 24, 10}, "m.", moments.back().data() + 10));
     parts.push_back(write_rank_shard(req, tmp, t));
     stores.push_back(std::move(store));
   }
@@ -460,8 +461,9 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
   full.finalize();
   std::vector<float> m(48, -1);
   std::vector<TensorPiece> pieces;
-  for (Parameter* p : full.params()) pieces.push_back(param_piece(*p, "model."));
-  pieces.push_back(segment_piece(optim::Segment{&full.get("fc.weight"), 0, 48, 0}, m.data(), "m."));
+  for (Parameter* p : full.params())
+    pieces.push_back(param_piece(*p, "model.", p->weight.data<float>()));
+  pieces.push_back(segment_piece(optim::Segment{&full.get("fc.weight"), 0, 48, 0}, "m.", m.data()));
   load(LoadRequest{dir_, std::nullopt, pieces});
   ParamStore reference;
   reference.add("fc.weight", {8, 6}, {}, true);

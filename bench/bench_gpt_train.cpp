@@ -3,8 +3,8 @@
 // Builds a Trainer from a recipe string (12 layers, hidden 768, 12 heads, seq 256, vocab 50257
 // padded to 50304, tied embeddings, no dropout, AdamW, micro = global batch 8) over synthetic
 // random tokens, runs --warmup steps untimed and --steps timed, and prints one line per step and
-// a summary: tokens/s, TFLOP/s by Megatron's formula (training::megatron_flops_per_step), MFU
-// against the hardware peak for the precision (training::measure_cpu_peak, register-only loops;
+// a summary: tokens/s, TFLOP/s by Megatron's formula (planning::megatron_flops_per_step), MFU
+// against the hardware peak for the precision (planning::measure_cpu_peak, register-only loops;
 // the better of a measurement before and one after the run), the share of the measured GEMM rate,
 // and peak memory.
 // bench/pytorch_gpt.py runs the same model in PyTorch and prints the same summary;
@@ -234,7 +234,7 @@ int run(const Options& o) {
   // The hardware peak again after the run; MFU uses the better of the two, so a burst of load
   // from other processes during one measurement does not inflate MFU.
   const DType compute = o.precision == "bf16" ? DType::BF16 : DType::F32;
-  const double peak_end = training::measure_cpu_peak(compute).flops;
+  const double peak_end = planning::measure_cpu_peak(compute).flops;
   const training::ComputePeak& cp = trainer.compute_peak();
   const double peak = std::max(peak_start, peak_end);
   double total = 0;

@@ -114,9 +114,9 @@ BENCHMARK(BM_Gelu)
 // GFLOP/s counts the dense S x S work (4 S^2 Dh per head forward, 8 backward) also when causal,
 // so causal numbers show the effective rate including the skipped upper triangle.
 void BM_Attention(benchmark::State& state) {
-  const cpu::AttentionShape shape{256, 8, 12, 12, 64};
+  const megatron::kernels::AttentionShape shape{256, 8, 12, 12, 64};
   const bool causal = state.range(0) != 0, backward = state.range(2) != 0;
-  cpu::AttentionOptions opt{};
+  megatron::kernels::AttentionOptions opt{};
   opt.scale = 1.0f / std::sqrt(float(shape.Dh));
   opt.causal = causal;
   opt.dropout_p = float(state.range(1)) / 100.0f;
@@ -149,8 +149,8 @@ BENCHMARK(BM_Attention)
 // Args: flash, S. B=2, H=8, Dh=64.
 void BM_AttentionFlashVsUnfused(benchmark::State& state) {
   const bool flash = state.range(0) != 0;
-  const cpu::AttentionShape shape{state.range(1), 2, 8, 8, 64};
-  cpu::AttentionOptions opt{};
+  const megatron::kernels::AttentionShape shape{state.range(1), 2, 8, 8, 64};
+  megatron::kernels::AttentionOptions opt{};
   opt.scale = 1.0f / std::sqrt(float(shape.Dh));
   opt.causal = true;
   const int64_t tokens = shape.S * shape.B;
@@ -184,7 +184,7 @@ BENCHMARK(BM_AttentionFlashVsUnfused)
 void BM_CrossEntropy(benchmark::State& state) {
   const int64_t N = 2048, V = 50304;
   const bool backward = state.range(0) != 0;
-  const cpu::VocabSlice vs{V, 0, 50257};
+  const megatron::kernels::VocabSlice vs{V, 0, 50257};
   const auto logits = random_vector(N * V, 1, -5.0f, 5.0f);
   std::vector<int32_t> targets(N);
   for (int64_t n = 0; n < N; ++n) targets[n] = int32_t((n * 7919) % 50257);

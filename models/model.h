@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "megatron/core/tensor.h"
+#include "megatron/params/parameter.h"
 #include "megatron/transformer/context.h"
-#include "megatron/transformer/parameter.h"
 
 namespace megatron::models {
 

@@ -14,22 +14,9 @@
 // whatever the tensor-parallel split of the heads or the data-parallel split of the batch.
 #include <cstdint>
 
+#include "kernels/common/attention_shape.h"
+
 namespace megatron::kernels::cpu {
-
-struct AttentionShape {
-  int64_t S, B, H, G, Dh;
-  int64_t head_offset = 0;   // global index of local head 0 (tensor parallel)
-  int64_t total_heads = 0;   // global head count (0 means H)
-  int64_t batch_offset = 0;  // global index of local sample 0 (data parallel / micro-batching)
-};
-
-struct AttentionOptions {
-  float scale;  // usually 1/sqrt(Dh)
-  bool causal;
-  const uint8_t* key_mask = nullptr;
-  float dropout_p = 0.0f;
-  uint64_t seed = 0, stream = 0;
-};
 
 void attention_forward(const AttentionShape& shape, const AttentionOptions& opt, const float* qkv,
                        float* out, float* probs);

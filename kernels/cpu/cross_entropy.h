@@ -13,15 +13,10 @@
 // cross_entropy_forward does 1-3 for the single-device case.
 #include <cstdint>
 
+#include "kernels/common/vocab_slice.h"
 #include "megatron/core/dtype.h"
 
 namespace megatron::kernels::cpu {
-
-struct VocabSlice {
-  int64_t V_local;
-  int64_t vocab_start = 0;
-  int64_t valid_vocab;  // global count of real (non-padding) tokens
-};
 
 // Each takes fp32 or bf16 logits (bf16: read as stored, statistics in fp32, dlogits rounded once).
 void cross_entropy_row_max(const float* logits, int64_t N, const VocabSlice& vs, float* row_max);

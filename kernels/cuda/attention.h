@@ -24,13 +24,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/attention.h"  // AttentionShape, AttentionOptions (plain structs)
+#include "kernels/common/attention_shape.h"
 #include "kernels/cuda/gemm.h"
 
 namespace megatron::kernels::cuda {
-
-using cpu::AttentionOptions;
-using cpu::AttentionShape;
 
 // Workspace sizes in bytes for storage type T (element size `elem_bytes`).
 size_t attention_forward_workspace_bytes(const AttentionShape& shape, size_t elem_bytes);

@@ -15,11 +15,9 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/cross_entropy.h"  // VocabSlice (a plain struct shared with the CPU kernels)
+#include "kernels/common/vocab_slice.h"
 
 namespace megatron::kernels::cuda {
-
-using cpu::VocabSlice;
 
 template <typename T>
 void cross_entropy_row_max(const T* logits, int64_t N, const VocabSlice& vs, float* row_max,

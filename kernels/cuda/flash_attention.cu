@@ -8,8 +8,6 @@
 namespace megatron::kernels::cuda {
 namespace {
 
-using cpu::AttentionOptions;
-using cpu::AttentionShape;
 using detail::Carver;
 using detail::from_float;
 using detail::to_float;
@@ -410,11 +408,11 @@ void flash_attention_backward(const AttentionShape& s, const AttentionOptions& o
 }
 
 #define MT_INSTANTIATE(T)                                                                      \
-  template void flash_attention_forward<T>(const cpu::AttentionShape&,                         \
-                                           const cpu::AttentionOptions&, const T*, T*, float*, \
+  template void flash_attention_forward<T>(const kernels::AttentionShape&,                         \
+                                           const kernels::AttentionOptions&, const T*, T*, float*, \
                                            void*, cudaStream_t);                               \
-  template void flash_attention_backward<T>(const cpu::AttentionShape&,                        \
-                                            const cpu::AttentionOptions&, const T*, const T*,  \
+  template void flash_attention_backward<T>(const kernels::AttentionShape&,                        \
+                                            const kernels::AttentionOptions&, const T*, const T*,  \
                                             const float*, const T*, T*, void*, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)

@@ -26,7 +26,7 @@
 
 #include <string>
 
-#include "kernels/cpu/attention.h"
+#include "kernels/common/attention_shape.h"
 #include "megatron/core/dtype.h"
 
 namespace megatron::kernels::cuda {
@@ -39,21 +39,22 @@ struct FlashAttentionSupport {
 inline constexpr int64_t kFlashMaxHeadDim = 256;
 
 // Whether the fused path runs this problem: Dh in [1, 256], any dtype of F32/BF16/F16.
-FlashAttentionSupport flash_attention_support(const cpu::AttentionShape& shape,
-                                              const cpu::AttentionOptions& opt, DType dtype);
+FlashAttentionSupport flash_attention_support(const kernels::AttentionShape& shape,
+                                              const kernels::AttentionOptions& opt, DType dtype);
 
-size_t flash_attention_forward_workspace_bytes(const cpu::AttentionShape& shape);
-size_t flash_attention_backward_workspace_bytes(const cpu::AttentionShape& shape);
+size_t flash_attention_forward_workspace_bytes(const kernels::AttentionShape& shape);
+size_t flash_attention_backward_workspace_bytes(const kernels::AttentionShape& shape);
 
 // out [S, B, H, Dh] (T), lse [B, H, S] (fp32). Throws megatron::Error when unsupported.
 template <typename T>
-void flash_attention_forward(const cpu::AttentionShape& shape, const cpu::AttentionOptions& opt,
-                             const T* qkv, T* out, float* lse, void* workspace,
-                             cudaStream_t stream);
+void flash_attention_forward(const kernels::AttentionShape& shape,
+                             const kernels::AttentionOptions& opt, const T* qkv, T* out, float* lse,
+                             void* workspace, cudaStream_t stream);
 // Writes every element of dqkv.
 template <typename T>
-void flash_attention_backward(const cpu::AttentionShape& shape, const cpu::AttentionOptions& opt,
-                              const T* qkv, const T* out, const float* lse, const T* dout, T* dqkv,
-                              void* workspace, cudaStream_t stream);
+void flash_attention_backward(const kernels::AttentionShape& shape,
+                              const kernels::AttentionOptions& opt, const T* qkv, const T* out,
+                              const float* lse, const T* dout, T* dqkv, void* workspace,
+                              cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

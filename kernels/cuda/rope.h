@@ -10,11 +10,9 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/attention.h"  // AttentionShape (a plain struct shared with the CPU kernels)
+#include "kernels/common/attention_shape.h"
 
 namespace megatron::kernels::cuda {
-
-using cpu::AttentionShape;
 
 template <typename T>
 void rope_forward(const AttentionShape& shape, T* qkv, float theta, int64_t position_offset,

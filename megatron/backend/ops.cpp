@@ -110,7 +110,7 @@ void dispatch_float_storage(DType t, Fn&& fn) {
   if (t == DType::F16) fn.template operator()<fp16_t>();
 }
 
-void check_attention_shape(const cpu::AttentionShape& s, const Tensor& qkv, const char* op) {
+void check_attention_shape(const kernels::AttentionShape& s, const Tensor& qkv, const char* op) {
   MT_CHECK(s.G > 0 && s.H % s.G == 0, op, ": heads ", s.H, " not divisible by groups ", s.G);
   MT_CHECK(qkv.numel() == s.S * s.B * s.G * (s.H / s.G + 2) * s.Dh, op, ": qkv ", qkv.shape().str(),
            " does not match S=", s.S, " B=", s.B, " H=", s.H, " G=", s.G, " Dh=", s.Dh);
@@ -339,7 +339,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_sta
   f.finish();
 }
 
-void attention_forward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
+void attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
                        const Tensor& qkv, Tensor& out, Tensor& probs) {
   const char* op = "attention_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}, {&out, "out"}, {&probs, "probs"}});
@@ -356,7 +356,7 @@ void attention_forward(const cpu::AttentionShape& s, const cpu::AttentionOptions
   f.finish();
 }
 
-void attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
+void attention_backward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
                         const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv) {
   const char* op = "attention_backward";
   const Device dev =
@@ -375,7 +375,7 @@ void attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOption
   f.finish();
 }
 
-void flash_attention_forward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
+void flash_attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
                              const Tensor& qkv, Tensor& out, Tensor& lse) {
   const char* op = "flash_attention_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}});
@@ -391,9 +391,10 @@ void flash_attention_forward(const cpu::AttentionShape& s, const cpu::AttentionO
   f.finish();
 }
 
-void flash_attention_backward(const cpu::AttentionShape& s, const cpu::AttentionOptions& opt,
-                              const Tensor& qkv, const Tensor& out, const Tensor& lse,
-                              const Tensor& dout, Tensor& dqkv) {
+void flash_attention_backward(const kernels::AttentionShape& s,
+                              const kernels::AttentionOptions& opt, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, const Tensor& dout,
+                              Tensor& dqkv) {
   const char* op = "flash_attention_backward";
   const Device dev = device_of(
       op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
@@ -412,7 +413,7 @@ void flash_attention_backward(const cpu::AttentionShape& s, const cpu::Attention
   f.finish();
 }
 
-void rope_forward(const cpu::AttentionShape& s, Tensor& qkv, float theta, int64_t offset) {
+void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, float theta, int64_t offset) {
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
@@ -423,7 +424,7 @@ void rope_forward(const cpu::AttentionShape& s, Tensor& qkv, float theta, int64_
   f.finish();
 }
 
-void rope_backward(const cpu::AttentionShape& s, Tensor& dqkv, float theta, int64_t offset) {
+void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, float theta, int64_t offset) {
   const char* op = "rope_backward";
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);
@@ -477,8 +478,9 @@ void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, 
   f.finish();
 }
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const cpu::VocabSlice& vs,
-                           int32_t ignore_index, Tensor& loss, Tensor& lse) {
+void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                           const kernels::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
+                           Tensor& lse) {
   const char* op = "cross_entropy_forward";
   const Device dev =
       device_of(op, {{&logits, "logits"}, {&targets, "targets"}, {&loss, "loss"}, {&lse, "lse"}});
@@ -501,9 +503,9 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const cp
   f.finish();
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const cpu::VocabSlice& vs,
-                            int32_t ignore_index, const Tensor& lse, const Tensor& dloss,
-                            Tensor& dlogits) {
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                            const kernels::VocabSlice& vs, int32_t ignore_index, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits) {
   const char* op = "cross_entropy_backward";
   const Device dev = device_of(op, {{&logits, "logits"},
                                     {&targets, "targets"},
@@ -532,7 +534,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, const c
   f.finish();
 }
 
-void cross_entropy_row_max(const Tensor& logits, const cpu::VocabSlice& vs, Tensor& row_max) {
+void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max) {
   const char* op = "cross_entropy_row_max";
   const Device dev = device_of(op, {{&logits, "logits"}, {&row_max, "row_max"}});
   const int64_t n = rows_of(logits, vs.V_local);
@@ -549,8 +551,9 @@ void cross_entropy_row_max(const Tensor& logits, const cpu::VocabSlice& vs, Tens
   f.finish();
 }
 
-void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets, const cpu::VocabSlice& vs,
-                           const Tensor& row_max, Tensor& sum_exp, Tensor& target_logit) {
+void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
+                           const kernels::VocabSlice& vs, const Tensor& row_max, Tensor& sum_exp,
+                           Tensor& target_logit) {
   const char* op = "cross_entropy_sum_exp";
   const Device dev = device_of(op, {{&logits, "logits"},
                                     {&targets, "targets"},

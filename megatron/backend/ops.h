@@ -45,25 +45,23 @@ void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out);
 void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start, Tensor& dtable);
 
-void attention_forward(const kernels::cpu::AttentionShape& shape,
-                       const kernels::cpu::AttentionOptions& opt, const Tensor& qkv, Tensor& out,
-                       Tensor& probs);
-void attention_backward(const kernels::cpu::AttentionShape& shape,
-                        const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
-                        const Tensor& probs, const Tensor& dout, Tensor& dqkv);
+void attention_forward(const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,
+                       const Tensor& qkv, Tensor& out, Tensor& probs);
+void attention_backward(const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,
+                        const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv);
 // Fused (flash) attention, same semantics as attention_forward/backward
 // (kernels/cpu/flash_attention.h, kernels/cuda/flash_attention.h): forward saves lse [B, H, S]
 // (F32) instead of the [B, H, S, S] probabilities; backward recomputes them from qkv and lse.
-void flash_attention_forward(const kernels::cpu::AttentionShape& shape,
-                             const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
-                             Tensor& out, Tensor& lse);
-void flash_attention_backward(const kernels::cpu::AttentionShape& shape,
-                              const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+void flash_attention_forward(const kernels::AttentionShape& shape,
+                             const kernels::AttentionOptions& opt, const Tensor& qkv, Tensor& out,
+                             Tensor& lse);
+void flash_attention_backward(const kernels::AttentionShape& shape,
+                              const kernels::AttentionOptions& opt, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv);
-void rope_forward(const kernels::cpu::AttentionShape& shape, Tensor& qkv, float theta,
+void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv, float theta,
                   int64_t position_offset);
-void rope_backward(const kernels::cpu::AttentionShape& shape, Tensor& dqkv, float theta,
+void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv, float theta,
                    int64_t position_offset);
 
 // Inverted dropout (kernels/cpu/dropout.h): element i uses Philox(seed, stream) at
@@ -80,21 +78,20 @@ void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, 
 
 // logits [N, V_local]; targets int32 [N]; loss [N]; lse [N]
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                           const kernels::cpu::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
+                           const kernels::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
                            Tensor& lse);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                            const kernels::cpu::VocabSlice& vs, int32_t ignore_index,
-                            const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
+                            const kernels::VocabSlice& vs, int32_t ignore_index, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits);
 // The vocab-parallel forward in pieces (kernels/cpu/cross_entropy.h), for a caller that
 // all-reduces the per-row statistics over the tensor-parallel group in between:
 //   cross_entropy_row_max -> row_max [N]                     (then all-reduce MAX)
 //   cross_entropy_sum_exp -> sum_exp [N], target_logit [N]   (then all-reduce SUM both)
 //   cross_entropy_loss    -> loss [N] and lse [N] (= row_max + log(sum_exp), for backward)
-void cross_entropy_row_max(const Tensor& logits, const kernels::cpu::VocabSlice& vs,
-                           Tensor& row_max);
+void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max);
 void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
-                           const kernels::cpu::VocabSlice& vs, const Tensor& row_max,
-                           Tensor& sum_exp, Tensor& target_logit);
+                           const kernels::VocabSlice& vs, const Tensor& row_max, Tensor& sum_exp,
+                           Tensor& target_logit);
 void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
                         const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
                         Tensor& lse);

@@ -37,7 +37,7 @@
 #include "megatron/checkpoint/geometry.h"
 #include "megatron/core/tensor.h"
 #include "megatron/parallel/communicator.h"
-#include "megatron/transformer/parameter.h"
+#include "megatron/params/parameter.h"
 
 namespace megatron::checkpoint {
 

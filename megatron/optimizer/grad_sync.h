@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "megatron/parallel/communicator.h"
-#include "megatron/transformer/parameter.h"
+#include "megatron/params/parameter.h"
 
 namespace megatron::optim {
 

@@ -10,7 +10,7 @@
 
 #include "megatron/optimizer/grad_sync.h"
 #include "megatron/parallel/communicator.h"
-#include "megatron/transformer/parameter.h"
+#include "megatron/params/parameter.h"
 
 namespace megatron::optim {
 

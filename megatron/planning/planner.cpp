@@ -12,7 +12,7 @@
 
 #include "data/tokenizer.h"
 #include "megatron/core/error.h"
-#include "megatron/training/flops.h"
+#include "megatron/planning/flops.h"
 
 namespace megatron::planning {
 namespace {
@@ -446,10 +446,10 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   rep.fits = rep.memory().total <= cluster.gpu_memory_bytes;
 
   // FLOPs: the trainer's formula, then what recomputation adds.
-  const training::FlopsModel fm{d.L, d.D, d.H, d.G,      d.Dh,
+  const planning::FlopsModel fm{d.L, d.D, d.H, d.G,      d.Dh,
                                 d.F, d.S, V,   d.swiglu, d.experts_per_token()};
   const double gb_size = static_cast<double>(tr.global_batch_size);
-  rep.flops_per_step = training::megatron_flops_per_step(fm, tr.global_batch_size);
+  rep.flops_per_step = planning::megatron_flops_per_step(fm, tr.global_batch_size);
   const double logits_flops = 6.0 * gb_size * static_cast<double>(d.S * d.D) * V;
   rep.hardware_flops_per_step = rep.flops_per_step;
   if (tr.recompute == "full")
@@ -944,7 +944,7 @@ int run_plan_cli(const std::vector<std::string>& args, std::ostream& out, std::o
       const double per_node = static_cast<double>(cluster.gpus_per_node);
       if (!a.gpu_tflops && recipe.cluster.gpu_tflops <= 0 && recipe.training.peak_tflops <= 0) {
         const DType compute = recipe.training.precision == "bf16" ? DType::BF16 : DType::F32;
-        cluster.gpu_tflops = training::measure_cpu_peak(compute).flops / 1e12 / per_node;
+        cluster.gpu_tflops = planning::measure_cpu_peak(compute).flops / 1e12 / per_node;
         notes.push_back("peak: this CPU's measured hardware peak (" +
                         std::string(compute == DType::BF16 ? "bf16" : "fp32") +
                         "), shared by the " + std::to_string(cluster.gpus_per_node) +

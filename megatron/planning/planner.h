@@ -50,7 +50,7 @@
 //     buffers, the rematerialised layer; cuda adds a 2 GB runtime reserve (context, NCCL,
 //     cuBLAS workspace, fragmentation).
 //
-// FLOPs per step: megatron_flops_per_step (megatron/training/flops.h), exactly the trainer's.
+// FLOPs per step: megatron_flops_per_step (megatron/planning/flops.h), exactly the trainer's.
 // Recompute adds hardware FLOPs: full +1 forward of the layers (~ +1/3), selective + the forward
 // of the attention core (4 b s^2 L H d per micro-batch).
 //

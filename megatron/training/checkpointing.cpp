@@ -16,7 +16,7 @@
 
 #include "megatron/backend/ops.h"
 #include "megatron/checkpoint/checkpoint.h"
-#include "megatron/checkpoint/pieces.h"
+#include "megatron/training/checkpoint_pieces.h"
 #include "megatron/training/trainer.h"
 
 namespace megatron::training {
@@ -127,17 +127,16 @@ void Trainer::save_checkpoint(int64_t iteration) {
   if (dp_rank_ == 0)
     for (Parameter* p : store_.params())
       if (!p->shared_copy)
-        req.pieces.push_back(ckpt::param_piece(*p, "model/", host.weights + p->offset));
+        req.pieces.push_back(param_piece(*p, "model/", host.weights + p->offset));
   if (write_segments) {
     for (const optim::Segment& s : optimizer_->segments()) {
       if (s.param->shared_copy) continue;
       if (mixed)
-        req.pieces.push_back(
-            ckpt::segment_piece(s, "master/", host.masters + s.param->offset + s.begin));
-      req.pieces.push_back(ckpt::segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
+        req.pieces.push_back(segment_piece(s, "master/", host.masters + s.param->offset + s.begin));
+      req.pieces.push_back(segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
       if (host.exp_avg_sq != nullptr)
         req.pieces.push_back(
-            ckpt::segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
+            segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
     }
   }
   const int64_t consumed = sample_offset_ + iteration * recipe_.training.global_batch_size;
@@ -242,19 +241,19 @@ int64_t Trainer::load_checkpoint() {
                  absent.size(), " parameter(s) of this model: ", join(absent),
                  " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
   for (Parameter* p : store_.params())
-    if (!absent.count(p->name)) request(ckpt::param_piece(*p, "model/", host.weights + p->offset));
+    if (!absent.count(p->name)) request(param_piece(*p, "model/", host.weights + p->offset));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (absent.count(s.param->name)) continue;
     if (mixed) {
       const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
-      request(ckpt::segment_piece(s, prefix, host.masters + s.param->offset + s.begin));
+      request(segment_piece(s, prefix, host.masters + s.param->offset + s.begin));
     }
     if (weights_only) continue;
     MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path, ": no optimizer state for '",
                    s.param->name, "' (set checkpoint.finetune: true to load the weights only)");
-    request(ckpt::segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
+    request(segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
     if (host.exp_avg_sq != nullptr)
-      request(ckpt::segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
+      request(segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
   }
   // Tensors of the checkpoint that no rank uses: an error listing them (e.g. a 2-layer
   // checkpoint loaded into a 1-layer model), or with checkpoint.strict: false, named and skipped.

@@ -4,7 +4,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
-#include "megatron/training/flops.h"
+#include "megatron/planning/flops.h"
 
 namespace megatron::training {
 
@@ -20,7 +20,7 @@ ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recip
     p.cpu = cpu.str();
     p.isa = f.isa_list();
     p.gemm_path = kernels::cpu::gemm_path();
-    p.gemm_flops = measure_cpu_gemm_flops(compute_dtype);
+    p.gemm_flops = planning::measure_cpu_gemm_flops(compute_dtype);
     if (compute_dtype != DType::F32 && !kernels::cpu::native_bf16_gemm())
       p.note = "note: " + std::string(dtype_name(compute_dtype)) +
                " runs widened to fp32 on this CPU (" +
@@ -35,7 +35,7 @@ ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recip
     p.peak_flops = cluster_tflops * 1e12;
     p.peak_source = "cluster.gpu_tflops";
   } else {
-    const kernels::cpu::PeakFlops hw = measure_cpu_peak(compute_dtype);
+    const kernels::cpu::PeakFlops hw = planning::measure_cpu_peak(compute_dtype);
     p.peak_flops = hw.flops;
     p.peak_isa = hw.isa;
     p.peak_source = "measured hardware peak";

@@ -112,12 +112,13 @@ models::GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_
   return s;
 }
 
-FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab) {
-  return FlopsModel{t.num_layers, t.hidden,     t.heads,      t.query_groups, t.head_dim(),
-                    t.ffn,        t.seq_length, padded_vocab, t.swiglu,       1};
+planning::FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab) {
+  return planning::FlopsModel{t.num_layers, t.hidden, t.heads,      t.query_groups,
+                              t.head_dim(), t.ffn,    t.seq_length, padded_vocab,
+                              t.swiglu,     1};
 }
 
-FlopsModel flops_model_from_spec(const models::GPTSpec& s) {
+planning::FlopsModel flops_model_from_spec(const models::GPTSpec& s) {
   return flops_model_from_spec(s.transformer, s.padded_vocab_size);
 }
 
@@ -175,7 +176,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   dp_rank_ = dp_->rank();
   num_micro_ = recipe_.num_microbatches(world_->size());
 
-  const FlopsModel flops_model = build_model(tokenizer_vocab);
+  const planning::FlopsModel flops_model = build_model(tokenizer_vocab);
   vocab_size_ = model_vocab(recipe_, tokenizer_vocab);
   padded_vocab_ = flops_model.padded_vocab;
   const bool distributed = recipe_.optimizer.distributed && dp_size_ > 1;
@@ -206,7 +207,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   schedule_.decay_iters = o.schedule.decay_iters.value_or(tr.train_iters);
   schedule_.decay = optim::parse_decay(o.schedule.decay);
 
-  flops_per_step_ = megatron_flops_per_step(flops_model, tr.global_batch_size);
+  flops_per_step_ = planning::megatron_flops_per_step(flops_model, tr.global_batch_size);
   // The peak for MFU: the recipe's training.peak_tflops, on a GPU the cluster section's
   // gpu_tflops, on the CPU the hardware peak measured for the compute dtype.
   peak_ = ComputePeak::decide(device_, model_dtype, tr.peak_tflops, recipe_.cluster.gpu_tflops);
@@ -242,7 +243,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
 
 Trainer::~Trainer() = default;
 
-FlopsModel Trainer::build_model(int64_t tokenizer_vocab) {
+planning::FlopsModel Trainer::build_model(int64_t tokenizer_vocab) {
   const bool bert = recipe_.model.arch == "bert";
   std::optional<models::GPTSpec> gpt;
   std::optional<models::BertSpec> bert_spec;

@@ -16,9 +16,9 @@
 #include "megatron/optimizer/loss_scaler.h"
 #include "megatron/optimizer/lr_schedule.h"
 #include "megatron/optimizer/optimizer.h"
+#include "megatron/planning/flops.h"
 #include "megatron/training/batch_source.h"
 #include "megatron/training/compute_peak.h"
-#include "megatron/training/flops.h"
 #include "megatron/training/pipeline_runtime.h"
 #include "megatron/training/tensorboard.h"
 #include "models/gpt/gpt_model.h"
@@ -59,8 +59,8 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& recipe, int64
 DType model_dtype_of(const config::TrainingConfig& training);
 models::GPTSpec gpt_spec_from_recipe(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                      int64_t tp_size);
-FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab);
-FlopsModel flops_model_from_spec(const models::GPTSpec& spec);
+planning::FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab);
+planning::FlopsModel flops_model_from_spec(const models::GPTSpec& spec);
 
 // The process groups the trainer uses (from the mesh; all of size one for a single process).
 struct TrainerGroups {
@@ -123,7 +123,7 @@ class Trainer {
   bool should_stop(double elapsed_minutes);
   bool fp16_gradient_overflow();
   // Builds this rank's chunks (virtual pipeline stages); returns the FLOPs model.
-  FlopsModel build_model(int64_t tokenizer_vocab);
+  planning::FlopsModel build_model(int64_t tokenizer_vocab);
   // The LM/aux target counts of the global batch made of these (this rank's) micro-batches.
   std::pair<double, double> global_target_counts(const std::vector<models::MicroBatch>& batches);
   void reduce_tied_embedding_grads();

@@ -28,9 +28,8 @@ void SelfAttention::collect_params(std::vector<Parameter*>& out) const {
   proj_->collect_params(out);
 }
 
-kernels::cpu::AttentionShape SelfAttention::shape(int64_t S, int64_t B,
-                                                  int64_t batch_offset) const {
-  kernels::cpu::AttentionShape s;
+kernels::AttentionShape SelfAttention::shape(int64_t S, int64_t B, int64_t batch_offset) const {
+  kernels::AttentionShape s;
   s.S = S;
   s.B = B;
   s.H = local_heads_;
@@ -42,9 +41,9 @@ kernels::cpu::AttentionShape SelfAttention::shape(int64_t S, int64_t B,
   return s;
 }
 
-kernels::cpu::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
-                                                      const uint8_t* key_mask) const {
-  kernels::cpu::AttentionOptions o;
+kernels::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
+                                                 const uint8_t* key_mask) const {
+  kernels::AttentionOptions o;
   o.scale = 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
   o.causal = spec_.causal;
   o.key_mask = key_mask;
@@ -56,15 +55,15 @@ kernels::cpu::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
 
 Tensor& SelfAttention::probs_of(State& s) const { return shared_probs_ ? *shared_probs_ : s.probs; }
 
-void SelfAttention::recompute_probs(State& s, const kernels::cpu::AttentionShape& as,
-                                    const kernels::cpu::AttentionOptions& ao) const {
+void SelfAttention::recompute_probs(State& s, const kernels::AttentionShape& as,
+                                    const kernels::AttentionOptions& ao) const {
   // Same qkv (after rope), options and dropout stream as the forward: the same values.
   ops::attention_forward(as, ao, s.qkv_out, ensure(s.d_attn, s.attn_out.shape(), act()),
                          ensure(probs_of(s), {as.B, as.H, as.S, as.S}));
 }
 
-void SelfAttention::core_forward(State& s, const kernels::cpu::AttentionShape& as,
-                                 const kernels::cpu::AttentionOptions& ao) const {
+void SelfAttention::core_forward(State& s, const kernels::AttentionShape& as,
+                                 const kernels::AttentionOptions& ao) const {
   Tensor& out = ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act());
   if (spec_.flash_attention)
     ops::flash_attention_forward(as, ao, s.qkv_out, out, ensure(s.lse, {as.B, as.H, as.S}));
@@ -72,8 +71,8 @@ void SelfAttention::core_forward(State& s, const kernels::cpu::AttentionShape& a
     ops::attention_forward(as, ao, s.qkv_out, out, ensure(probs_of(s), {as.B, as.H, as.S, as.S}));
 }
 
-void SelfAttention::core_backward(State& s, const kernels::cpu::AttentionShape& as,
-                                  const kernels::cpu::AttentionOptions& ao) const {
+void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
+                                  const kernels::AttentionOptions& ao) const {
   // (Unfused under selective recompute: the probabilities were recomputed before the projection
   // backward, which then overwrote recompute_probs' scratch s.d_attn with the real gradient.)
   Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act());

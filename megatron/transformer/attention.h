@@ -8,7 +8,7 @@
 // recomputed from the saved qkv before the backward.
 #include <memory>
 
-#include "kernels/cpu/attention.h"
+#include "kernels/common/attention_shape.h"
 #include "megatron/transformer/submodules.h"
 
 namespace megatron {
@@ -34,16 +34,16 @@ class SelfAttention final : public AttentionLayer {
   // Where the attention probabilities of state s live (the shared buffer under selective).
   Tensor& probs_of(State& s) const;
   // Selective recompute: the probabilities again from s.qkv_out (s.d_attn as scratch output).
-  void recompute_probs(State& s, const kernels::cpu::AttentionShape& as,
-                       const kernels::cpu::AttentionOptions& ao) const;
+  void recompute_probs(State& s, const kernels::AttentionShape& as,
+                       const kernels::AttentionOptions& ao) const;
   // The core (unfused or flash) from s.qkv_out into s.attn_out, and its backward from
   // s.d_attn into s.d_qkv.
-  void core_forward(State& s, const kernels::cpu::AttentionShape& as,
-                    const kernels::cpu::AttentionOptions& ao) const;
-  void core_backward(State& s, const kernels::cpu::AttentionShape& as,
-                     const kernels::cpu::AttentionOptions& ao) const;
-  kernels::cpu::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
-  kernels::cpu::AttentionOptions options(const MicroBatchInfo& mb, const uint8_t* key_mask) const;
+  void core_forward(State& s, const kernels::AttentionShape& as,
+                    const kernels::AttentionOptions& ao) const;
+  void core_backward(State& s, const kernels::AttentionShape& as,
+                     const kernels::AttentionOptions& ao) const;
+  kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
+  kernels::AttentionOptions options(const MicroBatchInfo& mb, const uint8_t* key_mask) const;
   // The full sequence length of a branch input of local_seq rows.
   int64_t full_seq(int64_t local_seq) const { return sp_ ? local_seq * tp_->size() : local_seq; }
   DType act() const { return spec_.activation_dtype; }

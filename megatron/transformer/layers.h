@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "megatron/parallel/communicator.h"
+#include "megatron/params/parameter.h"
 #include "megatron/transformer/context.h"
-#include "megatron/transformer/parameter.h"
 
 namespace megatron {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "megatron/parallel/communicator.h"
+#include "megatron/params/parameter.h"
 #include "megatron/transformer/context.h"
-#include "megatron/transformer/parameter.h"
 #include "megatron/transformer/transformer_spec.h"
 
 namespace megatron {

@@ -4,11 +4,11 @@
 
 namespace megatron {
 
-kernels::cpu::VocabSlice vocab_slice(int64_t padded_vocab, int64_t valid_vocab,
-                                     const parallel::Communicator& tp) {
+kernels::VocabSlice vocab_slice(int64_t padded_vocab, int64_t valid_vocab,
+                                const parallel::Communicator& tp) {
   MT_CHECK(padded_vocab % tp.size() == 0, "padded vocab ", padded_vocab,
            " not divisible by tensor parallel size ", tp.size());
-  kernels::cpu::VocabSlice vs;
+  kernels::VocabSlice vs;
   vs.V_local = padded_vocab / tp.size();
   vs.vocab_start = vs.V_local * tp.rank();
   vs.valid_vocab = valid_vocab;
@@ -16,7 +16,7 @@ kernels::cpu::VocabSlice vocab_slice(int64_t padded_vocab, int64_t valid_vocab,
 }
 
 void vocab_parallel_cross_entropy(const Tensor& logits, const Tensor& labels,
-                                  const kernels::cpu::VocabSlice& vs, int32_t ignore_index,
+                                  const kernels::VocabSlice& vs, int32_t ignore_index,
                                   parallel::Communicator& tp, Tensor& losses, Tensor& lse) {
   if (tp.size() == 1) {
     ops::cross_entropy_forward(logits, labels, vs, ignore_index, losses, lse);

@@ -23,7 +23,7 @@ int64_t params_end(const std::vector<Parameter*>& params) {
 }
 
 // The sentence-pair classifier: two classes, replicated (not vocab-parallel).
-constexpr kernels::cpu::VocabSlice kTwoClasses{2, 0, 2};
+constexpr kernels::VocabSlice kTwoClasses{2, 0, 2};
 
 }  // namespace
 
@@ -266,7 +266,7 @@ double BertModel::lm_head_forward(BertActivations& a, const MicroBatch& mb, cons
                                                   ensure(a.head_full, {S, B, D}, act_dtype()));
     hn = &a.head_full;
   }
-  const kernels::cpu::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
+  const kernels::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
   Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype());
   ops::linear_forward(*hn, word_embed_->table().weight, &output_bias_->weight, logits);
   vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, ensure(a.losses, {N}),
@@ -294,7 +294,7 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
                                  Tensor& d_hidden) const {
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   const int64_t N = S * B, Sl = d_hidden.dim(0);
-  const kernels::cpu::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
+  const kernels::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
   fill(ensure(a.dlosses, {N}), weight);
   // d(logits) overwrites the logits buffer.
   ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, a.dlosses, a.logits);

@@ -11,7 +11,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/cross_entropy.h"
+#include "kernels/common/vocab_slice.h"
 #include "megatron/transformer/block.h"
 #include "models/model.h"
 

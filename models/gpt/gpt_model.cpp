@@ -58,7 +58,7 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
   }
 }
 
-kernels::cpu::VocabSlice GPTModel::vocab_slice() const {
+kernels::VocabSlice GPTModel::vocab_slice() const {
   return megatron::vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
 }
 
@@ -128,7 +128,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   if (!stage_.post_process) return {};
 
   final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}, act_dtype()));
-  const kernels::cpu::VocabSlice vs = vocab_slice();
+  const kernels::VocabSlice vs = vocab_slice();
   Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype());
   if (lm_head_) {
     lm_head_->forward(a.lm_head, a.final_out, logits);
@@ -169,7 +169,7 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype());
   Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype());
   if (stage_.post_process) {
-    const kernels::cpu::VocabSlice vs = vocab_slice();
+    const kernels::VocabSlice vs = vocab_slice();
     Tensor& dl = ensure(a.dlosses, {N});
     fill_value(dl, weights.lm);
     // d(logits) overwrites the logits buffer.

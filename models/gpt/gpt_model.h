@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "kernels/cpu/cross_entropy.h"
+#include "kernels/common/vocab_slice.h"
 #include "megatron/transformer/block.h"
 #include "models/model.h"
 
@@ -68,7 +68,7 @@ class GPTModel final : public Model {
   const GPTSpec& spec() const { return spec_; }
 
  private:
-  kernels::cpu::VocabSlice vocab_slice() const;
+  kernels::VocabSlice vocab_slice() const;
   bool sp() const { return spec_.transformer.sequence_parallel && tp_->size() > 1; }
   DType act_dtype() const { return spec_.transformer.activation_dtype; }
   ActivationSlice slice(const MicroBatch& mb, int64_t local_seq) const;

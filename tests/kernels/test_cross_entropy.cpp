@@ -13,7 +13,6 @@
 namespace megatron::kernels {
 namespace {
 
-using cpu::VocabSlice;
 using testing::all_close;
 using testing::nan_vector;
 using testing::random_vector;

@@ -16,8 +16,6 @@
 namespace megatron::kernels {
 namespace {
 
-using cpu::AttentionOptions;
-using cpu::AttentionShape;
 using testing::all_close;
 using testing::nan_vector;
 using testing::random_vector;

@@ -10,7 +10,6 @@
 namespace megatron::kernels {
 namespace {
 
-using cpu::AttentionShape;
 using testing::all_close;
 using testing::random_vector;
 

@@ -12,12 +12,14 @@
 #include <fstream>
 
 #include "megatron/checkpoint/checkpoint.h"
-#include "megatron/checkpoint/pieces.h"
+#include "megatron/training/checkpoint_pieces.h"
 
 namespace megatron::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
+using training::param_piece;
+using training::segment_piece;
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 

@@ -421,7 +421,7 @@ TYPED_TEST(CudaOps, Embedding) {
 TYPED_TEST(CudaOps, Rope) {
   REQUIRE_GPU();
   using T = TypeParam;
-  kp::AttentionShape s{5, 3, 6, 2, 32};
+  megatron::kernels::AttentionShape s{5, 3, 6, 2, 32};
   const int64_t n = s.S * s.B * (s.H + 2 * s.G) * s.Dh;
   const auto qkv = rounded<T>(randn(n, 19));
   std::vector<float> fwd = qkv, bwd = qkv;
@@ -439,8 +439,9 @@ TYPED_TEST(CudaOps, CrossEntropy) {
   using T = TypeParam;
   const int64_t N = 41;
   // A middle vocab shard [64, 64 + 96) of a vocabulary with 150 real tokens (columns >= 150 pad).
-  for (const kp::VocabSlice vs :
-       {kp::VocabSlice{200, 0, 150}, kp::VocabSlice{96, 64, 150}, kp::VocabSlice{96, 128, 150}}) {
+  for (const megatron::kernels::VocabSlice vs :
+       {megatron::kernels::VocabSlice{200, 0, 150}, megatron::kernels::VocabSlice{96, 64, 150},
+        megatron::kernels::VocabSlice{96, 128, 150}}) {
     const int32_t ignore = -100;
     std::mt19937 rng(20);
     std::uniform_int_distribution<int32_t> tgt(0, 149);
@@ -523,7 +524,7 @@ TYPED_TEST(CudaOps, BiasGrad) {
 // ---- attention --------------------------------------------------------------------------------
 
 struct AttnCase {
-  kp::AttentionShape shape;
+  megatron::kernels::AttentionShape shape;
   bool causal;
   bool key_mask;
   float dropout;
@@ -531,7 +532,7 @@ struct AttnCase {
 
 template <typename T>
 void check_attention(const AttnCase& c) {
-  const kp::AttentionShape& s = c.shape;
+  const megatron::kernels::AttentionShape& s = c.shape;
   const int64_t n_qkv = s.S * s.B * (s.H + 2 * s.G) * s.Dh, n_out = s.S * s.B * s.H * s.Dh;
   const int64_t n_probs = s.B * s.H * s.S * s.S;
   const auto qkv = rounded<T>(randn(n_qkv, 29));
@@ -539,7 +540,7 @@ void check_attention(const AttnCase& c) {
   std::vector<uint8_t> mask(s.B * s.S, 1);
   for (int64_t j = 0; j < s.S; j += 3) mask[j] = 0;                            // sample 0: holes
   for (int64_t j = 0; j < s.S && s.B > 1; ++j) mask[s.S + j] = j < 2 ? 0 : 1;  // sample 1: a prefix
-  kp::AttentionOptions opt;
+  megatron::kernels::AttentionOptions opt;
   opt.scale = 1.0f / std::sqrt(float(s.Dh));
   opt.causal = c.causal;
   opt.key_mask = c.key_mask ? mask.data() : nullptr;
@@ -551,7 +552,7 @@ void check_attention(const AttnCase& c) {
   kp::attention_backward(s, opt, qkv.data(), probs.data(), dout.data(), dqkv.data());
 
   DevRaw<uint8_t> dmask(mask);
-  kp::AttentionOptions gopt = opt;
+  megatron::kernels::AttentionOptions gopt = opt;
   gopt.key_mask = c.key_mask ? dmask.p() : nullptr;
   Dev<T> dqkv_in(qkv), dout_dev(dout), dres(n_out), ddqkv(n_qkv);
   Dev<float> dprobs(n_probs);
@@ -589,8 +590,8 @@ TYPED_TEST(CudaOps, AttentionUnfusedMatchesCpu) {
 
 TEST(CudaKernels, FlashAttentionReportsWhatIsMissing) {
   // Host-only: the support query names the missing piece (no GPU needed).
-  const kp::AttentionShape s{128, 1, 4, 4, 64};
-  kp::AttentionOptions opt;
+  const megatron::kernels::AttentionShape s{128, 1, 4, 4, 64};
+  megatron::kernels::AttentionOptions opt;
   opt.scale = 0.125f;
   opt.causal = true;
   const kc::FlashAttentionSupport support = kc::flash_attention_support(s, opt, DType::BF16);
@@ -602,8 +603,8 @@ TEST(CudaKernels, FlashAttentionReportsWhatIsMissing) {
 
 TEST(CudaKernels, FlashAttentionMatchesUnfused) {
   REQUIRE_GPU();
-  const kp::AttentionShape s{128, 2, 4, 2, 64};
-  kp::AttentionOptions opt;
+  const megatron::kernels::AttentionShape s{128, 2, 4, 2, 64};
+  megatron::kernels::AttentionOptions opt;
   opt.scale = 0.125f;
   opt.causal = true;
   const kc::FlashAttentionSupport support = kc::flash_attention_support(s, opt, DType::BF16);

@@ -325,7 +325,7 @@ TEST_P(CudaVsCpuOps, Embedding) {
 }
 
 struct AttentionCase {
-  kp::AttentionShape shape;
+  kernels::AttentionShape shape;
   bool causal, key_mask;
   float dropout;
 };
@@ -333,7 +333,7 @@ struct AttentionCase {
 class CudaVsCpuAttention : public CudaVsCpuOps {
  protected:
   void run_attention(const AttentionCase& c) {
-    const kp::AttentionShape& s = c.shape;
+    const kernels::AttentionShape& s = c.shape;
     const int64_t n_qkv = s.S * s.B * s.G * (s.H / s.G + 2) * s.Dh, n_out = s.S * s.B * s.H * s.Dh;
     const auto qkv = rnd(n_qkv, 51), dout = rnd(n_out, 52);
     std::vector<uint8_t> mask(s.B * s.S, 1);
@@ -342,7 +342,7 @@ class CudaVsCpuAttention : public CudaVsCpuOps {
     compare(
         [&](const Backend& be) {
           Tensor tmask = be.bytes(mask);  // on the run's device, as the kernels need
-          kp::AttentionOptions opt;
+          kernels::AttentionOptions opt;
           opt.scale = 1.0f / std::sqrt(float(s.Dh));
           opt.causal = c.causal;
           opt.key_mask = c.key_mask ? static_cast<const uint8_t*>(tmask.raw()) : nullptr;
@@ -376,7 +376,7 @@ TEST_P(CudaVsCpuAttention, MultiQueryPaddedDropout) {
 class CudaVsCpuFlashAttention : public CudaVsCpuOps {
  protected:
   void run_flash(const AttentionCase& c) {
-    const kp::AttentionShape& s = c.shape;
+    const kernels::AttentionShape& s = c.shape;
     const int64_t n_qkv = s.S * s.B * s.G * (s.H / s.G + 2) * s.Dh, n_out = s.S * s.B * s.H * s.Dh;
     const auto qkv = rnd(n_qkv, 61), dout = rnd(n_out, 62);
     std::vector<uint8_t> mask(s.B * s.S, 1);
@@ -385,7 +385,7 @@ class CudaVsCpuFlashAttention : public CudaVsCpuOps {
     compare(
         [&](const Backend& be) {
           Tensor tmask = be.bytes(mask);
-          kp::AttentionOptions opt;
+          kernels::AttentionOptions opt;
           opt.scale = 1.0f / std::sqrt(float(s.Dh));
           opt.causal = c.causal;
           opt.key_mask = c.key_mask ? static_cast<const uint8_t*>(tmask.raw()) : nullptr;
@@ -436,7 +436,7 @@ TEST_P(CudaVsCpuFlashAttention, CausalPaddedDh256) {
 TEST_P(CudaVsCpuFlashAttention, OddHeadDim) { run_flash({{41, 2, 3, 3, 40}, true, true, 0}); }
 
 TEST_P(CudaVsCpuOps, Rope) {
-  const kp::AttentionShape s{11, 2, 4, 2, 32};
+  const kernels::AttentionShape s{11, 2, 4, 2, 32};
   const int64_t n = s.S * s.B * s.G * (s.H / s.G + 2) * s.Dh;
   const auto qkv = rnd(n, 61), dqkv = rnd(n, 62);
   compare([&](const Backend& be) {
@@ -496,7 +496,7 @@ TEST_P(CudaVsCpuOps, CrossEntropy) {
   const int64_t n = 10, v = 50;
   const auto logits = rnd(n * v, 81, 3.0f), dloss = rnd(n, 82);
   // Whole vocabulary (3 padding columns) and the second half of a vocab-parallel split.
-  const kp::VocabSlice whole{v, 0, 47}, shard{v, 50, 97};
+  const kernels::VocabSlice whole{v, 0, 47}, shard{v, 50, 97};
   const std::vector<int32_t> targets = {0, 46, 3, -100, 20, 20, 9, 33, 1, 45};
   const std::vector<int32_t> shard_targets = {50, 96, 3, -100, 70, 20, 59, 83, 1, 45};
   compare([&](const Backend& be) {
@@ -683,9 +683,9 @@ TEST(CudaTensor, ZerosToSelfAndMemoryStats) {
 
 TEST(CudaTensor, KeyMaskOnTheHostIsRejected) {
   if (!device_available(Device::CUDA)) GTEST_SKIP() << "no CUDA backend or no GPU here";
-  const kp::AttentionShape s{4, 1, 2, 2, 8};
+  const kernels::AttentionShape s{4, 1, 2, 2, 8};
   std::vector<uint8_t> mask(4, 1);
-  kp::AttentionOptions opt;
+  kernels::AttentionOptions opt;
   opt.scale = 0.3f;
   opt.causal = true;
   opt.key_mask = mask.data();  // host memory

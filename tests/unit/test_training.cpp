@@ -56,11 +56,11 @@ TEST(LRSchedule, WarmupThenCosineToMin) {
 TEST(Flops, MatchesMegatronFormulaByHand) {
   // GPT-2 124M at seq 1024, vocab 50304, batch 1:
   // 72 * B * s * l * h^2 * (1 + s/(6h) + V/(12 l h)) for standard MHA and 4h FFN.
-  training::FlopsModel m{12, 768, 12, 12, 64, 3072, 1024, 50304, false, 1};
+  planning::FlopsModel m{12, 768, 12, 12, 64, 3072, 1024, 50304, false, 1};
   const double h = 768, s = 1024, l = 12, V = 50304;
   const double expected = 72.0 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
-  EXPECT_NEAR(training::megatron_flops_per_step(m, 1) / expected, 1.0, 1e-12);
-  EXPECT_NEAR(training::megatron_flops_per_step(m, 8) / expected, 8.0, 1e-12);
+  EXPECT_NEAR(planning::megatron_flops_per_step(m, 1) / expected, 1.0, 1e-12);
+  EXPECT_NEAR(planning::megatron_flops_per_step(m, 8) / expected, 8.0, 1e-12);
 }
 
 // A learnable synthetic corpus: sample i is the sequence (i + t) mod 11 ...

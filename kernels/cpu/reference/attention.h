@@ -5,9 +5,6 @@
 
 namespace megatron::kernels::ref {
 
-using cpu::AttentionOptions;
-using cpu::AttentionShape;
-
 void attention_forward(const AttentionShape& shape, const AttentionOptions& opt, const float* qkv,
                        float* out, float* probs);
 void attention_backward(const AttentionShape& shape, const AttentionOptions& opt, const float* qkv,

@@ -6,8 +6,6 @@
 
 namespace megatron::kernels::ref {
 
-using cpu::VocabSlice;
-
 void cross_entropy_row_max(const float* logits, int64_t N, const VocabSlice& vs, float* row_max);
 void cross_entropy_sum_exp(const float* logits, const int32_t* targets, int64_t N,
                            const VocabSlice& vs, const float* row_max, float* sum_exp,

@@ -7,8 +7,6 @@
 
 namespace megatron::kernels::ref {
 
-using cpu::AttentionShape;
-
 void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset);
 void rope_backward(const AttentionShape& shape, float* dqkv, float theta, int64_t position_offset);
 

@@ -283,9 +283,8 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_sta
   });
 }
 
-void attention_forward(const kernels::cpu::AttentionShape& s,
-                       const kernels::cpu::AttentionOptions& opt, const Tensor& qkv, Tensor& out,
-                       Tensor& probs) {
+void attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                       const Tensor& qkv, Tensor& out, Tensor& probs) {
   const char* op = "attention_forward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -297,9 +296,8 @@ void attention_forward(const kernels::cpu::AttentionShape& s,
   });
 }
 
-void attention_backward(const kernels::cpu::AttentionShape& s,
-                        const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
-                        const Tensor& probs, const Tensor& dout, Tensor& dqkv) {
+void attention_backward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                        const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv) {
   const char* op = "attention_backward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -311,9 +309,8 @@ void attention_backward(const kernels::cpu::AttentionShape& s,
   });
 }
 
-void flash_attention_forward(const kernels::cpu::AttentionShape& s,
-                             const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
-                             Tensor& out, Tensor& lse) {
+void flash_attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                             const Tensor& qkv, Tensor& out, Tensor& lse) {
   const char* op = "flash_attention_forward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -324,8 +321,8 @@ void flash_attention_forward(const kernels::cpu::AttentionShape& s,
   });
 }
 
-void flash_attention_backward(const kernels::cpu::AttentionShape& s,
-                              const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+void flash_attention_backward(const kernels::AttentionShape& s,
+                              const kernels::AttentionOptions& opt, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv) {
   const char* op = "flash_attention_backward";
@@ -339,14 +336,14 @@ void flash_attention_backward(const kernels::cpu::AttentionShape& s,
   });
 }
 
-void rope_forward(const kernels::cpu::AttentionShape& s, Tensor& qkv, float theta,
+void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, float theta,
                   int64_t position_offset) {
   with_storage_type(qkv.dtype(), "rope_forward", "qkv", [&]<typename T>() {
     kc::rope_forward<T>(s, ptr<T>(qkv), theta, position_offset, stream());
   });
 }
 
-void rope_backward(const kernels::cpu::AttentionShape& s, Tensor& dqkv, float theta,
+void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, float theta,
                    int64_t position_offset) {
   with_storage_type(dqkv.dtype(), "rope_backward", "dqkv", [&]<typename T>() {
     kc::rope_backward<T>(s, ptr<T>(dqkv), theta, position_offset, stream());
@@ -383,7 +380,7 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint
 }
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                           const kernels::cpu::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
+                           const kernels::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
                            Tensor& lse) {
   const char* op = "cross_entropy_forward";
   expect(op, loss, "loss", DType::F32);
@@ -395,8 +392,8 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                            const kernels::cpu::VocabSlice& vs, int32_t ignore_index,
-                            const Tensor& lse, const Tensor& dloss, Tensor& dlogits) {
+                            const kernels::VocabSlice& vs, int32_t ignore_index, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits) {
   const char* op = "cross_entropy_backward";
   expect(op, lse, "lse", DType::F32);
   expect(op, dloss, "dloss", DType::F32);
@@ -408,8 +405,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
   });
 }
 
-void cross_entropy_row_max(const Tensor& logits, const kernels::cpu::VocabSlice& vs,
-                           Tensor& row_max) {
+void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max) {
   const char* op = "cross_entropy_row_max";
   expect(op, row_max, "row_max", DType::F32);
   with_storage_type(logits.dtype(), op, "logits", [&]<typename T>() {
@@ -419,8 +415,8 @@ void cross_entropy_row_max(const Tensor& logits, const kernels::cpu::VocabSlice&
 }
 
 void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
-                           const kernels::cpu::VocabSlice& vs, const Tensor& row_max,
-                           Tensor& sum_exp, Tensor& target_logit) {
+                           const kernels::VocabSlice& vs, const Tensor& row_max, Tensor& sum_exp,
+                           Tensor& target_logit) {
   const char* op = "cross_entropy_sum_exp";
   expect_all<float>(
       op, {{&row_max, "row_max"}, {&sum_exp, "sum_exp"}, {&target_logit, "target_logit"}});

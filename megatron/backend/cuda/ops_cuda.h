@@ -34,10 +34,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/common/attention_shape.h"
 #include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/cross_entropy.h"
+#include "kernels/common/vocab_slice.h"
 #include "megatron/core/tensor.h"
 
 namespace megatron::ops::cuda_backend {
@@ -65,22 +65,20 @@ void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out);
 void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start, Tensor& dtable);
 
-void attention_forward(const kernels::cpu::AttentionShape& shape,
-                       const kernels::cpu::AttentionOptions& opt, const Tensor& qkv, Tensor& out,
-                       Tensor& probs);
-void attention_backward(const kernels::cpu::AttentionShape& shape,
-                        const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
-                        const Tensor& probs, const Tensor& dout, Tensor& dqkv);
-void flash_attention_forward(const kernels::cpu::AttentionShape& shape,
-                             const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
-                             Tensor& out, Tensor& lse);
-void flash_attention_backward(const kernels::cpu::AttentionShape& shape,
-                              const kernels::cpu::AttentionOptions& opt, const Tensor& qkv,
+void attention_forward(const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,
+                       const Tensor& qkv, Tensor& out, Tensor& probs);
+void attention_backward(const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,
+                        const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv);
+void flash_attention_forward(const kernels::AttentionShape& shape,
+                             const kernels::AttentionOptions& opt, const Tensor& qkv, Tensor& out,
+                             Tensor& lse);
+void flash_attention_backward(const kernels::AttentionShape& shape,
+                              const kernels::AttentionOptions& opt, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv);
-void rope_forward(const kernels::cpu::AttentionShape& shape, Tensor& qkv, float theta,
+void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv, float theta,
                   int64_t position_offset);
-void rope_backward(const kernels::cpu::AttentionShape& shape, Tensor& dqkv, float theta,
+void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv, float theta,
                    int64_t position_offset);
 
 void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
@@ -91,16 +89,15 @@ void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, 
                   uint64_t seed, uint64_t stream);
 
 void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                           const kernels::cpu::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
+                           const kernels::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
                            Tensor& lse);
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                            const kernels::cpu::VocabSlice& vs, int32_t ignore_index,
-                            const Tensor& lse, const Tensor& dloss, Tensor& dlogits);
-void cross_entropy_row_max(const Tensor& logits, const kernels::cpu::VocabSlice& vs,
-                           Tensor& row_max);
+                            const kernels::VocabSlice& vs, int32_t ignore_index, const Tensor& lse,
+                            const Tensor& dloss, Tensor& dlogits);
+void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max);
 void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
-                           const kernels::cpu::VocabSlice& vs, const Tensor& row_max,
-                           Tensor& sum_exp, Tensor& target_logit);
+                           const kernels::VocabSlice& vs, const Tensor& row_max, Tensor& sum_exp,
+                           Tensor& target_logit);
 void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
                         const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
                         Tensor& lse);

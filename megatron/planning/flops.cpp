@@ -1,4 +1,4 @@
-#include "megatron/training/flops.h"
+#include "megatron/planning/flops.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,7 @@
 
 #include "kernels/cpu/gemm.h"
 
-namespace megatron::training {
+namespace megatron::planning {
 
 double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
   const double h = static_cast<double>(m.hidden);
@@ -56,4 +56,4 @@ double measure_cpu_gemm_flops(DType compute_dtype) {
   return best;
 }
 
-}  // namespace megatron::training
+}  // namespace megatron::planning

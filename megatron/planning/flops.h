@@ -10,7 +10,7 @@
 #include "kernels/cpu/cpu_peak.h"
 #include "megatron/core/dtype.h"
 
-namespace megatron::training {
+namespace megatron::planning {
 
 struct FlopsModel {
   int64_t num_layers, hidden, heads, query_groups, head_dim, ffn, seq_length, padded_vocab;
@@ -30,4 +30,4 @@ kernels::cpu::PeakFlops measure_cpu_peak(DType compute_dtype);
 // when bf16 runs natively), on the current thread count: shown beside MFU as "of measured gemm".
 double measure_cpu_gemm_flops(DType compute_dtype);
 
-}  // namespace megatron::training
+}  // namespace megatron::planning

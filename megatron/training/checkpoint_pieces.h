@@ -8,13 +8,13 @@
 
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/optimizer/optimizer.h"
-#include "megatron/transformer/parameter.h"
+#include "megatron/params/parameter.h"
 
-namespace megatron::checkpoint {
+namespace megatron::training {
 
 // The whole local shard of p, its local_shape elements at data.
-TensorPiece param_piece(const Parameter& p, const std::string& prefix, float* data);
+checkpoint::TensorPiece param_piece(const Parameter& p, const std::string& prefix, float* data);
 // The segment's local elements [begin, end) of its parameter, the first of them at data.
-TensorPiece segment_piece(const optim::Segment& s, const std::string& prefix, float* data);
+checkpoint::TensorPiece segment_piece(const optim::Segment& s, const std::string& prefix, float* data);
 
-}  // namespace megatron::checkpoint
+}  // namespace megatron::training

@@ -1,4 +1,4 @@
-#include "megatron/transformer/parameter.h"
+#include "megatron/params/parameter.h"
 
 #include "kernels/common/numeric.h"
 #include "kernels/common/philox.h"

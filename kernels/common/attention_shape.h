@@ -1,0 +1,23 @@
+#pragma once
+// The shape and options of one attention call, shared by the CPU and CUDA attention, flash
+// attention and rope kernels (layouts: kernels/cpu/attention.h).
+#include <cstdint>
+
+namespace megatron::kernels {
+
+struct AttentionShape {
+  int64_t S, B, H, G, Dh;
+  int64_t head_offset = 0;   // global index of local head 0 (tensor parallel)
+  int64_t total_heads = 0;   // global head count (0 means H)
+  int64_t batch_offset = 0;  // global index of local sample 0 (data parallel / micro-batching)
+};
+
+struct AttentionOptions {
+  float scale;  // usually 1/sqrt(Dh)
+  bool causal;
+  const uint8_t* key_mask = nullptr;
+  float dropout_p = 0.0f;
+  uint64_t seed = 0, stream = 0;
+};
+
+}  // namespace megatron::kernels

@@ -33,11 +33,11 @@ void fill_positions(Tensor& pos, int64_t first) {
   if (!on_host) pos.copy_from(host);
 }
 
-const Tensor& PositionIds::get(int64_t S, int64_t B, int64_t first_position) {
-  const bool same = ids.owns_storage() && ids.shape() == Shape({S, B}) &&
-                    ids.device() == compute_device() && first == first_position;
+const Tensor& PositionIds::get(int64_t S, int64_t B, int64_t first_position, Device device) {
+  const bool same = ids.owns_storage() && ids.shape() == Shape({S, B}) && ids.device() == device &&
+                    first == first_position;
   if (!same) {
-    ensure(ids, {S, B}, DType::I32);
+    ensure(ids, {S, B}, DType::I32, device);
     fill_positions(ids, first_position);
     first = first_position;
   }

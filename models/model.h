@@ -45,7 +45,7 @@ void fill_positions(Tensor& pos, int64_t first);
 struct PositionIds {
   Tensor ids;
   int64_t first = -1;
-  const Tensor& get(int64_t S, int64_t B, int64_t first_position);
+  const Tensor& get(int64_t S, int64_t B, int64_t first_position, Device device);
 };
 // t <- v everywhere (ops::fill: no host round trip on a device).
 void fill_value(Tensor& t, float v);
@@ -116,6 +116,8 @@ class Model {
   virtual const ModelStage& stage() const = 0;
   // The dtype of the activations (and of a stage's input/output and their gradients).
   virtual DType activation_dtype() const = 0;
+  // Where its parameters and activations live (its ParamStore's device).
+  virtual Device device() const = 0;
   // The word-embedding table this stage holds (input embedding or a tied output layer), or null.
   // Pipeline parallelism sums its gradient over the embedding group (first + last stage).
   virtual Parameter* word_embeddings() const = 0;

@@ -51,12 +51,12 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   return *params_.back();
 }
 
-void ParamStore::finalize(int64_t pad_multiple, DType model_dtype, Device device) {
+void ParamStore::finalize(int64_t pad_multiple, DType model_dtype) {
   MT_CHECK(!finalized_, "ParamStore finalized twice");
   MT_CHECK(model_dtype == DType::F32 || model_dtype == DType::BF16 || model_dtype == DType::F16,
            "model dtype must be fp32, bf16 or fp16, got ", dtype_name(model_dtype));
   model_dtype_ = model_dtype;
-  device_ = device;
+  const Device device = device_;
   MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
   total_ = 0;
   // Reverse registration order = the order backward finishes gradients.

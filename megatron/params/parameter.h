@@ -57,6 +57,8 @@ struct Parameter {
 
 class ParamStore {
  public:
+  // Every buffer, and every activation of the layers built on this store, lives on `device`.
+  explicit ParamStore(Device device = Device::CPU) : device_(device) {}
   // Registers a parameter; its tensors exist after finalize(). The reference stays valid.
   Parameter& add(std::string name, const Shape& global_shape, ParamInit init, bool weight_decay,
                  ShardSpec shard = {});
@@ -64,9 +66,8 @@ class ParamStore {
   // to a multiple of pad_multiple (data-parallel sharding needs equal shards). With a 16-bit
   // model dtype (mixed precision) the model weights are stored in that dtype and the fp32
   // master weights separately (Megatron's layout: 2 + 4 + 4 bytes per parameter plus the
-  // optimizer's moments); in fp32 one buffer is both. Every buffer lives on `device`.
-  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32,
-                Device device = Device::CPU);
+  // optimizer's moments); in fp32 one buffer is both. Every buffer lives on device().
+  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32);
   Device device() const { return device_; }
   bool finalized() const { return finalized_; }
 

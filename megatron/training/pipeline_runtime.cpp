@@ -36,7 +36,7 @@ void PipelineRuntime::release(const Key& k) {
 
 Tensor PipelineRuntime::hidden_buffer(int mb) {
   return Tensor::empty({hidden_rows_, batch(mb).tokens.dim(1), hidden_},
-                       chunks_.front()->activation_dtype(), compute_device());
+                       chunks_.front()->activation_dtype(), chunks_.front()->device());
 }
 
 const models::MicroBatch& PipelineRuntime::batch(int mb) {

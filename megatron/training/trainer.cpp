@@ -165,8 +165,9 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   MT_INPUT_CHECK(device_ == Device::CPU || device_available(Device::CUDA), recipe_.source_path,
                  ": training.device: cuda but no CUDA device is visible (or this build has no CUDA "
                  "backend: configure with -DMEGATRON_CUDA=ON)");
-  // Activations and per-step buffers of every layer follow the parameters.
-  set_compute_device(device_);
+  // The parameters live on the training device, and so do the activations and per-step
+  // buffers of every layer built on them.
+  store_ = ParamStore(device_);
   MT_INPUT_CHECK(train_->seq_length() == recipe_.model.seq_length, recipe_.source_path,
                  ": data samples have seq_length ", train_->seq_length(),
                  " but model.seq_length is ", recipe_.model.seq_length);
@@ -184,7 +185,7 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients, dynamic
   // loss scaling for fp16.
   const DType model_dtype = model_dtype_of(tr);
-  store_.finalize(distributed ? dp_size_ : 1, model_dtype, device_);
+  store_.finalize(distributed ? dp_size_ : 1, model_dtype);
   optim::LossScalerConfig scaling;
   scaling.initial_scale = tr.initial_loss_scale;
   scaling.min_scale = tr.min_loss_scale;
@@ -361,7 +362,6 @@ std::pair<double, double> Trainer::global_target_counts(
 
 StepMetrics Trainer::train_step(int64_t iteration) {
   const auto t0 = std::chrono::steady_clock::now();
-  set_compute_device(device_);  // per process: another trainer may have set another one
   const auto& tr = recipe_.training;
   const int64_t mbs = tr.micro_batch_size, G = tr.global_batch_size, S = recipe_.model.seq_length;
   const int64_t base = sample_offset_ + (iteration - 1) * G;
@@ -511,7 +511,6 @@ models::LossSums Trainer::reduce_losses(const models::LossSums& local) {
 }
 
 EvalMetrics Trainer::evaluate(int64_t iteration) {
-  set_compute_device(device_);
   const auto& tr = recipe_.training;
   const int64_t mbs = tr.micro_batch_size;
   const int64_t samples = std::max<int64_t>(tr.eval_iters, 1) * tr.global_batch_size;

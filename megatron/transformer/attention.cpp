@@ -8,6 +8,7 @@ namespace megatron {
 
 SelfAttention::SelfAttention(const SubmoduleArgs& a)
     : spec_(a.spec),
+      device_(a.store.device()),
       layer_(a.layer),
       tp_(&a.tp),
       sp_(a.spec.sequence_parallel && a.tp.size() > 1),
@@ -58,24 +59,26 @@ Tensor& SelfAttention::probs_of(State& s) const { return shared_probs_ ? *shared
 void SelfAttention::recompute_probs(State& s, const kernels::AttentionShape& as,
                                     const kernels::AttentionOptions& ao) const {
   // Same qkv (after rope), options and dropout stream as the forward: the same values.
-  ops::attention_forward(as, ao, s.qkv_out, ensure(s.d_attn, s.attn_out.shape(), act()),
-                         ensure(probs_of(s), {as.B, as.H, as.S, as.S}));
+  ops::attention_forward(as, ao, s.qkv_out, ensure(s.d_attn, s.attn_out.shape(), act(), device_),
+                         ensure(probs_of(s), {as.B, as.H, as.S, as.S}, DType::F32, device_));
 }
 
 void SelfAttention::core_forward(State& s, const kernels::AttentionShape& as,
                                  const kernels::AttentionOptions& ao) const {
-  Tensor& out = ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act());
+  Tensor& out = ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act(), device_);
   if (spec_.flash_attention)
-    ops::flash_attention_forward(as, ao, s.qkv_out, out, ensure(s.lse, {as.B, as.H, as.S}));
+    ops::flash_attention_forward(as, ao, s.qkv_out, out,
+                                 ensure(s.lse, {as.B, as.H, as.S}, DType::F32, device_));
   else
-    ops::attention_forward(as, ao, s.qkv_out, out, ensure(probs_of(s), {as.B, as.H, as.S, as.S}));
+    ops::attention_forward(as, ao, s.qkv_out, out,
+                           ensure(probs_of(s), {as.B, as.H, as.S, as.S}, DType::F32, device_));
 }
 
 void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
                                   const kernels::AttentionOptions& ao) const {
   // (Unfused under selective recompute: the probabilities were recomputed before the projection
   // backward, which then overwrote recompute_probs' scratch s.d_attn with the real gradient.)
-  Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act());
+  Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act(), device_);
   if (spec_.flash_attention) {
     ops::flash_attention_backward(as, ao, s.qkv_out, s.attn_out, s.lse, s.d_attn, d_qkv);
     return;
@@ -90,10 +93,10 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
   const int64_t S = full_seq(Sl);
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
   const auto as = shape(S, B, mb.batch_offset);
-  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act()));
+  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_));
   if (spec_.rope) ops::rope_forward(as, s.qkv_out, spec_.rope_theta, 0);
   core_forward(s, as, options(mb, key_mask));
-  proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act()));
+  proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_));
   return s.out;
 }
 
@@ -104,7 +107,7 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   const auto as = shape(S, B, mb.batch_offset);
   const auto ao = options(mb, key_mask);
   if (shared_probs_ && !spec_.flash_attention) recompute_probs(s, as, ao);
-  proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act()));
+  proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_));
   core_backward(s, as, ao);
   if (spec_.rope) ops::rope_backward(as, s.d_qkv, spec_.rope_theta, 0);
   qkv_->backward(s.qkv, s.d_qkv, &d_in);

@@ -49,6 +49,7 @@ class SelfAttention final : public AttentionLayer {
   DType act() const { return spec_.activation_dtype; }
 
   TransformerSpec spec_;
+  Device device_;  // the store's: where the activations live
   int64_t layer_;
   parallel::Communicator* tp_;
   bool sp_;

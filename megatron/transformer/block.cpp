@@ -9,7 +9,11 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
                                    parallel::Communicator& tp,
                                    std::shared_ptr<RecomputeWorkspace> workspace,
                                    const BlockSubmodules& submodules)
-    : spec_(spec), layer_(layer_index), tp_(&tp), workspace_(std::move(workspace)) {
+    : spec_(spec),
+      device_(store.device()),
+      layer_(layer_index),
+      tp_(&tp),
+      workspace_(std::move(workspace)) {
   if (spec.recompute == Recompute::None)
     workspace_.reset();
   else if (!workspace_)
@@ -122,8 +126,8 @@ const Tensor& TransformerBlock::through_branch_dropout(Ctx& c, const Tensor& d_o
                                                        int64_t which) const {
   if (!hidden_dropout_on(mb)) return d_out;
   const int64_t Sl = d_out.dim(0);
-  dropout_sbd_backward(d_out, ensure(c.d_branch, d_out.shape(), act()), spec_.hidden_dropout,
-                       site(mb, which), slice(mb, Sl));
+  dropout_sbd_backward(d_out, ensure(c.d_branch, d_out.shape(), act(), device_),
+                       spec_.hidden_dropout, site(mb, which), slice(mb, Sl));
   return c.d_branch;
 }
 
@@ -143,19 +147,19 @@ void TransformerBlock::mlp_branch_backward(Ctx& c, const Tensor& d_branch, Tenso
 void TransformerBlock::forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out,
                                         const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden;
-  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act()));
+  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act(), device_));
   const Tensor& attn = attention_branch_forward(c, c.ln1_out, mb, key_mask);
-  ops::add(x, attn, ensure(c.mid, {Sl, B, D}, act()));
-  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}, act()));
+  ops::add(x, attn, ensure(c.mid, {Sl, B, D}, act(), device_));
+  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}, act(), device_));
   const Tensor& mlp = mlp_branch_forward(c, c.ln2_out, mb);
-  ops::add(c.mid, mlp, ensure(out, {Sl, B, D}, act()));
+  ops::add(c.mid, mlp, ensure(out, {Sl, B, D}, act(), device_));
 }
 
 void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
                                          const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
-  mlp_branch_backward(c, d_out, ensure(c.d_ln, {Sl, B, D}, act()), mb);
-  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {Sl, B, D}, act()));
+  mlp_branch_backward(c, d_out, ensure(c.d_ln, {Sl, B, D}, act(), device_), mb);
+  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {Sl, B, D}, act(), device_));
   ops::add_inplace(c.d_mid, d_out);  // residual
   attention_branch_backward(c, c.d_mid, c.d_ln, mb, key_mask);
   ln1_->backward(c.ln1, c.d_ln, dx);
@@ -169,19 +173,19 @@ void TransformerBlock::forward_post_norm(Ctx& c, const Tensor& x, Tensor& out,
                                          const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden;
   const Tensor& attn = attention_branch_forward(c, x, mb, key_mask);
-  ops::add(x, attn, ensure(c.mid, {Sl, B, D}, act()));
-  ln1_->forward(c.ln1, c.mid, ensure(c.ln1_out, {Sl, B, D}, act()));
+  ops::add(x, attn, ensure(c.mid, {Sl, B, D}, act(), device_));
+  ln1_->forward(c.ln1, c.mid, ensure(c.ln1_out, {Sl, B, D}, act(), device_));
   const Tensor& mlp = mlp_branch_forward(c, c.ln1_out, mb);
-  ops::add(c.ln1_out, mlp, ensure(c.sum2, {Sl, B, D}, act()));
-  ln2_->forward(c.ln2, c.sum2, ensure(out, {Sl, B, D}, act()));
+  ops::add(c.ln1_out, mlp, ensure(c.sum2, {Sl, B, D}, act(), device_));
+  ln2_->forward(c.ln2, c.sum2, ensure(out, {Sl, B, D}, act(), device_));
 }
 
 void TransformerBlock::backward_post_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
                                           const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
   // d_mid holds d(sum2), then d(mid); d_ln holds d(h).
-  ln2_->backward(c.ln2, d_out, ensure(c.d_mid, {Sl, B, D}, act()));
-  mlp_branch_backward(c, c.d_mid, ensure(c.d_ln, {Sl, B, D}, act()), mb);
+  ln2_->backward(c.ln2, d_out, ensure(c.d_mid, {Sl, B, D}, act(), device_));
+  mlp_branch_backward(c, c.d_mid, ensure(c.d_ln, {Sl, B, D}, act(), device_), mb);
   ops::add_inplace(c.d_ln, c.d_mid);  // residual into h
   ln1_->backward(c.ln1, c.d_ln, c.d_mid);
   attention_branch_backward(c, c.d_mid, dx, mb, key_mask);

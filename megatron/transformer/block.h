@@ -108,6 +108,7 @@ class TransformerBlock {
   }
 
   TransformerSpec spec_;
+  Device device_;  // the store's: where the activations live
   int64_t layer_;
   parallel::Communicator* tp_;
   std::unique_ptr<Norm> ln1_, ln2_;

@@ -6,19 +6,9 @@
 
 namespace megatron {
 
-// The device activations (and other per-step buffers of the layers and models) are allocated
-// on: Device::CPU unless the trainer selects another (training.device). One per process.
-inline Device& compute_device_slot() {
-  static Device device = Device::CPU;
-  return device;
-}
-inline Device compute_device() { return compute_device_slot(); }
-inline void set_compute_device(Device d) { compute_device_slot() = d; }
-
-// (Re)allocates t on `device` (the compute device unless told) unless it already has this shape
-// there (contents are left unspecified).
-inline Tensor& ensure(Tensor& t, const Shape& shape, DType dtype = DType::F32,
-                      Device device = compute_device()) {
+// (Re)allocates t on `device` unless it already has this shape and dtype there (contents are
+// left unspecified). Layers pass the device of their parameters (ParamStore::device()).
+inline Tensor& ensure(Tensor& t, const Shape& shape, DType dtype, Device device) {
   if (!t.owns_storage() || !(t.shape() == shape) || t.dtype() != dtype || t.device() != device)
     t = Tensor::empty(shape, dtype, device);
   return t;

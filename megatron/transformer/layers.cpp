@@ -122,7 +122,7 @@ void Norm::collect_params(std::vector<Parameter*>& out) const {
 
 Norm::Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps,
            bool sequence_parallel)
-    : kind_(kind), eps_(eps), dim_(dim) {
+    : kind_(kind), eps_(eps), dim_(dim), device_(store.device()) {
   weight_ = &store.add(name + ".weight", Shape{dim}, {ParamInit::Kind::Ones, 0.0f}, false);
   weight_->tp_partial_grad = sequence_parallel;
   if (kind == Kind::LayerNorm) {
@@ -134,9 +134,9 @@ Norm::Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, f
 void Norm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   ctx.input = x;
   const Shape rows{x.numel() / dim_};
-  ensure(ctx.rstd, rows);
+  ensure(ctx.rstd, rows, DType::F32, device_);
   if (kind_ == Kind::LayerNorm) {
-    ensure(ctx.mean, rows);
+    ensure(ctx.mean, rows, DType::F32, device_);
     ops::layernorm_forward(x, weight_->weight, bias_->weight, eps_, y, ctx.mean, ctx.rstd);
   } else {
     ops::rmsnorm_forward(x, weight_->weight, eps_, y, ctx.rstd);
@@ -154,7 +154,7 @@ void Norm::backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const {
 
 Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,
                      parallel::Communicator& tp, float init_std, bool sequence_parallel)
-    : tp_(&tp), sp_(sequence_parallel && tp.size() > 1) {
+    : tp_(&tp), sp_(sequence_parallel && tp.size() > 1), device_(store.device()) {
   MT_CHECK(vocab % tp.size() == 0, "embedding '", name, "': vocabulary ", vocab,
            " is not divisible by tensor parallel size ", tp.size());
   local_vocab_ = vocab / tp.size();
@@ -167,7 +167,7 @@ void Embedding::forward(Ctx& ctx, const Tensor& ids, Tensor& out) const {
   ctx.ids = ids;
   // Each rank produces only the rows of its vocabulary slice; leaving the region sums them.
   if (sp_) {
-    ensure(scratch_, tp::full_sequence_shape(out.shape(), *tp_), out.dtype());
+    ensure(scratch_, tp::full_sequence_shape(out.shape(), *tp_), out.dtype(), device_);
     ops::embedding_forward(ids, table_->weight, vocab_start_, scratch_);
     tp::reduce_scatter_to_sequence_forward(*tp_, scratch_, out);
     return;
@@ -178,7 +178,7 @@ void Embedding::forward(Ctx& ctx, const Tensor& ids, Tensor& out) const {
 
 void Embedding::backward(Ctx& ctx, const Tensor& dout) const {
   if (sp_) {
-    ensure(scratch_, tp::full_sequence_shape(dout.shape(), *tp_), dout.dtype());
+    ensure(scratch_, tp::full_sequence_shape(dout.shape(), *tp_), dout.dtype(), device_);
     tp::reduce_scatter_to_sequence_backward(*tp_, dout, scratch_);
     ops::embedding_backward(ctx.ids, scratch_, vocab_start_, table_->grad);
     return;

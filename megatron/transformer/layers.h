@@ -69,6 +69,7 @@ class Norm {
   Kind kind_;
   float eps_;
   int64_t dim_;
+  Device device_;  // the store's: where the statistics live
 };
 
 // Vocab-parallel embedding table [V_padded, D], split over tensor parallel along the vocab.
@@ -92,6 +93,7 @@ class Embedding {
   parallel::Communicator* tp_;
   int64_t vocab_start_, local_vocab_;
   bool sp_;
+  Device device_;           // the store's
   mutable Tensor scratch_;  // full-sequence partial lookups / gathered gradient
 };
 

@@ -5,7 +5,10 @@
 namespace megatron {
 
 DenseMLP::DenseMLP(const SubmoduleArgs& a)
-    : spec_(a.spec), tp_(&a.tp), sp_(a.spec.sequence_parallel && a.tp.size() > 1) {
+    : spec_(a.spec),
+      device_(a.store.device()),
+      tp_(&a.tp),
+      sp_(a.spec.sequence_parallel && a.tp.size() > 1) {
   const int64_t D = spec_.hidden;
   const int64_t fc1_out = spec_.swiglu ? 2 * spec_.ffn : spec_.ffn;
   const Shape fc1_shape = spec_.swiglu ? Shape{2, spec_.ffn, D} : Shape{};
@@ -24,21 +27,21 @@ Tensor& DenseMLP::forward(LayerState& state, const Tensor& in, const MicroBatchI
   State& s = static_cast<State&>(state);
   const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden;
   const int64_t S = sp_ ? Sl * tp_->size() : Sl;
-  fc1_->forward(s.fc1, in, ensure(s.fc1_out, {S, B, fc1_->local_out()}, act()));
-  ensure(s.act_out, {S, B, fc2_->local_in()}, act());
+  fc1_->forward(s.fc1, in, ensure(s.fc1_out, {S, B, fc1_->local_out()}, act(), device_));
+  ensure(s.act_out, {S, B, fc2_->local_in()}, act(), device_);
   if (spec_.swiglu)
     ops::swiglu_forward(s.fc1_out, s.act_out);
   else
     ops::gelu_forward(s.fc1_out, s.act_out);
-  fc2_->forward(s.fc2, s.act_out, ensure(s.out, {Sl, B, D}, act()));
+  fc2_->forward(s.fc2, s.act_out, ensure(s.out, {Sl, B, D}, act(), device_));
   return s.out;
 }
 
 void DenseMLP::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
                         const MicroBatchInfo&) const {
   State& s = static_cast<State&>(state);
-  fc2_->backward(s.fc2, d_out, &ensure(s.d_act, s.act_out.shape(), act()));
-  ensure(s.d_fc1, s.fc1_out.shape(), act());
+  fc2_->backward(s.fc2, d_out, &ensure(s.d_act, s.act_out.shape(), act(), device_));
+  ensure(s.d_fc1, s.fc1_out.shape(), act(), device_);
   if (spec_.swiglu)
     ops::swiglu_backward(s.fc1_out, s.d_act, s.d_fc1);
   else

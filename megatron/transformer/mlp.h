@@ -28,6 +28,7 @@ class DenseMLP final : public MlpLayer {
   DType act() const { return spec_.activation_dtype; }
 
   TransformerSpec spec_;
+  Device device_;  // the store's: where the activations live
   parallel::Communicator* tp_;
   bool sp_;
   std::unique_ptr<Linear> fc1_, fc2_;

@@ -73,6 +73,7 @@ BertSpec make_bert_spec(int64_t num_layers, int64_t hidden, int64_t heads, int64
 BertModel::BertModel(const BertSpec& spec, ParamStore& store, parallel::Communicator& tp,
                      const ModelStage& stage, std::shared_ptr<RecomputeWorkspace> workspace)
     : spec_(spec),
+      device_(store.device()),
       stage_(stage),
       tp_(&tp),
       replicated_(parallel::make_single_process_communicator()) {
@@ -205,15 +206,15 @@ void BertModel::check_batch(const MicroBatch& mb) const {
 void BertModel::embed(BertActivations& a, const MicroBatch& mb, int64_t Sl) const {
   const int64_t B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   const ActivationSlice where = slice(mb, Sl);
-  Tensor& x = ensure(a.embedded, {Sl, B, D}, act_dtype());
+  Tensor& x = ensure(a.embedded, {Sl, B, D}, act_dtype(), device_);
   word_embed_->forward(a.word, mb.tokens, x);
   // Replicated tables look up only this rank's rows [seq_offset, seq_offset + Sl).
-  const Tensor& pos = a.positions.get(Sl, B, where.seq_offset);
-  Tensor& rows = ensure(a.scratch, {Sl, B, D}, act_dtype());
+  const Tensor& pos = a.positions.get(Sl, B, where.seq_offset, device_);
+  Tensor& rows = ensure(a.scratch, {Sl, B, D}, act_dtype(), device_);
   pos_embed_->forward(a.pos, pos, rows);
   ops::add_inplace(x, rows);
   if (type_embed_) {
-    Tensor& types = ensure(a.types, {Sl, B}, DType::I32);
+    Tensor& types = ensure(a.types, {Sl, B}, DType::I32, device_);
     if (given(mb.token_types))
       types.copy_from(mb.token_types.slice(where.seq_offset, where.seq_offset + Sl));
     else
@@ -221,9 +222,10 @@ void BertModel::embed(BertActivations& a, const MicroBatch& mb, int64_t Sl) cons
     type_embed_->forward(a.type, types, rows);
     ops::add_inplace(x, rows);
   }
-  emb_norm_->forward(a.emb_norm, x, ensure(a.emb_norm_out, {Sl, B, D}, act_dtype()));
+  emb_norm_->forward(a.emb_norm, x, ensure(a.emb_norm_out, {Sl, B, D}, act_dtype(), device_));
   if (mb.info.training && spec_.embedding_dropout > 0.0f)
-    dropout_sbd_forward(a.emb_norm_out, ensure(a.embedded_dropped, {Sl, B, D}, act_dtype()),
+    dropout_sbd_forward(a.emb_norm_out,
+                        ensure(a.embedded_dropped, {Sl, B, D}, act_dtype(), device_),
                         spec_.embedding_dropout, embedding_dropout_site(mb), where);
 }
 
@@ -257,20 +259,22 @@ LossSums BertModel::forward(ModelActivations& act, const MicroBatch& mb,
 double BertModel::lm_head_forward(BertActivations& a, const MicroBatch& mb, const Tensor& h) const {
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   const int64_t N = S * B, Sl = h.dim(0);
-  transform_->forward(a.transform, h, ensure(a.transform_out, {Sl, B, D}, act_dtype()));
-  ops::gelu_forward(a.transform_out, ensure(a.gelu_out, {Sl, B, D}, act_dtype()));
-  head_norm_->forward(a.head_norm, a.gelu_out, ensure(a.head_out, {Sl, B, D}, act_dtype()));
+  transform_->forward(a.transform, h, ensure(a.transform_out, {Sl, B, D}, act_dtype(), device_));
+  ops::gelu_forward(a.transform_out, ensure(a.gelu_out, {Sl, B, D}, act_dtype(), device_));
+  head_norm_->forward(a.head_norm, a.gelu_out,
+                      ensure(a.head_out, {Sl, B, D}, act_dtype(), device_));
   const Tensor* hn = &a.head_out;
   if (sp()) {  // the vocab-parallel decoder needs every position
-    tensor_parallel::gather_from_sequence_forward(*tp_, a.head_out,
-                                                  ensure(a.head_full, {S, B, D}, act_dtype()));
+    tensor_parallel::gather_from_sequence_forward(
+        *tp_, a.head_out, ensure(a.head_full, {S, B, D}, act_dtype(), device_));
     hn = &a.head_full;
   }
   const kernels::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
-  Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype());
+  Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype(), device_);
   ops::linear_forward(*hn, word_embed_->table().weight, &output_bias_->weight, logits);
-  vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, ensure(a.losses, {N}),
-                               ensure(a.lse, {N}));
+  vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_,
+                               ensure(a.losses, {N}, DType::F32, device_),
+                               ensure(a.lse, {N}, DType::F32, device_));
   return sum_target_losses(a.losses, mb.labels);
 }
 
@@ -279,14 +283,15 @@ double BertModel::binary_head_forward(BertActivations& a, const MicroBatch& mb,
   const int64_t B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   // [CLS] is sequence position 0: rows [0, B) of [S, B, D]. With sequence parallelism only tp
   // rank 0 holds them; it broadcasts them and every rank computes the (replicated) head.
-  Tensor& cls = ensure(a.cls, {B, D}, act_dtype());
+  Tensor& cls = ensure(a.cls, {B, D}, act_dtype(), device_);
   if (!sp() || tp_->rank() == 0) cls.copy_from(h.flat_view(0, {B, D}));
   if (sp()) tp_->broadcast(cls, 0);
-  pooler_->forward(a.pooler, cls, ensure(a.pooler_out, {B, D}, act_dtype()));
-  ops::tanh_forward(a.pooler_out, ensure(a.pooled, {B, D}, act_dtype()));
-  binary_->forward(a.binary, a.pooled, ensure(a.nsp_logits, {B, 2}, act_dtype()));
+  pooler_->forward(a.pooler, cls, ensure(a.pooler_out, {B, D}, act_dtype(), device_));
+  ops::tanh_forward(a.pooler_out, ensure(a.pooled, {B, D}, act_dtype(), device_));
+  binary_->forward(a.binary, a.pooled, ensure(a.nsp_logits, {B, 2}, act_dtype(), device_));
   ops::cross_entropy_forward(a.nsp_logits, mb.nsp_labels, kTwoClasses, kIgnoreIndex,
-                             ensure(a.nsp_losses, {B}), ensure(a.nsp_lse, {B}));
+                             ensure(a.nsp_losses, {B}, DType::F32, device_),
+                             ensure(a.nsp_lse, {B}, DType::F32, device_));
   return sum_values(a.nsp_losses);
 }
 
@@ -295,15 +300,15 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   const int64_t N = S * B, Sl = d_hidden.dim(0);
   const kernels::VocabSlice vs = vocab_slice(spec_.padded_vocab_size, spec_.vocab_size, *tp_);
-  fill(ensure(a.dlosses, {N}), weight);
+  fill(ensure(a.dlosses, {N}, DType::F32, device_), weight);
   // d(logits) overwrites the logits buffer.
   ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, a.dlosses, a.logits);
   // Table and bias gradients of this rank's vocab slice are complete (all rows, own columns);
   // the hidden-state gradient is partial over the vocab slices: sum it (and split with SP).
   Parameter& table = word_embed_->table();
-  Tensor& d_head = ensure(a.d_head, {Sl, B, D}, act_dtype());
+  Tensor& d_head = ensure(a.d_head, {Sl, B, D}, act_dtype(), device_);
   if (sp()) {
-    Tensor& full = ensure(a.d_head_full, {S, B, D}, act_dtype());
+    Tensor& full = ensure(a.d_head_full, {S, B, D}, act_dtype(), device_);
     ops::linear_backward(a.head_full, table.weight, a.logits, &full, table.grad,
                          &output_bias_->grad);
     tensor_parallel::gather_from_sequence_backward(*tp_, full, d_head);
@@ -312,7 +317,7 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
                          &output_bias_->grad);
     tensor_parallel::copy_to_region_backward(*tp_, d_head);
   }
-  Tensor& d_gelu = ensure(a.d_gelu, {Sl, B, D}, act_dtype());
+  Tensor& d_gelu = ensure(a.d_gelu, {Sl, B, D}, act_dtype(), device_);
   head_norm_->backward(a.head_norm, d_head, d_gelu);
   ops::gelu_backward(a.transform_out, d_gelu, d_head);  // d_head now holds d(transform_out)
   transform_->backward(a.transform, d_head, &d_hidden);
@@ -321,12 +326,12 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
 void BertModel::binary_head_backward(BertActivations& a, const MicroBatch& mb, float weight,
                                      Tensor& d_hidden) const {
   const int64_t B = mb.tokens.dim(1), D = spec_.transformer.hidden;
-  fill(ensure(a.d_nsp, {B}), weight);
+  fill(ensure(a.d_nsp, {B}, DType::F32, device_), weight);
   ops::cross_entropy_backward(a.nsp_logits, mb.nsp_labels, kTwoClasses, kIgnoreIndex, a.nsp_lse,
                               a.d_nsp, a.nsp_logits);
-  binary_->backward(a.binary, a.nsp_logits, &ensure(a.d_pooled, {B, D}, act_dtype()));
+  binary_->backward(a.binary, a.nsp_logits, &ensure(a.d_pooled, {B, D}, act_dtype(), device_));
   ops::tanh_backward(a.pooled, a.d_pooled, a.d_pooled);
-  pooler_->backward(a.pooler, a.d_pooled, &ensure(a.d_cls, {B, D}, act_dtype()));
+  pooler_->backward(a.pooler, a.d_pooled, &ensure(a.d_cls, {B, D}, act_dtype(), device_));
   // Only the rank whose slice holds position 0 owns those rows' gradient (with SP); without
   // SP every rank holds the full (identical) residual-stream gradient.
   if (sp() && tp_->rank() != 0) return;
@@ -359,8 +364,8 @@ void BertModel::backward(ModelActivations& act, const MicroBatch& mb, const Loss
 
   // Buffer layout is reverse registration order: heads, blocks L-1..0, then the embeddings
   // (which the tied decoder also feeds), so watermarks only grow.
-  Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype());
-  Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype());
+  Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);
+  Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype(), device_);
   if (stage_.post_process) {
     lm_head_backward(a, mb, weights.lm, *grad);
     std::vector<Parameter*> tail{output_bias_};

@@ -73,6 +73,7 @@ class BertModel final : public Model {
 
   const ModelStage& stage() const override { return stage_; }
   DType activation_dtype() const override { return spec_.transformer.activation_dtype; }
+  Device device() const override { return device_; }
   Parameter* word_embeddings() const override {
     return word_embed_ ? &word_embed_->table() : nullptr;
   }
@@ -97,6 +98,7 @@ class BertModel final : public Model {
                             Tensor& d_hidden) const;
 
   BertSpec spec_;
+  Device device_;  // the store's: where the activations live
   ModelStage stage_;
   parallel::Communicator* tp_;
   std::unique_ptr<parallel::Communicator> replicated_;  // group of one for replicated tables

@@ -26,6 +26,7 @@ void GPTSpec::validate(int64_t tp_size) const {
 GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
                    const GPTStage& stage, std::shared_ptr<RecomputeWorkspace> workspace)
     : spec_(spec),
+      device_(store.device()),
       stage_(stage),
       tp_(&tp),
       replicated_(parallel::make_single_process_communicator()) {
@@ -105,17 +106,17 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
 
   const Tensor* x = hidden_in;
   if (stage_.pre_process) {
-    Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype());
+    Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype(), device_);
     tok_embed_->forward(a.tok, mb.tokens, x0);
     if (pos_embed_) {
-      const Tensor& pos = a.positions.get(Sl, B, where.seq_offset);
-      Tensor& pe = ensure(a.grad_a, {Sl, B, D}, act_dtype());  // scratch until backward
+      const Tensor& pos = a.positions.get(Sl, B, where.seq_offset, device_);
+      Tensor& pe = ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);  // scratch until backward
       pos_embed_->forward(a.pos, pos, pe);
       ops::add_inplace(x0, pe);
     }
     x = &x0;
     if (mb.info.training && spec_.embedding_dropout > 0.0f) {
-      dropout_sbd_forward(x0, ensure(a.embedded_dropped, {Sl, B, D}, act_dtype()),
+      dropout_sbd_forward(x0, ensure(a.embedded_dropped, {Sl, B, D}, act_dtype(), device_),
                           spec_.embedding_dropout,
                           DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
       x = &a.embedded_dropped;
@@ -127,22 +128,22 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   a.last_hidden = x;
   if (!stage_.post_process) return {};
 
-  final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}, act_dtype()));
+  final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}, act_dtype(), device_));
   const kernels::VocabSlice vs = vocab_slice();
-  Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype());
+  Tensor& logits = ensure(a.logits, {N, vs.V_local}, act_dtype(), device_);
   if (lm_head_) {
     lm_head_->forward(a.lm_head, a.final_out, logits);
   } else {
     const Tensor* h = &a.final_out;
     if (sp()) {  // the vocab-parallel head needs every position
-      tensor_parallel::gather_from_sequence_forward(*tp_, a.final_out,
-                                                    ensure(a.final_full, {S, B, D}, act_dtype()));
+      tensor_parallel::gather_from_sequence_forward(
+          *tp_, a.final_out, ensure(a.final_full, {S, B, D}, act_dtype(), device_));
       h = &a.final_full;
     }
     ops::linear_forward(*h, tok_embed_->table().weight, nullptr, logits);
   }
-  ensure(a.losses, {N});
-  ensure(a.lse, {N});
+  ensure(a.losses, {N}, DType::F32, device_);
+  ensure(a.lse, {N}, DType::F32, device_);
   vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, a.losses, a.lse);
   LossSums total;
   total.lm = sum_target_losses(a.losses, mb.labels);
@@ -166,11 +167,11 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
 
   // Buffer layout is reverse registration order: output layer / final norm, blocks L-1..0,
   // then the embeddings (which the tied LM head also feeds), so watermarks only grow.
-  Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype());
-  Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype());
+  Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);
+  Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype(), device_);
   if (stage_.post_process) {
     const kernels::VocabSlice vs = vocab_slice();
-    Tensor& dl = ensure(a.dlosses, {N});
+    Tensor& dl = ensure(a.dlosses, {N}, DType::F32, device_);
     fill_value(dl, weights.lm);
     // d(logits) overwrites the logits buffer.
     ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
@@ -181,7 +182,7 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
       Parameter& table = tok_embed_->table();
       if (sp()) {
         // Each rank's vocab slice gives a partial gradient for every position: sum and split.
-        Tensor& full = ensure(a.d_final_full, {S, B, D}, act_dtype());
+        Tensor& full = ensure(a.d_final_full, {S, B, D}, act_dtype(), device_);
         ops::linear_backward(a.final_full, table.weight, a.logits, &full, table.grad, nullptr);
         tensor_parallel::gather_from_sequence_backward(*tp_, full, d_final);
       } else {

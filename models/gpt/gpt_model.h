@@ -60,6 +60,7 @@ class GPTModel final : public Model {
                 Tensor* d_hidden_in = nullptr) const override;
   const ModelStage& stage() const override { return stage_; }
   DType activation_dtype() const override { return spec_.transformer.activation_dtype; }
+  Device device() const override { return device_; }
   Parameter* word_embeddings() const override {
     return tok_embed_ ? &tok_embed_->table() : nullptr;
   }
@@ -74,6 +75,7 @@ class GPTModel final : public Model {
   ActivationSlice slice(const MicroBatch& mb, int64_t local_seq) const;
 
   GPTSpec spec_;
+  Device device_;  // the store's: where the activations live
   GPTStage stage_;
   parallel::Communicator* tp_;
   std::unique_ptr<parallel::Communicator> replicated_;  // group of one for replicated tables

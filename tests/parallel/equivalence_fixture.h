@@ -86,11 +86,13 @@ class SyntheticBert final : public training::BatchSource {
 
   void fill(int64_t first_sample, int64_t micro_batch_size, models::MicroBatch& mb) const override {
     const int64_t S = seq_, B = micro_batch_size;
-    int32_t* tokens = ensure(mb.tokens, {S, B}, DType::I32).data<int32_t>();
-    int32_t* types = ensure(mb.token_types, {S, B}, DType::I32).data<int32_t>();
-    int32_t* labels = ensure(mb.labels, {S, B}, DType::I32).data<int32_t>();
-    uint8_t* padding = ensure(mb.padding_mask, {B, S}, DType::U8).data<uint8_t>();
-    int32_t* nsp = binary_head_ ? ensure(mb.nsp_labels, {B}, DType::I32).data<int32_t>() : nullptr;
+    int32_t* tokens = ensure(mb.tokens, {S, B}, DType::I32, Device::CPU).data<int32_t>();
+    int32_t* types = ensure(mb.token_types, {S, B}, DType::I32, Device::CPU).data<int32_t>();
+    int32_t* labels = ensure(mb.labels, {S, B}, DType::I32, Device::CPU).data<int32_t>();
+    uint8_t* padding = ensure(mb.padding_mask, {B, S}, DType::U8, Device::CPU).data<uint8_t>();
+    int32_t* nsp = binary_head_
+                       ? ensure(mb.nsp_labels, {B}, DType::I32, Device::CPU).data<int32_t>()
+                       : nullptr;
     if (!binary_head_) mb.nsp_labels = Tensor();
     std::vector<int32_t> tok(static_cast<size_t>(S)), type(static_cast<size_t>(S)),
         label(static_cast<size_t>(S));

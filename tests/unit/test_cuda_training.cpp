@@ -112,7 +112,7 @@ TEST(CudaTrainingNoGpu, DeviceCudaWithoutAGpuIsAClearError) {
   // A CPU trainer built afterwards allocates on the CPU again.
   training::Trainer t(tiny_recipe(c, "cpu", 1), kVocab, src, nullptr, *world, log);
   EXPECT_EQ(t.device(), Device::CPU);
-  EXPECT_EQ(compute_device(), Device::CPU);
+  EXPECT_EQ(t.model().device(), Device::CPU);
   EXPECT_EQ(t.params().weights().device(), Device::CPU);
   EXPECT_TRUE(std::isfinite(t.run().steps.back().loss));
 }

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "megatron/planning/flops.h"
 #include "megatron/training/trainer.h"
 
 namespace {

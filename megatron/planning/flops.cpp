@@ -8,6 +8,11 @@
 
 namespace megatron::planning {
 
+FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab) {
+  return FlopsModel{t.num_layers, t.hidden,     t.heads,      t.query_groups, t.head_dim(),
+                    t.ffn,        t.seq_length, padded_vocab, t.swiglu,       1};
+}
+
 double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
   const double h = static_cast<double>(m.hidden);
   const double q_ratio = static_cast<double>(m.heads * m.head_dim) / h;

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_peak.h"
 #include "megatron/core/dtype.h"
+#include "megatron/transformer/transformer_spec.h"
 
 namespace megatron::planning {
 
@@ -19,6 +20,8 @@ struct FlopsModel {
 };
 
 double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size);
+// The model of a transformer with a padded vocabulary of padded_vocab rows.
+FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab);
 
 // The hardware peak of this CPU for a compute dtype, on the current thread count: fp32 (and
 // fp16, computed in fp32) = the widest FMA; bf16 = the faster of the bf16 instructions (AMX,

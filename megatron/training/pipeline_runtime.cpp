@@ -83,10 +83,14 @@ void PipelineRuntime::exchange(const std::vector<pipeline::Action>& actions, siz
 models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actions,
                                       const FillMicroBatch& fill,
                                       const models::LossWeights& weights,
-                                      pipeline::TimelineRecorder* timeline) {
+                                      pipeline::TimelineRecorder* timeline,
+                                      const LastBackwardHooks* last_backward) {
   models::LossSums loss;
   batches_.clear();
   fill_ = &fill;
+  size_t last_backward_at = actions.size();
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].kind == ActionKind::Backward) last_backward_at = i;
   for (size_t i = 0; i < actions.size();) {
     const pipeline::Action& a = actions[i];
     if (!pipeline::is_compute(a.kind)) {
@@ -113,7 +117,11 @@ models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actio
         grad_in_[k] = hidden_buffer(k.first);
         d_in = &grad_in_[k];
       }
-      chunk.backward(act, mb, weights, {}, d_out, d_in);
+      const bool hooked = last_backward != nullptr && i == last_backward_at;
+      if (hooked && last_backward->before) last_backward->before();
+      chunk.backward(act, mb, weights,
+                     hooked ? last_backward->grads_ready : models::Model::GradsReady{}, d_out,
+                     d_in);
       release(k);
       act_in_.erase(k);
       grad_out_.erase(k);

@@ -2,7 +2,8 @@
 // Executes a pipeline schedule (megatron/pipeline/schedule.h) for one training step on this
 // rank: forward/backward of its model chunks per micro-batch, and the point-to-point exchange
 // of activations and gradients with neighbouring stages. Each maximal run of send/recv
-// actions is one batched isend/irecv, waited before the next compute.
+// actions is one batched isend/irecv, waited before the next compute. Every layout runs through
+// it: without pipelining it is one stage (the schedule then alternates forward and backward).
 #include <functional>
 #include <map>
 #include <memory>
@@ -25,9 +26,17 @@ class PipelineRuntime {
 
   // Fills micro-batch `mb` of the step (tokens, labels, info).
   using FillMicroBatch = std::function<void(int mb, models::MicroBatch& out)>;
+  // Around the step's last backward action (when given): `before` runs first, and the model
+  // reports its finished gradients to `grads_ready` (data-parallel reduction overlapping the
+  // backward; meaningful when this rank's parameters all belong to one chunk).
+  struct LastBackwardHooks {
+    std::function<void()> before;
+    models::Model::GradsReady grads_ready;
+  };
   // Runs the actions; returns the summed losses (non-zero only where the last virtual stage is).
   models::LossSums run(const std::vector<pipeline::Action>& actions, const FillMicroBatch& fill,
-                       const models::LossWeights& weights, pipeline::TimelineRecorder* timeline);
+                       const models::LossWeights& weights, pipeline::TimelineRecorder* timeline,
+                       const LastBackwardHooks* last_backward = nullptr);
   // Forward only over all virtual stages in order (evaluation); returns the summed losses.
   models::LossSums forward_only(int num_microbatches, const FillMicroBatch& fill);
 

@@ -244,7 +244,7 @@ class ShapeOnlyComm final : public parallel::Communicator {
 int64_t real_stage_numel(const config::Recipe& r, int64_t vocab, int tp, int tp_rank, int pp,
                          int stage) {
   ShapeOnlyComm comm(tp_rank, tp);
-  const models::GPTSpec spec = training::gpt_spec_from_recipe(r, vocab, tp);
+  const models::GPTSpec spec = models::gpt_spec_from_recipe(r, vocab, tp);
   const auto counts = planning::virtual_stage_layers(r, pp, 1);
   models::GPTStage st;
   for (int i = 0; i < stage; ++i) st.first_layer += counts[static_cast<size_t>(i)];

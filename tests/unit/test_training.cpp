@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "megatron/optimizer/lr_schedule.h"
+#include "megatron/planning/flops.h"
 #include "megatron/training/trainer.h"
 
 namespace megatron {

@@ -1,14 +1,3 @@
-// Trainer <-> checkpoint: which tensors a rank writes (each element exactly once across the
-// world), how a rank finds its pieces in any saved layout, and the resume state.
-//
-// Saved tensors, all fp32 under their global parameter names:
-//   model/<name>            the model (compute) weights
-//   master/<name>           fp32 master weights (mixed precision only)
-//   optim/exp_avg/<name>    Adam moments (as flat segments of this rank's shards)
-//   optim/exp_avg_sq/<name>
-// Metadata: the resolved recipe, iteration, consumed samples, optimizer step count and the
-// loss scaler state. The data order, dropout masks and LR schedule are functions of
-// (seed, iteration), so they resume exactly without further state.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -17,7 +6,7 @@
 #include "megatron/backend/ops.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/training/checkpoint_pieces.h"
-#include "megatron/training/trainer.h"
+#include "megatron/training/checkpointer.h"
 
 namespace megatron::training {
 namespace ckpt = megatron::checkpoint;
@@ -73,7 +62,25 @@ std::vector<std::string> unused_model_tensors(const ckpt::CheckpointIndex& index
 
 }  // namespace
 
-Trainer::HostBuffers Trainer::host_buffers(bool weights_only) {
+Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& groups,
+                           const TrainingState& state, int64_t vocab_size, int64_t padded_vocab,
+                           std::ostream* log)
+    : recipe_(recipe),
+      world_(groups.world),
+      tp_(groups.tp),
+      pp_(groups.pp),
+      dp_(groups.dp),
+      store_(*state.store),
+      optimizer_(state.optimizer),
+      grad_sync_(state.grad_sync),
+      scaler_(state.scaler),
+      schedule_(*state.schedule),
+      vocab_size_(vocab_size),
+      padded_vocab_(padded_vocab),
+      log_(log),
+      is_logger_(log != nullptr) {}
+
+Checkpointer::HostBuffers Checkpointer::host_buffers(bool weights_only) {
   HostBuffers h;
   auto stage = [&](Tensor& t) -> float* {
     if (!t.defined() || t.numel() == 0) return nullptr;
@@ -94,7 +101,7 @@ Trainer::HostBuffers Trainer::host_buffers(bool weights_only) {
   return h;
 }
 
-void Trainer::write_back(const HostBuffers& host) {
+void Checkpointer::write_back(const HostBuffers& host) {
   for (const auto& [target, staged] : host.staged) {
     if (target->dtype() == DType::F32) {
       target->copy_from(staged);
@@ -105,11 +112,11 @@ void Trainer::write_back(const HostBuffers& host) {
   }
 }
 
-std::string Trainer::checkpoint_dir(const std::string& dir) const {
+std::string Checkpointer::checkpoint_dir(const std::string& dir) const {
   return config::resolve_path(recipe_, dir);
 }
 
-void Trainer::save_checkpoint(int64_t iteration) {
+void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   const auto& c = recipe_.checkpoint;
   MT_CHECK(!c.save.empty(), "save_checkpoint without checkpoint.save");
   const bool mixed = store_.mixed_precision();
@@ -121,10 +128,10 @@ void Trainer::save_checkpoint(int64_t iteration) {
   req.dir = checkpoint_dir(c.save);
   req.iteration = iteration;
   req.write_this_rank_replicas = tp_->rank() == 0;
-  const bool write_segments = grad_sync_->distributed() || dp_rank_ == 0;
+  const bool write_segments = grad_sync_->distributed() || dp_->rank() == 0;
   // Host views of the buffers (the buffers themselves on the CPU; staged copies on a device).
   const HostBuffers host = host_buffers(!write_segments);
-  if (dp_rank_ == 0)
+  if (dp_->rank() == 0)
     for (Parameter* p : store_.params())
       if (!p->shared_copy)
         req.pieces.push_back(param_piece(*p, "model/", host.weights + p->offset));
@@ -139,7 +146,7 @@ void Trainer::save_checkpoint(int64_t iteration) {
             segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
     }
   }
-  const int64_t consumed = sample_offset_ + iteration * recipe_.training.global_batch_size;
+  const int64_t consumed = sample_offset + iteration * recipe_.training.global_batch_size;
   req.metadata = {{"recipe", recipe_.to_json()},
                   {"iteration", iteration},
                   {"consumed_samples", consumed},
@@ -162,14 +169,14 @@ void Trainer::save_checkpoint(int64_t iteration) {
                   {"layout",
                    {{"tp", tp_->size()},
                     {"pp", pp_->size()},
-                    {"dp", dp_size_},
+                    {"dp", dp_->size()},
                     {"distributed_optimizer", grad_sync_->distributed()}}}};
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
   if (is_logger_)
     *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
 }
 
-int64_t Trainer::load_checkpoint() {
+Checkpointer::Resume Checkpointer::load() {
   const auto& c = recipe_.checkpoint;
   // checkpoint.load, or (auto-resume after a requeue) a checkpoint already in checkpoint.save.
   std::string dir;
@@ -181,7 +188,7 @@ int64_t Trainer::load_checkpoint() {
   } else if (!c.save.empty() && ckpt::latest_iteration(checkpoint_dir(c.save))) {
     dir = checkpoint_dir(c.save);
   } else {
-    return 0;
+    return {};
   }
   const ckpt::CheckpointIndex index = ckpt::read_index(dir);
   // Never fall back to an older checkpoint in silence.
@@ -282,16 +289,18 @@ int64_t Trainer::load_checkpoint() {
   if (is_logger_)
     *log_ << "loaded checkpoint " << index.path << (weights_only ? " (weights only)" : "") << "\n"
           << std::flush;
-  if (weights_only) return 0;
+  if (weights_only) return {};
   MT_INPUT_CHECK(meta.contains("iteration") && meta.contains("optimizer_steps"), index.path,
                  "/metadata.json: missing iteration or optimizer_steps");
   optimizer_->set_steps_taken(meta["optimizer_steps"].get<int64_t>());
   const int64_t iteration = meta["iteration"].get<int64_t>();
+  Resume resume;
+  resume.iteration = iteration;
   const int64_t gbs = recipe_.training.global_batch_size;
   if (meta.contains("consumed_samples") && meta["consumed_samples"].is_number_integer()) {
     const int64_t consumed = meta["consumed_samples"].get<int64_t>();
-    sample_offset_ = consumed - iteration * gbs;
-    if (sample_offset_ != 0 && is_logger_)
+    resume.sample_offset = consumed - iteration * gbs;
+    if (resume.sample_offset != 0 && is_logger_)
       *log_ << "resuming after " << consumed << " consumed samples (" << iteration
             << " iterations) with global_batch_size " << gbs << ": the data continues at sample "
             << consumed << "\n";
@@ -308,7 +317,7 @@ int64_t Trainer::load_checkpoint() {
     *log_ << "warning: data.train differs from the checkpoint's ("
           << meta["recipe"]["data"]["train"].dump() << "): the data order changes\n";
   if (meta.contains("loss_scaler")) scaler_->load_state(meta["loss_scaler"]);
-  return iteration;
+  return resume;
 }
 
 }  // namespace megatron::training

@@ -1,0 +1,169 @@
+// The planner's reports: JSON and text.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "megatron/core/error.h"
+#include "megatron/planning/format.h"
+#include "megatron/planning/planner.h"
+
+namespace megatron::planning {
+
+using detail::gb;
+using detail::human_count;
+
+nlohmann::json PlanReport::to_json() const {
+  using nlohmann::json;
+  const MemoryBreakdown& m = memory();
+  json stages_json = json::array();
+  for (const StagePlan& s : stages)
+    stages_json.push_back({{"stage", s.stage},
+                           {"layers", s.layers},
+                           {"parameters", s.parameters},
+                           {"first", s.first},
+                           {"last", s.last},
+                           {"activation_bytes", s.memory.activations},
+                           {"total_bytes", s.memory.total}});
+  return {{"recipe", recipe},
+          {"arch", arch},
+          {"device", device},
+          {"precision", precision},
+          {"cluster",
+           {{"nodes", cluster.nodes},
+            {"gpus_per_node", cluster.gpus_per_node},
+            {"world", cluster.world()},
+            {"gpu_memory_bytes", cluster.gpu_memory_bytes},
+            {"gpu_tflops", cluster.gpu_tflops},
+            {"intra_node_gbps", cluster.intra_node_gbps},
+            {"inter_node_gbps", cluster.inter_node_gbps},
+            {"gemm_efficiency", cluster.gemm_efficiency},
+            {"flash_attention", cluster.flash_attention}}},
+          {"layout",
+           {{"tp", layout.tp},
+            {"pp", layout.pp},
+            {"dp", layout.dp},
+            {"cp", layout.cp},
+            {"ep", layout.ep},
+            {"vpp", layout.vpp},
+            {"micro_batch", layout.micro_batch},
+            {"num_microbatches", layout.num_microbatches},
+            {"sequence_parallel", layout.sequence_parallel},
+            {"distributed_optimizer", layout.distributed_optimizer},
+            {"recompute", layout.recompute},
+            {"describe", layout.describe()}}},
+          {"vocab", vocab},
+          {"padded_vocab", padded_vocab},
+          {"parameters",
+           {{"total", params.total},
+            {"embedding", params.embedding},
+            {"per_layer", params.per_layer},
+            {"head", params.head},
+            {"per_device", device_stage().parameters}}},
+          {"memory",
+           {{"stage", device_stage().stage},
+            {"weights", m.weights},
+            {"master", m.master},
+            {"gradients", m.gradients},
+            {"optimizer", m.optimizer},
+            {"optimizer_without_distributed", m.optimizer_without_distributed},
+            {"optimizer_with_distributed", m.optimizer_with_distributed},
+            {"activations_per_microbatch", m.activations_per_microbatch},
+            {"activations_per_microbatch_by_recompute",
+             {{"none", m.activations_none},
+              {"selective", m.activations_selective},
+              {"full", m.activations_full}}},
+            {"in_flight", m.in_flight},
+            {"activations", m.activations},
+            {"workspace", m.workspace},
+            {"reserve", m.reserve},
+            {"total", m.total},
+            {"device_bytes", cluster.gpu_memory_bytes}}},
+          {"stages", stages_json},
+          {"flops", {{"per_step", flops_per_step}, {"hardware_per_step", hardware_flops_per_step}}},
+          {"time",
+           {{"gemm_efficiency", time.efficiency},
+            {"compute_s", time.compute},
+            {"bubble_s", time.bubble},
+            {"tp_comm_s", time.tp_comm},
+            {"pp_comm_s", time.pp_comm},
+            {"dp_comm_exposed_s", time.dp_comm_exposed},
+            {"param_gather_s", time.param_gather},
+            {"optimizer_s", time.optimizer},
+            {"step_s", time.step},
+            {"tokens_per_s", time.tokens_per_second},
+            {"tflops_per_device", time.tflops_per_device},
+            {"mfu", time.mfu}}},
+          {"fits", fits},
+          {"notes", notes}};
+}
+
+std::string PlanReport::to_text() const {
+  std::ostringstream os;
+  const MemoryBreakdown& m = memory();
+  const StagePlan& st = device_stage();
+  // Memory in GB, or MB for small models.
+  const bool small = m.total < 1e9;
+  const double unit = small ? 1e6 : 1e9;
+  const char* unit_name = small ? "MB" : "GB";
+  auto mem = [&](double bytes, int precision = 2) {
+    std::ostringstream o;
+    o << std::fixed << std::setprecision(precision) << bytes / unit;
+    return o.str();
+  };
+  os << "plan: " << (recipe.empty() ? "(recipe)" : recipe) << " (" << arch << ", "
+     << human_count(static_cast<double>(params.total)) << " parameters, " << precision << " on "
+     << device << ")\n";
+  os << "cluster: " << cluster.nodes << " node(s) x " << cluster.gpus_per_node
+     << " devices = " << cluster.world() << "; " << gb(cluster.gpu_memory_bytes, 1) << " GB and "
+     << cluster.gpu_tflops << " TFLOP/s peak per device; " << cluster.intra_node_gbps
+     << " GB/s intra-node, " << cluster.inter_node_gbps << " GB/s inter-node\n";
+  os << "layout: " << layout.describe() << " (global batch " << layout.micro_batch << " x "
+     << layout.num_microbatches << " x dp " << layout.dp << ")\n";
+  os << "parameters: " << params.total << " total (" << human_count(double(params.embedding))
+     << " embedding, " << human_count(double(params.per_layer)) << " per layer, "
+     << human_count(double(params.head)) << " head); vocab " << vocab << " padded to "
+     << padded_vocab << "; " << st.parameters << " on each device of stage " << st.stage << "\n";
+  os << "memory per device (stage " << st.stage << " of " << stages.size() << ", " << st.layers
+     << " layers" << (st.first ? ", embeddings" : "") << (st.last ? ", output layer" : "") << "), "
+     << unit_name << ":\n";
+  auto row = [&](const std::string& name, double bytes, const std::string& extra = "") {
+    os << "  " << std::left << std::setw(34) << name << std::right << std::setw(10) << mem(bytes)
+       << (extra.empty() ? "" : "  " + extra) << "\n";
+  };
+  row(std::string("weights (") + precision + ")", m.weights);
+  if (m.master > 0) row("fp32 master weights", m.master);
+  row("fp32 gradients", m.gradients);
+  row(std::string("optimizer state") + (layout.distributed_optimizer ? " (distributed)" : ""),
+      m.optimizer,
+      "master+state: " + mem(m.optimizer_without_distributed) + " without / " +
+          mem(m.optimizer_with_distributed) + " with the distributed optimizer");
+  std::ostringstream inflight;
+  inflight << std::setprecision(3) << m.in_flight;
+  row("activations", m.activations,
+      mem(m.activations_per_microbatch, 3) + " per micro-batch x " + inflight.str() +
+          " in flight; per micro-batch none " + mem(m.activations_none, 3) + " / selective " +
+          mem(m.activations_selective, 3) + " / full " + mem(m.activations_full, 3));
+  row("workspace", m.workspace);
+  if (m.reserve > 0) row("runtime reserve", m.reserve);
+  row("total", m.total,
+      std::string(fits ? "fits" : "DOES NOT FIT") + " in " + gb(cluster.gpu_memory_bytes, 1) +
+          " GB");
+  os << std::setprecision(4) << "FLOPs per step: " << flops_per_step << " (Megatron's formula)";
+  if (hardware_flops_per_step != flops_per_step)
+    os << ", " << hardware_flops_per_step << " with recomputation";
+  os << "\n";
+  os << std::setprecision(3) << "estimated step time: " << time.step << " s (compute "
+     << time.compute << ", bubble " << time.bubble << ", TP comm " << time.tp_comm << ", PP comm "
+     << time.pp_comm << ", DP exposed " << time.dp_comm_exposed << ", param gather "
+     << time.param_gather << ", optimizer " << time.optimizer << ")\n"
+     << std::fixed << std::setprecision(0) << "  " << time.tokens_per_second << " tokens/s, "
+     << std::setprecision(1) << time.tflops_per_device << " TFLOP/s per device, MFU "
+     << time.mfu * 100 << "% (estimate; GEMM efficiency " << std::setprecision(2) << time.efficiency
+     << ")\n";
+  for (const std::string& n : notes) os << "note: " << n << "\n";
+  return os.str();
+}
+
+}  // namespace megatron::planning

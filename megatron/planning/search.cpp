@@ -1,0 +1,110 @@
+// The planner's layout search and its table.
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+
+#include "megatron/core/error.h"
+#include "megatron/planning/format.h"
+#include "megatron/planning/planner.h"
+
+namespace megatron::planning {
+
+using detail::gb;
+
+SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
+                    int64_t tokenizer_vocab) {
+  SearchResult result;
+  const int64_t world = cluster.world();
+  const auto& m = recipe.model;
+  const auto& tr = recipe.training;
+  const int64_t cp = recipe.parallel.context;
+  std::vector<int64_t> micros;
+  for (int64_t b = 1; b <= tr.global_batch_size; b *= 2) micros.push_back(b);
+  if (std::find(micros.begin(), micros.end(), tr.micro_batch_size) == micros.end())
+    micros.push_back(tr.micro_batch_size);
+  const std::vector<std::string> recomputes = {"none", "selective", "full"};
+  std::vector<int64_t> vpps = {1};
+  if (recipe.parallel.virtual_stages() > 1) vpps.push_back(recipe.parallel.virtual_stages());
+  for (int64_t tp = 1; tp <= std::min(cluster.gpus_per_node, world); ++tp) {
+    if (cluster.gpus_per_node % tp != 0 || m.num_attention_heads % tp != 0 ||
+        m.query_groups() % tp != 0 || m.ffn() % tp != 0)
+      continue;
+    for (int64_t pp = 1; pp <= m.num_layers; ++pp) {
+      if (m.num_layers % pp != 0 || world % (tp * pp * cp) != 0) continue;
+      const int64_t dp = world / (tp * pp * cp);
+      for (int64_t vpp : vpps) {
+        if (vpp > 1 && (pp == 1 || m.num_layers % (pp * vpp) != 0)) continue;
+        for (int64_t micro : micros) {
+          if (tr.global_batch_size % (micro * dp) != 0) continue;
+          for (const std::string& rc : recomputes) {
+            for (bool dist : dp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              config::Recipe c = recipe;
+              c.parallel.tensor = tp;
+              c.parallel.pipeline = pp;
+              c.parallel.data = 0;
+              c.parallel.virtual_pipeline =
+                  vpp > 1 ? std::optional<int64_t>(vpp) : std::optional<int64_t>();
+              c.parallel.pipeline_layers.clear();
+              c.parallel.sequence_parallel = tp > 1 && m.seq_length % tp == 0;
+              c.training.micro_batch_size = micro;
+              c.training.recompute = rc;
+              c.optimizer.distributed = dist;
+              PlanReport p;
+              try {
+                c.validate_for_world(world);
+                p = plan(c, cluster, tokenizer_vocab);
+              } catch (const InputError&) {
+                continue;  // not a valid layout for this world / batch
+              }
+              ++result.candidates;
+              if (!p.fits) {
+                ++result.too_big;
+                continue;
+              }
+              result.fitting.push_back(std::move(p));
+            }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(result.fitting.begin(), result.fitting.end(),
+                   [](const PlanReport& a, const PlanReport& b) {
+                     if (a.time.step != b.time.step) return a.time.step < b.time.step;
+                     return a.memory().total < b.memory().total;
+                   });
+  return result;
+}
+
+std::string search_table(const SearchResult& result, size_t top) {
+  std::ostringstream os;
+  os << "search: " << result.candidates << " valid layouts, " << result.too_big << " do not fit, "
+     << result.fitting.size() << " fit";
+  if (result.fitting.empty()) {
+    os << "\n";
+    return os.str();
+  }
+  os << "; fastest " << std::min(top, result.fitting.size()) << " by estimated step time:\n";
+  os << std::right << std::setw(4) << "#" << std::setw(4) << "tp" << std::setw(4) << "pp"
+     << std::setw(6) << "dp" << std::setw(4) << "vpp" << std::setw(5) << "mb" << std::setw(6) << "m"
+     << std::setw(4) << "sp" << std::setw(11) << "recompute" << std::setw(9) << "dist-opt"
+     << std::setw(10) << "mem GB" << std::setw(10) << "step s" << std::setw(8) << "MFU %"
+     << std::setw(12) << "tokens/s"
+     << "\n";
+  for (size_t i = 0; i < result.fitting.size() && i < top; ++i) {
+    const PlanReport& p = result.fitting[i];
+    const Layout& l = p.layout;
+    os << std::setw(4) << i + 1 << std::setw(4) << l.tp << std::setw(4) << l.pp << std::setw(6)
+       << l.dp << std::setw(4) << l.vpp << std::setw(5) << l.micro_batch << std::setw(6)
+       << l.num_microbatches << std::setw(4) << (l.sequence_parallel ? "on" : "-") << std::setw(11)
+       << l.recompute << std::setw(9) << (l.distributed_optimizer ? "on" : "-") << std::setw(10)
+       << gb(p.memory().total, 2) << std::setw(10) << std::setprecision(4) << p.time.step
+       << std::setw(8) << std::fixed << std::setprecision(1) << p.time.mfu * 100 << std::setw(12)
+       << std::setprecision(0) << p.time.tokens_per_second << std::defaultfloat << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace megatron::planning

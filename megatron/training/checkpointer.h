@@ -1,0 +1,84 @@
+#pragma once
+// The trainer's checkpoints: which tensors a rank writes (each element exactly once across the
+// world), how a rank finds its pieces in any saved layout, and the resume state.
+//
+// Saved tensors, all fp32 under their global parameter names:
+//   model/<name>            the model (compute) weights
+//   master/<name>           fp32 master weights (mixed precision only)
+//   optim/exp_avg/<name>    Adam moments (as flat segments of this rank's shards)
+//   optim/exp_avg_sq/<name>
+// Metadata: the resolved recipe, iteration, consumed samples, optimizer step count and the
+// loss scaler state. The data order, dropout masks and LR schedule are functions of
+// (seed, iteration), so they resume exactly without further state.
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "megatron/config/recipe.h"
+#include "megatron/optimizer/grad_sync.h"
+#include "megatron/optimizer/loss_scaler.h"
+#include "megatron/optimizer/lr_schedule.h"
+#include "megatron/optimizer/optimizer.h"
+#include "megatron/params/parameter.h"
+#include "megatron/training/groups.h"
+
+namespace megatron::training {
+
+// What a checkpoint holds of a run (all owned by the trainer, which outlives the checkpointer).
+struct TrainingState {
+  ParamStore* store;
+  optim::Optimizer* optimizer;
+  optim::DataParallelGrads* grad_sync;
+  optim::LossScaler* scaler;
+  const optim::LRSchedule* schedule;
+};
+
+class Checkpointer {
+ public:
+  // groups: world, tp, pp and dp must be set. vocab_size / padded_vocab: the model's real and
+  // padded vocabulary (recorded, so a load tells vocabulary padding from another vocabulary).
+  // log: where world rank 0 reports (null on the other ranks).
+  Checkpointer(const config::Recipe& recipe, const TrainerGroups& groups,
+               const TrainingState& state, int64_t vocab_size, int64_t padded_vocab,
+               std::ostream* log);
+
+  // Saves iteration `iteration` into checkpoint.save; samples consumed before iteration i are
+  // sample_offset + i * global_batch_size.
+  void save(int64_t iteration, int64_t sample_offset);
+
+  struct Resume {
+    int64_t iteration = 0;      // continue after this one (0: fresh, or weights only)
+    int64_t sample_offset = 0;  // the saved consumed_samples - iteration * global_batch_size
+  };
+  // Loads checkpoint.load, or (auto-resume after a requeue) the newest checkpoint in
+  // checkpoint.save; a fresh run when there is none.
+  Resume load();
+
+ private:
+  // fp32 host views of the buffers a checkpoint reads and writes: the buffers themselves on
+  // the CPU in fp32; otherwise staged fp32 host copies (16-bit model weights widened), which
+  // write_back copies (and rounds) back.
+  struct HostBuffers {
+    float *weights = nullptr, *masters = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+    std::vector<std::pair<Tensor*, Tensor>> staged;
+  };
+  HostBuffers host_buffers(bool weights_only);
+  void write_back(const HostBuffers& host);
+  std::string checkpoint_dir(const std::string& dir) const;
+
+  const config::Recipe& recipe_;
+  parallel::Communicator *world_, *tp_, *pp_, *dp_;
+  ParamStore& store_;
+  optim::Optimizer* optimizer_;
+  optim::DataParallelGrads* grad_sync_;
+  optim::LossScaler* scaler_;
+  const optim::LRSchedule& schedule_;
+  int64_t vocab_size_, padded_vocab_;
+  std::ostream* log_;
+  bool is_logger_;
+  std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
+};
+
+}  // namespace megatron::training

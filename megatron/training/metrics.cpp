@@ -1,0 +1,117 @@
+#include "megatron/training/metrics.h"
+
+#include <omp.h>
+
+#include <filesystem>
+#include <iomanip>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "megatron/core/device_memory.h"
+
+namespace megatron::training {
+
+namespace {
+// " (92% of gemm)" beside MFU when a GEMM rate was measured.
+std::string of_gemm_text(double of_gemm) {
+  if (of_gemm <= 0) return "";
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(0) << " (" << of_gemm * 100 << "% of gemm)";
+  return s.str();
+}
+}  // namespace
+
+MetricsSink::MetricsSink(const config::Recipe& recipe, bool is_logger, std::ostream& console,
+                         const ComputePeak& peak, Device device, int ranks)
+    : train_iters_(recipe.training.train_iters),
+      is_logger_(is_logger),
+      console_(&console),
+      device_(device) {
+  if (!is_logger_) return;
+  if (!recipe.logging.jsonl.empty()) {
+    const std::string path = config::resolve_path(recipe, recipe.logging.jsonl);
+    const auto parent = std::filesystem::path(path).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
+    jsonl_.open(path, std::ios::app);
+    MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: cannot open '", path, "' for writing");
+    nlohmann::json start = peak.to_json();
+    start["event"] = "start";
+    start["device"] = device_name(device);
+    start["threads_per_rank"] = omp_get_max_threads();
+    start["ranks"] = ranks;
+    jsonl_ << start.dump() << "\n" << std::flush;
+  }
+  if (!recipe.logging.tensorboard_dir.empty())
+    tensorboard_ = std::make_unique<TensorBoardWriter>(
+        config::resolve_path(recipe, recipe.logging.tensorboard_dir));
+}
+
+MetricsSink::~MetricsSink() = default;
+
+void MetricsSink::step(const StepMetrics& m, bool to_console) {
+  if (!is_logger_) return;
+  std::ostream& out = *console_;
+  if (to_console)
+    out << "iter " << std::setw(6) << m.iteration << "/" << train_iters_ << " | loss " << std::fixed
+        << std::setprecision(4) << m.loss;
+  if (to_console && m.has_aux) out << " (lm " << m.lm_loss << " + nsp " << m.aux_loss << ")";
+  if (to_console)
+    out << " | lr " << std::scientific << std::setprecision(3) << m.lr << " | grad_norm "
+        << std::fixed << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
+        << m.seconds * 1000 << " ms | " << std::setprecision(0) << m.tokens_per_s << " tok/s | "
+        << std::setprecision(3) << m.tflops << " TFLOP/s | MFU " << std::setprecision(1)
+        << m.mfu * 100 << "%" << of_gemm_text(m.of_gemm) << " | mem " << std::setprecision(0)
+        << static_cast<double>(memory_stats(device_).peak_bytes) / 1048576.0 << " MiB"
+        << (m.skipped ? " | skipped (fp16 overflow)" : "") << std::defaultfloat << "\n"
+        << std::flush;
+  if (jsonl_.is_open()) {
+    nlohmann::json j = {{"iteration", m.iteration},
+                        {"loss", m.loss},
+                        {"lm_loss", m.lm_loss},
+                        {"lr", m.lr},
+                        {"grad_norm", m.grad_norm},
+                        {"step_seconds", m.seconds},
+                        {"tokens_per_s", m.tokens_per_s},
+                        {"tflops", m.tflops},
+                        {"mfu", m.mfu},
+                        {"of_gemm", m.of_gemm},
+                        {"loss_scale", m.loss_scale},
+                        {"skipped", m.skipped}};
+    if (m.has_aux) j["nsp_loss"] = m.aux_loss;
+    jsonl_ << j.dump() << "\n" << std::flush;
+  }
+  if (tensorboard_) {
+    auto& tb = *tensorboard_;
+    tb.add_scalar("lm loss", m.iteration, m.lm_loss);
+    if (m.has_aux) tb.add_scalar("nsp loss", m.iteration, m.aux_loss);
+    tb.add_scalar("learning-rate", m.iteration, m.lr);
+    tb.add_scalar("grad-norm", m.iteration, m.grad_norm);
+    tb.add_scalar("loss-scale", m.iteration, m.loss_scale);
+    tb.add_scalar("tokens-per-sec", m.iteration, m.tokens_per_s);
+    tb.add_scalar("tflops", m.iteration, m.tflops);
+    tb.add_scalar("mfu", m.iteration, m.mfu);
+    tb.flush();
+  }
+}
+
+void MetricsSink::eval(const EvalMetrics& e) {
+  if (!is_logger_) return;
+  std::ostream& out = *console_;
+  out << "validation at iter " << e.iteration << " | val_loss " << std::fixed
+      << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2) << e.perplexity;
+  if (e.has_aux) out << " | val_nsp_loss " << std::setprecision(4) << e.aux_loss;
+  out << std::defaultfloat << "\n" << std::flush;
+  if (jsonl_.is_open()) {
+    nlohmann::json j = {
+        {"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};
+    if (e.has_aux) j["val_nsp_loss"] = e.aux_loss;
+    jsonl_ << j.dump() << "\n" << std::flush;
+  }
+  if (tensorboard_) {
+    tensorboard_->add_scalar("lm loss validation", e.iteration, e.loss);
+    if (e.has_aux) tensorboard_->add_scalar("nsp loss validation", e.iteration, e.aux_loss);
+    tensorboard_->flush();
+  }
+}
+
+}  // namespace megatron::training

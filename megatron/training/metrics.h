@@ -1,0 +1,59 @@
+#pragma once
+// Per-step and evaluation metrics, and where they go: the console (world rank 0), the JSONL log
+// (logging.jsonl; its first line is the run's "start" event with the compute peak) and
+// TensorBoard (logging.tensorboard_dir, Megatron's tag names).
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <ostream>
+
+#include "megatron/config/recipe.h"
+#include "megatron/core/tensor.h"
+#include "megatron/training/compute_peak.h"
+#include "megatron/training/tensorboard.h"
+
+namespace megatron::training {
+
+struct StepMetrics {
+  int64_t iteration = 0;
+  // loss = lm_loss + aux_loss: the LM cross-entropy averaged over the global batch's predicted
+  // tokens, plus (BERT) the sentence-pair loss averaged over its samples.
+  double lm_loss = 0, aux_loss = 0;
+  bool has_aux = false;
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0, tokens_per_s = 0, tflops = 0, mfu = 0;
+  double of_gemm = 0;  // achieved FLOP/s over the measured GEMM rate (CPU), beside MFU
+  double loss_scale = 1;
+  bool skipped = false;  // fp16 overflow: no update this step
+};
+
+struct EvalMetrics {
+  int64_t iteration = 0;
+  double loss = 0, perplexity = 0;  // loss and perplexity of the LM part
+  double aux_loss = 0;              // BERT sentence-pair loss (when has_aux)
+  bool has_aux = false;
+};
+
+class MetricsSink {
+ public:
+  // Only the logger (world rank 0) writes anything; `console` is its human-readable stream.
+  // Opens logging.jsonl (appending) and writes the start event, and the TensorBoard writer.
+  MetricsSink(const config::Recipe& recipe, bool is_logger, std::ostream& console,
+              const ComputePeak& peak, Device device, int ranks);
+  ~MetricsSink();
+
+  // The console stream on the logger, null elsewhere (for free-form lines).
+  std::ostream* console() const { return is_logger_ ? console_ : nullptr; }
+  // A step: to the console when to_console, always to JSONL and TensorBoard.
+  void step(const StepMetrics& m, bool to_console);
+  void eval(const EvalMetrics& e);
+
+ private:
+  int64_t train_iters_;
+  bool is_logger_;
+  std::ostream* console_;
+  Device device_;
+  std::ofstream jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+};
+
+}  // namespace megatron::training

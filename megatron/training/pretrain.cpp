@@ -1,0 +1,64 @@
+#include "megatron/training/pretrain.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "megatron/core/device_memory.h"
+#include "megatron/parallel/mesh.h"
+#include "megatron/parallel/mpi_communicator.h"
+#include "megatron/training/data_sources.h"
+#include "megatron/training/device_groups.h"
+#include "megatron/training/trainer.h"
+#if MEGATRON_WITH_CUDA
+#include "megatron/backend/cuda/device.h"
+#endif
+
+namespace megatron::training {
+
+int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, std::ostream& out) {
+  recipe.resolve_for_world(launch.world_size);
+  out << "# resolved recipe (" << recipe.source_path << ")\n" << recipe.to_yaml() << std::flush;
+
+  // One process per device: the mesh and its groups, placed by node.
+  auto world = launch.world_size > 1
+                   ? std::unique_ptr<parallel::Communicator>(parallel::MpiCommunicator::world())
+                   : parallel::make_single_process_communicator();
+  const auto& p = recipe.parallel;
+  parallel::MeshSizes sizes{p.tensor, p.context, p.expert, p.data, p.pipeline, p.order};
+  std::unique_ptr<parallel::Mesh> mesh =
+      launch.world_size > 1 ? std::make_unique<parallel::Mesh>(sizes, *world, launch)
+                            : parallel::Mesh::single_process();
+  if (launch.world_size > 1) {
+    out << "launch: " << launch.launcher << ", " << launch.world_size << " ranks on "
+        << launch.num_nodes << " node(s)\n"
+        << mesh->placement().report() << std::flush;
+  }
+  const TrainerGroups mesh_groups{&mesh->world(), &mesh->tp(),        &mesh->dp(),
+                                  &mesh->pp(),    &mesh->embedding(), &mesh->model()};
+  // training.device: cuda: one GPU per process, picked by node-local rank.
+  const Device device = recipe.training.device == "cuda" ? Device::CUDA : Device::CPU;
+  if (device == Device::CUDA) {
+    MT_INPUT_CHECK(device_available(Device::CUDA), recipe.source_path,
+                   ": training.device: cuda but no CUDA device is visible (or this build has no "
+                   "CUDA backend: configure with -DMEGATRON_CUDA=ON)");
+#if MEGATRON_WITH_CUDA
+    const int gpu = cuda::select_device_for_local_rank(launch.local_rank);
+    out << "device: cuda, rank 0 on GPU " << gpu << " (GPU = local rank % visible devices)\n";
+#endif
+  }
+  const DeviceGroups groups(device, mesh_groups);
+  if (recipe.training.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)
+    recipe.training.threads = parallel::default_cpu_threads(launch);
+
+  const TrainingData data = make_training_data(recipe, launch, *world, out);
+  Trainer trainer(recipe, data.vocab_size, data.train, data.valid, groups.groups(), out);
+  const TrainSummary summary = trainer.run();
+  if (summary.evals.size() >= 2) {
+    const double first = summary.evals.front().loss, last = summary.evals.back().loss;
+    out << "validation loss " << first << " -> " << last << " (" << 100.0 * last / first
+        << "% of the first)\n";
+  }
+  return 0;
+}
+
+}  // namespace megatron::training

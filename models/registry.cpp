@@ -1,0 +1,130 @@
+#include "models/registry.h"
+
+namespace megatron::models {
+
+DType model_dtype_of(const config::TrainingConfig& training) {
+  if (training.precision == "bf16") return DType::BF16;
+  if (training.precision == "fp16") return DType::F16;
+  return DType::F32;
+}
+
+TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
+  TransformerSpec t;
+  t.num_layers = m.num_layers;
+  t.hidden = m.hidden_size;
+  t.heads = m.num_attention_heads;
+  t.query_groups = m.query_groups();
+  t.ffn = m.ffn();
+  t.seq_length = m.seq_length;
+  t.norm = m.normalization == "rmsnorm" ? Norm::Kind::RMSNorm : Norm::Kind::LayerNorm;
+  t.swiglu = m.activation == "swiglu";
+  t.rope = m.position_embedding == "rope";
+  t.rope_theta = static_cast<float>(m.rope_theta);
+  t.bias = m.add_bias;
+  // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).
+  t.causal = m.arch != "bert";
+  t.post_norm = m.arch == "bert";
+  t.hidden_dropout = static_cast<float>(m.hidden_dropout);
+  t.attention_dropout = static_cast<float>(m.attention_dropout);
+  t.norm_eps = static_cast<float>(m.layernorm_epsilon);
+  t.init_std = static_cast<float>(m.init_method_std);
+  return t;
+}
+
+TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp_size) {
+  const auto& m = r.model;
+  TransformerSpec t = transformer_spec_from_model(m);
+  t.seed = r.training.seed;
+  t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
+  t.recompute = parse_recompute(r.training.recompute);
+  t.flash_attention = m.flash_attention(r.training.device);
+  t.activation_dtype = model_dtype_of(r.training);
+  return t;
+}
+
+int64_t model_vocab(const config::Recipe& r, int64_t tokenizer_vocab) {
+  const int64_t v = r.model.vocab_size > 0 ? r.model.vocab_size : tokenizer_vocab;
+  MT_INPUT_CHECK(v >= tokenizer_vocab, r.source_path, ": model.vocab_size ", r.model.vocab_size,
+                 " is smaller than the tokenizer's vocabulary ", tokenizer_vocab);
+  return v;
+}
+
+BertSpec bert_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, int64_t tp_size) {
+  const auto& m = r.model;
+  BertSpec s;
+  s.transformer = transformer_spec_from_recipe(r, tp_size);
+  MT_INPUT_CHECK(!s.transformer.rope, r.source_path,
+                 ": model.position_embedding: BERT uses learned positions, not rope");
+  MT_INPUT_CHECK(m.tie_embeddings, r.source_path,
+                 ": model.tie_embeddings: BERT's masked-LM decoder is tied to the embeddings");
+  s.vocab_size = model_vocab(r, tokenizer_vocab);
+  s.padded_vocab_size = m.padded_vocab_size(tokenizer_vocab, tp_size);
+  s.max_positions = m.max_positions();
+  s.binary_head = r.data.bert_binary_head;
+  s.embedding_dropout = static_cast<float>(m.hidden_dropout);
+  return s;
+}
+
+GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, int64_t tp_size) {
+  const auto& m = r.model;
+  MT_INPUT_CHECK(m.arch == "gpt" || m.arch == "llama", r.source_path, ": model.arch: '", m.arch,
+                 "' is not a decoder (gpt or llama)");
+  GPTSpec s;
+  s.transformer = transformer_spec_from_recipe(r, tp_size);
+  s.vocab_size = model_vocab(r, tokenizer_vocab);
+  s.padded_vocab_size = m.padded_vocab_size(tokenizer_vocab, tp_size);
+  s.max_positions = s.transformer.rope ? 0 : m.max_positions();
+  s.tie_embeddings = m.tie_embeddings;
+  s.embedding_dropout = static_cast<float>(m.hidden_dropout);
+  return s;
+}
+
+ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
+                               ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
+                               int64_t pp_size) {
+  const bool bert = recipe.model.arch == "bert";
+  std::optional<GPTSpec> gpt;
+  std::optional<BertSpec> bert_spec;
+  if (bert)
+    bert_spec = bert_spec_from_recipe(recipe, tokenizer_vocab, tp.size());
+  else
+    gpt = gpt_spec_from_recipe(recipe, tokenizer_vocab, tp.size());
+  ModelChunks out;
+  out.transformer = bert ? bert_spec->transformer : gpt->transformer;
+  out.vocab_size = bert ? bert_spec->vocab_size : gpt->vocab_size;
+  out.padded_vocab = bert ? bert_spec->padded_vocab_size : gpt->padded_vocab_size;
+  out.tied_embeddings = bert || gpt->tie_embeddings;
+  // Virtual stage v = chunk * pp + stage holds the v-th group of layers: an even split or
+  // parallel.pipeline_layers (one count per virtual stage, in layer order).
+  const int64_t vpp = recipe.parallel.virtual_stages();
+  const int64_t stages = pp_size * vpp, L = out.transformer.num_layers;
+  std::vector<int64_t> counts = recipe.parallel.pipeline_layers;
+  if (counts.empty()) {
+    MT_INPUT_CHECK(L % stages == 0, recipe.source_path, ": model.num_layers ", L,
+                   " does not split evenly over ", stages,
+                   " pipeline stages (set parallel.pipeline_layers)");
+    counts.assign(static_cast<size_t>(stages), L / stages);
+  }
+  MT_INPUT_CHECK(static_cast<int64_t>(counts.size()) == stages, recipe.source_path,
+                 ": parallel.pipeline_layers has ", counts.size(), " entries for ", stages,
+                 " (virtual) pipeline stages");
+  // One recompute workspace for every chunk of this rank (it holds nothing between calls).
+  std::shared_ptr<RecomputeWorkspace> workspace;
+  if (out.transformer.recompute != Recompute::None)
+    workspace = std::make_shared<RecomputeWorkspace>();
+  for (int64_t c = 0; c < vpp; ++c) {
+    const int64_t v = c * pp_size + pp_rank;
+    ModelStage stage;
+    for (int64_t i = 0; i < v; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
+    stage.num_layers = counts[static_cast<size_t>(v)];
+    stage.pre_process = v == 0;
+    stage.post_process = v == stages - 1;
+    if (bert)
+      out.chunks.push_back(std::make_unique<BertModel>(*bert_spec, store, tp, stage, workspace));
+    else
+      out.chunks.push_back(std::make_unique<GPTModel>(*gpt, store, tp, stage, workspace));
+  }
+  return out;
+}
+
+}  // namespace megatron::models

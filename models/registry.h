@@ -1,0 +1,45 @@
+#pragma once
+// The one place a recipe's model section becomes a model: the specs of each architecture
+// (gpt, llama: GPTModel; bert: BertModel) and this rank's model chunks (pipeline virtual stages).
+// The trainer, the planner and the tools all build models through it.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "megatron/config/recipe.h"
+#include "megatron/parallel/communicator.h"
+#include "megatron/params/parameter.h"
+#include "models/bert/bert_model.h"
+#include "models/gpt/gpt_model.h"
+
+namespace megatron::models {
+
+// training.precision -> the model dtype (fp32, bf16 or fp16) of weights and activations.
+DType model_dtype_of(const config::TrainingConfig& training);
+// The architecture of a model section (sizes, norm, activation, positions, biases, attention
+// mask, block arrangement, dropouts, init): what the planner counts.
+TransformerSpec transformer_spec_from_model(const config::ModelConfig& model);
+// The transformer of a recipe (any arch) for a tensor-parallel size: the model's architecture
+// with the run's seed, sequence parallelism, recompute, attention backend and precision.
+TransformerSpec transformer_spec_from_recipe(const config::Recipe& recipe, int64_t tp_size);
+// model.vocab_size, or the tokenizer's when 0 (InputError when smaller than the tokenizer's).
+int64_t model_vocab(const config::Recipe& recipe, int64_t tokenizer_vocab);
+GPTSpec gpt_spec_from_recipe(const config::Recipe& recipe, int64_t tokenizer_vocab,
+                             int64_t tp_size);
+BertSpec bert_spec_from_recipe(const config::Recipe& recipe, int64_t tokenizer_vocab,
+                               int64_t tp_size);
+
+// This rank's chunks of the model: virtual stage v = chunk * pp + pp_rank holds the v-th group
+// of layers (an even split, or parallel.pipeline_layers), all on `store`, sharing one
+// recompute workspace.
+struct ModelChunks {
+  std::vector<std::unique_ptr<Model>> chunks;
+  TransformerSpec transformer;
+  int64_t vocab_size = 0, padded_vocab = 0;  // real and padded (all tp ranks together)
+  bool tied_embeddings = false;              // the LM head is the word embedding table
+};
+ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
+                               ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
+                               int64_t pp_size);
+
+}  // namespace megatron::models

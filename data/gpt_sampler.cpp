@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "data/numpy_random.h"
 #include "megatron/core/error.h"
 
 namespace megatron::data {
@@ -121,13 +122,7 @@ std::shared_ptr<const std::vector<int64_t>> GPTSampler::permutation(int64_t epoc
                                  static_cast<uint64_t>(epoch)));
   for (int64_t i = num_windows_ - 1; i >= 1; --i) {
     const auto max = static_cast<uint64_t>(i);
-    uint64_t mask = max;
-    mask |= mask >> 1;
-    mask |= mask >> 2;
-    mask |= mask >> 4;
-    mask |= mask >> 8;
-    mask |= mask >> 16;
-    mask |= mask >> 32;
+    const uint64_t mask = covering_mask(max);
     uint64_t j;
     do {
       j = rng() & mask;

@@ -46,13 +46,7 @@ NumpyRandomState::NumpyRandomState(uint64_t seed) : mt_(checked_seed(seed)) {}
 
 uint64_t NumpyRandomState::random_interval(uint64_t max) {
   if (max == 0) return 0;
-  uint64_t mask = max;
-  mask |= mask >> 1;
-  mask |= mask >> 2;
-  mask |= mask >> 4;
-  mask |= mask >> 8;
-  mask |= mask >> 16;
-  mask |= mask >> 32;
+  const uint64_t mask = covering_mask(max);
   uint64_t value;
   if (max <= 0xffffffffull) {
     do {

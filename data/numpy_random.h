@@ -39,6 +39,18 @@ class MT19937 {
 };
 
 // numpy's numpy.random.RandomState(seed) (legacy seeding), shuffle subset.
+// The smallest all-ones bit pattern >= max (numpy's mask for bounded integers by rejection).
+inline uint64_t covering_mask(uint64_t max) {
+  uint64_t mask = max;
+  mask |= mask >> 1;
+  mask |= mask >> 2;
+  mask |= mask >> 4;
+  mask |= mask >> 8;
+  mask |= mask >> 16;
+  mask |= mask >> 32;
+  return mask;
+}
+
 class NumpyRandomState {
  public:
   // Throws InputError when seed >= 2^32 (numpy raises ValueError there).

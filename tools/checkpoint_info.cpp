@@ -7,6 +7,7 @@
 
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/core/error.h"
+#include "megatron/core/format.h"
 
 namespace {
 
@@ -21,18 +22,6 @@ metadata.json (present, size, safetensors header) and every tensor must be cover
   --json          one JSON object instead of the table
   --no-verify     read metadata.json only
 )";
-
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
-  return buf;
-}
 
 }  // namespace
 
@@ -112,7 +101,7 @@ int main(int argc, char** argv) {
     std::printf("iteration   %lld\n", static_cast<long long>(index.iteration));
     std::printf("format      %d%s\n", index.format_version, verify ? " (files verified)" : "");
     std::printf("files       %zu, %s\n", index.files.size(),
-                human_bytes(static_cast<double>(total)).c_str());
+                megatron::human_bytes(static_cast<double>(total)).c_str());
     std::printf(
         "metadata    %s\n",
         index.metadata.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());

@@ -17,6 +17,7 @@
 #include "data/sft_dataset.h"
 #include "data/tokenizer.h"
 #include "megatron/core/error.h"
+#include "megatron/core/format.h"
 
 namespace {
 
@@ -63,18 +64,6 @@ the ids, the loss mask and the text, with every token whose prediction is NOT tr
   --sft-packing        sft: packed (default) or padded
 )";
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) {
-    b /= 1024;
-    ++u;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", b, units[u]);
-  return buf;
-}
-
 int64_t percentile(const std::vector<int64_t>& sorted, double p) {
   if (sorted.empty()) return 0;
   // Nearest rank.
@@ -100,8 +89,8 @@ void print_stats(const megatron::data::IndexedDataset& ds, const std::string& sp
   const auto idx_size = std::filesystem::file_size(ds.prefix() + ".idx", ec);
 
   std::cout << "dataset      " << ds.prefix() << "\n"
-            << "files        .bin " << human_bytes(static_cast<double>(bin_size)) << ", .idx "
-            << human_bytes(static_cast<double>(idx_size)) << "\n"
+            << "files        .bin " << megatron::human_bytes(static_cast<double>(bin_size))
+            << ", .idx " << megatron::human_bytes(static_cast<double>(idx_size)) << "\n"
             << "dtype        " << megatron::dtype_name(ds.dtype()) << " (code "
             << static_cast<int>(megatron::data::indexed_dtype_code(ds.dtype())) << ")\n"
             << "documents    " << ndocs << " (" << empty << " empty)\n"

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "megatron/backend/cuda/check.h"
+#include "kernels/cuda/storage_type.h"
 #include "megatron/core/dtype.h"
 
 namespace megatron::kernels::cuda::detail {
@@ -87,16 +88,7 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return warp_max(v);
 }
 
-// The DType of a storage type.
-template <typename T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::F32;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return DType::BF16;
-  static_assert(
-      std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
-      "storage type must be float, __nv_bfloat16 or __half");
-  return DType::F16;
-}
+using cuda::dtype_of;  // kernels/cuda/storage_type.h
 
 // Carves 256-byte-aligned pieces out of a workspace. With base == nullptr it only adds up the
 // size (the same sequence of take() calls sizes and then carves a workspace).

@@ -264,23 +264,12 @@ void GemmContext::run(const GemmArgs& a, cudaStream_t stream) {
     const int64_t total = a.batch * a.M * a.N;
     const unsigned grid = detail::grid_for(total, 256);
     const void* bias = a.epilogue == GemmEpilogue::Bias ? a.bias : nullptr;
-    switch (a.c_type) {
-      case DType::F32:
-        empty_product_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(a.C), a.M, a.N, a.ldc,
-                                                       a.stride_c, a.batch, a.beta,
-                                                       static_cast<const float*>(bias));
-        break;
-      case DType::BF16:
-        empty_product_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(a.C), a.M, a.N,
-                                                       a.ldc, a.stride_c, a.batch, a.beta,
-                                                       static_cast<const __nv_bfloat16*>(bias));
-        break;
-      default:
-        empty_product_kernel<<<grid, 256, 0, stream>>>(static_cast<__half*>(a.C), a.M, a.N, a.ldc,
-                                                       a.stride_c, a.batch, a.beta,
-                                                       static_cast<const __half*>(bias));
-        break;
-    }
+    with_storage_type(a.c_type, "gemm (CUDA)", "C", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      empty_product_kernel<<<grid, 256, 0, stream>>>(static_cast<T*>(a.C), a.M, a.N, a.ldc,
+                                                     a.stride_c, a.batch, a.beta,
+                                                     static_cast<const T*>(bias));
+    });
     MT_CUDA_LAUNCH_CHECK();
     return;
   }
@@ -390,23 +379,12 @@ void GemmContext::run(const GemmArgs& a, cudaStream_t stream) {
         tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (a.epilogue == GemmEpilogue::Bias) {
       const unsigned grid = detail::grid_for(a.batch * a.M * a.N, 256);
-      switch (a.c_type) {
-        case DType::F32:
-          add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<float*>(a.C), a.M, a.N, a.ldc,
-                                                    a.stride_c, a.batch,
-                                                    static_cast<const float*>(a.bias));
-          break;
-        case DType::BF16:
-          add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<__nv_bfloat16*>(a.C), a.M, a.N,
-                                                    a.ldc, a.stride_c, a.batch,
-                                                    static_cast<const __nv_bfloat16*>(a.bias));
-          break;
-        default:
-          add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<__half*>(a.C), a.M, a.N, a.ldc,
-                                                    a.stride_c, a.batch,
-                                                    static_cast<const __half*>(a.bias));
-          break;
-      }
+      with_storage_type(a.c_type, "gemm (CUDA)", "C", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        add_bias_kernel<<<grid, 256, 0, stream>>>(static_cast<T*>(a.C), a.M, a.N, a.ldc,
+                                                  a.stride_c, a.batch,
+                                                  static_cast<const T*>(a.bias));
+      });
       MT_CUDA_LAUNCH_CHECK();
     }
     return;

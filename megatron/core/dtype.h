@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "megatron/core/error.h"
 
@@ -47,47 +48,28 @@ std::string_view dtype_name(DType t);
 // Accepts our names and the usual aliases ("float32", "bfloat16", "fp16", "int32", ...).
 DType parse_dtype(std::string_view name);
 
+// The DType of a storage type: DTypeOf<T>::value.
 template <typename T>
-struct DTypeOf;
-template <>
-struct DTypeOf<float> {
-  static constexpr DType value = DType::F32;
-};
-template <>
-struct DTypeOf<double> {
-  static constexpr DType value = DType::F64;
-};
-template <>
-struct DTypeOf<bf16_t> {
-  static constexpr DType value = DType::BF16;
-};
-template <>
-struct DTypeOf<fp16_t> {
-  static constexpr DType value = DType::F16;
-};
-template <>
-struct DTypeOf<int64_t> {
-  static constexpr DType value = DType::I64;
-};
-template <>
-struct DTypeOf<int32_t> {
-  static constexpr DType value = DType::I32;
-};
-template <>
-struct DTypeOf<int16_t> {
-  static constexpr DType value = DType::I16;
-};
-template <>
-struct DTypeOf<int8_t> {
-  static constexpr DType value = DType::I8;
-};
-template <>
-struct DTypeOf<uint16_t> {
-  static constexpr DType value = DType::U16;
-};
-template <>
-struct DTypeOf<uint8_t> {
-  static constexpr DType value = DType::U8;
+struct DTypeOf {
+  static constexpr DType value = [] {
+    if constexpr (std::is_same_v<T, float>) return DType::F32;
+    if constexpr (std::is_same_v<T, double>) return DType::F64;
+    if constexpr (std::is_same_v<T, bf16_t>) return DType::BF16;
+    if constexpr (std::is_same_v<T, fp16_t>) return DType::F16;
+    if constexpr (std::is_same_v<T, int64_t>) return DType::I64;
+    if constexpr (std::is_same_v<T, int32_t>) return DType::I32;
+    if constexpr (std::is_same_v<T, int16_t>) return DType::I16;
+    if constexpr (std::is_same_v<T, int8_t>) return DType::I8;
+    if constexpr (std::is_same_v<T, uint16_t>) return DType::U16;
+    if constexpr (std::is_same_v<T, uint8_t>) return DType::U8;
+    static_assert(std::is_same_v<T, uint8_t> || std::is_same_v<T, uint16_t> ||
+                      std::is_same_v<T, int8_t> || std::is_same_v<T, int16_t> ||
+                      std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t> ||
+                      std::is_same_v<T, fp16_t> || std::is_same_v<T, bf16_t> ||
+                      std::is_same_v<T, double> || std::is_same_v<T, float>,
+                  "no DType for this type");
+    return DType::U8;
+  }();
 };
 
 // The one runtime -> template switch: fn is called as fn.template operator()<T>().

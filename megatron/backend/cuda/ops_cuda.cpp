@@ -18,6 +18,7 @@
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/storage_type.h"
 #include "megatron/backend/cuda/allocator.h"
 #include "megatron/backend/cuda/check.h"
 #include "megatron/backend/cuda/runtime.h"
@@ -28,35 +29,8 @@ namespace mc = megatron::cuda;
 
 namespace {
 
-template <typename T>
-constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::F32;
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return DType::BF16;
-  static_assert(
-      std::is_same_v<T, float> || std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>,
-      "storage type must be float, __nv_bfloat16 or __half");
-  return DType::F16;
-}
-
-// The one runtime -> template switch of the CUDA ops: fn.template operator()<T>() for the
-// storage type of `t` (float, __nv_bfloat16 or __half).
-template <typename Fn>
-void with_storage_type(DType t, const char* op, const char* what, Fn&& fn) {
-  switch (t) {
-    case DType::F32:
-      fn.template operator()<float>();
-      return;
-    case DType::BF16:
-      fn.template operator()<__nv_bfloat16>();
-      return;
-    case DType::F16:
-      fn.template operator()<__half>();
-      return;
-    default:
-      break;
-  }
-  MT_CHECK(false, op, ": ", what, " must be fp32, bf16 or fp16 on cuda, got ", dtype_name(t));
-}
+using kc::dtype_of;
+using kc::with_storage_type;
 
 // Norm weights: fp32 (with any activation type) or the activations' own type.
 template <typename T, typename Fn>

@@ -129,176 +129,112 @@ class MapReader {
   std::vector<std::string> known_;
 };
 
-void parse_model(MapReader r, ModelConfig& m) {
-  r.get("arch", m.arch);
-  r.required("num_layers", m.num_layers);
-  r.required("hidden_size", m.hidden_size);
-  r.required("num_attention_heads", m.num_attention_heads);
-  r.get("num_query_groups", m.num_query_groups);
-  r.get("ffn_hidden_size", m.ffn_hidden_size);
-  r.required("seq_length", m.seq_length);
-  r.get("max_position_embeddings", m.max_position_embeddings);
-  r.get("normalization", m.normalization);
-  r.get("activation", m.activation);
-  r.get("position_embedding", m.position_embedding);
-  r.get("attention_backend", m.attention_backend);
-  r.get("rope_theta", m.rope_theta);
-  r.get("tie_embeddings", m.tie_embeddings);
-  r.get("add_bias", m.add_bias);
-  r.get("hidden_dropout", m.hidden_dropout);
-  r.get("attention_dropout", m.attention_dropout);
-  r.get("layernorm_epsilon", m.layernorm_epsilon);
-  r.get("init_method_std", m.init_method_std);
-  r.get("vocab_size", m.vocab_size);
-  r.get("make_vocab_size_divisible_by", m.make_vocab_size_divisible_by);
-  r.get("num_experts", m.num_experts);
-  r.get("moe_router_topk", m.moe_router_topk);
-  r.finish();
-}
+// Walks a section's fields() (recipe.h) over the keys of its map.
+class ParseVisitor {
+ public:
+  ParseVisitor(MapReader& reader, KeyOrigins& origins) : r_(reader), origins_(origins) {}
 
-void parse_parallel(MapReader r, ParallelConfig& p) {
-  r.get("tensor", p.tensor);
-  r.get("pipeline", p.pipeline);
-  if (const Node* v = r.take("data")) {
-    if (v->kind == Node::Kind::Scalar && v->scalar == "auto")
-      p.data = 0;
-    else if (v->kind != Node::Kind::Scalar || v->quoted || !parse_int64(v->scalar, p.data).empty())
-      fail(*v, r.key_path("data"), concat("expected an integer or auto, got ", v->describe()));
+  template <typename T>
+  void operator()(const char* key, T& out, const KeyInfo& info = {}) {
+    if (info.required)
+      r_.required(key, out);
+    else
+      r_.get(key, out);
   }
-  r.get("expert", p.expert);
-  r.get("context", p.context);
-  r.get("virtual_pipeline", p.virtual_pipeline);
-  r.get("sequence_parallel", p.sequence_parallel);
-  r.get("order", p.order);
-  r.get("pipeline_layers", p.pipeline_layers);
-  r.finish();
-}
-
-void parse_training(MapReader r, TrainingConfig& t) {
-  r.get("device", t.device);
-  r.get("precision", t.precision);
-  r.required("micro_batch_size", t.micro_batch_size);
-  r.required("global_batch_size", t.global_batch_size);
-  r.required("train_iters", t.train_iters);
-  r.get("eval_interval", t.eval_interval);
-  r.get("eval_iters", t.eval_iters);
-  r.get("seed", t.seed);
-  r.get("recompute", t.recompute);
-  r.get("exit_duration_minutes", t.exit_duration_minutes);
-  r.get("threads", t.threads);
-  r.get("peak_tflops", t.peak_tflops);
-  r.get("initial_loss_scale", t.initial_loss_scale);
-  r.get("min_loss_scale", t.min_loss_scale);
-  r.get("loss_scale_window", t.loss_scale_window);
-  r.get("hysteresis", t.hysteresis);
-  r.finish();
-}
-
-void parse_optimizer(MapReader r, KeyOrigins& origins, OptimizerConfig& o) {
-  r.get("type", o.type);
-  r.required("lr", o.lr);
-  r.get("min_lr", o.min_lr);
-  r.get("weight_decay", o.weight_decay);
-  r.get("beta1", o.beta1);
-  r.get("beta2", o.beta2);
-  r.get("eps", o.eps);
-  r.get("clip_grad", o.clip_grad);
-  r.get("distributed", o.distributed);
-  MapReader s(r.take("schedule"), "optimizer.schedule", origins);
-  s.get("warmup_iters", o.schedule.warmup_iters);
-  s.get("decay", o.schedule.decay);
-  s.get("decay_iters", o.schedule.decay_iters);
-  s.finish();
-  r.finish();
-}
-
-void parse_data(MapReader r, KeyOrigins& origins, DataConfig& d) {
-  MapReader tok(r.take("tokenizer"), "data.tokenizer", origins);
-  tok.required("type", d.tokenizer.type);
-  tok.get("vocab_file", d.tokenizer.vocab_file);
-  tok.get("merge_file", d.tokenizer.merge_file);
-  tok.get("model", d.tokenizer.model);
-  tok.get("vocab_size", d.tokenizer.vocab_size);
-  tok.finish();
-
-  d.train.clear();
-  if (const Node* v = r.take("train")) {
+  template <typename T>
+  void operator()(const char* key, std::optional<T>& out, const KeyInfo& = {}) {
+    r_.get(key, out);  // unset when absent: never required
+  }
+  void operator()(const char* key, int64_t& out, const KeyInfo& info = {}) {
+    if (!info.zero_is_auto) {
+      if (info.required)
+        r_.required(key, out);
+      else
+        r_.get(key, out);
+      return;
+    }
+    if (const Node* v = r_.take(key)) {
+      if (v->kind == Node::Kind::Scalar && v->scalar == "auto")
+        out = 0;
+      else if (v->kind != Node::Kind::Scalar || v->quoted || !parse_int64(v->scalar, out).empty())
+        fail(*v, r_.key_path(key), concat("expected an integer or auto, got ", v->describe()));
+    }
+  }
+  // A list of {path, weight} maps or of paths, or one path.
+  void operator()(const char* key, std::vector<DatasetEntry>& out, const KeyInfo& = {}) {
+    out.clear();
+    const std::string path = r_.key_path(key);
+    const Node* v = r_.take(key);
+    if (!v) return;
     if (v->kind == Node::Kind::Scalar) {
-      d.train.push_back({v->scalar, 1.0});
-      origins.by_key["data.train[0].path"] = v->origin.str();
+      out.push_back({v->scalar, 1.0});
+      origins_.by_key[path + "[0].path"] = v->origin.str();
     } else if (v->kind == Node::Kind::Seq) {
       for (size_t i = 0; i < v->items.size(); ++i) {
         const Node& item = v->items[i];
-        std::string key = concat("data.train[", i, "]");
+        const std::string item_path = concat(path, "[", i, "]");
         DatasetEntry e;
         if (item.kind == Node::Kind::Scalar) {
           e.path = item.scalar;
-          origins.by_key[key + ".path"] = item.origin.str();
+          origins_.by_key[item_path + ".path"] = item.origin.str();
         } else if (item.kind == Node::Kind::Map) {
-          MapReader m(&item, key, origins);
-          m.required("path", e.path);
-          m.get("weight", e.weight);
+          MapReader m(&item, item_path, origins_);
+          ParseVisitor entry(m, origins_);
+          DatasetEntry::fields(e, entry);
           m.finish();
         } else {
-          fail(item, key,
+          fail(item, item_path,
                concat("expected {path: ..., weight: ...} or a path, got ", item.describe()));
         }
-        d.train.push_back(e);
+        out.push_back(e);
       }
     } else {
-      fail(*v, "data.train",
-           concat("expected a list of {path, weight} or a path, got ", v->describe()));
+      fail(*v, path, concat("expected a list of {path, weight} or a path, got ", v->describe()));
     }
   }
-  if (const Node* v = r.take("split")) {
-    // Accept `split: 1` (plain number) as well as the usual "969,30,1".
-    if (v->kind != Node::Kind::Scalar)
-      fail(*v, "data.split", concat("expected a string like \"969,30,1\", got ", v->describe()));
-    d.split = v->scalar;
+  template <typename Section>
+  void section(const char* key, Section& out) {
+    MapReader child(r_.take(key), r_.key_path(key), origins_);
+    ParseVisitor v(child, origins_);
+    Section::fields(out, v);
+    child.finish();
   }
-  r.get("cache_dir", d.cache_dir);
-  r.get("masking_probability", d.masking_probability);
-  r.get("short_seq_probability", d.short_seq_probability);
-  r.get("bert_binary_head", d.bert_binary_head);
-  r.get("mock", d.mock);
-  r.finish();
-}
 
-void parse_checkpoint(MapReader r, CheckpointConfig& c) {
-  r.get("save", c.save);
-  r.get("load", c.load);
-  r.get("save_interval", c.save_interval);
-  r.get("keep_last", c.keep_last);
-  r.get("finetune", c.finetune);
-  r.get("strict", c.strict);
-  r.finish();
-}
+ private:
+  MapReader& r_;
+  KeyOrigins& origins_;
+};
 
-void parse_logging(MapReader r, LoggingConfig& l) {
-  r.get("interval", l.interval);
-  r.get("jsonl", l.jsonl);
-  r.get("tensorboard_dir", l.tensorboard_dir);
-  r.get("timeline", l.timeline);
-  r.finish();
-}
+// The section names, in order.
+struct SectionNames {
+  std::vector<std::string> names;
+  template <typename Section>
+  void section(const char* key, Section&) {
+    names.push_back(key);
+  }
+};
 
-void parse_cluster(MapReader r, ClusterConfig& c) {
-  r.get("nodes", c.nodes);
-  r.get("gpus_per_node", c.gpus_per_node);
-  r.get("gpu_memory_gb", c.gpu_memory_gb);
-  r.get("gpu_tflops", c.gpu_tflops);
-  r.get("intra_node_gbps", c.intra_node_gbps);
-  r.get("inter_node_gbps", c.inter_node_gbps);
-  r.finish();
-}
+// The top level: each section's map.
+struct RootVisitor {
+  const Node& root;
+  KeyOrigins& origins;
+  template <typename Section>
+  void section(const char* key, Section& out) {
+    MapReader r(root.find(key), key, origins);
+    ParseVisitor v(r, origins);
+    Section::fields(out, v);
+    r.finish();
+  }
+};
 
 }  // namespace
 
 Recipe parse_tree(const Node& root, const std::string& top_file) {
   Recipe r;
   r.origins.fallback = top_file;
-  static const std::vector<std::string> sections = {"model", "parallel",   "training", "optimizer",
-                                                    "data",  "checkpoint", "logging",  "cluster"};
+  SectionNames collect;
+  Recipe::sections(r, collect);
+  const std::vector<std::string>& sections = collect.names;
   for (const auto& [key, value] : root.entries) {
     if (std::find(sections.begin(), sections.end(), key) != sections.end()) continue;
     std::string best;
@@ -310,15 +246,8 @@ Recipe parse_tree(const Node& root, const std::string& top_file) {
          concat("unknown section", best.empty() ? "" : concat(" (did you mean '", best, "'?)"),
                 "; known sections: extends, ", list));
   }
-  auto section = [&](const char* name) { return MapReader(root.find(name), name, r.origins); };
-  parse_model(section("model"), r.model);
-  parse_parallel(section("parallel"), r.parallel);
-  parse_training(section("training"), r.training);
-  parse_optimizer(section("optimizer"), r.origins, r.optimizer);
-  parse_data(section("data"), r.origins, r.data);
-  parse_checkpoint(section("checkpoint"), r.checkpoint);
-  parse_logging(section("logging"), r.logging);
-  parse_cluster(section("cluster"), r.cluster);
+  RootVisitor v{root, r.origins};
+  Recipe::sections(r, v);
   return r;
 }
 

@@ -30,6 +30,22 @@
 
 namespace megatron::config {
 
+// What a section's fields() says about one key beyond its name and member. Every section
+// declares its keys once, in `template <class Self, class V> static void fields(Self&, V&)`,
+// calling v(name, member[, KeyInfo]) per key and v.section(name, sub) per nested section: the
+// parser, to_yaml, to_json and the key origins all walk it, in that order.
+struct KeyInfo {
+  bool required = false;      // an error when absent or null
+  std::string note;           // a comment beside the key in to_yaml
+  bool zero_is_auto = false;  // 0 is written and read as `auto`
+  bool keep_empty = false;    // a string written as itself when empty (not as null)
+};
+inline KeyInfo required_key() { return {true, "", false, false}; }
+inline KeyInfo noted(std::string note) { return {false, std::move(note), false, false}; }
+inline std::string auto_note(int64_t stored, int64_t resolved) {
+  return stored == 0 ? "auto: " + std::to_string(resolved) : "";
+}
+
 // Where each key of a loaded recipe came from, so that validate() can name the file and line.
 // Keys are full paths: "model.num_layers", "data.train[0].path".
 struct KeyOrigins {
@@ -84,6 +100,35 @@ struct ModelConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const ModelConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("arch", s.arch);
+    v("num_layers", s.num_layers, required_key());
+    v("hidden_size", s.hidden_size, required_key());
+    v("num_attention_heads", s.num_attention_heads, required_key());
+    v("num_query_groups", s.num_query_groups,
+      noted(auto_note(s.num_query_groups, s.query_groups())));
+    v("ffn_hidden_size", s.ffn_hidden_size, noted(auto_note(s.ffn_hidden_size, s.ffn())));
+    v("seq_length", s.seq_length, required_key());
+    v("max_position_embeddings", s.max_position_embeddings,
+      noted(auto_note(s.max_position_embeddings, s.max_positions())));
+    v("normalization", s.normalization);
+    v("activation", s.activation);
+    v("position_embedding", s.position_embedding);
+    v("attention_backend", s.attention_backend);
+    v("rope_theta", s.rope_theta);
+    v("tie_embeddings", s.tie_embeddings);
+    v("add_bias", s.add_bias);
+    v("hidden_dropout", s.hidden_dropout);
+    v("attention_dropout", s.attention_dropout);
+    v("layernorm_epsilon", s.layernorm_epsilon);
+    v("init_method_std", s.init_method_std);
+    v("vocab_size", s.vocab_size, noted(s.vocab_size == 0 ? "auto: from the tokenizer" : ""));
+    v("make_vocab_size_divisible_by", s.make_vocab_size_divisible_by);
+    v("num_experts", s.num_experts, noted(s.num_experts == 0 ? "dense" : ""));
+    v("moe_router_topk", s.moe_router_topk);
+  }
 };
 
 struct ParallelConfig {
@@ -101,6 +146,19 @@ struct ParallelConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const ParallelConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("tensor", s.tensor);
+    v("pipeline", s.pipeline);
+    v("data", s.data, KeyInfo{false, "", true, false});
+    v("expert", s.expert);
+    v("context", s.context);
+    v("virtual_pipeline", s.virtual_pipeline);
+    v("sequence_parallel", s.sequence_parallel);
+    v("order", s.order);
+    v("pipeline_layers", s.pipeline_layers);
+  }
 };
 
 struct ScheduleConfig {
@@ -108,6 +166,13 @@ struct ScheduleConfig {
   std::string decay = "cosine";        // cosine|linear|constant
   std::optional<int64_t> decay_iters;  // unset -> training.train_iters
   bool operator==(const ScheduleConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("warmup_iters", s.warmup_iters);
+    v("decay", s.decay);
+    v("decay_iters", s.decay_iters, noted(s.decay_iters ? "" : "auto: training.train_iters"));
+  }
 };
 
 struct TrainingConfig {
@@ -129,6 +194,26 @@ struct TrainingConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const TrainingConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("device", s.device);
+    v("precision", s.precision);
+    v("micro_batch_size", s.micro_batch_size, required_key());
+    v("global_batch_size", s.global_batch_size, required_key());
+    v("train_iters", s.train_iters, required_key());
+    v("eval_interval", s.eval_interval);
+    v("eval_iters", s.eval_iters);
+    v("seed", s.seed);
+    v("recompute", s.recompute);
+    v("exit_duration_minutes", s.exit_duration_minutes);
+    v("threads", s.threads, noted(s.threads == 0 ? "auto" : ""));
+    v("peak_tflops", s.peak_tflops, noted(s.peak_tflops == 0 ? "measure at start" : ""));
+    v("initial_loss_scale", s.initial_loss_scale, noted("fp16 only"));
+    v("min_loss_scale", s.min_loss_scale);
+    v("loss_scale_window", s.loss_scale_window);
+    v("hysteresis", s.hysteresis);
+  }
 };
 
 struct OptimizerConfig {
@@ -141,6 +226,20 @@ struct OptimizerConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const OptimizerConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("type", s.type);
+    v("lr", s.lr, required_key());
+    v("min_lr", s.min_lr);
+    v("weight_decay", s.weight_decay);
+    v("beta1", s.beta1);
+    v("beta2", s.beta2);
+    v("eps", s.eps);
+    v("clip_grad", s.clip_grad);
+    v("distributed", s.distributed);
+    v.section("schedule", s.schedule);
+  }
 };
 
 struct TokenizerConfig {
@@ -150,12 +249,27 @@ struct TokenizerConfig {
   std::string vocab_file, merge_file, model;
   int64_t vocab_size = 0;
   bool operator==(const TokenizerConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("type", s.type, required_key());
+    v("vocab_file", s.vocab_file);
+    v("merge_file", s.merge_file);
+    v("model", s.model);
+    v("vocab_size", s.vocab_size);
+  }
 };
 
 struct DatasetEntry {
   std::string path;  // prefix of the .bin/.idx pair
   double weight = 1.0;
   bool operator==(const DatasetEntry&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("path", s.path, required_key());
+    v("weight", s.weight);
+  }
 };
 
 struct DataConfig {
@@ -175,6 +289,18 @@ struct DataConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const DataConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v.section("tokenizer", s.tokenizer);
+    v("train", s.train);
+    v("split", s.split, KeyInfo{false, "", false, true});  // "969,30,1"; `split: 1` too
+    v("cache_dir", s.cache_dir);
+    v("masking_probability", s.masking_probability, noted("BERT only"));
+    v("short_seq_probability", s.short_seq_probability, noted("BERT only"));
+    v("bert_binary_head", s.bert_binary_head, noted("BERT only"));
+    v("mock", s.mock, noted(s.mock ? "synthetic data" : ""));
+  }
 };
 
 struct CheckpointConfig {
@@ -188,6 +314,16 @@ struct CheckpointConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const CheckpointConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("save", s.save);
+    v("load", s.load);
+    v("save_interval", s.save_interval);
+    v("keep_last", s.keep_last, noted(s.keep_last == 0 ? "keep all" : ""));
+    v("finetune", s.finetune);
+    v("strict", s.strict, noted(s.strict ? "" : "partial loads allowed"));
+  }
 };
 
 struct LoggingConfig {
@@ -198,6 +334,14 @@ struct LoggingConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const LoggingConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("interval", s.interval);
+    v("jsonl", s.jsonl);
+    v("tensorboard_dir", s.tensorboard_dir);
+    v("timeline", s.timeline);
+  }
 };
 
 // The cluster a recipe is written for (optional; documentation and the planner's default:
@@ -216,6 +360,16 @@ struct ClusterConfig {
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const ClusterConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("nodes", s.nodes, noted(s.nodes == 0 ? "not stated" : ""));
+    v("gpus_per_node", s.gpus_per_node, noted(s.gpus_per_node == 0 ? "not stated" : ""));
+    v("gpu_memory_gb", s.gpu_memory_gb, noted(s.gpu_memory_gb == 0 ? "not stated" : ""));
+    v("gpu_tflops", s.gpu_tflops, noted(s.gpu_tflops == 0 ? "not stated" : ""));
+    v("intra_node_gbps", s.intra_node_gbps);
+    v("inter_node_gbps", s.inter_node_gbps);
+  }
 };
 
 struct Recipe {
@@ -230,6 +384,19 @@ struct Recipe {
   std::string source_path;  // the top recipe file, as given to load_recipe
   std::string root_dir;     // repository root guessed at load time (see resolve_path); may be empty
   KeyOrigins origins;       // filled by the loader; used in error messages
+
+  // The sections, in file order.
+  template <typename Self, typename V>
+  static void sections(Self& s, V& v) {
+    v.section("model", s.model);
+    v.section("parallel", s.parallel);
+    v.section("training", s.training);
+    v.section("optimizer", s.optimizer);
+    v.section("data", s.data);
+    v.section("checkpoint", s.checkpoint);
+    v.section("logging", s.logging);
+    v.section("cluster", s.cluster);
+  }
 
   // Each section, then cross-section checks (heads % tensor, layers % pipeline or pipeline_layers,
   // global_batch % micro_batch, schedule vs train_iters, ...).

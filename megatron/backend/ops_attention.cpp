@@ -1,0 +1,146 @@
+// Attention (unfused and flash), rotary embeddings and dropout.
+#include "megatron/backend/op_impl.h"
+
+namespace megatron::ops {
+using namespace impl;
+
+void attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                       const Tensor& qkv, Tensor& out, Tensor& probs) {
+  const char* op = "attention_forward";
+  const Device dev = device_of(op, {{&qkv, "qkv"}, {&out, "out"}, {&probs, "probs"}});
+  check_attention_shape(s, qkv, op);
+  MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && probs.numel() == s.B * s.H * s.S * s.S,
+           "attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
+           " G=", s.G, " Dh=", s.Dh);
+  const FloatArgs fa(
+      op,
+      {{&qkv, "qkv"}, {&out, "out", Role::T, kWritten}, {&probs, "probs", Role::F32, kWritten}});
+  MT_RUN_ON_CUDA(dev, attention_forward(s, opt, qkv, out, probs));
+  Fp32OnCpu f(fa);
+  cpu::attention_forward(s, opt, f.in(qkv), f.out(out), f.out(probs));
+  f.finish();
+}
+
+void attention_backward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                        const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv) {
+  const char* op = "attention_backward";
+  const Device dev =
+      device_of(op, {{&qkv, "qkv"}, {&probs, "probs"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
+  check_attention_shape(s, qkv, op);
+  MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
+               probs.numel() == s.B * s.H * s.S * s.S,
+           "attention_backward: buffer sizes");
+  const FloatArgs fa(op, {{&qkv, "qkv"},
+                          {&probs, "probs", Role::F32},
+                          {&dout, "dout"},
+                          {&dqkv, "dqkv", Role::T, kWritten}});
+  MT_RUN_ON_CUDA(dev, attention_backward(s, opt, qkv, probs, dout, dqkv));
+  Fp32OnCpu f(fa);
+  cpu::attention_backward(s, opt, f.in(qkv), f.in(probs), f.in(dout), f.out(dqkv));
+  f.finish();
+}
+
+void flash_attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                             const Tensor& qkv, Tensor& out, Tensor& lse) {
+  const char* op = "flash_attention_forward";
+  const Device dev = device_of(op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}});
+  check_attention_shape(s, qkv, op);
+  MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && lse.numel() == s.B * s.H * s.S,
+           "flash_attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
+           " G=", s.G, " Dh=", s.Dh);
+  const FloatArgs fa(
+      op, {{&qkv, "qkv"}, {&out, "out", Role::T, kWritten}, {&lse, "lse", Role::F32, kWritten}});
+  MT_RUN_ON_CUDA(dev, flash_attention_forward(s, opt, qkv, out, lse));
+  Fp32OnCpu f(fa);
+  cpu::flash_attention_forward(s, opt, f.in(qkv), f.out(out), f.out(lse));
+  f.finish();
+}
+
+void flash_attention_backward(const kernels::AttentionShape& s,
+                              const kernels::AttentionOptions& opt, const Tensor& qkv,
+                              const Tensor& out, const Tensor& lse, const Tensor& dout,
+                              Tensor& dqkv) {
+  const char* op = "flash_attention_backward";
+  const Device dev = device_of(
+      op, {{&qkv, "qkv"}, {&out, "out"}, {&lse, "lse"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
+  check_attention_shape(s, qkv, op);
+  MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
+               out.numel() == dout.numel() && lse.numel() == s.B * s.H * s.S,
+           "flash_attention_backward: buffer sizes");
+  const FloatArgs fa(op, {{&qkv, "qkv"},
+                          {&out, "out"},
+                          {&lse, "lse", Role::F32},
+                          {&dout, "dout"},
+                          {&dqkv, "dqkv", Role::T, kWritten}});
+  MT_RUN_ON_CUDA(dev, flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv));
+  Fp32OnCpu f(fa);
+  cpu::flash_attention_backward(s, opt, f.in(qkv), f.in(out), f.in(lse), f.in(dout), f.out(dqkv));
+  f.finish();
+}
+
+void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, float theta, int64_t offset) {
+  const char* op = "rope_forward";
+  const Device dev = device_of(op, {{&qkv, "qkv"}});
+  check_attention_shape(s, qkv, op);
+  const FloatArgs fa(op, {{&qkv, "qkv", Role::T, kUpdated}});
+  MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, theta, offset));
+  Fp32OnCpu f(fa);
+  cpu::rope_forward(s, f.out(qkv), theta, offset);
+  f.finish();
+}
+
+void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, float theta, int64_t offset) {
+  const char* op = "rope_backward";
+  const Device dev = device_of(op, {{&dqkv, "dqkv"}});
+  check_attention_shape(s, dqkv, op);
+  const FloatArgs fa(op, {{&dqkv, "dqkv", Role::T, kUpdated}});
+  MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, theta, offset));
+  Fp32OnCpu f(fa);
+  cpu::rope_backward(s, f.out(dqkv), theta, offset);
+  f.finish();
+}
+
+void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
+                     uint64_t index_offset) {
+  const char* op = "dropout_forward";
+  const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
+  MT_CHECK(y.numel() == x.numel(), "dropout_forward: shape mismatch");
+  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
+  MT_RUN_ON_CUDA(dev, dropout_forward(x, y, p, seed, stream, index_offset));
+  Fp32OnCpu f(fa);
+  cpu::dropout_forward(f.in(x), f.out(y), x.numel(), p, seed, stream, index_offset);
+  f.finish();
+}
+
+void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t stream,
+                      uint64_t index_offset) {
+  const char* op = "dropout_backward";
+  const Device dev = device_of(op, {{&dy, "dy"}, {&dx, "dx"}});
+  MT_CHECK(dx.numel() == dy.numel(), "dropout_backward: shape mismatch");
+  const FloatArgs fa(op, {{&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
+  MT_RUN_ON_CUDA(dev, dropout_backward(dy, dx, p, seed, stream, index_offset));
+  Fp32OnCpu f(fa);
+  cpu::dropout_backward(f.in(dy), f.out(dx), dy.numel(), p, seed, stream, index_offset);
+  f.finish();
+}
+
+void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
+                  uint64_t seed, uint64_t stream) {
+  const char* op = "dropout_rows";
+  const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
+  MT_CHECK(rows.S >= 0 && rows.B > 0 && rows.D > 0 && x.numel() == rows.S * rows.B * rows.D &&
+               y.numel() == x.numel(),
+           "dropout_rows: tensors ", x.shape().str(), " / ", y.shape().str(), " are not [", rows.S,
+           ", ", rows.B, ", ", rows.D, "]");
+  MT_CHECK(
+      rows.batch_offset >= 0 && rows.seq_offset >= 0 && rows.seq_offset + rows.S <= rows.seq_total,
+      "dropout_rows: rows [", rows.seq_offset, ", ", rows.seq_offset + rows.S,
+      ") outside a sequence of ", rows.seq_total);
+  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
+  MT_RUN_ON_CUDA(dev, dropout_rows(x, y, rows, p, seed, stream));
+  Fp32OnCpu f(fa);
+  cpu::dropout_rows(f.in(x), f.out(y), rows, p, seed, stream);
+  f.finish();
+}
+
+}  // namespace megatron::ops

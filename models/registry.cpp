@@ -2,9 +2,27 @@
 
 namespace megatron::models {
 
+Recompute recompute_of(config::RecomputeGranularity granularity) {
+  switch (granularity) {
+    case config::RecomputeGranularity::Selective:
+      return Recompute::Selective;
+    case config::RecomputeGranularity::Full:
+      return Recompute::Full;
+    case config::RecomputeGranularity::None:
+      break;
+  }
+  return Recompute::None;
+}
+
 DType model_dtype_of(const config::TrainingConfig& training) {
-  if (training.precision == "bf16") return DType::BF16;
-  if (training.precision == "fp16") return DType::F16;
+  switch (training.precision) {
+    case config::Precision::BF16:
+      return DType::BF16;
+    case config::Precision::FP16:
+      return DType::F16;
+    case config::Precision::FP32:
+      break;
+  }
   return DType::F32;
 }
 
@@ -16,14 +34,15 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.query_groups = m.query_groups();
   t.ffn = m.ffn();
   t.seq_length = m.seq_length;
-  t.norm = m.normalization == "rmsnorm" ? Norm::Kind::RMSNorm : Norm::Kind::LayerNorm;
-  t.swiglu = m.activation == "swiglu";
-  t.rope = m.position_embedding == "rope";
+  t.norm = m.normalization == config::Normalization::RMSNorm ? Norm::Kind::RMSNorm
+                                                             : Norm::Kind::LayerNorm;
+  t.swiglu = m.activation == config::Activation::SwiGLU;
+  t.rope = m.position_embedding == config::PositionEmbedding::Rope;
   t.rope_theta = static_cast<float>(m.rope_theta);
   t.bias = m.add_bias;
   // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).
-  t.causal = m.arch != "bert";
-  t.post_norm = m.arch == "bert";
+  t.causal = m.arch != config::Arch::BERT;
+  t.post_norm = m.arch == config::Arch::BERT;
   t.hidden_dropout = static_cast<float>(m.hidden_dropout);
   t.attention_dropout = static_cast<float>(m.attention_dropout);
   t.norm_eps = static_cast<float>(m.layernorm_epsilon);
@@ -36,7 +55,7 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   TransformerSpec t = transformer_spec_from_model(m);
   t.seed = r.training.seed;
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
-  t.recompute = parse_recompute(r.training.recompute);
+  t.recompute = recompute_of(r.training.recompute);
   t.flash_attention = m.flash_attention(r.training.device);
   t.activation_dtype = model_dtype_of(r.training);
   return t;
@@ -67,7 +86,8 @@ BertSpec bert_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab,
 
 GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, int64_t tp_size) {
   const auto& m = r.model;
-  MT_INPUT_CHECK(m.arch == "gpt" || m.arch == "llama", r.source_path, ": model.arch: '", m.arch,
+  MT_INPUT_CHECK(m.arch == config::Arch::GPT || m.arch == config::Arch::LLaMA, r.source_path,
+                 ": model.arch: '", config::option_name(m.arch),
                  "' is not a decoder (gpt or llama)");
   GPTSpec s;
   s.transformer = transformer_spec_from_recipe(r, tp_size);
@@ -82,7 +102,7 @@ GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, i
 ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
                                int64_t pp_size) {
-  const bool bert = recipe.model.arch == "bert";
+  const bool bert = recipe.model.arch == config::Arch::BERT;
   std::optional<GPTSpec> gpt;
   std::optional<BertSpec> bert_spec;
   if (bert)

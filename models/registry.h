@@ -14,6 +14,8 @@
 
 namespace megatron::models {
 
+// training.recompute -> the blocks' activation recomputation.
+Recompute recompute_of(config::RecomputeGranularity granularity);
 // training.precision -> the model dtype (fp32, bf16 or fp16) of weights and activations.
 DType model_dtype_of(const config::TrainingConfig& training);
 // The architecture of a model section (sizes, norm, activation, positions, biases, attention

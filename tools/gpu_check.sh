@@ -42,8 +42,10 @@ if [ "$skip_build" = 0 ]; then
   echo "== configure ($build_dir, CUDA archs $archs)"
   cmake -S "$root" -B "$build_dir" -DMEGATRON_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$archs"
   echo "== build"
-  targets=(megatron_cuda test_nccl test_ops_backends)
-  for src in "$root"/tests/unit/test_cuda_*.cpp; do targets+=("$(basename "$src" .cpp)"); done
+  targets=(megatron_cuda test_nccl)
+  for src in "$root"/tests/unit/test_cuda_*.cpp "$root"/tests/unit/test_ops_backends*.cpp; do
+    targets+=("$(basename "$src" .cpp)")
+  done
   cmake --build "$build_dir" -j "$jobs" --target "${targets[@]}"
 fi
 

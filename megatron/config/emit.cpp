@@ -58,6 +58,10 @@ struct YamlVisitor {
   void operator()(const char* key, int64_t v, const KeyInfo& i = {}) {
     w.kv(key, i.zero_is_auto && v == 0 ? "auto" : str(v), i.note);
   }
+  template <Option E>
+  void operator()(const char* key, const E& v, const KeyInfo& i = {}) {
+    w.kv(key, yaml_quote(std::string(option_name(v))), i.note);
+  }
   template <typename T>
   void operator()(const char* key, const T& v, const KeyInfo& i = {}) {
     w.kv(key, str(v), i.note);
@@ -95,6 +99,10 @@ struct JsonVisitor {
   }
   void operator()(const char* key, int64_t v, const KeyInfo& i = {}) {
     j[key] = i.zero_is_auto && v == 0 ? nlohmann::json("auto") : nlohmann::json(v);
+  }
+  template <Option E>
+  void operator()(const char* key, const E& v, const KeyInfo& = {}) {
+    j[key] = std::string(option_name(v));
   }
   template <typename T>
   void operator()(const char* key, const T& v, const KeyInfo& = {}) {

@@ -37,6 +37,13 @@ class MapReader {
     return v->is_null() ? nullptr : v;
   }
 
+  // The (non-null) node of a key already taken, or null.
+  const Node* node_of(const std::string& key) const {
+    if (!node_) return nullptr;
+    const Node* v = node_->find(key);
+    return v && !v->is_null() ? v : nullptr;
+  }
+
   [[noreturn]] void missing(const std::string& key) const {
     std::string where = node_ ? node_->origin.str() : origins_.fallback;
     throw InputError(concat(where, ": ", key_path(key), ": required key is missing"));
@@ -140,6 +147,22 @@ class ParseVisitor {
       r_.required(key, out);
     else
       r_.get(key, out);
+  }
+  // A named option: its name, else an error listing the names.
+  template <Option E>
+  void operator()(const char* key, E& out, const KeyInfo& info = {}) {
+    std::string name;
+    if (info.required)
+      r_.required(key, name);
+    else
+      r_.get(key, name);
+    const Node* v = r_.node_of(key);
+    if (v == nullptr) return;  // absent or null: the default
+    const std::optional<E> parsed = parse_option<E>(name);
+    if (!parsed)
+      fail(*v, r_.key_path(key),
+           concat("must be one of ", option_list<E>(), " (got '", name, "')"));
+    out = *parsed;
   }
   template <typename T>
   void operator()(const char* key, std::optional<T>& out, const KeyInfo& = {}) {

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include "megatron/config/options.h"
+
 namespace megatron::config {
 
 // What a section's fields() says about one key beyond its name and member. Every section
@@ -55,19 +57,16 @@ struct KeyOrigins {
 };
 
 struct ModelConfig {
-  std::string arch = "gpt";                                          // gpt|llama|bert
+  Arch arch = Arch::GPT;
   int64_t num_layers = 0, hidden_size = 0, num_attention_heads = 0;  // required
-  int64_t num_query_groups = 0;                // 0 -> = num_attention_heads (no GQA)
-  int64_t ffn_hidden_size = 0;                 // 0 -> 4 * hidden_size
-  int64_t seq_length = 0;                      // required
-  int64_t max_position_embeddings = 0;         // 0 -> seq_length
-  std::string normalization = "layernorm";     // layernorm|rmsnorm
-  std::string activation = "gelu";             // gelu|swiglu
-  std::string position_embedding = "learned";  // learned|rope
-  // unfused: probabilities [B, H, S, S] saved for backward (kernels/cpu/attention.h);
-  // flash: fused kernels saving only the row log-sum-exp (kernels/*/flash_attention.h);
-  // auto: flash on cuda, unfused on cpu (where the unfused path is a few % faster).
-  std::string attention_backend = "auto";  // auto|unfused|flash
+  int64_t num_query_groups = 0;         // 0 -> = num_attention_heads (no GQA)
+  int64_t ffn_hidden_size = 0;          // 0 -> 4 * hidden_size
+  int64_t seq_length = 0;               // required
+  int64_t max_position_embeddings = 0;  // 0 -> seq_length
+  Normalization normalization = Normalization::LayerNorm;
+  Activation activation = Activation::GeLU;
+  PositionEmbedding position_embedding = PositionEmbedding::Learned;
+  AttentionBackend attention_backend = AttentionBackend::Auto;
   double rope_theta = 10000;
   bool tie_embeddings = true;
   bool add_bias = true;
@@ -87,8 +86,9 @@ struct ModelConfig {
     return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
   }
   // Whether training on `device` (training.device) uses the flash attention kernels.
-  bool flash_attention(const std::string& device) const {
-    return attention_backend == "flash" || (attention_backend == "auto" && device == "cuda");
+  bool flash_attention(TrainingDevice device) const {
+    return attention_backend == AttentionBackend::Flash ||
+           (attention_backend == AttentionBackend::Auto && device == TrainingDevice::CUDA);
   }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
@@ -163,7 +163,7 @@ struct ParallelConfig {
 
 struct ScheduleConfig {
   int64_t warmup_iters = 0;
-  std::string decay = "cosine";        // cosine|linear|constant
+  LrDecay decay = LrDecay::Cosine;
   std::optional<int64_t> decay_iters;  // unset -> training.train_iters
   bool operator==(const ScheduleConfig&) const = default;
 
@@ -176,12 +176,12 @@ struct ScheduleConfig {
 };
 
 struct TrainingConfig {
-  std::string device = "cpu";                                            // cpu|cuda
-  std::string precision = "fp32";                                        // fp32|bf16|fp16
+  TrainingDevice device = TrainingDevice::CPU;
+  Precision precision = Precision::FP32;
   int64_t micro_batch_size = 0, global_batch_size = 0, train_iters = 0;  // required
   int64_t eval_interval = 0, eval_iters = 0;  // eval_interval 0 -> no periodic evaluation
   uint64_t seed = 1234;
-  std::string recompute = "none";  // none|full|selective
+  RecomputeGranularity recompute = RecomputeGranularity::None;
   std::optional<double> exit_duration_minutes;
   int64_t threads = 0;     // 0 = auto
   double peak_tflops = 0;  // 0 = measure at start
@@ -217,8 +217,8 @@ struct TrainingConfig {
 };
 
 struct OptimizerConfig {
-  std::string type = "adamw";  // adamw|sgd (sgd uses beta1 as momentum)
-  double lr = 0;               // required, > 0
+  OptimizerType type = OptimizerType::AdamW;
+  double lr = 0;  // required, > 0
   double min_lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double clip_grad = 1.0;    // 0 -> no clipping
   bool distributed = false;  // ZeRO-1 over data parallel

@@ -75,7 +75,6 @@ int64_t ModelConfig::padded_vocab_size(int64_t tokenizer_vocab, int64_t tensor_p
 
 void ModelConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
-  c.one_of("model.arch", arch, {"gpt", "llama", "bert"});
   c.positive("model.num_layers", num_layers);
   c.positive("model.hidden_size", hidden_size);
   c.positive("model.num_attention_heads", num_attention_heads);
@@ -88,16 +87,12 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
     c.fail("model.num_query_groups",
            concat("must divide model.num_attention_heads (got ", num_attention_heads, " % ",
                   query_groups(), " = ", num_attention_heads % query_groups(), ")"));
-  c.one_of("model.normalization", normalization, {"layernorm", "rmsnorm"});
-  c.one_of("model.activation", activation, {"gelu", "swiglu"});
-  c.one_of("model.position_embedding", position_embedding, {"learned", "rope"});
-  c.one_of("model.attention_backend", attention_backend, {"auto", "unfused", "flash"});
   c.positive("model.rope_theta", rope_theta);
-  if (position_embedding == "rope")
+  if (position_embedding == PositionEmbedding::Rope)
     c.check(head_dim() % 2 == 0, "model.position_embedding",
             concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",
                    head_dim(), ")"));
-  if (position_embedding == "learned")
+  if (position_embedding == PositionEmbedding::Learned)
     c.check(
         seq_length <= max_positions(), "model.seq_length",
         concat("must be <= model.max_position_embeddings with learned position embeddings (got ",
@@ -153,8 +148,6 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
 
 void TrainingConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
-  c.one_of("training.device", device, {"cpu", "cuda"});
-  c.one_of("training.precision", precision, {"fp32", "bf16", "fp16"});
   c.positive("training.micro_batch_size", micro_batch_size);
   c.positive("training.global_batch_size", global_batch_size);
   c.positive("training.train_iters", train_iters);
@@ -166,7 +159,6 @@ void TrainingConfig::validate(const KeyOrigins& origins) const {
     c.check(eval_iters > 0, "training.eval_iters",
             concat("must be > 0 when training.eval_interval is set (got eval_iters ", eval_iters,
                    " with eval_interval ", eval_interval, ")"));
-  c.one_of("training.recompute", recompute, {"none", "full", "selective"});
   if (exit_duration_minutes) c.positive("training.exit_duration_minutes", *exit_duration_minutes);
   c.non_negative("training.threads", threads);
   c.non_negative("training.peak_tflops", peak_tflops);
@@ -181,7 +173,6 @@ void TrainingConfig::validate(const KeyOrigins& origins) const {
 
 void OptimizerConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
-  c.one_of("optimizer.type", type, {"adamw", "sgd"});
   c.positive("optimizer.lr", lr);
   c.non_negative("optimizer.min_lr", min_lr);
   c.check(min_lr <= lr, "optimizer.min_lr",
@@ -192,7 +183,6 @@ void OptimizerConfig::validate(const KeyOrigins& origins) const {
   c.positive("optimizer.eps", eps);
   c.non_negative("optimizer.clip_grad", clip_grad);
   c.non_negative("optimizer.schedule.warmup_iters", schedule.warmup_iters);
-  c.one_of("optimizer.schedule.decay", schedule.decay, {"cosine", "linear", "constant"});
   if (schedule.decay_iters) c.positive("optimizer.schedule.decay_iters", *schedule.decay_iters);
 }
 

@@ -201,11 +201,12 @@ int run_plan_cli(const std::vector<std::string>& args, std::ostream& out, std::o
     if (a.inter_node_gbps) cluster.inter_node_gbps = *a.inter_node_gbps;
     if (a.efficiency) cluster.gemm_efficiency = *a.efficiency;
     cluster.flash_attention = a.flash_attention;
-    if (recipe.training.device == "cpu") {
+    if (recipe.training.device == config::TrainingDevice::CPU) {
       // CPU "devices" are processes: this machine's hardware peak and memory, shared per node.
       const double per_node = static_cast<double>(cluster.gpus_per_node);
       if (!a.gpu_tflops && recipe.cluster.gpu_tflops <= 0 && recipe.training.peak_tflops <= 0) {
-        const DType compute = recipe.training.precision == "bf16" ? DType::BF16 : DType::F32;
+        const DType compute =
+            recipe.training.precision == config::Precision::BF16 ? DType::BF16 : DType::F32;
         cluster.gpu_tflops = planning::measure_cpu_peak(compute).flops / 1e12 / per_node;
         notes.push_back("peak: this CPU's measured hardware peak (" +
                         std::string(compute == DType::BF16 ? "bf16" : "fp32") +

@@ -41,7 +41,7 @@ Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
   d.P = m.max_positions();
   d.E = m.num_experts;
   d.topk = m.moe_router_topk;
-  d.bert = m.arch == "bert";  // post-LN blocks, a decoder tied to the embeddings
+  d.bert = m.arch == config::Arch::BERT;  // post-LN blocks, a decoder tied to the embeddings
   d.layernorm = t.norm == Norm::Kind::LayerNorm;
   d.bias = t.bias;
   d.rope = t.rope;
@@ -79,7 +79,7 @@ int64_t head_params(const Dims& d, int64_t V, int64_t tp) {
   return n;
 }
 
-bool is_mixed(const std::string& precision) { return precision == "bf16" || precision == "fp16"; }
+bool is_mixed(config::Precision precision) { return precision != config::Precision::FP32; }
 
 double ring_all_reduce(double bytes, int64_t n, double bw) {
   return n > 1 ? 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) * bytes / bw : 0.0;
@@ -279,9 +279,9 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                  " x ", cluster.gpus_per_node, ")");
   PlanReport rep;
   rep.recipe = r.source_path;
-  rep.arch = r.model.arch;
-  rep.device = tr.device;
-  rep.precision = tr.precision;
+  rep.arch = config::option_name(r.model.arch);
+  rep.device = config::option_name(tr.device);
+  rep.precision = config::option_name(tr.precision);
   rep.cluster = cluster;
 
   Layout& lay = rep.layout;
@@ -295,7 +295,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   lay.num_microbatches = tr.global_batch_size / (tr.micro_batch_size * lay.dp);
   lay.sequence_parallel = r.parallel.sequence_parallel && lay.tp > 1;
   lay.distributed_optimizer = r.optimizer.distributed && lay.dp > 1;
-  lay.recompute = tr.recompute;
+  lay.recompute = config::option_name(tr.recompute);
   MT_INPUT_CHECK(lay.vpp == 1 || lay.num_microbatches % lay.pp == 0, r.source_path,
                  ": parallel.virtual_pipeline: the interleaved schedule needs the number of "
                  "micro-batches per step to be a multiple of parallel.pipeline (got ",
@@ -308,10 +308,10 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   const int64_t V = rep.padded_vocab;
   rep.params = count_parameters(r.model, V, r.data.bert_binary_head);
 
-  const bool cuda = tr.device == "cuda";
+  const bool cuda = tr.device == config::TrainingDevice::CUDA;
   const bool mixed = is_mixed(tr.precision);
   const double wbytes = mixed ? 2.0 : 4.0;  // model weights / activations on cuda
-  const bool adam = r.optimizer.type == "adamw";
+  const bool adam = r.optimizer.type == config::OptimizerType::AdamW;
   const double moment_bytes = adam ? 8.0 : 4.0;
   // The recipe's model.attention_backend (auto: flash on cuda); --no-flash-attention forces the
   // unfused model.
@@ -383,9 +383,10 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     m.activations_none = none + extras;
     m.activations_selective = selective + extras;
     m.activations_full = full + extras;
-    m.activations_per_microbatch = tr.recompute == "full"        ? m.activations_full
-                                   : tr.recompute == "selective" ? m.activations_selective
-                                                                 : m.activations_none;
+    m.activations_per_microbatch =
+        tr.recompute == config::RecomputeGranularity::Full        ? m.activations_full
+        : tr.recompute == config::RecomputeGranularity::Selective ? m.activations_selective
+                                                                  : m.activations_none;
     const int64_t live = live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage);
     m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
     m.activations = m.activations_per_microbatch * m.in_flight;
@@ -393,8 +394,10 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     // Workspace: transient buffers, held once.
     const double D = static_cast<double>(d.D), full_tokens = act.s * act.b;
     double ws = 0;
-    if (tr.recompute == "full") ws += layer_rest + layer_core;  // the rematerialised layer
-    if (tr.recompute == "selective" && !(flash && !cuda)) ws += layer_core;
+    if (tr.recompute == config::RecomputeGranularity::Full)
+      ws += layer_rest + layer_core;  // the rematerialised layer
+    if (tr.recompute == config::RecomputeGranularity::Selective && !(flash && !cuda))
+      ws += layer_core;
     if (cuda) {
       if (sp.last) ws += 2 * act.a * full_tokens * static_cast<double>(V) / act.t;
       if (lay.sequence_parallel) ws += 2 * act.a * full_tokens * D;
@@ -429,9 +432,10 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   rep.flops_per_step = planning::megatron_flops_per_step(fm, tr.global_batch_size);
   const double logits_flops = 6.0 * gb_size * static_cast<double>(d.S * d.D) * V;
   rep.hardware_flops_per_step = rep.flops_per_step;
-  if (tr.recompute == "full")
+  if (tr.recompute == config::RecomputeGranularity::Full)
     rep.hardware_flops_per_step += (rep.flops_per_step - logits_flops) / 3;
-  if (tr.recompute == "selective" && !(flash && tr.device != "cuda"))
+  if (tr.recompute == config::RecomputeGranularity::Selective &&
+      !(flash && tr.device != config::TrainingDevice::CUDA))
     rep.hardware_flops_per_step += 4.0 * gb_size * static_cast<double>(d.S) *
                                    static_cast<double>(d.S) * static_cast<double>(d.L * d.H * d.Dh);
 
@@ -452,7 +456,8 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
       cluster.nodes > 1 && lay.tp * lay.cp * lay.dp >= cluster.gpus_per_node ? inter : intra;
   const double hidden_bytes = act.a * rows * static_cast<double>(d.D);
   const double layers_per_stage = static_cast<double>(d.L) / static_cast<double>(lay.pp);
-  const double tp_mb = layers_per_stage * (tr.recompute == "full" ? 6 : 4) *
+  const double tp_mb = layers_per_stage *
+                       (tr.recompute == config::RecomputeGranularity::Full ? 6 : 4) *
                        ring_all_reduce(hidden_bytes, lay.tp, bw_tp);
   const double pp_mb =
       lay.pp > 1 ? 2.0 * static_cast<double>(lay.vpp) * hidden_bytes / act.spd / bw_pp : 0.0;

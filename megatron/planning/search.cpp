@@ -24,7 +24,9 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
   for (int64_t b = 1; b <= tr.global_batch_size; b *= 2) micros.push_back(b);
   if (std::find(micros.begin(), micros.end(), tr.micro_batch_size) == micros.end())
     micros.push_back(tr.micro_batch_size);
-  const std::vector<std::string> recomputes = {"none", "selective", "full"};
+  const std::vector<config::RecomputeGranularity> recomputes = {
+      config::RecomputeGranularity::None, config::RecomputeGranularity::Selective,
+      config::RecomputeGranularity::Full};
   std::vector<int64_t> vpps = {1};
   if (recipe.parallel.virtual_stages() > 1) vpps.push_back(recipe.parallel.virtual_stages());
   for (int64_t tp = 1; tp <= std::min(cluster.gpus_per_node, world); ++tp) {
@@ -38,7 +40,7 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
         if (vpp > 1 && (pp == 1 || m.num_layers % (pp * vpp) != 0)) continue;
         for (int64_t micro : micros) {
           if (tr.global_batch_size % (micro * dp) != 0) continue;
-          for (const std::string& rc : recomputes) {
+          for (const config::RecomputeGranularity rc : recomputes) {
             for (bool dist : dp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
               config::Recipe c = recipe;
               c.parallel.tensor = tp;

@@ -1,3 +1,5 @@
+#include "megatron/training/checkpointer.h"
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -6,7 +8,6 @@
 #include "megatron/backend/ops.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/training/checkpoint_pieces.h"
-#include "megatron/training/checkpointer.h"
 
 namespace megatron::training {
 namespace ckpt = megatron::checkpoint;
@@ -157,7 +158,7 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
                     {"min_lr", schedule_.min_lr},
                     {"warmup_iters", schedule_.warmup_iters},
                     {"decay_iters", schedule_.decay_iters},
-                    {"decay", recipe_.optimizer.schedule.decay},
+                    {"decay", std::string(config::option_name(recipe_.optimizer.schedule.decay))},
                     {"lr_at_iteration", schedule_.lr(iteration)}}},
                   {"rng",
                    {{"kind", "philox4x32-10 counter-based"},

@@ -85,8 +85,9 @@ Sources bert_sources(const config::Recipe& recipe, const data::Tokenizer& tokeni
 Sources mock_sources(const config::Recipe& recipe, int64_t vocab, std::ostream& out) {
   const int64_t S = recipe.model.seq_length;
   const uint64_t seed = recipe.training.seed;
-  out << "dataset: mock (synthetic " << recipe.model.arch << " samples, vocab " << vocab << ")\n";
-  if (recipe.model.arch == "bert") {
+  out << "dataset: mock (synthetic " << config::option_name(recipe.model.arch) << " samples, vocab "
+      << vocab << ")\n";
+  if (recipe.model.arch == config::Arch::BERT) {
     const bool nsp = recipe.data.bert_binary_head;
     return {std::make_shared<MockBertSource>(S, vocab, seed, nsp),
             std::make_shared<MockBertSource>(S, vocab, seed + 1, nsp)};
@@ -118,7 +119,7 @@ TrainingData make_training_data(const config::Recipe& recipe, const parallel::La
   Sources s;
   if (d.mock) {
     s = mock_sources(recipe, t.vocab_size, out);
-  } else if (recipe.model.arch == "bert") {
+  } else if (recipe.model.arch == config::Arch::BERT) {
     MT_INPUT_CHECK(t.tokenizer != nullptr, recipe.source_path,
                    ": data.tokenizer.type: BERT data needs a WordPiece vocabulary "
                    "(BertWordPieceLowerCase), not NullTokenizer");

@@ -36,7 +36,8 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
   const TrainerGroups mesh_groups{&mesh->world(), &mesh->tp(),        &mesh->dp(),
                                   &mesh->pp(),    &mesh->embedding(), &mesh->model()};
   // training.device: cuda: one GPU per process, picked by node-local rank.
-  const Device device = recipe.training.device == "cuda" ? Device::CUDA : Device::CPU;
+  const Device device =
+      recipe.training.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
   if (device == Device::CUDA) {
     MT_INPUT_CHECK(device_available(Device::CUDA), recipe.source_path,
                    ": training.device: cuda but no CUDA device is visible (or this build has no "

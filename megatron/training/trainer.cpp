@@ -63,9 +63,7 @@ void Trainer::check_groups(TrainerGroups g) {
   MT_INPUT_CHECK(recipe_.model.num_experts == 0, recipe_.source_path,
                  ": model.num_experts: ", recipe_.model.num_experts,
                  " asks for mixture-of-experts layers, which are not implemented yet (use 0)");
-  MT_INPUT_CHECK(tr.device == "cpu" || tr.device == "cuda", recipe_.source_path,
-                 ": training.device: unknown device '", tr.device, "' (expected cpu or cuda)");
-  device_ = tr.device == "cuda" ? Device::CUDA : Device::CPU;
+  device_ = tr.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
   // The caller selects the GPU (cuda::select_device_for_local_rank) and gives NCCL groups
   // (tools/pretrain.cpp); here only whether one is usable at all.
   MT_INPUT_CHECK(device_ == Device::CPU || device_available(Device::CUDA), recipe_.source_path,
@@ -133,13 +131,15 @@ void Trainer::build_optimizer() {
   grad_sync_ =
       std::make_unique<optim::DataParallelGrads>(store_, *groups_.dp, kBucketElements, distributed);
   optimizer_ = std::make_unique<optim::Optimizer>(
-      store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay},
+      store_,
+      optim::OptimizerSettings{std::string(config::option_name(o.type)), o.beta1, o.beta2, o.eps,
+                               o.weight_decay},
       grad_sync_->owned());
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.min_lr;
   schedule_.warmup_iters = o.schedule.warmup_iters;
   schedule_.decay_iters = o.schedule.decay_iters.value_or(tr.train_iters);
-  schedule_.decay = optim::parse_decay(o.schedule.decay);
+  schedule_.decay = optim::parse_decay(std::string(config::option_name(o.schedule.decay)));
 }
 
 // FLOPs per step, the peak MFU divides by (training.peak_tflops; on a GPU the cluster
@@ -156,10 +156,10 @@ void Trainer::build_logging(std::ostream& log) {
                                            groups_.world->size());
   if (std::ostream* out = metrics_->console()) {
     const auto& m = recipe_.model;
-    *out << "model: " << m.arch << ", " << store_.numel() << " parameters (" << m.num_layers
-         << " layers, hidden " << m.hidden_size << ", vocab padded to " << model_.padded_vocab
-         << "); dp " << groups_.dp->size() << ", " << num_micro_ << " micro-batches of "
-         << tr.micro_batch_size << " per step per rank; "
+    *out << "model: " << config::option_name(m.arch) << ", " << store_.numel() << " parameters ("
+         << m.num_layers << " layers, hidden " << m.hidden_size << ", vocab padded to "
+         << model_.padded_vocab << "); dp " << groups_.dp->size() << ", " << num_micro_
+         << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
          << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
          << (grad_sync_->distributed() ? " (distributed)" : "") << "; " << std::setprecision(4)
          << flops_per_step_ / 1e12 << " TFLOP per step; " << device_name(device_) << "\n"

@@ -34,15 +34,16 @@ Recipe minimal(const std::vector<std::string>& overrides = {}) {
 
 TEST(RecipeExtends, ThreeLevelChainMergesDeeply) {
   Recipe r = load_recipe(fixture("extends/mid/leaf/leaf.yaml"));
-  EXPECT_EQ(r.model.num_layers, 8);                 // mid
-  EXPECT_EQ(r.model.hidden_size, 128);              // leaf
-  EXPECT_EQ(r.model.num_attention_heads, 4);        // base
-  EXPECT_EQ(r.model.normalization, "rmsnorm");      // mid over base
-  EXPECT_EQ(r.optimizer.schedule.warmup_iters, 3);  // mid, nested
-  EXPECT_EQ(r.optimizer.schedule.decay, "linear");  // base, sibling of the overridden key
-  EXPECT_EQ(r.optimizer.schedule.decay_iters, 8);   // leaf
-  EXPECT_DOUBLE_EQ(r.optimizer.min_lr, 1e-4);       // base
-  ASSERT_EQ(r.data.train.size(), 2u);               // lists are replaced, not merged
+  EXPECT_EQ(r.model.num_layers, 8);                                  // mid
+  EXPECT_EQ(r.model.hidden_size, 128);                               // leaf
+  EXPECT_EQ(r.model.num_attention_heads, 4);                         // base
+  EXPECT_EQ(config::option_name(r.model.normalization), "rmsnorm");  // mid over base
+  EXPECT_EQ(r.optimizer.schedule.warmup_iters, 3);                   // mid, nested
+  EXPECT_EQ(config::option_name(r.optimizer.schedule.decay),
+            "linear");                             // base, sibling of the overridden key
+  EXPECT_EQ(r.optimizer.schedule.decay_iters, 8);  // leaf
+  EXPECT_DOUBLE_EQ(r.optimizer.min_lr, 1e-4);      // base
+  ASSERT_EQ(r.data.train.size(), 2u);              // lists are replaced, not merged
   EXPECT_EQ(r.data.train[0], (DatasetEntry{"data/leaf_a", 2.0}));
   EXPECT_EQ(r.data.train[1], (DatasetEntry{"data/leaf_b", 1.0}));
   EXPECT_EQ(r.logging.jsonl, "");  // null in the leaf resets the base's value
@@ -192,7 +193,7 @@ TEST(RecipeOverrides, ScalarsOfEveryType) {
   EXPECT_EQ(r.training.train_iters, 50);
   EXPECT_DOUBLE_EQ(r.optimizer.lr, 3e-4);
   EXPECT_FALSE(r.model.tie_embeddings);
-  EXPECT_EQ(r.model.normalization, "rmsnorm");
+  EXPECT_EQ(config::option_name(r.model.normalization), "rmsnorm");
   EXPECT_EQ(r.training.seed, 7u);
   EXPECT_EQ(r.training.exit_duration_minutes, 1.5);
   EXPECT_THAT(r.origins.of("training.train_iters"),
@@ -204,7 +205,7 @@ TEST(RecipeOverrides, NestedListMapAndIndex) {
       {"optimizer.schedule.decay=linear", "parallel.pipeline=2", "parallel.pipeline_layers=[1,3]",
        "data.train=[{path: a, weight: 1}, {path: b, weight: 3}]", "data.train.1.weight=5",
        "data.tokenizer={type: NullTokenizer, vocab_size: 100}"});
-  EXPECT_EQ(r.optimizer.schedule.decay, "linear");
+  EXPECT_EQ(config::option_name(r.optimizer.schedule.decay), "linear");
   EXPECT_EQ(r.parallel.pipeline_layers, (std::vector<int64_t>{1, 3}));
   ASSERT_EQ(r.data.train.size(), 2u);
   EXPECT_EQ(r.data.train[1], (DatasetEntry{"b", 5.0}));
@@ -308,13 +309,13 @@ logging:
 // model.attention_backend: auto (default) is flash on cuda and unfused on cpu.
 TEST(RecipeValues, AttentionBackend) {
   const Recipe r = minimal({});
-  EXPECT_EQ(r.model.attention_backend, "auto");
-  EXPECT_TRUE(r.model.flash_attention("cuda"));
-  EXPECT_FALSE(r.model.flash_attention("cpu"));
+  EXPECT_EQ(config::option_name(r.model.attention_backend), "auto");
+  EXPECT_TRUE(r.model.flash_attention(config::TrainingDevice::CUDA));
+  EXPECT_FALSE(r.model.flash_attention(config::TrainingDevice::CPU));
   const Recipe flash = minimal({"model.attention_backend=flash"});
-  EXPECT_TRUE(flash.model.flash_attention("cpu"));
+  EXPECT_TRUE(flash.model.flash_attention(config::TrainingDevice::CPU));
   const Recipe unfused = minimal({"model.attention_backend=unfused"});
-  EXPECT_FALSE(unfused.model.flash_attention("cuda"));
+  EXPECT_FALSE(unfused.model.flash_attention(config::TrainingDevice::CUDA));
 }
 
 TEST(RecipeValues, NumberForms) {
@@ -451,7 +452,7 @@ TEST(ShippedRecipes, GptTiny) {
   EXPECT_EQ(r.model.ffn(), 1024);
   EXPECT_EQ(r.model.vocab_size, 0);
   EXPECT_TRUE(r.model.tie_embeddings);
-  EXPECT_EQ(r.training.device, "cpu");
+  EXPECT_EQ(config::option_name(r.training.device), "cpu");
   EXPECT_EQ(r.training.micro_batch_size, 8);
   EXPECT_EQ(r.training.global_batch_size, 16);
   EXPECT_EQ(r.training.train_iters, 300);
@@ -463,7 +464,7 @@ TEST(ShippedRecipes, GptTiny) {
   EXPECT_DOUBLE_EQ(r.optimizer.beta2, 0.95);
   EXPECT_DOUBLE_EQ(r.optimizer.clip_grad, 1.0);
   EXPECT_EQ(r.optimizer.schedule.warmup_iters, 30);
-  EXPECT_EQ(r.optimizer.schedule.decay, "cosine");
+  EXPECT_EQ(config::option_name(r.optimizer.schedule.decay), "cosine");
   EXPECT_EQ(r.data.tokenizer.type, "SentencePieceTokenizer");
   EXPECT_EQ(r.data.tokenizer.model, "tokenizers/corpus_spm_8k.model");
   EXPECT_EQ(r.data.train, (std::vector<DatasetEntry>{{"data/cache/corpus_text_document", 1.0}}));
@@ -488,8 +489,8 @@ TEST(ShippedRecipes, Gpt2Small) {
   EXPECT_EQ(r.data.tokenizer.type, "GPT2BPETokenizer");
   EXPECT_EQ(r.data.tokenizer.vocab_file, "tokenizers/gpt2/vocab.json");
   EXPECT_EQ(r.data.tokenizer.merge_file, "tokenizers/gpt2/merges.txt");
-  EXPECT_EQ(r.training.device, "cuda");
-  EXPECT_EQ(r.training.precision, "bf16");
+  EXPECT_EQ(config::option_name(r.training.device), "cuda");
+  EXPECT_EQ(config::option_name(r.training.precision), "bf16");
   EXPECT_EQ(r.training.micro_batch_size, 8);
   EXPECT_EQ(r.training.global_batch_size, 512);
   EXPECT_DOUBLE_EQ(r.optimizer.lr, 6e-4);

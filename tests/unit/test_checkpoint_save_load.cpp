@@ -1,189 +1,37 @@
 // Sharded save/load with simulated ranks (write_rank_shard per rank + finalize, as the
 // collective save does): every TP/DP layout, with and without distributed-optimizer flat
-// segments, loads every other layout's checkpoint; latest/keep_last/protect; leftovers; and
-// every kind of damaged or mismatched checkpoint gives an InputError naming the file.
+// segments, loads every other layout's checkpoint; metadata-only checkpoints; the collective save
+// on one process; latest/keep_last/protect; re-saving an iteration; leftovers; several pieces of
+// one tensor per rank; strided row splits; pieces from parameters and optimizer segments.
+// Damaged or mismatched checkpoints: test_checkpoint_save_load_errors.cpp.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cmath>
+#include <algorithm>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/training/checkpoint_pieces.h"
+#include "tests/support/checkpoint_test_util.h"
 
 namespace megatron::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CheckpointTest;
+using testing::expect_values;
+using testing::Layout;
+using testing::rank_pieces;
+using testing::value_of;
 using training::param_piece;
 using training::segment_piece;
 using json = nlohmann::json;
 using ::testing::HasSubstr;
-
-struct TensorDef {
-  std::string name;
-  Shape shape;
-  int tp_dim;  // -1: replicated over tensor parallel
-};
-const std::vector<TensorDef> kModel = {
-    {"embedding.weight", {12, 4}, 0},
-    {"layers.0.qkv.weight", {12, 6}, 0},
-    {"layers.0.qkv.bias", {12}, 0},
-    {"layers.0.proj.weight", {6, 12}, 1},
-    {"layers.0.norm.weight", {6}, -1},
-    {"layers.0.w3d", {4, 12, 3}, 1},
-    {"scale", {}, -1},
-};
-const char* kMoment = "optimizer.exp_avg.";
-
-// Exactly representable, distinct per tensor, element and iteration.
-float value_of(const std::string& name, int64_t global, int64_t iteration) {
-  return static_cast<float>(static_cast<int64_t>(name_hash(name) % 997) * 4096 + global +
-                            iteration * 7);
-}
-
-struct Layout {
-  int tp = 1, dp = 1;
-  bool distributed = false;  // optimizer state as dp flat segments
-  std::string str() const { return concat("tp", tp, "_dp", dp, distributed ? "_distopt" : ""); }
-};
-
-// The pieces simulated rank (t, d) saves (params only on d == 0, moments as its dp segment) or
-// loads (params on every d). Buffers live in `storage`.
-std::vector<TensorPiece> rank_pieces(const Layout& L, int t, int d, bool for_save,
-                                     int64_t iteration, std::deque<std::vector<float>>& storage) {
-  std::vector<TensorPiece> out;
-  auto add = [&](TensorPiece p) {
-    const PieceGeometry g = p.geometry();
-    storage.emplace_back(static_cast<size_t>(g.count()), std::nanf(""));
-    auto& buf = storage.back();
-    if (for_save)
-      for (int64_t i = 0; i < g.count(); ++i)
-        buf[i] = value_of(p.name, g.global_index(i), iteration);
-    p.data = p.dest = buf.data();
-    out.push_back(std::move(p));
-  };
-  std::vector<TensorPiece> locals;
-  for (const TensorDef& def : kModel) {
-    TensorPiece p;
-    p.name = def.name;
-    p.global_shape = p.local_shape = def.shape;
-    if (def.tp_dim >= 0 && L.tp > 1) {
-      p.local_shape[def.tp_dim] /= L.tp;
-      p.shard = ShardSpec{def.tp_dim, ShardAxis::Tensor, t, L.tp};
-    }
-    locals.push_back(p);
-    if (!for_save || d == 0) add(p);
-  }
-  // Moments: the local shards concatenated, padded to a multiple of dp, cut into dp ranges.
-  int64_t total = 0;
-  for (const auto& p : locals) total += p.local_shape.numel();
-  const int64_t per = (total + L.dp - 1) / L.dp;
-  const int64_t lo = L.distributed ? d * per : 0;
-  const int64_t hi = L.distributed ? (d + 1) * per : (for_save && d != 0 ? 0 : total);
-  int64_t off = 0;
-  for (TensorPiece p : locals) {
-    const int64_t n = p.local_shape.numel();
-    const int64_t b = std::max(lo, off), e = std::min(hi, off + n);
-    if (b < e || (n == 0 && lo <= off && off < hi)) {
-      p.name = kMoment + p.name;
-      p.flat_begin = b - off;
-      p.flat_end = e - off;
-      add(p);
-    }
-    off += n;
-  }
-  return out;
-}
-
-void expect_values(const std::vector<TensorPiece>& pieces, int64_t iteration,
-                   const std::string& where) {
-  for (const TensorPiece& p : pieces) {
-    const PieceGeometry g = p.geometry();
-    for (int64_t i = 0; i < g.count(); ++i)
-      ASSERT_EQ(p.dest[i], value_of(p.name, g.global_index(i), iteration))
-          << where << ": " << p.name << " element " << i << " (global " << g.global_index(i) << ")";
-  }
-}
-
-class CheckpointTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = (fs::temp_directory_path() /
-            concat("mt_ckpt_", ::getpid(), "_",
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Saves like the collective save would with tp x dp ranks.
-  void save_layout(const Layout& L, int64_t iteration, int keep_last = 0,
-                   const std::string& protect = {}, json metadata = json::object()) {
-    const std::string tmp = tmp_checkpoint_path(dir_, iteration, concat("sim", ++saves_));
-    std::vector<json> parts;
-    SaveRequest first;
-    for (int r = 0; r < L.tp * L.dp; ++r) {
-      const int t = r % L.tp, d = r / L.tp;
-      std::deque<std::vector<float>> storage;
-      SaveRequest req;
-      req.dir = dir_;
-      req.iteration = iteration;
-      req.metadata = metadata;
-      req.pieces = rank_pieces(L, t, d, true, iteration, storage);
-      req.write_this_rank_replicas = (t == 0);
-      parts.push_back(write_rank_shard(req, tmp, r));
-      if (r == 0) first = req;
-    }
-    first.pieces.clear();
-    finalize(first, tmp, parts, keep_last, protect);
-  }
-
-  // Loads every simulated rank of L and checks each element.
-  json load_layout(const Layout& L, std::optional<int64_t> iteration, int64_t expect_iteration) {
-    json meta;
-    for (int r = 0; r < L.tp * L.dp; ++r) {
-      std::deque<std::vector<float>> storage;
-      LoadRequest req{dir_, iteration, rank_pieces(L, r % L.tp, r / L.tp, false, 0, storage)};
-      meta = load(req);
-      expect_values(req.pieces, expect_iteration, concat(L.str(), " rank ", r));
-    }
-    return meta;
-  }
-
-  std::string meta_path(int64_t iteration) const {
-    return (fs::path(checkpoint_path(dir_, iteration)) / "metadata.json").string();
-  }
-  json read_meta(int64_t iteration) const {
-    std::ifstream f(meta_path(iteration));
-    return json::parse(f);
-  }
-  void write_meta(int64_t iteration, const json& j) const {
-    std::ofstream f(meta_path(iteration), std::ios::trunc);
-    f << j.dump(1);
-  }
-  // load() must throw an InputError containing every one of `parts`.
-  template <typename... Parts>
-  void expect_load_error(const LoadRequest& req, const Parts&... parts) {
-    try {
-      load(req);
-      ADD_FAILURE() << "load succeeded";
-    } catch (const InputError& e) {
-      for (const std::string& part : {std::string(parts)...})
-        EXPECT_THAT(e.what(), HasSubstr(part));
-    }
-  }
-  LoadRequest whole_model_request(std::deque<std::vector<float>>& storage,
-                                  std::optional<int64_t> iteration = {}) {
-    return LoadRequest{dir_, iteration, rank_pieces(Layout{}, 0, 0, false, 0, storage)};
-  }
-
-  std::string dir_;
-  int saves_ = 0;
-};
 
 TEST_F(CheckpointTest, RoundTripKeepsValuesAndMetadata) {
   const json meta = {{"recipe", {{"model", {{"num_layers", 2}}}, {"seed", 1234}}},
@@ -478,192 +326,6 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
     ASSERT_EQ(m[i], value_of("m", i, 0));
   }
   for (int64_t i = 0; i < 6; ++i) ASSERT_EQ(full.get("norm.weight").weight.data<float>()[i], 1.0f);
-}
-
-TEST_F(CheckpointTest, FinalizeRefusesDoublesAndGaps) {
-  // Both tp ranks writing the replicated pieces covers them twice; rank 1's part missing leaves
-  // half of every sharded tensor unheld. (A tensor no rank writes is simply not saved.)
-  for (bool doubles : {true, false}) {
-    SCOPED_TRACE(doubles);
-    const std::string tmp = tmp_checkpoint_path(dir_, 1, doubles ? "a" : "b");
-    std::vector<json> parts;
-    std::deque<std::vector<float>> storage;
-    SaveRequest req;
-    const Layout L{2, 1};
-    for (int t = 0; t < 2; ++t) {
-      req = SaveRequest{};
-      req.dir = dir_;
-      req.iteration = 1;
-      req.pieces = rank_pieces(L, t, 0, true, 1, storage);
-      req.write_this_rank_replicas = doubles || t == 0;
-      json part = write_rank_shard(req, tmp, t);
-      if (doubles || t == 0) parts.push_back(part);
-    }
-    try {
-      finalize(req, tmp, parts, 0, {});
-      ADD_FAILURE() << "finalize accepted";
-    } catch (const Error& e) {
-      if (doubles) {
-        EXPECT_THAT(e.what(), HasSubstr("layers.0.norm.weight"));
-        EXPECT_THAT(e.what(), HasSubstr("more than one piece"));
-      } else {
-        EXPECT_THAT(e.what(), HasSubstr("embedding.weight"));
-        EXPECT_THAT(e.what(), HasSubstr("held by no piece"));
-      }
-    }
-    EXPECT_EQ(latest_iteration(dir_), std::nullopt);
-  }
-}
-
-TEST_F(CheckpointTest, MismatchedRequestsNameTheTensorAndFile) {
-  std::deque<std::vector<float>> storage;
-  expect_load_error(whole_model_request(storage), dir_, "does not exist");
-  fs::create_directories(dir_);
-  expect_load_error(whole_model_request(storage), "no complete checkpoint in " + dir_);
-  save_layout(Layout{2, 1}, 1);
-  const std::string meta = meta_path(1);
-  std::vector<float> buf(100);
-  TensorPiece missing{"layers.9.weight", Shape{2}, Shape{2}};
-  missing.dest = buf.data();
-  expect_load_error(LoadRequest{dir_, {}, {missing}}, "no tensor 'layers.9.weight'", meta);
-  TensorPiece wrong{"layers.0.qkv.weight", Shape{12, 7}, Shape{12, 7}};
-  wrong.dest = buf.data();
-  expect_load_error(LoadRequest{dir_, {}, {wrong}}, "'layers.0.qkv.weight'", "[12,6]", "[12,7]",
-                    meta);
-  TensorPiece no_dest{"layers.0.qkv.bias", Shape{12}, Shape{12}};
-  EXPECT_THROW(load(LoadRequest{dir_, {}, {no_dest}}), Error);
-}
-
-TEST_F(CheckpointTest, DamagedFilesAreInputErrorsNamingTheFile) {
-  std::deque<std::vector<float>> storage;
-  const std::string shard1 = (fs::path(checkpoint_path(dir_, 1)) / "shard_1.safetensors").string();
-  auto fresh = [&] {
-    fs::remove_all(dir_);
-    save_layout(Layout{2, 1}, 1);
-  };
-  // Truncated shard.
-  fresh();
-  fs::resize_file(shard1, fs::file_size(shard1) / 2);
-  expect_load_error(whole_model_request(storage), shard1, "truncated?");
-  // Truncated by a few bytes only (header intact).
-  fresh();
-  fs::resize_file(shard1, fs::file_size(shard1) - 3);
-  expect_load_error(whole_model_request(storage), shard1, "truncated?");
-  // Truncated, and metadata.json edited to match: the safetensors check still catches it.
-  fresh();
-  fs::resize_file(shard1, fs::file_size(shard1) - 3);
-  json edited = read_meta(1);
-  edited["files"]["shard_1.safetensors"]["bytes"] = fs::file_size(shard1);
-  write_meta(1, edited);
-  expect_load_error(whole_model_request(storage), shard1, "reach past the data buffer");
-  // Deleted shard.
-  fresh();
-  fs::remove(shard1);
-  expect_load_error(whole_model_request(storage), shard1, "missing");
-  // Corrupt header.
-  fresh();
-  {
-    std::fstream f(shard1, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(12);
-    f.write("\x01\x02", 2);
-  }
-  expect_load_error(whole_model_request(storage), shard1);
-  // Bad metadata.json: invalid JSON (explicit iteration), a newer format, wrong iteration.
-  fresh();
-  std::ofstream(meta_path(1), std::ios::trunc) << "{\"format_version\": ";
-  expect_load_error(whole_model_request(storage, 1), meta_path(1), "invalid JSON");
-  fresh();
-  json j = read_meta(1);
-  j["format_version"] = 99;
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage, 1), meta_path(1), "format_version 99");
-  fresh();
-  j = read_meta(1);
-  j["iteration"] = 2;
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage, 1), meta_path(1), "iteration 2");
-  // The index disagrees with the files: recorded size, key, dtype, byte range, geometry.
-  fresh();
-  j = read_meta(1);
-  j["files"]["shard_1.safetensors"]["bytes"] = 12;
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage), shard1, "records 12");
-  fresh();
-  j = read_meta(1);
-  j["tensors"]["layers.0.qkv.bias"]["pieces"][1]["key"] = "nope";
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage), shard1, "'nope'", "missing");
-  fresh();
-  j = read_meta(1);
-  j["tensors"]["layers.0.qkv.bias"]["dtype"] = "I32";
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage), "layers.0.qkv.bias", "I32");
-  fresh();
-  j = read_meta(1);
-  j["tensors"]["layers.0.qkv.bias"]["pieces"][1]["data_offsets"] = {4, 28};
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage), shard1, "layers.0.qkv.bias", "[4, 28)");
-  fresh();
-  j = read_meta(1);
-  j["tensors"]["layers.0.qkv.bias"]["pieces"][1]["offset"] = {7};
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage), meta_path(1), "layers.0.qkv.bias", "outside");
-  fresh();
-  j = read_meta(1);
-  j["tensors"]["layers.0.qkv.bias"]["pieces"][1]["file"] = "../../etc/passwd";
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage), meta_path(1), "not listed");
-  fresh();
-  j = read_meta(1);
-  j["files"]["../x"] = {{"bytes", 1}};
-  write_meta(1, j);
-  expect_load_error(whole_model_request(storage), meta_path(1), "not a plain file name");
-}
-
-TEST_F(CheckpointTest, ElementsCoveredTwiceOrNotAtAllAreErrors) {
-  // w [4, 4] saved as two row shards (one per file). Dropping shard 1 from the index leaves a
-  // gap; grafting a second copy of shard 0 in covers elements twice.
-  auto save_w = [&] {
-    fs::remove_all(dir_);
-    const std::string tmp = tmp_checkpoint_path(dir_, 1, "x");
-    std::vector<json> parts;
-    std::vector<float> data(8, 1.0f);
-    SaveRequest req;
-    for (int t = 0; t < 2; ++t) {
-      req = SaveRequest{};
-      req.dir = dir_;
-      req.iteration = 1;
-      TensorPiece p{"w", Shape{4, 4}, Shape{2, 4}, ShardSpec{0, ShardAxis::Tensor, t, 2}};
-      p.data = data.data();
-      req.pieces = {p};
-      parts.push_back(write_rank_shard(req, tmp, t));
-    }
-    finalize(req, tmp, parts, 0, {});
-  };
-  std::vector<float> out(16);
-  TensorPiece whole{"w", Shape{4, 4}, Shape{4, 4}};
-  whole.dest = out.data();
-  save_w();
-  json j = read_meta(1);
-  j["tensors"]["w"]["pieces"].erase(1);
-  j["files"].erase("shard_1.safetensors");
-  write_meta(1, j);
-  expect_load_error(LoadRequest{dir_, {}, {whole}}, "'w'", "[8, 16) are in no saved piece");
-  // Rows 0-1 alone are still loadable from what is left.
-  TensorPiece top{"w", Shape{4, 4}, Shape{2, 4}, ShardSpec{0, ShardAxis::Tensor, 0, 2}};
-  top.dest = out.data();
-  EXPECT_NO_THROW(load(LoadRequest{dir_, {}, {top}}));
-
-  save_w();
-  const fs::path ck = checkpoint_path(dir_, 1);
-  fs::copy_file(ck / "shard_0.safetensors", ck / "shard_9.safetensors");
-  j = read_meta(1);
-  json extra = j["tensors"]["w"]["pieces"][0];
-  extra["file"] = "shard_9.safetensors";
-  j["tensors"]["w"]["pieces"].push_back(extra);
-  j["files"]["shard_9.safetensors"] = j["files"]["shard_0.safetensors"];
-  write_meta(1, j);
-  expect_load_error(LoadRequest{dir_, {}, {whole}}, "'w'", "saved more than once");
 }
 
 }  // namespace

@@ -50,7 +50,7 @@ config::Recipe reduced(config::Recipe r) {
   if (r.data.tokenizer.type == "NullTokenizer") r.data.tokenizer.vocab_size = kVocab;
   r.parallel = config::ParallelConfig{};
   auto& t = r.training;
-  t.device = "cpu";
+  t.device = config::TrainingDevice::CPU;
   t.micro_batch_size = 2;
   t.global_batch_size = 4;
   t.train_iters = 1;
@@ -73,7 +73,7 @@ TEST_P(RecipeLibrary, LoadsValidatesAndTrainsOneReducedStep) {
   const config::Recipe full = config::load_recipe(GetParam());
   EXPECT_GT(full.model.num_layers, 0);
   const config::Recipe r = reduced(full);
-  const bool bert = r.model.arch == "bert";
+  const bool bert = r.model.arch == config::Arch::BERT;
   std::shared_ptr<const training::BatchSource> source;
   if (bert)
     source = std::make_shared<training::MockBertSource>(r.model.seq_length, kVocab, 7,

@@ -285,7 +285,7 @@ TEST(TensorBoard, TrainerWritesLmLossPerStep) {
   if (r.data.tokenizer.type == "NullTokenizer") r.data.tokenizer.vocab_size = kVocab;
   r.parallel = config::ParallelConfig{};
   auto& t = r.training;
-  t.device = "cpu";
+  t.device = config::TrainingDevice::CPU;
   t.micro_batch_size = 2;
   t.global_batch_size = 4;
   t.train_iters = 2;

@@ -1,0 +1,72 @@
+#pragma once
+// The named options of a recipe (model.arch, training.precision, ...): enum classes from the
+// parser on, read and written by their names, so the rest of the code never compares strings.
+// Each enum's names are listed once, in enum order, in its OptionNames specialization.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace megatron::config {
+
+enum class Arch : uint8_t { GPT, LLaMA, BERT };
+enum class Normalization : uint8_t { LayerNorm, RMSNorm };
+enum class Activation : uint8_t { GeLU, SwiGLU };
+enum class PositionEmbedding : uint8_t { Learned, Rope };
+// unfused: probabilities [B, H, S, S] saved for backward (kernels/cpu/attention.h);
+// flash: fused kernels saving only the row log-sum-exp (kernels/*/flash_attention.h);
+// auto: flash on cuda, unfused on cpu (where the unfused path is a few % faster).
+enum class AttentionBackend : uint8_t { Auto, Unfused, Flash };
+enum class TrainingDevice : uint8_t { CPU, CUDA };
+enum class Precision : uint8_t { FP32, BF16, FP16 };
+enum class RecomputeGranularity : uint8_t { None, Full, Selective };
+enum class OptimizerType : uint8_t { AdamW, SGD };  // sgd uses beta1 as momentum
+enum class LrDecay : uint8_t { Cosine, Linear, Constant };
+
+template <typename E>
+struct OptionNames;
+#define MT_OPTION_NAMES(E, ...)                        \
+  template <>                                          \
+  struct OptionNames<E> {                              \
+    static constexpr std::array names = {__VA_ARGS__}; \
+  }
+MT_OPTION_NAMES(Arch, "gpt", "llama", "bert");
+MT_OPTION_NAMES(Normalization, "layernorm", "rmsnorm");
+MT_OPTION_NAMES(Activation, "gelu", "swiglu");
+MT_OPTION_NAMES(PositionEmbedding, "learned", "rope");
+MT_OPTION_NAMES(AttentionBackend, "auto", "unfused", "flash");
+MT_OPTION_NAMES(TrainingDevice, "cpu", "cuda");
+MT_OPTION_NAMES(Precision, "fp32", "bf16", "fp16");
+MT_OPTION_NAMES(RecomputeGranularity, "none", "full", "selective");
+MT_OPTION_NAMES(OptimizerType, "adamw", "sgd");
+MT_OPTION_NAMES(LrDecay, "cosine", "linear", "constant");
+#undef MT_OPTION_NAMES
+
+template <typename E>
+concept Option = requires {
+  OptionNames<E>::names;
+};
+
+template <Option E>
+constexpr std::string_view option_name(E e) {
+  return OptionNames<E>::names[static_cast<size_t>(e)];
+}
+
+template <Option E>
+std::optional<E> parse_option(std::string_view name) {
+  const auto& names = OptionNames<E>::names;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (name == names[i]) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+// "a, b, c": the names, for messages.
+template <Option E>
+std::string option_list() {
+  std::string s;
+  for (const char* n : OptionNames<E>::names) s += (s.empty() ? "" : ", ") + std::string(n);
+  return s;
+}
+
+}  // namespace megatron::config

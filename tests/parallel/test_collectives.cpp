@@ -10,6 +10,7 @@
 
 #include "kernels/common/numeric.h"
 #include "parallel_test.h"
+#include "tests/support/collective_values.h"
 
 namespace mp = megatron::parallel;
 using megatron::DType;
@@ -20,37 +21,16 @@ using mp::testing::world;
 
 namespace {
 
-const int64_t kSizes[] = {0, 1, 7, 1023, 100003};
+using mp::testing::expected_reduce;
+using mp::testing::value;
 
-// A value that rank r contributes at element i; small integers so sums are exact in every
-// dtype (u8 included: at most 4 ranks x 15).
-template <typename T>
-T value(int r, int64_t i) {
-  const int64_t v = (i * 7 + r * 3) % 16;
-  if constexpr (std::is_signed_v<T> || std::is_floating_point_v<T>) return static_cast<T>(v - 5);
-  return static_cast<T>(v);
-}
+const int64_t kSizes[] = {0, 1, 7, 1023, 100003};
 
 template <typename T>
 Tensor filled(int64_t n, int r, int64_t offset = 0) {
   Tensor t = Tensor::empty(Shape{n}, megatron::DTypeOf<T>::value);
   for (int64_t i = 0; i < n; ++i) t.data<T>()[i] = value<T>(r, i + offset);
   return t;
-}
-
-template <typename T>
-T expected_reduce(ReduceOp op, int64_t i, int size) {
-  T acc = value<T>(0, i);
-  for (int r = 1; r < size; ++r) {
-    const T v = value<T>(r, i);
-    if (op == ReduceOp::Sum || op == ReduceOp::Avg) acc = static_cast<T>(acc + v);
-    if (op == ReduceOp::Max) acc = std::max(acc, v);
-    if (op == ReduceOp::Min) acc = std::min(acc, v);
-  }
-  if (op == ReduceOp::Avg) {
-    if constexpr (std::is_floating_point_v<T>) acc = acc / static_cast<T>(size);
-  }
-  return acc;
 }
 
 template <typename T>

@@ -19,6 +19,7 @@
 #include "megatron/backend/cuda/device.h"
 #include "megatron/backend/cuda/nccl_communicator.h"
 #include "megatron/backend/ops.h"
+#include "tests/support/collective_values.h"
 #endif
 
 namespace {
@@ -32,6 +33,8 @@ TEST(Nccl, BuiltWithoutCuda) {
 #else
 
 namespace mp = megatron::parallel;
+using mp::testing::expected_reduce;
+using mp::testing::value;
 namespace mc = megatron::cuda;
 using megatron::DType;
 using megatron::Shape;
@@ -86,13 +89,6 @@ struct DeviceTensor {
 };
 
 template <typename T>
-T value(int r, int64_t i) {
-  const int64_t v = (i * 7 + r * 3) % 16;
-  if constexpr (std::is_signed_v<T> || std::is_floating_point_v<T>) return static_cast<T>(v - 5);
-  return static_cast<T>(v);
-}
-
-template <typename T>
 DeviceTensor filled(int64_t n, int r, int64_t offset = 0) {
   DeviceTensor d(n, megatron::DTypeOf<T>::value);
   std::vector<T> host(n);
@@ -108,21 +104,6 @@ std::vector<T> read(const DeviceTensor& d, int64_t n) {
   // the communicator made wait for the collective.
   d.buf.copy_to_host(host.data(), n * sizeof(T));
   return host;
-}
-
-template <typename T>
-T expected_reduce(ReduceOp op, int64_t i, int size) {
-  T acc = value<T>(0, i);
-  for (int r = 1; r < size; ++r) {
-    const T v = value<T>(r, i);
-    if (op == ReduceOp::Sum || op == ReduceOp::Avg) acc = static_cast<T>(acc + v);
-    if (op == ReduceOp::Max) acc = std::max(acc, v);
-    if (op == ReduceOp::Min) acc = std::min(acc, v);
-  }
-  if (op == ReduceOp::Avg) {
-    if constexpr (std::is_floating_point_v<T>) acc = acc / static_cast<T>(size);
-  }
-  return acc;
 }
 
 const int64_t kSizes[] = {0, 1, 7, 1023, 100003};

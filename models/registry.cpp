@@ -2,28 +2,15 @@
 
 namespace megatron::models {
 
+// Both enums list their values in the same order as the recipe's names (config/options.h).
 Recompute recompute_of(config::RecomputeGranularity granularity) {
-  switch (granularity) {
-    case config::RecomputeGranularity::Selective:
-      return Recompute::Selective;
-    case config::RecomputeGranularity::Full:
-      return Recompute::Full;
-    case config::RecomputeGranularity::None:
-      break;
-  }
-  return Recompute::None;
+  constexpr Recompute kOf[] = {Recompute::None, Recompute::Full, Recompute::Selective};
+  return kOf[static_cast<size_t>(granularity)];
 }
 
 DType model_dtype_of(const config::TrainingConfig& training) {
-  switch (training.precision) {
-    case config::Precision::BF16:
-      return DType::BF16;
-    case config::Precision::FP16:
-      return DType::F16;
-    case config::Precision::FP32:
-      break;
-  }
-  return DType::F32;
+  constexpr DType kOf[] = {DType::F32, DType::BF16, DType::F16};  // fp32, bf16, fp16
+  return kOf[static_cast<size_t>(training.precision)];
 }
 
 TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {

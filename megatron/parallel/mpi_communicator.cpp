@@ -16,6 +16,17 @@
 namespace megatron::parallel {
 namespace {
 
+// The whole side of a gather or scatter (`side`: "output" / "input") holds `size` chunks of
+// n elements, and a chunk fits one MPI count.
+void check_chunks(const char* op, const char* side, const char* verb, const std::string& group,
+                  int size, int64_t max_chunk, int64_t whole, int64_t n) {
+  MT_CHECK(whole == n * size, op, " on group '", group, "' of ", size, ": ", side, " holds ", whole,
+           " elements, need ", size, " x ", n);
+  MT_CHECK(n <= max_chunk, op, " on group '", group, "': ", n,
+           " elements per rank exceed the MPI count limit ", max_chunk, "; ", verb,
+           " in several calls");
+}
+
 using Clock = std::chrono::steady_clock;
 
 bool mpi_finalized() {
@@ -372,11 +383,7 @@ std::unique_ptr<Work> MpiCommunicator::all_gather_async(const Tensor& in, Tensor
   MT_CHECK(in.dtype() == out.dtype(), "all_gather on group '", name_, "': input ",
            dtype_name(in.dtype()), " vs output ", dtype_name(out.dtype()));
   const int64_t n = in.numel();
-  MT_CHECK(out.numel() == n * size_, "all_gather on group '", name_, "' of ", size_,
-           ": output holds ", out.numel(), " elements, need ", size_, " x ", n);
-  MT_CHECK(n <= max_chunk_, "all_gather on group '", name_, "': ", n,
-           " elements per rank exceed the MPI count limit ", max_chunk_,
-           "; gather in several calls");
+  check_chunks("all_gather", "output", "gather", name_, size_, max_chunk_, out.numel(), n);
   const MPI_Datatype type = mpi_type(in.dtype());
   const size_t chunk_bytes = static_cast<size_t>(n) * dtype_size(in.dtype());
   const bool in_place = n > 0 && bytes_of(in) == bytes_of(out) + rank_ * chunk_bytes;
@@ -409,11 +416,8 @@ std::unique_ptr<Work> MpiCommunicator::reduce_scatter_async(const Tensor& in, Te
     return narrowing_into(reduce_scatter_async(wide_in, wide_out, op), wide_out, out);
   }
   const int64_t n = out.numel();
-  MT_CHECK(in.numel() == n * size_, "reduce_scatter on group '", name_, "' of ", size_,
-           ": input holds ", in.numel(), " elements, need ", size_, " x ", n);
-  MT_CHECK(n <= max_chunk_, "reduce_scatter on group '", name_, "': ", n,
-           " elements per rank exceed the MPI count limit ", max_chunk_,
-           "; reduce-scatter in several calls");
+  check_chunks("reduce_scatter", "input", "reduce-scatter", name_, size_, max_chunk_, in.numel(),
+               n);
   auto work = std::make_unique<MpiWork>(*this, "reduce_scatter");
   work->keep_alive = {in, out};
   // MPI forbids aliasing input and output; an overlapping output (e.g. this rank's chunk of the

@@ -37,13 +37,6 @@ class MapReader {
     return v->is_null() ? nullptr : v;
   }
 
-  // The (non-null) node of a key already taken, or null.
-  const Node* node_of(const std::string& key) const {
-    if (!node_) return nullptr;
-    const Node* v = node_->find(key);
-    return v && !v->is_null() ? v : nullptr;
-  }
-
   [[noreturn]] void missing(const std::string& key) const {
     std::string where = node_ ? node_->origin.str() : origins_.fallback;
     throw InputError(concat(where, ": ", key_path(key), ": required key is missing"));
@@ -151,13 +144,13 @@ class ParseVisitor {
   // A named option: its name, else an error listing the names.
   template <Option E>
   void operator()(const char* key, E& out, const KeyInfo& info = {}) {
+    const Node* v = r_.take(key);
+    if (v == nullptr) {  // absent or null: the default
+      if (info.required) r_.missing(key);
+      return;
+    }
     std::string name;
-    if (info.required)
-      r_.required(key, name);
-    else
-      r_.get(key, name);
-    const Node* v = r_.node_of(key);
-    if (v == nullptr) return;  // absent or null: the default
+    MapReader::convert(*v, r_.key_path(key), name);
     const std::optional<E> parsed = parse_option<E>(name);
     if (!parsed)
       fail(*v, r_.key_path(key),

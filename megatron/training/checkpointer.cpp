@@ -78,8 +78,7 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
       schedule_(*state.schedule),
       vocab_size_(vocab_size),
       padded_vocab_(padded_vocab),
-      log_(log),
-      is_logger_(log != nullptr) {}
+      log_(log) {}
 
 Checkpointer::HostBuffers Checkpointer::host_buffers(bool weights_only) {
   HostBuffers h;
@@ -173,7 +172,7 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
                     {"dp", dp_->size()},
                     {"distributed_optimizer", grad_sync_->distributed()}}}};
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
-  if (is_logger_)
+  if (log_)
     *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
 }
 
@@ -193,7 +192,7 @@ Checkpointer::Resume Checkpointer::load() {
   }
   const ckpt::CheckpointIndex index = ckpt::read_index(dir);
   // Never fall back to an older checkpoint in silence.
-  if (is_logger_)
+  if (log_)
     for (const std::string& why : index.skipped)
       *log_ << "warning: " << why << "; loading " << index.path << " instead\n";
   const bool weights_only = c.finetune;
@@ -269,7 +268,7 @@ Checkpointer::Resume Checkpointer::load() {
   MT_INPUT_CHECK(unused.empty() || !c.strict, index.path, ": ", unused.size(),
                  " tensor(s) of the checkpoint are not part of this model: ", join(unused),
                  " (a checkpoint of a different model? checkpoint.strict: false skips them)");
-  if (is_logger_) {
+  if (log_) {
     for (const std::string& name : absent)
       *log_ << "checkpoint.strict: false: '" << name
             << "' is not in the checkpoint; it keeps its initial value\n";
@@ -287,7 +286,7 @@ Checkpointer::Resume Checkpointer::load() {
     for (const optim::Segment& s : optimizer_->segments())
       store_.refresh_model_weights(s.param->offset + s.begin, s.param->offset + s.end);
   resumed_from_ = index.path;
-  if (is_logger_)
+  if (log_)
     *log_ << "loaded checkpoint " << index.path << (weights_only ? " (weights only)" : "") << "\n"
           << std::flush;
   if (weights_only) return {};
@@ -301,18 +300,18 @@ Checkpointer::Resume Checkpointer::load() {
   if (meta.contains("consumed_samples") && meta["consumed_samples"].is_number_integer()) {
     const int64_t consumed = meta["consumed_samples"].get<int64_t>();
     resume.sample_offset = consumed - iteration * gbs;
-    if (resume.sample_offset != 0 && is_logger_)
+    if (resume.sample_offset != 0 && log_)
       *log_ << "resuming after " << consumed << " consumed samples (" << iteration
             << " iterations) with global_batch_size " << gbs << ": the data continues at sample "
             << consumed << "\n";
   }
   // The data order follows the seed and the blend: a change continues on other samples.
-  if (is_logger_ && meta.contains("data") && meta["data"].contains("seed") &&
+  if (log_ && meta.contains("data") && meta["data"].contains("seed") &&
       meta["data"]["seed"] != recipe_.training.seed)
     *log_ << "warning: the checkpoint was trained with seed " << meta["data"]["seed"]
           << ", this run uses " << recipe_.training.seed
           << ": data order and dropout masks differ from the saved run's\n";
-  if (is_logger_ && meta.contains("recipe") && meta["recipe"].contains("data") &&
+  if (log_ && meta.contains("recipe") && meta["recipe"].contains("data") &&
       meta["recipe"]["data"].contains("train") &&
       meta["recipe"]["data"]["train"] != recipe_.to_json()["data"]["train"])
     *log_ << "warning: data.train differs from the checkpoint's ("

@@ -76,8 +76,7 @@ class Checkpointer {
   optim::LossScaler* scaler_;
   const optim::LRSchedule& schedule_;
   int64_t vocab_size_, padded_vocab_;
-  std::ostream* log_;
-  bool is_logger_;
+  std::ostream* log_;         // null on ranks that do not report
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
 };
 

@@ -20,8 +20,9 @@ inline BertSpec tiny_spec(float dropout = 0.0f, bool binary_head = true) {
 }
 
 // Sample b has S - 2 * (b % 3) real tokens (sample 0 is unpadded); the second half of each
-// sample's real tokens is segment B; about half the real positions carry an MLM label.
-inline MicroBatch random_batch(int64_t S, int64_t B, uint32_t seed) {
+// sample's real tokens is segment B; about half the real positions carry an MLM label; ids
+// below `vocab`.
+inline MicroBatch random_batch(int64_t S, int64_t B, uint32_t seed, int64_t vocab = kVocab) {
   std::mt19937 rng(seed);
   MicroBatch mb;
   mb.tokens = Tensor::empty({S, B}, DType::I32);
@@ -34,13 +35,13 @@ inline MicroBatch random_batch(int64_t S, int64_t B, uint32_t seed) {
     for (int64_t s = 0; s < S; ++s) {
       const int64_t i = s * B + b;
       const bool real = s < len;
-      mb.tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % kVocab);
+      mb.tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
       mb.labels.data<int32_t>()[i] =
-          real && rng() % 2 == 0 ? static_cast<int32_t>(rng() % kVocab) : kIgnoreIndex;
+          real && rng() % 2 == 0 ? static_cast<int32_t>(rng() % vocab) : kIgnoreIndex;
       mb.token_types.data<int32_t>()[i] = real && s >= len / 2 ? 1 : 0;
       mb.padding_mask.data<uint8_t>()[b * S + s] = real ? 1 : 0;
     }
-    mb.labels.data<int32_t>()[b] = static_cast<int32_t>(rng() % kVocab);  // position 0 counts
+    mb.labels.data<int32_t>()[b] = static_cast<int32_t>(rng() % vocab);  // position 0 counts
     mb.nsp_labels.data<int32_t>()[b] = static_cast<int32_t>(rng() % 2);
   }
   mb.info = MicroBatchInfo{3, 5, true};

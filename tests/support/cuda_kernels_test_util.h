@@ -21,6 +21,7 @@
 #include "kernels/cuda/gemm.h"
 #include "megatron/backend/cuda/allocator.h"
 #include "megatron/backend/cuda/device.h"
+#include "tests/support/rel_error.h"
 
 namespace megatron::kernels::cuda::testing {
 
@@ -140,18 +141,7 @@ double tol() {
   return 2e-3;
 }
 
-// max |a - b| / max |b| (b is the CPU reference).
-inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    if (std::isnan(b[i])) continue;
-    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::abs(double(b[i])));
-  }
-  return den > 0 ? num / den : num;
-}
+using megatron::testing::rel_error;  // tests/support/rel_error.h
 
 template <typename T>
 DType dtype_of() {

@@ -20,6 +20,7 @@
 #include "kernels/common/numeric.h"
 #include "megatron/backend/ops.h"
 #include "megatron/core/tensor.h"
+#include "tests/support/rel_error.h"
 
 namespace megatron {
 
@@ -93,18 +94,7 @@ inline std::vector<float> values(const Tensor& t) {
   return v;
 }
 
-// max |a - b| / max |b| (b: the CPU reference); NaN where only one side has one is infinite.
-inline double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    if (std::isnan(a[i]) != std::isnan(b[i])) return INFINITY;
-    if (std::isnan(b[i])) continue;
-    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::abs(double(b[i])));
-  }
-  return den > 0 ? num / den : num;
-}
+using megatron::testing::rel_error;  // tests/support/rel_error.h
 
 // Per-dtype tolerances for one rounding of the result to the storage type plus the kernels' own
 // differences (fp32 accumulation order, library GEMMs, sin/cos/exp ulps).

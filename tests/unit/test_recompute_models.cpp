@@ -15,6 +15,7 @@
 #include "megatron/training/trainer.h"
 #include "models/bert/bert_model.h"
 #include "models/gpt/gpt_model.h"
+#include "tests/support/bert_model_test_util.h"
 
 namespace megatron::models {
 namespace {
@@ -60,29 +61,9 @@ MicroBatch gpt_batch(int64_t S, int64_t B, int64_t vocab, uint32_t seed, int64_t
   return mb;
 }
 
-// Sample b has S - 2 (b % 3) real tokens; token types, MLM labels on about half, NSP labels.
+// tests/support's BERT batch (uneven padding, token types, MLM and NSP labels) at `offset`.
 MicroBatch bert_batch(int64_t S, int64_t B, int64_t vocab, uint32_t seed, int64_t offset) {
-  std::mt19937 rng(seed);
-  MicroBatch mb;
-  mb.tokens = Tensor::empty({S, B}, DType::I32);
-  mb.labels = Tensor::empty({S, B}, DType::I32);
-  mb.token_types = Tensor::empty({S, B}, DType::I32);
-  mb.padding_mask = Tensor::empty({B, S}, DType::U8);
-  mb.nsp_labels = Tensor::empty({B}, DType::I32);
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t len = S - 2 * (b % 3);
-    for (int64_t s = 0; s < S; ++s) {
-      const int64_t i = s * B + b;
-      const bool real = s < len;
-      mb.tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
-      mb.labels.data<int32_t>()[i] =
-          real && rng() % 2 == 0 ? static_cast<int32_t>(rng() % vocab) : kIgnoreIndex;
-      mb.token_types.data<int32_t>()[i] = real && s >= len / 2 ? 1 : 0;
-      mb.padding_mask.data<uint8_t>()[b * S + s] = real ? 1 : 0;
-    }
-    mb.labels.data<int32_t>()[b] = static_cast<int32_t>(rng() % vocab);
-    mb.nsp_labels.data<int32_t>()[b] = static_cast<int32_t>(rng() % 2);
-  }
+  MicroBatch mb = testing::random_batch(S, B, seed, vocab);
   mb.info = MicroBatchInfo{2, offset, true};
   return mb;
 }

@@ -71,6 +71,12 @@ struct YamlVisitor {
     for (int64_t n : v) list += (list.empty() ? "" : ", ") + std::to_string(n);
     w.kv(key, v.empty() ? "null" : "[" + list + "]", i.note);
   }
+  void operator()(const char* key, const LayerFrequency& f, const KeyInfo& i = {}) {
+    if (f.pattern.empty())
+      (*this)(key, f.every, i);
+    else
+      (*this)(key, f.pattern, i);
+  }
   void operator()(const char* key, const std::vector<DatasetEntry>& entries, const KeyInfo& = {}) {
     if (entries.empty()) {
       w.kv(key, "[]");
@@ -114,6 +120,9 @@ struct JsonVisitor {
   }
   void operator()(const char* key, const std::vector<int64_t>& v, const KeyInfo& = {}) {
     j[key] = v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v);
+  }
+  void operator()(const char* key, const LayerFrequency& f, const KeyInfo& = {}) {
+    j[key] = f.pattern.empty() ? nlohmann::json(f.every) : nlohmann::json(f.pattern);
   }
   void operator()(const char* key, const std::vector<DatasetEntry>& entries, const KeyInfo& = {}) {
     nlohmann::json list = nlohmann::json::array();

@@ -23,6 +23,10 @@ enum class Precision : uint8_t { FP32, BF16, FP16 };
 enum class RecomputeGranularity : uint8_t { None, Full, Selective };
 enum class OptimizerType : uint8_t { AdamW, SGD };  // sgd uses beta1 as momentum
 enum class LrDecay : uint8_t { Cosine, Linear, Constant };
+// Mixture of experts (model.moe_*; megatron/transformer/moe/router.h says what each does).
+enum class MoeScoreFunction : uint8_t { Softmax, Sigmoid };
+enum class MoeLoadBalancing : uint8_t { AuxLoss, SeqAuxLoss, GlobalAuxLoss, None };
+enum class MoeTokenDropPolicy : uint8_t { Probs, Position };
 
 template <typename E>
 struct OptionNames;
@@ -41,6 +45,9 @@ MT_OPTION_NAMES(Precision, "fp32", "bf16", "fp16");
 MT_OPTION_NAMES(RecomputeGranularity, "none", "full", "selective");
 MT_OPTION_NAMES(OptimizerType, "adamw", "sgd");
 MT_OPTION_NAMES(LrDecay, "cosine", "linear", "constant");
+MT_OPTION_NAMES(MoeScoreFunction, "softmax", "sigmoid");
+MT_OPTION_NAMES(MoeLoadBalancing, "aux_loss", "seq_aux_loss", "global_aux_loss", "none");
+MT_OPTION_NAMES(MoeTokenDropPolicy, "probs", "position");
 #undef MT_OPTION_NAMES
 
 template <typename E>

@@ -106,6 +106,14 @@ class MapReader {
     if (v.kind != Node::Kind::Scalar) fail(v, key, concat("expected a string, got ", v.describe()));
     out = v.scalar;
   }
+  // An integer N or a list of 0/1 per layer (model.moe_layer_freq).
+  static void convert(const Node& v, const std::string& key, LayerFrequency& out) {
+    out = {};
+    if (v.kind == Node::Kind::Seq)
+      convert(v, key, out.pattern);
+    else if (v.kind != Node::Kind::Scalar || v.quoted || !parse_int64(v.scalar, out.every).empty())
+      fail(v, key, concat("expected an integer or a list of 0/1 per layer, got ", v.describe()));
+  }
   static void convert(const Node& v, const std::string& key, std::vector<int64_t>& out) {
     if (v.kind != Node::Kind::Seq)
       fail(v, key, concat("expected a list of integers, got ", v.describe()));

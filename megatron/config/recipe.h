@@ -28,25 +28,11 @@
 #include <string>
 #include <vector>
 
+#include "megatron/config/key_info.h"
+#include "megatron/config/moe_config.h"
 #include "megatron/config/options.h"
 
 namespace megatron::config {
-
-// What a section's fields() says about one key beyond its name and member. Every section
-// declares its keys once, in `template <class Self, class V> static void fields(Self&, V&)`,
-// calling v(name, member[, KeyInfo]) per key and v.section(name, sub) per nested section: the
-// parser, to_yaml, to_json and the key origins all walk it, in that order.
-struct KeyInfo {
-  bool required = false;      // an error when absent or null
-  std::string note;           // a comment beside the key in to_yaml
-  bool zero_is_auto = false;  // 0 is written and read as `auto`
-  bool keep_empty = false;    // a string written as itself when empty (not as null)
-};
-inline KeyInfo required_key() { return {true, "", false, false}; }
-inline KeyInfo noted(std::string note) { return {false, std::move(note), false, false}; }
-inline std::string auto_note(int64_t stored, int64_t resolved) {
-  return stored == 0 ? "auto: " + std::to_string(resolved) : "";
-}
 
 // Where each key of a loaded recipe came from, so that validate() can name the file and line.
 // Keys are full paths: "model.num_layers", "data.train[0].path".
@@ -75,8 +61,7 @@ struct ModelConfig {
   double init_method_std = 0.02;
   int64_t vocab_size = 0;  // 0 -> from the tokenizer
   int64_t make_vocab_size_divisible_by = 128;
-  int64_t num_experts = 0;      // 0 -> dense MLP; > 0 -> MoE with this many experts per layer
-  int64_t moe_router_topk = 2;  // experts per token (MoE only)
+  MoeConfig moe;  // mixture of experts (model.num_experts, model.moe_*): moe_config.h
 
   int64_t query_groups() const {
     return num_query_groups > 0 ? num_query_groups : num_attention_heads;
@@ -126,8 +111,7 @@ struct ModelConfig {
     v("init_method_std", s.init_method_std);
     v("vocab_size", s.vocab_size, noted(s.vocab_size == 0 ? "auto: from the tokenizer" : ""));
     v("make_vocab_size_divisible_by", s.make_vocab_size_divisible_by);
-    v("num_experts", s.num_experts, noted(s.num_experts == 0 ? "dense" : ""));
-    v("moe_router_topk", s.moe_router_topk);
+    MoeConfig::fields(s.moe, v);
   }
 };
 
@@ -135,6 +119,7 @@ struct ParallelConfig {
   int64_t tensor = 1, pipeline = 1;
   int64_t data = 0;  // 0 = auto ("auto" in YAML): world / (tensor * pipeline * context)
   int64_t expert = 1, context = 1;
+  int64_t expert_tensor = 0;                // 0 = auto ("auto" in YAML): parallel.tensor
   std::optional<int64_t> virtual_pipeline;  // model chunks per pipeline stage (interleaved 1F1B)
   bool sequence_parallel = false;
   std::string order = "tp-cp-ep-dp-pp";  // rank order, innermost first; a permutation of the five
@@ -153,6 +138,7 @@ struct ParallelConfig {
     v("pipeline", s.pipeline);
     v("data", s.data, KeyInfo{false, "", true, false});
     v("expert", s.expert);
+    v("expert_tensor", s.expert_tensor, KeyInfo{false, "", true, false});
     v("context", s.context);
     v("virtual_pipeline", s.virtual_pipeline);
     v("sequence_parallel", s.sequence_parallel);

@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <sstream>
 
+#include "megatron/config/checker.h"
 #include "megatron/config/recipe.h"
 #include "megatron/config/scalar.h"
 #include "megatron/core/error.h"
@@ -14,57 +15,6 @@ std::string KeyOrigins::of(const std::string& key) const {
   auto it = by_key.find(key);
   return it != by_key.end() ? it->second : fallback;
 }
-
-namespace {
-
-std::string num(double v) { return detail::format_double(v); }
-
-class Checker {
- public:
-  explicit Checker(const KeyOrigins& origins) : origins_(origins) {}
-
-  [[noreturn]] void fail(const std::string& key, const std::string& msg) const {
-    std::string where = origins_.of(key);
-    throw InputError(where.empty() ? concat(key, ": ", msg) : concat(where, ": ", key, ": ", msg));
-  }
-  void check(bool ok, const std::string& key, const std::string& msg) const {
-    if (!ok) fail(key, msg);
-  }
-  void positive(const std::string& key, int64_t v) const {
-    check(v > 0, key, concat("must be > 0 (got ", v, ")"));
-  }
-  void non_negative(const std::string& key, int64_t v) const {
-    check(v >= 0, key, concat("must be >= 0 (got ", v, ")"));
-  }
-  void positive(const std::string& key, double v) const {
-    check(v > 0, key, concat("must be > 0 (got ", num(v), ")"));
-  }
-  void non_negative(const std::string& key, double v) const {
-    check(v >= 0, key, concat("must be >= 0 (got ", num(v), ")"));
-  }
-  void unit_interval(const std::string& key, double v) const {  // [0, 1)
-    check(v >= 0 && v < 1, key, concat("must be in [0, 1) (got ", num(v), ")"));
-  }
-  void one_of(const std::string& key, const std::string& v,
-              std::initializer_list<const char*> allowed) const {
-    for (const char* a : allowed)
-      if (v == a) return;
-    std::string list;
-    for (const char* a : allowed) list += concat(list.empty() ? "" : ", ", a);
-    fail(key, concat("must be one of ", list, " (got '", v, "')"));
-  }
-  // `key` must be divisible by `by`; `by_name` names the divisor in the message.
-  void divisible(const std::string& key, int64_t v, const std::string& by_name, int64_t by) const {
-    if (by > 0 && v % by != 0)
-      fail(key,
-           concat("must be divisible by ", by_name, " (got ", v, " % ", by, " = ", v % by, ")"));
-  }
-
- private:
-  const KeyOrigins& origins_;
-};
-
-}  // namespace
 
 int64_t ModelConfig::padded_vocab_size(int64_t tokenizer_vocab, int64_t tensor_parallel) const {
   int64_t vocab = vocab_size > 0 ? vocab_size : tokenizer_vocab;
@@ -103,11 +53,7 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   c.positive("model.init_method_std", init_method_std);
   c.non_negative("model.vocab_size", vocab_size);
   c.positive("model.make_vocab_size_divisible_by", make_vocab_size_divisible_by);
-  c.non_negative("model.num_experts", num_experts);
-  if (num_experts > 0)
-    c.check(moe_router_topk >= 1 && moe_router_topk <= num_experts, "model.moe_router_topk",
-            concat("must be in [1, model.num_experts] (got ", moe_router_topk, " with ",
-                   num_experts, " experts)"));
+  moe.validate(origins, num_layers, arch);
 }
 
 void ParallelConfig::validate(const KeyOrigins& origins) const {
@@ -115,6 +61,7 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
   for (auto [key, v] : {std::pair{"parallel.tensor", tensor},
                         {"parallel.pipeline", pipeline},
                         {"parallel.expert", expert},
+                        {"parallel.expert_tensor", expert_tensor == 0 ? 1 : expert_tensor},
                         {"parallel.context", context}})
     c.check(v >= 1, key, concat("must be >= 1 (got ", v, ")"));
   c.check(data >= 0, "parallel.data", concat("must be >= 1 or auto (got ", data, ")"));
@@ -314,10 +261,23 @@ void Recipe::validate() const {
                    model.num_layers, ")"));
   }
   if (parallel.expert > 1) {
-    c.check(model.num_experts > 0, "parallel.expert",
+    c.check(model.moe.num_experts > 0, "parallel.expert",
             concat("needs an MoE model (model.num_experts > 0) (got expert ", parallel.expert,
-                   " with num_experts ", model.num_experts, ")"));
-    c.divisible("model.num_experts", model.num_experts, "parallel.expert", parallel.expert);
+                   " with num_experts ", model.moe.num_experts, ")"));
+    c.divisible("model.num_experts", model.moe.num_experts, "parallel.expert", parallel.expert);
+  }
+  // Expert tensor parallelism: each expert's MLP split like the dense one (Megatron's ETP = TP).
+  // ETP 1 under TP (experts whole, the TP ranks folded into expert parallelism) needs the
+  // expert mesh of Megatron's parallel folding, which the mesh does not build yet.
+  if (parallel.expert_tensor != 0)
+    c.check(parallel.expert_tensor == parallel.tensor, "parallel.expert_tensor",
+            concat("only auto (= parallel.tensor) is implemented (got ", parallel.expert_tensor,
+                   " with tensor ", parallel.tensor, ")"));
+  if (model.moe.enabled()) {
+    const int64_t expert_ffn = model.moe.expert_ffn(model.ffn());
+    c.divisible("model.moe_ffn_hidden_size", expert_ffn, "parallel.tensor", parallel.tensor);
+    c.divisible("model.moe_shared_expert_intermediate_size",
+                model.moe.moe_shared_expert_intermediate_size, "parallel.tensor", parallel.tensor);
   }
   int64_t decay_iters = optimizer.schedule.decay_iters.value_or(training.train_iters);
   c.check(optimizer.schedule.warmup_iters <= decay_iters, "optimizer.schedule.warmup_iters",

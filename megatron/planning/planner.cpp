@@ -39,8 +39,8 @@ Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
   d.fc1 = d.swiglu ? 2 * d.F : d.F;
   d.S = t.seq_length;
   d.P = m.max_positions();
-  d.E = m.num_experts;
-  d.topk = m.moe_router_topk;
+  d.E = m.moe.num_experts;
+  d.topk = m.moe.moe_router_topk;
   d.bert = m.arch == config::Arch::BERT;  // post-LN blocks, a decoder tied to the embeddings
   d.layernorm = t.norm == Norm::Kind::LayerNorm;
   d.bias = t.bias;

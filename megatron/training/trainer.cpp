@@ -60,8 +60,8 @@ void Trainer::check_groups(TrainerGroups g) {
   MT_INPUT_CHECK(p.expert == 1 && p.context == 1, recipe_.source_path,
                  ": parallel.expert/context > 1 are not available yet");
   // Training a dense model in place of the requested MoE one would be silently wrong.
-  MT_INPUT_CHECK(recipe_.model.num_experts == 0, recipe_.source_path,
-                 ": model.num_experts: ", recipe_.model.num_experts,
+  MT_INPUT_CHECK(recipe_.model.moe.num_experts == 0, recipe_.source_path,
+                 ": model.num_experts: ", recipe_.model.moe.num_experts,
                  " asks for mixture-of-experts layers, which are not implemented yet (use 0)");
   device_ = tr.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
   // The caller selects the GPU (cuda::select_device_for_local_rank) and gives NCCL groups

@@ -107,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(Shipped, RecipeLibrary, ::testing::ValuesIn(shipped_rec
 TEST(RecipeLibraryList, UnimplementedMixtureOfExpertsIsAnErrorNotADenseModel) {
   config::Recipe r =
       reduced(config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/gpt_tiny.yaml"));
-  r.model.num_experts = 4;
+  r.model.moe.num_experts = 4;
   auto source = std::make_shared<training::MockTokenSource>(r.model.seq_length, kVocab, 7);
   auto world = parallel::make_single_process_communicator();
   std::ostringstream log;

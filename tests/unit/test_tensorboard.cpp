@@ -280,7 +280,7 @@ TEST(TensorBoard, TrainerWritesLmLossPerStep) {
   m.ffn_hidden_size = 256;
   m.seq_length = 32;
   m.max_position_embeddings = 0;
-  m.num_experts = 0;
+  m.moe.num_experts = 0;
   m.vocab_size = kVocab;
   if (r.data.tokenizer.type == "NullTokenizer") r.data.tokenizer.vocab_size = kVocab;
   r.parallel = config::ParallelConfig{};

@@ -1,5 +1,7 @@
 #include "models/registry.h"
 
+#include "megatron/transformer/moe/moe_layer.h"
+
 namespace megatron::models {
 
 // Both enums list their values in the same order as the recipe's names (config/options.h).
@@ -88,7 +90,7 @@ GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, i
 
 ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
-                               int64_t pp_size) {
+                               int64_t pp_size, parallel::Communicator* ep) {
   const bool bert = recipe.model.arch == config::Arch::BERT;
   std::optional<GPTSpec> gpt;
   std::optional<BertSpec> bert_spec;
@@ -115,6 +117,16 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
   MT_INPUT_CHECK(static_cast<int64_t>(counts.size()) == stages, recipe.source_path,
                  ": parallel.pipeline_layers has ", counts.size(), " entries for ", stages,
                  " (virtual) pipeline stages");
+  BlockSubmodules submodules = dense_submodules();
+  if (recipe.model.moe.enabled()) {
+    out.moe = std::make_shared<moe::MoeState>(
+        moe::moe_spec_from_config(recipe.model.moe, recipe.model.ffn()));
+    if (ep == nullptr) {
+      out.single_ep = parallel::make_single_process_communicator("ep");
+      ep = out.single_ep.get();
+    }
+    submodules = moe::moe_submodules(*ep, out.moe);
+  }
   // One recompute workspace for every chunk of this rank (it holds nothing between calls).
   std::shared_ptr<RecomputeWorkspace> workspace;
   if (out.transformer.recompute != Recompute::None)
@@ -129,7 +141,8 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
     if (bert)
       out.chunks.push_back(std::make_unique<BertModel>(*bert_spec, store, tp, stage, workspace));
     else
-      out.chunks.push_back(std::make_unique<GPTModel>(*gpt, store, tp, stage, workspace));
+      out.chunks.push_back(
+          std::make_unique<GPTModel>(*gpt, store, tp, stage, workspace, submodules));
   }
   return out;
 }

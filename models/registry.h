@@ -9,6 +9,7 @@
 #include "megatron/config/recipe.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
+#include "megatron/transformer/moe/moe_spec.h"
 #include "models/bert/bert_model.h"
 #include "models/gpt/gpt_model.h"
 
@@ -39,9 +40,13 @@ struct ModelChunks {
   TransformerSpec transformer;
   int64_t vocab_size = 0, padded_vocab = 0;  // real and padded (all tp ranks together)
   bool tied_embeddings = false;              // the LM head is the word embedding table
+  // Mixture of experts (model.num_experts > 0): what the MoE layers share with the trainer.
+  std::shared_ptr<moe::MoeState> moe;
+  std::shared_ptr<parallel::Communicator> single_ep;  // the ep group when none was given
 };
+// ep: the expert-parallel group (MoE models; a group of one when null).
 ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
-                               int64_t pp_size);
+                               int64_t pp_size, parallel::Communicator* ep = nullptr);
 
 }  // namespace megatron::models

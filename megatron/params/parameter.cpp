@@ -51,20 +51,30 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   return *params_.back();
 }
 
-void ParamStore::finalize(int64_t pad_multiple, DType model_dtype) {
+void ParamStore::finalize(int64_t pad_multiple, DType model_dtype, int64_t expert_pad_multiple) {
   MT_CHECK(!finalized_, "ParamStore finalized twice");
   MT_CHECK(model_dtype == DType::F32 || model_dtype == DType::BF16 || model_dtype == DType::F16,
            "model dtype must be fp32, bf16 or fp16, got ", dtype_name(model_dtype));
   model_dtype_ = model_dtype;
   const Device device = device_;
-  MT_CHECK(pad_multiple >= 1, "pad multiple ", pad_multiple);
+  MT_CHECK(pad_multiple >= 1 && expert_pad_multiple >= 1, "pad multiples ", pad_multiple, ", ",
+           expert_pad_multiple);
+  auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
+  // Reverse registration order = the order backward finishes gradients; the experts' region
+  // (reduced over another group) follows the rest, each region padded for its own sharding.
+  int64_t at = 0;
   total_ = 0;
-  // Reverse registration order = the order backward finishes gradients.
-  for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-    (*it)->offset = total_;
-    total_ += (*it)->local_shape.numel();
+  for (const bool expert : {false, true}) {
+    for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
+      if ((*it)->expert != expert) continue;
+      (*it)->offset = at;
+      at += (*it)->local_shape.numel();
+      total_ += (*it)->local_shape.numel();
+    }
+    if (!expert) at = expert_begin_ = round_up(at, pad_multiple);
   }
-  const int64_t padded = (total_ + pad_multiple - 1) / pad_multiple * pad_multiple;
+  const int64_t padded =
+      at == expert_begin_ ? at : round_up(at - expert_begin_, expert_pad_multiple) + expert_begin_;
   weights_ = Tensor::zeros({padded}, model_dtype, device);
   grads_ = Tensor::zeros({padded}, DType::F32, device);
   if (mixed_precision()) masters_ = Tensor::zeros({padded}, DType::F32, device);

@@ -44,6 +44,11 @@ struct Parameter {
   // A pipeline copy of a weight another stage also holds (the tied LM head on the last stage):
   // updated identically, but counted once in the gradient norm (on the first stage).
   bool shared_copy = false;
+  // A routed expert's weight (megatron/transformer/moe): this rank holds only its expert-parallel
+  // share of the experts, so its gradient is reduced over the expert-data-parallel group (not
+  // dp) and it counts in the gradient norm on every expert-parallel rank. ParamStore lays these
+  // out after all other parameters (ParamStore::expert_begin()).
+  bool expert = false;
   int64_t offset = 0;  // element offset of this shard in the buffers
   // The weights the layers compute with, in the model dtype (fp32, or bf16/fp16 under mixed
   // precision): a view into ParamStore's weight buffer.
@@ -63,11 +68,16 @@ class ParamStore {
   Parameter& add(std::string name, const Shape& global_shape, ParamInit init, bool weight_decay,
                  ShardSpec shard = {});
   // Allocates the buffers and binds every parameter's views. The buffers are padded with zeros
-  // to a multiple of pad_multiple (data-parallel sharding needs equal shards). With a 16-bit
+  // to a multiple of pad_multiple (data-parallel sharding needs equal shards); expert weights
+  // (Parameter::expert) come after everything else, from expert_begin(), that region padded to
+  // a multiple of expert_pad_multiple (sharded over the expert-data-parallel group). With a 16-bit
   // model dtype (mixed precision) the model weights are stored in that dtype and the fp32
   // master weights separately (Megatron's layout: 2 + 4 + 4 bytes per parameter plus the
   // optimizer's moments); in fp32 one buffer is both. Every buffer lives on device().
-  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32);
+  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32,
+                int64_t expert_pad_multiple = 1);
+  // Where the experts' region starts (== buffer_numel() without experts).
+  int64_t expert_begin() const { return expert_begin_; }
   Device device() const { return device_; }
   bool finalized() const { return finalized_; }
 
@@ -96,6 +106,7 @@ class ParamStore {
   DType model_dtype_ = DType::F32;
   Device device_ = Device::CPU;
   int64_t total_ = 0;
+  int64_t expert_begin_ = 0;
   bool finalized_ = false;
 };
 

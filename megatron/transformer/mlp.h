@@ -17,6 +17,8 @@ class DenseMLP final : public MlpLayer {
   };
 
   explicit DenseMLP(const SubmoduleArgs& args);
+  // The same MLP named "<name>.fc1"/"<name>.fc2" with width ffn (an MoE layer's shared expert).
+  DenseMLP(const SubmoduleArgs& args, const std::string& name, int64_t ffn);
 
   std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
   Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const override;

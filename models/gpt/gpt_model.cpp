@@ -24,7 +24,8 @@ void GPTSpec::validate(int64_t tp_size) const {
 }
 
 GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
-                   const GPTStage& stage, std::shared_ptr<RecomputeWorkspace> workspace)
+                   const GPTStage& stage, std::shared_ptr<RecomputeWorkspace> workspace,
+                   const BlockSubmodules& submodules)
     : spec_(spec),
       device_(store.device()),
       stage_(stage),
@@ -50,7 +51,7 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
     workspace = std::make_shared<RecomputeWorkspace>();
   for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l)
     blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t,
-                                                         tp, workspace));
+                                                         tp, workspace, submodules));
   if (stage_.post_process) {
     final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
     if (!spec.tie_embeddings)

@@ -44,8 +44,10 @@ class GPTModel final : public Model {
 
   // workspace: the recompute workspace shared with this rank's other model chunks (see
   // TransformerSpec::recompute in megatron/transformer/block.h); one of its own when null.
+  // submodules: what each block's attention and MLP are (dense; moe::moe_submodules for MoE).
   GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicator& tp,
-           const GPTStage& stage = {}, std::shared_ptr<RecomputeWorkspace> workspace = nullptr);
+           const GPTStage& stage = {}, std::shared_ptr<RecomputeWorkspace> workspace = nullptr,
+           const BlockSubmodules& submodules = dense_submodules());
 
   std::unique_ptr<ModelActivations> make_activations() const override {
     return std::make_unique<Activations>();

@@ -1,0 +1,118 @@
+#include "megatron/transformer/moe/experts.h"
+
+#include "megatron/backend/ops.h"
+#include "megatron/transformer/context.h"
+
+namespace megatron::moe {
+
+GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
+                               int64_t num_local, int64_t hidden, int64_t ffn, bool swiglu,
+                               parallel::Communicator& tp, float init_std, float output_init_std)
+    : hidden_(hidden), swiglu_(swiglu), device_(store.device()) {
+  const int64_t p = tp.size();
+  MT_CHECK(ffn % p == 0, "experts '", prefix, "': ffn ", ffn,
+           " is not divisible by tensor parallel size ", p);
+  local_ffn_ = ffn / p;
+  auto shard = [&](int dim) {
+    return p == 1 ? ShardSpec{} : ShardSpec{dim, ShardAxis::Tensor, tp.rank(), p};
+  };
+  for (int64_t j = 0; j < num_local; ++j) {
+    const std::string name = prefix + ".mlp.experts." + std::to_string(first_expert + j);
+    // SwiGLU: [2, F, D] so every shard holds its part of both the gate and the up projection.
+    const Shape fc1_shape = swiglu ? Shape{2, ffn, hidden} : Shape{ffn, hidden};
+    Parameter& fc1 = store.add(name + ".fc1.weight", fc1_shape, {ParamInit::Kind::Normal, init_std},
+                               true, shard(swiglu ? 1 : 0));
+    Parameter& fc2 = store.add(name + ".fc2.weight", Shape{hidden, ffn},
+                               {ParamInit::Kind::Normal, output_init_std}, true, shard(1));
+    fc1.expert = fc2.expert = true;
+    experts_.push_back({&fc1, &fc2});
+  }
+}
+
+void GroupedExperts::collect_params(std::vector<Parameter*>& out) const {
+  for (const Expert& e : experts_) {
+    out.push_back(e.fc1);
+    out.push_back(e.fc2);
+  }
+}
+
+void GroupedExperts::forward(State& s, const Tensor& rows,
+                             const std::vector<int64_t>& rows_per_expert, Tensor& out) const {
+  MT_CHECK(rows_per_expert.size() == experts_.size(), "experts: ", rows_per_expert.size(),
+           " row counts for ", experts_.size(), " experts");
+  const int64_t D = hidden_, F = local_ffn_, F1 = swiglu_ ? 2 * F : F;
+  const int64_t R = rows.numel() / D;
+  const DType dt = rows.dtype();
+  s.rows = rows;
+  s.rows_per_expert = rows_per_expert;
+  ensure(s.fc1_out, {R, F1}, dt, device_);
+  ensure(s.act_out, {R, F}, dt, device_);
+  ensure(out, {R, D}, dt, device_);
+  int64_t at = 0;
+  for (size_t j = 0; j < experts_.size(); ++j) {
+    const int64_t n = rows_per_expert[j];
+    if (n > 0) {
+      Tensor h = s.fc1_out.flat_view(at * F1, {n, F1});
+      ops::linear_forward(rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
+                          nullptr, h);
+    }
+    at += n;
+  }
+  MT_CHECK(at == R, "experts: row counts sum to ", at, ", rows ", R);
+  if (R > 0) {
+    if (swiglu_)
+      ops::swiglu_forward(s.fc1_out, s.act_out);
+    else
+      ops::gelu_forward(s.fc1_out, s.act_out);
+  }
+  at = 0;
+  for (size_t j = 0; j < experts_.size(); ++j) {
+    const int64_t n = rows_per_expert[j];
+    if (n > 0) {
+      Tensor y = out.flat_view(at * D, {n, D});
+      ops::linear_forward(s.act_out.flat_view(at * F, {n, F}), experts_[j].fc2->weight.view({D, F}),
+                          nullptr, y);
+    }
+    at += n;
+  }
+}
+
+void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) const {
+  const int64_t D = hidden_, F = local_ffn_, F1 = swiglu_ ? 2 * F : F;
+  const int64_t R = s.rows.numel() / D;
+  const DType dt = s.rows.dtype();
+  ensure(s.d_act, {R, F}, dt, device_);
+  ensure(s.d_fc1, {R, F1}, dt, device_);
+  ensure(d_rows, {R, D}, dt, device_);
+  int64_t at = 0;
+  for (size_t j = 0; j < experts_.size(); ++j) {
+    const int64_t n = s.rows_per_expert[j];
+    if (n > 0) {
+      Tensor d_act = s.d_act.flat_view(at * F, {n, F});
+      Tensor dw = experts_[j].fc2->grad.view({D, F});
+      ops::linear_backward(s.act_out.flat_view(at * F, {n, F}),
+                           experts_[j].fc2->weight.view({D, F}), d_out.flat_view(at * D, {n, D}),
+                           &d_act, dw, nullptr);
+    }
+    at += n;
+  }
+  if (R > 0) {
+    if (swiglu_)
+      ops::swiglu_backward(s.fc1_out, s.d_act, s.d_fc1);
+    else
+      ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1);
+  }
+  at = 0;
+  for (size_t j = 0; j < experts_.size(); ++j) {
+    const int64_t n = s.rows_per_expert[j];
+    if (n > 0) {
+      Tensor dx = d_rows.flat_view(at * D, {n, D});
+      Tensor dw = experts_[j].fc1->grad.view({F1, D});
+      ops::linear_backward(s.rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
+                           s.d_fc1.flat_view(at * F1, {n, F1}), &dx, dw, nullptr);
+    }
+    at += n;
+  }
+}
+
+}  // namespace megatron::moe

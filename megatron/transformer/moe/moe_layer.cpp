@@ -1,0 +1,229 @@
+#include "megatron/transformer/moe/moe_layer.h"
+
+#include <algorithm>
+
+#include "megatron/backend/ops.h"
+#include "megatron/tensor_parallel/mappings.h"
+#include "megatron/transformer/attention.h"
+
+namespace megatron::moe {
+
+MoELayer::MoELayer(const SubmoduleArgs& a, parallel::Communicator& ep,
+                   std::shared_ptr<MoeState> state)
+    : spec_(a.spec),
+      moe_(std::move(state)),
+      layer_(a.layer),
+      device_(a.store.device()),
+      tp_(&a.tp),
+      sp_(a.spec.sequence_parallel && a.tp.size() > 1) {
+  MT_INPUT_CHECK(device_ == Device::CPU,
+                 "model.num_experts: mixture-of-experts layers run on the CPU only so far "
+                 "(training.device: cuda is not implemented for them)");
+  const MoeSpec& m = moe_->spec();
+  const int64_t E = m.router.num_experts, D = spec_.hidden;
+  // The router: replicated over tp; with sequence parallelism each rank routes its slice, so its
+  // gradient is a partial sum over tp.
+  router_ = &a.store.add(a.prefix + ".mlp.router.weight", Shape{E, D},
+                         {ParamInit::Kind::Normal, spec_.init_std}, true);
+  router_->tp_partial_grad = sp_;
+  dispatcher_ = std::make_unique<TokenDispatcher>(ep, E);
+  experts_ = std::make_unique<GroupedExperts>(
+      a.store, a.prefix, dispatcher_->first_local_expert(), dispatcher_->local_experts(), D,
+      m.expert_ffn, spec_.swiglu, a.tp, spec_.init_std, spec_.output_init_std());
+  if (m.shared_ffn > 0)
+    shared_ = std::make_unique<DenseMLP>(a, a.prefix + ".mlp.shared_experts", m.shared_ffn);
+}
+
+void MoELayer::collect_params(std::vector<Parameter*>& out) const {
+  out.push_back(router_);
+  experts_->collect_params(out);
+  if (shared_) shared_->collect_params(out);
+}
+
+int64_t MoELayer::tp_token_offset(int64_t local_tokens) const {
+  return sp_ ? tp_->rank() * local_tokens : 0;
+}
+
+namespace {
+
+Tensor as_f32(const Tensor& t, Tensor& scratch, const Shape& shape) {
+  ensure(scratch, shape, DType::F32, t.device());
+  ops::cast(t, scratch);
+  return scratch;
+}
+
+}  // namespace
+
+Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const {
+  State& s = static_cast<State&>(state);
+  const MoeSpec& m = moe_->spec();
+  const RouterOptions& ro = m.router;
+  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, E = ro.num_experts, k = ro.topk;
+  const int64_t Tl = Sl * B, T = Tl * (sp_ ? tp_->size() : 1);
+
+  // 1. Routing of the local tokens, in fp32.
+  as_f32(in, s.x32, {Tl, D});
+  Tensor w32;
+  ensure(s.logits, {Tl, E}, DType::F32, device_);
+  ops::linear_forward(s.x32, as_f32(router_->weight, w32, {E, D}), nullptr, s.logits);
+  const float* bias = m.expert_bias ? moe_->expert_bias(layer_).data() : nullptr;
+  s.routing = route(s.logits.data<float>(), Tl, ro, bias);
+  s.batch = B;
+  s.total_tokens = T;
+  std::vector<double> counts = balance_counts(s.routing, ro, B);
+  if (sp_) {
+    Tensor c = Tensor::wrap(counts.data(), {static_cast<int64_t>(counts.size())}, DType::F64);
+    tp_->all_reduce(c, parallel::ReduceOp::Sum);
+  }
+  s.balance = balance_loss(s.routing, ro, counts, T, B);
+  s.z = z_loss(s.routing, ro, T);
+  moe_->add_forward_loss(s.balance.loss + s.z);
+  s.picked_per_expert.assign(static_cast<size_t>(E), 0.0);
+  for (int32_t e : s.routing.experts) s.picked_per_expert[static_cast<size_t>(e)] += 1.0;
+
+  // 2. The routing of all T tokens (gathered over tp with sequence parallelism); capacity.
+  std::vector<int32_t> experts(static_cast<size_t>(T * k));
+  std::vector<float> gates(static_cast<size_t>(T * k));
+  if (sp_) {
+    Tensor e_out = Tensor::wrap(experts.data(), {T * k}, DType::I32);
+    Tensor g_out = Tensor::wrap(gates.data(), {T * k}, DType::F32);
+    tp_->all_gather(Tensor::wrap(s.routing.experts.data(), {Tl * k}, DType::I32), e_out);
+    tp_->all_gather(Tensor::wrap(s.routing.gates.data(), {Tl * k}, DType::F32), g_out);
+  } else {
+    experts = s.routing.experts;
+    gates = s.routing.gates;
+  }
+  std::vector<uint8_t> kept(static_cast<size_t>(T * k), 1);
+  int64_t capacity = 0;
+  if (m.capacity_factor) {
+    capacity = expert_capacity(T, k, E, *m.capacity_factor);
+    apply_capacity(experts, gates, kept, T, k, E, capacity, m.drop_policy);
+    const int64_t off = tp_token_offset(Tl) * k;
+    for (int64_t i = 0; i < Tl * k; ++i) {
+      s.routing.gates[static_cast<size_t>(i)] = gates[static_cast<size_t>(off + i)];
+      s.routing.kept[static_cast<size_t>(i)] = kept[static_cast<size_t>(off + i)];
+    }
+  }
+  s.dropped = static_cast<double>(std::count(s.routing.kept.begin(), s.routing.kept.end(), 0));
+
+  // 3. Experts on the ranks that hold them; their rows back, summed over tp in fp32.
+  const Tensor x_full = sp_ ? tensor_parallel::gathered_sequence(*tp_, in) : in;
+  s.plan =
+      dispatcher_->plan(experts.data(), kept.data(), T, k, D, m.pad_to_capacity ? capacity : 0);
+  dispatcher_->dispatch(s.plan, x_full.view({T, D}), s.rows);
+  experts_->forward(s.experts, s.rows, s.plan.rows_per_local_expert, s.expert_out);
+  dispatcher_->combine(s.plan, s.expert_out, s.slot_rows);
+  Tensor slot_full32 = Tensor::empty({T * k, D}, DType::F32, device_);
+  ops::cast(s.slot_rows, slot_full32);
+  if (sp_) {
+    ensure(s.slot32, {Tl * k, D}, DType::F32, device_);
+    tp_->reduce_scatter(slot_full32, s.slot32, parallel::ReduceOp::Sum);
+  } else {
+    if (tp_->size() > 1) tp_->all_reduce(slot_full32, parallel::ReduceOp::Sum);
+    s.slot32 = slot_full32;
+  }
+
+  // 4. Combine with the gates (+ the shared expert).
+  Tensor y32 = Tensor::zeros({Tl, D}, DType::F32, device_);
+  float* y = y32.data<float>();
+  const float* rows = s.slot32.data<float>();
+  for (int64_t t = 0; t < Tl; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const float g = s.routing.gates[static_cast<size_t>(t * k + j)];
+      if (!s.routing.kept[static_cast<size_t>(t * k + j)]) continue;
+      const float* r = rows + (t * k + j) * D;
+      for (int64_t d = 0; d < D; ++d) y[t * D + d] += g * r[d];
+    }
+  ensure(s.out, {Sl, B, D}, act(), device_);
+  ops::cast(y32, s.out);
+  if (shared_) {
+    if (!s.shared) s.shared = shared_->make_state();
+    ops::add_inplace(s.out, shared_->forward(*s.shared, in, mb));
+  }
+  return s.out;
+}
+
+void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
+                        const MicroBatchInfo& mb) const {
+  State& s = static_cast<State&>(state);
+  const RouterOptions& ro = moe_->spec().router;
+  const int64_t Tl = s.routing.tokens, T = s.total_tokens, D = spec_.hidden, k = ro.topk;
+  const int64_t E = ro.num_experts;
+  Tensor dy_scratch;
+  const Tensor dy32 = as_f32(d_out, dy_scratch, {Tl, D});
+  const float* dy = dy32.data<float>();
+  const float* rows = s.slot32.data<float>();
+  std::vector<float> d_gates(static_cast<size_t>(Tl * k), 0.0f);
+  ensure(s.d_slot32, {Tl * k, D}, DType::F32, device_);
+  float* d_slot = s.d_slot32.data<float>();
+  for (int64_t t = 0; t < Tl; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const int64_t i = t * k + j;
+      float* dr = d_slot + i * D;
+      if (!s.routing.kept[static_cast<size_t>(i)]) {
+        std::fill(dr, dr + D, 0.0f);
+        continue;
+      }
+      const float g = s.routing.gates[static_cast<size_t>(i)];
+      double dot = 0;
+      for (int64_t d = 0; d < D; ++d) {
+        dot += static_cast<double>(dy[t * D + d]) * rows[i * D + d];
+        dr[d] = g * dy[t * D + d];
+      }
+      d_gates[static_cast<size_t>(i)] = static_cast<float>(dot);
+    }
+  // The experts' backward on all T tokens' rows.
+  Tensor d_slot_full32 = s.d_slot32;
+  if (sp_) {
+    d_slot_full32 = Tensor::empty({T * k, D}, DType::F32, device_);
+    tp_->all_gather(s.d_slot32, d_slot_full32);
+  }
+  ensure(s.d_slot, {T * k, D}, act(), device_);
+  ops::cast(d_slot_full32, s.d_slot);
+  dispatcher_->combine_backward(s.plan, s.d_slot, s.d_expert_out);
+  experts_->backward(s.experts, s.d_expert_out, s.d_rows);
+  dispatcher_->dispatch_backward(s.plan, s.d_rows, s.dx_full32);
+  if (sp_) {
+    ensure(s.dx32, {Tl, D}, DType::F32, device_);
+    tp_->reduce_scatter(s.dx_full32, s.dx32, parallel::ReduceOp::Sum);
+  } else {
+    if (tp_->size() > 1) tp_->all_reduce(s.dx_full32, parallel::ReduceOp::Sum);
+    s.dx32 = s.dx_full32;
+  }
+  // The router: gates, balancing and z losses -> logits -> input and weight.
+  const float w = moe_->loss_weight();
+  ensure(s.dlogits, {Tl, E}, DType::F32, device_);
+  router_backward(s.routing, ro, d_gates.data(), s.balance, w, w, T, s.batch,
+                  s.dlogits.data<float>());
+  Tensor w32, dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
+  ops::linear_backward(s.x32, as_f32(router_->weight, w32, {E, D}), s.dlogits, &dx_router,
+                       router_->grad, nullptr);
+  ops::add_inplace(s.dx32, dx_router);
+  ops::cast(s.dx32, d_in);
+  if (shared_) {
+    ensure(s.d_shared, d_in.shape(), act(), device_);
+    shared_->backward(*s.shared, d_out, s.d_shared, mb);
+    ops::add_inplace(d_in, s.d_shared);
+  }
+  // Statistics: once per trained micro-batch (a recomputed forward has no second backward).
+  MoeLayerStats& st = moe_->stats(layer_);
+  st.aux_loss += s.balance.loss;
+  st.z_loss += s.z;
+  for (int64_t e = 0; e < E; ++e)
+    st.tokens_per_expert[static_cast<size_t>(e)] += s.picked_per_expert[static_cast<size_t>(e)];
+  st.dropped += s.dropped;
+  st.routed += static_cast<double>(Tl * k);
+}
+
+BlockSubmodules moe_submodules(parallel::Communicator& ep, std::shared_ptr<MoeState> state) {
+  BlockSubmodules m;
+  m.attention = [](const SubmoduleArgs& a) { return std::make_unique<SelfAttention>(a); };
+  parallel::Communicator* ep_ptr = &ep;
+  m.mlp = [ep_ptr, state](const SubmoduleArgs& a) -> std::unique_ptr<MlpLayer> {
+    if (state->spec().is_moe_layer(a.layer)) return std::make_unique<MoELayer>(a, *ep_ptr, state);
+    return std::make_unique<DenseMLP>(a);
+  };
+  return m;
+}
+
+}  // namespace megatron::moe

@@ -1,0 +1,83 @@
+#pragma once
+// The mixture-of-experts MLP (Megatron-Core's MoELayer) behind the block's MlpLayer interface:
+// router -> token dispatch over the expert-parallel group -> grouped experts -> dispatch back ->
+// combine with the gates (+ the shared expert, when configured).
+//
+// Data flow of one micro-batch (Tl = this rank's tokens: a sequence slice with sequence
+// parallelism, else the whole micro-batch; T = the micro-batch's tokens):
+//  1. The router runs in fp32 on the Tl local tokens: logits = x W^T, routing (router.h); the
+//     load-balancing counts are summed over the tensor-parallel slices so the losses and their
+//     gradients do not depend on tp (each slice adds its partial loss; the router weight's
+//     gradient is then a tensor-parallel partial sum, like a sequence-parallel norm's).
+//  2. With sequence parallelism the tokens and their routing are all-gathered over tp; capacity
+//     drops are decided on all T tokens (identically on every tp rank).
+//  3. Rows go to their experts' ranks (token_dispatcher.h); each expert is split over tp like
+//     the dense MLP, so the returned rows are tp partial sums, reduce-scattered (sequence
+//     parallel) or all-reduced over tp per (token, slot) in fp32.
+//  4. out_t = sum_j gate[t, j] * expert_row[t, j] (+ shared expert).
+// Backward mirrors it; the aux and z losses enter the router's backward with
+// MoeState::loss_weight(). Statistics are recorded in backward, so a recomputed forward (full
+// recompute) and evaluation count nothing.
+#include <memory>
+
+#include "megatron/transformer/layers.h"
+#include "megatron/transformer/mlp.h"
+#include "megatron/transformer/moe/experts.h"
+#include "megatron/transformer/moe/moe_spec.h"
+#include "megatron/transformer/moe/token_dispatcher.h"
+#include "megatron/transformer/submodules.h"
+
+namespace megatron::moe {
+
+class MoELayer final : public MlpLayer {
+ public:
+  struct State final : LayerState {
+    Routing routing;  // local tokens (gates and kept after capacity drops)
+    BalanceLoss balance;
+    double z = 0;
+    int64_t total_tokens = 0, batch = 0;
+    std::vector<double> picked_per_expert;  // local picks before drops
+    double dropped = 0;
+    DispatchPlan plan;
+    Tensor x32, logits;                  // [Tl, D], [Tl, E] fp32
+    Tensor rows, expert_out, slot_rows;  // expert-major in/out, [T*k, D] returned rows
+    Tensor slot32;                       // [Tl*k, D] fp32 expert outputs (tp-reduced)
+    Tensor out;                          // [Sl, B, D]
+    GroupedExperts::State experts;
+    std::unique_ptr<LayerState> shared;
+    Tensor d_slot32, d_slot, d_expert_out, d_rows, dx_full32, dx32, dlogits, d_shared;
+  };
+
+  MoELayer(const SubmoduleArgs& args, parallel::Communicator& ep, std::shared_ptr<MoeState> state);
+
+  std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
+  Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const override;
+  void backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
+                const MicroBatchInfo& mb) const override;
+  void collect_params(std::vector<Parameter*>& out) const override;
+
+ private:
+  DType act() const { return spec_.activation_dtype; }
+  int64_t tp_token_offset(int64_t local_tokens) const;
+
+  TransformerSpec spec_;
+  std::shared_ptr<MoeState> moe_;
+  int64_t layer_;
+  Device device_;
+  parallel::Communicator* tp_;
+  bool sp_;
+  Parameter* router_ = nullptr;
+  std::unique_ptr<TokenDispatcher> dispatcher_;
+  std::unique_ptr<GroupedExperts> experts_;
+  std::unique_ptr<DenseMLP> shared_;
+};
+
+}  // namespace megatron::moe
+
+namespace megatron::moe {
+
+// Self-attention and, per layer, the MoE layer where the spec's moe_layer_freq says so (else the
+// dense MLP). ep and state outlive the blocks built from it.
+BlockSubmodules moe_submodules(parallel::Communicator& ep, std::shared_ptr<MoeState> state);
+
+}  // namespace megatron::moe

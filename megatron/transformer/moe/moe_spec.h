@@ -1,0 +1,74 @@
+#pragma once
+// What an MoE layer is built from (MoeSpec, from the recipe's model.moe_* keys) and what the MoE
+// layers of one rank share with the trainer (MoeState): the weight of the router losses in the
+// step's objective, the per-step routing statistics and the experts' bias of aux-loss-free
+// balancing.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "megatron/config/moe_config.h"
+#include "megatron/transformer/moe/router.h"
+
+namespace megatron::moe {
+
+struct MoeSpec {
+  RouterOptions router;
+  int64_t expert_ffn = 0;  // each expert's MLP width (all tensor-parallel ranks together)
+  int64_t shared_ffn = 0;  // shared expert width; 0 = none
+  config::LayerFrequency layers;
+  std::optional<double> capacity_factor;  // unset: dropless
+  config::MoeTokenDropPolicy drop_policy = config::MoeTokenDropPolicy::Probs;
+  bool pad_to_capacity = false;
+  bool expert_bias = false;
+  float bias_update_rate = 0.0f;
+
+  bool is_moe_layer(int64_t layer) const { return layers.is_moe(layer); }
+};
+
+// From the model section (num_experts > 0).
+MoeSpec moe_spec_from_config(const config::MoeConfig& c, int64_t dense_ffn);
+
+// One layer's routing statistics summed over this rank's training micro-batches of a step
+// (tokens of this rank: with sequence parallelism its sequence slices, else every token).
+struct MoeLayerStats {
+  double aux_loss = 0, z_loss = 0;        // the losses' values (coefficients applied), partial sums
+  std::vector<double> tokens_per_expert;  // picked (before capacity drops), [num_experts]
+  double dropped = 0, routed = 0;         // (token, expert) pairs dropped / picked
+};
+
+class MoeState {
+ public:
+  explicit MoeState(const MoeSpec& spec) : spec_(spec) {}
+  const MoeSpec& spec() const { return spec_; }
+
+  // d(objective)/d(router loss) of every micro-batch's aux and z losses: the loss scale over the
+  // micro-batches of the whole global batch (set by the trainer before each step).
+  float loss_weight() const { return loss_weight_; }
+  void set_loss_weight(float w) { loss_weight_ = w; }
+
+  // The aux + z losses (coefficients applied) of every MoE forward since the last take: what
+  // the router adds to the objective (per micro-batch, before loss_weight()).
+  void add_forward_loss(double v) { forward_loss_ += v; }
+  double take_forward_loss() { return std::exchange(forward_loss_, 0.0); }
+
+  MoeLayerStats& stats(int64_t layer);
+  std::map<int64_t, MoeLayerStats>& all_stats() { return stats_; }
+  void reset_stats() { stats_.clear(); }
+
+  // Aux-loss-free balancing: the bias added to layer's scores for the choice ([num_experts],
+  // zeros at first). Updated by the trainer once per step from the global counts.
+  std::vector<float>& expert_bias(int64_t layer);
+  std::map<int64_t, std::vector<float>>& all_expert_bias() { return bias_; }
+
+ private:
+  MoeSpec spec_;
+  float loss_weight_ = 0.0f;
+  double forward_loss_ = 0.0;
+  std::map<int64_t, MoeLayerStats> stats_;
+  std::map<int64_t, std::vector<float>> bias_;
+};
+
+}  // namespace megatron::moe

@@ -5,14 +5,19 @@
 namespace megatron::optim {
 
 DataParallelGrads::DataParallelGrads(ParamStore& store, parallel::Communicator& dp,
-                                     int64_t bucket_elements, bool distributed)
+                                     int64_t bucket_elements, bool distributed, BufferRange range)
     : store_(&store), dp_(&dp), distributed_(distributed && dp.size() > 1) {
   MT_CHECK(store.finalized(), "gradient sync built before the parameter store was finalized");
-  const int64_t total = store.buffer_numel(), n = dp.size();
-  MT_CHECK(!distributed_ || total % n == 0, "gradient buffer of ", total,
+  if (range.size() == 0 && range.begin == 0) range = {0, store.buffer_numel()};
+  MT_CHECK(range.begin >= 0 && range.end <= store.buffer_numel() && range.begin <= range.end,
+           "gradient sync range [", range.begin, ", ", range.end, ") outside the buffer of ",
+           store.buffer_numel());
+  const int64_t total = range.size(), n = dp.size();
+  MT_CHECK(!distributed_ || total % n == 0, "gradient buffer range of ", total,
            " elements is not padded to a multiple of data-parallel size ", n);
   const int64_t step = std::max<int64_t>((bucket_elements + n - 1) / n * n, n);
-  for (int64_t b = 0; b < total; b += step) buckets_.push_back({b, std::min(b + step, total)});
+  for (int64_t b = 0; b < total; b += step)
+    buckets_.push_back({range.begin + b, range.begin + std::min(b + step, total)});
   if (distributed_) {
     for (const BufferRange& b : buckets_) {
       const int64_t shard = b.size() / n;
@@ -20,8 +25,8 @@ DataParallelGrads::DataParallelGrads(ParamStore& store, parallel::Communicator& 
       shard_scratch_.push_back(Tensor::empty({shard}, DType::F32, store.device()));
       gather_scratch_.push_back(Tensor::empty({shard}, store.model_dtype(), store.device()));
     }
-  } else {
-    owned_.push_back({0, total});
+  } else if (total > 0) {
+    owned_.push_back(range);
   }
 }
 

@@ -29,8 +29,11 @@ struct BufferRange {
 class DataParallelGrads {
  public:
   // store must be finalized with pad_multiple = dp size (distributed) so buckets split evenly.
+  // range: the part of the buffer this instance reduces (the whole buffer when empty; MoE models
+  // reduce the experts' region, ParamStore::expert_begin() on, over the expert-data-parallel
+  // group with a second instance).
   DataParallelGrads(ParamStore& store, parallel::Communicator& dp, int64_t bucket_elements,
-                    bool distributed);
+                    bool distributed, BufferRange range = {});
   ~DataParallelGrads();
 
   // Call before the backward of the step's last micro-batch: from then on reported watermarks

@@ -97,21 +97,29 @@ void all_reduce_host(parallel::Communicator& group, Tensor& host, parallel::Redu
 
 double global_grad_norm(const std::vector<Segment>& segments, int tensor_parallel_rank,
                         parallel::Communicator& model_parallel,
-                        parallel::Communicator* sharded_over) {
+                        parallel::Communicator* sharded_over, ExpertNormGroups expert) {
   // One reduction over every counted segment: a single host round trip on a device.
-  std::vector<Tensor> counted;
+  std::vector<Tensor> counted, counted_experts;
   Device device = Device::CPU;
   for (const Segment& s : segments) {
     device = s.param->grad.device();
     const bool counted_here =
         !s.param->shared_copy && (!s.param->shard.replicated() || tensor_parallel_rank == 0);
-    if (counted_here) counted.push_back(segment_of(s.param->grad, s));
+    if (counted_here)
+      (s.param->expert ? counted_experts : counted).push_back(segment_of(s.param->grad, s));
   }
   double sum = ops::sum_squares_of(counted);
   Tensor t = Tensor::wrap(&sum, {1}, DType::F64);
   all_reduce_host(model_parallel, t, parallel::ReduceOp::Sum, device);
   if (sharded_over) all_reduce_host(*sharded_over, t, parallel::ReduceOp::Sum, device);
-  return std::sqrt(sum);
+  if (expert.parallel == nullptr) return std::sqrt(sum);
+  double expert_sum = ops::sum_squares_of(counted_experts);
+  Tensor e = Tensor::wrap(&expert_sum, {1}, DType::F64);
+  all_reduce_host(model_parallel, e, parallel::ReduceOp::Sum, device);
+  all_reduce_host(*expert.parallel, e, parallel::ReduceOp::Sum, device);
+  if (expert.sharded_over)
+    all_reduce_host(*expert.sharded_over, e, parallel::ReduceOp::Sum, device);
+  return std::sqrt(sum + expert_sum);
 }
 
 void scale_grads(const std::vector<Segment>& segments, double factor) {

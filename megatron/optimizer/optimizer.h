@@ -57,10 +57,16 @@ void all_reduce_host(parallel::Communicator& group, Tensor& host, parallel::Redu
 // The true global L2 norm of the gradients the optimizer will use. Each rank sums its segments
 // (tensor-parallel-replicated parameters only on tensor-parallel rank 0, and pipeline copies of
 // tied weights not at all, so each counts once), then the sum is reduced over the model-parallel
-// group (tp x pp) and, when segments are data-parallel shards, over `sharded_over`.
+// group (tp x pp) and, when segments are data-parallel shards, over `sharded_over`. Expert
+// weights (Parameter::expert; MoE) differ over the expert-parallel group as well: their sum is
+// also reduced over `expert.parallel` and, when sharded, over `expert.sharded_over` instead.
+struct ExpertNormGroups {
+  parallel::Communicator* parallel = nullptr;      // ep (null: no experts)
+  parallel::Communicator* sharded_over = nullptr;  // expert dp with the distributed optimizer
+};
 double global_grad_norm(const std::vector<Segment>& segments, int tensor_parallel_rank,
                         parallel::Communicator& model_parallel,
-                        parallel::Communicator* sharded_over);
+                        parallel::Communicator* sharded_over, ExpertNormGroups expert = {});
 // Scales the segments' gradients by min(1, max_norm / norm); returns the factor applied.
 double clip_grads(const std::vector<Segment>& segments, double norm, double max_norm);
 // Multiplies the segments' gradients by factor.

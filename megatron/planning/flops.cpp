@@ -10,7 +10,17 @@ namespace megatron::planning {
 
 FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab) {
   return FlopsModel{t.num_layers, t.hidden,     t.heads,      t.query_groups, t.head_dim(),
-                    t.ffn,        t.seq_length, padded_vocab, t.swiglu,       1};
+                    t.ffn,        t.seq_length, padded_vocab, t.swiglu};
+}
+
+FlopsModel with_moe(FlopsModel m, const config::MoeConfig& moe) {
+  if (!moe.enabled()) return m;
+  m.moe_layers = 0;
+  for (int64_t l = 0; l < m.num_layers; ++l) m.moe_layers += moe.moe_layer_freq.is_moe(l) ? 1 : 0;
+  m.moe_ffn = moe.expert_ffn(m.ffn);
+  m.moe_topk = moe.moe_router_topk;
+  m.shared_ffn = moe.moe_shared_expert_intermediate_size;
+  return m;
 }
 
 double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
@@ -21,8 +31,13 @@ double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
       (1.0 + static_cast<double>(m.query_groups) / static_cast<double>(m.heads) +
        static_cast<double>(m.seq_length) / h) *
       q_ratio;
-  const double mlp =
-      static_cast<double>(m.ffn) / h * static_cast<double>(m.experts_per_token) * gated;
+  const double L = static_cast<double>(m.num_layers);
+  const double moe_layers = static_cast<double>(m.moe_layers);
+  const double active_ffn =
+      (static_cast<double>(m.ffn) * (L - moe_layers) +
+       static_cast<double>(m.moe_ffn * m.moe_topk + m.shared_ffn) * moe_layers) /
+      L;
+  const double mlp = active_ffn / h * gated;
   const double logits = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
   return 12.0 * static_cast<double>(global_batch_size) * static_cast<double>(m.seq_length) *
          static_cast<double>(m.num_layers) * h * h * (attention + mlp + logits);

@@ -4,10 +4,13 @@
 //   12 * B * S * L * h^2 * ( (1 + G/H + S/h) * q/h  +  (F/h) * gated  +  V / (2 L h) )
 // with q = heads * head_dim, G query groups, F the FFN size, gated = 3/2 for SwiGLU, V the
 // padded vocabulary. It counts forward + backward (3x forward) without recomputation and
-// without halving causal attention.
+// without halving causal attention. With mixture of experts the MLP term counts the active
+// parameters, as Megatron's MoE formula: per MoE layer (moe_ffn * topk + shared_ffn) * gated
+// in place of F * gated, averaged over the layers (routing as configured, not as balanced).
 #include <cstdint>
 
 #include "kernels/cpu/cpu_peak.h"
+#include "megatron/config/moe_config.h"
 #include "megatron/core/dtype.h"
 #include "megatron/transformer/transformer_spec.h"
 
@@ -16,12 +19,14 @@ namespace megatron::planning {
 struct FlopsModel {
   int64_t num_layers, hidden, heads, query_groups, head_dim, ffn, seq_length, padded_vocab;
   bool swiglu = false;
-  int64_t experts_per_token = 1;
+  int64_t moe_layers = 0, moe_ffn = 0, moe_topk = 0, shared_ffn = 0;  // MoE: active MLPs
 };
 
 double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size);
 // The model of a transformer with a padded vocabulary of padded_vocab rows.
 FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab);
+// The same with the MoE layers of a model section (no change for a dense one).
+FlopsModel with_moe(FlopsModel m, const config::MoeConfig& moe);
 
 // The hardware peak of this CPU for a compute dtype, on the current thread count: fp32 (and
 // fp16, computed in fp32) = the widest FMA; bf16 = the faster of the bf16 instructions (AMX,

@@ -426,8 +426,12 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   rep.fits = rep.memory().total <= cluster.gpu_memory_bytes;
 
   // FLOPs: the trainer's formula, then what recomputation adds.
-  const planning::FlopsModel fm{d.L, d.D, d.H, d.G,      d.Dh,
-                                d.F, d.S, V,   d.swiglu, d.experts_per_token()};
+  planning::FlopsModel fm{d.L, d.D, d.H, d.G, d.Dh, d.F, d.S, V, d.swiglu};
+  if (d.E > 0) {  // the planner's MoE: every layer, experts as wide as the dense MLP
+    fm.moe_layers = d.L;
+    fm.moe_ffn = d.F;
+    fm.moe_topk = d.topk;
+  }
   const double gb_size = static_cast<double>(tr.global_batch_size);
   rep.flops_per_step = planning::megatron_flops_per_step(fm, tr.global_batch_size);
   const double logits_flops = 6.0 * gb_size * static_cast<double>(d.S * d.D) * V;

@@ -15,6 +15,7 @@ namespace megatron::training {
 // The whole local shard of p, its local_shape elements at data.
 checkpoint::TensorPiece param_piece(const Parameter& p, const std::string& prefix, float* data);
 // The segment's local elements [begin, end) of its parameter, the first of them at data.
-checkpoint::TensorPiece segment_piece(const optim::Segment& s, const std::string& prefix, float* data);
+checkpoint::TensorPiece segment_piece(const optim::Segment& s, const std::string& prefix,
+                                      float* data);
 
 }  // namespace megatron::training

@@ -61,6 +61,15 @@ std::vector<std::string> unused_model_tensors(const ckpt::CheckpointIndex& index
   return unused;
 }
 
+// Aux-loss-free balancing's expert bias of one layer ([num_experts], the same on every rank).
+ckpt::TensorPiece expert_bias_piece(int64_t layer, std::vector<float>& bias) {
+  ckpt::TensorPiece piece;
+  piece.name = "moe/expert_bias/layers." + std::to_string(layer);
+  piece.global_shape = piece.local_shape = Shape{static_cast<int64_t>(bias.size())};
+  piece.data = piece.dest = bias.data();
+  return piece;
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& groups,
@@ -74,6 +83,9 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
       store_(*state.store),
       optimizer_(state.optimizer),
       grad_sync_(state.grad_sync),
+      expert_sync_(state.expert_sync),
+      moe_(state.moe),
+      expert_dp_(groups.expert_dp ? groups.expert_dp : groups.dp),
       scaler_(state.scaler),
       schedule_(*state.schedule),
       vocab_size_(vocab_size),
@@ -123,21 +135,30 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   // Model weights: data-parallel rank 0 writes them; tensor-parallel replicas only from tp
   // rank 0 (write_this_rank_replicas); pipeline copies of tied weights are not written.
   // Optimizer segments: every data-parallel rank's own shards with the distributed optimizer,
-  // otherwise data-parallel rank 0's.
+  // otherwise data-parallel rank 0's. Expert weights (MoE) differ over ep: they and their
+  // segments are written the same way by expert-data-parallel rank 0 (or every expert dp rank).
   ckpt::SaveRequest req;
   req.dir = checkpoint_dir(c.save);
   req.iteration = iteration;
   req.write_this_rank_replicas = tp_->rank() == 0;
   const bool write_segments = grad_sync_->distributed() || dp_->rank() == 0;
+  const bool write_expert_segments =
+      expert_sync_ != nullptr && (expert_sync_->distributed() || expert_dp_->rank() == 0);
+  auto writes_param = [&](const Parameter& p) {
+    return p.expert ? expert_dp_->rank() == 0 : dp_->rank() == 0;
+  };
   // Host views of the buffers (the buffers themselves on the CPU; staged copies on a device).
-  const HostBuffers host = host_buffers(!write_segments);
-  if (dp_->rank() == 0)
-    for (Parameter* p : store_.params())
-      if (!p->shared_copy)
-        req.pieces.push_back(param_piece(*p, "model/", host.weights + p->offset));
-  if (write_segments) {
+  const HostBuffers host = host_buffers(!write_segments && !write_expert_segments);
+  for (Parameter* p : store_.params())
+    if (!p->shared_copy && writes_param(*p))
+      req.pieces.push_back(param_piece(*p, "model/", host.weights + p->offset));
+  if (moe_ != nullptr && dp_->rank() == 0)
+    for (auto& [layer, bias] : moe_->all_expert_bias())
+      req.pieces.push_back(expert_bias_piece(layer, bias));
+  if (write_segments || write_expert_segments) {
     for (const optim::Segment& s : optimizer_->segments()) {
       if (s.param->shared_copy) continue;
+      if (!(s.param->expert ? write_expert_segments : write_segments)) continue;
       if (mixed)
         req.pieces.push_back(segment_piece(s, "master/", host.masters + s.param->offset + s.begin));
       req.pieces.push_back(segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
@@ -249,6 +270,9 @@ Checkpointer::Resume Checkpointer::load() {
                  " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
   for (Parameter* p : store_.params())
     if (!absent.count(p->name)) request(param_piece(*p, "model/", host.weights + p->offset));
+  if (moe_ != nullptr)
+    for (auto& [layer, bias] : moe_->all_expert_bias())
+      if (has(expert_bias_piece(layer, bias).name)) request(expert_bias_piece(layer, bias));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (absent.count(s.param->name)) continue;
     if (mixed) {

@@ -23,6 +23,7 @@
 #include "megatron/optimizer/optimizer.h"
 #include "megatron/params/parameter.h"
 #include "megatron/training/groups.h"
+#include "megatron/transformer/moe/moe_spec.h"
 
 namespace megatron::training {
 
@@ -33,6 +34,8 @@ struct TrainingState {
   optim::DataParallelGrads* grad_sync;
   optim::LossScaler* scaler;
   const optim::LRSchedule* schedule;
+  optim::DataParallelGrads* expert_sync = nullptr;  // MoE: the experts' region over expert dp
+  moe::MoeState* moe = nullptr;                     // MoE: the expert bias is saved and loaded
 };
 
 class Checkpointer {
@@ -73,6 +76,9 @@ class Checkpointer {
   ParamStore& store_;
   optim::Optimizer* optimizer_;
   optim::DataParallelGrads* grad_sync_;
+  optim::DataParallelGrads* expert_sync_;
+  moe::MoeState* moe_;
+  parallel::Communicator* expert_dp_;
   optim::LossScaler* scaler_;
   const optim::LRSchedule& schedule_;
   int64_t vocab_size_, padded_vocab_;

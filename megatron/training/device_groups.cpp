@@ -24,6 +24,8 @@ DeviceGroups::DeviceGroups(Device device, const TrainerGroups& mesh_groups) : gr
   groups_.pp = to_nccl(groups_.pp);
   groups_.embedding = to_nccl(groups_.embedding);
   groups_.model = to_nccl(groups_.model);
+  groups_.ep = to_nccl(groups_.ep);
+  groups_.expert_dp = to_nccl(groups_.expert_dp);
 #else
   MT_CHECK(false,
            "training.device: cuda, but this build has no CUDA backend (configure with "

@@ -46,7 +46,7 @@ void reduce_tied_embedding_grads(const std::vector<std::unique_ptr<models::Model
 
 bool fp16_gradient_overflow(ParamStore& store, const std::vector<optim::Segment>& segments,
                             parallel::Communicator& model_group, parallel::Communicator* dp,
-                            Device device) {
+                            Device device, parallel::Communicator* ep) {
   if (store.model_dtype() != DType::F16) return false;
   // An overflow in the fp16 activations or their gradients reaches the fp32 main gradients as
   // inf/NaN; a main gradient beyond fp16's largest finite value (accumulated in fp32) would not
@@ -63,6 +63,7 @@ bool fp16_gradient_overflow(ParamStore& store, const std::vector<optim::Segment>
   Tensor flag = Tensor::wrap(&overflow, {1}, DType::F32);
   optim::all_reduce_host(model_group, flag, parallel::ReduceOp::Max, device);
   if (dp != nullptr) optim::all_reduce_host(*dp, flag, parallel::ReduceOp::Max, device);
+  if (ep != nullptr) optim::all_reduce_host(*ep, flag, parallel::ReduceOp::Max, device);
   return overflow > 0.0f;
 }
 

@@ -23,10 +23,11 @@ void reduce_tied_embedding_grads(const std::vector<std::unique_ptr<models::Model
                                  bool tied);
 
 // fp16: whether any rank's main gradients overflowed (inf/NaN or beyond fp16's range); every
-// rank of the model group (and of dp with the distributed optimizer) gets the same answer.
+// rank of the model group (and of dp with the distributed optimizer, and of ep when experts
+// differ over it) gets the same answer.
 bool fp16_gradient_overflow(ParamStore& store, const std::vector<optim::Segment>& segments,
                             parallel::Communicator& model_group, parallel::Communicator* dp,
-                            Device device);
+                            Device device, parallel::Communicator* ep = nullptr);
 
 // The step's loss sums: present on the last pipeline stage, summed over pp, then dp.
 models::LossSums reduce_losses(const models::LossSums& local, parallel::Communicator& pp,

@@ -11,6 +11,8 @@ struct TrainerGroups {
   parallel::Communicator* pp = nullptr;
   parallel::Communicator* embedding = nullptr;  // first + last pipeline stage
   parallel::Communicator* model = nullptr;      // tp x pp (gradient norm)
+  parallel::Communicator* ep = nullptr;         // expert parallel (MoE; carved out of dp)
+  parallel::Communicator* expert_dp = nullptr;  // dp / ep: where expert gradients are reduced
 };
 
 }  // namespace megatron::training

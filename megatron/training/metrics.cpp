@@ -55,6 +55,10 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
     out << "iter " << std::setw(6) << m.iteration << "/" << train_iters_ << " | loss " << std::fixed
         << std::setprecision(4) << m.loss;
   if (to_console && m.has_aux) out << " (lm " << m.lm_loss << " + nsp " << m.aux_loss << ")";
+  if (to_console && m.has_moe)
+    out << " | moe aux " << std::setprecision(4) << m.moe_aux_loss << " z " << m.moe_z_loss
+        << " imbalance " << std::setprecision(2) << m.moe_load_imbalance << " dropped "
+        << std::setprecision(1) << m.moe_dropped_fraction * 100 << "%";
   if (to_console)
     out << " | lr " << std::scientific << std::setprecision(3) << m.lr << " | grad_norm "
         << std::fixed << std::setprecision(3) << m.grad_norm << " | " << std::setprecision(1)
@@ -78,12 +82,24 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
                         {"loss_scale", m.loss_scale},
                         {"skipped", m.skipped}};
     if (m.has_aux) j["nsp_loss"] = m.aux_loss;
+    if (m.has_moe) {
+      j["moe_aux_loss"] = m.moe_aux_loss;
+      j["moe_z_loss"] = m.moe_z_loss;
+      j["moe_load_imbalance"] = m.moe_load_imbalance;
+      j["moe_dropped_fraction"] = m.moe_dropped_fraction;
+    }
     jsonl_ << j.dump() << "\n" << std::flush;
   }
   if (tensorboard_) {
     auto& tb = *tensorboard_;
     tb.add_scalar("lm loss", m.iteration, m.lm_loss);
     if (m.has_aux) tb.add_scalar("nsp loss", m.iteration, m.aux_loss);
+    if (m.has_moe) {
+      tb.add_scalar("moe aux loss", m.iteration, m.moe_aux_loss);
+      tb.add_scalar("moe z loss", m.iteration, m.moe_z_loss);
+      tb.add_scalar("moe load imbalance", m.iteration, m.moe_load_imbalance);
+      tb.add_scalar("moe dropped fraction", m.iteration, m.moe_dropped_fraction);
+    }
     tb.add_scalar("learning-rate", m.iteration, m.lr);
     tb.add_scalar("grad-norm", m.iteration, m.grad_norm);
     tb.add_scalar("loss-scale", m.iteration, m.loss_scale);

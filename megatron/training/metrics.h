@@ -24,6 +24,12 @@ struct StepMetrics {
   double of_gemm = 0;  // achieved FLOP/s over the measured GEMM rate (CPU), beside MFU
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update this step
+  // Mixture of experts (training/moe_step.h): the router losses added to the objective (summed
+  // over the MoE layers, averaged over the global batch's micro-batches; not part of `loss`),
+  // the worst layer's load imbalance (max tokens per expert / mean) and the fraction of
+  // (token, expert) pairs dropped by capacity.
+  bool has_moe = false;
+  double moe_aux_loss = 0, moe_z_loss = 0, moe_load_imbalance = 0, moe_dropped_fraction = 0;
 };
 
 struct EvalMetrics {

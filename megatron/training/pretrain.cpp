@@ -34,7 +34,8 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
         << mesh->placement().report() << std::flush;
   }
   const TrainerGroups mesh_groups{&mesh->world(), &mesh->tp(),        &mesh->dp(),
-                                  &mesh->pp(),    &mesh->embedding(), &mesh->model()};
+                                  &mesh->pp(),    &mesh->embedding(), &mesh->model(),
+                                  &mesh->ep(),    &mesh->expert_dp()};
   // training.device: cuda: one GPU per process, picked by node-local rank.
   const Device device =
       recipe.training.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;

@@ -8,6 +8,7 @@
 
 #include "megatron/planning/flops.h"
 #include "megatron/training/grad_reductions.h"
+#include "megatron/training/moe_step.h"
 #include "megatron/training/signals.h"
 
 namespace megatron::training {
@@ -30,7 +31,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   build_optimizer();
   checkpointer_ = std::make_unique<Checkpointer>(
       recipe_, groups_,
-      TrainingState{&store_, optimizer_.get(), grad_sync_.get(), scaler_.get(), &schedule_},
+      TrainingState{&store_, optimizer_.get(), grad_sync_.get(), scaler_.get(), &schedule_,
+                    expert_sync_.get(), model_.moe.get()},
       model_.vocab_size, model_.padded_vocab, groups_.world->rank() == 0 ? &log : nullptr);
   if (valid_)
     evaluator_ = std::make_unique<Evaluator>(recipe_, *valid_, *feeder_, *pipeline_, *groups_.pp,
@@ -50,6 +52,8 @@ void Trainer::check_groups(TrainerGroups g) {
   groups_.pp = g.pp ? g.pp : single_.get();
   groups_.embedding = g.embedding ? g.embedding : single_.get();
   groups_.model = g.model ? g.model : groups_.tp;
+  groups_.ep = g.ep ? g.ep : single_.get();
+  groups_.expert_dp = g.expert_dp ? g.expert_dp : (g.ep ? single_.get() : groups_.dp);
   const auto& p = recipe_.parallel;
   const auto& tr = recipe_.training;
   MT_INPUT_CHECK(p.tensor == groups_.tp->size() && p.data == groups_.dp->size() &&
@@ -57,12 +61,18 @@ void Trainer::check_groups(TrainerGroups g) {
                  recipe_.source_path, ": parallel.tensor=", p.tensor, " pipeline=", p.pipeline,
                  " data=", p.data, " do not match the process groups (tp ", groups_.tp->size(),
                  ", pp ", groups_.pp->size(), ", dp ", groups_.dp->size(), ")");
-  MT_INPUT_CHECK(p.expert == 1 && p.context == 1, recipe_.source_path,
-                 ": parallel.expert/context > 1 are not available yet");
-  // Training a dense model in place of the requested MoE one would be silently wrong.
-  MT_INPUT_CHECK(recipe_.model.moe.num_experts == 0, recipe_.source_path,
-                 ": model.num_experts: ", recipe_.model.moe.num_experts,
-                 " asks for mixture-of-experts layers, which are not implemented yet (use 0)");
+  MT_INPUT_CHECK(p.context == 1, recipe_.source_path,
+                 ": parallel.context > 1 is not available yet");
+  MT_INPUT_CHECK(p.expert == groups_.ep->size() &&
+                     groups_.ep->size() * groups_.expert_dp->size() == groups_.dp->size(),
+                 recipe_.source_path, ": parallel.expert=", p.expert,
+                 " does not match the process groups (ep ", groups_.ep->size(), ", expert dp ",
+                 groups_.expert_dp->size(), ", dp ", groups_.dp->size(), ")");
+  MT_INPUT_CHECK(
+      recipe_.model.moe.moe_router_load_balancing_type != config::MoeLoadBalancing::GlobalAuxLoss,
+      recipe_.source_path,
+      ": model.moe_router_load_balancing_type: global_aux_loss is not implemented yet "
+      "(use aux_loss, seq_aux_loss or none)");
   device_ = tr.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
   // The caller selects the GPU (cuda::select_device_for_local_rank) and gives NCCL groups
   // (tools/pretrain.cpp); here only whether one is usable at all.
@@ -81,11 +91,13 @@ void Trainer::check_groups(TrainerGroups g) {
 void Trainer::build_model(int64_t tokenizer_vocab) {
   store_ = ParamStore(device_);
   model_ = models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp,
-                                      groups_.pp->rank(), groups_.pp->size());
-  const bool distributed = recipe_.optimizer.distributed && groups_.dp->size() > 1;
+                                      groups_.pp->rank(), groups_.pp->size(), groups_.ep);
+  const bool distributed = recipe_.optimizer.distributed;
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
-  // CPU kernels widen to fp32 internally), fp32 master weights and main gradients.
-  store_.finalize(distributed ? groups_.dp->size() : 1, models::model_dtype_of(recipe_.training));
+  // CPU kernels widen to fp32 internally), fp32 master weights and main gradients. The dense
+  // region is sharded over dp, the experts' over expert dp (distributed optimizer).
+  store_.finalize(distributed ? groups_.dp->size() : 1, models::model_dtype_of(recipe_.training),
+                  distributed ? groups_.expert_dp->size() : 1);
   store_.initialize(recipe_.training.seed);
 }
 
@@ -129,12 +141,20 @@ void Trainer::build_optimizer() {
   constexpr int64_t kBucketElements = int64_t{4} << 20;
   const bool distributed = o.distributed && groups_.dp->size() > 1;
   grad_sync_ =
-      std::make_unique<optim::DataParallelGrads>(store_, *groups_.dp, kBucketElements, distributed);
+      std::make_unique<optim::DataParallelGrads>(store_, *groups_.dp, kBucketElements, distributed,
+                                                 optim::BufferRange{0, store_.expert_begin()});
+  std::vector<optim::BufferRange> owned = grad_sync_->owned();
+  if (store_.expert_begin() < store_.buffer_numel()) {
+    expert_sync_ = std::make_unique<optim::DataParallelGrads>(
+        store_, *groups_.expert_dp, kBucketElements, o.distributed,
+        optim::BufferRange{store_.expert_begin(), store_.buffer_numel()});
+    owned.insert(owned.end(), expert_sync_->owned().begin(), expert_sync_->owned().end());
+  }
   optimizer_ = std::make_unique<optim::Optimizer>(
       store_,
       optim::OptimizerSettings{std::string(config::option_name(o.type)), o.beta1, o.beta2, o.eps,
                                o.weight_decay},
-      grad_sync_->owned());
+      owned);
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.min_lr;
   schedule_.warmup_iters = o.schedule.warmup_iters;
@@ -148,7 +168,8 @@ void Trainer::build_optimizer() {
 void Trainer::build_logging(std::ostream& log) {
   const auto& tr = recipe_.training;
   flops_per_step_ = planning::megatron_flops_per_step(
-      planning::flops_model_from_spec(model_.transformer, model_.padded_vocab),
+      planning::with_moe(planning::flops_model_from_spec(model_.transformer, model_.padded_vocab),
+                         recipe_.model.moe),
       tr.global_batch_size);
   peak_ = ComputePeak::decide(device_, store_.model_dtype(), tr.peak_tflops,
                               recipe_.cluster.gpu_tflops);
@@ -198,6 +219,10 @@ StepMetrics Trainer::train_step(int64_t iteration) {
       aux_targets > 0 ? static_cast<float>(scale / aux_targets) : 0.0f};
 
   store_.zero_grads();
+  // The router losses of every micro-batch of the global batch, averaged (each rank's gradients
+  // are summed over dp, like the LM loss's).
+  if (model_.moe)
+    model_.moe->set_loss_weight(static_cast<float>(scale / (num_micro_ * groups_.dp->size())));
   const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
     mb = device_batches_[static_cast<size_t>(m)];
   };
@@ -211,6 +236,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   reduce_tied_embedding_grads(model_.chunks, *groups_.pp, *groups_.embedding,
                               model_.tied_embeddings);
   grad_sync_->finish();
+  if (expert_sync_) expert_sync_->finish();
   reduce_sequence_parallel_grads(store_, optimizer_->segments(), *groups_.tp, sp_grad_scratch_);
   StepMetrics metrics;
   metrics.iteration = iteration;
@@ -220,16 +246,24 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.aux_loss = metrics.has_aux ? total.aux / aux_targets : 0.0;
   metrics.loss = metrics.lm_loss + metrics.aux_loss;
   metrics.loss_scale = scale;
+  if (model_.moe)
+    finish_moe_step(*model_.moe,
+                    {groups_.tp, groups_.dp, groups_.pp, model_.transformer.sequence_parallel},
+                    num_micro_ * groups_.dp->size(), metrics);
   // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
   parallel::Communicator* dp_shards = grad_sync_->distributed() ? groups_.dp : nullptr;
+  const optim::ExpertNormGroups experts{
+      expert_sync_ ? groups_.ep : nullptr,
+      expert_sync_ && expert_sync_->distributed() ? groups_.expert_dp : nullptr};
   const double scaled_norm = optim::global_grad_norm(optimizer_->segments(), groups_.tp->rank(),
-                                                     *groups_.model, dp_shards);
+                                                     *groups_.model, dp_shards, experts);
   metrics.grad_norm = scaled_norm / scale;
   MT_CHECK(std::isfinite(metrics.loss), "iteration ", iteration, ": non-finite loss ", metrics.loss,
            " (lower optimizer.lr)");
   metrics.lr = schedule_.lr(iteration);
   if (!std::isfinite(scaled_norm) ||
-      fp16_gradient_overflow(store_, optimizer_->segments(), *groups_.model, dp_shards, device_)) {
+      fp16_gradient_overflow(store_, optimizer_->segments(), *groups_.model, dp_shards, device_,
+                             experts.parallel)) {
     MT_CHECK(scaler_->dynamic(), "iteration ", iteration, ": non-finite gradient norm ",
              scaled_norm, " (lower optimizer.lr or enable clipping)");
     metrics.skipped = true;  // fp16 overflow: skip the update, back off the scale
@@ -242,6 +276,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     if (factor != 1.0) optim::scale_grads(optimizer_->segments(), factor);
     optimizer_->step(metrics.lr);
     grad_sync_->gather_params();
+    if (expert_sync_) expert_sync_->gather_params();
     scaler_->update(false);
   }
 

@@ -95,6 +95,7 @@ class Trainer {
   std::vector<pipeline::Action> schedule_actions_;
   std::unique_ptr<pipeline::TimelineRecorder> timeline_;
   std::unique_ptr<optim::DataParallelGrads> grad_sync_;
+  std::unique_ptr<optim::DataParallelGrads> expert_sync_;  // MoE: experts over expert dp
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;

@@ -39,8 +39,11 @@ int64_t TransformerBlock::grad_watermark() const {
   ln2_->collect_params(params);
   attention_->collect_params(params);
   mlp_->collect_params(params);
+  // Expert weights live in their own region of the buffer, reduced over another group at the
+  // end of the step: they do not move the watermark.
   int64_t end = 0;
-  for (const Parameter* p : params) end = std::max(end, p->offset + p->local_shape.numel());
+  for (const Parameter* p : params)
+    if (!p->expert) end = std::max(end, p->offset + p->local_shape.numel());
   return end;
 }
 

@@ -180,17 +180,20 @@ struct RecipeSpec {
   int64_t layers = 2, hidden = 32, heads = 4;
   int64_t groups = 0, ffn = 0;  // 0: the model's default (heads; 4 * hidden)
   int64_t seq = 16;
-  double dropout = 0;       // hidden and attention
-  bool binary_head = true;  // bert
+  double dropout = 0;            // hidden and attention
+  bool binary_head = true;       // bert
+  std::string model_extra = {};  // more model keys, e.g. "num_experts: 4, moe_router_topk: 2"
   // layout
   int64_t tp = 1, pp = 1, vpp = 1;
   int64_t dp = 0;  // 0: auto (world / tp / pp)
+  int64_t ep = 1;  // expert parallel (MoE), carved out of dp
   bool sp = false, distributed = false;
   std::vector<int64_t> stage_layers = {};  // explicit (uneven) pipeline split
   // training
   int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
   uint64_t seed = 1;
   std::string precision = "fp32";
+  std::string recompute = "none";
   double lr = 0.005, min_lr = 0.0005, weight_decay = 0.1, clip_grad = 0.5;
   int64_t warmup = 3;
   std::optional<int64_t> decay_iters = {};
@@ -210,10 +213,12 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
          " add_bias: false, tie_embeddings: false";
   if (s.arch == "bert") y << ", layernorm_epsilon: 1.0e-12";
   if (s.dropout > 0) y << ", hidden_dropout: " << s.dropout << ", attention_dropout: " << s.dropout;
+  if (!s.model_extra.empty()) y << ", " << s.model_extra;
   y << "}\n"
     << "parallel: {tensor: " << s.tp << ", pipeline: " << s.pp
     << ", sequence_parallel: " << (s.sp ? "true" : "false");
   if (s.dp > 0) y << ", data: " << s.dp;
+  if (s.ep > 1) y << ", expert: " << s.ep;
   if (s.vpp > 1) y << ", virtual_pipeline: " << s.vpp;
   if (!s.stage_layers.empty()) {
     y << ", pipeline_layers: [";
@@ -224,7 +229,7 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
     << "training: {micro_batch_size: " << s.micro << ", global_batch_size: " << s.global
     << ", train_iters: " << s.iters << ", eval_interval: " << s.eval_interval
     << ", eval_iters: " << s.eval_iters << ", seed: " << s.seed << ", precision: " << s.precision
-    << ", peak_tflops: 1.0}\n"
+    << ", recompute: " << s.recompute << ", peak_tflops: 1.0}\n"
     << "optimizer: {lr: " << s.lr << ", min_lr: " << s.min_lr
     << ", weight_decay: " << s.weight_decay << ", clip_grad: " << s.clip_grad
     << ", distributed: " << (s.distributed ? "true" : "false")
@@ -243,12 +248,16 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
 struct Layout {
   int64_t tp = 1, pp = 1, dp = 1, vpp = 1, micro = 1;
   bool sp = false, distributed = false;
+  int64_t ep = 1;
+  std::string recompute = "none";
   std::vector<int64_t> stage_layers = {};
   int64_t ranks() const { return tp * pp * dp; }
   std::string name() const {
     std::ostringstream o;
     o << "tp" << tp << " pp" << pp << " dp" << dp << " vpp" << vpp << " micro" << micro
       << (sp ? " sp" : "") << (distributed ? " distopt" : "");
+    if (ep > 1) o << " ep" << ep;
+    if (recompute != "none") o << " recompute " << recompute;
     for (int64_t n : stage_layers) o << " " << n;
     return o.str();
   }
@@ -261,6 +270,8 @@ struct Layout {
     s.sp = sp;
     s.distributed = distributed;
     s.stage_layers = stage_layers;
+    s.ep = ep;
+    s.recompute = recompute;
     return s;
   }
 };
@@ -309,18 +320,20 @@ inline training::TrainSummary train_on_world(const config::Recipe& r,
   mp::MeshSizes sizes;
   sizes.tp = r.parallel.tensor;
   sizes.pp = r.parallel.pipeline;
+  sizes.ep = r.parallel.expert;
   sizes.dp = mp::testing::world().size() / (sizes.tp * sizes.pp);
   mp::Mesh mesh(sizes, mp::testing::world(), mp::testing::launch());
   std::ostringstream log;
-  training::Trainer t(
-      r, kVocab, std::move(train), std::move(valid),
-      {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(), &mesh.model()}, log);
+  training::Trainer t(r, kVocab, std::move(train), std::move(valid),
+                      {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(),
+                       &mesh.model(), &mesh.ep(), &mesh.expert_dp()},
+                      log);
   return t.run();
 }
 
 // The largest relative differences seen by the expect_same_* calls (for the report).
 struct MaxDiff {
-  double loss = 0, grad_norm = 0;
+  double loss = 0, grad_norm = 0, moe = 0;
 };
 inline MaxDiff& max_diff() {
   static MaxDiff d;
@@ -346,6 +359,17 @@ inline void expect_same_step(const training::StepMetrics& got, const training::S
     EXPECT_NEAR(got.aux_loss, want.aux_loss, tol.loss * want.aux_loss) << where << " (aux loss)";
     max_diff().loss = std::max({max_diff().loss, relative(got.lm_loss, want.lm_loss),
                                 relative(got.aux_loss, want.aux_loss)});
+  }
+  EXPECT_EQ(got.has_moe, want.has_moe) << where;
+  if (want.has_moe) {
+    // The router losses, like the loss; imbalance and drops are counts (exact unless a routing
+    // decision sits within round-off of a tie).
+    EXPECT_NEAR(got.moe_aux_loss, want.moe_aux_loss, tol.loss * want.moe_aux_loss) << where;
+    EXPECT_NEAR(got.moe_z_loss, want.moe_z_loss, tol.loss * want.moe_z_loss) << where;
+    EXPECT_NEAR(got.moe_load_imbalance, want.moe_load_imbalance, 1e-9) << where;
+    EXPECT_NEAR(got.moe_dropped_fraction, want.moe_dropped_fraction, 1e-9) << where;
+    max_diff().moe = std::max({max_diff().moe, relative(got.moe_aux_loss, want.moe_aux_loss),
+                               relative(got.moe_z_loss, want.moe_z_loss)});
   }
   max_diff().loss = std::max(max_diff().loss, relative(got.loss, want.loss));
   max_diff().grad_norm = std::max(max_diff().grad_norm, relative(got.grad_norm, want.grad_norm));
@@ -403,8 +427,8 @@ inline int expect_layouts_match(const RecipeSpec& model,
 // them); the next report starts from zero.
 inline void report_max_diff(const std::string& what) {
   if (mp::testing::world().rank() == 0) {
-    std::printf("%s: max relative difference: loss %.3g, grad norm %.3g\n", what.c_str(),
-                max_diff().loss, max_diff().grad_norm);
+    std::printf("%s: max relative difference: loss %.3g, grad norm %.3g, moe losses %.3g\n",
+                what.c_str(), max_diff().loss, max_diff().grad_norm, max_diff().moe);
     std::fflush(stdout);
   }
   max_diff() = {};

@@ -1,0 +1,165 @@
+// mpirun-np: 2 4
+// Mixture of experts over the mesh: for the same seed and global batch, expert parallelism
+// (ep 2/4, carved out of dp, with and without the distributed optimizer), tensor parallelism
+// (experts split over tp, with and without sequence parallelism), pipeline parallelism (1F1B and
+// interleaved), full recompute and their combinations reproduce the single-process loss, router
+// aux and z losses, load imbalance, dropped fraction and gradient norm over 20 steps within
+// fp32 round-off (2e-5), for softmax top-2 routing with the aux loss, sigmoid routing with the
+// sequence aux loss and aux-loss-free expert bias (whose trajectory steers every step's
+// routing), and capacity-limited routing that drops tokens. The aux loss is per micro-batch
+// (Megatron's definition), so the reference runs micro-batches of the same size; seq_aux_loss
+// is per sequence, so there the micro-batch size changes too. Then the layer itself on the EP
+// group with a forced router: every token goes to the experts of EP rank 0, rank 1 receives
+// nothing, and forward, backward and the collectives complete with the single-process values
+// and exactly zero gradients for the idle experts.
+#include "equivalence_fixture.h"
+#include "megatron/transformer/moe/moe_layer.h"
+#include "models/gpt/gpt_model.h"
+
+namespace megatron {
+namespace {
+
+namespace eq = megatron::equivalence;
+namespace mp = megatron::parallel;
+using mp::testing::world;
+
+std::shared_ptr<eq::SyntheticTokens> source() {
+  return std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+}
+
+eq::RecipeSpec moe_model(const std::string& moe_keys, int64_t micro) {
+  eq::RecipeSpec s{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
+  s.model_extra = "num_experts: 4, moe_ffn_hidden_size: 24, " + moe_keys;
+  s.micro = micro;
+  s.seed = 13;
+  return s;
+}
+
+// Layouts for 2 and 4 ranks; `micro` is the micro-batch size of the reference.
+std::vector<eq::Layout> moe_layouts(int64_t micro) {
+  return {
+      // 2 ranks
+      {.dp = 2, .micro = micro, .ep = 2},
+      {.dp = 2, .micro = micro, .distributed = true, .ep = 2},
+      {.dp = 2, .micro = micro, .distributed = true},  // ep 1: experts over plain dp
+      {.tp = 2, .micro = micro, .sp = true},
+      {.tp = 2, .micro = micro},
+      {.pp = 2, .vpp = 2, .micro = micro},
+      {.dp = 2, .micro = micro, .ep = 2, .recompute = "full"},
+      // 4 ranks
+      {.dp = 4, .micro = micro, .distributed = true, .ep = 4},
+      {.dp = 4, .micro = micro, .ep = 2},
+      {.tp = 2, .dp = 2, .micro = micro, .sp = true, .distributed = true, .ep = 2},
+      {.pp = 2, .dp = 2, .micro = micro, .ep = 2},
+  };
+}
+
+TEST(MoeEquivalence, SoftmaxTop2AuxLoss) {
+  const eq::RecipeSpec m =
+      moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2);
+  EXPECT_GT(eq::expect_layouts_match(m, source(), moe_layouts(2)), 0);
+  eq::report_max_diff("moe softmax top-2");
+}
+
+TEST(MoeEquivalence, SigmoidSeqAuxLossExpertBiasSharedExpert) {
+  eq::RecipeSpec m = moe_model(
+      "moe_router_topk: 2, moe_router_score_function: sigmoid, "
+      "moe_router_load_balancing_type: seq_aux_loss, moe_aux_loss_coeff: 0.01, "
+      "moe_router_enable_expert_bias: true, moe_router_bias_update_rate: 0.01, "
+      "moe_shared_expert_intermediate_size: 16, moe_router_num_groups: 2, "
+      "moe_router_group_topk: 1",
+      4);  // the reference: two micro-batches of 4; layouts use 1 or 2 per rank
+  std::vector<eq::Layout> layouts = moe_layouts(2);
+  layouts.push_back({.dp = 2, .micro = 1, .ep = 2});
+  EXPECT_GT(eq::expect_layouts_match(m, source(), layouts), 0);
+  eq::report_max_diff("moe sigmoid seq-aux expert-bias");
+}
+
+TEST(MoeEquivalence, CapacityDropsTokens) {
+  const eq::RecipeSpec m = moe_model(
+      "moe_router_topk: 1, moe_aux_loss_coeff: 0.01, moe_expert_capacity_factor: 1.0, "
+      "moe_token_drop_policy: probs, moe_pad_expert_input_to_capacity: true",
+      2);
+  // The case is what it claims: tokens are dropped.
+  const auto reference = eq::train_single(eq::make_recipe(m), source(), source());
+  EXPECT_GT(reference.steps.front().moe_dropped_fraction, 0.01);
+  EXPECT_GT(reference.steps.front().moe_load_imbalance, 1.0);
+  EXPECT_GT(eq::expect_layouts_match(m, source(), moe_layouts(2)), 0);
+  eq::report_max_diff("moe capacity");
+}
+
+// The GPT model with MoE layers on the EP group = the world, router weights zero: all tokens
+// pick experts 0 and 1 (ties go to the lower index), which live on EP rank 0. Every rank feeds
+// the same micro-batch, so the dense gradients equal the single-process ones and the busy
+// experts' are P times them.
+TEST(MoeEquivalence, RanksWithoutTokensCompleteWithZeroGradients) {
+  const int P = world().size();
+  moe::MoeSpec spec;
+  spec.router.num_experts = 2 * P;
+  spec.router.topk = 2;
+  spec.router.balancing = config::MoeLoadBalancing::AuxLoss;
+  spec.router.aux_loss_coeff = 0.1f;
+  spec.expert_ffn = 8;
+  models::GPTSpec g;
+  g.transformer.num_layers = 2;
+  g.transformer.hidden = 16;
+  g.transformer.heads = 2;
+  g.transformer.query_groups = 2;
+  g.transformer.ffn = 16;
+  g.transformer.seq_length = 4;
+  g.vocab_size = 11;
+  g.padded_vocab_size = 16;
+  g.max_positions = 4;
+  auto run = [&](mp::Communicator& ep, std::vector<float>& loss_out) {
+    auto tp = mp::make_single_process_communicator();
+    auto state = std::make_shared<moe::MoeState>(spec);
+    ParamStore store;
+    models::GPTModel model(g, store, *tp, {}, nullptr, moe::moe_submodules(ep, state));
+    store.finalize();
+    store.initialize(3);
+    for (Parameter* p : store.params())
+      if (p->name.find("router") != std::string::npos) p->weight.zero_();
+    models::MicroBatch mb;
+    mb.tokens = Tensor::empty({4, 2}, DType::I32);
+    mb.labels = Tensor::empty({4, 2}, DType::I32);
+    for (int i = 0; i < 8; ++i) {
+      mb.tokens.data<int32_t>()[i] = (3 * i + 1) % 11;
+      mb.labels.data<int32_t>()[i] = (5 * i + 2) % 11;
+    }
+    models::GPTModel::Activations act;
+    state->set_loss_weight(0.5f);
+    store.zero_grads();
+    loss_out.push_back(static_cast<float>(model.forward(act, mb).lm));
+    model.backward(act, mb, models::LossWeights{0.125f, 0.0f});
+    std::map<std::string, double> grad_sums;
+    for (Parameter* p : store.params()) {
+      double s = 0;
+      for (int64_t i = 0; i < p->grad.numel(); ++i) s += std::abs(p->grad.data<float>()[i]);
+      grad_sums[p->name] = s;
+    }
+    return grad_sums;
+  };
+  std::vector<float> single_loss, ep_loss;
+  auto self = mp::make_single_process_communicator("ep");
+  const auto reference = run(*self, single_loss);
+  const auto got = run(world(), ep_loss);
+  EXPECT_FLOAT_EQ(ep_loss[0], single_loss[0]);
+  int experts_here = 0;
+  for (const auto& [name, sum] : got) {
+    ASSERT_TRUE(reference.count(name)) << name;
+    // Every rank ran the same micro-batch: an expert's gradient sums the rows of all P sources.
+    const double want = reference.at(name) * (name.find("experts.") != std::string::npos ? P : 1);
+    EXPECT_NEAR(sum, want, 1e-5 * (1.0 + want)) << name;
+    const bool idle = name.find("experts.0.") == std::string::npos &&
+                      name.find("experts.1.") == std::string::npos &&
+                      name.find("experts.") != std::string::npos;
+    if (idle) {
+      EXPECT_EQ(sum, 0.0) << name;
+    }
+    experts_here += name.find("experts.") != std::string::npos ? 1 : 0;
+  }
+  EXPECT_EQ(experts_here, 2 * 2 * 2);  // 2 local experts x fc1/fc2 x 2 layers
+}
+
+}  // namespace
+}  // namespace megatron

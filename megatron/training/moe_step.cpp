@@ -30,6 +30,7 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
     counts.insert(counts.end(), st.tokens_per_expert.begin(), st.tokens_per_expert.end());
   }
   state.reset_stats();
+  (void)state.take_forward_loss();  // the forward-side sum is for tests; start each step at 0
   // Sequence-parallel slices hold partial losses and counts; without it every tp rank saw all
   // tokens (the same values).
   if (g.sequence_parallel) {

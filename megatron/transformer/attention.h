@@ -24,6 +24,7 @@ class SelfAttention final : public AttentionLayer {
   explicit SelfAttention(const SubmoduleArgs& args);
 
   std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
+  bool owns(const LayerState& s) const override { return typeid(s) == typeid(State); }
   Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb,
                   const uint8_t* key_mask) const override;
   void backward(LayerState& state, const Tensor& d_out, Tensor& d_in, const MicroBatchInfo& mb,

@@ -1,5 +1,7 @@
 #include "megatron/transformer/block.h"
 
+#include <algorithm>
+
 #include "megatron/backend/ops.h"
 
 namespace megatron {
@@ -55,10 +57,32 @@ ActivationSlice TransformerBlock::slice(const MicroBatchInfo& mb, int64_t local_
   return activation_slice(mb.batch_offset, local_seq, *tp_, sp());
 }
 
+namespace {
+
+// slot <- a state `layer` owns: the one in slot, else one parked in the Ctx, else a new one.
+template <typename Layer>
+void own_state(const Layer& layer, std::unique_ptr<LayerState>& slot,
+               std::vector<std::unique_ptr<LayerState>>& parked) {
+  if (slot && layer.owns(*slot)) return;
+  auto it =
+      std::find_if(parked.begin(), parked.end(), [&](const auto& s) { return layer.owns(*s); });
+  std::unique_ptr<LayerState> mine;
+  if (it != parked.end()) {
+    mine = std::move(*it);
+    parked.erase(it);
+  } else {
+    mine = layer.make_state();
+  }
+  if (slot) parked.push_back(std::move(slot));
+  slot = std::move(mine);
+}
+
+}  // namespace
+
 void TransformerBlock::run_forward(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
                                    const uint8_t* key_mask) const {
-  if (!c.attention) c.attention = attention_->make_state();
-  if (!c.mlp) c.mlp = mlp_->make_state();
+  own_state(*attention_, c.attention, c.parked);
+  own_state(*mlp_, c.mlp, c.parked);
   if (spec_.post_norm)
     forward_post_norm(c, x, out, mb, key_mask);
   else

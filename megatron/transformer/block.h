@@ -44,7 +44,10 @@ class TransformerBlock {
   struct Ctx {
     Norm::Ctx ln1, ln2;
     std::unique_ptr<LayerState> attention, mlp;  // made by the sub-layers on first use
-    Tensor ln1_out, mid;                         // mid = x + attention branch
+    // The recompute workspace's Ctx serves every block: blocks whose sub-layers differ (dense
+    // and MoE MLPs) keep their states here while another kind is in use.
+    std::vector<std::unique_ptr<LayerState>> parked;
+    Tensor ln1_out, mid;  // mid = x + attention branch
     Tensor ln2_out, out;
     // Post-LN uses the same buffers differently: mid = x + attention branch (what LN1
     // normalises), ln1_out = LN1(mid) (the attention sub-layer's output, the MLP's input),

@@ -21,6 +21,7 @@ class DenseMLP final : public MlpLayer {
   DenseMLP(const SubmoduleArgs& args, const std::string& name, int64_t ffn);
 
   std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
+  bool owns(const LayerState& s) const override { return typeid(s) == typeid(State); }
   Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const override;
   void backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
                 const MicroBatchInfo& mb) const override;

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <typeinfo>
 #include <vector>
 
 #include "megatron/parallel/communicator.h"
@@ -31,6 +32,10 @@ class AttentionLayer {
  public:
   virtual ~AttentionLayer() = default;
   virtual std::unique_ptr<LayerState> make_state() const = 0;
+  // Whether `state` was made by this kind of layer (make_state()'s type).
+  virtual bool owns(const LayerState& state) const {
+    return typeid(state) == typeid(*make_state());
+  }
   // key_mask: optional [B, S] (1 = attend).
   virtual Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb,
                           const uint8_t* key_mask) const = 0;
@@ -43,6 +48,10 @@ class MlpLayer {
  public:
   virtual ~MlpLayer() = default;
   virtual std::unique_ptr<LayerState> make_state() const = 0;
+  // Whether `state` was made by this kind of layer (make_state()'s type).
+  virtual bool owns(const LayerState& state) const {
+    return typeid(state) == typeid(*make_state());
+  }
   virtual Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const = 0;
   virtual void backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
                         const MicroBatchInfo& mb) const = 0;

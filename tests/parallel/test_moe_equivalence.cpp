@@ -5,8 +5,9 @@
 // interleaved), full recompute and their combinations reproduce the single-process loss, router
 // aux and z losses, load imbalance, dropped fraction and gradient norm over 20 steps within
 // fp32 round-off (2e-5), for softmax top-2 routing with the aux loss, sigmoid routing with the
-// sequence aux loss and aux-loss-free expert bias (whose trajectory steers every step's
-// routing), and capacity-limited routing that drops tokens. The aux loss is per micro-batch
+// sequence aux loss, aux-loss-free expert bias (whose trajectory steers every step's routing),
+// a shared expert and a dense layer among the MoE ones, and capacity-limited routing that drops
+// tokens. The aux loss is per micro-batch
 // (Megatron's definition), so the reference runs micro-batches of the same size; seq_aux_loss
 // is per sequence, so there the micro-batch size changes too. Then the layer itself on the EP
 // group with a forced router: every token goes to the experts of EP rank 0, rank 1 receives
@@ -67,7 +68,7 @@ TEST(MoeEquivalence, SigmoidSeqAuxLossExpertBiasSharedExpert) {
       "moe_router_load_balancing_type: seq_aux_loss, moe_aux_loss_coeff: 0.01, "
       "moe_router_enable_expert_bias: true, moe_router_bias_update_rate: 0.01, "
       "moe_shared_expert_intermediate_size: 16, moe_router_num_groups: 2, "
-      "moe_router_group_topk: 1",
+      "moe_router_group_topk: 1, moe_layer_freq: [1, 0, 1, 1]",
       4);  // the reference: two micro-batches of 4; layouts use 1 or 2 per rank
   std::vector<eq::Layout> layouts = moe_layouts(2);
   layouts.push_back({.dp = 2, .micro = 1, .ep = 2});

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,6 +41,7 @@ config::Recipe reduced(config::Recipe r) {
   const double ffn_ratio = static_cast<double>(m.ffn()) / static_cast<double>(m.hidden_size);
   const bool gqa = m.query_groups() < m.num_attention_heads;
   m.num_layers = 2;
+  if (!m.moe.moe_layer_freq.pattern.empty()) m.moe.moe_layer_freq.pattern.resize(2);
   m.hidden_size = 64;
   m.num_attention_heads = 4;
   m.num_query_groups = gqa ? 2 : 0;
@@ -104,27 +106,32 @@ INSTANTIATE_TEST_SUITE_P(Shipped, RecipeLibrary, ::testing::ValuesIn(shipped_rec
                            return n;
                          });
 
-TEST(RecipeLibraryList, UnimplementedMixtureOfExpertsIsAnErrorNotADenseModel) {
+// model.num_experts builds routed expert layers (a router and one MLP per expert), never the
+// dense MLP in their place.
+TEST(RecipeLibraryList, MixtureOfExpertsBuildsExpertLayersNotADenseModel) {
   config::Recipe r =
       reduced(config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/gpt_tiny.yaml"));
   r.model.moe.num_experts = 4;
   auto source = std::make_shared<training::MockTokenSource>(r.model.seq_length, kVocab, 7);
   auto world = parallel::make_single_process_communicator();
   std::ostringstream log;
-  try {
-    training::Trainer trainer(r, kVocab, source, nullptr, *world, log);
-    FAIL() << "an MoE recipe trained as a dense model";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("model.num_experts"), std::string::npos) << e.what();
-  }
+  training::Trainer trainer(r, kVocab, source, nullptr, *world, log);
+  std::set<std::string> names;
+  for (const Parameter* p : trainer.params().params()) names.insert(p->name);
+  EXPECT_TRUE(names.count("layers.0.mlp.router.weight"));
+  EXPECT_TRUE(names.count("layers.0.mlp.experts.3.fc1.weight"));
+  EXPECT_TRUE(names.count("layers.0.mlp.experts.3.fc2.weight"));
+  EXPECT_FALSE(names.count("layers.0.mlp.fc1.weight"));
+  EXPECT_TRUE(trainer.train_step(1).has_moe);
 }
 
 TEST(RecipeLibraryList, ShipsEveryArchitectureAndSize) {
   std::vector<std::string> names;
   for (const auto& p : shipped_recipes()) names.push_back(name_of(p));
-  for (const char* expected : {"gpt_tiny", "llama_tiny", "bert_tiny", "gpt2_124m", "gpt_1.3b",
-                               "gpt_13b", "gpt_175b", "llama2_7b", "llama2_13b", "llama2_70b",
-                               "llama3_8b", "llama3_70b", "bert_base", "bert_large"})
+  for (const char* expected :
+       {"gpt_tiny", "llama_tiny", "bert_tiny", "gpt2_124m", "gpt_1.3b", "gpt_13b", "gpt_175b",
+        "llama2_7b", "llama2_13b", "llama2_70b", "llama3_8b", "llama3_70b", "bert_base",
+        "bert_large", "mixtral_tiny", "mixtral_8x7b", "deepseek_moe_16b"})
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
 }
 

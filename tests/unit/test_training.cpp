@@ -57,11 +57,42 @@ TEST(LRSchedule, WarmupThenCosineToMin) {
 TEST(Flops, MatchesMegatronFormulaByHand) {
   // GPT-2 124M at seq 1024, vocab 50304, batch 1:
   // 72 * B * s * l * h^2 * (1 + s/(6h) + V/(12 l h)) for standard MHA and 4h FFN.
-  planning::FlopsModel m{12, 768, 12, 12, 64, 3072, 1024, 50304, false, 1};
+  planning::FlopsModel m{12, 768, 12, 12, 64, 3072, 1024, 50304, false};
   const double h = 768, s = 1024, l = 12, V = 50304;
   const double expected = 72.0 * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h));
   EXPECT_NEAR(planning::megatron_flops_per_step(m, 1) / expected, 1.0, 1e-12);
   EXPECT_NEAR(planning::megatron_flops_per_step(m, 8) / expected, 8.0, 1e-12);
+}
+
+// Mixture of experts counts the active MLPs (Megatron's MoE formula): Mixtral-like, every layer
+// top-2 of experts as wide as F, equals the dense model with a 2F MLP; a model whose first layer
+// is dense and the others route top-6 of width f plus a shared 2f expert averages the two.
+TEST(Flops, CountsTheActiveExperts) {
+  const planning::FlopsModel dense{4, 512, 8, 8, 64, 2048, 256, 32000, true};
+  planning::FlopsModel wide = dense;
+  wide.ffn = 4096;
+  config::MoeConfig mixtral;
+  mixtral.num_experts = 8;
+  mixtral.moe_router_topk = 2;
+  EXPECT_NEAR(planning::megatron_flops_per_step(planning::with_moe(dense, mixtral), 3) /
+                  planning::megatron_flops_per_step(wide, 3),
+              1.0, 1e-12);
+  config::MoeConfig fine;
+  fine.num_experts = 64;
+  fine.moe_router_topk = 6;
+  fine.moe_ffn_hidden_size = 256;
+  fine.moe_shared_expert_intermediate_size = 512;
+  fine.moe_layer_freq.pattern = {0, 1, 1, 1};
+  const planning::FlopsModel m = planning::with_moe(dense, fine);
+  EXPECT_EQ(m.moe_layers, 3);
+  const double active_ffn = (2048.0 * 1 + (256.0 * 6 + 512.0) * 3) / 4;
+  planning::FlopsModel by_hand = dense;
+  by_hand.ffn = static_cast<int64_t>(active_ffn);  // 2048: exact
+  EXPECT_EQ(active_ffn, 2048.0);
+  EXPECT_NEAR(
+      planning::megatron_flops_per_step(m, 2) / planning::megatron_flops_per_step(by_hand, 2), 1.0,
+      1e-12);
+  EXPECT_EQ(planning::with_moe(dense, config::MoeConfig{}).moe_layers, 0);
 }
 
 // A learnable synthetic corpus: sample i is the sequence (i + t) mod 11 ...

@@ -32,6 +32,8 @@ MoELayer::MoELayer(const SubmoduleArgs& a, parallel::Communicator& ep,
       m.expert_ffn, spec_.swiglu, a.tp, spec_.init_std, spec_.output_init_std());
   if (m.shared_ffn > 0)
     shared_ = std::make_unique<DenseMLP>(a, a.prefix + ".mlp.shared_experts", m.shared_ffn);
+  // The bias exists from construction on, so a checkpoint load finds this layer's.
+  if (m.expert_bias) moe_->expert_bias(layer_);
 }
 
 void MoELayer::collect_params(std::vector<Parameter*>& out) const {

@@ -51,6 +51,7 @@ class MoELayer final : public MlpLayer {
   MoELayer(const SubmoduleArgs& args, parallel::Communicator& ep, std::shared_ptr<MoeState> state);
 
   std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
+  bool owns(const LayerState& s) const override { return typeid(s) == typeid(State); }
   Tensor& forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const override;
   void backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
                 const MicroBatchInfo& mb) const override;

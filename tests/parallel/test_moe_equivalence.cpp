@@ -89,6 +89,24 @@ TEST(MoeEquivalence, CapacityDropsTokens) {
   eq::report_max_diff("moe capacity");
 }
 
+// bf16 mixed precision (bf16 weights, activations, expert rows and all-to-alls; router in fp32):
+// within what bf16 rounding in another reduction order leaves (the dense models' tolerance);
+// the load imbalance within 10% (rounding flips the choice of near-tied tokens).
+TEST(MoeEquivalence, Bf16LayoutsTrackSingleProcess) {
+  eq::RecipeSpec m =
+      moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2);
+  m.iters = 10;
+  m.precision = "bf16";
+  const std::vector<eq::Layout> layouts = {
+      {.dp = 2, .micro = 2, .distributed = true, .ep = 2},
+      {.tp = 2, .micro = 2, .sp = true},
+      {.pp = 2, .vpp = 2, .micro = 2},
+      {.tp = 2, .dp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2},
+  };
+  EXPECT_GT(eq::expect_layouts_match(m, source(), layouts, eq::Tolerance{2e-3, 3e-2, 0.1}), 0);
+  eq::report_max_diff("moe bf16");
+}
+
 // The GPT model with MoE layers on the EP group = the world, router weights zero: all tokens
 // pick experts 0 and 1 (ties go to the lower index), which live on EP rank 0. Every rank feeds
 // the same micro-batch, so the dense gradients equal the single-process ones and the busy

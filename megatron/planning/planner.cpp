@@ -18,11 +18,24 @@ constexpr double kCudaRuntimeReserve = 2e9;  // context, NCCL, cuBLAS workspace,
 // Sizes derived from the model config.
 struct Dims {
   int64_t L, D, H, G, Dh, F, fc1, S, P, E, topk;
+  int64_t moe_ffn, moe_fc1, shared_ffn, shared_fc1;  // MoE layers' experts and shared expert
+  std::vector<bool> moe_layer;                       // per layer (MoE models)
+  double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
   bool layernorm, swiglu, bias, rope, tied, bert, binary_head;
   double hidden_dropout, attention_dropout;
   int64_t norm() const { return layernorm ? 2 * D : D; }
-  int64_t experts_per_token() const { return E > 0 ? topk : 1; }
+  bool is_moe(int64_t layer) const { return E > 0 && moe_layer[static_cast<size_t>(layer)]; }
+  int64_t moe_layers(int64_t first, int64_t count) const {
+    int64_t n = 0;
+    for (int64_t l = first; l < first + count; ++l) n += is_moe(l) ? 1 : 0;
+    return n;
+  }
 };
+
+// Dropless routing sizes expert activations and all-to-alls for the busiest rank at this
+// multiple of the mean (a planning assumption; the trainer logs the real imbalance); with a
+// capacity factor, for the capacity.
+constexpr double kDroplessImbalance = 1.5;
 
 // The model the trainer builds (models/registry.h), in the planner's terms.
 Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
@@ -41,6 +54,12 @@ Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
   d.P = m.max_positions();
   d.E = m.moe.num_experts;
   d.topk = m.moe.moe_router_topk;
+  d.moe_ffn = m.moe.expert_ffn(d.F);
+  d.moe_fc1 = d.swiglu ? 2 * d.moe_ffn : d.moe_ffn;
+  d.shared_ffn = m.moe.moe_shared_expert_intermediate_size;
+  d.shared_fc1 = d.swiglu ? 2 * d.shared_ffn : d.shared_ffn;
+  for (int64_t l = 0; l < d.L; ++l) d.moe_layer.push_back(m.moe.moe_layer_freq.is_moe(l));
+  d.imbalance = m.moe.moe_expert_capacity_factor.value_or(kDroplessImbalance);
   d.bert = m.arch == config::Arch::BERT;  // post-LN blocks, a decoder tied to the embeddings
   d.layernorm = t.norm == Norm::Kind::LayerNorm;
   d.bias = t.bias;
@@ -51,14 +70,22 @@ Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
   return d;
 }
 
-int64_t layer_params(const Dims& d, int64_t tp, int64_t ep) {
+// A routed expert's weights on one tensor-parallel rank (no biases).
+int64_t expert_params(const Dims& d, int64_t tp) { return (d.moe_fc1 + d.moe_ffn) * d.D / tp; }
+
+int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, bool moe) {
   const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
   int64_t n = 2 * d.norm();
   n += qkv * d.D / tp + (d.bias ? qkv / tp : 0);
   n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
-  int64_t mlp = d.fc1 * d.D / tp + (d.bias ? d.fc1 / tp : 0) + d.F * d.D / tp + (d.bias ? d.D : 0);
-  if (d.E > 0) mlp = mlp * (d.E / ep) + d.E * d.D;  // this rank's experts + the router
-  return n + mlp;
+  auto dense_mlp = [&](int64_t fc1, int64_t F) {
+    return fc1 * d.D / tp + (d.bias ? fc1 / tp : 0) + F * d.D / tp + (d.bias ? d.D : 0);
+  };
+  if (!moe) return n + dense_mlp(d.fc1, d.F);
+  // The router, this rank's experts, the shared expert.
+  n += d.E * d.D + (d.E / ep) * expert_params(d, tp);
+  if (d.shared_ffn > 0) n += dense_mlp(d.shared_fc1, d.shared_ffn);
+  return n;
 }
 
 // Word (+ position, token type) embeddings, and BERT's embedding norm (post-LN), per tp rank.
@@ -106,11 +133,11 @@ struct Activations {
     const double D = static_cast<double>(d.D), H = static_cast<double>(d.H),
                  G = static_cast<double>(d.G), Dh = static_cast<double>(d.Dh),
                  F = static_cast<double>(d.F), fc1 = static_cast<double>(d.fc1),
-                 S = static_cast<double>(d.S), ke = static_cast<double>(d.experts_per_token());
+                 S = static_cast<double>(d.S);
     const bool drop = d.hidden_dropout > 0;
     if (cuda) {
       const double rep = s * b * D * (4 * a + (drop ? 2 : 0)) / spd;
-      const double tensor = s * b * a * (2 * H * Dh + 2 * G * Dh + ke * (fc1 + F)) / t;
+      const double tensor = s * b * a * (2 * H * Dh + 2 * G * Dh + (fc1 + F)) / t;
       const double core = flash ? 4 * b * H * s / t
                                 : b * H * s * S * (a + (d.attention_dropout > 0 ? 1 + a : 0)) / t;
       return {rep + tensor, core};
@@ -119,8 +146,7 @@ struct Activations {
     // fp32), forward and the backward scratch.
     const double rows = s * b / spd, full = s * b;
     const double nst = d.layernorm ? 2 : 1;
-    const double qkvw = (H + 2 * G) * Dh / t, attnw = H * Dh / t, fc1w = ke * fc1 / t,
-                 Fl = ke * F / t;
+    const double qkvw = (H + 2 * G) * Dh / t, attnw = H * Dh / t, fc1w = fc1 / t, Fl = F / t;
     const double fwd = rows * 6 * D + full * (qkvw + attnw + fc1w + Fl);
     const double stats = rows * 2 * nst;
     const double bwd = rows * D * (2 + (drop ? 1 : 0)) + full * (Fl + fc1w + attnw + qkvw);
@@ -129,6 +155,21 @@ struct Activations {
     return {a * (fwd + bwd) + 4 * stats, 4 * core};
   }
   double layer_input() const { return a * s * b * static_cast<double>(d.D) / spd; }
+  // What an MoE layer holds beyond layer()'s with a dense MLP replaced: the experts' rows for
+  // the busiest rank (topk x imbalance per token) in place of the dense MLP, the shared expert,
+  // the dispatch and combine buffers, the fp32 router statistics.
+  double moe_delta() const {
+    const double D = static_cast<double>(d.D), full = s * b, rows = s * b / spd;
+    const double k = static_cast<double>(d.topk), f = d.imbalance;
+    const double dense_mlp = a * full * (d.fc1 + d.F) / t * (cuda ? 1 : 2);
+    const double experts = a * full * k * f * (d.moe_fc1 + d.moe_ffn) / t * (cuda ? 1 : 2);
+    const double shared =
+        a * full * static_cast<double>(d.shared_fc1 + d.shared_ffn) / t * (cuda ? 1 : 2);
+    // rows in and out (x2 for backward) at the experts, the returned rows, fp32 combine rows.
+    const double buffers = a * full * k * D * (4 * f + 2) + 4 * rows * k * D * 2;
+    const double router = 4 * rows * (D + 2 * static_cast<double>(d.E));
+    return experts + shared + buffers + router - dense_mlp;
+  }
 
   // Per-micro-batch bytes outside the layers (embeddings; final norm, logits, loss).
   double pre() const {
@@ -171,6 +212,7 @@ struct Activations {
 struct ChunkShape {
   int64_t layers;
   bool pre, post;
+  int64_t first = 0;  // its first layer
 };
 
 }  // namespace
@@ -214,9 +256,19 @@ ParamCounts count_parameters(const config::ModelConfig& model, int64_t padded_vo
   const Dims d = dims_of(model, bert_binary_head);
   ParamCounts c;
   c.embedding = embedding_params(d, padded_vocab, 1);
-  c.per_layer = layer_params(d, 1, 1);
   c.head = head_params(d, padded_vocab, 1);
-  c.total = c.embedding + d.L * c.per_layer + c.head;
+  c.total = c.embedding + c.head;
+  for (int64_t l = 0; l < d.L; ++l) c.total += layer_params(d, 1, 1, d.is_moe(l));
+  // An MoE model's layer: an MoE one (the first).
+  int64_t shown = 0;
+  while (shown + 1 < d.L && d.E > 0 && !d.is_moe(shown)) ++shown;
+  c.per_layer = layer_params(d, 1, 1, d.is_moe(shown));
+  c.active = c.total;
+  if (d.E > 0) {
+    const int64_t moe_layers = d.moe_layers(0, d.L);
+    c.experts = moe_layers * d.E * expert_params(d, 1);
+    c.active -= moe_layers * (d.E - d.topk) * expert_params(d, 1);
+  }
   return c;
 }
 
@@ -238,13 +290,17 @@ std::vector<ChunkShape> stage_chunks(const std::vector<int64_t>& counts, int64_t
   const int64_t stages = pp * vpp;
   for (int64_t c = 0; c < vpp; ++c) {
     const int64_t v = c * pp + stage;
-    out.push_back({counts[static_cast<size_t>(v)], v == 0, v == stages - 1});
+    int64_t first = 0;
+    for (int64_t i = 0; i < v; ++i) first += counts[static_cast<size_t>(i)];
+    out.push_back({counts[static_cast<size_t>(v)], v == 0, v == stages - 1, first});
   }
   return out;
 }
 
 int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkShape& c) {
-  int64_t n = c.layers * layer_params(d, lay.tp, lay.ep);
+  int64_t n = 0;
+  for (int64_t l = c.first; l < c.first + c.layers; ++l)
+    n += layer_params(d, lay.tp, lay.ep, d.is_moe(l));
   if (c.pre) n += embedding_params(d, V, lay.tp);
   if (c.post) {
     n += head_params(d, V, lay.tp);
@@ -330,8 +386,11 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     rep.notes.push_back("unfused attention: the [b, H/t, s, s] softmax is stored per layer");
   if (d.E > 0)
     rep.notes.push_back(
-        "MoE: expert MLPs sharded over parallel.expert, activations scaled by "
-        "moe_router_topk; routing imbalance and all-to-all time not modelled");
+        r.model.moe.moe_expert_capacity_factor
+            ? "MoE: expert activations and all-to-alls sized for the capacity factor"
+            : "MoE: dropless routing; expert activations and all-to-alls sized for the busiest "
+              "rank at 1.5x the mean tokens per expert (the trainer logs the real imbalance); "
+              "expert compute counted balanced");
   if (lay.cp > 1) rep.notes.push_back("context parallelism: its communication is not modelled");
 
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
@@ -343,6 +402,9 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     for (const ChunkShape& c : chunks) {
       sp.layers += c.layers;
       sp.parameters += chunk_params(d, V, lay, c);
+      if (d.E > 0)
+        sp.expert_parameters +=
+            d.moe_layers(c.first, c.layers) * (d.E / lay.ep) * expert_params(d, lay.tp);
       sp.first = sp.first || c.pre;
       sp.last = sp.last || c.post;
     }
@@ -373,11 +435,13 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     double extras = 0, none = 0, selective = 0, full = 0;
     for (const ChunkShape& c : chunks) {
       const double n = static_cast<double>(c.layers);
+      const double moe = d.E > 0 ? static_cast<double>(d.moe_layers(c.first, c.layers)) : 0.0;
+      const double moe_extra = moe > 0 ? moe * act.moe_delta() : 0.0;
       extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
-      none += n * (layer_rest + layer_core);
+      none += n * (layer_rest + layer_core) + moe_extra;
       // CPU flash attention keeps no probabilities to drop: selective keeps what none does (the
       // cuda model follows Megatron, where selective drops the softmax stats too).
-      selective += n * (flash && !cuda ? layer_rest + layer_core : layer_rest);
+      selective += n * (flash && !cuda ? layer_rest + layer_core : layer_rest) + moe_extra;
       full += n * act.layer_input();
     }
     m.activations_none = none + extras;
@@ -424,14 +488,15 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   for (size_t i = 1; i < rep.stages.size(); ++i)
     if (rep.stages[i].memory.total > rep.stages[rep.worst_stage].memory.total) rep.worst_stage = i;
   rep.fits = rep.memory().total <= cluster.gpu_memory_bytes;
+  if (d.E > 0) {
+    rep.moe.experts_per_device = d.E / lay.ep;
+    rep.moe.expert_params_per_device = static_cast<double>(rep.device_stage().expert_parameters);
+    rep.moe.imbalance = d.imbalance;
+  }
 
   // FLOPs: the trainer's formula, then what recomputation adds.
-  planning::FlopsModel fm{d.L, d.D, d.H, d.G, d.Dh, d.F, d.S, V, d.swiglu};
-  if (d.E > 0) {  // the planner's MoE: every layer, experts as wide as the dense MLP
-    fm.moe_layers = d.L;
-    fm.moe_ffn = d.F;
-    fm.moe_topk = d.topk;
-  }
+  const planning::FlopsModel fm =
+      with_moe(planning::FlopsModel{d.L, d.D, d.H, d.G, d.Dh, d.F, d.S, V, d.swiglu}, r.model.moe);
   const double gb_size = static_cast<double>(tr.global_batch_size);
   rep.flops_per_step = planning::megatron_flops_per_step(fm, tr.global_batch_size);
   const double logits_flops = 6.0 * gb_size * static_cast<double>(d.S * d.D) * V;
@@ -460,26 +525,41 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
       cluster.nodes > 1 && lay.tp * lay.cp * lay.dp >= cluster.gpus_per_node ? inter : intra;
   const double hidden_bytes = act.a * rows * static_cast<double>(d.D);
   const double layers_per_stage = static_cast<double>(d.L) / static_cast<double>(lay.pp);
-  const double tp_mb = layers_per_stage *
-                       (tr.recompute == config::RecomputeGranularity::Full ? 6 : 4) *
-                       ring_all_reduce(hidden_bytes, lay.tp, bw_tp);
+  const double passes = tr.recompute == config::RecomputeGranularity::Full ? 6 : 4;
+  const double tp_mb = layers_per_stage * passes * ring_all_reduce(hidden_bytes, lay.tp, bw_tp);
+  // MoE: per MoE layer, dispatch and combine forward, both again backward (and in the
+  // recomputed forward): each an all-to-all of the routed rows, (ep - 1) / ep of them leaving.
+  const double moe_layers_per_stage =
+      static_cast<double>(d.E > 0 ? d.moe_layers(0, d.L) : 0) / static_cast<double>(lay.pp);
+  const double bw_ep = lay.tp * lay.ep <= cluster.gpus_per_node ? intra : inter;
+  rep.moe.all_to_all_bytes_per_step =
+      moe_layers_per_stage * (passes - 2) * hidden_bytes * static_cast<double>(d.topk) *
+      d.imbalance * static_cast<double>(lay.ep - 1) / static_cast<double>(lay.ep) * m_count;
+  const double ep_mb = rep.moe.all_to_all_bytes_per_step / m_count / bw_ep;
   const double pp_mb =
       lay.pp > 1 ? 2.0 * static_cast<double>(lay.vpp) * hidden_bytes / act.spd / bw_pp : 0.0;
-  const double per_mb = compute_mb + tp_mb + pp_mb;
+  const double per_mb = compute_mb + tp_mb + pp_mb + ep_mb;
   t.compute = compute_mb * m_count;
   t.tp_comm = tp_mb * m_count;
+  t.ep_comm = ep_mb * m_count;
   t.pp_comm = pp_mb * m_count;
   t.bubble = per_mb * static_cast<double>(lay.pp - 1) / static_cast<double>(lay.vpp);
   const double P = static_cast<double>(rep.device_stage().parameters);
-  const double grad_sync = lay.distributed_optimizer ? ring_gather(4 * P, lay.dp, bw_dp)
-                                                     : ring_all_reduce(4 * P, lay.dp, bw_dp);
+  // Expert weights are reduced over the expert-data-parallel group (dp / ep), the rest over dp.
+  const double P_experts = rep.moe.expert_params_per_device;
+  const int64_t edp = lay.dp / std::max<int64_t>(lay.ep, 1);
+  auto sync = [&](double n, int64_t group) {
+    return lay.distributed_optimizer ? ring_gather(4 * n, group, bw_dp)
+                                     : ring_all_reduce(4 * n, group, bw_dp);
+  };
+  const double grad_sync = sync(P - P_experts, lay.dp) + sync(P_experts, edp);
   t.dp_comm_exposed = std::max(0.2 * grad_sync, grad_sync - compute_mb * 2.0 / 3.0);
   t.param_gather =
       lay.distributed_optimizer ? ring_gather((cuda ? wbytes : 4.0) * P, lay.dp, bw_dp) : 0.0;
   const double owned = lay.distributed_optimizer ? P / dp : P;
   t.optimizer = owned * (28.0 + wbytes) / (cluster.memory_bandwidth_gbps * 1e9);
-  t.step = t.compute + t.tp_comm + t.pp_comm + t.bubble + t.dp_comm_exposed + t.param_gather +
-           t.optimizer;
+  t.step = t.compute + t.tp_comm + t.pp_comm + t.ep_comm + t.bubble + t.dp_comm_exposed +
+           t.param_gather + t.optimizer;
   t.tokens_per_second = gb_size * static_cast<double>(d.S) / t.step;
   t.tflops_per_device = rep.flops_per_step / t.step / devices / 1e12;
   t.mfu = rep.flops_per_step / (t.step * devices * peak);

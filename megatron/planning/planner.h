@@ -108,8 +108,10 @@ struct Layout {
 struct ParamCounts {
   int64_t total = 0;      // unique parameters of the model (a tied LM head counted once)
   int64_t embedding = 0;  // word + position (+ token type) embeddings
-  int64_t per_layer = 0;  // one transformer layer
+  int64_t per_layer = 0;  // one transformer layer (MoE models: an MoE layer)
   int64_t head = 0;       // final norm, untied output layer, BERT heads
+  int64_t experts = 0;    // MoE: every routed expert's weights
+  int64_t active = 0;     // what one token uses: total less the experts it is not routed to
 };
 
 // Bytes per device.
@@ -129,7 +131,8 @@ struct MemoryBreakdown {
 struct StagePlan {
   int64_t stage = 0;
   int64_t layers = 0;
-  int64_t parameters = 0;  // on one device of this stage (tp shard, incl. tied copies)
+  int64_t parameters = 0;         // on one device of this stage (tp shard, incl. tied copies)
+  int64_t expert_parameters = 0;  // of which routed experts' (this rank's E / ep of them)
   bool first = false, last = false;
   MemoryBreakdown memory;
 };
@@ -138,8 +141,17 @@ struct TimeEstimate {     // seconds per step unless noted
   double efficiency = 0;  // GEMM efficiency used
   double compute = 0, bubble = 0, tp_comm = 0, pp_comm = 0, dp_comm_exposed = 0, param_gather = 0,
          optimizer = 0;
+  double ep_comm = 0;  // MoE token all-to-alls
   double step = 0;
   double tokens_per_second = 0, tflops_per_device = 0, mfu = 0;
+};
+
+// Mixture of experts on one device of the worst stage.
+struct MoePlan {
+  int64_t experts_per_device = 0;        // routed experts per layer (num_experts / ep)
+  double expert_params_per_device = 0;   // their weights (tp shard)
+  double all_to_all_bytes_per_step = 0;  // token rows leaving this device
+  double imbalance = 1;                  // busiest rank / mean assumed for activations and a2a
 };
 
 struct PlanReport {
@@ -153,6 +165,7 @@ struct PlanReport {
   double flops_per_step = 0;  // model FLOPs (Megatron's formula, as the trainer)
   double hardware_flops_per_step = 0;  // with recomputation
   TimeEstimate time;
+  MoePlan moe;  // zeros for dense models
   bool fits = false;
   std::vector<std::string> notes;
 
@@ -188,7 +201,9 @@ struct SearchResult {
 // Enumerates tp (divisors of gpus_per_node dividing heads, query groups and ffn), pp (dividing
 // num_layers, even split), dp = world / (tp pp cp) with global % (micro dp) == 0, micro-batch
 // (powers of two and the recipe's), recompute (none|selective|full), the distributed
-// optimizer (dp > 1), the recipe's virtual pipeline size; sequence parallel whenever tp > 1.
+// optimizer (dp > 1), the recipe's virtual pipeline size, expert parallelism (MoE: every ep
+// dividing dp and num_experts; expert tensor parallelism = tp); sequence parallel whenever
+// tp > 1.
 SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab);
 std::string search_table(const SearchResult& result, size_t top);

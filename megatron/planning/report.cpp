@@ -59,6 +59,8 @@ nlohmann::json PlanReport::to_json() const {
            {{"total", params.total},
             {"embedding", params.embedding},
             {"per_layer", params.per_layer},
+            {"experts", params.experts},
+            {"active", params.active},
             {"head", params.head},
             {"per_device", device_stage().parameters}}},
           {"memory",
@@ -81,6 +83,11 @@ nlohmann::json PlanReport::to_json() const {
             {"total", m.total},
             {"device_bytes", cluster.gpu_memory_bytes}}},
           {"stages", stages_json},
+          {"moe",
+           {{"experts_per_device", moe.experts_per_device},
+            {"expert_params_per_device", moe.expert_params_per_device},
+            {"all_to_all_bytes_per_step", moe.all_to_all_bytes_per_step},
+            {"imbalance", moe.imbalance}}},
           {"flops", {{"per_step", flops_per_step}, {"hardware_per_step", hardware_flops_per_step}}},
           {"time",
            {{"gemm_efficiency", time.efficiency},
@@ -88,6 +95,7 @@ nlohmann::json PlanReport::to_json() const {
             {"bubble_s", time.bubble},
             {"tp_comm_s", time.tp_comm},
             {"pp_comm_s", time.pp_comm},
+            {"ep_comm_s", time.ep_comm},
             {"dp_comm_exposed_s", time.dp_comm_exposed},
             {"param_gather_s", time.param_gather},
             {"optimizer_s", time.optimizer},
@@ -125,6 +133,13 @@ std::string PlanReport::to_text() const {
      << " embedding, " << human_count(double(params.per_layer)) << " per layer, "
      << human_count(double(params.head)) << " head); vocab " << vocab << " padded to "
      << padded_vocab << "; " << st.parameters << " on each device of stage " << st.stage << "\n";
+  if (moe.experts_per_device > 0)
+    os << "MoE: " << human_count(double(params.experts)) << " routed-expert parameters, "
+       << human_count(double(params.active)) << " active per token; " << moe.experts_per_device
+       << " experts per layer on each device (" << human_count(moe.expert_params_per_device)
+       << " expert parameters); all-to-all " << gb(moe.all_to_all_bytes_per_step, 2)
+       << " GB per step per device, " << std::setprecision(3) << time.ep_comm << " s (imbalance "
+       << moe.imbalance << "x assumed)\n";
   os << "memory per device (stage " << st.stage << " of " << stages.size() << ", " << st.layers
      << " layers" << (st.first ? ", embeddings" : "") << (st.last ? ", output layer" : "") << "), "
      << unit_name << ":\n";
@@ -156,8 +171,10 @@ std::string PlanReport::to_text() const {
   os << "\n";
   os << std::setprecision(3) << "estimated step time: " << time.step << " s (compute "
      << time.compute << ", bubble " << time.bubble << ", TP comm " << time.tp_comm << ", PP comm "
-     << time.pp_comm << ", DP exposed " << time.dp_comm_exposed << ", param gather "
-     << time.param_gather << ", optimizer " << time.optimizer << ")\n"
+     << time.pp_comm;
+  if (moe.experts_per_device > 0) os << ", EP all-to-all " << time.ep_comm;
+  os << ", DP exposed " << time.dp_comm_exposed << ", param gather " << time.param_gather
+     << ", optimizer " << time.optimizer << ")\n"
      << std::fixed << std::setprecision(0) << "  " << time.tokens_per_second << " tokens/s, "
      << std::setprecision(1) << time.tflops_per_device << " TFLOP/s per device, MFU "
      << time.mfu * 100 << "% (estimate; GEMM efficiency " << std::setprecision(2) << time.efficiency

@@ -112,6 +112,43 @@ TEST(PlannerParams, TensorAndPipelineShardsMatchTheModel) {
   }
 }
 
+// MoE: the router, this rank's E / ep experts (split over tp), the shared expert, dense layers
+// where moe_layer_freq says so; the model the registry builds is the reference.
+TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {
+  config::Recipe r = llama_small();
+  r.model.moe.num_experts = 4;
+  r.model.moe.moe_ffn_hidden_size = 32;
+  r.model.moe.moe_router_topk = 2;
+  r.model.moe.moe_shared_expert_intermediate_size = 16;
+  r.model.moe.moe_layer_freq.every = 2;
+  for (auto [tp, pp, ep] : {std::tuple{1, 1, 1}, {2, 1, 2}, {1, 2, 4}, {2, 2, 2}}) {
+    r.parallel.tensor = tp;
+    r.parallel.pipeline = pp;
+    Layout lay;
+    lay.tp = tp;
+    lay.pp = pp;
+    lay.ep = ep;
+    const int64_t V = r.model.padded_vocab_size(r.model.vocab_size, tp);
+    for (int stage = 0; stage < pp; ++stage)
+      for (int e = 0; e < ep; ++e) {
+        ShapeOnlyComm tp_comm(0, tp), ep_comm(e, ep);
+        ParamStore store;
+        const auto chunks =
+            models::build_model_chunks(r, r.model.vocab_size, store, tp_comm, stage, pp, &ep_comm);
+        store.finalize();
+        EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
+            << "tp" << tp << " pp" << pp << " ep" << ep << " stage " << stage;
+      }
+  }
+  // Active parameters: the whole model less, per MoE layer, the experts a token skips.
+  const planning::ParamCounts c =
+      planning::count_parameters(r.model, r.model.padded_vocab_size(r.model.vocab_size, 1));
+  const int64_t D = r.model.hidden_size, expert = (2 * 32 + 32) * D;  // SwiGLU: [2F, D] + [D, F]
+  const int64_t moe_layers = (r.model.num_layers + 1) / 2;
+  EXPECT_EQ(c.experts, moe_layers * 4 * expert);
+  EXPECT_EQ(c.active, c.total - moe_layers * 2 * expert);
+}
+
 TEST(PlannerParams, BertMatchesTheModel) {
   // Post-LN encoder: token-type embeddings + embedding norm on the first stage; MLM head (dense,
   // norm, vocab-parallel bias, tied decoder), pooler and sentence-pair head on the last.
@@ -286,6 +323,25 @@ TEST(PlannerSearch, Gpt175bFitsWithTp8Pp16) {
   const PlanReport single = planning::plan(r, h100s(64), 50257);  // dp 512
   EXPECT_FALSE(single.fits);
   EXPECT_GT(single.memory().weights, 80e9);
+}
+
+// The search ranks expert parallelism too: MoE layouts with ep > 1 are among the candidates, and
+// their reports carry the all-to-all.
+TEST(PlannerSearch, RanksExpertParallelLayouts) {
+  config::Recipe r =
+      config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/mixtral_8x7b.yaml");
+  const planning::SearchResult res = planning::search(r, planning::cluster_from_recipe(r), 32000);
+  ASSERT_FALSE(res.fitting.empty());
+  bool saw_ep = false;
+  for (const PlanReport& p : res.fitting)
+    if (p.layout.ep > 1) {
+      saw_ep = true;
+      EXPECT_GT(p.time.ep_comm, 0.0);
+      EXPECT_GT(p.moe.all_to_all_bytes_per_step, 0.0);
+      EXPECT_EQ(p.moe.experts_per_device, 8 / p.layout.ep);
+    }
+  EXPECT_TRUE(saw_ep);
+  EXPECT_THAT(planning::search_table(res, 5), HasSubstr(" ep "));
 }
 
 TEST(PlannerSearch, OnlyFittingLayoutsWithCpuRecompute) {

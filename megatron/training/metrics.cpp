@@ -87,6 +87,7 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
       j["moe_z_loss"] = m.moe_z_loss;
       j["moe_load_imbalance"] = m.moe_load_imbalance;
       j["moe_dropped_fraction"] = m.moe_dropped_fraction;
+      j["moe_dispatch_share"] = m.moe_dispatch_share;
     }
     jsonl_ << j.dump() << "\n" << std::flush;
   }

@@ -30,6 +30,9 @@ struct StepMetrics {
   // (token, expert) pairs dropped by capacity.
   bool has_moe = false;
   double moe_aux_loss = 0, moe_z_loss = 0, moe_load_imbalance = 0, moe_dropped_fraction = 0;
+  // Share of the step (this rank) spent moving tokens to and from the experts: dispatch and
+  // combine (gathers, all-to-alls, permutations, tp reductions, gating), forward and backward.
+  double moe_dispatch_share = 0;
 };
 
 struct EvalMetrics {

@@ -221,8 +221,10 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   store_.zero_grads();
   // The router losses of every micro-batch of the global batch, averaged (each rank's gradients
   // are summed over dp, like the LM loss's).
-  if (model_.moe)
+  if (model_.moe) {
     model_.moe->set_loss_weight(static_cast<float>(scale / (num_micro_ * groups_.dp->size())));
+    (void)model_.moe->take_times();  // evaluation's forwards are not this step's
+  }
   const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
     mb = device_batches_[static_cast<size_t>(m)];
   };
@@ -285,6 +287,10 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   if (device_ != Device::CPU) (void)store_.masters().flat_view(0, {1}).to(Device::CPU);
   metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
+  if (model_.moe) {
+    const moe::MoeTimes mt = model_.moe->take_times();
+    metrics.moe_dispatch_share = (mt.dispatch + mt.combine) / metrics.seconds;
+  }
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / groups_.world->size();
   metrics.mfu = peak_.peak_flops > 0 ? metrics.tflops * 1e12 / peak_.peak_flops : 0.0;
   metrics.of_gemm = peak_.gemm_flops > 0 ? metrics.tflops * 1e12 / peak_.gemm_flops : 0.0;

@@ -1,6 +1,7 @@
 #include "megatron/transformer/moe/moe_layer.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "megatron/backend/ops.h"
 #include "megatron/tensor_parallel/mappings.h"
@@ -48,6 +49,20 @@ int64_t MoELayer::tp_token_offset(int64_t local_tokens) const {
 
 namespace {
 
+// Adds the seconds since the last lap to a counter of MoeTimes.
+class Lap {
+ public:
+  Lap() : t_(std::chrono::steady_clock::now()) {}
+  void to(double& counter) {
+    const auto now = std::chrono::steady_clock::now();
+    counter += std::chrono::duration<double>(now - t_).count();
+    t_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t_;
+};
+
 Tensor as_f32(const Tensor& t, Tensor& scratch, const Shape& shape) {
   ensure(scratch, shape, DType::F32, t.device());
   ops::cast(t, scratch);
@@ -62,6 +77,8 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   const RouterOptions& ro = m.router;
   const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, E = ro.num_experts, k = ro.topk;
   const int64_t Tl = Sl * B, T = Tl * (sp_ ? tp_->size() : 1);
+  MoeTimes& times = moe_->times();
+  Lap lap;
 
   // 1. Routing of the local tokens, in fp32.
   as_f32(in, s.x32, {Tl, D});
@@ -82,6 +99,7 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   moe_->add_forward_loss(s.balance.loss + s.z);
   s.picked_per_expert.assign(static_cast<size_t>(E), 0.0);
   for (int32_t e : s.routing.experts) s.picked_per_expert[static_cast<size_t>(e)] += 1.0;
+  lap.to(times.router);
 
   // 2. The routing of all T tokens (gathered over tp with sequence parallelism); capacity.
   std::vector<int32_t> experts(static_cast<size_t>(T * k));
@@ -113,7 +131,9 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   s.plan =
       dispatcher_->plan(experts.data(), kept.data(), T, k, D, m.pad_to_capacity ? capacity : 0);
   dispatcher_->dispatch(s.plan, x_full.view({T, D}), s.rows);
+  lap.to(times.dispatch);
   experts_->forward(s.experts, s.rows, s.plan.rows_per_local_expert, s.expert_out);
+  lap.to(times.experts);
   dispatcher_->combine(s.plan, s.expert_out, s.slot_rows);
   Tensor slot_full32 = Tensor::empty({T * k, D}, DType::F32, device_);
   ops::cast(s.slot_rows, slot_full32);
@@ -138,6 +158,7 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
     }
   ensure(s.out, {Sl, B, D}, act(), device_);
   ops::cast(y32, s.out);
+  lap.to(times.combine);
   if (shared_) {
     if (!s.shared) s.shared = shared_->make_state();
     ops::add_inplace(s.out, shared_->forward(*s.shared, in, mb));
@@ -151,6 +172,8 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   const RouterOptions& ro = moe_->spec().router;
   const int64_t Tl = s.routing.tokens, T = s.total_tokens, D = spec_.hidden, k = ro.topk;
   const int64_t E = ro.num_experts;
+  MoeTimes& times = moe_->times();
+  Lap lap;
   Tensor dy_scratch;
   const Tensor dy32 = as_f32(d_out, dy_scratch, {Tl, D});
   const float* dy = dy32.data<float>();
@@ -183,7 +206,9 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   ensure(s.d_slot, {T * k, D}, act(), device_);
   ops::cast(d_slot_full32, s.d_slot);
   dispatcher_->combine_backward(s.plan, s.d_slot, s.d_expert_out);
+  lap.to(times.combine);
   experts_->backward(s.experts, s.d_expert_out, s.d_rows);
+  lap.to(times.experts);
   dispatcher_->dispatch_backward(s.plan, s.d_rows, s.dx_full32);
   if (sp_) {
     ensure(s.dx32, {Tl, D}, DType::F32, device_);
@@ -192,6 +217,7 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
     if (tp_->size() > 1) tp_->all_reduce(s.dx_full32, parallel::ReduceOp::Sum);
     s.dx32 = s.dx_full32;
   }
+  lap.to(times.dispatch);
   // The router: gates, balancing and z losses -> logits -> input and weight.
   const float w = moe_->loss_weight();
   ensure(s.dlogits, {Tl, E}, DType::F32, device_);
@@ -202,6 +228,7 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
                        router_->grad, nullptr);
   ops::add_inplace(s.dx32, dx_router);
   ops::cast(s.dx32, d_in);
+  lap.to(times.router);
   if (shared_) {
     ensure(s.d_shared, d_in.shape(), act(), device_);
     shared_->backward(*s.shared, d_out, s.d_shared, mb);

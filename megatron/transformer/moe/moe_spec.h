@@ -39,6 +39,14 @@ struct MoeLayerStats {
   double dropped = 0, routed = 0;         // (token, expert) pairs dropped / picked
 };
 
+// Wall time of this rank's MoE layers (forward + backward), by part, since the last take:
+// routing (router GEMM, top-k, losses), dispatch (token/routing gathers over tp, the plan's
+// count exchange, the all-to-all to the experts), experts (their GEMMs and activations), combine
+// (the all-to-all back, the tp reduction, the gated sum) and the same parts' backward.
+struct MoeTimes {
+  double router = 0, dispatch = 0, experts = 0, combine = 0;
+};
+
 class MoeState {
  public:
   explicit MoeState(const MoeSpec& spec) : spec_(spec) {}
@@ -54,6 +62,9 @@ class MoeState {
   void add_forward_loss(double v) { forward_loss_ += v; }
   double take_forward_loss() { return std::exchange(forward_loss_, 0.0); }
 
+  MoeTimes& times() { return times_; }
+  MoeTimes take_times() { return std::exchange(times_, MoeTimes{}); }
+
   MoeLayerStats& stats(int64_t layer);
   std::map<int64_t, MoeLayerStats>& all_stats() { return stats_; }
   void reset_stats() { stats_.clear(); }
@@ -67,6 +78,7 @@ class MoeState {
   MoeSpec spec_;
   float loss_weight_ = 0.0f;
   double forward_loss_ = 0.0;
+  MoeTimes times_;
   std::map<int64_t, MoeLayerStats> stats_;
   std::map<int64_t, std::vector<float>> bias_;
 };

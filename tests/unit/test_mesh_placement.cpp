@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mesh.h"
@@ -323,6 +324,27 @@ TEST(MeshPlacement, ExpertParallelCarvedOutOfDataParallel) {
   check_invariants(p, "tp2 ep2 dp2 pp2");
   EXPECT_EQ(groups(p, GroupKind::EP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   EXPECT_EQ(groups(p, GroupKind::ExpertDP).size(), 8u);
+}
+
+// The token all-to-all stays inside a node whenever tp x ep fits in one: EP groups are node-local
+// for block and cyclic rank distributions, with and without tensor parallelism.
+TEST(MeshPlacement, ExpertParallelGroupsStayInsideANodeWhenTheyFit) {
+  auto node_local = [](const mp::Placement& p, GroupKind kind) {
+    for (const auto& g : groups(p, kind))
+      for (int r : g)
+        if (p.ranks[r].node != p.ranks[g[0]].node) return false;
+    return true;
+  };
+  for (const auto& [tp, ep, dp] : {std::tuple{1, 4, 8}, {2, 2, 4}, {1, 8, 8}, {4, 2, 2}}) {
+    for (const bool cyclic : {false, true}) {
+      const auto nodes = cyclic ? cyclic_nodes(2, 16) : block_nodes({8, 8});
+      const auto p = mp::plan_placement(sizes(tp, 1, ep, dp, 16 / (tp * dp)), nodes);
+      SCOPED_TRACE(megatron::concat("tp", tp, " ep", ep, " dp", dp, cyclic ? " cyclic" : " block"));
+      check_invariants(p, "ep node-local");
+      EXPECT_TRUE(node_local(p, GroupKind::EP));
+      EXPECT_TRUE(node_local(p, GroupKind::TP));
+    }
+  }
 }
 
 TEST(MeshPlacement, ContextParallelGroups) {

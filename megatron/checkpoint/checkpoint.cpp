@@ -165,9 +165,10 @@ json write_rank_shard(const SaveRequest& req, const std::string& tmp_dir, int ra
     writer.set_metadata("format", "megatron-cpp checkpoint shard");
     writer.set_metadata("iteration", std::to_string(req.iteration));
     writer.set_metadata("rank", std::to_string(rank));
-    writer.write((fs::path(tmp_dir) / file).string(), /*sync=*/true);
+    const uint32_t crc = writer.write((fs::path(tmp_dir) / file).string(), /*sync=*/true);
     part["file"] = file;
     part["bytes"] = writer.file_size();
+    part["crc32c"] = crc;
   }
   step(req, "shard_written");
   return part;
@@ -187,7 +188,7 @@ void finalize(const SaveRequest& req, const std::string& tmp_dir,
     if (part["file"].is_string()) {
       const std::string file = part["file"].get<std::string>();
       MT_CHECK(!files.contains(file), where, ": two ranks wrote ", file);
-      files[file] = {{"bytes", part["bytes"]}};
+      files[file] = {{"bytes", part["bytes"]}, {"crc32c", part["crc32c"]}};
       check.files[file] = part["bytes"].get<uint64_t>();
     }
     for (const json& p : part["pieces"]) {

@@ -6,7 +6,8 @@
 //   DIR/latest                       "iter_NNNNNNN\n": the newest complete checkpoint
 //   DIR/iter_NNNNNNN/metadata.json   format_version, iteration, the caller's metadata (resolved
 //                                    recipe, consumed samples, scheduler, RNG, data state ...),
-//                                    the shard files with their sizes, and the tensor index:
+//                                    the shard files with their sizes and CRC-32C checksums
+//                                    (verified before a file is read), and the tensor index:
 //                                    per global tensor its dtype, global shape and pieces
 //   DIR/iter_NNNNNNN/shard_<r>.safetensors   the pieces rank r wrote
 //
@@ -114,6 +115,9 @@ struct CheckpointIndex {
   int format_version = 0;
   nlohmann::json metadata;                // the caller's metadata
   std::map<std::string, uint64_t> files;  // shard file -> size in bytes
+  // shard file -> CRC-32C of its bytes (checked before a load reads the file; absent in
+  // checkpoints saved before checksums were recorded)
+  std::map<std::string, uint32_t> checksums;
   std::map<std::string, SavedTensor> tensors;
   // Resolved through DIR/latest: what was passed over on the way (a `latest` naming an
   // incomplete checkpoint, newer incomplete iterations), one sentence each; empty normally.

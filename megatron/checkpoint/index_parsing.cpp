@@ -2,6 +2,7 @@
 
 #include <filesystem>
 
+#include "megatron/checkpoint/crc32c.h"
 #include "megatron/checkpoint/file_io.h"
 
 namespace megatron::checkpoint::detail {
@@ -78,6 +79,12 @@ void parse_tensor_index(const json& j, CheckpointIndex& index, const IndexError&
     const int64_t bytes = get_int(it.value(), "bytes", what, fail);
     if (bytes < 0) throw fail(what, ": negative size");
     index.files[it.key()] = static_cast<uint64_t>(bytes);
+    // Checkpoints written before checksums existed have none (they load unverified).
+    if (it.value().contains("crc32c")) {
+      const int64_t crc = get_int(it.value(), "crc32c", what, fail);
+      if (crc < 0 || crc > 0xffffffffLL) throw fail(what, ": crc32c ", crc, " is not 32-bit");
+      index.checksums[it.key()] = static_cast<uint32_t>(crc);
+    }
   }
   const auto tensors = j.find("tensors");
   if (tensors == j.end() || !tensors->is_object()) throw fail("missing or non-object \"tensors\"");
@@ -130,6 +137,15 @@ std::map<std::string, safetensors::File> open_files(const CheckpointIndex& index
     if (!ec && size != rec->second)
       throw InputError(concat("checkpoint file ", path, ": ", size, " bytes, but ", kMetadataFile,
                               " records ", rec->second, size < rec->second ? " (truncated?)" : ""));
+    // The bytes themselves: a shard overwritten in place (same size) is refused, naming it.
+    if (const auto sum = index.checksums.find(f); sum != index.checksums.end()) {
+      const uint32_t got = crc32c_of_file(path);
+      if (got != sum->second)
+        throw InputError(concat("checkpoint file ", path, ": CRC-32C ", got, " but ", kMetadataFile,
+                                " records ", sum->second,
+                                " (the file is corrupt; load an older checkpoint with "
+                                "checkpoint.load=DIR/iter_NNNNNNN)"));
+    }
     safetensors::File file(path);
     if (file.file_size() != rec->second)
       throw InputError(concat("checkpoint file ", path, ": ", file.file_size(), " bytes, but ",

@@ -7,6 +7,7 @@
 #include <set>
 #include <utility>
 
+#include "megatron/checkpoint/crc32c.h"
 #include "megatron/checkpoint/file_io.h"
 
 namespace megatron::checkpoint::safetensors {
@@ -340,7 +341,7 @@ std::string Writer::header() const {
 
 uint64_t Writer::file_size() const { return 8 + header().size() + offsets_.back(); }
 
-void Writer::write(const std::string& path, bool sync) const {
+uint32_t Writer::write(const std::string& path, bool sync) const {
   const std::string h = header();
   unsigned char len[8];
   uint64_t n = h.size();
@@ -350,10 +351,14 @@ void Writer::write(const std::string& path, bool sync) const {
   std::string head(reinterpret_cast<const char*>(len), 8);
   head += h;
   io::write_all(fd.get(), head.data(), head.size(), path);
-  for (size_t i = 0; i < entries_.size(); ++i)
+  uint32_t crc = crc32c(0, head.data(), head.size());
+  for (size_t i = 0; i < entries_.size(); ++i) {
     io::write_all(fd.get(), entries_[i].data, offsets_[i + 1] - offsets_[i], path);
+    crc = crc32c(crc, entries_[i].data, offsets_[i + 1] - offsets_[i]);
+  }
   if (sync) io::fsync_fd(fd.get(), path);
   fd.close(path);
+  return crc;
 }
 
 }  // namespace megatron::checkpoint::safetensors

@@ -105,8 +105,9 @@ class Writer {
   // The header JSON exactly as write() stores it (padded), and the total file size.
   std::string header() const;
   uint64_t file_size() const;
-  // Writes the file (data in add() order) and, if `sync`, fsyncs it. Errors (Error) name `path`.
-  void write(const std::string& path, bool sync = true) const;
+  // Writes the file (data in add() order) and, if `sync`, fsyncs it; returns the CRC-32C of the
+  // bytes written. Errors (Error) name `path`.
+  uint32_t write(const std::string& path, bool sync = true) const;
   // Byte range of entry i in the data buffer.
   std::pair<uint64_t, uint64_t> data_offsets(size_t i) const;
 

@@ -126,6 +126,10 @@ struct ParallelConfig {
   // Layers per pipeline stage (per virtual stage, in layer order, when virtual_pipeline > 1);
   // empty -> even split. Length must be pipeline * virtual_pipeline and the sum num_layers.
   std::vector<int64_t> pipeline_layers;
+  // Communication watchdog (MPI groups): a "waiting" line every comm_warn_s seconds of one wait,
+  // the job aborted naming the group after comm_timeout_s (0 disables either;
+  // MEGATRON_COMM_TIMEOUT_S overrides the timeout).
+  double comm_warn_s = 60, comm_timeout_s = 600;
 
   int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
   void validate() const { validate(KeyOrigins{}); }
@@ -144,6 +148,8 @@ struct ParallelConfig {
     v("sequence_parallel", s.sequence_parallel);
     v("order", s.order);
     v("pipeline_layers", s.pipeline_layers);
+    v("comm_warn_s", s.comm_warn_s);
+    v("comm_timeout_s", s.comm_timeout_s);
   }
 };
 

@@ -65,6 +65,8 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
                         {"parallel.context", context}})
     c.check(v >= 1, key, concat("must be >= 1 (got ", v, ")"));
   c.check(data >= 0, "parallel.data", concat("must be >= 1 or auto (got ", data, ")"));
+  c.non_negative("parallel.comm_warn_s", comm_warn_s);
+  c.non_negative("parallel.comm_timeout_s", comm_timeout_s);
   if (virtual_pipeline) {
     c.check(*virtual_pipeline >= 1, "parallel.virtual_pipeline",
             concat("must be >= 1 or null (got ", *virtual_pipeline, ")"));

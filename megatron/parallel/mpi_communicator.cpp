@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iomanip>
 #include <sstream>
 #include <thread>
 
@@ -252,6 +253,7 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::split(int color, int key,
   if (out == MPI_COMM_NULL) return nullptr;
   auto child = std::make_unique<MpiCommunicator>(out, std::move(name), timeout_s_);
   child->spin_s_ = spin_s_;
+  child->warn_s_ = warn_s_;
   child->max_chunk_ = max_chunk_;
   return child;
 }
@@ -272,24 +274,41 @@ void MpiCommunicator::set_max_chunk_elements(int64_t n) {
   max_chunk_ = n;
 }
 
+std::string MpiCommunicator::peer_list(const std::vector<int>& peers) const {
+  std::vector<int> list = peers;
+  if (list.empty())
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) list.push_back(r);
+  std::ostringstream os;
+  const size_t shown = std::min<size_t>(list.size(), 32);
+  for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << world_rank_of(list[i]);
+  if (shown < list.size()) os << ", ... " << list.size() - shown << " more";
+  if (list.empty()) os << "none";
+  return os.str();
+}
+
+void MpiCommunicator::still_waiting(std::string_view op, double waited_s,
+                                    const std::vector<int>& peers) const {
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::ostringstream os;
+  os << "rank " << world_rank << ": waiting " << std::fixed << std::setprecision(0) << waited_s
+     << " s for " << op << " on group " << name_ << " (not done: world ranks " << peer_list(peers)
+     << "; abort at " << timeout_s_ << " s, parallel.comm_timeout_s)\n";
+  const std::string msg = os.str();
+  std::fputs(msg.c_str(), stderr);
+  std::fflush(stderr);
+}
+
 void MpiCommunicator::timed_out(std::string_view op, double waited_s,
                                 const std::vector<int>& peers) const {
   int world_rank = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   std::ostringstream os;
   os << "rank " << world_rank << ": collective " << op << " on group " << name_
-     << " timed out after " << timeout_s_ << " s (peers: ";
-  std::vector<int> list = peers;
-  if (list.empty())
-    for (int r = 0; r < size_; ++r)
-      if (r != rank_) list.push_back(r);
-  const size_t shown = std::min<size_t>(list.size(), 32);
-  for (size_t i = 0; i < shown; ++i) os << (i ? ", " : "") << world_rank_of(list[i]);
-  if (shown < list.size()) os << ", ... " << list.size() - shown << " more";
-  if (list.empty()) os << "none";
-  os << ")\n  (peers are world ranks of the group's other members; waited " << waited_s
-     << " s; the limit comes from MEGATRON_COMM_TIMEOUT_S or the communicator's timeout "
-        "option)\n";
+     << " timed out after " << timeout_s_ << " s (peers: " << peer_list(peers)
+     << ")\n  (peers are world ranks of the group's other members; waited " << waited_s
+     << " s; the limit is parallel.comm_timeout_s, or MEGATRON_COMM_TIMEOUT_S when set)\n";
   const std::string msg = os.str();
   std::fputs(msg.c_str(), stderr);
   std::fflush(stderr);
@@ -305,6 +324,7 @@ void MpiCommunicator::wait_requests(std::vector<MPI_Request>& requests, std::str
   statuses.assign(requests.size(), MPI_Status{});
   if (requests.empty()) return;
   const auto start = Clock::now();
+  double next_warning = warn_s_;
   for (;;) {
     int flag = 0;
     const int rc =
@@ -318,6 +338,10 @@ void MpiCommunicator::wait_requests(std::vector<MPI_Request>& requests, std::str
     if (flag) return;
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     if (timeout_s_ > 0 && waited > timeout_s_) timed_out(op, waited, peers);
+    if (warn_s_ > 0 && waited > next_warning) {
+      still_waiting(op, waited, peers);
+      next_warning += warn_s_;
+    }
     // Poll eagerly at first (MPI progresses non-blocking collectives only inside MPI calls):
     // busy while cores are to spare, then yielding the core to co-located ranks; back off once
     // the wait is clearly long.

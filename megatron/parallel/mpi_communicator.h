@@ -3,14 +3,18 @@
 // communicator; passing one here is an error that says so).
 //
 // Every operation is started non-blocking (MPI_Iallreduce, MPI_Ialltoallv, MPI_Isend, ...);
-// the blocking calls are "start, then wait". Waiting polls MPI_Testall under a watchdog: when
-// an operation has not completed after timeout_s seconds, the rank prints
+// the blocking calls are "start, then wait". Waiting polls MPI_Testall under a watchdog: every
+// warn_s seconds of waiting (parallel.comm_warn_s, default 60) the rank prints
+//   rank R: waiting N s for <op> on group <name> (not done: world ranks ...; abort at T s)
+// and when an operation has not completed after timeout_s seconds (parallel.comm_timeout_s,
+// default 600) it prints
 //   rank R: collective <op> on group <name> timed out after T s (peers: ...)
 // to stderr and calls MPI_Abort(MPI_COMM_WORLD, 3), so a hung or lost peer ends the whole job
-// in bounded time instead of hanging it. (A peer that dies outright is handled by mpirun/srun,
-// which kill the job when a rank exits abnormally; tests/parallel/failure_probe.cpp checks
-// both cases.) MPI errors are returned, not fatal (MPI_ERRORS_RETURN), and thrown as
-// megatron::Error carrying MPI's error string.
+// in bounded time instead of hanging it. (MPI does not say which members of a collective have
+// arrived: both lines name the group's other members, or a point-to-point wait's peers.) (A peer
+// that dies outright is handled by mpirun/srun, which kill the job when a rank exits abnormally;
+// tests/parallel/failure_probe.cpp checks both cases.) MPI errors are returned, not fatal
+// (MPI_ERRORS_RETURN), and thrown as megatron::Error carrying MPI's error string.
 //
 // Threading: MpiRuntime asks for MPI_THREAD_SERIALIZED; call a communicator from one thread at
 // a time. The communicator must outlive every Work it returned.
@@ -33,6 +37,7 @@
 namespace megatron::parallel {
 
 inline constexpr double kDefaultCommTimeoutS = 600.0;
+inline constexpr double kDefaultCommWarnS = 60.0;
 
 // The watchdog timeout to use: MEGATRON_COMM_TIMEOUT_S when set (it overrides the configured
 // value; a malformed value is an error naming the variable), else `configured`. <= 0 disables.
@@ -60,6 +65,9 @@ class MpiCommunicator final : public Communicator {
   int world_rank_of(int group_rank) const override;
   MPI_Comm comm() const { return comm_; }
   double timeout_s() const { return timeout_s_; }
+  // Seconds between "waiting" lines of one wait (<= 0: none); split() inherits it.
+  double warn_seconds() const { return warn_s_; }
+  void set_warn_seconds(double s) { warn_s_ = s; }
   // Largest element count passed to one MPI call (tests lower it to exercise chunking).
   int64_t max_chunk_elements() const { return max_chunk_; }
   void set_max_chunk_elements(int64_t n);
@@ -90,10 +98,14 @@ class MpiCommunicator final : public Communicator {
  private:
   [[noreturn]] void timed_out(std::string_view op, double waited_s,
                               const std::vector<int>& peers) const;
+  void still_waiting(std::string_view op, double waited_s, const std::vector<int>& peers) const;
+  // "1, 5, 9" (world ranks of `peers`, or of every other member when empty; cut after 32).
+  std::string peer_list(const std::vector<int>& peers) const;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::string name_;
   double timeout_s_;
+  double warn_s_ = kDefaultCommWarnS;
   int rank_ = 0, size_ = 1;
   int64_t max_chunk_;
   double spin_s_ = 0.0;

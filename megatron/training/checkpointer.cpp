@@ -7,6 +7,7 @@
 
 #include "megatron/backend/ops.h"
 #include "megatron/checkpoint/checkpoint.h"
+#include "megatron/checkpoint/save_lock.h"
 #include "megatron/training/checkpoint_pieces.h"
 
 namespace megatron::training {
@@ -90,7 +91,28 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
       schedule_(*state.schedule),
       vocab_size_(vocab_size),
       padded_vocab_(padded_vocab),
-      log_(log) {}
+      log_(log) {
+  // One run per save directory: world rank 0 holds the lock, every rank learns the outcome.
+  if (recipe_.checkpoint.save.empty()) return;
+  const std::string dir = checkpoint_dir(recipe_.checkpoint.save);
+  std::string error;
+  if (world_->rank() == 0) {
+    try {
+      save_lock_ = std::make_unique<ckpt::SaveDirLock>(dir);
+    } catch (const InputError& e) {
+      error = e.what();
+    }
+  }
+  float failed = error.empty() ? 0.0f : 1.0f;
+  if (world_->size() > 1) {
+    Tensor flag = Tensor::wrap(&failed, {1}, DType::F32);
+    world_->all_reduce(flag, parallel::ReduceOp::Max);
+  }
+  MT_INPUT_CHECK(failed == 0.0f, recipe_.source_path, ": ",
+                 error.empty() ? concat("checkpoint.save: '", dir,
+                                        "' is in use by another run (world rank 0 says which)")
+                               : error);
+}
 
 Checkpointer::HostBuffers Checkpointer::host_buffers(bool weights_only) {
   HostBuffers h;

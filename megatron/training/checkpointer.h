@@ -11,11 +11,13 @@
 // loss scaler state. The data order, dropout masks and LR schedule are functions of
 // (seed, iteration), so they resume exactly without further state.
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "megatron/checkpoint/save_lock.h"
 #include "megatron/config/recipe.h"
 #include "megatron/optimizer/grad_sync.h"
 #include "megatron/optimizer/loss_scaler.h"
@@ -84,6 +86,7 @@ class Checkpointer {
   int64_t vocab_size_, padded_vocab_;
   std::ostream* log_;         // null on ranks that do not report
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
+  std::unique_ptr<checkpoint::SaveDirLock> save_lock_;  // checkpoint.save, on world rank 0
 };
 
 }  // namespace megatron::training

@@ -88,6 +88,7 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
       j["moe_load_imbalance"] = m.moe_load_imbalance;
       j["moe_dropped_fraction"] = m.moe_dropped_fraction;
       j["moe_dispatch_share"] = m.moe_dispatch_share;
+      j["moe_layer_imbalance"] = m.moe_layer_imbalance;
     }
     jsonl_ << j.dump() << "\n" << std::flush;
   }
@@ -100,6 +101,10 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
       tb.add_scalar("moe z loss", m.iteration, m.moe_z_loss);
       tb.add_scalar("moe load imbalance", m.iteration, m.moe_load_imbalance);
       tb.add_scalar("moe dropped fraction", m.iteration, m.moe_dropped_fraction);
+      for (size_t l = 0; l < m.moe_layer_imbalance.size(); ++l)
+        if (m.moe_layer_imbalance[l] > 0)
+          tb.add_scalar("moe load imbalance/layer " + std::to_string(l), m.iteration,
+                        m.moe_layer_imbalance[l]);
     }
     tb.add_scalar("learning-rate", m.iteration, m.lr);
     tb.add_scalar("grad-norm", m.iteration, m.grad_norm);

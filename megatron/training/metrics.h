@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <ostream>
+#include <vector>
 
 #include "megatron/config/recipe.h"
 #include "megatron/core/tensor.h"
@@ -33,6 +34,8 @@ struct StepMetrics {
   // Share of the step (this rank) spent moving tokens to and from the experts: dispatch and
   // combine (gathers, all-to-alls, permutations, tp reductions, gating), forward and backward.
   double moe_dispatch_share = 0;
+  // Per layer (index = layer; 0 for dense layers): max tokens per expert / mean over the step.
+  std::vector<double> moe_layer_imbalance;
 };
 
 struct EvalMetrics {

@@ -41,6 +41,7 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
   all_reduce(*g.dp, counts, parallel::ReduceOp::Sum);
   // Per layer: the global batch's tokens per expert.
   double imbalance = 0.0;
+  std::vector<double> per_layer(static_cast<size_t>(g.num_layers), 0.0);
   for (size_t i = 0; i < layers.size(); ++i) {
     const double* c = counts.data() + i * static_cast<size_t>(E);
     double total = 0, most = 0;
@@ -50,6 +51,8 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
     }
     const double mean = total / static_cast<double>(E);
     if (mean > 0) imbalance = std::max(imbalance, most / mean);
+    if (mean > 0 && layers[i] < g.num_layers)
+      per_layer[static_cast<size_t>(layers[i])] = most / mean;
     if (spec.expert_bias) {
       std::vector<float>& bias = state.expert_bias(layers[i]);
       for (int64_t e = 0; e < E; ++e) {
@@ -63,6 +66,8 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
   all_reduce(*g.pp, sums, parallel::ReduceOp::Sum);
   std::vector<double> worst{imbalance};
   all_reduce(*g.pp, worst, parallel::ReduceOp::Max);
+  all_reduce(*g.pp, per_layer, parallel::ReduceOp::Sum);  // each layer lives on one stage
+  m.moe_layer_imbalance = std::move(per_layer);
   m.has_moe = true;
   m.moe_aux_loss = sums[0] / static_cast<double>(micro_batches);
   m.moe_z_loss = sums[1] / static_cast<double>(micro_batches);

@@ -20,9 +20,12 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
   out << "# resolved recipe (" << recipe.source_path << ")\n" << recipe.to_yaml() << std::flush;
 
   // One process per device: the mesh and its groups, placed by node.
-  auto world = launch.world_size > 1
-                   ? std::unique_ptr<parallel::Communicator>(parallel::MpiCommunicator::world())
-                   : parallel::make_single_process_communicator();
+  std::unique_ptr<parallel::Communicator> world = parallel::make_single_process_communicator();
+  if (launch.world_size > 1) {
+    auto mpi = parallel::MpiCommunicator::world(recipe.parallel.comm_timeout_s);
+    mpi->set_warn_seconds(recipe.parallel.comm_warn_s);  // the mesh's groups inherit both
+    world = std::move(mpi);
+  }
   const auto& p = recipe.parallel;
   parallel::MeshSizes sizes{p.tensor, p.context, p.expert, p.data, p.pipeline, p.order};
   std::unique_ptr<parallel::Mesh> mesh =

@@ -31,8 +31,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   build_optimizer();
   checkpointer_ = std::make_unique<Checkpointer>(
       recipe_, groups_,
-      TrainingState{&store_, optimizer_.get(), grad_sync_.get(), scaler_.get(), &schedule_,
-                    expert_sync_.get(), model_.moe.get()},
+      TrainingState{&store_, optimizer_.get(), grad_sync_->dense(), scaler_.get(), &schedule_,
+                    grad_sync_->experts(), model_.moe.get()},
       model_.vocab_size, model_.padded_vocab, groups_.world->rank() == 0 ? &log : nullptr);
   if (valid_)
     evaluator_ = std::make_unique<Evaluator>(recipe_, *valid_, *feeder_, *pipeline_, *groups_.pp,
@@ -139,22 +139,12 @@ void Trainer::build_optimizer() {
   scaler_ = std::make_unique<optim::LossScaler>(store_.model_dtype() == DType::F16, scaling);
   // Buckets of ~16 MiB of fp32 gradients: large enough for bandwidth, small enough to overlap.
   constexpr int64_t kBucketElements = int64_t{4} << 20;
-  const bool distributed = o.distributed && groups_.dp->size() > 1;
-  grad_sync_ =
-      std::make_unique<optim::DataParallelGrads>(store_, *groups_.dp, kBucketElements, distributed,
-                                                 optim::BufferRange{0, store_.expert_begin()});
-  std::vector<optim::BufferRange> owned = grad_sync_->owned();
-  if (store_.expert_begin() < store_.buffer_numel()) {
-    expert_sync_ = std::make_unique<optim::DataParallelGrads>(
-        store_, *groups_.expert_dp, kBucketElements, o.distributed,
-        optim::BufferRange{store_.expert_begin(), store_.buffer_numel()});
-    owned.insert(owned.end(), expert_sync_->owned().begin(), expert_sync_->owned().end());
-  }
+  grad_sync_ = std::make_unique<GradientSync>(store_, groups_, o.distributed, kBucketElements);
   optimizer_ = std::make_unique<optim::Optimizer>(
       store_,
       optim::OptimizerSettings{std::string(config::option_name(o.type)), o.beta1, o.beta2, o.eps,
                                o.weight_decay},
-      owned);
+      grad_sync_->owned());
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.min_lr;
   schedule_.warmup_iters = o.schedule.warmup_iters;
@@ -238,7 +228,6 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   reduce_tied_embedding_grads(model_.chunks, *groups_.pp, *groups_.embedding,
                               model_.tied_embeddings);
   grad_sync_->finish();
-  if (expert_sync_) expert_sync_->finish();
   reduce_sequence_parallel_grads(store_, optimizer_->segments(), *groups_.tp, sp_grad_scratch_);
   StepMetrics metrics;
   metrics.iteration = iteration;
@@ -250,13 +239,12 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.loss_scale = scale;
   if (model_.moe)
     finish_moe_step(*model_.moe,
-                    {groups_.tp, groups_.dp, groups_.pp, model_.transformer.sequence_parallel},
+                    {groups_.tp, groups_.dp, groups_.pp, model_.transformer.sequence_parallel,
+                     model_.transformer.num_layers},
                     num_micro_ * groups_.dp->size(), metrics);
   // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
-  parallel::Communicator* dp_shards = grad_sync_->distributed() ? groups_.dp : nullptr;
-  const optim::ExpertNormGroups experts{
-      expert_sync_ ? groups_.ep : nullptr,
-      expert_sync_ && expert_sync_->distributed() ? groups_.expert_dp : nullptr};
+  parallel::Communicator* dp_shards = grad_sync_->dense_sharded_over();
+  const optim::ExpertNormGroups experts = grad_sync_->expert_norm_groups();
   const double scaled_norm = optim::global_grad_norm(optimizer_->segments(), groups_.tp->rank(),
                                                      *groups_.model, dp_shards, experts);
   metrics.grad_norm = scaled_norm / scale;
@@ -278,7 +266,6 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     if (factor != 1.0) optim::scale_grads(optimizer_->segments(), factor);
     optimizer_->step(metrics.lr);
     grad_sync_->gather_params();
-    if (expert_sync_) expert_sync_->gather_params();
     scaler_->update(false);
   }
 

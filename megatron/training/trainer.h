@@ -25,6 +25,7 @@
 #include "megatron/training/checkpointer.h"
 #include "megatron/training/compute_peak.h"
 #include "megatron/training/evaluator.h"
+#include "megatron/training/gradient_sync.h"
 #include "megatron/training/groups.h"
 #include "megatron/training/metrics.h"
 #include "megatron/training/pipeline_runtime.h"
@@ -94,8 +95,7 @@ class Trainer {
   std::unique_ptr<PipelineRuntime> pipeline_;
   std::vector<pipeline::Action> schedule_actions_;
   std::unique_ptr<pipeline::TimelineRecorder> timeline_;
-  std::unique_ptr<optim::DataParallelGrads> grad_sync_;
-  std::unique_ptr<optim::DataParallelGrads> expert_sync_;  // MoE: experts over expert dp
+  std::unique_ptr<GradientSync> grad_sync_;  // dp (and, MoE, expert dp) gradient reductions
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;

@@ -375,6 +375,12 @@ inline void expect_same_step(const training::StepMetrics& got, const training::S
     EXPECT_NEAR(got.moe_dropped_fraction, want.moe_dropped_fraction,
                 tol.moe_counts * want.moe_dropped_fraction + 1e-12)
         << where;
+    EXPECT_EQ(got.moe_layer_imbalance.size(), want.moe_layer_imbalance.size()) << where;
+    for (size_t l = 0; l < got.moe_layer_imbalance.size() && l < want.moe_layer_imbalance.size();
+         ++l)
+      EXPECT_NEAR(got.moe_layer_imbalance[l], want.moe_layer_imbalance[l],
+                  tol.moe_counts * want.moe_layer_imbalance[l] + 1e-12)
+          << where << " (layer " << l << ")";
     max_diff().moe = std::max({max_diff().moe, relative(got.moe_aux_loss, want.moe_aux_loss),
                                relative(got.moe_z_loss, want.moe_z_loss)});
   }

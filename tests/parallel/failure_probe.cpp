@@ -6,6 +6,8 @@
 //   failure_probe exit           rank 1 exits with status 7 without MPI_Finalize
 //   failure_probe runtime_abort  rank 1 reports an error through MpiRuntime::abort
 //   failure_probe ok             nobody fails (the harness's control case)
+//   failure_probe slow           rank 1 joins after 3 s: rank 0 prints "waiting" lines (every
+//                                1 s) and the job completes
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,11 +22,13 @@ int main(int argc, char** argv) {
   mp::MpiRuntime runtime(&argc, &argv);
   const std::string mode = argc > 1 ? argv[1] : "ok";
   auto world = mp::MpiCommunicator::world(/*timeout_s=*/5.0);
+  world->set_warn_seconds(1.0);
   const int rank = world->rank();
   world->barrier();  // everybody is up
 
   if (rank == 1) {
     if (mode == "hang") std::this_thread::sleep_for(std::chrono::seconds(120));
+    if (mode == "slow") std::this_thread::sleep_for(std::chrono::seconds(3));
     if (mode == "abort") std::abort();
     if (mode == "exit") std::exit(7);
     if (mode == "runtime_abort") mp::MpiRuntime::abort(2, "simulated failure in rank 1");

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "megatron/checkpoint/checkpoint.h"
+#include "megatron/checkpoint/save_lock.h"
 #include "megatron/training/signals.h"
 #include "megatron/training/trainer.h"
 
@@ -138,6 +139,22 @@ TEST_F(CheckpointResume, ResumeIsBitExact) {
 
 // checkpoint.load may name an iteration directory (e.g. an older one than `latest`) and resumes
 // from it exactly as from its parent.
+// Another run holding checkpoint.save (here a lock taken the way a run takes it: flock on
+// DIR/.lock, which conflicts between open files even in one process): the run stops at start
+// naming the directory and the holder; once the holder is gone the run trains and saves.
+TEST_F(CheckpointResume, TwoRunsCannotShareASaveDirectory) {
+  {
+    checkpoint::SaveDirLock other(dir());
+    const std::string err =
+        input_error_of(RunSpec("fp32", 2, 2, 32, dir()), "trained into a locked directory");
+    EXPECT_THAT(err, HasSubstr("checkpoint.save: '" + dir() + "' is in use by another run"));
+    EXPECT_THAT(err, HasSubstr("pid " + std::to_string(::getpid())));
+    EXPECT_FALSE(checkpoint::latest_iteration(dir()).has_value());
+  }
+  EXPECT_EQ(train(RunSpec("fp32", 2, 2, 32, dir())).last_iteration, 2);
+  EXPECT_EQ(checkpoint::latest_iteration(dir()), 2);
+}
+
 TEST_F(CheckpointResume, LoadNamesAnIterationDirectory) {
   const auto full = train(RunSpec("fp32", 8));
   train(RunSpec("fp32", 4, 2, 32, dir()));  // saves iter_0000004 at exit

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <random>
 
+#include "megatron/checkpoint/crc32c.h"
 #include "megatron/checkpoint/safetensors.h"
 
 namespace megatron::checkpoint::safetensors {
@@ -141,6 +142,33 @@ TEST_F(SafetensorsTest, ReadsAFileAssembledByHand) {
   EXPECT_EQ(f.read("a").data<float>()[1], 2.0f);
   EXPECT_EQ(f.read("b").data<int32_t>()[0], -3);
   EXPECT_TRUE(f.metadata().empty());
+}
+
+// CRC-32C: the standard check value, hardware and portable paths equal on odd lengths and
+// alignments, the writer's checksum equal to the file's.
+TEST(Crc32c, KnownValueAndBothPathsAgree) {
+  const char* check = "123456789";
+  EXPECT_EQ(checkpoint::crc32c(0, check, 9), 0xE3069283u);
+  EXPECT_EQ(checkpoint::crc32c_portable(0, check, 9), 0xE3069283u);
+  std::vector<unsigned char> data(1000);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t off : {0, 1, 3, 7})
+    for (size_t n : {0, 1, 8, 15, 64, 993 - 7})
+      EXPECT_EQ(checkpoint::crc32c(0, data.data() + off, n),
+                checkpoint::crc32c_portable(0, data.data() + off, n))
+          << off << " " << n;
+  // Incremental = whole.
+  EXPECT_EQ(checkpoint::crc32c(checkpoint::crc32c(0, data.data(), 500), data.data() + 500, 500),
+            checkpoint::crc32c(0, data.data(), 1000));
+}
+
+TEST_F(SafetensorsTest, WriterReturnsTheFilesChecksum) {
+  std::vector<float> a(37, 1.5f);
+  safetensors::Writer w;
+  w.add("a", Tensor::wrap(a.data(), {37}, DType::F32));
+  const std::string path = this->path("c.safetensors");
+  const uint32_t crc = w.write(path);
+  EXPECT_EQ(crc, checkpoint::crc32c_of_file(path));
 }
 
 TEST_F(SafetensorsTest, WriterRejectsDuplicateAndReservedNames) {

@@ -93,13 +93,29 @@ TEST_F(CheckpointTest, DamagedFilesAreInputErrorsNamingTheFile) {
   fresh();
   fs::resize_file(shard1, fs::file_size(shard1) - 3);
   expect_load_error(whole_model_request(storage), shard1, "truncated?");
-  // Truncated, and metadata.json edited to match: the safetensors check still catches it.
+  // Truncated, and metadata.json edited to match (size, and no checksum as in a checkpoint from
+  // before checksums): the safetensors check still catches it.
   fresh();
   fs::resize_file(shard1, fs::file_size(shard1) - 3);
   json edited = read_meta(1);
   edited["files"]["shard_1.safetensors"]["bytes"] = fs::file_size(shard1);
+  edited["files"]["shard_1.safetensors"].erase("crc32c");
   write_meta(1, edited);
   expect_load_error(whole_model_request(storage), shard1, "reach past the data buffer");
+  // Tensor bytes overwritten in place (the second half inverted, size and header unchanged): the
+  // recorded CRC-32C refuses the file, naming it.
+  fresh();
+  {
+    const auto size = static_cast<std::streamoff>(fs::file_size(shard1));
+    std::fstream f(shard1, std::ios::in | std::ios::out | std::ios::binary);
+    std::vector<char> bytes(static_cast<size_t>(size - size / 2));
+    f.seekg(size / 2);
+    f.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    for (char& b : bytes) b = static_cast<char>(~b);
+    f.seekp(size / 2);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  expect_load_error(whole_model_request(storage), shard1, "CRC-32C");
   // Deleted shard.
   fresh();
   fs::remove(shard1);

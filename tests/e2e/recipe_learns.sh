@@ -17,7 +17,8 @@ args=(--recipe "recipes/$recipe.yaml" --set training.train_iters=$iters
       --set "logging.jsonl=$work/log.jsonl")
 ratio=0.8  # last validation loss < ratio * first
 case "$recipe" in
-  llama_tiny) args+=(--set training.micro_batch_size=4 --set training.global_batch_size=4) ;;
+  llama_tiny|mixtral_tiny)
+    args+=(--set training.micro_batch_size=4 --set training.global_batch_size=4) ;;
   # The 30k WordPiece vocabulary makes the masked-LM head the bulk of the work: shorter
   # sequences and smaller batches keep the run short.
   bert_tiny) args+=(--set model.seq_length=64 --set model.max_position_embeddings=64
@@ -53,5 +54,13 @@ if [ "$recipe" = bert_tiny ]; then
   else
     echo "FAIL: bert_tiny sentence-pair validation losses off: $(echo $nsp | tr '\n' ' ')"; status=1
   fi
+fi
+if [ "$recipe" = mixtral_tiny ]; then
+  # The router's losses and the routing statistics are logged every step.
+  for key in moe_aux_loss moe_z_loss moe_load_imbalance moe_dropped_fraction; do
+    [ "$(field $key | wc -l)" -eq "$iters" ] || { echo "FAIL: $key missing in steps"; status=1; }
+  done
+  grep -q "mlp.experts" "$work/out.log" || grep -q "num_experts: 8" "$work/out.log" ||
+    { echo "FAIL: the resolved recipe has no experts"; status=1; }
 fi
 exit $status

@@ -30,16 +30,18 @@ done
 pretrain="$build/bin/pretrain" info="$build/bin/checkpoint_info"
 [ -x "$pretrain" ] && [ -x "$info" ] || { echo "reliability_campaign: build first" >&2; exit 1; }
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
 cd "$root"
 
-ITERS=12
+ITERS=300  # long enough that no run ends before its kill or signal
+MORE=4      # steps a resumed run trains past its checkpoint (the schedule is fixed: decay_iters)
 # A small GPT (saves of ~20 MB: most of each step) on the shipped corpus.
 common=(--recipe recipes/gpt_tiny.yaml --set model.num_layers=2 --set model.hidden_size=128
         --set model.ffn_hidden_size=512 --set model.seq_length=64
         --set training.micro_batch_size=4 --set training.global_batch_size=8
         --set training.eval_interval=0 --set training.eval_iters=0
-        --set optimizer.schedule.warmup_iters=2 --set logging.interval=1000
+        --set optimizer.schedule.warmup_iters=2 --set optimizer.schedule.decay_iters=$ITERS
+        --set logging.interval=1000
         --set training.threads=1)
 
 launch() {  # ranks, log, extra args...: runs pretrain in the background, sets $pid
@@ -71,17 +73,20 @@ reference() {  # ranks -> $work/ref<ranks>.txt: the uninterrupted run
   steps_of "$work/ref$ranks.jsonl" > "$work/ref$ranks.txt"
 }
 
-# Resumes from $dir to ITERS and compares the resumed steps with the reference; prints why not.
+# Resumes from the newest checkpoint in $dir (auto-resume; none: from scratch) for MORE steps and
+# compares them with the reference; prints why not.
 resume_matches() {
-  local ranks=$1 dir=$2 tag=$3
-  launch "$ranks" "$work/$tag.resume.out" --set training.train_iters=$ITERS \
+  local ranks=$1 dir=$2 tag=$3 from=0
+  [ -f "$dir/latest" ] && from=$((10#$(sed 's/iter_//' "$dir/latest")))
+  launch "$ranks" "$work/$tag.resume.out" --set training.train_iters=$((from + MORE)) \
     --set checkpoint.save="$dir" --set logging.jsonl="$work/$tag.resume.jsonl"
   if ! wait "$pid"; then echo "resume failed: $(tail -2 "$work/$tag.resume.out")"; return 1; fi
   steps_of "$work/$tag.resume.jsonl" > "$work/$tag.resumed.txt"
   local first
   first=$(head -1 "$work/$tag.resumed.txt" | cut -d' ' -f1)
-  [ -n "$first" ] || { echo "resumed run trained no step"; return 1; }
-  if ! diff <(awk -v f="$first" '$1 >= f' "$work/ref$ranks.txt") "$work/$tag.resumed.txt" > /dev/null; then
+  [ "$first" = $((from + 1)) ] || { echo "resumed at '$first', expected $((from + 1))"; return 1; }
+  if ! diff <(awk -v f="$first" -v l=$((from + MORE)) '$1 >= f && $1 <= l' "$work/ref$ranks.txt") \
+            "$work/$tag.resumed.txt" > /dev/null; then
     echo "resumed steps differ from the uninterrupted run (from iteration $first)"; return 1
   fi
 }
@@ -93,8 +98,8 @@ kill_campaign() {
     local dir="$work/kill$ranks.$t" tag="kill$ranks.$t"
     launch "$ranks" "$work/$tag.out" --set training.train_iters=$ITERS \
       --set checkpoint.save="$dir" --set checkpoint.save_interval=1 --set checkpoint.keep_last=2
-    # Past start-up (~1-2 s), then a random moment of the training.
-    sleep "$(python3 -c "import random; print(round(random.uniform(1.5, 4.0), 2))")"
+    # A random moment of the run (start-up included: a kill before the first save is a case too).
+    sleep "$(python3 -c "import random; print(round(random.uniform(0.3, 6.0), 2))")"
     ls -d "$dir"/*.tmp-* > /dev/null 2>&1 && during_save=$((during_save + 1))
     pkill -KILL -P "$pid" 2> /dev/null; kill -KILL "$pid" 2> /dev/null
     pkill -KILL -f "$dir" 2> /dev/null
@@ -121,7 +126,7 @@ signal_campaign() {
     local dir="$work/sig.$t" tag="sig.$t" sig=TERM
     [ $((t % 2)) = 0 ] && sig=USR1
     launch "$ranks" "$work/$tag.out" --set training.train_iters=$ITERS --set checkpoint.save="$dir"
-    sleep "$(python3 -c "import random; print(round(random.uniform(2.0, 4.0), 2))")"
+    sleep "$(python3 -c "import random; print(round(random.uniform(1.0, 4.0), 2))")"
     pkill "-$sig" -P "$pid" 2> /dev/null  # the ranks, as srun signals them
     local rc=0 why=""
     wait "$pid" || rc=$?

@@ -326,7 +326,9 @@ TrainSummary Trainer::run() {
       summary.stopped_early = true;
       if (std::ostream* out = metrics_->console())
         *out << "stopping at iteration " << it
-             << (exit_signal_received() ? " (signal received)" : " (exit_duration_minutes)") << "\n"
+             << (exit_signal_received() ? concat(" (signal ", exit_signal_number(), " received)")
+                                        : std::string(" (exit_duration_minutes)"))
+             << "\n"
              << std::flush;
       break;
     }

@@ -217,6 +217,38 @@ TEST_F(CheckpointResume, SignalStopsAtTheNextStep) {
   EXPECT_EQ(checkpoint::latest_iteration(dir()), std::optional<int64_t>(1));
 }
 
+// The handlers run on alternate stacks, in this thread and in every OpenMP worker: on the
+// interrupted code's own stack their frame overwrote what JIT-compiled GEMM kernels keep below
+// the stack pointer (a SIGTERM mid-GEMM corrupted the heap). SIGINT and SIGHUP stop like
+// SIGTERM, and the stop names the signal.
+TEST_F(CheckpointResume, ExitSignalsRunOnAlternateStacks) {
+  training::install_exit_signal_handlers();
+  for (int sig : {SIGTERM, SIGUSR1, SIGINT, SIGHUP}) {
+    struct sigaction current {};
+    sigaction(sig, nullptr, &current);
+    EXPECT_TRUE(current.sa_flags & SA_ONSTACK) << "signal " << sig;
+  }
+  int threads_without = 0;
+#pragma omp parallel num_threads(2) reduction(+ : threads_without)
+  {
+    stack_t ss{};
+    sigaltstack(nullptr, &ss);
+    threads_without += (ss.ss_flags & SS_DISABLE) ? 1 : 0;
+  }
+  EXPECT_EQ(threads_without, 0);
+  std::raise(SIGHUP);
+  EXPECT_EQ(training::exit_signal_number(), SIGHUP);
+  std::string log;
+  RunSpec spec("fp32", 10, 2, 32, dir());
+  spec.log_out = &log;
+  const auto stopped = train(spec);
+  training::reset_exit_signal();
+  EXPECT_TRUE(stopped.stopped_early);
+  EXPECT_EQ(stopped.last_iteration, 1);
+  EXPECT_THAT(
+      log, HasSubstr("stopping at iteration 1 (signal " + std::to_string(SIGHUP) + " received)"));
+}
+
 TEST_F(CheckpointResume, FinetuneLoadsWeightsOnly) {
   train(RunSpec("fp32", 5, 2, 32, dir()));
   // finetune is a checkpoint key, written after load in the generated recipe.

@@ -67,6 +67,7 @@ for line in open(sys.argv[1]):
 
 reference() {  # ranks -> $work/ref<ranks>.txt: the uninterrupted run
   local ranks=$1
+  rm -f "$work/ref$ranks.jsonl"  # logging.jsonl appends
   launch "$ranks" "$work/ref$ranks.out" --set training.train_iters=$ITERS \
     --set logging.jsonl="$work/ref$ranks.jsonl"
   wait "$pid" || { echo "reference run ($ranks ranks) failed:"; tail -5 "$work/ref$ranks.out"; exit 1; }

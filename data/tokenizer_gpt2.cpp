@@ -306,6 +306,9 @@ void GPT2BPETokenizer::Impl::load_merges() {
     MT_INPUT_CHECK(rank < INT32_MAX, "GPT-2 merges file '", merge_file, "' has too many merges");
     ++rank;
   }
+  // Without merges every word falls apart into bytes: silently useless ids, not a tokenizer.
+  MT_INPUT_CHECK(rank > 0, "GPT-2 merges file '", merge_file,
+                 "' has no merges (empty, or only a #version line)");
   // The heap BPE processes merges in rank order pair by pair; it equals the reference's
   // "merge every occurrence of the best pair" when a merge's parts are only ever produced by
   // lower-ranked merges (true for GPT-2's files). Otherwise use the reference algorithm only.

@@ -8,6 +8,8 @@
 
 namespace {
 
+constexpr int kMaxWorkers = 1024;
+
 constexpr const char* kUsage =
     R"(usage: preprocess_data --input FILE.jsonl [FILE.jsonl ...] --output-prefix PREFIX
                        --tokenizer-type {SentencePieceTokenizer,GPT2BPETokenizer,
@@ -74,6 +76,9 @@ int main(int argc, char** argv) {
     opt.append_eod = args.has("append-eod");
     opt.split_sentences = args.has("split-sentences");
     opt.workers = static_cast<int>(args.get_int("workers", 1, 1));
+    // Threads beyond a few per core only cost memory; tens of thousands fail to start.
+    MT_INPUT_CHECK(opt.workers <= kMaxWorkers, "--workers: at most ", kMaxWorkers,
+                   " tokenizer threads (got ", opt.workers, ")");
     opt.skip_bad_lines = args.has("skip-bad-lines");
     opt.log_interval = args.get_int("log-interval", 1000, 0);
     opt.log = &std::cerr;

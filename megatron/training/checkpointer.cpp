@@ -342,6 +342,11 @@ Checkpointer::Resume Checkpointer::load() {
   const int64_t iteration = meta["iteration"].get<int64_t>();
   Resume resume;
   resume.iteration = iteration;
+  if (log_ && iteration >= recipe_.training.train_iters)
+    *log_ << "nothing to train: the checkpoint is at iteration " << iteration
+          << ", training.train_iters is " << recipe_.training.train_iters
+          << " (raise it to train on)\n"
+          << std::flush;
   const int64_t gbs = recipe_.training.global_batch_size;
   if (meta.contains("consumed_samples") && meta["consumed_samples"].is_number_integer()) {
     const int64_t consumed = meta["consumed_samples"].get<int64_t>();

@@ -32,6 +32,7 @@ MetricsSink::MetricsSink(const config::Recipe& recipe, bool is_logger, std::ostr
     const std::string path = config::resolve_path(recipe, recipe.logging.jsonl);
     const auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
+    jsonl_path_ = path;
     jsonl_.open(path, std::ios::app);
     MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: cannot open '", path, "' for writing");
     nlohmann::json start = peak.to_json();
@@ -40,6 +41,7 @@ MetricsSink::MetricsSink(const config::Recipe& recipe, bool is_logger, std::ostr
     start["threads_per_rank"] = omp_get_max_threads();
     start["ranks"] = ranks;
     jsonl_ << start.dump() << "\n" << std::flush;
+    check_jsonl();
   }
   if (!recipe.logging.tensorboard_dir.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(
@@ -47,6 +49,12 @@ MetricsSink::MetricsSink(const config::Recipe& recipe, bool is_logger, std::ostr
 }
 
 MetricsSink::~MetricsSink() = default;
+
+// A log that silently stops being written is worse than a stopped run (disk full, quota).
+void MetricsSink::check_jsonl() {
+  MT_INPUT_CHECK(jsonl_.good(), "logging.jsonl: writing '", jsonl_path_,
+                 "' failed (disk full or quota?)");
+}
 
 void MetricsSink::step(const StepMetrics& m, bool to_console) {
   if (!is_logger_) return;
@@ -91,6 +99,7 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
       j["moe_layer_imbalance"] = m.moe_layer_imbalance;
     }
     jsonl_ << j.dump() << "\n" << std::flush;
+    check_jsonl();
   }
   if (tensorboard_) {
     auto& tb = *tensorboard_;
@@ -128,6 +137,7 @@ void MetricsSink::eval(const EvalMetrics& e) {
         {"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};
     if (e.has_aux) j["val_nsp_loss"] = e.aux_loss;
     jsonl_ << j.dump() << "\n" << std::flush;
+    check_jsonl();
   }
   if (tensorboard_) {
     tensorboard_->add_scalar("lm loss validation", e.iteration, e.loss);

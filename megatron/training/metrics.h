@@ -65,6 +65,8 @@ class MetricsSink {
   std::ostream* console_;
   Device device_;
   std::ofstream jsonl_;
+  std::string jsonl_path_;
+  void check_jsonl();
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
 

@@ -305,6 +305,7 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   summary.start_iteration = load_checkpoint();
   summary.last_iteration = summary.start_iteration;
+
   if (eval_enabled && summary.start_iteration == 0)
     metrics_->eval(summary.evals.emplace_back(evaluate(0)));
   int64_t last_saved = summary.start_iteration;

@@ -147,6 +147,12 @@ TEST(PreprocessData, UsageAndInputErrors) {
   EXPECT_NE(r.err.find("--workers"), std::string::npos) << r.err;
   r = run_tool(dir, "preprocess_data", io + " --tokenizer-type ByteTokenizer --workers zero");
   EXPECT_EQ(r.exit_code, 2);
+  // Absurd thread counts are refused (not an abort), leaving nothing behind.
+  r = run_tool(dir, "preprocess_data", io + " --tokenizer-type ByteTokenizer --workers 100000");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--workers: at most 1024"), std::string::npos) << r.err;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(e.path().filename().string().find("out"), std::string::npos) << e.path();
   r = run_tool(dir, "preprocess_data", io);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--tokenizer-type"), std::string::npos) << r.err;

@@ -179,6 +179,11 @@ TEST(GPT2BPETokenizer, BadFilesNameFileAndLine) {
     EXPECT_EQ(tok.decode({256, 'c', 257}), "abc<|endoftext|>");
   }
   auto make = [&] { make_tokenizer({"GPT2BPETokenizer", v, m, ""}); };
+  // No merges at all (empty, or only the version line): every word would fall apart into bytes.
+  write_text(m, "");
+  expect_input_error(make, {m, "has no merges"});
+  write_text(m, "#version: 0.2\n\n");
+  expect_input_error(make, {m, "has no merges"});
   // Merges: one token, three tokens, unknown symbols, unknown merged token.
   write_text(m, "#version: 0.2\na b\nc\n");
   expect_input_error(make, {m, "line 3", "two"});

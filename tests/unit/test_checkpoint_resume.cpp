@@ -43,7 +43,8 @@ struct RunSpec {
   std::string precision;
   int64_t iters, layers, hidden;
   std::string save, load, extra;
-  std::string model_extra;  // more model keys, e.g. ", vocab_size: 40"
+  std::string model_extra;     // more model keys, e.g. ", vocab_size: 40"
+  std::string extra_sections;  // replaces the logging section (a whole "logging: {...}\n")
   int64_t vocab_divisible = 16;
   int64_t global_batch = 4;
   std::string* log_out = nullptr;  // receives the trainer's log
@@ -68,7 +69,7 @@ training::TrainSummary train(const RunSpec& r) {
        "checkpoint: {save: "
     << (r.save.empty() ? "null" : r.save) << ", load: " << (r.load.empty() ? "null" : r.load)
     << ", keep_last: 2}\n"
-       "logging: {interval: 1000}\n";
+    << (r.extra_sections.empty() ? "logging: {interval: 1000}\n" : r.extra_sections);
   auto src = std::make_shared<PatternSource>();
   auto world = parallel::make_single_process_communicator();
   std::ostringstream log;
@@ -247,6 +248,22 @@ TEST_F(CheckpointResume, ExitSignalsRunOnAlternateStacks) {
   EXPECT_EQ(stopped.last_iteration, 1);
   EXPECT_THAT(
       log, HasSubstr("stopping at iteration 1 (signal " + std::to_string(SIGHUP) + " received)"));
+}
+
+// A run whose checkpoint is already at train_iters says so instead of exiting in silence; a
+// JSONL log that cannot be written (a full disk) stops the run naming the key and file.
+TEST_F(CheckpointResume, NothingToTrainAndUnwritableLogsAreReported) {
+  train(RunSpec("fp32", 3, 2, 32, dir()));
+  std::string log;
+  RunSpec again("fp32", 3, 2, 32, dir());
+  again.log_out = &log;
+  EXPECT_EQ(train(again).steps.size(), 0u);
+  EXPECT_THAT(log, HasSubstr("nothing to train: the checkpoint is at iteration 3, "
+                             "training.train_iters is 3"));
+  RunSpec full_disk("fp32", 2);
+  full_disk.extra_sections = "logging: {interval: 1000, jsonl: /dev/full}\n";
+  EXPECT_THAT(input_error_of(full_disk, "trained with an unwritable log"),
+              HasSubstr("logging.jsonl: writing '/dev/full' failed"));
 }
 
 TEST_F(CheckpointResume, FinetuneLoadsWeightsOnly) {

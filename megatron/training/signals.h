@@ -11,7 +11,8 @@
 // tools/reliability_campaign.sh signal).
 namespace megatron::training {
 
-// Installs the handlers and the alternate stacks of this thread and of the OpenMP threads.
+// Installs the handlers and the alternate stacks of this thread and of the OpenMP workers of
+// the current thread count (set the count first: the trainer does).
 void install_exit_signal_handlers();
 bool exit_signal_received();
 // The signal that set the flag (0: none).

@@ -4,6 +4,7 @@
 // errors for checkpoints of another model.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <bit>
 #include <csignal>
@@ -223,6 +224,9 @@ TEST_F(CheckpointResume, SignalStopsAtTheNextStep) {
 // the stack pointer (a SIGTERM mid-GEMM corrupted the heap). SIGINT and SIGHUP stop like
 // SIGTERM, and the stop names the signal.
 TEST_F(CheckpointResume, ExitSignalsRunOnAlternateStacks) {
+  // The workers of the thread count in use when training starts (the trainer sets it first).
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(2);
   training::install_exit_signal_handlers();
   for (int sig : {SIGTERM, SIGUSR1, SIGINT, SIGHUP}) {
     struct sigaction current {};
@@ -230,12 +234,13 @@ TEST_F(CheckpointResume, ExitSignalsRunOnAlternateStacks) {
     EXPECT_TRUE(current.sa_flags & SA_ONSTACK) << "signal " << sig;
   }
   int threads_without = 0;
-#pragma omp parallel num_threads(2) reduction(+ : threads_without)
+#pragma omp parallel reduction(+ : threads_without)
   {
     stack_t ss{};
     sigaltstack(nullptr, &ss);
     threads_without += (ss.ss_flags & SS_DISABLE) ? 1 : 0;
   }
+  omp_set_num_threads(threads);
   EXPECT_EQ(threads_without, 0);
   std::raise(SIGHUP);
   EXPECT_EQ(training::exit_signal_number(), SIGHUP);

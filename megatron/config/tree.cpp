@@ -1,6 +1,9 @@
 #include "megatron/config/tree.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
+
+#include <sstream>
 
 #include "megatron/config/scalar.h"
 #include "megatron/core/error.h"
@@ -100,10 +103,46 @@ Node convert(const YAML::Node& y, Origin origin, const std::string& path, Budget
 
 }  // namespace
 
+namespace {
+
+// Events are only counted: the documents come from YAML::Load.
+class IgnoreEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// The documents in `text`, counting at most two: yaml-cpp's LoadAll loops forever on some
+// malformed input (its parser keeps reporting documents; found by fuzz_recipe).
+int count_documents(const std::string& text) {
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  IgnoreEvents events;
+  int docs = 0;
+  while (docs < 2 && parser.HandleNextDocument(events)) ++docs;
+  return docs;
+}
+
+}  // namespace
+
 Node parse_yaml(const std::string& text, const std::string& file) {
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(text);
+    const int count = count_documents(text);
+    MT_INPUT_CHECK(count <= 1, file,
+                   ": expected one YAML document, found more (a '---' separator, or text the "
+                   "YAML parser cannot end the document at)");
+    if (count == 1) docs.push_back(YAML::Load(text));
   } catch (const YAML::Exception& e) {
     if (e.mark.is_null()) throw InputError(concat(file, ": malformed YAML: ", e.msg));
     throw InputError(

@@ -15,13 +15,15 @@ struct Origin {
   std::string str() const;    // "file:LINE", "file (--set k=v)", or "file"
 };
 
+struct MapEntry;
+
 struct Node {
   enum class Kind { Null, Scalar, Seq, Map };
   Kind kind = Kind::Null;
   std::string scalar;
   bool quoted = false;      // a quoted (or !!str-tagged) scalar: a string, never a number/bool
   std::vector<Node> items;  // Seq
-  std::vector<std::pair<std::string, Node>> entries;  // Map, in file order
+  std::vector<MapEntry> entries;  // Map, in file order
   Origin origin;
 
   bool is_null() const { return kind == Kind::Null; }
@@ -29,6 +31,13 @@ struct Node {
   Node* find(const std::string& key);
   // "a map", "a list", or the scalar as written (quoted if it was quoted).
   std::string describe() const;
+};
+
+// A key and its value (a struct rather than std::pair, which needs Node complete inside Node).
+struct MapEntry {
+  MapEntry(std::string key, Node value) : first(std::move(key)), second(std::move(value)) {}
+  std::string first;
+  Node second;
 };
 
 // Parses YAML text (one document; empty text is an empty map). Malformed YAML throws InputError

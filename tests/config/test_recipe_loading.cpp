@@ -156,6 +156,18 @@ TEST(RecipeFile, OneDocumentOnly) {
       HasSubstr("two.yaml: expected one YAML document"));
 }
 
+// Found by fuzz_recipe: yaml-cpp's LoadAll never returned on this text (it kept producing
+// documents until memory ran out); the recipe is refused at once.
+TEST(RecipeFile, TextTheYamlParserCannotEndIsRefusedPromptly) {
+  const std::string text =
+      "# gpt_viny: the defaqlt CPU recip  pretrain --recipe recipes/gpt_tiny.yamlion: gelu\n"
+      "  position_embedding: learned\n"
+      "  tie_nd-to-end test and quick startngs: true\n"
+      ",  hidden _";
+  EXPECT_THAT(input_error([&] { parse_recipe_string(text, "fuzzed.yaml"); }),
+              HasSubstr("fuzzed.yaml: expected one YAML document"));
+}
+
 TEST(RecipeFile, DuplicateKey) {
   std::string msg = input_error([] {
     parse_recipe_string(std::string(kMinimal) + "logging:\n  interval: 1\n  interval: 2\n",

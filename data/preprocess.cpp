@@ -57,7 +57,7 @@ void process_line(const Line& line, const std::vector<std::string>& keys, const 
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line.text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
     r.error = concat("invalid JSON: ", e.what());
     return;
   }

@@ -51,7 +51,7 @@ std::vector<SFTMessage> parse_sft_line(std::string_view line, const std::string&
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
     throw InputError(concat(where, ": invalid JSON: ", e.what()));
   }
   MT_INPUT_CHECK(j.is_object(), where, ": expected a JSON object, got ", j.type_name());

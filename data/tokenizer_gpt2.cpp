@@ -214,7 +214,7 @@ void GPT2BPETokenizer::Impl::load_vocab() {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
     throw InputError(concat("GPT-2 vocab file '", vocab_file, "' is not valid JSON: ", e.what()));
   }
   MT_INPUT_CHECK(j.is_object(), "GPT-2 vocab file '", vocab_file,

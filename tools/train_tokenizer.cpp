@@ -62,7 +62,7 @@ std::vector<std::string> load_sentences(const std::vector<std::string>& inputs,
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range (1e999)
         throw megatron::InputError(
             megatron::concat(path, ":", line_no, ": invalid JSON: ", e.what()));
       }

@@ -151,6 +151,20 @@ TEST(GPT2BPETokenizer, DecodeRejectsOutOfRangeIds) {
   expect_input_error([&] { tok->decode({-1}); }, {"-1"});
 }
 
+// Found by fuzz_tokenizer_files: a number JSON cannot hold (1e999) made the JSON library throw
+// out_of_range, which escaped as a crash; it is an error naming the file.
+TEST(GPT2BPETokenizer, OutOfRangeNumbersInTheVocabAreInputErrors) {
+  ScratchDir dir;
+  const std::string v = dir.file("vocab.json"), m = dir.file("merges.txt");
+  write_text(v, "{\"a\": 1e999}");
+  write_text(m, "#version: 0.2\n");
+  expect_input_error(
+      [&] {
+        make_tokenizer({"GPT2BPETokenizer", v, m, ""});
+      },
+      {v, "not valid JSON"});
+}
+
 TEST(GPT2BPETokenizer, BadFilesNameFileAndLine) {
   ScratchDir dir;
   const std::string v = dir.file("vocab.json"), m = dir.file("merges.txt");

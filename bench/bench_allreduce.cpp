@@ -16,6 +16,7 @@
 #include <functional>
 #include <string>
 
+#include "bench/mpi_timing.h"
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mpi_communicator.h"
 
@@ -24,25 +25,8 @@ using megatron::DType;
 using megatron::Shape;
 using megatron::Tensor;
 
-namespace {
-
-// Seconds per call of fn, the slowest rank's average over `iters` calls.
-double time_per_call(int iters, const std::function<void()>& fn) {
-  MPI_Barrier(MPI_COMM_WORLD);
-  const double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; ++i) fn();
-  double dt = (MPI_Wtime() - t0) / iters, slowest = 0;
-  MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return slowest;
-}
-
-// Iterations that take about `seconds` (agreed on by all ranks).
-int calibrate(double seconds, const std::function<void()>& fn) {
-  const double once = time_per_call(2, fn);
-  return std::clamp(static_cast<int>(seconds / std::max(once, 1e-9)), 3, 2000);
-}
-
-}  // namespace
+using megatron::bench::calibrate;
+using megatron::bench::time_per_call;
 
 int main(int argc, char** argv) {
   mp::MpiRuntime runtime(&argc, &argv);

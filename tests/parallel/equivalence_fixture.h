@@ -8,10 +8,12 @@
 // indices only, so every rank computes the single-process reference itself (on a group of one)
 // and compares its layout's run with it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
@@ -329,6 +331,14 @@ inline training::TrainSummary train_on_world(const config::Recipe& r,
                        &mesh.model(), &mesh.ep(), &mesh.expert_dp()},
                       log);
   return t.run();
+}
+
+// One scratch path for every rank of the world: temp/<prefix><rank 0's pid> (collective).
+inline std::filesystem::path shared_scratch_path(const std::string& prefix) {
+  int64_t id = mp::testing::world().rank() == 0 ? ::getpid() : 0;
+  Tensor id_t = Tensor::wrap(&id, {1}, DType::I64);
+  mp::testing::world().broadcast(id_t, 0);
+  return std::filesystem::temp_directory_path() / (prefix + std::to_string(id));
 }
 
 // The largest relative differences seen by the expect_same_* calls (for the report).

@@ -2,7 +2,6 @@
 // Resharding on load: a checkpoint saved by one layout (tp, pp, dp with the distributed
 // optimizer, or a single process) loads into another, optimizer state included, and training
 // continues on the loss curve of the uninterrupted single-process run (fp32 round-off).
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -53,11 +52,7 @@ training::TrainSummary run(const Layout& l, int64_t iters, const std::string& sa
 TEST(CheckpointReshard, AnyLayoutLoadsAnyOther) {
   if (world().size() != 2) GTEST_SKIP() << "written for 2 ranks";
   const auto reference = run({}, 10, "", "");
-  // One directory for all ranks: rank 0's pid, broadcast.
-  int64_t id = world().rank() == 0 ? ::getpid() : 0;
-  Tensor id_t = Tensor::wrap(&id, {1}, DType::I64);
-  world().broadcast(id_t, 0);
-  const fs::path base = fs::temp_directory_path() / ("megatron_reshard_" + std::to_string(id));
+  const fs::path base = eq::shared_scratch_path("megatron_reshard_");
   const Layout single{}, tp2{2, 1, 1}, pp2{1, 2, 1}, dp2_dist{1, 1, 2, true}, dp2{1, 1, 2};
   const std::vector<std::pair<Layout, Layout>> cases = {
       {tp2, single},      {single, tp2}, {pp2, single},   {dp2_dist, single},

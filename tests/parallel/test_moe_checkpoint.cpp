@@ -4,7 +4,6 @@
 // layout loads at another, optimizer state and the aux-loss-free expert bias included, and
 // training continues on the loss curve (router losses and bias-driven routing included) of the
 // uninterrupted single-process run; resuming in the same layout is bit-exact.
-#include <unistd.h>
 
 #include <filesystem>
 
@@ -46,10 +45,7 @@ TEST(MoeCheckpoint, AnyLayoutLoadsAnyOther) {
       tp2{.tp = 2, .micro = 2, .sp = true}, pp2{.pp = 2, .micro = 2},
       dp2_dist{.dp = 2, .micro = 2, .distributed = true};
   const auto reference = run(single, 10, "", "");
-  int64_t id = world().rank() == 0 ? ::getpid() : 0;
-  Tensor id_t = Tensor::wrap(&id, {1}, DType::I64);
-  world().broadcast(id_t, 0);
-  const fs::path base = fs::temp_directory_path() / ("megatron_moe_ckpt_" + std::to_string(id));
+  const fs::path base = eq::shared_scratch_path("megatron_moe_ckpt_");
   const std::vector<std::pair<eq::Layout, eq::Layout>> cases = {
       {ep2_dist, single}, {single, ep2}, {ep2, tp2},          {tp2, ep2_dist},
       {pp2, ep2},         {ep2, pp2},    {ep2_dist, dp2_dist}};
@@ -79,10 +75,7 @@ TEST(MoeCheckpoint, ResumeInTheSameLayoutIsBitExact) {
   if (world().size() != 2) GTEST_SKIP() << "written for 2 ranks";
   const eq::Layout ep2_dist{.dp = 2, .micro = 2, .distributed = true, .ep = 2};
   const auto uninterrupted = run(ep2_dist, 10, "", "");
-  int64_t id = world().rank() == 0 ? ::getpid() : 0;
-  Tensor id_t = Tensor::wrap(&id, {1}, DType::I64);
-  world().broadcast(id_t, 0);
-  const fs::path dir = fs::temp_directory_path() / ("megatron_moe_resume_" + std::to_string(id));
+  const fs::path dir = eq::shared_scratch_path("megatron_moe_resume_");
   run(ep2_dist, 5, dir.string(), "");
   const auto resumed = run(ep2_dist, 10, "", dir.string());
   ASSERT_EQ(resumed.steps.size(), 5u);

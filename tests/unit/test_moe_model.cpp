@@ -9,6 +9,7 @@
 
 #include "megatron/transformer/moe/moe_layer.h"
 #include "models/gpt/gpt_model.h"
+#include "tests/support/gpt_model_test_util.h"
 
 namespace megatron::models {
 namespace {
@@ -73,16 +74,7 @@ GPTSpec tiny_spec(bool swiglu) {
 }
 
 MicroBatch random_batch(int64_t S, int64_t B, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  MicroBatch mb;
-  mb.tokens = Tensor::empty({S, B}, DType::I32);
-  mb.labels = Tensor::empty({S, B}, DType::I32);
-  for (int64_t i = 0; i < S * B; ++i) {
-    mb.tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
-    mb.labels.data<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
-  }
-  mb.info = MicroBatchInfo{3, 5, true};
-  return mb;
+  return testing::random_decoder_batch(S, B, vocab, seed, MicroBatchInfo{3, 5, true});
 }
 
 struct MoeModel {

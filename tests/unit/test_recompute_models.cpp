@@ -16,6 +16,7 @@
 #include "models/bert/bert_model.h"
 #include "models/gpt/gpt_model.h"
 #include "tests/support/bert_model_test_util.h"
+#include "tests/support/gpt_model_test_util.h"
 
 namespace megatron::models {
 namespace {
@@ -49,16 +50,7 @@ GPTSpec gpt_spec(bool llama, int64_t layers = 3) {
 }
 
 MicroBatch gpt_batch(int64_t S, int64_t B, int64_t vocab, uint32_t seed, int64_t offset) {
-  std::mt19937 rng(seed);
-  MicroBatch mb;
-  mb.tokens = Tensor::empty({S, B}, DType::I32);
-  mb.labels = Tensor::empty({S, B}, DType::I32);
-  for (int64_t i = 0; i < S * B; ++i) {
-    mb.tokens.data<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
-    mb.labels.data<int32_t>()[i] = static_cast<int32_t>(rng() % vocab);
-  }
-  mb.info = MicroBatchInfo{2, offset, true};
-  return mb;
+  return testing::random_decoder_batch(S, B, vocab, seed, MicroBatchInfo{2, offset, true});
 }
 
 // tests/support's BERT batch (uneven padding, token types, MLM and NSP labels) at `offset`.

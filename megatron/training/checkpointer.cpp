@@ -294,7 +294,8 @@ Checkpointer::Resume Checkpointer::load() {
     if (!absent.count(p->name)) request(param_piece(*p, "model/", host.weights + p->offset));
   if (moe_ != nullptr)
     for (auto& [layer, bias] : moe_->all_expert_bias())
-      if (has(expert_bias_piece(layer, bias).name)) request(expert_bias_piece(layer, bias));
+      if (ckpt::TensorPiece piece = expert_bias_piece(layer, bias); has(piece.name))
+        request(std::move(piece));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (absent.count(s.param->name)) continue;
     if (mixed) {

@@ -5,8 +5,7 @@ namespace megatron::training {
 GradientSync::GradientSync(ParamStore& store, const TrainerGroups& g, bool distributed,
                            int64_t bucket_elements)
     : dp_(g.dp), ep_(g.ep), expert_dp_(g.expert_dp) {
-  dense_ = std::make_unique<optim::DataParallelGrads>(store, *g.dp, bucket_elements,
-                                                      distributed && g.dp->size() > 1,
+  dense_ = std::make_unique<optim::DataParallelGrads>(store, *g.dp, bucket_elements, distributed,
                                                       optim::BufferRange{0, store.expert_begin()});
   if (store.expert_begin() < store.buffer_numel())
     experts_ = std::make_unique<optim::DataParallelGrads>(

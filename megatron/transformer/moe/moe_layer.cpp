@@ -82,9 +82,9 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
 
   // 1. Routing of the local tokens, in fp32.
   as_f32(in, s.x32, {Tl, D});
-  Tensor w32;
+  as_f32(router_->weight, s.router_w32, {E, D});
   ensure(s.logits, {Tl, E}, DType::F32, device_);
-  ops::linear_forward(s.x32, as_f32(router_->weight, w32, {E, D}), nullptr, s.logits);
+  ops::linear_forward(s.x32, s.router_w32, nullptr, s.logits);
   const float* bias = m.expert_bias ? moe_->expert_bias(layer_).data() : nullptr;
   s.routing = route(s.logits.data<float>(), Tl, ro, bias);
   s.batch = B;
@@ -223,9 +223,8 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   ensure(s.dlogits, {Tl, E}, DType::F32, device_);
   router_backward(s.routing, ro, d_gates.data(), s.balance, w, w, T, s.batch,
                   s.dlogits.data<float>());
-  Tensor w32, dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
-  ops::linear_backward(s.x32, as_f32(router_->weight, w32, {E, D}), s.dlogits, &dx_router,
-                       router_->grad, nullptr);
+  Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
+  ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, router_->grad, nullptr);
   ops::add_inplace(s.dx32, dx_router);
   ops::cast(s.dx32, d_in);
   lap.to(times.router);

@@ -40,6 +40,7 @@ class MoELayer final : public MlpLayer {
     double dropped = 0;
     DispatchPlan plan;
     Tensor x32, logits;                  // [Tl, D], [Tl, E] fp32
+    Tensor router_w32;                   // the router weight in fp32 (forward and backward)
     Tensor rows, expert_out, slot_rows;  // expert-major in/out, [T*k, D] returned rows
     Tensor slot32;                       // [Tl*k, D] fp32 expert outputs (tp-reduced)
     Tensor out;                          // [Sl, B, D]

@@ -36,6 +36,7 @@
 
 #include "megatron/checkpoint/directory.h"
 #include "megatron/checkpoint/geometry.h"
+#include "megatron/checkpoint/safetensors.h"
 #include "megatron/core/tensor.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
@@ -130,6 +131,23 @@ CheckpointIndex read_index(const std::string& dir, std::optional<int64_t> iterat
 // Checks shard files against the index: present, sizes, safetensors headers (keys, dtypes,
 // shapes, byte ranges). `only`: just these files (default all).
 void verify_files(const CheckpointIndex& index, const std::vector<std::string>* only = nullptr);
+
+// Many loads from one checkpoint (a converter reading tensor by tensor): the index is read once
+// and each shard file opened and verified once, on first use. read() fills the pieces as load()
+// does (same checks and errors).
+class Reader {
+ public:
+  explicit Reader(const std::string& dir, std::optional<int64_t> iteration = {});
+  ~Reader();
+  Reader(const Reader&) = delete;
+  Reader& operator=(const Reader&) = delete;
+  const CheckpointIndex& index() const { return index_; }
+  void read(const std::vector<TensorPiece>& pieces);
+
+ private:
+  CheckpointIndex index_;
+  std::map<std::string, safetensors::File> files_;
+};
 
 // ---- Building blocks of save (non-collective; tests simulate ranks with them) --------------
 

@@ -63,6 +63,22 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
   }
 }
 
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const size_t chunk = std::min<size_t>(n, size_t{1} << 30);
+    const ssize_t w = ::pwrite(fd, p, chunk, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw Error(concat("writing ", path, " at byte ", offset, ": ", errno_text(errno)));
+    }
+    if (w == 0) throw Error(concat("writing ", path, ": no progress (disk full?)"));
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+}
+
 void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& path) {
   char* p = static_cast<char*>(dst);
   while (n > 0) {

@@ -30,6 +30,8 @@ class Fd {
 Fd open_for_write(const std::string& path);  // create/truncate, mode 0644
 Fd open_for_read(const std::string& path);   // InputError when missing
 void write_all(int fd, const void* data, size_t n, const std::string& path);
+// Writes exactly n bytes at offset (the file position is unchanged).
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path);
 // Reads exactly n bytes at offset; a short file is an InputError naming the path.
 void pread_all(int fd, void* dst, size_t n, uint64_t offset, const std::string& path);
 uint64_t file_size(int fd, const std::string& path);

@@ -76,8 +76,13 @@ void verify_files(const CheckpointIndex& index, const std::vector<std::string>* 
   open_files(index, names);
 }
 
-nlohmann::json load(const LoadRequest& req) {
-  const CheckpointIndex index = read_index(req.dir, req.iteration);
+Reader::Reader(const std::string& dir, std::optional<int64_t> iteration)
+    : index_(read_index(dir, iteration)) {}
+
+Reader::~Reader() = default;
+
+void Reader::read(const std::vector<TensorPiece>& pieces) {
+  const CheckpointIndex& index = index_;
   const std::string meta_path = (fs::path(index.path) / kMetadataFile).string();
   struct Plan {
     const TensorPiece* piece;
@@ -87,7 +92,7 @@ nlohmann::json load(const LoadRequest& req) {
   };
   std::vector<Plan> plans;
   std::set<std::string> needed;
-  for (const TensorPiece& piece : req.pieces) {
+  for (const TensorPiece& piece : pieces) {
     Plan plan{&piece, piece.geometry(), nullptr, {}};
     const auto it = index.tensors.find(piece.name);
     if (it == index.tensors.end())
@@ -107,12 +112,13 @@ nlohmann::json load(const LoadRequest& req) {
       const auto [slo, shi] = s.geometry.global_span();
       if (slo < hi && lo < shi) {
         plan.sources.push_back(&s);
-        needed.insert(s.file);
+        if (!files_.count(s.file)) needed.insert(s.file);
       }
     }
     plans.push_back(std::move(plan));
   }
-  const auto files = open_files(index, needed);
+  // Each shard file is opened and verified (size, header, checksum) once per Reader.
+  for (auto& [name, file] : open_files(index, needed)) files_.emplace(name, std::move(file));
 
   constexpr int64_t kGap = int64_t{1} << 16;    // elements read through rather than seeking
   constexpr int64_t kChunk = int64_t{1} << 23;  // elements per staged read (32 MB)
@@ -143,7 +149,7 @@ nlohmann::json load(const LoadRequest& req) {
     float* dest = plan.piece->dest;
     for (size_t s = 0; s < plan.sources.size(); ++s) {
       const SavedPiece& src = *plan.sources[s];
-      const safetensors::File& file = files.at(src.file);
+      const safetensors::File& file = files_.at(src.file);
       const safetensors::TensorInfo& info = file.get(src.key);
       const auto& ovs = overlaps[s];
       for (size_t i = 0; i < ovs.size();) {
@@ -169,7 +175,12 @@ nlohmann::json load(const LoadRequest& req) {
       }
     }
   }
-  return index.metadata;
+}
+
+nlohmann::json load(const LoadRequest& req) {
+  Reader reader(req.dir, req.iteration);
+  reader.read(req.pieces);
+  return reader.index().metadata;
 }
 
 }  // namespace megatron::checkpoint

@@ -306,7 +306,6 @@ void Writer::add(WriteEntry e) {
     numel *= static_cast<uint64_t>(d);
   }
   const uint64_t bytes = numel * *esize;
-  MT_CHECK(bytes == 0 || e.data != nullptr, "tensor '", e.name, "' has no data");
   offsets_.push_back(offsets_.back() + bytes);
   entries_.push_back(std::move(e));
 }
@@ -341,15 +340,23 @@ std::string Writer::header() const {
 
 uint64_t Writer::file_size() const { return 8 + header().size() + offsets_.back(); }
 
-uint32_t Writer::write(const std::string& path, bool sync) const {
-  const std::string h = header();
+namespace {
+std::string length_and_header(const std::string& h) {
   unsigned char len[8];
   uint64_t n = h.size();
   for (int i = 0; i < 8; ++i, n >>= 8) len[i] = static_cast<unsigned char>(n & 0xff);
+  return std::string(reinterpret_cast<const char*>(len), 8) + h;
+}
+}  // namespace
+
+uint32_t Writer::write(const std::string& path, bool sync) const {
+  for (size_t i = 0; i < entries_.size(); ++i)
+    MT_CHECK(offsets_[i + 1] == offsets_[i] || entries_[i].data != nullptr, "tensor '",
+             entries_[i].name, "' has no data");
+  const std::string h = header();
   io::Fd fd = io::open_for_write(path);
   // Header and length in one write; tensor data straight from the caller's memory.
-  std::string head(reinterpret_cast<const char*>(len), 8);
-  head += h;
+  const std::string head = length_and_header(h);
   io::write_all(fd.get(), head.data(), head.size(), path);
   uint32_t crc = crc32c(0, head.data(), head.size());
   for (size_t i = 0; i < entries_.size(); ++i) {
@@ -358,6 +365,47 @@ uint32_t Writer::write(const std::string& path, bool sync) const {
   }
   if (sync) io::fsync_fd(fd.get(), path);
   fd.close(path);
+  return crc;
+}
+
+// ---- StreamWriter ------------------------------------------------------------------------
+
+StreamWriter::StreamWriter(Writer layout, std::string path)
+    : layout_(std::move(layout)), path_(std::move(path)) {
+  const std::string head = length_and_header(layout_.header());
+  data_start_ = head.size();
+  written_.assign(layout_.size(), 0);
+  fd_ = io::open_for_write(path_);
+  io::write_all(fd_.get(), head.data(), head.size(), path_);
+}
+
+void StreamWriter::write_at(size_t entry, uint64_t offset, const void* data, uint64_t n) {
+  const auto [begin, end] = layout_.data_offsets(entry);
+  MT_CHECK(offset <= end - begin && n <= end - begin - offset, "safetensors stream ", path_,
+           ": bytes [", offset, ", ", offset + n, ") outside entry ", entry, " (", end - begin,
+           " bytes)");
+  if (n) io::pwrite_all(fd_.get(), data, n, data_start_ + begin + offset, path_);
+  written_[entry] += n;
+}
+
+uint32_t StreamWriter::finish(bool sync) {
+  for (size_t i = 0; i < written_.size(); ++i) {
+    const auto [begin, end] = layout_.data_offsets(i);
+    MT_CHECK(written_[i] == end - begin, "safetensors stream ", path_, ": entry ", i, " got ",
+             written_[i], " of ", end - begin, " bytes");
+  }
+  if (sync) io::fsync_fd(fd_.get(), path_);
+  // The checksum of what is on disk, read back in pieces (memory stays bounded).
+  const uint64_t total = layout_.file_size();
+  std::vector<char> buf(std::min<uint64_t>(total, uint64_t{8} << 20));
+  uint32_t crc = 0;
+  for (uint64_t at = 0; at < total;) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), total - at);
+    io::pread_all(fd_.get(), buf.data(), n, at, path_);
+    crc = crc32c(crc, buf.data(), n);
+    at += n;
+  }
+  fd_.close(path_);
   return crc;
 }
 

@@ -95,6 +95,7 @@ struct WriteEntry {
   const void* data = nullptr;
 };
 
+// Entries may be added without data when the Writer only lays out a StreamWriter's file.
 class Writer {
  public:
   void add(WriteEntry entry);
@@ -110,11 +111,34 @@ class Writer {
   uint32_t write(const std::string& path, bool sync = true) const;
   // Byte range of entry i in the data buffer.
   std::pair<uint64_t, uint64_t> data_offsets(size_t i) const;
+  size_t size() const { return entries_.size(); }
+  const std::string& dtype_of(size_t i) const { return entries_.at(i).dtype; }
 
  private:
   std::vector<WriteEntry> entries_;
   std::vector<uint64_t> offsets_{0};
   std::map<std::string, std::string> metadata_;
+};
+
+// A file whose header is known before its data (a Writer with entries but no data lays it out):
+// the constructor writes the header, the tensor bytes then arrive in any order and any pieces
+// through write_at (bounded memory), and finish() checks every entry was filled, fsyncs, and
+// returns the CRC-32C of the file's bytes (read back). Errors name the path.
+class StreamWriter {
+ public:
+  StreamWriter(Writer layout, std::string path);
+  const Writer& layout() const { return layout_; }
+  const std::string& path() const { return path_; }
+  // Bytes [offset, offset + n) of entry `entry`'s data.
+  void write_at(size_t entry, uint64_t offset, const void* data, uint64_t n);
+  uint32_t finish(bool sync = true);
+
+ private:
+  Writer layout_;
+  std::string path_;
+  io::Fd fd_;
+  uint64_t data_start_ = 0;
+  std::vector<uint64_t> written_;
 };
 
 }  // namespace megatron::checkpoint::safetensors

@@ -1,0 +1,210 @@
+#include "megatron/hf/convert.h"
+
+
+#include <filesystem>
+#include <random>
+
+#include "megatron/checkpoint/directory.h"
+#include "megatron/checkpoint/safetensors.h"
+#include "megatron/hf/hf_dtype.h"
+
+namespace megatron::hf {
+
+namespace fs = std::filesystem;
+namespace st = checkpoint::safetensors;
+using json = nlohmann::json;
+
+namespace {
+
+constexpr const char* kModelPrefix = "model/";
+
+std::vector<int64_t> local_shape(const std::vector<int64_t>& global, const ShardSpec& s) {
+  std::vector<int64_t> local = global;
+  if (!s.replicated()) local[static_cast<size_t>(s.dim)] /= s.count;
+  return local;
+}
+
+std::string random_suffix() {
+  std::random_device rd;
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%08x%04x", rd(), rd() & 0xffff);
+  return buf;
+}
+
+struct Piece {
+  size_t rank_file, entry;
+  ShardSpec shard;
+};
+
+}  // namespace
+
+void import_to_native(const HfTensors& hf, const ImportRequest& req) {
+  // 1. Everything checked before a byte is written.
+  std::set<std::string> used;
+  for (const TensorMapping& m : req.mappings) {
+    m.validate();
+    for (const HfSource& s : m.sources) {
+      if (!hf.has(s.name))
+        throw InputError(concat("Hugging Face checkpoint ", hf.dir(), " has no tensor '", s.name,
+                                "' (needed for ", m.native, ")"));
+      const auto& info = hf.info(s.name);
+      if (info.shape != s.shape)
+        throw InputError(concat(hf.file_of(s.name), ": tensor '", s.name, "' has shape ",
+                                json(info.shape).dump(), ", the configuration needs ",
+                                json(s.shape).dump()));
+      if (!float_dtype(info.dtype))
+        throw InputError(concat(hf.file_of(s.name), ": tensor '", s.name, "' has dtype ",
+                                info.dtype, " (F32, BF16 or F16 convert)"));
+      used.insert(s.name);
+    }
+  }
+  for (const std::string& name : hf.names())
+    if (!used.count(name) && !req.ignored.count(name))
+      throw InputError(concat(hf.file_of(name), ": tensor '", name,
+                              "' is not part of the model config.json describes (extra tensor)"));
+
+  // 2. The target layout's shard files, laid out in full before streaming.
+  std::map<int, size_t> file_of_rank;
+  std::vector<int> ranks;
+  std::vector<st::Writer> layouts;
+  std::vector<json> parts;
+  std::map<std::string, std::vector<Piece>> pieces_of;
+  for (const TensorMapping& m : req.mappings) {
+    NativePlacement placement;
+    const auto it = req.layout.find(m.native);
+    if (it != req.layout.end()) placement = it->second;
+    if (placement.pieces.empty()) placement.pieces.push_back({0, ShardSpec{}});
+    bool replica_written = false;
+    for (const auto& [rank, shard] : placement.pieces) {
+      if (shard.replicated() && replica_written) continue;
+      replica_written = replica_written || shard.replicated();
+      if (!file_of_rank.count(rank)) {
+        file_of_rank[rank] = layouts.size();
+        ranks.push_back(rank);
+        layouts.emplace_back();
+        parts.push_back({{"pieces", json::array()}});
+      }
+      const size_t f = file_of_rank[rank];
+      const std::string name = kModelPrefix + m.native;
+      const std::vector<int64_t> local = local_shape(m.native_shape, shard);
+      std::vector<int64_t> offset(m.native_shape.size(), 0);
+      if (!shard.replicated()) offset[static_cast<size_t>(shard.dim)] = shard.index * local[shard.dim];
+      int64_t count = 1;
+      for (int64_t d : local) count *= d;
+      layouts[f].add({name, "F32", local, nullptr});
+      const size_t entry = layouts[f].size() - 1;
+      const auto [b, e] = layouts[f].data_offsets(entry);
+      parts[f]["pieces"].push_back({{"name", name},
+                                     {"shape", m.native_shape},
+                                     {"key", name},
+                                     {"offset", offset},
+                                     {"extent", local},
+                                     {"flat", {0, count}},
+                                     {"data_offsets", {b, e}}});
+      pieces_of[m.native].push_back({f, entry, shard});
+    }
+  }
+  const std::string tmp =
+      checkpoint::tmp_checkpoint_path(req.out_dir, req.iteration, random_suffix());
+  std::error_code ec;
+  fs::create_directories(tmp, ec);
+  if (ec) throw Error(concat("cannot create ", tmp, ": ", ec.message()));
+  struct Cleanup {
+    std::string path;
+    bool armed = true;
+    ~Cleanup() {
+      std::error_code e;
+      if (armed) fs::remove_all(path, e);
+    }
+  } cleanup{tmp};
+  std::vector<std::unique_ptr<st::StreamWriter>> streams;
+  for (size_t f = 0; f < layouts.size(); ++f) {
+    const std::string file = concat("shard_", ranks[f], ".safetensors");
+    layouts[f].set_metadata("format", "megatron-cpp checkpoint shard");
+    layouts[f].set_metadata("iteration", std::to_string(req.iteration));
+    layouts[f].set_metadata("rank", std::to_string(ranks[f]));
+    layouts[f].set_metadata("source", "Hugging Face checkpoint " + hf.dir());
+    streams.push_back(
+        std::make_unique<st::StreamWriter>(std::move(layouts[f]), (fs::path(tmp) / file).string()));
+    parts[f]["file"] = file;
+  }
+
+  // 3. Tensor by tensor: read the sources, build the native tensor, write each piece's box.
+  for (const TensorMapping& m : req.mappings) {
+    std::vector<std::vector<float>> sources;
+    for (const HfSource& s : m.sources) sources.push_back(hf.read(s.name, s.shape));
+    const std::vector<float> full = m.import(sources);
+    sources.clear();
+    for (const Piece& p : pieces_of[m.native]) {
+      const std::vector<int64_t> local = local_shape(m.native_shape, p.shard);
+      int64_t outer = 1, inner = 1;
+      const size_t d = p.shard.replicated() ? 0 : static_cast<size_t>(p.shard.dim);
+      for (size_t i = 0; i < d; ++i) outer *= m.native_shape[i];
+      for (size_t i = d + 1; i < m.native_shape.size(); ++i) inner *= m.native_shape[i];
+      const int64_t global_d = m.native_shape.empty() ? 1 : m.native_shape[d];
+      const int64_t local_d = m.native_shape.empty() ? 1 : local[d];
+      const int64_t start = p.shard.replicated() ? 0 : p.shard.index * local_d;
+      const uint64_t chunk = static_cast<uint64_t>(local_d * inner) * 4;
+      for (int64_t o = 0; o < outer; ++o)
+        streams[p.rank_file]->write_at(p.entry, static_cast<uint64_t>(o) * chunk,
+                                       full.data() + (o * global_d + start) * inner, chunk);
+    }
+  }
+  std::vector<json> rank_parts;
+  for (size_t f = 0; f < streams.size(); ++f) {
+    parts[f]["crc32c"] = streams[f]->finish(/*sync=*/true);
+    parts[f]["bytes"] = streams[f]->layout().file_size();
+    rank_parts.push_back(parts[f]);
+  }
+  checkpoint::SaveRequest save;
+  save.dir = req.out_dir;
+  save.iteration = req.iteration;
+  save.metadata = req.metadata;
+  checkpoint::finalize(save, tmp, rank_parts, /*keep_last=*/0, /*protect=*/{});
+  cleanup.armed = false;
+}
+
+void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
+                  const std::string& out_dir) {
+  const checkpoint::CheckpointIndex& index = native.index();
+  std::set<std::string> mapped;
+  std::vector<OutTensor> out;
+  for (const TensorMapping& m : req.mappings) {
+    m.validate();
+    const std::string name = kModelPrefix + m.native;
+    const auto it = index.tensors.find(name);
+    if (it == index.tensors.end())
+      throw InputError(concat("checkpoint ", index.path, " has no tensor '", name,
+                              "' (the recipe in its metadata describes a model that has it)"));
+    if (it->second.shape != m.native_shape)
+      throw InputError(concat("checkpoint ", index.path, ": tensor '", name, "' has shape ",
+                              json(it->second.shape).dump(), ", the recipe's model needs ",
+                              json(m.native_shape).dump()));
+    mapped.insert(name);
+    for (const HfSource& s : m.sources) out.push_back({s.name, s.shape, req.dtype});
+  }
+  for (const auto& [name, t] : index.tensors)
+    if (name.rfind(kModelPrefix, 0) == 0 && !mapped.count(name) &&
+        !req.ignored.count(name.substr(std::string(kModelPrefix).size())))
+      throw InputError(concat("checkpoint ", index.path, ": tensor '", name,
+                              "' has no Hugging Face counterpart in this architecture"));
+  HfWriter writer(out_dir, out, req.max_shard_bytes);
+  for (const TensorMapping& m : req.mappings) {
+    int64_t n = 1;
+    for (int64_t d : m.native_shape) n *= d;
+    std::vector<float> full(static_cast<size_t>(n));
+    checkpoint::TensorPiece piece;
+    piece.name = kModelPrefix + m.native;
+    piece.global_shape = Shape(m.native_shape.begin(), m.native_shape.end());
+    piece.local_shape = piece.global_shape;
+    piece.dest = full.data();
+    native.read({piece});
+    const auto sources = m.export_sources(full);
+    full = {};
+    for (size_t s = 0; s < sources.size(); ++s) writer.write(m.sources[s].name, sources[s].data());
+  }
+  for (const auto& [name, contents] : req.files) writer.add_file(name, contents);
+  writer.commit();
+}
+
+}  // namespace megatron::hf

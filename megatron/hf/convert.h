@@ -1,0 +1,58 @@
+#pragma once
+// The conversion engine: Hugging Face tensors -> a native checkpoint in any layout, and a native
+// checkpoint of any layout -> Hugging Face tensors, one tensor at a time (memory stays near
+// two or three copies of the largest tensor, never the whole model). What each architecture's
+// tensors are and how they map is the models' business (models/*/hf_*.h); this file only moves
+// the bytes. Both directions are exact: fp32 holds F32/BF16/F16 values exactly and the
+// mappings only move elements.
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/hf/hf_directory.h"
+#include "megatron/hf/tensor_map.h"
+#include "megatron/params/parameter.h"
+
+namespace megatron::hf {
+
+// Where one native tensor's pieces go in the target layout: (rank, shard) as a training run of
+// that layout saves them. Replicated pieces are written once, by the first rank listed.
+struct NativePlacement {
+  std::vector<std::pair<int, ShardSpec>> pieces;
+};
+
+struct ImportRequest {
+  std::vector<TensorMapping> mappings;              // every native parameter
+  std::map<std::string, NativePlacement> layout;    // by native name; absent: whole on rank 0
+  std::set<std::string> ignored;                    // HF tensors that are not parameters
+  std::string out_dir;                              // the checkpoint root
+  int64_t iteration = 0;
+  nlohmann::json metadata = nlohmann::json::object();
+};
+
+// Checks the HF tensors against the mappings (every source present with its shape, no tensor
+// left over) before anything is written, then writes DIR/iter_NNNNNNN with checkpoint.h's
+// commit protocol (atomic: DIR/latest names it only when complete). InputError naming the file
+// and tensor on bad input.
+void import_to_native(const HfTensors& hf, const ImportRequest& request);
+
+struct ExportRequest {
+  std::vector<TensorMapping> mappings;  // every HF tensor comes from one of these
+  std::string dtype = "F32";            // of every HF tensor
+  uint64_t max_shard_bytes = uint64_t{5} << 30;
+  std::map<std::string, std::string> files;  // config.json, ... written beside the weights
+  // Native model tensors the mappings may leave out (e.g. a tied output layer's copy).
+  std::set<std::string> ignored;
+};
+
+// Reads each mapped tensor whole from the native checkpoint (any layout) and writes the HF
+// directory `out_dir` atomically (HfWriter). A native model tensor no mapping uses is an error
+// naming it (the architecture has a part the HF format cannot hold).
+void export_to_hf(checkpoint::Reader& native, const ExportRequest& request,
+                  const std::string& out_dir);
+
+}  // namespace megatron::hf

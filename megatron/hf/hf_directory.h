@@ -1,0 +1,77 @@
+#pragma once
+// A Hugging Face model directory's weights: `model.safetensors`, or the shards
+// `model-0000k-of-0000n.safetensors` named by `model.safetensors.index.json` ("weight_map":
+// tensor name -> file). The reader opens and validates every file (safetensors.h treats each as
+// hostile), checks the index against the files (every listed tensor in its file, no tensor
+// twice, no file unlisted), and reads one tensor at a time converted to fp32. The writer lays
+// the tensors out into shards of bounded size, streams them in any order, and commits the
+// directory atomically: everything is written into DIR.tmp-<id>/ and renamed to DIR only when
+// complete, so an error or a crash never leaves a DIR that looks converted.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "megatron/checkpoint/safetensors.h"
+
+namespace megatron::hf {
+
+inline constexpr const char* kSingleFile = "model.safetensors";
+inline constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+class HfTensors {
+ public:
+  explicit HfTensors(const std::string& dir);  // InputError naming the directory/file
+  const std::string& dir() const { return dir_; }
+  std::vector<std::string> names() const;  // sorted
+  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  const checkpoint::safetensors::TensorInfo& info(const std::string& name) const;
+  const std::string& file_of(const std::string& name) const;  // full path
+  // The tensor in fp32; its shape must be `shape` (InputError naming file, tensor and both
+  // shapes) and its dtype F32, BF16 or F16.
+  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) const;
+  // The dtype most tensors have (what an export keeps by default).
+  std::string common_dtype() const;
+
+ private:
+  std::string dir_;
+  std::vector<checkpoint::safetensors::File> files_;
+  std::map<std::string, std::pair<size_t, const checkpoint::safetensors::TensorInfo*>> where_;
+};
+
+struct OutTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype = "F32";
+};
+
+class HfWriter {
+ public:
+  // Refuses an existing non-empty `dir` (nothing already saved is overwritten). Tensors go into
+  // files of at most max_shard_bytes each (a tensor larger than that gets a file of its own);
+  // one file is named model.safetensors, several model-0000k-of-0000n.safetensors with the index.
+  HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max_shard_bytes);
+  ~HfWriter();  // removes the temporary directory unless commit() ran
+  HfWriter(const HfWriter&) = delete;
+  HfWriter& operator=(const HfWriter&) = delete;
+
+  // The tensor's elements (fp32, converted to its dtype on the way, in bounded chunks).
+  void write(const std::string& name, const float* data);
+  // Another file of the directory (config.json, ...).
+  void add_file(const std::string& name, const std::string& contents);
+  // Checks every tensor was written, writes the index, fsyncs and renames into place.
+  void commit();
+  int num_files() const { return static_cast<int>(streams_.size()); }
+
+ private:
+  std::string dir_, tmp_;
+  std::vector<OutTensor> tensors_;
+  std::map<std::string, std::pair<size_t, size_t>> where_;  // name -> (file, entry)
+  std::vector<std::string> file_names_;
+  std::vector<std::unique_ptr<checkpoint::safetensors::StreamWriter>> streams_;
+  std::vector<bool> written_;
+  bool committed_ = false;
+};
+
+}  // namespace megatron::hf

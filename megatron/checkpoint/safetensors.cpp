@@ -395,17 +395,18 @@ uint32_t StreamWriter::finish(bool sync) {
              written_[i], " of ", end - begin, " bytes");
   }
   if (sync) io::fsync_fd(fd_.get(), path_);
+  fd_.close(path_);
   // The checksum of what is on disk, read back in pieces (memory stays bounded).
+  const io::Fd in = io::open_for_read(path_);
   const uint64_t total = layout_.file_size();
   std::vector<char> buf(std::min<uint64_t>(total, uint64_t{8} << 20));
   uint32_t crc = 0;
   for (uint64_t at = 0; at < total;) {
     const uint64_t n = std::min<uint64_t>(buf.size(), total - at);
-    io::pread_all(fd_.get(), buf.data(), n, at, path_);
+    io::pread_all(in.get(), buf.data(), n, at, path_);
     crc = crc32c(crc, buf.data(), n);
     at += n;
   }
-  fd_.close(path_);
   return crc;
 }
 

@@ -1,0 +1,319 @@
+#include "models/gpt/hf_decoder.h"
+
+#include <algorithm>
+
+#include "megatron/core/error.h"
+
+namespace megatron::models {
+
+namespace {
+
+using hf::HfSource;
+using hf::TensorMapping;
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kGpt2 = "GPT2LMHeadModel";
+constexpr const char* kLlama = "LlamaForCausalLM";
+constexpr const char* kMistral = "MistralForCausalLM";
+constexpr const char* kQwen2 = "Qwen2ForCausalLM";
+constexpr const char* kMixtral = "MixtralForCausalLM";
+constexpr int64_t kMaxDefaultSeq = 4096;
+
+std::string model_type(const std::string& a) {
+  if (a == kGpt2) return "gpt2";
+  if (a == kLlama) return "llama";
+  if (a == kMistral) return "mistral";
+  if (a == kQwen2) return "qwen2";
+  return "mixtral";
+}
+
+config::ModelConfig gpt2_from_hf(const hf::ConfigJson& c) {
+  c.check_known({"n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size",
+                 "layer_norm_epsilon", "activation_function", "tie_word_embeddings",
+                 "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+                 "reorder_and_upcast_attn", "add_cross_attention"},
+                kGpt2);
+  config::ModelConfig m;
+  m.arch = config::Arch::GPT;
+  m.num_layers = c.integer("n_layer");
+  m.hidden_size = c.integer("n_embd");
+  m.num_attention_heads = c.integer("n_head");
+  m.ffn_hidden_size = c.integer_or("n_inner", 4 * m.hidden_size);
+  m.max_position_embeddings = c.integer("n_positions");
+  m.seq_length = m.max_position_embeddings;
+  m.vocab_size = c.integer("vocab_size");
+  m.layernorm_epsilon = c.number_or("layer_norm_epsilon", 1e-5);
+  m.tie_embeddings = c.boolean_or("tie_word_embeddings", true);
+  m.normalization = config::Normalization::LayerNorm;
+  m.position_embedding = config::PositionEmbedding::Learned;
+  m.add_bias = true;
+  const std::string act = c.string_or("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
+    c.fail("activation_function",
+           concat("'", act, "' is not the tanh-approximated GeLU (gelu_new) the model computes"));
+  m.activation = config::Activation::GeLU;
+  if (!c.boolean_or("scale_attn_weights", true))
+    c.fail("scale_attn_weights", "false (unscaled attention) is not supported");
+  if (c.boolean_or("scale_attn_by_inverse_layer_idx", false))
+    c.fail("scale_attn_by_inverse_layer_idx", "true is not supported");
+  if (c.boolean_or("add_cross_attention", false))
+    c.fail("add_cross_attention", "true (an encoder-decoder) is not supported");
+  return m;
+}
+
+void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
+  // transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}; 4.x "rope_theta" and
+  // "rope_scaling" {rope_type | type, ...}.
+  nlohmann::json scaling;
+  if (c.has("rope_parameters")) {
+    scaling = c.json()["rope_parameters"];
+    if (!scaling.is_object()) c.fail("rope_parameters", "must be an object");
+    if (!scaling.contains("rope_theta") || !scaling["rope_theta"].is_number())
+      c.fail("rope_parameters", "has no numeric rope_theta");
+    m.rope_theta = scaling["rope_theta"].get<double>();
+  } else {
+    m.rope_theta = c.number_or("rope_theta", 10000.0);
+    if (c.has("rope_scaling")) scaling = c.json()["rope_scaling"];
+  }
+  if (scaling.is_null()) return;
+  const std::string key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  std::string type = "default";
+  if (scaling.contains("rope_type") && scaling["rope_type"].is_string())
+    type = scaling["rope_type"].get<std::string>();
+  else if (scaling.contains("type") && scaling["type"].is_string())
+    type = scaling["type"].get<std::string>();
+  if (type != "default")
+    c.fail(key, concat("rope type '", type,
+                       "' is not implemented (only unscaled rotary embeddings convert)"));
+}
+
+config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::string& arch) {
+  std::set<std::string> known = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                                 "num_attention_heads", "num_key_value_heads",
+                                 "max_position_embeddings", "rms_norm_eps", "hidden_act",
+                                 "tie_word_embeddings", "rope_theta", "rope_scaling",
+                                 "rope_parameters", "head_dim"};
+  if (arch == kLlama) known.insert({"attention_bias", "mlp_bias", "pretraining_tp"});
+  if (arch == kMistral || arch == kMixtral || arch == kQwen2) known.insert("sliding_window");
+  if (arch == kQwen2) known.insert({"use_sliding_window", "max_window_layers", "layer_types"});
+  if (arch == kMixtral)
+    known.insert({"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
+                  "router_jitter_noise"});
+  c.check_known(known, arch);
+  config::ModelConfig m;
+  m.arch = config::Arch::LLaMA;
+  m.num_layers = c.integer("num_hidden_layers");
+  m.hidden_size = c.integer("hidden_size");
+  m.num_attention_heads = c.integer("num_attention_heads");
+  m.num_query_groups = c.integer_or("num_key_value_heads", m.num_attention_heads);
+  m.ffn_hidden_size = c.integer("intermediate_size");
+  m.max_position_embeddings = c.integer("max_position_embeddings");
+  m.seq_length = std::min(m.max_position_embeddings, kMaxDefaultSeq);
+  m.vocab_size = c.integer("vocab_size");
+  m.layernorm_epsilon = c.number("rms_norm_eps");
+  m.tie_embeddings = c.boolean_or("tie_word_embeddings", false);
+  m.normalization = config::Normalization::RMSNorm;
+  m.activation = config::Activation::SwiGLU;
+  m.position_embedding = config::PositionEmbedding::Rope;
+  m.add_bias = false;
+  m.init_method_std = c.number_or("initializer_range", 0.02);
+  if (c.string_or("hidden_act", "silu") != "silu")
+    c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
+  if (m.num_attention_heads <= 0 || m.hidden_size % m.num_attention_heads)
+    c.fail("num_attention_heads", "must divide hidden_size");
+  if (c.has("head_dim") && c.integer("head_dim") != m.hidden_size / m.num_attention_heads)
+    c.fail("head_dim", concat(c.integer("head_dim"), " differs from hidden_size / "
+                              "num_attention_heads = ", m.hidden_size / m.num_attention_heads,
+                              " (not supported)"));
+  if (c.boolean_or("attention_bias", false) || c.boolean_or("mlp_bias", false))
+    c.fail(c.boolean_or("attention_bias", false) ? "attention_bias" : "mlp_bias",
+           "true is not supported (LLaMA without biases only)");
+  if (arch == kQwen2) {
+    if (c.boolean_or("use_sliding_window", false))
+      c.fail("use_sliding_window", "true (sliding-window attention) is not implemented");
+    if (c.has("layer_types"))
+      for (const auto& t : c.json()["layer_types"])
+        if (t != "full_attention")
+          c.fail("layer_types", concat("has ", t.dump(), " (only full_attention)"));
+    c.fail("architectures", "Qwen2's q/k/v biases are not implemented yet");
+  }
+  if ((arch == kMistral || arch == kMixtral) && c.has("sliding_window")) {
+    const int64_t window = c.integer("sliding_window");
+    // Sliding-window attention equals full attention for sequences no longer than the window.
+    m.seq_length = std::min(m.seq_length, window);
+  }
+  read_rope(c, m);
+  if (arch == kMixtral) {
+    m.moe.num_experts = c.integer("num_local_experts");
+    m.moe.moe_router_topk = c.integer("num_experts_per_tok");
+    m.moe.moe_ffn_hidden_size = m.ffn_hidden_size;
+    m.moe.moe_aux_loss_coeff = c.number_or("router_aux_loss_coef", 0.0);
+    m.moe.moe_router_load_balancing_type = config::MoeLoadBalancing::AuxLoss;
+    if (c.number_or("router_jitter_noise", 0.0) != 0.0)
+      c.fail("router_jitter_noise", "non-zero jitter is not implemented");
+  }
+  return m;
+}
+
+std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
+
+}  // namespace
+
+bool is_hf_decoder(const std::string& a) {
+  return a == kGpt2 || a == kLlama || a == kMistral || a == kQwen2 || a == kMixtral;
+}
+
+config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::string& arch) {
+  MT_CHECK(is_hf_decoder(arch), "not a decoder architecture: ", arch);
+  config::ModelConfig m = arch == kGpt2 ? gpt2_from_hf(c) : llama_family_from_hf(c, arch);
+  try {
+    m.validate();
+  } catch (const InputError& e) {
+    throw InputError(concat(c.path(), ": the model it describes is invalid: ", e.what()));
+  }
+  return m;
+}
+
+std::string decoder_architecture_for(const config::ModelConfig& m) {
+  if (m.arch == config::Arch::GPT) return kGpt2;
+  if (m.moe.enabled()) return kMixtral;
+  return kLlama;
+}
+
+Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
+                       const std::string& dtype, const nlohmann::json& original) {
+  Json j = original.is_object() ? Json(original) : Json::object();
+  j["architectures"] = {arch};
+  j["model_type"] = model_type(arch);
+  j["vocab_size"] = m.vocab_size;
+  j["tie_word_embeddings"] = m.tie_embeddings;
+  j["torch_dtype"] = dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
+  j.erase("dtype");
+  if (arch == kGpt2) {
+    j["n_embd"] = m.hidden_size;
+    j["n_layer"] = m.num_layers;
+    j["n_head"] = m.num_attention_heads;
+    j["n_inner"] = m.ffn();
+    j["n_positions"] = m.max_positions();
+    j["layer_norm_epsilon"] = m.layernorm_epsilon;
+    if (!j.contains("activation_function")) j["activation_function"] = "gelu_new";
+    return j;
+  }
+  j["hidden_size"] = m.hidden_size;
+  j["intermediate_size"] = m.moe.enabled() ? m.moe.expert_ffn(m.ffn()) : m.ffn();
+  j["num_hidden_layers"] = m.num_layers;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["num_key_value_heads"] = m.query_groups();
+  j["head_dim"] = m.head_dim();
+  j["max_position_embeddings"] = m.max_positions();
+  j["rms_norm_eps"] = m.layernorm_epsilon;
+  j["hidden_act"] = "silu";
+  if (j.contains("rope_parameters")) {
+    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
+  } else {
+    j["rope_theta"] = m.rope_theta;
+    j["rope_scaling"] = nullptr;
+  }
+  if (arch == kLlama) j["attention_bias"] = false, j["mlp_bias"] = false;
+  if (arch == kMixtral) {
+    j["num_local_experts"] = m.moe.num_experts;
+    j["num_experts_per_tok"] = m.moe.moe_router_topk;
+    j["router_aux_loss_coef"] = m.moe.moe_aux_loss_coeff;
+  }
+  return j;
+}
+
+std::vector<TensorMapping> decoder_mappings(const std::string& arch, const config::ModelConfig& m,
+                                            int64_t Vp) {
+  const int64_t D = m.hidden_size, H = m.num_attention_heads, G = m.query_groups(),
+                Dh = m.head_dim(), F = m.ffn(), V = m.vocab_size, QKV = (H + 2 * G) * Dh;
+  std::vector<TensorMapping> out;
+  const bool gpt2 = arch == kGpt2;
+  const std::string root = gpt2 ? "transformer." : "model.";
+  out.push_back(hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, D}),
+                                        root + (gpt2 ? "wte.weight" : "embed_tokens.weight"), V));
+  if (gpt2)
+    out.push_back(hf::copy_mapping("embedding.position_embeddings.weight",
+                                   vec({m.max_positions(), D}), root + "wpe.weight"));
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const std::string n = concat("layers.", l, ".");
+    if (gpt2) {
+      const std::string h = concat(root, "h.", l, ".");
+      out.push_back(hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "ln_1.weight"));
+      out.push_back(hf::copy_mapping(n + "input_norm.bias", vec({D}), h + "ln_1.bias"));
+      out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
+                                          {h + "attn.c_attn.weight", vec({D, QKV}), true}, H, G,
+                                          Dh));
+      out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.bias", vec({QKV}),
+                                          {h + "attn.c_attn.bias", vec({QKV}), false}, H, G, Dh));
+      out.push_back(
+          hf::transpose_mapping(n + "attention.proj.weight", vec({D, D}), h + "attn.c_proj.weight"));
+      out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), h + "attn.c_proj.bias"));
+      out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}), h + "ln_2.weight"));
+      out.push_back(hf::copy_mapping(n + "post_attention_norm.bias", vec({D}), h + "ln_2.bias"));
+      out.push_back(hf::transpose_mapping(n + "mlp.fc1.weight", vec({F, D}), h + "mlp.c_fc.weight"));
+      out.push_back(hf::copy_mapping(n + "mlp.fc1.bias", vec({F}), h + "mlp.c_fc.bias"));
+      out.push_back(
+          hf::transpose_mapping(n + "mlp.fc2.weight", vec({D, F}), h + "mlp.c_proj.weight"));
+      out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), h + "mlp.c_proj.bias"));
+      continue;
+    }
+    const std::string h = concat(root, "layers.", l, ".");
+    const std::string a = h + "self_attn.";
+    out.push_back(
+        hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "input_layernorm.weight"));
+    out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
+                                  {{a + "q_proj.weight", vec({H * Dh, D})},
+                                   {a + "k_proj.weight", vec({G * Dh, D})},
+                                   {a + "v_proj.weight", vec({G * Dh, D})}},
+                                  H, G, Dh));
+    out.push_back(hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}),
+                                   a + "o_proj.weight"));
+    out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
+                                   h + "post_attention_layernorm.weight"));
+    if (m.moe.enabled() && m.moe.moe_layer_freq.is_moe(l)) {
+      const std::string e = h + "block_sparse_moe.";
+      const int64_t E = m.moe.num_experts, Fe = m.moe.expert_ffn(F);
+      out.push_back(
+          hf::copy_mapping(n + "mlp.router.weight", vec({E, D}), e + "gate.weight"));
+      for (int64_t x = 0; x < E; ++x) {
+        const std::string ex = concat(e, "experts.", x, ".");
+        const std::string nx = concat(n, "mlp.experts.", x, ".");
+        out.push_back(hf::stacked_mapping(
+            nx + "fc1.weight", vec({2, Fe, D}),
+            {{ex + "w1.weight", vec({Fe, D})}, {ex + "w3.weight", vec({Fe, D})}}));
+        out.push_back(hf::copy_mapping(nx + "fc2.weight", vec({D, Fe}), ex + "w2.weight"));
+      }
+      continue;
+    }
+    const std::string p = h + "mlp.";
+    out.push_back(hf::stacked_mapping(
+        n + "mlp.fc1.weight", vec({2, F, D}),
+        {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
+    out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+  }
+  out.push_back(hf::copy_mapping("final_norm.weight", vec({D}),
+                                 root + (gpt2 ? "ln_f.weight" : "norm.weight")));
+  if (gpt2) out.push_back(hf::copy_mapping("final_norm.bias", vec({D}), root + "ln_f.bias"));
+  if (!m.tie_embeddings)
+    out.push_back(hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "lm_head.weight", V));
+  return out;
+}
+
+std::set<std::string> decoder_ignored_tensors(const std::string& arch,
+                                              const config::ModelConfig& m) {
+  std::set<std::string> out;
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    if (arch == kGpt2) {
+      out.insert(concat("transformer.h.", l, ".attn.bias"));
+      out.insert(concat("transformer.h.", l, ".attn.masked_bias"));
+    } else {
+      out.insert(concat("model.layers.", l, ".self_attn.rotary_emb.inv_freq"));
+    }
+  }
+  // A tied head saved anyway (some exporters write the shared table twice).
+  if (m.tie_embeddings) out.insert("lm_head.weight");
+  return out;
+}
+
+}  // namespace megatron::models

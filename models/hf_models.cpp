@@ -1,0 +1,120 @@
+#include "models/hf_models.h"
+
+#include "models/gpt/hf_decoder.h"
+#include "models/registry.h"
+
+namespace megatron::models {
+
+namespace {
+
+// A group member that never communicates: building a model only registers its parameters, and
+// each parameter's shard follows from rank() and size().
+class LayoutOnlyCommunicator final : public parallel::Communicator {
+ public:
+  LayoutOnlyCommunicator(std::string name, int rank, int size)
+      : name_(std::move(name)), rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  int world_rank_of(int group_rank) const override { return group_rank; }
+  void all_reduce(Tensor&, parallel::ReduceOp) override { refuse(); }
+  std::unique_ptr<parallel::Work> all_reduce_async(Tensor&, parallel::ReduceOp) override {
+    refuse();
+  }
+  void all_gather(const Tensor&, Tensor&) override { refuse(); }
+  std::unique_ptr<parallel::Work> all_gather_async(const Tensor&, Tensor&) override { refuse(); }
+  void reduce_scatter(const Tensor&, Tensor&, parallel::ReduceOp) override { refuse(); }
+  std::unique_ptr<parallel::Work> reduce_scatter_async(const Tensor&, Tensor&,
+                                                       parallel::ReduceOp) override {
+    refuse();
+  }
+  void broadcast(Tensor&, int) override { refuse(); }
+  void barrier() override { refuse(); }
+  void all_to_all(const Tensor&, const std::vector<int64_t>&, Tensor&,
+                  const std::vector<int64_t>&) override {
+    refuse();
+  }
+  std::unique_ptr<parallel::Work> batch_isend_irecv(std::vector<parallel::P2POp>) override {
+    refuse();
+  }
+
+ private:
+  [[noreturn]] void refuse() const {
+    throw Error(concat("layout-only communicator '", name_, "' cannot communicate"));
+  }
+  std::string name_;
+  int rank_, size_;
+};
+
+}  // namespace
+
+std::vector<std::string> hf_architectures() {
+  return {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+          "MixtralForCausalLM"};
+}
+
+config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
+  const std::string arch = c.architecture();
+  if (is_hf_decoder(arch)) return decoder_model_from_hf(c, arch);
+  std::string names;
+  for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
+  c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
+}
+
+std::string hf_architecture_for(const config::ModelConfig& m) {
+  return decoder_architecture_for(m);
+}
+
+nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::string& arch,
+                                     const std::string& dtype, const nlohmann::json& original) {
+  return decoder_hf_config(m, arch, dtype, original);
+}
+
+std::vector<hf::TensorMapping> hf_mappings(const std::string& arch,
+                                           const config::ModelConfig& m, int64_t padded_vocab) {
+  return decoder_mappings(arch, m, padded_vocab);
+}
+
+std::set<std::string> hf_ignored_tensors(const std::string& arch, const config::ModelConfig& m) {
+  return decoder_ignored_tensors(arch, m);
+}
+
+NativeLayout native_layout(const config::Recipe& recipe, int64_t tp, int64_t pp, int64_t ep) {
+  NativeLayout out;
+  const int64_t vocab = recipe.model.vocab_size;
+  MT_CHECK(vocab > 0, "native_layout needs model.vocab_size");
+  for (int64_t p = 0; p < pp; ++p)
+    for (int64_t e = 0; e < ep; ++e)
+      for (int64_t t = 0; t < tp; ++t) {
+        const int rank = static_cast<int>(t + tp * (e + ep * p));
+        LayoutOnlyCommunicator tp_comm("tp", static_cast<int>(t), static_cast<int>(tp));
+        LayoutOnlyCommunicator ep_comm("ep", static_cast<int>(e), static_cast<int>(ep));
+        ParamStore store;
+        const ModelChunks chunks =
+            build_model_chunks(recipe, vocab, store, tp_comm, p, pp, &ep_comm);
+        out.padded_vocab = chunks.padded_vocab;
+        for (const Parameter* param : store.params()) {
+          // A tied head's copy on the last stage is the word embedding's: saved once.
+          if (param->shared_copy) continue;
+          out.shapes[param->name] = {param->global_shape.begin(), param->global_shape.end()};
+          out.placement[param->name].pieces.push_back({rank, param->shard});
+        }
+      }
+  return out;
+}
+
+void check_mappings(const std::vector<hf::TensorMapping>& mappings, const NativeLayout& layout,
+                    const std::string& arch) {
+  std::set<std::string> mapped;
+  for (const hf::TensorMapping& m : mappings) {
+    const auto it = layout.shapes.find(m.native);
+    MT_CHECK(it != layout.shapes.end(), arch, " map names '", m.native,
+             "', which the model does not have");
+    MT_CHECK(it->second == m.native_shape, arch, " map gives '", m.native, "' the wrong shape");
+    mapped.insert(m.native);
+  }
+  for (const auto& [name, shape] : layout.shapes)
+    MT_CHECK(mapped.count(name), arch, " map has no source for the model's '", name, "'");
+}
+
+}  // namespace megatron::models

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Builds the Hugging Face fixtures of the conversion tests with transformers itself:
+
+    tests/fixtures/hf/<name>/config.json, model.safetensors (or sharded with the index)
+    tests/fixtures/hf/<name>/expected.json   {"tokens": [[..]], "logits": [[[..]]], "loss": x}
+
+Each is a small randomly initialised model of one supported architecture; every parameter
+(norm weights and biases included) is drawn at random so that a wrong mapping shows. logits
+are transformers' forward in fp32 on the fixed tokens; loss is its causal-LM loss with
+labels = tokens (mean over the shifted positions). Run once from the repository root; the
+outputs are committed and neither the build nor the tests run Python:
+
+    python3 -m venv /tmp/hf-venv && /tmp/hf-venv/bin/pip install torch transformers safetensors
+    /tmp/hf-venv/bin/python tools/gen_hf_fixtures.py
+
+The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
+"""
+import json
+import os
+import shutil
+import sys
+
+import torch
+import transformers as T
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "hf")
+VOCAB = 96  # not a multiple of 128: the import pads, the export cuts back
+
+
+def llama_like(cls, **kw):
+    base = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=VOCAB, max_position_embeddings=64,
+                rms_norm_eps=1e-5, rope_theta=10000.0, bos_token_id=1, eos_token_id=2)
+    base.update(kw)
+    return cls(**base)
+
+
+FIXTURES = {
+    # name: (model class, config, dtype stored, max shard size or None)
+    "gpt2": (T.GPT2LMHeadModel,
+             T.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=32,
+                          bos_token_id=1, eos_token_id=2), torch.float32, None),
+    "llama_bf16": (T.LlamaForCausalLM, llama_like(T.LlamaConfig), torch.bfloat16, None),
+    "llama_tied": (T.LlamaForCausalLM, llama_like(T.LlamaConfig, tie_word_embeddings=True,
+                                                  num_key_value_heads=4), torch.float16, None),
+    "mistral_sharded": (T.MistralForCausalLM, llama_like(T.MistralConfig, sliding_window=None),
+                        torch.float32, "20KB"),
+    "mixtral": (T.MixtralForCausalLM,
+                llama_like(T.MixtralConfig, num_local_experts=4, num_experts_per_tok=2,
+                           router_aux_loss_coef=0.01), torch.float32, None),
+}
+
+TOKENS = [[1, 17, 42, 5, 88, 23, 64, 9, 31, 77, 3, 50, 12, 95, 40, 6],
+          [1, 90, 2, 33, 33, 71, 8, 59, 26, 44, 13, 81, 67, 0, 19, 55]]
+
+
+def randomize(model, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g) * 0.2
+            if "norm" in name or name.endswith("ln_1.weight") or name.endswith("ln_2.weight") \
+                    or name.endswith("ln_f.weight"):
+                p.copy_(1.0 + noise if name.endswith("weight") else noise)
+            else:
+                p.copy_(noise)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for i, (name, (cls, config, dtype, shard)) in enumerate(FIXTURES.items()):
+        torch.manual_seed(i)
+        model = cls(config).eval()
+        randomize(model, 1000 + i)
+        # Round the weights to the stored dtype first: the logits are of what the file holds.
+        model = model.to(dtype).to(torch.float32)
+        tokens = torch.tensor(TOKENS)
+        with torch.no_grad():
+            out = model(input_ids=tokens, labels=tokens)
+        d = os.path.join(OUT, name)
+        shutil.rmtree(d, ignore_errors=True)
+        kw = {"max_shard_size": shard} if shard else {}
+        model.to(dtype).save_pretrained(d, **kw)
+        gen = os.path.join(d, "generation_config.json")
+        if os.path.exists(gen):
+            os.remove(gen)
+        expected = {"tokens": TOKENS,
+                    "logits": out.logits.tolist(),
+                    "loss": out.loss.item(),
+                    "torch": torch.__version__, "transformers": T.__version__}
+        with open(os.path.join(d, "expected.json"), "w") as f:
+            json.dump(expected, f)
+        print(name, sorted(os.listdir(d)), "loss", out.loss.item())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -74,10 +74,14 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
     const auto it = req.layout.find(m.native);
     if (it != req.layout.end()) placement = it->second;
     if (placement.pieces.empty()) placement.pieces.push_back({0, ShardSpec{}});
-    bool replica_written = false;
+    // Each distinct piece once: replicas (over tp, or over ep/dp for dense shards) are written
+    // by the first rank that holds them, as a training run saves one data-parallel replica.
+    std::set<std::pair<int64_t, int64_t>> written;  // (shard index, count); replicated: (-1, 1)
     for (const auto& [rank, shard] : placement.pieces) {
-      if (shard.replicated() && replica_written) continue;
-      replica_written = replica_written || shard.replicated();
+      const std::pair<int64_t, int64_t> key =
+          shard.replicated() ? std::make_pair(int64_t{-1}, int64_t{1})
+                             : std::make_pair(shard.index, shard.count);
+      if (!written.insert(key).second) continue;
       if (!file_of_rank.count(rank)) {
         file_of_rank[rank] = layouts.size();
         ranks.push_back(rank);

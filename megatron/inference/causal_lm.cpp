@@ -1,0 +1,132 @@
+#include "megatron/inference/causal_lm.h"
+
+#include <cstring>
+
+#include "megatron/checkpoint/checkpoint.h"
+#include "models/gpt/gpt_model.h"
+#include "models/hf_checkpoint.h"
+
+namespace megatron::inference {
+
+namespace {
+
+config::Recipe inference_recipe(config::Recipe r, int64_t seq_length) {
+  r.training.precision = config::Precision::FP32;
+  r.training.recompute = config::RecomputeGranularity::None;
+  r.training.device = config::TrainingDevice::CPU;
+  r.parallel.pipeline = 1;
+  r.parallel.virtual_pipeline.reset();
+  r.parallel.pipeline_layers.clear();
+  r.parallel.expert = 1;
+  r.parallel.sequence_parallel = false;
+  r.model.hidden_dropout = r.model.attention_dropout = 0.0;
+  if (seq_length > 0) r.model.seq_length = seq_length;
+  return r;
+}
+
+// Copies this rank's shard of a parameter out of the global tensor `full` (the model's global
+// shape; saved rows past the checkpoint's vocabulary padding are zero).
+void copy_shard(const Parameter& p, const std::vector<float>& full) {
+  float* dst = p.weight.data<float>();
+  const Shape& g = p.global_shape;
+  if (p.shard.replicated()) {
+    std::memcpy(dst, full.data(), full.size() * sizeof(float));
+    return;
+  }
+  const int d = p.shard.dim;
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < d; ++i) outer *= g[i];
+  for (int i = d + 1; i < g.ndim(); ++i) inner *= g[i];
+  const int64_t local = p.local_shape[d], start = p.shard.index * local;
+  for (int64_t o = 0; o < outer; ++o)
+    std::memcpy(dst + o * local * inner, full.data() + (o * g[d] + start) * inner,
+                static_cast<size_t>(local * inner) * sizeof(float));
+}
+
+}  // namespace
+
+CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,
+                   parallel::Communicator& tp, int64_t seq_length)
+    : tp_(&tp) {
+  checkpoint::Reader reader(dir, iteration);
+  checkpoint_path_ = reader.index().path;
+  recipe_ = inference_recipe(models::recipe_of_checkpoint(reader.index()), seq_length);
+  MT_INPUT_CHECK(recipe_.model.arch != config::Arch::BERT, checkpoint_path_,
+                 ": a BERT checkpoint is not a causal language model");
+  recipe_.parallel.tensor = tp.size();
+  recipe_.validate();
+  chunks_ = models::build_model_chunks(recipe_, recipe_.model.vocab_size, store_, tp, 0, 1);
+  store_.finalize();
+  const auto& tensors = reader.index().tensors;
+  for (Parameter* p : store_.params()) {
+    const std::string name = "model/" + p->name;
+    const auto it = tensors.find(name);
+    MT_INPUT_CHECK(it != tensors.end(), checkpoint_path_, ": no tensor '", name,
+                   "' (the checkpoint does not hold the model its recipe describes)");
+    std::vector<int64_t> saved = it->second.shape;
+    const std::vector<int64_t> want(p->global_shape.begin(), p->global_shape.end());
+    // Vocabulary tables: only the padding rows may differ.
+    const bool vocab_rows = !saved.empty() && saved.size() == want.size() &&
+                            saved[0] != want[0] && saved[0] >= vocab_size() &&
+                            std::equal(saved.begin() + 1, saved.end(), want.begin() + 1);
+    MT_INPUT_CHECK(saved == want || vocab_rows, checkpoint_path_, ": tensor '", name,
+                   "' has shape ", Shape(saved.begin(), saved.end()).str(), ", the model needs ",
+                   p->global_shape.str());
+    int64_t saved_numel = 1, row = 1;
+    for (int64_t s : saved) saved_numel *= s;
+    for (size_t i = 1; i < want.size(); ++i) row *= want[i];
+    std::vector<float> buf(static_cast<size_t>(saved_numel));
+    checkpoint::TensorPiece piece;
+    piece.name = name;
+    piece.global_shape = Shape(saved.begin(), saved.end());
+    piece.local_shape = piece.global_shape;
+    piece.dest = buf.data();
+    reader.read({piece});
+    std::vector<float> full(static_cast<size_t>(p->global_shape.numel()), 0.0f);
+    const int64_t rows = std::min(saved.empty() ? 1 : saved[0], want.empty() ? 1 : want[0]);
+    // Real rows only: padding rows of the saved table are not the model's.
+    const int64_t real = vocab_rows ? std::min(rows, vocab_size()) : rows;
+    std::memcpy(full.data(), buf.data(), static_cast<size_t>(real * row) * sizeof(float));
+    copy_shard(*p, full);
+  }
+}
+
+CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels) const {
+  MT_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::I32, "CausalLM::forward: tokens must "
+           "be int32 [S, B], got ", tokens.shape().str());
+  const int64_t S = tokens.dim(0), B = tokens.dim(1), V = vocab_size();
+  models::MicroBatch mb;
+  mb.tokens = tokens;
+  if (labels.ndim() == 2) {
+    MT_CHECK(labels.shape() == tokens.shape(), "CausalLM::forward: labels shape");
+    mb.labels = labels;
+  } else {
+    mb.labels = Tensor::empty({S, B}, DType::I32);
+    for (int64_t i = 0; i < S * B; ++i) mb.labels.data<int32_t>()[i] = models::kIgnoreIndex;
+  }
+  mb.info.training = false;
+  const models::Model& model = *chunks_.chunks.at(0);
+  auto act = model.make_activations();
+  const models::LossSums sums = model.forward(*act, mb);
+  const auto* a = dynamic_cast<const models::GPTModel::Activations*>(act.get());
+  MT_CHECK(a != nullptr, "CausalLM: not a decoder");
+  const Tensor& local = a->logits;  // [S*B, V_local] this rank's vocabulary slice
+  const int64_t Vl = local.dim(1), tp = tp_->size();
+  Tensor gathered = Tensor::empty({tp, S * B, Vl}, DType::F32);
+  if (tp > 1)
+    tp_->all_gather(local, gathered);
+  else
+    std::memcpy(gathered.raw(), local.raw(), static_cast<size_t>(S * B * Vl) * sizeof(float));
+  Output out;
+  out.logits = Tensor::empty({S, B, V}, DType::F32);
+  const float* g = gathered.data<float>();
+  float* o = out.logits.data<float>();
+  for (int64_t r = 0; r < tp; ++r)
+    for (int64_t n = 0; n < S * B; ++n)
+      for (int64_t j = 0; j < Vl && r * Vl + j < V; ++j) o[n * V + r * Vl + j] = g[(r * S * B + n) * Vl + j];
+  out.loss_sum = sums.lm;
+  out.targets = models::count_lm_targets(mb);
+  return out;
+}
+
+}  // namespace megatron::inference

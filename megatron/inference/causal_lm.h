@@ -1,0 +1,43 @@
+#pragma once
+// A decoder language model loaded from a native checkpoint for evaluation and generation: the
+// recipe saved with the checkpoint builds the model for a tensor-parallel group (pipeline 1,
+// expert parallel 1, fp32 weights, no dropout), and each weight is read whole from the
+// checkpoint (any layout) and cut to this rank's shard (vocabulary padding may differ).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "megatron/config/recipe.h"
+#include "megatron/parallel/communicator.h"
+#include "megatron/params/parameter.h"
+#include "models/registry.h"
+
+namespace megatron::inference {
+
+class CausalLM {
+ public:
+  // seq_length: the longest sequence forward() takes (0: the recipe's model.seq_length).
+  CausalLM(const std::string& checkpoint_dir, std::optional<int64_t> iteration,
+           parallel::Communicator& tp, int64_t seq_length = 0);
+
+  const config::Recipe& recipe() const { return recipe_; }
+  int64_t vocab_size() const { return chunks_.vocab_size; }
+  const std::string& checkpoint_path() const { return checkpoint_path_; }
+
+  struct Output {
+    Tensor logits;          // F32 [S, B, vocab_size] (real vocabulary, on every tp rank)
+    double loss_sum = 0.0;  // summed cross-entropy over labels != kIgnoreIndex
+    int64_t targets = 0;
+  };
+  // tokens, labels: int32 [S, B] (labels may be empty: no loss).
+  Output forward(const Tensor& tokens, const Tensor& labels = Tensor()) const;
+
+ private:
+  config::Recipe recipe_;
+  std::string checkpoint_path_;
+  parallel::Communicator* tp_;
+  ParamStore store_;
+  models::ModelChunks chunks_;
+};
+
+}  // namespace megatron::inference

@@ -1,0 +1,195 @@
+#include "models/hf_checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "megatron/checkpoint/file_io.h"
+#include "megatron/hf/convert.h"
+#include "megatron/hf/hf_dtype.h"
+#include "models/hf_models.h"
+
+namespace megatron::models {
+
+namespace fs = std::filesystem;
+
+void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf,
+                          const std::string& config_path) {
+  const config::ModelConfig& m = r.model;
+  auto same = [&](const char* key, const auto& recipe_value, const auto& hf_value) {
+    if (recipe_value == hf_value) return;
+    throw InputError(concat(r.source_path, ": model.", key, " is ", recipe_value, " but ",
+                            config_path, " describes ", hf_value));
+  };
+  auto name = [](auto option) { return std::string(config::option_name(option)); };
+  same("arch", name(m.arch), name(hf.arch));
+  same("num_layers", m.num_layers, hf.num_layers);
+  same("hidden_size", m.hidden_size, hf.hidden_size);
+  same("num_attention_heads", m.num_attention_heads, hf.num_attention_heads);
+  same("num_query_groups", m.query_groups(), hf.query_groups());
+  same("ffn_hidden_size", m.ffn(), hf.ffn());
+  same("normalization", name(m.normalization), name(hf.normalization));
+  same("activation", name(m.activation), name(hf.activation));
+  same("position_embedding", name(m.position_embedding), name(hf.position_embedding));
+  if (hf.position_embedding == config::PositionEmbedding::Rope)
+    same("rope_theta", m.rope_theta, hf.rope_theta);
+  else
+    same("max_position_embeddings", m.max_positions(), hf.max_positions());
+  same("tie_embeddings", m.tie_embeddings, hf.tie_embeddings);
+  same("add_bias", m.add_bias, hf.add_bias);
+  same("layernorm_epsilon", m.layernorm_epsilon, hf.layernorm_epsilon);
+  same("vocab_size", m.vocab_size, hf.vocab_size);
+  same("num_experts", m.moe.num_experts, hf.moe.num_experts);
+  if (!hf.moe.enabled()) return;
+  same("moe_router_topk", m.moe.moe_router_topk, hf.moe.moe_router_topk);
+  same("moe_ffn_hidden_size", m.moe.expert_ffn(m.ffn()), hf.moe.expert_ffn(hf.ffn()));
+  same("moe_shared_expert_intermediate_size", m.moe.moe_shared_expert_intermediate_size,
+       hf.moe.moe_shared_expert_intermediate_size);
+  same("moe_router_pre_softmax", m.moe.moe_router_pre_softmax, hf.moe.moe_router_pre_softmax);
+  same("moe_router_score_function", name(m.moe.moe_router_score_function),
+       name(hf.moe.moe_router_score_function));
+  same("moe_router_num_groups", m.moe.moe_router_num_groups, hf.moe.moe_router_num_groups);
+  same("moe_layer_freq (every layer)", m.moe.moe_layer_freq == hf.moe.moe_layer_freq, true);
+  same("moe_router_topk_scaling_factor (set)", m.moe.moe_router_topk_scaling_factor.has_value(),
+       false);
+}
+
+namespace {
+
+config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelConfig& model,
+                                 std::string& yaml_out) {
+  if (!o.recipe.empty()) {
+    config::Recipe r = config::load_recipe(o.recipe, o.overrides);
+    check_recipe_matches(r, model, (fs::path(o.hf_dir) / "config.json").string());
+    return r;
+  }
+  config::Recipe r;
+  r.model = model;
+  r.parallel.tensor = o.tp.value_or(1);
+  r.parallel.pipeline = o.pp.value_or(1);
+  r.parallel.expert = o.ep.value_or(1);
+  r.training.micro_batch_size = 1;
+  r.training.global_batch_size = 8;
+  r.training.train_iters = 100;
+  r.optimizer.lr = 1e-5;
+  r.data.mock = true;
+  // Until the HF directory's own tokenizer loads: NullTokenizer of the model's vocabulary.
+  r.data.tokenizer.type = "NullTokenizer";
+  r.data.tokenizer.vocab_size = model.vocab_size;
+  r.checkpoint.load = fs::absolute(o.out_dir).lexically_normal().string();
+  r.checkpoint.finetune = true;
+  yaml_out = concat("# Written by convert_checkpoint from ", fs::absolute(o.hf_dir).string(),
+                    "/config.json.\n# The model section is the converted checkpoint's; choose "
+                    "data, training and optimizer\n# for the fine-tuning run (data.mock trains on "
+                    "synthetic tokens).\n",
+                    r.to_yaml());
+  return config::parse_recipe_string(yaml_out, (fs::path(o.out_dir) / "recipe.yaml").string());
+}
+
+}  // namespace
+
+HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
+  const std::string config_path = (fs::path(o.hf_dir) / "config.json").string();
+  std::error_code ec;
+  if (!fs::is_directory(o.hf_dir, ec))
+    throw InputError(concat("Hugging Face directory ", o.hf_dir, " does not exist"));
+  if (!fs::is_regular_file(config_path, ec))
+    throw InputError(concat("Hugging Face directory ", o.hf_dir, " has no config.json"));
+  const hf::ConfigJson cfg = hf::ConfigJson::load(config_path);
+  const config::ModelConfig model = model_from_hf_config(cfg);
+  HfImportResult result;
+  result.architecture = cfg.architecture();
+  const hf::HfTensors tensors(o.hf_dir);
+  if (fs::exists(fs::path(o.out_dir) / "latest", ec) ||
+      fs::exists(fs::path(o.out_dir) / "iter_0000000", ec))
+    throw InputError(concat(o.out_dir, " already holds a checkpoint (nothing is overwritten)"));
+  std::string yaml;
+  config::Recipe recipe = recipe_for_import(o, model, yaml);
+  recipe.parallel.tensor = result.tp = o.tp.value_or(recipe.parallel.tensor);
+  recipe.parallel.pipeline = result.pp = o.pp.value_or(recipe.parallel.pipeline);
+  recipe.parallel.expert = result.ep = o.ep.value_or(recipe.parallel.expert);
+  recipe.validate();
+  const NativeLayout layout = native_layout(recipe, result.tp, result.pp, result.ep);
+  hf::ImportRequest req;
+  req.mappings = hf_mappings(result.architecture, model, layout.padded_vocab);
+  check_mappings(req.mappings, layout, result.architecture);
+  req.layout = layout.placement;
+  req.ignored = hf_ignored_tensors(result.architecture, model);
+  req.out_dir = o.out_dir;
+  req.iteration = 0;
+  req.metadata = {
+      {"iteration", 0},
+      {"consumed_samples", 0},
+      {"model", {{"vocab_size", model.vocab_size}, {"padded_vocab_size", layout.padded_vocab}}},
+      {"layout",
+       {{"tp", result.tp},
+        {"pp", result.pp},
+        {"dp", result.ep},
+        {"ep", result.ep},
+        {"distributed_optimizer", false}}},
+      {"recipe", recipe.to_json()},
+      {"hf",
+       {{"architecture", result.architecture},
+        {"dtype", tensors.common_dtype()},
+        {"source", fs::absolute(o.hf_dir).lexically_normal().string()},
+        {"config", cfg.json()}}}};
+  hf::import_to_native(tensors, req);
+  result.tensors = req.mappings.size();
+  if (!yaml.empty()) {
+    result.recipe_path = (fs::path(o.out_dir) / "recipe.yaml").string();
+    checkpoint::io::write_file_atomic(result.recipe_path, yaml, ".tmp");
+  }
+  return result;
+}
+
+config::Recipe recipe_of_checkpoint(const checkpoint::CheckpointIndex& index) {
+  const auto& meta = index.metadata;
+  const std::string meta_path = index.path + "/metadata.json";
+  if (!meta.contains("recipe") || !meta["recipe"].is_object())
+    throw InputError(concat(meta_path, ": no recipe in the metadata"));
+  // JSON is YAML: the recorded recipe parses (and validates) like a recipe file.
+  config::Recipe recipe = config::parse_recipe_string(meta["recipe"].dump(), meta_path);
+  if (meta.contains("model") && meta["model"].contains("vocab_size") &&
+      meta["model"]["vocab_size"].is_number_integer())
+    recipe.model.vocab_size = meta["model"]["vocab_size"].get<int64_t>();
+  if (recipe.model.vocab_size <= 0)
+    throw InputError(concat(meta_path, ": the model's vocabulary size is not recorded"));
+  return recipe;
+}
+
+HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
+  checkpoint::Reader reader(o.native_dir, o.iteration);
+  const auto& index = reader.index();
+  const std::string meta_path = index.path + "/metadata.json";
+  const config::ModelConfig model = recipe_of_checkpoint(index).model;
+  const auto& meta = index.metadata;
+  const nlohmann::json hf_meta = meta.contains("hf") ? meta["hf"] : nlohmann::json::object();
+  HfExportResult result;
+  result.checkpoint_path = index.path;
+  result.iteration = index.iteration;
+  result.architecture = o.architecture;
+  if (result.architecture.empty() && hf_meta.contains("architecture") &&
+      hf_meta["architecture"].is_string())
+    result.architecture = hf_meta["architecture"].get<std::string>();
+  if (result.architecture.empty()) result.architecture = hf_architecture_for(model);
+  const auto supported = hf_architectures();
+  if (std::find(supported.begin(), supported.end(), result.architecture) == supported.end())
+    throw InputError(concat("architecture '", result.architecture, "' is not one this build exports"));
+  result.dtype = o.dtype;
+  if (result.dtype.empty() && hf_meta.contains("dtype") && hf_meta["dtype"].is_string())
+    result.dtype = hf_meta["dtype"].get<std::string>();
+  if (!hf::float_dtype(result.dtype)) result.dtype = "F32";
+  const auto embed = index.tensors.find("model/embedding.word_embeddings.weight");
+  if (embed == index.tensors.end() || embed->second.shape.empty())
+    throw InputError(concat(meta_path, ": no tensor model/embedding.word_embeddings.weight"));
+  hf::ExportRequest req;
+  req.mappings = hf_mappings(result.architecture, model, embed->second.shape[0]);
+  req.dtype = result.dtype;
+  req.max_shard_bytes = o.max_shard_bytes;
+  const nlohmann::json original = hf_meta.contains("config") ? hf_meta["config"] : nlohmann::json();
+  req.files["config.json"] =
+      hf_config_for(model, result.architecture, result.dtype, original).dump(2) + "\n";
+  hf::export_to_hf(reader, req, o.hf_dir);
+  return result;
+}
+
+}  // namespace megatron::models

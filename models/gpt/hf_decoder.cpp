@@ -183,6 +183,12 @@ std::string decoder_architecture_for(const config::ModelConfig& m) {
 Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
                        const std::string& dtype, const nlohmann::json& original) {
   Json j = original.is_object() ? Json(original) : Json::object();
+  // A key the original left null (meaning "the default") stays null while the model still
+  // has the default value.
+  auto set_or_keep_null = [&](const char* key, int64_t value, int64_t default_value) {
+    if (j.contains(key) && j[key].is_null() && value == default_value) return;
+    j[key] = value;
+  };
   j["architectures"] = {arch};
   j["model_type"] = model_type(arch);
   j["vocab_size"] = m.vocab_size;
@@ -193,7 +199,7 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     j["n_embd"] = m.hidden_size;
     j["n_layer"] = m.num_layers;
     j["n_head"] = m.num_attention_heads;
-    j["n_inner"] = m.ffn();
+    set_or_keep_null("n_inner", m.ffn(), 4 * m.hidden_size);
     j["n_positions"] = m.max_positions();
     j["layer_norm_epsilon"] = m.layernorm_epsilon;
     if (!j.contains("activation_function")) j["activation_function"] = "gelu_new";
@@ -204,7 +210,7 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["num_hidden_layers"] = m.num_layers;
   j["num_attention_heads"] = m.num_attention_heads;
   j["num_key_value_heads"] = m.query_groups();
-  j["head_dim"] = m.head_dim();
+  set_or_keep_null("head_dim", m.head_dim(), m.hidden_size / m.num_attention_heads);
   j["max_position_embeddings"] = m.max_positions();
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["hidden_act"] = "silu";

@@ -1,0 +1,411 @@
+// Hugging Face conversion (models/hf_checkpoint.h, megatron/hf): the tensor mappings invert
+// exactly; every fixture of tests/fixtures/hf (saved by transformers) goes HF -> native -> HF
+// with identical tensor bytes, single-file or sharded; imports straight into tp/pp/ep layouts
+// hold the same weights; a model trained here goes native -> HF -> native with identical weights
+// and logits; bad input is an error naming the file, key or tensor and leaves nothing behind.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/checkpoint/safetensors.h"
+#include "megatron/hf/hf_directory.h"
+#include "megatron/hf/tensor_map.h"
+#include "megatron/inference/causal_lm.h"
+#include "megatron/training/trainer.h"
+#include "models/hf_checkpoint.h"
+#include "models/hf_models.h"
+
+namespace megatron {
+namespace {
+
+namespace fs = std::filesystem;
+namespace st = checkpoint::safetensors;
+using ::testing::HasSubstr;
+
+const std::vector<std::string> kFixtures = {"gpt2", "llama_bf16", "llama_tied", "mistral_sharded",
+                                            "mixtral"};
+
+fs::path fixture(const std::string& name) {
+  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
+}
+
+// name -> (dtype, shape, bytes) of every tensor of an HF directory.
+using RawTensors = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>>;
+RawTensors raw_tensors(const fs::path& dir) {
+  RawTensors out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (e.path().extension() != ".safetensors") continue;
+    const st::File f(e.path().string());
+    for (const st::TensorInfo& t : f.tensors()) {
+      std::string bytes(t.nbytes(), '\0');
+      f.read_bytes(t, 0, t.nbytes(), bytes.data());
+      out[t.name] = {t.dtype, t.shape, bytes};
+    }
+  }
+  return out;
+}
+
+// Every model/ tensor of a native checkpoint, whole (rows past `rows0[name]` cut when given).
+std::map<std::string, std::vector<float>> native_tensors(const fs::path& dir, int64_t vocab = 0) {
+  checkpoint::Reader reader(dir.string());
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, t] : reader.index().tensors) {
+    if (name.rfind("model/", 0) != 0) continue;
+    std::vector<float> data(static_cast<size_t>(t.numel()));
+    checkpoint::TensorPiece piece;
+    piece.name = name;
+    piece.global_shape = Shape(t.shape.begin(), t.shape.end());
+    piece.local_shape = piece.global_shape;
+    piece.dest = data.data();
+    reader.read({piece});
+    // Vocabulary tables: the real rows only (padding depends on the layout).
+    if (vocab > 0 && t.shape.size() == 2 && t.shape[0] >= vocab &&
+        (name.find("word_embeddings") != std::string::npos ||
+         name.find("output_layer") != std::string::npos))
+      data.resize(static_cast<size_t>(vocab * t.shape[1]));
+    out[name] = std::move(data);
+  }
+  return out;
+}
+
+class HfConversion : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("megatron_hf_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  models::HfImportResult import(const fs::path& hf, const std::string& out, int64_t tp = 1,
+                                int64_t pp = 1, int64_t ep = 1) {
+    models::HfImportOptions o;
+    o.hf_dir = hf.string();
+    o.out_dir = (dir_ / out).string();
+    o.tp = tp, o.pp = pp, o.ep = ep;
+    return models::import_hf_checkpoint(o);
+  }
+  void export_to(const std::string& native, const std::string& hf, uint64_t shard = 5ull << 30,
+                 const std::string& dtype = "") {
+    models::HfExportOptions o;
+    o.native_dir = (dir_ / native).string();
+    o.hf_dir = (dir_ / hf).string();
+    o.max_shard_bytes = shard;
+    o.dtype = dtype;
+    models::export_hf_checkpoint(o);
+  }
+  // A copy of a fixture whose tensors and config.json can be edited.
+  fs::path editable(const std::string& name) {
+    const fs::path d = dir_ / concat("edit_", name, "_", ++edits_);
+    fs::copy(fixture(name), d, fs::copy_options::recursive);
+    return d;
+  }
+  fs::path dir_;
+  int edits_ = 0;
+};
+
+TEST(HfTensorMap, EveryMappingInvertsExactly) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist;
+  auto random = [&](const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = dist(rng);
+    return v;
+  };
+  const int64_t H = 4, G = 2, Dh = 3, D = 5;
+  const std::vector<hf::TensorMapping> maps = {
+      hf::copy_mapping("a", {3, 5}, "a"),
+      hf::transpose_mapping("b", {4, 5}, "b"),
+      hf::padded_rows_mapping("c", {8, 5}, "c", 6),
+      hf::stacked_mapping("d", {2, 3, 5}, {{"g", {3, 5}}, {"u", {3, 5}}}),
+      hf::qkv_mapping("e", {(H + 2 * G) * Dh, D},
+                      {{"q", {H * Dh, D}}, {"k", {G * Dh, D}}, {"v", {G * Dh, D}}}, H, G, Dh),
+      hf::qkv_mapping("f", {(H + 2 * G) * Dh}, {{"q", {H * Dh}}, {"k", {G * Dh}}, {"v", {G * Dh}}},
+                      H, G, Dh),
+      hf::fused_qkv_mapping("h", {3 * H * Dh, D}, {"c_attn", {D, 3 * H * Dh}, true}, H, H, Dh),
+  };
+  for (const auto& m : maps) {
+    m.validate();
+    std::vector<std::vector<float>> sources;
+    for (const auto& s : m.sources) sources.push_back(random(s.shape));
+    const std::vector<float> native = m.import(sources);
+    EXPECT_EQ(m.export_sources(native), sources) << m.native;
+  }
+  // QKV rows per group: group 0 holds q heads 0-1, then k head 0, then v head 0.
+  const auto& qkv = maps[5];
+  std::vector<std::vector<float>> src = {random({H * Dh}), random({G * Dh}), random({G * Dh})};
+  const auto native = qkv.import(src);
+  EXPECT_EQ(native[2 * Dh], src[1][0]);      // k of group 0 after its two q heads
+  EXPECT_EQ(native[3 * Dh], src[2][0]);      // then v
+  EXPECT_EQ(native[4 * Dh], src[0][2 * Dh]);  // group 1's first q head
+  // Padding rows are zero.
+  const auto padded = maps[2].import({random({6, 5})});
+  EXPECT_EQ(padded[6 * 5], 0.0f);
+  // A mapping that uses a source row twice is a bug, reported.
+  hf::TensorMapping bad = hf::copy_mapping("x", {2, 2}, "x");
+  bad.blocks = {{0, 0, 1}, {0, 0, 1}};
+  EXPECT_THROW(bad.validate(), Error);
+}
+
+TEST_F(HfConversion, EveryFixtureRoundTripsBitIdentical) {
+  for (const std::string& name : kFixtures) {
+    SCOPED_TRACE(name);
+    import(fixture(name), name);
+    export_to(name, name + "_hf");
+    EXPECT_EQ(raw_tensors(dir_ / (name + "_hf")), raw_tensors(fixture(name)));
+    EXPECT_TRUE(fs::exists(dir_ / (name + "_hf") / "config.json"));
+    // Sharded output: several files and the index, the same tensors.
+    export_to(name, name + "_sharded", 20000);
+    EXPECT_TRUE(fs::exists(dir_ / (name + "_sharded") / "model.safetensors.index.json"));
+    EXPECT_EQ(raw_tensors(dir_ / (name + "_sharded")), raw_tensors(fixture(name)));
+    // And back in: the same native weights.
+    import(dir_ / (name + "_sharded"), name + "_again");
+    EXPECT_EQ(native_tensors(dir_ / (name + "_again")), native_tensors(dir_ / name));
+  }
+}
+
+TEST_F(HfConversion, ConfigJsonRoundTripsTheModel) {
+  for (const std::string& name : kFixtures) {
+    SCOPED_TRACE(name);
+    import(fixture(name), name);
+    export_to(name, name + "_hf");
+    std::ifstream a(fixture(name) / "config.json"), b(dir_ / (name + "_hf") / "config.json");
+    const auto ja = nlohmann::json::parse(a), jb = nlohmann::json::parse(b);
+    for (const auto& [key, value] : ja.items()) {
+      if (key != "dtype" && key != "torch_dtype" && key != "rope_parameters") {
+        EXPECT_EQ(jb[key], value) << key;
+      }
+    }
+    // The re-exported config describes the same model section.
+    const auto ma = models::model_from_hf_config(
+        hf::ConfigJson::load((fixture(name) / "config.json").string()));
+    const auto mb = models::model_from_hf_config(
+        hf::ConfigJson::load((dir_ / (name + "_hf") / "config.json").string()));
+    EXPECT_TRUE(ma == mb);
+  }
+}
+
+TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
+  struct Case {
+    std::string fixture;
+    int64_t tp, pp, ep;
+  };
+  for (const Case& c : {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1},
+                        Case{"mixtral", 2, 2, 2}, Case{"mixtral", 1, 1, 4}}) {
+    SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
+    const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
+    if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);
+    import(fixture(c.fixture), laid, c.tp, c.pp, c.ep);
+    const checkpoint::CheckpointIndex index = checkpoint::read_index((dir_ / laid).string());
+    EXPECT_EQ(index.files.size(), static_cast<size_t>(c.tp * c.pp * c.ep)) << "one shard per rank";
+    const int64_t vocab = 96;
+    EXPECT_EQ(native_tensors(dir_ / laid, vocab), native_tensors(dir_ / one, vocab));
+    // The export of a layout is the fixture again.
+    export_to(laid, laid + "_hf");
+    EXPECT_EQ(raw_tensors(dir_ / (laid + "_hf")), raw_tensors(fixture(c.fixture)));
+  }
+}
+
+// ---- a model trained here, out and back ----------------------------------------------------
+
+class CountingSource final : public training::SampleSource {
+ public:
+  int64_t seq_length() const override { return 8; }
+  int64_t samples_per_epoch() const override { return 1000; }
+  void get(int64_t index, int32_t* tokens) const override {
+    for (int64_t t = 0; t <= 8; ++t) tokens[t] = static_cast<int32_t>((index * 5 + t * 3) % 61);
+  }
+};
+
+std::string trained_recipe(const std::string& model, const fs::path& save) {
+  return concat("model: {", model,
+                ", num_layers: 2, hidden_size: 32, num_attention_heads: 4, seq_length: 8, "
+                "vocab_size: 61, make_vocab_size_divisible_by: 16}\n"
+                "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: 3, seed: 3, "
+                "peak_tflops: 1.0}\n"
+                "optimizer: {lr: 0.01}\n"
+                "data: {tokenizer: {type: NullTokenizer, vocab_size: 61}, mock: true}\n"
+                "checkpoint: {save: ",
+                save.string(), "}\nlogging: {interval: 1000}\n");
+}
+
+TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
+  const std::vector<std::pair<std::string, std::string>> models = {
+      {"llama", "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
+                "activation: swiglu, position_embedding: rope, tie_embeddings: false, "
+                "add_bias: false"},
+      {"gpt", "arch: gpt, max_position_embeddings: 16"},
+      {"mixtral", "arch: llama, ffn_hidden_size: 48, normalization: rmsnorm, activation: swiglu, "
+                  "position_embedding: rope, tie_embeddings: false, add_bias: false, "
+                  "num_experts: 4, moe_router_topk: 2, moe_aux_loss_coeff: 0.01"}};
+  for (const auto& [name, model] : models) {
+    SCOPED_TRACE(name);
+    const fs::path ckpt = dir_ / name;
+    const std::string yaml = trained_recipe(model, ckpt);
+    {
+      auto src = std::make_shared<CountingSource>();
+      auto world = parallel::make_single_process_communicator();
+      std::ostringstream log;
+      training::Trainer t(config::parse_recipe_string(yaml, "trained.yaml"), 61, src, src, *world,
+                          log);
+      t.run();
+    }
+    export_to(name, name + "_hf");
+    // Back in, checked against the recipe the model was trained with.
+    const fs::path recipe = dir_ / (name + ".yaml");
+    std::ofstream(recipe) << yaml;
+    models::HfImportOptions o;
+    o.hf_dir = (dir_ / (name + "_hf")).string();
+    o.out_dir = (dir_ / (name + "_back")).string();
+    o.recipe = recipe.string();
+    models::import_hf_checkpoint(o);
+    EXPECT_EQ(native_tensors(dir_ / (name + "_back"), 61), native_tensors(ckpt, 61));
+    // The same logits from the trained checkpoint and from its round trip.
+    auto tp = parallel::make_single_process_communicator();
+    const inference::CausalLM a(ckpt.string(), std::nullopt, *tp),
+        b((dir_ / (name + "_back")).string(), std::nullopt, *tp);
+    Tensor tokens = Tensor::empty({8, 2}, DType::I32);
+    for (int64_t i = 0; i < 16; ++i) tokens.data<int32_t>()[i] = static_cast<int32_t>(i * 7 % 61);
+    const Tensor la = a.forward(tokens).logits, lb = b.forward(tokens).logits;
+    ASSERT_EQ(la.numel(), lb.numel());
+    EXPECT_EQ(0, std::memcmp(la.raw(), lb.raw(), static_cast<size_t>(la.numel()) * 4));
+  }
+}
+
+// ---- bad input -----------------------------------------------------------------------------
+
+// Rewrites dir/model.safetensors through `edit` (name -> (dtype, shape, bytes)).
+void rewrite(const fs::path& dir, const std::function<void(RawTensors&)>& edit) {
+  RawTensors t = raw_tensors(dir);
+  edit(t);
+  st::Writer w;
+  for (const auto& [name, v] : t) w.add({name, std::get<0>(v), std::get<1>(v), std::get<2>(v).data()});
+  w.write((dir / "model.safetensors").string());
+}
+
+void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  edit(j);
+  std::ofstream(dir / "config.json") << j.dump(2);
+}
+
+TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
+  auto error_of = [&](const fs::path& hf) -> std::string {
+    try {
+      import(hf, "out");
+    } catch (const InputError& e) {
+      EXPECT_FALSE(fs::exists(dir_ / "out" / "latest"));
+      EXPECT_FALSE(fs::exists(dir_ / "out" / "iter_0000000"));
+      return e.what();
+    }
+    ADD_FAILURE() << "imported " << hf;
+    return "";
+  };
+  const std::string q = "model.layers.1.self_attn.q_proj.weight";
+  {
+    const fs::path d = editable("llama_bf16");
+    rewrite(d, [&](RawTensors& t) { t.erase(q); });
+    EXPECT_THAT(error_of(d), HasSubstr("no tensor '" + q + "'"));
+  }
+  {
+    const fs::path d = editable("llama_bf16");
+    rewrite(d, [&](RawTensors& t) { t["model.layers.5.extra.weight"] = t[q]; });
+    EXPECT_THAT(error_of(d), HasSubstr("'model.layers.5.extra.weight' is not part of the model"));
+  }
+  {
+    const fs::path d = editable("llama_bf16");
+    rewrite(d, [&](RawTensors& t) { std::get<1>(t[q]) = {16, 64}; });
+    EXPECT_THAT(error_of(d), HasSubstr("tensor '" + q + "' has shape [16,64]"));
+  }
+  {
+    const fs::path d = editable("llama_bf16");
+    rewrite(d, [&](RawTensors& t) { std::get<0>(t[q]) = "I16"; });
+    EXPECT_THAT(error_of(d), HasSubstr("has dtype I16"));
+  }
+  {
+    const fs::path d = editable("gpt2");
+    fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") - 100);
+    EXPECT_THAT(error_of(d), HasSubstr("model.safetensors"));
+  }
+  {
+    const fs::path d = editable("mistral_sharded");
+    fs::remove(d / "model-00003-of-00005.safetensors");
+    EXPECT_THAT(error_of(d), HasSubstr("model-00003-of-00005.safetensors"));
+  }
+  {
+    const fs::path d = editable("gpt2");
+    edit_config(d, [](nlohmann::json& j) { j["architectures"] = {"FalconForCausalLM"}; });
+    EXPECT_THAT(error_of(d), HasSubstr("'FalconForCausalLM' is not one this build converts"));
+  }
+  {
+    const fs::path d = editable("llama_tied");
+    edit_config(d, [](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0; });
+    EXPECT_THAT(error_of(d), HasSubstr("\"attn_logit_softcapping\": is not a key"));
+  }
+  {
+    const fs::path d = editable("llama_tied");
+    edit_config(d, [](nlohmann::json& j) { j["hidden_act"] = "gelu"; });
+    EXPECT_THAT(error_of(d), HasSubstr("config.json: \"hidden_act\""));
+  }
+  {
+    const fs::path d = editable("llama_tied");
+    edit_config(d, [](nlohmann::json& j) {
+      j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+    });
+    EXPECT_THAT(error_of(d), HasSubstr("rope type 'yarn' is not implemented"));
+  }
+  {
+    const fs::path d = editable("gpt2");
+    std::ofstream(d / "config.json") << "{\"architectures\": [";
+    EXPECT_THAT(error_of(d), HasSubstr("config.json: invalid JSON"));
+  }
+  {
+    const fs::path d = editable("gpt2");
+    fs::remove(d / "model.safetensors");
+    std::ofstream(d / "pytorch_model.bin") << "x";
+    EXPECT_THAT(error_of(d), HasSubstr("pytorch_model.bin"));
+  }
+  EXPECT_THAT(error_of(dir_ / "nowhere"), HasSubstr("does not exist"));
+  // Nothing overwritten: a second import into the same place, an export into a non-empty dir.
+  import(fixture("gpt2"), "out");
+  try {
+    import(fixture("gpt2"), "out");
+    ADD_FAILURE() << "imported over a checkpoint";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("already holds a checkpoint"));
+  }
+  fs::create_directories(dir_ / "full");
+  std::ofstream(dir_ / "full" / "keep.txt") << "mine";
+  EXPECT_THROW(export_to("out", "full"), InputError);
+  EXPECT_TRUE(fs::exists(dir_ / "full" / "keep.txt"));
+  // A recipe that is not config.json's model.
+  const fs::path recipe = dir_ / "wrong.yaml";
+  std::ofstream(recipe) << trained_recipe("arch: gpt, max_position_embeddings: 32", dir_ / "x");
+  models::HfImportOptions o;
+  o.hf_dir = fixture("gpt2").string();
+  o.out_dir = (dir_ / "with_recipe").string();
+  o.recipe = recipe.string();
+  try {
+    models::import_hf_checkpoint(o);
+    ADD_FAILURE() << "a mismatching recipe imported";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("wrong.yaml: model.vocab_size is 61 but "));
+    EXPECT_THAT(e.what(), HasSubstr("gpt2/config.json describes 96"));
+  }
+  // Nothing half-written is left in the export's parent either.
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+}  // namespace
+}  // namespace megatron

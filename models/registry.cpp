@@ -29,6 +29,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.rope = m.position_embedding == config::PositionEmbedding::Rope;
   t.rope_theta = static_cast<float>(m.rope_theta);
   t.bias = m.add_bias;
+  t.qkv_bias = m.add_qkv_bias;
   // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).
   t.causal = m.arch != config::Arch::BERT;
   t.post_norm = m.arch == config::Arch::BERT;

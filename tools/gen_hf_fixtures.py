@@ -45,6 +45,8 @@ FIXTURES = {
                                                   num_key_value_heads=4), torch.float16, None),
     "mistral_sharded": (T.MistralForCausalLM, llama_like(T.MistralConfig, sliding_window=None),
                         torch.float32, "20KB"),
+    "qwen2_tied": (T.Qwen2ForCausalLM, llama_like(T.Qwen2Config, tie_word_embeddings=True,
+                                                  rope_theta=1000000.0), torch.bfloat16, None),
     "mixtral": (T.MixtralForCausalLM,
                 llama_like(T.MixtralConfig, num_local_experts=4, num_experts_per_tok=2,
                            router_aux_loss_coef=0.01), torch.float32, None),

@@ -56,6 +56,7 @@ struct ModelConfig {
   double rope_theta = 10000;
   bool tie_embeddings = true;
   bool add_bias = true;
+  bool add_qkv_bias = false;  // biases on the QKV projection even without add_bias (Qwen2)
   double hidden_dropout = 0, attention_dropout = 0;  // in [0, 1)
   double layernorm_epsilon = 1e-5;
   double init_method_std = 0.02;
@@ -105,6 +106,7 @@ struct ModelConfig {
     v("rope_theta", s.rope_theta);
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);
+    v("add_qkv_bias", s.add_qkv_bias);
     v("hidden_dropout", s.hidden_dropout);
     v("attention_dropout", s.attention_dropout);
     v("layernorm_epsilon", s.layernorm_epsilon);

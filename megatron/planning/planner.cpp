@@ -21,7 +21,7 @@ struct Dims {
   int64_t moe_ffn, moe_fc1, shared_ffn, shared_fc1;  // MoE layers' experts and shared expert
   std::vector<bool> moe_layer;                       // per layer (MoE models)
   double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
-  bool layernorm, swiglu, bias, rope, tied, bert, binary_head;
+  bool layernorm, swiglu, bias, qkv_bias, rope, tied, bert, binary_head;
   double hidden_dropout, attention_dropout;
   int64_t norm() const { return layernorm ? 2 * D : D; }
   bool is_moe(int64_t layer) const { return E > 0 && moe_layer[static_cast<size_t>(layer)]; }
@@ -63,6 +63,7 @@ Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
   d.bert = m.arch == config::Arch::BERT;  // post-LN blocks, a decoder tied to the embeddings
   d.layernorm = t.norm == Norm::Kind::LayerNorm;
   d.bias = t.bias;
+  d.qkv_bias = t.bias || t.qkv_bias;
   d.rope = t.rope;
   d.tied = d.bert || m.tie_embeddings;
   d.hidden_dropout = t.hidden_dropout;
@@ -76,7 +77,7 @@ int64_t expert_params(const Dims& d, int64_t tp) { return (d.moe_fc1 + d.moe_ffn
 int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, bool moe) {
   const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
   int64_t n = 2 * d.norm();
-  n += qkv * d.D / tp + (d.bias ? qkv / tp : 0);
+  n += qkv * d.D / tp + (d.qkv_bias ? qkv / tp : 0);
   n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
   auto dense_mlp = [&](int64_t fc1, int64_t F) {
     return fc1 * d.D / tp + (d.bias ? fc1 / tp : 0) + F * d.D / tp + (d.bias ? d.D : 0);

@@ -19,7 +19,7 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a)
            "selective recompute needs the shared probabilities buffer");
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
   qkv_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
-                                  spec_.bias, TPMode::Column, a.tp, spec_.init_std, Shape{}, sp_);
+                                  spec_.bias || spec_.qkv_bias, TPMode::Column, a.tp, spec_.init_std, Shape{}, sp_);
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
                                    TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_);
 }

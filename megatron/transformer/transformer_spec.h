@@ -22,6 +22,7 @@ struct TransformerSpec {
   bool rope = false;
   float rope_theta = 10000.0f;
   bool bias = true;
+  bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   bool causal = true;
   bool post_norm = false;  // post-LN (BERT) instead of pre-LN; see TransformerBlock
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;

@@ -135,7 +135,7 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
       for (const auto& t : c.json()["layer_types"])
         if (t != "full_attention")
           c.fail("layer_types", concat("has ", t.dump(), " (only full_attention)"));
-    c.fail("architectures", "Qwen2's q/k/v biases are not implemented yet");
+    m.add_qkv_bias = true;  // Qwen2's q/k/v projections carry biases, nothing else does
   }
   if ((arch == kMistral || arch == kMixtral) && c.has("sliding_window")) {
     const int64_t window = c.integer("sliding_window");
@@ -177,6 +177,7 @@ config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::st
 std::string decoder_architecture_for(const config::ModelConfig& m) {
   if (m.arch == config::Arch::GPT) return kGpt2;
   if (m.moe.enabled()) return kMixtral;
+  if (m.add_qkv_bias && !m.add_bias) return kQwen2;
   return kLlama;
 }
 
@@ -273,6 +274,12 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                    {a + "k_proj.weight", vec({G * Dh, D})},
                                    {a + "v_proj.weight", vec({G * Dh, D})}},
                                   H, G, Dh));
+    if (m.add_qkv_bias)
+      out.push_back(hf::qkv_mapping(n + "attention.qkv.bias", vec({QKV}),
+                                    {{a + "q_proj.bias", vec({H * Dh})},
+                                     {a + "k_proj.bias", vec({G * Dh})},
+                                     {a + "v_proj.bias", vec({G * Dh})}},
+                                    H, G, Dh));
     out.push_back(hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}),
                                    a + "o_proj.weight"));
     out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),

@@ -75,6 +75,7 @@ TEST(HfLogits, Gpt2) { check_logits("gpt2"); }
 TEST(HfLogits, LlamaBf16) { check_logits("llama_bf16"); }
 TEST(HfLogits, LlamaTiedFp16) { check_logits("llama_tied"); }
 TEST(HfLogits, MistralSharded) { check_logits("mistral_sharded"); }
+TEST(HfLogits, Qwen2TiedBf16) { check_logits("qwen2_tied"); }
 TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
 
 }  // namespace

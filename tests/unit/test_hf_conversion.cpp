@@ -29,7 +29,7 @@ namespace st = checkpoint::safetensors;
 using ::testing::HasSubstr;
 
 const std::vector<std::string> kFixtures = {"gpt2", "llama_bf16", "llama_tied", "mistral_sharded",
-                                            "mixtral"};
+                                            "qwen2_tied", "mixtral"};
 
 fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
@@ -247,7 +247,10 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
       {"gpt", "arch: gpt, max_position_embeddings: 16"},
       {"mixtral", "arch: llama, ffn_hidden_size: 48, normalization: rmsnorm, activation: swiglu, "
                   "position_embedding: rope, tie_embeddings: false, add_bias: false, "
-                  "num_experts: 4, moe_router_topk: 2, moe_aux_loss_coeff: 0.01"}};
+                  "num_experts: 4, moe_router_topk: 2, moe_aux_loss_coeff: 0.01"},
+      {"qwen2", "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
+                "activation: swiglu, position_embedding: rope, add_bias: false, "
+                "add_qkv_bias: true"}};
   for (const auto& [name, model] : models) {
     SCOPED_TRACE(name);
     const fs::path ckpt = dir_ / name;

@@ -30,8 +30,11 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("normalization", name(m.normalization), name(hf.normalization));
   same("activation", name(m.activation), name(hf.activation));
   same("position_embedding", name(m.position_embedding), name(hf.position_embedding));
-  if (hf.position_embedding == config::PositionEmbedding::Rope)
+  if (hf.position_embedding == config::PositionEmbedding::Rope) {
     same("rope_theta", m.rope_theta, hf.rope_theta);
+    same("rope_scaling", m.rope_scaling, hf.rope_scaling);
+    if (hf.rope_scaling) same("rope_scaling_factor", m.rope_scaling_factor, hf.rope_scaling_factor);
+  }
   else
     same("max_position_embeddings", m.max_positions(), hf.max_positions());
   same("tie_embeddings", m.tie_embeddings, hf.tie_embeddings);

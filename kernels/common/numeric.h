@@ -84,11 +84,34 @@ MT_HD void adamw_update(float& param, float grad, float& m, float& v, const Adam
   param -= p.lr * (m_hat / (sqrtf(v_hat) + p.eps) + p.weight_decay * param);
 }
 
+// The rotary frequencies: base theta and, optionally, LLaMA-3.1's frequency scaling
+// (Megatron-Core's apply_rope_scaling, Hugging Face's rope_type "llama3"): wavelengths longer
+// than original_max_positions / low_freq_factor are stretched by `factor`, shorter than
+// original_max_positions / high_freq_factor kept, and those between interpolated smoothly.
+// A plain float converts to the unscaled frequencies of that theta.
+struct RopeFrequencies {
+  float theta = 10000.0f;
+  float factor = 0.0f;  // 0: no scaling
+  float low_freq_factor = 1.0f, high_freq_factor = 4.0f, original_max_positions = 8192.0f;
+  MT_HD RopeFrequencies(float theta_ = 10000.0f) : theta(theta_) {}  // NOLINT: implicit
+  MT_HD bool scaled() const { return factor > 0.0f; }
+};
+
 // RoPE, "rotate half" layout: rotary pair i of a head of size Dh turns by
-// position * theta^(-2i/Dh). Computed in fp32 as Hugging Face does (inv_freq, then
-// position * inv_freq), so imported checkpoints see the same angles.
-MT_HD float rope_inv_freq(int64_t i, int64_t Dh, float theta) {
-  return 1.0f / powf(theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+// position * theta^(-2i/Dh) (then scaled, see RopeFrequencies). Computed in fp32 step by step as
+// Hugging Face does (inv_freq, then position * inv_freq), so imported checkpoints see the same
+// angles.
+MT_HD float rope_inv_freq(int64_t i, int64_t Dh, const RopeFrequencies& rope) {
+  const float inv = 1.0f / powf(rope.theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+  if (!rope.scaled()) return inv;
+  const float wavelen = 6.283185307179586f / inv;
+  const float low_wavelen = rope.original_max_positions / rope.low_freq_factor;
+  const float high_wavelen = rope.original_max_positions / rope.high_freq_factor;
+  if (wavelen < high_wavelen) return inv;
+  if (wavelen > low_wavelen) return inv / rope.factor;
+  const float smooth = (rope.original_max_positions / wavelen - rope.low_freq_factor) /
+                       (rope.high_freq_factor - rope.low_freq_factor);
+  return (1.0f - smooth) * inv / rope.factor + smooth * inv;
 }
 
 // Rotates the pair (x[i], x[i + Dh/2]) by the angle with cosine c and sine s (backward: -s).

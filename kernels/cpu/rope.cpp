@@ -11,14 +11,14 @@ namespace megatron::kernels::cpu {
 namespace {
 
 // Rotates the query and key heads of every token by +angle (forward) or -angle (backward).
-void rope_apply(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset,
+void rope_apply(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
                 float sin_sign) {
   const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
   MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
   const int64_t half = Dh / 2, per_group = H / G + 2;
   // cos/sin per (position, pair), computed once and reused by all B * (H + G) heads.
   std::vector<float> inv_freq(half), cos_t(S * half), sin_t(S * half);
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, Dh, theta);
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, Dh, rope);
   for (int64_t s = 0; s < S; ++s) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(position_offset + s) * inv_freq[i];
@@ -43,12 +43,12 @@ void rope_apply(const AttentionShape& shape, float* qkv, float theta, int64_t po
 
 }  // namespace
 
-void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset) {
-  rope_apply(shape, qkv, theta, position_offset, 1.0f);
+void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset) {
+  rope_apply(shape, qkv, rope, position_offset, 1.0f);
 }
 
-void rope_backward(const AttentionShape& shape, float* dqkv, float theta, int64_t position_offset) {
-  rope_apply(shape, dqkv, theta, position_offset, -1.0f);
+void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope, int64_t position_offset) {
+  rope_apply(shape, dqkv, rope, position_offset, -1.0f);
 }
 
 }  // namespace megatron::kernels::cpu

@@ -1,15 +1,16 @@
 #pragma once
 // Rotary position embedding, Hugging Face "rotate half" layout: for each head vector of size Dh
-// (rotary dims = Dh), pairs (i, i + Dh/2) rotate by angle pos * theta^(-2i/Dh).
+// (rotary dims = Dh), pairs (i, i + Dh/2) rotate by angle pos * rope^(-2i/Dh).
 // Applied in place to the query and key heads of a fused qkv buffer (layout as attention.h),
 // at positions position_offset + s. Backward rotates the gradient by the inverse angle.
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/common/numeric.h"
 
 namespace megatron::kernels::cpu {
 
-void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset);
-void rope_backward(const AttentionShape& shape, float* dqkv, float theta, int64_t position_offset);
+void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset);
+void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope, int64_t position_offset);
 
 }  // namespace megatron::kernels::cpu

@@ -42,7 +42,7 @@ __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per
 }
 
 template <typename T>
-void rope_apply(const AttentionShape& shape, T* qkv, float theta, int64_t position_offset,
+void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
                 float sin_sign, cudaStream_t stream) {
   const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
   MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
@@ -51,7 +51,7 @@ void rope_apply(const AttentionShape& shape, T* qkv, float theta, int64_t positi
   const int64_t total = S * B * G * (H / G + 1) * half;
   if (total == 0) return;
   InvFreq freq{};
-  for (int64_t i = 0; i < half; ++i) freq.v[i] = math::rope_inv_freq(i, Dh, theta);
+  for (int64_t i = 0; i < half; ++i) freq.v[i] = math::rope_inv_freq(i, Dh, rope);
   rope_kernel<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(
       qkv, S, B, G, H / G + 2, half, position_offset, sin_sign, freq);
   MT_CUDA_LAUNCH_CHECK();
@@ -60,20 +60,22 @@ void rope_apply(const AttentionShape& shape, T* qkv, float theta, int64_t positi
 }  // namespace
 
 template <typename T>
-void rope_forward(const AttentionShape& shape, T* qkv, float theta, int64_t position_offset,
+void rope_forward(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
                   cudaStream_t stream) {
-  rope_apply(shape, qkv, theta, position_offset, 1.0f, stream);
+  rope_apply(shape, qkv, rope, position_offset, 1.0f, stream);
 }
 
 template <typename T>
-void rope_backward(const AttentionShape& shape, T* dqkv, float theta, int64_t position_offset,
+void rope_backward(const AttentionShape& shape, T* dqkv, const math::RopeFrequencies& rope, int64_t position_offset,
                    cudaStream_t stream) {
-  rope_apply(shape, dqkv, theta, position_offset, -1.0f, stream);
+  rope_apply(shape, dqkv, rope, position_offset, -1.0f, stream);
 }
 
-#define MT_INSTANTIATE(T)                                                                 \
-  template void rope_forward<T>(const AttentionShape&, T*, float, int64_t, cudaStream_t); \
-  template void rope_backward<T>(const AttentionShape&, T*, float, int64_t, cudaStream_t);
+#define MT_INSTANTIATE(T)                                                              \
+  template void rope_forward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, \
+                                int64_t, cudaStream_t);                                  \
+  template void rope_backward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, \
+                                 int64_t, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

@@ -11,14 +11,15 @@
 #include <cstdint>
 
 #include "kernels/common/attention_shape.h"
+#include "kernels/common/numeric.h"
 
 namespace megatron::kernels::cuda {
 
 template <typename T>
-void rope_forward(const AttentionShape& shape, T* qkv, float theta, int64_t position_offset,
+void rope_forward(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
                   cudaStream_t stream);
 template <typename T>
-void rope_backward(const AttentionShape& shape, T* dqkv, float theta, int64_t position_offset,
+void rope_backward(const AttentionShape& shape, T* dqkv, const math::RopeFrequencies& rope, int64_t position_offset,
                    cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

@@ -59,9 +59,9 @@ void flash_attention_backward(const kernels::AttentionShape& shape,
                               const kernels::AttentionOptions& opt, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv);
-void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv, float theta,
+void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv, const math::RopeFrequencies& rope,
                   int64_t position_offset);
-void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv, float theta,
+void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv, const math::RopeFrequencies& rope,
                    int64_t position_offset);
 
 // Inverted dropout (kernels/cpu/dropout.h): element i uses Philox(seed, stream) at

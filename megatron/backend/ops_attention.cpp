@@ -78,25 +78,25 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   f.finish();
 }
 
-void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, float theta, int64_t offset) {
+void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope, int64_t offset) {
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
   const FloatArgs fa(op, {{&qkv, "qkv", Role::T, kUpdated}});
-  MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, theta, offset));
+  MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, rope, offset));
   Fp32OnCpu f(fa);
-  cpu::rope_forward(s, f.out(qkv), theta, offset);
+  cpu::rope_forward(s, f.out(qkv), rope, offset);
   f.finish();
 }
 
-void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, float theta, int64_t offset) {
+void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, const math::RopeFrequencies& rope, int64_t offset) {
   const char* op = "rope_backward";
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);
   const FloatArgs fa(op, {{&dqkv, "dqkv", Role::T, kUpdated}});
-  MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, theta, offset));
+  MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, rope, offset));
   Fp32OnCpu f(fa);
-  cpu::rope_backward(s, f.out(dqkv), theta, offset);
+  cpu::rope_backward(s, f.out(dqkv), rope, offset);
   f.finish();
 }
 

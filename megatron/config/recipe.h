@@ -54,6 +54,10 @@ struct ModelConfig {
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   AttentionBackend attention_backend = AttentionBackend::Auto;
   double rope_theta = 10000;
+  // LLaMA-3.1's rotary frequency scaling (Megatron-Core's rope_scaling / rope_scaling_factor;
+  // low/high frequency factors 1 and 4 over 8192 original positions, as Megatron-Core fixes them).
+  bool rope_scaling = false;
+  double rope_scaling_factor = 8.0;
   bool tie_embeddings = true;
   bool add_bias = true;
   bool add_qkv_bias = false;  // biases on the QKV projection even without add_bias (Qwen2)
@@ -104,6 +108,8 @@ struct ModelConfig {
     v("position_embedding", s.position_embedding);
     v("attention_backend", s.attention_backend);
     v("rope_theta", s.rope_theta);
+    v("rope_scaling", s.rope_scaling);
+    v("rope_scaling_factor", s.rope_scaling_factor);
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);

@@ -38,6 +38,10 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
            concat("must divide model.num_attention_heads (got ", num_attention_heads, " % ",
                   query_groups(), " = ", num_attention_heads % query_groups(), ")"));
   c.positive("model.rope_theta", rope_theta);
+  c.check(rope_scaling_factor >= 1.0, "model.rope_scaling_factor",
+          concat("must be >= 1 (got ", rope_scaling_factor, ")"));
+  c.check(!rope_scaling || position_embedding == PositionEmbedding::Rope, "model.rope_scaling",
+          "needs position_embedding: rope");
   if (position_embedding == PositionEmbedding::Rope)
     c.check(head_dim() % 2 == 0, "model.position_embedding",
             concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",

@@ -94,7 +94,7 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
   const auto as = shape(S, B, mb.batch_offset);
   qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_));
-  if (spec_.rope) ops::rope_forward(as, s.qkv_out, spec_.rope_theta, 0);
+  if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0);
   core_forward(s, as, options(mb, key_mask));
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_));
   return s.out;
@@ -109,7 +109,7 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   if (shared_probs_ && !spec_.flash_attention) recompute_probs(s, as, ao);
   proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_));
   core_backward(s, as, ao);
-  if (spec_.rope) ops::rope_backward(as, s.d_qkv, spec_.rope_theta, 0);
+  if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0);
   qkv_->backward(s.qkv, s.d_qkv, &d_in);
 }
 

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "kernels/common/attention_shape.h"
+#include "kernels/common/numeric.h"
 #include "megatron/transformer/submodules.h"
 
 namespace megatron {
@@ -32,6 +33,11 @@ class SelfAttention final : public AttentionLayer {
   void collect_params(std::vector<Parameter*>& out) const override;
 
  private:
+  math::RopeFrequencies rope_frequencies() const {
+    math::RopeFrequencies f(spec_.rope_theta);
+    f.factor = spec_.rope_scaling_factor;
+    return f;
+  }
   // Where the attention probabilities of state s live (the shared buffer under selective).
   Tensor& probs_of(State& s) const;
   // Selective recompute: the probabilities again from s.qkv_out (s.d_attn as scratch output).

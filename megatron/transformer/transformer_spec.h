@@ -21,6 +21,7 @@ struct TransformerSpec {
   bool swiglu = false;
   bool rope = false;
   float rope_theta = 10000.0f;
+  float rope_scaling_factor = 0.0f;  // > 0: LLaMA-3.1 frequency scaling (math::RopeFrequencies)
   bool bias = true;
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   bool causal = true;

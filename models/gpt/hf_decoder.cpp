@@ -82,9 +82,28 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
     type = scaling["rope_type"].get<std::string>();
   else if (scaling.contains("type") && scaling["type"].is_string())
     type = scaling["type"].get<std::string>();
-  if (type != "default")
+  if (type == "default") return;
+  if (type != "llama3")
     c.fail(key, concat("rope type '", type,
-                       "' is not implemented (only unscaled rotary embeddings convert)"));
+                       "' is not implemented (unscaled and \"llama3\" rotary embeddings convert)"));
+  // LLaMA-3.1 scaling: the factor is a recipe key; the rest are Megatron-Core's fixed values.
+  auto number = [&](const char* field) {
+    if (!scaling.contains(field) || !scaling[field].is_number())
+      c.fail(key, concat("llama3 scaling needs a numeric ", field));
+    return scaling[field].get<double>();
+  };
+  m.rope_scaling = true;
+  m.rope_scaling_factor = number("factor");
+  const struct {
+    const char* field;
+    double value;
+  } fixed[] = {{"low_freq_factor", 1.0},
+               {"high_freq_factor", 4.0},
+               {"original_max_position_embeddings", 8192.0}};
+  for (const auto& f : fixed)
+    if (number(f.field) != f.value)
+      c.fail(key, concat(f.field, " ", number(f.field), " is not supported (only ", f.value,
+                         ", as Megatron-Core fixes it)"));
 }
 
 config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::string& arch) {
@@ -215,11 +234,19 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["max_position_embeddings"] = m.max_positions();
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["hidden_act"] = "silu";
-  if (j.contains("rope_parameters")) {
-    j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", m.rope_theta}};
+  Json rope = {{"rope_type", m.rope_scaling ? "llama3" : "default"}};
+  if (m.rope_scaling) {
+    rope["factor"] = m.rope_scaling_factor;
+    rope["low_freq_factor"] = 1.0;
+    rope["high_freq_factor"] = 4.0;
+    rope["original_max_position_embeddings"] = 8192;
+  }
+  if (j.contains("rope_parameters")) {  // transformers 5
+    rope["rope_theta"] = m.rope_theta;
+    j["rope_parameters"] = rope;
   } else {
     j["rope_theta"] = m.rope_theta;
-    j["rope_scaling"] = nullptr;
+    j["rope_scaling"] = m.rope_scaling ? rope : Json(nullptr);
   }
   if (arch == kLlama) j["attention_bias"] = false, j["mlp_bias"] = false;
   if (arch == kMixtral) {

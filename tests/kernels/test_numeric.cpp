@@ -177,6 +177,35 @@ TEST(Rope, InverseFrequenciesAndRotation) {
   EXPECT_FLOAT_EQ(b, std::sin(0.5f));
 }
 
+// LLaMA-3.1 scaling against the formula in double (Megatron-Core's apply_rope_scaling): the
+// high frequencies kept, the low ones divided by the factor, the band between interpolated.
+TEST(Rope, Llama31ScalingMatchesTheFormulaInEveryBand) {
+  math::RopeFrequencies f(500000.0f);
+  f.factor = 8.0f;
+  const int64_t Dh = 8;
+  int kept = 0, stretched = 0, smoothed = 0;
+  for (int64_t i = 0; i < Dh / 2; ++i) {
+    const double inv = 1.0 / std::pow(500000.0, 2.0 * i / Dh);
+    const double wavelen = 2 * M_PI / inv;
+    double want = inv;
+    if (wavelen > 8192.0) {
+      want = inv / 8.0, ++stretched;
+    } else if (wavelen >= 2048.0) {
+      const double s = (8192.0 / wavelen - 1.0) / 3.0;
+      want = (1 - s) * inv / 8.0 + s * inv, ++smoothed;
+    } else {
+      ++kept;
+    }
+    EXPECT_NEAR(math::rope_inv_freq(i, Dh, f), want, 2e-6 * want) << i;
+    EXPECT_EQ(math::rope_inv_freq(i, Dh, 500000.0f) == math::rope_inv_freq(i, Dh, f),
+              wavelen < 2048.0)
+        << i;
+  }
+  EXPECT_EQ(kept, 2);
+  EXPECT_EQ(stretched, 1);
+  EXPECT_EQ(smoothed, 1);
+}
+
 TEST(ExpApprox, CloseToExpOverTheRange) {
   double worst = 0.0;
   for (double x = -87.0; x <= 88.0; x += 0.001) {

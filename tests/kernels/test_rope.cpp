@@ -50,6 +50,26 @@ TEST(Rope, MatchesReferenceAndLeavesValuesAlone) {
   }
 }
 
+// LLaMA-3.1 frequency scaling: the optimized kernel equals the reference with the same scaled
+// frequencies, and differs from the unscaled rotation where the low frequencies matter.
+TEST(Rope, ScaledFrequenciesMatchReference) {
+  math::RopeFrequencies scaled(500000.0f);
+  scaled.factor = 8.0f;
+  for (const AttentionShape& s : kShapes) {
+    const auto x = random_vector(qkv_size(s), uint32_t(7 * s.S + s.Dh));
+    auto y = x, y_ref = x, plain = x;
+    cpu::rope_forward(s, y.data(), scaled, 3000);
+    ref::rope_forward(s, y_ref.data(), scaled, 3000);
+    cpu::rope_forward(s, plain.data(), 500000.0f, 3000);
+    EXPECT_TRUE(all_close(y, y_ref, 1e-6));
+    if (s.Dh >= 8) {
+      EXPECT_FALSE(all_close(y, plain, 1e-4)) << "scaling changed nothing";
+    }
+    cpu::rope_backward(s, y.data(), scaled, 3000);
+    EXPECT_TRUE(all_close(y, x, 1e-5));
+  }
+}
+
 // Pair (0, Dh/2) turns by exactly `position` radians (inv_freq 1); position 0 is the identity.
 TEST(Rope, KnownRotation) {
   const AttentionShape s{2, 1, 1, 1, 4};

@@ -74,6 +74,7 @@ void check_logits(const std::string& name) {
 TEST(HfLogits, Gpt2) { check_logits("gpt2"); }
 TEST(HfLogits, LlamaBf16) { check_logits("llama_bf16"); }
 TEST(HfLogits, LlamaTiedFp16) { check_logits("llama_tied"); }
+TEST(HfLogits, Llama31RopeScaling) { check_logits("llama31_scaled"); }
 TEST(HfLogits, MistralSharded) { check_logits("mistral_sharded"); }
 TEST(HfLogits, Qwen2TiedBf16) { check_logits("qwen2_tied"); }
 TEST(HfLogits, Mixtral) { check_logits("mixtral"); }

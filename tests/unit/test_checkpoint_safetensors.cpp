@@ -178,7 +178,34 @@ TEST_F(SafetensorsTest, WriterRejectsDuplicateAndReservedNames) {
   EXPECT_THROW(w.add({"x", "F32", {1}, &x}), Error);
   EXPECT_THROW(w.add({"__metadata__", "F32", {1}, &x}), Error);
   EXPECT_THROW(w.add({"y", "F31", {1}, &x}), Error);
-  EXPECT_THROW(w.add({"z", "F32", {1}, nullptr}), Error);
+  // An entry without data lays out a StreamWriter's file; writing it directly is an error.
+  w.add({"z", "F32", {1}, nullptr});
+  EXPECT_THROW(w.write((dir_ / "no_data.safetensors").string()), Error);
+}
+
+TEST_F(SafetensorsTest, StreamWriterFillsInAnyOrderAndChecksCompleteness) {
+  std::vector<float> a = {1, 2, 3, 4, 5, 6}, b = {7, 8};
+  Writer layout;
+  layout.add({"a", "F32", {2, 3}, nullptr});
+  layout.add({"b", "F32", {2}, nullptr});
+  Writer direct;
+  direct.add({"a", "F32", {2, 3}, a.data()});
+  direct.add({"b", "F32", {2}, b.data()});
+  const std::string path = (dir_ / "streamed.safetensors").string();
+  {
+    StreamWriter s(layout, path);
+    s.write_at(1, 0, b.data(), 8);
+    s.write_at(0, 12, a.data() + 3, 12);
+    s.write_at(0, 0, a.data(), 12);
+    EXPECT_EQ(s.finish(), direct.write((dir_ / "direct.safetensors").string()));
+  }
+  const File f(path);
+  const Tensor t = f.read("a");
+  EXPECT_EQ(t.data<float>()[5], 6.0f);
+  StreamWriter partial(layout, (dir_ / "partial.safetensors").string());
+  partial.write_at(0, 0, a.data(), 24);
+  EXPECT_THROW(partial.finish(), Error);                       // b never written
+  EXPECT_THROW(partial.write_at(1, 4, b.data(), 8), Error);  // past the entry's end
 }
 
 TEST_F(SafetensorsTest, EveryTruncationIsAnInputErrorNamingTheFile) {

@@ -28,7 +28,7 @@ namespace fs = std::filesystem;
 namespace st = checkpoint::safetensors;
 using ::testing::HasSubstr;
 
-const std::vector<std::string> kFixtures = {"gpt2", "llama_bf16", "llama_tied", "mistral_sharded",
+const std::vector<std::string> kFixtures = {"gpt2", "llama_bf16", "llama_tied", "llama31_scaled", "mistral_sharded",
                                             "qwen2_tied", "mixtral"};
 
 fs::path fixture(const std::string& name) {

@@ -4,10 +4,11 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/common/numeric.h"
 
 namespace megatron::kernels::ref {
 
-void rope_forward(const AttentionShape& shape, float* qkv, float theta, int64_t position_offset);
-void rope_backward(const AttentionShape& shape, float* dqkv, float theta, int64_t position_offset);
+void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset);
+void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope, int64_t position_offset);
 
 }  // namespace megatron::kernels::ref

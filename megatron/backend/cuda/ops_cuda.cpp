@@ -310,17 +310,17 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   });
 }
 
-void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, float theta,
+void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope,
                   int64_t position_offset) {
   with_storage_type(qkv.dtype(), "rope_forward", "qkv", [&]<typename T>() {
-    kc::rope_forward<T>(s, ptr<T>(qkv), theta, position_offset, stream());
+    kc::rope_forward<T>(s, ptr<T>(qkv), rope, position_offset, stream());
   });
 }
 
-void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, float theta,
+void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, const math::RopeFrequencies& rope,
                    int64_t position_offset) {
   with_storage_type(dqkv.dtype(), "rope_backward", "dqkv", [&]<typename T>() {
-    kc::rope_backward<T>(s, ptr<T>(dqkv), theta, position_offset, stream());
+    kc::rope_backward<T>(s, ptr<T>(dqkv), rope, position_offset, stream());
   });
 }
 

@@ -7,7 +7,8 @@
 Each is a small randomly initialised model of one supported architecture; every parameter
 (norm weights and biases included) is drawn at random so that a wrong mapping shows. logits
 are transformers' forward in fp32 on the fixed tokens; loss is its causal-LM loss with
-labels = tokens (mean over the shifted positions). Run once from the repository root; the
+labels = tokens (mean over the shifted positions); greedy is transformers' generate (greedy,
+12 new tokens) from the first 4 tokens of the first row. Run once from the repository root; the
 outputs are committed and neither the build nor the tests run Python:
 
     python3 -m venv /tmp/hf-venv && /tmp/hf-venv/bin/pip install torch transformers safetensors
@@ -93,7 +94,12 @@ def main():
         tokens = torch.tensor(TOKENS)
         with torch.no_grad():
             out = ref(input_ids=tokens, labels=tokens)
+            greedy = ref.generate(input_ids=tokens[:1, :4], attention_mask=torch.ones(1, 4,
+                                  dtype=torch.long), max_new_tokens=12, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)
         expected = {"tokens": TOKENS,
+                    "greedy_prompt": TOKENS[0][:4],
+                    "greedy": greedy[0, 4:].tolist(),
                     "logits": out.logits.tolist(),
                     "loss": out.loss.item(),
                     "torch": torch.__version__, "transformers": T.__version__}

@@ -13,6 +13,7 @@
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/flash_attention.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/kv_attention.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/rope.h"

@@ -78,6 +78,25 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   f.finish();
 }
 
+void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
+                        Tensor& keys, Tensor& values, int64_t past, Tensor& out) {
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&qkv, &keys, &values, &out})
+    MT_INPUT_CHECK(t->device() == Device::CPU && t->dtype() == DType::F32,
+                   "KV-cache decoding runs on the CPU in fp32 (got a ", dtype_name(t->dtype()),
+                   " tensor on ", t->device() == Device::CPU ? "the CPU" : "a GPU", ")");
+  check_attention_shape(s, qkv, "kv_cache_attention");
+  const int64_t capacity = keys.dim(2);
+  MT_CHECK(keys.shape() == values.shape() && keys.ndim() == 4 && keys.dim(0) == s.B &&
+               keys.dim(1) == s.G && keys.dim(3) == s.Dh,
+           "kv_cache_attention: caches ", keys.shape().str(), " for B ", s.B, " G ", s.G, " Dh ",
+           s.Dh);
+  MT_CHECK(past >= 0 && past + s.S <= capacity, "kv_cache_attention: positions ", past, "..",
+           past + s.S, " past the cache capacity ", capacity);
+  MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, "kv_cache_attention: out ", out.shape().str());
+  cpu::kv_cache_attention(s, scale, qkv.data<float>(), keys.data<float>(), values.data<float>(),
+                          past, capacity, out.data<float>());
+}
+
 void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope, int64_t offset) {
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});

@@ -91,7 +91,12 @@ CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,
   }
 }
 
-CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels) const {
+KvCache CausalLM::make_cache() const {
+  return KvCache(recipe_.model.num_layers, max_length());
+}
+
+CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
+                                   KvCache* cache) const {
   MT_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::I32, "CausalLM::forward: tokens must "
            "be int32 [S, B], got ", tokens.shape().str());
   const int64_t S = tokens.dim(0), B = tokens.dim(1), V = vocab_size();
@@ -105,6 +110,7 @@ CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels) c
     for (int64_t i = 0; i < S * B; ++i) mb.labels.data<int32_t>()[i] = models::kIgnoreIndex;
   }
   mb.info.training = false;
+  mb.info.kv_cache = cache;
   const models::Model& model = *chunks_.chunks.at(0);
   auto act = model.make_activations();
   const models::LossSums sums = model.forward(*act, mb);
@@ -124,6 +130,7 @@ CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels) c
   for (int64_t r = 0; r < tp; ++r)
     for (int64_t n = 0; n < S * B; ++n)
       for (int64_t j = 0; j < Vl && r * Vl + j < V; ++j) o[n * V + r * Vl + j] = g[(r * S * B + n) * Vl + j];
+  if (cache != nullptr) cache->length += S;
   out.loss_sum = sums.lm;
   out.targets = models::count_lm_targets(mb);
   return out;

@@ -10,6 +10,7 @@
 #include "megatron/config/recipe.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
+#include "megatron/transformer/kv_cache.h"
 #include "models/registry.h"
 
 namespace megatron::inference {
@@ -29,8 +30,15 @@ class CausalLM {
     double loss_sum = 0.0;  // summed cross-entropy over labels != kIgnoreIndex
     int64_t targets = 0;
   };
-  // tokens, labels: int32 [S, B] (labels may be empty: no loss).
-  Output forward(const Tensor& tokens, const Tensor& labels = Tensor()) const;
+  // tokens, labels: int32 [S, B] (labels may be empty: no loss). With a cache (make_cache), the
+  // tokens continue the cached sequences at position cache->length, only they are computed, and
+  // cache->length advances by S.
+  Output forward(const Tensor& tokens, const Tensor& labels = Tensor(),
+                 KvCache* cache = nullptr) const;
+  // A cache for `batch` sequences of up to max_length() positions.
+  KvCache make_cache() const;
+  // The longest sequence (prompt and generated tokens) this model was built for.
+  int64_t max_length() const { return recipe_.model.seq_length; }
 
  private:
   config::Recipe recipe_;

@@ -86,9 +86,32 @@ void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
   ops::attention_backward(as, ao, s.qkv_out, probs_of(s), s.d_attn, d_qkv);
 }
 
+Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache) const {
+  MT_CHECK(!sp_ && spec_.causal, "KV-cache decoding needs a causal model without sequence "
+           "parallelism");
+  const int64_t S = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+  const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
+  const auto as = shape(S, B, 0);
+  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_));
+  if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), cache.length);
+  const size_t l = static_cast<size_t>(layer_);
+  MT_CHECK(l < cache.keys.size(), "KV cache has ", cache.keys.size(), " layers, not ", l + 1);
+  const Shape cache_shape{B, local_groups_, cache.capacity, Dh};
+  if (!(cache.keys[l].shape() == cache_shape)) {
+    cache.keys[l] = Tensor::zeros(cache_shape, DType::F32);
+    cache.values[l] = Tensor::zeros(cache_shape, DType::F32);
+  }
+  Tensor& out = ensure(s.attn_out, {S, B, local_heads_ * Dh}, act(), device_);
+  ops::kv_cache_attention(as, 1.0f / std::sqrt(static_cast<float>(Dh)), s.qkv_out,
+                          cache.keys[l], cache.values[l], cache.length, out);
+  proj_->forward(s.proj, s.attn_out, ensure(s.out, {S, B, D}, act(), device_));
+  return s.out;
+}
+
 Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb,
                                const uint8_t* key_mask) const {
   State& s = static_cast<State&>(state);
+  if (mb.kv_cache != nullptr) return cached_forward(s, in, *mb.kv_cache);
   const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const int64_t S = full_seq(Sl);
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;

@@ -10,6 +10,7 @@
 
 #include "kernels/common/attention_shape.h"
 #include "kernels/common/numeric.h"
+#include "megatron/transformer/kv_cache.h"
 #include "megatron/transformer/submodules.h"
 
 namespace megatron {
@@ -33,6 +34,7 @@ class SelfAttention final : public AttentionLayer {
   void collect_params(std::vector<Parameter*>& out) const override;
 
  private:
+  Tensor& cached_forward(State& s, const Tensor& in, KvCache& cache) const;
   math::RopeFrequencies rope_frequencies() const {
     math::RopeFrequencies f(spec_.rope_theta);
     f.factor = spec_.rope_scaling_factor;

@@ -27,11 +27,16 @@ struct DropoutSite {
   }
 };
 
+struct KvCache;  // kv_cache.h
+
 // Where this micro-batch sits in the global batch (for layout-independent randomness).
 struct MicroBatchInfo {
   int64_t iteration = 0;
   int64_t batch_offset = 0;  // global index of its first sample within the global batch
   bool training = true;      // dropout only when training
+  // Incremental decoding (inference, no backward): the tokens are positions
+  // kv_cache->length.. of sequences whose earlier keys and values the cache holds.
+  KvCache* kv_cache = nullptr;
 };
 
 }  // namespace megatron

@@ -4,6 +4,7 @@
 
 #include "megatron/backend/ops.h"
 #include "megatron/tensor_parallel/mappings.h"
+#include "megatron/transformer/kv_cache.h"
 #include "megatron/transformer/vocab_parallel.h"
 
 namespace megatron::models {
@@ -97,7 +98,10 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
            "micro-batch tokens/labels must both be [S, B], got ", mb.tokens.shape().str(), " and ",
            mb.labels.shape().str());
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
-  MT_CHECK(S <= t.seq_length, "micro-batch sequence ", S, " longer than seq_length ", t.seq_length);
+  // Incremental decoding continues sequences of `past` cached positions.
+  const int64_t past = mb.info.kv_cache != nullptr ? mb.info.kv_cache->length : 0;
+  MT_CHECK(past + S <= t.seq_length, "micro-batch sequence ", S, " (after ", past,
+           " cached positions) longer than seq_length ", t.seq_length);
   // Sl rows of [S, B, D] activations live here: all of them, or a sequence slice.
   MT_CHECK(!sp() || S % tp_->size() == 0, "sequence ", S, " not divisible by tensor parallel size ",
            tp_->size());
@@ -110,7 +114,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
     Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype(), device_);
     tok_embed_->forward(a.tok, mb.tokens, x0);
     if (pos_embed_) {
-      const Tensor& pos = a.positions.get(Sl, B, where.seq_offset, device_);
+      const Tensor& pos = a.positions.get(Sl, B, where.seq_offset + past, device_);
       Tensor& pe = ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);  // scratch until backward
       pos_embed_->forward(a.pos, pos, pe);
       ops::add_inplace(x0, pe);

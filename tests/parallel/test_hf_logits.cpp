@@ -2,7 +2,8 @@
 // every fixture of tests/fixtures/hf (small random models saved by transformers itself with
 // the logits and causal-LM loss of its forward on fixed tokens; tools/gen_hf_fixtures.py), the
 // import (laid out for this tensor-parallel size) is loaded by inference::CausalLM with
-// tp = world size and run on the same tokens. fp32 logits within 1e-5 of the largest.
+// tp = world size and run on the same tokens. fp32 logits within 1e-5 of the largest; greedy
+// generation (KV cache, and the full recompute) gives transformers' generate tokens.
 // mpirun-np: 1 2
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 
 #include "equivalence_fixture.h"
 #include "megatron/inference/causal_lm.h"
+#include "megatron/inference/generate.h"
 #include "models/hf_checkpoint.h"
 #include "models/model.h"
 #include "parallel_test.h"
@@ -67,6 +69,20 @@ void check_logits(const std::string& name) {
               world.size(), err, loss, expected["loss"].get<double>());
   EXPECT_LE(err, 1e-5) << name;
   EXPECT_NEAR(loss, expected["loss"].get<double>(), 1e-5) << name;
+
+  // Greedy decoding through the KV cache: transformers' generate, and the same tokens as
+  // recomputing the whole sequence at every step.
+  const auto prompt = expected["greedy_prompt"].get<std::vector<int32_t>>();
+  const auto greedy = expected["greedy"].get<std::vector<int32_t>>();
+  const inference::CausalLM decoder(scratch.string(), std::nullopt, world,
+                                    static_cast<int64_t>(prompt.size() + greedy.size()));
+  inference::SamplingOptions o;
+  o.max_new_tokens = static_cast<int64_t>(greedy.size());
+  const auto cached = inference::generate(decoder, prompt, o);
+  o.use_cache = false;
+  const auto recomputed = inference::generate(decoder, prompt, o);
+  EXPECT_EQ(cached.tokens, greedy) << name;
+  EXPECT_EQ(recomputed.tokens, greedy) << name;
   world.barrier();
   if (world.rank() == 0) fs::remove_all(scratch);
 }

@@ -1,0 +1,233 @@
+// generate: continues a prompt with a trained or converted decoder.
+//   generate --checkpoint DIR|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
+// Under mpirun -np N the model is split over N tensor-parallel ranks (rank 0 prints).
+// Exit codes: 0 ok, 1 bad input, 2 usage.
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include "data/tokenizer.h"
+#include "kernels/cpu/cpu_features.h"
+#include "megatron/core/error.h"
+#include "megatron/inference/generate.h"
+#include "megatron/parallel/launch.h"
+#include "megatron/parallel/mpi_communicator.h"
+#include "models/hf_checkpoint.h"
+
+namespace {
+
+using namespace megatron;
+namespace fs = std::filesystem;
+
+constexpr const char* kUsage = R"(usage: generate --checkpoint DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
+  --checkpoint DIR      a native checkpoint (its root or one iter_NNNNNNN) or a Hugging Face
+                        directory (config.json + safetensors; converted on the fly)
+  --iteration N         a native checkpoint's iteration instead of its latest
+  --prompt TEXT         text, encoded with the checkpoint's tokenizer (its recipe's
+                        data.tokenizer; --tokenizer-model/--vocab-file/--merge-file override)
+  --prompt-ids IDS      token ids, comma-separated, used as given (BOS included if wanted)
+  --max-new-tokens N    tokens to generate (default 32)
+  --temperature T       0 (default): greedy; > 0: sample from softmax(logits / T)
+  --top-k K             sample among the K most likely tokens (0: all)
+  --top-p P             sample among the most likely tokens holding mass P (default 1)
+  --seed S              sampling seed (default 1234)
+  --stop-id ID          stop after generating this id (repeatable)
+  --print-ids           print the generated ids on one line, space-separated
+  --no-cache            recompute the whole sequence every step (no KV cache; for checking)
+  --tokenizer-type T, --tokenizer-model F, --vocab-file F, --merge-file F
+                        the tokenizer for --prompt and for printing text
+Prints the continuation (text when a tokenizer is known), then tokens/s on stderr.
+)";
+
+struct Args {
+  std::string checkpoint, prompt, prompt_ids, tokenizer_type, tokenizer_model, vocab_file,
+      merge_file;
+  std::optional<int64_t> iteration;
+  inference::SamplingOptions sampling;
+  bool print_ids = false, have_prompt = false;
+};
+
+[[noreturn]] void usage_error(const std::string& what) {
+  std::fprintf(stderr, "generate: %s\n%s", what.c_str(), kUsage);
+  std::exit(2);
+}
+
+double number(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0') usage_error(flag + " needs a number, got '" + v + "'");
+  return x;
+}
+int64_t integer(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0') usage_error(flag + " needs an integer, got '" + v + "'");
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "-h" || f == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (f == "--checkpoint") a.checkpoint = value();
+    else if (f == "--iteration") a.iteration = integer(f, value());
+    else if (f == "--prompt") a.prompt = value(), a.have_prompt = true;
+    else if (f == "--prompt-ids") a.prompt_ids = value();
+    else if (f == "--max-new-tokens") a.sampling.max_new_tokens = integer(f, value());
+    else if (f == "--temperature") a.sampling.temperature = number(f, value());
+    else if (f == "--top-k") a.sampling.top_k = integer(f, value());
+    else if (f == "--top-p") a.sampling.top_p = number(f, value());
+    else if (f == "--seed") a.sampling.seed = static_cast<uint64_t>(integer(f, value()));
+    else if (f == "--stop-id") a.sampling.stop_ids.push_back(static_cast<int32_t>(integer(f, value())));
+    else if (f == "--print-ids") a.print_ids = true;
+    else if (f == "--no-cache") a.sampling.use_cache = false;
+    else if (f == "--tokenizer-type") a.tokenizer_type = value();
+    else if (f == "--tokenizer-model") a.tokenizer_model = value();
+    else if (f == "--vocab-file") a.vocab_file = value();
+    else if (f == "--merge-file") a.merge_file = value();
+    else usage_error("unexpected argument '" + f + "'");
+  }
+  if (a.checkpoint.empty()) usage_error("--checkpoint is required");
+  if (a.have_prompt == !a.prompt_ids.empty()) usage_error("give exactly one of --prompt and --prompt-ids");
+  try {
+    a.sampling.validate();
+  } catch (const InputError& e) {
+    usage_error(e.what());
+  }
+  return a;
+}
+
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0 || v > INT32_MAX)
+      usage_error("--prompt-ids: '" + item + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+// A path the recipe wrote relative to the repository (or the current directory).
+std::string existing(const config::Recipe& r, const std::string& p) {
+  if (p.empty() || fs::exists(p)) return p;
+  return config::resolve_path(r, p);
+}
+
+std::unique_ptr<data::Tokenizer> tokenizer_for(const Args& a, const config::Recipe& r) {
+  data::TokenizerSpec spec{a.tokenizer_type.empty() ? r.data.tokenizer.type : a.tokenizer_type,
+                           a.vocab_file.empty() ? existing(r, r.data.tokenizer.vocab_file)
+                                                : a.vocab_file,
+                           a.merge_file.empty() ? existing(r, r.data.tokenizer.merge_file)
+                                                : a.merge_file,
+                           a.tokenizer_model.empty() ? existing(r, r.data.tokenizer.model)
+                                                     : a.tokenizer_model};
+  if (spec.type.empty() || spec.type == "NullTokenizer") return nullptr;
+  return data::make_tokenizer(spec);
+}
+
+int run(const Args& a, parallel::Communicator& world) {
+  std::string dir = a.checkpoint;
+  fs::path converted;
+  if (fs::exists(fs::path(dir) / "config.json")) {  // a Hugging Face directory: convert first
+    int64_t id = world.rank() == 0 ? ::getpid() : 0;  // one directory for all ranks
+    Tensor id_t = Tensor::wrap(&id, {1}, DType::I64);
+    world.broadcast(id_t, 0);
+    converted = fs::temp_directory_path() / concat("megatron_generate_", id);
+    if (world.rank() == 0) {
+      fs::remove_all(converted);
+      models::HfImportOptions o;
+      o.hf_dir = dir;
+      o.out_dir = converted.string();
+      o.tp = world.size();
+      models::import_hf_checkpoint(o);
+    }
+    world.barrier();
+    dir = converted.string();
+  }
+  struct Cleanup {
+    fs::path p;
+    bool owner;
+    ~Cleanup() {
+      std::error_code ec;
+      if (owner && !p.empty()) fs::remove_all(p, ec);
+    }
+  } cleanup{converted, world.rank() == 0};
+  const checkpoint::CheckpointIndex index = checkpoint::read_index(dir, a.iteration);
+  const config::Recipe recipe = models::recipe_of_checkpoint(index);
+  const auto tokenizer = tokenizer_for(a, recipe);
+  std::vector<int32_t> prompt;
+  if (a.have_prompt) {
+    MT_INPUT_CHECK(tokenizer != nullptr, "--prompt needs a tokenizer, and ", index.path,
+                   " records none (NullTokenizer): pass --prompt-ids, or --tokenizer-type and "
+                   "its files");
+    prompt = tokenizer->encode(a.prompt);
+  } else {
+    prompt = parse_ids(a.prompt_ids);
+  }
+  const int64_t length = static_cast<int64_t>(prompt.size()) + a.sampling.max_new_tokens;
+  const inference::CausalLM lm(index.path, std::nullopt, world, length);
+  const inference::Generation g = inference::generate(lm, prompt, a.sampling);
+  if (world.rank() != 0) return 0;
+  if (a.print_ids) {
+    for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);
+    std::printf("\n");
+  } else if (tokenizer) {
+    std::printf("%s%s\n", a.have_prompt ? a.prompt.c_str() : "", tokenizer->decode(g.tokens).c_str());
+  } else {
+    for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);
+    std::printf("\n");
+  }
+  std::fprintf(stderr,
+               "prompt %zu tokens, prefill %.1f ms (%.0f tokens/s); %lld more tokens in %.1f ms "
+               "(%.1f tokens/s, %s, tp %d)\n",
+               prompt.size(), g.prefill_seconds * 1e3,
+               static_cast<double>(prompt.size()) / std::max(g.prefill_seconds, 1e-9),
+               static_cast<long long>(g.decode_steps), g.decode_seconds * 1e3,
+               static_cast<double>(g.decode_steps) / std::max(g.decode_seconds, 1e-9),
+               a.sampling.use_cache ? "KV cache" : "no cache", world.size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int code = 0;
+  std::string message;
+  try {
+    megatron::kernels::cpu::check_compiled_isa();
+    megatron::parallel::MpiRuntime mpi(&argc, &argv);
+    const Args args = parse(argc, argv);
+    auto world = megatron::parallel::MpiCommunicator::world();
+    try {
+      return run(args, *world);
+    } catch (const megatron::InputError& e) {
+      message = std::string("generate: ") + e.what();
+      code = 1;
+    } catch (const std::exception& e) {
+      message = std::string("generate: fatal: ") + e.what();
+      code = 2;
+    }
+    if (mpi.info().world_size > 1) megatron::parallel::MpiRuntime::abort(code, message);
+  } catch (const std::exception& e) {
+    message = std::string("generate: fatal: ") + e.what();
+    code = 2;
+  }
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return code;
+}

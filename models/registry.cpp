@@ -26,6 +26,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.norm = m.normalization == config::Normalization::RMSNorm ? Norm::Kind::RMSNorm
                                                              : Norm::Kind::LayerNorm;
   t.swiglu = m.activation == config::Activation::SwiGLU;
+  t.gelu = m.activation == config::Activation::GeLUExact ? math::Gelu::Erf : math::Gelu::Tanh;
   t.rope = m.position_embedding == config::PositionEmbedding::Rope;
   t.rope_theta = static_cast<float>(m.rope_theta);
   t.rope_scaling_factor = m.rope_scaling ? static_cast<float>(m.rope_scaling_factor) : 0.0f;

@@ -52,6 +52,14 @@ MT_HD float gelu_tanh(float x) {
   return x / (1.0f + exp_approx(-2.0f * u));
 }
 
+// GELU exactly: x Phi(x) = 0.5 x (1 + erf(x / sqrt 2)) (PyTorch's default F.gelu, Megatron's
+// default, Hugging Face's "gelu" that BERT uses).
+MT_HD float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+MT_HD float gelu_erf_grad(float x) {
+  const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+  return cdf + x * 0.39894228040143268f * expf(-0.5f * x * x);  // + x phi(x)
+}
+
 MT_HD float gelu_tanh_grad(float x) {
   const float x2 = x * x;
   const float u = kSqrt2OverPi * (x + kGeluCoeff * x2 * x);
@@ -59,6 +67,13 @@ MT_HD float gelu_tanh_grad(float x) {
   const float e = exp_approx(-2.0f * u);
   const float s = 1.0f / (1.0f + e);       // sigmoid(2u) = 0.5 (1 + tanh(u))
   return s + 2.0f * x * (e * s * s) * du;  // d sigmoid(2u)/du = 2 s (1 - s), 1 - s = e s
+}
+
+// Which GELU a layer computes.
+enum class Gelu : uint8_t { Tanh, Erf };
+MT_HD float gelu(float x, Gelu kind) { return kind == Gelu::Erf ? gelu_erf(x) : gelu_tanh(x); }
+MT_HD float gelu_grad(float x, Gelu kind) {
+  return kind == Gelu::Erf ? gelu_erf_grad(x) : gelu_tanh_grad(x);
 }
 
 MT_HD float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }

@@ -32,12 +32,22 @@ void fill(float* x, float value, int64_t n) {
 // The activations cost ~10x a plain add per element, so they go parallel at a smaller size.
 constexpr int64_t kActivationGrain = kParallelGrain / 8;
 
-void gelu_forward(const float* x, float* y, int64_t n) {
+void gelu_forward(const float* x, float* y, int64_t n, math::Gelu kind) {
+  if (kind == math::Gelu::Erf) {
+#pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
+    for (int64_t i = 0; i < n; ++i) y[i] = math::gelu_erf(x[i]);
+    return;
+  }
 #pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
   for (int64_t i = 0; i < n; ++i) y[i] = math::gelu_tanh(x[i]);
 }
 
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, math::Gelu kind) {
+  if (kind == math::Gelu::Erf) {
+#pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
+    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * math::gelu_erf_grad(x[i]);
+    return;
+  }
 #pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
   for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * math::gelu_tanh_grad(x[i]);
 }

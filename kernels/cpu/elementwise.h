@@ -2,6 +2,8 @@
 // Element-wise ops: residual adds, scaling, GELU (tanh) and SwiGLU.
 #include <cstdint>
 
+#include "kernels/common/numeric.h"
+
 namespace megatron::kernels::cpu {
 
 void add(const float* a, const float* b, float* out, int64_t n);  // out = a + b
@@ -9,9 +11,11 @@ void add_inplace(float* acc, const float* x, int64_t n);          // acc += x
 void scale_inplace(float* x, float s, int64_t n);                 // x *= s
 void fill(float* x, float value, int64_t n);
 
-void gelu_forward(const float* x, float* y, int64_t n);
+// GELU, tanh-approximated or exact (math::Gelu)
+void gelu_forward(const float* x, float* y, int64_t n, math::Gelu kind = math::Gelu::Tanh);
 // dx = dy * gelu'(x)   (activation grads are written, not accumulated)
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
+                   math::Gelu kind = math::Gelu::Tanh);
 
 // tanh (the BERT pooler): y = tanh(x); backward from the output: dx = dy * (1 - y^2) (dx may be
 // dy).

@@ -46,14 +46,14 @@ __global__ void cast_kernel(const TSrc* src, TDst* dst, int64_t n) {
 }
 
 template <typename T>
-__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n) {
-  MT_GRID_STRIDE(i, n) y[i] = from_float<T>(math::gelu_tanh(to_float(x[i])));
+__global__ void gelu_forward_kernel(const T* x, T* y, int64_t n, math::Gelu kind) {
+  MT_GRID_STRIDE(i, n) y[i] = from_float<T>(math::gelu(to_float(x[i]), kind));
 }
 
 template <typename T>
-__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n) {
+__global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n, math::Gelu kind) {
   MT_GRID_STRIDE(i, n)
-  dx[i] = from_float<T>(to_float(dy[i]) * math::gelu_tanh_grad(to_float(x[i])));
+  dx[i] = from_float<T>(to_float(dy[i]) * math::gelu_grad(to_float(x[i]), kind));
 }
 
 template <typename T>
@@ -146,16 +146,17 @@ void cast(const TSrc* src, TDst* dst, int64_t n, cudaStream_t stream) {
 }
 
 template <typename T>
-void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream) {
+void gelu_forward(const T* x, T* y, int64_t n, math::Gelu kind, cudaStream_t stream) {
   if (n <= 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n, kind);
   MT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
-void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t stream) {
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, math::Gelu kind,
+                   cudaStream_t stream) {
   if (n <= 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, dx, n);
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, dx, n, kind);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -200,8 +201,8 @@ void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, cu
   template void add_bias<T>(T*, const T*, int64_t, int64_t, cudaStream_t);                     \
   template void scale_inplace<T>(T*, float, int64_t, cudaStream_t);                            \
   template void fill<T>(T*, float, int64_t, cudaStream_t);                                     \
-  template void gelu_forward<T>(const T*, T*, int64_t, cudaStream_t);                          \
-  template void gelu_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);               \
+  template void gelu_forward<T>(const T*, T*, int64_t, math::Gelu, cudaStream_t);              \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t, math::Gelu, cudaStream_t);   \
   template void tanh_forward<T>(const T*, T*, int64_t, cudaStream_t);                          \
   template void count_outside<T>(const T*, int64_t, float, unsigned long long*, cudaStream_t); \
   template void tanh_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);               \

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/numeric.h"
+
 namespace megatron::kernels::cuda {
 
 template <typename T>
@@ -29,10 +31,11 @@ template <typename TSrc, typename TDst>
 void cast(const TSrc* src, TDst* dst, int64_t n, cudaStream_t stream);
 
 template <typename T>
-void gelu_forward(const T* x, T* y, int64_t n, cudaStream_t stream);
+void gelu_forward(const T* x, T* y, int64_t n, math::Gelu kind, cudaStream_t stream);
 // dx = dy * gelu'(x)
 template <typename T>
-void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, cudaStream_t stream);
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, math::Gelu kind,
+                   cudaStream_t stream);
 
 // y = tanh(x); dx = dy * (1 - y^2) from the output y (dx may be dy).
 template <typename T>

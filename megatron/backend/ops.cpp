@@ -127,25 +127,25 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   f.finish();
 }
 
-void gelu_forward(const Tensor& x, Tensor& y) {
+void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
   const char* op = "gelu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "gelu_forward: shape mismatch");
   const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev, gelu_forward(x, y));
+  MT_RUN_ON_CUDA(dev, gelu_forward(x, y, kind));
   Fp32OnCpu f(fa);
-  cpu::gelu_forward(f.in(x), f.out(y), x.numel());
+  cpu::gelu_forward(f.in(x), f.out(y), x.numel(), kind);
   f.finish();
 }
 
-void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind) {
   const char* op = "gelu_backward";
   const Device dev = device_of(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel(), "gelu_backward: shape mismatch");
   const FloatArgs fa(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev, gelu_backward(x, dy, dx));
+  MT_RUN_ON_CUDA(dev, gelu_backward(x, dy, dx, kind));
   Fp32OnCpu f(fa);
-  cpu::gelu_backward(f.in(x), f.in(dy), f.out(dx), x.numel());
+  cpu::gelu_backward(f.in(x), f.in(dy), f.out(dx), x.numel(), kind);
   f.finish();
 }
 

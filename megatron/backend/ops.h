@@ -33,8 +33,9 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                       Tensor& dx, Tensor& dw);
 
-void gelu_forward(const Tensor& x, Tensor& y);
-void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind = math::Gelu::Tanh);
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,
+                   math::Gelu kind = math::Gelu::Tanh);
 // y = tanh(x); backward from the output y: dx = dy * (1 - y^2) (dx may be dy).
 void tanh_forward(const Tensor& x, Tensor& y);
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);

@@ -77,17 +77,21 @@ void TensorMapping::validate() const {
 std::vector<float> TensorMapping::import(const std::vector<std::vector<float>>& data) const {
   MT_CHECK(data.size() == sources.size(), "mapping of ", native, ": ", data.size(), " sources");
   const int64_t w = width();
-  std::vector<std::vector<float>> rows(sources.size());
+  // Only transposed sources get a reoriented copy; the others are read in place (the import's
+  // memory is the sources plus the native tensor).
+  std::vector<std::vector<float>> transposed(sources.size());
+  std::vector<const float*> rows(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {
     MT_CHECK(static_cast<int64_t>(data[s].size()) == numel(sources[s].shape), "mapping of ",
              native, ": source ", sources[s].name, " size");
-    rows[s] = oriented(sources[s], data[s]);
+    if (sources[s].transposed) transposed[s] = oriented(sources[s], data[s]);
+    rows[s] = sources[s].transposed ? transposed[s].data() : data[s].data();
   }
   std::vector<float> out(static_cast<size_t>(numel(native_shape)), 0.0f);
   int64_t at = 0;
   for (const RowBlock& b : blocks) {
     if (b.source >= 0)
-      std::memcpy(out.data() + at * w, rows[b.source].data() + b.row * w,
+      std::memcpy(out.data() + at * w, rows[b.source] + b.row * w,
                   static_cast<size_t>(b.rows * w) * sizeof(float));
     at += b.rows;
   }
@@ -108,7 +112,8 @@ std::vector<std::vector<float>> TensorMapping::export_sources(
                   static_cast<size_t>(b.rows * w) * sizeof(float));
     at += b.rows;
   }
-  for (size_t s = 0; s < sources.size(); ++s) rows[s] = stored(sources[s], rows[s]);
+  for (size_t s = 0; s < sources.size(); ++s)
+    if (sources[s].transposed) rows[s] = stored(sources[s], rows[s]);
   return rows;
 }
 

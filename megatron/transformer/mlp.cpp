@@ -35,7 +35,7 @@ Tensor& DenseMLP::forward(LayerState& state, const Tensor& in, const MicroBatchI
   if (spec_.swiglu)
     ops::swiglu_forward(s.fc1_out, s.act_out);
   else
-    ops::gelu_forward(s.fc1_out, s.act_out);
+    ops::gelu_forward(s.fc1_out, s.act_out, spec_.gelu);
   fc2_->forward(s.fc2, s.act_out, ensure(s.out, {Sl, B, D}, act(), device_));
   return s.out;
 }
@@ -48,7 +48,7 @@ void DenseMLP::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   if (spec_.swiglu)
     ops::swiglu_backward(s.fc1_out, s.d_act, s.d_fc1);
   else
-    ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1);
+    ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1, spec_.gelu);
   fc1_->backward(s.fc1, s.d_fc1, &d_in);
 }
 

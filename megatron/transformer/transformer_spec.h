@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/common/numeric.h"
 #include "megatron/core/dtype.h"
 #include "megatron/transformer/layers.h"
 
@@ -19,6 +20,7 @@ struct TransformerSpec {
   int64_t seq_length = 0;
   Norm::Kind norm = Norm::Kind::LayerNorm;
   bool swiglu = false;
+  math::Gelu gelu = math::Gelu::Tanh;  // the MLP's (and BERT's head's) GELU when not swiglu
   bool rope = false;
   float rope_theta = 10000.0f;
   float rope_scaling_factor = 0.0f;  // > 0: LLaMA-3.1 frequency scaling (math::RopeFrequencies)

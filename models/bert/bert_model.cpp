@@ -260,7 +260,8 @@ double BertModel::lm_head_forward(BertActivations& a, const MicroBatch& mb, cons
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = spec_.transformer.hidden;
   const int64_t N = S * B, Sl = h.dim(0);
   transform_->forward(a.transform, h, ensure(a.transform_out, {Sl, B, D}, act_dtype(), device_));
-  ops::gelu_forward(a.transform_out, ensure(a.gelu_out, {Sl, B, D}, act_dtype(), device_));
+  ops::gelu_forward(a.transform_out, ensure(a.gelu_out, {Sl, B, D}, act_dtype(), device_),
+                    spec_.transformer.gelu);
   head_norm_->forward(a.head_norm, a.gelu_out,
                       ensure(a.head_out, {Sl, B, D}, act_dtype(), device_));
   const Tensor* hn = &a.head_out;
@@ -319,7 +320,8 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
   }
   Tensor& d_gelu = ensure(a.d_gelu, {Sl, B, D}, act_dtype(), device_);
   head_norm_->backward(a.head_norm, d_head, d_gelu);
-  ops::gelu_backward(a.transform_out, d_gelu, d_head);  // d_head now holds d(transform_out)
+  // d_head now holds d(transform_out)
+  ops::gelu_backward(a.transform_out, d_gelu, d_head, spec_.transformer.gelu);
   transform_->backward(a.transform, d_head, &d_hidden);
 }
 

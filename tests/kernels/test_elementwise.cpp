@@ -61,6 +61,33 @@ TEST(Gelu, BackwardMatchesFiniteDifferences) {
   }));
 }
 
+TEST(GeluExact, MatchesReferenceAndFiniteDifferences) {
+  for (int64_t n : kSizes) {
+    const auto x = random_vector(n, uint32_t(n + 1), -6.0f, 6.0f), dy = random_vector(n, 9);
+    auto y = nan_vector(n), y_ref = nan_vector(n), dx = nan_vector(n), dx_ref = nan_vector(n);
+    cpu::gelu_forward(x.data(), y.data(), n, math::Gelu::Erf);
+    ref::gelu_erf_forward(x.data(), y_ref.data(), n);
+    EXPECT_TRUE(all_close(y, y_ref, 1e-6)) << n;
+    cpu::gelu_backward(x.data(), dy.data(), dx.data(), n, math::Gelu::Erf);
+    ref::gelu_erf_backward(x.data(), dy.data(), dx_ref.data(), n);
+    EXPECT_TRUE(all_close(dx, dx_ref, 1e-6)) << n;
+  }
+  const int64_t n = 65;
+  const auto x = random_vector(n, 3, -4.0f, 4.0f), w = random_vector(n, 4);
+  auto dx = nan_vector(n);
+  cpu::gelu_backward(x.data(), w.data(), dx.data(), n, math::Gelu::Erf);
+  EXPECT_TRUE(check_gradient(x, dx, [&](const std::vector<float>& v) {
+    std::vector<float> y(n);
+    ref::gelu_erf_forward(v.data(), y.data(), n);
+    return testing::weighted_sum(w, y);
+  }));
+  // The two GELUs differ by up to ~1e-3 in the tails: a swapped kind would show.
+  std::vector<float> e(n), t(n);
+  cpu::gelu_forward(x.data(), e.data(), n, math::Gelu::Erf);
+  cpu::gelu_forward(x.data(), t.data(), n, math::Gelu::Tanh);
+  EXPECT_FALSE(all_close(e, t, 1e-6));
+}
+
 TEST(Swiglu, MatchesReference) {
   for (int64_t rows : {1, 3, 7, 33}) {
     for (int64_t F : {1, 7, 65, 127}) {

@@ -137,6 +137,7 @@ void expect_derivative(F f, G grad, double lo, double hi) {
 
 TEST(Activations, GradientsMatchFiniteDifferences) {
   expect_derivative(math::gelu_tanh, math::gelu_tanh_grad, -6.0, 6.0);
+  expect_derivative(math::gelu_erf, math::gelu_erf_grad, -6.0, 6.0);
   expect_derivative(math::silu, math::silu_grad, -8.0, 8.0);
 }
 

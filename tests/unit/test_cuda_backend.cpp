@@ -31,9 +31,11 @@ TEST(CudaBackend, GeluMatchesCpu) {
   dx_in.copy_from_host(x.data(), bytes);
   ddy.copy_from_host(dy.data(), bytes);
   auto* xp = static_cast<float*>(dx_in.data());
-  megatron::kernels::cuda::gelu_forward(xp, static_cast<float*>(dy_out.data()), n, nullptr);
+  megatron::kernels::cuda::gelu_forward(xp, static_cast<float*>(dy_out.data()), n,
+                                        megatron::math::Gelu::Tanh, nullptr);
   megatron::kernels::cuda::gelu_backward(xp, static_cast<const float*>(ddy.data()),
-                                         static_cast<float*>(ddx.data()), n, nullptr);
+                                         static_cast<float*>(ddx.data()), n,
+                                         megatron::math::Gelu::Tanh, nullptr);
   dy_out.copy_to_host(y_gpu.data(), bytes);
   ddx.copy_to_host(dx_gpu.data(), bytes);
   for (int64_t i = 0; i < n; ++i) {

@@ -93,12 +93,14 @@ TYPED_TEST(CudaOps, Elementwise) {
   kc::fill(dsc.p(), 1.5f, n, nullptr);
   EXPECT_EQ(dsc.get(), std::vector<float>(n, 1.5f));
 
-  kp::gelu_forward(a.data(), ref.data(), n);
-  kc::gelu_forward(da.p(), dout.p(), n, nullptr);
-  EXPECT_CLOSE(dout.get(), ref, tol<T>());
-  kp::gelu_backward(a.data(), b.data(), ref.data(), n);
-  kc::gelu_backward(da.p(), db.p(), dout.p(), n, nullptr);
-  EXPECT_CLOSE(dout.get(), ref, tol<T>());
+  for (const math::Gelu kind : {math::Gelu::Tanh, math::Gelu::Erf}) {
+    kp::gelu_forward(a.data(), ref.data(), n, kind);
+    kc::gelu_forward(da.p(), dout.p(), n, kind, nullptr);
+    EXPECT_CLOSE(dout.get(), ref, tol<T>());
+    kp::gelu_backward(a.data(), b.data(), ref.data(), n, kind);
+    kc::gelu_backward(da.p(), db.p(), dout.p(), n, kind, nullptr);
+    EXPECT_CLOSE(dout.get(), ref, tol<T>());
+  }
 
   const auto x = rounded<T>(randn(rows * 2 * F, 3, 2.0f)), dy = rounded<T>(randn(rows * F, 4));
   std::vector<float> y(rows * F), dx(rows * 2 * F);

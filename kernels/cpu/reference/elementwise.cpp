@@ -14,6 +14,10 @@ double gelu_grad(double x) {
   const double t = std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x));
   return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * kSqrt2OverPi * (1.0 + 3 * 0.044715 * x * x);
 }
+double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_erf_grad(double x) {
+  return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))) + x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
+}
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 }  // namespace
@@ -36,6 +40,12 @@ void gelu_forward(const float* x, float* y, int64_t n) {
 }
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = float(dy[i] * gelu_grad(x[i]));
+}
+void gelu_erf_forward(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = float(gelu_erf(x[i]));
+}
+void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dx[i] = float(dy[i] * gelu_erf_grad(x[i]));
 }
 
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F) {

@@ -11,6 +11,9 @@ void scale_inplace(float* x, float s, int64_t n);
 void fill(float* x, float value, int64_t n);
 void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+// The exact GELU, x Phi(x), through std::erf in double.
+void gelu_erf_forward(const float* x, float* y, int64_t n);
+void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n);
 void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F);
 void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F);
 

@@ -188,19 +188,19 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   });
 }
 
-void gelu_forward(const Tensor& x, Tensor& y) {
+void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
   const char* op = "gelu_forward";
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&y, "y"}});
-    kc::gelu_forward<T>(ptr<T>(x), ptr<T>(y), x.numel(), stream());
+    kc::gelu_forward<T>(ptr<T>(x), ptr<T>(y), x.numel(), kind, stream());
   });
 }
 
-void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind) {
   const char* op = "gelu_backward";
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
-    kc::gelu_backward<T>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel(), stream());
+    kc::gelu_backward<T>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), x.numel(), kind, stream());
   });
 }
 

@@ -54,8 +54,8 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                       Tensor& dx, Tensor& dw);
 
-void gelu_forward(const Tensor& x, Tensor& y);
-void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind);
+void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind);
 void tanh_forward(const Tensor& x, Tensor& y);
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 int64_t count_outside(const Tensor& x, float limit);

@@ -7,8 +7,9 @@ namespace megatron::moe {
 
 GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
                                int64_t num_local, int64_t hidden, int64_t ffn, bool swiglu,
-                               parallel::Communicator& tp, float init_std, float output_init_std)
-    : hidden_(hidden), swiglu_(swiglu), device_(store.device()) {
+                               parallel::Communicator& tp, float init_std, float output_init_std,
+                               math::Gelu gelu)
+    : hidden_(hidden), swiglu_(swiglu), gelu_(gelu), device_(store.device()) {
   const int64_t p = tp.size();
   MT_CHECK(ffn % p == 0, "experts '", prefix, "': ffn ", ffn,
            " is not divisible by tensor parallel size ", p);
@@ -63,7 +64,7 @@ void GroupedExperts::forward(State& s, const Tensor& rows,
     if (swiglu_)
       ops::swiglu_forward(s.fc1_out, s.act_out);
     else
-      ops::gelu_forward(s.fc1_out, s.act_out);
+      ops::gelu_forward(s.fc1_out, s.act_out, gelu_);
   }
   at = 0;
   for (size_t j = 0; j < experts_.size(); ++j) {
@@ -100,7 +101,7 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
     if (swiglu_)
       ops::swiglu_backward(s.fc1_out, s.d_act, s.d_fc1);
     else
-      ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1);
+      ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1, gelu_);
   }
   at = 0;
   for (size_t j = 0; j < experts_.size(); ++j) {

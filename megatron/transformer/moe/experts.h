@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/numeric.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
 
@@ -24,7 +25,8 @@ class GroupedExperts {
 
   GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
                  int64_t num_local, int64_t hidden, int64_t ffn, bool swiglu,
-                 parallel::Communicator& tp, float init_std, float output_init_std);
+                 parallel::Communicator& tp, float init_std, float output_init_std,
+                 math::Gelu gelu = math::Gelu::Tanh);
 
   // rows [R, D] expert-major (rows_per_expert[j] rows of local expert j, in order) -> out [R, D].
   void forward(State& s, const Tensor& rows, const std::vector<int64_t>& rows_per_expert,
@@ -41,6 +43,7 @@ class GroupedExperts {
   std::vector<Expert> experts_;
   int64_t hidden_, local_ffn_;
   bool swiglu_;
+  math::Gelu gelu_;
   Device device_;
 };
 

@@ -30,7 +30,7 @@ MoELayer::MoELayer(const SubmoduleArgs& a, parallel::Communicator& ep,
   dispatcher_ = std::make_unique<TokenDispatcher>(ep, E);
   experts_ = std::make_unique<GroupedExperts>(
       a.store, a.prefix, dispatcher_->first_local_expert(), dispatcher_->local_experts(), D,
-      m.expert_ffn, spec_.swiglu, a.tp, spec_.init_std, spec_.output_init_std());
+      m.expert_ffn, spec_.swiglu, a.tp, spec_.init_std, spec_.output_init_std(), spec_.gelu);
   if (m.shared_ffn > 0)
     shared_ = std::make_unique<DenseMLP>(a, a.prefix + ".mlp.shared_experts", m.shared_ffn);
   // The bias exists from construction on, so a checkpoint load finds this layer's.

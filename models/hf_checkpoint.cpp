@@ -60,10 +60,15 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
 namespace {
 
 config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelConfig& model,
-                                 std::string& yaml_out) {
+                                 const std::string& architecture, std::string& yaml_out) {
   if (!o.recipe.empty()) {
     config::Recipe r = config::load_recipe(o.recipe, o.overrides);
     check_recipe_matches(r, model, (fs::path(o.hf_dir) / "config.json").string());
+    MT_INPUT_CHECK(model.arch != config::Arch::BERT ||
+                       r.data.bert_binary_head == hf_binary_head(architecture),
+                   r.source_path, ": data.bert_binary_head is ", r.data.bert_binary_head, " but ",
+                   architecture, (hf_binary_head(architecture) ? " has" : " has no"),
+                   " sentence-pair head");
     return r;
   }
   config::Recipe r;
@@ -76,6 +81,7 @@ config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelCo
   r.training.train_iters = 100;
   r.optimizer.lr = 1e-5;
   r.data.mock = true;
+  r.data.bert_binary_head = hf_binary_head(architecture);
   // Until the HF directory's own tokenizer loads: NullTokenizer of the model's vocabulary.
   r.data.tokenizer.type = "NullTokenizer";
   r.data.tokenizer.vocab_size = model.vocab_size;
@@ -107,7 +113,7 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
       fs::exists(fs::path(o.out_dir) / "iter_0000000", ec))
     throw InputError(concat(o.out_dir, " already holds a checkpoint (nothing is overwritten)"));
   std::string yaml;
-  config::Recipe recipe = recipe_for_import(o, model, yaml);
+  config::Recipe recipe = recipe_for_import(o, model, result.architecture, yaml);
   recipe.parallel.tensor = result.tp = o.tp.value_or(recipe.parallel.tensor);
   recipe.parallel.pipeline = result.pp = o.pp.value_or(recipe.parallel.pipeline);
   recipe.parallel.expert = result.ep = o.ep.value_or(recipe.parallel.expert);
@@ -164,7 +170,8 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   checkpoint::Reader reader(o.native_dir, o.iteration);
   const auto& index = reader.index();
   const std::string meta_path = index.path + "/metadata.json";
-  const config::ModelConfig model = recipe_of_checkpoint(index).model;
+  const config::Recipe recipe = recipe_of_checkpoint(index);
+  const config::ModelConfig& model = recipe.model;
   const auto& meta = index.metadata;
   const nlohmann::json hf_meta = meta.contains("hf") ? meta["hf"] : nlohmann::json::object();
   HfExportResult result;
@@ -174,7 +181,7 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   if (result.architecture.empty() && hf_meta.contains("architecture") &&
       hf_meta["architecture"].is_string())
     result.architecture = hf_meta["architecture"].get<std::string>();
-  if (result.architecture.empty()) result.architecture = hf_architecture_for(model);
+  if (result.architecture.empty()) result.architecture = hf_architecture_for(recipe);
   const auto supported = hf_architectures();
   if (std::find(supported.begin(), supported.end(), result.architecture) == supported.end())
     throw InputError(concat("architecture '", result.architecture, "' is not one this build exports"));

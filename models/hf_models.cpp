@@ -1,5 +1,6 @@
 #include "models/hf_models.h"
 
+#include "models/bert/hf_bert.h"
 #include "models/gpt/hf_decoder.h"
 #include "models/registry.h"
 
@@ -49,33 +50,40 @@ class LayoutOnlyCommunicator final : public parallel::Communicator {
 }  // namespace
 
 std::vector<std::string> hf_architectures() {
-  return {"GPT2LMHeadModel", "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-          "MixtralForCausalLM"};
+  return {"GPT2LMHeadModel",    "LlamaForCausalLM",   "MistralForCausalLM", "Qwen2ForCausalLM",
+          "MixtralForCausalLM", "BertForPreTraining", "BertForMaskedLM"};
 }
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   const std::string arch = c.architecture();
   if (is_hf_decoder(arch)) return decoder_model_from_hf(c, arch);
+  if (is_hf_bert(arch)) return bert_model_from_hf(c, arch);
   std::string names;
   for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
   c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
 }
 
-std::string hf_architecture_for(const config::ModelConfig& m) {
-  return decoder_architecture_for(m);
+std::string hf_architecture_for(const config::Recipe& r) {
+  if (r.model.arch == config::Arch::BERT) return bert_architecture_for(r.data.bert_binary_head);
+  return decoder_architecture_for(r.model);
 }
+
+bool hf_binary_head(const std::string& architecture) { return hf_bert_binary_head(architecture); }
 
 nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::string& arch,
                                      const std::string& dtype, const nlohmann::json& original) {
+  if (is_hf_bert(arch)) return bert_hf_config(m, arch, dtype, original);
   return decoder_hf_config(m, arch, dtype, original);
 }
 
 std::vector<hf::TensorMapping> hf_mappings(const std::string& arch,
                                            const config::ModelConfig& m, int64_t padded_vocab) {
+  if (is_hf_bert(arch)) return bert_mappings(arch, m, padded_vocab);
   return decoder_mappings(arch, m, padded_vocab);
 }
 
 std::set<std::string> hf_ignored_tensors(const std::string& arch, const config::ModelConfig& m) {
+  if (is_hf_bert(arch)) return bert_ignored_tensors(arch, m);
   return decoder_ignored_tensors(arch, m);
 }
 

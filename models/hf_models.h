@@ -19,7 +19,10 @@ namespace megatron::models {
 std::vector<std::string> hf_architectures();  // supported names
 // The model section of config.json's architecture (InputError naming file and key).
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& config);
-std::string hf_architecture_for(const config::ModelConfig& model);
+// The architecture a recipe's model exports to by default.
+std::string hf_architecture_for(const config::Recipe& recipe);
+// Whether the architecture has BERT's sentence-pair head (recipe data.bert_binary_head).
+bool hf_binary_head(const std::string& architecture);
 nlohmann::ordered_json hf_config_for(const config::ModelConfig& model,
                                      const std::string& architecture, const std::string& dtype,
                                      const nlohmann::json& original);

@@ -35,10 +35,11 @@ the model section from config.json, checkpoint.load DIR with finetune: true.
 Export (--to-hf): writes HF_DIR (which must not exist or be empty) with config.json and the
 weights in --dtype (default: the dtype the checkpoint was imported from, else fp32). The
 architecture is the imported one, or chosen from the model (gpt: GPT2LMHeadModel, llama:
-LlamaForCausalLM, with add_qkv_bias: Qwen2ForCausalLM, with experts: MixtralForCausalLM).
+LlamaForCausalLM, with add_qkv_bias: Qwen2ForCausalLM, with experts: MixtralForCausalLM;
+bert: BertForPreTraining with data.bert_binary_head, else BertForMaskedLM).
 Both directions stream tensor by tensor and are exact; output appears only when complete.
 Supported architectures: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
-Qwen2ForCausalLM, MixtralForCausalLM.
+Qwen2ForCausalLM, MixtralForCausalLM, BertForPreTraining, BertForMaskedLM.
 )";
 
 struct Args {

@@ -59,6 +59,14 @@ FIXTURES = {
                            router_aux_loss_coef=0.01), torch.float32, None),
 }
 
+BERT = {
+    # name: (model class, dtype stored)
+    "bert_pretraining": (T.BertForPreTraining, torch.float32),
+    "bert_mlm_bf16": (T.BertForMaskedLM, torch.bfloat16),
+}
+BERT_TYPES = [[0] * 8 + [1] * 8, [0] * 6 + [1] * 10]
+BERT_MASK = [[1] * 16, [1] * 12 + [0] * 4]  # the second sample is padded
+
 TOKENS = [[1, 17, 42, 5, 88, 23, 64, 9, 31, 77, 3, 50, 12, 95, 40, 6],
           [1, 90, 2, 33, 33, 71, 8, 59, 26, 44, 13, 81, 67, 0, 19, 55]]
 
@@ -70,6 +78,8 @@ def randomize(model, seed):
             noise = torch.randn(p.shape, generator=g) * 0.2
             if "norm" in name or name.endswith("ln_1.weight") or name.endswith("ln_2.weight") \
                     or name.endswith("ln_f.weight"):
+                p.copy_(1.0 + noise if name.endswith("weight") else noise)
+            elif "LayerNorm" in name:
                 p.copy_(1.0 + noise if name.endswith("weight") else noise)
             else:
                 p.copy_(noise)
@@ -108,5 +118,33 @@ def main():
         print(name, sorted(os.listdir(d)), "loss", out.loss.item())
 
 
+def bert_fixtures():
+    for i, (name, (cls, dtype)) in enumerate(BERT.items()):
+        torch.manual_seed(100 + i)
+        config = T.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                              intermediate_size=64, vocab_size=VOCAB, max_position_embeddings=32,
+                              hidden_act="gelu", layer_norm_eps=1e-12)
+        model = cls(config).eval()
+        randomize(model, 2000 + i)
+        d = os.path.join(OUT, name)
+        shutil.rmtree(d, ignore_errors=True)
+        model.to(dtype).save_pretrained(d)
+        ref = cls.from_pretrained(d, dtype=torch.float32).eval()
+        kw = dict(input_ids=torch.tensor(TOKENS), token_type_ids=torch.tensor(BERT_TYPES),
+                  attention_mask=torch.tensor(BERT_MASK))
+        with torch.no_grad():
+            out = ref(**kw)
+        logits = out.prediction_logits if hasattr(out, "prediction_logits") else out.logits
+        expected = {"tokens": TOKENS, "token_types": BERT_TYPES, "attention_mask": BERT_MASK,
+                    "logits": logits.tolist(),
+                    "torch": torch.__version__, "transformers": T.__version__}
+        if hasattr(out, "seq_relationship_logits"):
+            expected["nsp_logits"] = out.seq_relationship_logits.tolist()
+        with open(os.path.join(d, "expected.json"), "w") as f:
+            json.dump(expected, f)
+        print(name, sorted(os.listdir(d)))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
+    bert_fixtures()

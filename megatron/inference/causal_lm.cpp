@@ -45,31 +45,29 @@ void copy_shard(const Parameter& p, const std::vector<float>& full) {
 
 }  // namespace
 
-CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,
-                   parallel::Communicator& tp, int64_t seq_length)
-    : tp_(&tp) {
+LoadedModel::LoadedModel(const std::string& dir, std::optional<int64_t> iteration,
+                         parallel::Communicator& tp, int64_t seq_length) {
   checkpoint::Reader reader(dir, iteration);
-  checkpoint_path_ = reader.index().path;
-  recipe_ = inference_recipe(models::recipe_of_checkpoint(reader.index()), seq_length);
-  MT_INPUT_CHECK(recipe_.model.arch != config::Arch::BERT, checkpoint_path_,
-                 ": a BERT checkpoint is not a causal language model");
-  recipe_.parallel.tensor = tp.size();
-  recipe_.validate();
-  chunks_ = models::build_model_chunks(recipe_, recipe_.model.vocab_size, store_, tp, 0, 1);
-  store_.finalize();
+  checkpoint_path = reader.index().path;
+  recipe = inference_recipe(models::recipe_of_checkpoint(reader.index()), seq_length);
+  recipe.parallel.tensor = tp.size();
+  recipe.validate();
+  chunks = models::build_model_chunks(recipe, recipe.model.vocab_size, store, tp, 0, 1);
+  store.finalize();
+  const int64_t vocab = chunks.vocab_size;
   const auto& tensors = reader.index().tensors;
-  for (Parameter* p : store_.params()) {
+  for (Parameter* p : store.params()) {
     const std::string name = "model/" + p->name;
     const auto it = tensors.find(name);
-    MT_INPUT_CHECK(it != tensors.end(), checkpoint_path_, ": no tensor '", name,
+    MT_INPUT_CHECK(it != tensors.end(), checkpoint_path, ": no tensor '", name,
                    "' (the checkpoint does not hold the model its recipe describes)");
     std::vector<int64_t> saved = it->second.shape;
     const std::vector<int64_t> want(p->global_shape.begin(), p->global_shape.end());
     // Vocabulary tables: only the padding rows may differ.
     const bool vocab_rows = !saved.empty() && saved.size() == want.size() &&
-                            saved[0] != want[0] && saved[0] >= vocab_size() &&
+                            saved[0] != want[0] && saved[0] >= vocab &&
                             std::equal(saved.begin() + 1, saved.end(), want.begin() + 1);
-    MT_INPUT_CHECK(saved == want || vocab_rows, checkpoint_path_, ": tensor '", name,
+    MT_INPUT_CHECK(saved == want || vocab_rows, checkpoint_path, ": tensor '", name,
                    "' has shape ", Shape(saved.begin(), saved.end()).str(), ", the model needs ",
                    p->global_shape.str());
     int64_t saved_numel = 1, row = 1;
@@ -85,14 +83,21 @@ CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,
     std::vector<float> full(static_cast<size_t>(p->global_shape.numel()), 0.0f);
     const int64_t rows = std::min(saved.empty() ? 1 : saved[0], want.empty() ? 1 : want[0]);
     // Real rows only: padding rows of the saved table are not the model's.
-    const int64_t real = vocab_rows ? std::min(rows, vocab_size()) : rows;
+    const int64_t real = vocab_rows ? std::min(rows, vocab) : rows;
     std::memcpy(full.data(), buf.data(), static_cast<size_t>(real * row) * sizeof(float));
     copy_shard(*p, full);
   }
 }
 
+CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,
+                   parallel::Communicator& tp, int64_t seq_length)
+    : tp_(&tp), loaded_(dir, iteration, tp, seq_length) {
+  MT_INPUT_CHECK(loaded_.recipe.model.arch != config::Arch::BERT, loaded_.checkpoint_path,
+                 ": a BERT checkpoint is not a causal language model");
+}
+
 KvCache CausalLM::make_cache() const {
-  return KvCache(recipe_.model.num_layers, max_length());
+  return KvCache(loaded_.recipe.model.num_layers, max_length());
 }
 
 CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
@@ -111,7 +116,7 @@ CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
   }
   mb.info.training = false;
   mb.info.kv_cache = cache;
-  const models::Model& model = *chunks_.chunks.at(0);
+  const models::Model& model = loaded_.model();
   auto act = model.make_activations();
   const models::LossSums sums = model.forward(*act, mb);
   const auto* a = dynamic_cast<const models::GPTModel::Activations*>(act.get());

@@ -15,15 +15,31 @@
 
 namespace megatron::inference {
 
+// Any model of a native checkpoint (decoder or BERT), built from its recorded recipe for a
+// tensor-parallel group (pipeline 1, expert parallel 1, fp32, no dropout) with its weights
+// loaded: each read whole from the checkpoint (any layout) and cut to this rank's shard
+// (vocabulary padding may differ). seq_length: the longest sequence (0: the recipe's).
+struct LoadedModel {
+  LoadedModel(const std::string& checkpoint_dir, std::optional<int64_t> iteration,
+              parallel::Communicator& tp, int64_t seq_length = 0);
+  LoadedModel(const LoadedModel&) = delete;
+  LoadedModel& operator=(const LoadedModel&) = delete;
+  config::Recipe recipe;
+  std::string checkpoint_path;
+  ParamStore store;
+  models::ModelChunks chunks;
+  const models::Model& model() const { return *chunks.chunks.at(0); }
+};
+
 class CausalLM {
  public:
   // seq_length: the longest sequence forward() takes (0: the recipe's model.seq_length).
   CausalLM(const std::string& checkpoint_dir, std::optional<int64_t> iteration,
            parallel::Communicator& tp, int64_t seq_length = 0);
 
-  const config::Recipe& recipe() const { return recipe_; }
-  int64_t vocab_size() const { return chunks_.vocab_size; }
-  const std::string& checkpoint_path() const { return checkpoint_path_; }
+  const config::Recipe& recipe() const { return loaded_.recipe; }
+  int64_t vocab_size() const { return loaded_.chunks.vocab_size; }
+  const std::string& checkpoint_path() const { return loaded_.checkpoint_path; }
 
   struct Output {
     Tensor logits;          // F32 [S, B, vocab_size] (real vocabulary, on every tp rank)
@@ -38,14 +54,11 @@ class CausalLM {
   // A cache for `batch` sequences of up to max_length() positions.
   KvCache make_cache() const;
   // The longest sequence (prompt and generated tokens) this model was built for.
-  int64_t max_length() const { return recipe_.model.seq_length; }
+  int64_t max_length() const { return loaded_.recipe.model.seq_length; }
 
  private:
-  config::Recipe recipe_;
-  std::string checkpoint_path_;
   parallel::Communicator* tp_;
-  ParamStore store_;
-  models::ModelChunks chunks_;
+  LoadedModel loaded_;
 };
 
 }  // namespace megatron::inference

@@ -15,6 +15,7 @@
 #include "megatron/inference/causal_lm.h"
 #include "megatron/inference/generate.h"
 #include "models/hf_checkpoint.h"
+#include "models/bert/bert_model.h"
 #include "models/model.h"
 #include "parallel_test.h"
 #include "tests/support/rel_error.h"
@@ -87,6 +88,83 @@ void check_logits(const std::string& name) {
   if (world.rank() == 0) fs::remove_all(scratch);
 }
 
+// BERT: masked-LM logits (token types, a padded sample) and the sentence-pair logits.
+void check_bert_logits(const std::string& name) {
+  auto& world = mp::testing::world();
+  const fs::path scratch = megatron::equivalence::shared_scratch_path("hf_bert_" + name + "_");
+  if (world.rank() == 0) {
+    fs::remove_all(scratch);
+    models::HfImportOptions o;
+    o.hf_dir = fixture(name).string();
+    o.out_dir = scratch.string();
+    o.tp = world.size();
+    models::import_hf_checkpoint(o);
+  }
+  world.barrier();
+  std::ifstream in(fixture(name) / "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  const auto tokens = expected["tokens"].get<std::vector<std::vector<int32_t>>>();
+  const auto types = expected["token_types"].get<std::vector<std::vector<int32_t>>>();
+  const auto mask = expected["attention_mask"].get<std::vector<std::vector<int32_t>>>();
+  const int64_t B = static_cast<int64_t>(tokens.size()), S = static_cast<int64_t>(tokens[0].size());
+  const inference::LoadedModel loaded(scratch.string(), std::nullopt, world, S);
+  models::MicroBatch mb;
+  mb.tokens = Tensor::empty({S, B}, DType::I32);
+  mb.labels = Tensor::empty({S, B}, DType::I32);
+  mb.token_types = Tensor::empty({S, B}, DType::I32);
+  mb.padding_mask = Tensor::empty({B, S}, DType::U8);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) {
+      mb.tokens.data<int32_t>()[s * B + b] = tokens[b][s];
+      mb.labels.data<int32_t>()[s * B + b] = models::kIgnoreIndex;
+      mb.token_types.data<int32_t>()[s * B + b] = types[b][s];
+      mb.padding_mask.data<uint8_t>()[b * S + s] = static_cast<uint8_t>(mask[b][s]);
+    }
+  const bool nsp = expected.contains("nsp_logits");
+  if (nsp) {
+    mb.nsp_labels = Tensor::empty({B}, DType::I32);
+    for (int64_t b = 0; b < B; ++b) mb.nsp_labels.data<int32_t>()[b] = 0;
+  }
+  mb.info.training = false;
+  const models::Model& model = loaded.model();
+  auto act = model.make_activations();
+  model.forward(*act, mb);
+  const auto& a = dynamic_cast<const models::BertActivations&>(*act);
+  // The vocabulary-parallel logits [S*B, V/tp], gathered.
+  const int64_t Vl = a.logits.dim(1), tp = world.size(), V = loaded.chunks.vocab_size;
+  Tensor gathered = Tensor::empty({tp, S * B, Vl}, DType::F32);
+  if (tp > 1)
+    world.all_gather(a.logits, gathered);
+  else
+    std::memcpy(gathered.raw(), a.logits.raw(), static_cast<size_t>(S * B * Vl) * 4);
+  const auto ref = expected["logits"].get<std::vector<std::vector<std::vector<float>>>>();
+  std::vector<float> ours, theirs;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) {
+      if (!mask[b][s]) continue;  // padded positions: both sides compute garbage there
+      for (int64_t v = 0; v < V; ++v) {
+        ours.push_back(gathered.data<float>()[((v / Vl) * S * B + s * B + b) * Vl + v % Vl]);
+        theirs.push_back(ref[b][s][v]);
+      }
+    }
+  const double err = megatron::testing::rel_error(ours, theirs);
+  std::printf("%s tp %d: MLM logits rel error %.3g\n", name.c_str(), world.size(), err);
+  EXPECT_LE(err, 1e-5) << name;
+  if (nsp) {
+    const auto ref_nsp = expected["nsp_logits"].get<std::vector<std::vector<float>>>();
+    std::vector<float> o(a.nsp_logits.data<float>(), a.nsp_logits.data<float>() + 2 * B), t;
+    for (const auto& row : ref_nsp) t.insert(t.end(), row.begin(), row.end());
+    const double nsp_err = megatron::testing::rel_error(o, t);
+    std::printf("%s tp %d: next-sentence logits rel error %.3g\n", name.c_str(), world.size(),
+                nsp_err);
+    EXPECT_LE(nsp_err, 1e-5) << name;
+  }
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(scratch);
+}
+
+TEST(HfLogits, BertForPreTraining) { check_bert_logits("bert_pretraining"); }
+TEST(HfLogits, BertForMaskedLMBf16) { check_bert_logits("bert_mlm_bf16"); }
 TEST(HfLogits, Gpt2) { check_logits("gpt2"); }
 TEST(HfLogits, LlamaBf16) { check_logits("llama_bf16"); }
 TEST(HfLogits, LlamaTiedFp16) { check_logits("llama_tied"); }

@@ -1,4 +1,5 @@
 #include "data/tokenizer.h"
+#include "data/tokenizer_hf.h"
 
 #include <sentencepiece_processor.h>
 
@@ -109,10 +110,15 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
+std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model) {
+  return std::make_unique<SentencePieceTokenizer>(model);
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
   if (spec.type == "SentencePieceTokenizer")
     return std::make_unique<SentencePieceTokenizer>(spec.model);
   if (spec.type == "ByteTokenizer") return std::make_unique<ByteTokenizer>();
+  if (spec.type == "HuggingFaceTokenizer") return make_huggingface_tokenizer(spec.model);
   if (spec.type == "GPT2BPETokenizer") {
     MT_INPUT_CHECK(!spec.vocab_file.empty() && !spec.merge_file.empty(),
                    "GPT2BPETokenizer needs a vocab file (vocab.json, --vocab-file) and a merges "
@@ -125,7 +131,7 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
   }
   throw InputError(concat("unknown tokenizer type '", spec.type,
                           "' (expected SentencePieceTokenizer, ByteTokenizer, GPT2BPETokenizer, "
-                          "BertWordPieceLowerCase or BertWordPieceCase)"));
+                          "BertWordPieceLowerCase, BertWordPieceCase or HuggingFaceTokenizer)"));
 }
 
 }  // namespace megatron::data

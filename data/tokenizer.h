@@ -48,7 +48,7 @@ class Tokenizer {
 
 struct TokenizerSpec {
   // SentencePieceTokenizer | ByteTokenizer | GPT2BPETokenizer | BertWordPieceLowerCase |
-  // BertWordPieceCase
+  // BertWordPieceCase | HuggingFaceTokenizer (`model`: an HF directory, data/tokenizer_hf.h)
   std::string type;
   std::string vocab_file, merge_file, model;
 };

@@ -82,9 +82,16 @@ config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelCo
   r.optimizer.lr = 1e-5;
   r.data.mock = true;
   r.data.bert_binary_head = hf_binary_head(architecture);
-  // Until the HF directory's own tokenizer loads: NullTokenizer of the model's vocabulary.
-  r.data.tokenizer.type = "NullTokenizer";
-  r.data.tokenizer.vocab_size = model.vocab_size;
+  // The directory's own tokenizer when it has one, else only the vocabulary size.
+  std::error_code ec;
+  if (fs::is_regular_file(fs::path(o.hf_dir) / "tokenizer.json", ec) ||
+      fs::is_regular_file(fs::path(o.hf_dir) / "tokenizer.model", ec)) {
+    r.data.tokenizer.type = "HuggingFaceTokenizer";
+    r.data.tokenizer.model = fs::absolute(o.hf_dir).lexically_normal().string();
+  } else {
+    r.data.tokenizer.type = "NullTokenizer";
+    r.data.tokenizer.vocab_size = model.vocab_size;
+  }
   r.checkpoint.load = fs::absolute(o.out_dir).lexically_normal().string();
   r.checkpoint.finetune = true;
   yaml_out = concat("# Written by convert_checkpoint from ", fs::absolute(o.hf_dir).string(),
@@ -199,6 +206,16 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   const nlohmann::json original = hf_meta.contains("config") ? hf_meta["config"] : nlohmann::json();
   req.files["config.json"] =
       hf_config_for(model, result.architecture, result.dtype, original).dump(2) + "\n";
+  // The tokenizer files of a model whose recipe names a Hugging Face tokenizer directory travel
+  // with it, so the export loads in transformers as it is.
+  if (recipe.data.tokenizer.type == "HuggingFaceTokenizer") {
+    const fs::path dir = config::resolve_path(recipe, recipe.data.tokenizer.model);
+    std::error_code ec;
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                             "special_tokens_map.json", "generation_config.json"})
+      if (fs::is_directory(dir, ec) && fs::is_regular_file(dir / name, ec))
+        req.files[name] = checkpoint::io::read_file((dir / name).string());
+  }
   hf::export_to_hf(reader, req, o.hf_dir);
   return result;
 }

@@ -145,6 +145,41 @@ def bert_fixtures():
         print(name, sorted(os.listdir(d)))
 
 
+def llama_with_tokenizer():
+    """A LLaMA whose directory carries the LLaMA-3-style tokenizer of the tokenizer fixtures
+    (run tools/gen_hf_tokenizer_fixtures.py first): greedy generation from a text prompt."""
+    from tokenizers import Tokenizer
+    tok_dir = os.path.join(OUT, "..", "hf_tokenizers", "llama3_style")
+    tok = Tokenizer.from_file(os.path.join(tok_dir, "tokenizer.json"))
+    torch.manual_seed(50)
+    config = llama_like(T.LlamaConfig, vocab_size=tok.get_vocab_size(), bos_token_id=0,
+                        eos_token_id=1)
+    model = T.LlamaForCausalLM(config).eval()
+    randomize(model, 3000)
+    d = os.path.join(OUT, "llama_with_tokenizer")
+    shutil.rmtree(d, ignore_errors=True)
+    model.to(torch.bfloat16).save_pretrained(d)
+    gen = os.path.join(d, "generation_config.json")
+    if os.path.exists(gen):
+        os.remove(gen)
+    shutil.copy(os.path.join(tok_dir, "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}, f)
+    ref = T.LlamaForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    prompt = "It is a truth universally acknowledged"
+    ids = tok.encode(prompt).ids  # with the BOS of the template
+    out = ref.generate(input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids),
+                       dtype=torch.long), max_new_tokens=10, do_sample=False,
+                       eos_token_id=None, pad_token_id=0)
+    new = out[0, len(ids):].tolist()
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump({"prompt": prompt, "prompt_ids": ids, "greedy": new,
+                   "text": tok.decode(new, skip_special_tokens=False),
+                   "torch": torch.__version__, "transformers": T.__version__}, f)
+    print("llama_with_tokenizer", sorted(os.listdir(d)), new)
+
+
 if __name__ == "__main__":
     main()
     bert_fixtures()
+    llama_with_tokenizer()

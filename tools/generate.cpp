@@ -29,7 +29,8 @@ constexpr const char* kUsage = R"(usage: generate --checkpoint DIR (--prompt TEX
                         directory (config.json + safetensors; converted on the fly)
   --iteration N         a native checkpoint's iteration instead of its latest
   --prompt TEXT         text, encoded with the checkpoint's tokenizer (its recipe's
-                        data.tokenizer; --tokenizer-model/--vocab-file/--merge-file override)
+                        data.tokenizer; --tokenizer-model/--vocab-file/--merge-file override);
+                        a Hugging Face tokenizer puts its BOS first, as transformers does
   --prompt-ids IDS      token ids, comma-separated, used as given (BOS included if wanted)
   --max-new-tokens N    tokens to generate (default 32)
   --temperature T       0 (default): greedy; > 0: sample from softmax(logits / T)
@@ -170,17 +171,35 @@ int run(const Args& a, parallel::Communicator& world) {
   } cleanup{converted, world.rank() == 0};
   const checkpoint::CheckpointIndex index = checkpoint::read_index(dir, a.iteration);
   const config::Recipe recipe = models::recipe_of_checkpoint(index);
-  const auto tokenizer = tokenizer_for(a, recipe);
+  // The tokenizer is needed for --prompt; otherwise it only turns the output into text, so a
+  // tokenizer that does not load costs the text, not the run.
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  try {
+    tokenizer = tokenizer_for(a, recipe);
+  } catch (const InputError& e) {
+    if (a.have_prompt) throw;
+    if (world.rank() == 0)
+      std::fprintf(stderr, "generate: no tokenizer (%s); printing ids\n", e.what());
+  }
   std::vector<int32_t> prompt;
   if (a.have_prompt) {
     MT_INPUT_CHECK(tokenizer != nullptr, "--prompt needs a tokenizer, and ", index.path,
                    " records none (NullTokenizer): pass --prompt-ids, or --tokenizer-type and "
                    "its files");
-    prompt = tokenizer->encode(a.prompt);
+    // A Hugging Face tokenizer encodes as transformers does by default (its template's BOS
+    // first); the others as the training data was (no BOS).
+    if (recipe.data.tokenizer.type == "HuggingFaceTokenizer" && tokenizer->bos() >= 0)
+      prompt.push_back(tokenizer->bos());
+    const auto ids = tokenizer->encode(a.prompt);
+    prompt.insert(prompt.end(), ids.begin(), ids.end());
   } else {
     prompt = parse_ids(a.prompt_ids);
   }
   const int64_t length = static_cast<int64_t>(prompt.size()) + a.sampling.max_new_tokens;
+  if (recipe.model.position_embedding == config::PositionEmbedding::Learned)
+    MT_INPUT_CHECK(length <= recipe.model.max_positions(), "the prompt (", prompt.size(),
+                   " tokens) and --max-new-tokens ", a.sampling.max_new_tokens, " need ", length,
+                   " positions; the model has ", recipe.model.max_positions());
   const inference::CausalLM lm(index.path, std::nullopt, world, length);
   const inference::Generation g = inference::generate(lm, prompt, a.sampling);
   if (world.rank() != 0) return 0;

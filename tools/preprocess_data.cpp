@@ -13,7 +13,8 @@ constexpr int kMaxWorkers = 1024;
 constexpr const char* kUsage =
     R"(usage: preprocess_data --input FILE.jsonl [FILE.jsonl ...] --output-prefix PREFIX
                        --tokenizer-type {SentencePieceTokenizer,GPT2BPETokenizer,
-                                         BertWordPieceLowerCase,BertWordPieceCase,ByteTokenizer}
+                                         BertWordPieceLowerCase,BertWordPieceCase,ByteTokenizer,
+                                         HuggingFaceTokenizer}
                        [--tokenizer-model FILE] [--vocab-file FILE] [--merge-file FILE]
                        [--json-keys KEY [KEY ...]] [--append-eod] [--split-sentences] [--workers N]
                        [--skip-bad-lines] [--log-interval N]
@@ -25,9 +26,10 @@ when the vocabulary is below 65500, else int32).
   --output-prefix    output path prefix
   --tokenizer-type   SentencePieceTokenizer (--tokenizer-model), GPT2BPETokenizer
                      (--vocab-file vocab.json --merge-file merges.txt), BertWordPieceLowerCase
-                     or BertWordPieceCase (--vocab-file vocab.txt; EOD is [SEP]), or
-                     ByteTokenizer (no files)
-  --tokenizer-model  SentencePiece .model file
+                     or BertWordPieceCase (--vocab-file vocab.txt; EOD is [SEP]),
+                     ByteTokenizer (no files), or HuggingFaceTokenizer (--tokenizer-model a
+                     Hugging Face model directory: its tokenizer.json or tokenizer.model)
+  --tokenizer-model  SentencePiece .model file, or the HuggingFaceTokenizer directory
   --vocab-file       GPT-2 vocab.json / BERT vocab.txt
   --merge-file       GPT-2 merges.txt
   --json-keys        keys to tokenize (one output per key; default: text)

@@ -164,14 +164,14 @@ void DataConfig::validate(const KeyOrigins& origins) const {
   c.check(!t.empty(), "data.tokenizer.type", "required key is missing");
   c.one_of("data.tokenizer.type", t,
            {"GPT2BPETokenizer", "SentencePieceTokenizer", "BertWordPieceLowerCase", "ByteTokenizer",
-            "NullTokenizer"});
+            "NullTokenizer", "HuggingFaceTokenizer"});
   auto needs = [&](const std::string& key, const std::string& value) {
     c.check(!value.empty(), key, concat("required for data.tokenizer.type ", t, " (got none)"));
   };
   if (t == "GPT2BPETokenizer") {
     needs("data.tokenizer.vocab_file", tokenizer.vocab_file);
     needs("data.tokenizer.merge_file", tokenizer.merge_file);
-  } else if (t == "SentencePieceTokenizer") {
+  } else if (t == "SentencePieceTokenizer" || t == "HuggingFaceTokenizer") {
     needs("data.tokenizer.model", tokenizer.model);
   } else if (t == "BertWordPieceLowerCase") {
     needs("data.tokenizer.vocab_file", tokenizer.vocab_file);

@@ -1,0 +1,22 @@
+#pragma once
+// The pre-tokenizers of the byte-level BPE tokenizers, by hand (no regex engine): each calls
+// f(begin, end) for every match of its pattern over valid UTF-8 text, in order; the matches tile
+// the text. \p{L}, \p{N} and \s are Unicode's letters, numbers and White_Space
+// (data/tokenizer_unicode.h).
+//   gpt2:   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//           (OpenAI's encoder.py, Hugging Face's ByteLevel pre-tokenizer with use_regex)
+//   llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,N}|
+//           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//           (LLaMA-3's tokenizer.json with N = 3; Qwen2's with \p{N} alone, N = 1)
+#include <cstddef>
+#include <functional>
+#include <string_view>
+
+namespace megatron::data {
+
+using PretokenSink = std::function<void(size_t begin, size_t end)>;
+
+void gpt2_pretokenize(std::string_view text, const PretokenSink& f);
+void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSink& f);
+
+}  // namespace megatron::data

@@ -1,0 +1,136 @@
+// End to end through convert_checkpoint and generate: a Hugging Face LLaMA with its own
+// tokenizer (tests/fixtures/hf/llama_with_tokenizer, made by transformers) imported, generated
+// from with a text prompt (transformers' greedy tokens, on one process and on two tensor-parallel
+// ranks, from the import and from the HF directory directly), exported with its tokenizer files;
+// usage errors exit 2, bad input exits 1 naming the problem, nothing is overwritten.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code;
+  std::string output;  // stdout + stderr
+};
+
+Result run(const std::string& command) {
+  Result r{-1, ""};
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  char buf[4096];
+  while (size_t n = fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kBin = std::string(MEGATRON_BINARY_DIR) + "/bin/";
+const std::string kFixture = std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/hf/llama_with_tokenizer";
+
+class HfTools : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("megatron_hf_cli_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    expected_ = nlohmann::json::parse(std::ifstream(kFixture + "/expected.json"));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string greedy_ids() const {
+    std::ostringstream s;
+    const char* sep = "";
+    for (int id : expected_["greedy"]) s << sep << id, sep = " ";
+    return s.str();
+  }
+  std::string generate_args() const {
+    return " --prompt \"" + expected_["prompt"].get<std::string>() + "\" --max-new-tokens 10";
+  }
+  fs::path dir_;
+  nlohmann::json expected_;
+};
+
+TEST_F(HfTools, ImportGenerateExportWithTheModelsTokenizer) {
+  const std::string ckpt = (dir_ / "ckpt").string();
+  Result r = run(kBin + "convert_checkpoint --from-hf " + kFixture + " --to " + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("imported"));
+  std::ifstream recipe(ckpt + "/recipe.yaml");
+  const std::string yaml((std::istreambuf_iterator<char>(recipe)), {});
+  EXPECT_THAT(yaml, HasSubstr("type: HuggingFaceTokenizer"));
+  // Text in, transformers' greedy tokens out: from the import, and from the HF directory.
+  for (const std::string& from : {ckpt, kFixture}) {
+    r = run(kBin + "generate --checkpoint " + from + generate_args() + " --print-ids");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(greedy_ids())) << from;
+    EXPECT_THAT(r.output, HasSubstr("tokens/s"));
+  }
+  r = run(kBin + "generate --checkpoint " + ckpt + generate_args());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(expected_["prompt"].get<std::string>() +
+                                  expected_["text"].get<std::string>()));
+  r = run(std::string(MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " + kBin +
+          "generate --checkpoint " + ckpt + generate_args() + " --print-ids");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(greedy_ids()));
+  EXPECT_THAT(r.output, HasSubstr("tp 2"));
+  // Out again, with the tokenizer files, bf16 as imported.
+  const std::string out = (dir_ / "hf").string();
+  r = run(kBin + "convert_checkpoint --from " + ckpt + " --to-hf " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("bfloat16"));
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+    EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
+  r = run(kBin + "convert_checkpoint --from " + ckpt + " --to-hf " + out);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("already exists and is not empty"));
+}
+
+TEST_F(HfTools, UsageAndInputErrors) {
+  struct Case {
+    std::string args;
+    int code;
+    std::string message;
+  };
+  const std::string gpt2 = std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/hf/gpt2";
+  const std::vector<std::pair<std::string, Case>> cases = {
+      {"convert_checkpoint", {"", 2, "give either"}},
+      {"convert_checkpoint", {"--from-hf " + gpt2, 2, "--from-hf and --to go together"}},
+      {"convert_checkpoint", {"--from x --to-hf y --tensor-parallel 2", 2, "import flags"}},
+      {"convert_checkpoint", {"--from x --to-hf y --dtype fp8", 2, "--dtype must be"}},
+      {"convert_checkpoint", {"--from-hf " + gpt2 + " --to z --tensor-parallel 0", 2, ">= 1"}},
+      {"convert_checkpoint", {"--from-hf /nonexistent --to z", 1, "does not exist"}},
+      {"convert_checkpoint", {"--from /nonexistent --to-hf z", 1, "does not exist"}},
+      {"convert_checkpoint",
+       {"--from-hf " + gpt2 + " --to " + (dir_ / "t3").string() + " --tensor-parallel 3", 1,
+        "must be divisible"}},
+      {"generate", {"", 2, "--checkpoint is required"}},
+      {"generate", {"--checkpoint x --prompt a --prompt-ids 1", 2, "exactly one"}},
+      {"generate", {"--checkpoint " + gpt2 + " --prompt-ids 1,x", 2, "is not a token id"}},
+      {"generate", {"--checkpoint " + gpt2 + " --prompt-ids 1 --top-p 0", 2, "top_p"}},
+      {"generate",
+       {"--checkpoint " + gpt2 + " --prompt-ids 1,999 --max-new-tokens 2", 1,
+        "outside the vocabulary"}},
+      {"generate", {"--checkpoint " + gpt2 + " --prompt-ids 1,2", 1, "the model has 32"}},
+      {"generate", {"--checkpoint " + gpt2 + " --prompt hello", 1, "--prompt needs a tokenizer"}},
+      {"generate", {"--checkpoint /nonexistent --prompt-ids 1", 1, "does not exist"}},
+  };
+  for (const auto& [tool, c] : cases) {
+    const Result r = run(kBin + tool + " " + c.args);
+    EXPECT_EQ(r.exit_code, c.code) << tool << " " << c.args << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << tool << " " << c.args;
+  }
+}
+
+}  // namespace

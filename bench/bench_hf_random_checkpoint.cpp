@@ -3,7 +3,8 @@
 // memory and speed on a full-size model without downloading one:
 //   bench_hf_random_checkpoint OUT_DIR [--layers N] [--hidden D] [--ffn F] [--heads H]
 //                              [--kv-heads G] [--vocab V] [--dtype bf16|fp32]
-// Values are uniform in [-0.035, 0.035) from a fixed seed; the files are sharded at 5 GB like transformers'.
+// Values are uniform in [-0.035, 0.035) from a fixed seed; the files are sharded at 5 GB like
+// transformers'.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,8 +17,9 @@
 int main(int argc, char** argv) {
   using namespace megatron;
   if (argc < 2) {
-    std::fprintf(stderr, "usage: bench_hf_random_checkpoint OUT_DIR [--layers N] [--hidden D] "
-                         "[--ffn F] [--heads H] [--kv-heads G] [--vocab V] [--dtype bf16|fp32]\n");
+    std::fprintf(stderr,
+                 "usage: bench_hf_random_checkpoint OUT_DIR [--layers N] [--hidden D] "
+                 "[--ffn F] [--heads H] [--kv-heads G] [--vocab V] [--dtype bf16|fp32]\n");
     return 2;
   }
   config::ModelConfig m;
@@ -33,13 +35,20 @@ int main(int argc, char** argv) {
   for (int i = 2; i + 1 < argc; i += 2) {
     const std::string f = argv[i];
     const long long v = std::atoll(argv[i + 1]);
-    if (f == "--layers") m.num_layers = v;
-    else if (f == "--hidden") m.hidden_size = v;
-    else if (f == "--ffn") m.ffn_hidden_size = v;
-    else if (f == "--heads") m.num_attention_heads = v;
-    else if (f == "--kv-heads") m.num_query_groups = v;
-    else if (f == "--vocab") m.vocab_size = v;
-    else if (f == "--dtype") dtype = hf::dtype_from_flag(argv[i + 1]);
+    if (f == "--layers")
+      m.num_layers = v;
+    else if (f == "--hidden")
+      m.hidden_size = v;
+    else if (f == "--ffn")
+      m.ffn_hidden_size = v;
+    else if (f == "--heads")
+      m.num_attention_heads = v;
+    else if (f == "--kv-heads")
+      m.num_query_groups = v;
+    else if (f == "--vocab")
+      m.vocab_size = v;
+    else if (f == "--dtype")
+      dtype = hf::dtype_from_flag(argv[i + 1]);
     else {
       std::fprintf(stderr, "unknown flag %s\n", f.c_str());
       return 2;

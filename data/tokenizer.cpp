@@ -1,10 +1,10 @@
 #include "data/tokenizer.h"
-#include "data/tokenizer_hf.h"
 
 #include <sentencepiece_processor.h>
 
 #include <filesystem>
 
+#include "data/tokenizer_hf.h"
 #include "megatron/core/error.h"
 
 namespace megatron::data {

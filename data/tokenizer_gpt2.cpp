@@ -2,13 +2,11 @@
 //
 // encode = pre-tokenize (GPT-2's regex, by hand: data/pretokenize.h) -> byte-level BPE
 // (data/byte_level_bpe.h) per pre-token.
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "data/byte_level_bpe.h"
 #include "data/pretokenize.h"
+#include "data/read_file.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
@@ -21,14 +19,7 @@ namespace uc = unicode;
 
 std::string read_whole_file(const std::string& path, const char* what) {
   MT_INPUT_CHECK(!path.empty(), "GPT2BPETokenizer needs a ", what, " but none was given");
-  MT_INPUT_CHECK(std::filesystem::is_regular_file(path), "GPT-2 ", what, " '", path,
-                 "' does not exist or is not a regular file");
-  std::ifstream in(path, std::ios::binary);
-  MT_INPUT_CHECK(in.is_open(), "cannot open GPT-2 ", what, " '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MT_INPUT_CHECK(!in.bad(), "read error on GPT-2 ", what, " '", path, "'");
-  return ss.str();
+  return read_input_file(path, concat("GPT-2 ", what));
 }
 
 nlohmann::json parse_vocab(const std::string& vocab_file) {
@@ -44,7 +35,8 @@ nlohmann::json parse_vocab(const std::string& vocab_file) {
 
 struct GPT2BPETokenizer::Impl {
   Impl(const std::string& vocab, const std::string& merge)
-      : vocab_file(vocab), merge_file(merge),
+      : vocab_file(vocab),
+        merge_file(merge),
         bpe(parse_vocab(vocab), concat("GPT-2 vocab file '", vocab, "'")) {}
   std::string vocab_file, merge_file;
   ByteLevelBpe bpe;

@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "data/byte_level_bpe.h"
 #include "data/pretokenize.h"
+#include "data/read_file.h"
 #include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
 
@@ -27,18 +26,9 @@ constexpr const char* kQwen2Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MT_INPUT_CHECK(in.is_open(), "cannot open tokenizer file '", path, "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  MT_INPUT_CHECK(!in.bad(), "read error on tokenizer file '", path, "'");
-  return ss.str();
-}
-
 json parse_json(const std::string& path) {
   try {
-    return json::parse(read_file(path));
+    return json::parse(read_input_file(path, "tokenizer file"));
   } catch (const json::exception& e) {
     throw InputError(concat("tokenizer file '", path, "' is not valid JSON: ", e.what()));
   }
@@ -48,13 +38,14 @@ class HfJsonTokenizer final : public Tokenizer {
  public:
   explicit HfJsonTokenizer(const std::string& path) : path_(path) {
     const json j = parse_json(path);
-    auto fail = [&](const auto&... parts) { return InputError(concat("'", path, "': ", parts...)); };
+    auto fail = [&](const auto&... parts) {
+      return InputError(concat("'", path, "': ", parts...));
+    };
     MT_INPUT_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "'", path,
                    "' has no \"model\" object (not a tokenizer.json?)");
     const json& model = j["model"];
     const std::string type = model.value("type", std::string("BPE"));
-    if (type != "BPE")
-      throw fail("model.type '", type, "' is not supported (byte-level BPE only)");
+    if (type != "BPE") throw fail("model.type '", type, "' is not supported (byte-level BPE only)");
     if (model.value("byte_fallback", false)) throw fail("model.byte_fallback is not supported");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (model.contains(key) && !model[key].is_null() && model[key] != "")
@@ -79,11 +70,11 @@ class HfJsonTokenizer final : public Tokenizer {
         const size_t space = s.find(' ');
         MT_INPUT_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
                        where, ": expected \"a b\", got ", m.dump());
-        bpe_->add_merge(std::string_view(s).substr(0, space),
-                        std::string_view(s).substr(space + 1), where, vocab_name);
+        bpe_->add_merge(std::string_view(s).substr(0, space), std::string_view(s).substr(space + 1),
+                        where, vocab_name);
       } else {
-        MT_INPUT_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-                       where, ": expected \"a b\" or [a, b], got ", m.dump());
+        MT_INPUT_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), where,
+                       ": expected \"a b\" or [a, b], got ", m.dump());
         bpe_->add_merge(m[0].get<std::string>(), m[1].get<std::string>(), where, vocab_name);
       }
     }
@@ -158,7 +149,9 @@ class HfJsonTokenizer final : public Tokenizer {
   int32_t bos() const override { return bos_; }
   std::string describe() const override {
     return concat("HuggingFaceTokenizer(", path_, ", byte-level BPE, ",
-                  max_digits_ == 0 ? "GPT-2" : max_digits_ == 3 ? "LLaMA-3" : "Qwen2",
+                  max_digits_ == 0   ? "GPT-2"
+                  : max_digits_ == 3 ? "LLaMA-3"
+                                     : "Qwen2",
                   " pre-tokenizer, vocab ", vocab_, ", eod ", eos_, ")");
   }
 
@@ -167,7 +160,8 @@ class HfJsonTokenizer final : public Tokenizer {
   void read_pre_tokenizer(const json& p, Fail&& fail) {
     auto byte_level = [&](const json& b, bool use_regex) {
       if (b.value("type", std::string()) != "ByteLevel") return false;
-      if (b.value("add_prefix_space", false)) throw fail("ByteLevel add_prefix_space is not supported");
+      if (b.value("add_prefix_space", false))
+        throw fail("ByteLevel add_prefix_space is not supported");
       return b.value("use_regex", true) == use_regex;
     };
     if (p.is_object() && byte_level(p, true)) {
@@ -272,13 +266,15 @@ class HfJsonTokenizer final : public Tokenizer {
 std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model);
 
 std::unique_ptr<Tokenizer> make_huggingface_tokenizer(const std::string& path) {
-  MT_INPUT_CHECK(!path.empty(), "HuggingFaceTokenizer needs a tokenizer directory or file "
+  MT_INPUT_CHECK(!path.empty(),
+                 "HuggingFaceTokenizer needs a tokenizer directory or file "
                  "(data.tokenizer.model / --tokenizer-model), but none was given");
   std::error_code ec;
   if (fs::is_directory(path, ec)) {
     const fs::path json_file = fs::path(path) / "tokenizer.json";
     const fs::path sp_file = fs::path(path) / "tokenizer.model";
-    if (fs::is_regular_file(json_file, ec)) return std::make_unique<HfJsonTokenizer>(json_file.string());
+    if (fs::is_regular_file(json_file, ec))
+      return std::make_unique<HfJsonTokenizer>(json_file.string());
     if (fs::is_regular_file(sp_file, ec)) return make_sentencepiece_tokenizer(sp_file.string());
     throw InputError(concat("Hugging Face tokenizer directory '", path,
                             "' has neither tokenizer.json nor tokenizer.model"));

@@ -34,8 +34,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
     same("rope_theta", m.rope_theta, hf.rope_theta);
     same("rope_scaling", m.rope_scaling, hf.rope_scaling);
     if (hf.rope_scaling) same("rope_scaling_factor", m.rope_scaling_factor, hf.rope_scaling_factor);
-  }
-  else
+  } else
     same("max_position_embeddings", m.max_positions(), hf.max_positions());
   same("tie_embeddings", m.tie_embeddings, hf.tie_embeddings);
   same("add_bias", m.add_bias, hf.add_bias);
@@ -64,11 +63,10 @@ config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelCo
   if (!o.recipe.empty()) {
     config::Recipe r = config::load_recipe(o.recipe, o.overrides);
     check_recipe_matches(r, model, (fs::path(o.hf_dir) / "config.json").string());
-    MT_INPUT_CHECK(model.arch != config::Arch::BERT ||
-                       r.data.bert_binary_head == hf_binary_head(architecture),
-                   r.source_path, ": data.bert_binary_head is ", r.data.bert_binary_head, " but ",
-                   architecture, (hf_binary_head(architecture) ? " has" : " has no"),
-                   " sentence-pair head");
+    MT_INPUT_CHECK(
+        model.arch != config::Arch::BERT || r.data.bert_binary_head == hf_binary_head(architecture),
+        r.source_path, ": data.bert_binary_head is ", r.data.bert_binary_head, " but ",
+        architecture, (hf_binary_head(architecture) ? " has" : " has no"), " sentence-pair head");
     return r;
   }
   config::Recipe r;
@@ -191,7 +189,8 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   if (result.architecture.empty()) result.architecture = hf_architecture_for(recipe);
   const auto supported = hf_architectures();
   if (std::find(supported.begin(), supported.end(), result.architecture) == supported.end())
-    throw InputError(concat("architecture '", result.architecture, "' is not one this build exports"));
+    throw InputError(
+        concat("architecture '", result.architecture, "' is not one this build exports"));
   result.dtype = o.dtype;
   if (result.dtype.empty() && hf_meta.contains("dtype") && hf_meta["dtype"].is_string())
     result.dtype = hf_meta["dtype"].get<std::string>();

@@ -76,8 +76,8 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::st
   return decoder_hf_config(m, arch, dtype, original);
 }
 
-std::vector<hf::TensorMapping> hf_mappings(const std::string& arch,
-                                           const config::ModelConfig& m, int64_t padded_vocab) {
+std::vector<hf::TensorMapping> hf_mappings(const std::string& arch, const config::ModelConfig& m,
+                                           int64_t padded_vocab) {
   if (is_hf_bert(arch)) return bert_mappings(arch, m, padded_vocab);
   return decoder_mappings(arch, m, padded_vocab);
 }

@@ -27,8 +27,7 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& model,
                                      const std::string& architecture, const std::string& dtype,
                                      const nlohmann::json& original);
 std::vector<hf::TensorMapping> hf_mappings(const std::string& architecture,
-                                           const config::ModelConfig& model,
-                                           int64_t padded_vocab);
+                                           const config::ModelConfig& model, int64_t padded_vocab);
 std::set<std::string> hf_ignored_tensors(const std::string& architecture,
                                          const config::ModelConfig& model);
 

@@ -70,13 +70,20 @@ uint64_t byte_size(const std::string& v) {
   const double n = std::strtod(v.c_str(), &end);
   const std::string unit = end;
   double mult = 1;
-  if (unit == "GB") mult = 1e9;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GiB") mult = double(1ull << 30);
-  else if (unit == "MiB") mult = double(1ull << 20);
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "KiB") mult = 1024;
-  else if (!unit.empty() || v.empty()) usage_error("--max-shard-size: '" + v + "' is not a size");
+  if (unit == "GB")
+    mult = 1e9;
+  else if (unit == "MB")
+    mult = 1e6;
+  else if (unit == "GiB")
+    mult = double(1ull << 30);
+  else if (unit == "MiB")
+    mult = double(1ull << 20);
+  else if (unit == "KB")
+    mult = 1e3;
+  else if (unit == "KiB")
+    mult = 1024;
+  else if (!unit.empty() || v.empty())
+    usage_error("--max-shard-size: '" + v + "' is not a size");
   if (!(n > 0)) usage_error("--max-shard-size must be positive, got '" + v + "'");
   return static_cast<uint64_t>(n * mult);
 }
@@ -92,24 +99,39 @@ Args parse(int argc, char** argv) {
     if (f == "-h" || f == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else if (f == "--from-hf") a.from_hf = value();
-    else if (f == "--to") a.to = value();
-    else if (f == "--from") a.from = value();
-    else if (f == "--to-hf") a.to_hf = value();
-    else if (f == "--recipe") a.recipe = value();
-    else if (f == "--set") a.sets.push_back(value());
-    else if (f == "--dtype") a.dtype = value();
-    else if (f == "--architecture") a.architecture = value();
-    else if (f == "--iteration") a.iteration = integer_at_least(f, value(), 0);
-    else if (f == "--tensor-parallel") a.tp = positive(f, value());
-    else if (f == "--pipeline-parallel") a.pp = positive(f, value());
-    else if (f == "--expert-parallel") a.ep = positive(f, value());
-    else if (f == "--max-shard-size") a.max_shard_bytes = byte_size(value());
-    else usage_error("unexpected argument '" + f + "'");
+    } else if (f == "--from-hf")
+      a.from_hf = value();
+    else if (f == "--to")
+      a.to = value();
+    else if (f == "--from")
+      a.from = value();
+    else if (f == "--to-hf")
+      a.to_hf = value();
+    else if (f == "--recipe")
+      a.recipe = value();
+    else if (f == "--set")
+      a.sets.push_back(value());
+    else if (f == "--dtype")
+      a.dtype = value();
+    else if (f == "--architecture")
+      a.architecture = value();
+    else if (f == "--iteration")
+      a.iteration = integer_at_least(f, value(), 0);
+    else if (f == "--tensor-parallel")
+      a.tp = positive(f, value());
+    else if (f == "--pipeline-parallel")
+      a.pp = positive(f, value());
+    else if (f == "--expert-parallel")
+      a.ep = positive(f, value());
+    else if (f == "--max-shard-size")
+      a.max_shard_bytes = byte_size(value());
+    else
+      usage_error("unexpected argument '" + f + "'");
   }
   const bool import = !a.from_hf.empty() || !a.to.empty();
   const bool exp = !a.from.empty() || !a.to_hf.empty();
-  if (import == exp) usage_error("give either --from-hf HF_DIR --to DIR or --from DIR --to-hf HF_DIR");
+  if (import == exp)
+    usage_error("give either --from-hf HF_DIR --to DIR or --from DIR --to-hf HF_DIR");
   if (import && (a.from_hf.empty() || a.to.empty())) usage_error("--from-hf and --to go together");
   if (exp && (a.from.empty() || a.to_hf.empty())) usage_error("--from and --to-hf go together");
   if (import && (!a.dtype.empty() || !a.architecture.empty() || a.iteration))
@@ -134,8 +156,7 @@ int import_hf(const Args& a) {
   o.hf_dir = a.from_hf, o.out_dir = a.to, o.recipe = a.recipe, o.overrides = a.sets;
   o.tp = a.tp, o.pp = a.pp, o.ep = a.ep;
   const models::HfImportResult r = models::import_hf_checkpoint(o);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("imported %s (%s, %zu tensors) into %s/iter_0000000 (tp %lld, pp %lld, ep %lld)\n",
               a.from_hf.c_str(), r.architecture.c_str(), r.tensors, a.to.c_str(),
               static_cast<long long>(r.tp), static_cast<long long>(r.pp),
@@ -152,8 +173,7 @@ int export_hf(const Args& a) {
   o.dtype = hf::dtype_from_flag(a.dtype), o.architecture = a.architecture;
   o.max_shard_bytes = a.max_shard_bytes;
   const models::HfExportResult r = models::export_hf_checkpoint(o);
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("exported %s (iteration %lld) to %s as %s, %s\n", r.checkpoint_path.c_str(),
               static_cast<long long>(r.iteration), a.to_hf.c_str(), r.architecture.c_str(),
               hf::torch_name(r.dtype).c_str());

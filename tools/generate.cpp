@@ -2,19 +2,21 @@
 //   generate --checkpoint DIR|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
 // Under mpirun -np N the model is split over N tensor-parallel ranks (rank 0 prints).
 // Exit codes: 0 ok, 1 bad input, 2 usage.
+#include "megatron/inference/generate.h"
+
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "data/tokenizer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "megatron/core/error.h"
-#include "megatron/inference/generate.h"
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mpi_communicator.h"
 #include "models/hf_checkpoint.h"
@@ -24,7 +26,8 @@ namespace {
 using namespace megatron;
 namespace fs = std::filesystem;
 
-constexpr const char* kUsage = R"(usage: generate --checkpoint DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
+constexpr const char* kUsage =
+    R"(usage: generate --checkpoint DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
   --checkpoint DIR      a native checkpoint (its root or one iter_NNNNNNN) or a Hugging Face
                         directory (config.json + safetensors; converted on the fly)
   --iteration N         a native checkpoint's iteration instead of its latest
@@ -82,26 +85,44 @@ Args parse(int argc, char** argv) {
     if (f == "-h" || f == "--help") {
       std::fputs(kUsage, stdout);
       std::exit(0);
-    } else if (f == "--checkpoint") a.checkpoint = value();
-    else if (f == "--iteration") a.iteration = integer(f, value());
-    else if (f == "--prompt") a.prompt = value(), a.have_prompt = true;
-    else if (f == "--prompt-ids") a.prompt_ids = value();
-    else if (f == "--max-new-tokens") a.sampling.max_new_tokens = integer(f, value());
-    else if (f == "--temperature") a.sampling.temperature = number(f, value());
-    else if (f == "--top-k") a.sampling.top_k = integer(f, value());
-    else if (f == "--top-p") a.sampling.top_p = number(f, value());
-    else if (f == "--seed") a.sampling.seed = static_cast<uint64_t>(integer(f, value()));
-    else if (f == "--stop-id") a.sampling.stop_ids.push_back(static_cast<int32_t>(integer(f, value())));
-    else if (f == "--print-ids") a.print_ids = true;
-    else if (f == "--no-cache") a.sampling.use_cache = false;
-    else if (f == "--tokenizer-type") a.tokenizer_type = value();
-    else if (f == "--tokenizer-model") a.tokenizer_model = value();
-    else if (f == "--vocab-file") a.vocab_file = value();
-    else if (f == "--merge-file") a.merge_file = value();
-    else usage_error("unexpected argument '" + f + "'");
+    } else if (f == "--checkpoint")
+      a.checkpoint = value();
+    else if (f == "--iteration")
+      a.iteration = integer(f, value());
+    else if (f == "--prompt")
+      a.prompt = value(), a.have_prompt = true;
+    else if (f == "--prompt-ids")
+      a.prompt_ids = value();
+    else if (f == "--max-new-tokens")
+      a.sampling.max_new_tokens = integer(f, value());
+    else if (f == "--temperature")
+      a.sampling.temperature = number(f, value());
+    else if (f == "--top-k")
+      a.sampling.top_k = integer(f, value());
+    else if (f == "--top-p")
+      a.sampling.top_p = number(f, value());
+    else if (f == "--seed")
+      a.sampling.seed = static_cast<uint64_t>(integer(f, value()));
+    else if (f == "--stop-id")
+      a.sampling.stop_ids.push_back(static_cast<int32_t>(integer(f, value())));
+    else if (f == "--print-ids")
+      a.print_ids = true;
+    else if (f == "--no-cache")
+      a.sampling.use_cache = false;
+    else if (f == "--tokenizer-type")
+      a.tokenizer_type = value();
+    else if (f == "--tokenizer-model")
+      a.tokenizer_model = value();
+    else if (f == "--vocab-file")
+      a.vocab_file = value();
+    else if (f == "--merge-file")
+      a.merge_file = value();
+    else
+      usage_error("unexpected argument '" + f + "'");
   }
   if (a.checkpoint.empty()) usage_error("--checkpoint is required");
-  if (a.have_prompt == !a.prompt_ids.empty()) usage_error("give exactly one of --prompt and --prompt-ids");
+  if (a.have_prompt == !a.prompt_ids.empty())
+    usage_error("give exactly one of --prompt and --prompt-ids");
   try {
     a.sampling.validate();
   } catch (const InputError& e) {
@@ -131,13 +152,11 @@ std::string existing(const config::Recipe& r, const std::string& p) {
 }
 
 std::unique_ptr<data::Tokenizer> tokenizer_for(const Args& a, const config::Recipe& r) {
-  data::TokenizerSpec spec{a.tokenizer_type.empty() ? r.data.tokenizer.type : a.tokenizer_type,
-                           a.vocab_file.empty() ? existing(r, r.data.tokenizer.vocab_file)
-                                                : a.vocab_file,
-                           a.merge_file.empty() ? existing(r, r.data.tokenizer.merge_file)
-                                                : a.merge_file,
-                           a.tokenizer_model.empty() ? existing(r, r.data.tokenizer.model)
-                                                     : a.tokenizer_model};
+  data::TokenizerSpec spec{
+      a.tokenizer_type.empty() ? r.data.tokenizer.type : a.tokenizer_type,
+      a.vocab_file.empty() ? existing(r, r.data.tokenizer.vocab_file) : a.vocab_file,
+      a.merge_file.empty() ? existing(r, r.data.tokenizer.merge_file) : a.merge_file,
+      a.tokenizer_model.empty() ? existing(r, r.data.tokenizer.model) : a.tokenizer_model};
   if (spec.type.empty() || spec.type == "NullTokenizer") return nullptr;
   return data::make_tokenizer(spec);
 }
@@ -145,7 +164,7 @@ std::unique_ptr<data::Tokenizer> tokenizer_for(const Args& a, const config::Reci
 int run(const Args& a, parallel::Communicator& world) {
   std::string dir = a.checkpoint;
   fs::path converted;
-  if (fs::exists(fs::path(dir) / "config.json")) {  // a Hugging Face directory: convert first
+  if (fs::exists(fs::path(dir) / "config.json")) {    // a Hugging Face directory: convert first
     int64_t id = world.rank() == 0 ? ::getpid() : 0;  // one directory for all ranks
     Tensor id_t = Tensor::wrap(&id, {1}, DType::I64);
     world.broadcast(id_t, 0);
@@ -207,7 +226,8 @@ int run(const Args& a, parallel::Communicator& world) {
     for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);
     std::printf("\n");
   } else if (tokenizer) {
-    std::printf("%s%s\n", a.have_prompt ? a.prompt.c_str() : "", tokenizer->decode(g.tokens).c_str());
+    std::printf("%s%s\n", a.have_prompt ? a.prompt.c_str() : "",
+                tokenizer->decode(g.tokens).c_str());
   } else {
     for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);
     std::printf("\n");

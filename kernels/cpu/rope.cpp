@@ -11,8 +11,8 @@ namespace megatron::kernels::cpu {
 namespace {
 
 // Rotates the query and key heads of every token by +angle (forward) or -angle (backward).
-void rope_apply(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
-                float sin_sign) {
+void rope_apply(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
+                int64_t position_offset, float sin_sign) {
   const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
   MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
   const int64_t half = Dh / 2, per_group = H / G + 2;
@@ -43,11 +43,13 @@ void rope_apply(const AttentionShape& shape, float* qkv, const math::RopeFrequen
 
 }  // namespace
 
-void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset) {
+void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
+                  int64_t position_offset) {
   rope_apply(shape, qkv, rope, position_offset, 1.0f);
 }
 
-void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope, int64_t position_offset) {
+void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope,
+                   int64_t position_offset) {
   rope_apply(shape, dqkv, rope, position_offset, -1.0f);
 }
 

@@ -5,12 +5,14 @@
 // at positions position_offset + s. Backward rotates the gradient by the inverse angle.
 #include <cstdint>
 
-#include "kernels/cpu/attention.h"
 #include "kernels/common/numeric.h"
+#include "kernels/cpu/attention.h"
 
 namespace megatron::kernels::cpu {
 
-void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset);
-void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope, int64_t position_offset);
+void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
+                  int64_t position_offset);
+void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope,
+                   int64_t position_offset);
 
 }  // namespace megatron::kernels::cpu

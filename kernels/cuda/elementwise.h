@@ -34,8 +34,7 @@ template <typename T>
 void gelu_forward(const T* x, T* y, int64_t n, math::Gelu kind, cudaStream_t stream);
 // dx = dy * gelu'(x)
 template <typename T>
-void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, math::Gelu kind,
-                   cudaStream_t stream);
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, math::Gelu kind, cudaStream_t stream);
 
 // y = tanh(x); dx = dy * (1 - y^2) from the output y (dx may be dy).
 template <typename T>

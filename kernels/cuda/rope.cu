@@ -42,8 +42,8 @@ __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per
 }
 
 template <typename T>
-void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
-                float sin_sign, cudaStream_t stream) {
+void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope,
+                int64_t position_offset, float sin_sign, cudaStream_t stream) {
   const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
   MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
   const int64_t half = Dh / 2;
@@ -60,22 +60,22 @@ void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies
 }  // namespace
 
 template <typename T>
-void rope_forward(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
-                  cudaStream_t stream) {
+void rope_forward(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope,
+                  int64_t position_offset, cudaStream_t stream) {
   rope_apply(shape, qkv, rope, position_offset, 1.0f, stream);
 }
 
 template <typename T>
-void rope_backward(const AttentionShape& shape, T* dqkv, const math::RopeFrequencies& rope, int64_t position_offset,
-                   cudaStream_t stream) {
+void rope_backward(const AttentionShape& shape, T* dqkv, const math::RopeFrequencies& rope,
+                   int64_t position_offset, cudaStream_t stream) {
   rope_apply(shape, dqkv, rope, position_offset, -1.0f, stream);
 }
 
-#define MT_INSTANTIATE(T)                                                              \
-  template void rope_forward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, \
-                                int64_t, cudaStream_t);                                  \
-  template void rope_backward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, \
-                                 int64_t, cudaStream_t);
+#define MT_INSTANTIATE(T)                                                                          \
+  template void rope_forward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, int64_t,  \
+                                cudaStream_t);                                                     \
+  template void rope_backward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, int64_t, \
+                                 cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

@@ -16,10 +16,10 @@
 namespace megatron::kernels::cuda {
 
 template <typename T>
-void rope_forward(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
-                  cudaStream_t stream);
+void rope_forward(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope,
+                  int64_t position_offset, cudaStream_t stream);
 template <typename T>
-void rope_backward(const AttentionShape& shape, T* dqkv, const math::RopeFrequencies& rope, int64_t position_offset,
-                   cudaStream_t stream);
+void rope_backward(const AttentionShape& shape, T* dqkv, const math::RopeFrequencies& rope,
+                   int64_t position_offset, cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

@@ -97,7 +97,8 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
                           past, capacity, out.data<float>());
 }
 
-void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope, int64_t offset) {
+void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope,
+                  int64_t offset) {
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
@@ -108,7 +109,8 @@ void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::Rop
   f.finish();
 }
 
-void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, const math::RopeFrequencies& rope, int64_t offset) {
+void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
+                   const math::RopeFrequencies& rope, int64_t offset) {
   const char* op = "rope_backward";
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);

@@ -1,6 +1,5 @@
 #include "megatron/hf/convert.h"
 
-
 #include <filesystem>
 #include <random>
 
@@ -78,9 +77,9 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
     // by the first rank that holds them, as a training run saves one data-parallel replica.
     std::set<std::pair<int64_t, int64_t>> written;  // (shard index, count); replicated: (-1, 1)
     for (const auto& [rank, shard] : placement.pieces) {
-      const std::pair<int64_t, int64_t> key =
-          shard.replicated() ? std::make_pair(int64_t{-1}, int64_t{1})
-                             : std::make_pair(shard.index, shard.count);
+      const std::pair<int64_t, int64_t> key = shard.replicated()
+                                                  ? std::make_pair(int64_t{-1}, int64_t{1})
+                                                  : std::make_pair(shard.index, shard.count);
       if (!written.insert(key).second) continue;
       if (!file_of_rank.count(rank)) {
         file_of_rank[rank] = layouts.size();
@@ -92,19 +91,20 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
       const std::string name = kModelPrefix + m.native;
       const std::vector<int64_t> local = local_shape(m.native_shape, shard);
       std::vector<int64_t> offset(m.native_shape.size(), 0);
-      if (!shard.replicated()) offset[static_cast<size_t>(shard.dim)] = shard.index * local[shard.dim];
+      if (!shard.replicated())
+        offset[static_cast<size_t>(shard.dim)] = shard.index * local[shard.dim];
       int64_t count = 1;
       for (int64_t d : local) count *= d;
       layouts[f].add({name, "F32", local, nullptr});
       const size_t entry = layouts[f].size() - 1;
       const auto [b, e] = layouts[f].data_offsets(entry);
       parts[f]["pieces"].push_back({{"name", name},
-                                     {"shape", m.native_shape},
-                                     {"key", name},
-                                     {"offset", offset},
-                                     {"extent", local},
-                                     {"flat", {0, count}},
-                                     {"data_offsets", {b, e}}});
+                                    {"shape", m.native_shape},
+                                    {"key", name},
+                                    {"offset", offset},
+                                    {"extent", local},
+                                    {"flat", {0, count}},
+                                    {"data_offsets", {b, e}}});
       pieces_of[m.native].push_back({f, entry, shard});
     }
   }

@@ -26,10 +26,10 @@ struct NativePlacement {
 };
 
 struct ImportRequest {
-  std::vector<TensorMapping> mappings;              // every native parameter
-  std::map<std::string, NativePlacement> layout;    // by native name; absent: whole on rank 0
-  std::set<std::string> ignored;                    // HF tensors that are not parameters
-  std::string out_dir;                              // the checkpoint root
+  std::vector<TensorMapping> mappings;            // every native parameter
+  std::map<std::string, NativePlacement> layout;  // by native name; absent: whole on rank 0
+  std::set<std::string> ignored;                  // HF tensors that are not parameters
+  std::string out_dir;                            // the checkpoint root
   int64_t iteration = 0;
   nlohmann::json metadata = nlohmann::json::object();
 };

@@ -11,18 +11,54 @@ namespace {
 
 // Keys that do not change the weights or the forward pass of a converted model.
 const std::set<std::string>& neutral_keys() {
-  static const std::set<std::string> keys = {
-      "_name_or_path", "architectures", "model_type", "transformers_version", "torch_dtype",
-      "dtype", "bos_token_id", "eos_token_id", "pad_token_id", "sep_token_id",
-      "decoder_start_token_id", "id2label", "label2id", "initializer_range", "use_cache",
-      "return_dict", "output_attentions", "output_hidden_states", "problem_type",
-      "chunk_size_feed_forward", "is_encoder_decoder", "tokenizer_class", "prefix",
-      "task_specific_params", "finetuning_task", "gradient_checkpointing", "classifier_dropout",
-      "attention_dropout", "attn_pdrop", "embd_pdrop", "resid_pdrop", "hidden_dropout_prob",
-      "attention_probs_dropout_prob", "summary_activation", "summary_first_dropout",
-      "summary_proj_to_labels", "summary_type", "summary_use_proj", "tie_encoder_decoder",
-      "_attn_implementation_autoset", "output_router_logits", "n_ctx", "position_embedding_type",
-      "tf_legacy_loss", "pruned_heads", "torchscript", "use_bfloat16", "num_labels"};
+  static const std::set<std::string> keys = {"_name_or_path",
+                                             "architectures",
+                                             "model_type",
+                                             "transformers_version",
+                                             "torch_dtype",
+                                             "dtype",
+                                             "bos_token_id",
+                                             "eos_token_id",
+                                             "pad_token_id",
+                                             "sep_token_id",
+                                             "decoder_start_token_id",
+                                             "id2label",
+                                             "label2id",
+                                             "initializer_range",
+                                             "use_cache",
+                                             "return_dict",
+                                             "output_attentions",
+                                             "output_hidden_states",
+                                             "problem_type",
+                                             "chunk_size_feed_forward",
+                                             "is_encoder_decoder",
+                                             "tokenizer_class",
+                                             "prefix",
+                                             "task_specific_params",
+                                             "finetuning_task",
+                                             "gradient_checkpointing",
+                                             "classifier_dropout",
+                                             "attention_dropout",
+                                             "attn_pdrop",
+                                             "embd_pdrop",
+                                             "resid_pdrop",
+                                             "hidden_dropout_prob",
+                                             "attention_probs_dropout_prob",
+                                             "summary_activation",
+                                             "summary_first_dropout",
+                                             "summary_proj_to_labels",
+                                             "summary_type",
+                                             "summary_use_proj",
+                                             "tie_encoder_decoder",
+                                             "_attn_implementation_autoset",
+                                             "output_router_logits",
+                                             "n_ctx",
+                                             "position_embedding_type",
+                                             "tf_legacy_loss",
+                                             "pruned_heads",
+                                             "torchscript",
+                                             "use_bfloat16",
+                                             "num_labels"};
   return keys;
 }
 
@@ -39,9 +75,12 @@ ConfigJson ConfigJson::load(const std::string& path) {
   return ConfigJson(std::move(j), path);
 }
 
-ConfigJson::ConfigJson(nlohmann::json j, std::string path) : j_(std::move(j)), path_(std::move(path)) {}
+ConfigJson::ConfigJson(nlohmann::json j, std::string path)
+    : j_(std::move(j)), path_(std::move(path)) {}
 
-bool ConfigJson::has(const std::string& key) const { return j_.contains(key) && !j_[key].is_null(); }
+bool ConfigJson::has(const std::string& key) const {
+  return j_.contains(key) && !j_[key].is_null();
+}
 
 void ConfigJson::fail(const std::string& key, const std::string& problem) const {
   throw InputError(concat(path_, ": \"", key, "\": ", problem));

@@ -48,8 +48,8 @@ HfTensors::HfTensors(const std::string& dir) : dir_(dir) {
     std::set<std::string> files;
     for (const auto& [tensor, file] : weight_map.items()) {
       if (!file.is_string() || !plain_file_name(file.get<std::string>()))
-        throw InputError(concat(path, ": weight_map[\"", tensor, "\"] is not a file name in ",
-                                dir, " (got ", file.dump(), ")"));
+        throw InputError(concat(path, ": weight_map[\"", tensor, "\"] is not a file name in ", dir,
+                                " (got ", file.dump(), ")"));
       files.insert(file.get<std::string>());
     }
     if (files.empty()) throw InputError(concat(path, ": weight_map is empty"));
@@ -59,11 +59,11 @@ HfTensors::HfTensors(const std::string& dir) : dir_(dir) {
   } else {
     const bool pickle = fs::exists(fs::path(dir) / "pytorch_model.bin", ec) ||
                         fs::exists(fs::path(dir) / "pytorch_model.bin.index.json", ec);
-    throw InputError(concat(
-        "Hugging Face directory ", dir, " has neither ", kSingleFile, " nor ", kIndexFile,
-        pickle ? " (pytorch_model.bin, a PyTorch pickle, is not read: save the model with "
-                 "safetensors, e.g. transformers' save_pretrained, first)"
-               : ""));
+    throw InputError(
+        concat("Hugging Face directory ", dir, " has neither ", kSingleFile, " nor ", kIndexFile,
+               pickle ? " (pytorch_model.bin, a PyTorch pickle, is not read: save the model with "
+                        "safetensors, e.g. transformers' save_pretrained, first)"
+                      : ""));
   }
   for (const std::string& name : names) {
     const std::string path = (fs::path(dir) / name).string();
@@ -79,8 +79,8 @@ HfTensors::HfTensors(const std::string& dir) : dir_(dir) {
                                 files_[it->second.first].path(), " and ", files_[f].path()));
       if (!weight_map.is_null()) {
         if (!weight_map.contains(t.name))
-          throw InputError(concat(files_[f].path(), ": tensor '", t.name, "' is not in ",
-                                  index.string()));
+          throw InputError(
+              concat(files_[f].path(), ": tensor '", t.name, "' is not in ", index.string()));
         if (weight_map[t.name].get<std::string>() != names[f])
           throw InputError(concat(index.string(), " puts tensor '", t.name, "' in ",
                                   weight_map[t.name].get<std::string>(), ", but it is in ",

@@ -36,16 +36,16 @@ std::vector<float> stored(const HfSource& src, const std::vector<float>& rows) {
 
 }  // namespace
 
-int64_t TensorMapping::width() const {
-  return native_shape.size() >= 2 ? native_shape.back() : 1;
-}
+int64_t TensorMapping::width() const { return native_shape.size() >= 2 ? native_shape.back() : 1; }
 int64_t TensorMapping::native_rows() const { return numel(native_shape) / width(); }
 int64_t TensorMapping::source_rows(int s) const {
   return numel(sources.at(static_cast<size_t>(s)).shape) / width();
 }
 
 void TensorMapping::validate() const {
-  auto fail = [&](const auto&... parts) { return Error(concat("mapping of ", native, ": ", parts...)); };
+  auto fail = [&](const auto&... parts) {
+    return Error(concat("mapping of ", native, ": ", parts...));
+  };
   const int64_t w = width();
   if (w <= 0 || numel(native_shape) % w) throw fail("bad native shape");
   std::vector<std::vector<int64_t>> used(sources.size());
@@ -82,8 +82,8 @@ std::vector<float> TensorMapping::import(const std::vector<std::vector<float>>& 
   std::vector<std::vector<float>> transposed(sources.size());
   std::vector<const float*> rows(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) {
-    MT_CHECK(static_cast<int64_t>(data[s].size()) == numel(sources[s].shape), "mapping of ",
-             native, ": source ", sources[s].name, " size");
+    MT_CHECK(static_cast<int64_t>(data[s].size()) == numel(sources[s].shape), "mapping of ", native,
+             ": source ", sources[s].name, " size");
     if (sources[s].transposed) transposed[s] = oriented(sources[s], data[s]);
     rows[s] = sources[s].transposed ? transposed[s].data() : data[s].data();
   }
@@ -100,8 +100,8 @@ std::vector<float> TensorMapping::import(const std::vector<std::vector<float>>& 
 
 std::vector<std::vector<float>> TensorMapping::export_sources(
     const std::vector<float>& native_data) const {
-  MT_CHECK(static_cast<int64_t>(native_data.size()) == numel(native_shape), "mapping of ",
-           native, ": native size");
+  MT_CHECK(static_cast<int64_t>(native_data.size()) == numel(native_shape), "mapping of ", native,
+           ": native size");
   const int64_t w = width();
   std::vector<std::vector<float>> rows(sources.size());
   for (size_t s = 0; s < sources.size(); ++s) rows[s].resize(numel(sources[s].shape));
@@ -126,8 +126,10 @@ TensorMapping copy_mapping(std::string native, std::vector<int64_t> shape, std::
 TensorMapping transpose_mapping(std::string native, std::vector<int64_t> native_shape,
                                 std::string hf) {
   MT_CHECK(native_shape.size() == 2, "transpose_mapping of ", native, ": 2-D only");
-  TensorMapping m{std::move(native), native_shape,
-                  {{std::move(hf), {native_shape[1], native_shape[0]}, true}}, {}};
+  TensorMapping m{std::move(native),
+                  native_shape,
+                  {{std::move(hf), {native_shape[1], native_shape[0]}, true}},
+                  {}};
   m.blocks = {{0, 0, native_shape[0]}};
   return m;
 }
@@ -165,8 +167,8 @@ TensorMapping qkv_mapping(std::string native, std::vector<int64_t> native_shape,
   return m;
 }
 
-TensorMapping fused_qkv_mapping(std::string native, std::vector<int64_t> native_shape,
-                                HfSource qkv, int64_t heads, int64_t groups, int64_t head_dim) {
+TensorMapping fused_qkv_mapping(std::string native, std::vector<int64_t> native_shape, HfSource qkv,
+                                int64_t heads, int64_t groups, int64_t head_dim) {
   MT_CHECK(groups > 0 && heads % groups == 0, "fused_qkv_mapping of ", native);
   TensorMapping m{std::move(native), std::move(native_shape), {std::move(qkv)}, {}};
   const int64_t per = heads / groups, k0 = heads * head_dim, v0 = k0 + groups * head_dim;

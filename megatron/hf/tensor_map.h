@@ -62,7 +62,7 @@ TensorMapping stacked_mapping(std::string native, std::vector<int64_t> native_sh
 TensorMapping qkv_mapping(std::string native, std::vector<int64_t> native_shape,
                           std::vector<HfSource> q_k_v, int64_t heads, int64_t groups,
                           int64_t head_dim);
-TensorMapping fused_qkv_mapping(std::string native, std::vector<int64_t> native_shape,
-                                HfSource qkv, int64_t heads, int64_t groups, int64_t head_dim);
+TensorMapping fused_qkv_mapping(std::string native, std::vector<int64_t> native_shape, HfSource qkv,
+                                int64_t heads, int64_t groups, int64_t head_dim);
 
 }  // namespace megatron::hf

@@ -64,11 +64,11 @@ LoadedModel::LoadedModel(const std::string& dir, std::optional<int64_t> iteratio
     std::vector<int64_t> saved = it->second.shape;
     const std::vector<int64_t> want(p->global_shape.begin(), p->global_shape.end());
     // Vocabulary tables: only the padding rows may differ.
-    const bool vocab_rows = !saved.empty() && saved.size() == want.size() &&
-                            saved[0] != want[0] && saved[0] >= vocab &&
+    const bool vocab_rows = !saved.empty() && saved.size() == want.size() && saved[0] != want[0] &&
+                            saved[0] >= vocab &&
                             std::equal(saved.begin() + 1, saved.end(), want.begin() + 1);
-    MT_INPUT_CHECK(saved == want || vocab_rows, checkpoint_path, ": tensor '", name,
-                   "' has shape ", Shape(saved.begin(), saved.end()).str(), ", the model needs ",
+    MT_INPUT_CHECK(saved == want || vocab_rows, checkpoint_path, ": tensor '", name, "' has shape ",
+                   Shape(saved.begin(), saved.end()).str(), ", the model needs ",
                    p->global_shape.str());
     int64_t saved_numel = 1, row = 1;
     for (int64_t s : saved) saved_numel *= s;
@@ -102,8 +102,10 @@ KvCache CausalLM::make_cache() const {
 
 CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
                                    KvCache* cache) const {
-  MT_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::I32, "CausalLM::forward: tokens must "
-           "be int32 [S, B], got ", tokens.shape().str());
+  MT_CHECK(tokens.ndim() == 2 && tokens.dtype() == DType::I32,
+           "CausalLM::forward: tokens must "
+           "be int32 [S, B], got ",
+           tokens.shape().str());
   const int64_t S = tokens.dim(0), B = tokens.dim(1), V = vocab_size();
   models::MicroBatch mb;
   mb.tokens = tokens;
@@ -134,7 +136,8 @@ CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
   float* o = out.logits.data<float>();
   for (int64_t r = 0; r < tp; ++r)
     for (int64_t n = 0; n < S * B; ++n)
-      for (int64_t j = 0; j < Vl && r * Vl + j < V; ++j) o[n * V + r * Vl + j] = g[(r * S * B + n) * Vl + j];
+      for (int64_t j = 0; j < Vl && r * Vl + j < V; ++j)
+        o[n * V + r * Vl + j] = g[(r * S * B + n) * Vl + j];
   if (cache != nullptr) cache->length += S;
   out.loss_sum = sums.lm;
   out.targets = models::count_lm_targets(mb);

@@ -9,8 +9,8 @@ namespace megatron::inference {
 
 void SamplingOptions::validate() const {
   MT_INPUT_CHECK(max_new_tokens >= 0, "max_new_tokens must be >= 0 (got ", max_new_tokens, ")");
-  MT_INPUT_CHECK(std::isfinite(temperature) && temperature >= 0,
-                 "temperature must be >= 0 (got ", temperature, ")");
+  MT_INPUT_CHECK(std::isfinite(temperature) && temperature >= 0, "temperature must be >= 0 (got ",
+                 temperature, ")");
   MT_INPUT_CHECK(top_k >= 0, "top_k must be >= 0 (got ", top_k, ")");
   MT_INPUT_CHECK(top_p > 0 && top_p <= 1, "top_p must be in (0, 1] (got ", top_p, ")");
 }
@@ -47,8 +47,8 @@ Generation generate(const CausalLM& lm, const std::vector<int32_t>& prompt,
   MT_INPUT_CHECK(!prompt.empty(), "the prompt is empty (at least one token is needed)");
   const int64_t V = lm.vocab_size();
   for (int32_t id : prompt)
-    MT_INPUT_CHECK(id >= 0 && id < V, "prompt token id ", id, " is outside the vocabulary [0, ",
-                   V, ")");
+    MT_INPUT_CHECK(id >= 0 && id < V, "prompt token id ", id, " is outside the vocabulary [0, ", V,
+                   ")");
   const int64_t total = static_cast<int64_t>(prompt.size()) + o.max_new_tokens;
   MT_INPUT_CHECK(total <= lm.max_length(), "prompt (", prompt.size(), " tokens) + ",
                  o.max_new_tokens, " new tokens exceed the model's ", lm.max_length(),
@@ -69,8 +69,7 @@ Generation generate(const CausalLM& lm, const std::vector<int32_t>& prompt,
     const size_t from = o.use_cache && step > 0 ? seq.size() - 1 : 0;
     const auto out = lm.forward(column(seq, from), Tensor(), o.use_cache ? &cache : nullptr);
     const int64_t rows = static_cast<int64_t>(seq.size() - from);
-    const int32_t next =
-        choose_token(out.logits.data<float>() + (rows - 1) * V, V, o, rng);
+    const int32_t next = choose_token(out.logits.data<float>() + (rows - 1) * V, V, o, rng);
     seq.push_back(next);
     g.tokens.push_back(next);
     const auto now = clock::now();

@@ -19,7 +19,8 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a)
            "selective recompute needs the shared probabilities buffer");
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
   qkv_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
-                                  spec_.bias || spec_.qkv_bias, TPMode::Column, a.tp, spec_.init_std, Shape{}, sp_);
+                                  spec_.bias || spec_.qkv_bias, TPMode::Column, a.tp,
+                                  spec_.init_std, Shape{}, sp_);
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
                                    TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_);
 }
@@ -87,7 +88,8 @@ void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
 }
 
 Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache) const {
-  MT_CHECK(!sp_ && spec_.causal, "KV-cache decoding needs a causal model without sequence "
+  MT_CHECK(!sp_ && spec_.causal,
+           "KV-cache decoding needs a causal model without sequence "
            "parallelism");
   const int64_t S = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
@@ -102,8 +104,8 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
     cache.values[l] = Tensor::zeros(cache_shape, DType::F32);
   }
   Tensor& out = ensure(s.attn_out, {S, B, local_heads_ * Dh}, act(), device_);
-  ops::kv_cache_attention(as, 1.0f / std::sqrt(static_cast<float>(Dh)), s.qkv_out,
-                          cache.keys[l], cache.values[l], cache.length, out);
+  ops::kv_cache_attention(as, 1.0f / std::sqrt(static_cast<float>(Dh)), s.qkv_out, cache.keys[l],
+                          cache.values[l], cache.length, out);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {S, B, D}, act(), device_));
   return s.out;
 }

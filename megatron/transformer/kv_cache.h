@@ -12,7 +12,8 @@ namespace megatron {
 
 struct KvCache {
   KvCache(int64_t num_layers, int64_t capacity_)
-      : capacity(capacity_), keys(static_cast<size_t>(num_layers)),
+      : capacity(capacity_),
+        keys(static_cast<size_t>(num_layers)),
         values(static_cast<size_t>(num_layers)) {}
   int64_t length = 0;    // cached positions: the next forward's first position
   int64_t capacity = 0;  // the most positions it holds

@@ -24,11 +24,11 @@ std::string bert_architecture_for(bool binary_head) {
 }
 
 config::ModelConfig bert_model_from_hf(const hf::ConfigJson& c, const std::string& arch) {
-  c.check_known({"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                 "intermediate_size", "hidden_act", "max_position_embeddings", "type_vocab_size",
-                 "layer_norm_eps", "position_embedding_type", "is_decoder", "add_cross_attention",
-                 "tie_word_embeddings"},
-                arch);
+  c.check_known(
+      {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+       "hidden_act", "max_position_embeddings", "type_vocab_size", "layer_norm_eps",
+       "position_embedding_type", "is_decoder", "add_cross_attention", "tie_word_embeddings"},
+      arch);
   config::ModelConfig m;
   m.arch = config::Arch::BERT;
   m.num_layers = c.integer("num_hidden_layers");
@@ -69,8 +69,8 @@ config::ModelConfig bert_model_from_hf(const hf::ConfigJson& c, const std::strin
   return m;
 }
 
-Json bert_hf_config(const config::ModelConfig& m, const std::string& arch,
-                    const std::string& dtype, const nlohmann::json& original) {
+Json bert_hf_config(const config::ModelConfig& m, const std::string& arch, const std::string& dtype,
+                    const nlohmann::json& original) {
   Json j = original.is_object() ? Json(original) : Json::object();
   j["architectures"] = {arch};
   j["model_type"] = "bert";
@@ -89,8 +89,8 @@ Json bert_hf_config(const config::ModelConfig& m, const std::string& arch,
   return j;
 }
 
-std::vector<hf::TensorMapping> bert_mappings(const std::string& arch,
-                                             const config::ModelConfig& m, int64_t Vp) {
+std::vector<hf::TensorMapping> bert_mappings(const std::string& arch, const config::ModelConfig& m,
+                                             int64_t Vp) {
   const int64_t D = m.hidden_size, H = m.num_attention_heads, Dh = m.head_dim(), F = m.ffn(),
                 V = m.vocab_size;
   std::vector<hf::TensorMapping> out;
@@ -110,21 +110,20 @@ std::vector<hf::TensorMapping> bert_mappings(const std::string& arch,
       const bool w = std::string(kind) == "weight";
       const std::vector<int64_t> shape = w ? vec({3 * D, D}) : vec({3 * D});
       const std::vector<int64_t> part = w ? vec({D, D}) : vec({D});
-      out.push_back(hf::qkv_mapping(n + "attention.qkv." + kind, shape,
-                                    {{s + "query." + kind, part},
-                                     {s + "key." + kind, part},
-                                     {s + "value." + kind, part}},
-                                    H, H, Dh));
+      out.push_back(hf::qkv_mapping(
+          n + "attention.qkv." + kind, shape,
+          {{s + "query." + kind, part}, {s + "key." + kind, part}, {s + "value." + kind, part}}, H,
+          H, Dh));
     }
     out.push_back(hf::copy_mapping(n + "attention.proj.weight", vec({D, D}),
                                    h + "attention.output.dense.weight"));
-    out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}),
-                                   h + "attention.output.dense.bias"));
+    out.push_back(
+        hf::copy_mapping(n + "attention.proj.bias", vec({D}), h + "attention.output.dense.bias"));
     // Post-LN: input_norm follows the attention, post_attention_norm the MLP.
     out.push_back(hf::copy_mapping(n + "input_norm.weight", vec({D}),
                                    h + "attention.output.LayerNorm.weight"));
-    out.push_back(hf::copy_mapping(n + "input_norm.bias", vec({D}),
-                                   h + "attention.output.LayerNorm.bias"));
+    out.push_back(
+        hf::copy_mapping(n + "input_norm.bias", vec({D}), h + "attention.output.LayerNorm.bias"));
     out.push_back(
         hf::copy_mapping(n + "mlp.fc1.weight", vec({F, D}), h + "intermediate.dense.weight"));
     out.push_back(hf::copy_mapping(n + "mlp.fc1.bias", vec({F}), h + "intermediate.dense.bias"));
@@ -132,20 +131,19 @@ std::vector<hf::TensorMapping> bert_mappings(const std::string& arch,
     out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), h + "output.dense.bias"));
     out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
                                    h + "output.LayerNorm.weight"));
-    out.push_back(hf::copy_mapping(n + "post_attention_norm.bias", vec({D}),
-                                   h + "output.LayerNorm.bias"));
+    out.push_back(
+        hf::copy_mapping(n + "post_attention_norm.bias", vec({D}), h + "output.LayerNorm.bias"));
   }
   const std::string p = "cls.predictions.";
-  out.push_back(hf::copy_mapping("lm_head.dense.weight", vec({D, D}),
-                                 p + "transform.dense.weight"));
+  out.push_back(
+      hf::copy_mapping("lm_head.dense.weight", vec({D, D}), p + "transform.dense.weight"));
   out.push_back(hf::copy_mapping("lm_head.dense.bias", vec({D}), p + "transform.dense.bias"));
   out.push_back(
       hf::copy_mapping("lm_head.norm.weight", vec({D}), p + "transform.LayerNorm.weight"));
   out.push_back(hf::copy_mapping("lm_head.norm.bias", vec({D}), p + "transform.LayerNorm.bias"));
   out.push_back(hf::padded_rows_mapping("lm_head.bias", vec({Vp}), p + "bias", V));
   if (hf_bert_binary_head(arch)) {
-    out.push_back(
-        hf::copy_mapping("pooler.dense.weight", vec({D, D}), "bert.pooler.dense.weight"));
+    out.push_back(hf::copy_mapping("pooler.dense.weight", vec({D, D}), "bert.pooler.dense.weight"));
     out.push_back(hf::copy_mapping("pooler.dense.bias", vec({D}), "bert.pooler.dense.bias"));
     out.push_back(
         hf::copy_mapping("binary_head.weight", vec({2, D}), "cls.seq_relationship.weight"));

@@ -28,11 +28,11 @@ std::string model_type(const std::string& a) {
 }
 
 config::ModelConfig gpt2_from_hf(const hf::ConfigJson& c) {
-  c.check_known({"n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size",
-                 "layer_norm_epsilon", "activation_function", "tie_word_embeddings",
-                 "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
-                 "reorder_and_upcast_attn", "add_cross_attention"},
-                kGpt2);
+  c.check_known(
+      {"n_embd", "n_layer", "n_head", "n_inner", "n_positions", "vocab_size", "layer_norm_epsilon",
+       "activation_function", "tie_word_embeddings", "scale_attn_weights",
+       "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "add_cross_attention"},
+      kGpt2);
   config::ModelConfig m;
   m.arch = config::Arch::GPT;
   m.num_layers = c.integer("n_layer");
@@ -107,11 +107,20 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
 }
 
 config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::string& arch) {
-  std::set<std::string> known = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                                 "num_attention_heads", "num_key_value_heads",
-                                 "max_position_embeddings", "rms_norm_eps", "hidden_act",
-                                 "tie_word_embeddings", "rope_theta", "rope_scaling",
-                                 "rope_parameters", "head_dim"};
+  std::set<std::string> known = {"vocab_size",
+                                 "hidden_size",
+                                 "intermediate_size",
+                                 "num_hidden_layers",
+                                 "num_attention_heads",
+                                 "num_key_value_heads",
+                                 "max_position_embeddings",
+                                 "rms_norm_eps",
+                                 "hidden_act",
+                                 "tie_word_embeddings",
+                                 "rope_theta",
+                                 "rope_scaling",
+                                 "rope_parameters",
+                                 "head_dim"};
   if (arch == kLlama) known.insert({"attention_bias", "mlp_bias", "pretraining_tp"});
   if (arch == kMistral || arch == kMixtral || arch == kQwen2) known.insert("sliding_window");
   if (arch == kQwen2) known.insert({"use_sliding_window", "max_window_layers", "layer_types"});
@@ -141,9 +150,10 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   if (m.num_attention_heads <= 0 || m.hidden_size % m.num_attention_heads)
     c.fail("num_attention_heads", "must divide hidden_size");
   if (c.has("head_dim") && c.integer("head_dim") != m.hidden_size / m.num_attention_heads)
-    c.fail("head_dim", concat(c.integer("head_dim"), " differs from hidden_size / "
-                              "num_attention_heads = ", m.hidden_size / m.num_attention_heads,
-                              " (not supported)"));
+    c.fail("head_dim", concat(c.integer("head_dim"),
+                              " differs from hidden_size / "
+                              "num_attention_heads = ",
+                              m.hidden_size / m.num_attention_heads, " (not supported)"));
   if (c.boolean_or("attention_bias", false) || c.boolean_or("mlp_bias", false))
     c.fail(c.boolean_or("attention_bias", false) ? "attention_bias" : "mlp_bias",
            "true is not supported (LLaMA without biases only)");
@@ -280,12 +290,14 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                           Dh));
       out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.bias", vec({QKV}),
                                           {h + "attn.c_attn.bias", vec({QKV}), false}, H, G, Dh));
-      out.push_back(
-          hf::transpose_mapping(n + "attention.proj.weight", vec({D, D}), h + "attn.c_proj.weight"));
+      out.push_back(hf::transpose_mapping(n + "attention.proj.weight", vec({D, D}),
+                                          h + "attn.c_proj.weight"));
       out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), h + "attn.c_proj.bias"));
-      out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}), h + "ln_2.weight"));
+      out.push_back(
+          hf::copy_mapping(n + "post_attention_norm.weight", vec({D}), h + "ln_2.weight"));
       out.push_back(hf::copy_mapping(n + "post_attention_norm.bias", vec({D}), h + "ln_2.bias"));
-      out.push_back(hf::transpose_mapping(n + "mlp.fc1.weight", vec({F, D}), h + "mlp.c_fc.weight"));
+      out.push_back(
+          hf::transpose_mapping(n + "mlp.fc1.weight", vec({F, D}), h + "mlp.c_fc.weight"));
       out.push_back(hf::copy_mapping(n + "mlp.fc1.bias", vec({F}), h + "mlp.c_fc.bias"));
       out.push_back(
           hf::transpose_mapping(n + "mlp.fc2.weight", vec({D, F}), h + "mlp.c_proj.weight"));
@@ -307,15 +319,14 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                      {a + "k_proj.bias", vec({G * Dh})},
                                      {a + "v_proj.bias", vec({G * Dh})}},
                                     H, G, Dh));
-    out.push_back(hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}),
-                                   a + "o_proj.weight"));
+    out.push_back(
+        hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
     out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
                                    h + "post_attention_layernorm.weight"));
     if (m.moe.enabled() && m.moe.moe_layer_freq.is_moe(l)) {
       const std::string e = h + "block_sparse_moe.";
       const int64_t E = m.moe.num_experts, Fe = m.moe.expert_ffn(F);
-      out.push_back(
-          hf::copy_mapping(n + "mlp.router.weight", vec({E, D}), e + "gate.weight"));
+      out.push_back(hf::copy_mapping(n + "mlp.router.weight", vec({E, D}), e + "gate.weight"));
       for (int64_t x = 0; x < E; ++x) {
         const std::string ex = concat(e, "experts.", x, ".");
         const std::string nx = concat(n, "mlp.experts.", x, ".");
@@ -336,7 +347,8 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                  root + (gpt2 ? "ln_f.weight" : "norm.weight")));
   if (gpt2) out.push_back(hf::copy_mapping("final_norm.bias", vec({D}), root + "ln_f.bias"));
   if (!m.tie_embeddings)
-    out.push_back(hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "lm_head.weight", V));
+    out.push_back(
+        hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "lm_head.weight", V));
   return out;
 }
 

@@ -28,8 +28,7 @@ std::string decoder_architecture_for(const config::ModelConfig& model);
 // config.json for the model: `original` (the imported config.json, or empty) with every key
 // the model determines replaced; torch_dtype = `dtype` (a safetensors name).
 nlohmann::ordered_json decoder_hf_config(const config::ModelConfig& model,
-                                         const std::string& architecture,
-                                         const std::string& dtype,
+                                         const std::string& architecture, const std::string& dtype,
                                          const nlohmann::json& original);
 std::vector<hf::TensorMapping> decoder_mappings(const std::string& architecture,
                                                 const config::ModelConfig& model,

@@ -22,7 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-fs::path fixtures() { return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_tokenizers"; }
+fs::path fixtures() {
+  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_tokenizers";
+}
 
 TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   std::map<std::string, std::unique_ptr<Tokenizer>> toks;
@@ -40,7 +42,8 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
     // The post-processor's special tokens: LLaMA-3's BOS in front, nothing for GPT-2.
     std::vector<int32_t> with_special = ids;
     if (tok.bos() >= 0) with_special.insert(with_special.begin(), tok.bos());
-    EXPECT_EQ(with_special, e["ids_with_special"].get<std::vector<int32_t>>()) << text.substr(0, 80);
+    EXPECT_EQ(with_special, e["ids_with_special"].get<std::vector<int32_t>>())
+        << text.substr(0, 80);
     EXPECT_EQ(tok.decode(e["ids_with_special"].get<std::vector<int32_t>>()),
               e["decoded"].get<std::string>());
     ++checked;
@@ -51,10 +54,9 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   EXPECT_EQ(toks["llama3_style"]->eod(), 1);  // <|end_of_text|>
   EXPECT_EQ(toks["llama3_style"]->bos(), 0);
   // The same ids as the GPT-2 tokenizer from vocab.json + merges.txt.
-  const auto bpe = make_tokenizer({"GPT2BPETokenizer",
-                                   (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/vocab.json").string(),
-                                   (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/merges.txt").string(),
-                                   ""});
+  const auto bpe = make_tokenizer(
+      {"GPT2BPETokenizer", (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/vocab.json").string(),
+       (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/merges.txt").string(), ""});
   const std::string text = "It is a truth universally acknowledged, 1234 times\n\n  over.";
   EXPECT_EQ(toks["gpt2"]->encode(text), bpe->encode(text));
 }
@@ -97,8 +99,9 @@ TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
 class HuggingFaceTokenizerFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("megatron_hf_tok_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("megatron_hf_tok_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -114,7 +117,8 @@ class HuggingFaceTokenizerFiles : public ::testing::Test {
   }
   // The LLaMA-3-style tokenizer.json with `edit` applied.
   std::string edited(const std::function<void(nlohmann::json&)>& edit) {
-    nlohmann::json j = nlohmann::json::parse(std::ifstream(fixtures() / "llama3_style/tokenizer.json"));
+    nlohmann::json j =
+        nlohmann::json::parse(std::ifstream(fixtures() / "llama3_style/tokenizer.json"));
     edit(j);
     const fs::path p = dir_ / concat("t", ++n_, ".json");
     std::ofstream(p) << j.dump();
@@ -141,7 +145,9 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
   EXPECT_THAT(error_of((dir_ / "bad.json").string()), HasSubstr("is not valid JSON"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; })),
               HasSubstr("model.type 'WordPiece' is not supported"));
-  EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["normalizer"] = {{"type", "NFC"}}; })),
+  EXPECT_THAT(error_of(edited([](nlohmann::json& j) {
+                j["normalizer"] = {{"type", "NFC"}};
+              })),
               HasSubstr("normalizer NFC is not supported"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) {
                 j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
@@ -149,7 +155,9 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
               HasSubstr("pre-tokenizer regex \"\\\\w+\" is not one this build implements"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["merges"][3] = "x y z"; })),
               HasSubstr("model.merges[3]: expected \"a b\""));
-  EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["merges"][2] = {"qq", "zz"}; })),
+  EXPECT_THAT(error_of(edited([](nlohmann::json& j) {
+                j["model"]["merges"][2] = {"qq", "zz"};
+              })),
               HasSubstr("model.merges[2]: token 'qq' is not in model.vocab"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; })),
               HasSubstr("lstrip is not supported"));

@@ -14,35 +14,26 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout + stderr
-};
-
-Result run(const std::string& command) {
-  Result r{-1, ""};
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = megatron::testing::CommandResult;
+Result run(const std::string& command) { return megatron::testing::run_command(command); }
 
 const std::string kBin = std::string(MEGATRON_BINARY_DIR) + "/bin/";
-const std::string kFixture = std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/hf/llama_with_tokenizer";
+const std::string kFixture =
+    std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/hf/llama_with_tokenizer";
 
 class HfTools : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("megatron_hf_cli_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("megatron_hf_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     expected_ = nlohmann::json::parse(std::ifstream(kFixture + "/expected.json"));
@@ -90,7 +81,8 @@ TEST_F(HfTools, ImportGenerateExportWithTheModelsTokenizer) {
   r = run(kBin + "convert_checkpoint --from " + ckpt + " --to-hf " + out);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("bfloat16"));
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
+  for (const char* f :
+       {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
   r = run(kBin + "convert_checkpoint --from " + ckpt + " --to-hf " + out);
   EXPECT_EQ(r.exit_code, 1);

@@ -10,26 +10,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/support/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code;
-  std::string output;  // stdout + stderr
-};
-
-Result run(const std::string& command) {
-  Result r{-1, ""};
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return r;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = megatron::testing::CommandResult;
+Result run(const std::string& command) { return megatron::testing::run_command(command); }
 
 const std::string kBin = std::string(MEGATRON_BINARY_DIR) + "/bin/";
 const std::string kSrc = MEGATRON_SOURCE_DIR;

@@ -36,8 +36,8 @@ TEST(KvCacheAttention, ChunkedDecodingMatchesFullCausalAttention) {
     std::vector<float> want(S * B * H * Dh), probs(B * H * S * S);
     ref::attention_forward(full, opt, qkv.data(), want.data(), probs.data());
     for (int64_t chunk : {int64_t{1}, int64_t{3}, S}) {
-      SCOPED_TRACE(::testing::Message() << "S=" << S << " H=" << H << " G=" << G
-                                        << " chunk=" << chunk);
+      SCOPED_TRACE(::testing::Message()
+                   << "S=" << S << " H=" << H << " G=" << G << " chunk=" << chunk);
       const int64_t capacity = S + 2;
       std::vector<float> keys(B * G * capacity * Dh), values(keys.size());
       std::vector<float> got(want.size());

@@ -14,8 +14,8 @@
 #include "equivalence_fixture.h"
 #include "megatron/inference/causal_lm.h"
 #include "megatron/inference/generate.h"
-#include "models/hf_checkpoint.h"
 #include "models/bert/bert_model.h"
+#include "models/hf_checkpoint.h"
 #include "models/model.h"
 #include "parallel_test.h"
 #include "tests/support/rel_error.h"
@@ -30,7 +30,8 @@ fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
 }
 
-void check_logits(const std::string& name) {
+// The fixture imported by rank 0 for tp = world size into a directory every rank sees.
+fs::path import_fixture(const std::string& name) {
   auto& world = mp::testing::world();
   const fs::path scratch = megatron::equivalence::shared_scratch_path("hf_logits_" + name + "_");
   if (world.rank() == 0) {
@@ -42,6 +43,12 @@ void check_logits(const std::string& name) {
     models::import_hf_checkpoint(o);
   }
   world.barrier();
+  return scratch;
+}
+
+void check_logits(const std::string& name) {
+  auto& world = mp::testing::world();
+  const fs::path scratch = import_fixture(name);
   std::ifstream in(fixture(name) / "expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
   const auto tokens = expected["tokens"].get<std::vector<std::vector<int32_t>>>();
@@ -91,16 +98,7 @@ void check_logits(const std::string& name) {
 // BERT: masked-LM logits (token types, a padded sample) and the sentence-pair logits.
 void check_bert_logits(const std::string& name) {
   auto& world = mp::testing::world();
-  const fs::path scratch = megatron::equivalence::shared_scratch_path("hf_bert_" + name + "_");
-  if (world.rank() == 0) {
-    fs::remove_all(scratch);
-    models::HfImportOptions o;
-    o.hf_dir = fixture(name).string();
-    o.out_dir = scratch.string();
-    o.tp = world.size();
-    models::import_hf_checkpoint(o);
-  }
-  world.barrier();
+  const fs::path scratch = import_fixture(name);
   std::ifstream in(fixture(name) / "expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
   const auto tokens = expected["tokens"].get<std::vector<std::vector<int32_t>>>();

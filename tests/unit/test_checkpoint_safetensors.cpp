@@ -204,7 +204,7 @@ TEST_F(SafetensorsTest, StreamWriterFillsInAnyOrderAndChecksCompleteness) {
   EXPECT_EQ(t.data<float>()[5], 6.0f);
   StreamWriter partial(layout, (dir_ / "partial.safetensors").string());
   partial.write_at(0, 0, a.data(), 24);
-  EXPECT_THROW(partial.finish(), Error);                       // b never written
+  EXPECT_THROW(partial.finish(), Error);                     // b never written
   EXPECT_THROW(partial.write_at(1, 4, b.data(), 8), Error);  // past the entry's end
 }
 

@@ -28,16 +28,17 @@ namespace fs = std::filesystem;
 namespace st = checkpoint::safetensors;
 using ::testing::HasSubstr;
 
-const std::vector<std::string> kFixtures = {"gpt2", "llama_bf16", "llama_tied", "llama31_scaled", "mistral_sharded",
-                                            "qwen2_tied", "mixtral", "bert_pretraining",
-                                            "bert_mlm_bf16"};
+const std::vector<std::string> kFixtures = {"gpt2",           "llama_bf16",       "llama_tied",
+                                            "llama31_scaled", "mistral_sharded",  "qwen2_tied",
+                                            "mixtral",        "bert_pretraining", "bert_mlm_bf16"};
 
 fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
 }
 
 // name -> (dtype, shape, bytes) of every tensor of an HF directory.
-using RawTensors = std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>>;
+using RawTensors =
+    std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>>;
 RawTensors raw_tensors(const fs::path& dir) {
   RawTensors out;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -146,8 +147,8 @@ TEST(HfTensorMap, EveryMappingInvertsExactly) {
   const auto& qkv = maps[5];
   std::vector<std::vector<float>> src = {random({H * Dh}), random({G * Dh}), random({G * Dh})};
   const auto native = qkv.import(src);
-  EXPECT_EQ(native[2 * Dh], src[1][0]);      // k of group 0 after its two q heads
-  EXPECT_EQ(native[3 * Dh], src[2][0]);      // then v
+  EXPECT_EQ(native[2 * Dh], src[1][0]);       // k of group 0 after its two q heads
+  EXPECT_EQ(native[3 * Dh], src[2][0]);       // then v
   EXPECT_EQ(native[4 * Dh], src[0][2 * Dh]);  // group 1's first q head
   // Padding rows are zero.
   const auto padded = maps[2].import({random({6, 5})});
@@ -242,16 +243,19 @@ std::string trained_recipe(const std::string& model, const fs::path& save) {
 
 TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
   const std::vector<std::pair<std::string, std::string>> models = {
-      {"llama", "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
-                "activation: swiglu, position_embedding: rope, tie_embeddings: false, "
-                "add_bias: false"},
+      {"llama",
+       "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
+       "activation: swiglu, position_embedding: rope, tie_embeddings: false, "
+       "add_bias: false"},
       {"gpt", "arch: gpt, max_position_embeddings: 16"},
-      {"mixtral", "arch: llama, ffn_hidden_size: 48, normalization: rmsnorm, activation: swiglu, "
-                  "position_embedding: rope, tie_embeddings: false, add_bias: false, "
-                  "num_experts: 4, moe_router_topk: 2, moe_aux_loss_coeff: 0.01"},
-      {"qwen2", "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
-                "activation: swiglu, position_embedding: rope, add_bias: false, "
-                "add_qkv_bias: true"}};
+      {"mixtral",
+       "arch: llama, ffn_hidden_size: 48, normalization: rmsnorm, activation: swiglu, "
+       "position_embedding: rope, tie_embeddings: false, add_bias: false, "
+       "num_experts: 4, moe_router_topk: 2, moe_aux_loss_coeff: 0.01"},
+      {"qwen2",
+       "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
+       "activation: swiglu, position_embedding: rope, add_bias: false, "
+       "add_qkv_bias: true"}};
   for (const auto& [name, model] : models) {
     SCOPED_TRACE(name);
     const fs::path ckpt = dir_ / name;
@@ -293,7 +297,8 @@ void rewrite(const fs::path& dir, const std::function<void(RawTensors&)>& edit) 
   RawTensors t = raw_tensors(dir);
   edit(t);
   st::Writer w;
-  for (const auto& [name, v] : t) w.add({name, std::get<0>(v), std::get<1>(v), std::get<2>(v).data()});
+  for (const auto& [name, v] : t)
+    w.add({name, std::get<0>(v), std::get<1>(v), std::get<2>(v).data()});
   w.write((dir / "model.safetensors").string());
 }
 

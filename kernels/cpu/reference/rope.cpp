@@ -7,8 +7,8 @@
 namespace megatron::kernels::ref {
 namespace {
 
-void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset,
-            double direction) {
+void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& rope,
+            int64_t position_offset, double direction) {
   const int64_t per_group = sh.H / sh.G + 2, half = sh.Dh / 2;
   for (int64_t s = 0; s < sh.S; ++s) {
     for (int64_t b = 0; b < sh.B; ++b) {
@@ -30,11 +30,13 @@ void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& r
 
 }  // namespace
 
-void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset) {
+void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
+                  int64_t position_offset) {
   rotate(shape, qkv, rope, position_offset, 1.0);
 }
 
-void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope, int64_t position_offset) {
+void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope,
+                   int64_t position_offset) {
   rotate(shape, dqkv, rope, position_offset, -1.0);
 }
 

@@ -3,12 +3,14 @@
 // definition, shared with the kernels); the rotation is done in double.
 #include <cstdint>
 
-#include "kernels/cpu/attention.h"
 #include "kernels/common/numeric.h"
+#include "kernels/cpu/attention.h"
 
 namespace megatron::kernels::ref {
 
-void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope, int64_t position_offset);
-void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope, int64_t position_offset);
+void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
+                  int64_t position_offset);
+void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope,
+                   int64_t position_offset);
 
 }  // namespace megatron::kernels::ref

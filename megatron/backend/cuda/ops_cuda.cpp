@@ -317,8 +317,8 @@ void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::Rop
   });
 }
 
-void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv, const math::RopeFrequencies& rope,
-                   int64_t position_offset) {
+void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
+                   const math::RopeFrequencies& rope, int64_t position_offset) {
   with_storage_type(dqkv.dtype(), "rope_backward", "dqkv", [&]<typename T>() {
     kc::rope_backward<T>(s, ptr<T>(dqkv), rope, position_offset, stream());
   });

@@ -15,6 +15,10 @@ outputs are committed and neither the build nor the tests run Python:
     /tmp/hf-venv/bin/python tools/gen_hf_fixtures.py
 
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
+
+`--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
+tests/fixtures/hf/README.md).
 """
 import json
 import os
@@ -179,7 +183,36 @@ def llama_with_tokenizer():
     print("llama_with_tokenizer", sorted(os.listdir(d)), new)
 
 
+def from_export(src, name):
+    """A model trained here and exported by convert_checkpoint --to-hf: copied in as
+    tests/fixtures/hf/<name> with transformers' logits and loss on the fixed tokens (whatever
+    model class config.json names), so the test shows that transformers reads our export as we
+    compute it."""
+    d = os.path.join(OUT, name)
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(src, d)
+    arch = json.load(open(os.path.join(d, "config.json")))["architectures"][0]
+    cls = getattr(T, arch)
+    ref = cls.from_pretrained(d, dtype=torch.float32).eval()
+    tokens = torch.tensor(TOKENS)
+    with torch.no_grad():
+        out = ref(input_ids=tokens, labels=tokens)
+    greedy = ref.generate(input_ids=tokens[:1, :4], attention_mask=torch.ones(1, 4,
+                          dtype=torch.long), max_new_tokens=12, do_sample=False,
+                          eos_token_id=None, pad_token_id=0)
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        # The first 512 vocabulary columns keep the file small; the loss covers all of them.
+        json.dump({"tokens": TOKENS, "logits": out.logits[:, :, :512].tolist(),
+                   "logits_columns": 512, "loss": out.loss.item(),
+                   "greedy_prompt": TOKENS[0][:4], "greedy": greedy[0, 4:].tolist(),
+                   "torch": torch.__version__, "transformers": T.__version__}, f)
+    print(name, arch, sorted(os.listdir(d)), "loss", out.loss.item())
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "--from-export":
+        from_export(sys.argv[2], sys.argv[3])
+        sys.exit(0)
     main()
     bert_fixtures()
     llama_with_tokenizer()

@@ -52,9 +52,11 @@ class HfJsonTokenizer final : public Tokenizer {
         throw fail("model.", key, " ", model[key].dump(), " is not supported");
     if (model.contains("dropout") && !model["dropout"].is_null())
       throw fail("model.dropout is not supported");
-    if (j.contains("normalizer") && !j["normalizer"].is_null())
-      throw fail("normalizer ", j["normalizer"].value("type", std::string("?")),
-                 " is not supported (none only)");
+    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
+      const std::string n = j["normalizer"].value("type", std::string("?"));
+      if (n != "NFC") throw fail("normalizer ", n, " is not supported (none or NFC)");
+      nfc_ = true;  // Qwen2's
+    }
     read_pre_tokenizer(j.value("pre_tokenizer", json()), fail);
     MT_INPUT_CHECK(model.contains("vocab"), "'", path, "': model has no vocab");
     bpe_ = std::make_unique<ByteLevelBpe>(model["vocab"], concat("'", path, "': model.vocab"));
@@ -98,7 +100,15 @@ class HfJsonTokenizer final : public Tokenizer {
     }
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 1);
+    std::string normalized;
     auto encode_segment = [&](std::string_view seg) {
+      // NFC leaves ASCII alone; anything else is normalized first (added tokens are not).
+      if (nfc_ && std::any_of(seg.begin(), seg.end(), [](char c) { return c & 0x80; })) {
+        std::u32string composed;
+        uc::append_nfc(uc::decode_utf8_lossy(seg), composed);
+        normalized = uc::to_utf8(composed);
+        seg = normalized;
+      }
       auto sink = [&](size_t b, size_t e) { bpe_->encode_word(seg.substr(b, e - b), ids); };
       if (max_digits_ == 0)
         gpt2_pretokenize(seg, sink);
@@ -257,6 +267,7 @@ class HfJsonTokenizer final : public Tokenizer {
   std::map<int32_t, std::string> added_by_id_;
   std::array<bool, 256> first_bytes_{};
   int max_digits_ = 0;  // 0: GPT-2's pre-tokenizer; else LLaMA-3's digit groups
+  bool nfc_ = false;    // the NFC normalizer
   int64_t vocab_ = 0;
   int32_t bos_ = -1, eos_ = -1;
 };

@@ -167,6 +167,59 @@ void append_nfd(std::u32string_view s, std::u32string& out) {
   }
 }
 
+namespace {
+
+// The primary composite of (a, b), or 0.
+char32_t compose(char32_t a, char32_t b) {
+  // Hangul: L + V -> LV, LV + T -> LVT.
+  if (a >= kHangulLBase && a < kHangulLBase + 19 && b >= kHangulVBase &&
+      b < kHangulVBase + kHangulVCount)
+    return kHangulBase + ((a - kHangulLBase) * kHangulVCount + (b - kHangulVBase)) * kHangulTCount;
+  if (a >= kHangulBase && a < kHangulBase + kHangulCount && (a - kHangulBase) % kHangulTCount == 0 &&
+      b > kHangulTBase && b < kHangulTBase + kHangulTCount)
+    return a + (b - kHangulTBase);
+  constexpr size_t n = std::size(tables::kComposition) / 3;
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    const uint32_t* t = tables::kComposition + 3 * mid;
+    if (t[0] < a || (t[0] == a && t[1] < b)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo < n && tables::kComposition[3 * lo] == a && tables::kComposition[3 * lo + 1] == b)
+    return tables::kComposition[3 * lo + 2];
+  return 0;
+}
+
+}  // namespace
+
+void append_nfc(std::u32string_view s, std::u32string& out) {
+  std::u32string d;
+  append_nfd(s, d);
+  if (d.empty()) return;
+  const size_t base = out.size();
+  // UAX #15's sample algorithm: a character composes with the last starter unless a character
+  // between them has class 0 or a class >= its own (blocked).
+  out.push_back(d[0]);
+  size_t starter = base;
+  int last_class = combining_class(d[0]) == 0 ? 0 : 256;  // a leading non-starter composes with nothing
+  for (size_t i = 1; i < d.size(); ++i) {
+    const char32_t c = d[i];
+    const int cls = combining_class(c);
+    const char32_t composite = last_class == 256 ? 0 : compose(out[starter], c);
+    if (composite != 0 && (last_class < cls || last_class == 0)) {
+      out[starter] = composite;
+      continue;
+    }
+    if (cls == 0) starter = out.size();
+    last_class = cls;
+    out.push_back(c);
+  }
+}
+
 void append_utf8(char32_t cp, std::string& out) {
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));

@@ -78,6 +78,8 @@ void append_lower(std::u32string_view s, std::u32string& out);
 // Canonical decomposition (NFD): full decomposition, Hangul syllables included, then the
 // canonical ordering of combining marks.
 void append_nfd(std::u32string_view s, std::u32string& out);
+// NFC: NFD, then canonical composition (UAX #15; Hangul by arithmetic).
+void append_nfc(std::u32string_view s, std::u32string& out);
 
 // ---- UTF-8 -----------------------------------------------------------------------------
 

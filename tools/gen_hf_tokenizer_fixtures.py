@@ -10,6 +10,9 @@
                                                           LLaMA-3's pre-tokenizer regex,
                                                           ignore_merges, <|begin_of_text|> /
                                                           <|end_of_text|> and its BOS template
+    tests/fixtures/hf_tokenizers/qwen2_style/tokenizer.json   likewise with Qwen2's: the NFC normalizer,
+                                                          its regex (single digits), <|endoftext|>,
+                                                          <|im_start|>, <|im_end|>, no BOS
     tests/fixtures/hf_tokenizers/expected.jsonl           {"tokenizer", "text", "ids",
                                                           "ids_with_special"} per text
     tests/fixtures/hf_tokenizers/corpus_digests.jsonl     {"tokenizer", "file", "doc", "count",
@@ -31,10 +34,13 @@ import json
 import os
 
 import tokenizers
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import (Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        processors, trainers)
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 OUT = os.path.join(ROOT, "tests", "fixtures", "hf_tokenizers")
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+                 r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -47,6 +53,9 @@ EDGE_CASES = [
     "line one\r\nline two\rline three\n\n  indented",
     "<|begin_of_text|>Hello<|end_of_text|> world <|endoftext|> after",
     "!!!???...,,,;;;", "\u00a0non-breaking\u2003em space\u3000ideographic",
+    # NFC: decomposed accents compose, singletons map, Hangul jamo compose, blocked marks stay.
+    "cafe\u0301 e\u0301te\u0301 A\u030a \u212b \u2126 \u1100\u1161\u11a8 \u1100\u1161 "
+    "a\u0323\u0302 a\u0302\u0323 q\u0307\u0323 \u0301start <|im_start|>e\u0301<|im_end|>",
 ]
 
 
@@ -85,6 +94,20 @@ def llama3_style(training_texts):
     return tok
 
 
+def qwen2_style(training_texts):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000,
+                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_texts, trainer)
+    return tok
+
+
 def main():
     gpt2_dir = os.path.join(ROOT, "tokenizers", "gpt2")
     # GPT-2's tokenizer.json as the hub ships it: byte-level BPE over the GPT-2 regex, the
@@ -98,7 +121,8 @@ def main():
     training = []
     with open(os.path.join(ROOT, "data", "corpus", "austen.jsonl")) as f:
         training = [json.loads(line)["text"] for line in f][:40]
-    tokenizers_by_name = {"gpt2": gpt2, "llama3_style": llama3_style(training)}
+    tokenizers_by_name = {"gpt2": gpt2, "llama3_style": llama3_style(training),
+                          "qwen2_style": qwen2_style(training)}
     with open(os.path.join(OUT, "expected.jsonl"), "w") as out:
         for name, tok in tokenizers_by_name.items():
             d = os.path.join(OUT, name)

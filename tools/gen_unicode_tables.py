@@ -26,6 +26,10 @@ Tables (all sorted by code point, searched with binary search):
   kNfd              the full canonical decomposition (unicodedata.normalize('NFD', c)) of every
                     code point that has one, except the Hangul syllables (done by arithmetic):
                     entries (cp, offset, length) into kNfdData.
+  kComposition      the primary composites for NFC (canonical composition): triples
+                    (first, second, composite) sorted by (first, second), for every code point
+                    whose canonical decomposition mapping is two code points and which NFC keeps
+                    (i.e. not in the full composition exclusions); Hangul is done by arithmetic.
 """
 import sys
 import unicodedata
@@ -165,6 +169,22 @@ def main():
                         comment="NFD: pairs (cp, (offset into kNfdData << 3) | length)"))
     out.append("")
     out.append(emit_u32("kNfdData", data, comment="NFD: the decomposed code points"))
+    out.append("")
+
+    triples = []
+    for cp in range(MAX):
+        if 0xAC00 <= cp <= 0xD7A3:
+            continue
+        d = unicodedata.decomposition(chr(cp))
+        if not d or d.startswith("<"):
+            continue
+        parts = [int(x, 16) for x in d.split()]
+        if len(parts) != 2 or unicodedata.normalize("NFC", chr(cp)) != chr(cp):
+            continue
+        triples.append((parts[0], parts[1], cp))
+    triples.sort()
+    out.append(emit_u32("kComposition", [v for t in triples for v in t], per_line=9,
+                        comment="NFC: triples (first, second, primary composite)"))
     out.append("")
     out.append("// clang-format on")
     out.append("")

@@ -1,7 +1,8 @@
 // HuggingFaceTokenizer (data/tokenizer_hf.h) against Hugging Face `tokenizers` itself: the ids
 // of the shipped corpus's first documents and of edge cases (contractions in any case, digit
 // runs, whitespace and line-break runs, non-ASCII, special tokens written in the text) for
-// GPT-2's tokenizer.json and a LLaMA-3-style one (tests/fixtures/hf_tokenizers, made by
+// GPT-2's tokenizer.json, a LLaMA-3-style and a Qwen2-style one (NFC normalizer;
+// tests/fixtures/hf_tokenizers, made by
 // tools/gen_hf_tokenizer_fixtures.py); the BOS of the post-processor; decoding; tokenizer.model
 // directories; and errors naming the file and setting.
 #include <gmock/gmock.h>
@@ -28,7 +29,7 @@ fs::path fixtures() {
 
 TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   std::map<std::string, std::unique_ptr<Tokenizer>> toks;
-  for (const char* name : {"gpt2", "llama3_style"})
+  for (const char* name : {"gpt2", "llama3_style", "qwen2_style"})
     toks[name] = make_tokenizer({"HuggingFaceTokenizer", "", "", (fixtures() / name).string()});
   std::ifstream in(fixtures() / "expected.jsonl");
   std::string line;
@@ -53,6 +54,8 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   EXPECT_EQ(toks["gpt2"]->eod(), 50256);
   EXPECT_EQ(toks["llama3_style"]->eod(), 1);  // <|end_of_text|>
   EXPECT_EQ(toks["llama3_style"]->bos(), 0);
+  EXPECT_EQ(toks["qwen2_style"]->bos(), -1);  // Qwen2 has no BOS
+  EXPECT_EQ(toks["qwen2_style"]->eod(), 0);   // <|endoftext|>
   // The same ids as the GPT-2 tokenizer from vocab.json + merges.txt.
   const auto bpe = make_tokenizer(
       {"GPT2BPETokenizer", (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/vocab.json").string(),
@@ -65,7 +68,7 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
 // as `tokenizers` gives (tests/fixtures/hf_tokenizers/corpus_digests.jsonl).
 TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
   std::map<std::string, std::unique_ptr<Tokenizer>> toks;
-  for (const char* name : {"gpt2", "llama3_style"})
+  for (const char* name : {"gpt2", "llama3_style", "qwen2_style"})
     toks[name] = make_tokenizer({"HuggingFaceTokenizer", "", "", (fixtures() / name).string()});
   std::map<std::string, std::vector<std::string>> docs;
   for (const char* file : {"austen.jsonl", "kjv.jsonl"}) {
@@ -92,7 +95,7 @@ TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
     ++checked;
     tokens += static_cast<int64_t>(ids.size());
   }
-  EXPECT_EQ(checked, 2920);
+  EXPECT_EQ(checked, 3 * 1460);
   EXPECT_GT(tokens, 1000000);
 }
 
@@ -146,9 +149,9 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; })),
               HasSubstr("model.type 'WordPiece' is not supported"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) {
-                j["normalizer"] = {{"type", "NFC"}};
+                j["normalizer"] = {{"type", "NFKC"}};
               })),
-              HasSubstr("normalizer NFC is not supported"));
+              HasSubstr("normalizer NFKC is not supported"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) {
                 j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
               })),

@@ -12,5 +12,6 @@ packages=(
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev           # kernel micro-benchmarks
   nlohmann-json3-dev         # metadata / vocab.json
+  clang libclang-rt-dev      # libFuzzer + ASan/UBSan for the parsers' fuzz targets (tools/run_fuzz.sh)
 )
 bash "$(dirname "${BASH_SOURCE[0]}")/apt_install.sh" "${packages[@]}"

@@ -28,12 +28,18 @@ void LossScaler::update(bool found_non_finite) {
   if (!dynamic_) return;
   if (found_non_finite) {
     clean_steps_ = 0;
+    skips_at_min_ = scale_ <= config_.min_scale ? skips_at_min_ + 1 : 0;
+    MT_CHECK(skips_at_min_ < kMaxSkipsAtMinScale, skips_at_min_,
+             " consecutive fp16 steps overflowed at the minimum loss scale ", config_.min_scale,
+             " (training.min_loss_scale): the gradients are not finite at any allowed scale; "
+             "lower optimizer.lr, enable clipping, or train in bf16");
     // As Megatron: once hysteresis is used up, every further overflow backs off until the
     // next growth restores it.
     if (--hysteresis_left_ <= 0)
       scale_ = std::max(scale_ * config_.backoff_factor, config_.min_scale);
     return;
   }
+  skips_at_min_ = 0;
   if (++clean_steps_ >= config_.growth_interval) {
     scale_ *= config_.growth_factor;
     clean_steps_ = 0;

@@ -24,8 +24,11 @@ class LossScaler {
   LossScaler(bool dynamic, const LossScalerConfig& config = {});
   double scale() const { return scale_; }
   bool dynamic() const { return dynamic_; }
-  // Call once per step with whether any gradient was non-finite (on any rank).
+  // Call once per step with whether any gradient was non-finite (on any rank). Throws Error
+  // after kMaxSkipsAtMinScale overflowing steps in a row at the minimum scale: the run cannot
+  // make progress (the gradients overflow at any scale the recipe allows).
   void update(bool found_non_finite);
+  static constexpr int64_t kMaxSkipsAtMinScale = 10;
   int64_t skipped_steps() const { return skipped_; }
   nlohmann::json state() const;  // for checkpoints
   void load_state(const nlohmann::json& state);
@@ -35,6 +38,7 @@ class LossScaler {
   LossScalerConfig config_;
   double scale_;
   int64_t clean_steps_ = 0, hysteresis_left_, skipped_ = 0;
+  int64_t skips_at_min_ = 0;  // consecutive overflowing steps at min_scale
 };
 
 }  // namespace megatron::optim

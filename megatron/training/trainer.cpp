@@ -250,7 +250,9 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   metrics.grad_norm = scaled_norm / scale;
   MT_CHECK(std::isfinite(metrics.loss), "iteration ", iteration, ": non-finite loss ", metrics.loss,
            " (lower optimizer.lr)");
-  metrics.lr = schedule_.lr(iteration);
+  // The schedule counts optimizer steps, not iterations: a step skipped on fp16 overflow does
+  // not advance it (Megatron's scheduler steps only after a successful update).
+  metrics.lr = schedule_.lr(optimizer_->steps_taken() + 1);
   if (!std::isfinite(scaled_norm) ||
       fp16_gradient_overflow(store_, optimizer_->segments(), *groups_.model, dp_shards, device_,
                              experts.parallel)) {

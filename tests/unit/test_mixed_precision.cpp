@@ -1,7 +1,9 @@
 // Mixed precision on the CPU: bf16/fp16 model weights with fp32 master weights and main
 // gradients, and fp16 dynamic loss scaling (skip on overflow, back off, grow).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -51,13 +53,14 @@ class PatternSource final : public training::SampleSource {
 };
 
 training::TrainSummary train(const std::string& precision, ParamStore** store_out = nullptr,
-                             std::unique_ptr<training::Trainer>* keep = nullptr) {
+                             std::unique_ptr<training::Trainer>* keep = nullptr,
+                             const std::string& training_extra = "") {
   std::ostringstream y;
   y << "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 4, seq_length: 8,"
        " make_vocab_size_divisible_by: 16}\n"
        "training: {micro_batch_size: 4, global_batch_size: 8, train_iters: 40, seed: 3,"
        " peak_tflops: 1.0, precision: "
-    << precision
+    << precision << training_extra
     << "}\n"
        "optimizer: {lr: 0.01, min_lr: 0.001, schedule: {warmup_iters: 2}}\n"
        "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}]}\n"
@@ -107,6 +110,26 @@ TEST(MixedPrecision, Fp16SkipsOverflowingStepsAndBacksOff) {
   EXPECT_FALSE(fp16.steps.back().skipped);
   EXPECT_LT(fp16.steps.back().loss_scale, fp16.steps.front().loss_scale);
   EXPECT_LT(fp16.steps.back().loss, 0.7 * fp16.steps.front().loss);
+  // Skipped steps do not advance the LR schedule: the first update runs at the first warmup
+  // LR (0.01 / 2), whatever iteration it happens at; fp32 (never skipping) at iteration 1.
+  const auto first = std::find_if(fp16.steps.begin(), fp16.steps.end(),
+                                  [](const auto& s) { return !s.skipped; });
+  ASSERT_NE(first, fp16.steps.end());
+  EXPECT_GT(first->iteration, 1);
+  EXPECT_DOUBLE_EQ(first->lr, 0.005);
+  EXPECT_DOUBLE_EQ(train("fp32").steps.front().lr, 0.005);
+}
+
+// Gradients that overflow even at the minimum scale stop the run after
+// LossScaler::kMaxSkipsAtMinScale steps, naming the key, instead of skipping forever.
+TEST(MixedPrecision, Fp16OverflowingAtTheMinimumScaleAborts) {
+  try {
+    train("fp16", nullptr, nullptr, ", initial_loss_scale: 1.0e30, min_loss_scale: 1.0e30");
+    ADD_FAILURE() << "trained although every step overflowed";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("training.min_loss_scale"));
+    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("10 consecutive fp16 steps"));
+  }
 }
 
 }  // namespace

@@ -43,6 +43,21 @@ void install_exit_signal_handlers() {
 
 bool exit_signal_received() { return g_exit_signal != 0; }
 int exit_signal_number() { return g_exit_signal; }
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGINT:
+      return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
+    default:
+      return "a signal";
+  }
+}
 void reset_exit_signal() { g_exit_signal = 0; }
 
 }  // namespace megatron::training

@@ -17,6 +17,8 @@ void install_exit_signal_handlers();
 bool exit_signal_received();
 // The signal that set the flag (0: none).
 int exit_signal_number();
+// "SIGTERM", "SIGUSR1", "SIGINT", "SIGHUP", else "signal N".
+const char* signal_name(int sig);
 void reset_exit_signal();  // tests
 
 }  // namespace megatron::training

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <iostream>
 #include <cmath>
 #include <iomanip>
 
@@ -286,15 +287,19 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   return metrics;
 }
 
-bool Trainer::should_stop(double elapsed_minutes) {
+std::string Trainer::should_stop(double elapsed_minutes) {
   const auto& limit = recipe_.training.exit_duration_minutes;
-  float stop = exit_signal_received() || (limit && elapsed_minutes >= *limit) ? 1.0f : 0.0f;
-  // Every rank must stop at the same step: agree on the flag.
+  // Every rank must stop at the same step and say why: agree on the signal (the highest number
+  // any rank got) and on the time limit.
+  float flags[2] = {static_cast<float>(exit_signal_number()),
+                    limit && elapsed_minutes >= *limit ? 1.0f : 0.0f};
   if (groups_.world->size() > 1) {
-    Tensor t = Tensor::wrap(&stop, {1}, DType::F32);
+    Tensor t = Tensor::wrap(flags, {2}, DType::F32);
     groups_.world->all_reduce(t, parallel::ReduceOp::Max);
   }
-  return stop > 0.0f;
+  if (flags[0] > 0.0f) return concat(signal_name(static_cast<int>(flags[0])), " received");
+  if (flags[1] > 0.0f) return "training.exit_duration_minutes reached";
+  return {};
 }
 
 TrainSummary Trainer::run() {
@@ -325,14 +330,16 @@ TrainSummary Trainer::run() {
     }
     const double minutes =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count() / 60.0;
-    if (it < tr.train_iters && should_stop(minutes)) {
+    const std::string stop = it < tr.train_iters ? should_stop(minutes) : std::string();
+    if (!stop.empty()) {
       summary.stopped_early = true;
+      // Rank 0 on the console, every other rank on stderr, all with the same reason.
       if (std::ostream* out = metrics_->console())
-        *out << "stopping at iteration " << it
-             << (exit_signal_received() ? concat(" (signal ", exit_signal_number(), " received)")
-                                        : std::string(" (exit_duration_minutes)"))
-             << "\n"
-             << std::flush;
+        *out << "stopping at iteration " << it << " (" << stop << ")\n" << std::flush;
+      else
+        std::cerr << "rank " << groups_.world->rank() << ": stopping at iteration " << it << " ("
+                  << stop << ")\n"
+                  << std::flush;
       break;
     }
   }

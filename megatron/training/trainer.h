@@ -82,7 +82,8 @@ class Trainer {
   void build_optimizer();
   void build_logging(std::ostream& log);
   void report_start();
-  bool should_stop(double elapsed_minutes);
+  // The agreed reason to stop early (a signal on any rank, the time limit), or empty.
+  std::string should_stop(double elapsed_minutes);
 
   config::Recipe recipe_;
   std::shared_ptr<const BatchSource> train_, valid_;

@@ -175,8 +175,9 @@ char32_t compose(char32_t a, char32_t b) {
   if (a >= kHangulLBase && a < kHangulLBase + 19 && b >= kHangulVBase &&
       b < kHangulVBase + kHangulVCount)
     return kHangulBase + ((a - kHangulLBase) * kHangulVCount + (b - kHangulVBase)) * kHangulTCount;
-  if (a >= kHangulBase && a < kHangulBase + kHangulCount && (a - kHangulBase) % kHangulTCount == 0 &&
-      b > kHangulTBase && b < kHangulTBase + kHangulTCount)
+  if (a >= kHangulBase && a < kHangulBase + kHangulCount &&
+      (a - kHangulBase) % kHangulTCount == 0 && b > kHangulTBase &&
+      b < kHangulTBase + kHangulTCount)
     return a + (b - kHangulTBase);
   constexpr size_t n = std::size(tables::kComposition) / 3;
   size_t lo = 0, hi = n;
@@ -205,7 +206,8 @@ void append_nfc(std::u32string_view s, std::u32string& out) {
   // between them has class 0 or a class >= its own (blocked).
   out.push_back(d[0]);
   size_t starter = base;
-  int last_class = combining_class(d[0]) == 0 ? 0 : 256;  // a leading non-starter composes with nothing
+  int last_class =
+      combining_class(d[0]) == 0 ? 0 : 256;  // a leading non-starter composes with nothing
   for (size_t i = 1; i < d.size(); ++i) {
     const char32_t c = d[i];
     const int cls = combining_class(c);

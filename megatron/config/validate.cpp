@@ -27,6 +27,18 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
   c.positive("model.num_layers", num_layers);
   c.positive("model.hidden_size", hidden_size);
+  // Sizes no model has: refused here, so that no product of them overflows before the
+  // memory check (the trainer's, from the planner) can name what does not fit.
+  auto at_most = [&](const char* key, int64_t v, int64_t limit) {
+    c.check(v <= limit, key, concat("must be <= ", limit, " (got ", v, ")"));
+  };
+  at_most("model.num_layers", num_layers, 100000);
+  at_most("model.hidden_size", hidden_size, 1 << 20);
+  at_most("model.num_attention_heads", num_attention_heads, 1 << 16);
+  at_most("model.ffn_hidden_size", ffn_hidden_size, 1 << 24);
+  at_most("model.seq_length", seq_length, 1 << 24);
+  at_most("model.max_position_embeddings", max_position_embeddings, 1 << 24);
+  at_most("model.vocab_size", vocab_size, (int64_t{1} << 31) - 1);
   c.positive("model.num_attention_heads", num_attention_heads);
   c.non_negative("model.num_query_groups", num_query_groups);
   c.non_negative("model.ffn_hidden_size", ffn_hidden_size);
@@ -103,6 +115,8 @@ void TrainingConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
   c.positive("training.micro_batch_size", micro_batch_size);
   c.positive("training.global_batch_size", global_batch_size);
+  c.check(global_batch_size <= (int64_t{1} << 31), "training.global_batch_size",
+          concat("must be <= ", int64_t{1} << 31, " (got ", global_batch_size, ")"));
   c.positive("training.train_iters", train_iters);
   c.divisible("training.global_batch_size", global_batch_size, "training.micro_batch_size",
               micro_batch_size);

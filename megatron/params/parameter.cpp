@@ -32,7 +32,8 @@ int64_t Parameter::global_index(int64_t local_index) const {
 Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamInit init,
                            bool weight_decay, ShardSpec shard) {
   MT_CHECK(!finalized_, "parameter '", name, "' added after the store was finalized");
-  for (const auto& p : params_) MT_CHECK(p->name != name, "duplicate parameter name '", name, "'");
+  // A name index keeps registration O(1) (models with many layers register many parameters).
+  MT_CHECK(!by_name_.count(name), "duplicate parameter name '", name, "'");
   auto p = std::make_unique<Parameter>();
   p->name = std::move(name);
   p->global_shape = global_shape;
@@ -47,6 +48,7 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   p->shard = shard;
   p->init = init;
   p->weight_decay = weight_decay;
+  by_name_.emplace(p->name, params_.size());
   params_.push_back(std::move(p));
   return *params_.back();
 }
@@ -140,10 +142,9 @@ std::vector<const Parameter*> ParamStore::params() const {
 }
 
 Parameter& ParamStore::get(const std::string& name) {
-  for (auto& p : params_)
-    if (p->name == name) return *p;
-  MT_CHECK(false, "no parameter named '", name, "'");
-  __builtin_unreachable();
+  const auto it = by_name_.find(name);
+  MT_CHECK(it != by_name_.end(), "no parameter named '", name, "'");
+  return *params_[it->second];
 }
 
 }  // namespace megatron

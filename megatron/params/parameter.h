@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "megatron/core/tensor.h"
@@ -102,6 +103,7 @@ class ParamStore {
 
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
+  std::unordered_map<std::string, size_t> by_name_;  // name -> index in params_
   Tensor weights_, grads_, masters_;
   DType model_dtype_ = DType::F32;
   Device device_ = Device::CPU;

@@ -60,4 +60,15 @@ const char* signal_name(int sig) {
 }
 void reset_exit_signal() { g_exit_signal = 0; }
 
+std::string agreed_stop_reason(parallel::Communicator& world, bool time_limit_reached) {
+  float flags[2] = {static_cast<float>(exit_signal_number()), time_limit_reached ? 1.0f : 0.0f};
+  if (world.size() > 1) {
+    Tensor t = Tensor::wrap(flags, {2}, DType::F32);
+    world.all_reduce(t, parallel::ReduceOp::Max);
+  }
+  if (flags[0] > 0.0f) return concat(signal_name(static_cast<int>(flags[0])), " received");
+  if (flags[1] > 0.0f) return "training.exit_duration_minutes reached";
+  return {};
+}
+
 }  // namespace megatron::training

@@ -3,12 +3,13 @@
 #include <omp.h>
 
 #include <chrono>
-#include <iostream>
 #include <cmath>
 #include <iomanip>
+#include <iostream>
 
 #include "megatron/planning/flops.h"
 #include "megatron/training/grad_reductions.h"
+#include "megatron/training/memory_check.h"
 #include "megatron/training/moe_step.h"
 #include "megatron/training/signals.h"
 
@@ -90,6 +91,7 @@ void Trainer::check_groups(TrainerGroups g) {
 // This rank's chunks on a parameter store on the training device (its activations follow),
 // finalized in the model dtype and initialized from the seed.
 void Trainer::build_model(int64_t tokenizer_vocab) {
+  check_host_memory_fits(recipe_, tokenizer_vocab, device_);
   store_ = ParamStore(device_);
   model_ = models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp,
                                       groups_.pp->rank(), groups_.pp->size(), groups_.ep);
@@ -289,17 +291,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
 
 std::string Trainer::should_stop(double elapsed_minutes) {
   const auto& limit = recipe_.training.exit_duration_minutes;
-  // Every rank must stop at the same step and say why: agree on the signal (the highest number
-  // any rank got) and on the time limit.
-  float flags[2] = {static_cast<float>(exit_signal_number()),
-                    limit && elapsed_minutes >= *limit ? 1.0f : 0.0f};
-  if (groups_.world->size() > 1) {
-    Tensor t = Tensor::wrap(flags, {2}, DType::F32);
-    groups_.world->all_reduce(t, parallel::ReduceOp::Max);
-  }
-  if (flags[0] > 0.0f) return concat(signal_name(static_cast<int>(flags[0])), " received");
-  if (flags[1] > 0.0f) return "training.exit_duration_minutes reached";
-  return {};
+  return agreed_stop_reason(*groups_.world, limit && elapsed_minutes >= *limit);
 }
 
 TrainSummary Trainer::run() {

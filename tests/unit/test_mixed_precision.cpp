@@ -112,8 +112,8 @@ TEST(MixedPrecision, Fp16SkipsOverflowingStepsAndBacksOff) {
   EXPECT_LT(fp16.steps.back().loss, 0.7 * fp16.steps.front().loss);
   // Skipped steps do not advance the LR schedule: the first update runs at the first warmup
   // LR (0.01 / 2), whatever iteration it happens at; fp32 (never skipping) at iteration 1.
-  const auto first = std::find_if(fp16.steps.begin(), fp16.steps.end(),
-                                  [](const auto& s) { return !s.skipped; });
+  const auto first =
+      std::find_if(fp16.steps.begin(), fp16.steps.end(), [](const auto& s) { return !s.skipped; });
   ASSERT_NE(first, fp16.steps.end());
   EXPECT_GT(first->iteration, 1);
   EXPECT_DOUBLE_EQ(first->lr, 0.005);

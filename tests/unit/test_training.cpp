@@ -130,6 +130,25 @@ training::TrainSummary train_tiny(int64_t micro, int64_t iters = 12) {
   return t.run();
 }
 
+// A run that cannot fit is refused before anything is allocated, naming what sizes it (the
+// planner's memory model against the host's available memory); before, a micro-batch of 1e9
+// died allocating 512 GB deep in the model.
+TEST(Trainer, RefusesARunThatCannotFitBeforeAllocating) {
+  config::Recipe r = tiny_recipe(1, 2);
+  r.training.micro_batch_size = r.training.global_batch_size = 1000000000;
+  auto src = std::make_shared<CountingSource>(8);
+  auto world = parallel::make_single_process_communicator();
+  std::ostringstream log;
+  try {
+    training::Trainer t(r, 11, src, src, *world, log);
+    ADD_FAILURE() << "built a trainer for a micro-batch of 1e9";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("training.micro_batch_size (1000000000)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Trainer, DeterministicForASeed) {
   const auto a = train_tiny(4), b = train_tiny(4);
   ASSERT_EQ(a.steps.size(), 12u);

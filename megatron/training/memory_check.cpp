@@ -1,0 +1,49 @@
+#include "megatron/training/memory_check.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "megatron/core/error.h"
+#include "megatron/planning/planner.h"
+
+namespace megatron::training {
+
+double host_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024.0;
+  return 0.0;
+}
+
+void check_host_memory_fits(const config::Recipe& recipe, int64_t tokenizer_vocab, Device device) {
+  if (device != Device::CPU) return;  // a device reports its own allocation failures
+  const double available = host_available_bytes();
+  if (available <= 0) return;
+  planning::ClusterSpec cluster = planning::cluster_from_recipe(recipe);
+  const planning::PlanReport plan = planning::plan(recipe, cluster, tokenizer_vocab);
+  const planning::MemoryBreakdown& m = plan.memory();
+  if (m.total <= available) return;
+  const double state = m.weights + m.master + m.gradients + m.optimizer;
+  const bool activations = m.activations > state;
+  auto gib = [](double b) { return concat(b / double(1ull << 30), " GiB"); };
+  throw InputError(concat(
+      recipe.source_path, ": this run needs about ", gib(m.total),
+      " per rank (weights, gradients "
+      "and optimizer state ",
+      gib(state), ", activations ", gib(m.activations), "), more than the ", gib(available),
+      " this machine has available; ",
+      activations ? "the activations are sized by training.micro_batch_size (" +
+                        std::to_string(recipe.training.micro_batch_size) +
+                        ") and model.seq_length (" + std::to_string(recipe.model.seq_length) + ")"
+                  : "the parameters (" + std::to_string(plan.params.total) +
+                        ") are sized by model.hidden_size (" +
+                        std::to_string(recipe.model.hidden_size) + "), model.num_layers (" +
+                        std::to_string(recipe.model.num_layers) + ") and the vocabulary",
+      " (build/bin/plan --recipe shows the whole estimate)"));
+}
+
+}  // namespace megatron::training

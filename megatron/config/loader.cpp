@@ -121,6 +121,11 @@ Recipe parse_recipe_string(const std::string& yaml_text, const std::string& name
   return finish(std::move(tree), name_for_errors, overrides);
 }
 
+std::string resolve_output_path(const std::string& p) {
+  if (p.empty()) return p;
+  return fs::absolute(fs::path(p)).lexically_normal().string();
+}
+
 std::string resolve_path(const Recipe& recipe, const std::string& p) {
   if (p.empty()) return p;
   fs::path path(p);

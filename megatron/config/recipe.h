@@ -432,5 +432,10 @@ Recipe parse_recipe_string(const std::string& yaml_text, const std::string& name
 //     root_dir/p is returned (whether or not it exists, so later errors show the full path);
 //   - else p is returned unchanged.
 std::string resolve_path(const Recipe& recipe, const std::string& p);
+// Resolves an output path (checkpoint.save, logging.jsonl, logging.tensorboard_dir,
+// logging.timeline) one fixed way, whether or not it exists yet: absolute as written, relative
+// against the current working directory; the result is absolute and normalized (what the run
+// prints at start).
+std::string resolve_output_path(const std::string& p);
 
 }  // namespace megatron::config

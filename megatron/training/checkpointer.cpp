@@ -94,7 +94,7 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
       log_(log) {
   // One run per save directory: world rank 0 holds the lock, every rank learns the outcome.
   if (recipe_.checkpoint.save.empty()) return;
-  const std::string dir = checkpoint_dir(recipe_.checkpoint.save);
+  const std::string dir = config::resolve_output_path(recipe_.checkpoint.save);
   std::string error;
   if (world_->rank() == 0) {
     try {
@@ -160,7 +160,7 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   // otherwise data-parallel rank 0's. Expert weights (MoE) differ over ep: they and their
   // segments are written the same way by expert-data-parallel rank 0 (or every expert dp rank).
   ckpt::SaveRequest req;
-  req.dir = checkpoint_dir(c.save);
+  req.dir = config::resolve_output_path(c.save);
   req.iteration = iteration;
   req.write_this_rank_replicas = tp_->rank() == 0;
   const bool write_segments = grad_sync_->distributed() || dp_->rank() == 0;
@@ -228,8 +228,8 @@ Checkpointer::Resume Checkpointer::load() {
     MT_INPUT_CHECK(ckpt::latest_iteration(dir).has_value() ||
                        std::filesystem::exists(std::filesystem::path(dir) / "metadata.json"),
                    recipe_.source_path, ": checkpoint.load: no complete checkpoint in '", dir, "'");
-  } else if (!c.save.empty() && ckpt::latest_iteration(checkpoint_dir(c.save))) {
-    dir = checkpoint_dir(c.save);
+  } else if (!c.save.empty() && ckpt::latest_iteration(config::resolve_output_path(c.save))) {
+    dir = config::resolve_output_path(c.save);
   } else {
     return {};
   }

@@ -28,8 +28,18 @@ MetricsSink::MetricsSink(const config::Recipe& recipe, bool is_logger, std::ostr
       console_(&console),
       device_(device) {
   if (!is_logger_) return;
+  // Where the run writes, resolved one fixed way (relative paths against the working directory).
+  std::string outputs;
+  for (const auto& [key, path] :
+       {std::pair<const char*, const std::string&>{"checkpoint.save", recipe.checkpoint.save},
+        {"logging.jsonl", recipe.logging.jsonl},
+        {"logging.tensorboard_dir", recipe.logging.tensorboard_dir},
+        {"logging.timeline", recipe.logging.timeline}})
+    if (!path.empty())
+      outputs += concat(outputs.empty() ? "" : ", ", key, " ", config::resolve_output_path(path));
+  if (!outputs.empty()) *console_ << "outputs: " << outputs << "\n";
   if (!recipe.logging.jsonl.empty()) {
-    const std::string path = config::resolve_path(recipe, recipe.logging.jsonl);
+    const std::string path = config::resolve_output_path(recipe.logging.jsonl);
     const auto parent = std::filesystem::path(path).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     jsonl_path_ = path;
@@ -45,7 +55,7 @@ MetricsSink::MetricsSink(const config::Recipe& recipe, bool is_logger, std::ostr
   }
   if (!recipe.logging.tensorboard_dir.empty())
     tensorboard_ = std::make_unique<TensorBoardWriter>(
-        config::resolve_path(recipe, recipe.logging.tensorboard_dir));
+        config::resolve_output_path(recipe.logging.tensorboard_dir));
 }
 
 MetricsSink::~MetricsSink() = default;

@@ -338,7 +338,7 @@ TrainSummary Trainer::run() {
   if (!ck.save.empty() && summary.last_iteration > last_saved)
     save_checkpoint(summary.last_iteration);
   if (timeline_) {
-    const std::string path = config::resolve_path(recipe_, recipe_.logging.timeline) + ".rank" +
+    const std::string path = config::resolve_output_path(recipe_.logging.timeline) + ".rank" +
                              std::to_string(groups_.world->rank()) + ".jsonl";
     pipeline::write_timeline_jsonl(path, timeline_->events());
     if (std::ostream* out = metrics_->console())

@@ -545,6 +545,22 @@ TEST(ResolvePath, Rules) {
   EXPECT_EQ(resolve_path(no_root, "data/nowhere"), "data/nowhere");
 }
 
+// Outputs resolve one fixed way, existing or not: against the working directory, absolute.
+// (Inputs above fall back to the repository; before, a new output directory did too, and one
+// that existed in the working directory did not.)
+TEST(ResolvePath, OutputsResolveAgainstTheWorkingDirectory) {
+  ScratchDir dir;
+  dir.write("repo/recipes/r.yaml", kMinimal);
+  dir.write("work/runs/existing/log.jsonl", "x");
+  CwdGuard cwd(dir.path() / "work");
+  const std::string work = std::filesystem::current_path().string();
+  EXPECT_EQ(resolve_output_path("runs/new/ckpt"), work + "/runs/new/ckpt");
+  EXPECT_EQ(resolve_output_path("runs/existing/log.jsonl"), work + "/runs/existing/log.jsonl");
+  EXPECT_EQ(resolve_output_path("./a/../b"), work + "/b");
+  EXPECT_EQ(resolve_output_path("/abs/x"), "/abs/x");
+  EXPECT_EQ(resolve_output_path(""), "");
+}
+
 TEST(ResolvePath, RelativeRecipePathIsAbsolutizedAtLoad) {
   ScratchDir dir;
   dir.write("repo/recipes/r.yaml", kMinimal);

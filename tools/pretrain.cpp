@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -63,8 +64,35 @@ struct NullBuffer : std::streambuf {
   int overflow(int c) override { return c; }
 };
 
-int run(const Args& args, const parallel::LaunchInfo& launch) {
-  config::Recipe recipe = config::load_recipe(args.recipe, args.overrides);
+// Flags and recipe, loaded on every rank without communicating. Every rank fails the same way
+// on a bad one, so the ranks agree on it and exit cleanly with one message (from the lowest
+// failing rank) instead of each printing it and aborting the job (Open MPI's MPI_ABORT banner
+// and unpack noise).
+std::optional<config::Recipe> load_or_agree_on_error(int argc, char** argv, Args& args,
+                                                     const parallel::LaunchInfo& launch) {
+  std::optional<config::Recipe> recipe;
+  std::string error;
+  try {
+    args = parse_args(argc, argv);
+    recipe = config::load_recipe(args.recipe, args.overrides);
+  } catch (const InputError& e) {
+    error = std::string("error: ") + e.what();
+  }
+  float first_bad =
+      error.empty() ? static_cast<float>(launch.world_size) : static_cast<float>(launch.world_rank);
+  if (launch.world_size > 1) {
+    auto world = parallel::MpiCommunicator::world();
+    Tensor t = Tensor::wrap(&first_bad, {1}, DType::F32);
+    world->all_reduce(t, parallel::ReduceOp::Min);
+  }
+  if (first_bad < static_cast<float>(launch.world_size)) {
+    if (launch.world_rank == static_cast<int>(first_bad)) std::cerr << error << "\n";
+    return std::nullopt;
+  }
+  return recipe;
+}
+
+int run(const Args& args, config::Recipe recipe, const parallel::LaunchInfo& launch) {
   NullBuffer null_buffer;
   std::ostream null_stream(&null_buffer);
   std::ostream& out = launch.world_rank == 0 ? std::cout : null_stream;
@@ -85,7 +113,10 @@ int main(int argc, char** argv) {
     megatron::parallel::MpiRuntime mpi(&argc, &argv);
     const auto& launch = mpi.info();
     try {
-      return run(parse_args(argc, argv), launch);
+      Args args;
+      auto recipe = load_or_agree_on_error(argc, argv, args, launch);
+      if (!recipe) return 1;
+      return run(args, std::move(*recipe), launch);
     } catch (const megatron::InputError& e) {
       message = std::string("error: ") + e.what();
       code = 1;

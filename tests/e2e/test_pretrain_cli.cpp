@@ -107,6 +107,20 @@ TEST(PretrainCli, BadInputsFailWithAClearMessage) {
   }
 }
 
+// Under mpirun a bad recipe is reported once and every rank exits cleanly (before: each rank
+// printed it and aborted the job: Open MPI's MPI_ABORT banner and its unpack noise).
+TEST(PretrainCli, RecipeErrorsUnderMpirunAreReportedOnceWithoutAnAbort) {
+  const Result r = run(std::string(MPIEXEC) + " --allow-run-as-root --oversubscribe -np 2 " + kBin +
+                       "pretrain --recipe " + kRecipe + " --set model.num_layers=-1");
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  const std::string message = "model.num_layers: must be > 0 (got -1)";
+  const size_t first = r.output.find(message);
+  ASSERT_NE(first, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(message, first + 1), std::string::npos) << "reported twice:\n"
+                                                                  << r.output;
+  EXPECT_EQ(r.output.find("MPI_ABORT"), std::string::npos) << r.output;
+}
+
 TEST(PretrainCli, PrintRecipeShowsResolvedValues) {
   const Result r =
       run(kBin + "pretrain --recipe " + kRecipe + " --set training.train_iters=77 --print-recipe");

@@ -15,6 +15,7 @@
 
 #include "megatron/hf/hf_dtype.h"
 #include "models/hf_checkpoint.h"
+#include "tools/cli_flags.h"
 
 namespace {
 
@@ -54,79 +55,52 @@ struct Args {
   std::exit(2);
 }
 
-int64_t integer_at_least(const std::string& flag, const std::string& v, long long least) {
-  char* end = nullptr;
-  const long long n = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || n < least)
-    usage_error(concat(flag, " needs an integer >= ", least, ", got '", v, "'"));
-  return n;
-}
-int64_t positive(const std::string& flag, const std::string& v) {
-  return integer_at_least(flag, v, 1);
-}
-
-uint64_t byte_size(const std::string& v) {
+uint64_t byte_size(tools::FlagReader& flags) {
+  const std::string v = flags.value();
   char* end = nullptr;
   const double n = std::strtod(v.c_str(), &end);
   const std::string unit = end;
-  double mult = 1;
-  if (unit == "GB")
-    mult = 1e9;
-  else if (unit == "MB")
-    mult = 1e6;
-  else if (unit == "GiB")
-    mult = double(1ull << 30);
-  else if (unit == "MiB")
-    mult = double(1ull << 20);
-  else if (unit == "KB")
-    mult = 1e3;
-  else if (unit == "KiB")
-    mult = 1024;
-  else if (!unit.empty() || v.empty())
-    usage_error("--max-shard-size: '" + v + "' is not a size");
-  if (!(n > 0)) usage_error("--max-shard-size must be positive, got '" + v + "'");
-  return static_cast<uint64_t>(n * mult);
+  const std::pair<const char*, double> units[] = {
+      {"", 1},         {"KB", 1e3},        {"MB", 1e6},          {"GB", 1e9},
+      {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
+  for (const auto& [name, mult] : units)
+    if (unit == name && !v.empty() && n > 0) return static_cast<uint64_t>(n * mult);
+  flags.fail("--max-shard-size: '" + v + "' is not a positive size (N, NKB, NMB, NGB, NKiB ...)");
 }
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(f + " needs a value");
-      return argv[++i];
-    };
-    if (f == "-h" || f == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (f == "--from-hf")
-      a.from_hf = value();
+  tools::FlagReader flags("convert_checkpoint", kUsage, argc, argv);
+  while (flags.next()) {
+    const std::string& f = flags.flag();
+    if (f == "--from-hf")
+      a.from_hf = flags.value();
     else if (f == "--to")
-      a.to = value();
+      a.to = flags.value();
     else if (f == "--from")
-      a.from = value();
+      a.from = flags.value();
     else if (f == "--to-hf")
-      a.to_hf = value();
+      a.to_hf = flags.value();
     else if (f == "--recipe")
-      a.recipe = value();
+      a.recipe = flags.value();
     else if (f == "--set")
-      a.sets.push_back(value());
+      a.sets.push_back(flags.value());
     else if (f == "--dtype")
-      a.dtype = value();
+      a.dtype = flags.value();
     else if (f == "--architecture")
-      a.architecture = value();
+      a.architecture = flags.value();
     else if (f == "--iteration")
-      a.iteration = integer_at_least(f, value(), 0);
+      a.iteration = flags.integer(0);
     else if (f == "--tensor-parallel")
-      a.tp = positive(f, value());
+      a.tp = flags.integer(1);
     else if (f == "--pipeline-parallel")
-      a.pp = positive(f, value());
+      a.pp = flags.integer(1);
     else if (f == "--expert-parallel")
-      a.ep = positive(f, value());
+      a.ep = flags.integer(1);
     else if (f == "--max-shard-size")
-      a.max_shard_bytes = byte_size(value());
+      a.max_shard_bytes = byte_size(flags);
     else
-      usage_error("unexpected argument '" + f + "'");
+      flags.fail("unexpected argument '" + f + "'");
   }
   const bool import = !a.from_hf.empty() || !a.to.empty();
   const bool exp = !a.from.empty() || !a.to_hf.empty();

@@ -20,6 +20,7 @@
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mpi_communicator.h"
 #include "models/hf_checkpoint.h"
+#include "tools/cli_flags.h"
 
 namespace {
 
@@ -61,64 +62,45 @@ struct Args {
   std::exit(2);
 }
 
-double number(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0') usage_error(flag + " needs a number, got '" + v + "'");
-  return x;
-}
-int64_t integer(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0') usage_error(flag + " needs an integer, got '" + v + "'");
-  return x;
-}
-
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(f + " needs a value");
-      return argv[++i];
-    };
-    if (f == "-h" || f == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (f == "--checkpoint")
-      a.checkpoint = value();
+  tools::FlagReader flags("generate", kUsage, argc, argv);
+  while (flags.next()) {
+    const std::string& f = flags.flag();
+    if (f == "--checkpoint")
+      a.checkpoint = flags.value();
     else if (f == "--iteration")
-      a.iteration = integer(f, value());
+      a.iteration = flags.integer(0);
     else if (f == "--prompt")
-      a.prompt = value(), a.have_prompt = true;
+      a.prompt = flags.value(), a.have_prompt = true;
     else if (f == "--prompt-ids")
-      a.prompt_ids = value();
+      a.prompt_ids = flags.value();
     else if (f == "--max-new-tokens")
-      a.sampling.max_new_tokens = integer(f, value());
+      a.sampling.max_new_tokens = flags.integer();
     else if (f == "--temperature")
-      a.sampling.temperature = number(f, value());
+      a.sampling.temperature = flags.number();
     else if (f == "--top-k")
-      a.sampling.top_k = integer(f, value());
+      a.sampling.top_k = flags.integer();
     else if (f == "--top-p")
-      a.sampling.top_p = number(f, value());
+      a.sampling.top_p = flags.number();
     else if (f == "--seed")
-      a.sampling.seed = static_cast<uint64_t>(integer(f, value()));
+      a.sampling.seed = static_cast<uint64_t>(flags.integer(0));
     else if (f == "--stop-id")
-      a.sampling.stop_ids.push_back(static_cast<int32_t>(integer(f, value())));
+      a.sampling.stop_ids.push_back(static_cast<int32_t>(flags.integer(0)));
     else if (f == "--print-ids")
       a.print_ids = true;
     else if (f == "--no-cache")
       a.sampling.use_cache = false;
     else if (f == "--tokenizer-type")
-      a.tokenizer_type = value();
+      a.tokenizer_type = flags.value();
     else if (f == "--tokenizer-model")
-      a.tokenizer_model = value();
+      a.tokenizer_model = flags.value();
     else if (f == "--vocab-file")
-      a.vocab_file = value();
+      a.vocab_file = flags.value();
     else if (f == "--merge-file")
-      a.merge_file = value();
+      a.merge_file = flags.value();
     else
-      usage_error("unexpected argument '" + f + "'");
+      flags.fail("unexpected argument '" + f + "'");
   }
   if (a.checkpoint.empty()) usage_error("--checkpoint is required");
   if (a.have_prompt == !a.prompt_ids.empty())

@@ -99,10 +99,7 @@ std::vector<std::string_view> GPT2BPETokenizer::pretokenize(std::string_view tex
 
 std::vector<int32_t> GPT2BPETokenizer::encode(std::string_view text) const {
   std::string replaced;
-  if (uc::find_invalid_utf8(text) != std::string_view::npos) {
-    replaced = uc::replace_invalid_utf8(text);
-    text = replaced;
-  }
+  text = uc::valid_utf8(text, replaced);
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
   gpt2_pretokenize(text,

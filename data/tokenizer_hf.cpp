@@ -94,10 +94,7 @@ class HfJsonTokenizer final : public Tokenizer {
 
   std::vector<int32_t> encode(std::string_view text) const override {
     std::string replaced;
-    if (uc::find_invalid_utf8(text) != std::string_view::npos) {
-      replaced = uc::replace_invalid_utf8(text);
-      text = replaced;
-    }
+    text = uc::valid_utf8(text, replaced);
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 1);
     std::string normalized;

@@ -132,6 +132,12 @@ std::string to_utf8(std::u32string_view s);
 size_t find_invalid_utf8(std::string_view s);
 // `s` with every maximal ill-formed subpart replaced by U+FFFD (Python's errors="replace").
 std::string replace_invalid_utf8(std::string_view s);
+// `s` itself when it is valid UTF-8, else replace_invalid_utf8(s) kept in `storage`.
+inline std::string_view valid_utf8(std::string_view s, std::string& storage) {
+  if (find_invalid_utf8(s) == std::string_view::npos) return s;
+  storage = replace_invalid_utf8(s);
+  return storage;
+}
 // Code points of `s`; ill-formed subparts become U+FFFD.
 std::u32string decode_utf8_lossy(std::string_view s);
 

@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
     *) echo "run_fuzz.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+out=$(realpath -m "$out")  # the targets run inside their findings directories
 command -v clang++ > /dev/null || { echo "run_fuzz.sh: clang++ not found (apt install clang)" >&2; exit 1; }
 CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMEGATRON_CUDA=OFF -DMEGATRON_FUZZ=ON -DMEGATRON_WERROR=OFF > /dev/null || exit 1

@@ -1,5 +1,6 @@
 #include "megatron/training/memory_check.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -23,8 +24,17 @@ void check_host_memory_fits(const config::Recipe& recipe, int64_t tokenizer_voca
   if (device != Device::CPU) return;  // a device reports its own allocation failures
   const double available = host_available_bytes();
   if (available <= 0) return;
+  // This run's world (the recipe is resolved for it), whatever cluster the recipe was written for.
   planning::ClusterSpec cluster = planning::cluster_from_recipe(recipe);
-  const planning::PlanReport plan = planning::plan(recipe, cluster, tokenizer_vocab);
+  const auto& p = recipe.parallel;
+  cluster.nodes = 1;
+  cluster.gpus_per_node = p.tensor * p.pipeline * p.context * std::max<int64_t>(p.data, 1);
+  planning::PlanReport plan;
+  try {
+    plan = planning::plan(recipe, cluster, tokenizer_vocab);
+  } catch (const InputError&) {
+    return;  // a layout the planner does not model: the trainer's own checks decide
+  }
   const planning::MemoryBreakdown& m = plan.memory();
   if (m.total <= available) return;
   const double state = m.weights + m.master + m.gradients + m.optimizer;

@@ -23,6 +23,18 @@ std::vector<int64_t> local_shape(const std::vector<int64_t>& global, const Shard
   return local;
 }
 
+// The box of a global tensor a shard holds (the whole tensor when replicated).
+checkpoint::PieceGeometry box(const std::string& name, const std::vector<int64_t>& global,
+                              const ShardSpec& shard) {
+  checkpoint::TensorPiece piece;
+  piece.name = name;
+  piece.global_shape = Shape(global.begin(), global.end());
+  const std::vector<int64_t> local = local_shape(global, shard);
+  piece.local_shape = Shape(local.begin(), local.end());
+  piece.shard = shard;
+  return piece.geometry();
+}
+
 std::string random_suffix() {
   std::random_device rd;
   char buf[20];
@@ -139,20 +151,14 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
     for (const HfSource& s : m.sources) sources.push_back(hf.read(s.name, s.shape));
     const std::vector<float> full = m.import(sources);
     sources.clear();
-    for (const Piece& p : pieces_of[m.native]) {
-      const std::vector<int64_t> local = local_shape(m.native_shape, p.shard);
-      int64_t outer = 1, inner = 1;
-      const size_t d = p.shard.replicated() ? 0 : static_cast<size_t>(p.shard.dim);
-      for (size_t i = 0; i < d; ++i) outer *= m.native_shape[i];
-      for (size_t i = d + 1; i < m.native_shape.size(); ++i) inner *= m.native_shape[i];
-      const int64_t global_d = m.native_shape.empty() ? 1 : m.native_shape[d];
-      const int64_t local_d = m.native_shape.empty() ? 1 : local[d];
-      const int64_t start = p.shard.replicated() ? 0 : p.shard.index * local_d;
-      const uint64_t chunk = static_cast<uint64_t>(local_d * inner) * 4;
-      for (int64_t o = 0; o < outer; ++o)
-        streams[p.rank_file]->write_at(p.entry, static_cast<uint64_t>(o) * chunk,
-                                       full.data() + (o * global_d + start) * inner, chunk);
-    }
+    const checkpoint::PieceGeometry whole = box(m.native, m.native_shape, ShardSpec{});
+    for (const Piece& p : pieces_of[m.native])
+      checkpoint::for_each_overlap(
+          whole, box(m.native, m.native_shape, p.shard), [&](const checkpoint::Overlap& o) {
+            streams[p.rank_file]->write_at(p.entry, static_cast<uint64_t>(o.b_pos) * 4,
+                                           full.data() + o.a_pos,
+                                           static_cast<uint64_t>(o.length) * 4);
+          });
   }
   std::vector<json> rank_parts;
   for (size_t f = 0; f < streams.size(); ++f) {

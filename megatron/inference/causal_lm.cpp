@@ -27,20 +27,17 @@ config::Recipe inference_recipe(config::Recipe r, int64_t seq_length) {
 // Copies this rank's shard of a parameter out of the global tensor `full` (the model's global
 // shape; saved rows past the checkpoint's vocabulary padding are zero).
 void copy_shard(const Parameter& p, const std::vector<float>& full) {
+  checkpoint::TensorPiece whole, shard;
+  whole.name = shard.name = p.name;
+  whole.global_shape = whole.local_shape = shard.global_shape = p.global_shape;
+  shard.local_shape = p.local_shape;
+  shard.shard = p.shard;
   float* dst = p.weight.data<float>();
-  const Shape& g = p.global_shape;
-  if (p.shard.replicated()) {
-    std::memcpy(dst, full.data(), full.size() * sizeof(float));
-    return;
-  }
-  const int d = p.shard.dim;
-  int64_t outer = 1, inner = 1;
-  for (int i = 0; i < d; ++i) outer *= g[i];
-  for (int i = d + 1; i < g.ndim(); ++i) inner *= g[i];
-  const int64_t local = p.local_shape[d], start = p.shard.index * local;
-  for (int64_t o = 0; o < outer; ++o)
-    std::memcpy(dst + o * local * inner, full.data() + (o * g[d] + start) * inner,
-                static_cast<size_t>(local * inner) * sizeof(float));
+  checkpoint::for_each_overlap(whole.geometry(), shard.geometry(),
+                               [&](const checkpoint::Overlap& o) {
+                                 std::memcpy(dst + o.b_pos, full.data() + o.a_pos,
+                                             static_cast<size_t>(o.length) * sizeof(float));
+                               });
 }
 
 }  // namespace
@@ -96,6 +93,23 @@ CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,
                  ": a BERT checkpoint is not a causal language model");
 }
 
+Tensor gather_vocab_logits(const Tensor& local, parallel::Communicator& tp, int64_t vocab) {
+  const int64_t N = local.dim(0), Vl = local.dim(1), ranks = tp.size();
+  Tensor gathered = Tensor::empty({ranks, N, Vl}, DType::F32);
+  if (ranks > 1)
+    tp.all_gather(local, gathered);
+  else
+    std::memcpy(gathered.raw(), local.raw(), static_cast<size_t>(N * Vl) * sizeof(float));
+  Tensor out = Tensor::empty({N, vocab}, DType::F32);
+  const float* g = gathered.data<float>();
+  float* o = out.data<float>();
+  for (int64_t r = 0; r < ranks; ++r)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t j = 0; j < Vl && r * Vl + j < vocab; ++j)
+        o[n * vocab + r * Vl + j] = g[(r * N + n) * Vl + j];
+  return out;
+}
+
 KvCache CausalLM::make_cache() const {
   return KvCache(loaded_.recipe.model.num_layers, max_length());
 }
@@ -123,21 +137,8 @@ CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
   const models::LossSums sums = model.forward(*act, mb);
   const auto* a = dynamic_cast<const models::GPTModel::Activations*>(act.get());
   MT_CHECK(a != nullptr, "CausalLM: not a decoder");
-  const Tensor& local = a->logits;  // [S*B, V_local] this rank's vocabulary slice
-  const int64_t Vl = local.dim(1), tp = tp_->size();
-  Tensor gathered = Tensor::empty({tp, S * B, Vl}, DType::F32);
-  if (tp > 1)
-    tp_->all_gather(local, gathered);
-  else
-    std::memcpy(gathered.raw(), local.raw(), static_cast<size_t>(S * B * Vl) * sizeof(float));
   Output out;
-  out.logits = Tensor::empty({S, B, V}, DType::F32);
-  const float* g = gathered.data<float>();
-  float* o = out.logits.data<float>();
-  for (int64_t r = 0; r < tp; ++r)
-    for (int64_t n = 0; n < S * B; ++n)
-      for (int64_t j = 0; j < Vl && r * Vl + j < V; ++j)
-        o[n * V + r * Vl + j] = g[(r * S * B + n) * Vl + j];
+  out.logits = gather_vocab_logits(a->logits, *tp_, V).view({S, B, V});
   if (cache != nullptr) cache->length += S;
   out.loss_sum = sums.lm;
   out.targets = models::count_lm_targets(mb);

@@ -56,11 +56,19 @@ std::vector<std::string> hf_architectures() {
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   const std::string arch = c.architecture();
-  if (is_hf_decoder(arch)) return decoder_model_from_hf(c, arch);
-  if (is_hf_bert(arch)) return bert_model_from_hf(c, arch);
-  std::string names;
-  for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
-  c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
+  if (!is_hf_decoder(arch) && !is_hf_bert(arch)) {
+    std::string names;
+    for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
+    c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
+  }
+  const config::ModelConfig m =
+      is_hf_bert(arch) ? bert_model_from_hf(c, arch) : decoder_model_from_hf(c, arch);
+  try {
+    m.validate();
+  } catch (const InputError& e) {
+    throw InputError(concat(c.path(), ": the model it describes is invalid: ", e.what()));
+  }
+  return m;
 }
 
 std::string hf_architecture_for(const config::Recipe& r) {

@@ -61,11 +61,6 @@ config::ModelConfig bert_model_from_hf(const hf::ConfigJson& c, const std::strin
     c.fail("add_cross_attention", "true is not supported");
   if (!c.boolean_or("tie_word_embeddings", true))
     c.fail("tie_word_embeddings", "false (BERT's decoder is the word embedding here)");
-  try {
-    m.validate();
-  } catch (const InputError& e) {
-    throw InputError(concat(c.path(), ": the model it describes is invalid: ", e.what()));
-  }
   return m;
 }
 

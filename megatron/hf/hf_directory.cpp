@@ -148,7 +148,7 @@ std::string HfTensors::common_dtype() const {
 // ---- writer ------------------------------------------------------------------------------
 
 HfWriter::HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max_shard_bytes)
-    : dir_(std::move(dir)), tensors_(std::move(tensors)) {
+    : dir_(std::move(dir)) {
   std::error_code ec;
   fs::path normal = fs::path(dir_).lexically_normal();
   if (normal.filename().empty()) normal = normal.parent_path();
@@ -164,7 +164,7 @@ HfWriter::HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max
   // Shards: tensors in the given order, a new file when the next would pass the limit.
   std::vector<st::Writer> layouts(1);
   uint64_t in_file = 0;
-  for (const OutTensor& t : tensors_) {
+  for (const OutTensor& t : tensors) {
     const auto esize = st::dtype_size(t.dtype);
     MT_CHECK(esize && float_dtype(t.dtype), "HfWriter: dtype ", t.dtype, " of ", t.name);
     uint64_t bytes = *esize;
@@ -184,7 +184,6 @@ HfWriter::HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max
     streams_.push_back(std::make_unique<st::StreamWriter>(
         std::move(layouts[f]), (fs::path(tmp_) / file_names_.back()).string()));
   }
-  written_.assign(tensors_.size(), false);
 }
 
 HfWriter::~HfWriter() {
@@ -210,8 +209,6 @@ void HfWriter::write(const std::string& name, const float* data) {
     streams_[f]->write_at(e, static_cast<uint64_t>(at) * esize, raw.data(),
                           static_cast<uint64_t>(m) * esize);
   }
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    if (tensors_[i].name == name) written_[i] = true;
 }
 
 void HfWriter::add_file(const std::string& name, const std::string& contents) {
@@ -224,8 +221,6 @@ void HfWriter::add_file(const std::string& name, const std::string& contents) {
 }
 
 void HfWriter::commit() {
-  for (size_t i = 0; i < tensors_.size(); ++i)
-    MT_CHECK(written_[i], "HfWriter: tensor ", tensors_[i].name, " was never written");
   uint64_t total = 0;
   for (auto& s : streams_) {
     s->finish(/*sync=*/true);

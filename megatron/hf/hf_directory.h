@@ -60,17 +60,16 @@ class HfWriter {
   void write(const std::string& name, const float* data);
   // Another file of the directory (config.json, ...).
   void add_file(const std::string& name, const std::string& contents);
-  // Checks every tensor was written, writes the index, fsyncs and renames into place.
+  // Checks every tensor was written whole (StreamWriter::finish), writes the index, fsyncs and
+  // renames into place.
   void commit();
   int num_files() const { return static_cast<int>(streams_.size()); }
 
  private:
   std::string dir_, tmp_;
-  std::vector<OutTensor> tensors_;
   std::map<std::string, std::pair<size_t, size_t>> where_;  // name -> (file, entry)
   std::vector<std::string> file_names_;
   std::vector<std::unique_ptr<checkpoint::safetensors::StreamWriter>> streams_;
-  std::vector<bool> written_;
   bool committed_ = false;
 };
 

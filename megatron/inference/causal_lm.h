@@ -31,6 +31,10 @@ struct LoadedModel {
   const models::Model& model() const { return *chunks.chunks.at(0); }
 };
 
+// Vocabulary-parallel logits [N, V/tp] of every tp rank -> the real vocabulary [N, vocab] on
+// every rank (padding columns dropped).
+Tensor gather_vocab_logits(const Tensor& local, parallel::Communicator& tp, int64_t vocab);
+
 class CausalLM {
  public:
   // seq_length: the longest sequence forward() takes (0: the recipe's model.seq_length).

@@ -130,20 +130,15 @@ void check_bert_logits(const std::string& name) {
   auto act = model.make_activations();
   model.forward(*act, mb);
   const auto& a = dynamic_cast<const models::BertActivations&>(*act);
-  // The vocabulary-parallel logits [S*B, V/tp], gathered.
-  const int64_t Vl = a.logits.dim(1), tp = world.size(), V = loaded.chunks.vocab_size;
-  Tensor gathered = Tensor::empty({tp, S * B, Vl}, DType::F32);
-  if (tp > 1)
-    world.all_gather(a.logits, gathered);
-  else
-    std::memcpy(gathered.raw(), a.logits.raw(), static_cast<size_t>(S * B * Vl) * 4);
+  const int64_t V = loaded.chunks.vocab_size;
+  const Tensor logits = inference::gather_vocab_logits(a.logits, world, V);  // [S*B, V]
   const auto ref = expected["logits"].get<std::vector<std::vector<std::vector<float>>>>();
   std::vector<float> ours, theirs;
   for (int64_t s = 0; s < S; ++s)
     for (int64_t b = 0; b < B; ++b) {
       if (!mask[b][s]) continue;  // padded positions: both sides compute garbage there
       for (int64_t v = 0; v < V; ++v) {
-        ours.push_back(gathered.data<float>()[((v / Vl) * S * B + s * B + b) * Vl + v % Vl]);
+        ours.push_back(logits.data<float>()[(s * B + b) * V + v]);
         theirs.push_back(ref[b][s][v]);
       }
     }

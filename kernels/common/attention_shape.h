@@ -16,6 +16,9 @@ struct AttentionOptions {
   float scale;  // usually 1/sqrt(Dh)
   bool causal;
   const uint8_t* key_mask = nullptr;
+  // [B, S] document of each token (packed sequences): query i sees key j only when both lie in
+  // the same document, on top of the causal and key masks. Null: one document per sequence.
+  const int32_t* segment_ids = nullptr;
   float dropout_p = 0.0f;
   uint64_t seed = 0, stream = 0;
 };

@@ -23,12 +23,18 @@ constexpr int64_t kRowBlock = 256;
 int64_t row_block(const AttentionOptions& opt) { return opt.causal ? kCausalRowBlock : kRowBlock; }
 
 // Turns scaled scores row[0, S) of query i into masked probabilities in place: row[j] for
-// j >= lim (causal) or padded keys is exactly 0; a row with no visible key is all zeros.
-void masked_softmax_row(float* row, int64_t S, int64_t lim, const uint8_t* key_mask) {
+// j >= lim (causal), padded keys or keys of another segment is exactly 0; a row with no visible
+// key is all zeros.
+void masked_softmax_row(float* row, int64_t S, int64_t lim, const uint8_t* key_mask,
+                        const int32_t* segments, int32_t segment) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (key_mask) {
 #pragma omp simd
     for (int64_t j = 0; j < lim; ++j) row[j] = key_mask[j] ? row[j] : kNegInf;
+  }
+  if (segments) {
+#pragma omp simd
+    for (int64_t j = 0; j < lim; ++j) row[j] = segments[j] == segment ? row[j] : kNegInf;
   }
   const float mx = detail::max_of(row, lim);
   if (mx == kNegInf) lim = 0;  // fully masked row
@@ -85,13 +91,14 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
       float* O = out + L.out(b, h);
       float* P = probs + bh * S * S;
       const uint8_t* km = opt.key_mask ? opt.key_mask + b * S : nullptr;
+      const int32_t* seg = opt.segment_ids ? opt.segment_ids + b * S : nullptr;
       for (int64_t r0 = 0; r0 < S; r0 += block) {
         const int64_t r1 = std::min(r0 + block, S), rows = r1 - r0;
         const int64_t kend = L.key_end(r1, opt.causal);
         gemm(false, true, rows, kend, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv, K, L.ld_qkv, 0.0f,
              P + r0 * S, S);
         for (int64_t i = r0; i < r1; ++i)
-          masked_softmax_row(P + i * S, S, opt.causal ? i + 1 : S, km);
+          masked_softmax_row(P + i * S, S, opt.causal ? i + 1 : S, km, seg, seg ? seg[i] : 0);
         const float* pv = P + r0 * S;
         if (dropout) {
           dropout_rows(P, pd.data(), r0, r1, kend, S, opt.causal, opt, dropout_base(shape, b, h),

@@ -8,7 +8,8 @@
 // backward regenerates the dropout mask from Philox).
 //
 // Masks: causal (key j > query i masked); key_mask [B, S] (1 = attend, 0 = padding; may be
-// null). A fully masked row yields zeros. Dropout on the probabilities with probability
+// null); segment_ids [B, S] (packed documents: key j of another document than query i is masked;
+// may be null). A fully masked row yields zeros. Dropout on the probabilities with probability
 // dropout_p uses Philox(seed, stream) at index
 // (((batch_offset + b) * total_heads + head_offset + h) * S + i) * S + j, so masks are the same
 // whatever the tensor-parallel split of the heads or the data-parallel split of the batch.

@@ -51,6 +51,7 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
       float* O = out + L.out(b, h);
       float* lse_row = lse + bh * S;
       const uint8_t* km = opt.key_mask ? opt.key_mask + b * S : nullptr;
+      const int32_t* seg = opt.segment_ids ? opt.segment_ids + b * S : nullptr;
       const uint64_t base = dropout_base(shape, b, h);
       for (int64_t r0 = 0; r0 < S; r0 += kRows) {
         const int64_t r1 = std::min(r0 + kRows, S), rows = r1 - r0;
@@ -69,6 +70,11 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
             if (km) {
 #pragma omp simd
               for (int64_t j = 0; j < lim; ++j) row[j] = km[c0 + j] ? row[j] : kNegInf;
+            }
+            if (seg) {
+              const int32_t own = seg[i];
+#pragma omp simd
+              for (int64_t j = 0; j < lim; ++j) row[j] = seg[c0 + j] == own ? row[j] : kNegInf;
             }
             const float mx = std::max(m[r], detail::max_of(row, lim));
             float* o = O + i * L.ld_out;
@@ -143,6 +149,7 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
       float* dK = dqkv + L.k(b, g);
       float* dV = dqkv + L.v(b, g);
       const uint8_t* km = opt.key_mask ? opt.key_mask + b * S : nullptr;
+      const int32_t* seg = opt.segment_ids ? opt.segment_ids + b * S : nullptr;
       for (int64_t s = 0; s < S; ++s) {
         std::fill(dK + s * L.ld_qkv, dK + s * L.ld_qkv + Dh, 0.0f);
         std::fill(dV + s * L.ld_qkv, dV + s * L.ld_qkv + Dh, 0.0f);
@@ -176,9 +183,12 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
               float* pvrow = pv.data() + r * kCols;
               const float li = lse_row[i];
               const int64_t lim = li == kNegInf ? 0 : visible(i, c0, cols, opt.causal);
+              const int32_t own = seg ? seg[i] : 0;
 #pragma omp simd
               for (int64_t j = 0; j < lim; ++j)
-                prow[j] = (km == nullptr || km[c0 + j]) ? math::exp_approx(prow[j] - li) : 0.0f;
+                prow[j] = (km == nullptr || km[c0 + j]) && (seg == nullptr || seg[c0 + j] == own)
+                              ? math::exp_approx(prow[j] - li)
+                              : 0.0f;
               std::fill(prow + lim, prow + cols, 0.0f);
               if (dropout) {
                 detail::fill_uniform(opt.seed, opt.stream, base + uint64_t(i * S + c0), lim,

@@ -4,7 +4,7 @@
 // Same semantics as attention.h (read it first): qkv is the fused grouped projection
 // [S, B, G, (H/G + 2), Dh] read in place, out is [S, B, H, Dh], AttentionShape's
 // head_offset/total_heads/batch_offset, causal or bidirectional, an arbitrary key_mask [B, S]
-// (holes allowed; a fully masked row yields zeros), GQA/MQA, scale, and dropout on the
+// (holes allowed; a fully masked row yields zeros), segment_ids [B, S] (packed documents), GQA/MQA, scale, and dropout on the
 // probabilities with the SAME Philox index rule
 // (((batch_offset + b) * total_heads + head_offset + h) * S + i) * S + j, so the kept/dropped
 // elements are bit for bit those of the unfused path and results agree to rounding.

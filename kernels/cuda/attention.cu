@@ -97,26 +97,30 @@ __device__ __forceinline__ float dropped(float prob, const DropoutArgs& d, uint6
 // is set the dropped probabilities in T for the P @ V product.
 template <typename T>
 __global__ void attention_softmax_kernel(float* probs, T* pd, int64_t S, int64_t H, bool causal,
-                                         const uint8_t* key_mask, DropoutArgs d) {
+                                         const uint8_t* key_mask, const int32_t* segment_ids,
+                                         DropoutArgs d) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t i = row % S, bh = row / S, h = bh % H, b = bh / H;
   float* P = probs + row * S;
   const uint8_t* km = key_mask ? key_mask + b * S : nullptr;
+  const int32_t* sg = segment_ids ? segment_ids + b * S : nullptr;
+  const int32_t own = sg ? sg[i] : 0;
+  auto visible = [&](int64_t j) { return (!km || km[j]) && (!sg || sg[j] == own); };
   int64_t lim = causal ? i + 1 : S;
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < lim; j += blockDim.x)
-    if (!km || km[j]) mx = fmaxf(mx, P[j]);
+    if (visible(j)) mx = fmaxf(mx, P[j]);
   mx = detail::block_max(mx, scratch);
   if (mx == -INFINITY) lim = 0;  // fully masked row
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < lim; j += blockDim.x)
-    if (!km || km[j]) sum += math::exp_approx(P[j] - mx);
+    if (visible(j)) sum += math::exp_approx(P[j] - mx);
   sum = detail::block_sum(sum, scratch);
   const float inv = lim > 0 ? 1.0f / sum : 0.0f;
   const uint64_t base = philox_row_base(d, b, h, i, S);
   for (int64_t j = threadIdx.x; j < S; j += blockDim.x) {
-    const float val = j < lim && (!km || km[j]) ? math::exp_approx(P[j] - mx) * inv : 0.0f;
+    const float val = j < lim && visible(j) ? math::exp_approx(P[j] - mx) * inv : 0.0f;
     P[j] = val;
     if (pd) pd[row * S + j] = from_float<T>(dropped(val, d, base, j));
   }
@@ -311,7 +315,7 @@ void attention_forward(GemmContext& gemm, const AttentionShape& s, const Attenti
   T* pd = fp32_no_dropout ? nullptr : w.pd;
   attention_softmax_kernel<T>
       <<<unsigned(s.B * s.H * S), detail::row_threads(S, kThreads), 0, stream>>>(
-          probs, pd, S, s.H, opt.causal, opt.key_mask, d);
+          probs, pd, S, s.H, opt.causal, opt.key_mask, opt.segment_ids, d);
   MT_CUDA_LAUNCH_CHECK();
   const void* pv = fp32_no_dropout ? static_cast<const void*>(probs) : w.pd;
   // o_group[hpg*S, Dh] = pv_group[hpg*S, S] V

@@ -3,7 +3,8 @@
 // kernels/cpu/attention.h with the same shapes, options and semantics:
 //   qkv [S, B, G, (H/G + 2), Dh] (per group: its H/G query heads, its key head, its value head),
 //   out [S, B, H, Dh], probs [B, H, S, S] (fp32, post-mask softmax, pre-dropout; saved for
-//   backward), causal and key_mask [B, S] (device memory, 1 = attend) masks, fully masked rows
+//   backward), causal, key_mask [B, S] (device memory, 1 = attend) and segment_ids [B, S]
+//   (device memory, packed documents) masks, fully masked rows
 //   give zeros, dropout on the probabilities from Philox at index
 //   (((batch_offset + b) * total_heads + head_offset + h) * S + i) * S + j:
 //   the same masks as the CPU kernel, bit for bit.

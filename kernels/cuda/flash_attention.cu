@@ -60,6 +60,7 @@ struct Opt {
   float scale, p, keep_scale;
   bool causal, dropout;
   const uint8_t* key_mask;
+  const int32_t* segment_ids;  // [B, S] or null
   uint64_t seed, stream;
 };
 
@@ -71,6 +72,7 @@ Opt opt_of(const AttentionOptions& o) {
   r.keep_scale = r.dropout ? 1.0f / (1.0f - o.dropout_p) : 1.0f;
   r.causal = o.causal;
   r.key_mask = o.key_mask;
+  r.segment_ids = o.segment_ids;
   r.seed = o.seed;
   r.stream = o.stream;
   return r;
@@ -108,6 +110,8 @@ __global__ void __launch_bounds__(kThreads)
   const T* K = qkv + L.k(b, g);
   const T* V = qkv + L.v(b, g);
   const uint8_t* km = o.key_mask ? o.key_mask + b * L.S : nullptr;
+  const int32_t* sg = o.segment_ids ? o.segment_ids + b * L.S : nullptr;
+  const int32_t own = sg && active ? sg[i] : 0;
   load_tile(Qs, Dh, Q, L.ld_qkv, r0, kWarps, L.S, Dh);
   const float* q = Qs + warp * Dh;
   float acc[kPerLane];
@@ -124,7 +128,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!active) continue;
     const int64_t j = c0 + lane;
-    const bool vis = lane < cols && (!o.causal || j <= i) && (!km || km[j]);
+    const bool vis =
+        lane < cols && (!o.causal || j <= i) && (!km || km[j]) && (!sg || sg[j] == own);
     float s = -INFINITY;
     if (vis) {
       float dot = 0.0f;
@@ -214,6 +219,8 @@ __global__ void __launch_bounds__(kThreads)
   const bool active = j < L.S;
   const uint8_t* km = o.key_mask ? o.key_mask + b * L.S : nullptr;
   const bool key_visible = active && (!km || km[j]);
+  const int32_t* sg = o.segment_ids ? o.segment_ids + b * L.S : nullptr;
+  const int32_t own = sg && active ? sg[j] : 0;
   load_tile(ks, Dh, qkv + L.k(b, g), L.ld_qkv, c0, kWarps, L.S, Dh);
   load_tile(vs, Dh, qkv + L.v(b, g), L.ld_qkv, c0, kWarps, L.S, Dh);
   const float* k = ks + warp * Dh;
@@ -233,7 +240,8 @@ __global__ void __launch_bounds__(kThreads)
       if (!active) continue;
       const int64_t i = r0 + lane;
       const float lse_i = i < L.S ? lse[bh * L.S + i] : -INFINITY;
-      const bool vis = key_visible && i < L.S && (!o.causal || j <= i) && lse_i != -INFINITY;
+      const bool vis = key_visible && i < L.S && (!o.causal || j <= i) && lse_i != -INFINITY &&
+                       (!sg || sg[i] == own);
       const Pair pr = pair_grad(vis, Qs + lane * ldq, k, dOs + lane * ldq, v, Dh, lse_i,
                                 vis ? D[bh * L.S + i] : 0.0f, o, base + uint64_t(i * L.S));
       for (int ii = 0; ii < kTile; ++ii) {
@@ -279,6 +287,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r0 = int64_t(blockIdx.y) * kWarps, i = r0 + warp;
   const bool active = i < L.S;
   const uint8_t* km = o.key_mask ? o.key_mask + b * L.S : nullptr;
+  const int32_t* sg = o.segment_ids ? o.segment_ids + b * L.S : nullptr;
+  const int32_t own = sg && active ? sg[i] : 0;
   load_tile(qs, Dh, qkv + L.q(b, h), L.ld_qkv, r0, kWarps, L.S, Dh);
   load_tile(dos, Dh, dout + L.out(b, h), L.ld_out, r0, kWarps, L.S, Dh);
   const float lse_i = active ? lse[bh * L.S + i] : -INFINITY;
@@ -296,7 +306,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!active || lse_i == -INFINITY) continue;
     const int64_t j = c0 + lane;
-    const bool vis = lane < cols && (!o.causal || j <= i) && (!km || km[j]);
+    const bool vis =
+        lane < cols && (!o.causal || j <= i) && (!km || km[j]) && (!sg || sg[j] == own);
     const Pair pr = pair_grad(vis, qs + warp * Dh, Ks + lane * ldk, dos + warp * Dh,
                               Vs + lane * ldk, Dh, lse_i, D_i, o, base + uint64_t(j));
     for (int jj = 0; jj < cols; ++jj) {

@@ -5,6 +5,7 @@
 // qkv is the fused grouped projection [S, B, G, (H/G + 2), Dh] read in place; out [S, B, H, Dh];
 // AttentionShape incl. head_offset/total_heads/batch_offset; causal or bidirectional; an
 // arbitrary key_mask [B, S] (device memory; holes allowed, a fully masked row gives zeros);
+// segment_ids [B, S] (device memory; packed documents never attend across each other);
 // GQA/MQA; scale; dropout with the Philox index rule of attention.h, so the dropout masks are bit
 // for bit those of the CPU and of the unfused CUDA path. Forward saves only the per-row
 // log-sum-exp lse [B, H, S] (fp32, -inf for an empty row) instead of the [B, H, S, S]

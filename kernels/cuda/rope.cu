@@ -18,7 +18,8 @@ struct InvFreq {
 // One thread per (token, rotated head, pair i): S * B * G * (H/G + 1) * (Dh/2) threads.
 template <typename T>
 __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per_group,
-                            int64_t half, int64_t position_offset, float sin_sign, InvFreq freq) {
+                            int64_t half, int64_t position_offset, const int32_t* positions,
+                            float sin_sign, InvFreq freq) {
   const int64_t rotated = per_group - 1;  // the group's query heads and its key head
   const int64_t total = S * B * G * rotated * half;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
@@ -29,8 +30,8 @@ __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per
     rest /= rotated;
     const int64_t g = rest % G;
     const int64_t sb = rest / G;  // s * B + b
-    const int64_t s = sb / B;
-    const float angle = static_cast<float>(position_offset + s) * freq.v[i];
+    const int64_t pos = positions != nullptr ? int64_t(positions[sb]) : position_offset + sb / B;
+    const float angle = static_cast<float>(pos) * freq.v[i];
     float sn, c;
     sincosf(angle, &sn, &c);
     T* x = qkv + ((sb * G + g) * per_group + h) * (2 * half);
@@ -43,7 +44,8 @@ __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per
 
 template <typename T>
 void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope,
-                int64_t position_offset, float sin_sign, cudaStream_t stream) {
+                int64_t position_offset, const int32_t* positions, float sin_sign,
+                cudaStream_t stream) {
   const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
   MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
   const int64_t half = Dh / 2;
@@ -53,7 +55,7 @@ void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies
   InvFreq freq{};
   for (int64_t i = 0; i < half; ++i) freq.v[i] = math::rope_inv_freq(i, Dh, rope);
   rope_kernel<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(
-      qkv, S, B, G, H / G + 2, half, position_offset, sin_sign, freq);
+      qkv, S, B, G, H / G + 2, half, position_offset, positions, sin_sign, freq);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -61,21 +63,21 @@ void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies
 
 template <typename T>
 void rope_forward(const AttentionShape& shape, T* qkv, const math::RopeFrequencies& rope,
-                  int64_t position_offset, cudaStream_t stream) {
-  rope_apply(shape, qkv, rope, position_offset, 1.0f, stream);
+                  int64_t position_offset, const int32_t* positions, cudaStream_t stream) {
+  rope_apply(shape, qkv, rope, position_offset, positions, 1.0f, stream);
 }
 
 template <typename T>
 void rope_backward(const AttentionShape& shape, T* dqkv, const math::RopeFrequencies& rope,
-                   int64_t position_offset, cudaStream_t stream) {
-  rope_apply(shape, dqkv, rope, position_offset, -1.0f, stream);
+                   int64_t position_offset, const int32_t* positions, cudaStream_t stream) {
+  rope_apply(shape, dqkv, rope, position_offset, positions, -1.0f, stream);
 }
 
 #define MT_INSTANTIATE(T)                                                                          \
   template void rope_forward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, int64_t,  \
-                                cudaStream_t);                                                     \
+                                const int32_t*, cudaStream_t);                                     \
   template void rope_backward<T>(const AttentionShape&, T*, const math::RopeFrequencies&, int64_t, \
-                                 cudaStream_t);
+                                 const int32_t*, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

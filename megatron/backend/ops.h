@@ -61,9 +61,11 @@ void flash_attention_backward(const kernels::AttentionShape& shape,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv);
 void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
-                  const math::RopeFrequencies& rope, int64_t position_offset);
+                  const math::RopeFrequencies& rope, int64_t position_offset,
+                  const Tensor* positions = nullptr);
 void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
-                   const math::RopeFrequencies& rope, int64_t position_offset);
+                   const math::RopeFrequencies& rope, int64_t position_offset,
+                  const Tensor* positions = nullptr);
 // Incremental decoding (kernels/cpu/kv_attention.h): appends the new keys/values of qkv
 // [S, B, G, H/G + 2, Dh] at position `past` of the caches [B, G, capacity, Dh] and attends each
 // new query causally over the cache. fp32 CPU tensors only (InputError otherwise).

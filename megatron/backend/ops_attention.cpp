@@ -97,27 +97,43 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
                           past, capacity, out.data<float>());
 }
 
+namespace {
+// The per-token positions of a rope call: int32 [S, B] on the qkv's device, or null.
+const int32_t* rope_positions(const char* op, const kernels::AttentionShape& s, Device dev,
+                              const Tensor* positions) {
+  if (positions == nullptr) return nullptr;
+  MT_CHECK(positions->dtype() == DType::I32 && positions->numel() == s.S * s.B &&
+               positions->device() == dev,
+           op, ": positions must be int32 [S, B] = [", s.S, ", ", s.B,
+           "] on the qkv's device, got ", dtype_name(positions->dtype()), " ",
+           positions->shape().str());
+  return positions->data<int32_t>();
+}
+}  // namespace
+
 void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope,
-                  int64_t offset) {
+                  int64_t offset, const Tensor* positions) {
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
+  const int32_t* pos = rope_positions(op, s, dev, positions);
   const FloatArgs fa(op, {{&qkv, "qkv", Role::T, kUpdated}});
-  MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, rope, offset));
+  MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, rope, offset, positions));
   Fp32OnCpu f(fa);
-  cpu::rope_forward(s, f.out(qkv), rope, offset);
+  cpu::rope_forward(s, f.out(qkv), rope, offset, pos);
   f.finish();
 }
 
 void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
-                   const math::RopeFrequencies& rope, int64_t offset) {
+                   const math::RopeFrequencies& rope, int64_t offset, const Tensor* positions) {
   const char* op = "rope_backward";
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);
+  const int32_t* pos = rope_positions(op, s, dev, positions);
   const FloatArgs fa(op, {{&dqkv, "dqkv", Role::T, kUpdated}});
-  MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, rope, offset));
+  MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, rope, offset, positions));
   Fp32OnCpu f(fa);
-  cpu::rope_backward(s, f.out(dqkv), rope, offset);
+  cpu::rope_backward(s, f.out(dqkv), rope, offset, pos);
   f.finish();
 }
 

@@ -280,8 +280,8 @@ TYPED_TEST(CudaOps, Rope) {
   kp::rope_forward(s, fwd.data(), 10000.0f, 4000);
   kp::rope_backward(s, bwd.data(), 10000.0f, 4000);
   Dev<T> dfwd(qkv), dbwd(qkv);
-  kc::rope_forward(s, dfwd.p(), 10000.0f, 4000, nullptr);
-  kc::rope_backward(s, dbwd.p(), 10000.0f, 4000, nullptr);
+  kc::rope_forward(s, dfwd.p(), 10000.0f, 4000, nullptr, nullptr);
+  kc::rope_backward(s, dbwd.p(), 10000.0f, 4000, nullptr, nullptr);
   EXPECT_CLOSE(dfwd.get(), fwd, tol<T>());
   EXPECT_CLOSE(dbwd.get(), bwd, tol<T>());
 }

@@ -8,7 +8,7 @@ namespace megatron::kernels::ref {
 namespace {
 
 void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& rope,
-            int64_t position_offset, double direction) {
+            int64_t position_offset, const int32_t* positions, double direction) {
   const int64_t per_group = sh.H / sh.G + 2, half = sh.Dh / 2;
   for (int64_t s = 0; s < sh.S; ++s) {
     for (int64_t b = 0; b < sh.B; ++b) {
@@ -16,7 +16,8 @@ void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& r
         for (int64_t h = 0; h < per_group - 1; ++h) {  // query heads and the key head
           float* x = qkv + (((s * sh.B + b) * sh.G + g) * per_group + h) * sh.Dh;
           for (int64_t i = 0; i < half; ++i) {
-            const float angle = float(position_offset + s) * math::rope_inv_freq(i, sh.Dh, rope);
+            const int64_t pos = positions ? positions[s * sh.B + b] : position_offset + s;
+            const float angle = float(pos) * math::rope_inv_freq(i, sh.Dh, rope);
             const double c = std::cos(double(angle)), sn = direction * std::sin(double(angle));
             const double x1 = x[i], x2 = x[i + half];
             x[i] = float(x1 * c - x2 * sn);
@@ -31,13 +32,13 @@ void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& r
 }  // namespace
 
 void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
-                  int64_t position_offset) {
-  rotate(shape, qkv, rope, position_offset, 1.0);
+                  int64_t position_offset, const int32_t* positions) {
+  rotate(shape, qkv, rope, position_offset, positions, 1.0);
 }
 
 void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope,
-                   int64_t position_offset) {
-  rotate(shape, dqkv, rope, position_offset, -1.0);
+                   int64_t position_offset, const int32_t* positions) {
+  rotate(shape, dqkv, rope, position_offset, positions, -1.0);
 }
 
 }  // namespace megatron::kernels::ref

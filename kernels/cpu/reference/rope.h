@@ -9,8 +9,8 @@
 namespace megatron::kernels::ref {
 
 void rope_forward(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
-                  int64_t position_offset);
+                  int64_t position_offset, const int32_t* positions = nullptr);
 void rope_backward(const AttentionShape& shape, float* dqkv, const math::RopeFrequencies& rope,
-                   int64_t position_offset);
+                   int64_t position_offset, const int32_t* positions = nullptr);
 
 }  // namespace megatron::kernels::ref

@@ -262,6 +262,7 @@ void attention_forward(const kernels::AttentionShape& s, const kernels::Attentio
   const char* op = "attention_forward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&out, "out"}});
     mc::DeviceMemory ws = workspace(kc::attention_forward_workspace_bytes(s, sizeof(T)));
@@ -275,6 +276,7 @@ void attention_backward(const kernels::AttentionShape& s, const kernels::Attenti
   const char* op = "attention_backward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&dout, "dout"}, {&dqkv, "dqkv"}});
     mc::DeviceMemory ws = workspace(kc::attention_backward_workspace_bytes(s, sizeof(T)));
@@ -288,6 +290,7 @@ void flash_attention_forward(const kernels::AttentionShape& s, const kernels::At
   const char* op = "flash_attention_forward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&out, "out"}});
     kc::flash_attention_forward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), nullptr,
@@ -302,6 +305,7 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   const char* op = "flash_attention_backward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&out, "out"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
     mc::DeviceMemory ws = workspace(kc::flash_attention_backward_workspace_bytes(s));
@@ -311,16 +315,19 @@ void flash_attention_backward(const kernels::AttentionShape& s,
 }
 
 void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope,
-                  int64_t position_offset) {
+                  int64_t position_offset, const Tensor* positions) {
   with_storage_type(qkv.dtype(), "rope_forward", "qkv", [&]<typename T>() {
-    kc::rope_forward<T>(s, ptr<T>(qkv), rope, position_offset, stream());
+    kc::rope_forward<T>(s, ptr<T>(qkv), rope, position_offset,
+                        positions ? positions->data<int32_t>() : nullptr, stream());
   });
 }
 
 void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
-                   const math::RopeFrequencies& rope, int64_t position_offset) {
+                   const math::RopeFrequencies& rope, int64_t position_offset,
+                   const Tensor* positions) {
   with_storage_type(dqkv.dtype(), "rope_backward", "dqkv", [&]<typename T>() {
-    kc::rope_backward<T>(s, ptr<T>(dqkv), rope, position_offset, stream());
+    kc::rope_backward<T>(s, ptr<T>(dqkv), rope, position_offset,
+                         positions ? positions->data<int32_t>() : nullptr, stream());
   });
 }
 

@@ -77,9 +77,11 @@ void flash_attention_backward(const kernels::AttentionShape& shape,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv);
 void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
-                  const math::RopeFrequencies& rope, int64_t position_offset);
+                  const math::RopeFrequencies& rope, int64_t position_offset,
+                  const Tensor* positions = nullptr);
 void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
-                   const math::RopeFrequencies& rope, int64_t position_offset);
+                   const math::RopeFrequencies& rope, int64_t position_offset,
+                  const Tensor* positions = nullptr);
 
 void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
                      uint64_t index_offset);

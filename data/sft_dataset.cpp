@@ -26,27 +26,6 @@ const std::string& string_field(const nlohmann::json& j, const char* key, const 
 
 }  // namespace
 
-void tokenize_conversation(std::span<const SFTMessage> messages, const Tokenizer& tok,
-                           std::vector<int32_t>& tokens, std::vector<uint8_t>& loss) {
-  const auto append = [&](const std::vector<int32_t>& ids, uint8_t in_loss) {
-    tokens.insert(tokens.end(), ids.begin(), ids.end());
-    loss.insert(loss.end(), ids.size(), in_loss);
-  };
-  for (const SFTMessage& m : messages) {
-    if (m.role == "system" || m.role == "user") {
-      append(tok.encode("<|" + m.role + "|>\n" + m.content + "\n"), 0);
-    } else if (m.role == "assistant") {
-      append(tok.encode("<|assistant|>\n"), 0);
-      append(tok.encode(m.content), 1);
-      tokens.push_back(tok.eod());
-      loss.push_back(1);
-    } else {
-      throw InputError(
-          concat("unknown chat role '", m.role, "' (expected system, user or assistant)"));
-    }
-  }
-}
-
 std::vector<SFTMessage> parse_sft_line(std::string_view line, const std::string& where) {
   nlohmann::json j;
   try {
@@ -92,7 +71,8 @@ std::vector<SFTMessage> parse_sft_line(std::string_view line, const std::string&
 }
 
 std::shared_ptr<const SFTConversations> SFTConversations::load(const std::string& path,
-                                                               const Tokenizer& tok) {
+                                                               const Tokenizer& tok,
+                                                               ChatTemplate chat_template) {
   std::ifstream in(path, std::ios::binary);
   MT_INPUT_CHECK(in.is_open(), "cannot open SFT data file '", path, "'");
   auto c = std::make_shared<SFTConversations>();
@@ -107,7 +87,11 @@ std::shared_ptr<const SFTConversations> SFTConversations::load(const std::string
     const std::string where = concat(path, ":", line_no);
     const std::vector<SFTMessage> messages = parse_sft_line(line, where);
     const size_t before = c->tokens_.size();
-    tokenize_conversation(messages, tok, c->tokens_, c->loss_);
+    try {
+      tokenize_conversation(chat_template, messages, tok, c->tokens_, c->loss_);
+    } catch (const InputError& e) {
+      throw InputError(concat(where, ": ", e.what()));
+    }
     for (size_t k = before; k < c->loss_.size(); ++k) c->loss_tokens_ += c->loss_[k];
     c->offsets_.push_back(static_cast<int64_t>(c->tokens_.size()));
     c->lines_.push_back(line_no);
@@ -230,7 +214,26 @@ SFTSample SFTDataset::get_sample(int64_t index) const {
   s.num_tokens = static_cast<int32_t>(s.tokens.size());
   s.tokens.resize(window, data_->pad_id());
   token_loss.resize(window, 0);
+  // Never train the prediction of a conversation's first token from the previous one.
+  for (int32_t start : s.document_starts) token_loss[static_cast<size_t>(start)] = 0;
   s.loss_mask.assign(token_loss.begin() + 1, token_loss.end());
+  const auto S = static_cast<size_t>(config_.seq_length);
+  s.position_ids.resize(S);
+  s.segment_ids.resize(S);
+  size_t doc = 0;
+  int32_t start = 0;
+  for (size_t t = 0; t < S; ++t) {
+    const int32_t pos = static_cast<int32_t>(t);
+    const bool next_doc = doc < s.document_starts.size() && s.document_starts[doc] == pos;
+    const bool padding = pos == s.num_tokens && !next_doc;
+    if (next_doc || padding) {
+      start = pos;
+      if (next_doc) ++doc;
+      if (padding) doc = s.document_starts.size() + 1;
+    }
+    s.segment_ids[t] = static_cast<int32_t>(doc) - 1;
+    s.position_ids[t] = pos - start;
+  }
   return s;
 }
 

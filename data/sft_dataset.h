@@ -10,13 +10,9 @@
 // form, a non-string value, an unknown role, no assistant message, ... is an InputError
 // "FILE:LINE: ...". (Prompt/response = messages [system,] user, assistant.)
 //
-// Chat template. Each message is tokenized on its own with the tokenizer's encode(), so loss-mask
-// boundaries always fall between tokens; role headers are *plain text* (not special tokens):
-//   system     encode("<|system|>\n" + content + "\n")       loss off
-//   user       encode("<|user|>\n" + content + "\n")         loss off
-//   assistant  encode("<|assistant|>\n")                      loss off
-//              encode(content), then the tokenizer's eod()    loss ON (the EOD too)
-// The only id not produced by encode() is the EOD closing every assistant message. No BOS.
+// Chat template (data/chat_template.h; `simple` by default): each conversation becomes token ids
+// and per-token loss flags, on only for the assistant's answers and the token ending each of
+// them.
 //
 // Samples (S = seq_length, each S + 1 tokens; labels = tokens[1:], loss_mask[t] weighs the
 // prediction of tokens[t + 1]):
@@ -25,7 +21,11 @@
 //           current one is padding). A conversation never spans two samples; one longer than
 //           S + 1 tokens gets a sample of its own, truncated on the right.
 //   Padded  one conversation per sample, truncated on the right to S + 1 tokens.
-//   Padding uses the tokenizer's pad() (eod() when it has none) with loss mask 0.
+//   Padding uses the tokenizer's pad() (eod() when it has none) with loss mask 0. The prediction
+//   of a conversation's first token from the previous conversation's last is never trained.
+//   Packed samples carry per-token positions restarting at 0 in each conversation and segment ids
+//   (the conversation's index in the sample; padding is one more segment) so that attention and
+//   positions see each conversation as if it were alone in its row.
 // Order: the split's conversations (split_document_ranges over the file's conversations, in file
 // order) are shuffled per epoch by one NumpyRandomState(seed) (epoch 0's shuffle first, then
 // epoch 1's, ...); epochs are added until num_samples samples exist (unset: one epoch).
@@ -38,20 +38,12 @@
 #include <string_view>
 #include <vector>
 
+#include "data/chat_template.h"
 #include "data/gpt_dataset.h"
 #include "data/gpt_sampler.h"
 #include "data/tokenizer.h"
 
 namespace megatron::data {
-
-struct SFTMessage {
-  std::string role;  // "system", "user" or "assistant"
-  std::string content;
-};
-
-// The template above: appends the conversation's tokens and per-token loss flags (1 = trained).
-void tokenize_conversation(std::span<const SFTMessage> messages, const Tokenizer& tokenizer,
-                           std::vector<int32_t>& tokens, std::vector<uint8_t>& loss);
 
 // Parses one JSONL line into messages; InputError "WHERE: ..." (where = "FILE:LINE").
 std::vector<SFTMessage> parse_sft_line(std::string_view line, const std::string& where);
@@ -59,8 +51,9 @@ std::vector<SFTMessage> parse_sft_line(std::string_view line, const std::string&
 // All conversations of a JSONL file, tokenized.
 class SFTConversations {
  public:
-  static std::shared_ptr<const SFTConversations> load(const std::string& path,
-                                                      const Tokenizer& tokenizer);
+  static std::shared_ptr<const SFTConversations> load(
+      const std::string& path, const Tokenizer& tokenizer,
+      ChatTemplate chat_template = ChatTemplate::Simple);
 
   int64_t size() const { return static_cast<int64_t>(lines_.size()); }
   std::span<const int32_t> tokens(int64_t i) const;
@@ -99,6 +92,8 @@ struct SFTSample {
   std::vector<int32_t> tokens;           // [S + 1]
   std::vector<uint8_t> loss_mask;        // [S]: 1 when labels[t] = tokens[t + 1] is trained on
   std::vector<int32_t> document_starts;  // offset in tokens of each conversation it holds
+  std::vector<int32_t> position_ids;     // [S]: position of token t within its conversation
+  std::vector<int32_t> segment_ids;      // [S]: conversation index of token t (padding: one more)
   std::vector<int64_t> conversations;    // their conversation ids (SFTConversations index)
   int32_t num_tokens = 0;                // real tokens; [num_tokens, S + 1) is padding
   int32_t truncated = 0;                 // 1 when its conversation was cut at S + 1 tokens

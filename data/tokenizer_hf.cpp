@@ -235,18 +235,23 @@ class HfJsonTokenizer final : public Tokenizer {
     }
   }
 
-  void read_eos(const fs::path& config) {
-    std::string eos;
+  // tokenizer_config.json's bos_token / eos_token (a string or {"content": ...}); "" when absent.
+  static std::string config_token(const fs::path& config, const char* key) {
     std::error_code ec;
-    if (fs::is_regular_file(config, ec)) {
-      const json c = parse_json(config.string());
-      if (c.is_object() && c.contains("eos_token")) {
-        const json& e = c["eos_token"];
-        if (e.is_string()) eos = e.get<std::string>();
-        if (e.is_object() && e.contains("content") && e["content"].is_string())
-          eos = e["content"].get<std::string>();
-      }
-    }
+    if (!fs::is_regular_file(config, ec)) return {};
+    const json c = parse_json(config.string());
+    if (!c.is_object() || !c.contains(key)) return {};
+    const json& e = c[key];
+    if (e.is_string()) return e.get<std::string>();
+    if (e.is_object() && e.contains("content") && e["content"].is_string())
+      return e["content"].get<std::string>();
+    return {};
+  }
+
+  void read_eos(const fs::path& config) {
+    const std::string bos = config_token(config, "bos_token");
+    if (const auto it = added_.find(bos); !bos.empty() && it != added_.end()) bos_ = it->second;
+    const std::string eos = config_token(config, "eos_token");
     for (const std::string& name :
          {eos, std::string("<|endoftext|>"), std::string("<|end_of_text|>"), std::string("</s>")}) {
       if (name.empty()) continue;

@@ -9,7 +9,7 @@
 // (data/pretokenize.h), after Qwen2's NFC normalizer when there is one; added tokens are matched in
 // the text first (longest at the earliest position) and become their ids. encode() adds no special
 // tokens (tokenizers' add_special_tokens=False); bos() is the post-processor template's leading
-// special token. eod()/eos(): tokenizer_config.json's eos_token when present, else the first of
+// special token, or tokenizer_config.json's bos_token when that is an added token. eod()/eos(): tokenizer_config.json's eos_token when present, else the first of
 // <|endoftext|>, <|end_of_text|>, </s> that is a token; -1 when none.
 // Anything else (another model type, another normalizer, another regex, lstrip/rstrip added tokens)
 // is an InputError naming the file and the setting.

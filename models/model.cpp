@@ -6,6 +6,13 @@
 
 namespace megatron::models {
 
+MicroBatchInfo MicroBatch::layer_info() const {
+  MicroBatchInfo out = info;
+  out.position_ids = present(position_ids) ? &position_ids : nullptr;
+  out.segment_ids = present(segment_ids) ? &segment_ids : nullptr;
+  return out;
+}
+
 int64_t count_lm_targets(const MicroBatch& mb) {
   const Tensor host = mb.labels.to(Device::CPU);
   const int32_t* labels = host.data<int32_t>();

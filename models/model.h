@@ -23,7 +23,12 @@ struct MicroBatch {
   Tensor token_types;     // int32 [S, B] segment ids (BERT); empty otherwise
   Tensor padding_mask;    // uint8 [B, S], 1 = real token (BERT); empty: no padding
   Tensor nsp_labels;      // int32 [B] sentence-pair labels (BERT binary head); empty otherwise
+  // Packed documents (causal decoders): int32 [S, B] positions restarting at each document and
+  // int32 [B, S] document index of each token; empty: one document per sequence.
+  Tensor position_ids, segment_ids;
   MicroBatchInfo info;
+  // info with position_ids / segment_ids pointing at this batch's tensors (what layers see).
+  MicroBatchInfo layer_info() const;
 };
 
 inline bool present(const Tensor& t) { return t.ndim() > 0; }

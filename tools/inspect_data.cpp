@@ -28,7 +28,8 @@ constexpr const char* kUsage =
                      [--num-samples N] [--cache-dir DIR]
                      [--tokenizer-type T [--tokenizer-model M] [--vocab-file V --merge-file G]]
                      [bert: --mask-prob P --short-seq-prob P --masking-max-ngram N
-                            --no-binary-head] [sft: --sft-packing packed|padded]]
+                            --no-binary-head] [sft: --sft-packing packed|padded
+                             --chat-template NAME]]
 
 gpt (default): prints the statistics of PREFIX.bin/.idx: documents, sequences, tokens, dtype,
 document length percentiles and a histogram, and the train/valid/test sequence ranges of
@@ -62,6 +63,7 @@ the ids, the loss mask and the text, with every token whose prediction is NOT tr
   --masking-max-ngram  bert: longest masked n-gram of words (default 3, Megatron's)
   --no-binary-head     bert: no next-sentence prediction (one segment)
   --sft-packing        sft: packed (default) or padded
+  --chat-template      sft: simple (default), plain, llama2, llama3 or chatml
 )";
 
 int64_t percentile(const std::vector<int64_t>& sorted, double p) {
@@ -288,7 +290,8 @@ int main(int argc, char** argv) {
                               {"short-seq-prob", Arity::One},
                               {"masking-max-ngram", Arity::One},
                               {"no-binary-head", Arity::Flag},
-                              {"sft-packing", Arity::One}});
+                              {"sft-packing", Arity::One},
+                              {"chat-template", Arity::One}});
     if (args.help()) {
       std::cout << kUsage;
       return 0;
@@ -303,8 +306,9 @@ int main(int argc, char** argv) {
     for (const char* f : {"mask-prob", "short-seq-prob", "masking-max-ngram", "no-binary-head"})
       if (args.has(f) && type != "bert")
         throw md::cli::UsageError(std::string("--") + f + " is for --dataset-type bert");
-    if (args.has("sft-packing") && type != "sft")
-      throw md::cli::UsageError("--sft-packing is for --dataset-type sft");
+    for (const char* f : {"sft-packing", "chat-template"})
+      if (args.has(f) && type != "sft")
+        throw md::cli::UsageError(std::string("--") + f + " is for --dataset-type sft");
     if (args.has("cache-dir") && type != "gpt")
       throw md::cli::UsageError("--cache-dir is for --dataset-type gpt");
     std::unique_ptr<md::Tokenizer> tok;
@@ -322,7 +326,8 @@ int main(int argc, char** argv) {
 
     if (type == "sft") {
       if (!tok) throw md::cli::UsageError("--dataset-type sft needs --tokenizer-type");
-      const auto conv = md::SFTConversations::load(prefix, *tok);
+      const auto conv = md::SFTConversations::load(
+          prefix, *tok, md::chat_template_from_name(args.get("chat-template", "simple")));
       show_sft_stats(*conv, split);
       if (!args.has("sample")) return 0;
       const int64_t index = args.get_int("sample", 0, 0);

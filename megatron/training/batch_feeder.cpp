@@ -60,6 +60,8 @@ models::MicroBatch BatchFeeder::on_device(const models::MicroBatch& mb) const {
   out.token_types = move(mb.token_types);
   out.padding_mask = move(mb.padding_mask);
   out.nsp_labels = move(mb.nsp_labels);
+  out.position_ids = move(mb.position_ids);
+  out.segment_ids = move(mb.segment_ids);
   out.info = mb.info;
   return out;
 }

@@ -49,6 +49,7 @@ kernels::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
   o.scale = 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
   o.causal = spec_.causal;
   o.key_mask = key_mask;
+  o.segment_ids = mb.segment_ids != nullptr ? mb.segment_ids->data<int32_t>() : nullptr;
   o.dropout_p = mb.training ? spec_.attention_dropout : 0.0f;
   o.seed = spec_.seed;
   o.stream = DropoutSite{spec_.seed, mb.iteration, layer_, 0}.stream();
@@ -113,13 +114,17 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
 Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb,
                                const uint8_t* key_mask) const {
   State& s = static_cast<State&>(state);
-  if (mb.kv_cache != nullptr) return cached_forward(s, in, *mb.kv_cache);
+  if (mb.kv_cache != nullptr) {
+    MT_CHECK(mb.segment_ids == nullptr && mb.position_ids == nullptr,
+             "KV-cache decoding takes one document per sequence (no packed position/segment ids)");
+    return cached_forward(s, in, *mb.kv_cache);
+  }
   const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const int64_t S = full_seq(Sl);
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
   const auto as = shape(S, B, mb.batch_offset);
   qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_));
-  if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0);
+  if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0, mb.position_ids);
   core_forward(s, as, options(mb, key_mask));
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_));
   return s.out;
@@ -134,7 +139,7 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   if (shared_probs_ && !spec_.flash_attention) recompute_probs(s, as, ao);
   proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_));
   core_backward(s, as, ao);
-  if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0);
+  if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0, mb.position_ids);
   qkv_->backward(s.qkv, s.d_qkv, &d_in);
 }
 

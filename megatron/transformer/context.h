@@ -37,6 +37,12 @@ struct MicroBatchInfo {
   // Incremental decoding (inference, no backward): the tokens are positions
   // kv_cache->length.. of sequences whose earlier keys and values the cache holds.
   KvCache* kv_cache = nullptr;
+  // Packed documents (SFT): positions int32 [S, B] restarting at 0 in each document (rope and
+  // learned position embeddings) and the document of each token int32 [B, S] (attention never
+  // crosses documents), on the compute device; null: one document per sequence. The model points
+  // them at its micro-batch's tensors (models::MicroBatch::position_ids / segment_ids).
+  const Tensor* position_ids = nullptr;
+  const Tensor* segment_ids = nullptr;
 };
 
 }  // namespace megatron

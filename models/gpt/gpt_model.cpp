@@ -98,6 +98,14 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
            "micro-batch tokens/labels must both be [S, B], got ", mb.tokens.shape().str(), " and ",
            mb.labels.shape().str());
   const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1), D = t.hidden, N = S * B;
+  MT_CHECK(!present(mb.position_ids) ||
+               (mb.position_ids.shape() == Shape({S, B}) && mb.position_ids.dtype() == DType::I32),
+           "micro-batch position_ids must be int32 [S, B] = [", S, ", ", B, "], got ",
+           mb.position_ids.shape().str());
+  MT_CHECK(!present(mb.segment_ids) ||
+               (mb.segment_ids.shape() == Shape({B, S}) && mb.segment_ids.dtype() == DType::I32),
+           "micro-batch segment_ids must be int32 [B, S] = [", B, ", ", S, "], got ",
+           mb.segment_ids.shape().str());
   // Incremental decoding continues sequences of `past` cached positions.
   const int64_t past = mb.info.kv_cache != nullptr ? mb.info.kv_cache->length : 0;
   MT_CHECK(past + S <= t.seq_length, "micro-batch sequence ", S, " (after ", past,
@@ -114,7 +122,12 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
     Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype(), device_);
     tok_embed_->forward(a.tok, mb.tokens, x0);
     if (pos_embed_) {
-      const Tensor& pos = a.positions.get(Sl, B, where.seq_offset + past, device_);
+      Tensor packed_pos;  // this rank's rows of the per-document positions
+      if (present(mb.position_ids))
+        packed_pos = mb.position_ids.slice(where.seq_offset, where.seq_offset + Sl);
+      const Tensor& pos = present(mb.position_ids)
+                              ? packed_pos
+                              : a.positions.get(Sl, B, where.seq_offset + past, device_);
       Tensor& pe = ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);  // scratch until backward
       pos_embed_->forward(a.pos, pos, pe);
       ops::add_inplace(x0, pe);
@@ -129,7 +142,8 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   }
   MT_CHECK(x != nullptr && x->numel() == Sl * B * D, "stage input must be [", Sl, ", ", B, ", ", D,
            "]");
-  for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, mb.info);
+  const MicroBatchInfo info = mb.layer_info();
+  for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, info);
   a.last_hidden = x;
   if (!stage_.post_process) return {};
 
@@ -205,8 +219,9 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
              "stage backward needs the gradient of its output [", Sl, ", ", B, ", ", D, "]");
     grad->copy_from(*d_hidden_out);
   }
+  const MicroBatchInfo info = mb.layer_info();
   for (size_t l = blocks_.size(); l-- > 0;) {
-    blocks_[l]->backward(a.blocks[l], *grad, *other, mb.info);
+    blocks_[l]->backward(a.blocks[l], *grad, *other, info);
     std::swap(grad, other);
     if (grads_ready) grads_ready(blocks_[l]->grad_watermark());
   }

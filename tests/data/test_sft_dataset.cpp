@@ -44,7 +44,7 @@ TEST(SFTTemplate, PromptResponseLossCoversResponseAndEod) {
   const std::vector<SFTMessage> msgs = {{"user", "Who?"}, {"assistant", "Emma."}};
   std::vector<int32_t> tokens;
   std::vector<uint8_t> loss;
-  tokenize_conversation(msgs, tok, tokens, loss);
+  tokenize_conversation(ChatTemplate::Simple, msgs, tok, tokens, loss);
   const auto head = cat({tok.encode("<|user|>\nWho?\n"), tok.encode("<|assistant|>\n")});
   const auto body = tok.encode("Emma.");
   EXPECT_EQ(tokens, cat({head, body, {ByteTokenizer::kEod}}));
@@ -61,7 +61,7 @@ TEST(SFTTemplate, ChatRoles) {
                                         {"assistant", ""}};
   std::vector<int32_t> tokens;
   std::vector<uint8_t> loss;
-  tokenize_conversation(msgs, tok, tokens, loss);
+  tokenize_conversation(ChatTemplate::Simple, msgs, tok, tokens, loss);
   const int32_t E = ByteTokenizer::kEod;
   const auto off0 = cat({tok.encode("<|system|>\nBe brief.\n<|user|>\nA?\n<|assistant|>\n")});
   const auto on0 = cat({tok.encode("B."), {E}});

@@ -1,0 +1,58 @@
+#pragma once
+// Chat templates for supervised fine-tuning: a conversation (system / user / assistant messages)
+// to token ids and a per-token loss flag (1 = trained: the assistant's answer tokens and the
+// token that ends its turn, nothing else).
+//
+//   simple   role headers as plain text, each message tokenized on its own (no special tokens;
+//            works with any tokenizer):
+//              system/user  encode("<|ROLE|>\n" + content + "\n")               loss off
+//              assistant    encode("<|assistant|>\n")                           loss off
+//                           encode(content), then eod()                         loss on
+//   plain    prompt/response without headers: system and user contents encoded as they are
+//            (loss off), the assistant's content encoded on its own then eod() (loss on).
+//   llama2   Hugging Face's Llama-2-chat template: for each user turn
+//              bos() "[INST] " + content.strip() + " [/INST]"  (the first user turn carries the
+//              system prompt as "<<SYS>>\n" + system + "\n<</SYS>>\n\n" before its content)
+//            and for each assistant turn " " + content.strip() + " " then eos() (loss on).
+//   llama3   Llama-3-instruct: bos() once, then per message
+//              <|start_header_id|> ROLE <|end_header_id|> "\n\n" + content.strip() <|eot_id|>
+//            (loss on: the assistant's content and its <|eot_id|>).
+//   chatml   ChatML (Qwen): per message <|im_start|> ROLE "\n" + content <|im_end|> "\n"
+//            (loss on: the assistant's content and its <|im_end|>; not the "\n" after it).
+//
+// The llama2/llama3/chatml ids are those of transformers' apply_chat_template with these
+// templates (tokenize=True): the special tokens (<|im_start|>, ...) must each be one token of the
+// tokenizer, and the text between two special tokens is encoded in one piece. The loss boundary
+// inside such a piece (before an assistant's content) must fall between tokens: encoding the
+// piece whole must give the concatenation of its parts' ids, else the conversation is an
+// InputError (its assistant span cannot be delimited) rather than a guessed mask.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/tokenizer.h"
+
+namespace megatron::data {
+
+struct SFTMessage {
+  std::string role;  // "system", "user" or "assistant"
+  std::string content;
+};
+
+enum class ChatTemplate { Simple, Plain, Llama2, Llama3, ChatML };
+
+// "simple", "plain", "llama2", "llama3", "chatml"; InputError naming the others.
+ChatTemplate chat_template_from_name(std::string_view name);
+std::string_view chat_template_name(ChatTemplate t);
+
+// Appends the conversation's tokens and loss flags. InputError when the template cannot express
+// the conversation (llama2: roles not alternating user/assistant after an optional system
+// message), a special token is not a single token of `tokenizer`, or an assistant span cannot be
+// delimited (see above).
+void tokenize_conversation(ChatTemplate chat_template, std::span<const SFTMessage> messages,
+                           const Tokenizer& tokenizer, std::vector<int32_t>& tokens,
+                           std::vector<uint8_t>& loss);
+
+}  // namespace megatron::data

@@ -103,7 +103,7 @@ void render_simple(Renderer& r, std::span<const SFTMessage> messages, const Toke
       r.text(m.content, true);
       r.id(r.required(tok.eod(), "end-of-document"), true);
     } else {
-      r.text("<|" + m.role + "|>\n" + m.content + "\n", false);
+      r.text(concat("<|", m.role, "|>\n", m.content, "\n"), false);
     }
   }
 }
@@ -133,11 +133,12 @@ void render_llama2(Renderer& r, std::span<const SFTMessage> messages, const Toke
                    k + 1, " is '", m.role, "')");
     if (user_turn) {
       std::string content = m.content;
-      if (k == first && has_system) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
+      if (k == first && has_system)
+        content = concat("<<SYS>>\n", system, "\n<</SYS>>\n\n", content);
       r.id(r.required(tok.bos(), "beginning-of-sequence"), false);
-      r.text("[INST] " + strip(content) + " [/INST]", false);
+      r.text(concat("[INST] ", strip(content), " [/INST]"), false);
     } else {
-      r.text(" " + strip(m.content) + " ", true);
+      r.text(concat(" ", strip(m.content), " "), true);
       r.id(r.required(tok.eos(), "end-of-sequence"), true);
     }
   }
@@ -160,7 +161,7 @@ void render_chatml(Renderer& r, std::span<const SFTMessage> messages) {
   for (const SFTMessage& m : messages) {
     const bool trained = m.role == "assistant";
     r.special("<|im_start|>", false);
-    r.text(m.role + "\n", false);
+    r.text(concat(m.role, "\n"), false);
     r.text(m.content, trained);
     r.special("<|im_end|>", trained);
     r.text("\n", false);
@@ -186,11 +187,21 @@ void tokenize_conversation(ChatTemplate chat_template, std::span<const SFTMessag
                    "unknown chat role '", m.role, "' (expected system, user or assistant)");
   Renderer r(chat_template, tokenizer);
   switch (chat_template) {
-    case ChatTemplate::Simple: render_simple(r, messages, tokenizer); break;
-    case ChatTemplate::Plain: render_plain(r, messages, tokenizer); break;
-    case ChatTemplate::Llama2: render_llama2(r, messages, tokenizer); break;
-    case ChatTemplate::Llama3: render_llama3(r, messages, tokenizer); break;
-    case ChatTemplate::ChatML: render_chatml(r, messages); break;
+    case ChatTemplate::Simple:
+      render_simple(r, messages, tokenizer);
+      break;
+    case ChatTemplate::Plain:
+      render_plain(r, messages, tokenizer);
+      break;
+    case ChatTemplate::Llama2:
+      render_llama2(r, messages, tokenizer);
+      break;
+    case ChatTemplate::Llama3:
+      render_llama3(r, messages, tokenizer);
+      break;
+    case ChatTemplate::ChatML:
+      render_chatml(r, messages);
+      break;
   }
   const bool separately =
       chat_template == ChatTemplate::Simple || chat_template == ChatTemplate::Plain;

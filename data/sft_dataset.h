@@ -114,6 +114,7 @@ class SFTDataset final : public SampleDataset {
   SFTSample get_sample(int64_t index) const;  // const, thread-safe
 
   int64_t num_epochs() const { return num_epochs_; }
+  SFTPacking packing() const { return config_.packing; }
   DocumentRange conversation_range() const { return range_; }
   // Conversations of the split longer than S + 1 tokens (truncated whenever they are used).
   int64_t num_truncated_conversations() const { return truncated_conversations_; }

@@ -60,8 +60,9 @@ namespace {
 
 config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelConfig& model,
                                  const std::string& architecture, std::string& yaml_out) {
-  if (!o.recipe.empty()) {
-    config::Recipe r = config::load_recipe(o.recipe, o.overrides);
+  if (!o.recipe.empty() || o.recipe_value != nullptr) {
+    config::Recipe r =
+        o.recipe_value ? *o.recipe_value : config::load_recipe(o.recipe, o.overrides);
     check_recipe_matches(r, model, (fs::path(o.hf_dir) / "config.json").string());
     MT_INPUT_CHECK(
         model.arch != config::Arch::BERT || r.data.bert_binary_head == hf_binary_head(architecture),

@@ -18,6 +18,8 @@ struct HfImportOptions {
   // layout); empty: a recipe is made from config.json and written to out_dir/recipe.yaml.
   std::string recipe;
   std::vector<std::string> overrides;
+  // A loaded recipe used like `recipe` (a run converting its checkpoint.pretrained); wins over it.
+  const config::Recipe* recipe_value = nullptr;
   std::optional<int64_t> tp, pp, ep;  // override the recipe's layout
 };
 struct HfImportResult {

@@ -31,6 +31,7 @@
 #include "megatron/config/key_info.h"
 #include "megatron/config/moe_config.h"
 #include "megatron/config/options.h"
+#include "megatron/config/sft_config.h"
 
 namespace megatron::config {
 
@@ -260,18 +261,6 @@ struct TokenizerConfig {
   }
 };
 
-struct DatasetEntry {
-  std::string path;  // prefix of the .bin/.idx pair
-  double weight = 1.0;
-  bool operator==(const DatasetEntry&) const = default;
-
-  template <typename Self, typename V>
-  static void fields(Self& s, V& v) {
-    v("path", s.path, required_key());
-    v("weight", s.weight);
-  }
-};
-
 struct DataConfig {
   TokenizerConfig tokenizer;
   std::vector<DatasetEntry> train;  // YAML: a list of {path, weight} (or of paths), or one path
@@ -284,6 +273,8 @@ struct DataConfig {
   // Synthetic samples instead of data.train (Megatron's --mock-data), for smoke tests and
   // throughput runs: no data file is read, and no tokenizer file when model.vocab_size is set.
   bool mock = false;
+  // Supervised fine-tuning on chat JSONL (data.sft.train set) instead of data.train: sft_config.h.
+  SFTDataConfig sft;
   // The split as three fractions summing to 1 (missing parts are 0).
   std::vector<double> split_fractions() const;
   void validate() const { validate(KeyOrigins{}); }
@@ -300,6 +291,7 @@ struct DataConfig {
     v("short_seq_probability", s.short_seq_probability, noted("BERT only"));
     v("bert_binary_head", s.bert_binary_head, noted("BERT only"));
     v("mock", s.mock, noted(s.mock ? "synthetic data" : ""));
+    v.section("sft", s.sft);
   }
 };
 
@@ -308,6 +300,10 @@ struct CheckpointConfig {
   std::optional<int64_t> save_interval;  // unset -> save only on signal/exit (if save is set)
   int64_t keep_last = 3;                 // 0 -> keep all
   bool finetune = false;                 // load weights only: reset iteration, optimizer, data
+  // Megatron's --pretrained-checkpoint: a native checkpoint or a Hugging Face directory whose
+  // weights (only) start the run when checkpoint.load / checkpoint.save hold no checkpoint of it
+  // yet; a restarted run resumes its own saves instead. Empty: none.
+  std::string pretrained;
   // Every model tensor of the checkpoint is used and every one the model needs is there; false:
   // a partial load that skips both kinds, naming each skipped tensor.
   bool strict = true;
@@ -322,6 +318,7 @@ struct CheckpointConfig {
     v("save_interval", s.save_interval);
     v("keep_last", s.keep_last, noted(s.keep_last == 0 ? "keep all" : ""));
     v("finetune", s.finetune);
+    v("pretrained", s.pretrained);
     v("strict", s.strict, noted(s.strict ? "" : "partial loads allowed"));
   }
 };

@@ -194,8 +194,12 @@ void DataConfig::validate(const KeyOrigins& origins) const {
   if (t == "NullTokenizer")
     c.check(tokenizer.vocab_size > 0, "data.tokenizer.vocab_size",
             concat("must be > 0 for NullTokenizer (got ", tokenizer.vocab_size, ")"));
-  c.check(mock || !train.empty(), "data.train",
-          "must name at least one dataset (got none; data.mock: true trains on synthetic data)");
+  c.check(mock || !train.empty() || sft.enabled(), "data.train",
+          "must name at least one dataset (got none; data.mock: true trains on synthetic data, "
+          "data.sft.train fine-tunes on conversations)");
+  c.check(!sft.enabled() || (train.empty() && !mock), "data.sft.train",
+          "replaces data.train and data.mock; leave those unset");
+  sft.validate(origins);
   for (size_t i = 0; i < train.size(); ++i) {
     std::string key = concat("data.train[", i, "]");
     c.check(!train[i].path.empty(), key + ".path", "must not be empty (got none)");
@@ -222,6 +226,10 @@ void CheckpointConfig::validate(const KeyOrigins& origins) const {
   c.non_negative("checkpoint.keep_last", keep_last);
   c.check(!finetune || !load.empty(), "checkpoint.finetune",
           "needs checkpoint.load to name the pretrained checkpoint (got finetune true, load none)");
+  c.check(!finetune || pretrained.empty(), "checkpoint.finetune",
+          concat("and checkpoint.pretrained both start from other weights; use "
+                 "checkpoint.pretrained alone (got finetune true, pretrained ",
+                 pretrained, ")"));
 }
 
 void LoggingConfig::validate(const KeyOrigins& origins) const {
@@ -304,7 +312,18 @@ void Recipe::validate() const {
           concat("must be <= the decay length (optimizer.schedule.decay_iters, default "
                  "training.train_iters) (got ",
                  optimizer.schedule.warmup_iters, " > ", decay_iters, ")"));
-  if (training.eval_interval > 0)
+  if (data.sft.enabled()) {
+    c.check(model.arch != Arch::BERT, "data.sft.train",
+            "fine-tunes causal decoders (model.arch gpt or llama), not bert");
+    c.check(data.tokenizer.type != "NullTokenizer", "data.tokenizer.type",
+            "data.sft needs a tokenizer for the chat text (got NullTokenizer)");
+    c.check(parallel.context <= 1 || data.sft.packing != "packed", "data.sft.packing",
+            concat("packed sequences are not implemented under context parallelism (got "
+                   "parallel.context ",
+                   parallel.context, "; use packing: padded)"));
+  }
+  const bool sft_valid_files = data.sft.enabled() && !data.sft.valid.empty();
+  if (training.eval_interval > 0 && !sft_valid_files)
     c.check(data.split_fractions()[1] > 0, "data.split",
             concat("needs a non-zero validation part when training.eval_interval > 0 (got \"",
                    data.split, "\")"));
@@ -356,6 +375,23 @@ bool Recipe::operator==(const Recipe& o) const {
   return model == o.model && parallel == o.parallel && training == o.training &&
          optimizer == o.optimizer && data == o.data && checkpoint == o.checkpoint &&
          logging == o.logging && cluster == o.cluster;
+}
+
+void SFTDataConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  c.one_of("data.sft.chat_template", chat_template,
+           {"simple", "plain", "llama2", "llama3", "chatml"});
+  c.one_of("data.sft.packing", packing, {"packed", "padded"});
+  c.check(train.empty() == false || valid.empty(), "data.sft.valid",
+          "needs data.sft.train (got validation files only)");
+  for (const auto* files : {&train, &valid}) {
+    const char* name = files == &train ? "data.sft.train" : "data.sft.valid";
+    for (size_t i = 0; i < files->size(); ++i) {
+      const std::string key = concat(name, "[", i, "]");
+      c.check(!(*files)[i].path.empty(), key + ".path", "must not be empty (got none)");
+      c.positive(key + ".weight", (*files)[i].weight);
+    }
+  }
 }
 
 }  // namespace megatron::config

@@ -1,5 +1,7 @@
 #include "megatron/training/checkpointer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -9,6 +11,7 @@
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/checkpoint/save_lock.h"
 #include "megatron/training/checkpoint_pieces.h"
+#include "megatron/training/pretrained.h"
 
 namespace megatron::training {
 namespace ckpt = megatron::checkpoint;
@@ -221,24 +224,48 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
 
 Checkpointer::Resume Checkpointer::load() {
   const auto& c = recipe_.checkpoint;
-  // checkpoint.load, or (auto-resume after a requeue) a checkpoint already in checkpoint.save.
-  std::string dir;
+  // checkpoint.load, or (auto-resume after a requeue) a checkpoint already in checkpoint.save;
+  // checkpoint.pretrained only when neither holds one (so a restarted job resumes its saves).
+  const bool has_pretrained = !c.pretrained.empty();
+  auto holds_checkpoint = [](const std::string& dir) {
+    return ckpt::latest_iteration(dir).has_value() ||
+           std::filesystem::exists(std::filesystem::path(dir) / "metadata.json");
+  };
   if (!c.load.empty()) {
-    dir = checkpoint_dir(c.load);
-    MT_INPUT_CHECK(ckpt::latest_iteration(dir).has_value() ||
-                       std::filesystem::exists(std::filesystem::path(dir) / "metadata.json"),
-                   recipe_.source_path, ": checkpoint.load: no complete checkpoint in '", dir, "'");
-  } else if (!c.save.empty() && ckpt::latest_iteration(config::resolve_output_path(c.save))) {
-    dir = config::resolve_output_path(c.save);
-  } else {
-    return {};
+    const std::string dir = checkpoint_dir(c.load);
+    if (holds_checkpoint(dir)) return load_from(dir, c.finetune);
+    MT_INPUT_CHECK(has_pretrained, recipe_.source_path,
+                   ": checkpoint.load: no complete checkpoint in '", dir, "'");
   }
+  if (!c.save.empty() && ckpt::latest_iteration(config::resolve_output_path(c.save)))
+    return load_from(config::resolve_output_path(c.save), false);
+  if (!has_pretrained) return {};
+  // A Hugging Face directory is converted next to the saves (shared by every node), else in
+  // the temporary directory (one node), and removed once loaded.
+  int64_t pid = ::getpid();  // rank 0's names the temporary directory
+  Tensor pid_t = Tensor::wrap(&pid, {1}, DType::I64);
+  world_->broadcast(pid_t, 0);
+  const std::filesystem::path scratch =
+      c.save.empty()
+          ? std::filesystem::temp_directory_path() / concat("megatron_pretrained_", pid)
+          : std::filesystem::path(config::resolve_output_path(c.save)) / ".pretrained_import";
+  const std::string pretrained = config::resolve_path(recipe_, c.pretrained);
+  if (world_->rank() == 0 && is_hf_directory(pretrained)) std::filesystem::remove_all(scratch);
+  const std::string dir =
+      native_pretrained_dir(recipe_, pretrained, scratch.string(), *world_, log_);
+  load_from(dir, true);
+  world_->barrier();
+  if (world_->rank() == 0 && dir == scratch.string()) std::filesystem::remove_all(scratch);
+  return {};
+}
+
+Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weights_only) {
+  const auto& c = recipe_.checkpoint;
   const ckpt::CheckpointIndex index = ckpt::read_index(dir);
   // Never fall back to an older checkpoint in silence.
   if (log_)
     for (const std::string& why : index.skipped)
       *log_ << "warning: " << why << "; loading " << index.path << " instead\n";
-  const bool weights_only = c.finetune;
   const bool mixed = store_.mixed_precision();
   auto has = [&](const std::string& name) { return index.tensors.count(name) > 0; };
   // The real vocabulary the checkpoint was trained with (-1: a checkpoint from before it was

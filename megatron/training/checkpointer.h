@@ -59,9 +59,11 @@ class Checkpointer {
   };
   // Loads checkpoint.load, or (auto-resume after a requeue) the newest checkpoint in
   // checkpoint.save; a fresh run when there is none.
+  // With checkpoint.pretrained and no such checkpoint: its weights only (a fresh run).
   Resume load();
 
  private:
+  Resume load_from(const std::string& dir, bool weights_only);
   // fp32 host views of the buffers a checkpoint reads and writes: the buffers themselves on
   // the CPU in fp32; otherwise staged fp32 host copies (16-bit model weights widened), which
   // write_back copies (and rounds) back.

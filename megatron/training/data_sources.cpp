@@ -5,6 +5,7 @@
 #include "data/gpt_dataset.h"
 #include "megatron/training/bert_source.h"
 #include "megatron/training/mock_source.h"
+#include "megatron/training/sft_source.h"
 
 namespace megatron::training {
 
@@ -119,6 +120,8 @@ TrainingData make_training_data(const config::Recipe& recipe, const parallel::La
   Sources s;
   if (d.mock) {
     s = mock_sources(recipe, t.vocab_size, out);
+  } else if (d.sft.enabled()) {
+    s = sft_sources(recipe, *t.tokenizer, out);
   } else if (recipe.model.arch == config::Arch::BERT) {
     MT_INPUT_CHECK(t.tokenizer != nullptr, recipe.source_path,
                    ": data.tokenizer.type: BERT data needs a WordPiece vocabulary "

@@ -91,8 +91,7 @@ config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelCo
     r.data.tokenizer.type = "NullTokenizer";
     r.data.tokenizer.vocab_size = model.vocab_size;
   }
-  r.checkpoint.load = fs::absolute(o.out_dir).lexically_normal().string();
-  r.checkpoint.finetune = true;
+  r.checkpoint.pretrained = fs::absolute(o.out_dir).lexically_normal().string();
   yaml_out = concat("# Written by convert_checkpoint from ", fs::absolute(o.hf_dir).string(),
                     "/config.json.\n# The model section is the converted checkpoint's; choose "
                     "data, training and optimizer\n# for the fine-tuning run (data.mock trains on "

@@ -32,7 +32,7 @@ shards of model.safetensors.index.json) and writes a native checkpoint DIR/iter_
 as a run with the given tensor/pipeline/expert parallel sizes saves it (any layout loads it
 anyway). With --recipe, the recipe's model section must match config.json (an error names the
 first difference) and its parallel section gives the layout; without, DIR/recipe.yaml is written:
-the model section from config.json, checkpoint.load DIR with finetune: true.
+the model section from config.json, checkpoint.pretrained DIR.
 Export (--to-hf): writes HF_DIR (which must not exist or be empty) with config.json and the
 weights in --dtype (default: the dtype the checkpoint was imported from, else fp32). The
 architecture is the imported one, or chosen from the model (gpt: GPT2LMHeadModel, llama:

@@ -126,3 +126,51 @@ TEST_F(HfTools, UsageAndInputErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+// The "loss" of each iteration line of a logging.jsonl file.
+std::vector<double> jsonl_losses(const std::string& path) {
+  std::vector<double> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("iteration") && j.contains("loss") && !j.contains("event"))
+      out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
+// checkpoint.pretrained naming a Hugging Face directory trains from exactly the weights an
+// explicit import gives; the converted copy is removed; a model section that does not match
+// config.json is an error naming both.
+TEST_F(HfTools, PretrainedHuggingFaceDirectoryStartsTheRun) {
+  const std::string ckpt = (dir_ / "ckpt").string(), save = (dir_ / "save").string();
+  Result r = run(kBin + "convert_checkpoint --from-hf " + kFixture + " --to " + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string common = kBin + "pretrain --recipe " + ckpt +
+                             "/recipe.yaml --set training.train_iters=3 "
+                             "--set training.eval_interval=0 --set logging.interval=1 ";
+  // The imported recipe starts from the import (checkpoint.pretrained: ckpt).
+  r = run(common + "--set logging.jsonl=" + (dir_ / "import.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  r = run(common + "--set checkpoint.pretrained=" + kFixture + " --set checkpoint.save=" + save +
+          " --set logging.jsonl=" + (dir_ / "pretrained.jsonl").string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("converting the Hugging Face checkpoint"));
+  EXPECT_THAT(r.output, HasSubstr("(weights only)"));
+  const auto a = jsonl_losses((dir_ / "import.jsonl").string());
+  const auto b = jsonl_losses((dir_ / "pretrained.jsonl").string());
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a, b);
+  EXPECT_FALSE(fs::exists(fs::path(save) / ".pretrained_import"));
+  EXPECT_TRUE(fs::exists(fs::path(save) / "iter_0000003"));
+
+  r = run(common + "--set model.num_layers=3 --set checkpoint.pretrained=" + kFixture);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("num_layers"));
+  EXPECT_THAT(r.output, HasSubstr("config.json"));
+}
+
+}  // namespace

@@ -282,6 +282,44 @@ TEST_F(CheckpointResume, FinetuneLoadsWeightsOnly) {
   EXPECT_LT(tuned.steps.front().loss, fresh.steps.front().loss);
 }
 
+// checkpoint.pretrained (Megatron's --pretrained-checkpoint): weights only while the run has no
+// checkpoint of its own; once it saved, a restart resumes its own checkpoint (bit for bit the
+// uninterrupted fine-tune), never the pretrained one again.
+TEST_F(CheckpointResume, PretrainedIsIgnoredOnceTheRunSaved) {
+  const std::string base = dir() + "/base", tuned = dir() + "/tuned", other = dir() + "/other";
+  train(RunSpec("fp32", 5, 2, 32, base));
+  auto finetune = [&](int64_t iters, const std::string& save) {
+    // save and load the same directory, as a requeued job does.
+    RunSpec r("fp32", iters, 2, 32, save, save + ", pretrained: " + base);
+    std::string log;
+    r.log_out = &log;
+    auto summary = train(r);
+    return std::make_pair(summary, log);
+  };
+  const auto [full, full_log] = finetune(6, other);  // uninterrupted
+  EXPECT_EQ(full.start_iteration, 0);
+  EXPECT_THAT(full_log, HasSubstr("(weights only)"));
+  EXPECT_THAT(full_log, HasSubstr(base));
+  const auto fresh = train(RunSpec("fp32", 6));
+  EXPECT_LT(full.steps.front().loss, fresh.steps.front().loss);  // it did start from base
+
+  const auto [first, first_log] = finetune(3, tuned);  // interrupted after 3 steps
+  EXPECT_EQ(first.start_iteration, 0);
+  ASSERT_EQ(first.steps.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(first.steps[i].loss, full.steps[i].loss);
+  const auto [resumed, resumed_log] = finetune(6, tuned);  // the restart
+  EXPECT_THAT(resumed_log, ::testing::Not(HasSubstr("(weights only)")));
+  expect_identical_tail(resumed, full, 3);
+
+  // A missing pretrained directory, and finetune with pretrained, are errors.
+  RunSpec missing("fp32", 2, 2, 32, "", "null, pretrained: " + dir() + "/nowhere");
+  EXPECT_THAT(input_error_of(missing, "a missing checkpoint.pretrained must fail"),
+              HasSubstr("checkpoint.pretrained: '" + dir() + "/nowhere' is not a directory"));
+  RunSpec both("fp32", 2, 2, 32, "", base + ", finetune: true, pretrained: " + base);
+  EXPECT_THAT(input_error_of(both, "finetune with pretrained must fail"),
+              HasSubstr("checkpoint.finetune"));
+}
+
 TEST_F(CheckpointResume, AnotherModelShapeIsAClearError) {
   train(RunSpec("fp32", 2, 2, 32, dir()));
   {

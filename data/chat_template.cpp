@@ -208,4 +208,26 @@ void tokenize_conversation(ChatTemplate chat_template, std::span<const SFTMessag
   r.finish(separately, tokens, loss);
 }
 
+std::vector<int32_t> generation_prompt(ChatTemplate chat_template,
+                                       std::span<const SFTMessage> messages,
+                                       const Tokenizer& tokenizer, int32_t& end_of_turn) {
+  MT_INPUT_CHECK(!messages.empty() && messages.back().role == "user",
+                 "a generation prompt ends with a user message");
+  std::vector<SFTMessage> with_answer(messages.begin(), messages.end());
+  with_answer.push_back({"assistant", ""});
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> loss;
+  tokenize_conversation(chat_template, with_answer, tokenizer, tokens, loss);
+  size_t first = 0;
+  while (first < loss.size() && loss[first] == 0) ++first;
+  MT_CHECK(first < loss.size(), "chat template ", chat_template_name(chat_template),
+           ": an empty answer has no trained closing token");
+  // The empty answer's trained tokens end with the one closing the turn.
+  size_t last = first;
+  while (last + 1 < loss.size() && loss[last + 1] == 1) ++last;
+  end_of_turn = tokens[last];
+  tokens.resize(first);
+  return tokens;
+}
+
 }  // namespace megatron::data

@@ -55,4 +55,12 @@ void tokenize_conversation(ChatTemplate chat_template, std::span<const SFTMessag
                            const Tokenizer& tokenizer, std::vector<int32_t>& tokens,
                            std::vector<uint8_t>& loss);
 
+// What a model is given to answer `messages` (which end with a user message): the conversation
+// followed by the opening of the assistant's turn (apply_chat_template's add_generation_prompt),
+// i.e. the ids of messages + an empty assistant answer up to its first trained token. end_of_turn
+// receives the token that closes an answer (eod, eos, <|eot_id|> or <|im_end|>): where to stop.
+std::vector<int32_t> generation_prompt(ChatTemplate chat_template,
+                                       std::span<const SFTMessage> messages,
+                                       const Tokenizer& tokenizer, int32_t& end_of_turn);
+
 }  // namespace megatron::data

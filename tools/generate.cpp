@@ -6,14 +6,18 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "data/chat_template.h"
+#include "data/sft_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "megatron/core/error.h"
@@ -42,6 +46,13 @@ constexpr const char* kUsage =
   --top-p P             sample among the most likely tokens holding mass P (default 1)
   --seed S              sampling seed (default 1234)
   --stop-id ID          stop after generating this id (repeatable)
+  --chat-template NAME  wrap --prompt as a user message in this chat template (simple, plain,
+                        llama2, llama3, chatml; data/chat_template.h) and stop at the end of
+                        the assistant's turn
+  --prompts-file F      evaluate a JSONL file of conversations ({"prompt", "response"} or
+                        {"messages"} ending with the assistant's answer): greedy answers to
+                        each, printed beside the expected ones, then the exact-match rate
+                        (--chat-template defaults to simple; --show N prints N, default 10)
   --print-ids           print the generated ids on one line, space-separated
   --no-cache            recompute the whole sequence every step (no KV cache; for checking)
   --tokenizer-type T, --tokenizer-model F, --vocab-file F, --merge-file F
@@ -51,7 +62,8 @@ Prints the continuation (text when a tokenizer is known), then tokens/s on stder
 
 struct Args {
   std::string checkpoint, prompt, prompt_ids, tokenizer_type, tokenizer_model, vocab_file,
-      merge_file;
+      merge_file, chat_template, prompts_file;
+  int64_t show = 10;
   std::optional<int64_t> iteration;
   inference::SamplingOptions sampling;
   bool print_ids = false, have_prompt = false;
@@ -87,6 +99,12 @@ Args parse(int argc, char** argv) {
       a.sampling.seed = static_cast<uint64_t>(flags.integer(0));
     else if (f == "--stop-id")
       a.sampling.stop_ids.push_back(static_cast<int32_t>(flags.integer(0)));
+    else if (f == "--chat-template")
+      a.chat_template = flags.value();
+    else if (f == "--prompts-file")
+      a.prompts_file = flags.value();
+    else if (f == "--show")
+      a.show = flags.integer(0);
     else if (f == "--print-ids")
       a.print_ids = true;
     else if (f == "--no-cache")
@@ -103,8 +121,20 @@ Args parse(int argc, char** argv) {
       flags.fail("unexpected argument '" + f + "'");
   }
   if (a.checkpoint.empty()) usage_error("--checkpoint is required");
-  if (a.have_prompt == !a.prompt_ids.empty())
-    usage_error("give exactly one of --prompt and --prompt-ids");
+  const int prompt_kinds =
+      int(a.have_prompt) + int(!a.prompt_ids.empty()) + int(!a.prompts_file.empty());
+  if (prompt_kinds != 1)
+    usage_error("give exactly one of --prompt, --prompt-ids and --prompts-file");
+  if (!a.chat_template.empty() && !a.prompt_ids.empty())
+    usage_error("--chat-template wraps text prompts, not --prompt-ids");
+  if (!a.prompts_file.empty() && a.chat_template.empty()) a.chat_template = "simple";
+  if (!a.chat_template.empty()) {
+    try {
+      data::chat_template_from_name(a.chat_template);
+    } catch (const InputError& e) {
+      usage_error(concat("--chat-template: ", e.what()));
+    }
+  }
   try {
     a.sampling.validate();
   } catch (const InputError& e) {
@@ -141,6 +171,70 @@ std::unique_ptr<data::Tokenizer> tokenizer_for(const Args& a, const config::Reci
       a.tokenizer_model.empty() ? existing(r, r.data.tokenizer.model) : a.tokenizer_model};
   if (spec.type.empty() || spec.type == "NullTokenizer") return nullptr;
   return data::make_tokenizer(spec);
+}
+
+// Trims ASCII whitespace at both ends (answers are compared without it).
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r\n");
+  return b == std::string::npos ? std::string()
+                                : s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+// --prompts-file: a greedy answer to every conversation of the file, against its last
+// (assistant) message; rank 0 prints --show of them and the exact-match rate.
+int evaluate_prompts(const Args& a, const std::string& checkpoint, const config::Recipe& recipe,
+                     const data::Tokenizer& tokenizer, parallel::Communicator& world) {
+  const data::ChatTemplate tmpl = data::chat_template_from_name(a.chat_template);
+  std::ifstream in(a.prompts_file);
+  MT_INPUT_CHECK(in.is_open(), "cannot open --prompts-file '", a.prompts_file, "'");
+  struct Item {
+    std::string question, expected;
+    std::vector<int32_t> prompt;
+    int32_t end_of_turn = -1;
+  };
+  std::vector<Item> items;
+  std::string line;
+  int64_t line_no = 0, longest = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = concat(a.prompts_file, ":", line_no);
+    std::vector<data::SFTMessage> messages = data::parse_sft_line(line, where);
+    MT_INPUT_CHECK(messages.back().role == "assistant", where,
+                   ": the conversation must end with the expected (assistant) answer");
+    Item item;
+    item.expected = messages.back().content;
+    messages.pop_back();
+    item.question = messages.back().content;
+    item.prompt = data::generation_prompt(tmpl, messages, tokenizer, item.end_of_turn);
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(item.prompt.size()));
+    items.push_back(std::move(item));
+  }
+  MT_INPUT_CHECK(!items.empty(), "--prompts-file '", a.prompts_file, "' holds no conversation");
+  const int64_t length = longest + a.sampling.max_new_tokens;
+  if (recipe.model.position_embedding == config::PositionEmbedding::Learned)
+    MT_INPUT_CHECK(length <= recipe.model.max_positions(), "the longest prompt (", longest,
+                   " tokens) and --max-new-tokens ", a.sampling.max_new_tokens, " need ", length,
+                   " positions; the model has ", recipe.model.max_positions());
+  const inference::CausalLM lm(checkpoint, std::nullopt, world, length);
+  int64_t exact = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    inference::SamplingOptions sampling = a.sampling;
+    sampling.stop_ids.push_back(items[k].end_of_turn);
+    std::vector<int32_t> answer = inference::generate(lm, items[k].prompt, sampling).tokens;
+    if (!answer.empty() && answer.back() == items[k].end_of_turn) answer.pop_back();
+    const std::string got = trimmed(tokenizer.decode(answer));
+    const bool match = got == trimmed(items[k].expected);
+    exact += match;
+    if (world.rank() == 0 && static_cast<int64_t>(k) < a.show)
+      std::printf("[%zu] %s\n    got:      %s\n    expected: %s%s\n", k + 1,
+                  items[k].question.c_str(), got.c_str(), trimmed(items[k].expected).c_str(),
+                  match ? "  (exact)" : "");
+  }
+  if (world.rank() == 0)
+    std::printf("exact match: %lld of %zu (%.1f%%)\n", static_cast<long long>(exact), items.size(),
+                100.0 * static_cast<double>(exact) / static_cast<double>(items.size()));
+  return 0;
 }
 
 int run(const Args& a, parallel::Communicator& world) {
@@ -182,17 +276,31 @@ int run(const Args& a, parallel::Communicator& world) {
     if (world.rank() == 0)
       std::fprintf(stderr, "generate: no tokenizer (%s); printing ids\n", e.what());
   }
+  if (!a.prompts_file.empty()) {
+    MT_INPUT_CHECK(tokenizer != nullptr, "--prompts-file needs a tokenizer, and ", index.path,
+                   " records none (NullTokenizer): pass --tokenizer-type and its files");
+    return evaluate_prompts(a, index.path, recipe, *tokenizer, world);
+  }
   std::vector<int32_t> prompt;
+  inference::SamplingOptions sampling = a.sampling;
   if (a.have_prompt) {
     MT_INPUT_CHECK(tokenizer != nullptr, "--prompt needs a tokenizer, and ", index.path,
                    " records none (NullTokenizer): pass --prompt-ids, or --tokenizer-type and "
                    "its files");
-    // A Hugging Face tokenizer encodes as transformers does by default (its template's BOS
-    // first); the others as the training data was (no BOS).
-    if (recipe.data.tokenizer.type == "HuggingFaceTokenizer" && tokenizer->bos() >= 0)
-      prompt.push_back(tokenizer->bos());
-    const auto ids = tokenizer->encode(a.prompt);
-    prompt.insert(prompt.end(), ids.begin(), ids.end());
+    if (!a.chat_template.empty()) {
+      int32_t end_of_turn = -1;
+      const std::vector<data::SFTMessage> user = {{"user", a.prompt}};
+      prompt = data::generation_prompt(data::chat_template_from_name(a.chat_template), user,
+                                       *tokenizer, end_of_turn);
+      sampling.stop_ids.push_back(end_of_turn);
+    } else {
+      // A Hugging Face tokenizer encodes as transformers does by default (its template's BOS
+      // first); the others as the training data was (no BOS).
+      if (recipe.data.tokenizer.type == "HuggingFaceTokenizer" && tokenizer->bos() >= 0)
+        prompt.push_back(tokenizer->bos());
+      const auto ids = tokenizer->encode(a.prompt);
+      prompt.insert(prompt.end(), ids.begin(), ids.end());
+    }
   } else {
     prompt = parse_ids(a.prompt_ids);
   }
@@ -202,7 +310,7 @@ int run(const Args& a, parallel::Communicator& world) {
                    " tokens) and --max-new-tokens ", a.sampling.max_new_tokens, " need ", length,
                    " positions; the model has ", recipe.model.max_positions());
   const inference::CausalLM lm(index.path, std::nullopt, world, length);
-  const inference::Generation g = inference::generate(lm, prompt, a.sampling);
+  const inference::Generation g = inference::generate(lm, prompt, sampling);
   if (world.rank() != 0) return 0;
   if (a.print_ids) {
     for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);

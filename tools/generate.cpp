@@ -283,12 +283,12 @@ int run(const Args& a, parallel::Communicator& world) {
   }
   std::vector<int32_t> prompt;
   inference::SamplingOptions sampling = a.sampling;
+  int32_t end_of_turn = -1;  // --chat-template: the token closing the answer (not printed)
   if (a.have_prompt) {
     MT_INPUT_CHECK(tokenizer != nullptr, "--prompt needs a tokenizer, and ", index.path,
                    " records none (NullTokenizer): pass --prompt-ids, or --tokenizer-type and "
                    "its files");
     if (!a.chat_template.empty()) {
-      int32_t end_of_turn = -1;
       const std::vector<data::SFTMessage> user = {{"user", a.prompt}};
       prompt = data::generation_prompt(data::chat_template_from_name(a.chat_template), user,
                                        *tokenizer, end_of_turn);
@@ -310,14 +310,16 @@ int run(const Args& a, parallel::Communicator& world) {
                    " tokens) and --max-new-tokens ", a.sampling.max_new_tokens, " need ", length,
                    " positions; the model has ", recipe.model.max_positions());
   const inference::CausalLM lm(index.path, std::nullopt, world, length);
-  const inference::Generation g = inference::generate(lm, prompt, sampling);
+  inference::Generation g = inference::generate(lm, prompt, sampling);
+  if (!g.tokens.empty() && g.tokens.back() == end_of_turn) g.tokens.pop_back();
   if (world.rank() != 0) return 0;
   if (a.print_ids) {
     for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);
     std::printf("\n");
   } else if (tokenizer) {
-    std::printf("%s%s\n", a.have_prompt ? a.prompt.c_str() : "",
-                tokenizer->decode(g.tokens).c_str());
+    // A chat answer goes on its own line after the question.
+    std::printf("%s%s%s\n", a.have_prompt ? a.prompt.c_str() : "",
+                a.chat_template.empty() ? "" : "\n", tokenizer->decode(g.tokens).c_str());
   } else {
     for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);
     std::printf("\n");

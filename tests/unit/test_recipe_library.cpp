@@ -65,6 +65,7 @@ config::Recipe reduced(config::Recipe r) {
   r.checkpoint = config::CheckpointConfig{};
   r.logging = config::LoggingConfig{};
   r.data.mock = true;
+  r.data.sft = {};  // fine-tuning recipes train on their model and parallel choices here
   r.validate();
   return r;
 }

@@ -161,6 +161,23 @@ TEST_P(CudaVsCpuOps, Rope) {
   });
 }
 
+// Per-token positions (packed documents restart at 0), [S, B] int32 on the run's device.
+TEST_P(CudaVsCpuOps, RopeAtPackedPositions) {
+  const kernels::AttentionShape s{11, 2, 4, 2, 32};
+  const int64_t n = s.S * s.B * s.G * (s.H / s.G + 2) * s.Dh;
+  const auto qkv = rnd(n, 63), dqkv = rnd(n, 64);
+  std::vector<int32_t> pos(s.S * s.B);
+  for (int64_t t = 0; t < s.S; ++t)
+    for (int64_t b = 0; b < s.B; ++b) pos[t * s.B + b] = static_cast<int32_t>(t % (4 + b));
+  compare([&](const Backend& be) {
+    Tensor a = be.make(qkv, {n}), b = be.make(dqkv, {n});
+    const Tensor tpos = be.ints(pos).view({s.S, s.B});
+    ops::rope_forward(s, a, 10000.0f, 0, &tpos);
+    ops::rope_backward(s, b, 500000.0f, 0, &tpos);
+    return Outputs{{"qkv", a}, {"dqkv", b}};
+  });
+}
+
 TEST_P(CudaVsCpuOps, DropoutSameMasks) {
   const int64_t n = 4099;
   const auto x = rnd(n, 71), dy = rnd(n, 72);

@@ -28,7 +28,16 @@ struct AttentionCase {
   kernels::AttentionShape shape;
   bool causal, key_mask;
   float dropout;
+  bool packed = false;  // segment_ids: documents of 7 + 5b tokens in sample b
 };
+
+// Packed documents: [B, S] segment ids, sample b cut every 7 + 5b tokens.
+std::vector<int32_t> segment_ids(const kernels::AttentionShape& s) {
+  std::vector<int32_t> ids(s.B * s.S);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t j = 0; j < s.S; ++j) ids[b * s.S + j] = static_cast<int32_t>(j / (7 + 5 * b));
+  return ids;
+}
 
 class CudaVsCpuAttention : public CudaVsCpuOps {
  protected:
@@ -42,7 +51,9 @@ class CudaVsCpuAttention : public CudaVsCpuOps {
     compare(
         [&](const Backend& be) {
           Tensor tmask = be.bytes(mask);  // on the run's device, as the kernels need
+          Tensor tseg = be.ints(segment_ids(s));
           kernels::AttentionOptions opt;
+          opt.segment_ids = c.packed ? tseg.data<int32_t>() : nullptr;
           opt.scale = 1.0f / std::sqrt(float(s.Dh));
           opt.causal = c.causal;
           opt.key_mask = c.key_mask ? static_cast<const uint8_t*>(tmask.raw()) : nullptr;
@@ -66,6 +77,9 @@ class CudaVsCpuAttention : public CudaVsCpuOps {
 TEST_P(CudaVsCpuAttention, CausalGqaMaskDropoutOffsets) {
   run_attention({{37, 2, 4, 2, 16, 1, 6, 3}, true, true, 0.2f});
 }
+TEST_P(CudaVsCpuAttention, PackedDocumentsWithHolesAndDropout) {
+  run_attention({{37, 2, 4, 2, 16}, true, true, 0.1f, true});
+}
 TEST_P(CudaVsCpuAttention, PlainMultiHead) { run_attention({{37, 2, 4, 4, 16}, false, false, 0}); }
 TEST_P(CudaVsCpuAttention, MultiQueryPaddedDropout) {
   run_attention({{19, 2, 2, 1, 64, 0, 0, 0}, false, true, 0.1f});
@@ -85,7 +99,9 @@ class CudaVsCpuFlashAttention : public CudaVsCpuOps {
     compare(
         [&](const Backend& be) {
           Tensor tmask = be.bytes(mask);
+          Tensor tseg = be.ints(segment_ids(s));
           kernels::AttentionOptions opt;
+          opt.segment_ids = c.packed ? tseg.data<int32_t>() : nullptr;
           opt.scale = 1.0f / std::sqrt(float(s.Dh));
           opt.causal = c.causal;
           opt.key_mask = c.key_mask ? static_cast<const uint8_t*>(tmask.raw()) : nullptr;
@@ -128,6 +144,9 @@ TEST_P(CudaVsCpuFlashAttention, PlainMultiHeadCrossesTiles) {
 }
 TEST_P(CudaVsCpuFlashAttention, MultiQueryPaddedDropoutDh64) {
   run_flash({{19, 2, 2, 1, 64, 0, 0, 0}, false, true, 0.1f});
+}
+TEST_P(CudaVsCpuFlashAttention, PackedDocumentsCrossTiles) {
+  run_flash({{70, 2, 4, 2, 32}, true, true, 0.1f, true});
 }
 TEST_P(CudaVsCpuFlashAttention, CausalDh128) { run_flash({{45, 1, 2, 2, 128}, true, false, 0}); }
 TEST_P(CudaVsCpuFlashAttention, CausalPaddedDh256) {

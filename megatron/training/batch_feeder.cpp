@@ -31,8 +31,13 @@ void BatchFeeder::fill(const BatchSource& source, int64_t consumed, int64_t roun
     source.fill(first_sample, recipe_.training.micro_batch_size, mb);
     mb.info = MicroBatchInfo{iteration, sampler_.position(m), training};
     check_ids_in_vocabulary(mb, vocab_size_, first_sample, [&] {
-      return concat(training ? "training" : "validation", " data (data.train: ",
-                    recipe_.data.mock ? std::string("mock") : data_paths(recipe_.data.train), ")");
+      const auto& d = recipe_.data;
+      if (d.sft.enabled())
+        return concat(training ? "training" : "validation", " data (data.sft.",
+                      training || d.sft.valid.empty() ? "train: " : "valid: ",
+                      data_paths(training || d.sft.valid.empty() ? d.sft.train : d.sft.valid), ")");
+      return concat(training ? "training" : "validation",
+                    " data (data.train: ", d.mock ? std::string("mock") : data_paths(d.train), ")");
     });
   }
 }

@@ -193,7 +193,7 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
     }
   }
   const int64_t consumed = sample_offset + iteration * recipe_.training.global_batch_size;
-  req.metadata = {{"recipe", recipe_.to_json()},
+  req.metadata = {{"recipe", recipe_for_metadata()},
                   {"iteration", iteration},
                   {"consumed_samples", consumed},
                   {"optimizer_steps", optimizer_->steps_taken()},
@@ -220,6 +220,17 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
   if (log_)
     *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
+}
+
+nlohmann::json Checkpointer::recipe_for_metadata() const {
+  // Tokenizer files as absolute paths, so tools reading the checkpoint (generate) find them
+  // from any working directory.
+  config::Recipe r = recipe_;
+  auto& t = r.data.tokenizer;
+  for (std::string* f : {&t.vocab_file, &t.merge_file, &t.model})
+    if (!f->empty())
+      *f = std::filesystem::absolute(config::resolve_path(recipe_, *f)).lexically_normal().string();
+  return r.to_json();
 }
 
 Checkpointer::Resume Checkpointer::load() {

@@ -64,6 +64,8 @@ class Checkpointer {
 
  private:
   Resume load_from(const std::string& dir, bool weights_only);
+  // The recipe saved in the metadata (tokenizer paths made absolute).
+  nlohmann::json recipe_for_metadata() const;
   // fp32 host views of the buffers a checkpoint reads and writes: the buffers themselves on
   // the CPU in fp32; otherwise staged fp32 host copies (16-bit model weights widened), which
   // write_back copies (and rounds) back.

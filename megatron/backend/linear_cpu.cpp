@@ -28,7 +28,7 @@ void linear_forward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, c
 }
 
 void linear_backward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, const Tensor& dy,
-                         Tensor* dx, Tensor& dw, Tensor* db, int64_t n, int64_t in, int64_t out) {
+                         Tensor* dx, Tensor* dw, Tensor* db, int64_t n, int64_t in, int64_t out) {
   if (native_bf16(fa)) {
     const bf16_t* dy16 = dy.data<bf16_t>();
     if (dx) {
@@ -39,13 +39,13 @@ void linear_backward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, 
       g.C = dx->raw(), g.c_dtype = DType::BF16, g.ldc = in;
       cpu::gemm_bf16(g);
     }
-    if (n > 0) {
+    if (dw && n > 0) {
       cpu::Bf16Gemm g;
       g.trans_a = true;
       g.M = out, g.N = in, g.K = n;
       g.A = dy16, g.lda = out;
       g.B = x.data<bf16_t>(), g.ldb = in;
-      g.C = dw.raw(), g.c_dtype = dw.dtype(), g.ldc = in;
+      g.C = dw->raw(), g.c_dtype = dw->dtype(), g.ldc = in;
       g.accumulate = true;
       cpu::gemm_bf16(g);
     }
@@ -55,7 +55,7 @@ void linear_backward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, 
   Fp32OnCpu f(fa);
   if (dx)
     cpu::gemm(false, false, n, in, out, 1.0f, f.in(dy), out, f.in(w), in, 0.0f, f.out(dx), in);
-  cpu::gemm(true, false, out, in, n, 1.0f, f.in(dy), out, f.in(x), in, 1.0f, f.out(dw), in);
+  if (dw) cpu::gemm(true, false, out, in, n, 1.0f, f.in(dy), out, f.in(x), in, 1.0f, f.out(dw), in);
   if (db) cpu::bias_grad(f.in(dy), n, out, f.out(db));
   f.finish();
 }

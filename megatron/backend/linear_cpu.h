@@ -15,6 +15,6 @@ void linear_forward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, c
                         Tensor& y, int64_t n, int64_t in, int64_t out);
 // dx = dy @ w; dw += dy^T @ x; db += column sums of dy
 void linear_backward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, const Tensor& dy,
-                         Tensor* dx, Tensor& dw, Tensor* db, int64_t n, int64_t in, int64_t out);
+                         Tensor* dx, Tensor* dw, Tensor* db, int64_t n, int64_t in, int64_t out);
 
 }  // namespace megatron::ops::detail

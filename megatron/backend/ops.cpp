@@ -20,22 +20,23 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   detail::linear_forward_cpu(fa, x, w, b, y, n, in, out);
 }
 
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
                      Tensor* db) {
   const char* op = "linear_backward";
   const Device dev =
-      device_of(op, {{&x, "x"}, {&w, "w"}, {&dy, "dy"}, {dx, "dx"}, {&dw, "dw"}, {db, "db"}});
+      device_of(op, {{&x, "x"}, {&w, "w"}, {&dy, "dy"}, {dx, "dx"}, {dw, "dw"}, {db, "db"}});
   MT_CHECK(w.ndim() == 2, "linear_backward: weight must be 2-D, got ", w.shape().str());
   const int64_t out = w.dim(0), in = w.dim(1);
   const int64_t n = rows_of(x, in);
-  MT_CHECK(dy.numel() == n * out && dw.numel() == out * in, "linear_backward: shape mismatch");
+  MT_CHECK(dy.numel() == n * out && (!dw || dw->numel() == out * in),
+           "linear_backward: shape mismatch");
   if (dx) MT_CHECK(dx->numel() == n * in, "linear_backward: dx ", dx->shape().str());
   if (db) MT_CHECK(db->numel() == out, "linear_backward: db ", db->shape().str());
   const FloatArgs fa(op, {{&x, "x"},
                           {&w, "w"},
                           {&dy, "dy"},
                           {dx, "dx", Role::T, kWritten},
-                          {&dw, "dw", Role::TorF32, kUpdated},
+                          {dw, "dw", Role::TorF32, kUpdated},
                           {db, "db", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, linear_backward(x, w, dy, dx, dw, db));
   detail::linear_backward_cpu(fa, x, w, dy, dx, dw, db, n, in, out);

@@ -21,8 +21,9 @@ namespace megatron::ops {
 
 // y[N,out] = x[N,in] @ w[out,in]^T (+ b[out])
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
-// dx = dy @ w (written; skipped when dx is null); dw += dy^T @ x; db += colsum(dy) (if db).
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+// dx = dy @ w (written; skipped when dx is null); dw += dy^T @ x (skipped when dw is null: a
+// frozen weight); db += colsum(dy) (if db).
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
                      Tensor* db);
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,

@@ -8,8 +8,8 @@ DataParallelGrads::DataParallelGrads(ParamStore& store, parallel::Communicator& 
                                      int64_t bucket_elements, bool distributed, BufferRange range)
     : store_(&store), dp_(&dp), distributed_(distributed && dp.size() > 1) {
   MT_CHECK(store.finalized(), "gradient sync built before the parameter store was finalized");
-  if (range.size() == 0 && range.begin == 0) range = {0, store.buffer_numel()};
-  MT_CHECK(range.begin >= 0 && range.end <= store.buffer_numel() && range.begin <= range.end,
+  if (range.size() == 0 && range.begin == 0) range = {0, store.trainable_numel()};
+  MT_CHECK(range.begin >= 0 && range.end <= store.trainable_numel() && range.begin <= range.end,
            "gradient sync range [", range.begin, ", ", range.end, ") outside the buffer of ",
            store.buffer_numel());
   const int64_t total = range.size(), n = dp.size();

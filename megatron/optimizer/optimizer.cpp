@@ -21,7 +21,7 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings,
   MT_INPUT_CHECK(settings.type == "adamw" || settings.type == "sgd",
                  "optimizer.type: unknown optimizer '", settings.type, "' (expected adamw or sgd)");
   std::vector<BufferRange> owned = owned_ranges;
-  if (owned.empty()) owned.push_back({0, store.buffer_numel()});
+  if (owned.empty()) owned.push_back({0, store.trainable_numel()});
   int64_t state = 0;
   for (const BufferRange& r : owned) {
     for (Parameter* p : store.params()) {

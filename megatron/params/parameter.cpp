@@ -66,24 +66,27 @@ void ParamStore::finalize(int64_t pad_multiple, DType model_dtype, int64_t exper
   // (reduced over another group) follows the rest, each region padded for its own sharding.
   int64_t at = 0;
   total_ = 0;
-  for (const bool expert : {false, true}) {
+  auto place = [&](auto&& wanted) {
     for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-      if ((*it)->expert != expert) continue;
+      if (!wanted(**it)) continue;
       (*it)->offset = at;
       at += (*it)->local_shape.numel();
       total_ += (*it)->local_shape.numel();
     }
-    if (!expert) at = expert_begin_ = round_up(at, pad_multiple);
-  }
-  const int64_t padded =
+  };
+  place([](const Parameter& p) { return !p.frozen && !p.expert; });
+  at = expert_begin_ = round_up(at, pad_multiple);
+  place([](const Parameter& p) { return !p.frozen && p.expert; });
+  at = trainable_end_ =
       at == expert_begin_ ? at : round_up(at - expert_begin_, expert_pad_multiple) + expert_begin_;
-  weights_ = Tensor::zeros({padded}, model_dtype, device);
-  grads_ = Tensor::zeros({padded}, DType::F32, device);
-  if (mixed_precision()) masters_ = Tensor::zeros({padded}, DType::F32, device);
+  place([](const Parameter& p) { return p.frozen; });
+  weights_ = Tensor::zeros({at}, model_dtype, device);
+  grads_ = Tensor::zeros({trainable_end_}, DType::F32, device);
+  if (mixed_precision()) masters_ = Tensor::zeros({trainable_end_}, DType::F32, device);
   for (auto& p : params_) {
     p->weight = weights_.flat_view(p->offset, p->local_shape);
-    p->grad = grads_.flat_view(p->offset, p->local_shape);
-    p->master = masters().flat_view(p->offset, p->local_shape);
+    p->grad = p->frozen ? Tensor() : grads_.flat_view(p->offset, p->local_shape);
+    p->master = p->frozen ? Tensor() : masters().flat_view(p->offset, p->local_shape);
   }
   finalized_ = true;
 }
@@ -92,8 +95,11 @@ void ParamStore::initialize(uint64_t seed) {
   MT_CHECK(finalized_, "initialize before finalize");
   // The values depend only on (seed, name, global index): compute them on the host (into the
   // master buffer itself on the CPU) and copy them to the device in one transfer.
-  const bool on_host = device_ == Device::CPU;
-  Tensor host = on_host ? masters() : Tensor::zeros({masters().numel()}, DType::F32);
+  // Straight into the masters when they are the whole (host) buffer; else via one fp32 host
+  // copy of everything (device buffers; frozen weights without masters).
+  const int64_t n_all = weights_.numel(), n_master = masters().numel();
+  const bool direct = device_ == Device::CPU && n_master == n_all;
+  Tensor host = direct ? masters() : Tensor::zeros({n_all}, DType::F32);
   for (auto& p : params_) {
     float* v = host.data<float>() + p->offset;
     const int64_t n = p->local_shape.numel();
@@ -114,15 +120,20 @@ void ParamStore::initialize(uint64_t seed) {
       }
     }
   }
-  if (!on_host) masters().copy_from(host);
-  refresh_model_weights(0, weights_.numel());
+  if (!direct) masters().copy_from(host.flat_view(0, {n_master}));
+  refresh_model_weights(0, n_master);
+  if (n_all > n_master) {  // frozen weights (mixed precision): rounded straight into the buffer
+    const Tensor src = host.flat_view(n_master, {n_all - n_master}).to(device_);
+    Tensor dst = weights_.flat_view(n_master, {n_all - n_master});
+    ops::cast(src, dst);
+  }
 }
 
 void ParamStore::zero_grads() { grads_.zero_(); }
 
 void ParamStore::refresh_model_weights(int64_t begin, int64_t end) {
   if (!mixed_precision()) return;
-  MT_CHECK(0 <= begin && begin <= end && end <= weights_.numel(), "refresh range [", begin, ", ",
+  MT_CHECK(0 <= begin && begin <= end && end <= masters_.numel(), "refresh range [", begin, ", ",
            end, ")");
   if (begin == end) return;
   Tensor model = weights_.flat_view(begin, {end - begin});

@@ -50,6 +50,10 @@ struct Parameter {
   // dp) and it counts in the gradient norm on every expert-parallel rank. ParamStore lays these
   // out after all other parameters (ParamStore::expert_begin()).
   bool expert = false;
+  // A frozen weight (LoRA's base model): no gradient, no fp32 master and no optimizer state; set
+  // before ParamStore::finalize, which lays frozen weights out after every trainable one. Its
+  // grad and master are empty tensors.
+  bool frozen = false;
   int64_t offset = 0;  // element offset of this shard in the buffers
   // The weights the layers compute with, in the model dtype (fp32, or bf16/fp16 under mixed
   // precision): a view into ParamStore's weight buffer.
@@ -57,6 +61,8 @@ struct Parameter {
   Tensor grad;    // fp32 main gradient: view into ParamStore's grad buffer
   Tensor master;  // fp32 master weights the optimizer updates (the same view as weight in fp32)
 
+  // &grad, or null for a frozen weight (what the backward GEMMs take).
+  Tensor* grad_or_null() { return frozen ? nullptr : &grad; }
   // Global flat index of local element i (for shard-independent init and checkpoints).
   int64_t global_index(int64_t local_index) const;
 };
@@ -74,11 +80,15 @@ class ParamStore {
   // a multiple of expert_pad_multiple (sharded over the expert-data-parallel group). With a 16-bit
   // model dtype (mixed precision) the model weights are stored in that dtype and the fp32
   // master weights separately (Megatron's layout: 2 + 4 + 4 bytes per parameter plus the
-  // optimizer's moments); in fp32 one buffer is both. Every buffer lives on device().
+  // optimizer's moments); in fp32 one buffer is both. Frozen weights (Parameter::frozen) come
+  // last, in the weight buffer only. Every buffer lives on device().
   void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32,
                 int64_t expert_pad_multiple = 1);
-  // Where the experts' region starts (== buffer_numel() without experts).
+  // Where the experts' region starts (== trainable_numel() without experts).
   int64_t expert_begin() const { return expert_begin_; }
+  // The trainable part of the weight buffer, [0, trainable_numel()): the gradient buffer, the
+  // fp32 masters and the optimizer cover only it; frozen weights follow it.
+  int64_t trainable_numel() const { return trainable_end_; }
   Device device() const { return device_; }
   bool finalized() const { return finalized_; }
 
@@ -109,6 +119,7 @@ class ParamStore {
   Device device_ = Device::CPU;
   int64_t total_ = 0;
   int64_t expert_begin_ = 0;
+  int64_t trainable_end_ = 0;
   bool finalized_ = false;
 };
 

@@ -37,7 +37,7 @@ void reduce_tied_embedding_grads(const std::vector<std::unique_ptr<models::Model
   if (pp.size() == 1 || !tied || embedding.size() == 1) return;
   for (const auto& c : chunks) {
     Parameter* w = c->word_embeddings();
-    if (w && (c->stage().pre_process || c->stage().post_process)) {
+    if (w && !w->frozen && (c->stage().pre_process || c->stage().post_process)) {
       embedding.all_reduce(w->grad, parallel::ReduceOp::Sum);
       return;
     }

@@ -7,10 +7,10 @@ GradientSync::GradientSync(ParamStore& store, const TrainerGroups& g, bool distr
     : dp_(g.dp), ep_(g.ep), expert_dp_(g.expert_dp) {
   dense_ = std::make_unique<optim::DataParallelGrads>(store, *g.dp, bucket_elements, distributed,
                                                       optim::BufferRange{0, store.expert_begin()});
-  if (store.expert_begin() < store.buffer_numel())
+  if (store.expert_begin() < store.trainable_numel())
     experts_ = std::make_unique<optim::DataParallelGrads>(
         store, *g.expert_dp, bucket_elements, distributed,
-        optim::BufferRange{store.expert_begin(), store.buffer_numel()});
+        optim::BufferRange{store.expert_begin(), store.trainable_numel()});
 }
 
 std::vector<optim::BufferRange> GradientSync::owned() const {

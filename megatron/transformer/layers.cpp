@@ -82,9 +82,11 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
 }
 
 void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
-  Tensor dw = weight_2d(weight_->grad);
+  // A frozen weight (or bias) gets no gradient: only dx is computed for it.
+  Tensor dw_view = weight_->frozen ? Tensor() : weight_2d(weight_->grad);
+  Tensor* dw = weight_->frozen ? nullptr : &dw_view;
   const Tensor w = weight_2d(weight_->weight);
-  Tensor* d_bias = bias_ ? &bias_->grad : nullptr;
+  Tensor* d_bias = bias_ ? bias_->grad_or_null() : nullptr;
   if (sp_ && mode_ == TPMode::Row) {
     // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
     // the gathered gradient for the bias too makes its gradient complete on every rank.
@@ -144,11 +146,22 @@ void Norm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
 }
 
 void Norm::backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const {
+  // Frozen norm weights: their (small) gradients go to scratch and are dropped.
+  auto grad_of = [&](Parameter* p) -> Tensor& {
+    if (!p->frozen) return p->grad;
+    return ensure(p == weight_ ? ctx.frozen_dw : ctx.frozen_db, p->weight.shape(), DType::F32,
+                  device_);
+  };
   if (kind_ == Kind::LayerNorm) {
-    ops::layernorm_backward(ctx.input, weight_->weight, ctx.mean, ctx.rstd, dy, dx, weight_->grad,
-                            bias_->grad);
+    Tensor& dw = grad_of(weight_);
+    Tensor& db = grad_of(bias_);
+    if (weight_->frozen) dw.zero_();
+    if (bias_->frozen) db.zero_();
+    ops::layernorm_backward(ctx.input, weight_->weight, ctx.mean, ctx.rstd, dy, dx, dw, db);
   } else {
-    ops::rmsnorm_backward(ctx.input, weight_->weight, ctx.rstd, dy, dx, weight_->grad);
+    Tensor& dw = grad_of(weight_);
+    if (weight_->frozen) dw.zero_();
+    ops::rmsnorm_backward(ctx.input, weight_->weight, ctx.rstd, dy, dx, dw);
   }
 }
 
@@ -177,6 +190,7 @@ void Embedding::forward(Ctx& ctx, const Tensor& ids, Tensor& out) const {
 }
 
 void Embedding::backward(Ctx& ctx, const Tensor& dout) const {
+  if (table_->frozen) return;  // nothing flows further back than the table
   if (sp_) {
     ensure(scratch_, tp::full_sequence_shape(dout.shape(), *tp_), dout.dtype(), device_);
     tp::reduce_scatter_to_sequence_backward(*tp_, dout, scratch_);

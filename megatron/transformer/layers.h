@@ -54,6 +54,7 @@ class Norm {
   enum class Kind : uint8_t { LayerNorm, RMSNorm };
   struct Ctx {
     Tensor input, mean, rstd;
+    Tensor frozen_dw, frozen_db;  // scratch gradients of frozen weights (dropped)
   };
   // sequence_parallel: the norm sees sequence slices, so its gradients are tensor-parallel
   // partial sums (Parameter::tp_partial_grad).

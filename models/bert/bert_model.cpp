@@ -310,11 +310,11 @@ void BertModel::lm_head_backward(BertActivations& a, const MicroBatch& mb, float
   Tensor& d_head = ensure(a.d_head, {Sl, B, D}, act_dtype(), device_);
   if (sp()) {
     Tensor& full = ensure(a.d_head_full, {S, B, D}, act_dtype(), device_);
-    ops::linear_backward(a.head_full, table.weight, a.logits, &full, table.grad,
+    ops::linear_backward(a.head_full, table.weight, a.logits, &full, &table.grad,
                          &output_bias_->grad);
     tensor_parallel::gather_from_sequence_backward(*tp_, full, d_head);
   } else {
-    ops::linear_backward(a.head_out, table.weight, a.logits, &d_head, table.grad,
+    ops::linear_backward(a.head_out, table.weight, a.logits, &d_head, &table.grad,
                          &output_bias_->grad);
     tensor_parallel::copy_to_region_backward(*tp_, d_head);
   }

@@ -202,10 +202,12 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
       if (sp()) {
         // Each rank's vocab slice gives a partial gradient for every position: sum and split.
         Tensor& full = ensure(a.d_final_full, {S, B, D}, act_dtype(), device_);
-        ops::linear_backward(a.final_full, table.weight, a.logits, &full, table.grad, nullptr);
+        ops::linear_backward(a.final_full, table.weight, a.logits, &full, table.grad_or_null(),
+                             nullptr);
         tensor_parallel::gather_from_sequence_backward(*tp_, full, d_final);
       } else {
-        ops::linear_backward(a.final_out, table.weight, a.logits, &d_final, table.grad, nullptr);
+        ops::linear_backward(a.final_out, table.weight, a.logits, &d_final, table.grad_or_null(),
+                             nullptr);
         tensor_parallel::copy_to_region_backward(*tp_, d_final);
       }
     }

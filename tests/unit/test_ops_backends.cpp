@@ -46,9 +46,9 @@ TEST_P(CudaVsCpuOps, Linear) {
         ops::linear_forward(tx, tw, nullptr, y_nb);
         Tensor tdy = be.make(dy, {n, out}), dx = be.act_zeros({n, in});
         Tensor dw = be.f32(dw0, {out, in}), db = be.f32(db0, {out});
-        ops::linear_backward(tx, tw, tdy, &dx, dw, &db);
+        ops::linear_backward(tx, tw, tdy, &dx, &dw, &db);
         Tensor dw_only = be.zeros({out, in}, DType::F32);
-        ops::linear_backward(tx, tw, tdy, nullptr, dw_only, nullptr);
+        ops::linear_backward(tx, tw, tdy, nullptr, &dw_only, nullptr);
         return Outputs{{"y", y},   {"y_nobias", y_nb}, {"dx", dx},
                        {"dw", dw}, {"db", db},         {"dw_only", dw_only}};
       },
@@ -66,7 +66,7 @@ TEST_P(CudaVsCpuOps, LinearOddShapes) {
     ops::linear_forward(tx, tw, &tb, y);
     Tensor tdy = be.make(dy, {n, out}), dx = be.act_zeros({n, in});
     Tensor dw = be.zeros({out, in}, DType::F32), db = be.zeros({out}, DType::F32);
-    ops::linear_backward(tx, tw, tdy, &dx, dw, &db);
+    ops::linear_backward(tx, tw, tdy, &dx, &dw, &db);
     return Outputs{{"y", y}, {"dx", dx}, {"dw", dw}, {"db", db}};
   });
 }

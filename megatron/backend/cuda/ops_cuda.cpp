@@ -91,36 +91,39 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   });
 }
 
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
                      Tensor* db) {
   const char* op = "linear_backward";
   const int64_t out = w.dim(0), in = w.dim(1), n = x.numel() / in;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&w, "w"}, {&dy, "dy"}, {dx, "dx"}});
-    MT_CHECK(dw.dtype() == dtype_of<T>() || dw.dtype() == DType::F32, op, ": dw must be fp32 or ",
-             dtype_name(dtype_of<T>()), " on cuda, got ", dtype_name(dw.dtype()));
+    MT_CHECK(!dw || dw->dtype() == dtype_of<T>() || dw->dtype() == DType::F32, op,
+             ": dw must be fp32 or ", dtype_name(dtype_of<T>()), " on cuda, got ",
+             dtype_name(dw->dtype()));
     if (db) expect(op, *db, "db", DType::F32);
     kc::GemmContext& ctx = mc::gemm_context();
     if (dx)  // dx[n, in] = dy[n, out] @ w[out, in]
       kc::gemm<T>(ctx, false, false, n, in, out, 1.0f, ptr<T>(dy), out, ptr<T>(w), in, 0.0f,
                   ptr<T>(*dx), in, nullptr, stream());
     // dw[out, in] += dy^T @ x, accumulated in fp32 when dw is fp32 (main grads)
-    kc::GemmArgs a;
-    a.trans_a = true;
-    a.M = out;
-    a.N = in;
-    a.K = n;
-    a.alpha = 1.0f;
-    a.beta = 1.0f;
-    a.A = dy.raw();
-    a.lda = out;
-    a.B = x.raw();
-    a.ldb = in;
-    a.C = dw.raw();
-    a.ldc = in;
-    a.ab_type = dtype_of<T>();
-    a.c_type = dw.dtype();
-    ctx.run(a, stream());
+    if (dw) {
+      kc::GemmArgs a;
+      a.trans_a = true;
+      a.M = out;
+      a.N = in;
+      a.K = n;
+      a.alpha = 1.0f;
+      a.beta = 1.0f;
+      a.A = dy.raw();
+      a.lda = out;
+      a.B = x.raw();
+      a.ldb = in;
+      a.C = dw->raw();
+      a.ldc = in;
+      a.ab_type = dtype_of<T>();
+      a.c_type = dw->dtype();
+      ctx.run(a, stream());
+    }
     if (db) {
       mc::DeviceMemory ws = workspace(kc::bias_grad_workspace_bytes(n, out));
       kc::bias_grad<T>(ptr<T>(dy), n, out, ptr<float>(*db), ws.get(), stream());

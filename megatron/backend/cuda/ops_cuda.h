@@ -43,7 +43,7 @@
 namespace megatron::ops::cuda_backend {
 
 void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor& dw,
+void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
                      Tensor* db);
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,

@@ -93,7 +93,7 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
       Tensor dw = experts_[j].fc2->grad.view({D, F});
       ops::linear_backward(s.act_out.flat_view(at * F, {n, F}),
                            experts_[j].fc2->weight.view({D, F}), d_out.flat_view(at * D, {n, D}),
-                           &d_act, dw, nullptr);
+                           &d_act, &dw, nullptr);
     }
     at += n;
   }
@@ -110,7 +110,7 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
       Tensor dx = d_rows.flat_view(at * D, {n, D});
       Tensor dw = experts_[j].fc1->grad.view({F1, D});
       ops::linear_backward(s.rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
-                           s.d_fc1.flat_view(at * F1, {n, F1}), &dx, dw, nullptr);
+                           s.d_fc1.flat_view(at * F1, {n, F1}), &dx, &dw, nullptr);
     }
     at += n;
   }

@@ -224,7 +224,7 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   router_backward(s.routing, ro, d_gates.data(), s.balance, w, w, T, s.batch,
                   s.dlogits.data<float>());
   Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
-  ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, router_->grad, nullptr);
+  ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, &router_->grad, nullptr);
   ops::add_inplace(s.dx32, dx_router);
   ops::cast(s.dx32, d_in);
   lap.to(times.router);

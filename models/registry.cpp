@@ -50,6 +50,13 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.recompute = recompute_of(r.training.recompute);
   t.flash_attention = m.flash_attention(r.training.device);
   t.activation_dtype = model_dtype_of(r.training);
+  if (r.peft.lora()) {
+    t.lora = LoraSpec{r.peft.dim, static_cast<float>(r.peft.alpha)};
+    t.lora_qkv = r.peft.targets("linear_qkv");
+    t.lora_proj = r.peft.targets("linear_proj");
+    t.lora_fc1 = r.peft.targets("linear_fc1");
+    t.lora_fc2 = r.peft.targets("linear_fc2");
+  }
   return t;
 }
 
@@ -147,6 +154,9 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
       out.chunks.push_back(
           std::make_unique<GPTModel>(*gpt, store, tp, stage, workspace, submodules));
   }
+  // LoRA: only the adapters train; the base model is frozen (no gradient or optimizer memory).
+  if (recipe.peft.lora())
+    for (Parameter* p : store.params()) p->frozen = !is_lora_parameter(p->name);
   return out;
 }
 

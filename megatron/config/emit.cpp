@@ -66,6 +66,11 @@ struct YamlVisitor {
   void operator()(const char* key, const T& v, const KeyInfo& i = {}) {
     w.kv(key, str(v), i.note);
   }
+  void operator()(const char* key, const std::vector<std::string>& v, const KeyInfo& i = {}) {
+    std::string list;
+    for (const std::string& s : v) list += (list.empty() ? "" : ", ") + yaml_quote(s);
+    w.kv(key, "[" + list + "]", i.note);
+  }
   void operator()(const char* key, const std::vector<int64_t>& v, const KeyInfo& i = {}) {
     std::string list;
     for (int64_t n : v) list += (list.empty() ? "" : ", ") + std::to_string(n);
@@ -120,6 +125,9 @@ struct JsonVisitor {
   }
   void operator()(const char* key, const std::vector<int64_t>& v, const KeyInfo& = {}) {
     j[key] = v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v);
+  }
+  void operator()(const char* key, const std::vector<std::string>& v, const KeyInfo& = {}) {
+    j[key] = v;
   }
   void operator()(const char* key, const LayerFrequency& f, const KeyInfo& = {}) {
     j[key] = f.pattern.empty() ? nlohmann::json(f.every) : nlohmann::json(f.pattern);

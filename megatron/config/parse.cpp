@@ -114,6 +114,16 @@ class MapReader {
     else if (v.kind != Node::Kind::Scalar || v.quoted || !parse_int64(v.scalar, out.every).empty())
       fail(v, key, concat("expected an integer or a list of 0/1 per layer, got ", v.describe()));
   }
+  static void convert(const Node& v, const std::string& key, std::vector<std::string>& out) {
+    if (v.kind != Node::Kind::Seq)
+      fail(v, key, concat("expected a list of strings, got ", v.describe()));
+    out.clear();
+    for (size_t i = 0; i < v.items.size(); ++i) {
+      std::string x;
+      convert(v.items[i], concat(key, "[", i, "]"), x);
+      out.push_back(x);
+    }
+  }
   static void convert(const Node& v, const std::string& key, std::vector<int64_t>& out) {
     if (v.kind != Node::Kind::Seq)
       fail(v, key, concat("expected a list of integers, got ", v.describe()));

@@ -31,6 +31,7 @@
 #include "megatron/config/key_info.h"
 #include "megatron/config/moe_config.h"
 #include "megatron/config/options.h"
+#include "megatron/config/peft_config.h"
 #include "megatron/config/sft_config.h"
 
 namespace megatron::config {
@@ -378,6 +379,7 @@ struct Recipe {
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   ClusterConfig cluster;
+  PeftConfig peft;          // LoRA fine-tuning (peft_config.h)
   std::string source_path;  // the top recipe file, as given to load_recipe
   std::string root_dir;     // repository root guessed at load time (see resolve_path); may be empty
   KeyOrigins origins;       // filled by the loader; used in error messages
@@ -393,6 +395,7 @@ struct Recipe {
     v.section("checkpoint", s.checkpoint);
     v.section("logging", s.logging);
     v.section("cluster", s.cluster);
+    v.section("peft", s.peft);
   }
 
   // Each section, then cross-section checks (heads % tensor, layers % pipeline or pipeline_layers,

@@ -261,6 +261,7 @@ void Recipe::validate() const {
   checkpoint.validate(origins);
   logging.validate(origins);
   cluster.validate(origins);
+  peft.validate(origins);
 
   Checker c(origins);
   const int64_t tp = parallel.tensor;
@@ -322,6 +323,13 @@ void Recipe::validate() const {
                    "parallel.context ",
                    parallel.context, "; use packing: padded)"));
   }
+  if (peft.lora()) {
+    c.check(model.arch != Arch::BERT, "peft.type",
+            "LoRA is implemented for the decoders (model.arch gpt or llama), not bert");
+    c.check(!model.moe.enabled(), "peft.type",
+            concat("LoRA on mixture-of-experts models is not implemented (model.num_experts ",
+                   model.moe.num_experts, ")"));
+  }
   const bool sft_valid_files = data.sft.enabled() && !data.sft.valid.empty();
   if (training.eval_interval > 0 && !sft_valid_files)
     c.check(data.split_fractions()[1] > 0, "data.split",
@@ -374,7 +382,7 @@ void Recipe::resolve_for_world(int64_t world_size) {
 bool Recipe::operator==(const Recipe& o) const {
   return model == o.model && parallel == o.parallel && training == o.training &&
          optimizer == o.optimizer && data == o.data && checkpoint == o.checkpoint &&
-         logging == o.logging && cluster == o.cluster;
+         logging == o.logging && cluster == o.cluster && peft == o.peft;
 }
 
 void SFTDataConfig::validate(const KeyOrigins& origins) const {
@@ -392,6 +400,20 @@ void SFTDataConfig::validate(const KeyOrigins& origins) const {
       c.positive(key + ".weight", (*files)[i].weight);
     }
   }
+}
+
+void PeftConfig::validate(const KeyOrigins& origins) const {
+  Checker c(origins);
+  c.one_of("peft.type", type, {"none", "lora"});
+  if (!lora()) return;
+  c.positive("peft.dim", dim);
+  c.positive("peft.alpha", alpha);
+  c.check(dropout == 0.0, "peft.dropout",
+          concat("LoRA dropout is not implemented; use 0 (got ", dropout, ")"));
+  c.check(!target_modules.empty(), "peft.target_modules", "must name at least one module");
+  for (size_t i = 0; i < target_modules.size(); ++i)
+    c.one_of(concat("peft.target_modules[", i, "]"), target_modules[i],
+             {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"});
 }
 
 }  // namespace megatron::config

@@ -12,6 +12,7 @@
 #include "megatron/checkpoint/save_lock.h"
 #include "megatron/training/checkpoint_pieces.h"
 #include "megatron/training/pretrained.h"
+#include "megatron/transformer/lora.h"
 
 namespace megatron::training {
 namespace ckpt = megatron::checkpoint;
@@ -323,19 +324,26 @@ Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weight
   // Parameters the checkpoint lacks: an error listing them all, or with checkpoint.strict: false
   // skipped (they keep their initial values and optimizer state), each named.
   std::set<std::string> absent;
-  for (Parameter* p : store_.params())
-    if (!has("model/" + p->name)) absent.insert(p->name);
+  int64_t fresh_adapters = 0;  // LoRA adapters a base checkpoint cannot hold: they start anew
+  for (Parameter* p : store_.params()) {
+    if (has("model/" + p->name)) continue;
+    if (weights_only && is_lora_parameter(p->name))
+      ++fresh_adapters;
+    else
+      absent.insert(p->name);
+  }
   MT_INPUT_CHECK(absent.empty() || !c.strict, index.path, ": the checkpoint has no tensor for ",
                  absent.size(), " parameter(s) of this model: ", join(absent),
                  " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
+  auto loaded = [&](const Parameter& p) { return has("model/" + p.name); };
   for (Parameter* p : store_.params())
-    if (!absent.count(p->name)) request(param_piece(*p, "model/", host.weights + p->offset));
+    if (loaded(*p)) request(param_piece(*p, "model/", host.weights + p->offset));
   if (moe_ != nullptr)
     for (auto& [layer, bias] : moe_->all_expert_bias())
       if (ckpt::TensorPiece piece = expert_bias_piece(layer, bias); has(piece.name))
         request(std::move(piece));
   for (const optim::Segment& s : optimizer_->segments()) {
-    if (absent.count(s.param->name)) continue;
+    if (!loaded(*s.param)) continue;
     if (mixed) {
       const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
       request(segment_piece(s, prefix, host.masters + s.param->offset + s.begin));
@@ -354,6 +362,10 @@ Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weight
                  " tensor(s) of the checkpoint are not part of this model: ", join(unused),
                  " (a checkpoint of a different model? checkpoint.strict: false skips them)");
   if (log_) {
+    if (fresh_adapters > 0)
+      *log_ << "LoRA: " << fresh_adapters
+            << " adapter weights are not in the pretrained checkpoint; they start from their "
+               "initialisation (B = 0: the base model's function)\n";
     for (const std::string& name : absent)
       *log_ << "checkpoint.strict: false: '" << name
             << "' is not in the checkpoint; it keeps its initial value\n";

@@ -20,9 +20,10 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a)
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
   qkv_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
                                   spec_.bias || spec_.qkv_bias, TPMode::Column, a.tp,
-                                  spec_.init_std, Shape{}, sp_);
+                                  spec_.init_std, Shape{}, sp_, spec_.lora_for(spec_.lora_qkv));
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
-                                   TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_);
+                                   TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_,
+                                   spec_.lora_for(spec_.lora_proj));
 }
 
 void SelfAttention::collect_params(std::vector<Parameter*>& out) const {

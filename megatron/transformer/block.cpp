@@ -45,7 +45,7 @@ int64_t TransformerBlock::grad_watermark() const {
   // end of the step: they do not move the watermark.
   int64_t end = 0;
   for (const Parameter* p : params)
-    if (!p->expert) end = std::max(end, p->offset + p->local_shape.numel());
+    if (!p->expert && !p->frozen) end = std::max(end, p->offset + p->local_shape.numel());
   return end;
 }
 

@@ -16,7 +16,7 @@ ShardSpec tp_shard(int dim, const parallel::Communicator& tp) {
 
 Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias,
                TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape,
-               bool sequence_parallel)
+               bool sequence_parallel, const LoraSpec& lora)
     : mode_(mode),
       tp_(&tp),
       local_in_(in),
@@ -46,6 +46,20 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
     bias_ =
         &store.add(name + ".bias", Shape{out}, {ParamInit::Kind::Zeros, 0.0f}, false, bias_shard);
   }
+  if (lora.rank > 0)
+    lora_ = std::make_unique<LoRAAdapter>(store, name, in, out, weight_shape, mode, tp, lora);
+}
+
+Linear::~Linear() = default;
+
+void Linear::add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y) const {
+  Tensor full;
+  lora_->forward_row(ctx.lora_h, x, full);
+  const int64_t rows = y.numel() / local_out_;
+  const int64_t first = sp_ ? rows * tp_->rank() : 0;  // this rank's sequence slice
+  Tensor mine = full.flat_view(first * local_out_, {rows, local_out_});
+  Tensor y2 = y.view({rows, local_out_});
+  ops::add_inplace(y2, mine);
 }
 
 namespace tp = tensor_parallel;
@@ -57,11 +71,9 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   if (mode_ == TPMode::Column) {
     // Entering the region. With sequence parallelism only the local slice is kept for backward
     // (which gathers it again): the memory saving of sequence parallelism.
-    if (sp_) {
-      ops::linear_forward(tp::gathered_sequence(*tp_, x), w, bias, y);
-    } else {
-      ops::linear_forward(tp::copy_to_region_forward(x), w, bias, y);
-    }
+    const Tensor in = sp_ ? tp::gathered_sequence(*tp_, x) : tp::copy_to_region_forward(x);
+    ops::linear_forward(in, w, bias, y);
+    if (lora_) lora_->forward_column(ctx.lora_h, in, y);
     return;
   }
   if (mode_ == TPMode::Row && tp_->size() > 1) {
@@ -75,10 +87,13 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
       ops::linear_forward(x, w, nullptr, y);
       tp::reduce_from_region_forward(*tp_, y);
     }
+    if (lora_) add_row_lora(ctx, x, y);
     if (bias_) ops::add_bias(y, bias_->weight);
     return;
   }
   ops::linear_forward(x, w, bias, y);
+  if (lora_ && mode_ == TPMode::Row) add_row_lora(ctx, x, y);
+  if (lora_ && mode_ != TPMode::Row) lora_->forward_column(ctx.lora_h, x, y);
 }
 
 void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
@@ -94,27 +109,38 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
         Tensor::empty(tp::full_sequence_shape(dy.shape(), *tp_), dy.dtype(), dy.device());
     tp::reduce_scatter_to_sequence_backward(*tp_, dy, dy_full);
     ops::linear_backward(ctx.input, w, dy_full, dx, dw, d_bias);
+    if (lora_) lora_->backward_row(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch);
     return;
   }
   if (sp_ && mode_ == TPMode::Column) {
     const Tensor x_full = tp::gathered_sequence(*tp_, ctx.input);
     if (!dx) {
       ops::linear_backward(x_full, w, dy, nullptr, dw, d_bias);
+      if (lora_) lora_->backward_column(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch);
       return;
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
     Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
     ops::linear_backward(x_full, w, dy, &partial, dw, d_bias);
+    if (lora_) lora_->backward_column(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch);
     tp::gather_from_sequence_backward(*tp_, partial, *dx);
     return;
   }
   ops::linear_backward(ctx.input, w, tp::reduce_from_region_backward(dy), dx, dw, d_bias);
+  if (lora_ && mode_ == TPMode::Row)
+    lora_->backward_row(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch);
+  if (lora_ && mode_ != TPMode::Row)
+    lora_->backward_column(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch);
   if (dx && mode_ == TPMode::Column) tp::copy_to_region_backward(*tp_, *dx);
 }
 
 void Linear::collect_params(std::vector<Parameter*>& out) const {
   out.push_back(weight_);
   if (bias_) out.push_back(bias_);
+  if (lora_) {
+    out.push_back(&lora_->a());
+    out.push_back(&lora_->b());
+  }
 }
 
 void Norm::collect_params(std::vector<Parameter*>& out) const {

@@ -2,12 +2,14 @@
 // Basic layers as explicit forward/backward pairs: Linear (plain, column- or row-parallel over
 // a tensor-parallel communicator), LayerNorm/RMSNorm, Embedding, Dropout over [S, B, D] rows.
 // Gradient rule: parameter grads +=, activation grads =.
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
 #include "megatron/transformer/context.h"
+#include "megatron/transformer/lora.h"
 
 namespace megatron {
 
@@ -25,12 +27,15 @@ class Linear {
  public:
   struct Ctx {
     Tensor input;  // view of the caller's input (a sequence slice with sequence parallelism)
+    Tensor lora_h, lora_scratch;  // LoRA: scale * A x, and backward scratch
   };
   // Weight global shape [out, in] (or `weight_shape` whose product matches, e.g. [2, F, D] for
   // gated MLPs so every shard holds its own gate and up halves).
+  // lora.rank > 0 adds a LoRA adapter (megatron/transformer/lora.h) to the weight.
   Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias,
          TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape = {},
-         bool sequence_parallel = false);
+         bool sequence_parallel = false, const LoraSpec& lora = {});
+  ~Linear();
 
   int64_t local_in() const { return local_in_; }
   int64_t local_out() const { return local_out_; }
@@ -41,6 +46,10 @@ class Linear {
 
  private:
   Tensor weight_2d(const Tensor& t) const { return t.view({local_out_, local_in_}); }
+  // Row-parallel LoRA: the full update of rows h, added to y (all rows, or this rank's
+  // sequence slice under sequence parallelism).
+  void add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y) const;
+  std::unique_ptr<LoRAAdapter> lora_;
   Parameter* weight_ = nullptr;
   Parameter* bias_ = nullptr;
   TPMode mode_;

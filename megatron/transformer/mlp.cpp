@@ -15,10 +15,12 @@ DenseMLP::DenseMLP(const SubmoduleArgs& a, const std::string& name, int64_t ffn)
   const int64_t D = spec_.hidden;
   const int64_t fc1_out = spec_.swiglu ? 2 * spec_.ffn : spec_.ffn;
   const Shape fc1_shape = spec_.swiglu ? Shape{2, spec_.ffn, D} : Shape{};
-  fc1_ = std::make_unique<Linear>(a.store, name + ".fc1", D, fc1_out, spec_.bias, TPMode::Column,
-                                  a.tp, spec_.init_std, fc1_shape, sp_);
+  fc1_ =
+      std::make_unique<Linear>(a.store, name + ".fc1", D, fc1_out, spec_.bias, TPMode::Column, a.tp,
+                               spec_.init_std, fc1_shape, sp_, spec_.lora_for(spec_.lora_fc1));
   fc2_ = std::make_unique<Linear>(a.store, name + ".fc2", spec_.ffn, D, spec_.bias, TPMode::Row,
-                                  a.tp, spec_.output_init_std(), Shape{}, sp_);
+                                  a.tp, spec_.output_init_std(), Shape{}, sp_,
+                                  spec_.lora_for(spec_.lora_fc2));
 }
 
 void DenseMLP::collect_params(std::vector<Parameter*>& out) const {

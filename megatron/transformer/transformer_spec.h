@@ -42,6 +42,10 @@ struct TransformerSpec {
   // The dtype of the activations and their gradients (the model dtype: bf16/fp16 under mixed
   // precision). Statistics (norm mean/rstd, attention probabilities, lse) stay fp32.
   DType activation_dtype = DType::F32;
+  // LoRA adapters (peft: lora) on the listed projections (rank 0: none).
+  LoraSpec lora;
+  bool lora_qkv = false, lora_proj = false, lora_fc1 = false, lora_fc2 = false;
+  LoraSpec lora_for(bool target) const { return target ? lora : LoraSpec{}; }
   int64_t head_dim() const { return hidden / heads; }
   void validate(int64_t tp_size) const;
   // Megatron's scaled init for the output projections of the residual branches.

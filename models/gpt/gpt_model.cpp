@@ -180,7 +180,8 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   auto report = [&](const std::vector<Parameter*>& params) {
     if (!grads_ready) return;
     int64_t w = 0;
-    for (const Parameter* p : params) w = std::max(w, p->offset + p->local_shape.numel());
+    for (const Parameter* p : params)
+      if (!p->frozen) w = std::max(w, p->offset + p->local_shape.numel());
     grads_ready(w);
   };
 

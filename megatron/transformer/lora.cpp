@@ -1,0 +1,122 @@
+#include "megatron/transformer/lora.h"
+
+#include <cmath>
+
+#include "megatron/backend/ops.h"
+#include "megatron/tensor_parallel/mappings.h"
+#include "megatron/transformer/context.h"
+#include "megatron/transformer/layers.h"
+
+namespace megatron {
+
+namespace {
+ShardSpec tp_split(int dim, const parallel::Communicator& tp) {
+  if (tp.size() == 1) return {};
+  return ShardSpec{dim, ShardAxis::Tensor, tp.rank(), tp.size()};
+}
+}  // namespace
+
+bool is_lora_parameter(const std::string& name) {
+  auto ends_with = [&](const char* s) {
+    const std::string t(s);
+    return name.size() >= t.size() && name.compare(name.size() - t.size(), t.size(), t) == 0;
+  };
+  return ends_with(".lora_a.weight") || ends_with(".lora_b.weight");
+}
+
+LoRAAdapter::LoRAAdapter(ParamStore& store, const std::string& name, int64_t in, int64_t out,
+                         const Shape& weight_shape, TPMode mode, parallel::Communicator& tp,
+                         const LoraSpec& spec)
+    : tp_(&tp), rank_(spec.rank), local_in_(in), local_out_(out), scale_(spec.scale()) {
+  MT_CHECK(spec.rank > 0, "LoRA on '", name, "': rank must be > 0");
+  MT_CHECK(mode != TPMode::None || tp.size() == 1, "LoRA on '", name,
+           "': a replicated Linear under tensor parallelism");
+  // A: Kaiming-style normal over the input (PEFT draws it uniform with the same scale); B: 0.
+  const ParamInit a_init{ParamInit::Kind::Normal, 1.0f / std::sqrt(3.0f * float(in))};
+  const ParamInit b_init{ParamInit::Kind::Zeros, 0.0f};
+  const int p = tp.size();
+  if (mode == TPMode::Row) {
+    local_in_ = in / p;
+    a_ = &store.add(name + ".lora_a.weight", Shape{rank_, in}, a_init, true, tp_split(1, tp));
+    b_ = &store.add(name + ".lora_b.weight", Shape{out, rank_}, b_init, true);
+    return;
+  }
+  // Column (or no tp): B's rows are split like the base weight's (gated [2, F, D] weights keep
+  // each shard's gate and up halves: B is [2, F, r]).
+  Shape b_shape = weight_shape;
+  int b_dim = -1;
+  if (b_shape.ndim() == 0) b_shape = Shape{out, in};
+  std::vector<int64_t> dims(b_shape.begin(), b_shape.end());
+  dims.back() = rank_;
+  b_shape = Shape(dims.begin(), dims.end());
+  if (mode == TPMode::Column) {
+    local_out_ = out / p;
+    b_dim = b_shape.ndim() == 2 ? 0 : b_shape.ndim() - 2;
+  }
+  a_ = &store.add(name + ".lora_a.weight", Shape{rank_, in}, a_init, true);
+  a_->tp_partial_grad = p > 1;  // each rank sees only its output columns' share of dA
+  b_ = &store.add(name + ".lora_b.weight", b_shape, b_init, true,
+                  b_dim >= 0 ? tp_split(b_dim, tp) : ShardSpec{});
+}
+
+Tensor LoRAAdapter::a_2d() const { return a_->weight.view({rank_, local_in_}); }
+Tensor LoRAAdapter::b_2d() const { return b_->weight.view({local_out_, rank_}); }
+Tensor LoRAAdapter::grad_a_2d() const { return a_->grad.view({rank_, local_in_}); }
+Tensor LoRAAdapter::grad_b_2d() const { return b_->grad.view({local_out_, rank_}); }
+
+void LoRAAdapter::forward_column(Tensor& h, const Tensor& x, Tensor& y) const {
+  const int64_t n = x.numel() / local_in_;
+  ensure(h, {n, rank_}, x.dtype(), x.device());
+  ops::linear_forward(x, a_2d(), nullptr, h);
+  ops::scale_inplace(h, scale_);
+  Tensor update = Tensor::empty({n, local_out_}, y.dtype(), y.device());
+  ops::linear_forward(h, b_2d(), nullptr, update);
+  Tensor y2 = y.view({n, local_out_});
+  ops::add_inplace(y2, update);
+}
+
+void LoRAAdapter::backward_column(const Tensor& h, const Tensor& x, const Tensor& dy,
+                                  Tensor* dx_partial, Tensor& scratch) const {
+  const int64_t n = h.dim(0);
+  Tensor& dh = ensure(scratch, {n, rank_}, h.dtype(), h.device());
+  Tensor gb = grad_b_2d(), ga = grad_a_2d();
+  ops::linear_backward(h, b_2d(), dy.view({n, local_out_}), &dh, &gb, nullptr);
+  ops::scale_inplace(dh, scale_);
+  if (dx_partial == nullptr) {
+    ops::linear_backward(x, a_2d(), dh, nullptr, &ga, nullptr);
+    return;
+  }
+  Tensor term = Tensor::empty({n, local_in_}, x.dtype(), x.device());
+  ops::linear_backward(x, a_2d(), dh, &term, &ga, nullptr);
+  Tensor dx2 = dx_partial->view({n, local_in_});
+  ops::add_inplace(dx2, term);
+}
+
+void LoRAAdapter::forward_row(Tensor& h, const Tensor& x, Tensor& out) const {
+  const int64_t n = x.numel() / local_in_;
+  ensure(h, {n, rank_}, x.dtype(), x.device());
+  ops::linear_forward(x, a_2d(), nullptr, h);
+  tensor_parallel::reduce_from_region_forward(*tp_, h);
+  ops::scale_inplace(h, scale_);
+  ensure(out, {n, local_out_}, x.dtype(), x.device());
+  ops::linear_forward(h, b_2d(), nullptr, out);
+}
+
+void LoRAAdapter::backward_row(const Tensor& h, const Tensor& x, const Tensor& dy_full, Tensor* dx,
+                               Tensor& scratch) const {
+  const int64_t n = h.dim(0);
+  Tensor& dh = ensure(scratch, {n, rank_}, h.dtype(), h.device());
+  Tensor gb = grad_b_2d(), ga = grad_a_2d();
+  ops::linear_backward(h, b_2d(), dy_full.view({n, local_out_}), &dh, &gb, nullptr);
+  ops::scale_inplace(dh, scale_);
+  if (dx == nullptr) {
+    ops::linear_backward(x, a_2d(), dh, nullptr, &ga, nullptr);
+    return;
+  }
+  Tensor term = Tensor::empty({n, local_in_}, x.dtype(), x.device());
+  ops::linear_backward(x, a_2d(), dh, &term, &ga, nullptr);
+  Tensor dx2 = dx->view({n, local_in_});
+  ops::add_inplace(dx2, term);
+}
+
+}  // namespace megatron

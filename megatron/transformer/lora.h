@@ -1,0 +1,69 @@
+#pragma once
+// LoRA (Hu et al.): a trainable low-rank update of a frozen Linear, y = W x + (alpha / r) B A x,
+// with A [r, in] and B [out, r] (B starts at zero, so training starts from the base model).
+// Names: "<linear>.lora_a.weight" and "<linear>.lora_b.weight". Sharded like the base layer
+// under tensor parallelism:
+//   column-parallel base (W split on its output): A replicated, B split like W's rows (gated
+//     [2, F, D] weights too: B is [2, F, r]); A's gradient is a tensor-parallel partial sum
+//     (Parameter::tp_partial_grad) and its input-gradient term joins the base's partial dx
+//     before the base's reduction;
+//   row-parallel base (W split on its input): A split on its input like W, B replicated; the
+//     rank-r activation A x is summed over tensor parallelism (one small all-reduce) so B's
+//     gradient is complete on every rank.
+// Linear owns the adapter and calls it at those points (megatron/transformer/layers.cpp).
+#include <cstdint>
+#include <string>
+
+#include "megatron/parallel/communicator.h"
+#include "megatron/params/parameter.h"
+
+namespace megatron {
+
+enum class TPMode : uint8_t;
+
+struct LoraSpec {
+  int64_t rank = 0;  // 0: no adapter
+  float alpha = 16.0f;
+  float scale() const { return alpha / static_cast<float>(rank); }
+};
+
+class LoRAAdapter {
+ public:
+  // For a Linear named `name` with global [out, in] (weight_shape: its weight's global shape).
+  LoRAAdapter(ParamStore& store, const std::string& name, int64_t in, int64_t out,
+              const Shape& weight_shape, TPMode mode, parallel::Communicator& tp,
+              const LoraSpec& spec);
+
+  // Column base. x: the full input the base multiplied; y += scale * B A x (y: this rank's
+  // output columns). h receives scale * A x [N, r] for backward.
+  void forward_column(Tensor& h, const Tensor& x, Tensor& y) const;
+  // dB += dy^T h, dA += (scale * dy B)^T x (partial over tp); dx_partial (if any) += its term.
+  void backward_column(const Tensor& h, const Tensor& x, const Tensor& dy, Tensor* dx_partial,
+                       Tensor& scratch) const;
+  // Row base. x: this rank's input shard; h receives scale * (A x summed over tp) [N, r] and
+  // out = h B^T [N, out] (the full update, to add to the reduced output or its rows).
+  void forward_row(Tensor& h, const Tensor& x, Tensor& out) const;
+  // dy_full: the output gradient over every row of h. dB += dy^T h, dA_local += dh^T x,
+  // dx (if any) += dh A_local with dh = scale * dy B.
+  void backward_row(const Tensor& h, const Tensor& x, const Tensor& dy_full, Tensor* dx,
+                    Tensor& scratch) const;
+
+  Parameter& a() const { return *a_; }
+  Parameter& b() const { return *b_; }
+
+ private:
+  Tensor a_2d() const;
+  Tensor b_2d() const;
+  Tensor grad_a_2d() const;
+  Tensor grad_b_2d() const;
+  Parameter* a_ = nullptr;
+  Parameter* b_ = nullptr;
+  parallel::Communicator* tp_;
+  int64_t rank_, local_in_, local_out_;
+  float scale_;
+};
+
+// True for the names LoRA gives its adapter weights.
+bool is_lora_parameter(const std::string& name);
+
+}  // namespace megatron

@@ -200,6 +200,7 @@ struct RecipeSpec {
   int64_t warmup = 3;
   std::optional<int64_t> decay_iters = {};
   std::string save = {}, load = {};  // checkpoint directories (empty: none)
+  std::string extra_sections = {};   // more top-level YAML, e.g. "peft: {type: lora}\n"
 };
 
 inline config::Recipe make_recipe(const RecipeSpec& s,
@@ -242,7 +243,8 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
     << (s.binary_head ? "true" : "false") << "}\n"
     << "checkpoint: {save: " << (s.save.empty() ? "null" : s.save)
     << ", load: " << (s.load.empty() ? "null" : s.load) << "}\n"
-    << "logging: {interval: 1000}\n";
+    << "logging: {interval: 1000}\n"
+    << s.extra_sections;
   return config::parse_recipe_string(y.str(), name);
 }
 

@@ -1,0 +1,52 @@
+// mpirun-np: 2 4
+// LoRA fine-tuning (peft: lora on qkv, proj, fc1 and fc2; the base frozen) of the LLaMA-style
+// model trained by the Trainer under tensor (+ sequence), pipeline (1F1B and interleaved) and
+// data parallelism (with and without the distributed optimizer) gives the single-process loss
+// and gradient-norm curve: the adapters are sharded like their base layers and their gradients
+// reduced like any other weight's, while the frozen base holds no gradient.
+#include "equivalence_fixture.h"
+
+namespace megatron {
+namespace {
+
+namespace eq = megatron::equivalence;
+namespace mp = megatron::parallel;
+
+TEST(LoraEquivalence, EveryLayoutMatchesSingleProcess) {
+  eq::RecipeSpec llama{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
+  llama.micro = 4;
+  llama.seed = 17;
+  llama.iters = 12;
+  llama.lr = 0.02;
+  llama.extra_sections = "peft: {type: lora, dim: 4, alpha: 8}\n";
+  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  EXPECT_GT(eq::expect_layouts_match(llama, src, eq::model_layouts()), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("lora equivalence");
+}
+
+// bf16 mixed precision: bf16 frozen base (no fp32 master for it), fp32 masters and Adam state for
+// the adapters only.
+TEST(LoraEquivalence, Bf16LayoutsTrackSingleProcess) {
+  eq::RecipeSpec llama{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
+  llama.micro = 4;
+  llama.seed = 17;
+  llama.iters = 8;
+  llama.lr = 0.02;
+  llama.precision = "bf16";
+  llama.extra_sections = "peft: {type: lora, dim: 4, alpha: 8}\n";
+  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  const std::vector<eq::Layout> layouts = {
+      {.tp = 2, .micro = 2, .sp = true},
+      {.pp = 2, .micro = 2},
+      {.dp = 2, .micro = 2, .distributed = true},
+      {.tp = 2, .pp = 2, .micro = 2, .sp = true},
+      {.tp = 2, .dp = 2, .micro = 2, .distributed = true},
+  };
+  EXPECT_GT(eq::expect_layouts_match(llama, src, layouts, eq::Tolerance{2e-3, 3e-2}), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("lora bf16 equivalence");
+}
+
+}  // namespace
+}  // namespace megatron

@@ -23,6 +23,9 @@ struct Dims {
   double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
   bool layernorm, swiglu, bias, qkv_bias, rope, tied, bert, binary_head;
   double hidden_dropout, attention_dropout;
+  // peft: lora (rank 0: none): adapters on these projections; everything else frozen.
+  int64_t lora_rank = 0;
+  bool lora_qkv = false, lora_proj = false, lora_fc1 = false, lora_fc2 = false;
   int64_t norm() const { return layernorm ? 2 * D : D; }
   bool is_moe(int64_t layer) const { return E > 0 && moe_layer[static_cast<size_t>(layer)]; }
   int64_t moe_layers(int64_t first, int64_t count) const {
@@ -37,8 +40,23 @@ struct Dims {
 // capacity factor, for the capacity.
 constexpr double kDroplessImbalance = 1.5;
 
+Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true);
+
+// The whole recipe's model: the model section, BERT's head and the LoRA adapters.
+Dims dims_of(const config::Recipe& r) {
+  Dims d = dims_of(r.model, r.data.bert_binary_head);
+  if (r.peft.lora()) {
+    d.lora_rank = r.peft.dim;
+    d.lora_qkv = r.peft.targets("linear_qkv");
+    d.lora_proj = r.peft.targets("linear_proj");
+    d.lora_fc1 = r.peft.targets("linear_fc1");
+    d.lora_fc2 = r.peft.targets("linear_fc2");
+  }
+  return d;
+}
+
 // The model the trainer builds (models/registry.h), in the planner's terms.
-Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
+Dims dims_of(const config::ModelConfig& m, bool bert_binary_head) {
   const TransformerSpec t = models::transformer_spec_from_model(m);
   Dims d{};
   d.binary_head = bert_binary_head;
@@ -74,6 +92,19 @@ Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true) {
 // A routed expert's weights on one tensor-parallel rank (no biases).
 int64_t expert_params(const Dims& d, int64_t tp) { return (d.moe_fc1 + d.moe_ffn) * d.D / tp; }
 
+// One layer's LoRA adapters per tp rank (megatron/transformer/lora.h): a column-parallel base
+// has A [r, in] whole and B [out / tp, r]; a row-parallel one A [r, in / tp] and B [out, r] whole.
+int64_t lora_layer_params(const Dims& d, int64_t tp) {
+  const int64_t r = d.lora_rank, qkv = (d.H + 2 * d.G) * d.Dh;
+  if (r == 0) return 0;
+  int64_t n = 0;
+  if (d.lora_qkv) n += r * d.D + qkv / tp * r;
+  if (d.lora_proj) n += r * d.H * d.Dh / tp + d.D * r;
+  if (d.lora_fc1) n += r * d.D + d.fc1 / tp * r;
+  if (d.lora_fc2) n += r * d.F / tp + d.D * r;
+  return n;
+}
+
 int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, bool moe) {
   const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
   int64_t n = 2 * d.norm();
@@ -82,7 +113,7 @@ int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, bool moe) {
   auto dense_mlp = [&](int64_t fc1, int64_t F) {
     return fc1 * d.D / tp + (d.bias ? fc1 / tp : 0) + F * d.D / tp + (d.bias ? d.D : 0);
   };
-  if (!moe) return n + dense_mlp(d.fc1, d.F);
+  if (!moe) return n + dense_mlp(d.fc1, d.F) + lora_layer_params(d, tp);
   // The router, this rank's experts, the shared expert.
   n += d.E * d.D + (d.E / ep) * expert_params(d, tp);
   if (d.shared_ffn > 0) n += dense_mlp(d.shared_fc1, d.shared_ffn);
@@ -315,7 +346,7 @@ int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkSha
 
 int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const Layout& lay,
                          int64_t stage) {
-  const Dims d = dims_of(r.model, r.data.bert_binary_head);
+  const Dims d = dims_of(r);
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
   int64_t n = 0;
   for (const ChunkShape& c : stage_chunks(counts, lay.pp, lay.vpp, stage))
@@ -358,7 +389,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                  "micro-batches per step to be a multiple of parallel.pipeline (got ",
                  lay.num_microbatches, " micro-batches, pipeline ", lay.pp, ")");
 
-  const Dims d = dims_of(r.model, r.data.bert_binary_head);
+  const Dims d = dims_of(r);
   rep.vocab = r.model.vocab_size > 0 ? r.model.vocab_size : tokenizer_vocab;
   MT_INPUT_CHECK(rep.vocab > 0, "the vocabulary size must be > 0 (got ", rep.vocab, ")");
   rep.padded_vocab = r.model.padded_vocab_size(tokenizer_vocab, lay.tp);
@@ -393,6 +424,11 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
               "rank at 1.5x the mean tokens per expert (the trainer logs the real imbalance); "
               "expert compute counted balanced");
   if (lay.cp > 1) rep.notes.push_back("context parallelism: its communication is not modelled");
+  if (d.lora_rank > 0)
+    rep.notes.push_back(concat("LoRA rank ", d.lora_rank,
+                               ": gradients, fp32 masters and optimizer state for the adapters "
+                               "only; the frozen base is weights only (its dW GEMMs are skipped "
+                               "but counted in the FLOPs estimate)"));
 
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
   const double dp = static_cast<double>(lay.dp);
@@ -400,19 +436,25 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     StagePlan sp;
     sp.stage = stage;
     const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage);
+    double trainable = 0;  // LoRA: the adapters only (the frozen base has no grads or state)
     for (const ChunkShape& c : chunks) {
       sp.layers += c.layers;
       sp.parameters += chunk_params(d, V, lay, c);
+      trainable += static_cast<double>(c.layers * lora_layer_params(d, lay.tp));
       if (d.E > 0)
         sp.expert_parameters +=
             d.moe_layers(c.first, c.layers) * (d.E / lay.ep) * expert_params(d, lay.tp);
       sp.first = sp.first || c.pre;
       sp.last = sp.last || c.post;
     }
-    const double P = static_cast<double>(sp.parameters);
+    const double all = static_cast<double>(sp.parameters);
+    // What the gradient buffer, masters and optimizer cover: every parameter, or (LoRA) the
+    // adapters; the frozen rest is weights only (ParamStore's frozen region).
+    const double P = d.lora_rank > 0 ? trainable : all, frozen = all - P;
+    sp.trainable_parameters = static_cast<int64_t>(P);
     MemoryBreakdown& m = sp.memory;
     if (cuda) {
-      m.weights = wbytes * P;
+      m.weights = wbytes * all;
       m.gradients = 4 * P;
       const double master = mixed ? 4 * P : 0, moments = moment_bytes * P;
       m.optimizer_without_distributed = master + moments;
@@ -422,7 +464,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     } else {
       // ParamStore pads the buffers to a multiple of dp for the distributed optimizer.
       const double buf = lay.distributed_optimizer ? std::ceil(P / dp) * dp : P;
-      m.weights = wbytes * buf;
+      m.weights = wbytes * (buf + frozen);
       m.gradients = 4 * buf;
       m.master = mixed ? 4 * buf : 0;
       m.optimizer_without_distributed = m.master + moment_bytes * P;
@@ -545,7 +587,8 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   t.ep_comm = ep_mb * m_count;
   t.pp_comm = pp_mb * m_count;
   t.bubble = per_mb * static_cast<double>(lay.pp - 1) / static_cast<double>(lay.vpp);
-  const double P = static_cast<double>(rep.device_stage().parameters);
+  // What is reduced, gathered and stepped: the trainable parameters (LoRA: the adapters).
+  const double P = static_cast<double>(rep.device_stage().trainable_parameters);
   // Expert weights are reduced over the expert-data-parallel group (dp / ep), the rest over dp.
   const double P_experts = rep.moe.expert_params_per_device;
   const int64_t edp = lay.dp / std::max<int64_t>(lay.ep, 1);

@@ -131,8 +131,9 @@ struct MemoryBreakdown {
 struct StagePlan {
   int64_t stage = 0;
   int64_t layers = 0;
-  int64_t parameters = 0;         // on one device of this stage (tp shard, incl. tied copies)
-  int64_t expert_parameters = 0;  // of which routed experts' (this rank's E / ep of them)
+  int64_t parameters = 0;            // on one device of this stage (tp shard, incl. tied copies)
+  int64_t expert_parameters = 0;     // of which routed experts' (this rank's E / ep of them)
+  int64_t trainable_parameters = 0;  // with gradients and optimizer state (LoRA: the adapters)
   bool first = false, last = false;
   MemoryBreakdown memory;
 };

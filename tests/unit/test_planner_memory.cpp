@@ -102,6 +102,24 @@ TEST(PlannerMemory, GptSeq256RecomputeFullMatchesMeasuredPeak) {
   expect_memory_prediction(gpt_seq256("full"), "gpt seq256 recompute full");
 }
 
+// LoRA: gradients, masters and Adam state for the adapters only (the frozen base: weights only).
+config::Recipe llama_lora(const std::string& training_extra) {
+  config::Recipe r = llama_small(training_extra);
+  r.peft.type = "lora";
+  r.peft.dim = 8;
+  r.validate();
+  return r;
+}
+TEST(PlannerMemory, LlamaLoraMatchesMeasuredPeak) {
+  expect_memory_prediction(llama_lora(""), "llama lora fp32");
+}
+TEST(PlannerMemory, LlamaFp32MatchesMeasuredPeak) {
+  expect_memory_prediction(llama_small(""), "llama fp32 (full fine-tuning, beside lora)");
+}
+TEST(PlannerMemory, LlamaLoraBf16MatchesMeasuredPeak) {
+  expect_memory_prediction(llama_lora(", precision: bf16"), "llama lora bf16");
+}
+
 TEST(PlannerMemory, LlamaRecomputeFullMatchesMeasuredPeak) {
   expect_memory_prediction(llama_small(", recompute: full"), "llama recompute full");
 }

@@ -174,6 +174,61 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
   cleanup.armed = false;
 }
 
+namespace {
+
+// The adapter tensors of a native weight "X.weight": X.lora_a.weight, X.lora_b.weight.
+std::vector<std::string> lora_names(const std::string& weight) {
+  const std::string suffix = ".weight";
+  if (weight.size() <= suffix.size() ||
+      weight.compare(weight.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return {};
+  const std::string base = weight.substr(0, weight.size() - suffix.size());
+  return {base + ".lora_a.weight", base + ".lora_b.weight"};
+}
+
+// full (the whole native weight, rows x in) += scale * B A when the checkpoint has adapters for
+// it: B's rows are laid out like the weight's (gated [2, F, r] too), A is [r, in].
+void merge_lora(checkpoint::Reader& native, const TensorMapping& m, float scale,
+                std::vector<float>& full) {
+  const auto names = lora_names(m.native);
+  const auto& tensors = native.index().tensors;
+  if (names.empty() || !tensors.count(kModelPrefix + names[0])) return;
+  const auto& a_shape = tensors.at(kModelPrefix + names[0]).shape;
+  const auto& b_shape = tensors.at(kModelPrefix + names[1]).shape;
+  MT_INPUT_CHECK(scale != 0.0f, "checkpoint ", native.index().path, " has LoRA adapters for '",
+                 m.native, "' but its recipe has no peft: lora section");
+  MT_INPUT_CHECK(a_shape.size() == 2 && !b_shape.empty(), "checkpoint ", native.index().path,
+                 ": bad LoRA adapter shapes for '", m.native, "'");
+  const int64_t r = a_shape[0], in = a_shape[1];
+  const int64_t out = static_cast<int64_t>(full.size()) / in;
+  int64_t b_numel = 1;
+  for (int64_t d : b_shape) b_numel *= d;
+  MT_INPUT_CHECK(b_shape.back() == r && b_numel == out * r && out * in == int64_t(full.size()),
+                 "checkpoint ", native.index().path, ": LoRA adapters of '", m.native,
+                 "' do not fit its weight");
+  std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(out * r));
+  auto read = [&](const std::string& name, const std::vector<int64_t>& shape, float* dest) {
+    checkpoint::TensorPiece piece;
+    piece.name = kModelPrefix + name;
+    piece.global_shape = Shape(shape.begin(), shape.end());
+    piece.local_shape = piece.global_shape;
+    piece.dest = dest;
+    native.read({piece});
+  };
+  read(names[0], a_shape, a.data());
+  read(names[1], b_shape, b.data());
+  for (int64_t o = 0; o < out; ++o) {
+    float* row = full.data() + o * in;
+    for (int64_t k = 0; k < r; ++k) {
+      const float c = scale * b[static_cast<size_t>(o * r + k)];
+      const float* arow = a.data() + k * in;
+      for (int64_t i = 0; i < in; ++i) row[i] += c * arow[i];
+    }
+  }
+}
+
+}  // namespace
+
 void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
                   const std::string& out_dir) {
   const checkpoint::CheckpointIndex& index = native.index();
@@ -191,6 +246,8 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
                               json(it->second.shape).dump(), ", the recipe's model needs ",
                               json(m.native_shape).dump()));
     mapped.insert(name);
+    for (const std::string& adapter : lora_names(m.native))
+      if (index.tensors.count(kModelPrefix + adapter)) mapped.insert(kModelPrefix + adapter);
     for (const HfSource& s : m.sources) out.push_back({s.name, s.shape, req.dtype});
   }
   for (const auto& [name, t] : index.tensors)
@@ -209,6 +266,7 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
     piece.local_shape = piece.global_shape;
     piece.dest = full.data();
     native.read({piece});
+    merge_lora(native, m, req.lora_scale, full);
     const auto sources = m.export_sources(full);
     full = {};
     for (size_t s = 0; s < sources.size(); ++s) writer.write(m.sources[s].name, sources[s].data());

@@ -47,6 +47,9 @@ struct ExportRequest {
   std::map<std::string, std::string> files;  // config.json, ... written beside the weights
   // Native model tensors the mappings may leave out (e.g. a tied output layer's copy).
   std::set<std::string> ignored;
+  // LoRA (megatron/transformer/lora.h): a mapped weight W with adapters X.lora_a / X.lora_b in
+  // the checkpoint is exported merged, W + lora_scale * B A (lora_scale = alpha / rank).
+  float lora_scale = 0.0f;
 };
 
 // Reads each mapped tensor whole from the native checkpoint (any layout) and writes the HF

@@ -1,0 +1,96 @@
+// A LoRA run exported to Hugging Face (models::export_hf_checkpoint) carries the adapters merged
+// into the weights, W + (alpha / r) B A (gated SwiGLU fc1 and fused qkv included): the export,
+// imported back, gives the LoRA checkpoint's logits.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/inference/causal_lm.h"
+#include "megatron/training/mock_source.h"
+#include "megatron/training/trainer.h"
+#include "models/hf_checkpoint.h"
+
+namespace megatron {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LoraExport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("megatron_lora_export_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(LoraExport, MergedExportReproducesTheAdaptedModel) {
+  const std::string native = (dir_ / "lora").string(), hf = (dir_ / "hf").string(),
+                    back = (dir_ / "back").string();
+  const config::Recipe r = config::parse_recipe_string(
+      "model: {arch: llama, num_layers: 2, hidden_size: 32, num_attention_heads: 4, "
+      "num_query_groups: 2, ffn_hidden_size: 48, seq_length: 16, normalization: rmsnorm, "
+      "activation: swiglu, position_embedding: rope, add_bias: false, tie_embeddings: false, "
+      "make_vocab_size_divisible_by: 8}\n"
+      "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: 6, eval_interval: 0, "
+      "peak_tflops: 1.0}\n"
+      "optimizer: {lr: 0.05, schedule: {warmup_iters: 0}}\n"
+      "data: {mock: true, tokenizer: {type: NullTokenizer, vocab_size: 40}}\n"
+      "peft: {type: lora, dim: 4, alpha: 8}\n"
+      "checkpoint: {save: " +
+          native + "}\nlogging: {interval: 1000}\n",
+      "lora_export.yaml");
+  {
+    auto src = std::make_shared<training::MockTokenSource>(16, 40, 3);
+    auto world = parallel::make_single_process_communicator();
+    std::ostringstream log;
+    training::Trainer t(r, 40, src, nullptr, *world, log);
+    t.run();
+  }
+  // The adapters moved away from B = 0.
+  {
+    checkpoint::Reader reader(native);
+    const auto& tensors = reader.index().tensors;
+    const std::string b = "model/layers.0.mlp.fc1.lora_b.weight";
+    ASSERT_TRUE(tensors.count(b));
+    std::vector<float> v(2 * 48 * 4);
+    checkpoint::TensorPiece piece;
+    piece.name = b;
+    piece.global_shape = Shape{2, 48, 4};
+    piece.local_shape = piece.global_shape;
+    piece.dest = v.data();
+    reader.read({piece});
+    float largest = 0;
+    for (float x : v) largest = std::max(largest, std::abs(x));
+    EXPECT_GT(largest, 1e-3f);
+  }
+  models::HfExportOptions e;
+  e.native_dir = native;
+  e.hf_dir = hf;
+  models::export_hf_checkpoint(e);
+  models::HfImportOptions i;
+  i.hf_dir = hf;
+  i.out_dir = back;
+  models::import_hf_checkpoint(i);
+
+  auto tp = parallel::make_single_process_communicator();
+  const inference::CausalLM adapted(native, std::nullopt, *tp), merged(back, std::nullopt, *tp);
+  Tensor tokens = Tensor::empty({16, 2}, DType::I32);
+  for (int64_t k = 0; k < 32; ++k) tokens.data<int32_t>()[k] = static_cast<int32_t>((k * 7) % 40);
+  const Tensor a = adapted.forward(tokens).logits, b = merged.forward(tokens).logits;
+  ASSERT_EQ(a.numel(), b.numel());
+  double diff = 0, scale = 0;
+  for (int64_t k = 0; k < a.numel(); ++k) {
+    diff = std::max(diff, double(std::abs(a.data<float>()[k] - b.data<float>()[k])));
+    scale = std::max(scale, double(std::abs(a.data<float>()[k])));
+  }
+  EXPECT_LT(diff, 1e-5 * scale) << "max |logit| " << scale;
+}
+
+}  // namespace
+}  // namespace megatron

@@ -202,8 +202,9 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   req.mappings = hf_mappings(result.architecture, model, embed->second.shape[0]);
   req.dtype = result.dtype;
   req.max_shard_bytes = o.max_shard_bytes;
-  if (recipe.peft.lora())
+  if (recipe.peft.lora() && o.merge_lora)
     req.lora_scale = static_cast<float>(recipe.peft.alpha / static_cast<double>(recipe.peft.dim));
+  req.drop_lora = recipe.peft.lora() && !o.merge_lora;
   const nlohmann::json original = hf_meta.contains("config") ? hf_meta["config"] : nlohmann::json();
   req.files["config.json"] =
       hf_config_for(model, result.architecture, result.dtype, original).dump(2) + "\n";

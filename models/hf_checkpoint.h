@@ -39,6 +39,9 @@ struct HfExportOptions {
   std::string dtype;         // safetensors name; empty: the imported dtype, else F32
   std::string architecture;  // empty: the imported one, else chosen from the model
   uint64_t max_shard_bytes = uint64_t{5} << 30;
+  // A LoRA checkpoint's adapters merged into the weights (false: the frozen base alone, the base
+  // model of a PEFT adapter export, models/hf_peft.h).
+  bool merge_lora = true;
 };
 struct HfExportResult {
   std::string checkpoint_path, architecture, dtype;

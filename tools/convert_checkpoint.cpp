@@ -15,6 +15,7 @@
 
 #include "megatron/hf/hf_dtype.h"
 #include "models/hf_checkpoint.h"
+#include "models/hf_peft.h"
 #include "tools/cli_flags.h"
 
 namespace {
@@ -26,6 +27,7 @@ constexpr const char* kUsage = R"(usage:
                      [--tensor-parallel N] [--pipeline-parallel N] [--expert-parallel N]
   convert_checkpoint --from DIR [--iteration N] --to-hf HF_DIR [--dtype fp32|bf16|fp16]
                      [--architecture NAME] [--max-shard-size N[KB|MB|GB|KiB|MiB|GiB]]
+                     [--no-merge-lora | --peft-adapter ADAPTER_DIR]
 
 Import (--from-hf): reads HF_DIR/config.json and its safetensors (model.safetensors, or the
 shards of model.safetensors.index.json) and writes a native checkpoint DIR/iter_0000000, laid out
@@ -37,14 +39,18 @@ Export (--to-hf): writes HF_DIR (which must not exist or be empty) with config.j
 weights in --dtype (default: the dtype the checkpoint was imported from, else fp32). The
 architecture is the imported one, or chosen from the model (gpt: GPT2LMHeadModel, llama:
 LlamaForCausalLM, with add_qkv_bias: Qwen2ForCausalLM, with experts: MixtralForCausalLM;
-bert: BertForPreTraining with data.bert_binary_head, else BertForMaskedLM).
+bert: BertForPreTraining with data.bert_binary_head, else BertForMaskedLM). A LoRA checkpoint
+(peft: lora) is exported with its adapters merged (W + alpha/r B A); --no-merge-lora exports the
+frozen base alone, and --peft-adapter ADAPTER_DIR does so and writes the adapters as a Hugging
+Face PEFT adapter (adapter_config.json + adapter_model.safetensors) for that base.
 Both directions stream tensor by tensor and are exact; output appears only when complete.
 Supported architectures: GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM,
 Qwen2ForCausalLM, MixtralForCausalLM, BertForPreTraining, BertForMaskedLM.
 )";
 
 struct Args {
-  std::string from_hf, to, from, to_hf, recipe, dtype, architecture;
+  std::string from_hf, to, from, to_hf, recipe, dtype, architecture, peft_adapter;
+  bool no_merge_lora = false;
   std::vector<std::string> sets;
   std::optional<int64_t> iteration, tp, pp, ep;
   uint64_t max_shard_bytes = uint64_t{5} << 30;
@@ -97,6 +103,10 @@ Args parse(int argc, char** argv) {
       a.pp = flags.integer(1);
     else if (f == "--expert-parallel")
       a.ep = flags.integer(1);
+    else if (f == "--no-merge-lora")
+      a.no_merge_lora = true;
+    else if (f == "--peft-adapter")
+      a.peft_adapter = flags.value();
     else if (f == "--max-shard-size")
       a.max_shard_bytes = byte_size(flags);
     else
@@ -108,8 +118,13 @@ Args parse(int argc, char** argv) {
     usage_error("give either --from-hf HF_DIR --to DIR or --from DIR --to-hf HF_DIR");
   if (import && (a.from_hf.empty() || a.to.empty())) usage_error("--from-hf and --to go together");
   if (exp && (a.from.empty() || a.to_hf.empty())) usage_error("--from and --to-hf go together");
-  if (import && (!a.dtype.empty() || !a.architecture.empty() || a.iteration))
-    usage_error("--dtype, --architecture and --iteration are export flags");
+  if (import && (!a.dtype.empty() || !a.architecture.empty() || a.iteration || a.no_merge_lora ||
+                 !a.peft_adapter.empty()))
+    usage_error(
+        "--dtype, --architecture, --iteration, --no-merge-lora and --peft-adapter are export "
+        "flags");
+  if (a.no_merge_lora && !a.peft_adapter.empty())
+    usage_error("--peft-adapter already exports the base unmerged; drop --no-merge-lora");
   if (exp && (!a.recipe.empty() || !a.sets.empty() || a.tp || a.pp || a.ep))
     usage_error("--recipe, --set and the layout flags are import flags");
   if (!a.sets.empty() && a.recipe.empty()) usage_error("--set needs --recipe");
@@ -146,7 +161,18 @@ int export_hf(const Args& a) {
   o.native_dir = a.from, o.iteration = a.iteration, o.hf_dir = a.to_hf;
   o.dtype = hf::dtype_from_flag(a.dtype), o.architecture = a.architecture;
   o.max_shard_bytes = a.max_shard_bytes;
+  o.merge_lora = !a.no_merge_lora && a.peft_adapter.empty();
   const models::HfExportResult r = models::export_hf_checkpoint(o);
+  if (!a.peft_adapter.empty()) {
+    models::PeftExportOptions p;
+    p.native_dir = a.from, p.iteration = a.iteration, p.out_dir = a.peft_adapter;
+    p.architecture = r.architecture, p.base_model = a.to_hf;
+    const models::PeftExportResult pr = models::export_peft_adapter(p);
+    std::string modules;
+    for (const auto& m : pr.target_modules) modules += (modules.empty() ? "" : ", ") + m;
+    std::printf("PEFT adapter (LoRA r %lld, alpha %g; %s) written to %s\n",
+                static_cast<long long>(pr.rank), pr.alpha, modules.c_str(), a.peft_adapter.c_str());
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf("exported %s (iteration %lld) to %s as %s, %s\n", r.checkpoint_path.c_str(),
               static_cast<long long>(r.iteration), a.to_hf.c_str(), r.architecture.c_str(),

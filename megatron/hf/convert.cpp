@@ -192,11 +192,9 @@ void merge_lora(checkpoint::Reader& native, const TensorMapping& m, float scale,
                 std::vector<float>& full) {
   const auto names = lora_names(m.native);
   const auto& tensors = native.index().tensors;
-  if (names.empty() || !tensors.count(kModelPrefix + names[0])) return;
+  if (scale == 0.0f || names.empty() || !tensors.count(kModelPrefix + names[0])) return;
   const auto& a_shape = tensors.at(kModelPrefix + names[0]).shape;
   const auto& b_shape = tensors.at(kModelPrefix + names[1]).shape;
-  MT_INPUT_CHECK(scale != 0.0f, "checkpoint ", native.index().path, " has LoRA adapters for '",
-                 m.native, "' but its recipe has no peft: lora section");
   MT_INPUT_CHECK(a_shape.size() == 2 && !b_shape.empty(), "checkpoint ", native.index().path,
                  ": bad LoRA adapter shapes for '", m.native, "'");
   const int64_t r = a_shape[0], in = a_shape[1];
@@ -246,8 +244,9 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
                               json(it->second.shape).dump(), ", the recipe's model needs ",
                               json(m.native_shape).dump()));
     mapped.insert(name);
-    for (const std::string& adapter : lora_names(m.native))
-      if (index.tensors.count(kModelPrefix + adapter)) mapped.insert(kModelPrefix + adapter);
+    if (req.lora_scale != 0.0f || req.drop_lora)
+      for (const std::string& adapter : lora_names(m.native))
+        if (index.tensors.count(kModelPrefix + adapter)) mapped.insert(kModelPrefix + adapter);
     for (const HfSource& s : m.sources) out.push_back({s.name, s.shape, req.dtype});
   }
   for (const auto& [name, t] : index.tensors)

@@ -50,6 +50,8 @@ struct ExportRequest {
   // LoRA (megatron/transformer/lora.h): a mapped weight W with adapters X.lora_a / X.lora_b in
   // the checkpoint is exported merged, W + lora_scale * B A (lora_scale = alpha / rank).
   float lora_scale = 0.0f;
+  // Export the weights without their adapters instead (the base of a PEFT adapter).
+  bool drop_lora = false;
 };
 
 // Reads each mapped tensor whole from the native checkpoint (any layout) and writes the HF

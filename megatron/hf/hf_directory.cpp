@@ -147,7 +147,8 @@ std::string HfTensors::common_dtype() const {
 
 // ---- writer ------------------------------------------------------------------------------
 
-HfWriter::HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max_shard_bytes)
+HfWriter::HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max_shard_bytes,
+                   const std::string& single_file)
     : dir_(std::move(dir)) {
   std::error_code ec;
   fs::path normal = fs::path(dir_).lexically_normal();
@@ -176,10 +177,11 @@ HfWriter::HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max
     in_file += bytes;
   }
   const size_t n = layouts.size();
+  MT_CHECK(n == 1 || single_file == kSingleFile, "HfWriter: ", single_file, " cannot be sharded");
   for (size_t f = 0; f < n; ++f) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", f + 1, n);
-    file_names_.push_back(n == 1 ? std::string(kSingleFile) : std::string(name));
+    file_names_.push_back(n == 1 ? single_file : std::string(name));
     layouts[f].set_metadata("format", "pt");
     streams_.push_back(std::make_unique<st::StreamWriter>(
         std::move(layouts[f]), (fs::path(tmp_) / file_names_.back()).string()));

@@ -51,7 +51,10 @@ class HfWriter {
   // Refuses an existing non-empty `dir` (nothing already saved is overwritten). Tensors go into
   // files of at most max_shard_bytes each (a tensor larger than that gets a file of its own);
   // one file is named model.safetensors, several model-0000k-of-0000n.safetensors with the index.
-  HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max_shard_bytes);
+  // single_file: the name of a one-file directory's weights (a PEFT adapter's
+  // adapter_model.safetensors); only model.safetensors may be sharded.
+  HfWriter(std::string dir, std::vector<OutTensor> tensors, uint64_t max_shard_bytes,
+           const std::string& single_file = "model.safetensors");
   ~HfWriter();  // removes the temporary directory unless commit() ran
   HfWriter(const HfWriter&) = delete;
   HfWriter& operator=(const HfWriter&) = delete;

@@ -6,6 +6,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "megatron/checkpoint/checkpoint.h"
@@ -13,6 +16,7 @@
 #include "megatron/training/mock_source.h"
 #include "megatron/training/trainer.h"
 #include "models/hf_checkpoint.h"
+#include "models/hf_peft.h"
 
 namespace megatron {
 namespace {
@@ -90,6 +94,62 @@ TEST_F(LoraExport, MergedExportReproducesTheAdaptedModel) {
     scale = std::max(scale, double(std::abs(a.data<float>()[k])));
   }
   EXPECT_LT(diff, 1e-5 * scale) << "max |logit| " << scale;
+}
+
+// tests/fixtures/hf/lora_peft (tools/gen_peft_fixtures.py): a LoRA checkpoint trained here, its
+// export as a base model + PEFT adapter, and the logits Hugging Face peft computed from that
+// export. Our model's logits equal peft's (so peft reads our adapter as our model), and exporting
+// the checkpoint again writes the same adapter.
+TEST_F(LoraExport, PeftLoadsOurAdapterAsOurModel) {
+  const fs::path fixture = fs::path(MEGATRON_SOURCE_DIR) / "tests/fixtures/hf/lora_peft";
+  const nlohmann::json expected = nlohmann::json::parse(std::ifstream(fixture / "expected.json"));
+  const auto ids = expected["ids"].get<std::vector<std::vector<int32_t>>>();
+  const int64_t B = static_cast<int64_t>(ids.size()), S = static_cast<int64_t>(ids[0].size());
+  Tensor tokens = Tensor::empty({S, B}, DType::I32);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s) tokens.data<int32_t>()[s * B + b] = ids[b][s];
+  auto tp = parallel::make_single_process_communicator();
+  const inference::CausalLM lm((fixture / "lora").string(), std::nullopt, *tp);
+  const Tensor logits = lm.forward(tokens).logits;
+  const int64_t V = lm.vocab_size();
+  for (const char* key : {"peft_logits", "merged_logits"}) {
+    const auto& want = expected[key];
+    double diff = 0, scale = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t v = 0; v < V; ++v) {
+          const double w = want[b][s][v].get<double>();
+          diff = std::max(diff, std::abs(logits.data<float>()[(s * B + b) * V + v] - w));
+          scale = std::max(scale, std::abs(w));
+        }
+    EXPECT_LT(diff, 1e-5 * scale) << key << ": max |logit| " << scale;
+  }
+  EXPECT_GT(expected["max_abs_lora_minus_base"].get<double>(), 0.1);  // the adapters matter
+
+  const std::string base = (dir_ / "base").string(), adapter = (dir_ / "adapter").string();
+  models::HfExportOptions e;
+  e.native_dir = (fixture / "lora").string();
+  e.hf_dir = base;
+  e.merge_lora = false;
+  models::export_hf_checkpoint(e);
+  models::PeftExportOptions p;
+  p.native_dir = e.native_dir;
+  p.out_dir = adapter;
+  const models::PeftExportResult r = models::export_peft_adapter(p);
+  EXPECT_EQ(r.rank, 4);
+  EXPECT_EQ(r.target_modules.size(), 7u);
+  auto bytes = [](const fs::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_EQ(bytes(fs::path(adapter) / "adapter_model.safetensors"),
+            bytes(fixture / "adapter/adapter_model.safetensors"));
+  EXPECT_EQ(bytes(fs::path(base) / "model.safetensors"), bytes(fixture / "base/model.safetensors"));
+  auto config = nlohmann::json::parse(bytes(fs::path(adapter) / "adapter_config.json"));
+  auto want_config = nlohmann::json::parse(bytes(fixture / "adapter/adapter_config.json"));
+  config.erase("base_model_name_or_path");
+  want_config.erase("base_model_name_or_path");
+  EXPECT_EQ(config, want_config);
 }
 
 }  // namespace

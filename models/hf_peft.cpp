@@ -1,0 +1,134 @@
+#include "models/hf_peft.h"
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "megatron/checkpoint/checkpoint.h"
+#include "megatron/core/error.h"
+#include "megatron/hf/hf_directory.h"
+#include "models/hf_checkpoint.h"
+#include "models/hf_models.h"
+
+namespace megatron::models {
+
+namespace {
+
+constexpr const char* kModel = "model/";
+constexpr const char* kPrefix = "base_model.model.";
+
+std::string strip_weight(const std::string& name) {
+  const std::string suffix = ".weight";
+  MT_CHECK(name.size() > suffix.size() &&
+               name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0,
+           "not a weight name: ", name);
+  return name.substr(0, name.size() - suffix.size());
+}
+
+// "model.layers.0.self_attn.q_proj.weight" -> "q_proj"
+std::string module_of(const std::string& hf_weight) {
+  const std::string base = strip_weight(hf_weight);
+  return base.substr(base.rfind('.') + 1);
+}
+
+std::vector<float> read_whole(checkpoint::Reader& reader, const std::string& name,
+                              const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> out(static_cast<size_t>(n));
+  checkpoint::TensorPiece piece;
+  piece.name = name;
+  piece.global_shape = Shape(shape.begin(), shape.end());
+  piece.local_shape = piece.global_shape;
+  piece.dest = out.data();
+  reader.read({piece});
+  return out;
+}
+
+}  // namespace
+
+PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
+  checkpoint::Reader reader(o.native_dir, o.iteration);
+  const auto& index = reader.index();
+  const config::Recipe recipe = recipe_of_checkpoint(index);
+  MT_INPUT_CHECK(recipe.peft.lora(), index.path,
+                 ": not a LoRA checkpoint (its recipe has no peft: lora section)");
+  PeftExportResult result;
+  result.checkpoint_path = index.path;
+  result.rank = recipe.peft.dim;
+  result.alpha = recipe.peft.alpha;
+  const auto& meta = index.metadata;
+  result.architecture = o.architecture;
+  if (result.architecture.empty() && meta.contains("hf") && meta["hf"].contains("architecture"))
+    result.architecture = meta["hf"]["architecture"].get<std::string>();
+  if (result.architecture.empty()) result.architecture = hf_architecture_for(recipe);
+  const auto embed = index.tensors.find("model/embedding.word_embeddings.weight");
+  MT_INPUT_CHECK(embed != index.tensors.end(), index.path, ": no word embeddings");
+  const auto mappings = hf_mappings(result.architecture, recipe.model, embed->second.shape[0]);
+
+  struct Adapter {
+    const hf::TensorMapping* weight;
+    std::vector<int64_t> a_shape, b_shape;
+  };
+  std::vector<Adapter> adapters;
+  std::vector<hf::OutTensor> out;
+  std::set<std::string> modules;
+  for (const hf::TensorMapping& m : mappings) {
+    if (m.native.size() < 7 || m.native.compare(m.native.size() - 7, 7, ".weight") != 0) continue;
+    const std::string base = strip_weight(m.native);
+    const auto a = index.tensors.find(kModel + base + ".lora_a.weight");
+    const auto b = index.tensors.find(kModel + base + ".lora_b.weight");
+    if (a == index.tensors.end() || b == index.tensors.end()) continue;
+    for (const hf::HfSource& s : m.sources) {
+      MT_INPUT_CHECK(!s.transposed, "PEFT export of ", result.architecture, "'s ", s.name,
+                     " (stored transposed, a Conv1D) is not implemented");
+      const int64_t out_rows = s.shape.empty() ? 0 : s.shape[0];
+      const std::string name = kPrefix + strip_weight(s.name);
+      out.push_back({name + ".lora_A.weight", a->second.shape, "F32"});
+      out.push_back({name + ".lora_B.weight", {out_rows, result.rank}, "F32"});
+      modules.insert(module_of(s.name));
+    }
+    adapters.push_back({&m, a->second.shape, b->second.shape});
+  }
+  MT_INPUT_CHECK(!adapters.empty(), index.path, ": no LoRA adapter tensors for ",
+                 result.architecture, "'s weights");
+  result.target_modules.assign(modules.begin(), modules.end());
+  result.tensors = out.size();
+
+  hf::HfWriter writer(o.out_dir, out, uint64_t{1} << 62, "adapter_model.safetensors");
+  for (const Adapter& ad : adapters) {
+    const hf::TensorMapping& w = *ad.weight;
+    const std::string base = strip_weight(w.native);
+    const auto a = read_whole(reader, kModel + base + ".lora_a.weight", ad.a_shape);
+    const auto b = read_whole(reader, kModel + base + ".lora_b.weight", ad.b_shape);
+    // B's rows are laid out like the weight's: the weight's row blocks at width r cut them.
+    hf::TensorMapping bm = w;
+    bm.native = base + ".lora_b.weight";
+    bm.native_shape = ad.b_shape;
+    for (hf::HfSource& s : bm.sources) s.shape = {s.shape.empty() ? 0 : s.shape[0], result.rank};
+    const auto parts = bm.export_sources(b);
+    for (size_t s = 0; s < w.sources.size(); ++s) {
+      const std::string name = kPrefix + strip_weight(w.sources[s].name);
+      writer.write(name + ".lora_A.weight", a.data());
+      writer.write(name + ".lora_B.weight", parts[s].data());
+    }
+  }
+  const nlohmann::ordered_json config = {
+      {"peft_type", "LORA"},
+      {"task_type", "CAUSAL_LM"},
+      {"base_model_name_or_path", o.base_model.empty() ? nullptr : nlohmann::json(o.base_model)},
+      {"r", result.rank},
+      {"lora_alpha", result.alpha},
+      {"lora_dropout", recipe.peft.dropout},
+      {"target_modules", result.target_modules},
+      {"bias", "none"},
+      {"fan_in_fan_out", false},
+      {"inference_mode", true},
+      {"use_rslora", false},
+      {"init_lora_weights", true}};
+  writer.add_file("adapter_config.json", config.dump(2) + "\n");
+  writer.commit();
+  return result;
+}
+
+}  // namespace megatron::models

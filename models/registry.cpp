@@ -52,6 +52,7 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.activation_dtype = model_dtype_of(r.training);
   if (r.peft.lora()) {
     t.lora = LoraSpec{r.peft.dim, static_cast<float>(r.peft.alpha)};
+    t.lora.dropout = static_cast<float>(r.peft.dropout);
     t.lora_qkv = r.peft.targets("linear_qkv");
     t.lora_proj = r.peft.targets("linear_proj");
     t.lora_fc1 = r.peft.targets("linear_fc1");

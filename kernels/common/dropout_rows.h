@@ -1,9 +1,10 @@
 #pragma once
 // Where the elements of an [S, B, D] activation (a micro-batch, or a sequence slice of one)
 // draw their dropout randomness: element (s, b, d) uses Philox index
-//   ((batch_offset + b) * seq_total + seq_offset + s) * D + d,
-// its position in the global [seq_total, global batch, D] tensor laid out batch-major. So the
-// masks depend neither on the micro-batch size nor on data- or sequence-parallel splits.
+//   ((batch_offset + b) * seq_total + seq_offset + s) * D_total + d_offset + d,
+// its position in the global [seq_total, global batch, D_total] tensor laid out batch-major (a
+// tensor holding features [d_offset, d_offset + D) of D_total: a tensor-parallel shard). So the
+// masks depend neither on the micro-batch size nor on data-, sequence- or tensor-parallel splits.
 #include <cstdint>
 
 #include "kernels/common/host_device.h"
@@ -15,12 +16,16 @@ struct DropoutRows {
   int64_t batch_offset = 0;     // global sample index of local sample 0
   int64_t seq_offset = 0;       // global position of local row 0
   int64_t seq_total = 0;        // the full sequence length
+  int64_t d_offset = 0;         // global feature index of local feature 0
+  int64_t d_total = 0;          // all features (0: D)
 
   MT_HD int64_t rows() const { return S * B; }
   // Philox index of element 0 of local row r = s * B + b.
   MT_HD uint64_t row_index(int64_t r) const {
     const int64_t s = r / B, b = r % B;
-    return static_cast<uint64_t>(((batch_offset + b) * seq_total + seq_offset + s) * D);
+    const int64_t width = d_total > 0 ? d_total : D;
+    return static_cast<uint64_t>(((batch_offset + b) * seq_total + seq_offset + s) * width +
+                                 d_offset);
   }
 };
 

@@ -6,7 +6,7 @@
 //   type            none | lora
 //   dim             the adapters' rank r
 //   alpha           scale numerator (the update is scaled by alpha / dim)
-//   dropout         dropout on the adapters' input (only 0 is implemented)
+//   dropout         dropout on the adapters' input, in [0, 1)
 //   target_modules  any of linear_qkv, linear_proj, linear_fc1, linear_fc2
 #include <cstdint>
 #include <string>

@@ -408,8 +408,7 @@ void PeftConfig::validate(const KeyOrigins& origins) const {
   if (!lora()) return;
   c.positive("peft.dim", dim);
   c.positive("peft.alpha", alpha);
-  c.check(dropout == 0.0, "peft.dropout",
-          concat("LoRA dropout is not implemented; use 0 (got ", dropout, ")"));
+  c.unit_interval("peft.dropout", dropout);
   c.check(!target_modules.empty(), "peft.target_modules", "must name at least one module");
   for (size_t i = 0; i < target_modules.size(); ++i)
     c.one_of(concat("peft.target_modules[", i, "]"), target_modules[i],

@@ -18,12 +18,13 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a)
   MT_CHECK(a.spec.recompute != Recompute::Selective || shared_probs_,
            "selective recompute needs the shared probabilities buffer");
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
-  qkv_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
-                                  spec_.bias || spec_.qkv_bias, TPMode::Column, a.tp,
-                                  spec_.init_std, Shape{}, sp_, spec_.lora_for(spec_.lora_qkv));
+  qkv_ =
+      std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
+                               spec_.bias || spec_.qkv_bias, TPMode::Column, a.tp, spec_.init_std,
+                               Shape{}, sp_, spec_.lora_for(spec_.lora_qkv, a.layer, 0));
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
                                    TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_,
-                                   spec_.lora_for(spec_.lora_proj));
+                                   spec_.lora_for(spec_.lora_proj, a.layer, 1));
 }
 
 void SelfAttention::collect_params(std::vector<Parameter*>& out) const {
@@ -124,10 +125,10 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
   const int64_t S = full_seq(Sl);
   const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
   const auto as = shape(S, B, mb.batch_offset);
-  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_));
+  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_), &mb);
   if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0, mb.position_ids);
   core_forward(s, as, options(mb, key_mask));
-  proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_));
+  proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_), &mb);
   return s.out;
 }
 
@@ -138,10 +139,10 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   const auto as = shape(S, B, mb.batch_offset);
   const auto ao = options(mb, key_mask);
   if (shared_probs_ && !spec_.flash_attention) recompute_probs(s, as, ao);
-  proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_));
+  proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_), &mb);
   core_backward(s, as, ao);
   if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0, mb.position_ids);
-  qkv_->backward(s.qkv, s.d_qkv, &d_in);
+  qkv_->backward(s.qkv, s.d_qkv, &d_in, &mb);
 }
 
 }  // namespace megatron

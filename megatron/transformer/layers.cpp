@@ -52,9 +52,9 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
 
 Linear::~Linear() = default;
 
-void Linear::add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y) const {
+void Linear::add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb) const {
   Tensor full;
-  lora_->forward_row(ctx.lora_h, x, full);
+  lora_->forward_row(ctx.lora_h, x, full, mb, ctx.lora_x);
   const int64_t rows = y.numel() / local_out_;
   const int64_t first = sp_ ? rows * tp_->rank() : 0;  // this rank's sequence slice
   Tensor mine = full.flat_view(first * local_out_, {rows, local_out_});
@@ -64,7 +64,7 @@ void Linear::add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y) const {
 
 namespace tp = tensor_parallel;
 
-void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
+void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb) const {
   const Tensor w = weight_2d(weight_->weight);
   const Tensor* bias = bias_ ? &bias_->weight : nullptr;
   ctx.input = x;
@@ -73,7 +73,7 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
     // (which gathers it again): the memory saving of sequence parallelism.
     const Tensor in = sp_ ? tp::gathered_sequence(*tp_, x) : tp::copy_to_region_forward(x);
     ops::linear_forward(in, w, bias, y);
-    if (lora_) lora_->forward_column(ctx.lora_h, in, y);
+    if (lora_) lora_->forward_column(ctx.lora_h, in, y, mb, ctx.lora_x);
     return;
   }
   if (mode_ == TPMode::Row && tp_->size() > 1) {
@@ -87,16 +87,16 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
       ops::linear_forward(x, w, nullptr, y);
       tp::reduce_from_region_forward(*tp_, y);
     }
-    if (lora_) add_row_lora(ctx, x, y);
+    if (lora_) add_row_lora(ctx, x, y, mb);
     if (bias_) ops::add_bias(y, bias_->weight);
     return;
   }
   ops::linear_forward(x, w, bias, y);
-  if (lora_ && mode_ == TPMode::Row) add_row_lora(ctx, x, y);
-  if (lora_ && mode_ != TPMode::Row) lora_->forward_column(ctx.lora_h, x, y);
+  if (lora_ && mode_ == TPMode::Row) add_row_lora(ctx, x, y, mb);
+  if (lora_ && mode_ != TPMode::Row) lora_->forward_column(ctx.lora_h, x, y, mb, ctx.lora_x);
 }
 
-void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
+void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb) const {
   // A frozen weight (or bias) gets no gradient: only dx is computed for it.
   Tensor dw_view = weight_->frozen ? Tensor() : weight_2d(weight_->grad);
   Tensor* dw = weight_->frozen ? nullptr : &dw_view;
@@ -109,28 +109,31 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const {
         Tensor::empty(tp::full_sequence_shape(dy.shape(), *tp_), dy.dtype(), dy.device());
     tp::reduce_scatter_to_sequence_backward(*tp_, dy, dy_full);
     ops::linear_backward(ctx.input, w, dy_full, dx, dw, d_bias);
-    if (lora_) lora_->backward_row(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch);
+    if (lora_)
+      lora_->backward_row(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch, mb, ctx.lora_x);
     return;
   }
   if (sp_ && mode_ == TPMode::Column) {
     const Tensor x_full = tp::gathered_sequence(*tp_, ctx.input);
     if (!dx) {
       ops::linear_backward(x_full, w, dy, nullptr, dw, d_bias);
-      if (lora_) lora_->backward_column(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch);
+      if (lora_)
+        lora_->backward_column(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch, mb, ctx.lora_x);
       return;
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
     Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
     ops::linear_backward(x_full, w, dy, &partial, dw, d_bias);
-    if (lora_) lora_->backward_column(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch);
+    if (lora_)
+      lora_->backward_column(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch, mb, ctx.lora_x);
     tp::gather_from_sequence_backward(*tp_, partial, *dx);
     return;
   }
   ops::linear_backward(ctx.input, w, tp::reduce_from_region_backward(dy), dx, dw, d_bias);
   if (lora_ && mode_ == TPMode::Row)
-    lora_->backward_row(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch);
+    lora_->backward_row(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
   if (lora_ && mode_ != TPMode::Row)
-    lora_->backward_column(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch);
+    lora_->backward_column(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
   if (dx && mode_ == TPMode::Column) tp::copy_to_region_backward(*tp_, *dx);
 }
 

@@ -27,7 +27,7 @@ class Linear {
  public:
   struct Ctx {
     Tensor input;  // view of the caller's input (a sequence slice with sequence parallelism)
-    Tensor lora_h, lora_scratch;  // LoRA: scale * A x, and backward scratch
+    Tensor lora_h, lora_scratch, lora_x;  // LoRA: scale * A x, backward scratch, dropped input
   };
   // Weight global shape [out, in] (or `weight_shape` whose product matches, e.g. [2, F, D] for
   // gated MLPs so every shard holds its own gate and up halves).
@@ -39,16 +39,17 @@ class Linear {
 
   int64_t local_in() const { return local_in_; }
   int64_t local_out() const { return local_out_; }
-  void forward(Ctx& ctx, const Tensor& x, Tensor& y) const;
+  // mb: the micro-batch (its LoRA dropout mask); null: no dropout.
+  void forward(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb = nullptr) const;
   // dx may be null (first layer); writes dx, accumulates weight/bias grads.
-  void backward(Ctx& ctx, const Tensor& dy, Tensor* dx) const;
+  void backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb = nullptr) const;
   void collect_params(std::vector<Parameter*>& out) const;
 
  private:
   Tensor weight_2d(const Tensor& t) const { return t.view({local_out_, local_in_}); }
   // Row-parallel LoRA: the full update of rows h, added to y (all rows, or this rank's
   // sequence slice under sequence parallelism).
-  void add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y) const;
+  void add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb) const;
   std::unique_ptr<LoRAAdapter> lora_;
   Parameter* weight_ = nullptr;
   Parameter* bias_ = nullptr;

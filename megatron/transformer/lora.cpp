@@ -27,7 +27,13 @@ bool is_lora_parameter(const std::string& name) {
 LoRAAdapter::LoRAAdapter(ParamStore& store, const std::string& name, int64_t in, int64_t out,
                          const Shape& weight_shape, TPMode mode, parallel::Communicator& tp,
                          const LoraSpec& spec)
-    : tp_(&tp), rank_(spec.rank), local_in_(in), local_out_(out), scale_(spec.scale()) {
+    : tp_(&tp),
+      rank_(spec.rank),
+      local_in_(in),
+      local_out_(out),
+      scale_(spec.scale()),
+      spec_(spec),
+      row_(mode == TPMode::Row) {
   MT_CHECK(spec.rank > 0, "LoRA on '", name, "': rank must be > 0");
   MT_CHECK(mode != TPMode::None || tp.size() == 1, "LoRA on '", name,
            "': a replicated Linear under tensor parallelism");
@@ -59,12 +65,31 @@ LoRAAdapter::LoRAAdapter(ParamStore& store, const std::string& name, int64_t in,
                   b_dim >= 0 ? tp_split(b_dim, tp) : ShardSpec{});
 }
 
+Tensor LoRAAdapter::dropped(const Tensor& x, const MicroBatchInfo* mb, Tensor& buf) const {
+  if (!dropout_on(mb)) return x;
+  MT_CHECK(x.ndim() == 3, "LoRA dropout needs [S, B, features] inputs, got ", x.shape().str());
+  kernels::DropoutRows rows;
+  rows.S = x.dim(0);
+  rows.B = x.dim(1);
+  rows.D = x.dim(2);
+  rows.batch_offset = mb->batch_offset;
+  rows.seq_total = rows.S;  // every position (a sequence-parallel input is gathered first)
+  rows.d_offset = row_ ? tp_->rank() * local_in_ : 0;
+  rows.d_total = row_ ? local_in_ * tp_->size() : local_in_;
+  ensure(buf, x.shape(), x.dtype(), x.device());
+  const DropoutSite site{spec_.seed, mb->iteration, spec_.layer, spec_.site};
+  ops::dropout_rows(x, buf, rows, spec_.dropout, site.seed, site.stream());
+  return buf;
+}
+
 Tensor LoRAAdapter::a_2d() const { return a_->weight.view({rank_, local_in_}); }
 Tensor LoRAAdapter::b_2d() const { return b_->weight.view({local_out_, rank_}); }
 Tensor LoRAAdapter::grad_a_2d() const { return a_->grad.view({rank_, local_in_}); }
 Tensor LoRAAdapter::grad_b_2d() const { return b_->grad.view({local_out_, rank_}); }
 
-void LoRAAdapter::forward_column(Tensor& h, const Tensor& x, Tensor& y) const {
+void LoRAAdapter::forward_column(Tensor& h, const Tensor& x_in, Tensor& y, const MicroBatchInfo* mb,
+                                 Tensor& xbuf) const {
+  const Tensor x = dropped(x_in, mb, xbuf);
   const int64_t n = x.numel() / local_in_;
   ensure(h, {n, rank_}, x.dtype(), x.device());
   ops::linear_forward(x, a_2d(), nullptr, h);
@@ -75,8 +100,10 @@ void LoRAAdapter::forward_column(Tensor& h, const Tensor& x, Tensor& y) const {
   ops::add_inplace(y2, update);
 }
 
-void LoRAAdapter::backward_column(const Tensor& h, const Tensor& x, const Tensor& dy,
-                                  Tensor* dx_partial, Tensor& scratch) const {
+void LoRAAdapter::backward_column(const Tensor& h, const Tensor& x_in, const Tensor& dy,
+                                  Tensor* dx_partial, Tensor& scratch, const MicroBatchInfo* mb,
+                                  Tensor& xbuf) const {
+  const Tensor x = dropped(x_in, mb, xbuf);  // the forward's mask again
   const int64_t n = h.dim(0);
   Tensor& dh = ensure(scratch, {n, rank_}, h.dtype(), h.device());
   Tensor gb = grad_b_2d(), ga = grad_a_2d();
@@ -88,11 +115,18 @@ void LoRAAdapter::backward_column(const Tensor& h, const Tensor& x, const Tensor
   }
   Tensor term = Tensor::empty({n, local_in_}, x.dtype(), x.device());
   ops::linear_backward(x, a_2d(), dh, &term, &ga, nullptr);
+  if (dropout_on(mb)) {  // d(dropout)/dx: the same mask on the gradient (xbuf is free again)
+    Tensor term3 = term.view(x_in.shape());
+    const Tensor masked = dropped(term3, mb, xbuf);
+    term.copy_from(masked);
+  }
   Tensor dx2 = dx_partial->view({n, local_in_});
   ops::add_inplace(dx2, term);
 }
 
-void LoRAAdapter::forward_row(Tensor& h, const Tensor& x, Tensor& out) const {
+void LoRAAdapter::forward_row(Tensor& h, const Tensor& x_in, Tensor& out, const MicroBatchInfo* mb,
+                              Tensor& xbuf) const {
+  const Tensor x = dropped(x_in, mb, xbuf);
   const int64_t n = x.numel() / local_in_;
   ensure(h, {n, rank_}, x.dtype(), x.device());
   ops::linear_forward(x, a_2d(), nullptr, h);
@@ -102,8 +136,10 @@ void LoRAAdapter::forward_row(Tensor& h, const Tensor& x, Tensor& out) const {
   ops::linear_forward(h, b_2d(), nullptr, out);
 }
 
-void LoRAAdapter::backward_row(const Tensor& h, const Tensor& x, const Tensor& dy_full, Tensor* dx,
-                               Tensor& scratch) const {
+void LoRAAdapter::backward_row(const Tensor& h, const Tensor& x_in, const Tensor& dy_full,
+                               Tensor* dx, Tensor& scratch, const MicroBatchInfo* mb,
+                               Tensor& xbuf) const {
+  const Tensor x = dropped(x_in, mb, xbuf);  // the forward's mask again
   const int64_t n = h.dim(0);
   Tensor& dh = ensure(scratch, {n, rank_}, h.dtype(), h.device());
   Tensor gb = grad_b_2d(), ga = grad_a_2d();
@@ -115,6 +151,11 @@ void LoRAAdapter::backward_row(const Tensor& h, const Tensor& x, const Tensor& d
   }
   Tensor term = Tensor::empty({n, local_in_}, x.dtype(), x.device());
   ops::linear_backward(x, a_2d(), dh, &term, &ga, nullptr);
+  if (dropout_on(mb)) {  // d(dropout)/dx: the same mask on the gradient (xbuf is free again)
+    Tensor term3 = term.view(x_in.shape());
+    const Tensor masked = dropped(term3, mb, xbuf);
+    term.copy_from(masked);
+  }
   Tensor dx2 = dx->view({n, local_in_});
   ops::add_inplace(dx2, term);
 }

@@ -16,6 +16,7 @@
 
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
+#include "megatron/transformer/context.h"
 
 namespace megatron {
 
@@ -24,6 +25,12 @@ enum class TPMode : uint8_t;
 struct LoraSpec {
   int64_t rank = 0;  // 0: no adapter
   float alpha = 16.0f;
+  // Dropout on the adapter's input (training only), drawn like every dropout here from
+  // DropoutSite{seed, iteration, layer, site} at the element's global index (the features of a
+  // row-parallel shard at their global feature index), so masks do not depend on the layout.
+  float dropout = 0.0f;
+  uint64_t seed = 0;
+  int64_t layer = 0, site = 0;
   float scale() const { return alpha / static_cast<float>(rank); }
 };
 
@@ -36,22 +43,30 @@ class LoRAAdapter {
 
   // Column base. x: the full input the base multiplied; y += scale * B A x (y: this rank's
   // output columns). h receives scale * A x [N, r] for backward.
-  void forward_column(Tensor& h, const Tensor& x, Tensor& y) const;
+  // mb (null: no dropout) selects the dropout mask; xbuf holds the dropped input.
+  void forward_column(Tensor& h, const Tensor& x, Tensor& y, const MicroBatchInfo* mb,
+                      Tensor& xbuf) const;
   // dB += dy^T h, dA += (scale * dy B)^T x (partial over tp); dx_partial (if any) += its term.
   void backward_column(const Tensor& h, const Tensor& x, const Tensor& dy, Tensor* dx_partial,
-                       Tensor& scratch) const;
+                       Tensor& scratch, const MicroBatchInfo* mb, Tensor& xbuf) const;
   // Row base. x: this rank's input shard; h receives scale * (A x summed over tp) [N, r] and
   // out = h B^T [N, out] (the full update, to add to the reduced output or its rows).
-  void forward_row(Tensor& h, const Tensor& x, Tensor& out) const;
+  void forward_row(Tensor& h, const Tensor& x, Tensor& out, const MicroBatchInfo* mb,
+                   Tensor& xbuf) const;
   // dy_full: the output gradient over every row of h. dB += dy^T h, dA_local += dh^T x,
   // dx (if any) += dh A_local with dh = scale * dy B.
   void backward_row(const Tensor& h, const Tensor& x, const Tensor& dy_full, Tensor* dx,
-                    Tensor& scratch) const;
+                    Tensor& scratch, const MicroBatchInfo* mb, Tensor& xbuf) const;
 
   Parameter& a() const { return *a_; }
   Parameter& b() const { return *b_; }
 
  private:
+  // x through this call's dropout mask (into buf), or x itself without dropout.
+  Tensor dropped(const Tensor& x, const MicroBatchInfo* mb, Tensor& buf) const;
+  bool dropout_on(const MicroBatchInfo* mb) const {
+    return mb != nullptr && mb->training && spec_.dropout > 0.0f;
+  }
   Tensor a_2d() const;
   Tensor b_2d() const;
   Tensor grad_a_2d() const;
@@ -61,6 +76,8 @@ class LoRAAdapter {
   parallel::Communicator* tp_;
   int64_t rank_, local_in_, local_out_;
   float scale_;
+  LoraSpec spec_;
+  bool row_ = false;
 };
 
 // True for the names LoRA gives its adapter weights.

@@ -45,7 +45,15 @@ struct TransformerSpec {
   // LoRA adapters (peft: lora) on the listed projections (rank 0: none).
   LoraSpec lora;
   bool lora_qkv = false, lora_proj = false, lora_fc1 = false, lora_fc2 = false;
-  LoraSpec lora_for(bool target) const { return target ? lora : LoraSpec{}; }
+  // The adapter of one projection (none unless targeted); its dropout site is 10 + `site`.
+  LoraSpec lora_for(bool target, int64_t layer, int64_t site) const {
+    if (!target) return LoraSpec{};
+    LoraSpec s = lora;
+    s.seed = seed;
+    s.layer = layer;
+    s.site = 10 + site;
+    return s;
+  }
   int64_t head_dim() const { return hidden / heads; }
   void validate(int64_t tp_size) const;
   // Megatron's scaled init for the output projections of the residual branches.

@@ -133,6 +133,16 @@ TEST(Dropout, RowsFollowTheGlobalLayout) {
   std::vector<float> part(static_cast<size_t>(half * B * D));
   cpu::dropout_rows(x.data() + half * B * D, part.data(), slice, 0.4f, 5, 7);
   EXPECT_EQ(part, std::vector<float>(got.begin() + half * B * D, got.end()));
+  // Features [4, 10) of every row as a tensor-parallel shard (d_offset 4 of d_total 10).
+  const int64_t F = 6;
+  std::vector<float> xs(static_cast<size_t>(S * B * F)), shard(xs.size());
+  for (int64_t r = 0; r < S * B; ++r)
+    for (int64_t d = 0; d < F; ++d) xs[r * F + d] = x[r * D + 4 + d];
+  DropoutRows features{S, B, F, 2, 0, S, /*d_offset=*/4, /*d_total=*/D};
+  cpu::dropout_rows(xs.data(), shard.data(), features, 0.4f, 5, 7);
+  for (int64_t r = 0; r < S * B; ++r)
+    for (int64_t d = 0; d < F; ++d)
+      EXPECT_EQ(shard[r * F + d], got[r * D + 4 + d]) << r << " " << d;
 }
 
 TEST(Dropout, KeepFractionAndScale) {

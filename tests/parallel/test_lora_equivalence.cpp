@@ -25,6 +25,21 @@ TEST(LoraEquivalence, EveryLayoutMatchesSingleProcess) {
   eq::report_max_diff("lora equivalence");
 }
 
+// Dropout on the adapters' inputs: the masks follow global indices (a row-parallel adapter's
+// input shard at its global features), so every layout draws the single process's masks.
+TEST(LoraEquivalence, DropoutMasksDoNotDependOnTheLayout) {
+  eq::RecipeSpec llama{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
+  llama.micro = 4;
+  llama.seed = 17;
+  llama.iters = 10;
+  llama.lr = 0.02;
+  llama.extra_sections = "peft: {type: lora, dim: 4, alpha: 8, dropout: 0.2}\n";
+  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  EXPECT_GT(eq::expect_layouts_match(llama, src, eq::model_layouts()), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("lora dropout equivalence");
+}
+
 // bf16 mixed precision: bf16 frozen base (no fp32 master for it), fp32 masters and Adam state for
 // the adapters only.
 TEST(LoraEquivalence, Bf16LayoutsTrackSingleProcess) {

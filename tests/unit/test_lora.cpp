@@ -99,12 +99,17 @@ TEST(LoRA, AdaptedModelEqualsMergedWeights) {
   }
 }
 
+// With and without dropout on the adapters' input (its masks are fixed per step and site).
 TEST(LoRA, AdapterGradientsMatchFiniteDifferences) {
-  for (bool swiglu : {false, true}) {
-    SCOPED_TRACE(swiglu ? "llama-like" : "gpt-like");
+  for (const auto& [swiglu, dropout] : {std::pair{false, 0.0f}, std::pair{true, 0.0f},
+                                        std::pair{false, 0.3f}, std::pair{true, 0.3f}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << (swiglu ? "llama-like" : "gpt-like") << " dropout " << dropout);
     auto tp = parallel::make_single_process_communicator();
     ParamStore store;
-    GPTModel model(spec(true, swiglu), store, *tp);
+    GPTSpec s = spec(true, swiglu);
+    s.transformer.lora.dropout = dropout;
+    GPTModel model(s, store, *tp);
     for (Parameter* p : store.params()) p->frozen = !is_lora_parameter(p->name);
     store.finalize();
     store.initialize(42);
@@ -136,6 +141,26 @@ TEST(LoRA, AdapterGradientsMatchFiniteDifferences) {
     }
     EXPECT_EQ(checked, 2 * 4 * 4 * 2);  // 2 layers x 4 projections x (A, B) x 4 samples
   }
+}
+
+// LoRA dropout changes the training loss, not the evaluation one.
+TEST(LoRA, DropoutOnlyWhileTraining) {
+  auto tp = parallel::make_single_process_communicator();
+  ParamStore plain_store, drop_store;
+  GPTSpec with = spec(true, true);
+  with.transformer.lora.dropout = 0.3f;
+  GPTModel plain(spec(true, true), plain_store, *tp), dropped(with, drop_store, *tp);
+  for (ParamStore* st : {&plain_store, &drop_store}) {
+    st->finalize();
+    st->initialize(42);
+    randomize_b(*st);
+  }
+  GPTModel::Activations a1, a2;
+  MicroBatch mb = testing::random_decoder_batch(6, 3, 29, 9, MicroBatchInfo{0, 0, true});
+  const double train_plain = plain.forward(a1, mb).lm, train_drop = dropped.forward(a2, mb).lm;
+  EXPECT_GT(std::abs(train_plain - train_drop), 1e-4 * std::abs(train_plain));
+  mb.info.training = false;
+  EXPECT_EQ(plain.forward(a1, mb).lm, dropped.forward(a2, mb).lm);
 }
 
 // peft: lora through the registry: the adapters are the only trainable weights and their

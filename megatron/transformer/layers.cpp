@@ -110,30 +110,25 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchIn
     tp::reduce_scatter_to_sequence_backward(*tp_, dy, dy_full);
     ops::linear_backward(ctx.input, w, dy_full, dx, dw, d_bias);
     if (lora_)
-      lora_->backward_row(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch, mb, ctx.lora_x);
+      lora_->backward(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch, mb, ctx.lora_x);
     return;
   }
   if (sp_ && mode_ == TPMode::Column) {
     const Tensor x_full = tp::gathered_sequence(*tp_, ctx.input);
     if (!dx) {
       ops::linear_backward(x_full, w, dy, nullptr, dw, d_bias);
-      if (lora_)
-        lora_->backward_column(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch, mb, ctx.lora_x);
+      if (lora_) lora_->backward(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch, mb, ctx.lora_x);
       return;
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
     Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
     ops::linear_backward(x_full, w, dy, &partial, dw, d_bias);
-    if (lora_)
-      lora_->backward_column(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch, mb, ctx.lora_x);
+    if (lora_) lora_->backward(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch, mb, ctx.lora_x);
     tp::gather_from_sequence_backward(*tp_, partial, *dx);
     return;
   }
   ops::linear_backward(ctx.input, w, tp::reduce_from_region_backward(dy), dx, dw, d_bias);
-  if (lora_ && mode_ == TPMode::Row)
-    lora_->backward_row(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
-  if (lora_ && mode_ != TPMode::Row)
-    lora_->backward_column(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
+  if (lora_) lora_->backward(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
   if (dx && mode_ == TPMode::Column) tp::copy_to_region_backward(*tp_, *dx);
 }
 

@@ -100,30 +100,6 @@ void LoRAAdapter::forward_column(Tensor& h, const Tensor& x_in, Tensor& y, const
   ops::add_inplace(y2, update);
 }
 
-void LoRAAdapter::backward_column(const Tensor& h, const Tensor& x_in, const Tensor& dy,
-                                  Tensor* dx_partial, Tensor& scratch, const MicroBatchInfo* mb,
-                                  Tensor& xbuf) const {
-  const Tensor x = dropped(x_in, mb, xbuf);  // the forward's mask again
-  const int64_t n = h.dim(0);
-  Tensor& dh = ensure(scratch, {n, rank_}, h.dtype(), h.device());
-  Tensor gb = grad_b_2d(), ga = grad_a_2d();
-  ops::linear_backward(h, b_2d(), dy.view({n, local_out_}), &dh, &gb, nullptr);
-  ops::scale_inplace(dh, scale_);
-  if (dx_partial == nullptr) {
-    ops::linear_backward(x, a_2d(), dh, nullptr, &ga, nullptr);
-    return;
-  }
-  Tensor term = Tensor::empty({n, local_in_}, x.dtype(), x.device());
-  ops::linear_backward(x, a_2d(), dh, &term, &ga, nullptr);
-  if (dropout_on(mb)) {  // d(dropout)/dx: the same mask on the gradient (xbuf is free again)
-    Tensor term3 = term.view(x_in.shape());
-    const Tensor masked = dropped(term3, mb, xbuf);
-    term.copy_from(masked);
-  }
-  Tensor dx2 = dx_partial->view({n, local_in_});
-  ops::add_inplace(dx2, term);
-}
-
 void LoRAAdapter::forward_row(Tensor& h, const Tensor& x_in, Tensor& out, const MicroBatchInfo* mb,
                               Tensor& xbuf) const {
   const Tensor x = dropped(x_in, mb, xbuf);
@@ -136,14 +112,13 @@ void LoRAAdapter::forward_row(Tensor& h, const Tensor& x_in, Tensor& out, const 
   ops::linear_forward(h, b_2d(), nullptr, out);
 }
 
-void LoRAAdapter::backward_row(const Tensor& h, const Tensor& x_in, const Tensor& dy_full,
-                               Tensor* dx, Tensor& scratch, const MicroBatchInfo* mb,
-                               Tensor& xbuf) const {
+void LoRAAdapter::backward(const Tensor& h, const Tensor& x_in, const Tensor& dy, Tensor* dx,
+                           Tensor& scratch, const MicroBatchInfo* mb, Tensor& xbuf) const {
   const Tensor x = dropped(x_in, mb, xbuf);  // the forward's mask again
   const int64_t n = h.dim(0);
   Tensor& dh = ensure(scratch, {n, rank_}, h.dtype(), h.device());
   Tensor gb = grad_b_2d(), ga = grad_a_2d();
-  ops::linear_backward(h, b_2d(), dy_full.view({n, local_out_}), &dh, &gb, nullptr);
+  ops::linear_backward(h, b_2d(), dy.view({n, local_out_}), &dh, &gb, nullptr);
   ops::scale_inplace(dh, scale_);
   if (dx == nullptr) {
     ops::linear_backward(x, a_2d(), dh, nullptr, &ga, nullptr);

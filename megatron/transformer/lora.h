@@ -46,17 +46,16 @@ class LoRAAdapter {
   // mb (null: no dropout) selects the dropout mask; xbuf holds the dropped input.
   void forward_column(Tensor& h, const Tensor& x, Tensor& y, const MicroBatchInfo* mb,
                       Tensor& xbuf) const;
-  // dB += dy^T h, dA += (scale * dy B)^T x (partial over tp); dx_partial (if any) += its term.
-  void backward_column(const Tensor& h, const Tensor& x, const Tensor& dy, Tensor* dx_partial,
-                       Tensor& scratch, const MicroBatchInfo* mb, Tensor& xbuf) const;
   // Row base. x: this rank's input shard; h receives scale * (A x summed over tp) [N, r] and
   // out = h B^T [N, out] (the full update, to add to the reduced output or its rows).
   void forward_row(Tensor& h, const Tensor& x, Tensor& out, const MicroBatchInfo* mb,
                    Tensor& xbuf) const;
-  // dy_full: the output gradient over every row of h. dB += dy^T h, dA_local += dh^T x,
-  // dx (if any) += dh A_local with dh = scale * dy B.
-  void backward_row(const Tensor& h, const Tensor& x, const Tensor& dy_full, Tensor* dx,
-                    Tensor& scratch, const MicroBatchInfo* mb, Tensor& xbuf) const;
+  // Backward of either (x and h as the forward saw them; dy: this rank's output columns, or
+  // for a row base the gradient of every row of h): dB += dy^T h, dA += dh^T x with
+  // dh = scale * dy B (a tp-partial sum for a column base), and dx (if any) += dh A through
+  // the dropout mask (a column base's dx is the partial sum its Linear reduces).
+  void backward(const Tensor& h, const Tensor& x, const Tensor& dy, Tensor* dx, Tensor& scratch,
+                const MicroBatchInfo* mb, Tensor& xbuf) const;
 
   Parameter& a() const { return *a_; }
   Parameter& b() const { return *b_; }

@@ -31,20 +31,6 @@ std::string module_of(const std::string& hf_weight) {
   return base.substr(base.rfind('.') + 1);
 }
 
-std::vector<float> read_whole(checkpoint::Reader& reader, const std::string& name,
-                              const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  std::vector<float> out(static_cast<size_t>(n));
-  checkpoint::TensorPiece piece;
-  piece.name = name;
-  piece.global_shape = Shape(shape.begin(), shape.end());
-  piece.local_shape = piece.global_shape;
-  piece.dest = out.data();
-  reader.read({piece});
-  return out;
-}
-
 }  // namespace
 
 PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
@@ -68,7 +54,7 @@ PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
 
   struct Adapter {
     const hf::TensorMapping* weight;
-    std::vector<int64_t> a_shape, b_shape;
+    std::vector<int64_t> b_shape;
   };
   std::vector<Adapter> adapters;
   std::vector<hf::OutTensor> out;
@@ -88,7 +74,7 @@ PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
       out.push_back({name + ".lora_B.weight", {out_rows, result.rank}, "F32"});
       modules.insert(module_of(s.name));
     }
-    adapters.push_back({&m, a->second.shape, b->second.shape});
+    adapters.push_back({&m, b->second.shape});
   }
   MT_INPUT_CHECK(!adapters.empty(), index.path, ": no LoRA adapter tensors for ",
                  result.architecture, "'s weights");
@@ -99,8 +85,8 @@ PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
   for (const Adapter& ad : adapters) {
     const hf::TensorMapping& w = *ad.weight;
     const std::string base = strip_weight(w.native);
-    const auto a = read_whole(reader, kModel + base + ".lora_a.weight", ad.a_shape);
-    const auto b = read_whole(reader, kModel + base + ".lora_b.weight", ad.b_shape);
+    const auto a = reader.read_whole(kModel + base + ".lora_a.weight");
+    const auto b = reader.read_whole(kModel + base + ".lora_b.weight");
     // B's rows are laid out like the weight's: the weight's row blocks at width r cut them.
     hf::TensorMapping bm = w;
     bm.native = base + ".lora_b.weight";

@@ -143,6 +143,8 @@ class Reader {
   Reader& operator=(const Reader&) = delete;
   const CheckpointIndex& index() const { return index_; }
   void read(const std::vector<TensorPiece>& pieces);
+  // Tensor `name` whole, in fp32, with its saved global shape (InputError when absent).
+  std::vector<float> read_whole(const std::string& name);
 
  private:
   CheckpointIndex index_;

@@ -81,6 +81,21 @@ Reader::Reader(const std::string& dir, std::optional<int64_t> iteration)
 
 Reader::~Reader() = default;
 
+std::vector<float> Reader::read_whole(const std::string& name) {
+  const auto it = index_.tensors.find(name);
+  if (it == index_.tensors.end())
+    throw InputError(concat("checkpoint ", index_.path, " has no tensor '", name, "'"));
+  const std::vector<int64_t>& shape = it->second.shape;
+  TensorPiece piece;
+  piece.name = name;
+  piece.global_shape = Shape(shape.begin(), shape.end());
+  piece.local_shape = piece.global_shape;
+  std::vector<float> out(static_cast<size_t>(piece.global_shape.numel()));
+  piece.dest = out.data();
+  read({piece});
+  return out;
+}
+
 void Reader::read(const std::vector<TensorPiece>& pieces) {
   const CheckpointIndex& index = index_;
   const std::string meta_path = (fs::path(index.path) / kMetadataFile).string();

@@ -204,17 +204,8 @@ void merge_lora(checkpoint::Reader& native, const TensorMapping& m, float scale,
   MT_INPUT_CHECK(b_shape.back() == r && b_numel == out * r && out * in == int64_t(full.size()),
                  "checkpoint ", native.index().path, ": LoRA adapters of '", m.native,
                  "' do not fit its weight");
-  std::vector<float> a(static_cast<size_t>(r * in)), b(static_cast<size_t>(out * r));
-  auto read = [&](const std::string& name, const std::vector<int64_t>& shape, float* dest) {
-    checkpoint::TensorPiece piece;
-    piece.name = kModelPrefix + name;
-    piece.global_shape = Shape(shape.begin(), shape.end());
-    piece.local_shape = piece.global_shape;
-    piece.dest = dest;
-    native.read({piece});
-  };
-  read(names[0], a_shape, a.data());
-  read(names[1], b_shape, b.data());
+  const std::vector<float> a = native.read_whole(kModelPrefix + names[0]);
+  const std::vector<float> b = native.read_whole(kModelPrefix + names[1]);
   for (int64_t o = 0; o < out; ++o) {
     float* row = full.data() + o * in;
     for (int64_t k = 0; k < r; ++k) {
@@ -256,15 +247,7 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
                               "' has no Hugging Face counterpart in this architecture"));
   HfWriter writer(out_dir, out, req.max_shard_bytes);
   for (const TensorMapping& m : req.mappings) {
-    int64_t n = 1;
-    for (int64_t d : m.native_shape) n *= d;
-    std::vector<float> full(static_cast<size_t>(n));
-    checkpoint::TensorPiece piece;
-    piece.name = kModelPrefix + m.native;
-    piece.global_shape = Shape(m.native_shape.begin(), m.native_shape.end());
-    piece.local_shape = piece.global_shape;
-    piece.dest = full.data();
-    native.read({piece});
+    std::vector<float> full = native.read_whole(kModelPrefix + m.native);  // shape checked above
     merge_lora(native, m, req.lora_scale, full);
     const auto sources = m.export_sources(full);
     full = {};

@@ -67,16 +67,9 @@ LoadedModel::LoadedModel(const std::string& dir, std::optional<int64_t> iteratio
     MT_INPUT_CHECK(saved == want || vocab_rows, checkpoint_path, ": tensor '", name, "' has shape ",
                    Shape(saved.begin(), saved.end()).str(), ", the model needs ",
                    p->global_shape.str());
-    int64_t saved_numel = 1, row = 1;
-    for (int64_t s : saved) saved_numel *= s;
+    int64_t row = 1;
     for (size_t i = 1; i < want.size(); ++i) row *= want[i];
-    std::vector<float> buf(static_cast<size_t>(saved_numel));
-    checkpoint::TensorPiece piece;
-    piece.name = name;
-    piece.global_shape = Shape(saved.begin(), saved.end());
-    piece.local_shape = piece.global_shape;
-    piece.dest = buf.data();
-    reader.read({piece});
+    const std::vector<float> buf = reader.read_whole(name);
     std::vector<float> full(static_cast<size_t>(p->global_shape.numel()), 0.0f);
     const int64_t rows = std::min(saved.empty() ? 1 : saved[0], want.empty() ? 1 : want[0]);
     // Real rows only: padding rows of the saved table are not the model's.

@@ -4,8 +4,6 @@
 // Exit codes: 0 ok, 1 bad input, 2 usage.
 #include "megatron/inference/generate.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -23,6 +21,7 @@
 #include "megatron/core/error.h"
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mpi_communicator.h"
+#include "megatron/training/pretrained.h"
 #include "models/hf_checkpoint.h"
 #include "tools/cli_flags.h"
 
@@ -240,20 +239,10 @@ int evaluate_prompts(const Args& a, const std::string& checkpoint, const config:
 int run(const Args& a, parallel::Communicator& world) {
   std::string dir = a.checkpoint;
   fs::path converted;
-  if (fs::exists(fs::path(dir) / "config.json")) {    // a Hugging Face directory: convert first
-    int64_t id = world.rank() == 0 ? ::getpid() : 0;  // one directory for all ranks
-    Tensor id_t = Tensor::wrap(&id, {1}, DType::I64);
-    world.broadcast(id_t, 0);
-    converted = fs::temp_directory_path() / concat("megatron_generate_", id);
-    if (world.rank() == 0) {
-      fs::remove_all(converted);
-      models::HfImportOptions o;
-      o.hf_dir = dir;
-      o.out_dir = converted.string();
-      o.tp = world.size();
-      models::import_hf_checkpoint(o);
-    }
-    world.barrier();
+  if (fs::exists(fs::path(dir) / "config.json")) {  // a Hugging Face directory: convert first
+    converted = training::agreed_temp_dir(world, "megatron_generate_");
+    if (world.rank() == 0) fs::remove_all(converted);
+    training::convert_hf_on_rank0(dir, converted.string(), nullptr, world);
     dir = converted.string();
   }
   struct Cleanup {

@@ -1,7 +1,5 @@
 #include "megatron/training/checkpointer.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -254,12 +252,9 @@ Checkpointer::Resume Checkpointer::load() {
   if (!has_pretrained) return {};
   // A Hugging Face directory is converted next to the saves (shared by every node), else in
   // the temporary directory (one node), and removed once loaded.
-  int64_t pid = ::getpid();  // rank 0's names the temporary directory
-  Tensor pid_t = Tensor::wrap(&pid, {1}, DType::I64);
-  world_->broadcast(pid_t, 0);
   const std::filesystem::path scratch =
       c.save.empty()
-          ? std::filesystem::temp_directory_path() / concat("megatron_pretrained_", pid)
+          ? agreed_temp_dir(*world_, "megatron_pretrained_")
           : std::filesystem::path(config::resolve_output_path(c.save)) / ".pretrained_import";
   const std::string pretrained = config::resolve_path(recipe_, c.pretrained);
   if (world_->rank() == 0 && is_hf_directory(pretrained)) std::filesystem::remove_all(scratch);

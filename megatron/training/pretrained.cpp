@@ -1,5 +1,7 @@
 #include "megatron/training/pretrained.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "megatron/core/error.h"
@@ -23,20 +25,32 @@ std::string native_pretrained_dir(const config::Recipe& recipe, const std::strin
   MT_INPUT_CHECK(fs::is_directory(pretrained, ec), recipe.source_path, ": checkpoint.pretrained: '",
                  pretrained, "' is not a directory");
   if (!is_hf_directory(pretrained)) return pretrained;
+  if (log)
+    *log << "checkpoint.pretrained: converting the Hugging Face checkpoint " << pretrained
+         << " into " << scratch << "\n"
+         << std::flush;
+  convert_hf_on_rank0(pretrained, scratch, &recipe, world);
+  return scratch;
+}
+
+std::filesystem::path agreed_temp_dir(parallel::Communicator& world, const std::string& prefix) {
+  int64_t pid = ::getpid();
+  Tensor t = Tensor::wrap(&pid, {1}, DType::I64);
+  world.broadcast(t, 0);
+  return fs::temp_directory_path() / concat(prefix, pid);
+}
+
+void convert_hf_on_rank0(const std::string& hf_dir, const std::string& out_dir,
+                         const config::Recipe* recipe, parallel::Communicator& world) {
   if (world.rank() == 0) {
-    if (log)
-      *log << "checkpoint.pretrained: converting the Hugging Face checkpoint " << pretrained
-           << " into " << scratch << "\n"
-           << std::flush;
     models::HfImportOptions o;
-    o.hf_dir = pretrained;
-    o.out_dir = scratch;
-    o.recipe_value = &recipe;
-    o.tp = o.pp = o.ep = 1;  // the loader reshards into the run's layout
+    o.hf_dir = hf_dir;
+    o.out_dir = out_dir;
+    o.recipe_value = recipe;
+    o.tp = o.pp = o.ep = 1;
     models::import_hf_checkpoint(o);
   }
   world.barrier();
-  return scratch;
 }
 
 }  // namespace megatron::training

@@ -4,6 +4,7 @@
 // layout: the loader reshards); a Hugging Face directory (config.json + safetensors) is first
 // converted by the conversion code (models/hf_checkpoint.h) into a native checkpoint, its
 // config.json checked against the run's model section.
+#include <filesystem>
 #include <ostream>
 #include <string>
 
@@ -14,6 +15,16 @@ namespace megatron::training {
 
 // True when `dir` is a Hugging Face model directory rather than a native checkpoint.
 bool is_hf_directory(const std::string& dir);
+
+// "<temp dir>/<prefix><world rank 0's pid>": one scratch directory name all ranks agree on
+// (collective; a single node's temporary directory).
+std::filesystem::path agreed_temp_dir(parallel::Communicator& world, const std::string& prefix);
+
+// World rank 0 converts the Hugging Face directory hf_dir into a native checkpoint in out_dir
+// (tp = pp = ep = 1: every loader reads any layout) while the others wait (collective). recipe:
+// the run whose model section config.json must match (null: the model config.json describes).
+void convert_hf_on_rank0(const std::string& hf_dir, const std::string& out_dir,
+                         const config::Recipe* recipe, parallel::Communicator& world);
 
 // The native checkpoint directory to load checkpoint.pretrained from. Collective over `world`:
 // for a Hugging Face directory world rank 0 converts it into `scratch` (which must not hold a

@@ -12,14 +12,24 @@ namespace {
 namespace eq = megatron::equivalence;
 namespace mp = megatron::parallel;
 
-TEST(LoraEquivalence, EveryLayoutMatchesSingleProcess) {
+// The LLaMA-style model with rank-4 adapters (`peft`: the extra keys of the peft section).
+eq::RecipeSpec lora_llama(int64_t iters, const std::string& peft = "") {
   eq::RecipeSpec llama{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
   llama.micro = 4;
   llama.seed = 17;
-  llama.iters = 12;
+  llama.iters = iters;
   llama.lr = 0.02;
-  llama.extra_sections = "peft: {type: lora, dim: 4, alpha: 8}\n";
-  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  llama.extra_sections = "peft: {type: lora, dim: 4, alpha: 8" + peft + "}\n";
+  return llama;
+}
+
+std::shared_ptr<eq::SyntheticTokens> tokens() {
+  return std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+}
+
+TEST(LoraEquivalence, EveryLayoutMatchesSingleProcess) {
+  const eq::RecipeSpec llama = lora_llama(12);
+  const auto src = tokens();
   EXPECT_GT(eq::expect_layouts_match(llama, src, eq::model_layouts()), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("lora equivalence");
@@ -28,13 +38,8 @@ TEST(LoraEquivalence, EveryLayoutMatchesSingleProcess) {
 // Dropout on the adapters' inputs: the masks follow global indices (a row-parallel adapter's
 // input shard at its global features), so every layout draws the single process's masks.
 TEST(LoraEquivalence, DropoutMasksDoNotDependOnTheLayout) {
-  eq::RecipeSpec llama{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
-  llama.micro = 4;
-  llama.seed = 17;
-  llama.iters = 10;
-  llama.lr = 0.02;
-  llama.extra_sections = "peft: {type: lora, dim: 4, alpha: 8, dropout: 0.2}\n";
-  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  const eq::RecipeSpec llama = lora_llama(10, ", dropout: 0.2");
+  const auto src = tokens();
   EXPECT_GT(eq::expect_layouts_match(llama, src, eq::model_layouts()), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("lora dropout equivalence");
@@ -43,14 +48,9 @@ TEST(LoraEquivalence, DropoutMasksDoNotDependOnTheLayout) {
 // bf16 mixed precision: bf16 frozen base (no fp32 master for it), fp32 masters and Adam state for
 // the adapters only.
 TEST(LoraEquivalence, Bf16LayoutsTrackSingleProcess) {
-  eq::RecipeSpec llama{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
-  llama.micro = 4;
-  llama.seed = 17;
-  llama.iters = 8;
-  llama.lr = 0.02;
+  eq::RecipeSpec llama = lora_llama(8);
   llama.precision = "bf16";
-  llama.extra_sections = "peft: {type: lora, dim: 4, alpha: 8}\n";
-  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  const auto src = tokens();
   const std::vector<eq::Layout> layouts = {
       {.tp = 2, .micro = 2, .sp = true},
       {.pp = 2, .micro = 2},

@@ -9,6 +9,7 @@
 
 #include "megatron/core/tensor.h"
 #include "megatron/params/parameter.h"
+#include "megatron/params/unit_hooks.h"
 #include "megatron/transformer/context.h"
 
 namespace megatron::models {
@@ -96,9 +97,23 @@ struct ModelActivations {
   virtual ~ModelActivations() = default;
 };
 
+// The parameter units of one stage (ParamStore::begin_unit): -1 where the stage lacks the part.
+// The word embeddings are a unit of their own, so a tied copy on another pipeline stage is cut
+// into the same shards.
+struct StageUnits {
+  int64_t word = -1;        // word embeddings (input table or tied output copy)
+  int64_t embeddings = -1;  // the other embedding tables and norm
+  int64_t head = -1;        // final norm, output layer, heads
+  std::vector<int64_t> layers;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
+
+  // Fully sharded data parallelism: where forward and backward announce their units' use (null:
+  // every weight and gradient resident). The hooks must outlive the model's use.
+  void set_unit_hooks(UnitHooks* hooks) { unit_hooks_ = hooks; }
 
   virtual std::unique_ptr<ModelActivations> make_activations() const = 0;
 
@@ -130,6 +145,10 @@ class Model {
   virtual bool has_aux_loss() const { return false; }
   // Per-token LM losses of the last forward ([S*B] fp32, 0 where ignored), for tests/eval.
   virtual const Tensor& token_losses(const ModelActivations& act) const = 0;
+
+ protected:
+  UnitHooks* unit_hooks_ = nullptr;
+  StageUnits units_;
 };
 
 }  // namespace megatron::models

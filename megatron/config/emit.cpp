@@ -36,6 +36,10 @@ std::string str(int64_t v) { return std::to_string(v); }
 std::string str(uint64_t v) { return std::to_string(v); }
 std::string str(double v) { return format_double(v); }
 std::string str(bool v) { return v ? "true" : "false"; }
+template <Option E>
+std::string str(E v) {
+  return yaml_quote(std::string(option_name(v)));
+}
 template <typename T>
 std::string str(const std::optional<T>& v) {
   return v ? str(*v) : "null";
@@ -44,9 +48,18 @@ std::string str(const std::optional<T>& v) {
 nlohmann::json js(const std::string& s) {
   return s.empty() ? nlohmann::json(nullptr) : nlohmann::json(s);
 }
+template <Option E>
+nlohmann::json js_value(E v) {
+  return nlohmann::json(std::string(option_name(v)));
+}
+template <typename T>
+  requires(!Option<T>)
+nlohmann::json js_value(const T& v) {
+  return nlohmann::json(v);
+}
 template <typename T>
 nlohmann::json js(const std::optional<T>& v) {
-  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+  return v ? js_value(*v) : nlohmann::json(nullptr);
 }
 
 // Writes a section's fields() (recipe.h) as YAML: every key, defaults included.

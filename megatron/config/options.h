@@ -28,6 +28,12 @@ enum class LrDecay : uint8_t { Cosine, Linear, Constant };
 enum class MoeScoreFunction : uint8_t { Softmax, Sigmoid };
 enum class MoeLoadBalancing : uint8_t { AuxLoss, SeqAuxLoss, GlobalAuxLoss, None };
 enum class MoeTokenDropPolicy : uint8_t { Probs, Position };
+// What each data-parallel rank keeps only its shard of (Megatron-Core's
+// data_parallel_sharding_strategy): nothing, the optimizer state (ZeRO-1, the distributed
+// optimizer), + the gradients (ZeRO-2), + the parameters (ZeRO-3 / FSDP).
+enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsParams };
+// Where the fp32 master weights and Adam moments live with training.device: cuda.
+enum class OptimizerOffload : uint8_t { None, CPU };
 
 template <typename E>
 struct OptionNames;
@@ -49,6 +55,8 @@ MT_OPTION_NAMES(LrDecay, "cosine", "linear", "constant");
 MT_OPTION_NAMES(MoeScoreFunction, "softmax", "sigmoid");
 MT_OPTION_NAMES(MoeLoadBalancing, "aux_loss", "seq_aux_loss", "global_aux_loss", "none");
 MT_OPTION_NAMES(MoeTokenDropPolicy, "probs", "position");
+MT_OPTION_NAMES(ShardingStrategy, "no_shard", "optim", "optim_grads", "optim_grads_params");
+MT_OPTION_NAMES(OptimizerOffload, "none", "cpu");
 #undef MT_OPTION_NAMES
 
 template <typename E>

@@ -162,11 +162,13 @@ class ParseVisitor {
   // A named option: its name, else an error listing the names.
   template <Option E>
   void operator()(const char* key, E& out, const KeyInfo& info = {}) {
+    if (!read_option(key, out) && info.required) r_.missing(key);  // absent: the default
+  }
+  // Whether the key is set; if so its option into out.
+  template <Option E>
+  bool read_option(const char* key, E& out) {
     const Node* v = r_.take(key);
-    if (v == nullptr) {  // absent or null: the default
-      if (info.required) r_.missing(key);
-      return;
-    }
+    if (v == nullptr) return false;
     std::string name;
     MapReader::convert(*v, r_.key_path(key), name);
     const std::optional<E> parsed = parse_option<E>(name);
@@ -174,10 +176,17 @@ class ParseVisitor {
       fail(*v, r_.key_path(key),
            concat("must be one of ", option_list<E>(), " (got '", name, "')"));
     out = *parsed;
+    return true;
   }
   template <typename T>
   void operator()(const char* key, std::optional<T>& out, const KeyInfo& = {}) {
     r_.get(key, out);  // unset when absent: never required
+  }
+  template <Option E>
+  void operator()(const char* key, std::optional<E>& out, const KeyInfo& = {}) {
+    out.reset();  // absent or null: unset
+    E value{};
+    if (read_option(key, value)) out = value;
   }
   void operator()(const char* key, int64_t& out, const KeyInfo& info = {}) {
     if (!info.zero_is_auto) {

@@ -140,6 +140,12 @@ struct ParallelConfig {
   // the job aborted naming the group after comm_timeout_s (0 disables either;
   // MEGATRON_COMM_TIMEOUT_S overrides the timeout).
   double comm_warn_s = 60, comm_timeout_s = 600;
+  // ZeRO stage (unset: optim when optimizer.distributed / training.use_distributed_optimizer,
+  // else no_shard; Recipe::sharding_strategy() resolves it).
+  std::optional<ShardingStrategy> data_parallel_sharding_strategy;
+  // Hybrid sharding: shard inside groups of dp / this many consecutive data-parallel ranks (one
+  // node when the mesh can place them so), replicate across the groups.
+  int64_t num_distributed_optimizer_instances = 1;
 
   int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
   void validate() const { validate(KeyOrigins{}); }
@@ -160,6 +166,9 @@ struct ParallelConfig {
     v("pipeline_layers", s.pipeline_layers);
     v("comm_warn_s", s.comm_warn_s);
     v("comm_timeout_s", s.comm_timeout_s);
+    v("data_parallel_sharding_strategy", s.data_parallel_sharding_strategy,
+      noted(s.data_parallel_sharding_strategy ? "" : "auto: optim with the distributed optimizer"));
+    v("num_distributed_optimizer_instances", s.num_distributed_optimizer_instances);
   }
 };
 
@@ -193,6 +202,8 @@ struct TrainingConfig {
   double min_loss_scale = 1.0;
   int64_t loss_scale_window = 1000;  // clean steps before the scale doubles
   int64_t hysteresis = 2;            // overflowing steps tolerated before it halves
+  // Megatron's --use-distributed-optimizer: an alias of optimizer.distributed (ZeRO-1).
+  bool use_distributed_optimizer = false;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const TrainingConfig&) const = default;
@@ -215,6 +226,8 @@ struct TrainingConfig {
     v("min_loss_scale", s.min_loss_scale);
     v("loss_scale_window", s.loss_scale_window);
     v("hysteresis", s.hysteresis);
+    v("use_distributed_optimizer", s.use_distributed_optimizer,
+      noted("alias of parallel.data_parallel_sharding_strategy: optim"));
   }
 };
 
@@ -224,6 +237,10 @@ struct OptimizerConfig {
   double min_lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double clip_grad = 1.0;    // 0 -> no clipping
   bool distributed = false;  // ZeRO-1 over data parallel
+  // Master weights and Adam moments in host memory, stepped by the host Adam (cuda only); the
+  // fraction of them offloaded (Megatron's --optimizer-offload-fraction).
+  OptimizerOffload offload = OptimizerOffload::None;
+  double offload_fraction = 1.0;
   ScheduleConfig schedule;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
@@ -239,7 +256,10 @@ struct OptimizerConfig {
     v("beta2", s.beta2);
     v("eps", s.eps);
     v("clip_grad", s.clip_grad);
-    v("distributed", s.distributed);
+    v("distributed", s.distributed,
+      noted("alias of parallel.data_parallel_sharding_strategy: optim"));
+    v("offload", s.offload);
+    v("offload_fraction", s.offload_fraction, noted("with offload: cpu"));
     v.section("schedule", s.schedule);
   }
 };
@@ -397,6 +417,9 @@ struct Recipe {
     v.section("cluster", s.cluster);
     v.section("peft", s.peft);
   }
+
+  // parallel.data_parallel_sharding_strategy, or its aliases' optim, or no_shard.
+  ShardingStrategy sharding_strategy() const;
 
   // Each section, then cross-section checks (heads % tensor, layers % pipeline or pipeline_layers,
   // global_batch % micro_batch, schedule vs train_iters, ...).

@@ -81,6 +81,8 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
                         {"parallel.context", context}})
     c.check(v >= 1, key, concat("must be >= 1 (got ", v, ")"));
   c.check(data >= 0, "parallel.data", concat("must be >= 1 or auto (got ", data, ")"));
+  c.check(num_distributed_optimizer_instances >= 1, "parallel.num_distributed_optimizer_instances",
+          concat("must be >= 1 (got ", num_distributed_optimizer_instances, ")"));
   c.non_negative("parallel.comm_warn_s", comm_warn_s);
   c.non_negative("parallel.comm_timeout_s", comm_timeout_s);
   if (virtual_pipeline) {
@@ -149,6 +151,8 @@ void OptimizerConfig::validate(const KeyOrigins& origins) const {
   c.unit_interval("optimizer.beta2", beta2);
   c.positive("optimizer.eps", eps);
   c.non_negative("optimizer.clip_grad", clip_grad);
+  c.check(offload_fraction >= 0.0 && offload_fraction <= 1.0, "optimizer.offload_fraction",
+          concat("must be in [0, 1] (got ", num(offload_fraction), ")"));
   c.non_negative("optimizer.schedule.warmup_iters", schedule.warmup_iters);
   if (schedule.decay_iters) c.positive("optimizer.schedule.decay_iters", *schedule.decay_iters);
 }
@@ -308,6 +312,34 @@ void Recipe::validate() const {
     c.divisible("model.moe_shared_expert_intermediate_size",
                 model.moe.moe_shared_expert_intermediate_size, "parallel.tensor", parallel.tensor);
   }
+  // Data-parallel sharding: the aliases may only agree with an explicit strategy.
+  const bool alias = optimizer.distributed || training.use_distributed_optimizer;
+  if (parallel.data_parallel_sharding_strategy && alias)
+    c.check(*parallel.data_parallel_sharding_strategy != ShardingStrategy::NoShard,
+            "parallel.data_parallel_sharding_strategy",
+            concat("no_shard contradicts ",
+                   optimizer.distributed ? "optimizer.distributed" : "training.use_distributed_optimizer",
+                   ": true (which asks for the distributed optimizer, strategy optim)"));
+  if (parallel.num_distributed_optimizer_instances > 1) {
+    c.check(sharding_strategy() != ShardingStrategy::NoShard,
+            "parallel.num_distributed_optimizer_instances",
+            concat("hybrid sharding (", parallel.num_distributed_optimizer_instances,
+                   " instances) needs a sharding strategy: set "
+                   "parallel.data_parallel_sharding_strategy to optim, optim_grads or "
+                   "optim_grads_params"));
+    c.check(!model.moe.enabled(), "parallel.num_distributed_optimizer_instances",
+            concat("hybrid sharding of mixture-of-experts models is not implemented (the expert "
+                   "weights shard over expert data parallelism); got ",
+                   parallel.num_distributed_optimizer_instances, " instances with model.num_experts ",
+                   model.moe.num_experts));
+  }
+  if (optimizer.offload == OptimizerOffload::CPU) {
+    c.check(training.device == TrainingDevice::CUDA, "optimizer.offload",
+            "cpu offload moves the optimizer from the GPU to host memory; with training.device: "
+            "cpu the optimizer already lives in host memory (remove the key or set it to none)");
+    c.check(optimizer.type == OptimizerType::AdamW, "optimizer.offload",
+            "the host optimizer is AdamW (got optimizer.type: sgd)");
+  }
   int64_t decay_iters = optimizer.schedule.decay_iters.value_or(training.train_iters);
   c.check(optimizer.schedule.warmup_iters <= decay_iters, "optimizer.schedule.warmup_iters",
           concat("must be <= the decay length (optimizer.schedule.decay_iters, default "
@@ -363,6 +395,17 @@ void Recipe::validate_for_world(int64_t world) const {
   c.check(dp % p.expert == 0, "parallel.expert",
           concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert, " = ",
                  dp % p.expert, ")"));
+  c.check(dp % p.num_distributed_optimizer_instances == 0,
+          "parallel.num_distributed_optimizer_instances",
+          concat("must divide the data-parallel size (got dp ", dp, " % ",
+                 p.num_distributed_optimizer_instances, " = ",
+                 dp % p.num_distributed_optimizer_instances, ")"));
+}
+
+ShardingStrategy Recipe::sharding_strategy() const {
+  if (parallel.data_parallel_sharding_strategy) return *parallel.data_parallel_sharding_strategy;
+  return optimizer.distributed || training.use_distributed_optimizer ? ShardingStrategy::Optim
+                                                                      : ShardingStrategy::NoShard;
 }
 
 int64_t Recipe::data_parallel_size(int64_t world_size) const {

@@ -1,33 +1,28 @@
 #include "megatron/optimizer/grad_sync.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace megatron::optim {
 
-DataParallelGrads::DataParallelGrads(ParamStore& store, parallel::Communicator& dp,
-                                     int64_t bucket_elements, bool distributed, BufferRange range)
-    : store_(&store), dp_(&dp), distributed_(distributed && dp.size() > 1) {
+DataParallelGrads::DataParallelGrads(ParamStore& store, BufferRegion region,
+                                     parallel::Communicator& group,
+                                     parallel::Communicator* replicas)
+    : store_(&store),
+      group_(&group),
+      replicas_(replicas && replicas->size() > 1 ? replicas : nullptr),
+      distributed_(store.sharding().optimizer && group.size() > 1) {
   MT_CHECK(store.finalized(), "gradient sync built before the parameter store was finalized");
-  if (range.size() == 0 && range.begin == 0) range = {0, store.trainable_numel()};
-  MT_CHECK(range.begin >= 0 && range.end <= store.trainable_numel() && range.begin <= range.end,
-           "gradient sync range [", range.begin, ", ", range.end, ") outside the buffer of ",
-           store.buffer_numel());
-  const int64_t total = range.size(), n = dp.size();
-  MT_CHECK(!distributed_ || total % n == 0, "gradient buffer range of ", total,
-           " elements is not padded to a multiple of data-parallel size ", n);
-  const int64_t step = std::max<int64_t>((bucket_elements + n - 1) / n * n, n);
-  for (int64_t b = 0; b < total; b += step)
-    buckets_.push_back({range.begin + b, range.begin + std::min(b + step, total)});
-  if (distributed_) {
-    for (const BufferRange& b : buckets_) {
-      const int64_t shard = b.size() / n;
-      owned_.push_back({b.begin + dp.rank() * shard, b.begin + (dp.rank() + 1) * shard});
-      shard_scratch_.push_back(Tensor::empty({shard}, DType::F32, store.device()));
-      gather_scratch_.push_back(Tensor::empty({shard}, store.model_dtype(), store.device()));
-    }
-  } else if (total > 0) {
-    owned_.push_back(range);
+  for (const ShardPiece& p : store.pieces()) {
+    if (p.region != region) continue;
+    MT_CHECK(p.shards == (distributed_ ? group.size() : 1), "buffer piece [", p.range.begin, ", ",
+             p.range.end, ") is sharded ", p.shards, " ways but group '", group.name(), "' has ",
+             group.size(), " ranks");
+    buckets_.push_back(p.range);
+    owned_.push_back(p.owned);
   }
+  MT_CHECK(!replicas_ || distributed_, "hybrid sharding without a sharded optimizer");
+  if (distributed_) shard_scratch_.resize(buckets_.size());
 }
 
 DataParallelGrads::~DataParallelGrads() {
@@ -36,7 +31,7 @@ DataParallelGrads::~DataParallelGrads() {
 }
 
 void DataParallelGrads::begin_last_backward() {
-  armed_ = dp_->size() > 1;
+  armed_ = group_->size() > 1 || replicas_;
   next_bucket_ = 0;
 }
 
@@ -48,39 +43,54 @@ void DataParallelGrads::grads_ready_below(int64_t watermark) {
 
 void DataParallelGrads::launch(size_t i) {
   Tensor grads = store_->grads().flat_view(buckets_[i].begin, {buckets_[i].size()});
+  bytes_ += static_cast<int64_t>(grads.nbytes());
   if (distributed_) {
-    pending_.push_back(
-        dp_->reduce_scatter_async(grads, shard_scratch_[i], parallel::ReduceOp::Sum));
+    // Reduced into scratch: the input bucket must not alias the output.
+    Tensor& shard = shard_scratch_[i];
+    if (!shard.defined()) shard = Tensor::empty({owned_[i].size()}, DType::F32, store_->device());
+    pending_.push_back(group_->reduce_scatter_async(grads, shard, parallel::ReduceOp::Sum));
   } else {
-    pending_.push_back(dp_->all_reduce_async(grads, parallel::ReduceOp::Sum));
+    pending_.push_back(group_->all_reduce_async(grads, parallel::ReduceOp::Sum));
   }
 }
 
 void DataParallelGrads::finish() {
-  if (dp_->size() == 1) return;
+  if (group_->size() == 1 && !replicas_) return;
   while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
   for (auto& w : pending_) w->wait();
   pending_.clear();
   if (distributed_) {
-    // The reduced shard lands in scratch (the input bucket must not alias the output).
-    for (size_t i = 0; i < buckets_.size(); ++i)
-      store_->grads().flat_view(owned_[i].begin, {owned_[i].size()}).copy_from(shard_scratch_[i]);
+    for (size_t i = 0; i < buckets_.size(); ++i) {
+      Tensor owned = store_->grads().flat_view(owned_[i].begin, {owned_[i].size()});
+      owned.copy_from(shard_scratch_[i]);
+      if (replicas_) {
+        bytes_ += static_cast<int64_t>(owned.nbytes());
+        pending_.push_back(replicas_->all_reduce_async(owned, parallel::ReduceOp::Sum));
+      }
+    }
+    for (auto& w : pending_) w->wait();
+    pending_.clear();
   }
   next_bucket_ = 0;
   armed_ = false;
 }
 
 void DataParallelGrads::gather_params() {
-  if (!distributed_) return;
-  std::vector<Tensor> outs;
-  outs.reserve(buckets_.size());  // async gathers keep pointers to these views
+  if (!distributed_ || store_->sharding().weights) return;
+  std::vector<Tensor> ins, outs;
+  ins.reserve(buckets_.size());  // async gathers keep pointers to these views
+  outs.reserve(buckets_.size());
   for (size_t i = 0; i < buckets_.size(); ++i) {
-    gather_scratch_[i].copy_from(store_->weights().flat_view(owned_[i].begin, {owned_[i].size()}));
+    // In place: this rank's slice is its own chunk of the bucket.
+    ins.push_back(store_->weights().flat_view(owned_[i].begin, {owned_[i].size()}));
     outs.push_back(store_->weights().flat_view(buckets_[i].begin, {buckets_[i].size()}));
-    pending_.push_back(dp_->all_gather_async(gather_scratch_[i], outs.back()));
+    bytes_ += static_cast<int64_t>(outs.back().nbytes());
+    pending_.push_back(group_->all_gather_async(ins.back(), outs.back()));
   }
   for (auto& w : pending_) w->wait();
   pending_.clear();
 }
+
+int64_t DataParallelGrads::take_bytes() { return std::exchange(bytes_, 0); }
 
 }  // namespace megatron::optim

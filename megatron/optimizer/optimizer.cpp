@@ -6,41 +6,14 @@
 #include "megatron/backend/ops.h"
 
 namespace megatron::optim {
-namespace {
-
-Tensor segment_of(const Tensor& t, const Segment& s) {
-  return t.view({t.numel()}).flat_view(s.begin, {s.end - s.begin});
-}
-
-}  // namespace
-
-Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings,
-                     const std::vector<BufferRange>& owned_ranges)
+Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings)
     : store_(&store), settings_(settings) {
   MT_CHECK(store.finalized(), "optimizer built before the parameter store was finalized");
   MT_INPUT_CHECK(settings.type == "adamw" || settings.type == "sgd",
                  "optimizer.type: unknown optimizer '", settings.type, "' (expected adamw or sgd)");
-  std::vector<BufferRange> owned = owned_ranges;
-  if (owned.empty()) owned.push_back({0, store.trainable_numel()});
+  segments_ = store.segments();
   int64_t state = 0;
-  for (const BufferRange& r : owned) {
-    for (Parameter* p : store.params()) {
-      const int64_t lo = std::max(r.begin, p->offset);
-      const int64_t hi = std::min(r.end, p->offset + p->local_shape.numel());
-      if (lo >= hi) continue;
-      segments_.push_back({p, lo - p->offset, hi - p->offset, state});
-      state += hi - lo;
-    }
-  }
-  // Buffer order, so updates walk memory forward.
-  std::sort(segments_.begin(), segments_.end(), [](const Segment& a, const Segment& b) {
-    return a.param->offset + a.begin < b.param->offset + b.begin;
-  });
-  int64_t offset = 0;
-  for (Segment& s : segments_) {
-    s.state_offset = offset;
-    offset += s.end - s.begin;
-  }
+  for (const Segment& s : segments_) state = std::max(state, s.state_offset + s.size());
   // Moments live with the parameters (on the store's device).
   MT_INPUT_CHECK(settings.type == "adamw" || store.device() == Device::CPU,
                  "optimizer.type: sgd runs on the CPU only (use adamw on ",
@@ -60,8 +33,8 @@ void Optimizer::step(double lr) {
   p.bias_correction2 = static_cast<float>(1.0 - std::pow(settings_.beta2, steps_));
   for (const Segment& s : segments_) {
     const int64_t n = s.end - s.begin;
-    Tensor value = segment_of(s.param->master, s);
-    const Tensor grad = segment_of(s.param->grad, s);
+    Tensor value = s.master;
+    const Tensor& grad = s.grad;
     Tensor m = m_.flat_view(s.state_offset, {n});
     const float wd = s.param->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
     if (settings_.type == "adamw") {
@@ -79,7 +52,7 @@ void Optimizer::step(double lr) {
       }
     }
     // Mixed precision: the model (and compute) weights follow the updated master weights.
-    store_->refresh_model_weights(s.param->offset + s.begin, s.param->offset + s.end);
+    store_->refresh_model_weights(s);
   }
 }
 
@@ -102,11 +75,11 @@ double global_grad_norm(const std::vector<Segment>& segments, int tensor_paralle
   std::vector<Tensor> counted, counted_experts;
   Device device = Device::CPU;
   for (const Segment& s : segments) {
-    device = s.param->grad.device();
+    device = s.grad.device();
     const bool counted_here =
         !s.param->shared_copy && (!s.param->shard.replicated() || tensor_parallel_rank == 0);
     if (counted_here)
-      (s.param->expert ? counted_experts : counted).push_back(segment_of(s.param->grad, s));
+      (s.param->expert ? counted_experts : counted).push_back(s.grad);
   }
   double sum = ops::sum_squares_of(counted);
   Tensor t = Tensor::wrap(&sum, {1}, DType::F64);
@@ -124,7 +97,7 @@ double global_grad_norm(const std::vector<Segment>& segments, int tensor_paralle
 
 void scale_grads(const std::vector<Segment>& segments, double factor) {
   for (const Segment& s : segments) {
-    Tensor g = segment_of(s.param->grad, s);
+    Tensor g = s.grad;
     ops::scale_inplace(g, static_cast<float>(factor));
   }
 }

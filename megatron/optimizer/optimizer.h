@@ -1,9 +1,9 @@
 #pragma once
 // AdamW (and SGD with momentum) over the ParamStore's contiguous buffers. The optimizer steps
-// the parameter elements of the buffer ranges it owns: the whole buffer, or this data-parallel
-// rank's shards with the distributed optimizer (ZeRO-1). Moments live in one fp32 buffer each,
-// sized to the owned elements, so optimizer memory per rank falls as 1/dp. Norms and biases are
-// not decayed (Parameter::weight_decay == false).
+// the store's owned segments (ParamStore::segments): the whole buffer, or this data-parallel
+// rank's shards with a sharded optimizer (ZeRO-1 and beyond). Moments live in one fp32 buffer
+// each, sized to the owned elements, so optimizer memory per rank falls as 1/dp. Norms and biases
+// are not decayed (Parameter::weight_decay == false).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,18 +19,12 @@ struct OptimizerSettings {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 
-// The part of one parameter inside an owned range: local elements [begin, end) of the parameter,
-// stored at state_offset in the moment buffers.
-struct Segment {
-  Parameter* param;
-  int64_t begin, end, state_offset;
-};
+// The part of one parameter inside an owned slice (megatron/params/sharding.h).
+using Segment = ParamSegment;
 
 class Optimizer {
  public:
-  // owned: buffer ranges this rank updates (empty = the whole buffer).
-  Optimizer(ParamStore& store, const OptimizerSettings& settings,
-            const std::vector<BufferRange>& owned = {});
+  Optimizer(ParamStore& store, const OptimizerSettings& settings);
   // One update with learning rate lr; advances the step count (bias correction).
   void step(double lr);
   int64_t steps_taken() const { return steps_; }

@@ -79,6 +79,9 @@ void MeshSizes::validate(int64_t world) const {
                  " ranks");
   MT_INPUT_CHECK(dp % ep == 0, "expert parallel size ep=", ep,
                  " must divide the data parallel size dp=", dp, " (EP is carved out of DP)");
+  MT_INPUT_CHECK(dp_instances >= 1 && dp % dp_instances == 0,
+                 "distributed optimizer instances ", dp_instances,
+                 " must divide the data parallel size dp=", dp);
   std::vector<std::string> tokens = split_order(order);
   std::vector<std::string> sorted = tokens;
   std::sort(sorted.begin(), sorted.end());
@@ -100,7 +103,8 @@ MeshSizes MeshSizes::resolved(int64_t world) const {
 }
 
 std::string MeshSizes::str() const {
-  return concat("tp=", tp, " cp=", cp, " ep=", ep, " dp=", dp, " pp=", pp, " order=", order);
+  return concat("tp=", tp, " cp=", cp, " ep=", ep, " dp=", dp, " pp=", pp, " order=", order,
+                dp_instances > 1 ? concat(" dp_instances=", dp_instances) : std::string());
 }
 
 std::string_view group_kind_name(GroupKind kind) {
@@ -123,6 +127,10 @@ std::string_view group_kind_name(GroupKind kind) {
       return "embedding";
     case GroupKind::DPCP:
       return "dp_cp";
+    case GroupKind::DPShard:
+      return "dp_shard";
+    case GroupKind::DPReplica:
+      return "dp_replica";
   }
   return "?";
 }
@@ -274,6 +282,29 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     std::sort(g.begin(), g.end(), [&](int a, int b) {
       return p.ranks[static_cast<size_t>(a)].dp < p.ranks[static_cast<size_t>(b)].dp;
     });
+  {  // Hybrid sharding: each dp group cut into dp_instances runs of consecutive dp ranks.
+    const size_t ks = static_cast<size_t>(GroupKind::DPShard);
+    const size_t kr = static_cast<size_t>(GroupKind::DPReplica);
+    p.group_of_rank[ks].assign(static_cast<size_t>(world), -1);
+    p.group_of_rank[kr].assign(static_cast<size_t>(world), -1);
+    const size_t shard = static_cast<size_t>(sizes.dp / sizes.dp_instances);
+    for (const auto& g : p.groups[static_cast<size_t>(GroupKind::DP)]) {
+      for (size_t first = 0; first < g.size(); first += shard) {
+        std::vector<int> members(g.begin() + static_cast<std::ptrdiff_t>(first),
+                                 g.begin() + static_cast<std::ptrdiff_t>(first + shard));
+        for (int r : members)
+          p.group_of_rank[ks][static_cast<size_t>(r)] = static_cast<int>(p.groups[ks].size());
+        p.groups[ks].push_back(std::move(members));
+      }
+      for (size_t i = 0; i < shard; ++i) {
+        std::vector<int> members;
+        for (size_t j = i; j < g.size(); j += shard) members.push_back(g[j]);
+        for (int r : members)
+          p.group_of_rank[kr][static_cast<size_t>(r)] = static_cast<int>(p.groups[kr].size());
+        p.groups[kr].push_back(std::move(members));
+      }
+    }
+  }
   {  // Embedding: first + last stage of each pipeline; middle stages alone.
     const size_t k = static_cast<size_t>(GroupKind::Embedding);
     p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
@@ -306,6 +337,22 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     for (size_t n = 0; n < node_ranks.size(); ++n) os << " " << node_ranks[n].size();
     os << "); tensor-parallel traffic will cross the network";
     p.warnings.push_back(os.str());
+  }
+  // Warnings: hybrid sharding's shard groups spanning nodes (their gathers and reduce-scatters
+  // were meant to stay inside one).
+  if (sizes.dp_instances > 1) {
+    for (const auto& g : p.groups[static_cast<size_t>(GroupKind::DPShard)]) {
+      std::vector<int> nodes;
+      for (int r : g) {
+        const int n = p.ranks[static_cast<size_t>(r)].node;
+        if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+      }
+      if (nodes.size() > 1)
+        p.warnings.push_back(concat("dp_shard group [", join(g, " "), "] spans ", nodes.size(),
+                                    " nodes: sharded data-parallel traffic will cross the network "
+                                    "(fewer ranks per shard group: raise "
+                                    "parallel.num_distributed_optimizer_instances)"));
+    }
   }
   return p;
 }

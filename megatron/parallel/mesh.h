@@ -15,6 +15,10 @@
 //   expert_dp           varies the dp/ep axis (expert parameters are reduced over it)
 //   dp                  varies ep and dp/ep (dense parameters are reduced over it)
 //   dp_cp               dp x cp (dense gradient reduction when context parallel is on)
+//   dp_shard            hybrid sharding: dp / dp_instances consecutive dp ranks (the shards of
+//                       one instance: one node when the placement allows); dp itself when
+//                       dp_instances == 1
+//   dp_replica          hybrid sharding: the ranks holding the same shard in each instance
 //   model               tp x pp (what the global gradient norm is summed over)
 //   embedding           first and last pipeline stage of each pipeline (just the first when
 //                       pp == 1); ranks of middle stages each form a group of one (has_embedding
@@ -43,9 +47,12 @@ namespace megatron::parallel {
 struct MeshSizes {
   int64_t tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
   std::string order = "tp-cp-ep-dp-pp";
+  // Hybrid sharding (parallel.num_distributed_optimizer_instances): dp is split into this many
+  // shard groups of consecutive dp ranks.
+  int64_t dp_instances = 1;
 
-  // world == tp*cp*dp*pp, every size >= 1, ep divides dp, order a permutation of the five
-  // axis names. Throws InputError naming the offending value.
+  // world == tp*cp*dp*pp, every size >= 1, ep divides dp, dp_instances divides dp, order a
+  // permutation of the five axis names. Throws InputError naming the offending value.
   void validate(int64_t world) const;
   // dp == 0 means "the rest": world / (tp*cp*pp) (an error when that does not divide).
   MeshSizes resolved(int64_t world) const;
@@ -53,11 +60,24 @@ struct MeshSizes {
   bool operator==(const MeshSizes&) const = default;
 };
 
-enum class GroupKind : int { TP, CP, DP, PP, EP, ExpertDP, Model, Embedding, DPCP };
-inline constexpr int kNumGroupKinds = 9;
+enum class GroupKind : int {
+  TP,
+  CP,
+  DP,
+  PP,
+  EP,
+  ExpertDP,
+  Model,
+  Embedding,
+  DPCP,
+  DPShard,
+  DPReplica
+};
+inline constexpr int kNumGroupKinds = 11;
 inline constexpr std::array<GroupKind, kNumGroupKinds> kAllGroupKinds = {
-    GroupKind::TP,       GroupKind::CP,    GroupKind::DP,        GroupKind::PP,  GroupKind::EP,
-    GroupKind::ExpertDP, GroupKind::Model, GroupKind::Embedding, GroupKind::DPCP};
+    GroupKind::TP,    GroupKind::CP,        GroupKind::DP,   GroupKind::PP,
+    GroupKind::EP,    GroupKind::ExpertDP,  GroupKind::Model, GroupKind::Embedding,
+    GroupKind::DPCP,  GroupKind::DPShard,   GroupKind::DPReplica};
 std::string_view group_kind_name(GroupKind kind);  // "tp", "expert_dp", "dp_cp", ...
 
 struct RankPlacement {
@@ -114,6 +134,8 @@ class Mesh {
   Communicator& model() const { return group(GroupKind::Model); }
   Communicator& embedding() const { return group(GroupKind::Embedding); }
   Communicator& dp_cp() const { return group(GroupKind::DPCP); }
+  Communicator& dp_shard() const { return group(GroupKind::DPShard); }
+  Communicator& dp_replica() const { return group(GroupKind::DPReplica); }
   Communicator& group(GroupKind kind) const { return *groups_[static_cast<size_t>(kind)]; }
 
   int world_rank() const { return world_->rank(); }

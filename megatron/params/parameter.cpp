@@ -1,5 +1,7 @@
 #include "megatron/params/parameter.h"
 
+#include <algorithm>
+
 #include "kernels/common/numeric.h"
 #include "kernels/common/philox.h"
 #include "megatron/backend/ops.h"
@@ -53,92 +55,68 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   return *params_.back();
 }
 
-void ParamStore::finalize(int64_t pad_multiple, DType model_dtype, int64_t expert_pad_multiple) {
-  MT_CHECK(!finalized_, "ParamStore finalized twice");
-  MT_CHECK(model_dtype == DType::F32 || model_dtype == DType::BF16 || model_dtype == DType::F16,
-           "model dtype must be fp32, bf16 or fp16, got ", dtype_name(model_dtype));
-  model_dtype_ = model_dtype;
-  const Device device = device_;
-  MT_CHECK(pad_multiple >= 1 && expert_pad_multiple >= 1, "pad multiples ", pad_multiple, ", ",
-           expert_pad_multiple);
-  auto round_up = [](int64_t n, int64_t m) { return (n + m - 1) / m * m; };
-  // Reverse registration order = the order backward finishes gradients; the experts' region
-  // (reduced over another group) follows the rest, each region padded for its own sharding.
-  int64_t at = 0;
-  total_ = 0;
-  auto place = [&](auto&& wanted) {
-    for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
-      if (!wanted(**it)) continue;
-      (*it)->offset = at;
-      at += (*it)->local_shape.numel();
-      total_ += (*it)->local_shape.numel();
+namespace {
+
+// Initial values of p's local elements [begin, end) into out: a function of (seed, name, global
+// index) only.
+void initial_values(const Parameter& p, uint64_t seed, int64_t begin, int64_t end, float* out) {
+  const int64_t n = end - begin;
+  switch (p.init.kind) {
+    case ParamInit::Kind::Zeros:
+      std::fill(out, out + n, 0.0f);
+      return;
+    case ParamInit::Kind::Ones:
+      std::fill(out, out + n, 1.0f);
+      return;
+    case ParamInit::Kind::Normal: {
+      const uint64_t stream = name_hash(p.name);
+      const float std = p.init.std;
+#pragma omp parallel for schedule(static) if (n > 65536)
+      for (int64_t i = 0; i < n; ++i)
+        out[i] = std * philox::normal(seed, stream, static_cast<uint64_t>(p.global_index(begin + i)));
+      return;
     }
-  };
-  place([](const Parameter& p) { return !p.frozen && !p.expert; });
-  at = expert_begin_ = round_up(at, pad_multiple);
-  place([](const Parameter& p) { return !p.frozen && p.expert; });
-  at = trainable_end_ =
-      at == expert_begin_ ? at : round_up(at - expert_begin_, expert_pad_multiple) + expert_begin_;
-  place([](const Parameter& p) { return p.frozen; });
-  weights_ = Tensor::zeros({at}, model_dtype, device);
-  grads_ = Tensor::zeros({trainable_end_}, DType::F32, device);
-  if (mixed_precision()) masters_ = Tensor::zeros({trainable_end_}, DType::F32, device);
-  for (auto& p : params_) {
-    p->weight = weights_.flat_view(p->offset, p->local_shape);
-    p->grad = p->frozen ? Tensor() : grads_.flat_view(p->offset, p->local_shape);
-    p->master = p->frozen ? Tensor() : masters().flat_view(p->offset, p->local_shape);
   }
-  finalized_ = true;
 }
+
+// dst (any dtype, any device) <- the initial values of p's elements [begin, end): straight into
+// an fp32 host buffer, else through an fp32 host copy (rounded by ops::cast).
+void write_initial(Tensor dst, const Parameter& p, uint64_t seed, int64_t begin, int64_t end,
+                   std::vector<float>& scratch) {
+  if (dst.device() == Device::CPU && dst.dtype() == DType::F32) {
+    initial_values(p, seed, begin, end, dst.data<float>());
+    return;
+  }
+  scratch.resize(static_cast<size_t>(end - begin));
+  initial_values(p, seed, begin, end, scratch.data());
+  const Tensor host = Tensor::wrap(scratch.data(), {end - begin}, DType::F32);
+  if (dst.dtype() == DType::F32) {
+    dst.copy_from(host);
+  } else {
+    ops::cast(host.to(dst.device()), dst);
+  }
+}
+
+}  // namespace
 
 void ParamStore::initialize(uint64_t seed) {
   MT_CHECK(finalized_, "initialize before finalize");
-  // The values depend only on (seed, name, global index): compute them on the host (into the
-  // master buffer itself on the CPU) and copy them to the device in one transfer.
-  // Straight into the masters when they are the whole (host) buffer; else via one fp32 host
-  // copy of everything (device buffers; frozen weights without masters).
-  const int64_t n_all = weights_.numel(), n_master = masters().numel();
-  const bool direct = device_ == Device::CPU && n_master == n_all;
-  Tensor host = direct ? masters() : Tensor::zeros({n_all}, DType::F32);
-  for (auto& p : params_) {
-    float* v = host.data<float>() + p->offset;
-    const int64_t n = p->local_shape.numel();
-    switch (p->init.kind) {
-      case ParamInit::Kind::Zeros:
-        for (int64_t i = 0; i < n; ++i) v[i] = 0.0f;
-        break;
-      case ParamInit::Kind::Ones:
-        for (int64_t i = 0; i < n; ++i) v[i] = 1.0f;
-        break;
-      case ParamInit::Kind::Normal: {
-        const uint64_t stream = name_hash(p->name);
-        const float std = p->init.std;
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i)
-          v[i] = std * philox::normal(seed, stream, static_cast<uint64_t>(p->global_index(i)));
-        break;
-      }
-    }
+  std::vector<float> scratch;
+  // Whole weights: every parameter's local shard; sharded: the owned segments.
+  if (!sharding_.weights) {
+    for (auto& p : params_)
+      write_initial(p->weight.view({p->local_shape.numel()}), *p, seed, 0,
+                    p->local_shape.numel(), scratch);
+  } else {
+    for (const auto* segs : {&segments_, &frozen_segments_})
+      for (const ParamSegment& s : *segs) write_initial(s.weight, *s.param, seed, s.begin, s.end, scratch);
   }
-  if (!direct) masters().copy_from(host.flat_view(0, {n_master}));
-  refresh_model_weights(0, n_master);
-  if (n_all > n_master) {  // frozen weights (mixed precision): rounded straight into the buffer
-    const Tensor src = host.flat_view(n_master, {n_all - n_master}).to(device_);
-    Tensor dst = weights_.flat_view(n_master, {n_all - n_master});
-    ops::cast(src, dst);
-  }
+  // Mixed precision: the fp32 masters get the unrounded values.
+  if (mixed_precision())
+    for (const ParamSegment& s : segments_) write_initial(s.master, *s.param, seed, s.begin, s.end, scratch);
 }
 
 void ParamStore::zero_grads() { grads_.zero_(); }
-
-void ParamStore::refresh_model_weights(int64_t begin, int64_t end) {
-  if (!mixed_precision()) return;
-  MT_CHECK(0 <= begin && begin <= end && end <= masters_.numel(), "refresh range [", begin, ", ",
-           end, ")");
-  if (begin == end) return;
-  Tensor model = weights_.flat_view(begin, {end - begin});
-  ops::cast(masters_.flat_view(begin, {end - begin}), model);
-}
 
 std::vector<Parameter*> ParamStore::params() {
   std::vector<Parameter*> out;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "megatron/core/tensor.h"
+#include "megatron/params/sharding.h"
 
 namespace megatron {
 
@@ -54,12 +55,17 @@ struct Parameter {
   // before ParamStore::finalize, which lays frozen weights out after every trainable one. Its
   // grad and master are empty tensors.
   bool frozen = false;
-  int64_t offset = 0;  // element offset of this shard in the buffers
+  // The unit it is gathered and reduced with under sharded data parallelism (ParamStore::
+  // begin_unit).
+  int64_t unit = 0;
+  int64_t offset = 0;  // element offset of this shard in the (virtual) buffer
   // The weights the layers compute with, in the model dtype (fp32, or bf16/fp16 under mixed
-  // precision): a view into ParamStore's weight buffer.
+  // precision): a view into ParamStore's weight buffer, or (weights sharded) into its unit's
+  // gathered copy while the unit is in use and empty otherwise.
   Tensor weight;
-  Tensor grad;    // fp32 main gradient: view into ParamStore's grad buffer
-  Tensor master;  // fp32 master weights the optimizer updates (the same view as weight in fp32)
+  // fp32 main gradient: a view into ParamStore's grad buffer, or (gradients sharded) into its
+  // unit's transient gradient while the unit's backward runs and empty otherwise.
+  Tensor grad;
 
   // &grad, or null for a frozen weight (what the backward GEMMs take).
   Tensor* grad_or_null() { return frozen ? nullptr : &grad; }
@@ -71,23 +77,26 @@ class ParamStore {
  public:
   // Every buffer, and every activation of the layers built on this store, lives on `device`.
   explicit ParamStore(Device device = Device::CPU) : device_(device) {}
+  // Starts a parameter unit: the parameters added from now on form unit begin_unit()'s id (before
+  // any call, unit 0). Models start one per layer, per embedding table and for the head.
+  int64_t begin_unit();
+  int64_t num_units() const { return units_; }
   // Registers a parameter; its tensors exist after finalize(). The reference stays valid.
   Parameter& add(std::string name, const Shape& global_shape, ParamInit init, bool weight_decay,
                  ShardSpec shard = {});
-  // Allocates the buffers and binds every parameter's views. The buffers are padded with zeros
-  // to a multiple of pad_multiple (data-parallel sharding needs equal shards); expert weights
-  // (Parameter::expert) come after everything else, from expert_begin(), that region padded to
-  // a multiple of expert_pad_multiple (sharded over the expert-data-parallel group). With a 16-bit
-  // model dtype (mixed precision) the model weights are stored in that dtype and the fp32
-  // master weights separately (Megatron's layout: 2 + 4 + 4 bytes per parameter plus the
-  // optimizer's moments); in fp32 one buffer is both. Frozen weights (Parameter::frozen) come
-  // last, in the weight buffer only. Every buffer lives on device().
-  void finalize(int64_t pad_multiple = 1, DType model_dtype = DType::F32,
-                int64_t expert_pad_multiple = 1);
+  // Allocates the buffers and binds every parameter's views. Layout: dense trainable weights in
+  // reverse registration order (the order backward finishes gradients), then routed experts'
+  // (Parameter::expert; from expert_begin()), then frozen weights (Parameter::frozen; from
+  // trainable_numel(), in the weight buffer only). The pieces and what is kept of each buffer
+  // follow `sharding` (sharding.h). With a 16-bit model dtype (mixed precision) the model weights
+  // are stored in that dtype and the fp32 master weights separately (Megatron's layout: 2 + 4 + 4
+  // bytes per parameter plus the optimizer's moments); in fp32 one buffer is both. Every buffer
+  // lives on device().
+  void finalize(DType model_dtype = DType::F32, const DataParallelSharding& sharding = {});
   // Where the experts' region starts (== trainable_numel() without experts).
   int64_t expert_begin() const { return expert_begin_; }
-  // The trainable part of the weight buffer, [0, trainable_numel()): the gradient buffer, the
-  // fp32 masters and the optimizer cover only it; frozen weights follow it.
+  // The end of the trainable part of the buffer, [0, trainable_numel()): gradients, fp32
+  // masters and the optimizer cover only it; frozen weights follow it.
   int64_t trainable_numel() const { return trainable_end_; }
   Device device() const { return device_; }
   bool finalized() const { return finalized_; }
@@ -96,30 +105,53 @@ class ParamStore {
   // model gets the same global weights.
   void initialize(uint64_t seed);
   void zero_grads();
-  // Mixed precision: model weights <- master weights in [begin, end) of the buffer, rounded to
-  // the model dtype (ops::cast, round to nearest even). No-op for fp32.
-  void refresh_model_weights(int64_t begin, int64_t end);
+  // Mixed precision: the segment's model weights <- its master weights, rounded to the model
+  // dtype (ops::cast, round to nearest even). No-op for fp32 (one buffer).
+  void refresh_model_weights(const ParamSegment& s);
+  void refresh_model_weights();  // every owned segment
   bool mixed_precision() const { return model_dtype_ != DType::F32; }
   DType model_dtype() const { return model_dtype_; }
+  // The buffers as this rank keeps them (whole, or its shard coordinates: sharding.h).
   Tensor& weights() { return weights_; }                                 // model dtype
   Tensor& masters() { return mixed_precision() ? masters_ : weights_; }  // fp32
+  const DataParallelSharding& sharding() const { return sharding_; }
+  // The pieces of the buffer in buffer order (the frozen region's only with weights sharded).
+  const std::vector<ShardPiece>& pieces() const { return pieces_; }
+  // The owned slices of the trainable parameters, in buffer order: what the optimizer steps.
+  const std::vector<ParamSegment>& segments() const { return segments_; }
+  // With weights sharded: the owned slices of the frozen parameters (saved and loaded like the
+  // trainable ones' weights).
+  const std::vector<ParamSegment>& frozen_segments() const { return frozen_segments_; }
+  // Elements of the owned slices of the trainable pieces (the sharded buffers' size).
+  int64_t owned_trainable_numel() const { return owned_trainable_; }
+  // The parameters of unit u (registration order).
+  std::vector<Parameter*> unit_params(int64_t unit);
 
   std::vector<Parameter*> params();
   std::vector<const Parameter*> params() const;
   Parameter& get(const std::string& name);
   int64_t numel() const { return total_; }  // parameters (without padding)
-  int64_t buffer_numel() const { return weights_.numel(); }
+  // The virtual buffer's size (buffer coordinates; padding included).
+  int64_t buffer_numel() const { return buffer_end_; }
   Tensor& grads() { return grads_; }
 
  private:
   std::vector<std::unique_ptr<Parameter>> params_;
   std::unordered_map<std::string, size_t> by_name_;  // name -> index in params_
+  void lay_out();
+  void bind_segments();
   Tensor weights_, grads_, masters_;
+  DataParallelSharding sharding_;
+  std::vector<ShardPiece> pieces_;
+  std::vector<ParamSegment> segments_, frozen_segments_;
+  int64_t owned_trainable_ = 0, owned_all_ = 0;
+  int64_t units_ = 1, current_unit_ = 0;
   DType model_dtype_ = DType::F32;
   Device device_ = Device::CPU;
   int64_t total_ = 0;
   int64_t expert_begin_ = 0;
   int64_t trainable_end_ = 0;
+  int64_t buffer_end_ = 0;
   bool finalized_ = false;
 };
 

@@ -86,7 +86,6 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
       store_(*state.store),
       optimizer_(state.optimizer),
       grad_sync_(state.grad_sync),
-      expert_sync_(state.expert_sync),
       moe_(state.moe),
       expert_dp_(groups.expert_dp ? groups.expert_dp : groups.dp),
       scaler_(state.scaler),
@@ -156,40 +155,49 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   const auto& c = recipe_.checkpoint;
   MT_CHECK(!c.save.empty(), "save_checkpoint without checkpoint.save");
   const bool mixed = store_.mixed_precision();
-  // Model weights: data-parallel rank 0 writes them; tensor-parallel replicas only from tp
-  // rank 0 (write_this_rank_replicas); pipeline copies of tied weights are not written.
-  // Optimizer segments: every data-parallel rank's own shards with the distributed optimizer,
-  // otherwise data-parallel rank 0's. Expert weights (MoE) differ over ep: they and their
-  // segments are written the same way by expert-data-parallel rank 0 (or every expert dp rank).
+  // Model weights: data-parallel rank 0 writes them whole, or (weights sharded) every rank of the
+  // first replica its owned segments; tensor-parallel replicas only from tp rank 0
+  // (write_this_rank_replicas); pipeline copies of tied weights are not written. Optimizer
+  // segments: every rank's own shards with a sharded optimizer (first replica), otherwise
+  // data-parallel rank 0's. Expert weights (MoE) differ over ep: they and their segments are
+  // written the same way by expert-data-parallel rank 0 (or every expert dp rank).
   ckpt::SaveRequest req;
   req.dir = config::resolve_output_path(c.save);
   req.iteration = iteration;
   req.write_this_rank_replicas = tp_->rank() == 0;
-  const bool write_segments = grad_sync_->distributed() || dp_->rank() == 0;
+  const bool write_segments = grad_sync_->dense_sharded() ? grad_sync_->first_replica()
+                                                          : dp_->rank() == 0;
   const bool write_expert_segments =
-      expert_sync_ != nullptr && (expert_sync_->distributed() || expert_dp_->rank() == 0);
+      store_.expert_begin() < store_.trainable_numel() &&
+      (grad_sync_->expert_sharded() || expert_dp_->rank() == 0);
   auto writes_param = [&](const Parameter& p) {
     return p.expert ? expert_dp_->rank() == 0 : dp_->rank() == 0;
   };
+  auto writes_segment = [&](const optim::Segment& s) {
+    return !s.param->shared_copy && (s.param->expert ? write_expert_segments : write_segments);
+  };
+  const bool weights_sharded = store_.sharding().weights;
   // Host views of the buffers (the buffers themselves on the CPU; staged copies on a device).
   const HostBuffers host = host_buffers(!write_segments && !write_expert_segments);
-  for (Parameter* p : store_.params())
-    if (!p->shared_copy && writes_param(*p))
-      req.pieces.push_back(param_piece(*p, "model/", host.weights + p->offset));
+  if (weights_sharded) {
+    for (const auto* segs : {&store_.segments(), &store_.frozen_segments()})
+      for (const optim::Segment& s : *segs)
+        if (writes_segment(s))
+          req.pieces.push_back(segment_piece(s, "model/", host.weights + s.weight_at));
+  } else {
+    for (Parameter* p : store_.params())
+      if (!p->shared_copy && writes_param(*p))
+        req.pieces.push_back(param_piece(*p, "model/", host.weights + p->offset));
+  }
   if (moe_ != nullptr && dp_->rank() == 0)
     for (auto& [layer, bias] : moe_->all_expert_bias())
       req.pieces.push_back(expert_bias_piece(layer, bias));
-  if (write_segments || write_expert_segments) {
-    for (const optim::Segment& s : optimizer_->segments()) {
-      if (s.param->shared_copy) continue;
-      if (!(s.param->expert ? write_expert_segments : write_segments)) continue;
-      if (mixed)
-        req.pieces.push_back(segment_piece(s, "master/", host.masters + s.param->offset + s.begin));
-      req.pieces.push_back(segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
-      if (host.exp_avg_sq != nullptr)
-        req.pieces.push_back(
-            segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
-    }
+  for (const optim::Segment& s : optimizer_->segments()) {
+    if (!writes_segment(s)) continue;
+    if (mixed) req.pieces.push_back(segment_piece(s, "master/", host.masters + s.master_at));
+    req.pieces.push_back(segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
+    if (host.exp_avg_sq != nullptr)
+      req.pieces.push_back(segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
   }
   const int64_t consumed = sample_offset + iteration * recipe_.training.global_batch_size;
   req.metadata = {{"recipe", recipe_for_metadata()},
@@ -215,7 +223,11 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
                    {{"tp", tp_->size()},
                     {"pp", pp_->size()},
                     {"dp", dp_->size()},
-                    {"distributed_optimizer", grad_sync_->distributed()}}}};
+                    {"distributed_optimizer", grad_sync_->dense_sharded()},
+                    {"sharding_strategy",
+                     std::string(config::option_name(recipe_.sharding_strategy()))},
+                    {"distributed_optimizer_instances",
+                     recipe_.parallel.num_distributed_optimizer_instances}}}};
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
   if (log_)
     *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
@@ -331,8 +343,14 @@ Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weight
                  absent.size(), " parameter(s) of this model: ", join(absent),
                  " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
   auto loaded = [&](const Parameter& p) { return has("model/" + p.name); };
-  for (Parameter* p : store_.params())
-    if (loaded(*p)) request(param_piece(*p, "model/", host.weights + p->offset));
+  if (store_.sharding().weights) {
+    for (const auto* segs : {&store_.segments(), &store_.frozen_segments()})
+      for (const optim::Segment& s : *segs)
+        if (loaded(*s.param)) request(segment_piece(s, "model/", host.weights + s.weight_at));
+  } else {
+    for (Parameter* p : store_.params())
+      if (loaded(*p)) request(param_piece(*p, "model/", host.weights + p->offset));
+  }
   if (moe_ != nullptr)
     for (auto& [layer, bias] : moe_->all_expert_bias())
       if (ckpt::TensorPiece piece = expert_bias_piece(layer, bias); has(piece.name))
@@ -341,7 +359,7 @@ Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weight
     if (!loaded(*s.param)) continue;
     if (mixed) {
       const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
-      request(segment_piece(s, prefix, host.masters + s.param->offset + s.begin));
+      request(segment_piece(s, prefix, host.masters + s.master_at));
     }
     if (weights_only) continue;
     MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path, ": no optimizer state for '",
@@ -374,9 +392,7 @@ Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weight
   req.pieces = std::move(pieces);
   const nlohmann::json meta = ckpt::load(req);
   write_back(host);
-  if (mixed)
-    for (const optim::Segment& s : optimizer_->segments())
-      store_.refresh_model_weights(s.param->offset + s.begin, s.param->offset + s.end);
+  if (mixed) store_.refresh_model_weights();
   resumed_from_ = index.path;
   if (log_)
     *log_ << "loaded checkpoint " << index.path << (weights_only ? " (weights only)" : "") << "\n"

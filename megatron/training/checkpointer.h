@@ -19,11 +19,11 @@
 
 #include "megatron/checkpoint/save_lock.h"
 #include "megatron/config/recipe.h"
-#include "megatron/optimizer/grad_sync.h"
 #include "megatron/optimizer/loss_scaler.h"
 #include "megatron/optimizer/lr_schedule.h"
 #include "megatron/optimizer/optimizer.h"
 #include "megatron/params/parameter.h"
+#include "megatron/training/gradient_sync.h"
 #include "megatron/training/groups.h"
 #include "megatron/transformer/moe/moe_spec.h"
 
@@ -33,10 +33,9 @@ namespace megatron::training {
 struct TrainingState {
   ParamStore* store;
   optim::Optimizer* optimizer;
-  optim::DataParallelGrads* grad_sync;
+  const GradientSync* grad_sync;  // says which shards this rank holds and writes
   optim::LossScaler* scaler;
   const optim::LRSchedule* schedule;
-  optim::DataParallelGrads* expert_sync = nullptr;  // MoE: the experts' region over expert dp
   moe::MoeState* moe = nullptr;                     // MoE: the expert bias is saved and loaded
 };
 
@@ -81,8 +80,7 @@ class Checkpointer {
   parallel::Communicator *world_, *tp_, *pp_, *dp_;
   ParamStore& store_;
   optim::Optimizer* optimizer_;
-  optim::DataParallelGrads* grad_sync_;
-  optim::DataParallelGrads* expert_sync_;
+  const GradientSync* grad_sync_;
   moe::MoeState* moe_;
   parallel::Communicator* expert_dp_;
   optim::LossScaler* scaler_;

@@ -26,6 +26,8 @@ DeviceGroups::DeviceGroups(Device device, const TrainerGroups& mesh_groups) : gr
   groups_.model = to_nccl(groups_.model);
   groups_.ep = to_nccl(groups_.ep);
   groups_.expert_dp = to_nccl(groups_.expert_dp);
+  groups_.dp_shard = to_nccl(groups_.dp_shard);
+  groups_.dp_replica = to_nccl(groups_.dp_replica);
 #else
   MT_CHECK(false,
            "training.device: cuda, but this build has no CUDA backend (configure with "

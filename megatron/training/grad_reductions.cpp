@@ -13,9 +13,7 @@ void reduce_sequence_parallel_grads(ParamStore& store, const std::vector<optim::
     if (s.param->tp_partial_grad) n += s.end - s.begin;
   if (n == 0) return;
   ensure(scratch, {n}, DType::F32, store.device());
-  auto grad_of = [&](const optim::Segment& s) {
-    return store.grads().flat_view(s.param->offset + s.begin, {s.end - s.begin});
-  };
+  auto grad_of = [](const optim::Segment& s) { return s.grad; };
   int64_t at = 0;
   for (const optim::Segment& s : segments) {
     if (!s.param->tp_partial_grad) continue;
@@ -32,15 +30,24 @@ void reduce_sequence_parallel_grads(ParamStore& store, const std::vector<optim::
 }
 
 void reduce_tied_embedding_grads(const std::vector<std::unique_ptr<models::Model>>& chunks,
-                                 parallel::Communicator& pp, parallel::Communicator& embedding,
-                                 bool tied) {
+                                 ParamStore& store, parallel::Communicator& pp,
+                                 parallel::Communicator& embedding, bool tied) {
   if (pp.size() == 1 || !tied || embedding.size() == 1) return;
   for (const auto& c : chunks) {
     Parameter* w = c->word_embeddings();
-    if (w && !w->frozen && (c->stage().pre_process || c->stage().post_process)) {
+    if (!w || w->frozen || !(c->stage().pre_process || c->stage().post_process)) continue;
+    if (!store.sharding().grads) {
       embedding.all_reduce(w->grad, parallel::ReduceOp::Sum);
       return;
     }
+    // Sharded gradients: the table is a unit of its own on both stages, so both hold the same
+    // slices of it.
+    for (const optim::Segment& s : store.segments()) {
+      if (s.param != w) continue;
+      Tensor g = s.grad;
+      embedding.all_reduce(g, parallel::ReduceOp::Sum);
+    }
+    return;
   }
 }
 
@@ -54,8 +61,7 @@ bool fp16_gradient_overflow(ParamStore& store, const std::vector<optim::Segment>
   constexpr float kFp16Max = 65504.0f;
   float overflow = 0.0f;
   for (const optim::Segment& s : segments) {
-    const Tensor g = store.grads().flat_view(s.param->offset + s.begin, {s.end - s.begin});
-    if (ops::count_outside(g, kFp16Max) > 0) {
+    if (ops::count_outside(s.grad, kFp16Max) > 0) {
       overflow = 1.0f;
       break;
     }

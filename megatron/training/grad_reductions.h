@@ -17,10 +17,11 @@ void reduce_sequence_parallel_grads(ParamStore& store, const std::vector<optim::
                                     parallel::Communicator& tp, Tensor& scratch);
 
 // First and last pipeline stage each hold the word embeddings (input table and tied LM head):
-// sum their gradients over the embedding group so both copies take the same step.
+// sum their gradients over the embedding group so both copies take the same step (after the
+// data-parallel reduction: the whole table, or with sharded gradients the owned slices).
 void reduce_tied_embedding_grads(const std::vector<std::unique_ptr<models::Model>>& chunks,
-                                 parallel::Communicator& pp, parallel::Communicator& embedding,
-                                 bool tied);
+                                 ParamStore& store, parallel::Communicator& pp,
+                                 parallel::Communicator& embedding, bool tied);
 
 // fp16: whether any rank's main gradients overflowed (inf/NaN or beyond fp16's range); every
 // rank of the model group (and of dp with the distributed optimizer, and of ep when experts

@@ -2,36 +2,78 @@
 
 namespace megatron::training {
 
-GradientSync::GradientSync(ParamStore& store, const TrainerGroups& g, bool distributed,
-                           int64_t bucket_elements)
-    : dp_(g.dp), ep_(g.ep), expert_dp_(g.expert_dp) {
-  dense_ = std::make_unique<optim::DataParallelGrads>(store, *g.dp, bucket_elements, distributed,
-                                                      optim::BufferRange{0, store.expert_begin()});
-  if (store.expert_begin() < store.trainable_numel())
-    experts_ = std::make_unique<optim::DataParallelGrads>(
-        store, *g.expert_dp, bucket_elements, distributed,
-        optim::BufferRange{store.expert_begin(), store.trainable_numel()});
+DataParallelSharding sharding_for(const config::Recipe& recipe, const TrainerGroups& g) {
+  using config::ShardingStrategy;
+  const ShardingStrategy s = recipe.sharding_strategy();
+  parallel::Communicator* shard = g.dp_shard ? g.dp_shard : g.dp;
+  DataParallelSharding sh;
+  sh.optimizer = s != ShardingStrategy::NoShard;
+  sh.grads = s == ShardingStrategy::OptimGrads || s == ShardingStrategy::OptimGradsParams;
+  sh.weights = s == ShardingStrategy::OptimGradsParams;
+  sh.dense_size = shard->size();
+  sh.dense_rank = shard->rank();
+  sh.expert_size = g.expert_dp->size();
+  sh.expert_rank = g.expert_dp->rank();
+  return sh;
 }
 
-std::vector<optim::BufferRange> GradientSync::owned() const {
-  std::vector<optim::BufferRange> owned = dense_->owned();
-  if (experts_) owned.insert(owned.end(), experts_->owned().begin(), experts_->owned().end());
-  return owned;
+GradientSync::GradientSync(ParamStore& store, const TrainerGroups& g)
+    : store_(&store),
+      shard_(g.dp_shard ? g.dp_shard : g.dp),
+      replicas_(g.dp_replica && g.dp_replica->size() > 1 ? g.dp_replica : nullptr),
+      ep_(g.ep),
+      expert_dp_(g.expert_dp) {
+  const DataParallelSharding& sh = store.sharding();
+  MT_CHECK(sh.dense_size == shard_->size() && sh.expert_size == expert_dp_->size(),
+           "parameter store sharded for groups of ", sh.dense_size, " / ", sh.expert_size,
+           " ranks, trained over ", shard_->size(), " / ", expert_dp_->size());
+  if (sh.grads)
+    units_ = std::make_unique<distributed::FullyShardedUnits>(
+        store, distributed::ShardGroups{shard_, expert_dp_, replicas_});
+  // Bucketed reductions (no_shard, optim), or the weight gathers after the step (optim_grads).
+  if (!sh.weights) {
+    dense_ =
+        std::make_unique<optim::DataParallelGrads>(store, BufferRegion::Dense, *shard_, replicas_);
+    if (store.expert_begin() < store.trainable_numel())
+      experts_ = std::make_unique<optim::DataParallelGrads>(store, BufferRegion::Expert,
+                                                            *expert_dp_);
+  }
 }
 
 void GradientSync::finish() {
+  if (units_) {
+    units_->finish_step();
+    return;
+  }
   dense_->finish();
   if (experts_) experts_->finish();
 }
 
 void GradientSync::gather_params() {
-  dense_->gather_params();
+  if (dense_) dense_->gather_params();
   if (experts_) experts_->gather_params();
 }
 
+bool GradientSync::dense_sharded() const {
+  return store_->sharding().optimizer && shard_->size() > 1;
+}
+
+bool GradientSync::expert_sharded() const {
+  return store_->sharding().optimizer && expert_dp_->size() > 1 &&
+         store_->expert_begin() < store_->trainable_numel();
+}
+
 optim::ExpertNormGroups GradientSync::expert_norm_groups() const {
-  if (!experts_) return {};
-  return {ep_, experts_->distributed() ? expert_dp_ : nullptr};
+  if (store_->expert_begin() == store_->trainable_numel()) return {};
+  return {ep_, expert_sharded() ? expert_dp_ : nullptr};
+}
+
+int64_t GradientSync::take_bytes() {
+  int64_t bytes = 0;
+  if (units_) bytes += units_->take_bytes();
+  if (dense_) bytes += dense_->take_bytes();
+  if (experts_) bytes += experts_->take_bytes();
+  return bytes;
 }
 
 }  // namespace megatron::training

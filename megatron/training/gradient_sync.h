@@ -1,42 +1,69 @@
 #pragma once
-// The step's data-parallel gradient reductions over the ParamStore's buffer: the dense region over
-// dp, and (MoE models) the experts' region (ParamStore::expert_begin() on) over the
-// expert-data-parallel group, each bucketed and, with the distributed optimizer, sharded over its
-// own group. Only the dense buckets overlap the last backward (expert gradients finish at the
-// end of it); the norm groups say where the optimizer's segments must be summed.
+// The step's data-parallel gradient reductions and weight gathers, by sharding strategy
+// (parallel.data_parallel_sharding_strategy; megatron/params/sharding.h):
+//   no_shard, optim   bucketed all-reduce / reduce-scatter of the whole gradient buffer during
+//                     the last micro-batch's backward (optimizer/grad_sync.h): the dense region
+//                     over dp (the shard group with hybrid sharding), the experts' region
+//                     (ParamStore::expert_begin() on; MoE) over expert dp;
+//   optim_grads       per-unit reduce-scatter of every micro-batch's gradients into the shards
+//                     (distributed/fully_sharded.h), weights whole: gathered after the step;
+//   optim_grads_params  + weights gathered per unit just before use.
+// The norm groups say where the optimizer's segments must be summed.
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "megatron/config/recipe.h"
+#include "megatron/distributed/fully_sharded.h"
 #include "megatron/optimizer/grad_sync.h"
 #include "megatron/optimizer/optimizer.h"
 #include "megatron/training/groups.h"
 
 namespace megatron::training {
 
+// What ParamStore::finalize shards for this recipe on these groups.
+DataParallelSharding sharding_for(const config::Recipe& recipe, const TrainerGroups& groups);
+
 class GradientSync {
  public:
-  GradientSync(ParamStore& store, const TrainerGroups& groups, bool distributed,
-               int64_t bucket_elements);
+  // store: finalized with sharding_for(recipe, groups). groups: complete (Trainer::check_groups).
+  GradientSync(ParamStore& store, const TrainerGroups& groups);
 
-  // The buffer ranges this rank's optimizer steps (both regions).
-  std::vector<optim::BufferRange> owned() const;
-  void begin_last_backward() { dense_->begin_last_backward(); }
-  void grads_ready_below(int64_t watermark) { dense_->grads_ready_below(watermark); }
+  // Before the step's first forward.
+  void begin_step() {
+    if (units_) units_->begin_step();
+  }
+  void begin_last_backward() {
+    if (!units_) dense_->begin_last_backward();
+  }
+  void grads_ready_below(int64_t watermark) {
+    if (!units_) dense_->grads_ready_below(watermark);
+  }
+  // Every gradient reduced into this rank's owned segments.
   void finish();
+  // After the step: every rank's updated weights where the layers read them.
   void gather_params();
+  // The hooks the models announce their units to (null unless gradients are sharded).
+  UnitHooks* unit_hooks() { return units_.get(); }
 
-  bool distributed() const { return dense_->distributed(); }
-  optim::DataParallelGrads* dense() const { return dense_.get(); }
-  optim::DataParallelGrads* experts() const { return experts_.get(); }  // null: no experts
-  // Where the gradient norm's dense sum is sharded (dp with the distributed optimizer), and the
-  // experts' groups (empty without experts).
-  parallel::Communicator* dense_sharded_over() const { return distributed() ? dp_ : nullptr; }
+  // Whether the dense / expert optimizer state is sharded over more than one rank.
+  bool dense_sharded() const;
+  bool expert_sharded() const;
+  // Whether this rank holds the first copy of its shards (hybrid sharding: replica 0), i.e.
+  // writes them to checkpoints.
+  bool first_replica() const { return replicas_ == nullptr || replicas_->rank() == 0; }
+  // Where the gradient norm's dense sum is sharded (the shard group with a sharded optimizer),
+  // and the experts' groups (empty without experts).
+  parallel::Communicator* dense_sharded_over() const { return dense_sharded() ? shard_ : nullptr; }
   optim::ExpertNormGroups expert_norm_groups() const;
+  // Payload bytes this rank handed to data-parallel collectives since the last call.
+  int64_t take_bytes();
 
  private:
+  ParamStore* store_;
   std::unique_ptr<optim::DataParallelGrads> dense_, experts_;
-  parallel::Communicator *dp_, *ep_, *expert_dp_;
+  std::unique_ptr<distributed::FullyShardedUnits> units_;
+  parallel::Communicator *shard_, *replicas_, *ep_, *expert_dp_;
 };
 
 }  // namespace megatron::training

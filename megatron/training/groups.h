@@ -13,6 +13,10 @@ struct TrainerGroups {
   parallel::Communicator* model = nullptr;      // tp x pp (gradient norm)
   parallel::Communicator* ep = nullptr;         // expert parallel (MoE; carved out of dp)
   parallel::Communicator* expert_dp = nullptr;  // dp / ep: where expert gradients are reduced
+  // Hybrid sharding (parallel.num_distributed_optimizer_instances > 1): the dense shards' group
+  // and the group of their replicas (null: dp and none).
+  parallel::Communicator* dp_shard = nullptr;
+  parallel::Communicator* dp_replica = nullptr;
 };
 
 }  // namespace megatron::training

@@ -25,6 +25,8 @@ struct StepMetrics {
   double of_gemm = 0;  // achieved FLOP/s over the measured GEMM rate (CPU), beside MFU
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update this step
+  // Payload bytes this rank handed to data-parallel collectives (reductions and weight gathers).
+  int64_t dp_comm_bytes = 0;
   // Mixture of experts (training/moe_step.h): the router losses added to the objective (summed
   // over the MoE layers, averaged over the global batch's micro-batches; not part of `loss`),
   // the worst layer's load imbalance (max tokens per expert / mean) and the fraction of

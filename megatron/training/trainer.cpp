@@ -33,8 +33,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   build_optimizer();
   checkpointer_ = std::make_unique<Checkpointer>(
       recipe_, groups_,
-      TrainingState{&store_, optimizer_.get(), grad_sync_->dense(), scaler_.get(), &schedule_,
-                    grad_sync_->experts(), model_.moe.get()},
+      TrainingState{&store_, optimizer_.get(), grad_sync_.get(), scaler_.get(), &schedule_,
+                    model_.moe.get()},
       model_.vocab_size, model_.padded_vocab, groups_.world->rank() == 0 ? &log : nullptr);
   if (valid_)
     evaluator_ = std::make_unique<Evaluator>(recipe_, *valid_, *feeder_, *pipeline_, *groups_.pp,
@@ -56,6 +56,8 @@ void Trainer::check_groups(TrainerGroups g) {
   groups_.model = g.model ? g.model : groups_.tp;
   groups_.ep = g.ep ? g.ep : single_.get();
   groups_.expert_dp = g.expert_dp ? g.expert_dp : (g.ep ? single_.get() : groups_.dp);
+  groups_.dp_shard = g.dp_shard ? g.dp_shard : groups_.dp;
+  groups_.dp_replica = g.dp_replica ? g.dp_replica : single_.get();
   const auto& p = recipe_.parallel;
   const auto& tr = recipe_.training;
   MT_INPUT_CHECK(p.tensor == groups_.tp->size() && p.data == groups_.dp->size() &&
@@ -70,6 +72,12 @@ void Trainer::check_groups(TrainerGroups g) {
                  recipe_.source_path, ": parallel.expert=", p.expert,
                  " does not match the process groups (ep ", groups_.ep->size(), ", expert dp ",
                  groups_.expert_dp->size(), ", dp ", groups_.dp->size(), ")");
+  MT_INPUT_CHECK(p.num_distributed_optimizer_instances == groups_.dp_replica->size() &&
+                     groups_.dp_shard->size() * groups_.dp_replica->size() == groups_.dp->size(),
+                 recipe_.source_path, ": parallel.num_distributed_optimizer_instances=",
+                 p.num_distributed_optimizer_instances, " does not match the process groups (dp ",
+                 groups_.dp->size(), ", shard ", groups_.dp_shard->size(), ", replicas ",
+                 groups_.dp_replica->size(), ")");
   MT_INPUT_CHECK(
       recipe_.model.moe.moe_router_load_balancing_type != config::MoeLoadBalancing::GlobalAuxLoss,
       recipe_.source_path,
@@ -95,12 +103,10 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
   store_ = ParamStore(device_);
   model_ = models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp,
                                       groups_.pp->rank(), groups_.pp->size(), groups_.ep);
-  const bool distributed = recipe_.optimizer.distributed;
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients. The dense
-  // region is sharded over dp, the experts' over expert dp (distributed optimizer).
-  store_.finalize(distributed ? groups_.dp->size() : 1, models::model_dtype_of(recipe_.training),
-                  distributed ? groups_.expert_dp->size() : 1);
+  // region is sharded over the dp shard group, the experts' over expert dp (ZeRO stages).
+  store_.finalize(models::model_dtype_of(recipe_.training), sharding_for(recipe_, groups_));
   store_.initialize(recipe_.training.seed);
 }
 
@@ -140,14 +146,11 @@ void Trainer::build_optimizer() {
   scaling.growth_interval = tr.loss_scale_window;
   scaling.hysteresis = tr.hysteresis;
   scaler_ = std::make_unique<optim::LossScaler>(store_.model_dtype() == DType::F16, scaling);
-  // Buckets of ~16 MiB of fp32 gradients: large enough for bandwidth, small enough to overlap.
-  constexpr int64_t kBucketElements = int64_t{4} << 20;
-  grad_sync_ = std::make_unique<GradientSync>(store_, groups_, o.distributed, kBucketElements);
+  grad_sync_ = std::make_unique<GradientSync>(store_, groups_);
+  for (const auto& c : model_.chunks) c->set_unit_hooks(grad_sync_->unit_hooks());
   optimizer_ = std::make_unique<optim::Optimizer>(
-      store_,
-      optim::OptimizerSettings{std::string(config::option_name(o.type)), o.beta1, o.beta2, o.eps,
-                               o.weight_decay},
-      grad_sync_->owned());
+      store_, optim::OptimizerSettings{std::string(config::option_name(o.type)), o.beta1, o.beta2,
+                                       o.eps, o.weight_decay});
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.min_lr;
   schedule_.warmup_iters = o.schedule.warmup_iters;
@@ -175,7 +178,7 @@ void Trainer::build_logging(std::ostream& log) {
          << model_.padded_vocab << "); dp " << groups_.dp->size() << ", " << num_micro_
          << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
          << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
-         << (grad_sync_->distributed() ? " (distributed)" : "") << "; " << std::setprecision(4)
+         << (grad_sync_->dense_sharded() ? concat(" (", config::option_name(recipe_.sharding_strategy()), ")") : "") << "; " << std::setprecision(4)
          << flops_per_step_ / 1e12 << " TFLOP per step; " << device_name(device_) << "\n"
          << peak_.describe(omp_get_max_threads()) << std::flush;
   }
@@ -212,6 +215,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
       aux_targets > 0 ? static_cast<float>(scale / aux_targets) : 0.0f};
 
   store_.zero_grads();
+  grad_sync_->begin_step();
   // The router losses of every micro-batch of the global batch, averaged (each rank's gradients
   // are summed over dp, like the LM loss's).
   if (model_.moe) {
@@ -228,9 +232,9 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   const bool one_stage = groups_.pp->size() == 1;
   const models::LossSums sums = pipeline_->run(schedule_actions_, fill_mb, weights, timeline_.get(),
                                                one_stage ? &overlap : nullptr);
-  reduce_tied_embedding_grads(model_.chunks, *groups_.pp, *groups_.embedding,
-                              model_.tied_embeddings);
   grad_sync_->finish();
+  reduce_tied_embedding_grads(model_.chunks, store_, *groups_.pp, *groups_.embedding,
+                              model_.tied_embeddings);
   reduce_sequence_parallel_grads(store_, optimizer_->segments(), *groups_.tp, sp_grad_scratch_);
   StepMetrics metrics;
   metrics.iteration = iteration;
@@ -273,6 +277,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     grad_sync_->gather_params();
     scaler_->update(false);
   }
+  metrics.dp_comm_bytes = grad_sync_->take_bytes();
 
   // On a device the step's last kernels (AdamW, casts) may still be queued: a one-element
   // device-to-host copy waits for them, so the step time covers the whole step.

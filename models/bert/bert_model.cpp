@@ -84,10 +84,13 @@ BertModel::BertModel(const BertSpec& spec, ParamStore& store, parallel::Communic
   // Registration order embeddings -> blocks -> heads puts the heads lowest in the buffer, so
   // backward's grads_ready watermarks only grow. The word embeddings live on the first stage;
   // the last stage holds a copy for the tied decoder (same name: same initial values).
-  if (stage_.pre_process || stage_.post_process)
+  if (stage_.pre_process || stage_.post_process) {
+    units_.word = store.begin_unit();
     word_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
                                               spec.padded_vocab_size, t.hidden, tp, t.init_std, sp);
+  }
   if (stage_.pre_process) {
+    units_.embeddings = store.begin_unit();
     // Replicated tables and norm; with sequence parallelism each rank sees only its positions,
     // so their gradients are partial over tp.
     pos_embed_ =
@@ -105,10 +108,13 @@ BertModel::BertModel(const BertSpec& spec, ParamStore& store, parallel::Communic
   }
   if (t.recompute != Recompute::None && !workspace)
     workspace = std::make_shared<RecomputeWorkspace>();
-  for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l)
+  for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l) {
+    units_.layers.push_back(store.begin_unit());
     blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t,
                                                          tp, workspace));
+  }
   if (!stage_.post_process) return;
+  units_.head = store.begin_unit();
 
   // MLM transform: replicated; it sees [S/tp] rows with sequence parallelism (partial grads).
   transform_ = std::make_unique<Linear>(store, "lm_head.dense", t.hidden, t.hidden, true,
@@ -240,19 +246,26 @@ LossSums BertModel::forward(ModelActivations& act, const MicroBatch& mb,
 
   const Tensor* x = hidden_in;
   if (stage_.pre_process) {
+    UnitUse use(unit_hooks_, {units_.word, units_.embeddings}, false);
     embed(a, mb, Sl);
+    use.end();
     const bool dropped = mb.info.training && spec_.embedding_dropout > 0.0f;
     x = dropped ? &a.embedded_dropped : &a.emb_norm_out;
   }
   MT_CHECK(x != nullptr && x->numel() == Sl * B * D, "stage input must be [", Sl, ", ", B, ", ", D,
            "]");
-  for (size_t l = 0; l < blocks_.size(); ++l)
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    UnitUse use(unit_hooks_, {units_.layers[l]}, false);
     x = &blocks_[l]->forward(a.blocks[l], *x, mb.info, key_mask);
+    use.end();
+  }
   a.last_hidden = x;
   LossSums sums;
   if (!stage_.post_process) return sums;
+  UnitUse use(unit_hooks_, {units_.head, units_.word}, false);
   sums.lm = lm_head_forward(a, mb, *x);
   if (spec_.binary_head) sums.aux = binary_head_forward(a, mb, *x);
+  use.end();
   return sums;
 }
 
@@ -369,6 +382,7 @@ void BertModel::backward(ModelActivations& act, const MicroBatch& mb, const Loss
   Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);
   Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype(), device_);
   if (stage_.post_process) {
+    UnitUse use(unit_hooks_, {units_.head, units_.word}, true);
     lm_head_backward(a, mb, weights.lm, *grad);
     std::vector<Parameter*> tail{output_bias_};
     transform_->collect_params(tail);
@@ -378,6 +392,7 @@ void BertModel::backward(ModelActivations& act, const MicroBatch& mb, const Loss
       pooler_->collect_params(tail);
       binary_->collect_params(tail);
     }
+    use.end();
     if (grads_ready) grads_ready(params_end(tail));
   } else {
     MT_CHECK(d_hidden_out != nullptr && d_hidden_out->numel() == Sl * B * D,
@@ -385,12 +400,16 @@ void BertModel::backward(ModelActivations& act, const MicroBatch& mb, const Loss
     grad->copy_from(*d_hidden_out);
   }
   for (size_t l = blocks_.size(); l-- > 0;) {
+    UnitUse use(unit_hooks_, {units_.layers[l]}, true);
     blocks_[l]->backward(a.blocks[l], *grad, *other, mb.info, key_mask);
+    use.end();
     std::swap(grad, other);
     if (grads_ready) grads_ready(blocks_[l]->grad_watermark());
   }
   if (stage_.pre_process) {
+    UnitUse use(unit_hooks_, {units_.word, units_.embeddings}, true);
     embed_backward(a, mb, *grad, *other);
+    use.end();
   } else {
     MT_CHECK(d_hidden_in != nullptr, "stage backward needs a buffer for its input gradient");
     d_hidden_in->copy_from(*grad);

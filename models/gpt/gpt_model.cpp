@@ -38,10 +38,13 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
   const bool sp = t.sequence_parallel && tp.size() > 1;
   // The word embeddings live on the first stage; with tied embeddings the last stage holds a
   // copy (same name, so the same initial values) whose gradient is summed with the first's.
-  if (stage_.pre_process || (stage_.post_process && spec.tie_embeddings))
+  if (stage_.pre_process || (stage_.post_process && spec.tie_embeddings)) {
+    units_.word = store.begin_unit();
     tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
                                              spec.padded_vocab_size, t.hidden, tp, t.init_std, sp);
+  }
   if (stage_.pre_process && !t.rope) {
+    units_.embeddings = store.begin_unit();
     pos_embed_ =
         std::make_unique<Embedding>(store, "embedding.position_embeddings", spec.max_positions,
                                     t.hidden, *replicated_, t.init_std);
@@ -50,10 +53,13 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
   }
   if (t.recompute != Recompute::None && !workspace)
     workspace = std::make_shared<RecomputeWorkspace>();
-  for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l)
+  for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l) {
+    units_.layers.push_back(store.begin_unit());
     blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t,
                                                          tp, workspace, submodules));
+  }
   if (stage_.post_process) {
+    units_.head = store.begin_unit();
     final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
     if (!spec.tie_embeddings)
       lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden, spec.padded_vocab_size,
@@ -119,6 +125,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
 
   const Tensor* x = hidden_in;
   if (stage_.pre_process) {
+    UnitUse use(unit_hooks_, {units_.word, units_.embeddings}, false);
     Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype(), device_);
     tok_embed_->forward(a.tok, mb.tokens, x0);
     if (pos_embed_) {
@@ -139,13 +146,19 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
                           DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
       x = &a.embedded_dropped;
     }
+    use.end();
   }
   MT_CHECK(x != nullptr && x->numel() == Sl * B * D, "stage input must be [", Sl, ", ", B, ", ", D,
            "]");
   const MicroBatchInfo info = mb.layer_info();
-  for (size_t l = 0; l < blocks_.size(); ++l) x = &blocks_[l]->forward(a.blocks[l], *x, info);
+  for (size_t l = 0; l < blocks_.size(); ++l) {
+    UnitUse use(unit_hooks_, {units_.layers[l]}, false);
+    x = &blocks_[l]->forward(a.blocks[l], *x, info);
+    use.end();
+  }
   a.last_hidden = x;
   if (!stage_.post_process) return {};
+  UnitUse use(unit_hooks_, {units_.head, lm_head_ ? -1 : units_.word}, false);
 
   final_norm_->forward(a.final_norm, *x, ensure(a.final_out, {Sl, B, D}, act_dtype(), device_));
   const kernels::VocabSlice vs = vocab_slice();
@@ -164,6 +177,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   ensure(a.losses, {N}, DType::F32, device_);
   ensure(a.lse, {N}, DType::F32, device_);
   vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, a.losses, a.lse);
+  use.end();
   LossSums total;
   total.lm = sum_target_losses(a.losses, mb.labels);
   return total;
@@ -190,6 +204,7 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);
   Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype(), device_);
   if (stage_.post_process) {
+    UnitUse use(unit_hooks_, {units_.head, lm_head_ ? -1 : units_.word}, true);
     const kernels::VocabSlice vs = vocab_slice();
     Tensor& dl = ensure(a.dlosses, {N}, DType::F32, device_);
     fill_value(dl, weights.lm);
@@ -213,6 +228,7 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
       }
     }
     final_norm_->backward(a.final_norm, d_final, *grad);
+    use.end();
     std::vector<Parameter*> tail;
     final_norm_->collect_params(tail);
     if (lm_head_) lm_head_->collect_params(tail);
@@ -224,7 +240,9 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   }
   const MicroBatchInfo info = mb.layer_info();
   for (size_t l = blocks_.size(); l-- > 0;) {
+    UnitUse use(unit_hooks_, {units_.layers[l]}, true);
     blocks_[l]->backward(a.blocks[l], *grad, *other, info);
+    use.end();
     std::swap(grad, other);
     if (grads_ready) grads_ready(blocks_[l]->grad_watermark());
   }
@@ -239,8 +257,10 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
                          DropoutSite{t.seed, mb.info.iteration, t.num_layers, 7}, where);
     std::swap(grad, other);
   }
+  UnitUse use(unit_hooks_, {units_.word, units_.embeddings}, true);
   tok_embed_->backward(a.tok, *grad);
   if (pos_embed_) pos_embed_->backward(a.pos, *grad);
+  use.end();
   if (grads_ready) grads_ready(std::numeric_limits<int64_t>::max());
 }
 

@@ -71,10 +71,15 @@ TEST(GradSync, BucketsHoldTheSumOverDataParallel) {
   for (bool distributed : {false, true}) {
     ParamStore store;
     for (int64_t n : {7, 13, 1, 30, 5}) store.add(concat("p", n), {n}, {}, true);
-    store.finalize(distributed ? dp : 1);
+    DataParallelSharding sharding;
+    sharding.optimizer = distributed;
+    sharding.dense_size = dp;
+    sharding.dense_rank = me;
+    sharding.bucket_elements = 8;
+    store.finalize(DType::F32, sharding);
     float* g = store.grads().data<float>();
     for (int64_t i = 0; i < store.numel(); ++i) g[i] = static_cast<float>((me + 1) * 1000 + i);
-    optim::DataParallelGrads sync(store, world(), 8, distributed);
+    optim::DataParallelGrads sync(store, BufferRegion::Dense, world());
     EXPECT_GE(sync.buckets().size(), 6u);
     sync.begin_last_backward();
     for (int64_t w = 0; w <= store.buffer_numel(); w += 11) sync.grads_ready_below(w);

@@ -22,6 +22,16 @@
 namespace megatron::checkpoint {
 namespace {
 
+optim::Segment segment(Parameter* p, int64_t begin, int64_t end, int64_t state_offset) {
+  optim::Segment s;
+  s.param = p;
+  s.begin = begin;
+  s.end = end;
+  s.state_offset = state_offset;
+  return s;
+}
+
+
 namespace fs = std::filesystem;
 using testing::CheckpointTest;
 using testing::expect_values;
@@ -297,9 +307,9 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
     for (Parameter* p : store->params())
       req.pieces.push_back(param_piece(*p, "model.", p->weight.data<float>()));
     // Two segments of the local shard, at their own offsets in the moment buffer.
-    req.pieces.push_back(segment_piece(optim::Segment{&w, 0, 10, 0}, "m.", moments.back().data()));
+    req.pieces.push_back(segment_piece(segment(&w, 0, 10, 0), "m.", moments.back().data()));
     req.pieces.push_back(
-        segment_piece(optim::Segment{&w, 10, 24, 10}, "m.", moments.back().data() + 10));
+        segment_piece(segment(&w, 10, 24, 10), "m.", moments.back().data() + 10));
     parts.push_back(write_rank_shard(req, tmp, t));
     stores.push_back(std::move(store));
   }
@@ -313,7 +323,7 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
   std::vector<TensorPiece> pieces;
   for (Parameter* p : full.params())
     pieces.push_back(param_piece(*p, "model.", p->weight.data<float>()));
-  pieces.push_back(segment_piece(optim::Segment{&full.get("fc.weight"), 0, 48, 0}, "m.", m.data()));
+  pieces.push_back(segment_piece(segment(&full.get("fc.weight"), 0, 48, 0), "m.", m.data()));
   load(LoadRequest{dir_, std::nullopt, pieces});
   ParamStore reference;
   reference.add("fc.weight", {8, 6}, {}, true);

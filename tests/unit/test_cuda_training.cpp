@@ -133,7 +133,7 @@ TEST(DeviceAgnostic, RefreshRoundsTheMastersToNearestEven) {
     ParamStore store;
     store.add("w", Shape{37, 5}, ParamInit{ParamInit::Kind::Normal, 0.7f}, true);
     store.add("b", Shape{37}, ParamInit{ParamInit::Kind::Ones, 0.0f}, false);
-    store.finalize(8, dt);
+    store.finalize(dt);
     store.initialize(5);
     ASSERT_EQ(store.weights().dtype(), dt);
     const float* master = store.masters().data<float>();

@@ -50,7 +50,7 @@ Grads run(bool rope, bool freeze, DType dtype = DType::F32) {
   GPTModel model(spec(rope), store, *tp);
   if (freeze)
     for (Parameter* p : store.params()) p->frozen = !trains(p->name);
-  store.finalize(1, dtype);
+  store.finalize(dtype);
   store.initialize(42);
   store.zero_grads();
   const MicroBatch mb = testing::random_decoder_batch(6, 3, 29, 7, MicroBatchInfo{0, 0, true});
@@ -96,7 +96,7 @@ TEST(FrozenParams, OptimizerStateAndStepSkipFrozenWeights) {
     sp.transformer.activation_dtype = dtype;
     GPTModel model(sp, store, *tp);
     for (Parameter* p : store.params()) p->frozen = !trains(p->name);
-    store.finalize(1, dtype);
+    store.finalize(dtype);
     store.initialize(42);
     auto snapshot = [&] {
       std::vector<uint8_t> v;  // the frozen weights' bytes

@@ -107,16 +107,16 @@ Outcome run(const MakeModel& make, const std::vector<MicroBatch>& batches, int64
     models.push_back(make(stores[static_cast<size_t>(s)], *tp, st, workspace));
   }
   for (ParamStore& store : stores) {
-    store.finalize(1, dtype);
+    store.finalize(dtype);
     store.initialize(17);
     // Norm scales and biases start at one / zero: perturb them so every path carries signal.
-    for (Parameter* p : store.params()) {
-      std::mt19937 rng(static_cast<uint32_t>(name_hash(p->name)));
+    for (const ParamSegment& s : store.segments()) {
+      std::mt19937 rng(static_cast<uint32_t>(name_hash(s.param->name)));
       std::normal_distribution<float> dist(0.0f, 0.2f);
-      if (p->init.kind != ParamInit::Kind::Normal)
-        for (int64_t i = 0; i < p->master.numel(); ++i) p->master.data<float>()[i] += dist(rng);
+      if (s.param->init.kind != ParamInit::Kind::Normal)
+        for (int64_t i = 0; i < s.size(); ++i) s.master.data<float>()[i] += dist(rng);
     }
-    store.refresh_model_weights(0, store.buffer_numel());
+    store.refresh_model_weights();
     store.zero_grads();
   }
 

@@ -50,6 +50,7 @@ Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamIni
   p->shard = shard;
   p->init = init;
   p->weight_decay = weight_decay;
+  p->unit = current_unit_;
   by_name_.emplace(p->name, params_.size());
   params_.push_back(std::move(p));
   return *params_.back();
@@ -73,7 +74,8 @@ void initial_values(const Parameter& p, uint64_t seed, int64_t begin, int64_t en
       const float std = p.init.std;
 #pragma omp parallel for schedule(static) if (n > 65536)
       for (int64_t i = 0; i < n; ++i)
-        out[i] = std * philox::normal(seed, stream, static_cast<uint64_t>(p.global_index(begin + i)));
+        out[i] =
+            std * philox::normal(seed, stream, static_cast<uint64_t>(p.global_index(begin + i)));
       return;
     }
   }
@@ -105,15 +107,17 @@ void ParamStore::initialize(uint64_t seed) {
   // Whole weights: every parameter's local shard; sharded: the owned segments.
   if (!sharding_.weights) {
     for (auto& p : params_)
-      write_initial(p->weight.view({p->local_shape.numel()}), *p, seed, 0,
-                    p->local_shape.numel(), scratch);
+      write_initial(p->weight.view({p->local_shape.numel()}), *p, seed, 0, p->local_shape.numel(),
+                    scratch);
   } else {
     for (const auto* segs : {&segments_, &frozen_segments_})
-      for (const ParamSegment& s : *segs) write_initial(s.weight, *s.param, seed, s.begin, s.end, scratch);
+      for (const ParamSegment& s : *segs)
+        write_initial(s.weight, *s.param, seed, s.begin, s.end, scratch);
   }
   // Mixed precision: the fp32 masters get the unrounded values.
   if (mixed_precision())
-    for (const ParamSegment& s : segments_) write_initial(s.master, *s.param, seed, s.begin, s.end, scratch);
+    for (const ParamSegment& s : segments_)
+      write_initial(s.master, *s.param, seed, s.begin, s.end, scratch);
 }
 
 void ParamStore::zero_grads() { grads_.zero_(); }

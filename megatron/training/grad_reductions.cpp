@@ -31,8 +31,10 @@ void reduce_sequence_parallel_grads(ParamStore& store, const std::vector<optim::
 
 void reduce_tied_embedding_grads(const std::vector<std::unique_ptr<models::Model>>& chunks,
                                  ParamStore& store, parallel::Communicator& pp,
-                                 parallel::Communicator& embedding, bool tied) {
+                                 parallel::Communicator& embedding, bool tied,
+                                 bool after_dp_reduction) {
   if (pp.size() == 1 || !tied || embedding.size() == 1) return;
+  if (store.sharding().grads != after_dp_reduction) return;
   for (const auto& c : chunks) {
     Parameter* w = c->word_embeddings();
     if (!w || w->frozen || !(c->stage().pre_process || c->stage().post_process)) continue;

@@ -17,11 +17,14 @@ void reduce_sequence_parallel_grads(ParamStore& store, const std::vector<optim::
                                     parallel::Communicator& tp, Tensor& scratch);
 
 // First and last pipeline stage each hold the word embeddings (input table and tied LM head):
-// sum their gradients over the embedding group so both copies take the same step (after the
-// data-parallel reduction: the whole table, or with sharded gradients the owned slices).
+// sum their gradients over the embedding group so both copies take the same step. Whole
+// gradients: before the data-parallel reduction (the two stages' buckets, hence their owned
+// slices, differ); sharded gradients: after it, on the owned slices (the table is a unit of its
+// own on both stages, cut alike). Called at both points; acts at the one that applies.
 void reduce_tied_embedding_grads(const std::vector<std::unique_ptr<models::Model>>& chunks,
                                  ParamStore& store, parallel::Communicator& pp,
-                                 parallel::Communicator& embedding, bool tied);
+                                 parallel::Communicator& embedding, bool tied,
+                                 bool after_dp_reduction);
 
 // fp16: whether any rank's main gradients overflowed (inf/NaN or beyond fp16's range); every
 // rank of the model group (and of dp with the distributed optimizer, and of ep when experts

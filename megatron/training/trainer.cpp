@@ -178,8 +178,11 @@ void Trainer::build_logging(std::ostream& log) {
          << model_.padded_vocab << "); dp " << groups_.dp->size() << ", " << num_micro_
          << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
          << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
-         << (grad_sync_->dense_sharded() ? concat(" (", config::option_name(recipe_.sharding_strategy()), ")") : "") << "; " << std::setprecision(4)
-         << flops_per_step_ / 1e12 << " TFLOP per step; " << device_name(device_) << "\n"
+         << (grad_sync_->dense_sharded()
+                 ? concat(" (", config::option_name(recipe_.sharding_strategy()), ")")
+                 : "")
+         << "; " << std::setprecision(4) << flops_per_step_ / 1e12 << " TFLOP per step; "
+         << device_name(device_) << "\n"
          << peak_.describe(omp_get_max_threads()) << std::flush;
   }
 }
@@ -232,9 +235,11 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   const bool one_stage = groups_.pp->size() == 1;
   const models::LossSums sums = pipeline_->run(schedule_actions_, fill_mb, weights, timeline_.get(),
                                                one_stage ? &overlap : nullptr);
-  grad_sync_->finish();
-  reduce_tied_embedding_grads(model_.chunks, store_, *groups_.pp, *groups_.embedding,
-                              model_.tied_embeddings);
+  for (const bool after_dp : {false, true}) {
+    if (after_dp) grad_sync_->finish();
+    reduce_tied_embedding_grads(model_.chunks, store_, *groups_.pp, *groups_.embedding,
+                                model_.tied_embeddings, after_dp);
+  }
   reduce_sequence_parallel_grads(store_, optimizer_->segments(), *groups_.tp, sp_grad_scratch_);
   StepMetrics metrics;
   metrics.iteration = iteration;

@@ -67,6 +67,7 @@ class Trainer {
 
   ParamStore& params() { return store_; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
+  ParamStore& store() { return store_; }
   const optim::LossScaler& loss_scaler() const { return *scaler_; }
   const models::Model& model() const { return *model_.chunks.front(); }
   double flops_per_step() const { return flops_per_step_; }

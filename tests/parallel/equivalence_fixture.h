@@ -191,6 +191,9 @@ struct RecipeSpec {
   int64_t ep = 1;  // expert parallel (MoE), carved out of dp
   bool sp = false, distributed = false;
   std::vector<int64_t> stage_layers = {};  // explicit (uneven) pipeline split
+  // parallel.data_parallel_sharding_strategy (empty: unset) and hybrid sharding's instances
+  std::string sharding = {};
+  int64_t dp_instances = 1;
   // training
   int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
   uint64_t seed = 1;
@@ -223,6 +226,8 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
   if (s.dp > 0) y << ", data: " << s.dp;
   if (s.ep > 1) y << ", expert: " << s.ep;
   if (s.vpp > 1) y << ", virtual_pipeline: " << s.vpp;
+  if (!s.sharding.empty()) y << ", data_parallel_sharding_strategy: " << s.sharding;
+  if (s.dp_instances > 1) y << ", num_distributed_optimizer_instances: " << s.dp_instances;
   if (!s.stage_layers.empty()) {
     y << ", pipeline_layers: [";
     for (size_t i = 0; i < s.stage_layers.size(); ++i) y << (i ? ", " : "") << s.stage_layers[i];
@@ -255,6 +260,8 @@ struct Layout {
   int64_t ep = 1;
   std::string recompute = "none";
   std::vector<int64_t> stage_layers = {};
+  std::string sharding = {};  // parallel.data_parallel_sharding_strategy (empty: unset)
+  int64_t dp_instances = 1;   // hybrid sharding
   int64_t ranks() const { return tp * pp * dp; }
   std::string name() const {
     std::ostringstream o;
@@ -263,6 +270,8 @@ struct Layout {
     if (ep > 1) o << " ep" << ep;
     if (recompute != "none") o << " recompute " << recompute;
     for (int64_t n : stage_layers) o << " " << n;
+    if (!sharding.empty()) o << " " << sharding;
+    if (dp_instances > 1) o << " x" << dp_instances << " instances";
     return o.str();
   }
   RecipeSpec applied_to(RecipeSpec s) const {
@@ -276,6 +285,8 @@ struct Layout {
     s.stage_layers = stage_layers;
     s.ep = ep;
     s.recompute = recompute;
+    s.sharding = sharding;
+    s.dp_instances = dp_instances;
     return s;
   }
 };
@@ -326,12 +337,14 @@ inline training::TrainSummary train_on_world(const config::Recipe& r,
   sizes.pp = r.parallel.pipeline;
   sizes.ep = r.parallel.expert;
   sizes.dp = mp::testing::world().size() / (sizes.tp * sizes.pp);
+  sizes.dp_instances = r.parallel.num_distributed_optimizer_instances;
   mp::Mesh mesh(sizes, mp::testing::world(), mp::testing::launch());
   std::ostringstream log;
-  training::Trainer t(r, kVocab, std::move(train), std::move(valid),
-                      {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(),
-                       &mesh.model(), &mesh.ep(), &mesh.expert_dp()},
-                      log);
+  training::Trainer t(
+      r, kVocab, std::move(train), std::move(valid),
+      {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(), &mesh.model(),
+       &mesh.ep(), &mesh.expert_dp(), &mesh.dp_shard(), &mesh.dp_replica()},
+      log);
   return t.run();
 }
 

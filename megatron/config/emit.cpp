@@ -53,10 +53,7 @@ nlohmann::json js_value(E v) {
   return nlohmann::json(std::string(option_name(v)));
 }
 template <typename T>
-  requires(!Option<T>)
-nlohmann::json js_value(const T& v) {
-  return nlohmann::json(v);
-}
+requires(!Option<T>) nlohmann::json js_value(const T& v) { return nlohmann::json(v); }
 template <typename T>
 nlohmann::json js(const std::optional<T>& v) {
   return v ? js_value(*v) : nlohmann::json(nullptr);

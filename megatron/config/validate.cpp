@@ -318,7 +318,8 @@ void Recipe::validate() const {
     c.check(*parallel.data_parallel_sharding_strategy != ShardingStrategy::NoShard,
             "parallel.data_parallel_sharding_strategy",
             concat("no_shard contradicts ",
-                   optimizer.distributed ? "optimizer.distributed" : "training.use_distributed_optimizer",
+                   optimizer.distributed ? "optimizer.distributed"
+                                         : "training.use_distributed_optimizer",
                    ": true (which asks for the distributed optimizer, strategy optim)"));
   if (parallel.num_distributed_optimizer_instances > 1) {
     c.check(sharding_strategy() != ShardingStrategy::NoShard,
@@ -330,8 +331,8 @@ void Recipe::validate() const {
     c.check(!model.moe.enabled(), "parallel.num_distributed_optimizer_instances",
             concat("hybrid sharding of mixture-of-experts models is not implemented (the expert "
                    "weights shard over expert data parallelism); got ",
-                   parallel.num_distributed_optimizer_instances, " instances with model.num_experts ",
-                   model.moe.num_experts));
+                   parallel.num_distributed_optimizer_instances,
+                   " instances with model.num_experts ", model.moe.num_experts));
   }
   if (optimizer.offload == OptimizerOffload::CPU) {
     c.check(training.device == TrainingDevice::CUDA, "optimizer.offload",
@@ -405,7 +406,7 @@ void Recipe::validate_for_world(int64_t world) const {
 ShardingStrategy Recipe::sharding_strategy() const {
   if (parallel.data_parallel_sharding_strategy) return *parallel.data_parallel_sharding_strategy;
   return optimizer.distributed || training.use_distributed_optimizer ? ShardingStrategy::Optim
-                                                                      : ShardingStrategy::NoShard;
+                                                                     : ShardingStrategy::NoShard;
 }
 
 int64_t Recipe::data_parallel_size(int64_t world_size) const {

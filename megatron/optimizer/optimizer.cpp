@@ -78,8 +78,7 @@ double global_grad_norm(const std::vector<Segment>& segments, int tensor_paralle
     device = s.grad.device();
     const bool counted_here =
         !s.param->shared_copy && (!s.param->shard.replicated() || tensor_parallel_rank == 0);
-    if (counted_here)
-      (s.param->expert ? counted_experts : counted).push_back(s.grad);
+    if (counted_here) (s.param->expert ? counted_experts : counted).push_back(s.grad);
   }
   double sum = ops::sum_squares_of(counted);
   Tensor t = Tensor::wrap(&sum, {1}, DType::F64);

@@ -79,9 +79,8 @@ void MeshSizes::validate(int64_t world) const {
                  " ranks");
   MT_INPUT_CHECK(dp % ep == 0, "expert parallel size ep=", ep,
                  " must divide the data parallel size dp=", dp, " (EP is carved out of DP)");
-  MT_INPUT_CHECK(dp_instances >= 1 && dp % dp_instances == 0,
-                 "distributed optimizer instances ", dp_instances,
-                 " must divide the data parallel size dp=", dp);
+  MT_INPUT_CHECK(dp_instances >= 1 && dp % dp_instances == 0, "distributed optimizer instances ",
+                 dp_instances, " must divide the data parallel size dp=", dp);
   std::vector<std::string> tokens = split_order(order);
   std::vector<std::string> sorted = tokens;
   std::sort(sorted.begin(), sorted.end());

@@ -75,9 +75,9 @@ enum class GroupKind : int {
 };
 inline constexpr int kNumGroupKinds = 11;
 inline constexpr std::array<GroupKind, kNumGroupKinds> kAllGroupKinds = {
-    GroupKind::TP,    GroupKind::CP,        GroupKind::DP,   GroupKind::PP,
-    GroupKind::EP,    GroupKind::ExpertDP,  GroupKind::Model, GroupKind::Embedding,
-    GroupKind::DPCP,  GroupKind::DPShard,   GroupKind::DPReplica};
+    GroupKind::TP,   GroupKind::CP,       GroupKind::DP,       GroupKind::PP,
+    GroupKind::EP,   GroupKind::ExpertDP, GroupKind::Model,    GroupKind::Embedding,
+    GroupKind::DPCP, GroupKind::DPShard,  GroupKind::DPReplica};
 std::string_view group_kind_name(GroupKind kind);  // "tp", "expert_dp", "dp_cp", ...
 
 struct RankPlacement {

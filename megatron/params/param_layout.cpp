@@ -67,8 +67,8 @@ void ParamStore::lay_out() {
     for (auto it = params_.rbegin(); it != params_.rend(); ++it) {
       Parameter& p = **it;
       if (region_of(p) != region) continue;
-      if (unit_pieces && (pieces_.empty() || pieces_.back().region != region ||
-                          pieces_.back().unit != p.unit)) {
+      if (unit_pieces &&
+          (pieces_.empty() || pieces_.back().region != region || pieces_.back().unit != p.unit)) {
         close_piece(region);
         ShardPiece piece;
         piece.range = {at, at};
@@ -151,10 +151,9 @@ void ParamStore::bind_segments() {
   int64_t state = 0;
   auto add_segments = [&](const ShardPiece& piece, bool frozen) {
     // Parameters overlapping the owned slice (first whose end passes its start, then on).
-    auto it = std::lower_bound(by_offset.begin(), by_offset.end(), piece.owned.begin,
-                               [](const Parameter* p, int64_t at) {
-                                 return p->offset + p->local_shape.numel() <= at;
-                               });
+    auto it = std::lower_bound(
+        by_offset.begin(), by_offset.end(), piece.owned.begin,
+        [](const Parameter* p, int64_t at) { return p->offset + p->local_shape.numel() <= at; });
     for (; it != by_offset.end() && (*it)->offset < piece.owned.end; ++it) {
       Parameter* p = *it;
       if (p->frozen != frozen) continue;

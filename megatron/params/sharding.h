@@ -34,9 +34,9 @@ struct BufferRange {
 enum class BufferRegion : uint8_t { Dense, Expert, Frozen };
 
 struct DataParallelSharding {
-  bool optimizer = false;  // masters and moments (optim and beyond)
-  bool grads = false;      // + main gradients (optim_grads and beyond)
-  bool weights = false;    // + model weights (optim_grads_params)
+  bool optimizer = false;                    // masters and moments (optim and beyond)
+  bool grads = false;                        // + main gradients (optim_grads and beyond)
+  bool weights = false;                      // + model weights (optim_grads_params)
   int64_t dense_size = 1, dense_rank = 0;    // the dense and frozen regions' shard group
   int64_t expert_size = 1, expert_rank = 0;  // the experts' region's
   // Bucket size (elements) when pieces are buckets (gradients not sharded): large enough for

@@ -165,11 +165,10 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   req.dir = config::resolve_output_path(c.save);
   req.iteration = iteration;
   req.write_this_rank_replicas = tp_->rank() == 0;
-  const bool write_segments = grad_sync_->dense_sharded() ? grad_sync_->first_replica()
-                                                          : dp_->rank() == 0;
-  const bool write_expert_segments =
-      store_.expert_begin() < store_.trainable_numel() &&
-      (grad_sync_->expert_sharded() || expert_dp_->rank() == 0);
+  const bool write_segments =
+      grad_sync_->dense_sharded() ? grad_sync_->first_replica() : dp_->rank() == 0;
+  const bool write_expert_segments = store_.expert_begin() < store_.trainable_numel() &&
+                                     (grad_sync_->expert_sharded() || expert_dp_->rank() == 0);
   auto writes_param = [&](const Parameter& p) {
     return p.expert ? expert_dp_->rank() == 0 : dp_->rank() == 0;
   };
@@ -200,34 +199,34 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
       req.pieces.push_back(segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
   }
   const int64_t consumed = sample_offset + iteration * recipe_.training.global_batch_size;
-  req.metadata = {{"recipe", recipe_for_metadata()},
-                  {"iteration", iteration},
-                  {"consumed_samples", consumed},
-                  {"optimizer_steps", optimizer_->steps_taken()},
-                  {"optimizer_type", recipe_.optimizer.type},
-                  {"lr_schedule",
-                   {{"max_lr", schedule_.max_lr},
-                    {"min_lr", schedule_.min_lr},
-                    {"warmup_iters", schedule_.warmup_iters},
-                    {"decay_iters", schedule_.decay_iters},
-                    {"decay", std::string(config::option_name(recipe_.optimizer.schedule.decay))},
-                    {"lr_at_iteration", schedule_.lr(iteration)}}},
-                  {"rng",
-                   {{"kind", "philox4x32-10 counter-based"},
-                    {"seed", recipe_.training.seed},
-                    {"note", "dropout and init streams are functions of (seed, iteration)"}}},
-                  {"data", {{"consumed_samples", consumed}, {"seed", recipe_.training.seed}}},
-                  {"loss_scaler", scaler_->state()},
-                  {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
-                  {"layout",
-                   {{"tp", tp_->size()},
-                    {"pp", pp_->size()},
-                    {"dp", dp_->size()},
-                    {"distributed_optimizer", grad_sync_->dense_sharded()},
-                    {"sharding_strategy",
-                     std::string(config::option_name(recipe_.sharding_strategy()))},
-                    {"distributed_optimizer_instances",
-                     recipe_.parallel.num_distributed_optimizer_instances}}}};
+  req.metadata = {
+      {"recipe", recipe_for_metadata()},
+      {"iteration", iteration},
+      {"consumed_samples", consumed},
+      {"optimizer_steps", optimizer_->steps_taken()},
+      {"optimizer_type", recipe_.optimizer.type},
+      {"lr_schedule",
+       {{"max_lr", schedule_.max_lr},
+        {"min_lr", schedule_.min_lr},
+        {"warmup_iters", schedule_.warmup_iters},
+        {"decay_iters", schedule_.decay_iters},
+        {"decay", std::string(config::option_name(recipe_.optimizer.schedule.decay))},
+        {"lr_at_iteration", schedule_.lr(iteration)}}},
+      {"rng",
+       {{"kind", "philox4x32-10 counter-based"},
+        {"seed", recipe_.training.seed},
+        {"note", "dropout and init streams are functions of (seed, iteration)"}}},
+      {"data", {{"consumed_samples", consumed}, {"seed", recipe_.training.seed}}},
+      {"loss_scaler", scaler_->state()},
+      {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
+      {"layout",
+       {{"tp", tp_->size()},
+        {"pp", pp_->size()},
+        {"dp", dp_->size()},
+        {"distributed_optimizer", grad_sync_->dense_sharded()},
+        {"sharding_strategy", std::string(config::option_name(recipe_.sharding_strategy()))},
+        {"distributed_optimizer_instances",
+         recipe_.parallel.num_distributed_optimizer_instances}}}};
   ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
   if (log_)
     *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;

@@ -36,7 +36,7 @@ struct TrainingState {
   const GradientSync* grad_sync;  // says which shards this rank holds and writes
   optim::LossScaler* scaler;
   const optim::LRSchedule* schedule;
-  moe::MoeState* moe = nullptr;                     // MoE: the expert bias is saved and loaded
+  moe::MoeState* moe = nullptr;  // MoE: the expert bias is saved and loaded
 };
 
 class Checkpointer {

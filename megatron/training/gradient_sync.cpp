@@ -35,8 +35,8 @@ GradientSync::GradientSync(ParamStore& store, const TrainerGroups& g)
     dense_ =
         std::make_unique<optim::DataParallelGrads>(store, BufferRegion::Dense, *shard_, replicas_);
     if (store.expert_begin() < store.trainable_numel())
-      experts_ = std::make_unique<optim::DataParallelGrads>(store, BufferRegion::Expert,
-                                                            *expert_dp_);
+      experts_ =
+          std::make_unique<optim::DataParallelGrads>(store, BufferRegion::Expert, *expert_dp_);
   }
 }
 

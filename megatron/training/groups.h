@@ -1,5 +1,6 @@
 #pragma once
 // The process groups training uses (from the mesh; all of size one for a single process).
+#include "megatron/config/recipe.h"
 #include "megatron/parallel/communicator.h"
 
 namespace megatron::training {
@@ -18,5 +19,11 @@ struct TrainerGroups {
   parallel::Communicator* dp_shard = nullptr;
   parallel::Communicator* dp_replica = nullptr;
 };
+
+// The given groups with groups of one (`single`) where none are given, checked against the
+// recipe's layout (parallel.tensor/pipeline/data/expert/num_distributed_optimizer_instances):
+// an InputError naming the recipe when they differ.
+TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups& given,
+                              parallel::Communicator* single);
 
 }  // namespace megatron::training

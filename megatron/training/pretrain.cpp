@@ -27,8 +27,12 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
     world = std::move(mpi);
   }
   const auto& p = recipe.parallel;
-  parallel::MeshSizes sizes{p.tensor,   p.context, p.expert,
-                            p.data,     p.pipeline, p.order,
+  parallel::MeshSizes sizes{p.tensor,
+                            p.context,
+                            p.expert,
+                            p.data,
+                            p.pipeline,
+                            p.order,
                             p.num_distributed_optimizer_instances};
   std::unique_ptr<parallel::Mesh> mesh =
       launch.world_size > 1 ? std::make_unique<parallel::Mesh>(sizes, *world, launch)
@@ -38,10 +42,9 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
         << launch.num_nodes << " node(s)\n"
         << mesh->placement().report() << std::flush;
   }
-  const TrainerGroups mesh_groups{&mesh->world(),    &mesh->tp(),        &mesh->dp(),
-                                  &mesh->pp(),       &mesh->embedding(), &mesh->model(),
-                                  &mesh->ep(),       &mesh->expert_dp(), &mesh->dp_shard(),
-                                  &mesh->dp_replica()};
+  const TrainerGroups mesh_groups{
+      &mesh->world(), &mesh->tp(), &mesh->dp(),        &mesh->pp(),       &mesh->embedding(),
+      &mesh->model(), &mesh->ep(), &mesh->expert_dp(), &mesh->dp_shard(), &mesh->dp_replica()};
   // training.device: cuda: one GPU per process, picked by node-local rank.
   const Device device =
       recipe.training.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;

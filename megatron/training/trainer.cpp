@@ -48,36 +48,8 @@ Trainer::~Trainer() = default;
 // the recipe must ask only for what exists.
 void Trainer::check_groups(TrainerGroups g) {
   single_ = parallel::make_single_process_communicator();
-  groups_.world = g.world;
-  groups_.tp = g.tp ? g.tp : single_.get();
-  groups_.dp = g.dp ? g.dp : single_.get();
-  groups_.pp = g.pp ? g.pp : single_.get();
-  groups_.embedding = g.embedding ? g.embedding : single_.get();
-  groups_.model = g.model ? g.model : groups_.tp;
-  groups_.ep = g.ep ? g.ep : single_.get();
-  groups_.expert_dp = g.expert_dp ? g.expert_dp : (g.ep ? single_.get() : groups_.dp);
-  groups_.dp_shard = g.dp_shard ? g.dp_shard : groups_.dp;
-  groups_.dp_replica = g.dp_replica ? g.dp_replica : single_.get();
-  const auto& p = recipe_.parallel;
+  groups_ = complete_groups(recipe_, g, single_.get());
   const auto& tr = recipe_.training;
-  MT_INPUT_CHECK(p.tensor == groups_.tp->size() && p.data == groups_.dp->size() &&
-                     p.pipeline == groups_.pp->size(),
-                 recipe_.source_path, ": parallel.tensor=", p.tensor, " pipeline=", p.pipeline,
-                 " data=", p.data, " do not match the process groups (tp ", groups_.tp->size(),
-                 ", pp ", groups_.pp->size(), ", dp ", groups_.dp->size(), ")");
-  MT_INPUT_CHECK(p.context == 1, recipe_.source_path,
-                 ": parallel.context > 1 is not available yet");
-  MT_INPUT_CHECK(p.expert == groups_.ep->size() &&
-                     groups_.ep->size() * groups_.expert_dp->size() == groups_.dp->size(),
-                 recipe_.source_path, ": parallel.expert=", p.expert,
-                 " does not match the process groups (ep ", groups_.ep->size(), ", expert dp ",
-                 groups_.expert_dp->size(), ", dp ", groups_.dp->size(), ")");
-  MT_INPUT_CHECK(p.num_distributed_optimizer_instances == groups_.dp_replica->size() &&
-                     groups_.dp_shard->size() * groups_.dp_replica->size() == groups_.dp->size(),
-                 recipe_.source_path, ": parallel.num_distributed_optimizer_instances=",
-                 p.num_distributed_optimizer_instances, " does not match the process groups (dp ",
-                 groups_.dp->size(), ", shard ", groups_.dp_shard->size(), ", replicas ",
-                 groups_.dp_replica->size(), ")");
   MT_INPUT_CHECK(
       recipe_.model.moe.moe_router_load_balancing_type != config::MoeLoadBalancing::GlobalAuxLoss,
       recipe_.source_path,

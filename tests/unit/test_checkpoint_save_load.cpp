@@ -31,7 +31,6 @@ optim::Segment segment(Parameter* p, int64_t begin, int64_t end, int64_t state_o
   return s;
 }
 
-
 namespace fs = std::filesystem;
 using testing::CheckpointTest;
 using testing::expect_values;
@@ -308,8 +307,7 @@ TEST_F(CheckpointTest, PiecesFromParametersAndOptimizerSegments) {
       req.pieces.push_back(param_piece(*p, "model.", p->weight.data<float>()));
     // Two segments of the local shard, at their own offsets in the moment buffer.
     req.pieces.push_back(segment_piece(segment(&w, 0, 10, 0), "m.", moments.back().data()));
-    req.pieces.push_back(
-        segment_piece(segment(&w, 10, 24, 10), "m.", moments.back().data() + 10));
+    req.pieces.push_back(segment_piece(segment(&w, 10, 24, 10), "m.", moments.back().data() + 10));
     parts.push_back(write_rank_shard(req, tmp, t));
     stores.push_back(std::move(store));
   }

@@ -1,0 +1,38 @@
+#include "megatron/training/groups.h"
+
+namespace megatron::training {
+
+TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups& g,
+                              parallel::Communicator* single) {
+  TrainerGroups out;
+  out.world = g.world;
+  out.tp = g.tp ? g.tp : single;
+  out.dp = g.dp ? g.dp : single;
+  out.pp = g.pp ? g.pp : single;
+  out.embedding = g.embedding ? g.embedding : single;
+  out.model = g.model ? g.model : out.tp;
+  out.ep = g.ep ? g.ep : single;
+  out.expert_dp = g.expert_dp ? g.expert_dp : (g.ep ? single : out.dp);
+  out.dp_shard = g.dp_shard ? g.dp_shard : out.dp;
+  out.dp_replica = g.dp_replica ? g.dp_replica : single;
+  const auto& p = recipe.parallel;
+  MT_INPUT_CHECK(
+      p.tensor == out.tp->size() && p.data == out.dp->size() && p.pipeline == out.pp->size(),
+      recipe.source_path, ": parallel.tensor=", p.tensor, " pipeline=", p.pipeline,
+      " data=", p.data, " do not match the process groups (tp ", out.tp->size(), ", pp ",
+      out.pp->size(), ", dp ", out.dp->size(), ")");
+  MT_INPUT_CHECK(p.context == 1, recipe.source_path, ": parallel.context > 1 is not available yet");
+  MT_INPUT_CHECK(
+      p.expert == out.ep->size() && out.ep->size() * out.expert_dp->size() == out.dp->size(),
+      recipe.source_path, ": parallel.expert=", p.expert, " does not match the process groups (ep ",
+      out.ep->size(), ", expert dp ", out.expert_dp->size(), ", dp ", out.dp->size(), ")");
+  MT_INPUT_CHECK(p.num_distributed_optimizer_instances == out.dp_replica->size() &&
+                     out.dp_shard->size() * out.dp_replica->size() == out.dp->size(),
+                 recipe.source_path, ": parallel.num_distributed_optimizer_instances=",
+                 p.num_distributed_optimizer_instances, " does not match the process groups (dp ",
+                 out.dp->size(), ", shard ", out.dp_shard->size(), ", replicas ",
+                 out.dp_replica->size(), ")");
+  return out;
+}
+
+}  // namespace megatron::training

@@ -2,8 +2,11 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
+#include <utility>
 
 #include "megatron/core/error.h"
+#include "megatron/core/host_memory.h"
 #include "megatron/core/tensor.h"
 
 namespace megatron {
@@ -36,6 +39,51 @@ bool device_available(Device device) {
   if (device == Device::CPU) return true;
   DeviceMemoryBackend* backend = device_memory_backend(device);
   return backend != nullptr && backend->device_count() > 0;
+}
+
+}  // namespace megatron
+
+namespace megatron {
+
+PinnedHostBuffer::PinnedHostBuffer(size_t bytes, Device device) : bytes_(bytes) {
+  if (bytes == 0) return;
+  if (device != Device::CPU) {
+    if (DeviceMemoryBackend* backend = device_memory_backend(device)) {
+      ptr_ = backend->allocate_pinned_host(bytes);
+      if (ptr_ != nullptr) backend_ = backend;
+    }
+  }
+  if (ptr_ == nullptr) ptr_ = host_allocate(bytes);
+  MT_CHECK(ptr_ != nullptr, "out of host memory allocating ", bytes, " bytes");
+  std::memset(ptr_, 0, bytes);
+}
+
+void PinnedHostBuffer::release() noexcept {
+  if (ptr_ == nullptr) return;
+  if (backend_ != nullptr)
+    backend_->free_pinned_host(ptr_);
+  else
+    host_deallocate(ptr_, bytes_);
+  ptr_ = nullptr;
+  backend_ = nullptr;
+  bytes_ = 0;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() { release(); }
+
+PinnedHostBuffer::PinnedHostBuffer(PinnedHostBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)),
+      backend_(std::exchange(o.backend_, nullptr)) {}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+    backend_ = std::exchange(o.backend_, nullptr);
+  }
+  return *this;
 }
 
 }  // namespace megatron

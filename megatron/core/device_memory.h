@@ -49,6 +49,13 @@ class DeviceMemoryBackend {
   virtual void zero(void* ptr, size_t bytes) = 0;
   // Bytes handed out on the current device and their peak.
   virtual MemoryStats memory_stats() = 0;
+  // Page-locked host memory (copies to and from the device run at full bus speed); null when
+  // the backend has none, and callers fall back to ordinary host memory.
+  virtual void* allocate_pinned_host(size_t bytes) {
+    (void)bytes;
+    return nullptr;
+  }
+  virtual void free_pinned_host(void* ptr) noexcept { (void)ptr; }
 };
 
 // The backend for `device` (never Device::CPU), or nullptr when none is registered (a build
@@ -57,6 +64,28 @@ DeviceMemoryBackend* device_memory_backend(Device device);
 // Installs `backend` (nullptr: none) for `device` and returns the previous one, so a test can
 // put it back. The backend must outlive every storage allocated through it.
 DeviceMemoryBackend* set_device_memory_backend(Device device, DeviceMemoryBackend* backend);
+
+// A host buffer for copies to and from `device`: page-locked when its backend can, ordinary
+// (64-byte aligned) host memory otherwise and for Device::CPU. Zeroed.
+class PinnedHostBuffer {
+ public:
+  PinnedHostBuffer() = default;
+  PinnedHostBuffer(size_t bytes, Device device);
+  ~PinnedHostBuffer();
+  PinnedHostBuffer(PinnedHostBuffer&& o) noexcept;
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& o) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  bool pinned() const { return backend_ != nullptr; }
+
+ private:
+  void release() noexcept;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  DeviceMemoryBackend* backend_ = nullptr;  // the pinned memory's owner, or null
+};
 
 // Whether tensors can be allocated on `device` here: always for the CPU; for CUDA, a CUDA
 // build with at least one visible GPU.

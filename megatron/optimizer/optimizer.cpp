@@ -12,8 +12,19 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings)
   MT_INPUT_CHECK(settings.type == "adamw" || settings.type == "sgd",
                  "optimizer.type: unknown optimizer '", settings.type, "' (expected adamw or sgd)");
   segments_ = store.segments();
-  int64_t state = 0;
-  for (const Segment& s : segments_) state = std::max(state, s.state_offset + s.size());
+  // Moments packed per home: the device's segments, and the offloaded ones (host).
+  int64_t state = 0, host_state = 0;
+  std::vector<Segment> offloaded;
+  for (Segment& s : segments_) {
+    int64_t& at = s.offloaded ? host_state : state;
+    s.state_offset = at;
+    at += s.size();
+    if (s.offloaded) offloaded.push_back(s);
+  }
+  MT_INPUT_CHECK(
+      offloaded.empty() || settings.type == "adamw",
+      "optimizer.offload: the host optimizer is AdamW (got optimizer.type: ", settings.type, ")");
+  if (!offloaded.empty()) offload_ = std::make_unique<HostOffload>(store, std::move(offloaded));
   // Moments live with the parameters (on the store's device).
   MT_INPUT_CHECK(settings.type == "adamw" || store.device() == Device::CPU,
                  "optimizer.type: sgd runs on the CPU only (use adamw on ",
@@ -32,6 +43,7 @@ void Optimizer::step(double lr) {
   p.bias_correction1 = static_cast<float>(1.0 - std::pow(settings_.beta1, steps_));
   p.bias_correction2 = static_cast<float>(1.0 - std::pow(settings_.beta2, steps_));
   for (const Segment& s : segments_) {
+    if (s.offloaded) continue;  // stepped on the host below
     const int64_t n = s.end - s.begin;
     Tensor value = s.master;
     const Tensor& grad = s.grad;
@@ -53,6 +65,10 @@ void Optimizer::step(double lr) {
     }
     // Mixed precision: the model (and compute) weights follow the updated master weights.
     store_->refresh_model_weights(s);
+  }
+  if (offload_) {
+    p.weight_decay = static_cast<float>(settings_.weight_decay);
+    offload_->step(p);
   }
 }
 

@@ -5,10 +5,12 @@
 // each, sized to the owned elements, so optimizer memory per rank falls as 1/dp. Norms and biases
 // are not decayed (Parameter::weight_decay == false).
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "megatron/optimizer/grad_sync.h"
+#include "megatron/optimizer/offload.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
 
@@ -30,8 +32,14 @@ class Optimizer {
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }  // resume
   const std::vector<Segment>& segments() const { return segments_; }
+  // The moments of the segments stepped on the store's device, and (offload) of the offloaded
+  // ones in host memory (empty without offload); Segment::state_offset indexes the one its
+  // segment's `offloaded` names.
   Tensor& exp_avg() { return m_; }
   Tensor& exp_avg_sq() { return v_; }
+  Tensor* host_exp_avg() { return offload_ ? &offload_->exp_avg() : nullptr; }
+  Tensor* host_exp_avg_sq() { return offload_ ? &offload_->exp_avg_sq() : nullptr; }
+  // Bytes of optimizer state on the device (offloaded state excluded).
   int64_t state_bytes() const { return static_cast<int64_t>(m_.nbytes() + v_.nbytes()); }
 
  private:
@@ -39,6 +47,7 @@ class Optimizer {
   OptimizerSettings settings_;
   std::vector<Segment> segments_;
   Tensor m_, v_;
+  std::unique_ptr<HostOffload> offload_;
   int64_t steps_ = 0;
 };
 

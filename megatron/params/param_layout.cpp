@@ -15,6 +15,8 @@ void DataParallelSharding::validate() const {
   MT_CHECK(expert_size >= 1 && 0 <= expert_rank && expert_rank < expert_size,
            "expert shard group rank ", expert_rank, " of ", expert_size);
   MT_CHECK(bucket_elements >= 1, "bucket_elements ", bucket_elements);
+  MT_CHECK(offload_fraction >= 0.0 && offload_fraction <= 1.0, "offload fraction ",
+           offload_fraction, " outside [0, 1]");
 }
 
 int64_t ParamStore::begin_unit() {
@@ -128,7 +130,7 @@ void ParamStore::finalize(DType model_dtype, const DataParallelSharding& shardin
   const Device device = device_;
   weights_ = Tensor::zeros({sharding_.weights ? owned_all_ : buffer_end_}, model_dtype, device);
   grads_ = Tensor::zeros({sharding_.grads ? owned_trainable_ : trainable_end_}, DType::F32, device);
-  if (mixed_precision())
+  if (mixed_precision() && sharding_.offload_fraction == 0.0)
     masters_ = Tensor::zeros({sharding_.optimizer ? owned_trainable_ : trainable_end_}, DType::F32,
                              device);
   for (auto& p : params_) {
@@ -136,7 +138,37 @@ void ParamStore::finalize(DType model_dtype, const DataParallelSharding& shardin
     p->grad = p->frozen || sharding_.grads ? Tensor() : grads_.flat_view(p->offset, p->local_shape);
   }
   bind_segments();
+  if (sharding_.offload_fraction > 0.0) offload_masters();
   finalized_ = true;
+}
+
+// Offload: the first segments holding offload_fraction of the owned elements keep their masters
+// in host memory, the rest in a device buffer (both packed in segment order).
+void ParamStore::offload_masters() {
+  int64_t total = 0;
+  for (const ParamSegment& s : segments_) total += s.size();
+  const double limit = sharding_.offload_fraction * static_cast<double>(total);
+  int64_t at = 0, host = 0, on_device = 0;
+  for (ParamSegment& s : segments_) {
+    s.offloaded = static_cast<double>(at) < limit;
+    at += s.size();
+    if (s.offloaded) {
+      s.master_at = host;
+      host += s.size();
+    } else if (mixed_precision()) {
+      s.master_at = on_device;
+      on_device += s.size();
+    }
+  }
+  host_masters_memory_ = PinnedHostBuffer(static_cast<size_t>(host) * sizeof(float), device_);
+  host_masters_ = Tensor::wrap(host_masters_memory_.data(), {host}, DType::F32, Device::CPU);
+  if (mixed_precision()) masters_ = Tensor::zeros({on_device}, DType::F32, device_);
+  for (ParamSegment& s : segments_) {
+    if (s.offloaded)
+      s.master = host_masters_.flat_view(s.master_at, {s.size()});
+    else if (mixed_precision())
+      s.master = masters_.flat_view(s.master_at, {s.size()});
+  }
 }
 
 // Segments: each owned slice cut at parameter boundaries, with views of its elements in whatever
@@ -174,7 +206,8 @@ void ParamStore::bind_segments() {
         s.grad = grads_.flat_view(s.grad_at, {hi - lo});
         if (mixed_precision()) {
           s.master_at = sharding_.optimizer ? shard_at : lo;
-          s.master = masters_.flat_view(s.master_at, {hi - lo});
+          // (Offload packs the masters afterwards: offload_masters.)
+          if (masters_.defined()) s.master = masters_.flat_view(s.master_at, {hi - lo});
         } else {
           s.master_at = s.weight_at;
           s.master = s.weight;
@@ -189,8 +222,19 @@ void ParamStore::bind_segments() {
 }
 
 void ParamStore::refresh_model_weights(const ParamSegment& s) {
-  if (!mixed_precision() || s.size() == 0) return;
+  if (s.size() == 0) return;
   Tensor model = s.weight;
+  if (s.offloaded) {  // the host master, rounded on the host, then copied to the device
+    if (!mixed_precision()) {
+      model.copy_from(s.master);
+      return;
+    }
+    Tensor staged = Tensor::empty({s.size()}, model_dtype_, Device::CPU);
+    ops::cast(s.master, staged);
+    model.copy_from(staged);
+    return;
+  }
+  if (!mixed_precision()) return;
   ops::cast(s.master, model);
 }
 

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "megatron/core/device_memory.h"
 #include "megatron/core/tensor.h"
 #include "megatron/params/sharding.h"
 
@@ -114,6 +115,8 @@ class ParamStore {
   // The buffers as this rank keeps them (whole, or its shard coordinates: sharding.h).
   Tensor& weights() { return weights_; }                                 // model dtype
   Tensor& masters() { return mixed_precision() ? masters_ : weights_; }  // fp32
+  // Offload: the offloaded segments' fp32 masters (host memory; empty without offload).
+  Tensor& host_masters() { return host_masters_; }
   const DataParallelSharding& sharding() const { return sharding_; }
   // The pieces of the buffer in buffer order (the frozen region's only with weights sharded).
   const std::vector<ShardPiece>& pieces() const { return pieces_; }
@@ -140,7 +143,9 @@ class ParamStore {
   std::unordered_map<std::string, size_t> by_name_;  // name -> index in params_
   void lay_out();
   void bind_segments();
-  Tensor weights_, grads_, masters_;
+  void offload_masters();
+  Tensor weights_, grads_, masters_, host_masters_;
+  PinnedHostBuffer host_masters_memory_;
   DataParallelSharding sharding_;
   std::vector<ShardPiece> pieces_;
   std::vector<ParamSegment> segments_, frozen_segments_;

@@ -42,6 +42,10 @@ struct DataParallelSharding {
   // Bucket size (elements) when pieces are buckets (gradients not sharded): large enough for
   // bandwidth, small enough to overlap backward.
   int64_t bucket_elements = int64_t{4} << 20;
+  // Optimizer offload (optimizer.offload: cpu): the fp32 masters of this fraction of the owned
+  // elements (whole segments, in buffer order) live in page-locked host memory, stepped there
+  // (optimizer/offload.h); 0: none.
+  double offload_fraction = 0;
   bool per_unit() const { return grads || weights; }
   // Throws when the stages are not nested or a group is malformed.
   void validate() const;
@@ -64,6 +68,9 @@ struct ShardPiece {
 struct ParamSegment {
   Parameter* param = nullptr;
   int64_t begin = 0, end = 0;
+  // Offloaded: master (and the optimizer's moments) in host memory; master_at then indexes
+  // ParamStore::host_masters().
+  bool offloaded = false;
   int64_t state_offset = 0;  // in per-owned-element optimizer state (Adam moments)
   Tensor grad, master, weight;
   int64_t grad_at = 0, master_at = 0, weight_at = 0;

@@ -133,6 +133,11 @@ Checkpointer::HostBuffers Checkpointer::host_buffers(bool weights_only) {
   h.masters = store_.mixed_precision() ? stage(store_.masters()) : h.weights;
   h.exp_avg = stage(optimizer_->exp_avg());
   h.exp_avg_sq = stage(optimizer_->exp_avg_sq());
+  if (store_.host_masters().defined() && store_.host_masters().numel() > 0) {
+    h.host_masters = store_.host_masters().data<float>();
+    h.host_exp_avg = optimizer_->host_exp_avg()->data<float>();
+    h.host_exp_avg_sq = optimizer_->host_exp_avg_sq()->data<float>();
+  }
   return h;
 }
 
@@ -193,10 +198,10 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
       req.pieces.push_back(expert_bias_piece(layer, bias));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (!writes_segment(s)) continue;
-    if (mixed) req.pieces.push_back(segment_piece(s, "master/", host.masters + s.master_at));
-    req.pieces.push_back(segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
-    if (host.exp_avg_sq != nullptr)
-      req.pieces.push_back(segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
+    if (mixed) req.pieces.push_back(segment_piece(s, "master/", host.master_of(s)));
+    req.pieces.push_back(segment_piece(s, "optim/exp_avg/", host.exp_avg_of(s)));
+    if (float* sq = host.exp_avg_sq_of(s))
+      req.pieces.push_back(segment_piece(s, "optim/exp_avg_sq/", sq));
   }
   const int64_t consumed = sample_offset + iteration * recipe_.training.global_batch_size;
   req.metadata = {
@@ -356,16 +361,15 @@ Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weight
         request(std::move(piece));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (!loaded(*s.param)) continue;
-    if (mixed) {
+    if (mixed || s.offloaded) {  // offloaded fp32 masters are a host copy of the weights
       const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
-      request(segment_piece(s, prefix, host.masters + s.master_at));
+      request(segment_piece(s, prefix, host.master_of(s)));
     }
     if (weights_only) continue;
     MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path, ": no optimizer state for '",
                    s.param->name, "' (set checkpoint.finetune: true to load the weights only)");
-    request(segment_piece(s, "optim/exp_avg/", host.exp_avg + s.state_offset));
-    if (host.exp_avg_sq != nullptr)
-      request(segment_piece(s, "optim/exp_avg_sq/", host.exp_avg_sq + s.state_offset));
+    request(segment_piece(s, "optim/exp_avg/", host.exp_avg_of(s)));
+    if (float* sq = host.exp_avg_sq_of(s)) request(segment_piece(s, "optim/exp_avg_sq/", sq));
   }
   // Tensors of the checkpoint that no rank uses: an error listing them (e.g. a 2-layer
   // checkpoint loaded into a 1-layer model), or with checkpoint.strict: false, named and skipped.

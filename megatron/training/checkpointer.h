@@ -70,6 +70,18 @@ class Checkpointer {
   // write_back copies (and rounds) back.
   struct HostBuffers {
     float *weights = nullptr, *masters = nullptr, *exp_avg = nullptr, *exp_avg_sq = nullptr;
+    // Offload: the offloaded segments' masters and moments (host memory already).
+    float *host_masters = nullptr, *host_exp_avg = nullptr, *host_exp_avg_sq = nullptr;
+    float* master_of(const optim::Segment& s) const {
+      return (s.offloaded ? host_masters : masters) + s.master_at;
+    }
+    float* exp_avg_of(const optim::Segment& s) const {
+      return (s.offloaded ? host_exp_avg : exp_avg) + s.state_offset;
+    }
+    float* exp_avg_sq_of(const optim::Segment& s) const {
+      float* base = s.offloaded ? host_exp_avg_sq : exp_avg_sq;
+      return base == nullptr ? nullptr : base + s.state_offset;
+    }
     std::vector<std::pair<Tensor*, Tensor>> staged;
   };
   HostBuffers host_buffers(bool weights_only);

@@ -14,6 +14,8 @@ DataParallelSharding sharding_for(const config::Recipe& recipe, const TrainerGro
   sh.dense_rank = shard->rank();
   sh.expert_size = g.expert_dp->size();
   sh.expert_rank = g.expert_dp->rank();
+  if (recipe.optimizer.offload == config::OptimizerOffload::CPU)
+    sh.offload_fraction = recipe.optimizer.offload_fraction;
   return sh;
 }
 

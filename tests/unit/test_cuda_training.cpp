@@ -30,7 +30,8 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
 
 constexpr int64_t kVocab = 96, kSeq = 16;
 
-config::Recipe tiny_recipe(const Case& c, const std::string& device, int64_t iters = 4) {
+config::Recipe tiny_recipe(const Case& c, const std::string& device, int64_t iters = 4,
+                           const std::string& optimizer_keys = "") {
   std::ostringstream y;
   y << "model: {arch: " << c.arch
     << ", num_layers: 2, hidden_size: 64, num_attention_heads: 4, seq_length: " << kSeq
@@ -44,7 +45,8 @@ config::Recipe tiny_recipe(const Case& c, const std::string& device, int64_t ite
     << ", micro_batch_size: 2, global_batch_size: 4, train_iters: " << iters
     << ", eval_interval: 0, eval_iters: 0, seed: 7, peak_tflops: 1.0}\n"
     << "optimizer: {lr: 0.003, min_lr: 0.0003, weight_decay: 0.1, clip_grad: 1.0,"
-       " schedule: {warmup_iters: 1}}\n"
+       " schedule: {warmup_iters: 1}"
+    << optimizer_keys << "}\n"
     << "data: {mock: true, bert_binary_head: " << (c.arch == "bert" ? "true" : "false")
     << ", tokenizer: {type: NullTokenizer, vocab_size: " << kVocab << "}}\n"
     << "logging: {interval: 100}\n";
@@ -56,11 +58,12 @@ std::shared_ptr<const training::BatchSource> mock_source(const Case& c) {
   return std::make_shared<training::MockTokenSource>(kSeq, kVocab, 11);
 }
 
-training::TrainSummary train(const Case& c, const std::string& device) {
+training::TrainSummary train(const Case& c, const std::string& device,
+                             const std::string& optimizer_keys = "") {
   auto src = mock_source(c);
   auto world = parallel::make_single_process_communicator();
   std::ostringstream log;
-  training::Trainer t(tiny_recipe(c, device), kVocab, src, nullptr, *world, log);
+  training::Trainer t(tiny_recipe(c, device, 4, optimizer_keys), kVocab, src, nullptr, *world, log);
   return t.run();
 }
 
@@ -94,6 +97,35 @@ INSTANTIATE_TEST_SUITE_P(Models, CudaTraining,
                                          Case{"llama", "fp32"}, Case{"llama", "bf16"},
                                          Case{"bert", "fp32"}, Case{"bert", "bf16"}),
                          case_name);
+
+// optimizer.offload: cpu: the masters and moments of all (or half) of the parameters in host
+// memory, stepped by the host AdamW between the gradient and weight copies: the same curve as
+// the AdamW on the GPU (the host AdamW is unfused, the GPU's may fuse: round-off apart).
+TEST(CudaTraining, OffloadedOptimizerMatchesTheDeviceOne) {
+  if (!device_available(Device::CUDA)) GTEST_SKIP() << "no CUDA backend or no GPU here";
+  for (const std::string precision : {"fp32", "bf16"}) {
+    const Case c{"gpt", precision};
+    const auto on_device = train(c, "cuda");
+    for (const std::string fraction : {"1.0", "0.5"}) {
+      SCOPED_TRACE(precision + " offload_fraction " + fraction);
+      const auto offloaded = train(c, "cuda", ", offload: cpu, offload_fraction: " + fraction);
+      ASSERT_EQ(offloaded.steps.size(), on_device.steps.size());
+      for (size_t i = 0; i < offloaded.steps.size(); ++i)
+        EXPECT_NEAR(offloaded.steps[i].loss, on_device.steps[i].loss,
+                    2e-4 * on_device.steps[i].loss)
+            << "step " << i;
+    }
+  }
+}
+
+TEST(CudaTrainingNoGpu, OffloadOnTheCpuBackendIsRefused) {
+  try {
+    (void)tiny_recipe(Case{"gpt", "fp32"}, "cpu", 4, ", offload: cpu");
+    FAIL() << "optimizer.offload: cpu accepted with training.device: cpu";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer.offload"), std::string::npos) << e.what();
+  }
+}
 
 TEST(CudaTrainingNoGpu, DeviceCudaWithoutAGpuIsAClearError) {
   if (device_available(Device::CUDA)) GTEST_SKIP() << "a GPU is visible here";

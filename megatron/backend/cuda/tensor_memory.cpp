@@ -55,6 +55,22 @@ class CudaTensorMemory final : public DeviceMemoryBackend {
     MT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, current_stream()));
   }
 
+  void* allocate_pinned_host(size_t bytes) override {
+    if (device_count() == 0) return nullptr;
+    void* p = nullptr;
+    // Without page-locked memory the caller falls back to ordinary host memory.
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    return p;
+  }
+
+  void free_pinned_host(void* ptr) noexcept override {
+    if (cudaFreeHost(ptr) != cudaSuccess)
+      std::fprintf(stderr, "megatron: freeing page-locked host memory failed\n");
+  }
+
   MemoryStats memory_stats() override {
     if (device_count() == 0) return {0, 0};
     const AllocatorStats s = device_allocator().stats();

@@ -1,0 +1,348 @@
+// The planner's data-parallel sharding model (megatron/planning/planner.h, sharding_memory.h):
+// the per-strategy formulas (bf16 and fp32, hybrid sharding, optimizer offload), the buffers
+// against a ParamStore really finalized for each strategy (shard group 4, ranks 0 and 3), the
+// data-parallel traffic, and the search over strategies.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+
+#include "megatron/planning/planner.h"
+#include "models/registry.h"
+#include "tests/support/planner_test_util.h"
+
+namespace megatron {
+namespace {
+
+using config::ShardingStrategy;
+using planning::ClusterSpec;
+using planning::PlanReport;
+using planning::testing::one_device;
+using planning::testing::recipe_from;
+using ::testing::HasSubstr;
+
+constexpr ShardingStrategy kStrategies[] = {ShardingStrategy::NoShard, ShardingStrategy::Optim,
+                                            ShardingStrategy::OptimGrads,
+                                            ShardingStrategy::OptimGradsParams};
+
+ClusterSpec devices(int64_t n) {
+  ClusterSpec c = one_device();
+  c.gpus_per_node = n;
+  return c;
+}
+
+// ---- the formulas ------------------------------------------------------------------------------
+
+// GPT, 8 layers of h 64 (49984 parameters each), word table 128 x 64, positions 32 x 64, head
+// (final norm) 128: every unit divides by 4, so no piece is padded. dp 4, 2 micro-batches.
+config::Recipe formula_gpt(const std::string& precision) {
+  return recipe_from(
+      "num_layers: 8, hidden_size: 64, num_attention_heads: 4, seq_length: 32, vocab_size: 128",
+      "device: cuda, precision: " + precision +
+          ", micro_batch_size: 2, global_batch_size: 16, train_iters: 1");
+}
+
+TEST(PlannerSharding, ExactFormulasPerStrategy) {
+  const double P = 8192 + 2048 + 8 * 49984 + 128, U = 49984;  // U: the largest unit (a layer)
+  const double m = 2;                                         // micro-batches per step
+  for (const std::string precision : {"bf16", "fp32"}) {
+    const bool mixed = precision == "bf16";
+    const double w = mixed ? 2 : 4;
+    for (const int64_t instances : {1, 2}) {
+      const double N = 4.0 / static_cast<double>(instances);
+      for (const double offload : {0.0, 1.0, 0.5}) {
+        // Everything but the sharded state: the same under every strategy.
+        double rest = -1;
+        for (const ShardingStrategy s : kStrategies) {
+          config::Recipe r = formula_gpt(precision);
+          r.parallel.data_parallel_sharding_strategy = s;
+          r.parallel.num_distributed_optimizer_instances = instances;
+          if (offload > 0) {
+            r.optimizer.offload = config::OptimizerOffload::CPU;
+            r.optimizer.offload_fraction = offload;
+          }
+          const std::string what = precision + " " + std::string(config::option_name(s)) +
+                                   " instances " + std::to_string(instances) + " offload " +
+                                   std::to_string(offload);
+          if (s == ShardingStrategy::NoShard && instances > 1) {
+            // Hybrid sharding needs a sharded optimizer (recipe validation).
+            EXPECT_THROW(planning::plan(r, devices(4), 128), InputError) << what;
+            continue;
+          }
+          const PlanReport p = planning::plan(r, devices(4), 128);
+          ASSERT_EQ(p.layout.dp, 4) << what;
+          ASSERT_EQ(p.layout.num_microbatches, 2) << what;
+          ASSERT_EQ(p.device_stage().trainable_parameters, P) << what;
+          EXPECT_EQ(p.layout.sharding, s) << what;
+          EXPECT_EQ(p.layout.shard_group(), s == ShardingStrategy::NoShard ? 4 : 4 / instances);
+          const auto& mem = p.memory();
+          const bool sharded = s != ShardingStrategy::NoShard;
+          const bool weights = s == ShardingStrategy::OptimGradsParams;
+          const double master = mixed ? (sharded ? 4 * P / N : 4 * P) : 0.0;
+          const double moments = sharded ? 8 * P / N : 8 * P;
+          EXPECT_DOUBLE_EQ(mem.weights, weights ? w * P / N : w * P) << what;
+          EXPECT_DOUBLE_EQ(mem.gradients, s >= ShardingStrategy::OptimGrads ? 4 * P / N : 4 * P)
+              << what;
+          EXPECT_DOUBLE_EQ(mem.master, master * (1 - offload)) << what;
+          EXPECT_DOUBLE_EQ(mem.optimizer, moments * (1 - offload)) << what;
+          // The host keeps fp32 masters of its share in fp32 too (a copy of the weights).
+          EXPECT_DOUBLE_EQ(mem.host_offloaded, offload * 12 * P / (sharded ? N : 1.0)) << what;
+          EXPECT_DOUBLE_EQ(mem.grad_scratch, s == ShardingStrategy::Optim ? 4 * P / N : 0.0)
+              << what;
+          // ZeRO-2: 5 units' fp32 gradients and their reduce-scatter slices; ZeRO-3: + 3
+          // gathered units in the model dtype.
+          double transient = 0;
+          if (s >= ShardingStrategy::OptimGrads) transient += 5 * 4 * U * (1 + 1 / N);
+          if (weights) transient += 3 * w * U;
+          EXPECT_DOUBLE_EQ(mem.sharding_transient, transient) << what;
+          const double state = mem.weights + mem.gradients + mem.master + mem.optimizer +
+                               mem.grad_scratch + mem.sharding_transient;
+          if (rest < 0) rest = mem.total - state;
+          EXPECT_NEAR(mem.total - state, rest, 1e-6 * mem.total) << what;
+          EXPECT_DOUBLE_EQ(mem.total_by_strategy[static_cast<size_t>(s)], mem.total) << what;
+          EXPECT_DOUBLE_EQ(mem.optimizer_without_distributed, (mixed ? 4 * P : 0) + 8 * P) << what;
+          EXPECT_DOUBLE_EQ(mem.optimizer_with_distributed, ((mixed ? 4 : 0) + 8) * P / N) << what;
+          // Data-parallel payload per step.
+          const double replicas = instances > 1 ? 4 * P / N : 0.0;
+          double bytes = 0;
+          switch (s) {
+            case ShardingStrategy::NoShard:
+              bytes = 4 * P;
+              break;
+            case ShardingStrategy::Optim:
+              bytes = 4 * P + w * P + replicas;
+              break;
+            case ShardingStrategy::OptimGrads:
+              bytes = m * 4 * P + w * P + replicas;
+              break;
+            case ShardingStrategy::OptimGradsParams:
+              bytes = m * (2 * w * P + 4 * P) + replicas;
+              break;
+          }
+          EXPECT_DOUBLE_EQ(p.time.dp_bytes_per_step, bytes) << what;
+          EXPECT_EQ(p.time.param_gather > 0, sharded) << what;
+          EXPECT_GT(p.time.dp_comm_exposed, 0) << what;
+          EXPECT_GT(p.time.optimizer, 0) << what;
+        }
+      }
+    }
+  }
+}
+
+// Each strategy's total against no_shard's (Megatron's bytes per parameter with bf16, dp 4):
+// 18 -> 6 + 12/4 (+ the 4/4 scratch) -> 2 + 16/4 -> 18/4 (+ the transients).
+TEST(PlannerSharding, StrategiesOrderAndDescribe) {
+  config::Recipe r = formula_gpt("bf16");
+  const PlanReport p = planning::plan(r, devices(4), 128);
+  const auto& by = p.memory().total_by_strategy;
+  EXPECT_GT(by[0], by[1]);
+  EXPECT_GT(by[1], by[2]);
+  EXPECT_THAT(p.layout.describe(), HasSubstr("sharding=no_shard"));
+  r.parallel.data_parallel_sharding_strategy = ShardingStrategy::OptimGradsParams;
+  r.parallel.num_distributed_optimizer_instances = 2;
+  r.optimizer.offload = config::OptimizerOffload::CPU;
+  r.optimizer.offload_fraction = 0.5;
+  const PlanReport z3 = planning::plan(r, devices(4), 128);
+  EXPECT_EQ(z3.layout.describe(),
+            "tp1 pp1 dp4 mb2x2 recompute=none sharding=optim_grads_params instances=2 "
+            "offload=0.5");
+  EXPECT_THAT(z3.layout.describe(), ::testing::Not(HasSubstr("dist-opt")));
+  // The text report names the strategy, the shard group, the host bytes and the traffic.
+  const std::string text = z3.to_text();
+  EXPECT_THAT(text, HasSubstr("data-parallel sharding: optim_grads_params over 2 rank(s) x 2 "
+                              "instances (hybrid)"));
+  EXPECT_THAT(text, HasSubstr("host memory (optimizer offload)"));
+  EXPECT_THAT(text, HasSubstr("total per strategy: no_shard"));
+  EXPECT_THAT(text, HasSubstr("DP traffic"));
+  const auto j = z3.to_json();
+  EXPECT_EQ(j["layout"]["sharding_strategy"], "optim_grads_params");
+  EXPECT_EQ(j["layout"]["instances"], 2);
+  EXPECT_EQ(j["layout"]["shard_group"], 2);
+  EXPECT_EQ(j["layout"]["offload_fraction"], 0.5);
+  EXPECT_DOUBLE_EQ(j["memory"]["host_offloaded"].get<double>(), z3.memory().host_offloaded);
+  EXPECT_GT(j["memory"]["host_offloaded"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["memory"]["total_by_strategy"]["optim_grads_params"].get<double>(),
+                   z3.memory().total);
+  EXPECT_DOUBLE_EQ(j["time"]["dp_bytes_per_step"].get<double>(), z3.time.dp_bytes_per_step);
+}
+
+// ---- against the real ParamStore -------------------------------------------------------------
+
+// A communicator that only reports a size and rank (an expert-parallel shard of the model).
+class ShapeOnlyComm final : public parallel::Communicator {
+ public:
+  ShapeOnlyComm(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  int world_rank_of(int r) const override { return r; }
+  void all_reduce(Tensor&, parallel::ReduceOp) override { fail(); }
+  std::unique_ptr<parallel::Work> all_reduce_async(Tensor&, parallel::ReduceOp) override { fail(); }
+  void all_gather(const Tensor&, Tensor&) override { fail(); }
+  std::unique_ptr<parallel::Work> all_gather_async(const Tensor&, Tensor&) override { fail(); }
+  void reduce_scatter(const Tensor&, Tensor&, parallel::ReduceOp) override { fail(); }
+  std::unique_ptr<parallel::Work> reduce_scatter_async(const Tensor&, Tensor&,
+                                                       parallel::ReduceOp) override {
+    fail();
+  }
+  void broadcast(Tensor&, int) override { fail(); }
+  void barrier() override { fail(); }
+  void all_to_all(const Tensor&, const std::vector<int64_t>&, Tensor&,
+                  const std::vector<int64_t>&) override {
+    fail();
+  }
+  std::unique_ptr<parallel::Work> batch_isend_irecv(std::vector<parallel::P2POp>) override {
+    fail();
+  }
+
+ private:
+  [[noreturn]] static void fail() { throw Error("ShapeOnlyComm: no communication"); }
+  int rank_, size_;
+  std::string name_ = "shape-only";
+};
+
+config::Recipe shipped(const std::string& name) {
+  config::Recipe r = config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/" + name);
+  r.training.global_batch_size = 4 * r.training.micro_batch_size;  // dp 4, one micro-batch
+  return r;
+}
+
+// The planner's weights, gradients, fp32 masters and optimizer state for shard-group rank
+// `rank` of 4 (expert data parallelism 4 / ep) against the buffers ParamStore::finalize
+// allocates for the same sharding. Pieces are padded per unit (or region): fewer than N
+// elements of slack per unit.
+void expect_store_matches(config::Recipe r, const std::string& what) {
+  constexpr int64_t kDp = 4, kVocab = 8000;
+  const int64_t ep = r.parallel.expert;
+  for (const std::string precision : {"fp32", "bf16"}) {
+    r.training.precision = precision == "fp32" ? config::Precision::FP32 : config::Precision::BF16;
+    for (const ShardingStrategy s : kStrategies) {
+      r.parallel.data_parallel_sharding_strategy = s;
+      const PlanReport p = planning::plan(r, devices(kDp), kVocab);
+      ASSERT_EQ(p.layout.dp, kDp);
+      const auto& mem = p.memory();
+      for (const int64_t rank : {int64_t{0}, kDp - 1}) {
+        const std::string label = what + " " + precision + " " +
+                                  std::string(config::option_name(s)) + " rank " +
+                                  std::to_string(rank);
+        ParamStore store(Device::CPU);
+        auto tp = parallel::make_single_process_communicator();
+        ShapeOnlyComm ep_comm(0, static_cast<int>(ep));
+        const auto chunks = models::build_model_chunks(r, kVocab, store, *tp, 0, 1, &ep_comm);
+        DataParallelSharding sh;
+        sh.optimizer = s != ShardingStrategy::NoShard;
+        sh.grads = s >= ShardingStrategy::OptimGrads;
+        sh.weights = s == ShardingStrategy::OptimGradsParams;
+        sh.dense_size = kDp;
+        sh.dense_rank = rank;
+        sh.expert_size = kDp / ep;
+        sh.expert_rank = rank % (kDp / ep);
+        store.finalize(models::model_dtype_of(r.training), sh);
+        ASSERT_EQ(p.device_stage().parameters, store.numel()) << label;
+        int64_t state = 0;
+        for (const ParamSegment& seg : store.segments()) state += seg.size();
+        const bool mixed = store.mixed_precision();
+        const double w = mixed ? 2 : 4;
+        // Padding: under N elements per piece (a unit's run of one region), in each buffer.
+        const double slack = static_cast<double>(store.num_units() * 2 * kDp);
+        auto near = [&](double planned, double real, double bytes, const char* buffer) {
+          EXPECT_NEAR(planned, real, slack * bytes) << label << ": " << buffer;
+          // Rank 0 owns no padding: the planner's round-up is exact for it.
+          if (rank == 0) {
+            EXPECT_EQ(planned, real) << label << ": " << buffer;
+          }
+        };
+        near(mem.weights, static_cast<double>(store.weights().nbytes()), w, "weights");
+        near(mem.gradients, static_cast<double>(store.grads().nbytes()), 4, "gradients");
+        if (mixed) {
+          near(mem.master, static_cast<double>(store.masters().nbytes()), 4, "masters");
+        } else {
+          EXPECT_EQ(mem.master, 0) << label << ": fp32 masters are the weights";
+        }
+        near(mem.optimizer, 8.0 * static_cast<double>(state), 8, "optimizer state");
+      }
+    }
+  }
+}
+
+TEST(PlannerSharding, GptTinyMatchesTheParamStore) {
+  expect_store_matches(shipped("gpt_tiny.yaml"), "gpt_tiny");
+}
+
+TEST(PlannerSharding, LlamaTinyMatchesTheParamStore) {
+  expect_store_matches(shipped("llama_tiny.yaml"), "llama_tiny");
+}
+
+// LoRA: the frozen base is weights only, sharded with optim_grads_params.
+TEST(PlannerSharding, LlamaTinyLoraMatchesTheParamStore) {
+  config::Recipe r = shipped("llama_tiny.yaml");
+  r.peft.type = "lora";
+  r.peft.dim = 8;
+  r.validate();
+  expect_store_matches(r, "llama_tiny lora");
+}
+
+// MoE: routed experts' weights sharded over expert data parallelism (dp / ep = 2), the rest
+// over dp.
+TEST(PlannerSharding, MixtralTinyMatchesTheParamStore) {
+  config::Recipe r = shipped("mixtral_tiny.yaml");
+  r.parallel.expert = 2;
+  expect_store_matches(r, "mixtral_tiny ep2");
+}
+
+// ---- the search --------------------------------------------------------------------------------
+
+// A 4B-parameter model on 4 devices of one per node (tp 1), 7 layers (pp 1 on a world of 4): only
+// dp 4 is left, and the memory is set between what ZeRO-3 needs and what anything else needs.
+TEST(PlannerSharding, SearchRanksZero3FirstWhenOnlyItFits) {
+  config::Recipe r = recipe_from(
+      "num_layers: 7, hidden_size: 6144, num_attention_heads: 48, seq_length: 1024, "
+      "vocab_size: 32000",
+      "device: cuda, precision: bf16, micro_batch_size: 1, global_batch_size: 8, train_iters: 1");
+  ClusterSpec c = one_device();
+  c.nodes = 4;
+  c.gpus_per_node = 1;
+  // The smallest layout: micro-batch 1, full recompute.
+  r.training.recompute = config::RecomputeGranularity::Full;
+  const auto by = planning::plan(r, c, 32000).memory().total_by_strategy;
+  const double zero3 = by[3], others = std::min({by[0], by[1], by[2]});
+  ASSERT_LT(zero3, others);
+  c.gpu_memory_bytes = (zero3 + others) / 2;
+  r.training.recompute = config::RecomputeGranularity::None;
+  const planning::SearchResult res = planning::search(r, c, 32000);
+  ASSERT_FALSE(res.fitting.empty());
+  EXPECT_EQ(res.fitting.front().layout.sharding, ShardingStrategy::OptimGradsParams);
+  for (const PlanReport& p : res.fitting) {
+    EXPECT_EQ(p.layout.sharding, ShardingStrategy::OptimGradsParams) << p.layout.describe();
+    EXPECT_LE(p.memory().total, c.gpu_memory_bytes);
+  }
+  // Every strategy was tried: 4 per (micro-batch, recompute) at dp 4.
+  EXPECT_EQ(res.candidates % 4, 0);
+  EXPECT_GT(res.too_big, 0);
+  const std::string table = planning::search_table(res, 5);
+  EXPECT_THAT(table, HasSubstr("sharding"));
+  EXPECT_THAT(table, HasSubstr("optim_grads_params"));
+  EXPECT_THAT(table, ::testing::Not(HasSubstr("dist-opt")));
+}
+
+// On a roomy cluster the search lists every strategy among the layouts that fit.
+TEST(PlannerSharding, SearchTriesEveryStrategy) {
+  config::Recipe r = formula_gpt("bf16");
+  const planning::SearchResult res = planning::search(r, devices(4), 128);
+  std::set<ShardingStrategy> seen;
+  for (const PlanReport& p : res.fitting) {
+    seen.insert(p.layout.sharding);
+    if (p.layout.dp == 1) {
+      EXPECT_EQ(p.layout.sharding, ShardingStrategy::NoShard);
+    }
+  }
+  EXPECT_EQ(seen.size(), 4u);
+  const std::string table = planning::search_table(res, 1000);
+  for (const ShardingStrategy s : kStrategies)
+    EXPECT_THAT(table, HasSubstr(std::string(config::option_name(s))));
+}
+
+}  // namespace
+}  // namespace megatron

@@ -210,6 +210,32 @@ const Rule kRules[] = {
     {"eps", "optimizer: {eps: 0}", "optimizer.eps", "got 0"},
     {"weight_decay", "optimizer: {weight_decay: -0.1}", "optimizer.weight_decay", "got -0.1"},
     {"clip", "optimizer: {clip_grad: -1}", "optimizer.clip_grad", "got -1"},
+    // data-parallel sharding and optimizer offload
+    {"sharding_unknown", "parallel: {data_parallel_sharding_strategy: zero3}",
+     "parallel.data_parallel_sharding_strategy",
+     "must be one of no_shard, optim, optim_grads, optim_grads_params (got 'zero3')"},
+    {"sharding_contradicts_alias",
+     "parallel: {data_parallel_sharding_strategy: no_shard}\noptimizer: {distributed: true}",
+     "parallel.data_parallel_sharding_strategy", "no_shard contradicts optimizer.distributed"},
+    {"sharding_contradicts_training_alias",
+     "parallel: {data_parallel_sharding_strategy: no_shard}\n"
+     "training: {use_distributed_optimizer: true}",
+     "parallel.data_parallel_sharding_strategy",
+     "no_shard contradicts training.use_distributed_optimizer"},
+    {"instances_zero", "parallel: {num_distributed_optimizer_instances: 0}",
+     "parallel.num_distributed_optimizer_instances", "got 0"},
+    {"instances_without_sharding", "parallel: {num_distributed_optimizer_instances: 2}",
+     "parallel.num_distributed_optimizer_instances", "needs a sharding strategy"},
+    {"instances_with_moe",
+     "parallel: {num_distributed_optimizer_instances: 2, data_parallel_sharding_strategy: "
+     "optim}\nmodel: {num_experts: 4}",
+     "parallel.num_distributed_optimizer_instances", "mixture-of-experts"},
+    {"offload_on_cpu", "optimizer: {offload: cpu}", "optimizer.offload",
+     "with training.device: cpu the optimizer already lives in host memory"},
+    {"offload_unknown", "optimizer: {offload: nvme}", "optimizer.offload",
+     "must be one of none, cpu (got 'nvme')"},
+    {"offload_fraction", "optimizer: {offload_fraction: 1.5}", "optimizer.offload_fraction",
+     "must be in [0, 1] (got 1.5)"},
     {"optimizer_type", "optimizer: {type: lion}", "optimizer.type", "'lion'"},
     {"decay", "optimizer: {schedule: {decay: exponential}}", "optimizer.schedule.decay",
      "'exponential'"},
@@ -419,6 +445,31 @@ TEST(ValidateForWorld, ExpertMustDivideDataParallel) {
       msg,
       HasSubstr("(--set parallel.expert=4): parallel.expert: must divide the data-parallel size"));
   EXPECT_THAT(msg, HasSubstr("dp 2 % expert 4"));
+}
+
+TEST(ValidateForWorld, DistributedOptimizerInstancesMustDivideDataParallel) {
+  Recipe r = base({"parallel.data_parallel_sharding_strategy=optim_grads_params",
+                   "parallel.num_distributed_optimizer_instances=3", "training.global_batch_size=12",
+                   "training.micro_batch_size=1"});
+  r.validate_for_world(6);
+  std::string msg = input_error([&] { r.validate_for_world(4); });
+  EXPECT_THAT(msg, HasSubstr("parallel.num_distributed_optimizer_instances: must divide the "
+                             "data-parallel size (got dp 4 % 3 = 1)"));
+}
+
+TEST(ShardingStrategy, AliasesAndDefault) {
+  EXPECT_EQ(base().sharding_strategy(), ShardingStrategy::NoShard);
+  EXPECT_EQ(base({"optimizer.distributed=true"}).sharding_strategy(), ShardingStrategy::Optim);
+  EXPECT_EQ(base({"training.use_distributed_optimizer=true"}).sharding_strategy(),
+            ShardingStrategy::Optim);
+  EXPECT_EQ(base({"optimizer.distributed=true",
+                  "parallel.data_parallel_sharding_strategy=optim_grads_params"})
+                .sharding_strategy(),
+            ShardingStrategy::OptimGradsParams);
+  // The resolved recipe writes the strategy back out and reads it again.
+  const Recipe r = base({"parallel.data_parallel_sharding_strategy=optim_grads"});
+  EXPECT_EQ(parse_recipe_string(r.to_yaml(), "round_trip.yaml").sharding_strategy(),
+            ShardingStrategy::OptimGrads);
 }
 
 TEST(ValidateForWorld, WorldMustBePositive) {

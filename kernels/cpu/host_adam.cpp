@@ -11,7 +11,8 @@ namespace megatron::kernels::cpu {
 namespace {
 
 // One element, in adamw_update's order (no contraction: see the header).
-inline void scalar_update(float& param, float grad, float& m, float& v, const math::AdamWParams& p) {
+inline void scalar_update(float& param, float grad, float& m, float& v,
+                          const math::AdamWParams& p) {
   const float one_minus_b1 = 1.0f - p.beta1, one_minus_b2 = 1.0f - p.beta2;
   m = p.beta1 * m + one_minus_b1 * grad;
   v = p.beta2 * v + one_minus_b2 * grad * grad;
@@ -25,8 +26,8 @@ void scalar_step(float* param, const float* grad, float* m, float* v, int64_t be
   for (int64_t i = begin; i < n; ++i) scalar_update(param[i], grad[i], m[i], v[i], p);
 }
 
-__attribute__((target("avx2"))) void avx2_step(float* param, const float* grad, float* m,
-                                                float* v, int64_t n, const math::AdamWParams& p) {
+__attribute__((target("avx2"))) void avx2_step(float* param, const float* grad, float* m, float* v,
+                                               int64_t n, const math::AdamWParams& p) {
   const __m256 b1 = _mm256_set1_ps(p.beta1), b2 = _mm256_set1_ps(p.beta2);
   const __m256 c1 = _mm256_set1_ps(1.0f - p.beta1), c2 = _mm256_set1_ps(1.0f - p.beta2);
   const __m256 bc1 = _mm256_set1_ps(p.bias_correction1), bc2 = _mm256_set1_ps(p.bias_correction2);
@@ -49,8 +50,8 @@ __attribute__((target("avx2"))) void avx2_step(float* param, const float* grad, 
 }
 
 __attribute__((target("avx512f"))) void avx512_step(float* param, const float* grad, float* m,
-                                                     float* v, int64_t n,
-                                                     const math::AdamWParams& p) {
+                                                    float* v, int64_t n,
+                                                    const math::AdamWParams& p) {
   const __m512 b1 = _mm512_set1_ps(p.beta1), b2 = _mm512_set1_ps(p.beta2);
   const __m512 c1 = _mm512_set1_ps(1.0f - p.beta1), c2 = _mm512_set1_ps(1.0f - p.beta2);
   const __m512 bc1 = _mm512_set1_ps(p.bias_correction1), bc2 = _mm512_set1_ps(p.bias_correction2);
@@ -97,8 +98,8 @@ HostAdamIsa host_adam_isa() {
 
 void host_adamw_step(float* param, const float* grad, float* m, float* v, int64_t n,
                      const math::AdamWParams& p, HostAdamIsa isa) {
-  MT_CHECK(static_cast<int>(isa) <= static_cast<int>(host_adam_isa()), "host AdamW: ",
-           host_adam_isa_name(isa), " requested on a CPU that runs at most ",
+  MT_CHECK(static_cast<int>(isa) <= static_cast<int>(host_adam_isa()),
+           "host AdamW: ", host_adam_isa_name(isa), " requested on a CPU that runs at most ",
            host_adam_isa_name(host_adam_isa()));
   switch (isa) {
     case HostAdamIsa::Avx512:

@@ -34,7 +34,11 @@ TEST(HostAdamW, EveryPathMatchesTheReferenceBitForBit) {
       auto p_ref = p, m_ref = m, v_ref = v;
       for (int step = 1; step <= 4; ++step) {
         const auto g = random_vector(n, uint32_t(20 + step), -2.0f, 2.0f);
-        const math::AdamWParams hp{1e-3f, 0.9f, 0.95f, 1e-8f, step % 2 ? 0.1f : 0.0f,
+        const math::AdamWParams hp{1e-3f,
+                                   0.9f,
+                                   0.95f,
+                                   1e-8f,
+                                   step % 2 ? 0.1f : 0.0f,
                                    1.0f - std::pow(0.9f, float(step)),
                                    1.0f - std::pow(0.95f, float(step))};
         cpu::host_adamw_step(p.data(), g.data(), m.data(), v.data(), n, hp, isa);
@@ -50,9 +54,9 @@ TEST(HostAdamW, EveryPathMatchesTheReferenceBitForBit) {
 TEST(HostAdamW, RefusesAPathWiderThanTheCpu) {
   if (cpu::host_adam_isa() == cpu::HostAdamIsa::Avx512) GTEST_SKIP() << "this CPU runs them all";
   float x = 0, g = 0, m = 0, v = 0;
-  EXPECT_THROW(cpu::host_adamw_step(&x, &g, &m, &v, 1, math::AdamWParams{},
-                                    cpu::HostAdamIsa::Avx512),
-               megatron::Error);
+  EXPECT_THROW(
+      cpu::host_adamw_step(&x, &g, &m, &v, 1, math::AdamWParams{}, cpu::HostAdamIsa::Avx512),
+      megatron::Error);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "megatron/training/metrics.h"
 
 #include <omp.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <iomanip>
@@ -98,7 +99,8 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
                         {"mfu", m.mfu},
                         {"of_gemm", m.of_gemm},
                         {"loss_scale", m.loss_scale},
-                        {"skipped", m.skipped}};
+                        {"skipped", m.skipped},
+                        {"dp_comm_bytes", m.dp_comm_bytes}};
     if (m.has_aux) j["nsp_loss"] = m.aux_loss;
     if (m.has_moe) {
       j["moe_aux_loss"] = m.moe_aux_loss;
@@ -154,6 +156,25 @@ void MetricsSink::eval(const EvalMetrics& e) {
     if (e.has_aux) tensorboard_->add_scalar("nsp loss validation", e.iteration, e.aux_loss);
     tensorboard_->flush();
   }
+}
+
+void report_rank_memory(parallel::Communicator& world, Device device, std::ostream& out) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  // Linux reports ru_maxrss in KiB.
+  double mine[2] = {static_cast<double>(memory_stats(device).peak_bytes) / 1048576.0,
+                    static_cast<double>(usage.ru_maxrss) / 1024.0};
+  const int n = world.size();
+  std::vector<double> all(static_cast<size_t>(2 * n));
+  Tensor in = Tensor::wrap(mine, {2}, DType::F64),
+         gathered = Tensor::wrap(all.data(), {2 * n}, DType::F64);
+  world.all_gather(in, gathered);
+  if (world.rank() != 0) return;
+  out << "peak memory per rank (" << device_name(device) << " tensors / process RSS, MiB):";
+  for (int r = 0; r < n; ++r)
+    out << (r ? "," : "") << " " << r << ": " << std::fixed << std::setprecision(0)
+        << all[static_cast<size_t>(2 * r)] << " / " << all[static_cast<size_t>(2 * r + 1)];
+  out << std::defaultfloat << "\n" << std::flush;
 }
 
 }  // namespace megatron::training

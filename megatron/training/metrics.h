@@ -10,6 +10,7 @@
 
 #include "megatron/config/recipe.h"
 #include "megatron/core/tensor.h"
+#include "megatron/parallel/communicator.h"
 #include "megatron/training/compute_peak.h"
 #include "megatron/training/tensorboard.h"
 
@@ -71,5 +72,9 @@ class MetricsSink {
   void check_jsonl();
   std::unique_ptr<TensorBoardWriter> tensorboard_;
 };
+
+// Every rank's peak tensor memory on `device` and peak process RSS, gathered over `world`
+// (collective) and written by rank 0 as one line: what the sharding strategies change per rank.
+void report_rank_memory(parallel::Communicator& world, Device device, std::ostream& out);
 
 }  // namespace megatron::training

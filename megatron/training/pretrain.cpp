@@ -64,6 +64,7 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
   const TrainingData data = make_training_data(recipe, launch, *world, out);
   Trainer trainer(recipe, data.vocab_size, data.train, data.valid, groups.groups(), out);
   const TrainSummary summary = trainer.run();
+  report_rank_memory(*world, device, out);
   if (summary.evals.size() >= 2) {
     const double first = summary.evals.front().loss, last = summary.evals.back().loss;
     out << "validation loss " << first << " -> " << last << " (" << 100.0 * last / first

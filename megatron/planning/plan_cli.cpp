@@ -76,10 +76,13 @@ std::string plan_usage() {
          "            [--inter-node-gbps 50] [--efficiency 0.6] [--no-flash-attention]\n"
          "            [--vocab V] [--search [--top 10]] [--json]\n"
          "Plans the recipe's layout on a cluster: parameters, memory per device (weights,\n"
-         "gradients, optimizer state, activations, workspace), FLOPs per step, estimated step\n"
-         "time and MFU. --search ranks every (tp, pp, dp, micro-batch, recompute, distributed\n"
-         "optimizer) layout that fits. The cluster defaults to the recipe's cluster: section;\n"
-         "flags override it. --gpu-memory takes GB (1e9) or GiB; a bare number is GB.\n"
+         "gradients, optimizer state, activations, workspace; host memory with optimizer\n"
+         "offload) under its data-parallel sharding strategy, FLOPs per step, estimated step\n"
+         "time and MFU. --search ranks every (tp, pp, dp, micro-batch, recompute, sharding\n"
+         "strategy: no_shard, optim, optim_grads, optim_grads_params) layout that fits,\n"
+         "keeping the recipe's hybrid-sharding instances and offload. The cluster defaults to\n"
+         "the recipe's cluster: section; flags override it. --gpu-memory takes GB (1e9) or\n"
+         "GiB; a bare number is GB.\n"
          "Exit status: 0 fits (with --search: something fits), 3 does not fit, 1 error.\n";
 }
 

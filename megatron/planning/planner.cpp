@@ -8,6 +8,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/planning/flops.h"
+#include "megatron/planning/sharding_memory.h"
 #include "models/registry.h"
 
 namespace megatron::planning {
@@ -140,12 +141,7 @@ int64_t head_params(const Dims& d, int64_t V, int64_t tp) {
 
 bool is_mixed(config::Precision precision) { return precision != config::Precision::FP32; }
 
-double ring_all_reduce(double bytes, int64_t n, double bw) {
-  return n > 1 ? 2.0 * static_cast<double>(n - 1) / static_cast<double>(n) * bytes / bw : 0.0;
-}
-double ring_gather(double bytes, int64_t n, double bw) {  // all-gather or reduce-scatter
-  return n > 1 ? static_cast<double>(n - 1) / static_cast<double>(n) * bytes / bw : 0.0;
-}
+using detail::ring_all_reduce;
 
 // Activation bytes of one micro-batch for the pieces of a model chunk.
 struct Activations {
@@ -249,19 +245,6 @@ struct ChunkShape {
 
 }  // namespace
 
-std::string Layout::describe() const {
-  std::ostringstream os;
-  os << "tp" << tp << " pp" << pp << " dp" << dp;
-  if (cp > 1) os << " cp" << cp;
-  if (ep > 1) os << " ep" << ep;
-  if (vpp > 1) os << " vpp" << vpp;
-  os << " mb" << micro_batch << "x" << num_microbatches;
-  if (sequence_parallel) os << " sp";
-  os << " recompute=" << recompute;
-  if (distributed_optimizer) os << " dist-opt";
-  return os.str();
-}
-
 ClusterSpec cluster_from_recipe(const config::Recipe& r) {
   ClusterSpec c;
   const auto& cl = r.cluster;
@@ -342,6 +325,32 @@ int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkSha
   return n;
 }
 
+// The stage's parameter units as the models begin them (ParamStore::begin_unit): the word
+// embeddings (or the tied copy), the other embeddings, each layer, the head; by buffer region.
+std::vector<detail::UnitParams> stage_units(const Dims& d, int64_t V, const Layout& lay,
+                                            const std::vector<ChunkShape>& chunks) {
+  std::vector<detail::UnitParams> units;
+  const bool lora = d.lora_rank > 0;  // LoRA: only the layers' adapters train
+  auto add = [&](int64_t n) {
+    if (n > 0) units.push_back(lora ? detail::UnitParams{0, 0, n} : detail::UnitParams{n, 0, 0});
+  };
+  for (const ChunkShape& c : chunks) {
+    const int64_t word = V * d.D / lay.tp;
+    if (c.pre || (c.post && d.tied)) add(word);
+    if (c.pre) add(embedding_params(d, V, lay.tp) - word);
+    for (int64_t l = c.first; l < c.first + c.layers; ++l) {
+      const bool moe = d.is_moe(l);
+      const int64_t all = layer_params(d, lay.tp, lay.ep, moe);
+      const int64_t experts = moe ? (d.E / lay.ep) * expert_params(d, lay.tp) : 0;
+      const int64_t adapters = lora_layer_params(d, lay.tp);
+      units.push_back(lora ? detail::UnitParams{adapters, 0, all - adapters}
+                           : detail::UnitParams{all - experts, experts, 0});
+    }
+    if (c.post) add(head_params(d, V, lay.tp));
+  }
+  return units;
+}
+
 }  // namespace
 
 int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const Layout& lay,
@@ -382,7 +391,12 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   lay.micro_batch = tr.micro_batch_size;
   lay.num_microbatches = tr.global_batch_size / (tr.micro_batch_size * lay.dp);
   lay.sequence_parallel = r.parallel.sequence_parallel && lay.tp > 1;
-  lay.distributed_optimizer = r.optimizer.distributed && lay.dp > 1;
+  lay.sharding = r.sharding_strategy();
+  lay.instances = r.parallel.num_distributed_optimizer_instances;
+  lay.offload = tr.device == config::TrainingDevice::CUDA &&
+                        r.optimizer.offload == config::OptimizerOffload::CPU
+                    ? r.optimizer.offload_fraction
+                    : 0.0;
   lay.recompute = config::option_name(tr.recompute);
   MT_INPUT_CHECK(lay.vpp == 1 || lay.num_microbatches % lay.pp == 0, r.source_path,
                  ": parallel.virtual_pipeline: the interleaved schedule needs the number of "
@@ -431,47 +445,39 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                                "but counted in the FLOPs estimate)"));
 
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
-  const double dp = static_cast<double>(lay.dp);
+  std::vector<detail::ShardingInputs> sharding_inputs;  // per stage (the time model's too)
+  std::vector<detail::ShardedState> sharded;
   for (int64_t stage = 0; stage < lay.pp; ++stage) {
     StagePlan sp;
     sp.stage = stage;
     const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage);
-    double trainable = 0;  // LoRA: the adapters only (the frozen base has no grads or state)
     for (const ChunkShape& c : chunks) {
       sp.layers += c.layers;
       sp.parameters += chunk_params(d, V, lay, c);
-      trainable += static_cast<double>(c.layers * lora_layer_params(d, lay.tp));
       if (d.E > 0)
         sp.expert_parameters +=
             d.moe_layers(c.first, c.layers) * (d.E / lay.ep) * expert_params(d, lay.tp);
       sp.first = sp.first || c.pre;
       sp.last = sp.last || c.post;
     }
-    const double all = static_cast<double>(sp.parameters);
-    // What the gradient buffer, masters and optimizer cover: every parameter, or (LoRA) the
-    // adapters; the frozen rest is weights only (ParamStore's frozen region).
-    const double P = d.lora_rank > 0 ? trainable : all, frozen = all - P;
-    sp.trainable_parameters = static_cast<int64_t>(P);
+    // What the store keeps of the weights, gradients, masters and optimizer state (LoRA: the
+    // frozen base is weights only), under this layout's strategy and each other one.
+    detail::ShardingInputs in;
+    in.strategy = lay.sharding;
+    in.dp = lay.dp;
+    in.instances = lay.instances;
+    in.expert_dp = lay.dp / std::max<int64_t>(lay.ep, 1);
+    in.microbatches = lay.num_microbatches;
+    in.wbytes = wbytes;
+    in.moment_bytes = moment_bytes;
+    in.mixed = mixed;
+    in.offload = lay.offload;
+    in.units = stage_units(d, V, lay, chunks);
+    for (const detail::UnitParams& u : in.units) sp.trainable_parameters += u.dense + u.expert;
     MemoryBreakdown& m = sp.memory;
-    if (cuda) {
-      m.weights = wbytes * all;
-      m.gradients = 4 * P;
-      const double master = mixed ? 4 * P : 0, moments = moment_bytes * P;
-      m.optimizer_without_distributed = master + moments;
-      m.optimizer_with_distributed = (master + moments) / dp;
-      m.master = lay.distributed_optimizer ? master / dp : master;
-      m.optimizer = lay.distributed_optimizer ? moments / dp : moments;
-    } else {
-      // ParamStore pads the buffers to a multiple of dp for the distributed optimizer.
-      const double buf = lay.distributed_optimizer ? std::ceil(P / dp) * dp : P;
-      m.weights = wbytes * (buf + frozen);
-      m.gradients = 4 * buf;
-      m.master = mixed ? 4 * buf : 0;
-      m.optimizer_without_distributed = m.master + moment_bytes * P;
-      m.optimizer_with_distributed = lay.dp > 1 ? m.master + (moment_bytes + 4) * std::ceil(P / dp)
-                                                : m.optimizer_without_distributed;
-      m.optimizer = lay.distributed_optimizer ? (moment_bytes + 4) * buf / dp : moment_bytes * P;
-    }
+    const detail::ShardedState st = detail::fill_state(in, m);
+    sharding_inputs.push_back(in);
+    sharded.push_back(st);
 
     // Activations of one micro-batch through every chunk of this stage, per recompute mode.
     const auto [layer_rest, layer_core] = act.layer();
@@ -523,9 +529,8 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
         ws += 4 * std::max(head, mlp);
       }
     }
-    m.workspace = ws;
-    m.total =
-        m.weights + m.master + m.gradients + m.optimizer + m.activations + m.workspace + m.reserve;
+    m.workspace = ws + st.transient;
+    detail::fill_totals(in, m.activations + ws + m.reserve, m);
     rep.stages.push_back(sp);
   }
   for (size_t i = 1; i < rep.stages.size(); ++i)
@@ -587,21 +592,19 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   t.ep_comm = ep_mb * m_count;
   t.pp_comm = pp_mb * m_count;
   t.bubble = per_mb * static_cast<double>(lay.pp - 1) / static_cast<double>(lay.vpp);
-  // What is reduced, gathered and stepped: the trainable parameters (LoRA: the adapters).
-  const double P = static_cast<double>(rep.device_stage().trainable_parameters);
-  // Expert weights are reduced over the expert-data-parallel group (dp / ep), the rest over dp.
-  const double P_experts = rep.moe.expert_params_per_device;
-  const int64_t edp = lay.dp / std::max<int64_t>(lay.ep, 1);
-  auto sync = [&](double n, int64_t group) {
-    return lay.distributed_optimizer ? ring_gather(4 * n, group, bw_dp)
-                                     : ring_all_reduce(4 * n, group, bw_dp);
+  // Data-parallel traffic and the optimizer step of the device stage's trainable parameters
+  // (LoRA: the adapters; experts over expert data parallelism).
+  const detail::ShardingInputs& in = sharding_inputs.at(rep.worst_stage);
+  const auto group_bw = [&](int64_t ranks) {
+    return lay.tp * lay.cp * ranks <= cluster.gpus_per_node ? intra : inter;
   };
-  const double grad_sync = sync(P - P_experts, lay.dp) + sync(P_experts, edp);
-  t.dp_comm_exposed = std::max(0.2 * grad_sync, grad_sync - compute_mb * 2.0 / 3.0);
-  t.param_gather =
-      lay.distributed_optimizer ? ring_gather((cuda ? wbytes : 4.0) * P, lay.dp, bw_dp) : 0.0;
-  const double owned = lay.distributed_optimizer ? P / dp : P;
-  t.optimizer = owned * (28.0 + wbytes) / (cluster.memory_bandwidth_gbps * 1e9);
+  const detail::DataParallelComm dpc =
+      detail::data_parallel_comm(in, {group_bw(lay.shard_group()), bw_dp, bw_dp}, compute_mb);
+  t.dp_bytes_per_step = dpc.bytes;
+  t.dp_comm_exposed = dpc.grads_exposed;
+  t.param_gather = dpc.gather_exposed;
+  t.optimizer = detail::optimizer_step_seconds(in, sharded.at(rep.worst_stage),
+                                               cluster.memory_bandwidth_gbps * 1e9);
   t.step = t.compute + t.tp_comm + t.pp_comm + t.ep_comm + t.bubble + t.dp_comm_exposed +
            t.param_gather + t.optimizer;
   t.tokens_per_second = gb_size * static_cast<double>(d.S) / t.step;

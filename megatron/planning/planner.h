@@ -1,14 +1,15 @@
 #pragma once
 // Memory and throughput planner: for a recipe and a cluster, the parameter count, the memory per
 // device broken down, FLOPs per step and an estimated step time / MFU; and a search over the
-// (tp, pp, dp, micro-batch, recompute, distributed optimizer) layouts that fit. `build/bin/plan`
-// is the command line (run_plan_cli). Everything here is arithmetic on the recipe: nothing is
-// allocated or run.
+// (tp, pp, dp, micro-batch, recompute, data-parallel sharding strategy) layouts that fit.
+// `build/bin/plan` is the command line (run_plan_cli). Everything here is arithmetic on the recipe:
+// nothing is allocated or run.
 //
 // Notation: L layers, h hidden, H heads, G query groups, d = h/H head dim, F ffn, f1 = F or 2F
 // (SwiGLU), V padded vocabulary (Megatron's padding for this tp), s sequence (/cp), b micro-batch,
 // t tensor parallel, p pipeline, v virtual stages per rank, m micro-batches per step, a = bytes
-// of an activation element (2 for bf16/fp16, 4 for fp32; the CPU path always computes in fp32).
+// of an activation element (2 for bf16/fp16, 4 for fp32; the CPU kernels compute in fp32 but
+// store activations in the model dtype).
 //
 // Parameters (exact, the same count and sharding as the model classes register):
 //   layer = 2 norms + qkv (H + 2G) d h / t (+ bias) + proj H d h / t (+ replicated bias)
@@ -18,14 +19,30 @@
 //   of the word embeddings (counted on the device, not in the model total); BERT: LM-head dense
 //   + norm + output bias V / t, pooler and binary head (data.bert_binary_head).
 //
-// Memory per device (the stage with the largest total is reported; bytes per local parameter P):
-//   device cuda (Megatron's accounting): weights P x (2 or 4), fp32 grads 4P, fp32 master 4P
-//     (mixed precision only), Adam 8P; the distributed optimizer shards master + Adam over dp
-//     (bf16: 6 + 12/dp bytes per parameter).
-//   device cpu (this implementation's ParamStore): fp32 compute weights 4P (+ 2P 16-bit model
-//     weights with bf16/fp16), fp32 grads 4P, fp32 master 4P (mixed only, never sharded), Adam 8P
-//     (SGD 4P); the distributed optimizer shards the moments and adds a 4P/dp reduce-scatter
-//     scratch.
+// Memory per device (the stage with the largest total is reported). The trainer allocates the
+// same ParamStore on either device (megatron/params/param_layout.cpp): model weights only in the
+// model dtype (the CPU kernels widen 16-bit arguments into transient fp32 copies per op, counted
+// as workspace, and cache none), fp32 main gradients, fp32 masters under mixed precision only (in
+// fp32 the weight buffer is the master), Adam moments 8 bytes per element (SGD 4). With P this
+// rank's trainable parameters (LoRA: the adapters), F its frozen ones (LoRA's base), w the model
+// dtype's bytes, N the shard group (dp / parallel.num_distributed_optimizer_instances; routed
+// experts' weights: dp / ep), per parallel.data_parallel_sharding_strategy:
+//   no_shard            weights w(P + F), grads 4P, masters 4P, moments 8P
+//   optim (ZeRO-1)      weights w(P + F), grads 4P, masters 4P/N, moments 8P/N, + a kept fp32
+//                       reduce-scatter output 4P/N (grad_scratch)
+//   optim_grads         weights w(P + F), grads 4P/N, masters 4P/N, moments 8P/N; transient
+//     (ZeRO-2)          (workspace): the gradients of the unit in backward and of up to 4 units
+//                       being reduce-scattered, each 4U (1 + 1/N) for a unit of U parameters
+//                       (a layer, an embedding table, the head): the 5 largest units
+//   optim_grads_params  weights w(P + F)/N, grads 4P/N, masters 4P/N, moments 8P/N; transient:
+//     (ZeRO-3 / FSDP)   3 gathered units w U (in use, prefetched, kept) + the ZeRO-2 gradients
+// Sharded pieces are padded to a multiple of N (per unit with sharded gradients, per region
+// otherwise), as the store pads them. Hybrid sharding (instances k > 1) shards over N = dp / k.
+// optimizer.offload: cpu (cuda only) keeps offload_fraction of the fp32 masters and moments in
+// host memory instead (host_offloaded, 12 bytes per offloaded element, not in the device total;
+// in fp32 the host master is a copy of the device's weights, which stay). The cuda reserve and the
+// activation models differ by device (below); the CPU numbers are checked against real allocations
+// and peaks in tests/unit/test_planner_memory.cpp and test_planner_sharding.cpp.
 //   Activations per micro-batch and layer:
 //     cuda (Korthikanti et al. 2022, generalised to GQA/SwiGLU, flash attention by default):
 //       replicated part  s b h (4a + 2 dropout masks)        (/t only with sequence parallelism)
@@ -62,12 +79,21 @@
 //     cost 2 (t-1)/t x bytes / bandwidth, not overlapped;
 //   PP: 2 v p2p messages of a s b h (/t with SP) per micro-batch;
 //   per-micro-batch time x (m + (p-1)/v) (the bubble);
-//   DP: gradient all-reduce (or reduce-scatter) of fp32 grads, overlapped with the last
-//     micro-batch's backward but at least 20% exposed; the distributed optimizer's parameter
-//     all-gather is exposed; the optimizer step is bound by device memory bandwidth.
-//   Bandwidths: TP inside a node when t <= gpus_per_node; DP inside a node when t cp dp <=
-//   gpus_per_node; PP crosses nodes when t cp dp >= gpus_per_node (rank order tp-cp-ep-dp-pp).
+//   DP (payload per step: dp_bytes_per_step): no_shard all-reduces the fp32 grads 4P during the
+//     last micro-batch's backward (overlapped, at least 20% exposed); optim reduce-scatters 4P
+//     the same way and all-gathers the weights wP after the step (exposed); optim_grads
+//     reduce-scatters 4P every micro-batch (the excess over a micro-batch's compute exposed) and
+//     gathers wP after the step; optim_grads_params gathers every unit for forward and backward
+//     (2 w(P + F)) and reduce-scatters 4P per micro-batch, prefetched behind that micro-batch's
+//     compute (at least 20% exposed); hybrid sharding adds an exposed all-reduce of the 4P/N
+//     shards over the k replicas. The optimizer step is bound by device memory bandwidth; its
+//     offloaded share by the slower of PCIe (grads down, weights up, 25 GB/s) and the host
+//     AdamW (28 bytes per element at 50 GB/s), which the trainer pipelines.
+//   Bandwidths: TP inside a node when t <= gpus_per_node; a DP group inside a node when t cp x
+//   (its size) <= gpus_per_node (the shard group N, the replicas dp); PP crosses nodes when
+//   t cp dp >= gpus_per_node (rank order tp-cp-ep-dp-pp).
 //   MFU = model FLOPs / (step time x devices x peak).
+#include <array>
 #include <cstdint>
 #include <iosfwd>
 #include <nlohmann/json.hpp>
@@ -99,10 +125,16 @@ ClusterSpec cluster_from_recipe(const config::Recipe& recipe);
 struct Layout {
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
   int64_t micro_batch = 1, num_microbatches = 1;
-  bool sequence_parallel = false;      // effective (tp > 1)
-  bool distributed_optimizer = false;  // effective (dp > 1)
+  bool sequence_parallel = false;  // effective (tp > 1)
   std::string recompute = "none";
-  std::string describe() const;  // "tp2 pp4 dp4 mb1x32 sp recompute=none dist-opt"
+  // Recipe::sharding_strategy(), as the trainer runs it (at dp 1 too).
+  config::ShardingStrategy sharding = config::ShardingStrategy::NoShard;
+  int64_t instances = 1;  // parallel.num_distributed_optimizer_instances (hybrid sharding)
+  double offload = 0;     // optimizer.offload_fraction with optimizer.offload: cpu on cuda, else 0
+  // The dense weights' shard group: dp / instances (dp for no_shard).
+  int64_t shard_group() const;
+  // "tp2 pp4 dp4 mb1x32 sp recompute=none sharding=optim" (+ " instances=2", " offload=0.5")
+  std::string describe() const;
 };
 
 struct ParamCounts {
@@ -116,16 +148,22 @@ struct ParamCounts {
 
 // Bytes per device.
 struct MemoryBreakdown {
+  // On the device (master and optimizer: what offload leaves there).
   double weights = 0, master = 0, gradients = 0, optimizer = 0;
-  // master + optimizer state (+ scratch) without / with the distributed optimizer
+  double grad_scratch = 0;  // optim: the kept fp32 reduce-scatter outputs
+  // Masters + moments (device and host) with no_shard / with optim (the distributed optimizer).
   double optimizer_without_distributed = 0, optimizer_with_distributed = 0;
+  double host_offloaded = 0;  // fp32 masters + moments in host memory (offload), not in total
   // This stage's activations for one micro-batch, for the layout's recompute and for each mode.
   double activations_per_microbatch = 0;
   double activations_none = 0, activations_selective = 0, activations_full = 0;
   double in_flight = 1;  // micro-batches' worth of activations held (pipeline in-flight factor)
   double activations = 0;
   double workspace = 0, reserve = 0;
-  double total = 0;
+  double sharding_transient = 0;  // of workspace: ZeRO-2/3 gathered units, in-flight gradients
+  double total = 0;               // on the device
+  // total under each strategy (config::ShardingStrategy order), everything else the same.
+  std::array<double, 4> total_by_strategy{};
 };
 
 struct StagePlan {
@@ -142,7 +180,8 @@ struct TimeEstimate {     // seconds per step unless noted
   double efficiency = 0;  // GEMM efficiency used
   double compute = 0, bubble = 0, tp_comm = 0, pp_comm = 0, dp_comm_exposed = 0, param_gather = 0,
          optimizer = 0;
-  double ep_comm = 0;  // MoE token all-to-alls
+  double ep_comm = 0;            // MoE token all-to-alls
+  double dp_bytes_per_step = 0;  // data-parallel payload this rank hands to collectives
   double step = 0;
   double tokens_per_second = 0, tflops_per_device = 0, mfu = 0;
 };
@@ -201,9 +240,10 @@ struct SearchResult {
 };
 // Enumerates tp (divisors of gpus_per_node dividing heads, query groups and ffn), pp (dividing
 // num_layers, even split), dp = world / (tp pp cp) with global % (micro dp) == 0, micro-batch
-// (powers of two and the recipe's), recompute (none|selective|full), the distributed
-// optimizer (dp > 1), the recipe's virtual pipeline size, expert parallelism (MoE: every ep
-// dividing dp and num_experts; expert tensor parallelism = tp); sequence parallel whenever
+// (powers of two and the recipe's), recompute (none|selective|full), the data-parallel sharding
+// strategy (no_shard; with dp > 1 also optim, optim_grads, optim_grads_params; the recipe's
+// instances and offload kept), the recipe's virtual pipeline size, expert parallelism (MoE: every
+// ep dividing dp and num_experts; expert tensor parallelism = tp); sequence parallel whenever
 // tp > 1.
 SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab);

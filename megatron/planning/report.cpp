@@ -14,9 +14,31 @@ namespace megatron::planning {
 using detail::gb;
 using detail::human_count;
 
+std::string Layout::describe() const {
+  std::ostringstream os;
+  os << "tp" << tp << " pp" << pp << " dp" << dp;
+  if (cp > 1) os << " cp" << cp;
+  if (ep > 1) os << " ep" << ep;
+  if (vpp > 1) os << " vpp" << vpp;
+  os << " mb" << micro_batch << "x" << num_microbatches;
+  if (sequence_parallel) os << " sp";
+  os << " recompute=" << recompute << " sharding=" << config::option_name(sharding);
+  if (instances > 1) os << " instances=" << instances;
+  if (offload > 0) os << " offload=" << offload;
+  return os.str();
+}
+
+int64_t Layout::shard_group() const {
+  return sharding == config::ShardingStrategy::NoShard ? dp : dp / std::max<int64_t>(instances, 1);
+}
+
 nlohmann::json PlanReport::to_json() const {
   using nlohmann::json;
   const MemoryBreakdown& m = memory();
+  json by_strategy = json::object();
+  for (size_t i = 0; i < m.total_by_strategy.size(); ++i)
+    by_strategy[std::string(config::option_name(static_cast<config::ShardingStrategy>(i)))] =
+        m.total_by_strategy[i];
   json stages_json = json::array();
   for (const StagePlan& s : stages)
     stages_json.push_back({{"stage", s.stage},
@@ -50,7 +72,12 @@ nlohmann::json PlanReport::to_json() const {
             {"micro_batch", layout.micro_batch},
             {"num_microbatches", layout.num_microbatches},
             {"sequence_parallel", layout.sequence_parallel},
-            {"distributed_optimizer", layout.distributed_optimizer},
+            {"sharding_strategy", config::option_name(layout.sharding)},
+            {"instances", layout.instances},
+            {"shard_group", layout.shard_group()},
+            // Megatron's distributed optimizer: the optimizer state sharded (optim and beyond).
+            {"distributed_optimizer", layout.sharding != config::ShardingStrategy::NoShard},
+            {"offload_fraction", layout.offload},
             {"recompute", layout.recompute},
             {"describe", layout.describe()}}},
           {"vocab", vocab},
@@ -69,8 +96,10 @@ nlohmann::json PlanReport::to_json() const {
             {"master", m.master},
             {"gradients", m.gradients},
             {"optimizer", m.optimizer},
+            {"grad_scratch", m.grad_scratch},
             {"optimizer_without_distributed", m.optimizer_without_distributed},
             {"optimizer_with_distributed", m.optimizer_with_distributed},
+            {"host_offloaded", m.host_offloaded},
             {"activations_per_microbatch", m.activations_per_microbatch},
             {"activations_per_microbatch_by_recompute",
              {{"none", m.activations_none},
@@ -79,8 +108,10 @@ nlohmann::json PlanReport::to_json() const {
             {"in_flight", m.in_flight},
             {"activations", m.activations},
             {"workspace", m.workspace},
+            {"sharding_transient", m.sharding_transient},
             {"reserve", m.reserve},
             {"total", m.total},
+            {"total_by_strategy", by_strategy},
             {"device_bytes", cluster.gpu_memory_bytes}}},
           {"stages", stages_json},
           {"moe",
@@ -97,6 +128,7 @@ nlohmann::json PlanReport::to_json() const {
             {"pp_comm_s", time.pp_comm},
             {"ep_comm_s", time.ep_comm},
             {"dp_comm_exposed_s", time.dp_comm_exposed},
+            {"dp_bytes_per_step", time.dp_bytes_per_step},
             {"param_gather_s", time.param_gather},
             {"optimizer_s", time.optimizer},
             {"step_s", time.step},
@@ -118,6 +150,11 @@ std::string PlanReport::to_text() const {
   auto mem = [&](double bytes, int precision = 2) {
     std::ostringstream o;
     o << std::fixed << std::setprecision(precision) << bytes / unit;
+    return o.str();
+  };
+  auto mem_pct = [](double fraction) {
+    std::ostringstream o;
+    o << std::setprecision(3) << fraction * 100 << "%";
     return o.str();
   };
   os << "plan: " << (recipe.empty() ? "(recipe)" : recipe) << " (" << arch << ", "
@@ -144,27 +181,58 @@ std::string PlanReport::to_text() const {
      << " layers" << (st.first ? ", embeddings" : "") << (st.last ? ", output layer" : "") << "), "
      << unit_name << ":\n";
   auto row = [&](const std::string& name, double bytes, const std::string& extra = "") {
-    os << "  " << std::left << std::setw(34) << name << std::right << std::setw(10) << mem(bytes)
+    os << "  " << std::left << std::setw(40) << name << std::right << std::setw(10) << mem(bytes)
        << (extra.empty() ? "" : "  " + extra) << "\n";
   };
-  row(std::string("weights (") + precision + ")", m.weights);
-  if (m.master > 0) row("fp32 master weights", m.master);
-  row("fp32 gradients", m.gradients);
-  row(std::string("optimizer state") + (layout.distributed_optimizer ? " (distributed)" : ""),
-      m.optimizer,
-      "master+state: " + mem(m.optimizer_without_distributed) + " without / " +
-          mem(m.optimizer_with_distributed) + " with the distributed optimizer");
+  // Which buffers this strategy keeps only a 1/N shard of.
+  using config::ShardingStrategy;
+  const ShardingStrategy strategy = layout.sharding;
+  const bool sharded_opt = strategy != ShardingStrategy::NoShard && layout.shard_group() > 1;
+  const bool sharded_grads = sharded_opt && strategy >= ShardingStrategy::OptimGrads;
+  const bool sharded_weights = sharded_opt && strategy == ShardingStrategy::OptimGradsParams;
+  const std::string shard = " (1/" + std::to_string(layout.shard_group()) + ")";
+  const std::string offloaded =
+      m.host_offloaded > 0 ? " (" + mem_pct(1 - layout.offload) + " on device)" : "";
+  row(std::string("weights (") + precision + ")" + (sharded_weights ? shard : ""), m.weights);
+  if (m.master > 0 || (m.host_offloaded > 0 && precision != "fp32"))
+    row("fp32 master weights" + std::string(sharded_opt ? shard : "") + offloaded, m.master);
+  row("fp32 gradients" + std::string(sharded_grads ? shard : ""), m.gradients);
+  row("optimizer state" + std::string(sharded_opt ? shard : "") + offloaded, m.optimizer,
+      "master+state: " + mem(m.optimizer_without_distributed) + " no_shard / " +
+          mem(m.optimizer_with_distributed) + " optim");
+  if (m.grad_scratch > 0) row("gradient reduce-scatter output", m.grad_scratch);
   std::ostringstream inflight;
   inflight << std::setprecision(3) << m.in_flight;
   row("activations", m.activations,
       mem(m.activations_per_microbatch, 3) + " per micro-batch x " + inflight.str() +
           " in flight; per micro-batch none " + mem(m.activations_none, 3) + " / selective " +
           mem(m.activations_selective, 3) + " / full " + mem(m.activations_full, 3));
-  row("workspace", m.workspace);
+  row("workspace", m.workspace,
+      m.sharding_transient > 0 ? "of which " + mem(m.sharding_transient) +
+                                     (strategy == ShardingStrategy::OptimGradsParams
+                                          ? " gathered units and in-flight gradients"
+                                          : " in-flight gradients")
+                               : "");
   if (m.reserve > 0) row("runtime reserve", m.reserve);
   row("total", m.total,
       std::string(fits ? "fits" : "DOES NOT FIT") + " in " + gb(cluster.gpu_memory_bytes, 1) +
           " GB");
+  if (m.host_offloaded > 0)
+    row("host memory (optimizer offload)", m.host_offloaded, "not in the device total");
+  os << "data-parallel sharding: " << config::option_name(strategy);
+  if (strategy != ShardingStrategy::NoShard)
+    os << " over " << layout.shard_group() << " rank(s)"
+       << (layout.instances > 1 ? " x " + std::to_string(layout.instances) + " instances (hybrid)"
+                                : "");
+  if (layout.offload > 0) os << ", optimizer offload " << mem_pct(layout.offload) << " to host";
+  if (layout.dp > 1) {
+    os << "; total per strategy:";
+    for (size_t i = 0; i < m.total_by_strategy.size(); ++i)
+      os << (i ? " /" : "") << " " << config::option_name(static_cast<ShardingStrategy>(i)) << " "
+         << mem(m.total_by_strategy[i]);
+    os << " " << unit_name;
+  }
+  os << "\n";
   os << std::setprecision(4) << "FLOPs per step: " << flops_per_step << " (Megatron's formula)";
   if (hardware_flops_per_step != flops_per_step)
     os << ", " << hardware_flops_per_step << " with recomputation";
@@ -174,7 +242,8 @@ std::string PlanReport::to_text() const {
      << time.pp_comm;
   if (moe.experts_per_device > 0) os << ", EP all-to-all " << time.ep_comm;
   os << ", DP exposed " << time.dp_comm_exposed << ", param gather " << time.param_gather
-     << ", optimizer " << time.optimizer << ")\n"
+     << ", optimizer " << time.optimizer << "; DP traffic " << gb(time.dp_bytes_per_step, 3)
+     << " GB per step)\n"
      << std::fixed << std::setprecision(0) << "  " << time.tokens_per_second << " tokens/s, "
      << std::setprecision(1) << time.tflops_per_device << " TFLOP/s per device, MFU "
      << time.mfu * 100 << "% (estimate; GEMM efficiency " << std::setprecision(2) << time.efficiency

@@ -13,6 +13,18 @@ namespace megatron::planning {
 
 using detail::gb;
 
+namespace {
+
+// Sharding needs more than one data-parallel rank to save anything.
+std::vector<config::ShardingStrategy> strategies(int64_t dp) {
+  using config::ShardingStrategy;
+  if (dp <= 1) return {ShardingStrategy::NoShard};
+  return {ShardingStrategy::NoShard, ShardingStrategy::Optim, ShardingStrategy::OptimGrads,
+          ShardingStrategy::OptimGradsParams};
+}
+
+}  // namespace
+
 SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab) {
   SearchResult result;
@@ -46,7 +58,7 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
           for (int64_t micro : micros) {
             if (tr.global_batch_size % (micro * dp) != 0) continue;
             for (const config::RecomputeGranularity rc : recomputes) {
-              for (bool dist : dp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              for (const config::ShardingStrategy strategy : strategies(dp)) {
                 config::Recipe c = recipe;
                 c.parallel.tensor = tp;
                 c.parallel.pipeline = pp;
@@ -58,7 +70,10 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                 c.parallel.sequence_parallel = tp > 1 && m.seq_length % tp == 0;
                 c.training.micro_batch_size = micro;
                 c.training.recompute = rc;
-                c.optimizer.distributed = dist;
+                // The strategy alone decides (its aliases would contradict no_shard).
+                c.parallel.data_parallel_sharding_strategy = strategy;
+                c.optimizer.distributed = false;
+                c.training.use_distributed_optimizer = false;
                 PlanReport p;
                 try {
                   c.validate_for_world(world);
@@ -86,6 +101,19 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
   return result;
 }
 
+namespace {
+
+// "optim_grads", "optim x2" (hybrid, 2 instances), "+off0.5" with optimizer offload.
+std::string sharding_name(const Layout& l) {
+  std::ostringstream os;
+  os << config::option_name(l.sharding);
+  if (l.instances > 1) os << " x" << l.instances;
+  if (l.offload > 0) os << " +off" << l.offload;
+  return os.str();
+}
+
+}  // namespace
+
 std::string search_table(const SearchResult& result, size_t top) {
   std::ostringstream os;
   os << "search: " << result.candidates << " valid layouts, " << result.too_big << " do not fit, "
@@ -98,7 +126,7 @@ std::string search_table(const SearchResult& result, size_t top) {
   os << std::right << std::setw(4) << "#" << std::setw(4) << "tp" << std::setw(4) << "pp"
      << std::setw(6) << "dp" << std::setw(4) << "ep" << std::setw(4) << "vpp" << std::setw(5)
      << "mb" << std::setw(6) << "m" << std::setw(4) << "sp" << std::setw(11) << "recompute"
-     << std::setw(9) << "dist-opt" << std::setw(10) << "mem GB" << std::setw(10) << "step s"
+     << std::setw(20) << "sharding" << std::setw(10) << "mem GB" << std::setw(10) << "step s"
      << std::setw(8) << "MFU %" << std::setw(12) << "tokens/s"
      << "\n";
   for (size_t i = 0; i < result.fitting.size() && i < top; ++i) {
@@ -107,11 +135,10 @@ std::string search_table(const SearchResult& result, size_t top) {
     os << std::setw(4) << i + 1 << std::setw(4) << l.tp << std::setw(4) << l.pp << std::setw(6)
        << l.dp << std::setw(4) << l.ep << std::setw(4) << l.vpp << std::setw(5) << l.micro_batch
        << std::setw(6) << l.num_microbatches << std::setw(4) << (l.sequence_parallel ? "on" : "-")
-       << std::setw(11) << l.recompute << std::setw(9) << (l.distributed_optimizer ? "on" : "-")
-       << std::setw(10) << gb(p.memory().total, 2) << std::setw(10) << std::setprecision(4)
-       << p.time.step << std::setw(8) << std::fixed << std::setprecision(1) << p.time.mfu * 100
-       << std::setw(12) << std::setprecision(0) << p.time.tokens_per_second << std::defaultfloat
-       << "\n";
+       << std::setw(11) << l.recompute << std::setw(20) << sharding_name(l) << std::setw(10)
+       << gb(p.memory().total, 2) << std::setw(10) << std::setprecision(4) << p.time.step
+       << std::setw(8) << std::fixed << std::setprecision(1) << p.time.mfu * 100 << std::setw(12)
+       << std::setprecision(0) << p.time.tokens_per_second << std::defaultfloat << "\n";
   }
   return os.str();
 }

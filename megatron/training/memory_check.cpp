@@ -21,7 +21,11 @@ double host_available_bytes() {
 }
 
 void check_host_memory_fits(const config::Recipe& recipe, int64_t tokenizer_vocab, Device device) {
-  if (device != Device::CPU) return;  // a device reports its own allocation failures
+  // A device reports its own allocation failures; on one, only the optimizer's offloaded share
+  // (optimizer.offload: cpu) lives in host memory.
+  const bool offload =
+      device != Device::CPU && recipe.optimizer.offload != config::OptimizerOffload::None;
+  if (device != Device::CPU && !offload) return;
   const double available = host_available_bytes();
   if (available <= 0) return;
   // This run's world (the recipe is resolved for it), whatever cluster the recipe was written for.
@@ -36,10 +40,21 @@ void check_host_memory_fits(const config::Recipe& recipe, int64_t tokenizer_voca
     return;  // a layout the planner does not model: the trainer's own checks decide
   }
   const planning::MemoryBreakdown& m = plan.memory();
-  if (m.total <= available) return;
-  const double state = m.weights + m.master + m.gradients + m.optimizer;
-  const bool activations = m.activations > state;
   auto gib = [](double b) { return concat(b / double(1ull << 30), " GiB"); };
+  if (offload) {
+    if (m.host_offloaded <= available) return;
+    throw InputError(concat(
+        recipe.source_path, ": optimizer.offload: cpu keeps about ", gib(m.host_offloaded),
+        " of fp32 master weights and optimizer state per rank in host memory, more than the ",
+        gib(available), " this machine has available; lower optimizer.offload_fraction (",
+        recipe.optimizer.offload_fraction,
+        ") or shard the optimizer over more ranks (parallel.data_parallel_sharding_strategy)"));
+  }
+  if (m.total <= available) return;
+  // The model's state as the sharding strategy keeps it (the scratch and gathered units too).
+  const double state =
+      m.weights + m.master + m.gradients + m.optimizer + m.grad_scratch + m.sharding_transient;
+  const bool activations = m.activations > state;
   throw InputError(concat(
       recipe.source_path, ": this run needs about ", gib(m.total),
       " per rank (weights, gradients "

@@ -285,19 +285,33 @@ TEST(PlannerSearch, Gpt13bOnFourNodes) {
     if (i > 0) {
       EXPECT_GE(p.time.step, result.fitting[i - 1].time.step);
     }
-    EXPECT_GT(p.time.mfu, 0.1);
+    // ZeRO-3 gathers every weight twice per micro-batch: at micro-batch 1 over the 50 GB/s
+    // inter-node links it is communication-bound (still above 5%).
+    EXPECT_GT(p.time.mfu,
+              p.layout.sharding == config::ShardingStrategy::OptimGradsParams ? 0.05 : 0.1)
+        << p.layout.describe();
     EXPECT_LT(p.time.mfu, 0.7);
     // Megatron's usual 13B layout: tp 2, no pipeline, sequence parallel, distributed optimizer.
     const Layout& l = p.layout;
-    if (l.tp == 2 && l.pp == 1 && l.dp == 16 && l.sequence_parallel && l.distributed_optimizer &&
-        l.micro_batch == 1)
+    if (l.tp == 2 && l.pp == 1 && l.dp == 16 && l.sequence_parallel &&
+        l.sharding == config::ShardingStrategy::Optim && l.micro_batch == 1)
       known_good = true;
   }
   EXPECT_TRUE(known_good);
-  // 13B with no model parallelism does not fit 80 GB, even with the distributed optimizer.
-  for (const PlanReport& p : result.fitting) EXPECT_GT(p.layout.tp * p.layout.pp, 1);
+  EXPECT_NE(result.fitting.front().layout.sharding, config::ShardingStrategy::OptimGradsParams);
+  // 13B with no model parallelism does not fit 80 GB, even with the distributed optimizer (26 GB
+  // of bf16 weights + 52 GB of fp32 gradients); sharding the gradients too (ZeRO-2, 3) does.
+  bool sharded_grads_alone = false;
+  for (const PlanReport& p : result.fitting) {
+    if (p.layout.sharding <= config::ShardingStrategy::Optim) {
+      EXPECT_GT(p.layout.tp * p.layout.pp, 1);
+    }
+    if (p.layout.tp * p.layout.pp == 1) sharded_grads_alone = true;
+  }
+  EXPECT_TRUE(sharded_grads_alone);
   const std::string table = planning::search_table(result, 5);
   EXPECT_THAT(table, HasSubstr("recompute"));
+  EXPECT_THAT(table, HasSubstr("sharding"));
   EXPECT_THAT(table, HasSubstr("   1"));
 }
 

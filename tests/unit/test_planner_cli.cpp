@@ -163,6 +163,54 @@ TEST_F(PlannerCliRun, TextJsonAndSearch) {
   const CliResult st = cli({"--recipe", recipe, "--search"});
   EXPECT_EQ(st.code, 0);
   EXPECT_THAT(st.out, HasSubstr("by estimated step time"));
+  EXPECT_THAT(st.out, HasSubstr("sharding"));
+}
+
+// The data-parallel sharding strategy, hybrid sharding and optimizer offload in the text and
+// JSON reports; the help names the strategies the search ranks.
+TEST_F(PlannerCliRun, ShardingOffloadAndHybrid) {
+  const std::string recipe = write("r.yaml", kCudaRecipe);
+  const CliResult plain = cli({"--recipe", recipe, "--json"});
+  ASSERT_EQ(plain.code, 0) << plain.err;
+  const auto p = nlohmann::json::parse(plain.out);
+  EXPECT_EQ(p["layout"]["sharding_strategy"], "no_shard");
+  EXPECT_EQ(p["layout"]["instances"], 1);
+  EXPECT_EQ(p["layout"]["offload_fraction"], 0.0);
+  EXPECT_EQ(p["memory"]["host_offloaded"], 0.0);
+  EXPECT_GT(p["time"]["dp_bytes_per_step"].get<double>(), 0);  // dp 8: the gradient all-reduce
+  for (const char* s : {"no_shard", "optim", "optim_grads", "optim_grads_params"})
+    EXPECT_TRUE(p["memory"]["total_by_strategy"].contains(s)) << s;
+
+  const std::vector<std::string> zero3 = {
+      "--recipe", recipe,
+      "--set",    "parallel.data_parallel_sharding_strategy=optim_grads_params",
+      "--set",    "parallel.num_distributed_optimizer_instances=2",
+      "--set",    "optimizer.offload=cpu",
+      "--set",    "optimizer.offload_fraction=0.5"};
+  const CliResult text = cli(zero3);
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("sharding=optim_grads_params instances=2 offload=0.5"));
+  EXPECT_THAT(text.out, HasSubstr("data-parallel sharding: optim_grads_params over 4 rank(s) x 2 "
+                                  "instances (hybrid), optimizer offload 50% to host"));
+  EXPECT_THAT(text.out, HasSubstr("host memory (optimizer offload)"));
+  EXPECT_THAT(text.out, HasSubstr("weights (bf16) (1/4)"));
+  std::vector<std::string> as_json = zero3;
+  as_json.push_back("--json");
+  const CliResult js = cli(as_json);
+  ASSERT_EQ(js.code, 0) << js.err;
+  const auto j = nlohmann::json::parse(js.out);
+  EXPECT_EQ(j["layout"]["sharding_strategy"], "optim_grads_params");
+  EXPECT_EQ(j["layout"]["instances"], 2);
+  EXPECT_EQ(j["layout"]["shard_group"], 4);
+  EXPECT_EQ(j["layout"]["offload_fraction"], 0.5);
+  EXPECT_GT(j["memory"]["host_offloaded"].get<double>(), 0);
+  EXPECT_GT(j["memory"]["sharding_transient"].get<double>(), 0);
+  EXPECT_LT(j["memory"]["total"].get<double>(), p["memory"]["total"].get<double>());
+  EXPECT_GT(j["time"]["dp_bytes_per_step"].get<double>(),
+            p["time"]["dp_bytes_per_step"].get<double>());
+  const CliResult help = cli({"--help"});
+  EXPECT_THAT(help.out, HasSubstr("optim_grads_params"));
+  EXPECT_THAT(help.out, ::testing::Not(HasSubstr("distributed\noptimizer")));
 }
 
 TEST_F(PlannerCliRun, Errors) {

@@ -214,6 +214,9 @@ TEST(PlannerMemory, HandCheckedCudaBreakdown) {
   EXPECT_EQ(d.memory().master + d.memory().optimizer, 12 * P / 4);
   EXPECT_EQ(d.memory().optimizer_with_distributed, 12 * P / 4);
   EXPECT_EQ(d.memory().weights + d.memory().gradients, 6 * P);
+  // The trainer keeps each bucket's fp32 reduce-scatter output (optimizer/grad_sync.cpp).
+  EXPECT_EQ(d.layout.sharding, config::ShardingStrategy::Optim);
+  EXPECT_EQ(d.memory().grad_scratch, 4 * P / 4);
 }
 
 TEST(PlannerMemory, KorthikantiWithTensorAndSequenceParallel) {

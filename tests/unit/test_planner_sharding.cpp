@@ -10,6 +10,7 @@
 #include <string>
 
 #include "megatron/planning/planner.h"
+#include "megatron/training/memory_check.h"
 #include "models/registry.h"
 #include "tests/support/planner_test_util.h"
 
@@ -166,6 +167,29 @@ TEST(PlannerSharding, StrategiesOrderAndDescribe) {
   EXPECT_DOUBLE_EQ(j["memory"]["total_by_strategy"]["optim_grads_params"].get<double>(),
                    z3.memory().total);
   EXPECT_DOUBLE_EQ(j["time"]["dp_bytes_per_step"].get<double>(), z3.time.dp_bytes_per_step);
+}
+
+// On a GPU the trainer's memory check (training/memory_check.h) compares the offloaded optimizer
+// state with the host's memory: 12 bytes per offloaded parameter.
+TEST(PlannerSharding, MemoryCheckCountsOffloadedHostBytes) {
+  if (training::host_available_bytes() <= 0) GTEST_SKIP() << "no /proc/meminfo";
+  config::Recipe r = formula_gpt("bf16");
+  r.optimizer.offload = config::OptimizerOffload::CPU;
+  r.parallel.data = 1;
+  r.training.global_batch_size = 2;
+  EXPECT_NO_THROW(training::check_host_memory_fits(r, 128, Device::CUDA));
+  // ~1.4T parameters: 17 TB of host memory for the optimizer.
+  r.model.num_layers = 96;
+  r.model.hidden_size = 34816;
+  r.model.num_attention_heads = 64;
+  try {
+    training::check_host_memory_fits(r, 128, Device::CUDA);
+    ADD_FAILURE() << "offloaded 17 TB to the host";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("optimizer.offload_fraction"));
+  }
+  r.optimizer.offload = config::OptimizerOffload::None;  // the device reports its own failures
+  EXPECT_NO_THROW(training::check_host_memory_fits(r, 128, Device::CUDA));
 }
 
 // ---- against the real ParamStore -------------------------------------------------------------

@@ -1,0 +1,214 @@
+// The planner's data-parallel sharding model (sharding_memory.h): ParamStore's buffers per rank
+// under each strategy, the per-unit transients, offload, traffic and exposed time.
+#include "megatron/planning/sharding_memory.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace megatron::planning::detail {
+namespace {
+
+using config::ShardingStrategy;
+
+// distributed/fully_sharded.cpp: gradient pieces reduce-scattered at once before the oldest is
+// completed (planning cannot include distributed/: the value is repeated here).
+constexpr size_t kMaxReducesInFlight = 4;
+// ZeRO-3 units gathered at once: the one in use, the prefetched next, and the last layer kept
+// from its forward for its backward.
+constexpr size_t kGatheredUnits = 3;
+// Optimizer offload: gradients to the host and weights back over PCIe (per device, one
+// direction at a time), the host AdamW streaming its state at host memory bandwidth.
+constexpr double kPcieBytesPerS = 25e9;
+constexpr double kHostAdamBytesPerS = 50e9;
+// Adam reads the gradient and reads and writes master, m and v (fp32): 28 bytes per element.
+constexpr double kAdamBytes = 28;
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The sum of the n largest values.
+double sum_largest(std::vector<double> v, size_t n) {
+  std::sort(v.begin(), v.end(), std::greater<>());
+  double s = 0;
+  for (size_t i = 0; i < v.size() && i < n; ++i) s += v[i];
+  return s;
+}
+
+struct Totals {
+  int64_t dense = 0, expert = 0, frozen = 0;
+};
+Totals totals(const ShardingInputs& in) {
+  Totals t;
+  for (const UnitParams& u : in.units) {
+    t.dense += u.dense;
+    t.expert += u.expert;
+    t.frozen += u.frozen;
+  }
+  return t;
+}
+
+bool grads_sharded(ShardingStrategy s) {
+  return s == ShardingStrategy::OptimGrads || s == ShardingStrategy::OptimGradsParams;
+}
+
+}  // namespace
+
+int64_t ShardingInputs::shard_group() const {
+  // Hybrid sharding needs a sharded optimizer: no_shard reduces over all of dp.
+  if (strategy == ShardingStrategy::NoShard) return dp;
+  return dp / std::max<int64_t>(instances, 1);
+}
+
+ShardedState sharded_state(const ShardingInputs& in) {
+  const bool opt = in.strategy != ShardingStrategy::NoShard;
+  const bool grads = grads_sharded(in.strategy);
+  const bool weights = in.strategy == ShardingStrategy::OptimGradsParams;
+  // The pieces' groups (param_layout.cpp): 1 without a sharded optimizer.
+  const int64_t nd = opt ? in.shard_group() : 1, ne = opt ? std::max<int64_t>(in.expert_dp, 1) : 1;
+  const Totals sum = totals(in);
+  // This rank's owned elements of each region: per-unit pieces padded to their group (gradients
+  // sharded), else one bucketed region padded to its group.
+  int64_t own_d = cdiv(sum.dense, nd), own_e = cdiv(sum.expert, ne), own_f = sum.frozen;
+  std::vector<double> grad_pieces, gathered;
+  if (grads) {
+    own_d = own_e = 0;
+    if (weights) own_f = 0;
+    for (const UnitParams& u : in.units) {
+      const int64_t d = cdiv(u.dense, nd), e = cdiv(u.expert, ne), f = cdiv(u.frozen, nd);
+      own_d += d;
+      own_e += e;
+      if (weights) own_f += f;
+      // The unit's fp32 gradient (whole pieces) and the reduce-scatter output (its slice).
+      grad_pieces.push_back(4.0 * static_cast<double>(nd * d + ne * e + d + e));
+      gathered.push_back(in.wbytes * static_cast<double>(nd * d + ne * e + nd * f));
+    }
+  }
+  const double owned = static_cast<double>(own_d + own_e);
+  const double buffer = static_cast<double>(nd * own_d + ne * own_e);  // padded trainable region
+  ShardedState s;
+  s.weights = in.wbytes * (weights ? owned + static_cast<double>(own_f)
+                                   : buffer + static_cast<double>(sum.frozen));
+  s.gradients = 4 * (grads ? owned : buffer);
+  s.master = in.mixed ? 4 * (opt ? owned : buffer) : 0;  // fp32: the weights are the masters
+  s.stepped = opt ? owned : static_cast<double>(sum.dense + sum.expert);
+  s.optimizer = in.moment_bytes * s.stepped;
+  // optim: each bucket's reduce-scatter lands in a kept fp32 slice (optimizer/grad_sync.cpp).
+  if (in.strategy == ShardingStrategy::Optim)
+    s.grad_scratch = 4.0 * static_cast<double>((nd > 1 ? own_d : 0) + (ne > 1 ? own_e : 0));
+  // The unit in backward plus the reductions in flight: at most kMaxReducesInFlight + 1 units'
+  // gradients and slices at the peak (the largest units bound it).
+  if (grads) s.transient += sum_largest(grad_pieces, kMaxReducesInFlight + 1);
+  if (weights) s.transient += sum_largest(gathered, kGatheredUnits);
+  // Offload (ParamStore::offload_masters, optimizer/offload.h): the first segments holding this
+  // fraction of the owned elements keep fp32 masters and moments in host memory; in fp32 too,
+  // where the host master is a copy of the device's weights.
+  if (in.offload > 0) {
+    s.host_offloaded = in.offload * (4 + in.moment_bytes) * s.stepped;
+    s.master *= 1 - in.offload;
+    s.optimizer *= 1 - in.offload;
+  }
+  return s;
+}
+
+ShardedState fill_state(const ShardingInputs& in, MemoryBreakdown& m) {
+  const ShardedState st = sharded_state(in);
+  m.weights = st.weights;
+  m.gradients = st.gradients;
+  m.master = st.master;
+  m.optimizer = st.optimizer;
+  m.grad_scratch = st.grad_scratch;
+  m.host_offloaded = st.host_offloaded;
+  m.sharding_transient = st.transient;
+  // The masters + moments wherever they live, without and with the distributed optimizer.
+  ShardingInputs whole = in;
+  whole.offload = 0;
+  whole.strategy = ShardingStrategy::NoShard;
+  const ShardedState none = sharded_state(whole);
+  m.optimizer_without_distributed = none.master + none.optimizer;
+  whole.strategy = ShardingStrategy::Optim;
+  const ShardedState optim = sharded_state(whole);
+  m.optimizer_with_distributed = optim.master + optim.optimizer;
+  return st;
+}
+
+void fill_totals(const ShardingInputs& in, double rest, MemoryBreakdown& m) {
+  m.total = sharded_state(in).device() + rest;
+  for (size_t s = 0; s < m.total_by_strategy.size(); ++s) {
+    ShardingInputs other = in;
+    other.strategy = static_cast<ShardingStrategy>(s);
+    m.total_by_strategy[s] = sharded_state(other).device() + rest;
+  }
+}
+
+DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallelLinks& links,
+                                    double compute_mb) {
+  const Totals sum = totals(in);
+  const int64_t nd = in.shard_group(), ne = std::max<int64_t>(in.expert_dp, 1);
+  const int64_t k = in.strategy == ShardingStrategy::NoShard ? 1 : in.dp / nd;
+  const double w = in.wbytes, m = static_cast<double>(in.microbatches);
+  const double dense = static_cast<double>(sum.dense), expert = static_cast<double>(sum.expert),
+               frozen = static_cast<double>(sum.frozen);
+  // Payload over a group of one moves nothing.
+  auto over = [](double bytes, int64_t group) { return group > 1 ? bytes : 0.0; };
+  // Reductions overlap the backward (~2/3 of a micro-batch) but at least 20% stays exposed.
+  const double backward = compute_mb * 2.0 / 3.0;
+  auto exposed = [](double t, double window) { return std::max(0.2 * t, t - window); };
+  // fp32 gradients reduce-scattered over the shard groups (once, or per micro-batch).
+  const double rs =
+      ring_gather(4 * dense, nd, links.shard) + ring_gather(4 * expert, ne, links.experts);
+  const double rs_bytes = over(4 * dense, nd) + over(4 * expert, ne);
+  // The model-dtype weights all-gathered after the step (optim, optim_grads).
+  const double gather =
+      ring_gather(w * dense, nd, links.shard) + ring_gather(w * expert, ne, links.experts);
+  const double gather_bytes = over(w * dense, nd) + over(w * expert, ne);
+  // Hybrid: the owned gradient shards all-reduced over the replicas once the reductions are
+  // done (not overlapped). MoE models are not hybrid-sharded (recipe validation).
+  const double replica_bytes = k > 1 ? 4.0 * static_cast<double>(cdiv(sum.dense, nd)) : 0.0;
+  const double replicas = ring_all_reduce(replica_bytes, k, links.replicas);
+  DataParallelComm c;
+  switch (in.strategy) {
+    case ShardingStrategy::NoShard: {
+      const double ar = ring_all_reduce(4 * dense, nd, links.shard) +
+                        ring_all_reduce(4 * expert, ne, links.experts);
+      c.bytes = rs_bytes;
+      c.grads_exposed = exposed(ar, backward);
+      break;
+    }
+    case ShardingStrategy::Optim:
+      c.bytes = rs_bytes + gather_bytes + replica_bytes;
+      c.grads_exposed = exposed(rs, backward) + replicas;
+      c.gather_exposed = gather;
+      break;
+    case ShardingStrategy::OptimGrads:
+      // Every micro-batch reduces its own gradients; the earlier ones also overlap the next
+      // micro-batch's forward.
+      c.bytes = m * rs_bytes + gather_bytes + replica_bytes;
+      c.grads_exposed = exposed(rs, backward) + (m - 1) * std::max(0.0, rs - compute_mb) + replicas;
+      c.gather_exposed = gather;
+      break;
+    case ShardingStrategy::OptimGradsParams: {
+      // Per micro-batch: every unit gathered for forward and again for backward (frozen ones
+      // too), prefetched behind compute, and its gradients reduce-scattered.
+      const double gathers = ring_gather(2 * w * (dense + frozen), nd, links.shard) +
+                             ring_gather(2 * w * expert, ne, links.experts);
+      const double per_mb = gathers + rs;
+      const double share = per_mb > 0 ? exposed(per_mb, compute_mb) / per_mb : 0.0;
+      c.bytes = m * (rs_bytes + over(2 * w * (dense + frozen), nd) + over(2 * w * expert, ne)) +
+                replica_bytes;
+      c.grads_exposed = m * rs * share + replicas;
+      c.gather_exposed = m * gathers * share;
+      break;
+    }
+  }
+  return c;
+}
+
+double optimizer_step_seconds(const ShardingInputs& in, const ShardedState& s,
+                              double device_bandwidth) {
+  const double device = (1 - in.offload) * s.stepped * (kAdamBytes + in.wbytes) / device_bandwidth;
+  // Offloaded chunks are pipelined: transfers overlap the host step, the slower one bounds.
+  const double host = in.offload * s.stepped *
+                      std::max((4 + in.wbytes) / kPcieBytesPerS, kAdamBytes / kHostAdamBytesPerS);
+  return device + host;
+}
+
+}  // namespace megatron::planning::detail

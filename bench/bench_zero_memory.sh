@@ -2,7 +2,7 @@
 # Data-parallel sharding strategies side by side on one CPU node: peak memory per rank (tensor
 # bytes the trainer allocated, and process RSS), the planner's prediction, the ZeRO paper's
 # per-rank model-state formula, throughput relative to ZeRO-1, and the data-parallel payload bytes
-# each rank hands to collectives per step. Default model: GPT, 12 layers, hidden 1024, 16 heads,
+# each rank hands to collectives per step. Default model: GPT, 12 layers, hidden 1024, ffn 4096, 16 heads,
 # seq 128, vocabulary 32000 (mock data), bf16 mixed precision, dp 4, one micro-batch per rank.
 #   bench/bench_zero_memory.sh [STEPS] [RANKS] [extra --set overrides...]
 # Needs build/bin/pretrain, build/bin/plan and mpirun. Ranks are oversubscribed on small machines:
@@ -16,7 +16,7 @@ extra=("$@")
 sets=(--set training.device=cpu --set training.precision=bf16 --set data.mock=true
       --set data.tokenizer.type=NullTokenizer --set data.tokenizer.vocab_size=32000
       --set model.vocab_size=32000 --set model.num_layers=12 --set model.hidden_size=1024
-      --set model.num_attention_heads=16 --set model.seq_length=128
+      --set model.num_attention_heads=16 --set model.ffn_hidden_size=4096 --set model.seq_length=128
       --set model.max_position_embeddings=128 --set training.micro_batch_size=1
       --set "training.global_batch_size=$ranks" --set "training.train_iters=$steps"
       --set training.eval_iters=0 --set training.eval_interval=0

@@ -147,6 +147,34 @@ class Model {
   virtual const Tensor& token_losses(const ModelActivations& act) const = 0;
 
  protected:
+  // Layer l (of this stage) starts or ends its unit's run of layers: a unit of several layers is
+  // announced once, around all of them (forward in layer order, backward in reverse).
+  bool first_layer_of_unit(size_t l) const {
+    return l == 0 || units_.layers[l - 1] != units_.layers[l];
+  }
+  bool last_layer_of_unit(size_t l) const {
+    return l + 1 == units_.layers.size() || units_.layers[l + 1] != units_.layers[l];
+  }
+  void layer_unit_begins(size_t l, bool backward) const {
+    if (unit_hooks_ == nullptr) return;
+    const int64_t u = units_.layers[l];
+    if (backward && last_layer_of_unit(l)) unit_hooks_->before_backward(u);
+    if (!backward && first_layer_of_unit(l)) unit_hooks_->before_forward(u);
+  }
+  void layer_unit_ends(size_t l, bool backward) const {
+    if (unit_hooks_ == nullptr) return;
+    const int64_t u = units_.layers[l];
+    if (backward && first_layer_of_unit(l)) unit_hooks_->after_backward(u);
+    if (!backward && last_layer_of_unit(l)) unit_hooks_->after_forward(u);
+  }
+  // The unit of layer `index` of this stage when units span `per_unit` layers: a new one every
+  // per_unit layers.
+  int64_t layer_unit(ParamStore& store, size_t index, int64_t per_unit) {
+    if (index % static_cast<size_t>(per_unit) == 0 || units_.layers.empty())
+      return store.begin_unit();
+    return units_.layers.back();
+  }
+
   UnitHooks* unit_hooks_ = nullptr;
   StageUnits units_;
 };

@@ -48,6 +48,7 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.seed = r.training.seed;
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
   t.recompute = recompute_of(r.training.recompute);
+  t.unit_layers = r.parallel.fsdp_unit_layers;
   t.flash_attention = m.flash_attention(r.training.device);
   t.activation_dtype = model_dtype_of(r.training);
   if (r.peft.lora()) {

@@ -146,6 +146,9 @@ struct ParallelConfig {
   // Hybrid sharding: shard inside groups of dp / this many consecutive data-parallel ranks (one
   // node when the mesh can place them so), replicate across the groups.
   int64_t num_distributed_optimizer_instances = 1;
+  // Sharded gradients / weights: consecutive layers gathered and reduced together as one unit
+  // (fewer, larger collectives; more transient memory).
+  int64_t fsdp_unit_layers = 1;
 
   int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
   void validate() const { validate(KeyOrigins{}); }
@@ -169,6 +172,7 @@ struct ParallelConfig {
     v("data_parallel_sharding_strategy", s.data_parallel_sharding_strategy,
       noted(s.data_parallel_sharding_strategy ? "" : "auto: optim with the distributed optimizer"));
     v("num_distributed_optimizer_instances", s.num_distributed_optimizer_instances);
+    v("fsdp_unit_layers", s.fsdp_unit_layers, noted("optim_grads, optim_grads_params"));
   }
 };
 

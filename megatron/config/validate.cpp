@@ -83,6 +83,8 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
   c.check(data >= 0, "parallel.data", concat("must be >= 1 or auto (got ", data, ")"));
   c.check(num_distributed_optimizer_instances >= 1, "parallel.num_distributed_optimizer_instances",
           concat("must be >= 1 (got ", num_distributed_optimizer_instances, ")"));
+  c.check(fsdp_unit_layers >= 1, "parallel.fsdp_unit_layers",
+          concat("must be >= 1 (got ", fsdp_unit_layers, ")"));
   c.non_negative("parallel.comm_warn_s", comm_warn_s);
   c.non_negative("parallel.comm_timeout_s", comm_timeout_s);
   if (virtual_pipeline) {

@@ -326,9 +326,11 @@ int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkSha
 }
 
 // The stage's parameter units as the models begin them (ParamStore::begin_unit): the word
-// embeddings (or the tied copy), the other embeddings, each layer, the head; by buffer region.
+// embeddings (or the tied copy), the other embeddings, each run of unit_layers layers
+// (parallel.fsdp_unit_layers, counted from the chunk's first layer), the head; by buffer region.
 std::vector<detail::UnitParams> stage_units(const Dims& d, int64_t V, const Layout& lay,
-                                            const std::vector<ChunkShape>& chunks) {
+                                            const std::vector<ChunkShape>& chunks,
+                                            int64_t unit_layers) {
   std::vector<detail::UnitParams> units;
   const bool lora = d.lora_rank > 0;  // LoRA: only the layers' adapters train
   auto add = [&](int64_t n) {
@@ -343,8 +345,15 @@ std::vector<detail::UnitParams> stage_units(const Dims& d, int64_t V, const Layo
       const int64_t all = layer_params(d, lay.tp, lay.ep, moe);
       const int64_t experts = moe ? (d.E / lay.ep) * expert_params(d, lay.tp) : 0;
       const int64_t adapters = lora_layer_params(d, lay.tp);
-      units.push_back(lora ? detail::UnitParams{adapters, 0, all - adapters}
-                           : detail::UnitParams{all - experts, experts, 0});
+      const detail::UnitParams layer = lora ? detail::UnitParams{adapters, 0, all - adapters}
+                                            : detail::UnitParams{all - experts, experts, 0};
+      if ((l - c.first) % std::max<int64_t>(unit_layers, 1) == 0) {
+        units.push_back(layer);
+      } else {
+        units.back().dense += layer.dense;
+        units.back().expert += layer.expert;
+        units.back().frozen += layer.frozen;
+      }
     }
     if (c.post) add(head_params(d, V, lay.tp));
   }
@@ -472,7 +481,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     in.moment_bytes = moment_bytes;
     in.mixed = mixed;
     in.offload = lay.offload;
-    in.units = stage_units(d, V, lay, chunks);
+    in.units = stage_units(d, V, lay, chunks, r.parallel.fsdp_unit_layers);
     for (const detail::UnitParams& u : in.units) sp.trainable_parameters += u.dense + u.expert;
     MemoryBreakdown& m = sp.memory;
     const detail::ShardedState st = detail::fill_state(in, m);

@@ -34,6 +34,9 @@ struct TransformerSpec {
   uint64_t seed = 1234;            // dropout seed
   bool sequence_parallel = false;  // activations outside attention/MLP are [S/tp, B, D]
   Recompute recompute = Recompute::None;
+  // Layers per parameter unit (ParamStore::begin_unit): what sharded data parallelism gathers
+  // and reduces at once (parallel.fsdp_unit_layers).
+  int64_t unit_layers = 1;
   // Fused (flash) attention (ops::flash_attention_*): saves the row log-sum-exp lse
   // [B, H/tp, S] instead of the probabilities [B, H/tp, S, S] and recomputes them blockwise in
   // backward; same results as the unfused path to rounding (dropout masks identical). Selective

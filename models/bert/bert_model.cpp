@@ -109,7 +109,8 @@ BertModel::BertModel(const BertSpec& spec, ParamStore& store, parallel::Communic
   if (t.recompute != Recompute::None && !workspace)
     workspace = std::make_shared<RecomputeWorkspace>();
   for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l) {
-    units_.layers.push_back(store.begin_unit());
+    units_.layers.push_back(
+        layer_unit(store, static_cast<size_t>(l - stage_.first_layer), t.unit_layers));
     blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t,
                                                          tp, workspace));
   }
@@ -255,9 +256,9 @@ LossSums BertModel::forward(ModelActivations& act, const MicroBatch& mb,
   MT_CHECK(x != nullptr && x->numel() == Sl * B * D, "stage input must be [", Sl, ", ", B, ", ", D,
            "]");
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    UnitUse use(unit_hooks_, {units_.layers[l]}, false);
+    layer_unit_begins(l, false);
     x = &blocks_[l]->forward(a.blocks[l], *x, mb.info, key_mask);
-    use.end();
+    layer_unit_ends(l, false);
   }
   a.last_hidden = x;
   LossSums sums;
@@ -400,9 +401,9 @@ void BertModel::backward(ModelActivations& act, const MicroBatch& mb, const Loss
     grad->copy_from(*d_hidden_out);
   }
   for (size_t l = blocks_.size(); l-- > 0;) {
-    UnitUse use(unit_hooks_, {units_.layers[l]}, true);
+    layer_unit_begins(l, true);
     blocks_[l]->backward(a.blocks[l], *grad, *other, mb.info, key_mask);
-    use.end();
+    layer_unit_ends(l, true);
     std::swap(grad, other);
     if (grads_ready) grads_ready(blocks_[l]->grad_watermark());
   }

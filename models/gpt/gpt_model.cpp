@@ -54,7 +54,8 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
   if (t.recompute != Recompute::None && !workspace)
     workspace = std::make_shared<RecomputeWorkspace>();
   for (int64_t l = stage_.first_layer; l < stage_.first_layer + stage_.num_layers; ++l) {
-    units_.layers.push_back(store.begin_unit());
+    units_.layers.push_back(
+        layer_unit(store, static_cast<size_t>(l - stage_.first_layer), t.unit_layers));
     blocks_.push_back(std::make_unique<TransformerBlock>(store, "layers." + std::to_string(l), l, t,
                                                          tp, workspace, submodules));
   }
@@ -152,9 +153,9 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
            "]");
   const MicroBatchInfo info = mb.layer_info();
   for (size_t l = 0; l < blocks_.size(); ++l) {
-    UnitUse use(unit_hooks_, {units_.layers[l]}, false);
+    layer_unit_begins(l, false);
     x = &blocks_[l]->forward(a.blocks[l], *x, info);
-    use.end();
+    layer_unit_ends(l, false);
   }
   a.last_hidden = x;
   if (!stage_.post_process) return {};
@@ -240,9 +241,9 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   }
   const MicroBatchInfo info = mb.layer_info();
   for (size_t l = blocks_.size(); l-- > 0;) {
-    UnitUse use(unit_hooks_, {units_.layers[l]}, true);
+    layer_unit_begins(l, true);
     blocks_[l]->backward(a.blocks[l], *grad, *other, info);
-    use.end();
+    layer_unit_ends(l, true);
     std::swap(grad, other);
     if (grads_ready) grads_ready(blocks_[l]->grad_watermark());
   }

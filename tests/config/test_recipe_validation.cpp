@@ -224,6 +224,8 @@ const Rule kRules[] = {
      "no_shard contradicts training.use_distributed_optimizer"},
     {"instances_zero", "parallel: {num_distributed_optimizer_instances: 0}",
      "parallel.num_distributed_optimizer_instances", "got 0"},
+    {"fsdp_unit_layers_zero", "parallel: {fsdp_unit_layers: 0}", "parallel.fsdp_unit_layers",
+     "got 0"},
     {"instances_without_sharding", "parallel: {num_distributed_optimizer_instances: 2}",
      "parallel.num_distributed_optimizer_instances", "needs a sharding strategy"},
     {"instances_with_moe",
@@ -449,8 +451,8 @@ TEST(ValidateForWorld, ExpertMustDivideDataParallel) {
 
 TEST(ValidateForWorld, DistributedOptimizerInstancesMustDivideDataParallel) {
   Recipe r = base({"parallel.data_parallel_sharding_strategy=optim_grads_params",
-                   "parallel.num_distributed_optimizer_instances=3", "training.global_batch_size=12",
-                   "training.micro_batch_size=1"});
+                   "parallel.num_distributed_optimizer_instances=3",
+                   "training.global_batch_size=12", "training.micro_batch_size=1"});
   r.validate_for_world(6);
   std::string msg = input_error([&] { r.validate_for_world(4); });
   EXPECT_THAT(msg, HasSubstr("parallel.num_distributed_optimizer_instances: must divide the "

@@ -194,6 +194,7 @@ struct RecipeSpec {
   // parallel.data_parallel_sharding_strategy (empty: unset) and hybrid sharding's instances
   std::string sharding = {};
   int64_t dp_instances = 1;
+  int64_t fsdp_unit_layers = 1;
   // training
   int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
   uint64_t seed = 1;
@@ -228,6 +229,7 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
   if (s.vpp > 1) y << ", virtual_pipeline: " << s.vpp;
   if (!s.sharding.empty()) y << ", data_parallel_sharding_strategy: " << s.sharding;
   if (s.dp_instances > 1) y << ", num_distributed_optimizer_instances: " << s.dp_instances;
+  if (s.fsdp_unit_layers > 1) y << ", fsdp_unit_layers: " << s.fsdp_unit_layers;
   if (!s.stage_layers.empty()) {
     y << ", pipeline_layers: [";
     for (size_t i = 0; i < s.stage_layers.size(); ++i) y << (i ? ", " : "") << s.stage_layers[i];

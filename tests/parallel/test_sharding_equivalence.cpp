@@ -3,11 +3,11 @@
 // reproduce the single-process loss and gradient-norm curve over 20 steps within fp32 round-off
 // (2e-5) at dp 2 and 4, combined with tensor (+ sequence) and pipeline parallelism (tied
 // embeddings split over the first and last stage), hybrid sharding (two instances of dp 2),
-// several micro-batches per step, full recompute, the untied LLaMA-style decoder, BERT,
-// mixture-of-experts weights sharded over expert data parallelism and a LoRA model whose frozen
-// base is sharded too; bf16 within the mixed-precision tolerance. The strategies' state is then
-// checked directly: what each rank keeps of the gradients and weights, and that ZeRO-3 holds at
-// most the current and the prefetched unit gathered.
+// several micro-batches per step, units of two layers, full recompute, the untied LLaMA-style
+// decoder, BERT, mixture-of-experts weights sharded over expert data parallelism and a LoRA model
+// whose frozen base is sharded too; bf16 within the mixed-precision tolerance. The strategies'
+// state is then checked directly: what each rank keeps of the gradients and weights, and that
+// ZeRO-3 holds at most the current and the prefetched unit gathered.
 #include "equivalence_fixture.h"
 #include "megatron/distributed/fully_sharded.h"
 #include "models/gpt/gpt_model.h"
@@ -58,6 +58,21 @@ TEST(ShardingEquivalence, GptEveryStrategyAndLayout) {
   });
   EXPECT_GT(eq::expect_layouts_match(gpt(8), tokens(), layouts), 0);
   eq::report_max_diff("gpt sharding strategies");
+}
+
+// Units of two layers (parallel.fsdp_unit_layers): gathered and reduced once per pair, with an
+// odd layer count per stage leaving a unit of one.
+TEST(ShardingEquivalence, UnitsOfSeveralLayers) {
+  eq::RecipeSpec s = gpt(8);
+  s.layers = 6;
+  s.fsdp_unit_layers = 2;
+  const std::vector<eq::Layout> layouts = {
+      {.dp = 2, .micro = 2, .sharding = "optim_grads"},
+      {.dp = 2, .micro = 2, .sharding = "optim_grads_params"},
+      {.pp = 2, .dp = 2, .micro = 1, .sharding = "optim_grads_params"},
+  };
+  EXPECT_GT(eq::expect_layouts_match(s, tokens(), layouts), 0);
+  eq::report_max_diff("two-layer units");
 }
 
 TEST(ShardingEquivalence, LlamaRecomputeAndHybrid) {

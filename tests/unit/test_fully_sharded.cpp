@@ -16,7 +16,7 @@
 namespace megatron::models {
 namespace {
 
-GPTSpec spec() {
+GPTSpec spec(int64_t unit_layers = 1) {
   GPTSpec s;
   auto& t = s.transformer;
   t.num_layers = 4;
@@ -26,6 +26,7 @@ GPTSpec spec() {
   t.ffn = 24;
   t.seq_length = 6;
   t.init_std = 0.2f;
+  t.unit_layers = unit_layers;
   s.vocab_size = 29;
   s.padded_vocab_size = padded_vocab(29, 8, 1);
   s.max_positions = 8;
@@ -90,16 +91,19 @@ TEST(FullyShardedUnits, SameResultsAndBoundedResidency) {
   const double want = step(reference, mb);
   const std::vector<float> want_grads = segment_grads(whole);
 
-  for (const bool weights : {false, true}) {
-    SCOPED_TRACE(weights ? "optim_grads_params" : "optim_grads");
+  for (const auto& [weights, unit_layers] :
+       {std::pair{false, 1}, std::pair{true, 1}, std::pair{true, 2}, std::pair{false, 3}}) {
+    SCOPED_TRACE(std::string(weights ? "optim_grads_params" : "optim_grads") + ", " +
+                 std::to_string(unit_layers) + " layers per unit");
     ParamStore store;
-    GPTModel model(spec(), store, *tp);
+    GPTModel model(spec(unit_layers), store, *tp);
     DataParallelSharding sharding;
     sharding.optimizer = sharding.grads = true;
     sharding.weights = weights;
     store.finalize(DType::F32, sharding);
     store.initialize(42);
-    EXPECT_GE(store.num_units(), 7);  // word, positions, 4 layers, head
+    // word, positions, the layers' units, head
+    EXPECT_EQ(store.num_units(), 3 + (4 + unit_layers - 1) / unit_layers);
     distributed::FullyShardedUnits units(store, {dp.get(), dp.get(), nullptr});
     Watching watch(units);
     model.set_unit_hooks(&watch);
@@ -125,6 +129,8 @@ TEST(FullyShardedUnits, SameResultsAndBoundedResidency) {
       }
       if (weights) {
         EXPECT_LE(watch.max_resident, 3) << "step " << s;
+        // A unit of several layers is announced once per pass, not per layer.
+        EXPECT_LE(watch.acquisitions, 2 * store.num_units() + 2) << "step " << s;
         // Replayed order: most acquisitions find the next unit on its way already.
         if (s == 1) {
           EXPECT_GE(2 * watch.already_gathered, watch.acquisitions) << "step " << s;

@@ -299,6 +299,13 @@ TEST(PlannerSharding, LlamaTinyMatchesTheParamStore) {
   expect_store_matches(shipped("llama_tiny.yaml"), "llama_tiny");
 }
 
+// Units of three layers (parallel.fsdp_unit_layers): the padding follows the larger pieces.
+TEST(PlannerSharding, ThreeLayerUnitsMatchTheParamStore) {
+  config::Recipe r = shipped("llama_tiny.yaml");
+  r.parallel.fsdp_unit_layers = 3;
+  expect_store_matches(r, "llama_tiny 3-layer units");
+}
+
 // LoRA: the frozen base is weights only, sharded with optim_grads_params.
 TEST(PlannerSharding, LlamaTinyLoraMatchesTheParamStore) {
   config::Recipe r = shipped("llama_tiny.yaml");

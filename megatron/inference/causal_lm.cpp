@@ -20,6 +20,9 @@ config::Recipe inference_recipe(config::Recipe r, int64_t seq_length) {
   r.parallel.expert = 1;
   r.parallel.sequence_parallel = false;
   r.model.hidden_dropout = r.model.attention_dropout = 0.0;
+  // The learned position table keeps the trained size ("auto" follows the training sequence,
+  // which the generation length must not change).
+  r.model.max_position_embeddings = r.model.max_positions();
   if (seq_length > 0) r.model.seq_length = seq_length;
   return r;
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "equivalence_fixture.h"
+#include "megatron/inference/causal_lm.h"
 
 namespace megatron {
 namespace {
@@ -135,6 +136,27 @@ TEST(ShardingCheckpoint, ResumeIsBitExactForEveryStrategy) {
       world().barrier();
     }
   }
+  if (world().rank() == 0) fs::remove_all(base);
+}
+
+// A ZeRO-3 checkpoint (weights written as every rank's owned segments) serves inference like a
+// whole one: CausalLM assembles the tensors, keeps the learned position table at its trained
+// size for a shorter generation length, and gives the logits of the no_shard run's checkpoint.
+TEST(ShardingCheckpoint, Zero3CheckpointServesInference) {
+  const fs::path base = eq::shared_scratch_path("megatron_sharding_infer_");
+  const std::string zero3 = (base / "zero3").string(), whole = (base / "whole").string();
+  run(RunLayout{.sharding = "optim_grads_params"}, 3, zero3, "");
+  run(RunLayout{}, 3, whole, "");
+  auto self = mp::make_single_process_communicator();
+  const inference::CausalLM a(zero3, std::nullopt, *self, 6), b(whole, std::nullopt, *self, 6);
+  EXPECT_EQ(a.max_length(), 6);
+  Tensor tokens = Tensor::empty({6, 1}, DType::I32);
+  for (int i = 0; i < 6; ++i) tokens.data<int32_t>()[i] = (7 * i + 3) % eq::kVocab;
+  const Tensor la = a.forward(tokens).logits, lb = b.forward(tokens).logits;
+  ASSERT_EQ(la.numel(), lb.numel());
+  for (int64_t i = 0; i < la.numel(); ++i)
+    ASSERT_NEAR(la.data<float>()[i], lb.data<float>()[i], 1e-4) << i;
+  world().barrier();
   if (world().rank() == 0) fs::remove_all(base);
 }
 

@@ -48,25 +48,9 @@ done
 [ -n "$out_dir" ] || out_dir="$build_dir/bench_results"
 mkdir -p "$out_dir"
 
-# ---- PyTorch 2 from PyPI in a virtual environment ----------------------------------------
-# torch.compile's CPU backend compiles C++ against Python.h: the interpreter needs its headers.
-python="${PYTHON:-python3}"
-has_headers() {
-  "$1" -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null &&
-    "$1" -c 'import venv, ensurepip' 2>/dev/null
-}
-if ! has_headers "$python"; then
-  bash "$root/tools/apt_install.sh" python3-dev python3-venv
-  python=/usr/bin/python3
-fi
-venv="$build_dir/bench-venv"
-if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$torch_version')" 2>/dev/null; then
-  echo "installing torch==$torch_version from PyPI into $venv"
-  "$python" -m venv "$venv"
-  "$venv/bin/pip" install -q --upgrade pip
-  "$venv/bin/pip" install -q "torch==$torch_version" numpy
-fi
-vpython="$venv/bin/python"
+# ---- PyTorch 2 from PyPI in a virtual environment (bench/bench_venv.sh) -----------------
+source "$root/bench/bench_venv.sh"
+bench_venv "$build_dir" "$torch_version"
 
 # ---- build ------------------------------------------------------------------------------
 bench="$build_dir/bin/bench_gpt_train"

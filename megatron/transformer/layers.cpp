@@ -42,9 +42,13 @@ Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t o
   weight_ =
       &store.add(name + ".weight", weight_shape, {ParamInit::Kind::Normal, init_std}, true, shard);
   if (bias) {
-    ShardSpec bias_shard = mode == TPMode::Column ? tp_shard(0, tp) : ShardSpec{};
+    // One bias per output row, laid out like the weight's rows (a stacked SwiGLU fc1 [2, F, D]
+    // has a [2, F] bias), so a column split cuts both at the same rows.
+    const Shape bias_shape(weight_shape.begin(), weight_shape.end() - 1);
+    ShardSpec bias_shard =
+        mode == TPMode::Column ? tp_shard(bias_shape.ndim() - 1, tp) : ShardSpec{};
     bias_ =
-        &store.add(name + ".bias", Shape{out}, {ParamInit::Kind::Zeros, 0.0f}, false, bias_shard);
+        &store.add(name + ".bias", bias_shape, {ParamInit::Kind::Zeros, 0.0f}, false, bias_shard);
   }
   if (lora.rank > 0)
     lora_ = std::make_unique<LoRAAdapter>(store, name, in, out, weight_shape, mode, tp, lora);

@@ -112,6 +112,27 @@ TEST(TensorParallelLayers, LinearMatchesUnsplit) {
   }
 }
 
+// A stacked column-parallel weight (SwiGLU's fc1 [2, F, D]) and its bias [2, F] are cut at the
+// same rows: local output row (s, j) is global row s * F + rank * F / tp + j for both, so a
+// checkpoint or a Hugging Face mapping sees each bias next to its weight row under any tp.
+TEST(TensorParallelLayers, StackedColumnBiasFollowsItsWeightRows) {
+  auto& world = parallel::testing::world();
+  const int64_t F = 8, D = 3, p = world.size(), r = world.rank();
+  ParamStore store;
+  Linear fc1(store, "fc1", D, 2 * F, true, TPMode::Column, world, 0.02f, Shape{2, F, D});
+  store.finalize();
+  const Parameter& w = store.get("fc1.weight");
+  const Parameter& b = store.get("fc1.bias");
+  ASSERT_EQ(b.global_shape, (Shape{2, F}));
+  ASSERT_EQ(b.local_shape, (Shape{2, F / p}));
+  for (int64_t s = 0; s < 2; ++s)
+    for (int64_t j = 0; j < F / p; ++j) {
+      const int64_t local = s * (F / p) + j, global_row = s * F + r * (F / p) + j;
+      EXPECT_EQ(b.global_index(local), global_row) << s << " " << j;
+      EXPECT_EQ(w.global_index(local * D) / D, global_row) << s << " " << j;
+    }
+}
+
 TEST(TensorParallelLayers, VocabParallelEmbeddingMatchesUnsplit) {
   const int tp = world().size(), r = world().rank();
   auto self = mp::make_single_process_communicator();

@@ -16,7 +16,8 @@ outputs are committed and neither the build nor the tests run Python:
 
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
 
-`--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+`--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
+(tests/fixtures/hf/llama_bias was added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -61,6 +62,9 @@ FIXTURES = {
     "mixtral": (T.MixtralForCausalLM,
                 llama_like(T.MixtralConfig, num_local_experts=4, num_experts_per_tok=2,
                            router_aux_loss_coef=0.01), torch.float32, None),
+    "llama_bias": (T.LlamaForCausalLM,
+                   llama_like(T.LlamaConfig, attention_bias=True, mlp_bias=True), torch.float32,
+                   None),
 }
 
 BERT = {
@@ -89,9 +93,11 @@ def randomize(model, seed):
                 p.copy_(noise)
 
 
-def main():
+def main(only=None):
     os.makedirs(OUT, exist_ok=True)
     for i, (name, (cls, config, dtype, shard)) in enumerate(FIXTURES.items()):
+        if only is not None and name != only:
+            continue
         torch.manual_seed(i)
         model = cls(config).eval()
         randomize(model, 1000 + i)
@@ -212,6 +218,9 @@ def from_export(src, name):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--from-export":
         from_export(sys.argv[2], sys.argv[3])
+        sys.exit(0)
+    if len(sys.argv) == 3 and sys.argv[1] == "--only":  # one fixture of FIXTURES, the rest kept
+        main(sys.argv[2])
         sys.exit(0)
     main()
     bert_fixtures()

@@ -143,7 +143,6 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   m.normalization = config::Normalization::RMSNorm;
   m.activation = config::Activation::SwiGLU;
   m.position_embedding = config::PositionEmbedding::Rope;
-  m.add_bias = false;
   m.init_method_std = c.number_or("initializer_range", 0.02);
   if (c.string_or("hidden_act", "silu") != "silu")
     c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
@@ -154,9 +153,15 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
                               " differs from hidden_size / "
                               "num_attention_heads = ",
                               m.hidden_size / m.num_attention_heads, " (not supported)"));
-  if (c.boolean_or("attention_bias", false) || c.boolean_or("mlp_bias", false))
-    c.fail(c.boolean_or("attention_bias", false) ? "attention_bias" : "mlp_bias",
-           "true is not supported (LLaMA without biases only)");
+  // Biases everywhere (attention_bias and mlp_bias) are Megatron's add_bias; one without the
+  // other has no Megatron equivalent.
+  const bool attention_bias = c.boolean_or("attention_bias", false);
+  const bool mlp_bias = c.boolean_or("mlp_bias", false);
+  if (attention_bias != mlp_bias)
+    c.fail(attention_bias ? "attention_bias" : "mlp_bias",
+           "true only with the other true too (biases on every projection, Megatron's "
+           "add_bias; not on some of them)");
+  m.add_bias = attention_bias && mlp_bias;
   if (arch == kQwen2) {
     if (c.boolean_or("use_sliding_window", false))
       c.fail("use_sliding_window", "true (sliding-window attention) is not implemented");
@@ -252,7 +257,7 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     j["rope_theta"] = m.rope_theta;
     j["rope_scaling"] = m.rope_scaling ? rope : Json(nullptr);
   }
-  if (arch == kLlama) j["attention_bias"] = false, j["mlp_bias"] = false;
+  if (arch == kLlama) j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
   if (arch == kMixtral) {
     j["num_local_experts"] = m.moe.num_experts;
     j["num_experts_per_tok"] = m.moe.moe_router_topk;
@@ -265,6 +270,9 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                             int64_t Vp) {
   const int64_t D = m.hidden_size, H = m.num_attention_heads, G = m.query_groups(),
                 Dh = m.head_dim(), F = m.ffn(), V = m.vocab_size, QKV = (H + 2 * G) * Dh;
+  MT_INPUT_CHECK(!m.add_bias || arch == kGpt2 || arch == kLlama, arch,
+                 " has no biases on its projections: a model with model.add_bias: true converts as "
+                 "LlamaForCausalLM (attention_bias and mlp_bias) or GPT2LMHeadModel");
   std::vector<TensorMapping> out;
   const bool gpt2 = arch == kGpt2;
   const std::string root = gpt2 ? "transformer." : "model.";
@@ -307,7 +315,7 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                    {a + "k_proj.weight", vec({G * Dh, D})},
                                    {a + "v_proj.weight", vec({G * Dh, D})}},
                                   H, G, Dh));
-    if (m.add_qkv_bias)
+    if (m.add_qkv_bias || m.add_bias)
       out.push_back(hf::qkv_mapping(n + "attention.qkv.bias", vec({QKV}),
                                     {{a + "q_proj.bias", vec({H * Dh})},
                                      {a + "k_proj.bias", vec({G * Dh})},
@@ -315,6 +323,8 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                     H, G, Dh));
     out.push_back(
         hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
+    if (m.add_bias)
+      out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), a + "o_proj.bias"));
     out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
                                    h + "post_attention_layernorm.weight"));
     if (m.moe.enabled() && m.moe.moe_layer_freq.is_moe(l)) {
@@ -336,6 +346,12 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
         n + "mlp.fc1.weight", vec({2, F, D}),
         {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
     out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+    if (m.add_bias) {
+      out.push_back(
+          hf::stacked_mapping(n + "mlp.fc1.bias", vec({2, F}),
+                              {{p + "gate_proj.bias", vec({F})}, {p + "up_proj.bias", vec({F})}}));
+      out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), p + "down_proj.bias"));
+    }
   }
   out.push_back(hf::copy_mapping("final_norm.weight", vec({D}),
                                  root + (gpt2 ? "ln_f.weight" : "norm.weight")));

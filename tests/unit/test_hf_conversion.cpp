@@ -28,9 +28,9 @@ namespace fs = std::filesystem;
 namespace st = checkpoint::safetensors;
 using ::testing::HasSubstr;
 
-const std::vector<std::string> kFixtures = {"gpt2",           "llama_bf16",       "llama_tied",
-                                            "llama31_scaled", "mistral_sharded",  "qwen2_tied",
-                                            "mixtral",        "bert_pretraining", "bert_mlm_bf16"};
+const std::vector<std::string> kFixtures = {
+    "gpt2",       "llama_bf16", "llama_tied", "llama31_scaled",   "mistral_sharded",
+    "qwen2_tied", "mixtral",    "llama_bias", "bert_pretraining", "bert_mlm_bf16"};
 
 fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
@@ -360,6 +360,12 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
     const fs::path d = editable("llama_tied");
     edit_config(d, [](nlohmann::json& j) { j["attn_logit_softcapping"] = 50.0; });
     EXPECT_THAT(error_of(d), HasSubstr("\"attn_logit_softcapping\": is not a key"));
+  }
+  {
+    // Biases on the attention only: no Megatron equivalent (add_bias is all projections).
+    const fs::path d = editable("llama_tied");
+    edit_config(d, [](nlohmann::json& j) { j["attention_bias"] = true; });
+    EXPECT_THAT(error_of(d), HasSubstr("\"attention_bias\": true only with the other true too"));
   }
   {
     const fs::path d = editable("llama_tied");

@@ -34,6 +34,8 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
     same("rope_theta", m.rope_theta, hf.rope_theta);
     same("rope_scaling", m.rope_scaling, hf.rope_scaling);
     if (hf.rope_scaling) same("rope_scaling_factor", m.rope_scaling_factor, hf.rope_scaling_factor);
+    same("rotary_seq_len_interpolation_factor", m.rotary_seq_len_interpolation_factor,
+         hf.rotary_seq_len_interpolation_factor);
   } else
     same("max_position_embeddings", m.max_positions(), hf.max_positions());
   same("tie_embeddings", m.tie_embeddings, hf.tie_embeddings);

@@ -30,6 +30,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.rope = m.position_embedding == config::PositionEmbedding::Rope;
   t.rope_theta = static_cast<float>(m.rope_theta);
   t.rope_scaling_factor = m.rope_scaling ? static_cast<float>(m.rope_scaling_factor) : 0.0f;
+  t.rope_linear_factor = static_cast<float>(m.rotary_seq_len_interpolation_factor);
   t.bias = m.add_bias;
   t.qkv_bias = m.add_qkv_bias;
   // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).

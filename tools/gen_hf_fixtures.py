@@ -65,6 +65,10 @@ FIXTURES = {
     "llama_bias": (T.LlamaForCausalLM,
                    llama_like(T.LlamaConfig, attention_bias=True, mlp_bias=True), torch.float32,
                    None),
+    "llama_linear_rope": (T.LlamaForCausalLM,
+                          llama_like(T.LlamaConfig,
+                                     rope_scaling={"rope_type": "linear", "factor": 4.0}),
+                          torch.float32, None),
 }
 
 BERT = {

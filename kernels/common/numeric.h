@@ -104,10 +104,14 @@ MT_HD void adamw_update(float& param, float grad, float& m, float& v, const Adam
 // than original_max_positions / low_freq_factor are stretched by `factor`, shorter than
 // original_max_positions / high_freq_factor kept, and those between interpolated smoothly.
 // A plain float converts to the unscaled frequencies of that theta.
+// Linear position interpolation (Megatron's rotary_seq_len_interpolation_factor, Hugging Face's
+// rope_type "linear") divides every frequency by linear_factor, as Hugging Face does (inv_freq /=
+// factor), i.e. positions are compressed by it.
 struct RopeFrequencies {
   float theta = 10000.0f;
   float factor = 0.0f;  // 0: no scaling
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f, original_max_positions = 8192.0f;
+  float linear_factor = 1.0f;                                        // 1: no interpolation
   MT_HD RopeFrequencies(float theta_ = 10000.0f) : theta(theta_) {}  // NOLINT: implicit
   MT_HD bool scaled() const { return factor > 0.0f; }
 };
@@ -118,6 +122,7 @@ struct RopeFrequencies {
 // angles.
 MT_HD float rope_inv_freq(int64_t i, int64_t Dh, const RopeFrequencies& rope) {
   const float inv = 1.0f / powf(rope.theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+  if (rope.linear_factor != 1.0f) return inv / rope.linear_factor;
   if (!rope.scaled()) return inv;
   const float wavelen = 6.283185307179586f / inv;
   const float low_wavelen = rope.original_max_positions / rope.low_freq_factor;

@@ -60,6 +60,9 @@ struct ModelConfig {
   // low/high frequency factors 1 and 4 over 8192 original positions, as Megatron-Core fixes them).
   bool rope_scaling = false;
   double rope_scaling_factor = 8.0;
+  // Linear position interpolation (Megatron-LM's --rotary-seq-len-interpolation-factor; Hugging
+  // Face's rope_type "linear"): every rotary frequency divided by this factor; 1: none.
+  double rotary_seq_len_interpolation_factor = 1.0;
   bool tie_embeddings = true;
   bool add_bias = true;
   bool add_qkv_bias = false;  // biases on the QKV projection even without add_bias (Qwen2)
@@ -112,6 +115,7 @@ struct ModelConfig {
     v("rope_theta", s.rope_theta);
     v("rope_scaling", s.rope_scaling);
     v("rope_scaling_factor", s.rope_scaling_factor);
+    v("rotary_seq_len_interpolation_factor", s.rotary_seq_len_interpolation_factor);
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);

@@ -54,6 +54,14 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
           concat("must be >= 1 (got ", rope_scaling_factor, ")"));
   c.check(!rope_scaling || position_embedding == PositionEmbedding::Rope, "model.rope_scaling",
           "needs position_embedding: rope");
+  c.check(rotary_seq_len_interpolation_factor > 0.0, "model.rotary_seq_len_interpolation_factor",
+          concat("must be > 0 (got ", num(rotary_seq_len_interpolation_factor), ")"));
+  if (rotary_seq_len_interpolation_factor != 1.0) {
+    c.check(position_embedding == PositionEmbedding::Rope,
+            "model.rotary_seq_len_interpolation_factor", "needs position_embedding: rope");
+    c.check(!rope_scaling, "model.rotary_seq_len_interpolation_factor",
+            "linear interpolation and rope_scaling (LLaMA-3.1's) are exclusive: choose one");
+  }
   if (position_embedding == PositionEmbedding::Rope)
     c.check(head_dim() % 2 == 0, "model.position_embedding",
             concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",

@@ -38,6 +38,7 @@ class SelfAttention final : public AttentionLayer {
   math::RopeFrequencies rope_frequencies() const {
     math::RopeFrequencies f(spec_.rope_theta);
     f.factor = spec_.rope_scaling_factor;
+    f.linear_factor = spec_.rope_linear_factor;
     return f;
   }
   // Where the attention probabilities of state s live (the shared buffer under selective).

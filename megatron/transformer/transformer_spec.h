@@ -23,6 +23,7 @@ struct TransformerSpec {
   math::Gelu gelu = math::Gelu::Tanh;  // the MLP's (and BERT's head's) GELU when not swiglu
   bool rope = false;
   float rope_theta = 10000.0f;
+  float rope_linear_factor = 1.0f;   // linear position interpolation (math::RopeFrequencies)
   float rope_scaling_factor = 0.0f;  // > 0: LLaMA-3.1 frequency scaling (math::RopeFrequencies)
   bool bias = true;
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false

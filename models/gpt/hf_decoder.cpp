@@ -83,9 +83,17 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
   else if (scaling.contains("type") && scaling["type"].is_string())
     type = scaling["type"].get<std::string>();
   if (type == "default") return;
+  if (type == "linear") {  // Megatron's rotary_seq_len_interpolation_factor
+    if (!scaling.contains("factor") || !scaling["factor"].is_number() ||
+        !(scaling["factor"].get<double>() > 0.0))
+      c.fail(key, "linear scaling needs a positive numeric factor");
+    m.rotary_seq_len_interpolation_factor = scaling["factor"].get<double>();
+    return;
+  }
   if (type != "llama3")
     c.fail(key, concat("rope type '", type,
-                       "' is not implemented (unscaled and \"llama3\" rotary embeddings convert)"));
+                       "' is not implemented (unscaled, \"linear\" and \"llama3\" rotary "
+                       "embeddings convert)"));
   // LLaMA-3.1 scaling: the factor is a recipe key; the rest are Megatron-Core's fixed values.
   auto number = [&](const char* field) {
     if (!scaling.contains(field) || !scaling[field].is_number())
@@ -243,7 +251,9 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["max_position_embeddings"] = m.max_positions();
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["hidden_act"] = "silu";
-  Json rope = {{"rope_type", m.rope_scaling ? "llama3" : "default"}};
+  const bool linear = m.rotary_seq_len_interpolation_factor != 1.0;
+  Json rope = {{"rope_type", m.rope_scaling ? "llama3" : linear ? "linear" : "default"}};
+  if (linear) rope["factor"] = m.rotary_seq_len_interpolation_factor;
   if (m.rope_scaling) {
     rope["factor"] = m.rope_scaling_factor;
     rope["low_freq_factor"] = 1.0;
@@ -255,7 +265,7 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     j["rope_parameters"] = rope;
   } else {
     j["rope_theta"] = m.rope_theta;
-    j["rope_scaling"] = m.rope_scaling ? rope : Json(nullptr);
+    j["rope_scaling"] = m.rope_scaling || linear ? rope : Json(nullptr);
   }
   if (arch == kLlama) j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
   if (arch == kMixtral) {

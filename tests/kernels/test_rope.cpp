@@ -70,6 +70,28 @@ TEST(Rope, ScaledFrequenciesMatchReference) {
   }
 }
 
+// Linear position interpolation by 2: every frequency halved, so position 2p turns exactly as
+// position p does unscaled (halving and doubling are exact in fp32); the reference agrees.
+TEST(Rope, LinearInterpolationCompressesPositions) {
+  math::RopeFrequencies linear(10000.0f);
+  linear.linear_factor = 2.0f;
+  for (const AttentionShape& s : kShapes) {
+    const auto x = random_vector(qkv_size(s), uint32_t(11 * s.S + s.Dh));
+    std::vector<int32_t> doubled(static_cast<size_t>(s.S * s.B)), plain(doubled.size());
+    for (int64_t t = 0; t < s.S; ++t)
+      for (int64_t b = 0; b < s.B; ++b) {
+        plain[static_cast<size_t>(t * s.B + b)] = static_cast<int32_t>(3 * t + b);
+        doubled[static_cast<size_t>(t * s.B + b)] = static_cast<int32_t>(2 * (3 * t + b));
+      }
+    auto y = x, y_ref = x, want = x;
+    cpu::rope_forward(s, y.data(), linear, 0, doubled.data());
+    ref::rope_forward(s, y_ref.data(), linear, 0, doubled.data());
+    cpu::rope_forward(s, want.data(), 10000.0f, 0, plain.data());
+    EXPECT_EQ(y, want);
+    EXPECT_TRUE(all_close(y_ref, want, 1e-6));
+  }
+}
+
 // Pair (0, Dh/2) turns by exactly `position` radians (inv_freq 1); position 0 is the identity.
 TEST(Rope, KnownRotation) {
   const AttentionShape s{2, 1, 1, 1, 4};

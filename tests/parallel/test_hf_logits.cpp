@@ -168,6 +168,8 @@ TEST(HfLogits, MistralSharded) { check_logits("mistral_sharded"); }
 TEST(HfLogits, Qwen2TiedBf16) { check_logits("qwen2_tied"); }
 // attention_bias and mlp_bias: q/k/v/o and gate/up/down biases (Megatron's add_bias).
 TEST(HfLogits, LlamaWithBiases) { check_logits("llama_bias"); }
+// rope_type "linear" (factor 4): Megatron's rotary_seq_len_interpolation_factor.
+TEST(HfLogits, LlamaLinearRope) { check_logits("llama_linear_rope"); }
 // Models trained here and exported by convert_checkpoint, read by transformers (the fixture's
 // outputs): our export means to transformers what it means to us.
 TEST(HfLogits, TrainedLlamaExport) { check_logits("trained_llama"); }

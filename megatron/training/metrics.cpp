@@ -170,11 +170,16 @@ void report_rank_memory(parallel::Communicator& world, Device device, std::ostre
          gathered = Tensor::wrap(all.data(), {2 * n}, DType::F64);
   world.all_gather(in, gathered);
   if (world.rank() != 0) return;
+  // The caller's number format is left as it was.
+  const std::ios_base::fmtflags flags = out.flags();
+  const std::streamsize precision = out.precision();
   out << "peak memory per rank (" << device_name(device) << " tensors / process RSS, MiB):";
   for (int r = 0; r < n; ++r)
     out << (r ? "," : "") << " " << r << ": " << std::fixed << std::setprecision(0)
         << all[static_cast<size_t>(2 * r)] << " / " << all[static_cast<size_t>(2 * r + 1)];
-  out << std::defaultfloat << "\n" << std::flush;
+  out << "\n" << std::flush;
+  out.flags(flags);
+  out.precision(precision);
 }
 
 }  // namespace megatron::training

@@ -42,6 +42,20 @@ TEST(ParamStore, BuffersAreInBackwardOrderAndNamesUnique) {
   EXPECT_EQ(s.numel(), 7);
 }
 
+// pretrain prints the ranks' peak memory, then the validation summary with its own number format:
+// the report leaves the stream's format as it found it.
+TEST(Metrics, RankMemoryReportLeavesTheStreamFormatAlone) {
+  auto world = parallel::make_single_process_communicator();
+  std::ostringstream out;
+  training::report_rank_memory(*world, Device::CPU, out);
+  EXPECT_THAT(out.str(),
+              ::testing::StartsWith("peak memory per rank (cpu tensors / process RSS, MiB): 0: "));
+  std::ostringstream line;
+  line.copyfmt(out);
+  line << 100.0 * 8.4 / 9.0;
+  EXPECT_EQ(line.str(), "93.3333");  // not "9e+01" (precision 0 left behind)
+}
+
 TEST(LRSchedule, WarmupThenCosineToMin) {
   optim::LRSchedule s{1.0, 0.1, 10, 110, optim::Decay::Cosine};
   EXPECT_DOUBLE_EQ(s.lr(1), 0.1);

@@ -30,35 +30,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-
-def padded_vocab(vocab, divisible_by=128):
-    return (vocab + divisible_by - 1) // divisible_by * divisible_by
-
-
-def megatron_flops_per_step(layers, hidden, heads, ffn, seq, vocab_padded, batch):
-    """training::megatron_flops_per_step for standard MHA and a non-gated MLP."""
-    h = float(hidden)
-    attention = (1.0 + 1.0 + seq / h) * (heads * (hidden // heads)) / h
-    mlp = ffn / h
-    logits = vocab_padded / (2.0 * layers * h)
-    return 12.0 * batch * seq * layers * h * h * (attention + mlp + logits)
-
-
-def measure_mm_flops(dtype):
-    """Best of 3 x (2 torch.mm of 1024 x 1024) after one warm-up, like measure_cpu_gemm_flops."""
-    n = 1024
-    a = torch.full((n, n), 0.5, dtype=dtype)
-    b = torch.full((n, n), 0.25, dtype=dtype)
-    c = torch.empty(n, n, dtype=dtype)
-    torch.mm(a, b, out=c)
-    best = 0.0
-    for _ in range(3):
-        t0 = time.perf_counter()
-        torch.mm(a, b, out=c)
-        torch.mm(a, b, out=c)
-        s = time.perf_counter() - t0
-        best = max(best, 2.0 * 2.0 * n * n * n / s)
-    return best
+from peer_common import adamw, measure_mm_flops, megatron_flops_per_step, padded_vocab
 
 
 class Block(nn.Module):
@@ -141,15 +113,13 @@ def main():
     B, S = a.micro_batch, a.seq
     mm_dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32
     mm_start = measure_mm_flops(mm_dtype)
-    flops = megatron_flops_per_step(a.layers, a.hidden, a.heads, 4 * a.hidden, S, Vp, B)
+    # Standard multi-head attention and a GELU MLP of 4 h.
+    flops = megatron_flops_per_step(a.layers, a.hidden, a.heads, a.heads, a.hidden // a.heads,
+                                    4 * a.hidden, S, Vp, B, False)
 
     model = GPT(a.layers, a.hidden, a.heads, S, Vp)
     params = [q for q in model.parameters() if q.requires_grad]
-    decay = [q for q in params if q.dim() >= 2]
-    no_decay = [q for q in params if q.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = adamw(params, 6e-4, 0.1)
     step_model = torch.compile(model) if a.compile else model
     n_params = sum(q.numel() for q in params)
     print(f"{a.label}: torch {torch.__version__}, {torch.get_num_threads()} threads; layers "

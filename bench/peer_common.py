@@ -1,0 +1,52 @@
+"""What the PyTorch peers of our benchmarks (pytorch_gpt.py, pytorch_moe.py) share: the padded
+vocabulary, Megatron's FLOPs per step as our trainer counts them, the torch.mm rate, and AdamW
+with weight decay on 2-D weights only.
+"""
+import time
+
+import torch
+
+
+def padded_vocab(vocab, divisible_by=128):
+    return (vocab + divisible_by - 1) // divisible_by * divisible_by
+
+
+def megatron_flops_per_step(layers, hidden, heads, query_groups, head_dim, ffn, seq, vocab_padded,
+                            global_batch, swiglu, moe_layers=0, moe_ffn=0, moe_topk=0,
+                            shared_ffn=0):
+    """planning::megatron_flops_per_step (megatron/planning/flops.cpp), term for term."""
+    h = float(hidden)
+    q_ratio = heads * head_dim / h
+    gated = 1.5 if swiglu else 1.0
+    attention = (1.0 + query_groups / heads + seq / h) * q_ratio
+    L = float(layers)
+    active_ffn = (ffn * (L - moe_layers) + (moe_ffn * moe_topk + shared_ffn) * moe_layers) / L
+    mlp = active_ffn / h * gated
+    logits = vocab_padded / (2.0 * layers * h)
+    return 12.0 * global_batch * seq * layers * h * h * (attention + mlp + logits)
+
+
+def measure_mm_flops(dtype):
+    """Best of 3 x (2 torch.mm of 1024 x 1024) after one warm-up, like measure_cpu_gemm_flops."""
+    n = 1024
+    a = torch.full((n, n), 0.5, dtype=dtype)
+    b = torch.full((n, n), 0.25, dtype=dtype)
+    c = torch.empty(n, n, dtype=dtype)
+    torch.mm(a, b, out=c)
+    best = 0.0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        torch.mm(a, b, out=c)
+        s = time.perf_counter() - t0
+        best = max(best, 2.0 * 2.0 * n * n * n / s)
+    return best
+
+
+def adamw(params, lr, weight_decay):
+    """Fused AdamW (betas 0.9/0.95, eps 1e-8), decaying 2-D weights only (as our trainer)."""
+    decay = [q for q in params if q.dim() >= 2]
+    no_decay = [q for q in params if q.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)

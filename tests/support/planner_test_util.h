@@ -1,15 +1,51 @@
 #pragma once
 // Helpers shared by the planner tests (tests/unit/test_planner*.cpp): a learnable synthetic corpus
 // for real training steps, recipes from inline YAML (a gpt_tiny-sized GPT and a LLaMA-style
-// model) and a one-device cluster.
+// model), a one-device cluster and a communicator of a given shape that never communicates.
 #include <cstdint>
 #include <string>
 
 #include "megatron/config/recipe.h"
+#include "megatron/core/error.h"
+#include "megatron/parallel/communicator.h"
 #include "megatron/planning/planner.h"
 #include "megatron/training/batch_source.h"
 
 namespace megatron::planning::testing {
+
+// A communicator that only reports a size and rank: enough to build a tp (or ep) shard of the
+// model without other ranks.
+class ShapeOnlyComm final : public parallel::Communicator {
+ public:
+  ShapeOnlyComm(int rank, int size) : rank_(rank), size_(size) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  int world_rank_of(int r) const override { return r; }
+  void all_reduce(Tensor&, parallel::ReduceOp) override { fail(); }
+  std::unique_ptr<parallel::Work> all_reduce_async(Tensor&, parallel::ReduceOp) override { fail(); }
+  void all_gather(const Tensor&, Tensor&) override { fail(); }
+  std::unique_ptr<parallel::Work> all_gather_async(const Tensor&, Tensor&) override { fail(); }
+  void reduce_scatter(const Tensor&, Tensor&, parallel::ReduceOp) override { fail(); }
+  std::unique_ptr<parallel::Work> reduce_scatter_async(const Tensor&, Tensor&,
+                                                       parallel::ReduceOp) override {
+    fail();
+  }
+  void broadcast(Tensor&, int) override { fail(); }
+  void barrier() override { fail(); }
+  void all_to_all(const Tensor&, const std::vector<int64_t>&, Tensor&,
+                  const std::vector<int64_t>&) override {
+    fail();
+  }
+  std::unique_ptr<parallel::Work> batch_isend_irecv(std::vector<parallel::P2POp>) override {
+    fail();
+  }
+
+ private:
+  [[noreturn]] static void fail() { throw Error("ShapeOnlyComm: no communication"); }
+  int rank_, size_;
+  std::string name_ = "shape-only";
+};
 
 // A learnable synthetic corpus (as in test_training.cpp) over `vocab` ids.
 class CountingSource final : public training::SampleSource {

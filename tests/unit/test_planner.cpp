@@ -27,42 +27,10 @@ using planning::testing::gpt_small;
 using planning::testing::llama_small;
 using planning::testing::one_device;
 using planning::testing::recipe_from;
+using planning::testing::ShapeOnlyComm;
 using ::testing::HasSubstr;
 
 // ---- (a) parameter counts against the real model ---------------------------------------------
-
-// A communicator that only reports a size and rank: enough to build a tp shard of the model.
-class ShapeOnlyComm final : public parallel::Communicator {
- public:
-  ShapeOnlyComm(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const std::string& name() const override { return name_; }
-  int world_rank_of(int r) const override { return r; }
-  void all_reduce(Tensor&, parallel::ReduceOp) override { fail(); }
-  std::unique_ptr<parallel::Work> all_reduce_async(Tensor&, parallel::ReduceOp) override { fail(); }
-  void all_gather(const Tensor&, Tensor&) override { fail(); }
-  std::unique_ptr<parallel::Work> all_gather_async(const Tensor&, Tensor&) override { fail(); }
-  void reduce_scatter(const Tensor&, Tensor&, parallel::ReduceOp) override { fail(); }
-  std::unique_ptr<parallel::Work> reduce_scatter_async(const Tensor&, Tensor&,
-                                                       parallel::ReduceOp) override {
-    fail();
-  }
-  void broadcast(Tensor&, int) override { fail(); }
-  void barrier() override { fail(); }
-  void all_to_all(const Tensor&, const std::vector<int64_t>&, Tensor&,
-                  const std::vector<int64_t>&) override {
-    fail();
-  }
-  std::unique_ptr<parallel::Work> batch_isend_irecv(std::vector<parallel::P2POp>) override {
-    fail();
-  }
-
- private:
-  [[noreturn]] static void fail() { throw Error("ShapeOnlyComm: no communication"); }
-  int rank_, size_;
-  std::string name_ = "shape-only";
-};
 
 // Builds the model pieces a (tp rank, pipeline stage) holds and returns their parameter count.
 int64_t real_stage_numel(const config::Recipe& r, int64_t vocab, int tp, int tp_rank, int pp,

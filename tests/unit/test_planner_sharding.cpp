@@ -22,6 +22,7 @@ using planning::ClusterSpec;
 using planning::PlanReport;
 using planning::testing::one_device;
 using planning::testing::recipe_from;
+using planning::testing::ShapeOnlyComm;
 using ::testing::HasSubstr;
 
 constexpr ShardingStrategy kStrategies[] = {ShardingStrategy::NoShard, ShardingStrategy::Optim,
@@ -193,39 +194,6 @@ TEST(PlannerSharding, MemoryCheckCountsOffloadedHostBytes) {
 }
 
 // ---- against the real ParamStore -------------------------------------------------------------
-
-// A communicator that only reports a size and rank (an expert-parallel shard of the model).
-class ShapeOnlyComm final : public parallel::Communicator {
- public:
-  ShapeOnlyComm(int rank, int size) : rank_(rank), size_(size) {}
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const std::string& name() const override { return name_; }
-  int world_rank_of(int r) const override { return r; }
-  void all_reduce(Tensor&, parallel::ReduceOp) override { fail(); }
-  std::unique_ptr<parallel::Work> all_reduce_async(Tensor&, parallel::ReduceOp) override { fail(); }
-  void all_gather(const Tensor&, Tensor&) override { fail(); }
-  std::unique_ptr<parallel::Work> all_gather_async(const Tensor&, Tensor&) override { fail(); }
-  void reduce_scatter(const Tensor&, Tensor&, parallel::ReduceOp) override { fail(); }
-  std::unique_ptr<parallel::Work> reduce_scatter_async(const Tensor&, Tensor&,
-                                                       parallel::ReduceOp) override {
-    fail();
-  }
-  void broadcast(Tensor&, int) override { fail(); }
-  void barrier() override { fail(); }
-  void all_to_all(const Tensor&, const std::vector<int64_t>&, Tensor&,
-                  const std::vector<int64_t>&) override {
-    fail();
-  }
-  std::unique_ptr<parallel::Work> batch_isend_irecv(std::vector<parallel::P2POp>) override {
-    fail();
-  }
-
- private:
-  [[noreturn]] static void fail() { throw Error("ShapeOnlyComm: no communication"); }
-  int rank_, size_;
-  std::string name_ = "shape-only";
-};
 
 config::Recipe shipped(const std::string& name) {
   config::Recipe r = config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/" + name);

@@ -26,6 +26,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("hidden_size", m.hidden_size, hf.hidden_size);
   same("num_attention_heads", m.num_attention_heads, hf.num_attention_heads);
   same("num_query_groups", m.query_groups(), hf.query_groups());
+  same("kv_channels", m.head_dim(), hf.head_dim());  // resolved: 0 and hidden/heads agree
   same("ffn_hidden_size", m.ffn(), hf.ffn());
   same("normalization", name(m.normalization), name(hf.normalization));
   same("activation", name(m.activation), name(hf.activation));

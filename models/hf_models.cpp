@@ -107,7 +107,7 @@ NativeLayout native_layout(const config::Recipe& recipe, int64_t tp, int64_t pp,
         LayoutOnlyCommunicator ep_comm("ep", static_cast<int>(e), static_cast<int>(ep));
         ParamStore store;
         const ModelChunks chunks =
-            build_model_chunks(recipe, vocab, store, tp_comm, p, pp, &ep_comm);
+            build_model_chunks(recipe, vocab, store, tp_comm, p, pp, {&ep_comm});
         out.padded_vocab = chunks.padded_vocab;
         for (const Parameter* param : store.params()) {
           // A tied head's copy on the last stage is the word embedding's: saved once.

@@ -21,6 +21,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.hidden = m.hidden_size;
   t.heads = m.num_attention_heads;
   t.query_groups = m.query_groups();
+  t.kv_channels = m.kv_channels;
   t.ffn = m.ffn();
   t.seq_length = m.seq_length;
   t.norm = m.normalization == config::Normalization::RMSNorm ? Norm::Kind::RMSNorm
@@ -103,7 +104,7 @@ GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, i
 
 ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
-                               int64_t pp_size, parallel::Communicator* ep) {
+                               int64_t pp_size, const moe::MoeGroups& moe_groups) {
   const bool bert = recipe.model.arch == config::Arch::BERT;
   std::optional<GPTSpec> gpt;
   std::optional<BertSpec> bert_spec;
@@ -134,11 +135,18 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
   if (recipe.model.moe.enabled()) {
     out.moe = std::make_shared<moe::MoeState>(
         moe::moe_spec_from_config(recipe.model.moe, recipe.model.ffn()));
-    if (ep == nullptr) {
+    moe::MoeGroups groups = moe_groups;
+    if (groups.ep == nullptr) {
       out.single_ep = parallel::make_single_process_communicator("ep");
-      ep = out.single_ep.get();
+      groups.ep = out.single_ep.get();
     }
-    submodules = moe::moe_submodules(*ep, out.moe);
+    if (groups.expert_tp == nullptr) groups.expert_tp = &tp;
+    MT_INPUT_CHECK(groups.expert_tp->size() == tp.size() ||
+                       (groups.expert_tp->size() == 1 && recipe.parallel.sequence_parallel),
+                   recipe.source_path, ": expert tensor parallel size ", groups.expert_tp->size(),
+                   " under tensor parallel size ", tp.size(), " needs 1 (with ",
+                   "parallel.sequence_parallel) or ", tp.size());
+    submodules = moe::moe_submodules(groups, out.moe);
   }
   // One recompute workspace for every chunk of this rank (it holds nothing between calls).
   std::shared_ptr<RecomputeWorkspace> workspace;

@@ -44,9 +44,11 @@ struct ModelChunks {
   std::shared_ptr<moe::MoeState> moe;
   std::shared_ptr<parallel::Communicator> single_ep;  // the ep group when none was given
 };
-// ep: the expert-parallel group (MoE models; a group of one when null).
+// moe_groups (MoE models): the expert-parallel group (a group of one when null), the experts'
+// tensor-parallel group (null: tp; a group of one with parallel.expert_tensor 1, where ep spans
+// the tp ranks) and the data-parallel group (global_aux_loss; null: one rank).
 ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
-                               int64_t pp_size, parallel::Communicator* ep = nullptr);
+                               int64_t pp_size, const moe::MoeGroups& moe_groups = {});
 
 }  // namespace megatron::models

@@ -17,7 +17,7 @@ outputs are committed and neither the build nor the tests run Python:
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
-(tests/fixtures/hf/llama_bias was added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+(tests/fixtures/hf/llama_bias and mistral_head_dim were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -69,6 +69,12 @@ FIXTURES = {
                           llama_like(T.LlamaConfig,
                                      rope_scaling={"rope_type": "linear", "factor": 4.0}),
                           torch.float32, None),
+    # head_dim 24 != hidden 64 / 4 heads (Mistral-NeMo-style; Megatron's kv_channels): the query
+    # projection is 96 wide, not 64.
+    "mistral_head_dim": (T.MistralForCausalLM,
+                         llama_like(T.MistralConfig, hidden_size=64, head_dim=24,
+                                    sliding_window=None),
+                         torch.float32, None),
 }
 
 BERT = {

@@ -51,6 +51,9 @@ struct ModelConfig {
   int64_t ffn_hidden_size = 0;          // 0 -> 4 * hidden_size
   int64_t seq_length = 0;               // required
   int64_t max_position_embeddings = 0;  // 0 -> seq_length
+  // The attention head dimension (Megatron-Core's kv_channels, Hugging Face's head_dim); 0 ->
+  // hidden_size / num_attention_heads. Mistral-NeMo and Qwen3 set it apart from hidden / heads.
+  int64_t kv_channels = 0;
   Normalization normalization = Normalization::LayerNorm;
   Activation activation = Activation::GeLU;
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
@@ -78,6 +81,7 @@ struct ModelConfig {
   }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int64_t head_dim() const {
+    if (kv_channels > 0) return kv_channels;
     return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
   }
   // Whether training on `device` (training.device) uses the flash attention kernels.
@@ -104,6 +108,7 @@ struct ModelConfig {
     v("num_attention_heads", s.num_attention_heads, required_key());
     v("num_query_groups", s.num_query_groups,
       noted(auto_note(s.num_query_groups, s.query_groups())));
+    v("kv_channels", s.kv_channels, noted(auto_note(s.kv_channels, s.head_dim())));
     v("ffn_hidden_size", s.ffn_hidden_size, noted(auto_note(s.ffn_hidden_size, s.ffn())));
     v("seq_length", s.seq_length, required_key());
     v("max_position_embeddings", s.max_position_embeddings,

@@ -39,12 +39,19 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   at_most("model.seq_length", seq_length, 1 << 24);
   at_most("model.max_position_embeddings", max_position_embeddings, 1 << 24);
   at_most("model.vocab_size", vocab_size, (int64_t{1} << 31) - 1);
+  at_most("model.kv_channels", kv_channels, 1 << 16);
   c.positive("model.num_attention_heads", num_attention_heads);
   c.non_negative("model.num_query_groups", num_query_groups);
   c.non_negative("model.ffn_hidden_size", ffn_hidden_size);
   c.positive("model.seq_length", seq_length);
   c.non_negative("model.max_position_embeddings", max_position_embeddings);
-  c.divisible("model.hidden_size", hidden_size, "model.num_attention_heads", num_attention_heads);
+  // 0 (or null) means hidden_size / num_attention_heads; a negative size is a typo, not "auto".
+  c.check(kv_channels >= 0, "model.kv_channels",
+          concat("must be > 0, or 0/null for hidden_size / num_attention_heads (got ", kv_channels,
+                 ")"));
+  // Only the default head dimension needs the heads to divide the hidden size (Megatron-Core).
+  if (kv_channels == 0)
+    c.divisible("model.hidden_size", hidden_size, "model.num_attention_heads", num_attention_heads);
   if (num_attention_heads % query_groups() != 0)
     c.fail("model.num_query_groups",
            concat("must divide model.num_attention_heads (got ", num_attention_heads, " % ",
@@ -62,10 +69,15 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
     c.check(!rope_scaling, "model.rotary_seq_len_interpolation_factor",
             "linear interpolation and rope_scaling (LLaMA-3.1's) are exclusive: choose one");
   }
-  if (position_embedding == PositionEmbedding::Rope)
-    c.check(head_dim() % 2 == 0, "model.position_embedding",
-            concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",
-                   head_dim(), ")"));
+  if (position_embedding == PositionEmbedding::Rope) {
+    if (kv_channels > 0)
+      c.check(kv_channels % 2 == 0, "model.kv_channels",
+              concat("must be even with position_embedding: rope (got ", kv_channels, ")"));
+    else
+      c.check(head_dim() % 2 == 0, "model.position_embedding",
+              concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",
+                     head_dim(), ")"));
+  }
   if (position_embedding == PositionEmbedding::Learned)
     c.check(
         seq_length <= max_positions(), "model.seq_length",
@@ -309,16 +321,27 @@ void Recipe::validate() const {
                    " with num_experts ", model.moe.num_experts, ")"));
     c.divisible("model.num_experts", model.moe.num_experts, "parallel.expert", parallel.expert);
   }
-  // Expert tensor parallelism: each expert's MLP split like the dense one (Megatron's ETP = TP).
-  // ETP 1 under TP (experts whole, the TP ranks folded into expert parallelism) needs the
-  // expert mesh of Megatron's parallel folding, which the mesh does not build yet.
+  // Expert tensor parallelism (Megatron's ETP): auto/tp splits each expert's MLP like the dense
+  // one; 1 under tp > 1 keeps the experts whole and folds the tp ranks into expert parallelism
+  // (parallel folding). As in Megatron, that needs the tokens split over tp (sequence
+  // parallelism), so every rank routes and dispatches only its own slice.
+  const int64_t etp = parallel.expert_tensor == 0 ? parallel.tensor : parallel.expert_tensor;
   if (parallel.expert_tensor != 0)
-    c.check(parallel.expert_tensor == parallel.tensor, "parallel.expert_tensor",
-            concat("only auto (= parallel.tensor) is implemented (got ", parallel.expert_tensor,
+    c.check(etp == parallel.tensor || etp == 1, "parallel.expert_tensor",
+            concat("must be auto, 1 or parallel.tensor (got ", parallel.expert_tensor,
                    " with tensor ", parallel.tensor, ")"));
+  if (etp != parallel.tensor) {
+    c.check(model.moe.enabled(), "parallel.expert_tensor",
+            concat("needs an MoE model (model.num_experts > 0) (got expert_tensor ", etp,
+                   " with num_experts ", model.moe.num_experts, ")"));
+    c.check(parallel.sequence_parallel, "parallel.expert_tensor",
+            concat("1 below parallel.tensor ", parallel.tensor,
+                   " needs parallel.sequence_parallel: true (each tensor-parallel rank routes its "
+                   "own slice of the tokens)"));
+  }
   if (model.moe.enabled()) {
     const int64_t expert_ffn = model.moe.expert_ffn(model.ffn());
-    c.divisible("model.moe_ffn_hidden_size", expert_ffn, "parallel.tensor", parallel.tensor);
+    c.divisible("model.moe_ffn_hidden_size", expert_ffn, "parallel.expert_tensor", etp);
     c.divisible("model.moe_shared_expert_intermediate_size",
                 model.moe.moe_shared_expert_intermediate_size, "parallel.tensor", parallel.tensor);
   }
@@ -403,9 +426,14 @@ void Recipe::validate_for_world(int64_t world) const {
           concat("must be divisible by training.micro_batch_size * data-parallel size (got ",
                  training.global_batch_size, " % (", training.micro_batch_size, " * ", dp,
                  ") = ", training.global_batch_size % per_step, ")"));
-  c.check(dp % p.expert == 0, "parallel.expert",
-          concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert, " = ",
-                 dp % p.expert, ")"));
+  if (p.expert_tensor == 1 && p.tensor > 1)
+    c.check((p.tensor * dp) % p.expert == 0, "parallel.expert",
+            concat("must divide tensor * data-parallel size with expert_tensor 1 (got ",
+                   p.tensor * dp, " % expert ", p.expert, " = ", (p.tensor * dp) % p.expert, ")"));
+  else
+    c.check(dp % p.expert == 0, "parallel.expert",
+            concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert, " = ",
+                   dp % p.expert, ")"));
   c.check(dp % p.num_distributed_optimizer_instances == 0,
           "parallel.num_distributed_optimizer_instances",
           concat("must divide the data-parallel size (got dp ", dp, " % ",

@@ -90,10 +90,13 @@ double global_grad_norm(const std::vector<Segment>& segments, int tensor_paralle
   // One reduction over every counted segment: a single host round trip on a device.
   std::vector<Tensor> counted, counted_experts;
   Device device = Device::CPU;
+  const int expert_tp_rank =
+      expert.tensor_parallel_rank >= 0 ? expert.tensor_parallel_rank : tensor_parallel_rank;
   for (const Segment& s : segments) {
     device = s.grad.device();
+    const int tp_rank = s.param->expert ? expert_tp_rank : tensor_parallel_rank;
     const bool counted_here =
-        !s.param->shared_copy && (!s.param->shard.replicated() || tensor_parallel_rank == 0);
+        !s.param->shared_copy && (!s.param->shard.replicated() || tp_rank == 0);
     if (counted_here) (s.param->expert ? counted_experts : counted).push_back(s.grad);
   }
   double sum = ops::sum_squares_of(counted);
@@ -103,7 +106,8 @@ double global_grad_norm(const std::vector<Segment>& segments, int tensor_paralle
   if (expert.parallel == nullptr) return std::sqrt(sum);
   double expert_sum = ops::sum_squares_of(counted_experts);
   Tensor e = Tensor::wrap(&expert_sum, {1}, DType::F64);
-  all_reduce_host(model_parallel, e, parallel::ReduceOp::Sum, device);
+  all_reduce_host(expert.model ? *expert.model : model_parallel, e, parallel::ReduceOp::Sum,
+                  device);
   all_reduce_host(*expert.parallel, e, parallel::ReduceOp::Sum, device);
   if (expert.sharded_over)
     all_reduce_host(*expert.sharded_over, e, parallel::ReduceOp::Sum, device);

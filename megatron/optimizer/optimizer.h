@@ -63,9 +63,14 @@ void all_reduce_host(parallel::Communicator& group, Tensor& host, parallel::Redu
 // group (tp x pp) and, when segments are data-parallel shards, over `sharded_over`. Expert
 // weights (Parameter::expert; MoE) differ over the expert-parallel group as well: their sum is
 // also reduced over `expert.parallel` and, when sharded, over `expert.sharded_over` instead.
+// Whole experts under tp > 1 (expert tensor parallel 1) are counted on every rank and reduced
+// over `expert.model` (pp) instead of tp x pp: their tp peers hold other experts or are expert
+// data-parallel replicas.
 struct ExpertNormGroups {
   parallel::Communicator* parallel = nullptr;      // ep (null: no experts)
   parallel::Communicator* sharded_over = nullptr;  // expert dp with the distributed optimizer
+  parallel::Communicator* model = nullptr;         // etp x pp (null: model_parallel)
+  int tensor_parallel_rank = -1;                   // in the experts' tp group (-1: the dense)
 };
 double global_grad_norm(const std::vector<Segment>& segments, int tensor_parallel_rank,
                         parallel::Communicator& model_parallel,

@@ -51,8 +51,8 @@ Axes make_axes(const MeshSizes& s) {
     const std::string& t = tokens[i];
     a.size[i] = t == "tp"   ? s.tp
                 : t == "cp" ? s.cp
-                : t == "ep" ? s.ep
-                : t == "dp" ? s.dp / s.ep
+                : t == "ep" ? (s.experts_fold_tp() ? 1 : s.ep)
+                : t == "dp" ? (s.experts_fold_tp() ? s.dp : s.dp / s.ep)
                             : s.pp;
     a.stride[i] = stride;
     stride *= a.size[i];
@@ -77,8 +77,18 @@ void MeshSizes::validate(int64_t world) const {
   MT_INPUT_CHECK(tp * cp * dp * pp == world, "parallel sizes tp=", tp, " x cp=", cp, " x dp=", dp,
                  " x pp=", pp, " = ", tp * cp * dp * pp, " do not match the world of ", world,
                  " ranks");
-  MT_INPUT_CHECK(dp % ep == 0, "expert parallel size ep=", ep,
-                 " must divide the data parallel size dp=", dp, " (EP is carved out of DP)");
+  MT_INPUT_CHECK(etp == 0 || etp == tp || etp == 1, "expert tensor parallel size etp=", etp,
+                 " must be 1 or the tensor parallel size tp=", tp);
+  if (experts_fold_tp()) {
+    MT_INPUT_CHECK(cp == 1, "expert tensor parallel size etp=1 below tp=", tp,
+                   " needs context parallel size cp=1 (got ", cp, ")");
+    MT_INPUT_CHECK((tp * dp) % ep == 0, "expert parallel size ep=", ep,
+                   " must divide tp x dp = ", tp * dp,
+                   " (with etp=1, EP is carved out of TP x DP)");
+  } else {
+    MT_INPUT_CHECK(dp % ep == 0, "expert parallel size ep=", ep,
+                   " must divide the data parallel size dp=", dp, " (EP is carved out of DP)");
+  }
   MT_INPUT_CHECK(dp_instances >= 1 && dp % dp_instances == 0, "distributed optimizer instances ",
                  dp_instances, " must divide the data parallel size dp=", dp);
   std::vector<std::string> tokens = split_order(order);
@@ -103,7 +113,8 @@ MeshSizes MeshSizes::resolved(int64_t world) const {
 
 std::string MeshSizes::str() const {
   return concat("tp=", tp, " cp=", cp, " ep=", ep, " dp=", dp, " pp=", pp, " order=", order,
-                dp_instances > 1 ? concat(" dp_instances=", dp_instances) : std::string());
+                dp_instances > 1 ? concat(" dp_instances=", dp_instances) : std::string(),
+                experts_fold_tp() ? concat(" etp=", expert_tp()) : std::string());
 }
 
 std::string_view group_kind_name(GroupKind kind) {
@@ -130,6 +141,8 @@ std::string_view group_kind_name(GroupKind kind) {
       return "dp_shard";
     case GroupKind::DPReplica:
       return "dp_replica";
+    case GroupKind::ExpertTP:
+      return "expert_tp";
   }
   return "?";
 }
@@ -247,8 +260,15 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     rp.ep = coord(axes, pos, "ep");
     rp.expert_dp = coord(axes, pos, "dp");
     rp.pp = coord(axes, pos, "pp");
-    rp.dp =
-        ep_inner ? rp.ep + sizes.ep * rp.expert_dp : rp.expert_dp + (sizes.dp / sizes.ep) * rp.ep;
+    if (sizes.experts_fold_tp()) {
+      rp.dp = coord(axes, pos, "dp");
+      const int64_t q = rp.tp + sizes.tp * rp.dp;
+      rp.ep = q % sizes.ep;
+      rp.expert_dp = q / sizes.ep;
+    } else {
+      rp.dp =
+          ep_inner ? rp.ep + sizes.ep * rp.expert_dp : rp.expert_dp + (sizes.dp / sizes.ep) * rp.ep;
+    }
     rp.has_embedding = rp.pp == 0 || rp.pp == sizes.pp - 1;
   }
 
@@ -268,12 +288,44 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
       p.group_of_rank[k][static_cast<size_t>(r)] = it->second;
     }
   };
+  // Groups of the ranks sharing `key`, ordered by `rank_in_group` (the folded expert groups).
+  auto make_groups_by = [&](GroupKind kind, auto key, auto rank_in_group) {
+    const size_t k = static_cast<size_t>(kind);
+    std::map<int64_t, int> index_of_key;
+    p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
+    for (int r = 0; r < world; ++r) {
+      const RankPlacement& rp = p.ranks[static_cast<size_t>(r)];
+      auto [it, inserted] = index_of_key.emplace(key(rp), static_cast<int>(p.groups[k].size()));
+      if (inserted) p.groups[k].emplace_back();
+      p.groups[k][static_cast<size_t>(it->second)].push_back(r);
+      p.group_of_rank[k][static_cast<size_t>(r)] = it->second;
+    }
+    for (auto& g : p.groups[k])
+      std::sort(g.begin(), g.end(), [&](int a, int b) {
+        return rank_in_group(p.ranks[static_cast<size_t>(a)]) <
+               rank_in_group(p.ranks[static_cast<size_t>(b)]);
+      });
+  };
   make_groups(GroupKind::TP, {"tp"});
   make_groups(GroupKind::CP, {"cp"});
   make_groups(GroupKind::DP, {"ep", "dp"});
   make_groups(GroupKind::PP, {"pp"});
-  make_groups(GroupKind::EP, {"ep"});
-  make_groups(GroupKind::ExpertDP, {"dp"});
+  if (sizes.experts_fold_tp()) {
+    const int64_t edp = sizes.tp * sizes.dp / sizes.ep;
+    make_groups_by(
+        GroupKind::EP, [&](const RankPlacement& r) { return r.pp * edp + r.expert_dp; },
+        [](const RankPlacement& r) { return r.ep; });
+    make_groups_by(
+        GroupKind::ExpertDP, [&](const RankPlacement& r) { return r.pp * sizes.ep + r.ep; },
+        [](const RankPlacement& r) { return r.expert_dp; });
+    make_groups_by(
+        GroupKind::ExpertTP, [](const RankPlacement& r) { return int64_t{r.world_rank}; },
+        [](const RankPlacement&) { return 0; });
+  } else {
+    make_groups(GroupKind::EP, {"ep"});
+    make_groups(GroupKind::ExpertDP, {"dp"});
+    make_groups(GroupKind::ExpertTP, {"tp"});
+  }
   make_groups(GroupKind::Model, {"tp", "pp"});
   make_groups(GroupKind::DPCP, {"ep", "dp", "cp"});
   // The dp group in dp-coordinate order (position order differs when ep follows dp).

@@ -9,10 +9,18 @@
 // written first in the order being the faster:  dp = ep_idx + ep * edp_idx  when ep precedes
 // dp (the default), else  dp = edp_idx + (dp/ep) * ep_idx.
 //
+// Expert tensor parallelism (etp, Megatron's "parallel folding"): with etp == tp (the default)
+// the experts are split over tp like the dense MLP and EP is carved out of DP as above. With
+// etp == 1 and tp > 1 the experts are whole and EP is carved out of tp x dp instead: the ep token
+// then has size 1 in the dense layout (dp keeps its full size), and within one pipeline stage
+// (cp == 1) the dense index q = tp + tp_size * dp splits as ep = q % ep, expert_dp = q / ep, so
+// an ep group of at most tp ranks is a set of tensor-parallel peers (inside one node).
+//
 // Groups (members listed by world rank, in group-rank order):
 //   tp, cp, pp          vary one axis
-//   ep                  varies the ep axis (experts are sharded over it)
-//   expert_dp           varies the dp/ep axis (expert parameters are reduced over it)
+//   ep                  varies the ep coordinate (experts are sharded over it)
+//   expert_dp           varies the expert_dp coordinate (expert parameters are reduced over it)
+//   expert_tp           the experts' tensor-parallel group: tp when etp == tp, else each rank
 //   dp                  varies ep and dp/ep (dense parameters are reduced over it)
 //   dp_cp               dp x cp (dense gradient reduction when context parallel is on)
 //   dp_shard            hybrid sharding: dp / dp_instances consecutive dp ranks (the shards of
@@ -50,9 +58,16 @@ struct MeshSizes {
   // Hybrid sharding (parallel.num_distributed_optimizer_instances): dp is split into this many
   // shard groups of consecutive dp ranks.
   int64_t dp_instances = 1;
+  // Expert tensor parallel size: 0 = tp; otherwise tp or 1.
+  int64_t etp = 0;
 
-  // world == tp*cp*dp*pp, every size >= 1, ep divides dp, dp_instances divides dp, order a
-  // permutation of the five axis names. Throws InputError naming the offending value.
+  int64_t expert_tp() const { return etp == 0 ? tp : etp; }
+  // Whether EP is carved out of tp x dp (etp == 1 < tp) rather than out of dp.
+  bool experts_fold_tp() const { return expert_tp() != tp; }
+
+  // world == tp*cp*dp*pp, every size >= 1, ep divides dp (or tp*dp when experts fold tp),
+  // dp_instances divides dp, order a permutation of the five axis names. Throws InputError
+  // naming the offending value.
   void validate(int64_t world) const;
   // dp == 0 means "the rest": world / (tp*cp*pp) (an error when that does not divide).
   MeshSizes resolved(int64_t world) const;
@@ -71,13 +86,14 @@ enum class GroupKind : int {
   Embedding,
   DPCP,
   DPShard,
-  DPReplica
+  DPReplica,
+  ExpertTP
 };
-inline constexpr int kNumGroupKinds = 11;
+inline constexpr int kNumGroupKinds = 12;
 inline constexpr std::array<GroupKind, kNumGroupKinds> kAllGroupKinds = {
-    GroupKind::TP,   GroupKind::CP,       GroupKind::DP,       GroupKind::PP,
-    GroupKind::EP,   GroupKind::ExpertDP, GroupKind::Model,    GroupKind::Embedding,
-    GroupKind::DPCP, GroupKind::DPShard,  GroupKind::DPReplica};
+    GroupKind::TP,   GroupKind::CP,       GroupKind::DP,        GroupKind::PP,
+    GroupKind::EP,   GroupKind::ExpertDP, GroupKind::Model,     GroupKind::Embedding,
+    GroupKind::DPCP, GroupKind::DPShard,  GroupKind::DPReplica, GroupKind::ExpertTP};
 std::string_view group_kind_name(GroupKind kind);  // "tp", "expert_dp", "dp_cp", ...
 
 struct RankPlacement {
@@ -136,6 +152,7 @@ class Mesh {
   Communicator& dp_cp() const { return group(GroupKind::DPCP); }
   Communicator& dp_shard() const { return group(GroupKind::DPShard); }
   Communicator& dp_replica() const { return group(GroupKind::DPReplica); }
+  Communicator& expert_tp() const { return group(GroupKind::ExpertTP); }
   Communicator& group(GroupKind kind) const { return *groups_[static_cast<size_t>(kind)]; }
 
   int world_rank() const { return world_->rank(); }

@@ -106,7 +106,7 @@ int64_t lora_layer_params(const Dims& d, int64_t tp) {
   return n;
 }
 
-int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, bool moe) {
+int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool moe) {
   const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
   int64_t n = 2 * d.norm();
   n += qkv * d.D / tp + (d.qkv_bias ? qkv / tp : 0);
@@ -116,7 +116,7 @@ int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, bool moe) {
   };
   if (!moe) return n + dense_mlp(d.fc1, d.F) + lora_layer_params(d, tp);
   // The router, this rank's experts, the shared expert.
-  n += d.E * d.D + (d.E / ep) * expert_params(d, tp);
+  n += d.E * d.D + (d.E / ep) * expert_params(d, etp);
   if (d.shared_ffn > 0) n += dense_mlp(d.shared_fc1, d.shared_ffn);
   return n;
 }
@@ -185,16 +185,19 @@ struct Activations {
   double layer_input() const { return a * s * b * static_cast<double>(d.D) / spd; }
   // What an MoE layer holds beyond layer()'s with a dense MLP replaced: the experts' rows for
   // the busiest rank (topk x imbalance per token) in place of the dense MLP, the shared expert,
-  // the dispatch and combine buffers, the fp32 router statistics.
+  // the dispatch and combine buffers, the fp32 router statistics. Split experts see the whole
+  // micro-batch's rows with 1/t of each expert; whole experts (folded) this rank's slice.
   double moe_delta() const {
     const double D = static_cast<double>(d.D), full = s * b, rows = s * b / spd;
     const double k = static_cast<double>(d.topk), f = d.imbalance;
+    const double routed = lay.experts_fold_tp() ? rows : full;
+    const double et = static_cast<double>(lay.expert_tp());
     const double dense_mlp = a * full * (d.fc1 + d.F) / t * (cuda ? 1 : 2);
-    const double experts = a * full * k * f * (d.moe_fc1 + d.moe_ffn) / t * (cuda ? 1 : 2);
+    const double experts = a * routed * k * f * (d.moe_fc1 + d.moe_ffn) / et * (cuda ? 1 : 2);
     const double shared =
         a * full * static_cast<double>(d.shared_fc1 + d.shared_ffn) / t * (cuda ? 1 : 2);
     // rows in and out (x2 for backward) at the experts, the returned rows, fp32 combine rows.
-    const double buffers = a * full * k * D * (4 * f + 2) + 4 * rows * k * D * 2;
+    const double buffers = a * routed * k * D * (4 * f + 2) + 4 * rows * k * D * 2;
     const double router = 4 * rows * (D + 2 * static_cast<double>(d.E));
     return experts + shared + buffers + router - dense_mlp;
   }
@@ -273,11 +276,11 @@ ParamCounts count_parameters(const config::ModelConfig& model, int64_t padded_vo
   c.embedding = embedding_params(d, padded_vocab, 1);
   c.head = head_params(d, padded_vocab, 1);
   c.total = c.embedding + c.head;
-  for (int64_t l = 0; l < d.L; ++l) c.total += layer_params(d, 1, 1, d.is_moe(l));
+  for (int64_t l = 0; l < d.L; ++l) c.total += layer_params(d, 1, 1, 1, d.is_moe(l));
   // An MoE model's layer: an MoE one (the first).
   int64_t shown = 0;
   while (shown + 1 < d.L && d.E > 0 && !d.is_moe(shown)) ++shown;
-  c.per_layer = layer_params(d, 1, 1, d.is_moe(shown));
+  c.per_layer = layer_params(d, 1, 1, 1, d.is_moe(shown));
   c.active = c.total;
   if (d.E > 0) {
     const int64_t moe_layers = d.moe_layers(0, d.L);
@@ -315,7 +318,7 @@ std::vector<ChunkShape> stage_chunks(const std::vector<int64_t>& counts, int64_t
 int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkShape& c) {
   int64_t n = 0;
   for (int64_t l = c.first; l < c.first + c.layers; ++l)
-    n += layer_params(d, lay.tp, lay.ep, d.is_moe(l));
+    n += layer_params(d, lay.tp, lay.ep, lay.expert_tp(), d.is_moe(l));
   if (c.pre) n += embedding_params(d, V, lay.tp);
   if (c.post) {
     n += head_params(d, V, lay.tp);
@@ -342,8 +345,8 @@ std::vector<detail::UnitParams> stage_units(const Dims& d, int64_t V, const Layo
     if (c.pre) add(embedding_params(d, V, lay.tp) - word);
     for (int64_t l = c.first; l < c.first + c.layers; ++l) {
       const bool moe = d.is_moe(l);
-      const int64_t all = layer_params(d, lay.tp, lay.ep, moe);
-      const int64_t experts = moe ? (d.E / lay.ep) * expert_params(d, lay.tp) : 0;
+      const int64_t all = layer_params(d, lay.tp, lay.ep, lay.expert_tp(), moe);
+      const int64_t experts = moe ? (d.E / lay.ep) * expert_params(d, lay.expert_tp()) : 0;
       const int64_t adapters = lora_layer_params(d, lay.tp);
       const detail::UnitParams layer = lora ? detail::UnitParams{adapters, 0, all - adapters}
                                             : detail::UnitParams{all - experts, experts, 0};
@@ -395,6 +398,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   lay.pp = r.parallel.pipeline;
   lay.cp = r.parallel.context;
   lay.ep = r.parallel.expert;
+  lay.etp = r.parallel.expert_tensor;
   lay.vpp = r.parallel.virtual_stages();
   lay.dp = r.data_parallel_size(world);  // validates the recipe against the world size
   lay.micro_batch = tr.micro_batch_size;
@@ -465,7 +469,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
       sp.parameters += chunk_params(d, V, lay, c);
       if (d.E > 0)
         sp.expert_parameters +=
-            d.moe_layers(c.first, c.layers) * (d.E / lay.ep) * expert_params(d, lay.tp);
+            d.moe_layers(c.first, c.layers) * (d.E / lay.ep) * expert_params(d, lay.expert_tp());
       sp.first = sp.first || c.pre;
       sp.last = sp.last || c.post;
     }
@@ -475,7 +479,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     in.strategy = lay.sharding;
     in.dp = lay.dp;
     in.instances = lay.instances;
-    in.expert_dp = lay.dp / std::max<int64_t>(lay.ep, 1);
+    in.expert_dp = lay.expert_dp();
     in.microbatches = lay.num_microbatches;
     in.wbytes = wbytes;
     in.moment_bytes = moment_bytes;
@@ -586,11 +590,15 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   const double tp_mb = layers_per_stage * passes * ring_all_reduce(hidden_bytes, lay.tp, bw_tp);
   // MoE: per MoE layer, dispatch and combine forward, both again backward (and in the
   // recomputed forward): each an all-to-all of the routed rows, (ep - 1) / ep of them leaving.
+  // Whole experts (folded) send only this rank's sequence slice; their ep group is ep
+  // consecutive ranks, split experts' spans tp x ep.
   const double moe_layers_per_stage =
       static_cast<double>(d.E > 0 ? d.moe_layers(0, d.L) : 0) / static_cast<double>(lay.pp);
-  const double bw_ep = lay.tp * lay.ep <= cluster.gpus_per_node ? intra : inter;
+  const double bw_ep =
+      (lay.experts_fold_tp() ? lay.ep : lay.tp * lay.ep) <= cluster.gpus_per_node ? intra : inter;
+  const double routed_bytes = lay.experts_fold_tp() ? hidden_bytes / act.spd : hidden_bytes;
   rep.moe.all_to_all_bytes_per_step =
-      moe_layers_per_stage * (passes - 2) * hidden_bytes * static_cast<double>(d.topk) *
+      moe_layers_per_stage * (passes - 2) * routed_bytes * static_cast<double>(d.topk) *
       d.imbalance * static_cast<double>(lay.ep - 1) / static_cast<double>(lay.ep) * m_count;
   const double ep_mb = rep.moe.all_to_all_bytes_per_step / m_count / bw_ep;
   const double pp_mb =

@@ -5,15 +5,16 @@
 // `build/bin/plan` is the command line (run_plan_cli). Everything here is arithmetic on the recipe:
 // nothing is allocated or run.
 //
-// Notation: L layers, h hidden, H heads, G query groups, d = h/H head dim, F ffn, f1 = F or 2F
-// (SwiGLU), V padded vocabulary (Megatron's padding for this tp), s sequence (/cp), b micro-batch,
-// t tensor parallel, p pipeline, v virtual stages per rank, m micro-batches per step, a = bytes
-// of an activation element (2 for bf16/fp16, 4 for fp32; the CPU kernels compute in fp32 but
-// store activations in the model dtype).
+// Notation: L layers, h hidden, H heads, G query groups, d head dim (model.kv_channels, default
+// h/H), F ffn, f1 = F or 2F (SwiGLU), V padded vocabulary (Megatron's padding for this tp), s
+// sequence (/cp), b micro-batch, t tensor parallel, p pipeline, v virtual stages per rank, m
+// micro-batches per step, a = bytes of an activation element (2 for bf16/fp16, 4 for fp32; the
+// CPU kernels compute in fp32 but store activations in the model dtype).
 //
 // Parameters (exact, the same count and sharding as the model classes register):
 //   layer = 2 norms + qkv (H + 2G) d h / t (+ bias) + proj H d h / t (+ replicated bias)
-//           + fc1 f1 h / t (+ bias) + fc2 F h / t (+ replicated bias)   [MoE: MLP x E/ep + router]
+//           + fc1 f1 h / t (+ bias) + fc2 F h / t (+ replicated bias)   [MoE: MLP x E/ep + router;
+//           the experts' MLPs split over etp = t, or whole with expert_tensor 1]
 //   first stage: word embeddings V h / t, learned positions P h, BERT token types 2h and norm;
 //   last stage: final norm, untied output layer V h / t, or with tied embeddings and p > 1 a copy
 //   of the word embeddings (counted on the device, not in the model total); BERT: LM-head dense
@@ -26,7 +27,8 @@
 // fp32 the weight buffer is the master), Adam moments 8 bytes per element (SGD 4). With P this
 // rank's trainable parameters (LoRA: the adapters), F its frozen ones (LoRA's base), w the model
 // dtype's bytes, N the shard group (dp / parallel.num_distributed_optimizer_instances; routed
-// experts' weights: dp / ep), per parallel.data_parallel_sharding_strategy:
+// experts' weights: dp / ep, or tp dp / ep with whole experts), per
+// parallel.data_parallel_sharding_strategy:
 //   no_shard            weights w(P + F), grads 4P, masters 4P, moments 8P
 //   optim (ZeRO-1)      weights w(P + F), grads 4P, masters 4P/N, moments 8P/N, + a kept fp32
 //                       reduce-scatter output 4P/N (grad_scratch)
@@ -124,6 +126,7 @@ ClusterSpec cluster_from_recipe(const config::Recipe& recipe);
 
 struct Layout {
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
+  int64_t etp = 0;  // parallel.expert_tensor: 0 = tp, or 1 (whole experts)
   int64_t micro_batch = 1, num_microbatches = 1;
   bool sequence_parallel = false;  // effective (tp > 1)
   std::string recompute = "none";
@@ -133,6 +136,12 @@ struct Layout {
   double offload = 0;     // optimizer.offload_fraction with optimizer.offload: cpu on cuda, else 0
   // The dense weights' shard group: dp / instances (dp for no_shard).
   int64_t shard_group() const;
+  // Whole experts under tp (expert_tensor 1): ep is carved out of tp x dp, each rank routes and
+  // dispatches its own sequence slice.
+  bool experts_fold_tp() const { return expert_tp() != tp; }
+  int64_t expert_tp() const { return etp == 0 ? tp : etp; }
+  // The ranks one expert's weights are reduced over: (tp x dp or dp) / ep.
+  int64_t expert_dp() const { return (experts_fold_tp() ? tp : 1) * dp / std::max<int64_t>(ep, 1); }
   // "tp2 pp4 dp4 mb1x32 sp recompute=none sharding=optim" (+ " instances=2", " offload=0.5")
   std::string describe() const;
 };
@@ -243,7 +252,8 @@ struct SearchResult {
 // (powers of two and the recipe's), recompute (none|selective|full), the data-parallel sharding
 // strategy (no_shard; with dp > 1 also optim, optim_grads, optim_grads_params; the recipe's
 // instances and offload kept), the recipe's virtual pipeline size, expert parallelism (MoE: every
-// ep dividing dp and num_experts; expert tensor parallelism = tp); sequence parallel whenever
+// ep dividing dp and num_experts with expert tensor parallelism = tp, and with tp > 1 every ep
+// dividing tp x dp and num_experts with whole experts, etp 1); sequence parallel whenever
 // tp > 1.
 SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab);

@@ -19,6 +19,7 @@ std::string Layout::describe() const {
   os << "tp" << tp << " pp" << pp << " dp" << dp;
   if (cp > 1) os << " cp" << cp;
   if (ep > 1) os << " ep" << ep;
+  if (experts_fold_tp()) os << " etp" << expert_tp();
   if (vpp > 1) os << " vpp" << vpp;
   os << " mb" << micro_batch << "x" << num_microbatches;
   if (sequence_parallel) os << " sp";
@@ -68,6 +69,7 @@ nlohmann::json PlanReport::to_json() const {
             {"dp", layout.dp},
             {"cp", layout.cp},
             {"ep", layout.ep},
+            {"etp", layout.expert_tp()},
             {"vpp", layout.vpp},
             {"micro_batch", layout.micro_batch},
             {"num_microbatches", layout.num_microbatches},

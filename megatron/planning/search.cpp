@@ -48,11 +48,15 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
     for (int64_t pp = 1; pp <= m.num_layers; ++pp) {
       if (m.num_layers % pp != 0 || world % (tp * pp * cp) != 0) continue;
       const int64_t dp = world / (tp * pp * cp);
-      // Expert parallelism (MoE): every ep dividing dp and the experts.
-      std::vector<int64_t> eps = {1};
+      // Expert parallelism (MoE): every ep dividing dp and the experts with experts split over
+      // tp; with whole experts (etp 1 under tp, sequence parallel) every ep dividing tp x dp.
+      std::vector<std::pair<int64_t, int64_t>> eps = {{1, tp}};  // (ep, etp)
+      const bool can_fold = m.moe.enabled() && tp > 1 && m.seq_length % tp == 0;
       for (int64_t ep = 2; ep <= dp && m.moe.enabled(); ++ep)
-        if (dp % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back(ep);
-      for (int64_t ep : eps)
+        if (dp % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, tp});
+      for (int64_t ep = 1; ep <= tp * dp && can_fold; ++ep)
+        if ((tp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, 1});
+      for (const auto& [ep, etp] : eps)
         for (int64_t vpp : vpps) {
           if (vpp > 1 && (pp == 1 || m.num_layers % (pp * vpp) != 0)) continue;
           for (int64_t micro : micros) {
@@ -64,6 +68,7 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                 c.parallel.pipeline = pp;
                 c.parallel.data = 0;
                 c.parallel.expert = ep;
+                c.parallel.expert_tensor = etp == tp ? 0 : etp;
                 c.parallel.virtual_pipeline =
                     vpp > 1 ? std::optional<int64_t>(vpp) : std::optional<int64_t>();
                 c.parallel.pipeline_layers.clear();
@@ -124,21 +129,22 @@ std::string search_table(const SearchResult& result, size_t top) {
   }
   os << "; fastest " << std::min(top, result.fitting.size()) << " by estimated step time:\n";
   os << std::right << std::setw(4) << "#" << std::setw(4) << "tp" << std::setw(4) << "pp"
-     << std::setw(6) << "dp" << std::setw(4) << "ep" << std::setw(4) << "vpp" << std::setw(5)
-     << "mb" << std::setw(6) << "m" << std::setw(4) << "sp" << std::setw(11) << "recompute"
-     << std::setw(20) << "sharding" << std::setw(10) << "mem GB" << std::setw(10) << "step s"
-     << std::setw(8) << "MFU %" << std::setw(12) << "tokens/s"
+     << std::setw(6) << "dp" << std::setw(4) << "ep" << std::setw(4) << "etp" << std::setw(4)
+     << "vpp" << std::setw(5) << "mb" << std::setw(6) << "m" << std::setw(4) << "sp"
+     << std::setw(11) << "recompute" << std::setw(20) << "sharding" << std::setw(10) << "mem GB"
+     << std::setw(10) << "step s" << std::setw(8) << "MFU %" << std::setw(12) << "tokens/s"
      << "\n";
   for (size_t i = 0; i < result.fitting.size() && i < top; ++i) {
     const PlanReport& p = result.fitting[i];
     const Layout& l = p.layout;
     os << std::setw(4) << i + 1 << std::setw(4) << l.tp << std::setw(4) << l.pp << std::setw(6)
-       << l.dp << std::setw(4) << l.ep << std::setw(4) << l.vpp << std::setw(5) << l.micro_batch
-       << std::setw(6) << l.num_microbatches << std::setw(4) << (l.sequence_parallel ? "on" : "-")
-       << std::setw(11) << l.recompute << std::setw(20) << sharding_name(l) << std::setw(10)
-       << gb(p.memory().total, 2) << std::setw(10) << std::setprecision(4) << p.time.step
-       << std::setw(8) << std::fixed << std::setprecision(1) << p.time.mfu * 100 << std::setw(12)
-       << std::setprecision(0) << p.time.tokens_per_second << std::defaultfloat << "\n";
+       << l.dp << std::setw(4) << l.ep << std::setw(4) << l.expert_tp() << std::setw(4) << l.vpp
+       << std::setw(5) << l.micro_batch << std::setw(6) << l.num_microbatches << std::setw(4)
+       << (l.sequence_parallel ? "on" : "-") << std::setw(11) << l.recompute << std::setw(20)
+       << sharding_name(l) << std::setw(10) << gb(p.memory().total, 2) << std::setw(10)
+       << std::setprecision(4) << p.time.step << std::setw(8) << std::fixed << std::setprecision(1)
+       << p.time.mfu * 100 << std::setw(12) << std::setprecision(0) << p.time.tokens_per_second
+       << std::defaultfloat << "\n";
   }
   return os.str();
 }

@@ -88,6 +88,7 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
       grad_sync_(state.grad_sync),
       moe_(state.moe),
       expert_dp_(groups.expert_dp ? groups.expert_dp : groups.dp),
+      experts_fold_tp_(groups.experts_fold_tp()),
       scaler_(state.scaler),
       schedule_(*state.schedule),
       vocab_size_(vocab_size),
@@ -165,20 +166,26 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   // (write_this_rank_replicas); pipeline copies of tied weights are not written. Optimizer
   // segments: every rank's own shards with a sharded optimizer (first replica), otherwise
   // data-parallel rank 0's. Expert weights (MoE) differ over ep: they and their segments are
-  // written the same way by expert-data-parallel rank 0 (or every expert dp rank).
+  // written the same way by expert-data-parallel rank 0 (or every expert dp rank); whole
+  // experts under tp > 1 differ over the tp ranks folded into ep, so each of those writes its.
   ckpt::SaveRequest req;
   req.dir = config::resolve_output_path(c.save);
   req.iteration = iteration;
-  req.write_this_rank_replicas = tp_->rank() == 0;
+  req.write_this_rank_replicas = true;  // decided per piece below
+  auto writes_replicas = [&](const Parameter& p) {
+    return tp_->rank() == 0 || (p.expert && experts_fold_tp_);
+  };
   const bool write_segments =
       grad_sync_->dense_sharded() ? grad_sync_->first_replica() : dp_->rank() == 0;
   const bool write_expert_segments = store_.expert_begin() < store_.trainable_numel() &&
                                      (grad_sync_->expert_sharded() || expert_dp_->rank() == 0);
   auto writes_param = [&](const Parameter& p) {
-    return p.expert ? expert_dp_->rank() == 0 : dp_->rank() == 0;
+    return (!p.shard.replicated() || writes_replicas(p)) &&
+           (p.expert ? expert_dp_->rank() == 0 : dp_->rank() == 0);
   };
   auto writes_segment = [&](const optim::Segment& s) {
-    return !s.param->shared_copy && (s.param->expert ? write_expert_segments : write_segments);
+    return !s.param->shared_copy && (!s.param->shard.replicated() || writes_replicas(*s.param)) &&
+           (s.param->expert ? write_expert_segments : write_segments);
   };
   const bool weights_sharded = store_.sharding().weights;
   // Host views of the buffers (the buffers themselves on the CPU; staged copies on a device).
@@ -193,7 +200,7 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
       if (!p->shared_copy && writes_param(*p))
         req.pieces.push_back(param_piece(*p, "model/", host.weights + p->offset));
   }
-  if (moe_ != nullptr && dp_->rank() == 0)
+  if (moe_ != nullptr && dp_->rank() == 0 && tp_->rank() == 0)
     for (auto& [layer, bias] : moe_->all_expert_bias())
       req.pieces.push_back(expert_bias_piece(layer, bias));
   for (const optim::Segment& s : optimizer_->segments()) {

@@ -95,6 +95,7 @@ class Checkpointer {
   const GradientSync* grad_sync_;
   moe::MoeState* moe_;
   parallel::Communicator* expert_dp_;
+  bool experts_fold_tp_;  // whole experts under tp > 1: every tp rank writes its own
   optim::LossScaler* scaler_;
   const optim::LRSchedule& schedule_;
   int64_t vocab_size_, padded_vocab_;

@@ -19,7 +19,9 @@ DeviceGroups::DeviceGroups(Device device, const TrainerGroups& mesh_groups) : gr
     owned_.push_back(std::make_unique<cuda::NcclCommunicator>(*mpi));
     return owned_.back().get();
   };
+  const bool expert_tp_is_tp = groups_.expert_tp == groups_.tp;
   groups_.tp = to_nccl(groups_.tp);
+  groups_.expert_tp = expert_tp_is_tp ? groups_.tp : to_nccl(groups_.expert_tp);
   groups_.dp = to_nccl(groups_.dp);
   groups_.pp = to_nccl(groups_.pp);
   groups_.embedding = to_nccl(groups_.embedding);

@@ -24,7 +24,8 @@ GradientSync::GradientSync(ParamStore& store, const TrainerGroups& g)
       shard_(g.dp_shard ? g.dp_shard : g.dp),
       replicas_(g.dp_replica && g.dp_replica->size() > 1 ? g.dp_replica : nullptr),
       ep_(g.ep),
-      expert_dp_(g.expert_dp) {
+      expert_dp_(g.expert_dp),
+      experts_folded_pp_(g.experts_fold_tp() ? g.pp : nullptr) {
   const DataParallelSharding& sh = store.sharding();
   MT_CHECK(sh.dense_size == shard_->size() && sh.expert_size == expert_dp_->size(),
            "parameter store sharded for groups of ", sh.dense_size, " / ", sh.expert_size,
@@ -67,7 +68,12 @@ bool GradientSync::expert_sharded() const {
 
 optim::ExpertNormGroups GradientSync::expert_norm_groups() const {
   if (store_->expert_begin() == store_->trainable_numel()) return {};
-  return {ep_, expert_sharded() ? expert_dp_ : nullptr};
+  optim::ExpertNormGroups groups{ep_, expert_sharded() ? expert_dp_ : nullptr};
+  if (experts_folded_pp_) {
+    groups.model = experts_folded_pp_;
+    groups.tensor_parallel_rank = 0;
+  }
+  return groups;
 }
 
 int64_t GradientSync::take_bytes() {

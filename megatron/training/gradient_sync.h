@@ -64,6 +64,7 @@ class GradientSync {
   std::unique_ptr<optim::DataParallelGrads> dense_, experts_;
   std::unique_ptr<distributed::FullyShardedUnits> units_;
   parallel::Communicator *shard_, *replicas_, *ep_, *expert_dp_;
+  parallel::Communicator* experts_folded_pp_;  // the pp group when experts fold tp, else null
 };
 
 }  // namespace megatron::training

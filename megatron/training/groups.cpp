@@ -15,6 +15,7 @@ TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups&
   out.expert_dp = g.expert_dp ? g.expert_dp : (g.ep ? single : out.dp);
   out.dp_shard = g.dp_shard ? g.dp_shard : out.dp;
   out.dp_replica = g.dp_replica ? g.dp_replica : single;
+  out.expert_tp = g.expert_tp ? g.expert_tp : out.tp;
   const auto& p = recipe.parallel;
   MT_INPUT_CHECK(
       p.tensor == out.tp->size() && p.data == out.dp->size() && p.pipeline == out.pp->size(),
@@ -22,10 +23,15 @@ TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups&
       " data=", p.data, " do not match the process groups (tp ", out.tp->size(), ", pp ",
       out.pp->size(), ", dp ", out.dp->size(), ")");
   MT_INPUT_CHECK(p.context == 1, recipe.source_path, ": parallel.context > 1 is not available yet");
-  MT_INPUT_CHECK(
-      p.expert == out.ep->size() && out.ep->size() * out.expert_dp->size() == out.dp->size(),
-      recipe.source_path, ": parallel.expert=", p.expert, " does not match the process groups (ep ",
-      out.ep->size(), ", expert dp ", out.expert_dp->size(), ", dp ", out.dp->size(), ")");
+  const int64_t etp = p.expert_tensor == 0 ? p.tensor : p.expert_tensor;
+  // The expert mesh covers the ranks of one pipeline stage: ep x expert dp x etp = tp x dp.
+  MT_INPUT_CHECK(p.expert == out.ep->size() && etp == out.expert_tp->size() &&
+                     out.ep->size() * out.expert_dp->size() * out.expert_tp->size() ==
+                         out.dp->size() * out.tp->size(),
+                 recipe.source_path, ": parallel.expert=", p.expert, " expert_tensor=", etp,
+                 " do not match the process groups (ep ", out.ep->size(), ", expert dp ",
+                 out.expert_dp->size(), ", expert tp ", out.expert_tp->size(), ", tp ",
+                 out.tp->size(), ", dp ", out.dp->size(), ")");
   MT_INPUT_CHECK(p.num_distributed_optimizer_instances == out.dp_replica->size() &&
                      out.dp_shard->size() * out.dp_replica->size() == out.dp->size(),
                  recipe.source_path, ": parallel.num_distributed_optimizer_instances=",

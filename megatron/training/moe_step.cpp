@@ -69,7 +69,10 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
   all_reduce(*g.pp, per_layer, parallel::ReduceOp::Sum);  // each layer lives on one stage
   m.moe_layer_imbalance = std::move(per_layer);
   m.has_moe = true;
-  m.moe_aux_loss = sums[0] / static_cast<double>(micro_batches);
+  // global_aux_loss: the dp ranks' partial losses add up to one loss per micro-batch index.
+  const bool global = spec.router.balancing == config::MoeLoadBalancing::GlobalAuxLoss;
+  m.moe_aux_loss = sums[0] / static_cast<double>(micro_batches) *
+                   (global ? static_cast<double>(g.dp->size()) : 1.0);
   m.moe_z_loss = sums[1] / static_cast<double>(micro_batches);
   m.moe_dropped_fraction = sums[3] > 0 ? sums[2] / sums[3] : 0.0;
   m.moe_load_imbalance = worst[0];

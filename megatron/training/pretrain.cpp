@@ -33,7 +33,8 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
                             p.data,
                             p.pipeline,
                             p.order,
-                            p.num_distributed_optimizer_instances};
+                            p.num_distributed_optimizer_instances,
+                            p.expert_tensor};
   std::unique_ptr<parallel::Mesh> mesh =
       launch.world_size > 1 ? std::make_unique<parallel::Mesh>(sizes, *world, launch)
                             : parallel::Mesh::single_process();
@@ -42,9 +43,10 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
         << launch.num_nodes << " node(s)\n"
         << mesh->placement().report() << std::flush;
   }
-  const TrainerGroups mesh_groups{
-      &mesh->world(), &mesh->tp(), &mesh->dp(),        &mesh->pp(),       &mesh->embedding(),
-      &mesh->model(), &mesh->ep(), &mesh->expert_dp(), &mesh->dp_shard(), &mesh->dp_replica()};
+  const TrainerGroups mesh_groups{&mesh->world(),      &mesh->tp(),        &mesh->dp(),
+                                  &mesh->pp(),         &mesh->embedding(), &mesh->model(),
+                                  &mesh->ep(),         &mesh->expert_dp(), &mesh->dp_shard(),
+                                  &mesh->dp_replica(), &mesh->expert_tp()};
   // training.device: cuda: one GPU per process, picked by node-local rank.
   const Device device =
       recipe.training.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;

@@ -50,11 +50,6 @@ void Trainer::check_groups(TrainerGroups g) {
   single_ = parallel::make_single_process_communicator();
   groups_ = complete_groups(recipe_, g, single_.get());
   const auto& tr = recipe_.training;
-  MT_INPUT_CHECK(
-      recipe_.model.moe.moe_router_load_balancing_type != config::MoeLoadBalancing::GlobalAuxLoss,
-      recipe_.source_path,
-      ": model.moe_router_load_balancing_type: global_aux_loss is not implemented yet "
-      "(use aux_loss, seq_aux_loss or none)");
   device_ = tr.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
   // The caller selects the GPU (cuda::select_device_for_local_rank) and gives NCCL groups
   // (tools/pretrain.cpp); here only whether one is usable at all.
@@ -73,8 +68,9 @@ void Trainer::check_groups(TrainerGroups g) {
 void Trainer::build_model(int64_t tokenizer_vocab) {
   check_host_memory_fits(recipe_, tokenizer_vocab, device_);
   store_ = ParamStore(device_);
-  model_ = models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp,
-                                      groups_.pp->rank(), groups_.pp->size(), groups_.ep);
+  model_ =
+      models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp, groups_.pp->rank(),
+                                 groups_.pp->size(), {groups_.ep, groups_.expert_tp, groups_.dp});
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients. The dense
   // region is sharded over the dp shard group, the experts' over expert dp (ZeRO stages).

@@ -17,7 +17,10 @@ Recompute parse_recompute(std::string_view name) {
 void TransformerSpec::validate(int64_t tp_size) const {
   MT_CHECK(num_layers > 0 && hidden > 0 && heads > 0 && ffn > 0 && seq_length > 0,
            "transformer sizes must be positive");
-  MT_CHECK(hidden % heads == 0, "hidden size ", hidden, " not divisible by heads ", heads);
+  MT_CHECK(kv_channels >= 0, "kv_channels ", kv_channels, " must be >= 0");
+  // Only the default head dimension needs heads to divide hidden (as in Megatron-Core).
+  MT_CHECK(kv_channels > 0 || hidden % heads == 0, "hidden size ", hidden,
+           " not divisible by heads ", heads);
   MT_CHECK(query_groups > 0 && heads % query_groups == 0, "heads ", heads,
            " not divisible by query groups ", query_groups);
   MT_CHECK(query_groups % tp_size == 0, "query groups ", query_groups,

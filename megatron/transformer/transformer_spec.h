@@ -17,6 +17,9 @@ Recompute parse_recompute(std::string_view name);
 
 struct TransformerSpec {
   int64_t num_layers = 0, hidden = 0, heads = 0, query_groups = 0, ffn = 0;
+  // The head dimension (model.kv_channels); 0 -> hidden / heads. The query projection is
+  // heads * head_dim() wide, which need not equal hidden.
+  int64_t kv_channels = 0;
   int64_t seq_length = 0;
   Norm::Kind norm = Norm::Kind::LayerNorm;
   bool swiglu = false;
@@ -58,7 +61,7 @@ struct TransformerSpec {
     s.site = 10 + site;
     return s;
   }
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
   void validate(int64_t tp_size) const;
   // Megatron's scaled init for the output projections of the residual branches.
   float output_init_std() const;

@@ -88,6 +88,8 @@ std::vector<hf::TensorMapping> bert_mappings(const std::string& arch, const conf
                                              int64_t Vp) {
   const int64_t D = m.hidden_size, H = m.num_attention_heads, Dh = m.head_dim(), F = m.ffn(),
                 V = m.vocab_size;
+  MT_INPUT_CHECK(H * Dh == D, "model.kv_channels ", Dh, " gives a query width ", H * Dh,
+                 " other than hidden_size ", D, ": ", arch, " has no head_dim to describe it");
   std::vector<hf::TensorMapping> out;
   const std::string e = "bert.embeddings.";
   out.push_back(hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, D}),

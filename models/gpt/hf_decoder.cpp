@@ -154,13 +154,17 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   m.init_method_std = c.number_or("initializer_range", 0.02);
   if (c.string_or("hidden_act", "silu") != "silu")
     c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
-  if (m.num_attention_heads <= 0 || m.hidden_size % m.num_attention_heads)
-    c.fail("num_attention_heads", "must divide hidden_size");
-  if (c.has("head_dim") && c.integer("head_dim") != m.hidden_size / m.num_attention_heads)
-    c.fail("head_dim", concat(c.integer("head_dim"),
-                              " differs from hidden_size / "
-                              "num_attention_heads = ",
-                              m.hidden_size / m.num_attention_heads, " (not supported)"));
+  if (m.num_attention_heads <= 0) c.fail("num_attention_heads", "must be > 0");
+  // head_dim (Mistral-NeMo, Qwen3) is Megatron-Core's kv_channels; set only where it differs
+  // from hidden_size / num_attention_heads so that other imports keep their recipes unchanged.
+  const bool divides = m.hidden_size % m.num_attention_heads == 0;
+  if (c.has("head_dim")) {
+    const int64_t head_dim = c.integer("head_dim");
+    if (head_dim <= 0) c.fail("head_dim", concat("must be > 0 (got ", head_dim, ")"));
+    if (!divides || head_dim != m.hidden_size / m.num_attention_heads) m.kv_channels = head_dim;
+  } else if (!divides) {
+    c.fail("num_attention_heads", "must divide hidden_size (or head_dim must be given)");
+  }
   // Biases everywhere (attention_bias and mlp_bias) are Megatron's add_bias; one without the
   // other has no Megatron equivalent.
   const bool attention_bias = c.boolean_or("attention_bias", false);
@@ -285,6 +289,8 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                  "LlamaForCausalLM (attention_bias and mlp_bias) or GPT2LMHeadModel");
   std::vector<TensorMapping> out;
   const bool gpt2 = arch == kGpt2;
+  MT_INPUT_CHECK(!gpt2 || H * Dh == D, "model.kv_channels ", Dh, " gives a query width ", H * Dh,
+                 " other than hidden_size ", D, ": ", kGpt2, " has no head_dim to describe it");
   const std::string root = gpt2 ? "transformer." : "model.";
   out.push_back(hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, D}),
                                         root + (gpt2 ? "wte.weight" : "embed_tokens.weight"), V));

@@ -351,6 +351,7 @@ Recipe everything_set() {
   return minimal({"model.arch=llama",
                   "model.num_layers=8",
                   "model.num_query_groups=2",
+                  "model.kv_channels=24",
                   "model.ffn_hidden_size=172",
                   "model.max_position_embeddings=64",
                   "model.normalization=rmsnorm",

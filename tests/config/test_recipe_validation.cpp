@@ -72,6 +72,15 @@ const Rule kRules[] = {
      "model.num_query_groups", "4 % 3"},
     {"hidden_heads", "model: {hidden_size: 66, num_attention_heads: 4}", "model.hidden_size",
      "66 % 4"},
+    {"kv_channels_word", "model: {kv_channels: wide}", "model.kv_channels", "'wide'"},
+    {"kv_channels_negative", "model: {kv_channels: -8}", "model.kv_channels", "got -8"},
+    {"kv_channels_huge", "model: {kv_channels: 100000}", "model.kv_channels", "got 100000"},
+    {"kv_channels_odd_rope", "model: {position_embedding: rope, kv_channels: 15}",
+     "model.kv_channels", "must be even with position_embedding: rope (got 15)"},
+    {"rope_odd_head_dim",
+     "model: {hidden_size: 60, num_attention_heads: 4, position_embedding: "
+     "rope}",
+     "model.position_embedding", "hidden_size / num_attention_heads = 15"},
     {"normalization", "model: {normalization: batchnorm}", "model.normalization", "'batchnorm'"},
     {"activation", "model: {activation: relu}", "model.activation", "'relu'"},
     {"position", "model: {position_embedding: alibi}", "model.position_embedding", "'alibi'"},
@@ -174,8 +183,15 @@ const Rule kRules[] = {
     {"expert_dense", "parallel: {expert: 2}", "parallel.expert", "expert 2 with num_experts 0"},
     {"experts_expert", "model: {num_experts: 3}\nparallel: {expert: 2}", "model.num_experts",
      "3 % 2"},
-    {"expert_tensor", "model: {num_experts: 4}\nparallel: {tensor: 2, expert_tensor: 1}",
-     "parallel.expert_tensor", "only auto"},
+    {"expert_tensor_value", "model: {num_experts: 4}\nparallel: {tensor: 4, expert_tensor: 2}",
+     "parallel.expert_tensor", "must be auto, 1 or parallel.tensor (got 2 with tensor 4)"},
+    {"expert_tensor_without_sp", "model: {num_experts: 4}\nparallel: {tensor: 2, expert_tensor: 1}",
+     "parallel.expert_tensor", "needs parallel.sequence_parallel: true"},
+    {"expert_tensor_dense", "parallel: {tensor: 2, sequence_parallel: true, expert_tensor: 1}",
+     "parallel.expert_tensor", "needs an MoE model"},
+    {"moe_ffn_expert_tensor",
+     "model: {num_experts: 4, moe_ffn_hidden_size: 30}\nparallel: {tensor: 4, expert_tensor: 4}",
+     "model.moe_ffn_hidden_size", "30 % 4"},
     {"expert_tensor_zero", "parallel: {expert_tensor: -1}", "parallel.expert_tensor", "got -1"},
     {"comm_warn_negative", "parallel: {comm_warn_s: -1}", "parallel.comm_warn_s", "got -1"},
     {"comm_timeout_negative", "parallel: {comm_timeout_s: -5}", "parallel.comm_timeout_s",
@@ -332,6 +348,23 @@ TEST(Validation, BaseIsValid) {
   EXPECT_EQ(r.model.max_positions(), 32);
 }
 
+// model.kv_channels (Megatron-Core's; Hugging Face's head_dim): unset or 0 is hidden / heads; set,
+// it is the head dimension whatever hidden / heads is, and the heads need not divide hidden.
+TEST(Validation, KvChannelsIsTheHeadDimension) {
+  ScratchDir dir;
+  auto load = [&](const std::string& name, const std::string& model) {
+    return load_recipe(
+        dir.write(name, "extends: " + fixture("valid_base.yaml") + "\nmodel: {" + model + "}\n"));
+  };
+  EXPECT_EQ(load("unset.yaml", "kv_channels: null").model.head_dim(), 16);
+  EXPECT_EQ(load("zero.yaml", "kv_channels: 0").model.head_dim(), 16);
+  const Recipe wide = load("wide.yaml", "kv_channels: 24, position_embedding: rope");
+  EXPECT_EQ(wide.model.kv_channels, 24);
+  EXPECT_EQ(wide.model.head_dim(), 24);
+  EXPECT_EQ(load("odd.yaml", "hidden_size: 66, kv_channels: 15").model.head_dim(), 15);
+  EXPECT_THAT(load("shown.yaml", "").to_yaml(), HasSubstr("kv_channels: 0  # auto: 16"));
+}
+
 // A cross-section error names the file that set the key it reports, even when another file set
 // the value it conflicts with.
 TEST(Validation, CrossSectionErrorNamesTheFileOfTheReportedKey) {
@@ -456,6 +489,17 @@ TEST(ValidateForWorld, ExpertMustDivideDataParallel) {
       msg,
       HasSubstr("(--set parallel.expert=4): parallel.expert: must divide the data-parallel size"));
   EXPECT_THAT(msg, HasSubstr("dp 2 % expert 4"));
+}
+
+// Whole experts under tp (expert_tensor 1): ep is carved out of tp x dp, not dp alone.
+TEST(ValidateForWorld, ExpertWithWholeExpertsMustDivideTensorTimesData) {
+  Recipe r = base({"model.num_experts=8", "parallel.expert=4", "parallel.tensor=2",
+                   "parallel.sequence_parallel=true", "parallel.expert_tensor=1"});
+  r.validate_for_world(4);  // tp 2 x dp 2
+  r.validate_for_world(8);
+  std::string msg = input_error([&] { r.validate_for_world(2); });
+  EXPECT_THAT(msg, HasSubstr("parallel.expert: must divide tensor * data-parallel size with "
+                             "expert_tensor 1 (got 2 % expert 4 = 2)"));
 }
 
 TEST(ValidateForWorld, DistributedOptimizerInstancesMustDivideDataParallel) {

@@ -187,8 +187,9 @@ struct RecipeSpec {
   std::string model_extra = {};  // more model keys, e.g. "num_experts: 4, moe_router_topk: 2"
   // layout
   int64_t tp = 1, pp = 1, vpp = 1;
-  int64_t dp = 0;  // 0: auto (world / tp / pp)
-  int64_t ep = 1;  // expert parallel (MoE), carved out of dp
+  int64_t dp = 0;   // 0: auto (world / tp / pp)
+  int64_t ep = 1;   // expert parallel (MoE), carved out of dp
+  int64_t etp = 0;  // parallel.expert_tensor (0: auto = tp; 1: experts whole, ep folds tp)
   bool sp = false, distributed = false;
   std::vector<int64_t> stage_layers = {};  // explicit (uneven) pipeline split
   // parallel.data_parallel_sharding_strategy (empty: unset) and hybrid sharding's instances
@@ -226,6 +227,7 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
     << ", sequence_parallel: " << (s.sp ? "true" : "false");
   if (s.dp > 0) y << ", data: " << s.dp;
   if (s.ep > 1) y << ", expert: " << s.ep;
+  if (s.etp > 0) y << ", expert_tensor: " << s.etp;
   if (s.vpp > 1) y << ", virtual_pipeline: " << s.vpp;
   if (!s.sharding.empty()) y << ", data_parallel_sharding_strategy: " << s.sharding;
   if (s.dp_instances > 1) y << ", num_distributed_optimizer_instances: " << s.dp_instances;
@@ -264,12 +266,14 @@ struct Layout {
   std::vector<int64_t> stage_layers = {};
   std::string sharding = {};  // parallel.data_parallel_sharding_strategy (empty: unset)
   int64_t dp_instances = 1;   // hybrid sharding
+  int64_t etp = 0;            // parallel.expert_tensor (0: auto)
   int64_t ranks() const { return tp * pp * dp; }
   std::string name() const {
     std::ostringstream o;
     o << "tp" << tp << " pp" << pp << " dp" << dp << " vpp" << vpp << " micro" << micro
       << (sp ? " sp" : "") << (distributed ? " distopt" : "");
     if (ep > 1) o << " ep" << ep;
+    if (etp > 0) o << " etp" << etp;
     if (recompute != "none") o << " recompute " << recompute;
     for (int64_t n : stage_layers) o << " " << n;
     if (!sharding.empty()) o << " " << sharding;
@@ -286,6 +290,7 @@ struct Layout {
     s.distributed = distributed;
     s.stage_layers = stage_layers;
     s.ep = ep;
+    s.etp = etp;
     s.recompute = recompute;
     s.sharding = sharding;
     s.dp_instances = dp_instances;
@@ -340,12 +345,13 @@ inline training::TrainSummary train_on_world(const config::Recipe& r,
   sizes.ep = r.parallel.expert;
   sizes.dp = mp::testing::world().size() / (sizes.tp * sizes.pp);
   sizes.dp_instances = r.parallel.num_distributed_optimizer_instances;
+  sizes.etp = r.parallel.expert_tensor;
   mp::Mesh mesh(sizes, mp::testing::world(), mp::testing::launch());
   std::ostringstream log;
   training::Trainer t(
       r, kVocab, std::move(train), std::move(valid),
       {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(), &mesh.model(),
-       &mesh.ep(), &mesh.expert_dp(), &mesh.dp_shard(), &mesh.dp_replica()},
+       &mesh.ep(), &mesh.expert_dp(), &mesh.dp_shard(), &mesh.dp_replica(), &mesh.expert_tp()},
       log);
   return t.run();
 }

@@ -43,12 +43,15 @@ TEST(MoeCheckpoint, AnyLayoutLoadsAnyOther) {
   const eq::Layout single{.micro = 2}, ep2{.dp = 2, .micro = 2, .ep = 2},
       ep2_dist{.dp = 2, .micro = 2, .distributed = true, .ep = 2},
       tp2{.tp = 2, .micro = 2, .sp = true}, pp2{.pp = 2, .micro = 2},
-      dp2_dist{.dp = 2, .micro = 2, .distributed = true};
+      dp2_dist{.dp = 2, .micro = 2, .distributed = true},
+      // whole experts over the tp ranks (expert_tensor 1), with the distributed optimizer
+      tp2_etp1{.tp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2, .etp = 1};
   const auto reference = run(single, 10, "", "");
   const fs::path base = eq::shared_scratch_path("megatron_moe_ckpt_");
   const std::vector<std::pair<eq::Layout, eq::Layout>> cases = {
-      {ep2_dist, single}, {single, ep2}, {ep2, tp2},          {tp2, ep2_dist},
-      {pp2, ep2},         {ep2, pp2},    {ep2_dist, dp2_dist}};
+      {ep2_dist, single}, {single, ep2},     {ep2, tp2},           {tp2, ep2_dist},
+      {pp2, ep2},         {ep2, pp2},        {ep2_dist, dp2_dist}, {tp2, tp2_etp1},
+      {tp2_etp1, ep2},    {tp2_etp1, single}};
   int index = 0;
   for (const auto& [from, to] : cases) {
     SCOPED_TRACE(from.name() + " -> " + to.name());
@@ -70,24 +73,29 @@ TEST(MoeCheckpoint, AnyLayoutLoadsAnyOther) {
   eq::report_max_diff("moe checkpoint reshard");
 }
 
-// Same layout, save at 5 and resume: bit-identical losses, router losses and gradient norms.
+// Same layout, save at 5 and resume: bit-identical losses, router losses and gradient norms
+// (experts over dp, and whole experts over the tp ranks).
 TEST(MoeCheckpoint, ResumeInTheSameLayoutIsBitExact) {
   if (world().size() != 2) GTEST_SKIP() << "written for 2 ranks";
-  const eq::Layout ep2_dist{.dp = 2, .micro = 2, .distributed = true, .ep = 2};
-  const auto uninterrupted = run(ep2_dist, 10, "", "");
-  const fs::path dir = eq::shared_scratch_path("megatron_moe_resume_");
-  run(ep2_dist, 5, dir.string(), "");
-  const auto resumed = run(ep2_dist, 10, "", dir.string());
-  ASSERT_EQ(resumed.steps.size(), 5u);
-  for (size_t i = 0; i < 5; ++i) {
-    const auto &got = resumed.steps[i], &want = uninterrupted.steps[5 + i];
-    EXPECT_EQ(got.loss, want.loss) << "iteration " << want.iteration;
-    EXPECT_EQ(got.grad_norm, want.grad_norm) << "iteration " << want.iteration;
-    EXPECT_EQ(got.moe_aux_loss, want.moe_aux_loss) << "iteration " << want.iteration;
-    EXPECT_EQ(got.moe_z_loss, want.moe_z_loss) << "iteration " << want.iteration;
+  for (const eq::Layout& l :
+       {eq::Layout{.dp = 2, .micro = 2, .distributed = true, .ep = 2},
+        eq::Layout{.tp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2, .etp = 1}}) {
+    SCOPED_TRACE(l.name());
+    const auto uninterrupted = run(l, 10, "", "");
+    const fs::path dir = eq::shared_scratch_path("megatron_moe_resume_");
+    run(l, 5, dir.string(), "");
+    const auto resumed = run(l, 10, "", dir.string());
+    ASSERT_EQ(resumed.steps.size(), 5u);
+    for (size_t i = 0; i < 5; ++i) {
+      const auto &got = resumed.steps[i], &want = uninterrupted.steps[5 + i];
+      EXPECT_EQ(got.loss, want.loss) << "iteration " << want.iteration;
+      EXPECT_EQ(got.grad_norm, want.grad_norm) << "iteration " << want.iteration;
+      EXPECT_EQ(got.moe_aux_loss, want.moe_aux_loss) << "iteration " << want.iteration;
+      EXPECT_EQ(got.moe_z_loss, want.moe_z_loss) << "iteration " << want.iteration;
+    }
+    world().barrier();
+    if (world().rank() == 0) fs::remove_all(dir);
   }
-  world().barrier();
-  if (world().rank() == 0) fs::remove_all(dir);
 }
 
 }  // namespace

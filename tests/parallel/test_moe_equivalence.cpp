@@ -1,7 +1,8 @@
 // mpirun-np: 2 4
 // Mixture of experts over the mesh: for the same seed and global batch, expert parallelism
 // (ep 2/4, carved out of dp, with and without the distributed optimizer), tensor parallelism
-// (experts split over tp, with and without sequence parallelism), pipeline parallelism (1F1B and
+// (experts split over tp, with and without sequence parallelism; or whole experts with ep
+// carved out of tp x dp: expert_tensor 1), pipeline parallelism (1F1B and
 // interleaved), full recompute and their combinations reproduce the single-process loss, router
 // aux and z losses, load imbalance, dropped fraction and gradient norm over 20 steps within
 // fp32 round-off (2e-5), for softmax top-2 routing with the aux loss, sigmoid routing with the
@@ -16,6 +17,7 @@
 #include "equivalence_fixture.h"
 #include "megatron/transformer/moe/moe_layer.h"
 #include "models/gpt/gpt_model.h"
+#include "tests/support/moe_test_util.h"
 
 namespace megatron {
 namespace {
@@ -47,11 +49,18 @@ std::vector<eq::Layout> moe_layouts(int64_t micro) {
       {.tp = 2, .micro = micro},
       {.pp = 2, .vpp = 2, .micro = micro},
       {.dp = 2, .micro = micro, .ep = 2, .recompute = "full"},
+      // whole experts under tp (expert_tensor 1): ep over the tp ranks, or experts replicated
+      // over tp and reduced over it
+      {.tp = 2, .micro = micro, .sp = true, .ep = 2, .etp = 1},
+      {.tp = 2, .micro = micro, .sp = true, .etp = 1},
       // 4 ranks
       {.dp = 4, .micro = micro, .distributed = true, .ep = 4},
       {.dp = 4, .micro = micro, .ep = 2},
       {.tp = 2, .dp = 2, .micro = micro, .sp = true, .distributed = true, .ep = 2},
       {.pp = 2, .dp = 2, .micro = micro, .ep = 2},
+      {.tp = 2, .dp = 2, .micro = micro, .sp = true, .distributed = true, .ep = 4, .etp = 1},
+      {.tp = 2, .dp = 2, .micro = micro, .sp = true, .ep = 2, .etp = 1},
+      {.tp = 2, .pp = 2, .micro = micro, .sp = true, .ep = 2, .etp = 1},
   };
 }
 
@@ -89,6 +98,48 @@ TEST(MoeEquivalence, CapacityDropsTokens) {
   eq::report_max_diff("moe capacity");
 }
 
+// global_aux_loss (Megatron's): the counts of every data-parallel rank's micro-batch, averaged
+// over the step's micro-batches so far. It depends on the data-parallel size by definition (the
+// counts span the dp ranks), so layouts match a reference of their own dp size: dp 1 layouts the
+// single process, dp 2 layouts the plain dp 2 run; ep, expert tensor parallelism, tp + sp,
+// pipelining, recomputation and the distributed optimizer change nothing.
+TEST(MoeEquivalence, GlobalAuxLossMatchesAtTheSameDataParallelSize) {
+  eq::RecipeSpec m = moe_model(
+      "moe_router_topk: 2, moe_router_load_balancing_type: global_aux_loss, "
+      "moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001",
+      2);
+  m.global = 16;  // 8 micro-batches: the running mean spans several
+  m.iters = 10;
+  EXPECT_GT(
+      eq::expect_layouts_match(m, source(),
+                               {{.tp = 2, .micro = 2, .sp = true},
+                                {.tp = 2, .micro = 2, .sp = true, .ep = 2, .etp = 1},
+                                {.pp = 2, .vpp = 2, .micro = 2},
+                                {.tp = 2, .pp = 2, .micro = 2, .sp = true, .ep = 2, .etp = 1}}),
+      0);
+  const int P = world().size();
+  const eq::Layout reference = P == 2 ? eq::Layout{.dp = 2, .micro = 2}
+                                      : eq::Layout{.tp = 2, .dp = 2, .micro = 2, .sp = true};
+  const std::vector<eq::Layout> layouts =
+      P == 2
+          ? std::vector<eq::Layout>{{.dp = 2, .micro = 2, .distributed = true, .ep = 2},
+                                    {.dp = 2, .micro = 2, .ep = 2, .recompute = "full"}}
+          : std::vector<eq::Layout>{
+                {.pp = 2, .dp = 2, .micro = 2, .ep = 2},
+                {.tp = 2, .dp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 4, .etp = 1}};
+  const auto ref = eq::train_on_world(eq::make_recipe(reference.applied_to(m)), source(), source());
+  // The case is what it claims: dp 2 differs from one process (the counts span both ranks).
+  const auto single = eq::train_single(eq::make_recipe(m), source(), source());
+  EXPECT_GT(std::abs(ref.steps[3].moe_aux_loss - single.steps[3].moe_aux_loss),
+            1e-6 * single.steps[3].moe_aux_loss);
+  for (const eq::Layout& l : layouts) {
+    SCOPED_TRACE(l.name() + " vs " + reference.name());
+    eq::expect_same_curve(eq::train_on_world(eq::make_recipe(l.applied_to(m)), source(), source()),
+                          ref, {});
+  }
+  eq::report_max_diff("moe global aux loss");
+}
+
 // bf16 mixed precision (bf16 weights, activations, expert rows and all-to-alls; router in fp32):
 // within what bf16 rounding in another reduction order leaves (the dense models' tolerance);
 // the load imbalance within 10% (rounding flips the choice of near-tied tokens).
@@ -102,6 +153,7 @@ TEST(MoeEquivalence, Bf16LayoutsTrackSingleProcess) {
       {.tp = 2, .micro = 2, .sp = true},
       {.pp = 2, .vpp = 2, .micro = 2},
       {.tp = 2, .dp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2},
+      {.tp = 2, .micro = 2, .sp = true, .ep = 2, .etp = 1},
   };
   EXPECT_GT(eq::expect_layouts_match(m, source(), layouts, eq::Tolerance{2e-3, 3e-2, 0.1}), 0);
   eq::report_max_diff("moe bf16");
@@ -133,7 +185,7 @@ TEST(MoeEquivalence, RanksWithoutTokensCompleteWithZeroGradients) {
     auto tp = mp::make_single_process_communicator();
     auto state = std::make_shared<moe::MoeState>(spec);
     ParamStore store;
-    models::GPTModel model(g, store, *tp, {}, nullptr, moe::moe_submodules(ep, state));
+    models::GPTModel model(g, store, *tp, {}, nullptr, moe::moe_submodules({&ep, tp.get()}, state));
     store.finalize();
     store.initialize(3);
     for (Parameter* p : store.params())
@@ -178,6 +230,65 @@ TEST(MoeEquivalence, RanksWithoutTokensCompleteWithZeroGradients) {
     experts_here += name.find("experts.") != std::string::npos ? 1 : 0;
   }
   EXPECT_EQ(experts_here, 2 * 2 * 2);  // 2 local experts x fc1/fc2 x 2 layers
+}
+
+// global_aux_loss over the data-parallel group (the world): rank r's loss at micro-batch m is
+// Megatron's formula with the counts of every rank's micro-batches 0..m (summed over ranks,
+// averaged over micro-batches) over P x T tokens, and its own probabilities. Every rank knows
+// every rank's inputs (seeded by rank), so the expected values come from the router's functions.
+TEST(MoeEquivalence, GlobalAuxLossCountsEveryDataParallelRank) {
+  const int P = world().size();
+  moe::MoeSpec spec;
+  spec.router.num_experts = 4;
+  spec.router.topk = 2;
+  spec.router.balancing = config::MoeLoadBalancing::GlobalAuxLoss;
+  spec.router.aux_loss_coeff = 0.1f;
+  spec.expert_ffn = 8;
+  TransformerSpec t;
+  t.num_layers = 1;
+  t.hidden = 8;
+  t.heads = 2;
+  t.query_groups = 2;
+  t.ffn = 16;
+  t.seq_length = 4;
+  t.init_std = 0.5f;
+  auto single = mp::make_single_process_communicator();
+  auto state = std::make_shared<moe::MoeState>(spec);
+  ParamStore store;
+  const std::string prefix = "layers.0";
+  const BlockSubmodules subs = moe::moe_submodules({single.get(), single.get(), &world()}, state);
+  const auto layer = subs.mlp(SubmoduleArgs{store, prefix, 0, t, *single, {}});
+  store.finalize();
+  store.initialize(5);  // the same router on every rank
+  const Parameter* router = store.params().front();
+  ASSERT_EQ(router->name, "layers.0.mlp.router.weight");
+  const int64_t S = 4, B = 2, D = 8, E = 4, T = S * B;
+  auto input = [&](int m, int rank) {
+    std::mt19937 rng(static_cast<uint32_t>(100 * m + rank));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    Tensor x = Tensor::empty({S, B, D}, DType::F32);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = normal(rng);
+    return x;
+  };
+  auto routing = [&](const Tensor& x) {
+    return moe::testing::naive_routing(x, router->weight, spec.router);
+  };
+  const int me = world().rank();
+  std::vector<double> sum_counts(E, 0.0);  // over ranks and micro-batches so far
+  for (int m = 0; m < 3; ++m) {
+    for (int r = 0; r < P; ++r) {
+      const std::vector<double> c = moe::balance_counts(routing(input(m, r)), spec.router, B);
+      for (int64_t e = 0; e < E; ++e) sum_counts[e] += c[e];
+    }
+    std::vector<double> mean = sum_counts;
+    for (double& v : mean) v /= (m + 1);
+    const Tensor x = input(m, me);
+    const double want = moe::balance_loss(routing(x), spec.router, mean, P * T, B).loss;
+    auto st = layer->make_state();
+    (void)state->take_forward_loss();
+    layer->forward(*st, x, MicroBatchInfo{7, m * B, true});
+    EXPECT_NEAR(state->take_forward_loss(), want, 1e-7 * std::abs(want)) << "micro-batch " << m;
+  }
 }
 
 }  // namespace

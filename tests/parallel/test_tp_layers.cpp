@@ -7,6 +7,7 @@
 #include "megatron/backend/ops.h"
 #include "megatron/transformer/layers.h"
 #include "parallel_test.h"
+#include "tests/support/random_tensor.h"
 
 namespace megatron {
 namespace {
@@ -14,13 +15,7 @@ namespace {
 namespace mp = megatron::parallel;
 using mp::testing::world;
 
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::F32);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+using megatron::testing::random_tensor;
 
 // Rows [r * n / parts, (r + 1) * n / parts) of dim 0, or columns of the last dim.
 Tensor slice_dim0(const Tensor& t, int64_t part, int64_t parts) {

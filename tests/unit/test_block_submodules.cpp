@@ -10,6 +10,7 @@
 #include "megatron/parallel/communicator.h"
 #include "megatron/transformer/block.h"
 #include "megatron/transformer/mlp.h"
+#include "tests/support/random_tensor.h"
 
 namespace megatron {
 namespace {
@@ -28,13 +29,7 @@ TransformerSpec tiny_spec(bool post_norm) {
   return t;
 }
 
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  Tensor t = Tensor::empty(shape, DType::F32);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = dist(rng);
-  return t;
-}
+using megatron::testing::random_tensor;
 
 std::vector<float> values(const Tensor& t) {
   return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());

@@ -1,5 +1,6 @@
 // Whole-model checks: finite-difference gradients of every parameter tensor for several GPT
-// variants, and that the residual/tied/untied wiring gives the loss a hand computation expects.
+// variants (one with model.kv_channels != hidden / heads), and that the residual/tied/untied
+// wiring gives the loss a hand computation expects.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +17,7 @@ struct Variant {
   bool swiglu, rope, rmsnorm, tie, bias;
   int64_t groups;
   float hidden_dropout, attention_dropout;
+  int64_t kv_channels;  // 0: hidden / heads
 };
 
 GPTSpec tiny_spec(const Variant& v) {
@@ -25,6 +27,7 @@ GPTSpec tiny_spec(const Variant& v) {
   t.hidden = 16;
   t.heads = 4;
   t.query_groups = v.groups;
+  t.kv_channels = v.kv_channels;
   t.ffn = 24;
   t.seq_length = 6;
   t.norm = v.rmsnorm ? Norm::Kind::RMSNorm : Norm::Kind::LayerNorm;
@@ -92,16 +95,19 @@ TEST_P(GPTGradientCheck, EveryParameterMatchesFiniteDifferences) {
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, GPTGradientCheck,
-    ::testing::Values(Variant{"gpt", false, false, false, true, true, 4, 0.0f, 0.0f},
-                      Variant{"gpt_untied_gqa", false, false, false, false, true, 2, 0.0f, 0.0f},
-                      Variant{"llama_style", true, true, true, false, false, 2, 0.0f, 0.0f},
-                      Variant{"gpt_dropout", false, false, false, true, true, 4, 0.1f, 0.1f}),
+    ::testing::Values(Variant{"gpt", false, false, false, true, true, 4, 0.0f, 0.0f, 0},
+                      Variant{"gpt_untied_gqa", false, false, false, false, true, 2, 0.0f, 0.0f, 0},
+                      Variant{"llama_style", true, true, true, false, false, 2, 0.0f, 0.0f, 0},
+                      Variant{"gpt_dropout", false, false, false, true, true, 4, 0.1f, 0.1f, 0},
+                      // head dim 6, not 16 / 4: query width 24 != hidden (Mistral-NeMo-like)
+                      Variant{"llama_kv_channels", true, true, true, false, false, 2, 0.0f, 0.0f,
+                              6}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GPTModel, InitialLossIsNearUniform) {
   auto tp = parallel::make_single_process_communicator();
   ParamStore store;
-  GPTSpec spec = tiny_spec({"gpt", false, false, false, true, true, 4, 0, 0});
+  GPTSpec spec = tiny_spec({"gpt", false, false, false, true, true, 4, 0, 0, 0});
   spec.transformer.init_std = 0.002f;
   GPTModel model(spec, store, *tp);
   store.finalize();
@@ -116,7 +122,7 @@ TEST(GPTModel, InitialLossIsNearUniform) {
 TEST(GPTModel, GradientsAccumulateOverMicroBatches) {
   auto tp = parallel::make_single_process_communicator();
   ParamStore store;
-  GPTModel model(tiny_spec({"gpt", false, false, false, true, true, 4, 0, 0}), store, *tp);
+  GPTModel model(tiny_spec({"gpt", false, false, false, true, true, 4, 0, 0, 0}), store, *tp);
   store.finalize();
   store.initialize(5);
   const MicroBatch mb = random_batch(6, 2, 29, 3);

@@ -29,9 +29,9 @@ namespace st = checkpoint::safetensors;
 using ::testing::HasSubstr;
 
 const std::vector<std::string> kFixtures = {
-    "gpt2",         "llama_bf16", "llama_tied", "llama31_scaled",    "mistral_sharded",
-    "qwen2_tied",   "mixtral",    "llama_bias", "llama_linear_rope", "bert_pretraining",
-    "bert_mlm_bf16"};
+    "gpt2",          "llama_bf16",      "llama_tied", "llama31_scaled",    "mistral_sharded",
+    "qwen2_tied",    "mixtral",         "llama_bias", "llama_linear_rope", "bert_pretraining",
+    "bert_mlm_bf16", "mistral_head_dim"};
 
 fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
@@ -203,8 +203,9 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
     std::string fixture;
     int64_t tp, pp, ep;
   };
-  for (const Case& c : {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1},
-                        Case{"mixtral", 2, 2, 2}, Case{"mixtral", 1, 1, 4}}) {
+  for (const Case& c :
+       {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1}, Case{"mixtral", 2, 2, 2},
+        Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);
@@ -256,7 +257,12 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
       {"qwen2",
        "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
        "activation: swiglu, position_embedding: rope, add_bias: false, "
-       "add_qkv_bias: true"}};
+       "add_qkv_bias: true"},
+      // head dimension 12, not 32 / 4: exported as head_dim, imported back as kv_channels
+      {"llama_kv_channels",
+       "arch: llama, num_query_groups: 2, kv_channels: 12, ffn_hidden_size: 48, "
+       "normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
+       "tie_embeddings: false, add_bias: false"}};
   for (const auto& [name, model] : models) {
     SCOPED_TRACE(name);
     const fs::path ckpt = dir_ / name;
@@ -288,6 +294,10 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
     const Tensor la = a.forward(tokens).logits, lb = b.forward(tokens).logits;
     ASSERT_EQ(la.numel(), lb.numel());
     EXPECT_EQ(0, std::memcmp(la.raw(), lb.raw(), static_cast<size_t>(la.numel()) * 4));
+    const auto config = nlohmann::json::parse(std::ifstream(dir_ / (name + "_hf") / "config.json"));
+    if (name == "llama_kv_channels") {
+      EXPECT_EQ(config["head_dim"], 12);
+    }
   }
 }
 
@@ -421,6 +431,116 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
   // Nothing half-written is left in the export's parent either.
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+}
+
+// ---- head_dim (model.kv_channels) ------------------------------------------------------------
+
+std::string config_error(const fs::path& dir) {
+  try {
+    models::model_from_hf_config(hf::ConfigJson::load((dir / "config.json").string()));
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted " << dir;
+  return "";
+}
+
+TEST_F(HfConversion, HeadDimIsKvChannels) {
+  auto model_of = [](const fs::path& dir) {
+    return models::model_from_hf_config(hf::ConfigJson::load((dir / "config.json").string()));
+  };
+  const config::ModelConfig m = model_of(fixture("mistral_head_dim"));
+  EXPECT_EQ(m.kv_channels, 24);
+  EXPECT_EQ(m.head_dim(), 24);
+  // head_dim equal to hidden / heads (or absent) leaves kv_channels unset: recipes as before.
+  EXPECT_EQ(model_of(fixture("mistral_sharded")).kv_channels, 0);
+  {
+    const fs::path d = editable("mistral_head_dim");
+    edit_config(d, [](nlohmann::json& j) { j["head_dim"] = 16; });
+    EXPECT_EQ(model_of(d).kv_channels, 0);
+    EXPECT_EQ(model_of(d).head_dim(), 16);
+  }
+  {
+    // The heads need not divide hidden_size when head_dim is given (as in Megatron-Core).
+    const fs::path d = editable("mistral_head_dim");
+    edit_config(d, [](nlohmann::json& j) { j["hidden_size"] = 62; });
+    EXPECT_EQ(model_of(d).kv_channels, 24);
+  }
+  {
+    const fs::path d = editable("mistral_head_dim");
+    edit_config(d, [](nlohmann::json& j) {
+      j["hidden_size"] = 62;
+      j.erase("head_dim");
+    });
+    EXPECT_THAT(config_error(d), HasSubstr("\"num_attention_heads\": must divide hidden_size"));
+  }
+  {
+    const fs::path d = editable("mistral_head_dim");
+    edit_config(d, [](nlohmann::json& j) { j["head_dim"] = 0; });
+    EXPECT_THAT(config_error(d), HasSubstr("\"head_dim\": must be > 0 (got 0)"));
+  }
+  {
+    const fs::path d = editable("mistral_head_dim");
+    edit_config(d, [](nlohmann::json& j) { j["head_dim"] = 23; });  // rope needs it even
+    EXPECT_THAT(config_error(d), HasSubstr("model.kv_channels: must be even"));
+  }
+  // A recipe must give the same head dimension as config.json.
+  const std::string recipe_yaml =
+      "model: {arch: llama, num_layers: 2, hidden_size: 64, num_attention_heads: 4, "
+      "num_query_groups: 2, kv_channels: KV, ffn_hidden_size: 48, seq_length: 16, "
+      "normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
+      "tie_embeddings: false, add_bias: false, vocab_size: 96, layernorm_epsilon: 1.0e-5}\n"
+      "training: {micro_batch_size: 1, global_batch_size: 1, train_iters: 1}\n"
+      "optimizer: {lr: 0.01}\n"
+      "data: {tokenizer: {type: NullTokenizer, vocab_size: 96}, mock: true}\n";
+  auto with_kv = [&](const std::string& kv) {
+    std::string y = recipe_yaml;
+    y.replace(y.find("KV"), 2, kv);
+    const fs::path p = dir_ / ("kv" + kv + ".yaml");
+    std::ofstream(p) << y;
+    return p;
+  };
+  models::HfImportOptions o;
+  o.hf_dir = fixture("mistral_head_dim").string();
+  o.out_dir = (dir_ / "wrong_kv").string();
+  o.recipe = with_kv("16").string();
+  try {
+    models::import_hf_checkpoint(o);
+    ADD_FAILURE() << "a recipe with another kv_channels imported";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("kv16.yaml: model.kv_channels is 16 but "));
+    EXPECT_THAT(e.what(), HasSubstr("mistral_head_dim/config.json describes 24"));
+  }
+  o.out_dir = (dir_ / "right_kv").string();
+  o.recipe = with_kv("24").string();
+  models::import_hf_checkpoint(o);
+  export_to("right_kv", "right_kv_hf");
+  EXPECT_EQ(raw_tensors(dir_ / "right_kv_hf"), raw_tensors(fixture("mistral_head_dim")));
+  const auto exported = nlohmann::json::parse(std::ifstream(dir_ / "right_kv_hf" / "config.json"));
+  EXPECT_EQ(exported["head_dim"], 24);
+}
+
+// GPT-2 and BERT have no head_dim: a model whose query width is not hidden_size has no export.
+TEST_F(HfConversion, GptWithKvChannelsHasNoExport) {
+  const fs::path ckpt = dir_ / "gpt_kv";
+  {
+    const std::string yaml =
+        trained_recipe("arch: gpt, max_position_embeddings: 16, kv_channels: 12", ckpt);
+    auto src = std::make_shared<CountingSource>();
+    auto world = parallel::make_single_process_communicator();
+    std::ostringstream log;
+    training::Trainer t(config::parse_recipe_string(yaml, "gpt_kv.yaml"), 61, src, src, *world,
+                        log);
+    t.run();
+  }
+  try {
+    export_to("gpt_kv", "gpt_kv_hf");
+    ADD_FAILURE() << "exported a GPT with kv_channels 12 as GPT2LMHeadModel";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("model.kv_channels 12 gives a query width 48"));
+    EXPECT_THAT(e.what(), HasSubstr("GPT2LMHeadModel has no head_dim"));
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "gpt_kv_hf" / "config.json"));
 }
 
 }  // namespace

@@ -177,7 +177,7 @@ TEST(LoRA, RegistryFreezesTheBaseModel) {
       "lora.yaml");
   auto tp = parallel::make_single_process_communicator();
   ParamStore store;
-  const ModelChunks chunks = build_model_chunks(r, 64, store, *tp, 0, 1, nullptr);
+  const ModelChunks chunks = build_model_chunks(r, 64, store, *tp, 0, 1);
   store.finalize();
   int64_t adapters = 0;
   for (const Parameter* p : store.params()) {

@@ -71,10 +71,15 @@ void check_invariants(const mp::Placement& p, const std::string& what) {
   }
   for (int c : seen) EXPECT_EQ(c, 1);
   const std::pair<GroupKind, int64_t> expected_size[] = {
-      {GroupKind::TP, s.tp},           {GroupKind::CP, s.cp},
-      {GroupKind::DP, s.dp},           {GroupKind::PP, s.pp},
-      {GroupKind::EP, s.ep},           {GroupKind::ExpertDP, s.dp / s.ep},
-      {GroupKind::Model, s.tp * s.pp}, {GroupKind::DPCP, s.dp * s.cp}};
+      {GroupKind::TP, s.tp},
+      {GroupKind::CP, s.cp},
+      {GroupKind::DP, s.dp},
+      {GroupKind::PP, s.pp},
+      {GroupKind::EP, s.ep},
+      {GroupKind::ExpertDP, (s.experts_fold_tp() ? s.tp : 1) * s.dp / s.ep},
+      {GroupKind::ExpertTP, s.expert_tp()},
+      {GroupKind::Model, s.tp * s.pp},
+      {GroupKind::DPCP, s.dp * s.cp}};
   for (GroupKind k : mp::kAllGroupKinds) {
     SCOPED_TRACE(std::string(mp::group_kind_name(k)));
     std::vector<int> count(world, 0);
@@ -110,11 +115,24 @@ void check_invariants(const mp::Placement& p, const std::string& what) {
       EXPECT_EQ(p.ranks[q].pp, rp.pp);
       EXPECT_EQ(p.ranks[q].cp, rp.cp);
     }
-    // EP and expert-DP groups lie inside the DP group.
+    EXPECT_EQ(p.group_rank(GroupKind::ExpertTP, r), s.experts_fold_tp() ? 0 : rp.tp);
+    // EP and expert-DP groups lie inside the DP group (with whole experts under tp: inside the
+    // pipeline stage); each (ep, expert_dp, expert tp) names one rank of the stage.
     const auto& dp = p.group(GroupKind::DP, r);
-    for (int q : p.group(GroupKind::EP, r)) EXPECT_NE(std::find(dp.begin(), dp.end(), q), dp.end());
-    for (int q : p.group(GroupKind::ExpertDP, r))
-      EXPECT_NE(std::find(dp.begin(), dp.end(), q), dp.end());
+    for (GroupKind k : {GroupKind::EP, GroupKind::ExpertDP})
+      for (int q : p.group(k, r)) {
+        if (s.experts_fold_tp()) {
+          EXPECT_EQ(p.ranks[q].pp, rp.pp);
+        } else {
+          EXPECT_NE(std::find(dp.begin(), dp.end(), q), dp.end());
+        }
+      }
+    for (int q = 0; q < world; ++q) {
+      if (q == r || p.ranks[q].pp != rp.pp || p.ranks[q].cp != rp.cp) continue;
+      EXPECT_FALSE(p.ranks[q].ep == rp.ep && p.ranks[q].expert_dp == rp.expert_dp &&
+                   p.group_rank(GroupKind::ExpertTP, q) == p.group_rank(GroupKind::ExpertTP, r))
+          << "ranks " << q << " and " << r << " share every expert coordinate";
+    }
     // Embedding: first and last stage of the pipeline, others alone.
     const auto& pipe = p.group(GroupKind::PP, r);
     const auto& emb = p.group(GroupKind::Embedding, r);
@@ -326,6 +344,56 @@ TEST(MeshPlacement, ExpertParallelCarvedOutOfDataParallel) {
   EXPECT_EQ(groups(p, GroupKind::ExpertDP).size(), 8u);
 }
 
+// Expert tensor parallelism 1 under tp (Megatron's parallel folding): EP is carved out of
+// tp x dp, so an ep group of tp ranks is a tensor-parallel group and expert dp spans the rest.
+TEST(MeshPlacement, WholeExpertsFoldTensorParallelIntoExpertParallel) {
+  auto folded = [](int64_t tp, int64_t ep, int64_t dp, int64_t pp) {
+    mp::MeshSizes s = sizes(tp, 1, ep, dp, pp);
+    s.etp = 1;
+    return s;
+  };
+  // tp2 dp2 pp2, ep2: ep = the tp groups, expert dp = the dp groups.
+  auto p = mp::plan_placement(folded(2, 2, 2, 2), block_nodes({8}));
+  check_invariants(p, "fold tp2 ep2 dp2 pp2");
+  EXPECT_EQ(groups(p, GroupKind::EP), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::ExpertDP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::ExpertTP), (Groups{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}}));
+  EXPECT_EQ(groups(p, GroupKind::TP), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::DP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  // ep4 over tp2 x dp2: one ep group per stage, no expert data parallelism.
+  p = mp::plan_placement(folded(2, 4, 2, 2), block_nodes({8}));
+  check_invariants(p, "fold tp2 ep4 dp2 pp2");
+  EXPECT_EQ(groups(p, GroupKind::EP), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::ExpertDP).size(), 8u);
+  EXPECT_EQ(p.ranks[3].ep, 3);
+  // ep1: every rank of the stage holds all experts; they are reduced over tp x dp.
+  p = mp::plan_placement(folded(2, 1, 2, 2), block_nodes({8}));
+  check_invariants(p, "fold tp2 ep1");
+  EXPECT_EQ(groups(p, GroupKind::ExpertDP), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  // ep2 on two nodes, cyclic ranks: the ep groups are tp groups, inside one node each.
+  p = mp::plan_placement(folded(2, 2, 4, 1), cyclic_nodes(2, 8));
+  check_invariants(p, "fold cyclic");
+  for (const auto& g : groups(p, GroupKind::EP)) EXPECT_EQ(p.ranks[g[0]].node, p.ranks[g[1]].node);
+  Groups ep_groups = groups(p, GroupKind::EP), tp_groups = groups(p, GroupKind::TP);
+  std::sort(ep_groups.begin(), ep_groups.end());
+  std::sort(tp_groups.begin(), tp_groups.end());
+  EXPECT_EQ(ep_groups, tp_groups);
+  // Bad folds name the sizes.
+  mp::MeshSizes bad = folded(2, 3, 2, 1);
+  EXPECT_THROW(bad.validate(4), megatron::InputError);
+  bad = folded(4, 2, 1, 1);
+  bad.etp = 2;
+  try {
+    bad.validate(4);
+    ADD_FAILURE() << "etp 2 under tp 4 accepted";
+  } catch (const megatron::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("etp=2"), std::string::npos) << e.what();
+  }
+  bad = folded(2, 2, 1, 1);
+  bad.cp = 2;
+  EXPECT_THROW(bad.validate(4), megatron::InputError);
+}
+
 // The token all-to-all stays inside a node whenever tp x ep fits in one: EP groups are node-local
 // for block and cyclic rank distributions, with and without tensor parallelism.
 TEST(MeshPlacement, ExpertParallelGroupsStayInsideANodeWhenTheyFit) {
@@ -404,6 +472,18 @@ TEST(MeshPlacement, InvariantsOverManyLayoutsAndTopologies) {
                 if (HasFailure()) return;
                 ++checked;
               }
+          }
+          // Whole experts under tp (expert tensor parallel 1): ep divides tp x dp.
+          for (int64_t ep = 1; cp == 1 && tp > 1 && ep <= tp * dp; ++ep) {
+            if ((tp * dp) % ep) continue;
+            for (const auto& order : orders) {
+              mp::MeshSizes s = sizes(tp, cp, ep, dp, pp, order);
+              s.etp = 1;
+              check_invariants(mp::plan_placement(s, topologies[1]),
+                               megatron::concat(s.str(), " world ", world));
+              if (HasFailure()) return;
+              ++checked;
+            }
           }
         }
       }

@@ -10,6 +10,7 @@
 #include "megatron/transformer/moe/moe_layer.h"
 #include "models/gpt/gpt_model.h"
 #include "tests/support/gpt_model_test_util.h"
+#include "tests/support/moe_test_util.h"
 
 namespace megatron::models {
 namespace {
@@ -86,7 +87,7 @@ struct MoeModel {
   MoeModel(const Variant& v) {
     state = std::make_shared<moe::MoeState>(v.moe);
     model = std::make_unique<GPTModel>(tiny_spec(v.swiglu), store, *tp, GPTStage{}, nullptr,
-                                       moe::moe_submodules(*ep, state));
+                                       moe::moe_submodules({ep.get(), tp.get()}, state));
     store.finalize();
     store.initialize(42);
     if (v.moe.expert_bias) {
@@ -207,6 +208,69 @@ TEST(MoeModel, CapacityDropsTheOverflowAndCountsIt) {
     EXPECT_EQ(st.tokens_per_expert[0], 18);
     EXPECT_EQ(st.dropped, 13);
   }
+}
+
+// global_aux_loss on one rank: micro-batch m's loss uses the mean of the counts of the step's
+// micro-batches 0..m (Megatron's running mean) with its own probabilities; a recomputed forward
+// of an earlier micro-batch gets that micro-batch's loss again; a new iteration starts afresh
+// and evaluation uses the micro-batch's own counts. The expected values come from the router's
+// functions (checked against the naive formula in test_moe_router) on logits computed here.
+TEST(MoeModel, GlobalAuxLossAveragesTheCountsOfTheStepsMicroBatches) {
+  moe::MoeSpec spec = base_moe(4, 2);
+  spec.router.balancing = MoeLoadBalancing::GlobalAuxLoss;
+  spec.router.z_loss_coeff = 0.0f;
+  const TransformerSpec t = tiny_spec(false).transformer;
+  auto tp = parallel::make_single_process_communicator();
+  auto ep = parallel::make_single_process_communicator("ep");
+  auto state = std::make_shared<moe::MoeState>(spec);
+  ParamStore store;
+  const std::string prefix = "layers.0";
+  const BlockSubmodules subs = moe::moe_submodules({ep.get(), tp.get()}, state);
+  const std::unique_ptr<MlpLayer> layer = subs.mlp(SubmoduleArgs{store, prefix, 0, t, *tp, {}});
+  store.finalize();
+  store.initialize(42);
+  const Parameter* router = nullptr;
+  for (const Parameter* p : store.params())
+    if (p->name == "layers.0.mlp.router.weight") router = p;
+  ASSERT_NE(router, nullptr);
+  const int64_t S = 6, B = 2, D = t.hidden, E = 4, T = S * B;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<Tensor> inputs;
+  std::vector<moe::Routing> routings;
+  for (int m = 0; m < 3; ++m) {
+    Tensor x = Tensor::empty({S, B, D}, DType::F32);
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = normal(rng);
+    routings.push_back(moe::testing::naive_routing(x, router->weight, spec.router));
+    inputs.push_back(x);
+  }
+  auto counts_of = [&](int m) { return moe::balance_counts(routings[m], spec.router, B); };
+  auto expected = [&](int m, int first) {  // mean of micro-batches first..m
+    std::vector<double> mean(E, 0.0);
+    for (int j = first; j <= m; ++j)
+      for (int64_t e = 0; e < E; ++e) mean[e] += counts_of(j)[e] / (m - first + 1);
+    return moe::balance_loss(routings[m], spec.router, mean, T, B).loss;
+  };
+  auto forward = [&](int m, int64_t iteration, bool training) {
+    auto st = layer->make_state();
+    (void)state->take_forward_loss();
+    layer->forward(*st, inputs[m], MicroBatchInfo{iteration, m * B, training});
+    return state->take_forward_loss();
+  };
+  const double kTol = 1e-7;  // the layer's fp32 router GEMM vs the double dot products here
+  std::vector<double> first_pass;
+  for (int m = 0; m < 3; ++m) {
+    first_pass.push_back(forward(m, 1, true));
+    EXPECT_NEAR(first_pass[m], expected(m, 0), kTol) << "micro " << m;
+  }
+  // The case is what it claims: the mean over micro-batches matters.
+  EXPECT_GT(std::abs(expected(2, 0) - expected(2, 2)), 100 * kTol);
+  EXPECT_EQ(forward(0, 1, true), first_pass[0]);  // recomputation
+  EXPECT_EQ(forward(1, 1, true), first_pass[1]);
+  EXPECT_NEAR(forward(2, 2, true), expected(2, 2), kTol);   // a new step
+  EXPECT_NEAR(forward(1, 2, false), expected(1, 1), kTol);  // evaluation: its own counts
+  // Entries count up to the micro-batch's own offset only (step 2 saw offset 4 first).
+  EXPECT_NEAR(forward(1, 2, true), expected(1, 1), kTol);
 }
 
 }  // namespace

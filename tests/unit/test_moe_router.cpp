@@ -209,14 +209,15 @@ TEST(MoeRouter, SeqAuxLossAveragesPerSequenceLosses) {
 }
 
 // J(logits) = sum w * gates + a * balance + z_w * zloss, with the counts held fixed (they are
-// piecewise constant).
+// piecewise constant). balance_tokens: the balancing loss's token count (global_aux_loss: of
+// every data-parallel rank).
 double objective(const std::vector<float>& logits, int64_t T, const RouterOptions& o,
                  const float* bias, const std::vector<float>& w, const std::vector<double>& counts,
-                 float a, float zw, int64_t B) {
+                 float a, float zw, int64_t B, int64_t balance_tokens) {
   const Routing r = route(logits.data(), T, o, bias);
   double j = 0;
   for (size_t i = 0; i < r.gates.size(); ++i) j += static_cast<double>(w[i]) * r.gates[i];
-  j += a * balance_loss(r, o, counts, T, B).loss;
+  j += a * balance_loss(r, o, counts, balance_tokens, B).loss;
   j += zw * z_loss(r, o, T);
   return j;
 }
@@ -224,8 +225,9 @@ double objective(const std::vector<float>& logits, int64_t T, const RouterOption
 TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
   const int64_t T = 12, B = 3;
   for (Case c : cases()) {
-    for (MoeLoadBalancing lb : {MoeLoadBalancing::AuxLoss, MoeLoadBalancing::SeqAuxLoss}) {
-      SCOPED_TRACE(std::string(c.name) + (lb == MoeLoadBalancing::AuxLoss ? " aux" : " seq"));
+    for (MoeLoadBalancing lb : {MoeLoadBalancing::AuxLoss, MoeLoadBalancing::SeqAuxLoss,
+                                MoeLoadBalancing::GlobalAuxLoss}) {
+      SCOPED_TRACE(std::string(c.name) + " " + std::string(config::option_name(lb)));
       RouterOptions o = c.opt;
       o.balancing = lb;
       o.aux_loss_coeff = 0.3f;
@@ -236,8 +238,14 @@ TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
       const float* bp = c.bias ? bias.data() : nullptr;
       const std::vector<float> w = random_logits(T * k, 29);
       const Routing r = route(logits.data(), T, o, bp);
-      const std::vector<double> counts = balance_counts(r, o, B);
-      const BalanceLoss bl = balance_loss(r, o, counts, T, B);
+      std::vector<double> counts = balance_counts(r, o, B);
+      // global_aux_loss: counts averaged with other ranks' and micro-batches' (not integers),
+      // over the tokens of two data-parallel ranks.
+      const bool global = lb == MoeLoadBalancing::GlobalAuxLoss;
+      for (size_t e = 0; global && e < counts.size(); ++e) counts[e] = 0.5 * counts[e] + 2.25 + e;
+      const int64_t balance_tokens = global ? 2 * T : T;
+      const BalanceLoss bl = balance_loss(r, o, counts, balance_tokens, B);
+      EXPECT_NE(bl.loss, 0.0);
       const float a = 0.7f, zw = 1.3f;
       std::vector<float> dl(static_cast<size_t>(T * E));
       router_backward(r, o, w.data(), bl, a, zw, T, B, dl.data());
@@ -245,9 +253,9 @@ TEST(MoeRouter, BackwardMatchesFiniteDifferences) {
       for (size_t i = 0; i < logits.size(); ++i) {
         const float keep = logits[i], h = 1e-2f;
         logits[i] = keep + h;
-        const double up = objective(logits, T, o, bp, w, counts, a, zw, B);
+        const double up = objective(logits, T, o, bp, w, counts, a, zw, B, balance_tokens);
         logits[i] = keep - h;
-        const double down = objective(logits, T, o, bp, w, counts, a, zw, B);
+        const double down = objective(logits, T, o, bp, w, counts, a, zw, B, balance_tokens);
         logits[i] = keep;
         const double fd = (up - down) / (2.0 * h);
         worst = std::max(worst, std::abs(fd - dl[i]));

@@ -11,9 +11,11 @@
 #include <tuple>
 
 #include "data/tokenizer.h"
+#include "megatron/planning/flops.h"
 #include "megatron/planning/planner.h"
 #include "megatron/training/trainer.h"
 #include "models/bert/bert_model.h"
+#include "models/registry.h"
 #include "tests/support/planner_test_util.h"
 
 namespace megatron {
@@ -60,23 +62,30 @@ TEST(PlannerParams, WholeModelMatchesParamStore) {
   }
 }
 
+// Every stage and tp rank of each (tp, pp) layout: the planner's count = the model's numel
+// (layouts whose tp does not divide the query groups are skipped).
+void expect_stages_match_the_model(config::Recipe r,
+                                   const std::vector<std::pair<int, int>>& layouts) {
+  for (auto [tp, pp] : layouts) {
+    if (r.model.query_groups() % tp != 0) continue;
+    r.parallel.tensor = tp;
+    r.parallel.pipeline = pp;
+    Layout lay;
+    lay.tp = tp;
+    lay.pp = pp;
+    const int64_t V = r.model.padded_vocab_size(r.model.vocab_size, tp);
+    for (int stage = 0; stage < pp; ++stage)
+      for (int rank = 0; rank < tp; ++rank)
+        EXPECT_EQ(planning::stage_parameters(r, V, lay, stage),
+                  real_stage_numel(r, r.model.vocab_size, tp, rank, pp, stage))
+            << "tp" << tp << " pp" << pp << " stage " << stage << " rank " << rank;
+  }
+}
+
 TEST(PlannerParams, TensorAndPipelineShardsMatchTheModel) {
   for (config::Recipe r : {gpt_small(), llama_small()}) {
-    for (auto [tp, pp] : {std::pair{2, 2}, {4, 1}, {1, 4}, {2, 4}}) {
-      if (r.model.query_groups() % tp != 0) continue;  // llama: 2 query groups
-      r.parallel.tensor = tp;
-      r.parallel.pipeline = pp;
-      Layout lay;
-      lay.tp = tp;
-      lay.pp = pp;
-      const int64_t V = r.model.padded_vocab_size(r.model.vocab_size, tp);
-      for (int stage = 0; stage < pp; ++stage)
-        for (int rank = 0; rank < tp; ++rank)
-          EXPECT_EQ(planning::stage_parameters(r, V, lay, stage),
-                    real_stage_numel(r, r.model.vocab_size, tp, rank, pp, stage))
-              << config::option_name(r.model.arch) << " tp" << tp << " pp" << pp << " stage "
-              << stage << " rank " << rank;
-    }
+    SCOPED_TRACE(config::option_name(r.model.arch));
+    expect_stages_match_the_model(r, {{2, 2}, {4, 1}, {1, 4}, {2, 4}});
   }
 }
 
@@ -101,13 +110,39 @@ TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {
       for (int e = 0; e < ep; ++e) {
         ShapeOnlyComm tp_comm(0, tp), ep_comm(e, ep);
         ParamStore store;
-        const auto chunks =
-            models::build_model_chunks(r, r.model.vocab_size, store, tp_comm, stage, pp, &ep_comm);
+        const auto chunks = models::build_model_chunks(r, r.model.vocab_size, store, tp_comm, stage,
+                                                       pp, {&ep_comm});
         store.finalize();
         EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
             << "tp" << tp << " pp" << pp << " ep" << ep << " stage " << stage;
       }
   }
+  // Whole experts under tp (expert_tensor 1): every expert unsplit, E / ep of them per rank,
+  // ep folded over tp x dp; the registry builds them with an expert tp group of one.
+  r.parallel.sequence_parallel = true;
+  r.parallel.expert_tensor = 1;
+  for (auto [tp, pp, ep] : {std::tuple{2, 1, 2}, {2, 2, 4}, {2, 1, 1}}) {
+    r.parallel.tensor = tp;
+    r.parallel.pipeline = pp;
+    Layout lay;
+    lay.tp = tp;
+    lay.pp = pp;
+    lay.ep = ep;
+    lay.etp = 1;
+    const int64_t V = r.model.padded_vocab_size(r.model.vocab_size, tp);
+    for (int stage = 0; stage < pp; ++stage)
+      for (int e = 0; e < ep; ++e) {
+        ShapeOnlyComm tp_comm(e % tp, tp), ep_comm(e, ep), etp_comm(0, 1);
+        ParamStore store;
+        const auto chunks = models::build_model_chunks(r, r.model.vocab_size, store, tp_comm, stage,
+                                                       pp, {&ep_comm, &etp_comm});
+        store.finalize();
+        EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
+            << "tp" << tp << " pp" << pp << " ep" << ep << " etp1 stage " << stage;
+      }
+  }
+  r.parallel.expert_tensor = 0;
+  r.parallel.sequence_parallel = false;
   // Active parameters: the whole model less, per MoE layer, the experts a token skips.
   const planning::ParamCounts c =
       planning::count_parameters(r.model, r.model.padded_vocab_size(r.model.vocab_size, 1));
@@ -159,6 +194,19 @@ TEST(PlannerParams, BertMatchesTheModel) {
   }
 }
 
+// model.kv_channels (48, not 256 / 8 = 32): QKV (H + 2G) d x h and output h x H d, split over tp.
+TEST(PlannerParams, KvChannelsMatchTheModel) {
+  config::Recipe r = llama_small();
+  r.model.kv_channels = 48;
+  const int64_t V1 = r.model.padded_vocab_size(r.model.vocab_size, 1);
+  const int64_t whole = real_stage_numel(r, r.model.vocab_size, 1, 0, 1, 0);
+  EXPECT_EQ(planning::count_parameters(r.model, V1).total, whole);
+  const int64_t D = 256, H = 8, G = 2, d = 48;
+  EXPECT_EQ(planning::count_parameters(r.model, V1).per_layer,
+            (H + 2 * G) * d * D + D * H * d + 3 * 704 * D + 2 * D);
+  expect_stages_match_the_model(r, {{2, 1}, {2, 2}, {1, 4}});
+}
+
 TEST(PlannerParams, UnevenPipelineLayers) {
   config::Recipe r = gpt_small();
   r.parallel.pipeline = 2;
@@ -186,6 +234,14 @@ TEST(PlannerParams, KnownModelSizes) {
       "position_embedding: rope, tie_embeddings: false, add_bias: false",
       "micro_batch_size: 1, global_batch_size: 1, train_iters: 1");
   EXPECT_EQ(planning::count_parameters(l.model, 32000).total, 6738415616);
+  // Mistral-NeMo 12B (head_dim 128 with hidden 5120 and 32 heads): 12,247,782,400.
+  config::Recipe nemo = recipe_from(
+      "arch: llama, num_layers: 40, hidden_size: 5120, num_attention_heads: 32, "
+      "num_query_groups: 8, kv_channels: 128, ffn_hidden_size: 14336, seq_length: 4096, "
+      "normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
+      "tie_embeddings: false, add_bias: false",
+      "micro_batch_size: 1, global_batch_size: 1, train_iters: 1");
+  EXPECT_EQ(planning::count_parameters(nemo.model, 131072).total, 12247782400);
 }
 
 // ---- (b) FLOPs against the trainer -------------------------------------------------------------
@@ -200,6 +256,23 @@ TEST(PlannerFlops, EqualTheTrainers) {
     EXPECT_DOUBLE_EQ(p.flops_per_step, t.flops_per_step()) << config::option_name(r.model.arch);
     EXPECT_EQ(p.flops_per_step, p.hardware_flops_per_step);
   }
+}
+
+// Megatron's formula with query_projection_size = kv_channels * heads (4096 for Mistral-NeMo's
+// hidden 5120): 12 B S L h^2 ((1 + G/H + S/h) q/h + F/h * 3/2 + V / (2 L h)).
+TEST(PlannerFlops, KvChannelsScaleTheAttentionTerm) {
+  config::Recipe r = recipe_from(
+      "arch: llama, num_layers: 40, hidden_size: 5120, num_attention_heads: 32, "
+      "num_query_groups: 8, kv_channels: 128, ffn_hidden_size: 14336, seq_length: 4096, "
+      "normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
+      "tie_embeddings: false, add_bias: false",
+      "micro_batch_size: 1, global_batch_size: 2, train_iters: 1");
+  const double by_hand = 12.0 * 2 * 4096 * 40 * 5120.0 * 5120.0 *
+                         ((1 + 8.0 / 32 + 4096.0 / 5120) * (4096.0 / 5120) + 14336.0 / 5120 * 1.5 +
+                          131072.0 / (2 * 40 * 5120.0));
+  const double got = planning::megatron_flops_per_step(
+      planning::flops_model_from_spec(models::transformer_spec_from_model(r.model), 131072), 2);
+  EXPECT_NEAR(got / by_hand, 1.0, 1e-12);
 }
 
 TEST(PlannerFlops, RecomputeAddsHardwareFlops) {
@@ -324,6 +397,39 @@ TEST(PlannerSearch, RanksExpertParallelLayouts) {
     }
   EXPECT_TRUE(saw_ep);
   EXPECT_THAT(planning::search_table(res, 5), HasSubstr(" ep "));
+  EXPECT_THAT(planning::search_table(res, 5), HasSubstr("etp"));
+}
+
+// Whole experts (expert_tensor 1) against experts split over tp at the same tp x ep: the same
+// experts per device but unsplit (tp x the weights), reduced over tp x dp / ep ranks; each rank
+// sends only its sequence slice through the all-to-all (1 / tp the bytes). The search offers
+// both.
+TEST(PlannerMoe, WholeExpertsFoldTensorParallel) {
+  config::Recipe r =
+      config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/mixtral_8x7b.yaml");
+  r.parallel.tensor = 2;
+  r.parallel.pipeline = 4;
+  r.parallel.expert = 8;
+  r.parallel.sequence_parallel = true;
+  const ClusterSpec cluster = planning::cluster_from_recipe(r);
+  const PlanReport split = planning::plan(r, cluster, 32000);
+  r.parallel.expert_tensor = 1;
+  const PlanReport whole = planning::plan(r, cluster, 32000);
+  EXPECT_EQ(split.layout.expert_tp(), 2);
+  EXPECT_EQ(whole.layout.expert_tp(), 1);
+  EXPECT_EQ(whole.moe.experts_per_device, split.moe.experts_per_device);
+  EXPECT_DOUBLE_EQ(whole.moe.expert_params_per_device, 2 * split.moe.expert_params_per_device);
+  EXPECT_DOUBLE_EQ(whole.moe.all_to_all_bytes_per_step, split.moe.all_to_all_bytes_per_step / 2);
+  EXPECT_THAT(whole.layout.describe(), HasSubstr(" etp1"));
+  EXPECT_EQ(whole.to_json()["layout"]["etp"], 1);
+  const planning::SearchResult res = planning::search(r, cluster, 32000);
+  bool saw_whole = false, saw_split = false;
+  for (const PlanReport& p : res.fitting) {
+    if (p.layout.tp < 2) continue;
+    (p.layout.experts_fold_tp() ? saw_whole : saw_split) = true;
+  }
+  EXPECT_TRUE(saw_whole);
+  EXPECT_TRUE(saw_split);
 }
 
 TEST(PlannerSearch, OnlyFittingLayoutsWithCpuRecompute) {

@@ -120,6 +120,14 @@ TEST(PlannerMemory, LlamaLoraBf16MatchesMeasuredPeak) {
   expect_memory_prediction(llama_lora(", precision: bf16"), "llama lora bf16");
 }
 
+// model.kv_channels 64 (not 256 / 8 = 32): the attention activations twice as wide as hidden.
+TEST(PlannerMemory, LlamaKvChannelsMatchesMeasuredPeak) {
+  config::Recipe r = llama_small();
+  r.model.kv_channels = 64;
+  r.validate();
+  expect_memory_prediction(r, "llama kv_channels 64");
+}
+
 TEST(PlannerMemory, LlamaRecomputeFullMatchesMeasuredPeak) {
   expect_memory_prediction(llama_small(", recompute: full"), "llama recompute full");
 }

@@ -222,7 +222,7 @@ void expect_store_matches(config::Recipe r, const std::string& what) {
         ParamStore store(Device::CPU);
         auto tp = parallel::make_single_process_communicator();
         ShapeOnlyComm ep_comm(0, static_cast<int>(ep));
-        const auto chunks = models::build_model_chunks(r, kVocab, store, *tp, 0, 1, &ep_comm);
+        const auto chunks = models::build_model_chunks(r, kVocab, store, *tp, 0, 1, {&ep_comm});
         DataParallelSharding sh;
         sh.optimizer = s != ShardingStrategy::NoShard;
         sh.grads = s >= ShardingStrategy::OptimGrads;

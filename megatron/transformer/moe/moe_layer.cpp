@@ -9,14 +9,21 @@
 
 namespace megatron::moe {
 
-MoELayer::MoELayer(const SubmoduleArgs& a, parallel::Communicator& ep,
-                   std::shared_ptr<MoeState> state)
+MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_ptr<MoeState> state)
     : spec_(a.spec),
       moe_(std::move(state)),
       layer_(a.layer),
       device_(a.store.device()),
       tp_(&a.tp),
-      sp_(a.spec.sequence_parallel && a.tp.size() > 1) {
+      sp_(a.spec.sequence_parallel && a.tp.size() > 1),
+      fold_(groups.expert_tp->size() != a.tp.size()),
+      dp_(groups.dp) {
+  parallel::Communicator& ep = *groups.ep;
+  parallel::Communicator& expert_tp = *groups.expert_tp;
+  MT_CHECK(!fold_ || (expert_tp.size() == 1 && sp_), "MoE layer ", a.layer,
+           ": experts whole under tensor parallel size ", a.tp.size(),
+           " need sequence parallelism and an expert tensor parallel group of one (got ",
+           expert_tp.size(), ")");
   MT_INPUT_CHECK(device_ == Device::CPU,
                  "model.num_experts: mixture-of-experts layers run on the CPU only so far "
                  "(training.device: cuda is not implemented for them)");
@@ -30,7 +37,7 @@ MoELayer::MoELayer(const SubmoduleArgs& a, parallel::Communicator& ep,
   dispatcher_ = std::make_unique<TokenDispatcher>(ep, E);
   experts_ = std::make_unique<GroupedExperts>(
       a.store, a.prefix, dispatcher_->first_local_expert(), dispatcher_->local_experts(), D,
-      m.expert_ffn, spec_.swiglu, a.tp, spec_.init_std, spec_.output_init_std(), spec_.gelu);
+      m.expert_ffn, spec_.swiglu, expert_tp, spec_.init_std, spec_.output_init_std(), spec_.gelu);
   if (m.shared_ffn > 0)
     shared_ = std::make_unique<DenseMLP>(a, a.prefix + ".mlp.shared_experts", m.shared_ffn);
   // The bias exists from construction on, so a checkpoint load finds this layer's.
@@ -90,11 +97,26 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   s.batch = B;
   s.total_tokens = T;
   std::vector<double> counts = balance_counts(s.routing, ro, B);
-  if (sp_) {
+  auto sum_over = [&](parallel::Communicator* group) {
+    if (group == nullptr || group->size() == 1) return;
     Tensor c = Tensor::wrap(counts.data(), {static_cast<int64_t>(counts.size())}, DType::F64);
-    tp_->all_reduce(c, parallel::ReduceOp::Sum);
+    group->all_reduce(c, parallel::ReduceOp::Sum);
+  };
+  if (sp_) sum_over(tp_);
+  int64_t balance_tokens = T;
+  if (ro.balancing == config::MoeLoadBalancing::GlobalAuxLoss && mb.training) {
+    // Megatron's global_aux_loss: the counts of every dp rank's micro-batch, averaged over this
+    // step's micro-batches so far; a recomputed forward reuses its micro-batch's counts (no
+    // collective), so the loss does not depend on the schedule or recomputation.
+    auto& seen = moe_->global_counts(layer_, mb.iteration);
+    if (seen.find(mb.batch_offset) == seen.end()) {
+      sum_over(dp_);
+      seen.emplace(mb.batch_offset, counts);
+    }
+    counts = moe_->mean_global_counts(layer_, mb.batch_offset);
+    balance_tokens = T * (dp_ ? dp_->size() : 1);
   }
-  s.balance = balance_loss(s.routing, ro, counts, T, B);
+  s.balance = balance_loss(s.routing, ro, counts, balance_tokens, B);
   s.z = z_loss(s.routing, ro, T);
   moe_->add_forward_loss(s.balance.loss + s.z);
   s.picked_per_expert.assign(static_cast<size_t>(E), 0.0);
@@ -102,9 +124,13 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   lap.to(times.router);
 
   // 2. The routing of all T tokens (gathered over tp with sequence parallelism); capacity.
-  std::vector<int32_t> experts(static_cast<size_t>(T * k));
-  std::vector<float> gates(static_cast<size_t>(T * k));
-  if (sp_) {
+  // Folded experts dispatch only the local tokens: they need the others' routing only for the
+  // capacity decision.
+  const bool need_all = !fold_ || m.capacity_factor.has_value();
+  std::vector<int32_t> experts(static_cast<size_t>(need_all ? T * k : 0));
+  std::vector<float> gates(experts.size());
+  if (!need_all) {
+  } else if (sp_) {
     Tensor e_out = Tensor::wrap(experts.data(), {T * k}, DType::I32);
     Tensor g_out = Tensor::wrap(gates.data(), {T * k}, DType::F32);
     tp_->all_gather(Tensor::wrap(s.routing.experts.data(), {Tl * k}, DType::I32), e_out);
@@ -126,18 +152,26 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   }
   s.dropped = static_cast<double>(std::count(s.routing.kept.begin(), s.routing.kept.end(), 0));
 
-  // 3. Experts on the ranks that hold them; their rows back, summed over tp in fp32.
-  const Tensor x_full = sp_ ? tensor_parallel::gathered_sequence(*tp_, in) : in;
-  s.plan =
-      dispatcher_->plan(experts.data(), kept.data(), T, k, D, m.pad_to_capacity ? capacity : 0);
-  dispatcher_->dispatch(s.plan, x_full.view({T, D}), s.rows);
+  // 3. Experts on the ranks that hold them; their rows back, summed over tp in fp32 unless the
+  // experts are whole (folded: this rank's tokens only, complete rows).
+  const int64_t pad_to = m.pad_to_capacity ? capacity : 0;
+  if (fold_) {
+    s.plan = dispatcher_->plan(s.routing.experts.data(), s.routing.kept.data(), Tl, k, D, pad_to);
+    dispatcher_->dispatch(s.plan, in.view({Tl, D}), s.rows);
+  } else {
+    const Tensor x_full = sp_ ? tensor_parallel::gathered_sequence(*tp_, in) : in;
+    s.plan = dispatcher_->plan(experts.data(), kept.data(), T, k, D, pad_to);
+    dispatcher_->dispatch(s.plan, x_full.view({T, D}), s.rows);
+  }
   lap.to(times.dispatch);
   experts_->forward(s.experts, s.rows, s.plan.rows_per_local_expert, s.expert_out);
   lap.to(times.experts);
   dispatcher_->combine(s.plan, s.expert_out, s.slot_rows);
-  Tensor slot_full32 = Tensor::empty({T * k, D}, DType::F32, device_);
+  Tensor slot_full32 = Tensor::empty({s.plan.tokens * k, D}, DType::F32, device_);
   ops::cast(s.slot_rows, slot_full32);
-  if (sp_) {
+  if (fold_) {
+    s.slot32 = slot_full32;
+  } else if (sp_) {
     ensure(s.slot32, {Tl * k, D}, DType::F32, device_);
     tp_->reduce_scatter(slot_full32, s.slot32, parallel::ReduceOp::Sum);
   } else {
@@ -197,20 +231,22 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
       }
       d_gates[static_cast<size_t>(i)] = static_cast<float>(dot);
     }
-  // The experts' backward on all T tokens' rows.
+  // The experts' backward on all T tokens' rows (folded: this rank's).
   Tensor d_slot_full32 = s.d_slot32;
-  if (sp_) {
+  if (sp_ && !fold_) {
     d_slot_full32 = Tensor::empty({T * k, D}, DType::F32, device_);
     tp_->all_gather(s.d_slot32, d_slot_full32);
   }
-  ensure(s.d_slot, {T * k, D}, act(), device_);
+  ensure(s.d_slot, {s.plan.tokens * k, D}, act(), device_);
   ops::cast(d_slot_full32, s.d_slot);
   dispatcher_->combine_backward(s.plan, s.d_slot, s.d_expert_out);
   lap.to(times.combine);
   experts_->backward(s.experts, s.d_expert_out, s.d_rows);
   lap.to(times.experts);
   dispatcher_->dispatch_backward(s.plan, s.d_rows, s.dx_full32);
-  if (sp_) {
+  if (fold_) {
+    s.dx32 = s.dx_full32;
+  } else if (sp_) {
     ensure(s.dx32, {Tl, D}, DType::F32, device_);
     tp_->reduce_scatter(s.dx_full32, s.dx32, parallel::ReduceOp::Sum);
   } else {
@@ -243,12 +279,13 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   st.routed += static_cast<double>(Tl * k);
 }
 
-BlockSubmodules moe_submodules(parallel::Communicator& ep, std::shared_ptr<MoeState> state) {
+BlockSubmodules moe_submodules(const MoeGroups& groups, std::shared_ptr<MoeState> state) {
+  MT_CHECK(groups.ep != nullptr && groups.expert_tp != nullptr,
+           "moe_submodules: the ep and expert tp groups must be given");
   BlockSubmodules m;
   m.attention = [](const SubmoduleArgs& a) { return std::make_unique<SelfAttention>(a); };
-  parallel::Communicator* ep_ptr = &ep;
-  m.mlp = [ep_ptr, state](const SubmoduleArgs& a) -> std::unique_ptr<MlpLayer> {
-    if (state->spec().is_moe_layer(a.layer)) return std::make_unique<MoELayer>(a, *ep_ptr, state);
+  m.mlp = [groups, state](const SubmoduleArgs& a) -> std::unique_ptr<MlpLayer> {
+    if (state->spec().is_moe_layer(a.layer)) return std::make_unique<MoELayer>(a, groups, state);
     return std::make_unique<DenseMLP>(a);
   };
   return m;

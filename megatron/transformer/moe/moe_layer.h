@@ -13,7 +13,9 @@
 //     drops are decided on all T tokens (identically on every tp rank).
 //  3. Rows go to their experts' ranks (token_dispatcher.h); each expert is split over tp like
 //     the dense MLP, so the returned rows are tp partial sums, reduce-scattered (sequence
-//     parallel) or all-reduced over tp per (token, slot) in fp32.
+//     parallel) or all-reduced over tp per (token, slot) in fp32. With whole experts
+//     (parallel.expert_tensor 1 under tp > 1, sequence parallel; ep then spans tp ranks) each
+//     rank dispatches only its own Tl tokens and gets complete rows back: no tp traffic.
 //  4. out_t = sum_j gate[t, j] * expert_row[t, j] (+ shared expert).
 // Backward mirrors it; the aux and z losses enter the router's backward with
 // MoeState::loss_weight(). Statistics are recorded in backward, so a recomputed forward (full
@@ -49,7 +51,8 @@ class MoELayer final : public MlpLayer {
     Tensor d_slot32, d_slot, d_expert_out, d_rows, dx_full32, dx32, dlogits, d_shared;
   };
 
-  MoELayer(const SubmoduleArgs& args, parallel::Communicator& ep, std::shared_ptr<MoeState> state);
+  // groups.ep and groups.expert_tp set (expert_tp: args.tp, or folded a group of one).
+  MoELayer(const SubmoduleArgs& args, const MoeGroups& groups, std::shared_ptr<MoeState> state);
 
   std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
   bool owns(const LayerState& s) const override { return typeid(s) == typeid(State); }
@@ -68,6 +71,8 @@ class MoELayer final : public MlpLayer {
   Device device_;
   parallel::Communicator* tp_;
   bool sp_;
+  bool fold_;                   // experts whole under tp > 1: each rank dispatches its own tokens
+  parallel::Communicator* dp_;  // global_aux_loss's counts are summed over it (null: none)
   Parameter* router_ = nullptr;
   std::unique_ptr<TokenDispatcher> dispatcher_;
   std::unique_ptr<GroupedExperts> experts_;
@@ -79,7 +84,8 @@ class MoELayer final : public MlpLayer {
 namespace megatron::moe {
 
 // Self-attention and, per layer, the MoE layer where the spec's moe_layer_freq says so (else the
-// dense MLP). ep and state outlive the blocks built from it.
-BlockSubmodules moe_submodules(parallel::Communicator& ep, std::shared_ptr<MoeState> state);
+// dense MLP). groups.ep and groups.expert_tp must be set; the groups and state outlive the
+// blocks built from it.
+BlockSubmodules moe_submodules(const MoeGroups& groups, std::shared_ptr<MoeState> state);
 
 }  // namespace megatron::moe

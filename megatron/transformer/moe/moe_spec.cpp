@@ -32,6 +32,30 @@ MoeLayerStats& MoeState::stats(int64_t layer) {
   return s;
 }
 
+std::map<int64_t, std::vector<double>>& MoeState::global_counts(int64_t layer, int64_t iteration) {
+  GlobalCounts& g = global_[layer];
+  if (g.iteration != iteration) {
+    g.iteration = iteration;
+    g.by_micro_batch.clear();
+  }
+  return g.by_micro_batch;
+}
+
+std::vector<double> MoeState::mean_global_counts(int64_t layer, int64_t batch_offset) const {
+  std::vector<double> mean(static_cast<size_t>(spec_.router.num_experts), 0.0);
+  const auto it = global_.find(layer);
+  if (it == global_.end()) return mean;
+  double n = 0;
+  for (const auto& [offset, counts] : it->second.by_micro_batch) {
+    if (offset > batch_offset) break;
+    for (size_t e = 0; e < mean.size(); ++e) mean[e] += counts[e];
+    n += 1;
+  }
+  if (n > 0)
+    for (double& v : mean) v /= n;
+  return mean;
+}
+
 std::vector<float>& MoeState::expert_bias(int64_t layer) {
   std::vector<float>& b = bias_[layer];
   if (b.empty()) b.assign(static_cast<size_t>(spec_.router.num_experts), 0.0f);

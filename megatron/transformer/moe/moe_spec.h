@@ -12,7 +12,18 @@
 #include "megatron/config/moe_config.h"
 #include "megatron/transformer/moe/router.h"
 
+namespace megatron::parallel {
+class Communicator;
+}
+
 namespace megatron::moe {
+
+// The process groups an MoE layer talks over (null: a group of one; expert_tp null: the dense tp).
+struct MoeGroups {
+  parallel::Communicator* ep = nullptr;         // expert parallel: the all-to-all
+  parallel::Communicator* expert_tp = nullptr;  // the experts' tensor parallel group
+  parallel::Communicator* dp = nullptr;         // data parallel: global_aux_loss's counts
+};
 
 struct MoeSpec {
   RouterOptions router;
@@ -74,13 +85,26 @@ class MoeState {
   std::vector<float>& expert_bias(int64_t layer);
   std::map<int64_t, std::vector<float>>& all_expert_bias() { return bias_; }
 
+  // global_aux_loss (Megatron's running mean of the counts): layer's balancing counts of the
+  // training micro-batches of `iteration` seen so far (each summed over data parallelism), keyed
+  // by the micro-batch's batch_offset, which grows with each rank's micro-batches. A new
+  // iteration starts empty; a recomputed forward finds its micro-batch's entry.
+  std::map<int64_t, std::vector<double>>& global_counts(int64_t layer, int64_t iteration);
+  // The mean of layer's entries up to and including batch_offset.
+  std::vector<double> mean_global_counts(int64_t layer, int64_t batch_offset) const;
+
  private:
+  struct GlobalCounts {
+    int64_t iteration = -1;
+    std::map<int64_t, std::vector<double>> by_micro_batch;
+  };
   MoeSpec spec_;
   float loss_weight_ = 0.0f;
   double forward_loss_ = 0.0;
   MoeTimes times_;
   std::map<int64_t, MoeLayerStats> stats_;
   std::map<int64_t, std::vector<float>> bias_;
+  std::map<int64_t, GlobalCounts> global_;
 };
 
 }  // namespace megatron::moe

@@ -61,9 +61,7 @@ void group_mask(const float* choice, const RouterOptions& o, uint8_t* allowed) {
               allowed + (pick[static_cast<size_t>(j)] + 1) * per, uint8_t{1});
 }
 
-bool balancing_on(const RouterOptions& o) {
-  return o.balancing == MoeLoadBalancing::AuxLoss || o.balancing == MoeLoadBalancing::SeqAuxLoss;
-}
+bool balancing_on(const RouterOptions& o) { return o.balancing != MoeLoadBalancing::None; }
 
 }  // namespace
 

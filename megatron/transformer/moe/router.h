@@ -19,6 +19,8 @@
 // tokens whose plain top-k over P includes e:
 //   aux_loss      coeff * E / (k T^2) * sum_e c_e * sum_t P[t, e]
 //   seq_aux_loss  the same per sequence (T -> S, counts per sequence), averaged over sequences
+//   global_aux_loss  aux_loss with c_e and T over the micro-batch of every data-parallel rank,
+//                 c_e averaged over the step's micro-batches so far (the MoE layer gathers them)
 // z-loss: coeff / T * sum_t logsumexp(logits_t)^2.
 #include <cstdint>
 #include <vector>
@@ -61,9 +63,10 @@ Routing route(const float* logits, int64_t tokens, const RouterOptions& opt,
 std::vector<double> balance_counts(const Routing& r, const RouterOptions& opt, int64_t batch);
 
 // The load-balancing loss of this rank's tokens given the counts of the whole micro-batch
-// (summed over tensor-parallel slices) and its token count: a partial sum whose sum over the
-// slices is the micro-batch's loss. Also the gradient coefficients dloss/dP[t, e] (per expert,
-// or per sequence and expert) for backward.
+// (summed over tensor-parallel slices; global_aux_loss: over dp ranks too, averaged over the
+// step's micro-batches) and its token count (global_aux_loss: of every dp rank): a partial sum
+// whose sum over the slices is the micro-batch's loss. Also the gradient coefficients dloss/dP[t,
+// e] (per expert, or per sequence and expert) for backward.
 struct BalanceLoss {
   double loss = 0;
   std::vector<double> dloss_dprob;  // [E] or [B, E]

@@ -7,6 +7,7 @@
 #include "megatron/hf/convert.h"
 #include "megatron/hf/hf_dtype.h"
 #include "models/hf_models.h"
+#include "models/registry.h"
 
 namespace megatron::models {
 
@@ -31,8 +32,20 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("normalization", name(m.normalization), name(hf.normalization));
   same("activation", name(m.activation), name(hf.activation));
   same("position_embedding", name(m.position_embedding), name(hf.position_embedding));
-  if (hf.position_embedding == config::PositionEmbedding::Rope) {
+  if (hf.rotary()) {
     same("rope_theta", m.rope_theta, hf.rope_theta);
+    same("yarn_rotary_scaling_factor", m.yarn_rotary_scaling_factor, hf.yarn_rotary_scaling_factor);
+    if (hf.position_embedding == config::PositionEmbedding::Yarn) {
+      same("yarn_original_max_position_embeddings", m.yarn_original_max_position_embeddings,
+           hf.yarn_original_max_position_embeddings);
+      same("yarn_beta_fast", m.yarn_beta_fast, hf.yarn_beta_fast);
+      same("yarn_beta_slow", m.yarn_beta_slow, hf.yarn_beta_slow);
+      same("yarn_correction_range_round_to_int", m.yarn_correction_range_round_to_int,
+           hf.yarn_correction_range_round_to_int);
+      // The concentration factor, however the keys spell it.
+      same("yarn_mscale", math::yarn_concentration(yarn_params(m)),
+           math::yarn_concentration(yarn_params(hf)));
+    }
     same("rope_scaling", m.rope_scaling, hf.rope_scaling);
     if (hf.rope_scaling) same("rope_scaling_factor", m.rope_scaling_factor, hf.rope_scaling_factor);
     same("rotary_seq_len_interpolation_factor", m.rotary_seq_len_interpolation_factor,

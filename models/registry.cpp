@@ -15,6 +15,18 @@ DType model_dtype_of(const config::TrainingConfig& training) {
   return kOf[static_cast<size_t>(training.precision)];
 }
 
+math::YarnParams yarn_params(const config::ModelConfig& m) {
+  math::YarnParams y;
+  y.factor = m.yarn_rotary_scaling_factor;
+  y.original_max_positions = static_cast<double>(m.yarn_original_max_position_embeddings);
+  y.beta_fast = m.yarn_beta_fast;
+  y.beta_slow = m.yarn_beta_slow;
+  y.mscale = m.yarn_mscale;
+  y.mscale_all_dim = m.yarn_mscale_all_dim;
+  y.round_to_int = m.yarn_correction_range_round_to_int;
+  return y;
+}
+
 TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   TransformerSpec t;
   t.num_layers = m.num_layers;
@@ -28,8 +40,16 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
                                                              : Norm::Kind::LayerNorm;
   t.swiglu = m.activation == config::Activation::SwiGLU;
   t.gelu = m.activation == config::Activation::GeLUExact ? math::Gelu::Erf : math::Gelu::Tanh;
-  t.rope = m.position_embedding == config::PositionEmbedding::Rope;
+  t.rope = m.rotary();
   t.rope_theta = static_cast<float>(m.rope_theta);
+  if (m.position_embedding == config::PositionEmbedding::Yarn) {
+    const math::RopeFrequencies y =
+        math::yarn_frequencies(t.rope_theta, m.head_dim(), yarn_params(m));
+    t.rope_yarn_factor = y.yarn_factor;
+    t.rope_yarn_low = y.yarn_low;
+    t.rope_yarn_range = y.yarn_range;
+    t.rope_attention_scale = y.attention_scale;
+  }
   t.rope_scaling_factor = m.rope_scaling ? static_cast<float>(m.rope_scaling_factor) : 0.0f;
   t.rope_linear_factor = static_cast<float>(m.rotary_seq_len_interpolation_factor);
   t.bias = m.add_bias;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/common/yarn.h"
 #include "megatron/config/recipe.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
@@ -22,6 +23,8 @@ DType model_dtype_of(const config::TrainingConfig& training);
 // The architecture of a model section (sizes, norm, activation, positions, biases, attention
 // mask, block arrangement, dropouts, init): what the planner counts.
 TransformerSpec transformer_spec_from_model(const config::ModelConfig& model);
+// The recipe's YaRN keys (position_embedding: yarn).
+math::YarnParams yarn_params(const config::ModelConfig& model);
 // The transformer of a recipe (any arch) for a tensor-parallel size: the model's architecture
 // with the run's seed, sequence parallelism, recompute, attention backend and precision.
 TransformerSpec transformer_spec_from_recipe(const config::Recipe& recipe, int64_t tp_size);

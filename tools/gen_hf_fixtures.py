@@ -17,7 +17,7 @@ outputs are committed and neither the build nor the tests run Python:
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
-(tests/fixtures/hf/llama_bias and mistral_head_dim were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+(tests/fixtures/hf/llama_bias, mistral_head_dim and llama_yarn were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -75,6 +75,16 @@ FIXTURES = {
                          llama_like(T.MistralConfig, hidden_size=64, head_dim=24,
                                     sliding_window=None),
                          torch.float32, None),
+    # YaRN over head_dim 8 (4 rotary pairs): with 64 original positions the correction range is
+    # pairs [0, 2), so pair 0 keeps its frequency, pair 1 blends, pairs 2-3 are interpolated; the
+    # mscale pair gives the concentration (0.1 ln 4 + 1) / (0.05 ln 4 + 1).
+    "llama_yarn": (T.LlamaForCausalLM,
+                   llama_like(T.LlamaConfig,
+                              rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                            "original_max_position_embeddings": 64,
+                                            "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
+                                            "mscale_all_dim": 0.5}),
+                   torch.float32, None),
 }
 
 BERT = {

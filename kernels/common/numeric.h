@@ -107,11 +107,18 @@ MT_HD void adamw_update(float& param, float grad, float& m, float& v, const Adam
 // Linear position interpolation (Megatron's rotary_seq_len_interpolation_factor, Hugging Face's
 // rope_type "linear") divides every frequency by linear_factor, as Hugging Face does (inv_freq /=
 // factor), i.e. positions are compressed by it.
+// YaRN (Megatron-Core's position_embedding_type yarn, Hugging Face's rope_type "yarn"): pair i
+// blends the interpolated frequency (/ yarn_factor) with the original one by a ramp rising over
+// [yarn_low, yarn_low + yarn_range) (the correction range; see kernels/common/yarn.h), and the
+// cosines and sines are multiplied by attention_scale (YaRN's concentration factor).
 struct RopeFrequencies {
   float theta = 10000.0f;
   float factor = 0.0f;  // 0: no scaling
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f, original_max_positions = 8192.0f;
-  float linear_factor = 1.0f;                                        // 1: no interpolation
+  float linear_factor = 1.0f;  // 1: no interpolation
+  float yarn_factor = 0.0f;    // 0: no YaRN
+  float yarn_low = 0.0f, yarn_range = 1.0f;
+  float attention_scale = 1.0f;                                      // cos and sin x this
   MT_HD RopeFrequencies(float theta_ = 10000.0f) : theta(theta_) {}  // NOLINT: implicit
   MT_HD bool scaled() const { return factor > 0.0f; }
 };
@@ -121,7 +128,17 @@ struct RopeFrequencies {
 // Hugging Face does (inv_freq, then position * inv_freq), so imported checkpoints see the same
 // angles.
 MT_HD float rope_inv_freq(int64_t i, int64_t Dh, const RopeFrequencies& rope) {
-  const float inv = 1.0f / powf(rope.theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+  const float pos_freq = powf(rope.theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+  const float inv = 1.0f / pos_freq;
+  if (rope.yarn_factor > 0.0f) {
+    // Hugging Face's order of fp32 operations: the extrapolation weight is 1 - ramp and the
+    // interpolated frequency 1 / (factor * pos_freq).
+    const float interpolated = 1.0f / (rope.yarn_factor * pos_freq);
+    const float ramp =
+        fminf(fmaxf((static_cast<float>(i) - rope.yarn_low) / rope.yarn_range, 0.0f), 1.0f);
+    const float keep = 1.0f - ramp;
+    return interpolated * (1.0f - keep) + inv * keep;
+  }
   if (rope.linear_factor != 1.0f) return inv / rope.linear_factor;
   if (!rope.scaled()) return inv;
   const float wavelen = 6.283185307179586f / inv;

@@ -33,8 +33,8 @@ void rope_apply(const AttentionShape& shape, float* qkv, const math::RopeFrequen
   for (int64_t s = 0; s < rows; ++s) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(position_offset + s) * inv_freq[i];
-      cos_t[s * half + i] = std::cos(angle);
-      sin_t[s * half + i] = sin_sign * std::sin(angle);
+      cos_t[s * half + i] = std::cos(angle) * rope.attention_scale;
+      sin_t[s * half + i] = sin_sign * (std::sin(angle) * rope.attention_scale);
     }
   }
 #pragma omp parallel for schedule(static) if (S * B * (H + 2 * G) * Dh > detail::kParallelGrain)

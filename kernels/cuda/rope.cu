@@ -19,7 +19,7 @@ struct InvFreq {
 template <typename T>
 __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per_group,
                             int64_t half, int64_t position_offset, const int32_t* positions,
-                            float sin_sign, InvFreq freq) {
+                            float sin_sign, float scale, InvFreq freq) {
   const int64_t rotated = per_group - 1;  // the group's query heads and its key head
   const int64_t total = S * B * G * rotated * half;
   for (int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; idx < total;
@@ -34,6 +34,8 @@ __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per
     const float angle = static_cast<float>(pos) * freq.v[i];
     float sn, c;
     sincosf(angle, &sn, &c);
+    c *= scale;
+    sn *= scale;
     T* x = qkv + ((sb * G + g) * per_group + h) * (2 * half);
     float a = to_float(x[i]), b = to_float(x[i + half]);
     math::rope_rotate(a, b, c, sin_sign * sn);
@@ -55,7 +57,8 @@ void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies
   InvFreq freq{};
   for (int64_t i = 0; i < half; ++i) freq.v[i] = math::rope_inv_freq(i, Dh, rope);
   rope_kernel<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(
-      qkv, S, B, G, H / G + 2, half, position_offset, positions, sin_sign, freq);
+      qkv, S, B, G, H / G + 2, half, position_offset, positions, sin_sign, rope.attention_scale,
+      freq);
   MT_CUDA_LAUNCH_CHECK();
 }
 

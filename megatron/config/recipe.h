@@ -66,6 +66,13 @@ struct ModelConfig {
   // Linear position interpolation (Megatron-LM's --rotary-seq-len-interpolation-factor; Hugging
   // Face's rope_type "linear"): every rotary frequency divided by this factor; 1: none.
   double rotary_seq_len_interpolation_factor = 1.0;
+  // YaRN (position_embedding: yarn, rotary embeddings with YaRN's frequencies and concentration;
+  // Megatron's yarn_* keys, Hugging Face's rope_type "yarn").
+  double yarn_rotary_scaling_factor = 0;              // required with yarn (>= 1)
+  int64_t yarn_original_max_position_embeddings = 0;  // required with yarn
+  double yarn_beta_fast = 32, yarn_beta_slow = 1;
+  std::optional<double> yarn_mscale, yarn_mscale_all_dim;  // both set: their concentration ratio
+  bool yarn_correction_range_round_to_int = true;
   bool tie_embeddings = true;
   bool add_bias = true;
   bool add_qkv_bias = false;  // biases on the QKV projection even without add_bias (Qwen2)
@@ -91,6 +98,11 @@ struct ModelConfig {
   }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
+  }
+  // Rotary embeddings (plain or with YaRN's frequencies).
+  bool rotary() const {
+    return position_embedding == PositionEmbedding::Rope ||
+           position_embedding == PositionEmbedding::Yarn;
   }
   // The embedding-table rows: vocab_size if set, else tokenizer_vocab, rounded up to a multiple of
   // make_vocab_size_divisible_by * tensor_parallel (Megatron's padding rule).
@@ -121,6 +133,13 @@ struct ModelConfig {
     v("rope_scaling", s.rope_scaling);
     v("rope_scaling_factor", s.rope_scaling_factor);
     v("rotary_seq_len_interpolation_factor", s.rotary_seq_len_interpolation_factor);
+    v("yarn_rotary_scaling_factor", s.yarn_rotary_scaling_factor);
+    v("yarn_original_max_position_embeddings", s.yarn_original_max_position_embeddings);
+    v("yarn_beta_fast", s.yarn_beta_fast);
+    v("yarn_beta_slow", s.yarn_beta_slow);
+    v("yarn_mscale", s.yarn_mscale);
+    v("yarn_mscale_all_dim", s.yarn_mscale_all_dim);
+    v("yarn_correction_range_round_to_int", s.yarn_correction_range_round_to_int);
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);

@@ -69,7 +69,27 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
     c.check(!rope_scaling, "model.rotary_seq_len_interpolation_factor",
             "linear interpolation and rope_scaling (LLaMA-3.1's) are exclusive: choose one");
   }
-  if (position_embedding == PositionEmbedding::Rope) {
+  const bool yarn = position_embedding == PositionEmbedding::Yarn;
+  if (yarn) {
+    c.check(yarn_rotary_scaling_factor >= 1.0, "model.yarn_rotary_scaling_factor",
+            concat("must be >= 1 with position_embedding: yarn (got ",
+                   num(yarn_rotary_scaling_factor), ")"));
+    c.check(yarn_original_max_position_embeddings > 0,
+            "model.yarn_original_max_position_embeddings",
+            concat("must be > 0 with position_embedding: yarn (got ",
+                   yarn_original_max_position_embeddings, ")"));
+    c.check(yarn_beta_fast > 0.0 && yarn_beta_slow > 0.0, "model.yarn_beta_fast",
+            concat("yarn_beta_fast and yarn_beta_slow must be > 0 (got ", num(yarn_beta_fast), ", ",
+                   num(yarn_beta_slow), ")"));
+    for (const auto& [key, v] : {std::pair{"model.yarn_mscale", yarn_mscale},
+                                 std::pair{"model.yarn_mscale_all_dim", yarn_mscale_all_dim}})
+      c.check(!v || *v > 0.0, key, concat("must be > 0 or null (got ", v ? num(*v) : "", ")"));
+    // rope_scaling and linear interpolation already need position_embedding: rope.
+  } else {
+    c.check(yarn_rotary_scaling_factor == 0.0, "model.yarn_rotary_scaling_factor",
+            "needs position_embedding: yarn");
+  }
+  if (rotary()) {
     if (kv_channels > 0)
       c.check(kv_channels % 2 == 0, "model.kv_channels",
               concat("must be even with position_embedding: rope (got ", kv_channels, ")"));

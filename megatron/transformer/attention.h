@@ -39,6 +39,10 @@ class SelfAttention final : public AttentionLayer {
     math::RopeFrequencies f(spec_.rope_theta);
     f.factor = spec_.rope_scaling_factor;
     f.linear_factor = spec_.rope_linear_factor;
+    f.yarn_factor = spec_.rope_yarn_factor;
+    f.yarn_low = spec_.rope_yarn_low;
+    f.yarn_range = spec_.rope_yarn_range;
+    f.attention_scale = spec_.rope_attention_scale;
     return f;
   }
   // Where the attention probabilities of state s live (the shared buffer under selective).

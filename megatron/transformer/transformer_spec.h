@@ -28,6 +28,9 @@ struct TransformerSpec {
   float rope_theta = 10000.0f;
   float rope_linear_factor = 1.0f;   // linear position interpolation (math::RopeFrequencies)
   float rope_scaling_factor = 0.0f;  // > 0: LLaMA-3.1 frequency scaling (math::RopeFrequencies)
+  // > 0: YaRN (math::RopeFrequencies; kernels/common/yarn.h computes these from the recipe)
+  float rope_yarn_factor = 0.0f, rope_yarn_low = 0.0f, rope_yarn_range = 1.0f;
+  float rope_attention_scale = 1.0f;  // YaRN's concentration factor on cos and sin
   bool bias = true;
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   bool causal = true;

@@ -1,8 +1,12 @@
 #include "models/gpt/hf_decoder.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
 
+#include "kernels/common/yarn.h"
 #include "megatron/core/error.h"
+#include "models/registry.h"
 
 namespace megatron::models {
 
@@ -61,6 +65,46 @@ config::ModelConfig gpt2_from_hf(const hf::ConfigJson& c) {
   return m;
 }
 
+// rope_type "yarn" -> position_embedding: yarn. transformers derives a missing factor from
+// max_position_embeddings / original_max_position_embeddings and uses the mscale ratio only when
+// both are non-zero; an explicit attention_factor must equal the derived concentration.
+void read_yarn(const hf::ConfigJson& c, const std::string& key, const nlohmann::json& scaling,
+               config::ModelConfig& m) {
+  auto number = [&](const char* field) -> std::optional<double> {
+    if (!scaling.contains(field) || scaling[field].is_null()) return std::nullopt;
+    if (!scaling[field].is_number()) c.fail(key, concat("yarn ", field, " must be a number"));
+    return scaling[field].get<double>();
+  };
+  const std::optional<double> original = number("original_max_position_embeddings");
+  if (!original || !(*original > 0))
+    c.fail(key, "yarn needs a positive original_max_position_embeddings");
+  m.position_embedding = config::PositionEmbedding::Yarn;
+  m.yarn_original_max_position_embeddings = static_cast<int64_t>(*original);
+  const std::optional<double> factor = number("factor");
+  m.yarn_rotary_scaling_factor =
+      factor ? *factor : static_cast<double>(m.max_positions()) / *original;
+  m.yarn_beta_fast = number("beta_fast").value_or(32.0);
+  m.yarn_beta_slow = number("beta_slow").value_or(1.0);
+  if (m.yarn_beta_fast == 0.0) m.yarn_beta_fast = 32.0;  // transformers: `or 32`
+  if (m.yarn_beta_slow == 0.0) m.yarn_beta_slow = 1.0;
+  const std::optional<double> mscale = number("mscale"), all_dim = number("mscale_all_dim");
+  if (mscale && all_dim && *mscale != 0.0 && *all_dim != 0.0) {
+    m.yarn_mscale = mscale;
+    m.yarn_mscale_all_dim = all_dim;
+  }
+  if (scaling.contains("truncate")) {
+    if (!scaling["truncate"].is_boolean()) c.fail(key, "yarn truncate must be true or false");
+    m.yarn_correction_range_round_to_int = scaling["truncate"].get<bool>();
+  }
+  if (const std::optional<double> af = number("attention_factor")) {
+    const double derived = math::yarn_concentration(yarn_params(m));
+    if (std::abs(*af - derived) > 1e-12 * std::max(1.0, derived))
+      c.fail(key, concat("yarn attention_factor ", *af,
+                         " differs from the concentration its factor and mscale give (", derived,
+                         "); only the derived one converts"));
+  }
+}
+
 void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
   // transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}; 4.x "rope_theta" and
   // "rope_scaling" {rope_type | type, ...}.
@@ -90,10 +134,14 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
     m.rotary_seq_len_interpolation_factor = scaling["factor"].get<double>();
     return;
   }
+  if (type == "yarn") {
+    read_yarn(c, key, scaling, m);
+    return;
+  }
   if (type != "llama3")
     c.fail(key, concat("rope type '", type,
-                       "' is not implemented (unscaled, \"linear\" and \"llama3\" rotary "
-                       "embeddings convert)"));
+                       "' is not implemented (unscaled, \"linear\", \"llama3\" and \"yarn\" "
+                       "rotary embeddings convert)"));
   // LLaMA-3.1 scaling: the factor is a recipe key; the rest are Megatron-Core's fixed values.
   auto number = [&](const char* field) {
     if (!scaling.contains(field) || !scaling[field].is_number())
@@ -256,8 +304,23 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["hidden_act"] = "silu";
   const bool linear = m.rotary_seq_len_interpolation_factor != 1.0;
-  Json rope = {{"rope_type", m.rope_scaling ? "llama3" : linear ? "linear" : "default"}};
+  const bool yarn = m.position_embedding == config::PositionEmbedding::Yarn;
+  Json rope = {{"rope_type", yarn             ? "yarn"
+                             : m.rope_scaling ? "llama3"
+                             : linear         ? "linear"
+                                              : "default"}};
   if (linear) rope["factor"] = m.rotary_seq_len_interpolation_factor;
+  if (yarn) {
+    rope["factor"] = m.yarn_rotary_scaling_factor;
+    rope["original_max_position_embeddings"] = m.yarn_original_max_position_embeddings;
+    rope["beta_fast"] = m.yarn_beta_fast;
+    rope["beta_slow"] = m.yarn_beta_slow;
+    if (m.yarn_mscale && m.yarn_mscale_all_dim) {
+      rope["mscale"] = *m.yarn_mscale;
+      rope["mscale_all_dim"] = *m.yarn_mscale_all_dim;
+    }
+    rope["truncate"] = m.yarn_correction_range_round_to_int;
+  }
   if (m.rope_scaling) {
     rope["factor"] = m.rope_scaling_factor;
     rope["low_freq_factor"] = 1.0;
@@ -269,7 +332,7 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     j["rope_parameters"] = rope;
   } else {
     j["rope_theta"] = m.rope_theta;
-    j["rope_scaling"] = m.rope_scaling || linear ? rope : Json(nullptr);
+    j["rope_scaling"] = m.rope_scaling || linear || yarn ? rope : Json(nullptr);
   }
   if (arch == kLlama) j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
   if (arch == kMixtral) {

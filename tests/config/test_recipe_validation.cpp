@@ -67,6 +67,28 @@ const Rule kRules[] = {
      "model: {position_embedding: rope, rope_scaling: true, rotary_seq_len_interpolation_factor: "
      "2}",
      "model.rotary_seq_len_interpolation_factor", "exclusive"},
+    {"yarn_factor", "model: {position_embedding: yarn, yarn_original_max_position_embeddings: 64}",
+     "model.yarn_rotary_scaling_factor", "must be >= 1 with position_embedding: yarn (got 0)"},
+    {"yarn_original", "model: {position_embedding: yarn, yarn_rotary_scaling_factor: 4}",
+     "model.yarn_original_max_position_embeddings", "must be > 0"},
+    {"yarn_beta",
+     "model: {position_embedding: yarn, yarn_rotary_scaling_factor: 4, "
+     "yarn_original_max_position_embeddings: 64, yarn_beta_slow: 0}",
+     "model.yarn_beta_fast", "must be > 0 (got 32, 0)"},
+    {"yarn_mscale",
+     "model: {position_embedding: yarn, yarn_rotary_scaling_factor: 4, "
+     "yarn_original_max_position_embeddings: 64, yarn_mscale: -1}",
+     "model.yarn_mscale", "must be > 0 or null (got -1)"},
+    {"yarn_with_llama3",
+     "model: {position_embedding: yarn, yarn_rotary_scaling_factor: 4, "
+     "yarn_original_max_position_embeddings: 64, rope_scaling: true}",
+     "model.rope_scaling", "needs position_embedding: rope"},
+    {"yarn_keys_without_yarn", "model: {position_embedding: rope, yarn_rotary_scaling_factor: 4}",
+     "model.yarn_rotary_scaling_factor", "needs position_embedding: yarn"},
+    {"yarn_odd_head",
+     "model: {position_embedding: yarn, yarn_rotary_scaling_factor: 4, "
+     "yarn_original_max_position_embeddings: 64, kv_channels: 7}",
+     "model.kv_channels", "must be even"},
     {"ffn_negative", "model: {ffn_hidden_size: -4}", "model.ffn_hidden_size", "got -4"},
     {"heads_groups", "model: {num_attention_heads: 4, num_query_groups: 3}",
      "model.num_query_groups", "4 % 3"},

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/numeric.h"
+#include "kernels/common/yarn.h"
 
 namespace megatron {
 namespace {
@@ -205,6 +206,56 @@ TEST(Rope, Llama31ScalingMatchesTheFormulaInEveryBand) {
   EXPECT_EQ(kept, 2);
   EXPECT_EQ(stretched, 1);
   EXPECT_EQ(smoothed, 1);
+}
+
+// YaRN against its definition in double (Megatron-Core's YarnRotaryEmbedding, transformers'
+// _compute_yarn_parameters): correction range from beta_fast/beta_slow over the original
+// context (rounded out to whole pairs, or not), pairs below it keep their frequency, pairs above
+// are divided by the factor, the ones between blend linearly; the concentration is
+// 0.1 ln(factor) + 1, or the ratio of the mscale and mscale_all_dim ones when both are set.
+TEST(Rope, YarnMatchesTheFormula) {
+  const double theta = 10000.0, pi = 3.14159265358979323846;
+  for (const bool round : {true, false}) {
+    for (const int64_t Dh : {8, 64, 128}) {
+      math::YarnParams y;
+      y.factor = 4.0;
+      y.original_max_positions = 4096.0;
+      y.round_to_int = round;
+      const math::RopeFrequencies f = math::yarn_frequencies(float(theta), Dh, y);
+      auto dim_of = [&](double rot) {
+        return Dh * std::log(4096.0 / (rot * 2 * pi)) / (2 * std::log(theta));
+      };
+      double low = dim_of(32.0), high = dim_of(1.0);
+      if (round) low = std::floor(low), high = std::ceil(high);
+      low = std::max(low, 0.0);
+      high = std::min(high, double(Dh - 1));
+      int kept = 0, interpolated = 0, blended = 0;
+      for (int64_t i = 0; i < Dh / 2; ++i) {
+        const double inv = 1.0 / std::pow(theta, 2.0 * i / Dh);
+        const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+        const double want = inv / 4.0 * ramp + inv * (1 - ramp);
+        EXPECT_NEAR(math::rope_inv_freq(i, Dh, f), want, 3e-6 * want) << "Dh " << Dh << " i " << i;
+        (ramp == 0 ? kept : ramp == 1 ? interpolated : blended) += 1;
+      }
+      EXPECT_GT(kept, 0) << Dh;
+      EXPECT_GT(interpolated, 0) << Dh;
+      if (Dh >= 64) {
+        EXPECT_GT(blended, 0) << Dh;
+      }
+      EXPECT_FLOAT_EQ(f.attention_scale, float(0.1 * std::log(4.0) + 1.0));
+    }
+  }
+  math::YarnParams ratio;
+  ratio.factor = 40.0;
+  ratio.original_max_positions = 4096.0;
+  ratio.mscale = 1.0;
+  ratio.mscale_all_dim = 0.707;
+  EXPECT_NEAR(math::yarn_concentration(ratio),
+              (0.1 * std::log(40.0) + 1.0) / (0.0707 * std::log(40.0) + 1.0), 1e-12);
+  ratio.mscale_all_dim.reset();  // one of them alone: the plain concentration
+  EXPECT_NEAR(math::yarn_concentration(ratio), 0.1 * std::log(40.0) + 1.0, 1e-12);
+  ratio.factor = 1.0;  // no extension, no concentration
+  EXPECT_EQ(math::yarn_concentration(ratio), 1.0);
 }
 
 TEST(ExpApprox, CloseToExpOverTheRange) {

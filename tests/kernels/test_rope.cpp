@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/common/yarn.h"
 #include "kernels/cpu/reference/rope.h"
 #include "kernels/cpu/rope.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -89,6 +90,47 @@ TEST(Rope, LinearInterpolationCompressesPositions) {
     cpu::rope_forward(s, want.data(), 10000.0f, 0, plain.data());
     EXPECT_EQ(y, want);
     EXPECT_TRUE(all_close(y_ref, want, 1e-6));
+  }
+}
+
+// YaRN: the optimized kernel equals the reference with the same blended frequencies and
+// concentration; the concentration scales every rotated pair's length (cos^2 + sin^2 = c^2), so
+// backward undoes forward up to c^2, and value heads stay untouched.
+TEST(Rope, YarnMatchesReferenceAndScalesByTheConcentration) {
+  math::YarnParams y;
+  y.factor = 8.0;
+  y.original_max_positions = 256.0;
+  for (const AttentionShape& s : kShapes) {
+    const math::RopeFrequencies f = math::yarn_frequencies(10000.0f, s.Dh, y);
+    ASSERT_GT(f.attention_scale, 1.0f);
+    const auto x = random_vector(qkv_size(s), uint32_t(13 * s.S + s.Dh));
+    auto out = x, out_ref = x;
+    cpu::rope_forward(s, out.data(), f, 700);
+    ref::rope_forward(s, out_ref.data(), f, 700);
+    EXPECT_TRUE(all_close(out, out_ref, 1e-6));
+    const double c2 = double(f.attention_scale) * f.attention_scale;
+    double in_norm = 0, out_norm = 0;
+    for (int64_t t = 0; t < s.S; ++t)
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t d = 0; d < s.Dh; ++d) {  // the first query head of group 0
+          in_norm += double(x[offset(s, t, b, 0, 0, d)]) * x[offset(s, t, b, 0, 0, d)];
+          out_norm += double(out[offset(s, t, b, 0, 0, d)]) * out[offset(s, t, b, 0, 0, d)];
+          const int64_t v = offset(s, t, b, 0, s.H / s.G + 1, d);
+          ASSERT_EQ(out[v], x[v]) << "value head changed";
+        }
+    EXPECT_NEAR(out_norm, c2 * in_norm, 1e-5 * c2 * in_norm);
+    // Backward (the transposed rotation, also scaled) brings the rotated heads back times c^2.
+    cpu::rope_backward(s, out.data(), f, 700);
+    std::vector<float> want = x;
+    for (int64_t t = 0; t < s.S; ++t)
+      for (int64_t b = 0; b < s.B; ++b)
+        for (int64_t g = 0; g < s.G; ++g)
+          for (int64_t slot = 0; slot <= s.H / s.G; ++slot)  // query heads and the key head
+            for (int64_t d = 0; d < s.Dh; ++d) {
+              const int64_t i = offset(s, t, b, g, slot, d);
+              want[i] = static_cast<float>(x[i] * c2);
+            }
+    EXPECT_TRUE(all_close(out, want, 1e-5));
   }
 }
 

@@ -170,6 +170,10 @@ TEST(HfLogits, Qwen2TiedBf16) { check_logits("qwen2_tied"); }
 TEST(HfLogits, LlamaWithBiases) { check_logits("llama_bias"); }
 // rope_type "linear" (factor 4): Megatron's rotary_seq_len_interpolation_factor.
 TEST(HfLogits, LlamaLinearRope) { check_logits("llama_linear_rope"); }
+
+// YaRN: blended frequencies over the correction range and the mscale-ratio concentration on
+// cos/sin (position_embedding: yarn).
+TEST(HfLogits, LlamaYarn) { check_logits("llama_yarn"); }
 // head_dim 24 != hidden_size / num_attention_heads = 16 (Mistral-NeMo-style): model.kv_channels.
 TEST(HfLogits, MistralHeadDim) { check_logits("mistral_head_dim"); }
 // Models trained here and exported by convert_checkpoint, read by transformers (the fixture's

@@ -29,9 +29,9 @@ namespace st = checkpoint::safetensors;
 using ::testing::HasSubstr;
 
 const std::vector<std::string> kFixtures = {
-    "gpt2",          "llama_bf16",      "llama_tied", "llama31_scaled",    "mistral_sharded",
-    "qwen2_tied",    "mixtral",         "llama_bias", "llama_linear_rope", "bert_pretraining",
-    "bert_mlm_bf16", "mistral_head_dim"};
+    "gpt2",          "llama_bf16",       "llama_tied", "llama31_scaled",    "mistral_sharded",
+    "qwen2_tied",    "mixtral",          "llama_bias", "llama_linear_rope", "bert_pretraining",
+    "bert_mlm_bf16", "mistral_head_dim", "llama_yarn"};
 
 fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
@@ -386,9 +386,22 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
   {
     const fs::path d = editable("llama_tied");
     edit_config(d, [](nlohmann::json& j) {
+      j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+    });
+    EXPECT_THAT(error_of(d), HasSubstr("rope type 'longrope' is not implemented"));
+  }
+  {  // yarn without the pretraining context it extends
+    const fs::path d = editable("llama_tied");
+    edit_config(d, [](nlohmann::json& j) {
       j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
     });
-    EXPECT_THAT(error_of(d), HasSubstr("rope type 'yarn' is not implemented"));
+    EXPECT_THAT(error_of(d), HasSubstr("\"rope_parameters\": yarn needs a positive "
+                                       "original_max_position_embeddings"));
+  }
+  {  // an attention_factor other than the derived concentration has no recipe key
+    const fs::path d = editable("llama_yarn");
+    edit_config(d, [](nlohmann::json& j) { j["rope_parameters"]["attention_factor"] = 1.5; });
+    EXPECT_THAT(error_of(d), HasSubstr("yarn attention_factor 1.5 differs"));
   }
   {
     const fs::path d = editable("gpt2");

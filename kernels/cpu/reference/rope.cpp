@@ -18,7 +18,9 @@ void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& r
           for (int64_t i = 0; i < half; ++i) {
             const int64_t pos = positions ? positions[s * sh.B + b] : position_offset + s;
             const float angle = float(pos) * math::rope_inv_freq(i, sh.Dh, rope);
-            const double c = std::cos(double(angle)), sn = direction * std::sin(double(angle));
+            const double scale = rope.attention_scale;
+            const double c = scale * std::cos(double(angle)),
+                         sn = direction * scale * std::sin(double(angle));
             const double x1 = x[i], x2 = x[i + half];
             x[i] = float(x1 * c - x2 * sn);
             x[i + half] = float(x2 * c + x1 * sn);

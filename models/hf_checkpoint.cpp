@@ -52,6 +52,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
          hf.rotary_seq_len_interpolation_factor);
   } else
     same("max_position_embeddings", m.max_positions(), hf.max_positions());
+  same("window_size (sliding window)", m.attention_window(), hf.attention_window());
   same("tie_embeddings", m.tie_embeddings, hf.tie_embeddings);
   same("add_bias", m.add_bias, hf.add_bias);
   same("add_qkv_bias", m.add_qkv_bias, hf.add_qkv_bias);

@@ -41,6 +41,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.swiglu = m.activation == config::Activation::SwiGLU;
   t.gelu = m.activation == config::Activation::GeLUExact ? math::Gelu::Erf : math::Gelu::Tanh;
   t.rope = m.rotary();
+  t.window = m.attention_window();
   t.rope_theta = static_cast<float>(m.rope_theta);
   if (m.position_embedding == config::PositionEmbedding::Yarn) {
     const math::RopeFrequencies y =

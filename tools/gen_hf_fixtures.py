@@ -17,7 +17,7 @@ outputs are committed and neither the build nor the tests run Python:
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
-(tests/fixtures/hf/llama_bias, mistral_head_dim and llama_yarn were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+(tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn and mistral_sliding were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -85,6 +85,10 @@ FIXTURES = {
                                             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0,
                                             "mscale_all_dim": 0.5}),
                    torch.float32, None),
+    # Sliding-window attention over 5 keys on 16-token inputs (and a 4 + 12 token generation):
+    # Megatron-Core's window_size [4, 0].
+    "mistral_sliding": (T.MistralForCausalLM, llama_like(T.MistralConfig, sliding_window=5),
+                        torch.float32, None),
 }
 
 BERT = {

@@ -19,6 +19,9 @@ struct AttentionOptions {
   // [B, S] document of each token (packed sequences): query i sees key j only when both lie in
   // the same document, on top of the causal and key masks. Null: one document per sequence.
   const int32_t* segment_ids = nullptr;
+  // Sliding-window attention (> 0; causal only): query i sees key j only when i - j < window
+  // (Mistral's sliding_window; Megatron-Core's window_size (window - 1, 0)). 0: every key.
+  int64_t window = 0;
   float dropout_p = 0.0f;
   uint64_t seed = 0, stream = 0;
 };

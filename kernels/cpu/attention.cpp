@@ -23,11 +23,12 @@ constexpr int64_t kRowBlock = 256;
 int64_t row_block(const AttentionOptions& opt) { return opt.causal ? kCausalRowBlock : kRowBlock; }
 
 // Turns scaled scores row[0, S) of query i into masked probabilities in place: row[j] for
-// j >= lim (causal), padded keys or keys of another segment is exactly 0; a row with no visible
-// key is all zeros.
-void masked_softmax_row(float* row, int64_t S, int64_t lim, const uint8_t* key_mask,
+// j >= lim (causal), j < first (outside a sliding window), padded keys or keys of another
+// segment is exactly 0; a row with no visible key is all zeros.
+void masked_softmax_row(float* row, int64_t S, int64_t first, int64_t lim, const uint8_t* key_mask,
                         const int32_t* segments, int32_t segment) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < std::min(first, lim); ++j) row[j] = kNegInf;
   if (key_mask) {
 #pragma omp simd
     for (int64_t j = 0; j < lim; ++j) row[j] = key_mask[j] ? row[j] : kNegInf;
@@ -98,7 +99,8 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
         gemm(false, true, rows, kend, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv, K, L.ld_qkv, 0.0f,
              P + r0 * S, S);
         for (int64_t i = r0; i < r1; ++i)
-          masked_softmax_row(P + i * S, S, opt.causal ? i + 1 : S, km, seg, seg ? seg[i] : 0);
+          masked_softmax_row(P + i * S, S, first_key(opt, i), opt.causal ? i + 1 : S, km, seg,
+                             seg ? seg[i] : 0);
         const float* pv = P + r0 * S;
         if (dropout) {
           dropout_rows(P, pd.data(), r0, r1, kend, S, opt.causal, opt, dropout_base(shape, b, h),

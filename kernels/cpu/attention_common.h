@@ -42,6 +42,13 @@ inline void check_shape(const char* op, const AttentionShape& s, const Attention
            " B=", s.B, " H=", s.H, " G=", s.G, " Dh=", s.Dh);
   MT_CHECK(opt.dropout_p >= 0.0f && opt.dropout_p < 1.0f, op, ": dropout_p ", opt.dropout_p,
            " outside [0, 1)");
+  MT_CHECK(opt.window >= 0 && (opt.window == 0 || opt.causal), op, ": sliding window ", opt.window,
+           " needs causal attention and must be >= 0");
+}
+
+// The first key query i sees: 0, or with a sliding window the oldest one inside it.
+inline int64_t first_key(const AttentionOptions& opt, int64_t i) {
+  return opt.window > 0 ? std::max<int64_t>(0, i - opt.window + 1) : 0;
 }
 
 // Philox index of element (0, 0) of local head (b, h): a function of the global batch and head,

@@ -22,10 +22,16 @@ constexpr int64_t kRows = 64;
 constexpr int64_t kCols = 128;
 
 // Number of visible columns [c0, c0 + lim) of row i in a tile starting at key c0 (causal
-// clips at i); key_mask holes are applied separately.
+// clips at i); key_mask holes and the sliding window's start are applied separately.
 int64_t visible(int64_t i, int64_t c0, int64_t cols, bool causal) {
   if (!causal) return cols;
   return std::clamp<int64_t>(i + 1 - c0, 0, cols);
+}
+
+// The first key tile rows [r0, ..) need: tiles wholly before every row's sliding window hold
+// only masked keys.
+int64_t first_tile(const AttentionOptions& opt, int64_t r0) {
+  return first_key(opt, r0) / kCols * kCols;
 }
 
 }  // namespace
@@ -59,7 +65,7 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
         std::fill(m.begin(), m.end(), kNegInf);
         std::fill(l.begin(), l.end(), 0.0f);
         for (int64_t i = r0; i < r1; ++i) std::fill(O + i * L.ld_out, O + i * L.ld_out + Dh, 0.0f);
-        for (int64_t c0 = 0; c0 < kend; c0 += kCols) {
+        for (int64_t c0 = first_tile(opt, r0); c0 < kend; c0 += kCols) {
           const int64_t cols = std::min(kCols, kend - c0);
           gemm(false, true, rows, cols, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv,
                K + c0 * L.ld_qkv, L.ld_qkv, 0.0f, sc.data(), kCols);
@@ -67,6 +73,7 @@ void flash_attention_forward(const AttentionShape& shape, const AttentionOptions
             const int64_t i = r0 + r;
             float* row = sc.data() + r * kCols;
             const int64_t lim = visible(i, c0, cols, opt.causal);
+            for (int64_t j = 0; j < std::min(first_key(opt, i) - c0, lim); ++j) row[j] = kNegInf;
             if (km) {
 #pragma omp simd
               for (int64_t j = 0; j < lim; ++j) row[j] = km[c0 + j] ? row[j] : kNegInf;
@@ -173,7 +180,7 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
             D[r] = dot;
             std::fill(dQ + (r0 + r) * L.ld_qkv, dQ + (r0 + r) * L.ld_qkv + Dh, 0.0f);
           }
-          for (int64_t c0 = 0; c0 < kend; c0 += kCols) {
+          for (int64_t c0 = first_tile(opt, r0); c0 < kend; c0 += kCols) {
             const int64_t cols = std::min(kCols, kend - c0);
             gemm(false, true, rows, cols, Dh, opt.scale, Q + r0 * L.ld_qkv, L.ld_qkv,
                  K + c0 * L.ld_qkv, L.ld_qkv, 0.0f, P.data(), kCols);
@@ -184,9 +191,11 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
               const float li = lse_row[i];
               const int64_t lim = li == kNegInf ? 0 : visible(i, c0, cols, opt.causal);
               const int32_t own = seg ? seg[i] : 0;
+              const int64_t first = first_key(opt, i) - c0;
 #pragma omp simd
               for (int64_t j = 0; j < lim; ++j)
-                prow[j] = (km == nullptr || km[c0 + j]) && (seg == nullptr || seg[c0 + j] == own)
+                prow[j] = j >= first && (km == nullptr || km[c0 + j]) &&
+                                  (seg == nullptr || seg[c0 + j] == own)
                               ? math::exp_approx(prow[j] - li)
                               : 0.0f;
               std::fill(prow + lim, prow + cols, 0.0f);

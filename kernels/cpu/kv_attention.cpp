@@ -10,7 +10,7 @@
 namespace megatron::kernels::cpu {
 
 void kv_cache_attention(const AttentionShape& sh, float scale, const float* qkv, float* keys,
-                        float* values, int64_t past, int64_t capacity, float* out) {
+                        float* values, int64_t past, int64_t capacity, float* out, int64_t window) {
   const int64_t S = sh.S, B = sh.B, H = sh.H, G = sh.G, Dh = sh.Dh, per = H / G;
   const int64_t slots = per + 2, total = past + S;
   // Append the new keys and values.
@@ -34,19 +34,20 @@ void kv_cache_attention(const AttentionShape& sh, float scale, const float* qkv,
         for (int64_t i = 0; i < S; ++i) {
           const float* q = qkv + ((i * B + b) * G + g) * slots * Dh + (h % per) * Dh;
           const int64_t lim = past + i + 1;  // causal: keys up to this query's position
+          const int64_t first = window > 0 ? std::max<int64_t>(0, lim - window) : 0;
           float mx = -std::numeric_limits<float>::infinity();
-          for (int64_t j = 0; j < lim; ++j) {
+          for (int64_t j = first; j < lim; ++j) {
             float dot = 0.0f;
             for (int64_t d = 0; d < Dh; ++d) dot += q[d] * k[j * Dh + d];
             scores[j] = dot * scale;
             mx = std::max(mx, scores[j]);
           }
           float sum = 0.0f;
-          for (int64_t j = 0; j < lim; ++j) sum += scores[j] = math::exp_approx(scores[j] - mx);
+          for (int64_t j = first; j < lim; ++j) sum += scores[j] = math::exp_approx(scores[j] - mx);
           const float inv = 1.0f / sum;
           float* o = out + ((i * B + b) * H + h) * Dh;
           std::fill(o, o + Dh, 0.0f);
-          for (int64_t j = 0; j < lim; ++j) {
+          for (int64_t j = first; j < lim; ++j) {
             const float p = scores[j] * inv;
             for (int64_t d = 0; d < Dh; ++d) o[d] += p * v[j * Dh + d];
           }

@@ -97,8 +97,8 @@ __device__ __forceinline__ float dropped(float prob, const DropoutArgs& d, uint6
 // is set the dropped probabilities in T for the P @ V product.
 template <typename T>
 __global__ void attention_softmax_kernel(float* probs, T* pd, int64_t S, int64_t H, bool causal,
-                                         const uint8_t* key_mask, const int32_t* segment_ids,
-                                         DropoutArgs d) {
+                                         int64_t window, const uint8_t* key_mask,
+                                         const int32_t* segment_ids, DropoutArgs d) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const int64_t i = row % S, bh = row / S, h = bh % H, b = bh / H;
@@ -106,7 +106,9 @@ __global__ void attention_softmax_kernel(float* probs, T* pd, int64_t S, int64_t
   const uint8_t* km = key_mask ? key_mask + b * S : nullptr;
   const int32_t* sg = segment_ids ? segment_ids + b * S : nullptr;
   const int32_t own = sg ? sg[i] : 0;
-  auto visible = [&](int64_t j) { return (!km || km[j]) && (!sg || sg[j] == own); };
+  auto visible = [&](int64_t j) {
+    return (window <= 0 || i - j < window) && (!km || km[j]) && (!sg || sg[j] == own);
+  };
   int64_t lim = causal ? i + 1 : S;
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < lim; j += blockDim.x)
@@ -315,7 +317,7 @@ void attention_forward(GemmContext& gemm, const AttentionShape& s, const Attenti
   T* pd = fp32_no_dropout ? nullptr : w.pd;
   attention_softmax_kernel<T>
       <<<unsigned(s.B * s.H * S), detail::row_threads(S, kThreads), 0, stream>>>(
-          probs, pd, S, s.H, opt.causal, opt.key_mask, opt.segment_ids, d);
+          probs, pd, S, s.H, opt.causal, opt.window, opt.key_mask, opt.segment_ids, d);
   MT_CUDA_LAUNCH_CHECK();
   const void* pv = fp32_no_dropout ? static_cast<const void*>(probs) : w.pd;
   // o_group[hpg*S, Dh] = pv_group[hpg*S, S] V

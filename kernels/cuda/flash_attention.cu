@@ -59,6 +59,7 @@ Geo geo_of(const AttentionShape& s) {
 struct Opt {
   float scale, p, keep_scale;
   bool causal, dropout;
+  int64_t window;  // sliding window (0: none)
   const uint8_t* key_mask;
   const int32_t* segment_ids;  // [B, S] or null
   uint64_t seed, stream;
@@ -71,6 +72,7 @@ Opt opt_of(const AttentionOptions& o) {
   r.dropout = o.dropout_p > 0.0f;
   r.keep_scale = r.dropout ? 1.0f / (1.0f - o.dropout_p) : 1.0f;
   r.causal = o.causal;
+  r.window = o.window;
   r.key_mask = o.key_mask;
   r.segment_ids = o.segment_ids;
   r.seed = o.seed;
@@ -128,8 +130,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!active) continue;
     const int64_t j = c0 + lane;
-    const bool vis =
-        lane < cols && (!o.causal || j <= i) && (!km || km[j]) && (!sg || sg[j] == own);
+    const bool vis = lane < cols && (!o.causal || j <= i) && (o.window <= 0 || i - j < o.window) &&
+                     (!km || km[j]) && (!sg || sg[j] == own);
     float s = -INFINITY;
     if (vis) {
       float dot = 0.0f;
@@ -240,7 +242,8 @@ __global__ void __launch_bounds__(kThreads)
       if (!active) continue;
       const int64_t i = r0 + lane;
       const float lse_i = i < L.S ? lse[bh * L.S + i] : -INFINITY;
-      const bool vis = key_visible && i < L.S && (!o.causal || j <= i) && lse_i != -INFINITY &&
+      const bool vis = key_visible && i < L.S && (!o.causal || j <= i) &&
+                       (o.window <= 0 || i - j < o.window) && lse_i != -INFINITY &&
                        (!sg || sg[i] == own);
       const Pair pr = pair_grad(vis, Qs + lane * ldq, k, dOs + lane * ldq, v, Dh, lse_i,
                                 vis ? D[bh * L.S + i] : 0.0f, o, base + uint64_t(i * L.S));
@@ -306,8 +309,8 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (!active || lse_i == -INFINITY) continue;
     const int64_t j = c0 + lane;
-    const bool vis =
-        lane < cols && (!o.causal || j <= i) && (!km || km[j]) && (!sg || sg[j] == own);
+    const bool vis = lane < cols && (!o.causal || j <= i) && (o.window <= 0 || i - j < o.window) &&
+                     (!km || km[j]) && (!sg || sg[j] == own);
     const Pair pr = pair_grad(vis, qs + warp * Dh, Ks + lane * ldk, dos + warp * Dh,
                               Vs + lane * ldk, Dh, lse_i, D_i, o, base + uint64_t(j));
     for (int jj = 0; jj < cols; ++jj) {
@@ -418,10 +421,10 @@ void flash_attention_backward(const AttentionShape& s, const AttentionOptions& o
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                      \
+#define MT_INSTANTIATE(T)                                                                          \
   template void flash_attention_forward<T>(const kernels::AttentionShape&,                         \
                                            const kernels::AttentionOptions&, const T*, T*, float*, \
-                                           void*, cudaStream_t);                               \
+                                           void*, cudaStream_t);                                   \
   template void flash_attention_backward<T>(const kernels::AttentionShape&,                        \
                                             const kernels::AttentionOptions&, const T*, const T*,  \
                                             const float*, const T*, T*, void*, cudaStream_t);

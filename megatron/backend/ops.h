@@ -66,12 +66,14 @@ void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
                   const Tensor* positions = nullptr);
 void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
                    const math::RopeFrequencies& rope, int64_t position_offset,
-                  const Tensor* positions = nullptr);
+                   const Tensor* positions = nullptr);
 // Incremental decoding (kernels/cpu/kv_attention.h): appends the new keys/values of qkv
 // [S, B, G, H/G + 2, Dh] at position `past` of the caches [B, G, capacity, Dh] and attends each
-// new query causally over the cache. fp32 CPU tensors only (InputError otherwise).
+// new query causally over the cache (the last `window` positions with a sliding window > 0).
+// fp32 CPU tensors only (InputError otherwise).
 void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
-                        Tensor& keys, Tensor& values, int64_t past, Tensor& out);
+                        Tensor& keys, Tensor& values, int64_t past, Tensor& out,
+                        int64_t window = 0);
 
 // Inverted dropout (kernels/cpu/dropout.h): element i uses Philox(seed, stream) at
 // index_offset + i; backward regenerates the same mask.

@@ -79,7 +79,7 @@ void flash_attention_backward(const kernels::AttentionShape& s,
 }
 
 void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
-                        Tensor& keys, Tensor& values, int64_t past, Tensor& out) {
+                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window) {
   for (const Tensor* t : std::initializer_list<const Tensor*>{&qkv, &keys, &values, &out})
     MT_INPUT_CHECK(t->device() == Device::CPU && t->dtype() == DType::F32,
                    "KV-cache decoding runs on the CPU in fp32 (got a ", dtype_name(t->dtype()),
@@ -94,7 +94,7 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
            past + s.S, " past the cache capacity ", capacity);
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, "kv_cache_attention: out ", out.shape().str());
   cpu::kv_cache_attention(s, scale, qkv.data<float>(), keys.data<float>(), values.data<float>(),
-                          past, capacity, out.data<float>());
+                          past, capacity, out.data<float>(), window);
 }
 
 namespace {

@@ -73,6 +73,14 @@ struct ModelConfig {
   double yarn_beta_fast = 32, yarn_beta_slow = 1;
   std::optional<double> yarn_mscale, yarn_mscale_all_dim;  // both set: their concentration ratio
   bool yarn_correction_range_round_to_int = true;
+  // Sliding-window attention (Megatron-Core's window_size, flash-attention's (left, right)):
+  // query i sees keys i - left .. i + right; empty (null): every earlier key. Causal models
+  // only, right = 0 (Mistral's sliding_window W is [W - 1, 0]).
+  std::vector<int64_t> window_size;
+  // The sliding window in keys (left + 1), 0 without one.
+  int64_t attention_window() const {
+    return window_size.size() == 2 && window_size[0] >= 0 ? window_size[0] + 1 : 0;
+  }
   bool tie_embeddings = true;
   bool add_bias = true;
   bool add_qkv_bias = false;  // biases on the QKV projection even without add_bias (Qwen2)
@@ -140,6 +148,7 @@ struct ModelConfig {
     v("yarn_mscale", s.yarn_mscale);
     v("yarn_mscale_all_dim", s.yarn_mscale_all_dim);
     v("yarn_correction_range_round_to_int", s.yarn_correction_range_round_to_int);
+    v("window_size", s.window_size);
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);

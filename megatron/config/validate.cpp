@@ -89,6 +89,19 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
     c.check(yarn_rotary_scaling_factor == 0.0, "model.yarn_rotary_scaling_factor",
             "needs position_embedding: yarn");
   }
+  if (!window_size.empty()) {
+    c.check(window_size.size() == 2, "model.window_size",
+            concat("must be [left, right] (got ", window_size.size(), " values)"));
+    if (window_size.size() == 2) {
+      c.check(window_size[0] >= -1, "model.window_size",
+              concat("left must be >= 0, or -1 for no limit (got ", window_size[0], ")"));
+      c.check(window_size[1] == 0, "model.window_size",
+              concat("right must be 0: a sliding window over earlier keys only (got ",
+                     window_size[1], ")"));
+    }
+    c.check(arch != Arch::BERT, "model.window_size",
+            "sliding-window attention needs a causal model (not bert)");
+  }
   if (rotary()) {
     if (kv_channels > 0)
       c.check(kv_channels % 2 == 0, "model.kv_channels",

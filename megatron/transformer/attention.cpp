@@ -50,6 +50,7 @@ kernels::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
   kernels::AttentionOptions o;
   o.scale = 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
   o.causal = spec_.causal;
+  o.window = spec_.window;
   o.key_mask = key_mask;
   o.segment_ids = mb.segment_ids != nullptr ? mb.segment_ids->data<int32_t>() : nullptr;
   o.dropout_p = mb.training ? spec_.attention_dropout : 0.0f;
@@ -108,7 +109,7 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
   }
   Tensor& out = ensure(s.attn_out, {S, B, local_heads_ * Dh}, act(), device_);
   ops::kv_cache_attention(as, 1.0f / std::sqrt(static_cast<float>(Dh)), s.qkv_out, cache.keys[l],
-                          cache.values[l], cache.length, out);
+                          cache.values[l], cache.length, out, spec_.window);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {S, B, D}, act(), device_));
   return s.out;
 }

@@ -26,6 +26,8 @@ void TransformerSpec::validate(int64_t tp_size) const {
   MT_CHECK(query_groups % tp_size == 0, "query groups ", query_groups,
            " not divisible by tensor parallel size ", tp_size);
   MT_CHECK(!rope || head_dim() % 2 == 0, "rotary embeddings need an even head dim");
+  MT_CHECK(window >= 0 && (window == 0 || causal), "sliding window ", window,
+           " needs causal attention and must be >= 0");
   MT_CHECK(!sequence_parallel || seq_length % tp_size == 0, "sequence length ", seq_length,
            " not divisible by tensor parallel size ", tp_size, " (sequence parallelism)");
 }

@@ -34,6 +34,9 @@ struct TransformerSpec {
   bool bias = true;
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   bool causal = true;
+  // Sliding-window attention (kernels::AttentionOptions::window): query i sees keys j with
+  // i - j < window; 0: all earlier keys.
+  int64_t window = 0;
   bool post_norm = false;  // post-LN (BERT) instead of pre-LN; see TransformerBlock
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   float norm_eps = 1e-5f;

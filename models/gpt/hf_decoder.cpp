@@ -232,9 +232,10 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
     m.add_qkv_bias = true;  // Qwen2's q/k/v projections carry biases, nothing else does
   }
   if ((arch == kMistral || arch == kMixtral) && c.has("sliding_window")) {
+    // Keys i - W < j <= i: Megatron-Core's window_size (W - 1, 0).
     const int64_t window = c.integer("sliding_window");
-    // Sliding-window attention equals full attention for sequences no longer than the window.
-    m.seq_length = std::min(m.seq_length, window);
+    if (window <= 0) c.fail("sliding_window", concat("must be > 0 or null (got ", window, ")"));
+    if (window < m.max_positions()) m.window_size = {window - 1, 0};
   }
   read_rope(c, m);
   if (arch == kMixtral) {
@@ -265,6 +266,7 @@ config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::st
 std::string decoder_architecture_for(const config::ModelConfig& m) {
   if (m.arch == config::Arch::GPT) return kGpt2;
   if (m.moe.enabled()) return kMixtral;
+  if (m.attention_window() > 0) return kMistral;  // the LLaMA family's sliding window
   if (m.add_qkv_bias && !m.add_bias) return kQwen2;
   return kLlama;
 }
@@ -335,6 +337,14 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     j["rope_scaling"] = m.rope_scaling || linear || yarn ? rope : Json(nullptr);
   }
   if (arch == kLlama) j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
+  const int64_t window = m.attention_window();
+  if (arch == kMistral || arch == kMixtral)
+    j["sliding_window"] = window > 0 ? Json(window) : Json(nullptr);
+  else
+    MT_INPUT_CHECK(window == 0, "model.window_size [", m.window_size[0], ", ", m.window_size[1],
+                   "]: ", arch,
+                   " has no sliding-window attention (MistralForCausalLM and "
+                   "MixtralForCausalLM do)");
   if (arch == kMixtral) {
     j["num_local_experts"] = m.moe.num_experts;
     j["num_experts_per_tok"] = m.moe.moe_router_topk;

@@ -364,6 +364,7 @@ Recipe everything_set() {
                   "model.yarn_mscale=0.5",
                   "model.yarn_mscale_all_dim=0.25",
                   "model.yarn_correction_range_round_to_int=false",
+                  "model.window_size=[7,0]",
                   "model.attention_backend=flash",
                   "model.rope_theta=500000.5",
                   "model.tie_embeddings=false",

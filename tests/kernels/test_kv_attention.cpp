@@ -19,11 +19,12 @@ using testing::random_vector;
 // Runs positions [past, past + step.S) of the full qkv (and writes their output rows).
 void kv_cache_attention_step(const AttentionShape& step, int64_t past, int64_t capacity,
                              const std::vector<float>& qkv, std::vector<float>& keys,
-                             std::vector<float>& values, std::vector<float>& out, float scale) {
+                             std::vector<float>& values, std::vector<float>& out, float scale,
+                             int64_t window = 0) {
   const int64_t row = step.G * (step.H / step.G + 2) * step.Dh * step.B;
   const int64_t out_row = step.B * step.H * step.Dh;
   cpu::kv_cache_attention(step, scale, qkv.data() + past * row, keys.data(), values.data(), past,
-                          capacity, out.data() + past * out_row);
+                          capacity, out.data() + past * out_row, window);
 }
 
 TEST(KvCacheAttention, ChunkedDecodingMatchesFullCausalAttention) {
@@ -56,6 +57,30 @@ TEST(KvCacheAttention, ChunkedDecodingMatchesFullCausalAttention) {
               ASSERT_EQ(keys[((b * G + g) * capacity + s) * Dh + d], r[(H / G) * Dh + d]);
               ASSERT_EQ(values[((b * G + g) * capacity + s) * Dh + d], r[(H / G + 1) * Dh + d]);
             }
+    }
+  }
+}
+
+// With a sliding window each query attends only the last `window` cached positions: chunked
+// decoding equals the reference's full windowed attention.
+TEST(KvCacheAttention, SlidingWindowMatchesFullWindowedAttention) {
+  const AttentionShape full{13, 2, 4, 2, 8};
+  const int64_t S = full.S, B = full.B, H = full.H, G = full.G, Dh = full.Dh;
+  const auto qkv = random_vector(S * B * G * (H / G + 2) * Dh, 5);
+  for (int64_t window : {1, 4, 20}) {
+    AttentionOptions opt{1.0f / std::sqrt(float(Dh)), true};
+    opt.window = window;
+    std::vector<float> want(S * B * H * Dh), probs(B * H * S * S);
+    ref::attention_forward(full, opt, qkv.data(), want.data(), probs.data());
+    for (int64_t chunk : {int64_t{1}, int64_t{5}}) {
+      SCOPED_TRACE(::testing::Message() << "window=" << window << " chunk=" << chunk);
+      std::vector<float> keys(B * G * S * Dh), values(keys.size()), got(want.size());
+      for (int64_t past = 0; past < S; past += chunk) {
+        AttentionShape step = full;
+        step.S = std::min(chunk, S - past);
+        kv_cache_attention_step(step, past, S, qkv, keys, values, got, opt.scale, window);
+      }
+      EXPECT_TRUE(all_close(got, want, 2e-5));
     }
   }
 }

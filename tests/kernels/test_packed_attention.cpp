@@ -1,6 +1,7 @@
-// Packed sequences: attention with segment_ids (kernels/cpu/attention.h) never crosses a
-// document, and rope with per-token positions restarts each document at 0. Both are checked
-// against running every document as its own sequence, against the naive reference (dropout and
+// Masked attention beyond causal: packed sequences (segment_ids, kernels/cpu/attention.h) never
+// cross a document, and rope with per-token positions restarts each document at 0 (checked
+// against running every document as its own sequence); sliding windows (AttentionOptions::
+// window) see only the last `window` keys. All checked against the naive reference (dropout and
 // key holes included) and by finite differences.
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include "kernels/cpu/reference/attention.h"
 #include "kernels/cpu/reference/rope.h"
 #include "kernels/cpu/rope.h"
+#include "megatron/core/error.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace megatron::kernels {
@@ -63,7 +65,7 @@ struct Outputs {
 };
 
 Outputs run(bool flash, const AttentionShape& s, const AttentionOptions& opt,
-        const std::vector<float>& qkv, const std::vector<float>& dout) {
+            const std::vector<float>& qkv, const std::vector<float>& dout) {
   Outputs r{nan_vector(out_size(s)), nan_vector(qkv_size(s))};
   if (flash) {
     std::vector<float> lse(s.B * s.H * s.S);
@@ -102,9 +104,9 @@ TEST(PackedAttention, EqualsEachDocumentAlone) {
         int64_t t0 = 0;
         for (int64_t len : docs[b]) {
           const AttentionShape one{len, 1, s.H, s.G, s.Dh};
-          const Outputs alone = run(flash, one, plain_options(one, causal),
-                                slice(qkv, s, width(s), b, t0, len),
-                                slice(dout, s, s.H * s.Dh, b, t0, len));
+          const Outputs alone =
+              run(flash, one, plain_options(one, causal), slice(qkv, s, width(s), b, t0, len),
+                  slice(dout, s, s.H * s.Dh, b, t0, len));
           EXPECT_TRUE(all_close(slice(packed.out, s, s.H * s.Dh, b, t0, len), alone.out, 1e-5));
           EXPECT_TRUE(all_close(slice(packed.dqkv, s, width(s), b, t0, len), alone.dqkv, 1e-5));
           t0 += len;
@@ -151,6 +153,63 @@ TEST(PackedAttention, BackwardMatchesFiniteDifferences) {
     AttentionOptions opt = plain_options(s, true);
     opt.segment_ids = ids.data();
     const auto qkv = random_vector(qkv_size(s), 31), w = random_vector(out_size(s), 32);
+    const Outputs got = run(flash, s, opt, qkv, w);
+    EXPECT_TRUE(testing::check_gradient(
+        qkv, got.dqkv,
+        [&](const std::vector<float>& x) {
+          std::vector<float> out(out_size(s)), probs(s.B * s.H * s.S * s.S);
+          ref::attention_forward(s, opt, x.data(), out.data(), probs.data());
+          return testing::weighted_sum(w, out);
+        },
+        1e-2f, 2e-3, int(qkv.size())));
+  }
+}
+
+// Sliding windows (with segments, key holes and dropout on top) in both kernels equal the naive
+// reference, over sequences longer than a flash key tile (whole tiles before a window are
+// skipped); a window covering the sequence changes nothing.
+TEST(SlidingWindowAttention, MatchesReferenceWithDropoutHolesAndSegments) {
+  const AttentionShape s{200, 2, 2, 1, 8, 0, 0, 1};
+  const Packing docs = {{150, 50}, {200}};
+  const auto ids = segment_ids(s, docs);
+  std::vector<uint8_t> key_mask(s.B * s.S, 1);
+  for (int64_t j = 3; j < s.B * s.S; j += 11) key_mask[j] = 0;
+  const auto qkv = random_vector(qkv_size(s), 51, -2.0f, 2.0f);
+  const auto dout = random_vector(out_size(s), 52);
+  for (int64_t window : {1, 7, 64, 130}) {
+    AttentionOptions opt = plain_options(s, true);
+    opt.window = window;
+    opt.segment_ids = ids.data();
+    opt.key_mask = key_mask.data();
+    opt.dropout_p = 0.1f;
+    opt.seed = 5;
+    std::vector<float> out(out_size(s)), probs(s.B * s.H * s.S * s.S), dqkv(qkv_size(s));
+    ref::attention_forward(s, opt, qkv.data(), out.data(), probs.data());
+    ref::attention_backward(s, opt, qkv.data(), probs.data(), dout.data(), dqkv.data());
+    for (bool flash : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "window=" << window << " flash=" << flash);
+      const Outputs got = run(flash, s, opt, qkv, dout);
+      EXPECT_TRUE(all_close(got.out, out, 1e-5));
+      EXPECT_TRUE(all_close(got.dqkv, dqkv, 1e-5));
+    }
+  }
+  for (bool flash : {false, true}) {
+    AttentionOptions opt = plain_options(s, true), wide = opt;
+    wide.window = s.S;
+    EXPECT_EQ(run(flash, s, wide, qkv, dout).out, run(flash, s, opt, qkv, dout).out) << flash;
+  }
+  AttentionOptions bidirectional = plain_options(s, false);
+  bidirectional.window = 4;  // a window needs causal attention
+  EXPECT_THROW(run(false, s, bidirectional, qkv, dout), megatron::Error);
+}
+
+TEST(SlidingWindowAttention, BackwardMatchesFiniteDifferences) {
+  const AttentionShape s{9, 2, 2, 1, 4};
+  for (bool flash : {false, true}) {
+    SCOPED_TRACE(::testing::Message() << "flash=" << flash);
+    AttentionOptions opt = plain_options(s, true);
+    opt.window = 3;
+    const auto qkv = random_vector(qkv_size(s), 61), w = random_vector(out_size(s), 62);
     const Outputs got = run(flash, s, opt, qkv, w);
     EXPECT_TRUE(testing::check_gradient(
         qkv, got.dqkv,

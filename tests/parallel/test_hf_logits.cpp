@@ -174,6 +174,9 @@ TEST(HfLogits, LlamaLinearRope) { check_logits("llama_linear_rope"); }
 // YaRN: blended frequencies over the correction range and the mscale-ratio concentration on
 // cos/sin (position_embedding: yarn).
 TEST(HfLogits, LlamaYarn) { check_logits("llama_yarn"); }
+// Sliding-window attention over 5 keys (Mistral's sliding_window; model.window_size [4, 0]) on
+// 16-token inputs, and greedy decoding with the KV cache past the window.
+TEST(HfLogits, MistralSlidingWindow) { check_logits("mistral_sliding"); }
 // head_dim 24 != hidden_size / num_attention_heads = 16 (Mistral-NeMo-style): model.kv_channels.
 TEST(HfLogits, MistralHeadDim) { check_logits("mistral_head_dim"); }
 // Models trained here and exported by convert_checkpoint, read by transformers (the fixture's

@@ -31,7 +31,7 @@ using ::testing::HasSubstr;
 const std::vector<std::string> kFixtures = {
     "gpt2",          "llama_bf16",       "llama_tied", "llama31_scaled",    "mistral_sharded",
     "qwen2_tied",    "mixtral",          "llama_bias", "llama_linear_rope", "bert_pretraining",
-    "bert_mlm_bf16", "mistral_head_dim", "llama_yarn"};
+    "bert_mlm_bf16", "mistral_head_dim", "llama_yarn", "mistral_sliding"};
 
 fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;

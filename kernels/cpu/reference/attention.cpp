@@ -35,6 +35,7 @@ struct Index {
 bool visible(const AttentionShape& sh, const AttentionOptions& opt, int64_t b, int64_t i,
              int64_t j) {
   if (opt.causal && j > i) return false;
+  if (opt.window > 0 && i - j >= opt.window) return false;
   if (opt.segment_ids && opt.segment_ids[b * sh.S + j] != opt.segment_ids[b * sh.S + i])
     return false;
   return !opt.key_mask || opt.key_mask[b * sh.S + j] != 0;

@@ -38,6 +38,16 @@ const ByteAlphabet& byte_alphabet() {
   return a;
 }
 
+// The bytes of `token`'s code points when all are in the byte alphabet (false otherwise).
+bool to_bytes(std::string_view token, std::string& bytes) {
+  const auto& alphabet = byte_alphabet();
+  for (char32_t cp : uc::decode_utf8_lossy(token)) {
+    if (cp >= alphabet.to_byte.size() || alphabet.to_byte[cp] < 0) return false;
+    bytes.push_back(static_cast<char>(alphabet.to_byte[cp]));
+  }
+  return true;
+}
+
 struct MergeInfo {
   int32_t rank;
   int32_t result;
@@ -104,14 +114,7 @@ ByteLevelBpe::ByteLevelBpe(const nlohmann::json& j, std::string source)
                    id, " is not valid UTF-8");
     // Byte-level tokens decode to their bytes; any other (an added special token) to its text.
     std::string bytes;
-    bool byte_level = true;
-    for (char32_t cp : uc::decode_utf8_lossy(key)) {
-      if (cp >= alphabet.to_byte.size() || alphabet.to_byte[cp] < 0) {
-        byte_level = false;
-        break;
-      }
-      bytes.push_back(static_cast<char>(alphabet.to_byte[cp]));
-    }
+    const bool byte_level = to_bytes(key, bytes);
     id_bytes_[id] = byte_level ? bytes : key;
     if (byte_level) impl_->whole_words.emplace(bytes, static_cast<int32_t>(id));
     impl_->token_ids.emplace(key, static_cast<int32_t>(id));
@@ -281,6 +284,11 @@ void ByteLevelBpe::encode_word(std::string_view word, std::vector<int32_t>& out)
   std::lock_guard<std::mutex> lock(shard.mu);
   if (shard.map.size() >= kCacheShardCapacity) shard.map.clear();
   shard.map.emplace(std::string(word), std::move(ids));
+}
+
+std::string ByteLevelBpe::token_bytes(std::string_view token) {
+  std::string bytes;
+  return to_bytes(token, bytes) ? bytes : std::string(token);
 }
 
 const std::string& ByteLevelBpe::bytes_of(int32_t id, const std::string& what) const {

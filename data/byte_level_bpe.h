@@ -36,6 +36,10 @@ class ByteLevelBpe {
   // LLaMA-3's ignore_merges: a word that is itself a vocabulary token is that token.
   void set_ignore_merges(bool ignore) { ignore_merges_ = ignore; }
 
+  // What a token's text decodes to: the bytes of its code points when all are in the byte
+  // alphabet, else the text itself (Hugging Face's ByteLevel decoder; added tokens too).
+  static std::string token_bytes(std::string_view token);
+
   // Appends the ids of one pre-token (its UTF-8 bytes).
   void encode_word(std::string_view bytes, std::vector<int32_t>& out) const;
   // The bytes (or an added token's text) id decodes to; InputError naming `what` when out of

@@ -136,6 +136,23 @@ char ascii_lower(unsigned char c) {
   return static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
 }
 
+// The end of the whitespace alternatives shared by LLaMA-3's and tekken's patterns at i (a
+// white-space code point): \s*[\r\n]+ (up to the run's last line break), else \s+(?!\S) (all
+// but the run's last character when a non-space follows), else \s+.
+size_t whitespace_end(const unsigned char* s, size_t n, size_t i) {
+  size_t end = i, last_break = std::string_view::npos, last_start = i;
+  while (end < n) {
+    const CodePoint c = code_point(s, n, end);
+    if (c.cls != CharClass::kSpace) break;
+    if (c.cp == '\r' || c.cp == '\n') last_break = end;
+    last_start = end;
+    end += c.len;
+  }
+  if (last_break != std::string_view::npos) return last_break + 1;
+  if (end < n && last_start != i) return last_start;
+  return end;
+}
+
 }  // namespace
 
 void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSink& f) {
@@ -204,21 +221,132 @@ void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSin
       i = j;
       continue;
     }
-    // Whitespace: \s*[\r\n]+ (up to the run's last line break), else \s+(?!\S) (all but
-    // the run's last character when a non-space follows), else \s+.
-    size_t end = i, last_break = std::string_view::npos, last_start = i;
-    while (end < n) {
-      const CodePoint c = code_point(s, n, end);
-      if (c.cls != CharClass::kSpace) break;
-      if (c.cp == '\r' || c.cp == '\n') last_break = end;
-      last_start = end;
-      end += c.len;
+    const size_t end = whitespace_end(s, n, i);
+    f(i, end);
+    i = end;
+  }
+}
+
+namespace {
+
+// The classes of tekken's pattern a code point belongs to.
+enum TekkenBits : uint8_t {
+  kUpperish = 1,  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
+  kLowerish = 2,  // [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+  kL = 4,         // \p{L}
+  kN = 8,         // \p{N}
+  kS = 16,        // \s
+  kO = 32,        // [^\s\p{L}\p{N}]
+};
+
+uint8_t tekken_bits(char32_t cp) {
+  using GC = uc::GeneralCategory;
+  const GC gc = uc::general_category(cp);
+  switch (gc) {
+    case GC::Lu:
+    case GC::Lt:
+      return kUpperish | kL;
+    case GC::Ll:
+      return kLowerish | kL;
+    case GC::Lm:
+    case GC::Lo:
+      return kUpperish | kLowerish | kL;
+    default:
+      break;
+  }
+  if (uc::is_mark(gc)) return kUpperish | kLowerish | kO;  // marks are not \p{L}
+  if (uc::is_number(gc)) return kN;
+  return uc::is_white_space(cp) ? kS : kO;
+}
+
+struct TekkenAscii {
+  std::array<uint8_t, 128> bits{};
+  TekkenAscii() {
+    for (char32_t c = 0; c < 128; ++c) bits[c] = tekken_bits(c);
+  }
+};
+
+const TekkenAscii kTekkenAscii;
+
+struct TekkenChar {
+  size_t len;
+  char32_t cp;
+  uint8_t bits;
+};
+
+TekkenChar tekken_char(const unsigned char* s, size_t n, size_t i) {
+  if (s[i] < 0x80) return {1, s[i], kTekkenAscii.bits[s[i]]};
+  char32_t cp;
+  bool valid;
+  const size_t len = uc::decode_utf8(s + i, n - i, cp, valid);
+  return {len, cp, tekken_bits(cp)};
+}
+
+}  // namespace
+
+void tekken_pretokenize(std::string_view text, const PretokenSink& f) {
+  constexpr size_t npos = std::string_view::npos;
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  auto run_of = [&](size_t j, uint8_t bits) {  // end of the run of code points in `bits`
+    while (j < n) {
+      const TekkenChar c = tekken_char(s, n, j);
+      if ((c.bits & bits) == 0) break;
+      j += c.len;
     }
-    if (last_break != std::string_view::npos) {
-      end = last_break + 1;
-    } else if (end < n && last_start != i) {
-      end = last_start;
+    return j;
+  };
+  // [Upperish]*[Lowerish]+ from j (the end, or npos). The greedy star takes the whole
+  // Upperish run; when no Lowerish follows it, backtracking gives back code points until the
+  // last one that is both (Lm, Lo, M), which then is the one-character [Lowerish]+.
+  auto upper_then_lower = [&](size_t j) {
+    size_t k = j, last_both_end = npos;
+    while (k < n) {
+      const TekkenChar c = tekken_char(s, n, k);
+      if ((c.bits & kUpperish) == 0) break;
+      k += c.len;
+      if (c.bits & kLowerish) last_both_end = k;
     }
+    if (k < n && (tekken_char(s, n, k).bits & kLowerish)) return run_of(k, kLowerish);
+    return last_both_end;
+  };
+  size_t i = 0;
+  while (i < n) {
+    const TekkenChar c0 = tekken_char(s, n, i);
+    const size_t next = i + c0.len;
+    // [^\r\n\p{L}\p{N}]? is tried with the code point first, then without it.
+    const bool optional_first = (c0.bits & (kL | kN)) == 0 && c0.cp != '\r' && c0.cp != '\n';
+    size_t end = npos;
+    // Alternative 1: [^\r\n\p{L}\p{N}]?[Upperish]*[Lowerish]+
+    if (optional_first) end = upper_then_lower(next);
+    if (end == npos) end = upper_then_lower(i);
+    // Alternative 2: [^\r\n\p{L}\p{N}]?[Upperish]+[Lowerish]* (nothing to backtrack).
+    if (end == npos) {
+      size_t j = npos;
+      if (optional_first && next < n && (tekken_char(s, n, next).bits & kUpperish)) {
+        j = next;
+      } else if (c0.bits & kUpperish) {
+        j = i;
+      }
+      if (j != npos) end = run_of(run_of(j, kUpperish), kLowerish);
+    }
+    // Alternative 3: \p{N}
+    if (end == npos && (c0.bits & kN)) end = next;
+    // Alternative 4:  ?[^\s\p{L}\p{N}]+[\r\n/]*
+    if (end == npos) {
+      size_t j = npos;
+      if (c0.cp == ' ' && next < n && (tekken_char(s, n, next).bits & kO)) {
+        j = next;
+      } else if (c0.bits & kO) {
+        j = i;
+      }
+      if (j != npos) {
+        end = run_of(j, kO);
+        while (end < n && (s[end] == '\r' || s[end] == '\n' || s[end] == '/')) ++end;
+      }
+    }
+    // The whitespace alternatives; every code point left here is white space.
+    if (end == npos) end = c0.bits & kS ? whitespace_end(s, n, i) : next;
     f(i, end);
     i = end;
   }

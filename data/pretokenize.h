@@ -8,6 +8,11 @@
 //   llama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,N}|
 //           ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 //           (LLaMA-3's tokenizer.json with N = 3; Qwen2's with \p{N} alone, N = 1)
+//   tekken: [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|
+//           [^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|
+//           \p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//           (Mistral-NeMo's tokenizer.json: words split at case changes, single digits),
+//           matched like Oniguruma does (alternatives in order, backtracking quantifiers)
 #include <cstddef>
 #include <functional>
 #include <string_view>
@@ -18,5 +23,6 @@ using PretokenSink = std::function<void(size_t begin, size_t end)>;
 
 void gpt2_pretokenize(std::string_view text, const PretokenSink& f);
 void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSink& f);
+void tekken_pretokenize(std::string_view text, const PretokenSink& f);
 
 }  // namespace megatron::data

@@ -1,9 +1,13 @@
 #include "data/tokenizer_hf.h"
 
 #include <algorithm>
+#include <array>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "data/byte_level_bpe.h"
 #include "data/pretokenize.h"
@@ -25,6 +29,73 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kQwen2Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Mistral-NeMo's (tekken).
+constexpr const char* kTekkenPattern =
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kTekken };
+
+// One step of the normalizer; a Sequence is flattened into its steps.
+struct NormalizerStep {
+  enum Kind { kNfc, kNfd, kNfkc, kNfkd, kLowercase, kStripAccents, kStrip, kReplace, kPrepend };
+  explicit NormalizerStep(Kind k) : kind(k) {}
+  Kind kind;
+  bool left = false, right = false;  // Strip
+  std::u32string pattern, content;   // Replace: pattern -> content; Prepend: content
+};
+
+// obj[key] when obj is an object and it is a string; nullptr otherwise.
+const std::string* string_at(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  const auto it = obj.find(key);
+  return it != obj.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
+}
+
+std::string type_of(const json& obj) {
+  const std::string* t = string_at(obj, "type");
+  return t != nullptr ? *t : std::string("?");
+}
+
+// The added tokens matched in one pass: content -> id.
+struct AddedSet {
+  std::map<std::string, int32_t> tokens;
+  std::array<bool, 256> first_bytes{};  // which bytes start a token
+  void add(const std::string& content, int32_t id) {
+    tokens[content] = id;
+    first_bytes[static_cast<unsigned char>(content[0])] = true;
+  }
+};
+
+// Calls on_text(piece) for each non-empty stretch of `text` between the added tokens of `set`
+// and on_token(id) for each token, in order; a token is the longest one starting at the
+// earliest position (`tokenizers`' leftmost-longest match).
+template <typename OnText, typename OnToken>
+void split_added(std::string_view text, const AddedSet& set, OnText&& on_text, OnToken&& on_token) {
+  size_t i = 0, start = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const std::pair<const std::string, int32_t>* hit = nullptr;
+    if (set.first_bytes[c]) {
+      // The map is sorted: the tokens starting with byte c are one range.
+      for (auto it = set.tokens.lower_bound(std::string(1, static_cast<char>(c)));
+           it != set.tokens.end() && static_cast<unsigned char>(it->first[0]) == c; ++it)
+        if (text.compare(i, it->first.size(), it->first) == 0 &&
+            (hit == nullptr || it->first.size() > hit->first.size()))
+          hit = &*it;
+    }
+    if (hit == nullptr) {
+      ++i;
+      continue;
+    }
+    if (i > start) on_text(text.substr(start, i - start));
+    on_token(hit->second);
+    i += hit->first.size();
+    start = i;
+  }
+  if (start < text.size()) on_text(text.substr(start));
+}
 
 json parse_json(const std::string& path) {
   try {
@@ -36,7 +107,7 @@ json parse_json(const std::string& path) {
 
 class HfJsonTokenizer final : public Tokenizer {
  public:
-  explicit HfJsonTokenizer(const std::string& path) : path_(path) {
+  explicit HfJsonTokenizer(const std::string& path) try : path_(path) {
     const json j = parse_json(path);
     auto fail = [&](const auto&... parts) {
       return InputError(concat("'", path, "': ", parts...));
@@ -52,11 +123,8 @@ class HfJsonTokenizer final : public Tokenizer {
         throw fail("model.", key, " ", model[key].dump(), " is not supported");
     if (model.contains("dropout") && !model["dropout"].is_null())
       throw fail("model.dropout is not supported");
-    if (j.contains("normalizer") && !j["normalizer"].is_null()) {
-      const std::string n = j["normalizer"].value("type", std::string("?"));
-      if (n != "NFC") throw fail("normalizer ", n, " is not supported (none or NFC)");
-      nfc_ = true;  // Qwen2's
-    }
+    if (j.contains("normalizer") && !j["normalizer"].is_null())
+      read_normalizer(j["normalizer"], "normalizer", fail);
     read_pre_tokenizer(j.value("pre_tokenizer", json()), fail);
     MT_INPUT_CHECK(model.contains("vocab"), "'", path, "': model has no vocab");
     bpe_ = std::make_unique<ByteLevelBpe>(model["vocab"], concat("'", path, "': model.vocab"));
@@ -90,6 +158,9 @@ class HfJsonTokenizer final : public Tokenizer {
       throw fail("decoder ", decoder.value("type", std::string("?")),
                  " is not supported (ByteLevel only)");
     read_eos(fs::path(path).parent_path() / "tokenizer_config.json");
+  } catch (const json::exception& e) {
+    // A value of the wrong JSON type where no check above looks (e.g. a non-boolean flag).
+    throw InputError(concat("'", path, "': a value has the wrong JSON type: ", e.what()));
   }
 
   std::vector<int32_t> encode(std::string_view text) const override {
@@ -97,40 +168,35 @@ class HfJsonTokenizer final : public Tokenizer {
     text = uc::valid_utf8(text, replaced);
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 1);
-    std::string normalized;
-    auto encode_segment = [&](std::string_view seg) {
-      // NFC leaves ASCII alone; anything else is normalized first (added tokens are not).
-      if (nfc_ && std::any_of(seg.begin(), seg.end(), [](char c) { return c & 0x80; })) {
-        std::u32string composed;
-        uc::append_nfc(uc::decode_utf8_lossy(seg), composed);
-        normalized = uc::to_utf8(composed);
-        seg = normalized;
+    auto add_id = [&](int32_t id) { ids.push_back(id); };
+    auto encode_piece = [&](std::string_view piece) {
+      auto sink = [&](size_t b, size_t e) { bpe_->encode_word(piece.substr(b, e - b), ids); };
+      switch (pre_tokenizer_) {
+        case PreTokenizer::kGpt2:
+          gpt2_pretokenize(piece, sink);
+          break;
+        case PreTokenizer::kLlama3:
+          llama3_pretokenize(piece, 3, sink);
+          break;
+        case PreTokenizer::kQwen2:
+          llama3_pretokenize(piece, 1, sink);
+          break;
+        case PreTokenizer::kTekken:
+          tekken_pretokenize(piece, sink);
+          break;
       }
-      auto sink = [&](size_t b, size_t e) { bpe_->encode_word(seg.substr(b, e - b), ids); };
-      if (max_digits_ == 0)
-        gpt2_pretokenize(seg, sink);
-      else
-        llama3_pretokenize(seg, max_digits_, sink);
     };
-    size_t i = 0, start = 0;
-    while (i < text.size()) {
-      // The longest added token starting here.
-      const std::map<std::string, int32_t>::value_type* hit = nullptr;
-      if (!added_.empty() && first_bytes_[static_cast<unsigned char>(text[i])])
-        for (const auto& entry : added_)
-          if (text.compare(i, entry.first.size(), entry.first) == 0 &&
-              (hit == nullptr || entry.first.size() > hit->first.size()))
-            hit = &entry;
-      if (hit == nullptr) {
-        ++i;
-        continue;
-      }
-      if (i > start) encode_segment(text.substr(start, i - start));
-      ids.push_back(hit->second);
-      i += hit->first.size();
-      start = i;
-    }
-    if (start < text.size()) encode_segment(text.substr(start));
+    // As `tokenizers` does: added tokens with normalized=false are found in the raw text; each
+    // piece between them is normalized on its own, then the normalized=true ones (by their
+    // normalized content) are found in it; the rest is pre-tokenized.
+    split_added(
+        text, raw_added_,
+        [&](std::string_view segment) {
+          std::string normalized;
+          if (!normalizer_.empty()) segment = normalized = normalize(segment);
+          split_added(segment, normalized_added_, encode_piece, add_id);
+        },
+        add_id);
     return ids;
   }
 
@@ -155,10 +221,12 @@ class HfJsonTokenizer final : public Tokenizer {
   int32_t eos() const override { return eos_; }
   int32_t bos() const override { return bos_; }
   std::string describe() const override {
+    const char* pre = pre_tokenizer_ == PreTokenizer::kGpt2     ? "GPT-2"
+                      : pre_tokenizer_ == PreTokenizer::kLlama3 ? "LLaMA-3"
+                      : pre_tokenizer_ == PreTokenizer::kQwen2  ? "Qwen2"
+                                                                : "Mistral-NeMo (tekken)";
     return concat("HuggingFaceTokenizer(", path_, ", byte-level BPE, ",
-                  max_digits_ == 0   ? "GPT-2"
-                  : max_digits_ == 3 ? "LLaMA-3"
-                                     : "Qwen2",
+                  normalizer_.empty() ? "" : concat(normalizer_name_, " normalizer, "), pre,
                   " pre-tokenizer, vocab ", vocab_, ", eod ", eos_, ")");
   }
 
@@ -172,7 +240,7 @@ class HfJsonTokenizer final : public Tokenizer {
       return b.value("use_regex", true) == use_regex;
     };
     if (p.is_object() && byte_level(p, true)) {
-      max_digits_ = 0;  // GPT-2's regex
+      pre_tokenizer_ = PreTokenizer::kGpt2;  // GPT-2's regex
       return;
     }
     if (p.is_object() && p.value("type", std::string()) == "Sequence" &&
@@ -183,22 +251,28 @@ class HfJsonTokenizer final : public Tokenizer {
       if (split.value("type", std::string()) == "Split" && byte_level(bl, false) &&
           split.value("behavior", std::string()) == "Isolated" && !split.value("invert", false) &&
           split.contains("pattern") && split["pattern"].is_object() &&
-          split["pattern"].contains("Regex")) {
-        const std::string pattern = split["pattern"]["Regex"].get<std::string>();
+          string_at(split["pattern"], "Regex") != nullptr) {
+        const std::string pattern = *string_at(split["pattern"], "Regex");
         if (pattern == kLlama3Pattern) {
-          max_digits_ = 3;
+          pre_tokenizer_ = PreTokenizer::kLlama3;
           return;
         }
         if (pattern == kQwen2Pattern) {
-          max_digits_ = 1;
+          pre_tokenizer_ = PreTokenizer::kQwen2;
+          return;
+        }
+        if (pattern == kTekkenPattern) {
+          pre_tokenizer_ = PreTokenizer::kTekken;
           return;
         }
         throw fail("pre-tokenizer regex ", json(pattern).dump(),
-                   " is not one this build implements (GPT-2's, LLaMA-3's, Qwen2's)");
+                   " is not one this build implements (GPT-2's, LLaMA-3's, Qwen2's, "
+                   "Mistral-NeMo's)");
       }
     }
     throw fail("pre_tokenizer ", p.dump().substr(0, 200),
-               " is not supported (ByteLevel, or Split(LLaMA-3/Qwen2 regex) + ByteLevel)");
+               " is not supported (ByteLevel, or Split(LLaMA-3/Qwen2/Mistral-NeMo regex) + "
+               "ByteLevel)");
   }
 
   template <typename Fail>
@@ -214,10 +288,149 @@ class HfJsonTokenizer final : public Tokenizer {
       const int64_t id = t["id"].get<int64_t>();
       if (id < 0 || id > INT32_MAX) throw fail("added token id ", id, " is out of range");
       const std::string content = t["content"].get<std::string>();
+      if (uc::find_invalid_utf8(content) != std::string::npos)
+        throw fail("added token ", t["content"].dump(), " is not valid UTF-8");
+      // `tokenizers` writes "normalized" always; AddedToken's own default is !special.
+      const auto flag = [&](const char* key, bool fallback) {
+        if (!t.contains(key)) return fallback;
+        if (!t[key].is_boolean())
+          throw fail("added token ", t["content"].dump(), ": ", key, " is not true/false");
+        return t[key].get<bool>();
+      };
+      const bool normalized = flag("normalized", !flag("special", false));
+      // A normalized=true token is matched by what the normalizer makes of its content, and
+      // `tokenizers` decodes it to that too.
+      const std::string text = normalized && !normalizer_.empty() ? normalize(content) : content;
+      if (text.empty())
+        throw fail("added token ", t["content"].dump(), " normalizes to an empty string");
+      (normalized ? normalized_added_ : raw_added_).add(text, static_cast<int32_t>(id));
       added_[content] = static_cast<int32_t>(id);
-      added_by_id_[static_cast<int32_t>(id)] = content;
-      first_bytes_[static_cast<unsigned char>(content[0])] = true;
+      added_by_id_[static_cast<int32_t>(id)] = ByteLevelBpe::token_bytes(text);
     }
+  }
+
+  // The normalizer at `key` (a Sequence is flattened), appended to normalizer_.
+  template <typename Fail>
+  void read_normalizer(const json& n, const std::string& key, Fail&& fail) {
+    using Step = NormalizerStep;
+    if (!n.is_object()) throw fail(key, " is not an object");
+    const std::string type = type_of(n);
+    normalizer_name_ = normalizer_name_.empty() ? type : normalizer_name_;
+    auto text_at = [&](const json& obj, const char* field, const std::string& where) {
+      const std::string* v = string_at(obj, field);
+      if (v == nullptr) throw fail(where, ".", field, " is missing or not a string");
+      if (uc::find_invalid_utf8(*v) != std::string::npos)
+        throw fail(where, ".", field, " is not valid UTF-8");
+      return uc::decode_utf8_lossy(*v);
+    };
+    static const std::map<std::string, Step::Kind> kPlain = {{"NFC", Step::kNfc},
+                                                             {"NFD", Step::kNfd},
+                                                             {"NFKC", Step::kNfkc},
+                                                             {"NFKD", Step::kNfkd},
+                                                             {"Lowercase", Step::kLowercase},
+                                                             {"StripAccents", Step::kStripAccents}};
+    if (const auto it = kPlain.find(type); it != kPlain.end()) {
+      normalizer_.emplace_back(it->second);
+    } else if (type == "Sequence") {
+      const auto it_list = n.find("normalizers");
+      if (it_list == n.end() || !it_list->is_array())
+        throw fail(key, ".normalizers is missing or not a list");
+      for (size_t i = 0; i < it_list->size(); ++i)
+        read_normalizer((*it_list)[i], concat(key, ".normalizers[", i, "]"), fail);
+    } else if (type == "Strip") {
+      auto flag = [&](const char* field) {
+        const auto f = n.find(field);
+        if (f == n.end() || !f->is_boolean())
+          throw fail(key, ".", field, " is missing or not true/false");
+        return *f == true;
+      };
+      Step step(Step::kStrip);
+      step.left = flag("strip_left");
+      step.right = flag("strip_right");
+      normalizer_.push_back(step);
+    } else if (type == "Replace") {
+      const auto pattern = n.find("pattern");
+      if (pattern != n.end() && pattern->is_object() && pattern->contains("Regex"))
+        throw fail(key, ".pattern: Replace with a Regex pattern ", (*pattern)["Regex"].dump(),
+                   " is not supported (String patterns only)");
+      if (pattern == n.end() || !pattern->is_object())
+        throw fail(key, ".pattern is missing or not {\"String\": ...}");
+      Step step(Step::kReplace);
+      step.pattern = text_at(*pattern, "String", key + ".pattern");
+      if (step.pattern.empty()) throw fail(key, ".pattern.String is empty");
+      step.content = text_at(n, "content", key);
+      normalizer_.push_back(std::move(step));
+    } else if (type == "Prepend") {
+      Step step(Step::kPrepend);
+      step.content = text_at(n, "prepend", key);
+      normalizer_.push_back(std::move(step));
+    } else {
+      throw fail("normalizer type '", type, "' (", key,
+                 ") is not supported (NFC, NFD, NFKC, NFKD, Lowercase, StripAccents, Strip, "
+                 "Replace with a String, Prepend, Sequence)");
+    }
+    // ASCII text passes the Unicode normalization forms and StripAccents unchanged.
+    ascii_identity_ = std::all_of(normalizer_.begin(), normalizer_.end(), [](const Step& st) {
+      return st.kind == Step::kNfc || st.kind == Step::kNfd || st.kind == Step::kNfkc ||
+             st.kind == Step::kNfkd || st.kind == Step::kStripAccents;
+    });
+  }
+
+  // The normalizer applied to `text` (valid UTF-8), as `tokenizers` applies it to one piece.
+  std::string normalize(std::string_view text) const {
+    using Step = NormalizerStep;
+    if (ascii_identity_ &&
+        std::none_of(text.begin(), text.end(), [](char c) { return (c & 0x80) != 0; }))
+      return std::string(text);
+    std::u32string s = uc::decode_utf8_lossy(text), out;
+    for (const Step& step : normalizer_) {
+      out.clear();
+      switch (step.kind) {
+        case Step::kNfc:
+          uc::append_nfc(s, out);
+          break;
+        case Step::kNfd:
+          uc::append_nfd(s, out);
+          break;
+        case Step::kNfkc:
+          uc::append_nfkc(s, out);
+          break;
+        case Step::kNfkd:
+          uc::append_nfkd(s, out);
+          break;
+        case Step::kLowercase:
+          uc::append_lower_chars(s, out);
+          break;
+        case Step::kStripAccents:  // drops every mark (Mn, Mc, Me)
+          for (char32_t c : s)
+            if (!uc::is_mark(uc::general_category(c))) out.push_back(c);
+          break;
+        case Step::kStrip: {  // White_Space, as Rust's char::is_whitespace
+          size_t b = 0, e = s.size();
+          if (step.left)
+            while (b < e && uc::is_white_space(s[b])) ++b;
+          if (step.right)
+            while (e > b && uc::is_white_space(s[e - 1])) --e;
+          out.assign(s, b, e - b);
+          break;
+        }
+        case Step::kReplace:  // every occurrence, left to right, not overlapping
+          for (size_t i = 0; i < s.size();) {
+            if (s.compare(i, step.pattern.size(), step.pattern) == 0) {
+              out += step.content;
+              i += step.pattern.size();
+            } else {
+              out.push_back(s[i++]);
+            }
+          }
+          break;
+        case Step::kPrepend:  // only to a non-empty piece
+          if (!s.empty()) out = step.content + s;
+          break;
+      }
+      s.swap(out);
+    }
+    return uc::to_utf8(s);
   }
 
   template <typename Fail>
@@ -265,11 +478,14 @@ class HfJsonTokenizer final : public Tokenizer {
 
   std::string path_;
   std::unique_ptr<ByteLevelBpe> bpe_;
-  std::map<std::string, int32_t> added_;
+  std::map<std::string, int32_t> added_;  // every added token, by content
   std::map<int32_t, std::string> added_by_id_;
-  std::array<bool, 256> first_bytes_{};
-  int max_digits_ = 0;  // 0: GPT-2's pre-tokenizer; else LLaMA-3's digit groups
-  bool nfc_ = false;    // the NFC normalizer
+  AddedSet raw_added_;         // normalized=false: matched in the raw text
+  AddedSet normalized_added_;  // normalized=true: matched in the normalized pieces
+  PreTokenizer pre_tokenizer_ = PreTokenizer::kGpt2;
+  std::vector<NormalizerStep> normalizer_;  // empty: none
+  std::string normalizer_name_;             // the top-level normalizer's type
+  bool ascii_identity_ = false;             // normalizer_ leaves ASCII text alone
   int64_t vocab_ = 0;
   int32_t bos_ = -1, eos_ = -1;
 };

@@ -4,15 +4,21 @@
 // tokenizer.model (SentencePiece, LLaMA-2). `path` may also name either file.
 //
 // tokenizer.json: byte-level BPE (model.type BPE, merges as "a b" strings or [a, b] pairs,
-// ignore_merges honoured, no byte fallback), no normalizer, and a pre-tokenizer that is GPT-2's
-// ByteLevel regex, or a Split on LLaMA-3's or Qwen2's regex followed by ByteLevel without regex
-// (data/pretokenize.h), after Qwen2's NFC normalizer when there is one; added tokens are matched in
-// the text first (longest at the earliest position) and become their ids. encode() adds no special
-// tokens (tokenizers' add_special_tokens=False); bos() is the post-processor template's leading
-// special token, or tokenizer_config.json's bos_token when that is an added token. eod()/eos(): tokenizer_config.json's eos_token when present, else the first of
+// ignore_merges honoured, no byte fallback) with a pre-tokenizer that is GPT-2's ByteLevel regex,
+// or a Split on LLaMA-3's, Qwen2's or Mistral-NeMo's (tekken) regex followed by ByteLevel without
+// regex (data/pretokenize.h). The normalizer is none, or NFC, NFD, NFKC, NFKD, Lowercase,
+// StripAccents, Strip, Replace (String patterns), Prepend, or a Sequence of these, applied as
+// `tokenizers` does: added tokens with normalized=false are found in the raw text first (longest
+// at the earliest position) and become their ids; each piece between them is normalized on its
+// own, the normalized=true added tokens are found in it by their normalized content, and the rest
+// is pre-tokenized. Unicode data: data/unicode_tables.h (Unicode 14.0; `tokenizers` normalizes
+// with Unicode 9.0 data, so code points assigned after 9.0 may normalize differently). encode()
+// adds no special tokens (tokenizers' add_special_tokens=False); bos() is the post-processor
+// template's leading special token, or tokenizer_config.json's bos_token when that is an added
+// token. eod()/eos(): tokenizer_config.json's eos_token when present, else the first of
 // <|endoftext|>, <|end_of_text|>, </s> that is a token; -1 when none.
-// Anything else (another model type, another normalizer, another regex, lstrip/rstrip added tokens)
-// is an InputError naming the file and the setting.
+// Anything else (another model type, normalizer or regex, a Regex Replace, lstrip/rstrip added
+// tokens) is an InputError naming the file and the setting.
 #include <memory>
 #include <string>
 

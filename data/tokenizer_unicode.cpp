@@ -84,8 +84,26 @@ constexpr char32_t kHangulBase = 0xAC00, kHangulLBase = 0x1100, kHangulVBase = 0
                    kHangulTBase = 0x11A7;
 constexpr uint32_t kHangulVCount = 21, kHangulTCount = 28, kHangulCount = 11172;
 
-void append_decomposition(char32_t cp, std::u32string& out) {
-  if (cp < 0xC0) {
+// Index of `cp` in a table of pairs (cp, value) sorted by cp, or `n` (the pair count).
+template <size_t N>
+size_t find_pair(const uint32_t (&table)[N], char32_t cp) {
+  constexpr size_t n = N / 2;
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (table[2 * mid] < cp) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo < n && table[2 * lo] == cp ? lo : n;
+}
+
+// The full canonical (or, with `compat`, compatibility) decomposition of one code point.
+void append_decomposition(char32_t cp, bool compat, std::u32string& out) {
+  // Nothing below U+00A0 decomposes; canonically nothing below U+00C0.
+  if (cp < (compat ? 0xA0u : 0xC0u)) {
     out.push_back(cp);
     return;
   }
@@ -97,23 +115,48 @@ void append_decomposition(char32_t cp, std::u32string& out) {
     if (t != 0) out.push_back(kHangulTBase + t);
     return;
   }
-  constexpr size_t n = std::size(tables::kNfd) / 2;
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    const size_t mid = (lo + hi) / 2;
-    if (tables::kNfd[2 * mid] < cp) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
+  if (compat) {  // kNfkd lists only where NFKD differs from NFD
+    constexpr size_t n = std::size(tables::kNfkd) / 2;
+    const size_t i = find_pair(tables::kNfkd, cp);
+    if (i < n) {
+      const uint32_t packed = tables::kNfkd[2 * i + 1];
+      const uint32_t* d = tables::kNfkdData + (packed >> 5);
+      out.append(d, d + (packed & 31u));
+      return;
     }
   }
-  if (lo < n && tables::kNfd[2 * lo] == cp) {
-    const uint32_t packed = tables::kNfd[2 * lo + 1];
+  constexpr size_t n = std::size(tables::kNfd) / 2;
+  const size_t i = find_pair(tables::kNfd, cp);
+  if (i < n) {
+    const uint32_t packed = tables::kNfd[2 * i + 1];
     const uint32_t* d = tables::kNfdData + (packed >> 3);
     out.append(d, d + (packed & 7u));
     return;
   }
   out.push_back(cp);
+}
+
+// Decomposition of every code point, then the canonical ordering: stable-sort every run of
+// non-starters by combining class.
+void decompose(std::u32string_view s, bool compat, std::u32string& out) {
+  const size_t begin = out.size();
+  for (char32_t cp : s) append_decomposition(cp, compat, out);
+  size_t i = begin;
+  while (i < out.size()) {
+    if (combining_class(out[i]) == 0) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < out.size() && combining_class(out[j]) != 0) ++j;
+    if (j - i > 1) {
+      std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(i),
+                       out.begin() + static_cast<std::ptrdiff_t>(j), [](char32_t a, char32_t b) {
+                         return combining_class(a) < combining_class(b);
+                       });
+    }
+    i = j;
+  }
 }
 
 }  // namespace
@@ -135,6 +178,10 @@ uint8_t combining_class(char32_t cp) {
   return static_cast<uint8_t>(run_value(tables::kCombiningClass, cp, 8, 0));
 }
 
+void append_lower_chars(std::u32string_view s, std::u32string& out) {
+  for (char32_t cp : s) append_lower_one(cp, out);
+}
+
 void append_lower(std::u32string_view s, std::u32string& out) {
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == 0x3A3) {
@@ -145,27 +192,8 @@ void append_lower(std::u32string_view s, std::u32string& out) {
   }
 }
 
-void append_nfd(std::u32string_view s, std::u32string& out) {
-  const size_t begin = out.size();
-  for (char32_t cp : s) append_decomposition(cp, out);
-  // Canonical ordering: stable-sort every run of non-starters by combining class.
-  size_t i = begin;
-  while (i < out.size()) {
-    if (combining_class(out[i]) == 0) {
-      ++i;
-      continue;
-    }
-    size_t j = i;
-    while (j < out.size() && combining_class(out[j]) != 0) ++j;
-    if (j - i > 1) {
-      std::stable_sort(out.begin() + static_cast<std::ptrdiff_t>(i),
-                       out.begin() + static_cast<std::ptrdiff_t>(j), [](char32_t a, char32_t b) {
-                         return combining_class(a) < combining_class(b);
-                       });
-    }
-    i = j;
-  }
-}
+void append_nfd(std::u32string_view s, std::u32string& out) { decompose(s, false, out); }
+void append_nfkd(std::u32string_view s, std::u32string& out) { decompose(s, true, out); }
 
 namespace {
 
@@ -195,11 +223,8 @@ char32_t compose(char32_t a, char32_t b) {
   return 0;
 }
 
-}  // namespace
-
-void append_nfc(std::u32string_view s, std::u32string& out) {
-  std::u32string d;
-  append_nfd(s, d);
+// UAX #15's canonical composition of the decomposed `d`, appended to `out`.
+void compose_into(const std::u32string& d, std::u32string& out) {
   if (d.empty()) return;
   const size_t base = out.size();
   // UAX #15's sample algorithm: a character composes with the last starter unless a character
@@ -220,6 +245,20 @@ void append_nfc(std::u32string_view s, std::u32string& out) {
     last_class = cls;
     out.push_back(c);
   }
+}
+
+}  // namespace
+
+void append_nfc(std::u32string_view s, std::u32string& out) {
+  std::u32string d;
+  decompose(s, false, d);
+  compose_into(d, out);
+}
+
+void append_nfkc(std::u32string_view s, std::u32string& out) {
+  std::u32string d;
+  decompose(s, true, d);
+  compose_into(d, out);
 }
 
 void append_utf8(char32_t cp, std::string& out) {

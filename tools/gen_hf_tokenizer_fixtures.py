@@ -13,6 +13,18 @@
     tests/fixtures/hf_tokenizers/qwen2_style/tokenizer.json   likewise with Qwen2's: the NFC normalizer,
                                                           its regex (single digits), <|endoftext|>,
                                                           <|im_start|>, <|im_end|>, no BOS
+    tests/fixtures/hf_tokenizers/tekken_style/tokenizer.json  likewise with Mistral-NeMo's (tekken)
+                                                          Split regex (words split at case
+                                                          changes, single digits), <s> / </s> /
+                                                          [INST] / [/INST] and a <s> template
+    tests/fixtures/hf_tokenizers/normalizers_style/tokenizer.json  LLaMA-3's regex after the
+                                                          normalizer Sequence[Sequence[NFKC,
+                                                          Lowercase], Replace x2, Strip(left),
+                                                          Prepend(" ")], an added token matched
+                                                          normalized ([MASK]) and one raw
+    tests/fixtures/hf_tokenizers/accents_style/tokenizer.json  GPT-2's ByteLevel regex after
+                                                          Sequence[NFD, StripAccents, NFKD,
+                                                          Replace, Strip(right)]
     tests/fixtures/hf_tokenizers/expected.jsonl           {"tokenizer", "text", "ids",
                                                           "ids_with_special"} per text
     tests/fixtures/hf_tokenizers/corpus_digests.jsonl     {"tokenizer", "file", "doc", "count",
@@ -22,8 +34,12 @@
 
 The texts are the first documents of data/corpus (whole, so every line shape occurs) plus
 edge cases (numbers, contractions in any case, runs of spaces and newlines, non-ASCII,
-special tokens written in the text). Run once from the repository root; the outputs are
-committed and neither the build nor the tests run Python:
+special tokens written in the text). The tokenizers added later (tekken_style, normalizers_style,
+accents_style) come after the first three in both .jsonl files, so those stay as they were; their
+texts are the first 1500 characters of the same documents (the digests cover whole documents),
+the same edge cases and NEW_EDGE_CASES (letter case classes, marks, digits, '/', compatibility
+characters, accents, whitespace to strip, their added tokens). Run once from the repository
+root; the outputs are committed and neither the build nor the tests run Python:
 
     python3 -m venv /tmp/hf-venv && /tmp/hf-venv/bin/pip install tokenizers
     /tmp/hf-venv/bin/python tools/gen_hf_tokenizer_fixtures.py
@@ -43,6 +59,10 @@ QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
                  r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
                   r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Mistral-NeMo's tokenizer.json (the pattern transformers' fix_mistral_regex also installs).
+TEKKEN_PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|"
+                  r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|"
+                  r"\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 EDGE_CASES = [
     "", " ", "  ", "\n", "\n\n\n", " \n ", "a  b   c", "trailing spaces   ", "\ttab\tseparated",
@@ -56,6 +76,44 @@ EDGE_CASES = [
     # NFC: decomposed accents compose, singletons map, Hangul jamo compose, blocked marks stay.
     "cafe\u0301 e\u0301te\u0301 A\u030a \u212b \u2126 \u1100\u1161\u11a8 \u1100\u1161 "
     "a\u0323\u0302 a\u0302\u0323 q\u0307\u0323 \u0301start <|im_start|>e\u0301<|im_end|>",
+]
+
+# Only for the tokenizers added later (the first three's expected ids stay as they were).
+NEW_EDGE_CASES = [
+    # Title case (Lt), upper-case runs before and after lower case, camel case.
+    "\u01c5ungla \u01c8ubljana \u01cbego\u0161 \u1f88 \u01c5\u01c5 a\u01c5b Title TITLE tItLe",
+    "HELLO World NASA's iPhone McDonald camelCaseWord XMLHttpRequest ABCdef \u00c9COLE "
+    "\u00dcn\u00efcode \u0391\u0398\u0397\u039d\u0391 \u0391\u03b8\u03ae\u03bd\u03b1 "
+    "OpenAI's GPT-4o: 'TEST' it's A1B2C3 x_y_z __init__ fooBar123Baz",
+    # Combining marks (Mn, Mc, Me) after, before and between letters; scripts built on them.
+    "e\u0301 E\u0301COLE A\u0301BC a\u0300\u0301 \u0301\u0302start x\u20dd \u0301A end\u0301 "
+    "\u0928\u092e\u0938\u094d\u0924\u0947 \u0e20\u0e32\u0e29\u0e32\u0e44\u0e17\u0e22 "
+    "\u0627\u0644\u0639\u064e\u0631\u064e\u0628\u0650\u064a\u064e\u0651\u0629",
+    # Modifier letters (Lm) and other letters (Lo).
+    "\u02b0\u02b2 \u02c8stress \u30fc \u30ab\u30bf\u30ab\u30ca\u30fc \u017f \ua730 "
+    "\u65e5\u672cABC\u8a9e",
+    # Digits and other numbers.
+    "1234 \u0661\u0662\u0663 \uff15\uff16\uff17 \u00bd \u216b x\u00b2 3.14 2024/11/24",
+    # '/' after punctuation, line breaks after punctuation.
+    "a/b //x .../\n/ ?/ http://example.com/path/ ./\n\n/ !!//\r\n/ / / ;\r\n\r\n/x",
+    # Compatibility characters for NFKC / NFKD: full-width, half-width, ligatures, circled.
+    "\uff28\uff45\uff4c\uff4c\uff4f\u3000\uff37\uff4f\uff52\uff4c\uff44\uff01 "
+    "\uff76\uff80\uff76\uff85 \ufb01\ufb02 \u2460 \u338f \u00b2\u00b3 \u210c \u2122 "
+    "\u01c4\u01c5\u01c6\u01c7 \u0149 \ufdfa \u1e9b\u0323",
+    # Accents for StripAccents, precomposed and decomposed, and Hangul.
+    "Cr\u00e8me br\u00fbl\u00e9e, na\u00efve caf\u00e9, \u00c5ngstr\u00f6m, \u0110\u1eb7ng "
+    "Vi\u1ec7t, \ufb01anc\u00e9, \u1e14, cafe\u0301, \ud55c\uad6d\uc5b4",
+    # Lowercase: special mappings, no final-sigma rule, Kelvin / Ohm / Angstrom signs.
+    "\u0130stanbul \u03a3\u039f\u03a6\u039f\u03a3 \u038c\u03a3\u039f\u03a3 \u03a3 "
+    "\u1e9e \u2126 \u212a \u212b \u0390",
+    # Whitespace for Strip, at both ends.
+    "   leading and trailing   ", "\u3000\u2003 unicode spaces \u00a0", "\t\n  \n",
+    # Replace's patterns.
+    "``quoted'' -- dashes__under_scored__ -- end--",
+    # Added tokens between (and inside) normalized pieces.
+    "<s>[INST] Hi there [/INST]Okay</s>",
+    "<|endoftext|>[MASK] x [MASK] [mask]y @@Raw@@ @@raw@@  <|endoftext|>  Naive naive NAIVE "
+    "<|endoftext|>",
 ]
 
 
@@ -108,6 +166,65 @@ def qwen2_style(training_texts):
     return tok
 
 
+def tekken_style(training_texts):
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(TEKKEN_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000,
+                                  special_tokens=["<unk>", "<s>", "</s>", "[INST]", "[/INST]"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_texts, trainer)
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
+    return tok
+
+
+def normalizers_style(training_texts):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.Sequence([
+        normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()]),
+        normalizers.Replace("--", " - "), normalizers.Replace("_", ""),
+        normalizers.Strip(left=True, right=False), normalizers.Prepend(" ")])
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_texts, trainer)
+    # [MASK] is found in the normalized text as " [mask]"; @@Raw@@ only as written.
+    tok.add_tokens([tokenizers.AddedToken("[MASK]", normalized=True),
+                    tokenizers.AddedToken("@@Raw@@", normalized=False)])
+    return tok
+
+
+def accents_style(training_texts):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.Sequence([
+        normalizers.NFD(), normalizers.StripAccents(), normalizers.NFKD(),
+        normalizers.Replace("\n\n", "\n"), normalizers.Strip(left=False, right=True)])
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=1000, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(training_texts, trainer)
+    tok.add_tokens([tokenizers.AddedToken("Naive", normalized=True)])
+    return tok
+
+
+def write_expected(out, name, tok, texts):
+    for text in texts:
+        out.write(json.dumps({"tokenizer": name, "text": text,
+                              "ids": tok.encode(text, add_special_tokens=False).ids,
+                              "ids_with_special": tok.encode(text).ids,
+                              "decoded": tok.decode(tok.encode(text).ids,
+                                                    skip_special_tokens=False)},
+                             ensure_ascii=False) + "\n")
+
+
 def main():
     gpt2_dir = os.path.join(ROOT, "tokenizers", "gpt2")
     # GPT-2's tokenizer.json as the hub ships it: byte-level BPE over the GPT-2 regex, the
@@ -123,19 +240,18 @@ def main():
         training = [json.loads(line)["text"] for line in f][:40]
     tokenizers_by_name = {"gpt2": gpt2, "llama3_style": llama3_style(training),
                           "qwen2_style": qwen2_style(training)}
+    new_tokenizers = {"tekken_style": tekken_style(training),
+                      "normalizers_style": normalizers_style(training),
+                      "accents_style": accents_style(training)}
+    new_texts = [t[:1500] for t in corpus_texts()] + EDGE_CASES + NEW_EDGE_CASES
     with open(os.path.join(OUT, "expected.jsonl"), "w") as out:
-        for name, tok in tokenizers_by_name.items():
+        for name, tok in list(tokenizers_by_name.items()) + list(new_tokenizers.items()):
             d = os.path.join(OUT, name)
             os.makedirs(d, exist_ok=True)
             tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
-            for text in texts:
-                out.write(json.dumps({"tokenizer": name, "text": text,
-                                      "ids": tok.encode(text, add_special_tokens=False).ids,
-                                      "ids_with_special": tok.encode(text).ids,
-                                      "decoded": tok.decode(tok.encode(text).ids,
-                                                            skip_special_tokens=False)},
-                                     ensure_ascii=False) + "\n")
+            write_expected(out, name, tok, texts if name in tokenizers_by_name else new_texts)
             print(name, tok.get_vocab_size(), "tokens")
+    tokenizers_by_name.update(new_tokenizers)
     with open(os.path.join(OUT, "corpus_digests.jsonl"), "w") as out:
         for name, tok in tokenizers_by_name.items():
             for fname in ("austen.jsonl", "kjv.jsonl"):

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Generates data/unicode_tables.h, the Unicode data behind the GPT-2 and BERT tokenizers.
+"""Generates data/unicode_tables.h, the Unicode data behind the GPT-2, BERT and Hugging Face
+tokenizer.json tokenizers.
 
 Python standard library only (unicodedata + str methods). Run from the repository root:
 
@@ -30,6 +31,13 @@ Tables (all sorted by code point, searched with binary search):
                     (first, second, composite) sorted by (first, second), for every code point
                     whose canonical decomposition mapping is two code points and which NFC keeps
                     (i.e. not in the full composition exclusions); Hangul is done by arithmetic.
+  kNfkd             the full compatibility decomposition (unicodedata.normalize('NFKD', c)) of
+                    every code point where it differs from the canonical one (kNfd covers the
+                    rest): entries (cp, offset, length) into kNfkdData. NFKC is NFKD followed by
+                    the same canonical composition.
+
+The output depends only on the Python's Unicode version; rerunning with the same Python gives
+the same bytes.
 """
 import sys
 import unicodedata
@@ -185,6 +193,24 @@ def main():
     triples.sort()
     out.append(emit_u32("kComposition", [v for t in triples for v in t], per_line=9,
                         comment="NFC: triples (first, second, primary composite)"))
+    out.append("")
+
+    # Compatibility decompositions can be long (U+FDFA has 18 code points): 5 bits of length.
+    entries, data = [], []
+    for cp in range(MAX):
+        if 0xAC00 <= cp <= 0xD7A3:
+            continue
+        k = unicodedata.normalize("NFKD", chr(cp))
+        if k == unicodedata.normalize("NFD", chr(cp)):
+            continue
+        assert len(k) < 32
+        entries += [cp, (len(data) << 5) | len(k)]
+        data += [ord(c) for c in k]
+    out.append(emit_u32("kNfkd", entries,
+                        comment="NFKD where it differs from NFD: pairs (cp, (offset into "
+                                "kNfkdData << 5) | length)"))
+    out.append("")
+    out.append(emit_u32("kNfkdData", data, comment="NFKD: the decomposed code points"))
     out.append("")
     out.append("// clang-format on")
     out.append("")

@@ -1,5 +1,6 @@
 #include "megatron/training/compute_peak.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "kernels/cpu/cpu_features.h"
@@ -11,6 +12,7 @@ namespace megatron::training {
 ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recipe_peak_tflops,
                                 double cluster_tflops) {
   ComputePeak p;
+  p.compute_dtype = compute_dtype;
   if (device == Device::CPU) {
     kernels::cpu::check_compiled_isa();
     const auto& f = kernels::cpu::cpu_features();
@@ -41,6 +43,17 @@ ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recip
     p.peak_source = "measured hardware peak";
   }
   return p;
+}
+
+bool ComputePeak::remeasure_if_exceeded(double achieved_flops) {
+  constexpr int kMaxRemeasures = 3;
+  if (peak_source != "measured hardware peak" || achieved_flops <= peak_flops ||
+      remeasured >= kMaxRemeasures)
+    return false;
+  ++remeasured;
+  peak_flops = std::max(peak_flops, planning::measure_cpu_peak(compute_dtype).flops);
+  gemm_flops = std::max(gemm_flops, planning::measure_cpu_gemm_flops(compute_dtype));
+  return true;
 }
 
 std::string ComputePeak::describe(int threads) const {

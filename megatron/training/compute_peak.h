@@ -18,10 +18,17 @@ struct ComputePeak {
   double gemm_flops = 0;    // CPU: measured GEMM rate through the GEMM path (0 on a GPU)
   std::string cpu, isa, gemm_path;
   std::string note;  // a caveat for the log (e.g. bf16 without bf16 instructions)
+  DType compute_dtype = DType::F32;
+  int remeasured = 0;  // times a step outran the measured peak and it was measured again
 
   // recipe_peak_tflops > 0 wins; on a GPU cluster_tflops; on the CPU measured for compute_dtype.
   static ComputePeak decide(Device device, DType compute_dtype, double recipe_peak_tflops,
                             double cluster_tflops);
+  // A step cannot beat the hardware: when achieved_flops (per rank) exceeds a measured CPU
+  // peak, the start's measurement was disturbed (e.g. by another process on the cores), so the
+  // peak and the GEMM rate are measured again, each keeping the larger value. Returns whether
+  // it measured (at most a few times per run).
+  bool remeasure_if_exceeded(double achieved_flops);
   std::string describe(int threads) const;  // one line for the startup log
   nlohmann::json to_json() const;           // the JSONL "start" record's fields
 };

@@ -262,6 +262,11 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     metrics.moe_dispatch_share = (mt.dispatch + mt.combine) / metrics.seconds;
   }
   metrics.tflops = flops_per_step_ / metrics.seconds / 1e12 / groups_.world->size();
+  if (peak_.remeasure_if_exceeded(metrics.tflops * 1e12))
+    if (std::ostream* out = metrics_->console())
+      *out << "peak: measured again, " << peak_.peak_flops / 1e12
+           << " TFLOP/s per rank (a step outran the start's measurement: something competing "
+              "for the cores had lowered it)\n";
   metrics.mfu = peak_.peak_flops > 0 ? metrics.tflops * 1e12 / peak_.peak_flops : 0.0;
   metrics.of_gemm = peak_.gemm_flops > 0 ? metrics.tflops * 1e12 / peak_.gemm_flops : 0.0;
   return metrics;

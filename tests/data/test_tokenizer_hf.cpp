@@ -1,10 +1,13 @@
 // HuggingFaceTokenizer (data/tokenizer_hf.h) against Hugging Face `tokenizers` itself: the ids
 // of the shipped corpus's first documents and of edge cases (contractions in any case, digit
-// runs, whitespace and line-break runs, non-ASCII, special tokens written in the text) for
-// GPT-2's tokenizer.json, a LLaMA-3-style and a Qwen2-style one (NFC normalizer;
-// tests/fixtures/hf_tokenizers, made by
-// tools/gen_hf_tokenizer_fixtures.py); the BOS of the post-processor; decoding; tokenizer.model
-// directories; and errors naming the file and setting.
+// runs, whitespace and line-break runs, non-ASCII, special tokens written in the text; letter
+// case classes, marks, '/', compatibility characters and accents for the later ones) for
+// GPT-2's tokenizer.json, a LLaMA-3-style and a Qwen2-style one (NFC normalizer), a
+// Mistral-NeMo-style one (tekken regex) and two with normalizer Sequences (NFKC, Lowercase,
+// Replace, Strip, Prepend; NFD, StripAccents, NFKD) and added tokens matched before and after
+// normalization (tests/fixtures/hf_tokenizers, made by tools/gen_hf_tokenizer_fixtures.py); the
+// whole corpus's digests; the BOS of the post-processor; decoding; tokenizer.model directories;
+// and errors naming the file and setting.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -13,15 +16,22 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "data/pretokenize.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_hf.h"
+#include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
 
 namespace megatron::data {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+
+// Every tokenizer of tests/fixtures/hf_tokenizers, in the order of expected.jsonl.
+constexpr const char* kFixtureTokenizers[] = {"gpt2",         "llama3_style",      "qwen2_style",
+                                              "tekken_style", "normalizers_style", "accents_style"};
 
 fs::path fixtures() {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_tokenizers";
@@ -29,7 +39,7 @@ fs::path fixtures() {
 
 TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   std::map<std::string, std::unique_ptr<Tokenizer>> toks;
-  for (const char* name : {"gpt2", "llama3_style", "qwen2_style"})
+  for (const char* name : kFixtureTokenizers)
     toks[name] = make_tokenizer({"HuggingFaceTokenizer", "", "", (fixtures() / name).string()});
   std::ifstream in(fixtures() / "expected.jsonl");
   std::string line;
@@ -56,6 +66,12 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   EXPECT_EQ(toks["llama3_style"]->bos(), 0);
   EXPECT_EQ(toks["qwen2_style"]->bos(), -1);  // Qwen2 has no BOS
   EXPECT_EQ(toks["qwen2_style"]->eod(), 0);   // <|endoftext|>
+  EXPECT_EQ(toks["tekken_style"]->bos(), 1);  // <s>, from the template
+  EXPECT_EQ(toks["tekken_style"]->eod(), 2);  // </s>
+  EXPECT_EQ(toks["normalizers_style"]->eod(), 0);
+  EXPECT_EQ(toks["normalizers_style"]->vocab_size(), 1002);  // with [MASK] and @@Raw@@
+  EXPECT_THAT(toks["tekken_style"]->describe(), HasSubstr("Mistral-NeMo (tekken) pre-tokenizer"));
+  EXPECT_THAT(toks["normalizers_style"]->describe(), HasSubstr("Sequence normalizer"));
   // The same ids as the GPT-2 tokenizer from vocab.json + merges.txt.
   const auto bpe = make_tokenizer(
       {"GPT2BPETokenizer", (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/vocab.json").string(),
@@ -68,7 +84,7 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
 // as `tokenizers` gives (tests/fixtures/hf_tokenizers/corpus_digests.jsonl).
 TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
   std::map<std::string, std::unique_ptr<Tokenizer>> toks;
-  for (const char* name : {"gpt2", "llama3_style", "qwen2_style"})
+  for (const char* name : kFixtureTokenizers)
     toks[name] = make_tokenizer({"HuggingFaceTokenizer", "", "", (fixtures() / name).string()});
   std::map<std::string, std::vector<std::string>> docs;
   for (const char* file : {"austen.jsonl", "kjv.jsonl"}) {
@@ -95,8 +111,51 @@ TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
     ++checked;
     tokens += static_cast<int64_t>(ids.size());
   }
-  EXPECT_EQ(checked, 3 * 1460);
+  EXPECT_EQ(checked, 6 * 1460);
   EXPECT_GT(tokens, 1000000);
+}
+
+// Mistral-NeMo's (tekken) pre-tokenizer by itself: the pieces `tokenizers`' Split with that
+// regex gives (pre_tokenize_str, tokenizers 0.23.3).
+TEST(HuggingFaceTokenizer, TekkenPreTokenizerSplitsLikeTokenizers) {
+  auto pieces = [](std::string_view text) {
+    std::vector<std::string> out;
+    tekken_pretokenize(text, [&](size_t b, size_t e) { out.emplace_back(text.substr(b, e - b)); });
+    return out;
+  };
+  // A word is upper-case letters then lower-case ones: a split where upper follows lower.
+  EXPECT_THAT(
+      pieces("HELLO World camelCaseWord XMLHttpRequest ABCdef"),
+      ElementsAre("HELLO", " World", " camel", "Case", "Word", " XMLHttp", "Request", " ABCdef"));
+  // Title case (U+01C5) starts a word like upper case.
+  EXPECT_THAT(pieces("\u01c5ungla a\u01c5b"), ElementsAre("\u01c5ungla", " a", "\u01c5b"));
+  // Marks are in both letter classes but not \p{L}: one may be the optional leading character.
+  EXPECT_THAT(pieces("e\u0301 \u0301A \u0301\u0302start x\u20dd"),
+              ElementsAre("e\u0301", " \u0301", "A", " \u0301\u0302start", " x\u20dd"));
+  EXPECT_THAT(pieces("\u0301AB"), ElementsAre("\u0301", "AB"));
+  // '/' and line breaks after punctuation; single digits.
+  EXPECT_THAT(pieces(" ./\n\n/x a//b 1234"),
+              ElementsAre(" ./\n\n/", "x", " a", "//", "b", " ", "1", "2", "3", "4"));
+  EXPECT_THAT(pieces("  \n\t x  "), ElementsAre("  \n", "\t", " x", "  "));
+  EXPECT_THAT(pieces(""), ElementsAre());
+}
+
+// The Unicode pieces the normalizers add: NFKC / NFKD and the per-character lowercase of
+// `tokenizers`' Lowercase (no final-sigma rule, unlike Python's str.lower()).
+TEST(HuggingFaceTokenizer, CompatibilityFormsAndPerCharacterLowercase) {
+  auto apply = [](void (*f)(std::u32string_view, std::u32string&), std::u32string_view s) {
+    std::u32string out;
+    f(s, out);
+    return out;
+  };
+  EXPECT_EQ(apply(unicode::append_nfkc, U"\ufb01 \u2460 \u01c4 \uff21e\u0301"),
+            U"fi 1 D\u017d A\u00e9");
+  EXPECT_EQ(apply(unicode::append_nfkd, U"\u01c4\u00e9"), U"DZ\u030ce\u0301");
+  EXPECT_EQ(apply(unicode::append_nfkd, U"\ufdfa").size(), 18u);             // the longest one
+  EXPECT_EQ(apply(unicode::append_nfd, U"\ufb01\u00e9"), U"\ufb01e\u0301");  // canonical only
+  EXPECT_EQ(apply(unicode::append_lower_chars, U"\u03a3\u039f\u03a3 \u0130"),
+            U"\u03c3\u03bf\u03c3 i\u0307");
+  EXPECT_EQ(apply(unicode::append_lower, U"\u03a3\u039f\u03a3"), U"\u03c3\u03bf\u03c2");
 }
 
 class HuggingFaceTokenizerFiles : public ::testing::Test {
@@ -149,9 +208,9 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["type"] = "WordPiece"; })),
               HasSubstr("model.type 'WordPiece' is not supported"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) {
-                j["normalizer"] = {{"type", "NFKC"}};
+                j["normalizer"] = {{"type", "Nmt"}};
               })),
-              HasSubstr("normalizer NFKC is not supported"));
+              HasSubstr("normalizer type 'Nmt' (normalizer) is not supported"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) {
                 j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+";
               })),
@@ -166,6 +225,71 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
               HasSubstr("lstrip is not supported"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["vocab"].erase("a"); })),
               HasSubstr("model.vocab"));
+  // Values of the wrong JSON type anywhere are InputErrors naming the file.
+  for (const auto& corrupt : std::vector<std::function<void(nlohmann::json&)>>{
+           [](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "no"; },
+           [](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = 3; },
+           [](nlohmann::json& j) { j["added_tokens"][0]["rstrip"] = nullptr; },
+           [](nlohmann::json& j) { j["post_processor"] = true; },
+           [](nlohmann::json& j) { j["model"]["ignore_merges"] = "yes"; }}) {
+    const std::string path = edited(corrupt);
+    const std::string error = error_of(path);
+    EXPECT_THAT(error, HasSubstr(path));
+    EXPECT_THAT(error, HasSubstr("wrong JSON type"));
+  }
+}
+
+// Normalizers: an unsupported one, a Regex Replace and malformed settings are refused with the
+// file and the key; so is an added token's malformed "normalized".
+TEST_F(HuggingFaceTokenizerFiles, UnsupportedNormalizersAreNamed) {
+  auto expect_error = [&](const nlohmann::json& normalizer, const std::string& message) {
+    const std::string path = edited([&](nlohmann::json& j) { j["normalizer"] = normalizer; });
+    const std::string error = error_of(path);
+    EXPECT_THAT(error, HasSubstr(path)) << normalizer.dump();
+    EXPECT_THAT(error, HasSubstr(message)) << normalizer.dump();
+  };
+  using nlohmann::json;
+  const json nfkc = {{"type", "NFKC"}};
+  expect_error({{"type", "Sequence"}, {"normalizers", {nfkc, {{"type", "BertNormalizer"}}}}},
+               "normalizer type 'BertNormalizer' (normalizer.normalizers[1]) is not supported");
+  expect_error({{"type", "Precompiled"}, {"precompiled_charsmap", "AAAA"}},
+               "normalizer type 'Precompiled' (normalizer) is not supported");
+  expect_error({{"type", "Sequence"},
+                {"normalizers",
+                 {{{"type", "Replace"}, {"pattern", {{"Regex", "\\s+"}}}, {"content", " "}}}}},
+               "normalizer.normalizers[0].pattern: Replace with a Regex pattern \"\\\\s+\" is "
+               "not supported (String patterns only)");
+  expect_error({{"type", "Replace"}, {"pattern", {{"String", "a"}}}},
+               "normalizer.content is missing or not a string");
+  expect_error({{"type", "Replace"}, {"pattern", {{"String", ""}}}, {"content", "b"}},
+               "normalizer.pattern.String is empty");
+  expect_error({{"type", "Replace"}, {"pattern", "a"}, {"content", "b"}},
+               "normalizer.pattern is missing or not {\"String\": ...}");
+  expect_error({{"type", "Strip"}, {"strip_left", true}},
+               "normalizer.strip_right is missing or not true/false");
+  expect_error({{"type", "Prepend"}, {"prepend", 3}},
+               "normalizer.prepend is missing or not a string");
+  expect_error({{"type", "Sequence"}, {"normalizers", nfkc}},
+               "normalizer.normalizers is missing or not a list");
+  expect_error({{"type", "Sequence"}, {"normalizers", {{{"type", "Sequence"}}}}},
+               "normalizer.normalizers[0].normalizers is missing or not a list");
+  expect_error(json::array({nfkc}), "normalizer is not an object");
+  expect_error({{"typ", "NFC"}}, "normalizer type '?' (normalizer) is not supported");
+  expect_error({{"type", 7}}, "normalizer type '?' (normalizer) is not supported");
+  EXPECT_THAT(error_of(edited([](json& j) { j["added_tokens"][0]["normalized"] = "yes"; })),
+              HasSubstr("added token \"<|begin_of_text|>\": normalized is not true/false"));
+  // A normalized=true token must still be something after normalization.
+  EXPECT_THAT(
+      error_of(edited([](json& j) {
+        j["normalizer"] = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
+        j["added_tokens"].push_back({{"id", 1000}, {"content", "  "}, {"normalized", true}});
+      })),
+      HasSubstr("added token \"  \" normalizes to an empty string"));
+  // Every supported normalizer loads.
+  for (const json& ok : {json{{"type", "NFD"}}, json{{"type", "NFKD"}}, json{{"type", "NFC"}},
+                         json{{"type", "Lowercase"}}, json{{"type", "StripAccents"}},
+                         json{{"type", "Prepend"}, {"prepend", "\u2581"}}})
+    EXPECT_NO_THROW(make_huggingface_tokenizer(edited([&](json& j) { j["normalizer"] = ok; })));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // Hugging Face tokenizer.json (data/tokenizer_hf.h): the input is the file; whatever loads
-// encodes and decodes a sample text with added-token, digit, contraction and whitespace runs.
+// encodes and decodes a sample text with added-token, digit, contraction and whitespace runs,
+// case changes, '/' after punctuation and characters the normalizers change.
 #include "data/tokenizer_hf.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -8,8 +9,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = fuzz::write_file("tokenizer.json", data, size);
   return fuzz::refuse_or_accept([&] {
     const auto tok = data::make_huggingface_tokenizer(path);
-    const auto ids =
-        tok->encode("Hello, WORLD'S 1234567 \xc3\xa9t\xc3\xa9\r\n\n  <|end_of_text|>x \xff end");
+    const auto ids = tok->encode(
+        "Hello, WORLD'S camelCase 1234567 \xc3\xa9t\xc3\xa9 \xef\xac\x81 ./\r\n/ "
+        "\r\n\n  <|end_of_text|>x [MASK] \xff end ");
     (void)tok->decode(ids);
   });
 }

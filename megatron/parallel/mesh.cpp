@@ -272,28 +272,14 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     rp.has_embedding = rp.pp == 0 || rp.pp == sizes.pp - 1;
   }
 
-  // Groups: positions that differ only along `varying` axes, in position order.
-  auto make_groups = [&](GroupKind kind, std::initializer_list<std::string_view> varying) {
-    const size_t k = static_cast<size_t>(kind);
-    std::map<int64_t, int> index_of_key;
-    p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
-    for (int64_t pos = 0; pos < world; ++pos) {
-      int64_t key = pos;
-      for (std::string_view v : varying)
-        key -= coord(axes, pos, v) * axes.stride[static_cast<size_t>(axes.index_of(v))];
-      auto [it, inserted] = index_of_key.emplace(key, static_cast<int>(p.groups[k].size()));
-      if (inserted) p.groups[k].emplace_back();
-      const int r = p.rank_at_position[static_cast<size_t>(pos)];
-      p.groups[k][static_cast<size_t>(it->second)].push_back(r);
-      p.group_of_rank[k][static_cast<size_t>(r)] = it->second;
-    }
-  };
-  // Groups of the ranks sharing `key`, ordered by `rank_in_group` (the folded expert groups).
+  // Groups of the ranks sharing key(rank), listed in the order their first member's position
+  // comes, members ordered by rank_in_group(rank).
   auto make_groups_by = [&](GroupKind kind, auto key, auto rank_in_group) {
     const size_t k = static_cast<size_t>(kind);
     std::map<int64_t, int> index_of_key;
     p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
-    for (int r = 0; r < world; ++r) {
+    for (int64_t pos = 0; pos < world; ++pos) {
+      const int r = p.rank_at_position[static_cast<size_t>(pos)];
       const RankPlacement& rp = p.ranks[static_cast<size_t>(r)];
       auto [it, inserted] = index_of_key.emplace(key(rp), static_cast<int>(p.groups[k].size()));
       if (inserted) p.groups[k].emplace_back();
@@ -306,9 +292,24 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
                rank_in_group(p.ranks[static_cast<size_t>(b)]);
       });
   };
+  // The key of the positions that differ only along `varying` axes.
+  auto position_key = [&](std::initializer_list<std::string_view> varying) {
+    return [&axes, axes_varying = std::vector<std::string_view>(varying)](const RankPlacement& r) {
+      int64_t key = r.position;
+      for (std::string_view v : axes_varying)
+        key -= coord(axes, r.position, v) * axes.stride[static_cast<size_t>(axes.index_of(v))];
+      return key;
+    };
+  };
+  auto by_position = [](const RankPlacement& r) { return r.position; };
+  auto make_groups = [&](GroupKind kind, std::initializer_list<std::string_view> varying) {
+    make_groups_by(kind, position_key(varying), by_position);
+  };
   make_groups(GroupKind::TP, {"tp"});
   make_groups(GroupKind::CP, {"cp"});
-  make_groups(GroupKind::DP, {"ep", "dp"});
+  // The dp group in dp-coordinate order (position order differs when ep follows dp).
+  make_groups_by(GroupKind::DP, position_key({"ep", "dp"}),
+                 [](const RankPlacement& r) { return r.dp; });
   make_groups(GroupKind::PP, {"pp"});
   if (sizes.experts_fold_tp()) {
     const int64_t edp = sizes.tp * sizes.dp / sizes.ep;
@@ -318,9 +319,7 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     make_groups_by(
         GroupKind::ExpertDP, [&](const RankPlacement& r) { return r.pp * sizes.ep + r.ep; },
         [](const RankPlacement& r) { return r.expert_dp; });
-    make_groups_by(
-        GroupKind::ExpertTP, [](const RankPlacement& r) { return int64_t{r.world_rank}; },
-        [](const RankPlacement&) { return 0; });
+    make_groups_by(GroupKind::ExpertTP, by_position, by_position);
   } else {
     make_groups(GroupKind::EP, {"ep"});
     make_groups(GroupKind::ExpertDP, {"dp"});
@@ -328,11 +327,6 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
   }
   make_groups(GroupKind::Model, {"tp", "pp"});
   make_groups(GroupKind::DPCP, {"ep", "dp", "cp"});
-  // The dp group in dp-coordinate order (position order differs when ep follows dp).
-  for (auto& g : p.groups[static_cast<size_t>(GroupKind::DP)])
-    std::sort(g.begin(), g.end(), [&](int a, int b) {
-      return p.ranks[static_cast<size_t>(a)].dp < p.ranks[static_cast<size_t>(b)].dp;
-    });
   {  // Hybrid sharding: each dp group cut into dp_instances runs of consecutive dp ranks.
     const size_t ks = static_cast<size_t>(GroupKind::DPShard);
     const size_t kr = static_cast<size_t>(GroupKind::DPReplica);

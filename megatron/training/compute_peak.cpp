@@ -9,6 +9,10 @@
 
 namespace megatron::training {
 
+namespace {
+constexpr const char* kMeasuredSource = "measured hardware peak";
+}  // namespace
+
 ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recipe_peak_tflops,
                                 double cluster_tflops) {
   ComputePeak p;
@@ -40,14 +44,14 @@ ComputePeak ComputePeak::decide(Device device, DType compute_dtype, double recip
     const kernels::cpu::PeakFlops hw = planning::measure_cpu_peak(compute_dtype);
     p.peak_flops = hw.flops;
     p.peak_isa = hw.isa;
-    p.peak_source = "measured hardware peak";
+    p.peak_source = kMeasuredSource;
   }
   return p;
 }
 
 bool ComputePeak::remeasure_if_exceeded(double achieved_flops) {
   constexpr int kMaxRemeasures = 3;
-  if (peak_source != "measured hardware peak" || achieved_flops <= peak_flops ||
+  if (peak_source != kMeasuredSource || achieved_flops <= peak_flops ||
       remeasured >= kMaxRemeasures)
     return false;
   ++remeasured;

@@ -144,15 +144,12 @@ TEST(PackedAttention, MatchesReferenceWithDropoutAndHoles) {
   }
 }
 
-TEST(PackedAttention, BackwardMatchesFiniteDifferences) {
-  const AttentionShape s{9, 2, 2, 1, 4};
-  const Packing docs = {{4, 5}, {2, 3, 4}};
-  const auto ids = segment_ids(s, docs);
+// Both kernels' qkv gradient of sum(w * out) equals finite differences of the reference forward.
+void expect_backward_matches_finite_differences(const AttentionShape& s,
+                                                const AttentionOptions& opt, uint32_t seed) {
   for (bool flash : {false, true}) {
     SCOPED_TRACE(::testing::Message() << "flash=" << flash);
-    AttentionOptions opt = plain_options(s, true);
-    opt.segment_ids = ids.data();
-    const auto qkv = random_vector(qkv_size(s), 31), w = random_vector(out_size(s), 32);
+    const auto qkv = random_vector(qkv_size(s), seed), w = random_vector(out_size(s), seed + 1);
     const Outputs got = run(flash, s, opt, qkv, w);
     EXPECT_TRUE(testing::check_gradient(
         qkv, got.dqkv,
@@ -163,6 +160,14 @@ TEST(PackedAttention, BackwardMatchesFiniteDifferences) {
         },
         1e-2f, 2e-3, int(qkv.size())));
   }
+}
+
+TEST(PackedAttention, BackwardMatchesFiniteDifferences) {
+  const AttentionShape s{9, 2, 2, 1, 4};
+  const auto ids = segment_ids(s, {{4, 5}, {2, 3, 4}});
+  AttentionOptions opt = plain_options(s, true);
+  opt.segment_ids = ids.data();
+  expect_backward_matches_finite_differences(s, opt, 31);
 }
 
 // Sliding windows (with segments, key holes and dropout on top) in both kernels equal the naive
@@ -205,21 +210,9 @@ TEST(SlidingWindowAttention, MatchesReferenceWithDropoutHolesAndSegments) {
 
 TEST(SlidingWindowAttention, BackwardMatchesFiniteDifferences) {
   const AttentionShape s{9, 2, 2, 1, 4};
-  for (bool flash : {false, true}) {
-    SCOPED_TRACE(::testing::Message() << "flash=" << flash);
-    AttentionOptions opt = plain_options(s, true);
-    opt.window = 3;
-    const auto qkv = random_vector(qkv_size(s), 61), w = random_vector(out_size(s), 62);
-    const Outputs got = run(flash, s, opt, qkv, w);
-    EXPECT_TRUE(testing::check_gradient(
-        qkv, got.dqkv,
-        [&](const std::vector<float>& x) {
-          std::vector<float> out(out_size(s)), probs(s.B * s.H * s.S * s.S);
-          ref::attention_forward(s, opt, x.data(), out.data(), probs.data());
-          return testing::weighted_sum(w, out);
-        },
-        1e-2f, 2e-3, int(qkv.size())));
-  }
+  AttentionOptions opt = plain_options(s, true);
+  opt.window = 3;
+  expect_backward_matches_finite_differences(s, opt, 61);
 }
 
 // Rope at per-document positions equals rope of each document alone (from position 0), and the

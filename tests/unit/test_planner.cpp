@@ -89,8 +89,8 @@ TEST(PlannerParams, TensorAndPipelineShardsMatchTheModel) {
   }
 }
 
-// MoE: the router, this rank's E / ep experts (split over tp), the shared expert, dense layers
-// where moe_layer_freq says so; the model the registry builds is the reference.
+// MoE: the router, this rank's E / ep experts (split over tp or whole), the shared expert, dense
+// layers where moe_layer_freq says so; the model the registry builds is the reference.
 TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {
   config::Recipe r = llama_small();
   r.model.moe.num_experts = 4;
@@ -98,47 +98,35 @@ TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {
   r.model.moe.moe_router_topk = 2;
   r.model.moe.moe_shared_expert_intermediate_size = 16;
   r.model.moe.moe_layer_freq.every = 2;
-  for (auto [tp, pp, ep] : {std::tuple{1, 1, 1}, {2, 1, 2}, {1, 2, 4}, {2, 2, 2}}) {
+  // etp 1: whole experts under tp (expert_tensor 1, ep folded over tp x dp), built with an
+  // expert tp group of one; etp 0: the experts split over tp.
+  for (auto [tp, pp, ep, etp] : {std::tuple{1, 1, 1, 0},
+                                 {2, 1, 2, 0},
+                                 {1, 2, 4, 0},
+                                 {2, 2, 2, 0},
+                                 {2, 1, 2, 1},
+                                 {2, 2, 4, 1},
+                                 {2, 1, 1, 1}}) {
     r.parallel.tensor = tp;
     r.parallel.pipeline = pp;
+    r.parallel.expert_tensor = etp;
+    r.parallel.sequence_parallel = etp == 1;
     Layout lay;
     lay.tp = tp;
     lay.pp = pp;
     lay.ep = ep;
+    lay.etp = etp;
     const int64_t V = r.model.padded_vocab_size(r.model.vocab_size, tp);
     for (int stage = 0; stage < pp; ++stage)
       for (int e = 0; e < ep; ++e) {
-        ShapeOnlyComm tp_comm(0, tp), ep_comm(e, ep);
+        ShapeOnlyComm tp_comm(etp == 1 ? e % tp : 0, tp), ep_comm(e, ep), etp_comm(0, 1);
         ParamStore store;
-        const auto chunks = models::build_model_chunks(r, r.model.vocab_size, store, tp_comm, stage,
-                                                       pp, {&ep_comm});
+        const auto chunks =
+            models::build_model_chunks(r, r.model.vocab_size, store, tp_comm, stage, pp,
+                                       {&ep_comm, etp == 1 ? &etp_comm : nullptr});
         store.finalize();
         EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
-            << "tp" << tp << " pp" << pp << " ep" << ep << " stage " << stage;
-      }
-  }
-  // Whole experts under tp (expert_tensor 1): every expert unsplit, E / ep of them per rank,
-  // ep folded over tp x dp; the registry builds them with an expert tp group of one.
-  r.parallel.sequence_parallel = true;
-  r.parallel.expert_tensor = 1;
-  for (auto [tp, pp, ep] : {std::tuple{2, 1, 2}, {2, 2, 4}, {2, 1, 1}}) {
-    r.parallel.tensor = tp;
-    r.parallel.pipeline = pp;
-    Layout lay;
-    lay.tp = tp;
-    lay.pp = pp;
-    lay.ep = ep;
-    lay.etp = 1;
-    const int64_t V = r.model.padded_vocab_size(r.model.vocab_size, tp);
-    for (int stage = 0; stage < pp; ++stage)
-      for (int e = 0; e < ep; ++e) {
-        ShapeOnlyComm tp_comm(e % tp, tp), ep_comm(e, ep), etp_comm(0, 1);
-        ParamStore store;
-        const auto chunks = models::build_model_chunks(r, r.model.vocab_size, store, tp_comm, stage,
-                                                       pp, {&ep_comm, &etp_comm});
-        store.finalize();
-        EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
-            << "tp" << tp << " pp" << pp << " ep" << ep << " etp1 stage " << stage;
+            << "tp" << tp << " pp" << pp << " ep" << ep << " etp" << etp << " stage " << stage;
       }
   }
   r.parallel.expert_tensor = 0;

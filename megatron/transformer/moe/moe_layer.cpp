@@ -127,19 +127,20 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   // Folded experts dispatch only the local tokens: they need the others' routing only for the
   // capacity decision.
   const bool need_all = !fold_ || m.capacity_factor.has_value();
-  std::vector<int32_t> experts(static_cast<size_t>(need_all ? T * k : 0));
-  std::vector<float> gates(experts.size());
-  if (!need_all) {
-  } else if (sp_) {
+  std::vector<int32_t> experts;
+  std::vector<float> gates;
+  if (need_all && sp_) {
+    experts.resize(static_cast<size_t>(T * k));
+    gates.resize(experts.size());
     Tensor e_out = Tensor::wrap(experts.data(), {T * k}, DType::I32);
     Tensor g_out = Tensor::wrap(gates.data(), {T * k}, DType::F32);
     tp_->all_gather(Tensor::wrap(s.routing.experts.data(), {Tl * k}, DType::I32), e_out);
     tp_->all_gather(Tensor::wrap(s.routing.gates.data(), {Tl * k}, DType::F32), g_out);
-  } else {
+  } else if (need_all) {
     experts = s.routing.experts;
     gates = s.routing.gates;
   }
-  std::vector<uint8_t> kept(static_cast<size_t>(T * k), 1);
+  std::vector<uint8_t> kept(experts.size(), 1);
   int64_t capacity = 0;
   if (m.capacity_factor) {
     capacity = expert_capacity(T, k, E, *m.capacity_factor);

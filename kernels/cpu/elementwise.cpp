@@ -7,21 +7,26 @@
 
 namespace megatron::kernels::cpu {
 
+using detail::from_f32;
 using detail::kParallelGrain;
+using detail::to_f32;
 
-void add(const float* a, const float* b, float* out, int64_t n) {
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  for (int64_t i = 0; i < n; ++i) out[i] = from_f32<T>(to_f32(a[i]) + to_f32(b[i]));
 }
 
-void add_inplace(float* acc, const float* x, int64_t n) {
+template <typename A, typename X>
+void add_inplace(A* acc, const X* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+  for (int64_t i = 0; i < n; ++i) acc[i] = from_f32<A>(to_f32(acc[i]) + to_f32(x[i]));
 }
 
-void scale_inplace(float* x, float s, int64_t n) {
+template <typename T>
+void scale_inplace(T* x, float s, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > kParallelGrain)
-  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+  for (int64_t i = 0; i < n; ++i) x[i] = from_f32<T>(to_f32(x[i]) * s);
 }
 
 void fill(float* x, float value, int64_t n) {
@@ -32,24 +37,28 @@ void fill(float* x, float value, int64_t n) {
 // The activations cost ~10x a plain add per element, so they go parallel at a smaller size.
 constexpr int64_t kActivationGrain = kParallelGrain / 8;
 
-void gelu_forward(const float* x, float* y, int64_t n, math::Gelu kind) {
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n, math::Gelu kind) {
   if (kind == math::Gelu::Erf) {
 #pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
-    for (int64_t i = 0; i < n; ++i) y[i] = math::gelu_erf(x[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = from_f32<T>(math::gelu_erf(to_f32(x[i])));
     return;
   }
 #pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
-  for (int64_t i = 0; i < n; ++i) y[i] = math::gelu_tanh(x[i]);
+  for (int64_t i = 0; i < n; ++i) y[i] = from_f32<T>(math::gelu_tanh(to_f32(x[i])));
 }
 
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, math::Gelu kind) {
+template <typename T>
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, math::Gelu kind) {
   if (kind == math::Gelu::Erf) {
 #pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
-    for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * math::gelu_erf_grad(x[i]);
+    for (int64_t i = 0; i < n; ++i)
+      dx[i] = from_f32<T>(to_f32(dy[i]) * math::gelu_erf_grad(to_f32(x[i])));
     return;
   }
 #pragma omp parallel for simd schedule(static) if (n > kActivationGrain)
-  for (int64_t i = 0; i < n; ++i) dx[i] = dy[i] * math::gelu_tanh_grad(x[i]);
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = from_f32<T>(to_f32(dy[i]) * math::gelu_tanh_grad(to_f32(x[i])));
 }
 
 // Small ([B, D] pooler) and scalar on purpose: libm's tanhf, element by element.
@@ -68,31 +77,49 @@ int64_t count_outside(const float* x, int64_t n, float limit) {
   return count;
 }
 
-void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F) {
+template <typename T>
+void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F) {
 #pragma omp parallel for schedule(static) if (rows * F > kActivationGrain)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = x + r * 2 * F;
-    const float* up = gate + F;
-    float* yr = y + r * F;
+    const T* gate = x + r * 2 * F;
+    const T* up = gate + F;
+    T* yr = y + r * F;
 #pragma omp simd
-    for (int64_t j = 0; j < F; ++j) yr[j] = math::silu(gate[j]) * up[j];
+    for (int64_t j = 0; j < F; ++j)
+      yr[j] = from_f32<T>(math::silu(to_f32(gate[j])) * to_f32(up[j]));
   }
 }
 
-void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F) {
+template <typename T>
+void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F) {
 #pragma omp parallel for schedule(static) if (rows * F > kActivationGrain)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* gate = x + r * 2 * F;
-    const float* up = gate + F;
-    const float* dyr = dy + r * F;
-    float* dgate = dx + r * 2 * F;
-    float* dup = dgate + F;
+    const T* gate = x + r * 2 * F;
+    const T* up = gate + F;
+    const T* dyr = dy + r * F;
+    T* dgate = dx + r * 2 * F;
+    T* dup = dgate + F;
 #pragma omp simd
     for (int64_t j = 0; j < F; ++j) {
-      dgate[j] = dyr[j] * up[j] * math::silu_grad(gate[j]);
-      dup[j] = dyr[j] * math::silu(gate[j]);
+      const float g = to_f32(gate[j]), d = to_f32(dyr[j]);
+      dgate[j] = from_f32<T>(d * to_f32(up[j]) * math::silu_grad(g));
+      dup[j] = from_f32<T>(d * math::silu(g));
     }
   }
 }
+
+// The storage types the ops layer passes as stored: fp32, and bf16 (widened in registers).
+#define MT_INSTANTIATE(T)                                                      \
+  template void add<T>(const T*, const T*, T*, int64_t);                       \
+  template void add_inplace<T, T>(T*, const T*, int64_t);                      \
+  template void scale_inplace<T>(T*, float, int64_t);                          \
+  template void gelu_forward<T>(const T*, T*, int64_t, math::Gelu);            \
+  template void gelu_backward<T>(const T*, const T*, T*, int64_t, math::Gelu); \
+  template void swiglu_forward<T>(const T*, T*, int64_t, int64_t);             \
+  template void swiglu_backward<T>(const T*, const T*, T*, int64_t, int64_t);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(bf16_t)
+#undef MT_INSTANTIATE
+template void add_inplace<float, bf16_t>(float*, const bf16_t*, int64_t);
 
 }  // namespace megatron::kernels::cpu

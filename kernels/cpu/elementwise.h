@@ -1,21 +1,28 @@
 #pragma once
 // Element-wise ops: residual adds, scaling, GELU (tanh) and SwiGLU.
+// The templates take T = float or bf16_t (instantiated in elementwise.cpp): bf16 elements are
+// widened in registers, computed in fp32 and rounded once (round to nearest even), the same
+// values as widening whole tensors first, without the fp32 copies' memory traffic.
 #include <cstdint>
 
 #include "kernels/common/numeric.h"
 
 namespace megatron::kernels::cpu {
 
-void add(const float* a, const float* b, float* out, int64_t n);  // out = a + b
-void add_inplace(float* acc, const float* x, int64_t n);          // acc += x
-void scale_inplace(float* x, float s, int64_t n);                 // x *= s
+template <typename T>
+void add(const T* a, const T* b, T* out, int64_t n);  // out = a + b
+template <typename A, typename X>
+void add_inplace(A* acc, const X* x, int64_t n);  // acc += x (A = X, or fp32 acc of bf16 x)
+template <typename T>
+void scale_inplace(T* x, float s, int64_t n);  // x *= s
 void fill(float* x, float value, int64_t n);
 
 // GELU, tanh-approximated or exact (math::Gelu)
-void gelu_forward(const float* x, float* y, int64_t n, math::Gelu kind = math::Gelu::Tanh);
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n, math::Gelu kind = math::Gelu::Tanh);
 // dx = dy * gelu'(x)   (activation grads are written, not accumulated)
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n,
-                   math::Gelu kind = math::Gelu::Tanh);
+template <typename T>
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, math::Gelu kind = math::Gelu::Tanh);
 
 // tanh (the BERT pooler): y = tanh(x); backward from the output: dx = dy * (1 - y^2) (dx may be
 // dy).
@@ -26,7 +33,9 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);
 int64_t count_outside(const float* x, int64_t n, float limit);
 
 // SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
-void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F);
-void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F);
+template <typename T>
+void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F);
+template <typename T>
+void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F);
 
 }  // namespace megatron::kernels::cpu

@@ -10,24 +10,26 @@
 
 namespace megatron::kernels::cpu {
 
-void embedding_forward(const int32_t* ids, int64_t n_tokens, const float* table,
-                       int64_t vocab_start, int64_t vocab_rows, int64_t dim, float* out) {
+template <typename T>
+void embedding_forward(const int32_t* ids, int64_t n_tokens, const T* table, int64_t vocab_start,
+                       int64_t vocab_rows, int64_t dim, T* out) {
   for (int64_t t = 0; t < n_tokens; ++t)
     MT_CHECK(ids[t] >= 0, "embedding_forward: negative id ", ids[t], " at token ", t);
 #pragma omp parallel for schedule(static) if (n_tokens * dim > detail::kParallelGrain)
   for (int64_t t = 0; t < n_tokens; ++t) {
     const int64_t row = static_cast<int64_t>(ids[t]) - vocab_start;
-    float* o = out + t * dim;
+    T* o = out + t * dim;
     if (row >= 0 && row < vocab_rows) {
-      std::memcpy(o, table + row * dim, sizeof(float) * dim);
+      std::memcpy(o, table + row * dim, sizeof(T) * dim);
     } else {
-      std::fill(o, o + dim, 0.0f);
+      std::fill(o, o + dim, T{});  // +0 in fp32 and bf16 alike
     }
   }
 }
 
-void embedding_backward(const int32_t* ids, int64_t n_tokens, const float* dout,
-                        int64_t vocab_start, int64_t vocab_rows, int64_t dim, float* dtable) {
+template <typename T>
+void embedding_backward(const int32_t* ids, int64_t n_tokens, const T* dout, int64_t vocab_start,
+                        int64_t vocab_rows, int64_t dim, float* dtable) {
   // Group the in-range tokens by row (ties kept in token order), then give each row to one
   // thread: every row sums its tokens in token order, so the result is the serial one for any
   // thread count, without atomics.
@@ -49,11 +51,20 @@ void embedding_backward(const int32_t* ids, int64_t n_tokens, const float* dout,
   for (int64_t g = 0; g < groups; ++g) {
     float* drow = dtable + order[group_start[g]].first * dim;
     for (int64_t k = group_start[g]; k < group_start[g + 1]; ++k) {
-      const float* d = dout + order[k].second * dim;
+      const T* d = dout + order[k].second * dim;
 #pragma omp simd
-      for (int64_t j = 0; j < dim; ++j) drow[j] += d[j];
+      for (int64_t j = 0; j < dim; ++j) drow[j] += detail::to_f32(d[j]);
     }
   }
 }
+
+#define MT_INSTANTIATE(T)                                                                          \
+  template void embedding_forward<T>(const int32_t*, int64_t, const T*, int64_t, int64_t, int64_t, \
+                                     T*);                                                          \
+  template void embedding_backward<T>(const int32_t*, int64_t, const T*, int64_t, int64_t,         \
+                                      int64_t, float*);
+MT_INSTANTIATE(float)
+MT_INSTANTIATE(bf16_t)
+#undef MT_INSTANTIATE
 
 }  // namespace megatron::kernels::cpu

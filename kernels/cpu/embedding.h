@@ -6,10 +6,14 @@
 
 namespace megatron::kernels::cpu {
 
-void embedding_forward(const int32_t* ids, int64_t n_tokens, const float* table,
-                       int64_t vocab_start, int64_t vocab_rows, int64_t dim, float* out);
+// T: the storage type of the table and activations, float or bf16_t (instantiated in
+// embedding.cpp); the table's gradient is fp32.
+template <typename T>
+void embedding_forward(const int32_t* ids, int64_t n_tokens, const T* table, int64_t vocab_start,
+                       int64_t vocab_rows, int64_t dim, T* out);
 // dtable[id - vocab_start, :] += dout[t, :]; deterministic (no races) for any thread count.
-void embedding_backward(const int32_t* ids, int64_t n_tokens, const float* dout,
-                        int64_t vocab_start, int64_t vocab_rows, int64_t dim, float* dtable);
+template <typename T>
+void embedding_backward(const int32_t* ids, int64_t n_tokens, const T* dout, int64_t vocab_start,
+                        int64_t vocab_rows, int64_t dim, float* dtable);
 
 }  // namespace megatron::kernels::cpu

@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm.h"
 
+#include <algorithm>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
@@ -303,6 +304,12 @@ std::string matmul_impl(DType dtype, int64_t M, int64_t N, int64_t K) {
   } catch (const dnnl::error&) {
     return "unimplemented";  // e.g. bf16 where oneDNN is limited to an ISA without bf16 kernels
   }
+}
+
+int64_t widened_gemm_block_rows(int64_t rows, int64_t in, int64_t out) {
+  constexpr int64_t kBlockBytes = 4 << 20, kMinRows = 256;
+  const int64_t fit = kBlockBytes / (4 * std::max<int64_t>(in + out, 1)) / 16 * 16;
+  return std::min(std::max(kMinRows, fit), std::max<int64_t>(rows, 1));
 }
 
 bool native_bf16_gemm() {

@@ -48,6 +48,13 @@ std::string matmul_impl(DType dtype, int64_t M, int64_t N, int64_t K);
 // oneDNN's highest usable instruction set, e.g. "avx512_core_amx".
 std::string onednn_isa();
 
+// Rows per block when a 16-bit linear layer without native 16-bit GEMMs (fp16; bf16 on a CPU
+// without bf16 instructions) widens to fp32 GEMMs a block of rows at a time
+// (backend/linear_cpu.cpp): blocks of about 4 MiB of fp32 inputs and outputs, so the widened
+// copies stay in cache, and at least 256 rows, so the GEMMs keep their speed. The planner sizes
+// that workspace with it.
+int64_t widened_gemm_block_rows(int64_t rows, int64_t in, int64_t out);
+
 // dbias[N] += sum over rows of dout[M,N] (dout fp32 or bf16).
 void bias_grad(const float* dout, int64_t M, int64_t N, float* dbias);
 void bias_grad(const bf16_t* dout, int64_t M, int64_t N, float* dbias);

@@ -28,9 +28,9 @@ inline void fill_uniform(uint64_t seed, uint64_t stream, uint64_t start, int64_t
   for (i += 4 * blocks; i < n; ++i) out[i] = philox::uniform(seed, stream, start + i);
 }
 
-// max(x[0..n)), -inf for n = 0; NaNs are skipped. g++ does not vectorize a float max reduction
-// even under `omp simd reduction(max)`, but does vectorize this element-wise max over 16 lanes.
-// fp32 value of a stored element (fp32, or bf16 widened exactly), and the rounding back.
+// fp32 value of a stored element (fp32, or bf16 widened exactly), and the rounding back (to
+// nearest even). Both vectorize, so a kernel templated on the storage type reads and writes bf16
+// without fp32 copies of whole tensors.
 inline float to_f32(float x) { return x; }
 inline float to_f32(bf16_t x) { return math::bf16_bits_to_float(x.bits); }
 template <typename T>
@@ -41,6 +41,8 @@ inline T from_f32(float x) {
     return T{math::float_to_bf16_bits(x)};
 }
 
+// max(x[0..n)), -inf for n = 0; NaNs are skipped. g++ does not vectorize a float max reduction
+// even under `omp simd reduction(max)`, but does vectorize this element-wise max over 16 lanes.
 template <typename T>
 inline float max_of(const T* x, int64_t n) {
   constexpr int kLanes = 16;

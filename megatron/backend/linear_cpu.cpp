@@ -1,12 +1,80 @@
 #include "megatron/backend/linear_cpu.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/gemm.h"
+#include "megatron/backend/ops.h"
 
 namespace megatron::ops::detail {
 namespace cpu = kernels::cpu;
 
 namespace {
+
 bool native_bf16(const FloatArgs& fa) { return fa.t() == DType::BF16 && cpu::native_bf16_gemm(); }
+
+// 16-bit linear layers without native GEMMs (fp16; bf16 on a CPU without bf16 instructions) run
+// the fp32 GEMMs on blocks of rows (kernels::cpu::widened_gemm_block_rows): a block's widened
+// inputs and fp32 outputs are written and read again while still in cache, instead of
+// whole-tensor fp32 copies that go out to memory and back (the output layer's logits alone are
+// tokens x vocabulary). The weight is widened once per call.
+
+// fp32 copy of a whole 16-bit tensor (the weight, bias or an fp32-accumulated 16-bit gradient).
+Tensor widened(const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::F32, Device::CPU);
+  cast(t, out);
+  return out;
+}
+
+// Rows [r0, r0 + m) of a [rows, width] tensor.
+Tensor rows_of(const Tensor& t, int64_t r0, int64_t m, int64_t width) {
+  return t.flat_view(r0 * width, {m, width});
+}
+
+void forward_in_row_blocks(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, int64_t n,
+                           int64_t in, int64_t out) {
+  const Tensor w32 = widened(w);
+  const Tensor b32 = b ? widened(*b) : Tensor();
+  const int64_t mb = cpu::widened_gemm_block_rows(n, in, out);
+  Tensor x32 = Tensor::empty({mb, in}, DType::F32), y32 = Tensor::empty({mb, out}, DType::F32);
+  for (int64_t r0 = 0; r0 < n; r0 += mb) {
+    const int64_t m = std::min(mb, n - r0);
+    Tensor xb = x32.flat_view(0, {m, in}), yb = y32.flat_view(0, {m, out});
+    cast(rows_of(x, r0, m, in), xb);
+    cpu::gemm(false, true, m, out, in, 1.0f, xb.data<float>(), in, w32.data<float>(), in, 0.0f,
+              yb.data<float>(), out, b ? b32.data<float>() : nullptr);
+    Tensor yr = rows_of(y, r0, m, out);
+    cast(yb, yr);
+  }
+}
+
+void backward_in_row_blocks(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                            Tensor* dw, Tensor* db, int64_t n, int64_t in, int64_t out) {
+  const Tensor w32 = dx ? widened(w) : Tensor();
+  const bool dw_fp32 = dw && dw->dtype() == DType::F32;
+  Tensor dw32 = dw == nullptr ? Tensor() : dw_fp32 ? *dw : widened(*dw);
+  const int64_t mb = cpu::widened_gemm_block_rows(n, in, out);
+  Tensor dy32 = Tensor::empty({mb, out}, DType::F32);
+  Tensor in32 = Tensor::empty({mb, in}, DType::F32);  // x's rows, then dx's
+  for (int64_t r0 = 0; r0 < n; r0 += mb) {
+    const int64_t m = std::min(mb, n - r0);
+    Tensor dyb = dy32.flat_view(0, {m, out}), inb = in32.flat_view(0, {m, in});
+    cast(rows_of(dy, r0, m, out), dyb);
+    if (db) cpu::bias_grad(dyb.data<float>(), m, out, db->data<float>());
+    if (dw) {
+      cast(rows_of(x, r0, m, in), inb);
+      cpu::gemm(true, false, out, in, m, 1.0f, dyb.data<float>(), out, inb.data<float>(), in, 1.0f,
+                dw32.data<float>(), in);
+    }
+    if (dx) {
+      cpu::gemm(false, false, m, in, out, 1.0f, dyb.data<float>(), out, w32.data<float>(), in, 0.0f,
+                inb.data<float>(), in);
+      Tensor dxr = rows_of(*dx, r0, m, in);
+      cast(inb, dxr);
+    }
+  }
+  if (dw && !dw_fp32) cast(dw32, *dw);
+}
+
 }  // namespace
 
 void linear_forward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, const Tensor* b,
@@ -22,9 +90,9 @@ void linear_forward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, c
     cpu::gemm_bf16(g);
     return;
   }
-  Fp32OnCpu f(fa);
-  cpu::gemm(false, true, n, out, in, 1.0f, f.in(x), in, f.in(w), in, 0.0f, f.out(y), out, f.in(b));
-  f.finish();
+  if (fa.t() != DType::F32) return forward_in_row_blocks(x, w, b, y, n, in, out);
+  cpu::gemm(false, true, n, out, in, 1.0f, x.data<float>(), in, w.data<float>(), in, 0.0f,
+            y.data<float>(), out, b ? b->data<float>() : nullptr);
 }
 
 void linear_backward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, const Tensor& dy,
@@ -52,12 +120,14 @@ void linear_backward_cpu(const FloatArgs& fa, const Tensor& x, const Tensor& w, 
     if (db) cpu::bias_grad(dy16, n, out, db->data<float>());
     return;
   }
-  Fp32OnCpu f(fa);
+  if (fa.t() != DType::F32) return backward_in_row_blocks(x, w, dy, dx, dw, db, n, in, out);
   if (dx)
-    cpu::gemm(false, false, n, in, out, 1.0f, f.in(dy), out, f.in(w), in, 0.0f, f.out(dx), in);
-  if (dw) cpu::gemm(true, false, out, in, n, 1.0f, f.in(dy), out, f.in(x), in, 1.0f, f.out(dw), in);
-  if (db) cpu::bias_grad(f.in(dy), n, out, f.out(db));
-  f.finish();
+    cpu::gemm(false, false, n, in, out, 1.0f, dy.data<float>(), out, w.data<float>(), in, 0.0f,
+              dx->data<float>(), in);
+  if (dw)
+    cpu::gemm(true, false, out, in, n, 1.0f, dy.data<float>(), out, x.data<float>(), in, 1.0f,
+              dw->data<float>(), in);
+  if (db) cpu::bias_grad(dy.data<float>(), n, out, db->data<float>());
 }
 
 }  // namespace megatron::ops::detail

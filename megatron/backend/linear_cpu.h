@@ -2,7 +2,8 @@
 // The CPU half of ops::linear_forward/linear_backward (internal to backend/ops.cpp), called after
 // the device, shape and dtype checks. bf16 runs natively (bf16 GEMM inputs, fp32 accumulation,
 // one rounding of each bf16 output) when the CPU has bf16 instructions and oneDNN a kernel for
-// them (kernels::cpu::native_bf16_gemm); otherwise every 16-bit tensor is widened to fp32.
+// them (kernels::cpu::native_bf16_gemm); otherwise the 16-bit tensors are widened to fp32 a block
+// of rows at a time (the weight once per call) for the fp32 GEMMs.
 #include <cstdint>
 
 #include "megatron/backend/float_args.h"

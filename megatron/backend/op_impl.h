@@ -112,6 +112,30 @@ void dispatch_float_storage(DType t, Fn&& fn) {
   if (t == DType::F16) fn.template operator()<fp16_t>();
 }
 
+// The CPU kernels templated on the storage type (elementwise, norms, embedding) take fp32 and
+// bf16 tensors as stored and widen bf16 in registers: the same values as Fp32OnCpu's copies,
+// without their memory traffic. Calls fn.template operator()<T>() for T = float or bf16_t and
+// returns true; false for fp16 (the caller widens: the kernels have no vectorized fp16 loads).
+template <typename Fn>
+bool run_as_stored(DType t, Fn&& fn) {
+  if (t == DType::F32)
+    fn.template operator()<float>();
+  else if (t == DType::BF16)
+    fn.template operator()<bf16_t>();
+  else
+    return false;
+  return true;
+}
+
+// fp32 data of a small CPU tensor (a norm's weight): in place when fp32, else widened into
+// `scratch`.
+inline const float* fp32_data(const Tensor& t, Tensor& scratch) {
+  if (t.dtype() == DType::F32) return t.data<float>();
+  scratch = Tensor::empty(t.shape(), DType::F32, Device::CPU);
+  cast(t, scratch);
+  return scratch.data<float>();
+}
+
 inline void check_attention_shape(const kernels::AttentionShape& s, const Tensor& qkv,
                                   const char* op) {
   MT_CHECK(s.G > 0 && s.H % s.G == 0, op, ": heads ", s.H, " not divisible by groups ", s.G);

@@ -57,6 +57,12 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float 
                           {&mean, "mean", Role::F32, kWritten},
                           {&rstd, "rstd", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, layernorm_forward(x, w, b, eps, y, mean, rstd));
+  Tensor w32, b32;
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::layernorm_forward(x.data<T>(), fp32_data(w, w32), fp32_data(b, b32), y.data<T>(),
+                               mean.data<float>(), rstd.data<float>(), n, d, eps);
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::layernorm_forward(f.in(x), f.in(w), f.in(b), f.out(y), f.out(mean), f.out(rstd), n, d, eps);
   f.finish();
@@ -86,6 +92,13 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
                           {&dw, "dw", Role::F32, kUpdated},
                           {&db, "db", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, layernorm_backward(x, w, mean, rstd, dy, dx, dw, db));
+  Tensor w32;
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::layernorm_backward(x.data<T>(), fp32_data(w, w32), mean.data<float>(),
+                                rstd.data<float>(), dy.data<T>(), dx.data<T>(), dw.data<float>(),
+                                db.data<float>(), n, d);
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::layernorm_backward(f.in(x), f.in(w), f.in(mean), f.in(rstd), f.in(dy), f.out(dx), f.out(dw),
                           f.out(db), n, d);
@@ -102,6 +115,12 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
                           {&y, "y", Role::T, kWritten},
                           {&rstd, "rstd", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, rmsnorm_forward(x, w, eps, y, rstd));
+  Tensor w32;
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::rmsnorm_forward(x.data<T>(), fp32_data(w, w32), y.data<T>(), rstd.data<float>(), n, d,
+                             eps);
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::rmsnorm_forward(f.in(x), f.in(w), f.out(y), f.out(rstd), n, d, eps);
   f.finish();
@@ -123,6 +142,12 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
                           {&dx, "dx", Role::T, kWritten},
                           {&dw, "dw", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, rmsnorm_backward(x, w, rstd, dy, dx, dw));
+  Tensor w32;
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::rmsnorm_backward(x.data<T>(), fp32_data(w, w32), rstd.data<float>(), dy.data<T>(),
+                              dx.data<T>(), dw.data<float>(), n, d);
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::rmsnorm_backward(f.in(x), f.in(w), f.in(rstd), f.in(dy), f.out(dx), f.out(dw), n, d);
   f.finish();
@@ -134,6 +159,10 @@ void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
   MT_CHECK(y.numel() == x.numel(), "gelu_forward: shape mismatch");
   const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, gelu_forward(x, y, kind));
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::gelu_forward(x.data<T>(), y.data<T>(), x.numel(), kind);
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::gelu_forward(f.in(x), f.out(y), x.numel(), kind);
   f.finish();
@@ -145,6 +174,10 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kin
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel(), "gelu_backward: shape mismatch");
   const FloatArgs fa(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, gelu_backward(x, dy, dx, kind));
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::gelu_backward(x.data<T>(), dy.data<T>(), dx.data<T>(), x.numel(), kind);
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::gelu_backward(f.in(x), f.in(dy), f.out(dx), x.numel(), kind);
   f.finish();
@@ -179,6 +212,9 @@ void swiglu_forward(const Tensor& x, Tensor& y) {
   MT_CHECK(x.numel() == 2 * y.numel(), "swiglu_forward: x must be [N, 2F] for y ", y.shape().str());
   const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, swiglu_forward(x, y));
+  if (run_as_stored(fa.t(),
+                    [&]<typename T>() { cpu::swiglu_forward(x.data<T>(), y.data<T>(), n, fdim); }))
+    return;
   Fp32OnCpu f(fa);
   cpu::swiglu_forward(f.in(x), f.out(y), n, fdim);
   f.finish();
@@ -191,6 +227,10 @@ void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   MT_CHECK(x.numel() == 2 * dy.numel() && dx.numel() == x.numel(), "swiglu_backward: shapes");
   const FloatArgs fa(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, swiglu_backward(x, dy, dx));
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::swiglu_backward(x.data<T>(), dy.data<T>(), dx.data<T>(), n, fdim);
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::swiglu_backward(f.in(x), f.in(dy), f.out(dx), n, fdim);
   f.finish();
@@ -205,6 +245,11 @@ void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_sta
   MT_CHECK(out.numel() == ids.numel() * d, "embedding_forward: out ", out.shape().str());
   const FloatArgs fa(op, {{&table, "table"}, {&out, "out", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, embedding_forward(ids, table, vocab_start, out));
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::embedding_forward(ids.data<int32_t>(), ids.numel(), table.data<T>(), vocab_start,
+                               table.dim(0), d, out.data<T>());
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::embedding_forward(ids.data<int32_t>(), ids.numel(), f.in(table), vocab_start, table.dim(0),
                          d, f.out(out));
@@ -222,6 +267,11 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_sta
   MT_CHECK(dout.numel() == ids.numel() * d, "embedding_backward: dout ", dout.shape().str());
   const FloatArgs fa(op, {{&dout, "dout"}, {&dtable, "dtable", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, embedding_backward(ids, dout, vocab_start, dtable));
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::embedding_backward(ids.data<int32_t>(), ids.numel(), dout.data<T>(), vocab_start,
+                                dtable.dim(0), d, dtable.data<float>());
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::embedding_backward(ids.data<int32_t>(), ids.numel(), f.in(dout), vocab_start, dtable.dim(0),
                           d, f.out(dtable));
@@ -235,6 +285,10 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
            a.shape().str(), " + ", b.shape().str());
   const FloatArgs fa(op, {{&a, "a"}, {&b, "b"}, {&out, "out", Role::T, kWritten}});
   MT_RUN_ON_CUDA(dev, add(a, b, out));
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        cpu::add(a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::add(f.in(a), f.in(b), f.out(out), a.numel());
   f.finish();
@@ -246,6 +300,10 @@ void add_bias(Tensor& y, const Tensor& bias) {
   const int64_t n = bias.numel(), rows = rows_of(y, n);
   const FloatArgs fa(op, {{&y, "y", Role::T, kUpdated}, {&bias, "bias"}});
   MT_RUN_ON_CUDA(dev, add_bias(y, bias));
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        for (int64_t r = 0; r < rows; ++r) cpu::add_inplace(y.data<T>() + r * n, bias.data<T>(), n);
+      }))
+    return;
   Fp32OnCpu f(fa);
   for (int64_t r = 0; r < rows; ++r) cpu::add_inplace(f.out(y) + r * n, f.in(bias), n);
   f.finish();
@@ -258,6 +316,15 @@ void add_inplace(Tensor& acc, const Tensor& x) {
            " += ", x.shape().str());
   const FloatArgs fa(op, {{&x, "x"}, {&acc, "acc", Role::TorF32, kUpdated}});
   MT_RUN_ON_CUDA(dev, add_inplace(acc, x));
+  // The accumulator is x's type, or fp32 (a bf16 gradient added into an fp32 one).
+  const bool fp32_acc = acc.dtype() == DType::F32;
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        if (fp32_acc)
+          cpu::add_inplace(acc.data<float>(), x.data<T>(), acc.numel());
+        else
+          cpu::add_inplace(acc.data<T>(), x.data<T>(), acc.numel());
+      }))
+    return;
   Fp32OnCpu f(fa);
   cpu::add_inplace(f.out(acc), f.in(x), acc.numel());
   f.finish();
@@ -268,6 +335,8 @@ void scale_inplace(Tensor& x, float s) {
   const Device dev = device_of(op, {{&x, "x"}});
   const FloatArgs fa(op, {{&x, "x", Role::T, kUpdated}});
   MT_RUN_ON_CUDA(dev, scale_inplace(x, s));
+  if (run_as_stored(fa.t(), [&]<typename T>() { cpu::scale_inplace(x.data<T>(), s, x.numel()); }))
+    return;
   Fp32OnCpu f(fa);
   cpu::scale_inplace(f.out(x), s, x.numel());
   f.finish();

@@ -6,6 +6,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "kernels/cpu/gemm.h"
 #include "megatron/core/error.h"
 #include "megatron/planning/flops.h"
 #include "megatron/planning/sharding_memory.h"
@@ -140,6 +141,37 @@ int64_t head_params(const Dims& d, int64_t V, int64_t tp) {
 }
 
 bool is_mixed(config::Precision precision) { return precision != config::Precision::FP32; }
+
+// The fp32 copies 16-bit CPU ops make for one call (bytes; the largest call counts): attention
+// widens q/k/v, the output and their gradients whole (backward: qkv, out, d(out), d(qkv)); a
+// linear layer without native 16-bit GEMMs (fp16, or bf16 on a CPU without bf16 instructions)
+// widens its weight and one block of input and output rows (kernels::cpu::widened_gemm_block_rows).
+// The cross entropy widens fp16 logits (measured: the forward's copy is the one at the peak).
+// The elementwise ops, norms and embeddings read 16-bit tensors as stored, and so does the cross
+// entropy bf16 logits.
+double cpu_widening_workspace(const Dims& d, config::Precision precision, int64_t V, double t,
+                              double tokens, bool last_stage) {
+  const double qkv = static_cast<double>((d.H + 2 * d.G) * d.Dh) / t;
+  const double attn = static_cast<double>(d.H * d.Dh) / t;
+  double most = tokens * 2 * (qkv + attn);
+  const bool native = precision == config::Precision::BF16 && kernels::cpu::native_bf16_gemm();
+  if (!native) {
+    const auto rows = static_cast<int64_t>(tokens);
+    auto linear = [&](double in, double out) {
+      const auto b = kernels::cpu::widened_gemm_block_rows(rows, static_cast<int64_t>(in),
+                                                           static_cast<int64_t>(out));
+      return in * out + static_cast<double>(b) * (in + out);
+    };
+    const double D = static_cast<double>(d.D);
+    most = std::max(most, linear(D, static_cast<double>(d.fc1) / t));
+    most = std::max(most, linear(static_cast<double>(d.F) / t, D));
+    most = std::max(most, linear(D, qkv));
+    if (last_stage) most = std::max(most, linear(D, static_cast<double>(V) / t));
+  }
+  if (precision == config::Precision::FP16 && last_stage)
+    most = std::max(most, tokens * static_cast<double>(V) / t);
+  return 4 * most;
+}
 
 using detail::ring_all_reduce;
 
@@ -532,15 +564,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     } else {
       if (lay.sequence_parallel) ws += act.a * full_tokens * D * (sp.first ? 3 : 2);
       if (lay.tp > 1 && sp.last) ws += 3 * 4 * full_tokens;
-      // 16-bit ops on the CPU widen their 16-bit arguments into fp32 copies for the call: the
-      // largest is the output layer's backward (input, weight, d(logits), d(input)), else
-      // fc1's (input, weight, d(output), d(input)).
-      if (mixed) {
-        const double Vl = static_cast<double>(V) / act.t, fc1l = static_cast<double>(d.fc1) / act.t;
-        const double head = sp.last ? 2 * full_tokens * D + Vl * D + full_tokens * Vl : 0;
-        const double mlp = 2 * full_tokens * D + fc1l * D + full_tokens * fc1l;
-        ws += 4 * std::max(head, mlp);
-      }
+      if (mixed) ws += cpu_widening_workspace(d, tr.precision, V, act.t, full_tokens, sp.last);
     }
     m.workspace = ws + st.transient;
     detail::fill_totals(in, m.activations + ws + m.reserve, m);

@@ -120,6 +120,12 @@ TEST(PlannerMemory, LlamaLoraBf16MatchesMeasuredPeak) {
   expect_memory_prediction(llama_lora(", precision: bf16"), "llama lora bf16");
 }
 
+// fp16 widens its linear layers to fp32 GEMMs a block of rows at a time on every CPU (bf16 only
+// where the CPU lacks bf16 instructions): the output layer's block is the largest copy.
+TEST(PlannerMemory, GptFp16MatchesMeasuredPeak) {
+  expect_memory_prediction(gpt_seq256("none, precision: fp16"), "gpt seq256 fp16");
+}
+
 // model.kv_channels 64 (not 256 / 8 = 32): the attention activations twice as wide as hidden.
 TEST(PlannerMemory, LlamaKvChannelsMatchesMeasuredPeak) {
   config::Recipe r = llama_small();

@@ -107,6 +107,25 @@ void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tenso
                         const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
                         Tensor& lse);
 
+// Mixture-of-experts token movement (megatron/transformer/moe/token_dispatcher.h;
+// kernels/cpu/moe_rows.h). Indices are int32 on the tensors' device, -1 meaning "no row"; the
+// moves copy rows of any dtype as they are (src and out of one dtype).
+// out[i] = src[index[i]] (a zero row where index[i] == -1); src [N, D], index [M], out [M, D].
+void gather_rows(const Tensor& src, const Tensor& index, Tensor& out);
+// out[index[i]] = src[i] where index[i] != -1; the other rows of out keep their values; no row
+// may be the target twice. src [M, D], index [M], out [N, D].
+void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out);
+// out[t] = sum over j = 0..topk-1 of gates[t topk + j] * rows[r], r = index[t topk + j] (index
+// null: t topk + j; -1: skipped; gates null: weight 1), accumulated in fp32 in slot order.
+// rows [R, D] T; gates fp32 [T topk]; out [T, D] T or fp32 (overwritten).
+void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, int64_t topk,
+                 Tensor& out);
+// The backward of moe_combine without an index: d_rows[i] = gates[i] dy[i / topk] and
+// d_gates[i] = dot(dy[i / topk], rows[i]) summed in fp64. rows, d_rows [T topk, D], dy [T, D]:
+// T; gates, d_gates: fp32.
+void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor& dy, int64_t topk,
+                          Tensor& d_rows, Tensor& d_gates);
+
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 // y[r, :] += bias for every row of y
 void add_bias(Tensor& y, const Tensor& bias);

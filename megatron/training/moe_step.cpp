@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <vector>
 
+#include "megatron/optimizer/optimizer.h"
+
 namespace megatron::training {
 namespace {
 
-void all_reduce(parallel::Communicator& c, std::vector<double>& v, parallel::ReduceOp op) {
+void all_reduce(parallel::Communicator& c, std::vector<double>& v, parallel::ReduceOp op,
+                Device device) {
   if (c.size() == 1 || v.empty()) return;
   Tensor t = Tensor::wrap(v.data(), {static_cast<int64_t>(v.size())}, DType::F64);
-  c.all_reduce(t, op);
+  optim::all_reduce_host(c, t, op, device);
 }
 
 }  // namespace
@@ -34,11 +37,11 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
   // Sequence-parallel slices hold partial losses and counts; without it every tp rank saw all
   // tokens (the same values).
   if (g.sequence_parallel) {
-    all_reduce(*g.tp, sums, parallel::ReduceOp::Sum);
-    all_reduce(*g.tp, counts, parallel::ReduceOp::Sum);
+    all_reduce(*g.tp, sums, parallel::ReduceOp::Sum, g.device);
+    all_reduce(*g.tp, counts, parallel::ReduceOp::Sum, g.device);
   }
-  all_reduce(*g.dp, sums, parallel::ReduceOp::Sum);
-  all_reduce(*g.dp, counts, parallel::ReduceOp::Sum);
+  all_reduce(*g.dp, sums, parallel::ReduceOp::Sum, g.device);
+  all_reduce(*g.dp, counts, parallel::ReduceOp::Sum, g.device);
   // Per layer: the global batch's tokens per expert.
   double imbalance = 0.0;
   std::vector<double> per_layer(static_cast<size_t>(g.num_layers), 0.0);
@@ -63,10 +66,10 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
     }
   }
   // The stages hold different layers.
-  all_reduce(*g.pp, sums, parallel::ReduceOp::Sum);
+  all_reduce(*g.pp, sums, parallel::ReduceOp::Sum, g.device);
   std::vector<double> worst{imbalance};
-  all_reduce(*g.pp, worst, parallel::ReduceOp::Max);
-  all_reduce(*g.pp, per_layer, parallel::ReduceOp::Sum);  // each layer lives on one stage
+  all_reduce(*g.pp, worst, parallel::ReduceOp::Max, g.device);
+  all_reduce(*g.pp, per_layer, parallel::ReduceOp::Sum, g.device);  // each layer lives on one stage
   m.moe_layer_imbalance = std::move(per_layer);
   m.has_moe = true;
   // global_aux_loss: the dp ranks' partial losses add up to one loss per micro-batch index.

@@ -14,7 +14,8 @@ struct MoeStepGroups {
   parallel::Communicator* dp;  // every data-parallel rank's micro-batches (ep is part of dp)
   parallel::Communicator* pp;  // the stages hold different layers
   bool sequence_parallel = false;
-  int64_t num_layers = 0;  // the model's (for the per-layer imbalance list)
+  int64_t num_layers = 0;       // the model's (for the per-layer imbalance list)
+  Device device = Device::CPU;  // the training device: its groups move device tensors only
 };
 
 // Reads and clears the layers' statistics of the step; updates the expert bias when enabled;

@@ -220,7 +220,7 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   if (model_.moe)
     finish_moe_step(*model_.moe,
                     {groups_.tp, groups_.dp, groups_.pp, model_.transformer.sequence_parallel,
-                     model_.transformer.num_layers},
+                     model_.transformer.num_layers, device_},
                     num_micro_ * groups_.dp->size(), metrics);
   // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
   parallel::Communicator* dp_shards = grad_sync_->dense_sharded_over();

@@ -2,8 +2,9 @@
 // NcclCommunicator collectives on CUDA tensors against values computed locally (the same
 // contract as test_collectives.cpp checks for MpiCommunicator): every op over odd sizes and
 // empty buffers, in-place variants, uneven all-to-all, batched p2p, async overlap, sub-groups,
-// and the errors (CPU tensors, 16-bit integer reductions). Needs one GPU per rank on the node;
-// otherwise every test reports SKIPPED on every rank (never passed).
+// the MoE dispatcher's exchanges (counts, rows with empty sides) and the errors (CPU tensors,
+// 16-bit integer reductions). Needs one GPU per rank on the node; otherwise every test reports
+// SKIPPED on every rank (never passed).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "megatron/backend/cuda/device.h"
 #include "megatron/backend/cuda/nccl_communicator.h"
 #include "megatron/backend/ops.h"
+#include "megatron/transformer/moe/host_collectives.h"
 #include "tests/support/collective_values.h"
 #endif
 
@@ -217,6 +219,70 @@ TEST(Nccl, AllToAllUneven) {
   int64_t off = 0;
   for (int s = 0; s < P; ++s)
     for (int64_t k = 0; k < recv[s]; ++k) ASSERT_EQ(got[off++], float(s * 100 + me * 10 + k));
+}
+
+// The MoE token dispatcher's exchanges (megatron/transformer/moe/token_dispatcher.cpp): int64
+// counts per local expert through the host helpers (staged through the device), then bf16 rows
+// in counts x hidden elements where rank 0 sends nothing at all and the last rank receives
+// nothing (empty buffers, zero counts everywhere on their side); the routing gathers and the
+// balancing counts' fp64 sum through the same helpers.
+TEST(Nccl, AllToAllAsTheMoeDispatcherUsesIt) {
+  REQUIRE_GPUS();
+  mc::NcclCommunicator& c = nccl_world();
+  const int P = c.size(), me = c.rank();
+  const int64_t El = 2, D = 5;
+  const megatron::Device cuda = megatron::Device::CUDA;
+  // Rows from s to local expert j of d: none from rank 0 or to rank P - 1, else (s + d + j) % 3.
+  auto rows = [&](int s, int d, int64_t j) {
+    return s == 0 || d == P - 1 ? int64_t{0} : int64_t((s + d + j) % 3);
+  };
+  std::vector<int64_t> counts, recv_expert(static_cast<size_t>(P * El), -1);
+  for (int d = 0; d < P; ++d)
+    for (int64_t j = 0; j < El; ++j) counts.push_back(rows(me, d, j));
+  const std::vector<int64_t> el(static_cast<size_t>(P), El);
+  megatron::moe::all_to_all_host(c, Tensor::wrap(counts.data(), Shape{P * El}, DType::I64), el,
+                                 Tensor::wrap(recv_expert.data(), Shape{P * El}, DType::I64), el,
+                                 cuda);
+  for (int s = 0; s < P; ++s)
+    for (int64_t j = 0; j < El; ++j) ASSERT_EQ(recv_expert[s * El + j], rows(s, me, j));
+
+  std::vector<int64_t> send(P, 0), recv(P, 0);
+  std::vector<float> in;
+  for (int d = 0; d < P; ++d)
+    for (int64_t j = 0; j < El; ++j)
+      for (int64_t r = 0; r < rows(me, d, j); ++r) {
+        send[d] += D;
+        for (int64_t k = 0; k < D; ++k) in.push_back(float(me * 64 + d * 16 + j * 4 + k % 4));
+      }
+  for (int s = 0; s < P; ++s)
+    for (int64_t j = 0; j < El; ++j) recv[s] += rows(s, me, j) * D;
+  int64_t total = 0;
+  for (int64_t r : recv) total += r;
+  Tensor h = Tensor::empty(Shape{int64_t(in.size())}, DType::F32);
+  std::copy(in.begin(), in.end(), h.data<float>());
+  Tensor d_in = Tensor::empty(h.shape(), DType::BF16, cuda);
+  Tensor d_out = Tensor::empty(Shape{total}, DType::BF16, cuda);
+  megatron::ops::cast(h.to(cuda), d_in);  // small integers: exact in bf16
+  c.all_to_all(d_in, send, d_out, recv);
+  Tensor out32 = Tensor::empty(Shape{total}, DType::F32, cuda);
+  megatron::ops::cast(d_out, out32);
+  const Tensor got = out32.to(megatron::Device::CPU);
+  int64_t at = 0;
+  for (int s = 0; s < P; ++s)
+    for (int64_t j = 0; j < El; ++j)
+      for (int64_t r = 0; r < rows(s, me, j); ++r)
+        for (int64_t k = 0; k < D; ++k)
+          ASSERT_EQ(got.data<float>()[at++], float(s * 64 + me * 16 + j * 4 + k % 4));
+
+  std::vector<int32_t> mine{me, 10 + me}, all(static_cast<size_t>(2 * P));
+  megatron::moe::all_gather_host(c, Tensor::wrap(mine.data(), Shape{2}, DType::I32),
+                                 Tensor::wrap(all.data(), Shape{2 * P}, DType::I32), cuda);
+  for (int r = 0; r < P; ++r) ASSERT_TRUE(all[2 * r] == r && all[2 * r + 1] == 10 + r);
+  std::vector<double> sums{0.5 * me, 1.0};
+  megatron::moe::all_reduce_host(c, Tensor::wrap(sums.data(), Shape{2}, DType::F64), ReduceOp::Sum,
+                                 cuda);
+  EXPECT_EQ(sums[0], 0.25 * P * (P - 1));
+  EXPECT_EQ(sums[1], double(P));
 }
 
 TEST(Nccl, BatchedP2PRingAndAsyncOverlap) {

@@ -23,6 +23,9 @@
 //   cross_entropy_backward  logits, dlogits: T; targets: int32; lse, dloss: fp32
 //   cross_entropy pieces    logits: T; targets: int32; row_max, sum_exp, target_logit, loss,
 //                           lse: fp32
+//   gather/scatter_rows     src, out: any one dtype; index: int32 (out of range counts as -1)
+//   moe_combine             rows: T; index: int32; gates: fp32; out: T or fp32
+//   moe_combine_backward    rows, dy, d_rows: T; gates, d_gates: fp32
 //   add, add_bias, scale    T
 //   add_inplace             acc and x: T, or acc fp32 with x bf16/fp16
 //   cast                    src, dst: any of fp32, bf16, fp16
@@ -30,7 +33,9 @@
 //   sum_squares             T (double accumulation; blocks the host until the result is read)
 // Differences from the CPU kernels (a kernel cannot throw): negative embedding ids and
 // out-of-vocabulary cross-entropy targets are treated as belonging to another vocabulary shard
-// instead of raising an error (kernels/cuda/embedding.h, cross_entropy.h).
+// instead of raising an error (kernels/cuda/embedding.h, cross_entropy.h); a row index of the
+// MoE ops outside the rows counts as -1, and a scatter naming a row twice is not detected
+// (kernels/cuda/moe_rows.h).
 #include <cstdint>
 #include <vector>
 
@@ -81,7 +86,7 @@ void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
                   const Tensor* positions = nullptr);
 void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
                    const math::RopeFrequencies& rope, int64_t position_offset,
-                  const Tensor* positions = nullptr);
+                   const Tensor* positions = nullptr);
 
 void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
                      uint64_t index_offset);
@@ -103,6 +108,14 @@ void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
 void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
                         const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
                         Tensor& lse);
+
+// ops_cuda_moe.cpp
+void gather_rows(const Tensor& src, const Tensor& index, Tensor& out);
+void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out);
+void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, int64_t topk,
+                 Tensor& out);
+void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor& dy, int64_t topk,
+                          Tensor& d_rows, Tensor& d_gates);
 
 void add(const Tensor& a, const Tensor& b, Tensor& out);
 void add_bias(Tensor& y, const Tensor& bias);

@@ -6,6 +6,7 @@
 #include "megatron/backend/ops.h"
 #include "megatron/tensor_parallel/mappings.h"
 #include "megatron/transformer/attention.h"
+#include "megatron/transformer/moe/host_collectives.h"
 
 namespace megatron::moe {
 
@@ -24,9 +25,6 @@ MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_
            ": experts whole under tensor parallel size ", a.tp.size(),
            " need sequence parallelism and an expert tensor parallel group of one (got ",
            expert_tp.size(), ")");
-  MT_INPUT_CHECK(device_ == Device::CPU,
-                 "model.num_experts: mixture-of-experts layers run on the CPU only so far "
-                 "(training.device: cuda is not implemented for them)");
   const MoeSpec& m = moe_->spec();
   const int64_t E = m.router.num_experts, D = spec_.hidden;
   // The router: replicated over tp; with sequence parallelism each rank routes its slice, so its
@@ -34,7 +32,7 @@ MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_
   router_ = &a.store.add(a.prefix + ".mlp.router.weight", Shape{E, D},
                          {ParamInit::Kind::Normal, spec_.init_std}, true);
   router_->tp_partial_grad = sp_;
-  dispatcher_ = std::make_unique<TokenDispatcher>(ep, E);
+  dispatcher_ = std::make_unique<TokenDispatcher>(ep, E, device_);
   experts_ = std::make_unique<GroupedExperts>(
       a.store, a.prefix, dispatcher_->first_local_expert(), dispatcher_->local_experts(), D,
       m.expert_ffn, spec_.swiglu, expert_tp, spec_.init_std, spec_.output_init_std(), spec_.gelu);
@@ -93,14 +91,16 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   ensure(s.logits, {Tl, E}, DType::F32, device_);
   ops::linear_forward(s.x32, s.router_w32, nullptr, s.logits);
   const float* bias = m.expert_bias ? moe_->expert_bias(layer_).data() : nullptr;
-  s.routing = route(s.logits.data<float>(), Tl, ro, bias);
+  const Tensor logits = s.logits.to(Device::CPU);  // the routing runs on the host
+  s.routing = route(logits.data<float>(), Tl, ro, bias);
   s.batch = B;
   s.total_tokens = T;
   std::vector<double> counts = balance_counts(s.routing, ro, B);
   auto sum_over = [&](parallel::Communicator* group) {
-    if (group == nullptr || group->size() == 1) return;
-    Tensor c = Tensor::wrap(counts.data(), {static_cast<int64_t>(counts.size())}, DType::F64);
-    group->all_reduce(c, parallel::ReduceOp::Sum);
+    if (group == nullptr) return;
+    all_reduce_host(*group,
+                    Tensor::wrap(counts.data(), {static_cast<int64_t>(counts.size())}, DType::F64),
+                    parallel::ReduceOp::Sum, device_);
   };
   if (sp_) sum_over(tp_);
   int64_t balance_tokens = T;
@@ -132,10 +132,10 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   if (need_all && sp_) {
     experts.resize(static_cast<size_t>(T * k));
     gates.resize(experts.size());
-    Tensor e_out = Tensor::wrap(experts.data(), {T * k}, DType::I32);
-    Tensor g_out = Tensor::wrap(gates.data(), {T * k}, DType::F32);
-    tp_->all_gather(Tensor::wrap(s.routing.experts.data(), {Tl * k}, DType::I32), e_out);
-    tp_->all_gather(Tensor::wrap(s.routing.gates.data(), {Tl * k}, DType::F32), g_out);
+    all_gather_host(*tp_, Tensor::wrap(s.routing.experts.data(), {Tl * k}, DType::I32),
+                    Tensor::wrap(experts.data(), {T * k}, DType::I32), device_);
+    all_gather_host(*tp_, Tensor::wrap(s.routing.gates.data(), {Tl * k}, DType::F32),
+                    Tensor::wrap(gates.data(), {T * k}, DType::F32), device_);
   } else if (need_all) {
     experts = s.routing.experts;
     gates = s.routing.gates;
@@ -180,17 +180,11 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
     s.slot32 = slot_full32;
   }
 
-  // 4. Combine with the gates (+ the shared expert).
-  Tensor y32 = Tensor::zeros({Tl, D}, DType::F32, device_);
-  float* y = y32.data<float>();
-  const float* rows = s.slot32.data<float>();
-  for (int64_t t = 0; t < Tl; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const float g = s.routing.gates[static_cast<size_t>(t * k + j)];
-      if (!s.routing.kept[static_cast<size_t>(t * k + j)]) continue;
-      const float* r = rows + (t * k + j) * D;
-      for (int64_t d = 0; d < D; ++d) y[t * D + d] += g * r[d];
-    }
+  // 4. Combine with the gates (+ the shared expert). A dropped slot has gate 0 and a zero row,
+  // so it adds exactly nothing.
+  s.gates = host_vector_on(s.routing.gates, DType::F32, device_);
+  Tensor y32 = Tensor::empty({Tl, D}, DType::F32, device_);
+  ops::moe_combine(s.slot32, nullptr, &s.gates, k, y32);
   ensure(s.out, {Sl, B, D}, act(), device_);
   ops::cast(y32, s.out);
   lap.to(times.combine);
@@ -211,27 +205,10 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   Lap lap;
   Tensor dy_scratch;
   const Tensor dy32 = as_f32(d_out, dy_scratch, {Tl, D});
-  const float* dy = dy32.data<float>();
-  const float* rows = s.slot32.data<float>();
-  std::vector<float> d_gates(static_cast<size_t>(Tl * k), 0.0f);
+  // A dropped slot gets gate gradient 0 (its row is zero) and a row gradient nobody reads.
   ensure(s.d_slot32, {Tl * k, D}, DType::F32, device_);
-  float* d_slot = s.d_slot32.data<float>();
-  for (int64_t t = 0; t < Tl; ++t)
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t i = t * k + j;
-      float* dr = d_slot + i * D;
-      if (!s.routing.kept[static_cast<size_t>(i)]) {
-        std::fill(dr, dr + D, 0.0f);
-        continue;
-      }
-      const float g = s.routing.gates[static_cast<size_t>(i)];
-      double dot = 0;
-      for (int64_t d = 0; d < D; ++d) {
-        dot += static_cast<double>(dy[t * D + d]) * rows[i * D + d];
-        dr[d] = g * dy[t * D + d];
-      }
-      d_gates[static_cast<size_t>(i)] = static_cast<float>(dot);
-    }
+  ensure(s.d_gates, {Tl * k}, DType::F32, device_);
+  ops::moe_combine_backward(s.slot32, s.gates, dy32, k, s.d_slot32, s.d_gates);
   // The experts' backward on all T tokens' rows (folded: this rank's).
   Tensor d_slot_full32 = s.d_slot32;
   if (sp_ && !fold_) {
@@ -257,9 +234,11 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   lap.to(times.dispatch);
   // The router: gates, balancing and z losses -> logits -> input and weight.
   const float w = moe_->loss_weight();
-  ensure(s.dlogits, {Tl, E}, DType::F32, device_);
-  router_backward(s.routing, ro, d_gates.data(), s.balance, w, w, T, s.batch,
-                  s.dlogits.data<float>());
+  const Tensor d_gates = s.d_gates.to(Device::CPU);
+  const Tensor dlogits = Tensor::empty({Tl, E}, DType::F32);  // on the host, as the routing
+  router_backward(s.routing, ro, d_gates.data<float>(), s.balance, w, w, T, s.batch,
+                  dlogits.data<float>());
+  s.dlogits = dlogits.to(device_);
   Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
   ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, &router_->grad, nullptr);
   ops::add_inplace(s.dx32, dx_router);

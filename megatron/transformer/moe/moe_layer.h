@@ -18,8 +18,11 @@
 //     rank dispatches only its own Tl tokens and gets complete rows back: no tp traffic.
 //  4. out_t = sum_j gate[t, j] * expert_row[t, j] (+ shared expert).
 // Backward mirrors it; the aux and z losses enter the router's backward with
-// MoeState::loss_weight(). Statistics are recorded in backward, so a recomputed forward (full
-// recompute) and evaluation count nothing.
+// MoeState::loss_weight(). The routing decisions are made on the host ([tokens, experts] is
+// small): on a device the router logits come to the host and the gates, kept flags and row
+// indices go back as tensors; every row moves, combines and sums by device ops, so the same code
+// runs on the CPU (without copies) and on CUDA. Statistics are recorded in backward, so a
+// recomputed forward (full recompute) and evaluation count nothing.
 #include <memory>
 
 #include "megatron/transformer/layers.h"
@@ -45,10 +48,11 @@ class MoELayer final : public MlpLayer {
     Tensor router_w32;                   // the router weight in fp32 (forward and backward)
     Tensor rows, expert_out, slot_rows;  // expert-major in/out, [T*k, D] returned rows
     Tensor slot32;                       // [Tl*k, D] fp32 expert outputs (tp-reduced)
+    Tensor gates;                        // [Tl*k] fp32 on the device (0 where dropped)
     Tensor out;                          // [Sl, B, D]
     GroupedExperts::State experts;
     std::unique_ptr<LayerState> shared;
-    Tensor d_slot32, d_slot, d_expert_out, d_rows, dx_full32, dx32, dlogits, d_shared;
+    Tensor d_slot32, d_gates, d_slot, d_expert_out, d_rows, dx_full32, dx32, dlogits, d_shared;
   };
 
   // groups.ep and groups.expert_tp set (expert_tp: args.tp, or folded a group of one).

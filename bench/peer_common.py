@@ -1,7 +1,9 @@
 """What the PyTorch peers of our benchmarks (pytorch_gpt.py, pytorch_moe.py) share: the padded
-vocabulary, Megatron's FLOPs per step as our trainer counts them, the torch.mm rate, and AdamW
-with weight decay on 2-D weights only.
+vocabulary, Megatron's FLOPs per step as our trainer counts them, the torch.mm rate, AdamW
+with weight decay on 2-D weights only, and the figures of a run's timed steps.
 """
+import resource
+import statistics
 import time
 
 import torch
@@ -50,3 +52,32 @@ def adamw(params, lr, weight_decay):
     return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
                               {"params": no_decay, "weight_decay": 0.0}],
                              lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
+
+
+def run_figures(timed, tokens_per_step, flops, mm_start, mm_dtype, peak_flops):
+    """The figures every peer prints and writes from its timed step seconds: the torch.mm rate
+    measured again after the run (the better of the two, as bench_gpt_train does), the peak
+    (peak_flops when > 0, else that rate), tokens/s, TFLOP/s, MFU and the share of the mm rate of
+    the mean step, the median and fastest step, and the peak RSS. Returns (summary text, json
+    fields)."""
+    mm_flops = max(mm_start, measure_mm_flops(mm_dtype))
+    peak = peak_flops if peak_flops > 0 else mm_flops
+    mean_s = sum(timed) / len(timed)
+    median_s = statistics.median(timed)
+    tok_s = tokens_per_step / mean_s
+    tflops = flops / mean_s / 1e12
+    mfu = flops / mean_s / peak
+    of_mm = flops / mean_s / mm_flops
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    text = (f"steps={len(timed)} tokens/s={tok_s:.1f} TFLOP/s={tflops:.4f} MFU={100 * mfu:.1f}% "
+            f"of_mm={100 * of_mm:.1f}% ms/step={mean_s * 1e3:.1f} (median {median_s * 1e3:.1f}, "
+            f"min {min(timed) * 1e3:.1f}) TFLOP/step={flops / 1e12:.4f} "
+            f"peak_GFLOP/s={peak / 1e9:.1f} mm_GFLOP/s={mm_flops / 1e9:.1f} "
+            f"peak_rss_MiB={rss_mib:.0f}")
+    fields = {"steps": len(timed), "step_seconds": timed, "mean_step_seconds": mean_s,
+              "median_step_seconds": median_s, "tokens_per_s": tok_s,
+              "median_tokens_per_s": tokens_per_step / median_s, "flops_per_step": flops,
+              "tflops": tflops, "median_tflops": flops / median_s / 1e12, "peak_flops": peak,
+              "mm_flops": mm_flops, "mfu": mfu, "median_mfu": flops / median_s / peak,
+              "of_mm": of_mm, "peak_rss_mib": rss_mib}
+    return text, fields

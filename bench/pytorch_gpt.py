@@ -21,8 +21,6 @@ import argparse
 import json
 import math
 import os
-import resource
-import statistics
 import sys
 import time
 
@@ -30,7 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_common import adamw, measure_mm_flops, megatron_flops_per_step, padded_vocab
+from peer_common import (adamw, measure_mm_flops, megatron_flops_per_step, padded_vocab,
+                         run_figures)
 
 
 class Block(nn.Module):
@@ -152,21 +151,9 @@ def main():
               f"{float(grad_norm):.3f} | {s * 1e3:8.1f} ms | {B * S / s:7.1f} tok/s | "
               f"{flops / s / 1e12:.4f} TFLOP/s", flush=True)
 
-    # The mm rate again after the run; the better of the two (as bench_gpt_train does).
-    mm_flops = max(mm_start, measure_mm_flops(mm_dtype))
-    peak = a.peak_flops if a.peak_flops > 0 else mm_flops
-    mean_s = sum(timed) / len(timed)
-    tok_s = B * S / mean_s
-    tflops = flops / mean_s / 1e12
-    mfu = flops / mean_s / peak
-    of_mm = flops / mean_s / mm_flops
-    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"SUMMARY impl={a.label} threads={torch.get_num_threads()} steps={len(timed)} "
-          f"tokens/s={tok_s:.1f} TFLOP/s={tflops:.4f} MFU={100 * mfu:.1f}% of_mm={100 * of_mm:.1f}% "
-          f"ms/step={mean_s * 1e3:.1f} (median {statistics.median(timed) * 1e3:.1f}, "
-          f"min {min(timed) * 1e3:.1f}) peak_GFLOP/s={peak / 1e9:.1f} "
-          f"mm_GFLOP/s={mm_flops / 1e9:.1f} "
-          f"peak_rss_MiB={rss_mib:.0f} loss {first_loss:.4f} -> {last_loss:.4f}", flush=True)
+    summary, figures = run_figures(timed, B * S, flops, mm_start, mm_dtype, a.peak_flops)
+    print(f"SUMMARY impl={a.label} threads={torch.get_num_threads()} {summary} "
+          f"loss {first_loss:.4f} -> {last_loss:.4f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"impl": a.label, "threads": torch.get_num_threads(),
@@ -176,13 +163,8 @@ def main():
                        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
                        "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": S,
                        "micro_batch": B, "global_batch": B, "vocab": a.vocab, "padded_vocab": Vp,
-                       "parameters": n_params, "warmup": a.warmup, "steps": len(timed),
-                       "step_seconds": timed, "mean_step_seconds": mean_s,
-                       "median_step_seconds": statistics.median(timed), "tokens_per_s": tok_s,
-                       "flops_per_step": flops, "tflops": tflops, "peak_flops": peak,
-                       "mm_flops": mm_flops, "mfu": mfu, "of_mm": of_mm,
-                       "peak_rss_mib": rss_mib, "first_loss": first_loss,
-                       "last_loss": last_loss}, f, indent=2)
+                       "parameters": n_params, "warmup": a.warmup, **figures,
+                       "first_loss": first_loss, "last_loss": last_loss}, f, indent=2)
             f.write("\n")
     return 0
 

@@ -307,7 +307,7 @@ std::string matmul_impl(DType dtype, int64_t M, int64_t N, int64_t K) {
 }
 
 int64_t widened_gemm_block_rows(int64_t rows, int64_t in, int64_t out) {
-  constexpr int64_t kBlockBytes = 4 << 20, kMinRows = 256;
+  constexpr int64_t kBlockBytes = 4 << 20, kMinRows = 1024;
   const int64_t fit = kBlockBytes / (4 * std::max<int64_t>(in + out, 1)) / 16 * 16;
   return std::min(std::max(kMinRows, fit), std::max<int64_t>(rows, 1));
 }

@@ -13,10 +13,10 @@ namespace {
 bool native_bf16(const FloatArgs& fa) { return fa.t() == DType::BF16 && cpu::native_bf16_gemm(); }
 
 // 16-bit linear layers without native GEMMs (fp16; bf16 on a CPU without bf16 instructions) run
-// the fp32 GEMMs on blocks of rows (kernels::cpu::widened_gemm_block_rows): a block's widened
-// inputs and fp32 outputs are written and read again while still in cache, instead of
-// whole-tensor fp32 copies that go out to memory and back (the output layer's logits alone are
-// tokens x vocabulary). The weight is widened once per call.
+// the fp32 GEMMs on blocks of rows (kernels::cpu::widened_gemm_block_rows) instead of widening
+// whole tensors: the fp32 scratch stays bounded (the output layer's logits alone are tokens x
+// vocabulary) and a narrow layer's block is still in cache when the GEMM reads it. The weight is
+// widened once per call.
 
 // fp32 copy of a whole 16-bit tensor (the weight, bias or an fp32-accumulated 16-bit gradient).
 Tensor widened(const Tensor& t) {

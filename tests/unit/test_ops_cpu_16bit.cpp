@@ -188,7 +188,7 @@ TEST_P(Cpu16BitOps, EmbeddingCopiesRowsAndSumsGradientsInFp32) {
 // matrix, so the comparison allows fp32 round-off: 16-bit outputs within one unit in the last
 // place of the rounded fp32 result, fp32 gradients within 1e-5 relative.
 TEST_P(Cpu16BitOps, LinearMatchesTheWidenedFp32LayerOverRowBlocks) {
-  const int64_t n = 1100, in = 1024, out = 1024;
+  const int64_t n = 2200, in = 1024, out = 1024;
   ASSERT_LT(kernels::cpu::widened_gemm_block_rows(n, in, out), n / 2) << "want >= 3 blocks";
   const auto [x16, x32] = pair({n, in}, 13);
   const auto [w16, w32] = pair({out, in}, 14, 0.03f);

@@ -1,6 +1,7 @@
 // generate: continues a prompt with a trained or converted decoder.
 //   generate --checkpoint DIR|HF_DIR (--prompt TEXT | --prompt-ids 1,2,3) [options]
-// Under mpirun -np N the model is split over N tensor-parallel ranks (rank 0 prints).
+// Under mpirun -np N the model is split over N tensor-parallel ranks (rank 0 prints); with
+// --device cuda each rank uses the GPU of its node-local rank and tp collectives go over NCCL.
 // Exit codes: 0 ok, 1 bad input, 2 usage.
 #include "megatron/inference/generate.h"
 
@@ -24,6 +25,9 @@
 #include "megatron/training/pretrained.h"
 #include "models/hf_checkpoint.h"
 #include "tools/cli_flags.h"
+#if MEGATRON_WITH_CUDA
+#include "megatron/backend/cuda/device.h"
+#endif
 
 namespace {
 
@@ -54,6 +58,8 @@ constexpr const char* kUsage =
                         (--chat-template defaults to simple; --show N prints N, default 10)
   --print-ids           print the generated ids on one line, space-separated
   --no-cache            recompute the whole sequence every step (no KV cache; for checking)
+  --device D            cpu (default) or cuda: weights, activations and KV caches on the GPU
+                        of this rank's node-local rank (a CUDA build and a visible GPU needed)
   --tokenizer-type T, --tokenizer-model F, --vocab-file F, --merge-file F
                         the tokenizer for --prompt and for printing text
 Prints the continuation (text when a tokenizer is known), then tokens/s on stderr.
@@ -66,6 +72,7 @@ struct Args {
   std::optional<int64_t> iteration;
   inference::SamplingOptions sampling;
   bool print_ids = false, have_prompt = false;
+  Device device = Device::CPU;
 };
 
 [[noreturn]] void usage_error(const std::string& what) {
@@ -108,7 +115,11 @@ Args parse(int argc, char** argv) {
       a.print_ids = true;
     else if (f == "--no-cache")
       a.sampling.use_cache = false;
-    else if (f == "--tokenizer-type")
+    else if (f == "--device") {
+      const std::string d = flags.value();
+      if (d != "cpu" && d != "cuda") usage_error("--device must be cpu or cuda, got '" + d + "'");
+      a.device = d == "cuda" ? Device::CUDA : Device::CPU;
+    } else if (f == "--tokenizer-type")
       a.tokenizer_type = flags.value();
     else if (f == "--tokenizer-model")
       a.tokenizer_model = flags.value();
@@ -215,7 +226,7 @@ int evaluate_prompts(const Args& a, const std::string& checkpoint, const config:
     MT_INPUT_CHECK(length <= recipe.model.max_positions(), "the longest prompt (", longest,
                    " tokens) and --max-new-tokens ", a.sampling.max_new_tokens, " need ", length,
                    " positions; the model has ", recipe.model.max_positions());
-  const inference::CausalLM lm(checkpoint, std::nullopt, world, length);
+  const inference::CausalLM lm(checkpoint, std::nullopt, world, length, a.device);
   int64_t exact = 0;
   for (size_t k = 0; k < items.size(); ++k) {
     inference::SamplingOptions sampling = a.sampling;
@@ -236,7 +247,22 @@ int evaluate_prompts(const Args& a, const std::string& checkpoint, const config:
   return 0;
 }
 
-int run(const Args& a, parallel::Communicator& world) {
+// --device cuda: refused up front (before any conversion or loading) without a usable GPU;
+// else this rank's GPU is picked by its node-local rank.
+void select_device(const Args& a, int local_rank) {
+  if (a.device == Device::CPU) return;
+  MT_INPUT_CHECK(device_available(Device::CUDA),
+                 "--device cuda: no CUDA device is visible (or this build has no CUDA backend: "
+                 "configure with -DMEGATRON_CUDA=ON); use --device cpu");
+#if MEGATRON_WITH_CUDA
+  cuda::select_device_for_local_rank(local_rank);
+#else
+  (void)local_rank;
+#endif
+}
+
+int run(const Args& a, parallel::Communicator& world, int local_rank) {
+  select_device(a, local_rank);
   std::string dir = a.checkpoint;
   fs::path converted;
   if (fs::exists(fs::path(dir) / "config.json")) {  // a Hugging Face directory: convert first
@@ -298,7 +324,7 @@ int run(const Args& a, parallel::Communicator& world) {
     MT_INPUT_CHECK(length <= recipe.model.max_positions(), "the prompt (", prompt.size(),
                    " tokens) and --max-new-tokens ", a.sampling.max_new_tokens, " need ", length,
                    " positions; the model has ", recipe.model.max_positions());
-  const inference::CausalLM lm(index.path, std::nullopt, world, length);
+  const inference::CausalLM lm(index.path, std::nullopt, world, length, a.device);
   inference::Generation g = inference::generate(lm, prompt, sampling);
   if (!g.tokens.empty() && g.tokens.back() == end_of_turn) g.tokens.pop_back();
   if (world.rank() != 0) return 0;
@@ -315,12 +341,13 @@ int run(const Args& a, parallel::Communicator& world) {
   }
   std::fprintf(stderr,
                "prompt %zu tokens, prefill %.1f ms (%.0f tokens/s); %lld more tokens in %.1f ms "
-               "(%.1f tokens/s, %s, tp %d)\n",
+               "(%.1f tokens/s, %s, %s, tp %d)\n",
                prompt.size(), g.prefill_seconds * 1e3,
                static_cast<double>(prompt.size()) / std::max(g.prefill_seconds, 1e-9),
                static_cast<long long>(g.decode_steps), g.decode_seconds * 1e3,
                static_cast<double>(g.decode_steps) / std::max(g.decode_seconds, 1e-9),
-               a.sampling.use_cache ? "KV cache" : "no cache", world.size());
+               a.sampling.use_cache ? "KV cache" : "no cache",
+               a.device == Device::CUDA ? "cuda" : "cpu", world.size());
   return 0;
 }
 
@@ -335,7 +362,7 @@ int main(int argc, char** argv) {
     const Args args = parse(argc, argv);
     auto world = megatron::parallel::MpiCommunicator::world();
     try {
-      return run(args, *world);
+      return run(args, *world, mpi.info().local_rank);
     } catch (const megatron::InputError& e) {
       message = std::string("generate: ") + e.what();
       code = 1;

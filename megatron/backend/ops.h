@@ -67,10 +67,11 @@ void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
 void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
                    const math::RopeFrequencies& rope, int64_t position_offset,
                    const Tensor* positions = nullptr);
-// Incremental decoding (kernels/cpu/kv_attention.h): appends the new keys/values of qkv
-// [S, B, G, H/G + 2, Dh] at position `past` of the caches [B, G, capacity, Dh] and attends each
-// new query causally over the cache (the last `window` positions with a sliding window > 0).
-// fp32 CPU tensors only (InputError otherwise).
+// Incremental decoding (kernels/cpu/kv_attention.h, kernels/cuda/kv_attention.h): appends the
+// new keys/values of qkv [S, B, G, H/G + 2, Dh] at position `past` of the caches
+// [B, G, capacity, Dh] and attends each new query causally over the cache (the last `window`
+// positions with a sliding window > 0). CPU: fp32 only (InputError otherwise); CUDA: fp32,
+// bf16 or fp16 (one dtype for all four tensors, fp32 math, Dh <= 256).
 void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
                         Tensor& keys, Tensor& values, int64_t past, Tensor& out,
                         int64_t window = 0);

@@ -80,11 +80,15 @@ void flash_attention_backward(const kernels::AttentionShape& s,
 
 void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                         Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window) {
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&qkv, &keys, &values, &out})
-    MT_INPUT_CHECK(t->device() == Device::CPU && t->dtype() == DType::F32,
-                   "KV-cache decoding runs on the CPU in fp32 (got a ", dtype_name(t->dtype()),
-                   " tensor on ", t->device() == Device::CPU ? "the CPU" : "a GPU", ")");
-  check_attention_shape(s, qkv, "kv_cache_attention");
+  const char* op = "kv_cache_attention";
+  const Device dev =
+      device_of(op, {{&qkv, "qkv"}, {&keys, "keys"}, {&values, "values"}, {&out, "out"}});
+  // The CPU kernel is fp32 only; CUDA takes fp32, bf16 or fp16 (one dtype for all four).
+  if (dev == Device::CPU)
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&qkv, &keys, &values, &out})
+      MT_INPUT_CHECK(t->dtype() == DType::F32, "KV-cache decoding on the CPU runs in fp32 (got a ",
+                     dtype_name(t->dtype()), " tensor; on cuda fp32, bf16 and fp16 run)");
+  check_attention_shape(s, qkv, op);
   const int64_t capacity = keys.dim(2);
   MT_CHECK(keys.shape() == values.shape() && keys.ndim() == 4 && keys.dim(0) == s.B &&
                keys.dim(1) == s.G && keys.dim(3) == s.Dh,
@@ -93,6 +97,7 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
   MT_CHECK(past >= 0 && past + s.S <= capacity, "kv_cache_attention: positions ", past, "..",
            past + s.S, " past the cache capacity ", capacity);
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, "kv_cache_attention: out ", out.shape().str());
+  MT_RUN_ON_CUDA(dev, kv_cache_attention(s, scale, qkv, keys, values, past, out, window));
   cpu::kv_cache_attention(s, scale, qkv.data<float>(), keys.data<float>(), values.data<float>(),
                           past, capacity, out.data<float>(), window);
 }

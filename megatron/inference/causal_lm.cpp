@@ -3,17 +3,24 @@
 #include <cstring>
 
 #include "megatron/checkpoint/checkpoint.h"
+#include "megatron/core/device_memory.h"
 #include "models/gpt/gpt_model.h"
 #include "models/hf_checkpoint.h"
+#if MEGATRON_WITH_CUDA
+#include "megatron/backend/cuda/nccl_communicator.h"
+#include "megatron/parallel/mpi_communicator.h"
+#endif
 
 namespace megatron::inference {
 
 namespace {
 
-config::Recipe inference_recipe(config::Recipe r, int64_t seq_length) {
+config::Recipe inference_recipe(config::Recipe r, int64_t seq_length, Device device) {
   r.training.precision = config::Precision::FP32;
   r.training.recompute = config::RecomputeGranularity::None;
-  r.training.device = config::TrainingDevice::CPU;
+  // (Picks the attention backend of the full forward as training would on that device.)
+  r.training.device =
+      device == Device::CUDA ? config::TrainingDevice::CUDA : config::TrainingDevice::CPU;
   r.parallel.pipeline = 1;
   r.parallel.virtual_pipeline.reset();
   r.parallel.pipeline_layers.clear();
@@ -27,29 +34,58 @@ config::Recipe inference_recipe(config::Recipe r, int64_t seq_length) {
   return r;
 }
 
+void require_device(Device device) {
+  MT_INPUT_CHECK(device == Device::CPU || device == Device::CUDA, "inference runs on cpu or cuda");
+  MT_INPUT_CHECK(device == Device::CPU || device_available(Device::CUDA),
+                 "inference on cuda: no CUDA device is visible (or this build has no CUDA "
+                 "backend: configure with -DMEGATRON_CUDA=ON)");
+}
+
+// The tensor-parallel group for device tensors: none needed on the CPU, for one rank or when tp
+// already is NCCL; else an NCCL communicator over tp's (MPI) ranks.
+std::unique_ptr<parallel::Communicator> device_group(Device device, parallel::Communicator& tp) {
+  require_device(device);
+  if (device == Device::CPU || tp.size() == 1) return nullptr;
+#if MEGATRON_WITH_CUDA
+  if (dynamic_cast<cuda::NcclCommunicator*>(&tp) != nullptr) return nullptr;
+  const auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(&tp);
+  MT_CHECK(mpi != nullptr, "inference on cuda with tp ", tp.size(), ": group '", tp.name(),
+           "' is neither MPI nor NCCL");
+  return std::make_unique<cuda::NcclCommunicator>(*mpi);
+#else
+  return nullptr;  // unreachable: require_device refused CUDA
+#endif
+}
+
 // Copies this rank's shard of a parameter out of the global tensor `full` (the model's global
-// shape; saved rows past the checkpoint's vocabulary padding are zero).
-void copy_shard(const Parameter& p, const std::vector<float>& full) {
+// shape; saved rows past the checkpoint's vocabulary padding are zero), through a host copy
+// when the weights live on a device.
+void copy_shard(Parameter& p, const std::vector<float>& full) {
   checkpoint::TensorPiece whole, shard;
   whole.name = shard.name = p.name;
   whole.global_shape = whole.local_shape = shard.global_shape = p.global_shape;
   shard.local_shape = p.local_shape;
   shard.shard = p.shard;
-  float* dst = p.weight.data<float>();
+  const bool host = p.weight.device() == Device::CPU;
+  Tensor staged = host ? p.weight : Tensor::empty(p.weight.shape(), DType::F32);
+  float* dst = staged.data<float>();
   checkpoint::for_each_overlap(whole.geometry(), shard.geometry(),
                                [&](const checkpoint::Overlap& o) {
                                  std::memcpy(dst + o.b_pos, full.data() + o.a_pos,
                                              static_cast<size_t>(o.length) * sizeof(float));
                                });
+  if (!host) p.weight.copy_from(staged);
 }
 
 }  // namespace
 
 LoadedModel::LoadedModel(const std::string& dir, std::optional<int64_t> iteration,
-                         parallel::Communicator& tp, int64_t seq_length) {
+                         parallel::Communicator& tp, int64_t seq_length, Device device)
+    : store(device) {
+  require_device(device);
   checkpoint::Reader reader(dir, iteration);
   checkpoint_path = reader.index().path;
-  recipe = inference_recipe(models::recipe_of_checkpoint(reader.index()), seq_length);
+  recipe = inference_recipe(models::recipe_of_checkpoint(reader.index()), seq_length, device);
   recipe.parallel.tensor = tp.size();
   recipe.validate();
   chunks = models::build_model_chunks(recipe, recipe.model.vocab_size, store, tp, 0, 1);
@@ -83,19 +119,30 @@ LoadedModel::LoadedModel(const std::string& dir, std::optional<int64_t> iteratio
 }
 
 CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,
-                   parallel::Communicator& tp, int64_t seq_length)
-    : tp_(&tp), loaded_(dir, iteration, tp, seq_length) {
+                   parallel::Communicator& tp, int64_t seq_length, Device device)
+    : device_tp_(device_group(device, tp)),
+      tp_(device_tp_ ? device_tp_.get() : &tp),
+      loaded_(dir, iteration, *tp_, seq_length, device) {
   MT_INPUT_CHECK(loaded_.recipe.model.arch != config::Arch::BERT, loaded_.checkpoint_path,
                  ": a BERT checkpoint is not a causal language model");
 }
 
+CausalLM::~CausalLM() = default;
+
 Tensor gather_vocab_logits(const Tensor& local, parallel::Communicator& tp, int64_t vocab) {
+  MT_CHECK(local.dtype() == DType::F32 && local.ndim() == 2,
+           "gather_vocab_logits: logits must be fp32 [N, V/tp], got ", dtype_name(local.dtype()),
+           " ", local.shape().str());
   const int64_t N = local.dim(0), Vl = local.dim(1), ranks = tp.size();
-  Tensor gathered = Tensor::empty({ranks, N, Vl}, DType::F32);
-  if (ranks > 1)
+  // Gathered on the logits' device (an NCCL group takes device tensors), then one host copy.
+  Tensor gathered;
+  if (ranks > 1) {
+    gathered = Tensor::empty({ranks, N, Vl}, DType::F32, local.device());
     tp.all_gather(local, gathered);
-  else
-    std::memcpy(gathered.raw(), local.raw(), static_cast<size_t>(N * Vl) * sizeof(float));
+  } else {
+    gathered = local;
+  }
+  gathered = gathered.to(Device::CPU);
   Tensor out = Tensor::empty({N, vocab}, DType::F32);
   const float* g = gathered.data<float>();
   float* o = out.data<float>();
@@ -116,16 +163,22 @@ CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
            "CausalLM::forward: tokens must "
            "be int32 [S, B], got ",
            tokens.shape().str());
+  MT_CHECK(tokens.device() == Device::CPU, "CausalLM::forward: tokens must be on the host");
   const int64_t S = tokens.dim(0), B = tokens.dim(1), V = vocab_size();
-  models::MicroBatch mb;
-  mb.tokens = tokens;
+  Tensor host_labels;
   if (labels.ndim() == 2) {
     MT_CHECK(labels.shape() == tokens.shape(), "CausalLM::forward: labels shape");
-    mb.labels = labels;
+    host_labels = labels.to(Device::CPU);
   } else {
-    mb.labels = Tensor::empty({S, B}, DType::I32);
-    for (int64_t i = 0; i < S * B; ++i) mb.labels.data<int32_t>()[i] = models::kIgnoreIndex;
+    host_labels = Tensor::empty({S, B}, DType::I32);
+    for (int64_t i = 0; i < S * B; ++i) host_labels.data<int32_t>()[i] = models::kIgnoreIndex;
   }
+  models::MicroBatch mb;
+  mb.labels = host_labels;
+  const int64_t targets = models::count_lm_targets(mb);  // on the host copy: no device sync
+  // The model reads its ids on its own device (to() returns host tensors as they are).
+  mb.tokens = tokens.to(device());
+  mb.labels = host_labels.to(device());
   mb.info.training = false;
   mb.info.kv_cache = cache;
   const models::Model& model = loaded_.model();
@@ -137,7 +190,7 @@ CausalLM::Output CausalLM::forward(const Tensor& tokens, const Tensor& labels,
   out.logits = gather_vocab_logits(a->logits, *tp_, V).view({S, B, V});
   if (cache != nullptr) cache->length += S;
   out.loss_sum = sums.lm;
-  out.targets = models::count_lm_targets(mb);
+  out.targets = targets;
   return out;
 }
 

@@ -103,9 +103,11 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
   const size_t l = static_cast<size_t>(layer_);
   MT_CHECK(l < cache.keys.size(), "KV cache has ", cache.keys.size(), " layers, not ", l + 1);
   const Shape cache_shape{B, local_groups_, cache.capacity, Dh};
-  if (!(cache.keys[l].shape() == cache_shape)) {
-    cache.keys[l] = Tensor::zeros(cache_shape, DType::F32);
-    cache.values[l] = Tensor::zeros(cache_shape, DType::F32);
+  // On the layer's device in the activations' dtype (the CPU kernel takes fp32 only).
+  const Tensor& held = cache.keys[l];
+  if (!(held.shape() == cache_shape) || held.device() != device_ || held.dtype() != act()) {
+    cache.keys[l] = Tensor::zeros(cache_shape, act(), device_);
+    cache.values[l] = Tensor::zeros(cache_shape, act(), device_);
   }
   Tensor& out = ensure(s.attn_out, {S, B, local_heads_ * Dh}, act(), device_);
   ops::kv_cache_attention(as, 1.0f / std::sqrt(static_cast<float>(Dh)), s.qkv_out, cache.keys[l],

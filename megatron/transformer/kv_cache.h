@@ -17,7 +17,8 @@ struct KvCache {
         values(static_cast<size_t>(num_layers)) {}
   int64_t length = 0;    // cached positions: the next forward's first position
   int64_t capacity = 0;  // the most positions it holds
-  // Per layer [B, G_local, capacity, Dh] fp32, allocated by the layer on first use.
+  // Per layer [B, G_local, capacity, Dh] in the activations' dtype on the layer's device,
+  // allocated by the layer on first use.
   std::vector<Tensor> keys, values;
 };
 

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <string>
 
+#include "megatron/core/tensor.h"  // Device, device_available
 #include "tests/support/run_command.h"
 
 namespace {
@@ -111,6 +112,7 @@ TEST_F(HfTools, UsageAndInputErrors) {
       {"generate", {"--checkpoint x --prompt a --prompt-ids 1", 2, "exactly one"}},
       {"generate", {"--checkpoint " + gpt2 + " --prompt-ids 1,x", 2, "is not a token id"}},
       {"generate", {"--checkpoint " + gpt2 + " --prompt-ids 1 --top-p 0", 2, "top_p"}},
+      {"generate", {"--checkpoint " + gpt2 + " --prompt-ids 1 --device gpu", 2, "cpu or cuda"}},
       {"generate",
        {"--checkpoint " + gpt2 + " --prompt-ids 1,999 --max-new-tokens 2", 1,
         "outside the vocabulary"}},
@@ -123,6 +125,22 @@ TEST_F(HfTools, UsageAndInputErrors) {
     EXPECT_EQ(r.exit_code, c.code) << tool << " " << c.args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(c.message)) << tool << " " << c.args;
   }
+}
+
+// generate --device cuda: without a usable GPU (or in a CPU-only build) it exits 1 naming the
+// flag, before converting or loading anything; with one it gives transformers' greedy tokens,
+// as on the CPU.
+TEST_F(HfTools, GenerateOnCudaOrAnErrorNamingTheFlag) {
+  const Result r = run(kBin + "generate --checkpoint " + kFixture + generate_args() +
+                       " --print-ids --device cuda");
+  if (!megatron::device_available(megatron::Device::CUDA)) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("--device cuda: no CUDA device is visible"));
+    return;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(greedy_ids()));
+  EXPECT_THAT(r.output, HasSubstr("KV cache, cuda, tp 1"));
 }
 
 }  // namespace

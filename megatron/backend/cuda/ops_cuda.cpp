@@ -15,6 +15,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/kv_attention.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/rope.h"
@@ -314,6 +315,16 @@ void flash_attention_backward(const kernels::AttentionShape& s,
     mc::DeviceMemory ws = workspace(kc::flash_attention_backward_workspace_bytes(s));
     kc::flash_attention_backward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), ptr<T>(dout),
                                     ptr<T>(dqkv), ws.get(), stream());
+  });
+}
+
+void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
+                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window) {
+  const char* op = "kv_cache_attention";
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
+    kc::kv_cache_attention<T>(s, scale, ptr<T>(qkv), ptr<T>(keys), ptr<T>(values), past,
+                              keys.dim(2), ptr<T>(out), window, stream());
   });
 }
 

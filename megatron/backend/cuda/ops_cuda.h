@@ -18,6 +18,7 @@
 //   attention_backward      qkv, dout, dqkv: T; probs: fp32
 //   flash_attention_*       qkv, out, dout, dqkv: T; lse: fp32 (own tiled kernels,
 //                           kernels/cuda/flash_attention.h)
+//   kv_cache_attention      qkv, keys, values, out: T (fp32 math; kernels/cuda/kv_attention.h)
 //   rope, dropout           T
 //   cross_entropy_forward   logits: T; targets: int32; loss, lse: fp32
 //   cross_entropy_backward  logits, dlogits: T; targets: int32; lse, dloss: fp32
@@ -81,6 +82,8 @@ void flash_attention_backward(const kernels::AttentionShape& shape,
                               const kernels::AttentionOptions& opt, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv);
+void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
+                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window);
 void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
                   const math::RopeFrequencies& rope, int64_t position_offset,
                   const Tensor* positions = nullptr);

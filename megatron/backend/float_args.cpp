@@ -71,6 +71,13 @@ Fp32OnCpu::Fp32OnCpu(const FloatArgs& args) : op_(args.op()) {
   }
 }
 
+Tensor as_fp32(const Tensor& t) {
+  if (t.dtype() == DType::F32) return t;
+  Tensor out = Tensor::empty(t.shape(), DType::F32, Device::CPU);
+  cast(t, out);
+  return out;
+}
+
 const Fp32OnCpu::Entry& Fp32OnCpu::entry(const Tensor& t) const {
   for (const Entry& e : entries_)
     if (e.t == &t) return e;

@@ -44,6 +44,10 @@ class FloatArgs {
   DType t_ = DType::F32;
 };
 
+// t itself when it is fp32, else an fp32 copy widened from it (small CPU tensors: norm weights,
+// a linear layer's weight, bias or 16-bit weight gradient).
+Tensor as_fp32(const Tensor& t);
+
 class Fp32OnCpu {
  public:
   explicit Fp32OnCpu(const FloatArgs& args);

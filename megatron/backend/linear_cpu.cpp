@@ -18,13 +18,6 @@ bool native_bf16(const FloatArgs& fa) { return fa.t() == DType::BF16 && cpu::nat
 // vocabulary) and a narrow layer's block is still in cache when the GEMM reads it. The weight is
 // widened once per call.
 
-// fp32 copy of a whole 16-bit tensor (the weight, bias or an fp32-accumulated 16-bit gradient).
-Tensor widened(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::F32, Device::CPU);
-  cast(t, out);
-  return out;
-}
-
 // Rows [r0, r0 + m) of a [rows, width] tensor.
 Tensor rows_of(const Tensor& t, int64_t r0, int64_t m, int64_t width) {
   return t.flat_view(r0 * width, {m, width});
@@ -32,8 +25,8 @@ Tensor rows_of(const Tensor& t, int64_t r0, int64_t m, int64_t width) {
 
 void forward_in_row_blocks(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y, int64_t n,
                            int64_t in, int64_t out) {
-  const Tensor w32 = widened(w);
-  const Tensor b32 = b ? widened(*b) : Tensor();
+  const Tensor w32 = as_fp32(w);
+  const Tensor b32 = b ? as_fp32(*b) : Tensor();
   const int64_t mb = cpu::widened_gemm_block_rows(n, in, out);
   Tensor x32 = Tensor::empty({mb, in}, DType::F32), y32 = Tensor::empty({mb, out}, DType::F32);
   for (int64_t r0 = 0; r0 < n; r0 += mb) {
@@ -49,9 +42,8 @@ void forward_in_row_blocks(const Tensor& x, const Tensor& w, const Tensor* b, Te
 
 void backward_in_row_blocks(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
                             Tensor* dw, Tensor* db, int64_t n, int64_t in, int64_t out) {
-  const Tensor w32 = dx ? widened(w) : Tensor();
-  const bool dw_fp32 = dw && dw->dtype() == DType::F32;
-  Tensor dw32 = dw == nullptr ? Tensor() : dw_fp32 ? *dw : widened(*dw);
+  const Tensor w32 = dx ? as_fp32(w) : Tensor();
+  Tensor dw32 = dw ? as_fp32(*dw) : Tensor();
   const int64_t mb = cpu::widened_gemm_block_rows(n, in, out);
   Tensor dy32 = Tensor::empty({mb, out}, DType::F32);
   Tensor in32 = Tensor::empty({mb, in}, DType::F32);  // x's rows, then dx's
@@ -72,7 +64,7 @@ void backward_in_row_blocks(const Tensor& x, const Tensor& w, const Tensor& dy, 
       cast(inb, dxr);
     }
   }
-  if (dw && !dw_fp32) cast(dw32, *dw);
+  if (dw && dw->dtype() != DType::F32) cast(dw32, *dw);
 }
 
 }  // namespace

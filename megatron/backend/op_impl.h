@@ -40,6 +40,7 @@ namespace megatron::ops::impl {
 namespace cpu = kernels::cpu;
 
 using detail::Access;
+using detail::as_fp32;
 using detail::FloatArgs;
 using detail::Fp32OnCpu;
 using detail::Role;
@@ -125,15 +126,6 @@ bool run_as_stored(DType t, Fn&& fn) {
   else
     return false;
   return true;
-}
-
-// fp32 data of a small CPU tensor (a norm's weight): in place when fp32, else widened into
-// `scratch`.
-inline const float* fp32_data(const Tensor& t, Tensor& scratch) {
-  if (t.dtype() == DType::F32) return t.data<float>();
-  scratch = Tensor::empty(t.shape(), DType::F32, Device::CPU);
-  cast(t, scratch);
-  return scratch.data<float>();
 }
 
 inline void check_attention_shape(const kernels::AttentionShape& s, const Tensor& qkv,

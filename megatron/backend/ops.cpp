@@ -57,9 +57,9 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float 
                           {&mean, "mean", Role::F32, kWritten},
                           {&rstd, "rstd", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, layernorm_forward(x, w, b, eps, y, mean, rstd));
-  Tensor w32, b32;
+  const Tensor w32 = as_fp32(w), b32 = as_fp32(b);
   if (run_as_stored(fa.t(), [&]<typename T>() {
-        cpu::layernorm_forward(x.data<T>(), fp32_data(w, w32), fp32_data(b, b32), y.data<T>(),
+        cpu::layernorm_forward(x.data<T>(), w32.data<float>(), b32.data<float>(), y.data<T>(),
                                mean.data<float>(), rstd.data<float>(), n, d, eps);
       }))
     return;
@@ -92,9 +92,9 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
                           {&dw, "dw", Role::F32, kUpdated},
                           {&db, "db", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, layernorm_backward(x, w, mean, rstd, dy, dx, dw, db));
-  Tensor w32;
+  const Tensor w32 = as_fp32(w);
   if (run_as_stored(fa.t(), [&]<typename T>() {
-        cpu::layernorm_backward(x.data<T>(), fp32_data(w, w32), mean.data<float>(),
+        cpu::layernorm_backward(x.data<T>(), w32.data<float>(), mean.data<float>(),
                                 rstd.data<float>(), dy.data<T>(), dx.data<T>(), dw.data<float>(),
                                 db.data<float>(), n, d);
       }))
@@ -115,9 +115,9 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
                           {&y, "y", Role::T, kWritten},
                           {&rstd, "rstd", Role::F32, kWritten}});
   MT_RUN_ON_CUDA(dev, rmsnorm_forward(x, w, eps, y, rstd));
-  Tensor w32;
+  const Tensor w32 = as_fp32(w);
   if (run_as_stored(fa.t(), [&]<typename T>() {
-        cpu::rmsnorm_forward(x.data<T>(), fp32_data(w, w32), y.data<T>(), rstd.data<float>(), n, d,
+        cpu::rmsnorm_forward(x.data<T>(), w32.data<float>(), y.data<T>(), rstd.data<float>(), n, d,
                              eps);
       }))
     return;
@@ -142,9 +142,9 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
                           {&dx, "dx", Role::T, kWritten},
                           {&dw, "dw", Role::F32, kUpdated}});
   MT_RUN_ON_CUDA(dev, rmsnorm_backward(x, w, rstd, dy, dx, dw));
-  Tensor w32;
+  const Tensor w32 = as_fp32(w);
   if (run_as_stored(fa.t(), [&]<typename T>() {
-        cpu::rmsnorm_backward(x.data<T>(), fp32_data(w, w32), rstd.data<float>(), dy.data<T>(),
+        cpu::rmsnorm_backward(x.data<T>(), w32.data<float>(), rstd.data<float>(), dy.data<T>(),
                               dx.data<T>(), dw.data<float>(), n, d);
       }))
     return;

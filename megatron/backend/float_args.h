@@ -1,5 +1,6 @@
 #pragma once
-// The floating-point tensors of one op call (internal to backend/ops.cpp).
+// The floating-point tensors of one op call (internal to megatron/backend: the CPU backend and
+// the front end).
 //  - FloatArgs checks the dtype contract every device shares (backend/cuda/ops_cuda.h lists it
 //    op by op): the Role::T tensors have one type T of fp32, bf16 or fp16; Role::F32 tensors
 //    (statistics, losses, accumulated fp32 gradients) are fp32; Role::TorF32 tensors are fp32

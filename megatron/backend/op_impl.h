@@ -1,7 +1,7 @@
 #pragma once
-// What the op implementations (ops.cpp, ops_attention.cpp, ops_loss.cpp) share: the device
-// check of an op's tensors, the CUDA hand-off, the float-argument widening of the CPU path and
-// small shape helpers. Not an interface: include only from those files.
+// What the ops' front end (ops*.cpp) and the CPU backend (cpu_ops*.cpp) share: the device check
+// of an op's tensors, the float-argument widening of the CPU path and small shape helpers. Not
+// an interface: include only from those files.
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -17,28 +17,21 @@
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/optim.h"
 #include "kernels/cpu/rope.h"
+#include "megatron/backend/device_backends.h"
 #include "megatron/backend/float_args.h"
 #include "megatron/backend/linear_cpu.h"
 #include "megatron/backend/ops.h"
-#ifdef MEGATRON_WITH_CUDA
-#include "megatron/backend/cuda/ops_cuda.h"
-#endif
 
 // Every op: (1) the device of its tensors (all on one device, else an error naming each
-// tensor's device), (2) the shape checks shared by all devices, (3) on CUDA, the CUDA backend's
-// version (backend/cuda/ops_cuda.h: dtype checks and the kernels/cuda launch on the current
-// stream), (4) on the CPU, the kernels/cpu call in fp32 (backend/float_args.h: the dtype
-// contract is checked for every device, 16-bit tensors are widened for the CPU kernels).
-#ifdef MEGATRON_WITH_CUDA
-#define MT_RUN_ON_CUDA(device, call) \
-  if ((device) == Device::CUDA) return cuda_backend::call
-#else
-#define MT_RUN_ON_CUDA(device, call) (void)(device)
-#endif
+// tensor's device), (2) the shape checks shared by all devices, (3) that device's backend
+// (backend::device_ops): on the CPU, CpuOps (cpu_ops.h: the dtype contract, then the kernels/cpu
+// call), on CUDA, CudaOps (cuda/ops_cuda.h: dtype checks and the kernels/cuda launch on the
+// current stream).
 
 namespace megatron::ops::impl {
 namespace cpu = kernels::cpu;
 
+using backend::device_ops;
 using detail::Access;
 using detail::as_fp32;
 using detail::FloatArgs;
@@ -52,8 +45,8 @@ struct Arg {
   const char* name;
 };
 
-// The device of all of an op's tensors. A CUDA tensor without the CUDA backend, or tensors on
-// different devices, are errors rather than a silent copy.
+// The device of all of an op's tensors. Tensors on different devices are an error rather than a
+// silent copy (and a device without a backend in this build is one in device_ops).
 inline Device device_of(const char* op, std::initializer_list<Arg> args) {
   const Tensor* first = nullptr;
   bool mixed = false;
@@ -70,12 +63,7 @@ inline Device device_of(const char* op, std::initializer_list<Arg> args) {
     MT_CHECK(false, op, ": tensors on different devices (", where,
              "); move them to one device with Tensor::to(Device)");
   }
-  const Device device = first != nullptr ? first->device() : Device::CPU;
-#ifndef MEGATRON_WITH_CUDA
-  MT_CHECK(device == Device::CPU, op, ": the tensors are on ", device_name(device),
-           " but this build has no CUDA backend (configure with -DMEGATRON_CUDA=ON)");
-#endif
-  return device;
+  return first != nullptr ? first->device() : Device::CPU;
 }
 
 inline void require_i32(const char* op, const Tensor& t, const char* name) {

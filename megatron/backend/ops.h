@@ -1,13 +1,14 @@
 #pragma once
-// Device-dispatched ops over Tensors. Layers call these; each checks that all its tensors are
-// on one device (tensors on different devices are an error naming each one's device), checks
-// shapes at the boundary, then runs the kernel for that device:
-//  - cpu: kernels/cpu, every floating tensor fp32;
-//  - cuda (builds with -DMEGATRON_CUDA=ON; otherwise a clear error): kernels/cuda, queued on the
-//    CUDA backend's current stream (backend/cuda/runtime.h), asynchronous for the host except
-//    sum_squares, which returns a host value. Activations may be fp32, bf16 or fp16; saved
-//    statistics, parameter gradients that accumulate (main grads) and losses stay fp32. The
-//    dtypes each op accepts are listed in backend/cuda/ops_cuda.h.
+// The ops' front end, over Tensors. Layers call these; each checks that all its tensors are on
+// one device (tensors on different devices are an error naming each one's device), checks
+// shapes at the boundary, then hands the call to that device's backend object
+// (backend::device_ops, device_backends.h; the interface is kernels/common/device_ops.h):
+//  - cpu: CpuOps (cpu_ops.h), the kernels/cpu kernels with fp32 math;
+//  - cuda (builds with -DMEGATRON_CUDA=ON; otherwise a clear error): CudaOps, kernels/cuda,
+//    queued on the CUDA backend's current stream (backend/cuda/runtime.h), asynchronous for the
+//    host except sum_squares, which returns a host value. Activations may be fp32, bf16 or
+//    fp16; saved statistics, parameter gradients that accumulate (main grads) and losses stay
+//    fp32. The dtypes each op accepts are listed in backend/cuda/ops_cuda.h.
 #include <cstdint>
 #include <vector>
 

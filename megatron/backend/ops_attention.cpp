@@ -1,4 +1,4 @@
-// Attention (unfused and flash), rotary embeddings and dropout.
+// The ops' front end: attention (unfused and flash), rotary embeddings and dropout.
 #include "megatron/backend/op_impl.h"
 
 namespace megatron::ops {
@@ -12,13 +12,7 @@ void attention_forward(const kernels::AttentionShape& s, const kernels::Attentio
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && probs.numel() == s.B * s.H * s.S * s.S,
            "attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
            " G=", s.G, " Dh=", s.Dh);
-  const FloatArgs fa(
-      op,
-      {{&qkv, "qkv"}, {&out, "out", Role::T, kWritten}, {&probs, "probs", Role::F32, kWritten}});
-  MT_RUN_ON_CUDA(dev, attention_forward(s, opt, qkv, out, probs));
-  Fp32OnCpu f(fa);
-  cpu::attention_forward(s, opt, f.in(qkv), f.out(out), f.out(probs));
-  f.finish();
+  device_ops(dev, op).attention_forward(s, opt, qkv, out, probs);
 }
 
 void attention_backward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
@@ -30,14 +24,7 @@ void attention_backward(const kernels::AttentionShape& s, const kernels::Attenti
   MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
                probs.numel() == s.B * s.H * s.S * s.S,
            "attention_backward: buffer sizes");
-  const FloatArgs fa(op, {{&qkv, "qkv"},
-                          {&probs, "probs", Role::F32},
-                          {&dout, "dout"},
-                          {&dqkv, "dqkv", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev, attention_backward(s, opt, qkv, probs, dout, dqkv));
-  Fp32OnCpu f(fa);
-  cpu::attention_backward(s, opt, f.in(qkv), f.in(probs), f.in(dout), f.out(dqkv));
-  f.finish();
+  device_ops(dev, op).attention_backward(s, opt, qkv, probs, dout, dqkv);
 }
 
 void flash_attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
@@ -48,12 +35,7 @@ void flash_attention_forward(const kernels::AttentionShape& s, const kernels::At
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && lse.numel() == s.B * s.H * s.S,
            "flash_attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
            " G=", s.G, " Dh=", s.Dh);
-  const FloatArgs fa(
-      op, {{&qkv, "qkv"}, {&out, "out", Role::T, kWritten}, {&lse, "lse", Role::F32, kWritten}});
-  MT_RUN_ON_CUDA(dev, flash_attention_forward(s, opt, qkv, out, lse));
-  Fp32OnCpu f(fa);
-  cpu::flash_attention_forward(s, opt, f.in(qkv), f.out(out), f.out(lse));
-  f.finish();
+  device_ops(dev, op).flash_attention_forward(s, opt, qkv, out, lse);
 }
 
 void flash_attention_backward(const kernels::AttentionShape& s,
@@ -67,15 +49,7 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
                out.numel() == dout.numel() && lse.numel() == s.B * s.H * s.S,
            "flash_attention_backward: buffer sizes");
-  const FloatArgs fa(op, {{&qkv, "qkv"},
-                          {&out, "out"},
-                          {&lse, "lse", Role::F32},
-                          {&dout, "dout"},
-                          {&dqkv, "dqkv", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev, flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv));
-  Fp32OnCpu f(fa);
-  cpu::flash_attention_backward(s, opt, f.in(qkv), f.in(out), f.in(lse), f.in(dout), f.out(dqkv));
-  f.finish();
+  device_ops(dev, op).flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv);
 }
 
 void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
@@ -83,11 +57,6 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
   const char* op = "kv_cache_attention";
   const Device dev =
       device_of(op, {{&qkv, "qkv"}, {&keys, "keys"}, {&values, "values"}, {&out, "out"}});
-  // The CPU kernel is fp32 only; CUDA takes fp32, bf16 or fp16 (one dtype for all four).
-  if (dev == Device::CPU)
-    for (const Tensor* t : std::initializer_list<const Tensor*>{&qkv, &keys, &values, &out})
-      MT_INPUT_CHECK(t->dtype() == DType::F32, "KV-cache decoding on the CPU runs in fp32 (got a ",
-                     dtype_name(t->dtype()), " tensor; on cuda fp32, bf16 and fp16 run)");
   check_attention_shape(s, qkv, op);
   const int64_t capacity = keys.dim(2);
   MT_CHECK(keys.shape() == values.shape() && keys.ndim() == 4 && keys.dim(0) == s.B &&
@@ -97,22 +66,19 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
   MT_CHECK(past >= 0 && past + s.S <= capacity, "kv_cache_attention: positions ", past, "..",
            past + s.S, " past the cache capacity ", capacity);
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, "kv_cache_attention: out ", out.shape().str());
-  MT_RUN_ON_CUDA(dev, kv_cache_attention(s, scale, qkv, keys, values, past, out, window));
-  cpu::kv_cache_attention(s, scale, qkv.data<float>(), keys.data<float>(), values.data<float>(),
-                          past, capacity, out.data<float>(), window);
+  device_ops(dev, op).kv_cache_attention(s, scale, qkv, keys, values, past, out, window);
 }
 
 namespace {
-// The per-token positions of a rope call: int32 [S, B] on the qkv's device, or null.
-const int32_t* rope_positions(const char* op, const kernels::AttentionShape& s, Device dev,
-                              const Tensor* positions) {
-  if (positions == nullptr) return nullptr;
+// Checks the per-token positions of a rope call: int32 [S, B] on the qkv's device, or null.
+void check_rope_positions(const char* op, const kernels::AttentionShape& s, Device dev,
+                          const Tensor* positions) {
+  if (positions == nullptr) return;
   MT_CHECK(positions->dtype() == DType::I32 && positions->numel() == s.S * s.B &&
                positions->device() == dev,
            op, ": positions must be int32 [S, B] = [", s.S, ", ", s.B,
            "] on the qkv's device, got ", dtype_name(positions->dtype()), " ",
            positions->shape().str());
-  return positions->data<int32_t>();
 }
 }  // namespace
 
@@ -121,12 +87,8 @@ void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::Rop
   const char* op = "rope_forward";
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
-  const int32_t* pos = rope_positions(op, s, dev, positions);
-  const FloatArgs fa(op, {{&qkv, "qkv", Role::T, kUpdated}});
-  MT_RUN_ON_CUDA(dev, rope_forward(s, qkv, rope, offset, positions));
-  Fp32OnCpu f(fa);
-  cpu::rope_forward(s, f.out(qkv), rope, offset, pos);
-  f.finish();
+  check_rope_positions(op, s, dev, positions);
+  device_ops(dev, op).rope_forward(s, qkv, rope, offset, positions);
 }
 
 void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
@@ -134,12 +96,8 @@ void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
   const char* op = "rope_backward";
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);
-  const int32_t* pos = rope_positions(op, s, dev, positions);
-  const FloatArgs fa(op, {{&dqkv, "dqkv", Role::T, kUpdated}});
-  MT_RUN_ON_CUDA(dev, rope_backward(s, dqkv, rope, offset, positions));
-  Fp32OnCpu f(fa);
-  cpu::rope_backward(s, f.out(dqkv), rope, offset, pos);
-  f.finish();
+  check_rope_positions(op, s, dev, positions);
+  device_ops(dev, op).rope_backward(s, dqkv, rope, offset, positions);
 }
 
 void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
@@ -147,11 +105,7 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_
   const char* op = "dropout_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "dropout_forward: shape mismatch");
-  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev, dropout_forward(x, y, p, seed, stream, index_offset));
-  Fp32OnCpu f(fa);
-  cpu::dropout_forward(f.in(x), f.out(y), x.numel(), p, seed, stream, index_offset);
-  f.finish();
+  device_ops(dev, op).dropout_forward(x, y, p, seed, stream, index_offset);
 }
 
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t stream,
@@ -159,11 +113,7 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint
   const char* op = "dropout_backward";
   const Device dev = device_of(op, {{&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dx.numel() == dy.numel(), "dropout_backward: shape mismatch");
-  const FloatArgs fa(op, {{&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev, dropout_backward(dy, dx, p, seed, stream, index_offset));
-  Fp32OnCpu f(fa);
-  cpu::dropout_backward(f.in(dy), f.out(dx), dy.numel(), p, seed, stream, index_offset);
-  f.finish();
+  device_ops(dev, op).dropout_backward(dy, dx, p, seed, stream, index_offset);
 }
 
 void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
@@ -178,11 +128,7 @@ void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, 
       rows.batch_offset >= 0 && rows.seq_offset >= 0 && rows.seq_offset + rows.S <= rows.seq_total,
       "dropout_rows: rows [", rows.seq_offset, ", ", rows.seq_offset + rows.S,
       ") outside a sequence of ", rows.seq_total);
-  const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev, dropout_rows(x, y, rows, p, seed, stream));
-  Fp32OnCpu f(fa);
-  cpu::dropout_rows(f.in(x), f.out(y), rows, p, seed, stream);
-  f.finish();
+  device_ops(dev, op).dropout_rows(x, y, rows, p, seed, stream);
 }
 
 }  // namespace megatron::ops

@@ -1,4 +1,4 @@
-// Cross entropy, whole and vocabulary-parallel in steps.
+// The ops' front end: cross entropy, whole and vocabulary-parallel in steps.
 #include "megatron/backend/op_impl.h"
 
 namespace megatron::ops {
@@ -14,19 +14,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
   const int64_t n = targets.numel();
   MT_CHECK(logits.numel() == n * vs.V_local && loss.numel() == n && lse.numel() == n,
            "cross_entropy_forward: logits ", logits.shape().str(), " vs ", n, " targets");
-  const FloatArgs fa(op, {{&logits, "logits"},
-                          {&loss, "loss", Role::F32, kWritten},
-                          {&lse, "lse", Role::F32, kWritten}});
-  MT_RUN_ON_CUDA(dev, cross_entropy_forward(logits, targets, vs, ignore_index, loss, lse));
-  if (logits.dtype() == DType::BF16) {  // the largest activation: read as stored, never widened
-    cpu::cross_entropy_forward(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs, ignore_index,
-                               loss.data<float>(), lse.data<float>());
-    return;
-  }
-  Fp32OnCpu f(fa);
-  cpu::cross_entropy_forward(f.in(logits), targets.data<int32_t>(), n, vs, ignore_index,
-                             f.out(loss), f.out(lse));
-  f.finish();
+  device_ops(dev, op).cross_entropy_forward(logits, targets, vs, ignore_index, loss, lse);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
@@ -43,21 +31,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
   MT_CHECK(logits.numel() == n * vs.V_local && dlogits.numel() == logits.numel() &&
                dloss.numel() == n && lse.numel() == n,
            "cross_entropy_backward: shape mismatch");
-  const FloatArgs fa(op, {{&logits, "logits"},
-                          {&lse, "lse", Role::F32},
-                          {&dloss, "dloss", Role::F32},
-                          {&dlogits, "dlogits", Role::T, kWritten}});
-  MT_RUN_ON_CUDA(dev,
-                 cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss, dlogits));
-  if (logits.dtype() == DType::BF16) {
-    cpu::cross_entropy_backward(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs, ignore_index,
-                                lse.data<float>(), dloss.data<float>(), dlogits.data<bf16_t>());
-    return;
-  }
-  Fp32OnCpu f(fa);
-  cpu::cross_entropy_backward(f.in(logits), targets.data<int32_t>(), n, vs, ignore_index, f.in(lse),
-                              f.in(dloss), f.out(dlogits));
-  f.finish();
+  device_ops(dev, op).cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss,
+                                             dlogits);
 }
 
 void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max) {
@@ -66,15 +41,7 @@ void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, 
   const int64_t n = rows_of(logits, vs.V_local);
   MT_CHECK(row_max.numel() == n, "cross_entropy_row_max: row_max ", row_max.shape().str(), " for ",
            n, " rows");
-  const FloatArgs fa(op, {{&logits, "logits"}, {&row_max, "row_max", Role::F32, kWritten}});
-  MT_RUN_ON_CUDA(dev, cross_entropy_row_max(logits, vs, row_max));
-  if (logits.dtype() == DType::BF16) {
-    cpu::cross_entropy_row_max(logits.data<bf16_t>(), n, vs, row_max.data<float>());
-    return;
-  }
-  Fp32OnCpu f(fa);
-  cpu::cross_entropy_row_max(f.in(logits), n, vs, f.out(row_max));
-  f.finish();
+  device_ops(dev, op).cross_entropy_row_max(logits, vs, row_max);
 }
 
 void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
@@ -91,21 +58,7 @@ void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
   MT_CHECK(logits.numel() == n * vs.V_local && row_max.numel() == n && sum_exp.numel() == n &&
                target_logit.numel() == n,
            "cross_entropy_sum_exp: logits ", logits.shape().str(), " vs ", n, " targets");
-  const FloatArgs fa(op, {{&logits, "logits"},
-                          {&row_max, "row_max", Role::F32},
-                          {&sum_exp, "sum_exp", Role::F32, kWritten},
-                          {&target_logit, "target_logit", Role::F32, kWritten}});
-  MT_RUN_ON_CUDA(dev, cross_entropy_sum_exp(logits, targets, vs, row_max, sum_exp, target_logit));
-  if (logits.dtype() == DType::BF16) {
-    cpu::cross_entropy_sum_exp(logits.data<bf16_t>(), targets.data<int32_t>(), n, vs,
-                               row_max.data<float>(), sum_exp.data<float>(),
-                               target_logit.data<float>());
-    return;
-  }
-  Fp32OnCpu f(fa);
-  cpu::cross_entropy_sum_exp(f.in(logits), targets.data<int32_t>(), n, vs, f.in(row_max),
-                             f.out(sum_exp), f.out(target_logit));
-  f.finish();
+  device_ops(dev, op).cross_entropy_sum_exp(logits, targets, vs, row_max, sum_exp, target_logit);
 }
 
 void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
@@ -123,21 +76,8 @@ void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tenso
   MT_CHECK(row_max.numel() == n && sum_exp.numel() == n && target_logit.numel() == n &&
                loss.numel() == n && lse.numel() == n,
            "cross_entropy_loss: every statistic must have one value per target (", n, ")");
-  const FloatArgs fa(op, {{&row_max, "row_max", Role::F32},
-                          {&sum_exp, "sum_exp", Role::F32},
-                          {&target_logit, "target_logit", Role::F32},
-                          {&loss, "loss", Role::F32, kWritten},
-                          {&lse, "lse", Role::F32, kWritten}});
-  MT_RUN_ON_CUDA(
-      dev, cross_entropy_loss(targets, ignore_index, row_max, sum_exp, target_logit, loss, lse));
-  Fp32OnCpu f(fa);
-  cpu::cross_entropy_loss(targets.data<int32_t>(), n, ignore_index, f.in(row_max), f.in(sum_exp),
-                          f.in(target_logit), f.out(loss));
-  const float* mx = f.in(row_max);
-  const float* se = f.in(sum_exp);
-  float* out = f.out(lse);
-  for (int64_t i = 0; i < n; ++i) out[i] = mx[i] + std::log(se[i]);
-  f.finish();
+  device_ops(dev, op).cross_entropy_loss(targets, ignore_index, row_max, sum_exp, target_logit,
+                                         loss, lse);
 }
 
 }  // namespace megatron::ops

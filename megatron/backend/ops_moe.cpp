@@ -1,4 +1,4 @@
-// The mixture-of-experts row movement and gated sums.
+// The ops' front end: the mixture-of-experts row movement and gated sums.
 #include "kernels/cpu/moe_rows.h"
 #include "megatron/backend/op_impl.h"
 
@@ -20,26 +20,24 @@ void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
   const char* op = "gather_rows";
   const Device dev = device_of(op, {{&src, "src"}, {&index, "index"}, {&out, "out"}});
   require_i32(op, index, "index");
-  const int64_t D = row_len(op, src, "src"), n = rows_of(src, D), m = index.numel();
+  const int64_t D = row_len(op, src, "src"), m = index.numel();
+  rows_of(src, D);
   MT_CHECK(out.numel() == m * D && out.dtype() == src.dtype(), op, ": out ",
            dtype_name(out.dtype()), out.shape().str(), " for ", m, " rows of ",
            dtype_name(src.dtype()), src.shape().str());
-  MT_RUN_ON_CUDA(dev, gather_rows(src, index, out));
-  cpu::gather_rows(src.raw(), n, index.data<int32_t>(), m,
-                   static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw());
+  device_ops(dev, op).gather_rows(src, index, out);
 }
 
 void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out) {
   const char* op = "scatter_rows";
   const Device dev = device_of(op, {{&src, "src"}, {&index, "index"}, {&out, "out"}});
   require_i32(op, index, "index");
-  const int64_t D = row_len(op, out, "out"), n = rows_of(out, D), m = index.numel();
+  const int64_t D = row_len(op, out, "out"), m = index.numel();
+  rows_of(out, D);
   MT_CHECK(src.numel() == m * D && out.dtype() == src.dtype(), op, ": src ",
            dtype_name(src.dtype()), src.shape().str(), " for ", m, " rows of ",
            dtype_name(out.dtype()), out.shape().str());
-  MT_RUN_ON_CUDA(dev, scatter_rows(src, index, out));
-  cpu::scatter_rows(src.raw(), index.data<int32_t>(), m, n,
-                    static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw());
+  device_ops(dev, op).scatter_rows(src, index, out);
 }
 
 void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, int64_t topk,
@@ -56,13 +54,7 @@ void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, i
   if (gates)
     MT_CHECK(gates->numel() == T * topk, op, ": gates ", gates->shape().str(), " for ", T,
              " tokens x ", topk, " slots");
-  const FloatArgs fa(
-      op, {{&rows, "rows"}, {gates, "gates", Role::F32}, {&out, "out", Role::TorF32, kWritten}});
-  MT_RUN_ON_CUDA(dev, moe_combine(rows, index, gates, topk, out));
-  Fp32OnCpu f(fa);
-  cpu::moe_combine(f.in(rows), R, index ? index->data<int32_t>() : nullptr, f.in(gates), T, topk, D,
-                   f.out(out));
-  f.finish();
+  device_ops(dev, op).moe_combine(rows, index, gates, topk, out);
 }
 
 void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor& dy, int64_t topk,
@@ -80,16 +72,7 @@ void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor&
            op, ": rows ", rows.shape().str(), ", d_rows ", d_rows.shape().str(), ", gates ",
            gates.shape().str(), ", d_gates ", d_gates.shape().str(), " for dy ", dy.shape().str(),
            " and topk ", topk);
-  const FloatArgs fa(op, {{&rows, "rows"},
-                          {&gates, "gates", Role::F32},
-                          {&dy, "dy"},
-                          {&d_rows, "d_rows", Role::T, kWritten},
-                          {&d_gates, "d_gates", Role::F32, kWritten}});
-  MT_RUN_ON_CUDA(dev, moe_combine_backward(rows, gates, dy, topk, d_rows, d_gates));
-  Fp32OnCpu f(fa);
-  cpu::moe_combine_backward(f.in(rows), f.in(gates), f.in(dy), T, topk, D, f.out(d_rows),
-                            f.out(d_gates));
-  f.finish();
+  device_ops(dev, op).moe_combine_backward(rows, gates, dy, topk, d_rows, d_gates);
 }
 
 }  // namespace megatron::ops

@@ -2,14 +2,11 @@
 
 #include <cstring>
 
+#include "megatron/backend/device_backends.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/core/device_memory.h"
 #include "models/gpt/gpt_model.h"
 #include "models/hf_checkpoint.h"
-#if MEGATRON_WITH_CUDA
-#include "megatron/backend/cuda/nccl_communicator.h"
-#include "megatron/parallel/mpi_communicator.h"
-#endif
 
 namespace megatron::inference {
 
@@ -41,20 +38,11 @@ void require_device(Device device) {
                  "backend: configure with -DMEGATRON_CUDA=ON)");
 }
 
-// The tensor-parallel group for device tensors: none needed on the CPU, for one rank or when tp
-// already is NCCL; else an NCCL communicator over tp's (MPI) ranks.
+// The tensor-parallel group for the device's tensors (backend/device_backends.h): null when tp
+// itself carries them (the CPU, one rank, tp already NCCL), else NCCL over tp's ranks.
 std::unique_ptr<parallel::Communicator> device_group(Device device, parallel::Communicator& tp) {
   require_device(device);
-  if (device == Device::CPU || tp.size() == 1) return nullptr;
-#if MEGATRON_WITH_CUDA
-  if (dynamic_cast<cuda::NcclCommunicator*>(&tp) != nullptr) return nullptr;
-  const auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(&tp);
-  MT_CHECK(mpi != nullptr, "inference on cuda with tp ", tp.size(), ": group '", tp.name(),
-           "' is neither MPI nor NCCL");
-  return std::make_unique<cuda::NcclCommunicator>(*mpi);
-#else
-  return nullptr;  // unreachable: require_device refused CUDA
-#endif
+  return backend::device_communicator(device, tp);
 }
 
 // Copies this rank's shard of a parameter out of the global tensor `full` (the model's global

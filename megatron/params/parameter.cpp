@@ -4,6 +4,7 @@
 
 #include "kernels/common/numeric.h"
 #include "kernels/common/philox.h"
+#include "megatron/backend/device_backends.h"
 #include "megatron/backend/ops.h"
 
 namespace megatron {
@@ -29,6 +30,10 @@ int64_t Parameter::global_index(int64_t local_index) const {
     stride *= global_shape[d];
   }
   return global;
+}
+
+ParamStore::ParamStore(Device device) : device_(device) {
+  backend::device_ops(device, "the model's parameters");
 }
 
 Parameter& ParamStore::add(std::string name, const Shape& global_shape, ParamInit init,

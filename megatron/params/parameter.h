@@ -76,8 +76,10 @@ struct Parameter {
 
 class ParamStore {
  public:
-  // Every buffer, and every activation of the layers built on this store, lives on `device`.
-  explicit ParamStore(Device device = Device::CPU) : device_(device) {}
+  // Every buffer, and every activation of the layers built on this store, lives on `device`; its
+  // ops backend (backend/device_backends.h) is picked here, so a device this build has no
+  // backend for is an error when the model is built, not at its first op.
+  explicit ParamStore(Device device = Device::CPU);
   // Starts a parameter unit: the parameters added from now on form unit begin_unit()'s id (before
   // any call, unit 0). Models start one per layer, per embedding table and for the head.
   int64_t begin_unit();

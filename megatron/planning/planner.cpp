@@ -6,271 +6,29 @@
 #include <ostream>
 #include <sstream>
 
-#include "kernels/cpu/gemm.h"
 #include "megatron/core/error.h"
+#include "megatron/planning/activation_memory.h"
 #include "megatron/planning/flops.h"
+#include "megatron/planning/model_dims.h"
 #include "megatron/planning/sharding_memory.h"
-#include "models/registry.h"
 
 namespace megatron::planning {
 namespace {
 
 constexpr double kCudaRuntimeReserve = 2e9;  // context, NCCL, cuBLAS workspace, fragmentation
 
-// Sizes derived from the model config.
-struct Dims {
-  int64_t L, D, H, G, Dh, F, fc1, S, P, E, topk;
-  int64_t moe_ffn, moe_fc1, shared_ffn, shared_fc1;  // MoE layers' experts and shared expert
-  std::vector<bool> moe_layer;                       // per layer (MoE models)
-  double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
-  bool layernorm, swiglu, bias, qkv_bias, rope, tied, bert, binary_head;
-  double hidden_dropout, attention_dropout;
-  // peft: lora (rank 0: none): adapters on these projections; everything else frozen.
-  int64_t lora_rank = 0;
-  bool lora_qkv = false, lora_proj = false, lora_fc1 = false, lora_fc2 = false;
-  int64_t norm() const { return layernorm ? 2 * D : D; }
-  bool is_moe(int64_t layer) const { return E > 0 && moe_layer[static_cast<size_t>(layer)]; }
-  int64_t moe_layers(int64_t first, int64_t count) const {
-    int64_t n = 0;
-    for (int64_t l = first; l < first + count; ++l) n += is_moe(l) ? 1 : 0;
-    return n;
-  }
-};
-
-// Dropless routing sizes expert activations and all-to-alls for the busiest rank at this
-// multiple of the mean (a planning assumption; the trainer logs the real imbalance); with a
-// capacity factor, for the capacity.
-constexpr double kDroplessImbalance = 1.5;
-
-Dims dims_of(const config::ModelConfig& m, bool bert_binary_head = true);
-
-// The whole recipe's model: the model section, BERT's head and the LoRA adapters.
-Dims dims_of(const config::Recipe& r) {
-  Dims d = dims_of(r.model, r.data.bert_binary_head);
-  if (r.peft.lora()) {
-    d.lora_rank = r.peft.dim;
-    d.lora_qkv = r.peft.targets("linear_qkv");
-    d.lora_proj = r.peft.targets("linear_proj");
-    d.lora_fc1 = r.peft.targets("linear_fc1");
-    d.lora_fc2 = r.peft.targets("linear_fc2");
-  }
-  return d;
-}
-
-// The model the trainer builds (models/registry.h), in the planner's terms.
-Dims dims_of(const config::ModelConfig& m, bool bert_binary_head) {
-  const TransformerSpec t = models::transformer_spec_from_model(m);
-  Dims d{};
-  d.binary_head = bert_binary_head;
-  d.L = t.num_layers;
-  d.D = t.hidden;
-  d.H = t.heads;
-  d.G = t.query_groups;
-  d.Dh = t.head_dim();
-  d.F = t.ffn;
-  d.swiglu = t.swiglu;
-  d.fc1 = d.swiglu ? 2 * d.F : d.F;
-  d.S = t.seq_length;
-  d.P = m.max_positions();
-  d.E = m.moe.num_experts;
-  d.topk = m.moe.moe_router_topk;
-  d.moe_ffn = m.moe.expert_ffn(d.F);
-  d.moe_fc1 = d.swiglu ? 2 * d.moe_ffn : d.moe_ffn;
-  d.shared_ffn = m.moe.moe_shared_expert_intermediate_size;
-  d.shared_fc1 = d.swiglu ? 2 * d.shared_ffn : d.shared_ffn;
-  for (int64_t l = 0; l < d.L; ++l) d.moe_layer.push_back(m.moe.moe_layer_freq.is_moe(l));
-  d.imbalance = m.moe.moe_expert_capacity_factor.value_or(kDroplessImbalance);
-  d.bert = m.arch == config::Arch::BERT;  // post-LN blocks, a decoder tied to the embeddings
-  d.layernorm = t.norm == Norm::Kind::LayerNorm;
-  d.bias = t.bias;
-  d.qkv_bias = t.bias || t.qkv_bias;
-  d.rope = t.rope;
-  d.tied = d.bert || m.tie_embeddings;
-  d.hidden_dropout = t.hidden_dropout;
-  d.attention_dropout = t.attention_dropout;
-  return d;
-}
-
-// A routed expert's weights on one tensor-parallel rank (no biases).
-int64_t expert_params(const Dims& d, int64_t tp) { return (d.moe_fc1 + d.moe_ffn) * d.D / tp; }
-
-// One layer's LoRA adapters per tp rank (megatron/transformer/lora.h): a column-parallel base
-// has A [r, in] whole and B [out / tp, r]; a row-parallel one A [r, in / tp] and B [out, r] whole.
-int64_t lora_layer_params(const Dims& d, int64_t tp) {
-  const int64_t r = d.lora_rank, qkv = (d.H + 2 * d.G) * d.Dh;
-  if (r == 0) return 0;
-  int64_t n = 0;
-  if (d.lora_qkv) n += r * d.D + qkv / tp * r;
-  if (d.lora_proj) n += r * d.H * d.Dh / tp + d.D * r;
-  if (d.lora_fc1) n += r * d.D + d.fc1 / tp * r;
-  if (d.lora_fc2) n += r * d.F / tp + d.D * r;
-  return n;
-}
-
-int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool moe) {
-  const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
-  int64_t n = 2 * d.norm();
-  n += qkv * d.D / tp + (d.qkv_bias ? qkv / tp : 0);
-  n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
-  auto dense_mlp = [&](int64_t fc1, int64_t F) {
-    return fc1 * d.D / tp + (d.bias ? fc1 / tp : 0) + F * d.D / tp + (d.bias ? d.D : 0);
-  };
-  if (!moe) return n + dense_mlp(d.fc1, d.F) + lora_layer_params(d, tp);
-  // The router, this rank's experts, the shared expert.
-  n += d.E * d.D + (d.E / ep) * expert_params(d, etp);
-  if (d.shared_ffn > 0) n += dense_mlp(d.shared_fc1, d.shared_ffn);
-  return n;
-}
-
-// Word (+ position, token type) embeddings, and BERT's embedding norm (post-LN), per tp rank.
-int64_t embedding_params(const Dims& d, int64_t V, int64_t tp) {
-  int64_t n = V * d.D / tp;
-  if (!d.rope) n += d.P * d.D;
-  if (d.bert) n += 2 * d.D + d.norm();
-  return n;
-}
-
-// What the last stage adds (not counting a tied copy of the word embeddings), per tp rank.
-int64_t head_params(const Dims& d, int64_t V, int64_t tp) {
-  int64_t n = d.tied ? 0 : V * d.D / tp;
-  if (d.bert)  // LM-head dense + norm + vocab-parallel output bias, pooler, binary head
-    n += d.D * d.D + d.D + d.norm() + V / tp + (d.binary_head ? d.D * d.D + d.D + 2 * d.D + 2 : 0);
-  else
-    n += d.norm();  // final norm
-  return n;
-}
-
 bool is_mixed(config::Precision precision) { return precision != config::Precision::FP32; }
 
-// The fp32 copies 16-bit CPU ops make for one call (bytes; the largest call counts): attention
-// widens q/k/v, the output and their gradients whole (backward: qkv, out, d(out), d(qkv)); a
-// linear layer without native 16-bit GEMMs (fp16, or bf16 on a CPU without bf16 instructions)
-// widens its weight and one block of input and output rows (kernels::cpu::widened_gemm_block_rows).
-// The cross entropy widens fp16 logits (measured: the forward's copy is the one at the peak).
-// The elementwise ops, norms and embeddings read 16-bit tensors as stored, and so does the cross
-// entropy bf16 logits.
-double cpu_widening_workspace(const Dims& d, config::Precision precision, int64_t V, double t,
-                              double tokens, bool last_stage) {
-  const double qkv = static_cast<double>((d.H + 2 * d.G) * d.Dh) / t;
-  const double attn = static_cast<double>(d.H * d.Dh) / t;
-  double most = tokens * 2 * (qkv + attn);
-  const bool native = precision == config::Precision::BF16 && kernels::cpu::native_bf16_gemm();
-  if (!native) {
-    const auto rows = static_cast<int64_t>(tokens);
-    auto linear = [&](double in, double out) {
-      const auto b = kernels::cpu::widened_gemm_block_rows(rows, static_cast<int64_t>(in),
-                                                           static_cast<int64_t>(out));
-      return in * out + static_cast<double>(b) * (in + out);
-    };
-    const double D = static_cast<double>(d.D);
-    most = std::max(most, linear(D, static_cast<double>(d.fc1) / t));
-    most = std::max(most, linear(static_cast<double>(d.F) / t, D));
-    most = std::max(most, linear(D, qkv));
-    if (last_stage) most = std::max(most, linear(D, static_cast<double>(V) / t));
-  }
-  if (precision == config::Precision::FP16 && last_stage)
-    most = std::max(most, tokens * static_cast<double>(V) / t);
-  return 4 * most;
-}
-
+using detail::Activations;
+using detail::cpu_widening_workspace;
+using detail::Dims;
+using detail::dims_of;
+using detail::embedding_params;
+using detail::expert_params;
+using detail::head_params;
+using detail::layer_params;
+using detail::lora_layer_params;
 using detail::ring_all_reduce;
-
-// Activation bytes of one micro-batch for the pieces of a model chunk.
-struct Activations {
-  const Dims& d;
-  const Layout& lay;
-  bool cuda;
-  bool flash;
-  double a;    // bytes per activation element
-  double V;    // padded vocab
-  double s;    // sequence per context-parallel rank
-  double b;    // micro-batch
-  double t;    // tensor parallel
-  double spd;  // sequence-parallel divisor (t or 1)
-
-  // One layer with every activation kept (no recompute), split as (rest, attention core).
-  std::pair<double, double> layer() const {
-    const double D = static_cast<double>(d.D), H = static_cast<double>(d.H),
-                 G = static_cast<double>(d.G), Dh = static_cast<double>(d.Dh),
-                 F = static_cast<double>(d.F), fc1 = static_cast<double>(d.fc1),
-                 S = static_cast<double>(d.S);
-    const bool drop = d.hidden_dropout > 0;
-    if (cuda) {
-      const double rep = s * b * D * (4 * a + (drop ? 2 : 0)) / spd;
-      const double tensor = s * b * a * (2 * H * Dh + 2 * G * Dh + (fc1 + F)) / t;
-      const double core = flash ? 4 * b * H * s / t
-                                : b * H * s * S * (a + (d.attention_dropout > 0 ? 1 + a : 0)) / t;
-      return {rep + tensor, core};
-    }
-    // CPU: the TransformerBlock::Ctx tensors (activations in the model dtype, norm statistics
-    // fp32), forward and the backward scratch.
-    const double rows = s * b / spd, full = s * b;
-    const double nst = d.layernorm ? 2 : 1;
-    const double qkvw = (H + 2 * G) * Dh / t, attnw = H * Dh / t, fc1w = fc1 / t, Fl = F / t;
-    const double fwd = rows * 6 * D + full * (qkvw + attnw + fc1w + Fl);
-    const double stats = rows * 2 * nst;
-    const double bwd = rows * D * (2 + (drop ? 1 : 0)) + full * (Fl + fc1w + attnw + qkvw);
-    // probs [b, H/t, s, s] (fp32); flash attention keeps only lse [b, H/t, s]
-    const double core = flash ? b * H / t * s : b * H / t * s * S;
-    return {a * (fwd + bwd) + 4 * stats, 4 * core};
-  }
-  double layer_input() const { return a * s * b * static_cast<double>(d.D) / spd; }
-  // What an MoE layer holds beyond layer()'s with a dense MLP replaced: the experts' rows for
-  // the busiest rank (topk x imbalance per token) in place of the dense MLP, the shared expert,
-  // the dispatch and combine buffers, the fp32 router statistics. Split experts see the whole
-  // micro-batch's rows with 1/t of each expert; whole experts (folded) this rank's slice.
-  double moe_delta() const {
-    const double D = static_cast<double>(d.D), full = s * b, rows = s * b / spd;
-    const double k = static_cast<double>(d.topk), f = d.imbalance;
-    const double routed = lay.experts_fold_tp() ? rows : full;
-    const double et = static_cast<double>(lay.expert_tp());
-    const double dense_mlp = a * full * (d.fc1 + d.F) / t * (cuda ? 1 : 2);
-    const double experts = a * routed * k * f * (d.moe_fc1 + d.moe_ffn) / et * (cuda ? 1 : 2);
-    const double shared =
-        a * full * static_cast<double>(d.shared_fc1 + d.shared_ffn) / t * (cuda ? 1 : 2);
-    // rows in and out (x2 for backward) at the experts, the returned rows, fp32 combine rows.
-    const double buffers = a * routed * k * D * (4 * f + 2) + 4 * rows * k * D * 2;
-    const double router = 4 * rows * (D + 2 * static_cast<double>(d.E));
-    return experts + shared + buffers + router - dense_mlp;
-  }
-
-  // Per-micro-batch bytes outside the layers (embeddings; final norm, logits, loss).
-  double pre() const {
-    const double D = static_cast<double>(d.D), rows = s * b / spd;
-    if (cuda) return d.hidden_dropout > 0 ? rows * D : 0;         // embedding dropout mask
-    double n = a * rows * D;                                      // embedded
-    if (!d.rope) n += 4 * rows;                                   // int32 positions
-    if (d.hidden_dropout > 0) n += a * rows * D;                  // embedding dropout output
-    if (d.bert) n += a * 2 * rows * D + 4 * 2 * rows + 4 * rows;  // sum scratch, norm, types
-    return n;
-  }
-  double post() const {
-    const double D = static_cast<double>(d.D), rows = s * b / spd, full = s * b;
-    if (cuda) {
-      double n = 2 * a * rows * D + 4 * full * V / t;  // final norm + output inputs, fp32 softmax
-      if (d.bert) n += a * rows * D;                   // the MLM transform's activation input
-      return n;
-    }
-    const double nst = d.layernorm ? 2 : 1;
-    double n = a * full * V / t + 4 * 3 * full;  // logits; fp32 losses, lse, d(losses)
-    if (lay.sequence_parallel && d.tied) n += a * 2 * full * D;  // gathered head input + grad
-    if (d.bert)  // MLM transform / GELU / norm outputs and their grads, pooler + NSP head
-      n += a * (5 * rows * D + (d.binary_head ? 5 * b * D : 0)) + 4 * 2 * rows;
-    else
-      n += 4 * nst * rows + a * rows * D;  // final norm
-    return n;
-  }
-  // Per activation set regardless of the chunk: ping-pong gradients (CPU), micro-batch ids,
-  // pipeline receive buffers.
-  double common(bool has_pre, bool has_post) const {
-    const double D = static_cast<double>(d.D), rows = s * b / spd, full = s * b;
-    if (cuda) return 0;
-    double n = 2 * a * rows * D;
-    if (has_pre || has_post) n += (d.bert ? 13 : 8) * full;  // int32 tokens, labels (+ types, mask)
-    if (lay.pp > 1 && !has_pre) n += 2 * a * rows * D;
-    return n;
-  }
-};
 
 struct ChunkShape {
   int64_t layers;

@@ -82,7 +82,7 @@ void require_device_pointer(const void* p, const char* op, const char* what) {
 
 }  // namespace
 
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) {
+void CudaOps::linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y) const {
   const char* op = "linear_forward";
   const int64_t out = w.dim(0), in = w.dim(1), n = x.numel() / in;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
@@ -92,8 +92,8 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   });
 }
 
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
-                     Tensor* db) {
+void CudaOps::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx,
+                              Tensor* dw, Tensor* db) const {
   const char* op = "linear_backward";
   const int64_t out = w.dim(0), in = w.dim(1), n = x.numel() / in;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
@@ -132,8 +132,8 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
   });
 }
 
-void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,
-                       Tensor& mean, Tensor& rstd) {
+void CudaOps::layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps,
+                                Tensor& y, Tensor& mean, Tensor& rstd) const {
   const char* op = "layernorm_forward";
   const int64_t d = w.numel(), n = x.numel() / d;
   expect(op, mean, "mean", DType::F32);
@@ -148,8 +148,9 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float 
   });
 }
 
-void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db) {
+void CudaOps::layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean,
+                                 const Tensor& rstd, const Tensor& dy, Tensor& dx, Tensor& dw,
+                                 Tensor& db) const {
   const char* op = "layernorm_backward";
   const int64_t d = w.numel(), n = x.numel() / d;
   expect_all<float>(op, {{&mean, "mean"}, {&rstd, "rstd"}, {&dw, "dw"}, {&db, "db"}});
@@ -164,7 +165,8 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
   });
 }
 
-void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
+void CudaOps::rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y,
+                              Tensor& rstd) const {
   const char* op = "rmsnorm_forward";
   const int64_t d = w.numel(), n = x.numel() / d;
   expect(op, rstd, "rstd", DType::F32);
@@ -177,8 +179,8 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
   });
 }
 
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
-                      Tensor& dx, Tensor& dw) {
+void CudaOps::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd,
+                               const Tensor& dy, Tensor& dx, Tensor& dw) const {
   const char* op = "rmsnorm_backward";
   const int64_t d = w.numel(), n = x.numel() / d;
   expect_all<float>(op, {{&rstd, "rstd"}, {&dw, "dw"}});
@@ -192,7 +194,7 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   });
 }
 
-void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
+void CudaOps::gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) const {
   const char* op = "gelu_forward";
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&y, "y"}});
@@ -200,7 +202,7 @@ void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
   });
 }
 
-void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind) {
+void CudaOps::gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind) const {
   const char* op = "gelu_backward";
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
@@ -208,7 +210,7 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kin
   });
 }
 
-void tanh_forward(const Tensor& x, Tensor& y) {
+void CudaOps::tanh_forward(const Tensor& x, Tensor& y) const {
   const char* op = "tanh_forward";
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&y, "y"}});
@@ -216,7 +218,7 @@ void tanh_forward(const Tensor& x, Tensor& y) {
   });
 }
 
-void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
+void CudaOps::tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) const {
   const char* op = "tanh_backward";
   with_storage_type(y.dtype(), op, "y", [&]<typename T>() {
     expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
@@ -224,7 +226,7 @@ void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   });
 }
 
-void swiglu_forward(const Tensor& x, Tensor& y) {
+void CudaOps::swiglu_forward(const Tensor& x, Tensor& y) const {
   const char* op = "swiglu_forward";
   const int64_t f = y.dim(y.ndim() - 1), n = y.numel() / f;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
@@ -233,7 +235,7 @@ void swiglu_forward(const Tensor& x, Tensor& y) {
   });
 }
 
-void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
+void CudaOps::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) const {
   const char* op = "swiglu_backward";
   const int64_t f = dy.dim(dy.ndim() - 1), n = dy.numel() / f;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
@@ -242,7 +244,8 @@ void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   });
 }
 
-void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {
+void CudaOps::embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start,
+                                Tensor& out) const {
   const char* op = "embedding_forward";
   with_storage_type(table.dtype(), op, "table", [&]<typename T>() {
     expect_all<T>(op, {{&out, "out"}});
@@ -251,8 +254,8 @@ void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_sta
   });
 }
 
-void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start,
-                        Tensor& dtable) {
+void CudaOps::embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start,
+                                 Tensor& dtable) const {
   const char* op = "embedding_backward";
   expect(op, dtable, "dtable", DType::F32);
   with_storage_type(dout.dtype(), op, "dout", [&]<typename T>() {
@@ -261,8 +264,9 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_sta
   });
 }
 
-void attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
-                       const Tensor& qkv, Tensor& out, Tensor& probs) {
+void CudaOps::attention_forward(const kernels::AttentionShape& s,
+                                const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                Tensor& out, Tensor& probs) const {
   const char* op = "attention_forward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -275,8 +279,9 @@ void attention_forward(const kernels::AttentionShape& s, const kernels::Attentio
   });
 }
 
-void attention_backward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
-                        const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv) {
+void CudaOps::attention_backward(const kernels::AttentionShape& s,
+                                 const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                 const Tensor& probs, const Tensor& dout, Tensor& dqkv) const {
   const char* op = "attention_backward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -289,8 +294,9 @@ void attention_backward(const kernels::AttentionShape& s, const kernels::Attenti
   });
 }
 
-void flash_attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
-                             const Tensor& qkv, Tensor& out, Tensor& lse) {
+void CudaOps::flash_attention_forward(const kernels::AttentionShape& s,
+                                      const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                      Tensor& out, Tensor& lse) const {
   const char* op = "flash_attention_forward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -302,10 +308,10 @@ void flash_attention_forward(const kernels::AttentionShape& s, const kernels::At
   });
 }
 
-void flash_attention_backward(const kernels::AttentionShape& s,
-                              const kernels::AttentionOptions& opt, const Tensor& qkv,
-                              const Tensor& out, const Tensor& lse, const Tensor& dout,
-                              Tensor& dqkv) {
+void CudaOps::flash_attention_backward(const kernels::AttentionShape& s,
+                                       const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                       const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                       Tensor& dqkv) const {
   const char* op = "flash_attention_backward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -318,8 +324,9 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   });
 }
 
-void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
-                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window) {
+void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
+                                 Tensor& keys, Tensor& values, int64_t past, Tensor& out,
+                                 int64_t window) const {
   const char* op = "kv_cache_attention";
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
@@ -328,25 +335,26 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
   });
 }
 
-void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::RopeFrequencies& rope,
-                  int64_t position_offset, const Tensor* positions) {
+void CudaOps::rope_forward(const kernels::AttentionShape& s, Tensor& qkv,
+                           const math::RopeFrequencies& rope, int64_t position_offset,
+                           const Tensor* positions) const {
   with_storage_type(qkv.dtype(), "rope_forward", "qkv", [&]<typename T>() {
     kc::rope_forward<T>(s, ptr<T>(qkv), rope, position_offset,
                         positions ? positions->data<int32_t>() : nullptr, stream());
   });
 }
 
-void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
-                   const math::RopeFrequencies& rope, int64_t position_offset,
-                   const Tensor* positions) {
+void CudaOps::rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
+                            const math::RopeFrequencies& rope, int64_t position_offset,
+                            const Tensor* positions) const {
   with_storage_type(dqkv.dtype(), "rope_backward", "dqkv", [&]<typename T>() {
     kc::rope_backward<T>(s, ptr<T>(dqkv), rope, position_offset,
                          positions ? positions->data<int32_t>() : nullptr, stream());
   });
 }
 
-void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t rng_stream,
-                     uint64_t index_offset) {
+void CudaOps::dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed,
+                              uint64_t rng_stream, uint64_t index_offset) const {
   const char* op = "dropout_forward";
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&y, "y"}});
@@ -355,8 +363,8 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_
   });
 }
 
-void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
-                  uint64_t seed, uint64_t rng_stream) {
+void CudaOps::dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
+                           uint64_t seed, uint64_t rng_stream) const {
   const char* op = "dropout_rows";
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&y, "y"}});
@@ -364,8 +372,8 @@ void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, 
   });
 }
 
-void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t rng_stream,
-                      uint64_t index_offset) {
+void CudaOps::dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed,
+                               uint64_t rng_stream, uint64_t index_offset) const {
   const char* op = "dropout_backward";
   with_storage_type(dy.dtype(), op, "dy", [&]<typename T>() {
     expect_all<T>(op, {{&dx, "dx"}});
@@ -374,9 +382,9 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint
   });
 }
 
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                           const kernels::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
-                           Tensor& lse) {
+void CudaOps::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                    const kernels::VocabSlice& vs, int32_t ignore_index,
+                                    Tensor& loss, Tensor& lse) const {
   const char* op = "cross_entropy_forward";
   expect(op, loss, "loss", DType::F32);
   expect(op, lse, "lse", DType::F32);
@@ -386,9 +394,10 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                            const kernels::VocabSlice& vs, int32_t ignore_index, const Tensor& lse,
-                            const Tensor& dloss, Tensor& dlogits) {
+void CudaOps::cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                     const kernels::VocabSlice& vs, int32_t ignore_index,
+                                     const Tensor& lse, const Tensor& dloss,
+                                     Tensor& dlogits) const {
   const char* op = "cross_entropy_backward";
   expect(op, lse, "lse", DType::F32);
   expect(op, dloss, "dloss", DType::F32);
@@ -400,7 +409,8 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
   });
 }
 
-void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max) {
+void CudaOps::cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs,
+                                    Tensor& row_max) const {
   const char* op = "cross_entropy_row_max";
   expect(op, row_max, "row_max", DType::F32);
   with_storage_type(logits.dtype(), op, "logits", [&]<typename T>() {
@@ -409,9 +419,9 @@ void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, 
   });
 }
 
-void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
-                           const kernels::VocabSlice& vs, const Tensor& row_max, Tensor& sum_exp,
-                           Tensor& target_logit) {
+void CudaOps::cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
+                                    const kernels::VocabSlice& vs, const Tensor& row_max,
+                                    Tensor& sum_exp, Tensor& target_logit) const {
   const char* op = "cross_entropy_sum_exp";
   expect_all<float>(
       op, {{&row_max, "row_max"}, {&sum_exp, "sum_exp"}, {&target_logit, "target_logit"}});
@@ -422,9 +432,9 @@ void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
   });
 }
 
-void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
-                        const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
-                        Tensor& lse) {
+void CudaOps::cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
+                                 const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
+                                 Tensor& lse) const {
   expect_all<float>("cross_entropy_loss", {{&row_max, "row_max"},
                                            {&sum_exp, "sum_exp"},
                                            {&target_logit, "target_logit"},
@@ -436,7 +446,7 @@ void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tenso
   kc::cross_entropy_lse(ptr<float>(row_max), ptr<float>(sum_exp), n, ptr<float>(lse), stream());
 }
 
-void add(const Tensor& a, const Tensor& b, Tensor& out) {
+void CudaOps::add(const Tensor& a, const Tensor& b, Tensor& out) const {
   const char* op = "add";
   with_storage_type(a.dtype(), op, "a", [&]<typename T>() {
     expect_all<T>(op, {{&b, "b"}, {&out, "out"}});
@@ -444,7 +454,7 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   });
 }
 
-void add_bias(Tensor& y, const Tensor& bias) {
+void CudaOps::add_bias(Tensor& y, const Tensor& bias) const {
   const char* op = "add_bias";
   with_storage_type(y.dtype(), op, "y", [&]<typename T>() {
     expect_all<T>(op, {{&bias, "bias"}});
@@ -453,7 +463,7 @@ void add_bias(Tensor& y, const Tensor& bias) {
   });
 }
 
-void add_inplace(Tensor& acc, const Tensor& x) {
+void CudaOps::add_inplace(Tensor& acc, const Tensor& x) const {
   const char* op = "add_inplace";
   with_storage_type(x.dtype(), op, "x", [&]<typename TX>() {
     if (acc.dtype() == dtype_of<TX>()) {
@@ -467,17 +477,17 @@ void add_inplace(Tensor& acc, const Tensor& x) {
   });
 }
 
-void fill(Tensor& x, float v) {
+void CudaOps::fill(Tensor& x, float v) const {
   with_storage_type(x.dtype(), "fill", "x",
                     [&]<typename T>() { kc::fill<T>(ptr<T>(x), v, x.numel(), stream()); });
 }
 
-void scale_inplace(Tensor& x, float s) {
+void CudaOps::scale_inplace(Tensor& x, float s) const {
   with_storage_type(x.dtype(), "scale_inplace", "x",
                     [&]<typename T>() { kc::scale_inplace<T>(ptr<T>(x), s, x.numel(), stream()); });
 }
 
-void cast(const Tensor& src, Tensor& dst) {
+void CudaOps::cast(const Tensor& src, Tensor& dst) const {
   with_storage_type(src.dtype(), "cast", "src", [&]<typename TSrc>() {
     with_storage_type(dst.dtype(), "cast", "dst", [&]<typename TDst>() {
       kc::cast<TSrc, TDst>(ptr<TSrc>(src), ptr<TDst>(dst), src.numel(), stream());
@@ -485,8 +495,8 @@ void cast(const Tensor& src, Tensor& dst) {
   });
 }
 
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                const math::AdamWParams& p) {
+void CudaOps::adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                         const math::AdamWParams& p) const {
   const char* op = "adamw_step";
   expect_all<float>(op, {{&param, "param"}, {&grad, "grad"}, {&m, "m"}, {&v, "v"}});
   if (param.numel() == 0) return;
@@ -494,7 +504,7 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                  p, stream());
 }
 
-int64_t count_outside(const Tensor& x, float limit) {
+int64_t CudaOps::count_outside(const Tensor& x, float limit) const {
   unsigned long long result = 0;
   with_storage_type(x.dtype(), "count_outside", "x", [&]<typename T>() {
     mc::DeviceMemory count = workspace(sizeof(unsigned long long));
@@ -507,7 +517,7 @@ int64_t count_outside(const Tensor& x, float limit) {
   return static_cast<int64_t>(result);
 }
 
-double sum_squares(const Tensor& x) {
+double CudaOps::sum_squares(const Tensor& x) const {
   double result = 0.0;
   with_storage_type(x.dtype(), "sum_squares", "x", [&]<typename T>() {
     mc::DeviceMemory out = workspace(sizeof(double));
@@ -520,7 +530,7 @@ double sum_squares(const Tensor& x) {
   return result;
 }
 
-double sum_squares_of(const std::vector<Tensor>& xs) {
+double CudaOps::sum_squares_of(const std::vector<Tensor>& xs) const {
   double result = 0.0;
   with_storage_type(xs.front().dtype(), "sum_squares_of", "xs", [&]<typename T>() {
     std::vector<const T*> ptrs;

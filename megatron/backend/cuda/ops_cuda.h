@@ -1,9 +1,9 @@
 #pragma once
-// The CUDA versions of the ops in megatron/backend/ops.h, which calls them for tensors on
-// Device::CUDA after its device and shape checks (call ops:: rather than these). Each checks
-// dtypes, picks the kernels/cuda instantiation with one runtime -> template switch and queues
-// it on the current stream (runtime.h); workspaces come from the caching allocator on that
-// stream. CUDA-free header.
+// The CUDA backend of the ops (kernels/common/device_ops.h): megatron/backend/ops.h hands it
+// the calls whose tensors are on Device::CUDA after its device and shape checks (call ops::
+// rather than these). Each checks dtypes, picks the kernels/cuda instantiation with one
+// runtime -> template switch and queues it on the current stream (runtime.h); workspaces come
+// from the caching allocator on that stream. CUDA-free header.
 //
 // Dtypes (T: fp32, bf16 or fp16, one per call; "+=" marks accumulated fp32 gradients):
 //   linear_forward          x, w, b, y: T (fp32 GEMMs run in full fp32, no TF32)
@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kernels/common/attention_shape.h"
+#include "kernels/common/device_ops.h"
 #include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
 #include "kernels/common/vocab_slice.h"
@@ -48,88 +49,10 @@
 
 namespace megatron::ops::cuda_backend {
 
-void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y);
-void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
-                     Tensor* db);
-
-void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,
-                       Tensor& mean, Tensor& rstd);
-void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                        const Tensor& dy, Tensor& dx, Tensor& dw, Tensor& db);
-void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
-void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
-                      Tensor& dx, Tensor& dw);
-
-void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind);
-void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind);
-void tanh_forward(const Tensor& x, Tensor& y);
-void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
-int64_t count_outside(const Tensor& x, float limit);
-void swiglu_forward(const Tensor& x, Tensor& y);
-void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
-
-void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out);
-void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start, Tensor& dtable);
-
-void attention_forward(const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,
-                       const Tensor& qkv, Tensor& out, Tensor& probs);
-void attention_backward(const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,
-                        const Tensor& qkv, const Tensor& probs, const Tensor& dout, Tensor& dqkv);
-void flash_attention_forward(const kernels::AttentionShape& shape,
-                             const kernels::AttentionOptions& opt, const Tensor& qkv, Tensor& out,
-                             Tensor& lse);
-void flash_attention_backward(const kernels::AttentionShape& shape,
-                              const kernels::AttentionOptions& opt, const Tensor& qkv,
-                              const Tensor& out, const Tensor& lse, const Tensor& dout,
-                              Tensor& dqkv);
-void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
-                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window);
-void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
-                  const math::RopeFrequencies& rope, int64_t position_offset,
-                  const Tensor* positions = nullptr);
-void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
-                   const math::RopeFrequencies& rope, int64_t position_offset,
-                   const Tensor* positions = nullptr);
-
-void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
-                     uint64_t index_offset);
-void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t stream,
-                      uint64_t index_offset);
-void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
-                  uint64_t seed, uint64_t stream);
-
-void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
-                           const kernels::VocabSlice& vs, int32_t ignore_index, Tensor& loss,
-                           Tensor& lse);
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                            const kernels::VocabSlice& vs, int32_t ignore_index, const Tensor& lse,
-                            const Tensor& dloss, Tensor& dlogits);
-void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max);
-void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
-                           const kernels::VocabSlice& vs, const Tensor& row_max, Tensor& sum_exp,
-                           Tensor& target_logit);
-void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
-                        const Tensor& sum_exp, const Tensor& target_logit, Tensor& loss,
-                        Tensor& lse);
-
-// ops_cuda_moe.cpp
-void gather_rows(const Tensor& src, const Tensor& index, Tensor& out);
-void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out);
-void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, int64_t topk,
-                 Tensor& out);
-void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor& dy, int64_t topk,
-                          Tensor& d_rows, Tensor& d_gates);
-
-void add(const Tensor& a, const Tensor& b, Tensor& out);
-void add_bias(Tensor& y, const Tensor& bias);
-void add_inplace(Tensor& acc, const Tensor& x);
-void scale_inplace(Tensor& x, float s);
-void fill(Tensor& x, float v);
-void cast(const Tensor& src, Tensor& dst);
-
-void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                const math::AdamWParams& p);
-double sum_squares(const Tensor& x);
-double sum_squares_of(const std::vector<Tensor>& xs);  // same device and dtype, non-empty
+class CudaOps final : public DeviceOps {
+ public:
+  Device device() const override { return Device::CUDA; }
+  MEGATRON_DEVICE_OPS_OVERRIDES
+};
 
 }  // namespace megatron::ops::cuda_backend

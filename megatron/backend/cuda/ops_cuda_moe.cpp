@@ -24,22 +24,22 @@ void expect(const char* op, const Tensor& t, const char* name, DType want) {
 
 }  // namespace
 
-void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
+void CudaOps::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) const {
   const int64_t D = src.dim(src.ndim() - 1);
   kc::gather_rows(src.raw(), src.numel() / D, ptr<int32_t>(index), index.numel(),
                   static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw(),
                   megatron::cuda::current_stream());
 }
 
-void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out) {
+void CudaOps::scatter_rows(const Tensor& src, const Tensor& index, Tensor& out) const {
   const int64_t D = out.dim(out.ndim() - 1);
   kc::scatter_rows(src.raw(), ptr<int32_t>(index), index.numel(), out.numel() / D,
                    static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw(),
                    megatron::cuda::current_stream());
 }
 
-void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, int64_t topk,
-                 Tensor& out) {
+void CudaOps::moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates,
+                          int64_t topk, Tensor& out) const {
   const char* op = "moe_combine";
   const int64_t D = out.dim(out.ndim() - 1), tokens = out.numel() / D;
   if (gates) expect(op, *gates, "gates", DType::F32);
@@ -57,8 +57,8 @@ void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, i
   });
 }
 
-void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor& dy, int64_t topk,
-                          Tensor& d_rows, Tensor& d_gates) {
+void CudaOps::moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor& dy,
+                                   int64_t topk, Tensor& d_rows, Tensor& d_gates) const {
   const char* op = "moe_combine_backward";
   expect(op, gates, "gates", DType::F32);
   expect(op, d_gates, "d_gates", DType::F32);

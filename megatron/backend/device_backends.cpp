@@ -1,0 +1,45 @@
+#include "megatron/backend/device_backends.h"
+
+#include "megatron/backend/cpu_ops.h"
+#include "megatron/core/error.h"
+#ifdef MEGATRON_WITH_CUDA
+#include "megatron/backend/cuda/nccl_communicator.h"
+#include "megatron/backend/cuda/ops_cuda.h"
+#include "megatron/parallel/mpi_communicator.h"
+#endif
+
+namespace megatron::backend {
+
+namespace {
+constexpr const char* kNoCuda =
+    "this build has no CUDA backend (configure with -DMEGATRON_CUDA=ON)";
+}  // namespace
+
+const ops::DeviceOps& device_ops(Device device, const char* user) {
+  static const ops::CpuOps cpu;
+  if (device == Device::CPU) return cpu;
+#ifdef MEGATRON_WITH_CUDA
+  static const ops::cuda_backend::CudaOps cuda;
+  if (device == Device::CUDA) return cuda;
+#endif
+  MT_CHECK(false, user, ": the tensors are on ", device_name(device), " but ", kNoCuda);
+  __builtin_unreachable();
+}
+
+std::unique_ptr<parallel::Communicator> device_communicator(Device device,
+                                                            parallel::Communicator& group) {
+  if (device == Device::CPU || group.size() == 1) return nullptr;
+#ifdef MEGATRON_WITH_CUDA
+  if (device == Device::CUDA) {
+    if (dynamic_cast<const cuda::NcclCommunicator*>(&group) != nullptr) return nullptr;
+    const auto* mpi = dynamic_cast<const parallel::MpiCommunicator*>(&group);
+    MT_CHECK(mpi != nullptr, "process group '", group.name(),
+             "' is neither an MPI nor an NCCL group: no NCCL communicator can be made from it");
+    return std::make_unique<cuda::NcclCommunicator>(*mpi);
+  }
+#endif
+  MT_CHECK(false, "communicators for ", device_name(device), " tensors, but ", kNoCuda);
+  __builtin_unreachable();
+}
+
+}  // namespace megatron::backend

@@ -19,15 +19,13 @@
 #include "data/sft_dataset.h"
 #include "data/tokenizer.h"
 #include "kernels/cpu/cpu_features.h"
+#include "megatron/backend/device_backends.h"
 #include "megatron/core/error.h"
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mpi_communicator.h"
 #include "megatron/training/pretrained.h"
 #include "models/hf_checkpoint.h"
 #include "tools/cli_flags.h"
-#if MEGATRON_WITH_CUDA
-#include "megatron/backend/cuda/device.h"
-#endif
 
 namespace {
 
@@ -254,11 +252,7 @@ void select_device(const Args& a, int local_rank) {
   MT_INPUT_CHECK(device_available(Device::CUDA),
                  "--device cuda: no CUDA device is visible (or this build has no CUDA backend: "
                  "configure with -DMEGATRON_CUDA=ON); use --device cpu");
-#if MEGATRON_WITH_CUDA
-  cuda::select_device_for_local_rank(local_rank);
-#else
-  (void)local_rank;
-#endif
+  backend::select_device_for_local_rank(a.device, local_rank);
 }
 
 int run(const Args& a, parallel::Communicator& world, int local_rank) {

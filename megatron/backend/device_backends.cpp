@@ -3,6 +3,7 @@
 #include "megatron/backend/cpu_ops.h"
 #include "megatron/core/error.h"
 #ifdef MEGATRON_WITH_CUDA
+#include "megatron/backend/cuda/device.h"
 #include "megatron/backend/cuda/nccl_communicator.h"
 #include "megatron/backend/cuda/ops_cuda.h"
 #include "megatron/parallel/mpi_communicator.h"
@@ -39,6 +40,15 @@ std::unique_ptr<parallel::Communicator> device_communicator(Device device,
   }
 #endif
   MT_CHECK(false, "communicators for ", device_name(device), " tensors, but ", kNoCuda);
+  __builtin_unreachable();
+}
+
+int select_device_for_local_rank(Device device, int local_rank) {
+  if (device == Device::CPU) return -1;
+#ifdef MEGATRON_WITH_CUDA
+  if (device == Device::CUDA) return cuda::select_device_for_local_rank(local_rank);
+#endif
+  MT_CHECK(false, "selecting a ", device_name(device), " device, but ", kNoCuda);
   __builtin_unreachable();
 }
 

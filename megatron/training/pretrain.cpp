@@ -3,15 +3,13 @@
 #include <cstdlib>
 #include <memory>
 
+#include "megatron/backend/device_backends.h"
 #include "megatron/core/device_memory.h"
 #include "megatron/parallel/mesh.h"
 #include "megatron/parallel/mpi_communicator.h"
 #include "megatron/training/data_sources.h"
 #include "megatron/training/device_groups.h"
 #include "megatron/training/trainer.h"
-#if MEGATRON_WITH_CUDA
-#include "megatron/backend/cuda/device.h"
-#endif
 
 namespace megatron::training {
 
@@ -54,10 +52,8 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
     MT_INPUT_CHECK(device_available(Device::CUDA), recipe.source_path,
                    ": training.device: cuda but no CUDA device is visible (or this build has no "
                    "CUDA backend: configure with -DMEGATRON_CUDA=ON)");
-#if MEGATRON_WITH_CUDA
-    const int gpu = cuda::select_device_for_local_rank(launch.local_rank);
+    const int gpu = backend::select_device_for_local_rank(device, launch.local_rank);
     out << "device: cuda, rank 0 on GPU " << gpu << " (GPU = local rank % visible devices)\n";
-#endif
   }
   const DeviceGroups groups(device, mesh_groups);
   if (recipe.training.threads == 0 && std::getenv("OMP_NUM_THREADS") == nullptr)

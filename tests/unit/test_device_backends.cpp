@@ -10,6 +10,7 @@
 
 #include "megatron/backend/device_backends.h"
 #include "megatron/backend/ops.h"
+#include "megatron/core/device_memory.h"
 #include "megatron/core/error.h"
 #include "megatron/params/parameter.h"
 #include "tests/support/ops_test_util.h"
@@ -88,6 +89,14 @@ TEST(DeviceBackends, AModelOnADeviceWithoutABackendFailsWhenBuilt) {
                 HasSubstr("the model's parameters: the tensors are on cuda but this build has no "
                           "CUDA backend"));
   }
+}
+
+TEST(DeviceBackends, EachProcessPicksItsDeviceOnTheNode) {
+  EXPECT_EQ(backend::select_device_for_local_rank(Device::CPU, 3), -1);  // nothing to pick
+  if (device_available(Device::CUDA))
+    EXPECT_GE(backend::select_device_for_local_rank(Device::CUDA, 0), 0);
+  else  // no GPU (or no CUDA build): an error, never a silent CPU run
+    EXPECT_THROW(backend::select_device_for_local_rank(Device::CUDA, 0), Error);
 }
 
 }  // namespace

@@ -200,7 +200,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                         r.optimizer.offload == config::OptimizerOffload::CPU
                     ? r.optimizer.offload_fraction
                     : 0.0;
-  lay.recompute = config::option_name(tr.recompute);
+  lay.recompute = tr.recompute;
   MT_INPUT_CHECK(lay.vpp == 1 || lay.num_microbatches % lay.pp == 0, r.source_path,
                  ": parallel.virtual_pipeline: the interleaved schedule needs the number of "
                  "micro-batches per step to be a multiple of parallel.pipeline (got ",

@@ -129,7 +129,7 @@ struct Layout {
   int64_t etp = 0;  // parallel.expert_tensor: 0 = tp, or 1 (whole experts)
   int64_t micro_batch = 1, num_microbatches = 1;
   bool sequence_parallel = false;  // effective (tp > 1)
-  std::string recompute = "none";
+  config::RecomputeGranularity recompute = config::RecomputeGranularity::None;
   // Recipe::sharding_strategy(), as the trainer runs it (at dp 1 too).
   config::ShardingStrategy sharding = config::ShardingStrategy::NoShard;
   int64_t instances = 1;  // parallel.num_distributed_optimizer_instances (hybrid sharding)

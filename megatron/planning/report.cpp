@@ -23,7 +23,7 @@ std::string Layout::describe() const {
   if (vpp > 1) os << " vpp" << vpp;
   os << " mb" << micro_batch << "x" << num_microbatches;
   if (sequence_parallel) os << " sp";
-  os << " recompute=" << recompute << " sharding=" << config::option_name(sharding);
+  os << " recompute=" << config::option_name(recompute) << " sharding=" << config::option_name(sharding);
   if (instances > 1) os << " instances=" << instances;
   if (offload > 0) os << " offload=" << offload;
   return os.str();
@@ -80,7 +80,7 @@ nlohmann::json PlanReport::to_json() const {
             // Megatron's distributed optimizer: the optimizer state sharded (optim and beyond).
             {"distributed_optimizer", layout.sharding != config::ShardingStrategy::NoShard},
             {"offload_fraction", layout.offload},
-            {"recompute", layout.recompute},
+            {"recompute", std::string(config::option_name(layout.recompute))},
             {"describe", layout.describe()}}},
           {"vocab", vocab},
           {"padded_vocab", padded_vocab},

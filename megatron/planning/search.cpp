@@ -140,7 +140,7 @@ std::string search_table(const SearchResult& result, size_t top) {
     os << std::setw(4) << i + 1 << std::setw(4) << l.tp << std::setw(4) << l.pp << std::setw(6)
        << l.dp << std::setw(4) << l.ep << std::setw(4) << l.expert_tp() << std::setw(4) << l.vpp
        << std::setw(5) << l.micro_batch << std::setw(6) << l.num_microbatches << std::setw(4)
-       << (l.sequence_parallel ? "on" : "-") << std::setw(11) << l.recompute << std::setw(20)
+       << (l.sequence_parallel ? "on" : "-") << std::setw(11) << config::option_name(l.recompute) << std::setw(20)
        << sharding_name(l) << std::setw(10) << gb(p.memory().total, 2) << std::setw(10)
        << std::setprecision(4) << p.time.step << std::setw(8) << std::fixed << std::setprecision(1)
        << p.time.mfu * 100 << std::setw(12) << std::setprecision(0) << p.time.tokens_per_second

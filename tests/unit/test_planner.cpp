@@ -431,7 +431,7 @@ TEST(PlannerSearch, OnlyFittingLayoutsWithCpuRecompute) {
   std::set<std::string> modes;
   for (const PlanReport& p : result.fitting) {
     EXPECT_LE(p.memory().total, 0.35e9);
-    modes.insert(p.layout.recompute);
+    modes.insert(std::string(config::option_name(p.layout.recompute)));
   }
   // The CPU trainer recomputes too: every mode is a candidate.
   EXPECT_EQ(modes, (std::set<std::string>{"none", "selective", "full"}));

@@ -23,7 +23,8 @@ std::string Layout::describe() const {
   if (vpp > 1) os << " vpp" << vpp;
   os << " mb" << micro_batch << "x" << num_microbatches;
   if (sequence_parallel) os << " sp";
-  os << " recompute=" << config::option_name(recompute) << " sharding=" << config::option_name(sharding);
+  os << " recompute=" << config::option_name(recompute)
+     << " sharding=" << config::option_name(sharding);
   if (instances > 1) os << " instances=" << instances;
   if (offload > 0) os << " offload=" << offload;
   return os.str();

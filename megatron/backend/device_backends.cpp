@@ -47,6 +47,8 @@ int select_device_for_local_rank(Device device, int local_rank) {
   if (device == Device::CPU) return -1;
 #ifdef MEGATRON_WITH_CUDA
   if (device == Device::CUDA) return cuda::select_device_for_local_rank(local_rank);
+#else
+  (void)local_rank;
 #endif
   MT_CHECK(false, "selecting a ", device_name(device), " device, but ", kNoCuda);
   __builtin_unreachable();

@@ -1,5 +1,4 @@
 // The ops' front end: the mixture-of-experts row movement and gated sums.
-#include "kernels/cpu/moe_rows.h"
 #include "megatron/backend/op_impl.h"
 
 namespace megatron::ops {
@@ -21,7 +20,7 @@ void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
   const Device dev = device_of(op, {{&src, "src"}, {&index, "index"}, {&out, "out"}});
   require_i32(op, index, "index");
   const int64_t D = row_len(op, src, "src"), m = index.numel();
-  rows_of(src, D);
+  rows_of(src, D);  // src is whole rows
   MT_CHECK(out.numel() == m * D && out.dtype() == src.dtype(), op, ": out ",
            dtype_name(out.dtype()), out.shape().str(), " for ", m, " rows of ",
            dtype_name(src.dtype()), src.shape().str());
@@ -33,7 +32,7 @@ void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out) {
   const Device dev = device_of(op, {{&src, "src"}, {&index, "index"}, {&out, "out"}});
   require_i32(op, index, "index");
   const int64_t D = row_len(op, out, "out"), m = index.numel();
-  rows_of(out, D);
+  rows_of(out, D);  // out is whole rows
   MT_CHECK(src.numel() == m * D && out.dtype() == src.dtype(), op, ": src ",
            dtype_name(src.dtype()), src.shape().str(), " for ", m, " rows of ",
            dtype_name(out.dtype()), out.shape().str());

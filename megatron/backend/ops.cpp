@@ -1,6 +1,6 @@
 // The ops' front end (device and shape checks, then the device's backend): linear layers, norms,
 // activations, embeddings, elementwise, casts, the optimizer step.
-#include "megatron/backend/op_impl.h"
+#include "megatron/backend/op_checks.h"
 
 namespace megatron::ops {
 using namespace impl;

@@ -1,5 +1,5 @@
 // The ops' front end: attention (unfused and flash), rotary embeddings and dropout.
-#include "megatron/backend/op_impl.h"
+#include "megatron/backend/op_checks.h"
 
 namespace megatron::ops {
 using namespace impl;

@@ -1,5 +1,5 @@
 // The ops' front end: cross entropy, whole and vocabulary-parallel in steps.
-#include "megatron/backend/op_impl.h"
+#include "megatron/backend/op_checks.h"
 
 namespace megatron::ops {
 using namespace impl;

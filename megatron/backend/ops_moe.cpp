@@ -1,5 +1,5 @@
 // The ops' front end: the mixture-of-experts row movement and gated sums.
-#include "megatron/backend/op_impl.h"
+#include "megatron/backend/op_checks.h"
 
 namespace megatron::ops {
 using namespace impl;

@@ -22,6 +22,7 @@
 #include "kernels/cuda/storage_type.h"
 #include "megatron/backend/cuda/allocator.h"
 #include "megatron/backend/cuda/check.h"
+#include "megatron/backend/cuda/ops_cuda_util.h"
 #include "megatron/backend/cuda/runtime.h"
 
 namespace megatron::ops::cuda_backend {
@@ -30,6 +31,10 @@ namespace mc = megatron::cuda;
 
 namespace {
 
+using detail::expect;
+using detail::expect_all;
+using detail::ptr;
+using detail::stream;
 using kc::dtype_of;
 using kc::with_storage_type;
 
@@ -44,24 +49,6 @@ void with_weight_type(const Tensor& w, const char* op, Fn&& fn) {
            dtype_name(dtype_of<T>()), " (the activations' dtype), got ", dtype_name(w.dtype()));
   fn.template operator()<T>();
 }
-
-void expect(const char* op, const Tensor& t, const char* name, DType want) {
-  MT_CHECK(t.dtype() == want, op, ": ", name, " must be ", dtype_name(want), " on cuda, got ",
-           dtype_name(t.dtype()));
-}
-
-template <typename T>
-void expect_all(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> args) {
-  for (const auto& [t, name] : args)
-    if (t != nullptr) expect(op, *t, name, dtype_of<T>());
-}
-
-template <typename T>
-T* ptr(const Tensor& t) {
-  return static_cast<T*>(t.raw());
-}
-
-cudaStream_t stream() { return mc::current_stream(); }
 
 // Scratch memory for one op, from the caching allocator on the current stream: freed when the
 // op returns and reusable at once by later work on the same stream (stream order).

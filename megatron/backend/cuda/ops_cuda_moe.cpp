@@ -1,41 +1,30 @@
-// The CUDA versions of the mixture-of-experts ops of backend/ops.h (ops_moe.cpp).
+// The CUDA backend's mixture-of-experts ops (backend/ops.h; front end in ops_moe.cpp).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/moe_rows.h"
 #include "kernels/cuda/storage_type.h"
 #include "megatron/backend/cuda/ops_cuda.h"
+#include "megatron/backend/cuda/ops_cuda_util.h"
 #include "megatron/backend/cuda/runtime.h"
 
 namespace megatron::ops::cuda_backend {
 namespace kc = kernels::cuda;
 
-namespace {
-
-template <typename T>
-T* ptr(const Tensor& t) {
-  return static_cast<T*>(t.raw());
-}
-
-void expect(const char* op, const Tensor& t, const char* name, DType want) {
-  MT_CHECK(t.dtype() == want, op, ": ", name, " must be ", dtype_name(want), " on cuda, got ",
-           dtype_name(t.dtype()));
-}
-
-}  // namespace
+using detail::expect;
+using detail::ptr;
+using detail::stream;
 
 void CudaOps::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) const {
   const int64_t D = src.dim(src.ndim() - 1);
   kc::gather_rows(src.raw(), src.numel() / D, ptr<int32_t>(index), index.numel(),
-                  static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw(),
-                  megatron::cuda::current_stream());
+                  static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw(), stream());
 }
 
 void CudaOps::scatter_rows(const Tensor& src, const Tensor& index, Tensor& out) const {
   const int64_t D = out.dim(out.ndim() - 1);
   kc::scatter_rows(src.raw(), ptr<int32_t>(index), index.numel(), out.numel() / D,
-                   static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw(),
-                   megatron::cuda::current_stream());
+                   static_cast<size_t>(D) * dtype_size(src.dtype()), out.raw(), stream());
 }
 
 void CudaOps::moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates,
@@ -48,12 +37,12 @@ void CudaOps::moe_combine(const Tensor& rows, const Tensor* index, const Tensor*
   kc::with_storage_type(rows.dtype(), op, "rows", [&]<typename T>() {
     if (out.dtype() == DType::F32) {
       kc::moe_combine<T, float>(ptr<T>(rows), rows.numel() / D, idx, g, tokens, topk, D,
-                                ptr<float>(out), megatron::cuda::current_stream());
+                                ptr<float>(out), stream());
       return;
     }
     expect(op, out, "out", kc::dtype_of<T>());
     kc::moe_combine<T, T>(ptr<T>(rows), rows.numel() / D, idx, g, tokens, topk, D, ptr<T>(out),
-                          megatron::cuda::current_stream());
+                          stream());
   });
 }
 
@@ -67,8 +56,7 @@ void CudaOps::moe_combine_backward(const Tensor& rows, const Tensor& gates, cons
     expect(op, dy, "dy", kc::dtype_of<T>());
     expect(op, d_rows, "d_rows", kc::dtype_of<T>());
     kc::moe_combine_backward<T>(ptr<T>(rows), ptr<float>(gates), ptr<T>(dy), tokens, topk, D,
-                                ptr<T>(d_rows), ptr<float>(d_gates),
-                                megatron::cuda::current_stream());
+                                ptr<T>(d_rows), ptr<float>(d_gates), stream());
   });
 }
 

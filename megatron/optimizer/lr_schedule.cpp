@@ -1,19 +1,10 @@
 #include "megatron/optimizer/lr_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
-#include "megatron/core/error.h"
-
 namespace megatron::optim {
-
-Decay parse_decay(const std::string& name) {
-  if (name == "cosine") return Decay::Cosine;
-  if (name == "linear") return Decay::Linear;
-  if (name == "constant") return Decay::Constant;
-  throw InputError(concat("optimizer.schedule.decay: unknown decay '", name,
-                          "' (expected cosine, linear or constant)"));
-}
 
 double LRSchedule::lr(int64_t step) const {
   if (warmup_iters > 0 && step <= warmup_iters)

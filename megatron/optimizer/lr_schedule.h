@@ -2,12 +2,12 @@
 // Learning-rate schedule as Megatron's: linear warmup from 0 over warmup_iters (the first step
 // uses lr * 1/warmup), then cosine or linear decay to min_lr at decay_iters, min_lr after.
 #include <cstdint>
-#include <string>
+
+#include "megatron/config/options.h"
 
 namespace megatron::optim {
 
-enum class Decay : uint8_t { Cosine, Linear, Constant };
-Decay parse_decay(const std::string& name);
+using Decay = config::LrDecay;  // optimizer.schedule.decay, parsed by the recipe loader
 
 struct LRSchedule {
   double max_lr = 0, min_lr = 0;

@@ -9,8 +9,6 @@ namespace megatron::optim {
 Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings)
     : store_(&store), settings_(settings) {
   MT_CHECK(store.finalized(), "optimizer built before the parameter store was finalized");
-  MT_INPUT_CHECK(settings.type == "adamw" || settings.type == "sgd",
-                 "optimizer.type: unknown optimizer '", settings.type, "' (expected adamw or sgd)");
   segments_ = store.segments();
   // Moments packed per home: the device's segments, and the offloaded ones (host).
   int64_t state = 0, host_state = 0;
@@ -21,16 +19,17 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings)
     at += s.size();
     if (s.offloaded) offloaded.push_back(s);
   }
-  MT_INPUT_CHECK(
-      offloaded.empty() || settings.type == "adamw",
-      "optimizer.offload: the host optimizer is AdamW (got optimizer.type: ", settings.type, ")");
+  const bool adamw = settings.type == config::OptimizerType::AdamW;
+  MT_INPUT_CHECK(offloaded.empty() || adamw,
+                 "optimizer.offload: the host optimizer is AdamW (got optimizer.type: ",
+                 config::option_name(settings.type), ")");
   if (!offloaded.empty()) offload_ = std::make_unique<HostOffload>(store, std::move(offloaded));
   // Moments live with the parameters (on the store's device).
-  MT_INPUT_CHECK(settings.type == "adamw" || store.device() == Device::CPU,
+  MT_INPUT_CHECK(adamw || store.device() == Device::CPU,
                  "optimizer.type: sgd runs on the CPU only (use adamw on ",
                  device_name(store.device()), ")");
   m_ = Tensor::zeros({state}, DType::F32, store.device());
-  if (settings.type == "adamw") v_ = Tensor::zeros({state}, DType::F32, store.device());
+  if (adamw) v_ = Tensor::zeros({state}, DType::F32, store.device());
 }
 
 void Optimizer::step(double lr) {
@@ -49,7 +48,7 @@ void Optimizer::step(double lr) {
     const Tensor& grad = s.grad;
     Tensor m = m_.flat_view(s.state_offset, {n});
     const float wd = s.param->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
-    if (settings_.type == "adamw") {
+    if (settings_.type == config::OptimizerType::AdamW) {
       p.weight_decay = wd;
       Tensor v = v_.flat_view(s.state_offset, {n});
       ops::adamw_step(value, grad, m, v, p);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "megatron/config/options.h"
 #include "megatron/optimizer/grad_sync.h"
 #include "megatron/optimizer/offload.h"
 #include "megatron/parallel/communicator.h"
@@ -17,7 +18,7 @@
 namespace megatron::optim {
 
 struct OptimizerSettings {
-  std::string type = "adamw";  // adamw | sgd
+  config::OptimizerType type = config::OptimizerType::AdamW;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
 };
 

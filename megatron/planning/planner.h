@@ -2,8 +2,8 @@
 // Memory and throughput planner: for a recipe and a cluster, the parameter count, the memory per
 // device broken down, FLOPs per step and an estimated step time / MFU; and a search over the
 // (tp, pp, dp, micro-batch, recompute, data-parallel sharding strategy) layouts that fit.
-// `build/bin/plan` is the command line (run_plan_cli). Everything here is arithmetic on the recipe:
-// nothing is allocated or run.
+// `build/bin/plan` is the command line (tools/plan_cli.h). Everything here is arithmetic on the
+// recipe: nothing is allocated or run.
 //
 // Notation: L layers, h hidden, H heads, G query groups, d head dim (model.kv_channels, default
 // h/H), F ffn, f1 = F or 2F (SwiGLU), V padded vocabulary (Megatron's padding for this tp), s
@@ -258,25 +258,5 @@ struct SearchResult {
 SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab);
 std::string search_table(const SearchResult& result, size_t top);
-
-// ---- command line ----------------------------------------------------------------------------
-struct PlanArgs {
-  std::string recipe;
-  std::vector<std::string> overrides;  // --set
-  std::optional<int64_t> nodes, gpus_per_node, vocab;
-  std::optional<double> gpu_memory_bytes, gpu_tflops, intra_node_gbps, inter_node_gbps, efficiency;
-  bool flash_attention = true;
-  bool search = false, json = false, help = false;
-  int64_t top = 10;
-};
-
-// "80GB" / "80G" (1e9), "80GiB" (2^30), "512MB", "1.5TB", "80" (GB) -> bytes. Throws InputError.
-double parse_memory_size(const std::string& text);
-// Throws InputError naming the flag and the bad value.
-PlanArgs parse_plan_args(const std::vector<std::string>& args);
-std::string plan_usage();
-// The whole tool: returns the exit code (0 fits, 1 usage/input error, 3 does not fit / nothing
-// fits). Reports go to `out`, errors to `err`.
-int run_plan_cli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace megatron::planning

@@ -216,7 +216,7 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
       {"iteration", iteration},
       {"consumed_samples", consumed},
       {"optimizer_steps", optimizer_->steps_taken()},
-      {"optimizer_type", recipe_.optimizer.type},
+      {"optimizer_type", std::string(config::option_name(recipe_.optimizer.type))},
       {"lr_schedule",
        {{"max_lr", schedule_.max_lr},
         {"min_lr", schedule_.min_lr},

@@ -117,13 +117,12 @@ void Trainer::build_optimizer() {
   grad_sync_ = std::make_unique<GradientSync>(store_, groups_);
   for (const auto& c : model_.chunks) c->set_unit_hooks(grad_sync_->unit_hooks());
   optimizer_ = std::make_unique<optim::Optimizer>(
-      store_, optim::OptimizerSettings{std::string(config::option_name(o.type)), o.beta1, o.beta2,
-                                       o.eps, o.weight_decay});
+      store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay});
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.min_lr;
   schedule_.warmup_iters = o.schedule.warmup_iters;
   schedule_.decay_iters = o.schedule.decay_iters.value_or(tr.train_iters);
-  schedule_.decay = optim::parse_decay(std::string(config::option_name(o.schedule.decay)));
+  schedule_.decay = o.schedule.decay;
 }
 
 // FLOPs per step, the peak MFU divides by (training.peak_tflops; on a GPU the cluster

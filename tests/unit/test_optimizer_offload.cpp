@@ -54,7 +54,7 @@ TEST(OptimizerOffload, OffloadedSegmentsStepOnTheHostBitForBit) {
       sharding.bucket_elements = 1000;  // several segments per parameter
       store.finalize(dtype, sharding);
       store.initialize(3);
-      const optim::OptimizerSettings settings{"adamw", 0.9, 0.95, 1e-8, 0.1};
+      const optim::OptimizerSettings settings{config::OptimizerType::AdamW, 0.9, 0.95, 1e-8, 0.1};
       optim::Optimizer opt(store, settings);
       // The reference: every offloaded segment's master and moments stepped by ref::adamw_step.
       int64_t offloaded = 0, resident = 0;

@@ -15,6 +15,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/planning/planner.h"
+#include "tools/plan_cli.h"
 
 namespace megatron {
 namespace {

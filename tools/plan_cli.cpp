@@ -1,4 +1,6 @@
-// The plan tool's command line: flags, the recipe's vocabulary, and the report or search.
+// The plan tool's command line (tools/plan_cli.h).
+#include "tools/plan_cli.h"
+
 #include <unistd.h>
 
 #include <algorithm>

@@ -31,12 +31,7 @@ using megatron::bench::time_per_call;
 
 int main(int argc, char** argv) {
   mp::MpiRuntime runtime(&argc, &argv);
-  int64_t max_mb = 64;
-  double seconds = 0.3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    if (std::strcmp(argv[i], "--max-mb") == 0) max_mb = std::atoll(argv[i + 1]);
-    if (std::strcmp(argv[i], "--seconds") == 0) seconds = std::atof(argv[i + 1]);
-  }
+  const auto [max_mb, seconds] = megatron::bench::parse_collective_args(argc, argv);
   auto world = mp::MpiCommunicator::world();
   const int n = world->size(), me = world->rank();
   const double bus_factor = n > 1 ? static_cast<double>(n - 1) / n : 0.0;

@@ -3,6 +3,9 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 
 namespace megatron::bench {
@@ -21,6 +24,20 @@ inline double time_per_call(int iters, const std::function<void()>& fn) {
 inline int calibrate(double seconds, const std::function<void()>& fn) {
   const double once = time_per_call(2, fn);
   return std::clamp(static_cast<int>(seconds / std::max(once, 1e-9)), 3, 2000);
+}
+
+// --max-mb M (largest message, MiB) and --seconds S (time per size) of both benchmarks.
+struct CollectiveArgs {
+  int64_t max_mb = 64;
+  double seconds = 0.3;
+};
+inline CollectiveArgs parse_collective_args(int argc, char** argv) {
+  CollectiveArgs a;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--max-mb") == 0) a.max_mb = std::atoll(argv[i + 1]);
+    if (std::strcmp(argv[i], "--seconds") == 0) a.seconds = std::atof(argv[i + 1]);
+  }
+  return a;
 }
 
 }  // namespace megatron::bench

@@ -9,6 +9,16 @@ import time
 import torch
 
 
+def add_run_args(p):
+    """The flags every peer takes: threads, seed, precision, torch.compile, the MFU peak."""
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--peak-flops", type=float, default=0.0,
+                   help="hardware peak FLOP/s for MFU (0: MFU against the torch.mm rate)")
+
+
 def padded_vocab(vocab, divisible_by=128):
     return (vocab + divisible_by - 1) // divisible_by * divisible_by
 

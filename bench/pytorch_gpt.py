@@ -28,8 +28,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from peer_common import (adamw, measure_mm_flops, megatron_flops_per_step, padded_vocab,
-                         run_figures)
+from peer_common import (adamw, add_run_args, measure_mm_flops, megatron_flops_per_step,
+                         padded_vocab, run_figures)
 
 
 class Block(nn.Module):
@@ -94,12 +94,7 @@ def main():
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--micro-batch", type=int, default=8)
     p.add_argument("--vocab", type=int, default=50257)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
-    p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--peak-flops", type=float, default=0.0,
-                   help="hardware peak FLOP/s for MFU (0: MFU against the torch.mm rate)")
+    add_run_args(p)
     p.add_argument("--label", default="pytorch", help="impl name in the summary and JSON")
     p.add_argument("--json", default="")
     a = p.parse_args()

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <iostream>
 
 #include "megatron/core/error.h"
 
@@ -87,6 +88,21 @@ double Args::get_double(const std::string& name, double fallback) const {
   if (s.empty() || *end != '\0')
     throw UsageError(concat("flag '--", name, "' needs a number, got '", s, "'"));
   return v;
+}
+
+int run_tool(const char* tool, const char* usage, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageError& e) {
+    std::cerr << tool << ": " << e.what() << "\n\n" << usage;
+    return 2;
+  } catch (const InputError& e) {
+    std::cerr << tool << ": error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << tool << ": internal error: " << e.what() << "\n";
+    return 3;
+  }
 }
 
 }  // namespace megatron::data::cli

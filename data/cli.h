@@ -2,8 +2,9 @@
 // A tiny Megatron-style flag parser shared by the data tools (preprocess_data,
 // merge_datasets, train_tokenizer). Flags are "--name value", "--name v1 v2 ..." (values run
 // until the next "--" flag), "--name=value", or boolean "--name". Unknown flags, missing or
-// malformed values raise UsageError; tools print it with the usage text and exit 2.
+// malformed values raise UsageError; run_tool prints it with the usage text and exits 2.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -39,5 +40,10 @@ class Args {
   std::map<std::string, std::vector<std::string>> values_;
   bool help_ = false;
 };
+
+// A tool's main: runs `body` and turns what it throws into the tools' exit codes: UsageError ->
+// "<tool>: <message>" and the usage text, 2; InputError (bad files, values) -> "<tool>: error:
+// <message>", 1; any other exception -> "<tool>: internal error: <message>", 3.
+int run_tool(const char* tool, const char* usage, const std::function<int()>& body);
 
 }  // namespace megatron::data::cli

@@ -271,7 +271,7 @@ void show_sft_sample(const md::SFTDataset& sft, const md::Tokenizer& tok, int64_
 
 int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
-  try {
+  return megatron::data::cli::run_tool("inspect_data", kUsage, [&]() -> int {
     const md::cli::Args args(argc, argv,
                              {{"data-path", Arity::One},
                               {"dataset-type", Arity::One},
@@ -403,14 +403,5 @@ int main(int argc, char** argv) {
     std::cout << "\n";
     if (tok) std::cout << "text:\n" << tok->decode(ids) << "\n";
     return 0;
-  } catch (const md::cli::UsageError& e) {
-    std::cerr << "inspect_data: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const megatron::InputError& e) {
-    std::cerr << "inspect_data: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "inspect_data: internal error: " << e.what() << "\n";
-    return 3;
-  }
+  });
 }

@@ -19,7 +19,7 @@ All inputs must have the same token dtype.
 
 int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
-  try {
+  return megatron::data::cli::run_tool("merge_datasets", kUsage, [&]() -> int {
     const megatron::data::cli::Args args(argc, argv,
                                          {{"input", Arity::Many}, {"output-prefix", Arity::One}});
     if (args.help()) {
@@ -46,14 +46,5 @@ int main(int argc, char** argv) {
               << " documents, " << writer->num_sequences() << " sequences, " << writer->num_tokens()
               << " tokens\n";
     return 0;
-  } catch (const megatron::data::cli::UsageError& e) {
-    std::cerr << "merge_datasets: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const megatron::InputError& e) {
-    std::cerr << "merge_datasets: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "merge_datasets: internal error: " << e.what() << "\n";
-    return 3;
-  }
+  });
 }

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
   using megatron::data::cli::UsageError;
   namespace pl = megatron::pipeline;
-  try {
+  return megatron::data::cli::run_tool("pipeline_timeline", kUsage, [&]() -> int {
     const megatron::data::cli::Args args(argc, argv,
                                          {{"events", Arity::Many},
                                           {"simulate", Arity::Flag},
@@ -121,14 +121,5 @@ int main(int argc, char** argv) {
     if (!f) throw megatron::InputError("error writing '" + output + "'");
     std::cout << "wrote " << output << "\n";
     return 0;
-  } catch (const UsageError& e) {
-    std::cerr << "pipeline_timeline: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const megatron::InputError& e) {
-    std::cerr << "pipeline_timeline: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "pipeline_timeline: internal error: " << e.what() << "\n";
-    return 3;
-  }
+  });
 }

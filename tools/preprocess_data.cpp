@@ -47,7 +47,7 @@ when the vocabulary is below 65500, else int32).
 
 int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
-  try {
+  return megatron::data::cli::run_tool("preprocess_data", kUsage, [&]() -> int {
     const megatron::data::cli::Args args(argc, argv,
                                          {{"input", Arity::Many},
                                           {"output-prefix", Arity::One},
@@ -88,14 +88,5 @@ int main(int argc, char** argv) {
     if (stats.bad_lines > 0)
       std::cerr << "preprocess_data: warning: skipped " << stats.bad_lines << " bad line(s)\n";
     return 0;
-  } catch (const megatron::data::cli::UsageError& e) {
-    std::cerr << "preprocess_data: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const megatron::InputError& e) {
-    std::cerr << "preprocess_data: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "preprocess_data: internal error: " << e.what() << "\n";
-    return 3;
-  }
+  });
 }

@@ -93,7 +93,7 @@ std::vector<std::string> load_sentences(const std::vector<std::string>& inputs,
 
 int main(int argc, char** argv) {
   using megatron::data::cli::Arity;
-  try {
+  return megatron::data::cli::run_tool("train_tokenizer", kUsage, [&]() -> int {
     const megatron::data::cli::Args args(argc, argv,
                                          {{"input", Arity::Many},
                                           {"model-prefix", Arity::One},
@@ -172,14 +172,5 @@ int main(int argc, char** argv) {
     std::cerr << "train_tokenizer: wrote " << prefix << ".model and " << prefix << ".vocab ("
               << tok->describe() << ") in " << secs << " s\n";
     return 0;
-  } catch (const megatron::data::cli::UsageError& e) {
-    std::cerr << "train_tokenizer: " << e.what() << "\n\n" << kUsage;
-    return 2;
-  } catch (const megatron::InputError& e) {
-    std::cerr << "train_tokenizer: error: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "train_tokenizer: internal error: " << e.what() << "\n";
-    return 3;
-  }
+  });
 }

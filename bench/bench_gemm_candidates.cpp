@@ -2,7 +2,8 @@
 // (GPT-2 124M, seq 256, micro-batch 8: QKV, attention-out, FC1, FC2 forward/dgrad/wgrad and the
 // LM head), with the FMA peak of the same threads beside them. One candidate per process, because
 // OpenBLAS reads its core type once when it loads:
-//   bench_gemm_candidates --candidate onednn|onednn-bf16|openblas|openblas-forced|blis
+//   bench_gemm_candidates --candidate onednn|onednn-bf16|openblas|openblas-forced|blis|packed|
+//                                     packed-bf16
 //   bench/run_gemm_candidates.sh runs them all.
 // openblas: the core OpenBLAS picks for itself (openblas_get_corename); openblas-forced: the
 // core chosen from this CPU's feature bits (AVX-512 BF16 -> Cooperlake, AVX-512 -> SkylakeX,
@@ -21,6 +22,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/cpu_peak.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed_gemm.h"
 
 namespace {
 
@@ -56,7 +58,7 @@ double gflops(const Shape& s, Fn&& fn) {
 int usage() {
   std::fprintf(stderr,
                "usage: bench_gemm_candidates --candidate "
-               "onednn|onednn-bf16|openblas|openblas-forced|blis\n");
+               "onednn|onednn-bf16|openblas|openblas-forced|blis|packed|packed-bf16\n");
   return 2;
 }
 
@@ -95,11 +97,23 @@ int main(int argc, char** argv) {
     auto arch_name = reinterpret_cast<const char* (*)(int)>(dlsym(lib, "bli_arch_string"));
     if (arch_id && arch_name) label += std::string(" (arch ") + arch_name(arch_id()) + ")";
   } else if (cand == "onednn" || cand == "onednn-bf16") {
+    if (cand == "onednn-bf16" && !kernels::cpu::native_bf16_gemm()) {
+      std::printf("%-16s no bf16 kernel on this CPU (no AVX-512 BF16 or AMX)\n", cand.c_str());
+      return 0;
+    }
     label += " (" + kernels::cpu::gemm_path() + ")";
+  } else if (cand == "packed" || cand == "packed-bf16") {
+    if (!kernels::cpu::packed_gemm_available()) {
+      std::printf("%-16s needs AVX2 + FMA\n", cand.c_str());
+      return 0;
+    }
+    label += " (our AVX2 6x16 kernel" +
+             std::string(cand == "packed-bf16" ? ", bf16 widened while packing)" : ")");
   } else {
     return usage();
   }
-  if (cand != "onednn" && cand != "onednn-bf16" && !sgemm) {
+  const bool own = cand == "packed" || cand == "packed-bf16";
+  if (cand != "onednn" && cand != "onednn-bf16" && !own && !sgemm) {
     std::printf("%-16s has no cblas_sgemm\n", cand.c_str());
     return 0;
   }
@@ -118,7 +132,15 @@ int main(int argc, char** argv) {
     const int64_t a_rows = s.ta ? s.K : s.M, a_cols = s.ta ? s.M : s.K;
     const int64_t b_rows = s.tb ? s.N : s.K, b_cols = s.tb ? s.K : s.N;
     double g = 0;
-    if (cand == "onednn-bf16") {
+    if (cand == "packed-bf16") {
+      // As a bf16 layer without bf16 instructions would run it: bf16 operands, fp32 output.
+      std::vector<bf16_t> A(a_rows * a_cols, bf16_t{0x3c00}), B(b_rows * b_cols, bf16_t{0x3c00});
+      std::vector<float> C(s.M * s.N);
+      g = gflops(s, [&] {
+        kernels::cpu::packed_gemm<bf16_t>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols,
+                                          B.data(), b_cols, 0.0f, C.data(), s.N);
+      });
+    } else if (cand == "onednn-bf16") {
       std::vector<bf16_t> A(a_rows * a_cols, bf16_t{0x3c00}), B(b_rows * b_cols, bf16_t{0x3c00});
       // As in training: activations (forward, input gradient) in bf16, weight gradients
       // accumulated into the fp32 main gradients.
@@ -133,7 +155,12 @@ int main(int argc, char** argv) {
       g = gflops(s, [&] { kernels::cpu::gemm_bf16(gm); });
     } else {
       std::vector<float> A(a_rows * a_cols, 0.01f), B(b_rows * b_cols, 0.02f), C(s.M * s.N);
-      if (cand == "onednn") {
+      if (cand == "packed") {
+        g = gflops(s, [&] {
+          kernels::cpu::packed_gemm<float>(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols,
+                                           B.data(), b_cols, 0.0f, C.data(), s.N);
+        });
+      } else if (cand == "onednn") {
         g = gflops(s, [&] {
           kernels::cpu::gemm(s.ta, s.tb, s.M, s.N, s.K, 1.0f, A.data(), a_cols, B.data(), b_cols,
                              0.0f, C.data(), s.N);

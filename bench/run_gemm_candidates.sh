@@ -22,6 +22,6 @@ if [ "$skip_build" -eq 0 ]; then
   cmake --build "$build_dir" -j"$(nproc)" --target bench_gemm_candidates
 fi
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(grep -m1 'model name' /proc/cpuinfo)"
-for c in onednn openblas openblas-forced blis onednn-bf16; do
+for c in onednn openblas openblas-forced blis packed onednn-bf16 packed-bf16; do
   OMP_NUM_THREADS="$threads" "$build_dir/bin/bench_gemm_candidates" --candidate "$c"
 done | tee /dev/stderr | grep RESULT

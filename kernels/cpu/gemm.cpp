@@ -237,6 +237,9 @@ size_t bytes_of(DType t) { return t == DType::BF16 ? 2 : 4; }
 
 void gemm_bf16(const Bf16Gemm& g) {
   if (g.M == 0 || g.N == 0) return;
+  MT_CHECK(native_bf16_gemm(),
+           "gemm_bf16: this CPU has no bf16 GEMM kernel (no AVX-512 BF16 or AMX); bf16 linear "
+           "layers widen to fp32 GEMMs there instead");
   MT_CHECK(g.K > 0, "gemm_bf16: K must be positive (got ", g.K, ")");
   const size_t c_bytes = bytes_of(g.c_dtype);
   if (g.N > kLongDim) {  // columns of B, C and bias

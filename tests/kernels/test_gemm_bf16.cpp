@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/common/numeric.h"
@@ -24,6 +25,7 @@ struct Case {
 };
 
 TEST(GemmBf16, MatchesDoubleReference) {
+  if (!cpu::native_bf16_gemm()) GTEST_SKIP() << "no bf16 GEMM kernel on this CPU";
   // The last three are long enough in N, M and K to run as chunks (gemm.cpp's kLongDim).
   const Case cases[] = {{1, 1, 1},     {3, 7, 5},     {33, 65, 17},  {127, 3, 64},
                         {64, 96, 200}, {3, 16500, 5}, {16500, 3, 5}, {2, 3, 16500}};
@@ -98,6 +100,23 @@ TEST(GemmBf16, BiasGradOfBf16MatchesFp32) {
   cpu::bias_grad(widened.data(), M, N, a.data());
   cpu::bias_grad(d16.data(), M, N, b.data());
   EXPECT_EQ(a, b);  // same values, same summation order
+}
+
+// Without bf16 instructions nothing calls it (bf16 layers widen to fp32 GEMMs); a call is a clear
+// error, not oneDNN's "could not create a primitive descriptor".
+TEST(GemmBf16, WithoutBf16InstructionsItRefusesByName) {
+  if (cpu::native_bf16_gemm()) GTEST_SKIP() << "this CPU has a bf16 GEMM kernel";
+  std::vector<bf16_t> A(4), B(4);
+  std::vector<float> C(4);
+  cpu::Bf16Gemm g;
+  g.M = g.N = g.K = g.lda = g.ldb = g.ldc = 2;
+  g.A = A.data(), g.B = B.data(), g.C = C.data();
+  try {
+    cpu::gemm_bf16(g);
+    FAIL() << "expected an error";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("no bf16 GEMM kernel"), std::string::npos) << e.what();
+  }
 }
 
 TEST(GemmBf16, BadOutputDtypeIsAnError) {

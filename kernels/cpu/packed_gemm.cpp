@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 
+#include "kernels/common/numeric.h"
 #include "kernels/cpu/cpu_features.h"
 #include "megatron/core/error.h"
 
@@ -27,12 +28,7 @@ namespace {
 constexpr int64_t kMR = 6, kNR = 16, kKC = 384, kMC = 144, kNC = 3072;
 
 inline float widen(float x) { return x; }
-inline float widen(bf16_t x) {
-  const uint32_t bits = static_cast<uint32_t>(x.bits) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
+inline float widen(bf16_t x) { return math::bf16_bits_to_float(x.bits); }
 
 struct AlignedFree {
   void operator()(float* p) const { std::free(p); }

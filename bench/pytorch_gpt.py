@@ -84,6 +84,10 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.reshape(-1))
 
 
+# A bf16 torch.mm this many times slower than fp32 marks a CPU without a usable bf16 kernel.
+kUnusableBf16Ratio = 20
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=5)
@@ -107,6 +111,21 @@ def main():
     B, S = a.micro_batch, a.seq
     mm_dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32
     mm_start = measure_mm_flops(mm_dtype)
+    if a.precision == "bf16":
+        # Without bf16 instructions (AVX2-only CPUs) PyTorch's bf16 matmul falls to a reference
+        # loop below 1 GFLOP/s: a GPT-2 step would take most of an hour. Say so, and skip the run.
+        mm_fp32 = measure_mm_flops(torch.float32)
+        if mm_start < mm_fp32 / kUnusableBf16Ratio:
+            reason = (f"torch.mm bf16 {mm_start / 1e9:.2f} GFLOP/s against fp32 "
+                      f"{mm_fp32 / 1e9:.1f} on this CPU: bf16 autocast not measured")
+            print(f"{a.label}: {reason}", flush=True)
+            if a.json:
+                with open(a.json, "w") as f:
+                    json.dump({"impl": a.label, "precision": a.precision, "compile": a.compile,
+                               "torch_version": torch.__version__, "unmeasured": reason,
+                               "mm_flops": mm_start, "mm_fp32_flops": mm_fp32}, f, indent=2)
+                    f.write("\n")
+            return 0
     # Standard multi-head attention and a GELU MLP of 4 h.
     flops = megatron_flops_per_step(a.layers, a.hidden, a.heads, a.heads, a.hidden // a.heads,
                                     4 * a.hidden, S, Vp, B, False)

@@ -107,6 +107,8 @@ out, rounds, after, precisions = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys
 def load(key):
     runs = [json.load(open(os.path.join(out, f"{key}.r{r}.json"))) for r in range(1, rounds + 1)]
     conds = [open(os.path.join(out, f"{key}.r{r}.cond")).read().strip() for r in range(1, rounds + 1)]
+    if any("unmeasured" in run for run in runs):  # e.g. PyTorch bf16 without bf16 instructions
+        return dict(first=runs[0], unmeasured=runs[0]["unmeasured"])
     steps = [s for run in runs for s in run["step_seconds"]]
     tokens = runs[0]["micro_batch"] * runs[0]["seq"]
     flops = runs[0]["flops_per_step"]
@@ -135,6 +137,9 @@ print(f"{'run':28} {'prec':>5} {'tokens/s':>9} {'best':>7} {'TFLOP/s':>8} {'MFU'
 for p in precisions:
     for impl in ("ours", "eager", "compile"):
         a = agg[(impl, p)]
+        if "unmeasured" in a:
+            print(f"{names[impl]:28} {p:>5} {'n/a':>9}  {a['unmeasured']}")
+            continue
         print(f"{names[impl]:28} {p:>5} {a['tok']:9.1f} {a['best_tok']:7.1f} {a['tflops']:8.4f}"
               f" {100 * a['mfu']:5.1f}% {100 * a['of_gemm']:7.1f}% {a['ms']:8.1f} {a['median']:8.1f}"
               f" {a['rss']:8.0f}  {a['cond']}")
@@ -145,10 +150,15 @@ for p in precisions:
     o = agg[("ours", p)]
     for impl in ("compile", "eager"):
         t = agg[(impl, p)]
+        if "unmeasured" in t:
+            print(f"{p}: ours / {names[impl]:22} = n/a ({t['unmeasured']})")
+            continue
         print(f"{p}: ours / {names[impl]:22} = {o['tok'] / t['tok']:.2f}x tokens/s"
               f" (best step {o['best_tok'] / t['best_tok']:.2f}x)")
 if "fp32" in precisions and "bf16" in precisions:
     for impl in ("ours", "eager", "compile"):
+        if any("unmeasured" in agg[(impl, q)] for q in ("bf16", "fp32")):
+            continue
         print(f"bf16 / fp32, {names[impl]:22} = "
               f"{agg[(impl, 'bf16')]['tok'] / agg[(impl, 'fp32')]['tok']:.2f}x tokens/s")
 print(f"results: {out}/{{ours,eager,compile}}_*.r*.{{json,log}}")

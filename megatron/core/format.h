@@ -1,6 +1,7 @@
 #pragma once
-// Human-readable sizes for the tools' reports.
+// Human-readable sizes for the tools' reports; a guard for a stream's number format.
 #include <cstdio>
+#include <ios>
 #include <string>
 
 namespace megatron {
@@ -17,5 +18,24 @@ inline std::string human_bytes(double bytes) {
   std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
   return buf;
 }
+
+// Restores a stream's flags and precision when it goes out of scope, so that a report setting
+// std::fixed / std::setprecision leaves the caller's number format as it found it.
+class StreamFormatGuard {
+ public:
+  explicit StreamFormatGuard(std::ios_base& stream)
+      : stream_(stream), flags_(stream.flags()), precision_(stream.precision()) {}
+  ~StreamFormatGuard() {
+    stream_.flags(flags_);
+    stream_.precision(precision_);
+  }
+  StreamFormatGuard(const StreamFormatGuard&) = delete;
+  StreamFormatGuard& operator=(const StreamFormatGuard&) = delete;
+
+ private:
+  std::ios_base& stream_;
+  std::ios_base::fmtflags flags_;
+  std::streamsize precision_;
+};
 
 }  // namespace megatron

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "megatron/core/device_memory.h"
+#include "megatron/core/format.h"
 
 namespace megatron::training {
 
@@ -70,6 +71,7 @@ void MetricsSink::check_jsonl() {
 void MetricsSink::step(const StepMetrics& m, bool to_console) {
   if (!is_logger_) return;
   std::ostream& out = *console_;
+  const StreamFormatGuard format(out);
   if (to_console)
     out << "iter " << std::setw(6) << m.iteration << "/" << train_iters_ << " | loss " << std::fixed
         << std::setprecision(4) << m.loss;
@@ -140,6 +142,7 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
 void MetricsSink::eval(const EvalMetrics& e) {
   if (!is_logger_) return;
   std::ostream& out = *console_;
+  const StreamFormatGuard format(out);
   out << "validation at iter " << e.iteration << " | val_loss " << std::fixed
       << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2) << e.perplexity;
   if (e.has_aux) out << " | val_nsp_loss " << std::setprecision(4) << e.aux_loss;
@@ -170,16 +173,12 @@ void report_rank_memory(parallel::Communicator& world, Device device, std::ostre
          gathered = Tensor::wrap(all.data(), {2 * n}, DType::F64);
   world.all_gather(in, gathered);
   if (world.rank() != 0) return;
-  // The caller's number format is left as it was.
-  const std::ios_base::fmtflags flags = out.flags();
-  const std::streamsize precision = out.precision();
+  const StreamFormatGuard format(out);  // the caller's number format is left as it was
   out << "peak memory per rank (" << device_name(device) << " tensors / process RSS, MiB):";
   for (int r = 0; r < n; ++r)
     out << (r ? "," : "") << " " << r << ": " << std::fixed << std::setprecision(0)
         << all[static_cast<size_t>(2 * r)] << " / " << all[static_cast<size_t>(2 * r + 1)];
   out << "\n" << std::flush;
-  out.flags(flags);
-  out.precision(precision);
 }
 
 }  // namespace megatron::training

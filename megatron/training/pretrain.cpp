@@ -1,10 +1,12 @@
 #include "megatron/training/pretrain.h"
 
 #include <cstdlib>
+#include <iomanip>
 #include <memory>
 
 #include "megatron/backend/device_backends.h"
 #include "megatron/core/device_memory.h"
+#include "megatron/core/format.h"
 #include "megatron/parallel/mesh.h"
 #include "megatron/parallel/mpi_communicator.h"
 #include "megatron/training/data_sources.h"
@@ -65,8 +67,9 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
   report_rank_memory(*world, device, out);
   if (summary.evals.size() >= 2) {
     const double first = summary.evals.front().loss, last = summary.evals.back().loss;
-    out << "validation loss " << first << " -> " << last << " (" << 100.0 * last / first
-        << "% of the first)\n";
+    const StreamFormatGuard format(out);
+    out << "validation loss " << std::fixed << std::setprecision(4) << first << " -> " << last
+        << " (" << std::setprecision(1) << 100.0 * last / first << "% of the first)\n";
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <iostream>
 
+#include "megatron/core/format.h"
 #include "megatron/planning/flops.h"
 #include "megatron/training/grad_reductions.h"
 #include "megatron/training/memory_check.h"
@@ -139,6 +140,7 @@ void Trainer::build_logging(std::ostream& log) {
   metrics_ = std::make_unique<MetricsSink>(recipe_, groups_.world->rank() == 0, log, peak_, device_,
                                            groups_.world->size());
   if (std::ostream* out = metrics_->console()) {
+    const StreamFormatGuard format(*out);
     const auto& m = recipe_.model;
     *out << "model: " << config::option_name(m.arch) << ", " << store_.numel() << " parameters ("
          << m.num_layers << " layers, hidden " << m.hidden_size << ", vocab padded to "

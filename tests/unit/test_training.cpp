@@ -56,6 +56,33 @@ TEST(Metrics, RankMemoryReportLeavesTheStreamFormatAlone) {
   EXPECT_EQ(line.str(), "93.3333");  // not "9e+01" (precision 0 left behind)
 }
 
+// The step and validation lines set their own formats and leave the stream's as they found it
+// (pretrain's closing summary once printed "9 -> 5 (6e+01% of the first)" after a step line).
+TEST(Metrics, StepAndEvalLinesLeaveTheStreamFormatAlone) {
+  config::Recipe recipe;
+  std::ostringstream out;
+  training::MetricsSink sink(recipe, true, out,
+                             training::ComputePeak::decide(Device::CPU, DType::F32, 0.5, 0.0),
+                             Device::CPU, 1);
+  training::StepMetrics step;
+  step.iteration = 3;
+  step.loss = 5.25;
+  step.tokens_per_s = 1234.5;
+  sink.step(step, true);
+  training::EvalMetrics eval;
+  eval.iteration = 3;
+  eval.loss = 5.5;
+  sink.eval(eval);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("loss 5.2500"));
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("val_loss 5.5000"));
+  EXPECT_EQ(out.precision(), 6);
+  EXPECT_EQ(out.flags() & std::ios_base::floatfield, std::ios_base::fmtflags{});
+  std::ostringstream line;
+  line.copyfmt(out);
+  line << 100.0 * 8.4 / 9.0;
+  EXPECT_EQ(line.str(), "93.3333");
+}
+
 TEST(LRSchedule, WarmupThenCosineToMin) {
   optim::LRSchedule s{1.0, 0.1, 10, 110, optim::Decay::Cosine};
   EXPECT_DOUBLE_EQ(s.lr(1), 0.1);

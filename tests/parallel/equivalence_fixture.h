@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -387,6 +388,11 @@ struct Tolerance {
 
 inline void expect_same_step(const training::StepMetrics& got, const training::StepMetrics& want,
                              const Tolerance& tol, const std::string& where) {
+  // MEGATRON_EQ_TRACE=1: rank 0 prints every compared step (ctest -V), to see how a gap grows.
+  if (std::getenv("MEGATRON_EQ_TRACE") != nullptr && mp::testing::world().rank() == 0)
+    std::printf("%s: loss %.6f / %.6f, grad norm %.6f / %.6f (%+.2f%%)\n", where.c_str(), got.loss,
+                want.loss, got.grad_norm, want.grad_norm,
+                100.0 * (got.grad_norm - want.grad_norm) / want.grad_norm);
   EXPECT_NEAR(got.loss, want.loss, tol.loss * want.loss) << where;
   EXPECT_NEAR(got.grad_norm, want.grad_norm, tol.grad_norm * want.grad_norm + 1e-6) << where;
   EXPECT_EQ(got.has_aux, want.has_aux) << where;

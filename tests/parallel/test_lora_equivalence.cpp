@@ -5,7 +5,6 @@
 // and gradient-norm curve: the adapters are sharded like their base layers and their gradients
 // reduced like any other weight's, while the frozen base holds no gradient.
 #include "equivalence_fixture.h"
-#include "kernels/cpu/gemm.h"
 
 namespace megatron {
 namespace {
@@ -59,13 +58,14 @@ TEST(LoraEquivalence, Bf16LayoutsTrackSingleProcess) {
       {.tp = 2, .pp = 2, .micro = 2, .sp = true},
       {.tp = 2, .dp = 2, .micro = 2, .distributed = true},
   };
-  // The bf16 tolerances of every equivalence test, except the gradient norm on a CPU without bf16
-  // GEMMs (bf16 widened to fp32 GEMMs): there, on an AMD Zen 3, every tp2 layout's adapter
-  // gradient norm at step 7 sat 4.1-5.4% below the single process's (0.4717 / 0.4651 vs 0.4918)
-  // while losses tracked within 5.8e-4 and pp2/dp2 within tolerance. Not yet explained (the same
-  // layouts pass with native bf16 GEMMs); widened here so that it stays visible in the report.
-  const double grad_norm_tol = kernels::cpu::native_bf16_gemm() ? 3e-2 : 6e-2;
-  EXPECT_GT(eq::expect_layouts_match(llama, src, layouts, eq::Tolerance{2e-3, grad_norm_tol}), 0)
+  // The bf16 tolerances of every equivalence test. Under tp the row-parallel partial sums are
+  // rounded to bf16 before they are reduced, so the first step's loss differs in the 6th digit;
+  // at this learning rate the run is unstable enough (the gradient norm jumps 2.5x at step 4) to
+  // grow that into a gap of up to ~3% in the gradient norm by step 7 (MEGATRON_EQ_TRACE=1 shows
+  // it per step: within 0.05% for steps 1-3 on an AMD Zen 3, -0.6% at 4, -2.9% at 7), while pp
+  // and dp stay within 0.1%. The gap moved from 5.4% to 2.9% when the exp in softmax and
+  // cross-entropy was vectorized (different rounding, same math): rounding, amplified.
+  EXPECT_GT(eq::expect_layouts_match(llama, src, layouts, eq::Tolerance{2e-3, 3e-2}), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("lora bf16 equivalence");
 }

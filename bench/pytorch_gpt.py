@@ -85,7 +85,7 @@ class GPT(nn.Module):
 
 
 # A bf16 torch.mm this many times slower than fp32 marks a CPU without a usable bf16 kernel.
-kUnusableBf16Ratio = 20
+UNUSABLE_BF16_RATIO = 20
 
 
 def main():
@@ -115,7 +115,7 @@ def main():
         # Without bf16 instructions (AVX2-only CPUs) PyTorch's bf16 matmul falls to a reference
         # loop below 1 GFLOP/s: a GPT-2 step would take most of an hour. Say so, and skip the run.
         mm_fp32 = measure_mm_flops(torch.float32)
-        if mm_start < mm_fp32 / kUnusableBf16Ratio:
+        if mm_start < mm_fp32 / UNUSABLE_BF16_RATIO:
             reason = (f"torch.mm bf16 {mm_start / 1e9:.2f} GFLOP/s against fp32 "
                       f"{mm_fp32 / 1e9:.1f} on this CPU: bf16 autocast not measured")
             print(f"{a.label}: {reason}", flush=True)

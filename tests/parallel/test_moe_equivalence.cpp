@@ -30,11 +30,11 @@ std::shared_ptr<eq::SyntheticTokens> source() {
   return std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
 }
 
-eq::RecipeSpec moe_model(const std::string& moe_keys, int64_t micro) {
+eq::RecipeSpec moe_model(const std::string& moe_keys, int64_t micro, uint64_t seed = 13) {
   eq::RecipeSpec s{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
   s.model_extra = "num_experts: 4, moe_ffn_hidden_size: 24, " + moe_keys;
   s.micro = micro;
-  s.seed = 13;
+  s.seed = seed;
   return s;
 }
 
@@ -65,8 +65,12 @@ std::vector<eq::Layout> moe_layouts(int64_t micro) {
 }
 
 TEST(MoeEquivalence, SoftmaxTop2AuxLoss) {
+  // Seed 14: with seed 13 a layer-2 routing decision of the single process sat within round-off
+  // of a tie at iteration 13 once the exp loops were vectorized (every tp and dp layout routed
+  // one token of 64 elsewhere, pp matched exactly), and the curves parted after it. Routing
+  // counts are exact only away from ties; a trajectory that meets one tests nothing more.
   const eq::RecipeSpec m =
-      moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2);
+      moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2, 14);
   EXPECT_GT(eq::expect_layouts_match(m, source(), moe_layouts(2)), 0);
   eq::report_max_diff("moe softmax top-2");
 }

@@ -87,7 +87,7 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
         << std::setprecision(3) << m.tflops << " TFLOP/s | MFU " << std::setprecision(1)
         << m.mfu * 100 << "%" << of_gemm_text(m.of_gemm) << " | mem " << std::setprecision(0)
         << static_cast<double>(memory_stats(device_).peak_bytes) / 1048576.0 << " MiB"
-        << (m.skipped ? " | skipped (fp16 overflow)" : "") << std::defaultfloat << "\n"
+        << (m.skipped ? " | skipped (fp16 overflow)" : "") << "\n"
         << std::flush;
   if (jsonl_.is_open()) {
     nlohmann::json j = {{"iteration", m.iteration},
@@ -111,6 +111,8 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
       j["moe_dropped_fraction"] = m.moe_dropped_fraction;
       j["moe_dispatch_share"] = m.moe_dispatch_share;
       j["moe_layer_imbalance"] = m.moe_layer_imbalance;
+      // +inf (no choice left a candidate out) is written as null: JSON has no infinity.
+      j["moe_min_routing_margin"] = m.moe_min_routing_margin;
     }
     jsonl_ << j.dump() << "\n" << std::flush;
     check_jsonl();
@@ -146,7 +148,7 @@ void MetricsSink::eval(const EvalMetrics& e) {
   out << "validation at iter " << e.iteration << " | val_loss " << std::fixed
       << std::setprecision(4) << e.loss << " | val_ppl " << std::setprecision(2) << e.perplexity;
   if (e.has_aux) out << " | val_nsp_loss " << std::setprecision(4) << e.aux_loss;
-  out << std::defaultfloat << "\n" << std::flush;
+  out << "\n" << std::flush;
   if (jsonl_.is_open()) {
     nlohmann::json j = {
         {"iteration", e.iteration}, {"val_loss", e.loss}, {"val_ppl", e.perplexity}};

@@ -39,6 +39,10 @@ struct StepMetrics {
   double moe_dispatch_share = 0;
   // Per layer (index = layer; 0 for dense layers): max tokens per expert / mean over the step.
   std::vector<double> moe_layer_imbalance;
+  // How near the step's routing came to a tie (moe::Routing::min_margin over every rank, layer
+  // and micro-batch; +inf when no choice left a candidate out): runs whose router inputs differ
+  // by round-off may route differently only where this is within that round-off.
+  double moe_min_routing_margin = 0;
 };
 
 struct EvalMetrics {

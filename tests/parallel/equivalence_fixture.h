@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -384,6 +385,11 @@ struct Tolerance {
   // MoE load imbalance and dropped fraction (relative): counts of routing decisions, exact in
   // fp32; bf16 rounding flips the decisions of near-tied tokens.
   double moe_counts = 1e-9;
+  // A reference routing margin below this counts as a tie (steps_before_routing_tie). Seen on a
+  // Zen 3 (MoE softmax top-2, 64 tokens x 4 layers a step): layouts' margins differ from the
+  // reference's by ~1e-8, a step's smallest margin is 1.5e-5..5e-4, and the one tie that parted
+  // the curves had 2.2e-8.
+  double routing_tie = 1e-6;
 };
 
 inline void expect_same_step(const training::StepMetrics& got, const training::StepMetrics& want,
@@ -393,6 +399,11 @@ inline void expect_same_step(const training::StepMetrics& got, const training::S
     std::printf("%s: loss %.6f / %.6f, grad norm %.6f / %.6f (%+.2f%%)\n", where.c_str(), got.loss,
                 want.loss, got.grad_norm, want.grad_norm,
                 100.0 * (got.grad_norm - want.grad_norm) / want.grad_norm);
+  if (std::getenv("MEGATRON_EQ_TRACE") != nullptr && mp::testing::world().rank() == 0 &&
+      want.has_moe)
+    std::printf("%s: routing margin %.3g / %.3g, load imbalance %.6f / %.6f\n", where.c_str(),
+                got.moe_min_routing_margin, want.moe_min_routing_margin, got.moe_load_imbalance,
+                want.moe_load_imbalance);
   EXPECT_NEAR(got.loss, want.loss, tol.loss * want.loss) << where;
   EXPECT_NEAR(got.grad_norm, want.grad_norm, tol.grad_norm * want.grad_norm + 1e-6) << where;
   EXPECT_EQ(got.has_aux, want.has_aux) << where;
@@ -437,14 +448,43 @@ inline void expect_same_steps(const std::vector<training::StepMetrics>& got,
                      "iteration " + std::to_string(want[offset + i].iteration));
 }
 
-// The whole run: every step and every evaluation.
+// MoE: how many leading steps of the reference route away from ties. A routing decision whose
+// choice values sit within round-off of a tie (StepMetrics::moe_min_routing_margin below
+// tol.routing_tie) may go either way in another layout, and the curves part from there without
+// any layout being wrong: the comparison ends before such a step. It must leave at least half
+// the run, so a test still compares most of its curve (else: choose another seed).
+inline size_t steps_before_routing_tie(const std::vector<training::StepMetrics>& want,
+                                       const Tolerance& tol) {
+  size_t n = 0;
+  while (n < want.size() && !(want[n].has_moe && want[n].moe_min_routing_margin < tol.routing_tie))
+    ++n;
+  if (n < want.size() && mp::testing::world().rank() == 0)
+    std::printf(
+        "reference routing within %.3g of a tie at iteration %lld (margin %.3g): "
+        "comparing the %zu steps before it\n",
+        tol.routing_tie, static_cast<long long>(want[n].iteration), want[n].moe_min_routing_margin,
+        n);
+  EXPECT_GE(2 * n, want.size()) << "the reference's routing meets a near-tie at iteration "
+                                << (n < want.size() ? want[n].iteration : -1)
+                                << ", before half the run: too little curve to compare";
+  return n;
+}
+
+// The whole run: every step and every evaluation (MoE: up to the reference's first near-tie).
 inline void expect_same_curve(const training::TrainSummary& got, const training::TrainSummary& want,
                               const Tolerance& tol = {}) {
   ASSERT_EQ(got.steps.size(), want.steps.size());
-  expect_same_steps(got.steps, want.steps, 0, tol);
+  const size_t steps = steps_before_routing_tie(want.steps, tol);
+  const std::vector<training::StepMetrics> got_steps(got.steps.begin(), got.steps.begin() + steps),
+      want_steps(want.steps.begin(), want.steps.begin() + steps);
+  expect_same_steps(got_steps, want_steps, 0, tol);
+  // Evaluations after the tie's step ran on weights the tie may have changed.
+  const int64_t last =
+      steps < want.steps.size() ? want.steps[steps].iteration : std::numeric_limits<int64_t>::max();
   ASSERT_EQ(got.evals.size(), want.evals.size());
   for (size_t i = 0; i < got.evals.size(); ++i) {
     const auto &g = got.evals[i], &w = want.evals[i];
+    if (w.iteration >= last) break;
     const std::string where = "evaluation at iteration " + std::to_string(w.iteration);
     EXPECT_NEAR(g.loss, w.loss, tol.loss * w.loss) << where;
     EXPECT_EQ(g.has_aux, w.has_aux) << where;

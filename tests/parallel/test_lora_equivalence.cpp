@@ -50,6 +50,7 @@ TEST(LoraEquivalence, DropoutMasksDoNotDependOnTheLayout) {
 TEST(LoraEquivalence, Bf16LayoutsTrackSingleProcess) {
   eq::RecipeSpec llama = lora_llama(8);
   llama.precision = "bf16";
+  llama.lr = 0.005;  // see below
   const auto src = tokens();
   const std::vector<eq::Layout> layouts = {
       {.tp = 2, .micro = 2, .sp = true},
@@ -58,13 +59,12 @@ TEST(LoraEquivalence, Bf16LayoutsTrackSingleProcess) {
       {.tp = 2, .pp = 2, .micro = 2, .sp = true},
       {.tp = 2, .dp = 2, .micro = 2, .distributed = true},
   };
-  // The bf16 tolerances of every equivalence test. Under tp the row-parallel partial sums are
-  // rounded to bf16 before they are reduced, so the first step's loss differs in the 6th digit;
-  // at this learning rate the run is unstable enough (the gradient norm jumps 2.5x at step 4) to
-  // grow that into a gap of up to ~3% in the gradient norm by step 7 (MEGATRON_EQ_TRACE=1 shows
-  // it per step: within 0.05% for steps 1-3 on an AMD Zen 3, -0.6% at 4, -2.9% at 7), while pp
-  // and dp stay within 0.1%. The gap moved from 5.4% to 2.9% when the exp in softmax and
-  // cross-entropy was vectorized (different rounding, same math): rounding, amplified.
+  // The bf16 tolerances of every equivalence test, at the fixture's learning rate. At the other
+  // LoRA tests' 0.02 this run is unstable (the gradient norm jumps 2.5x at step 4) and grows the
+  // tp layouts' bf16 rounding of row-parallel partial sums (6th digit of the first loss) into a
+  // gradient-norm gap of up to 3-5% by step 7, depending on the CPU's rounding: that compared
+  // the amplification, not the layouts. At 0.005 every layout stays within 0.05% (np 2 and 4,
+  // MEGATRON_EQ_TRACE=1, AMD Zen 3) and the loss falls 3.616 -> 3.562.
   EXPECT_GT(eq::expect_layouts_match(llama, src, layouts, eq::Tolerance{2e-3, 3e-2}), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("lora bf16 equivalence");

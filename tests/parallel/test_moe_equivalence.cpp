@@ -65,12 +65,11 @@ std::vector<eq::Layout> moe_layouts(int64_t micro) {
 }
 
 TEST(MoeEquivalence, SoftmaxTop2AuxLoss) {
-  // Seed 14: with seed 13 a layer-2 routing decision of the single process sat within round-off
-  // of a tie at iteration 13 once the exp loops were vectorized (every tp and dp layout routed
-  // one token of 64 elsewhere, pp matched exactly), and the curves parted after it. Routing
-  // counts are exact only away from ties; a trajectory that meets one tests nothing more.
+  // On some CPUs this trajectory's reference meets a routing near-tie at iteration 13 (one token
+  // of 64 in layer 2 within round-off of its third expert): the fixture compares the steps
+  // before it (steps_before_routing_tie).
   const eq::RecipeSpec m =
-      moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2, 14);
+      moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2);
   EXPECT_GT(eq::expect_layouts_match(m, source(), moe_layouts(2)), 0);
   eq::report_max_diff("moe softmax top-2");
 }

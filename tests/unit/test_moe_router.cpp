@@ -37,6 +37,7 @@ std::vector<int> ranked(const std::vector<double>& v) {
 struct RefToken {
   std::vector<int> experts;
   std::vector<double> gates;
+  double margin = INFINITY;  // the gap to the nearest tie of the choice (and of the groups)
 };
 
 RefToken reference_token(const float* l, const RouterOptions& o, const float* bias) {
@@ -49,6 +50,7 @@ RefToken reference_token(const float* l, const RouterOptions& o, const float* bi
   const bool sigmoid = o.score == MoeScoreFunction::Sigmoid;
   for (int e = 0; e < E; ++e)
     choice[e] = (sigmoid ? sig[e] : o.pre_softmax ? soft[e] : logit[e]) + (bias ? bias[e] : 0.0);
+  double margin = INFINITY;
   if (o.num_groups > 0) {
     const int G = static_cast<int>(o.num_groups), per = E / G;
     const int best = k / static_cast<int>(o.group_topk);
@@ -59,6 +61,7 @@ RefToken reference_token(const float* l, const RouterOptions& o, const float* bi
       gscore[g] = std::accumulate(members.begin(), members.begin() + best, 0.0);
     }
     const std::vector<int> gorder = ranked(gscore);
+    if (o.group_topk < G) margin = gscore[gorder[o.group_topk - 1]] - gscore[gorder[o.group_topk]];
     std::vector<bool> keep(G, false);
     for (int j = 0; j < o.group_topk; ++j) keep[gorder[j]] = true;
     for (int e = 0; e < E; ++e)
@@ -67,6 +70,9 @@ RefToken reference_token(const float* l, const RouterOptions& o, const float* bi
   RefToken r;
   const std::vector<int> order = ranked(choice);
   r.experts.assign(order.begin(), order.begin() + k);
+  if (k < E && choice[order[k]] > -1e299)
+    margin = std::min(margin, choice[order[k - 1]] - choice[order[k]]);
+  r.margin = margin;
   if (sigmoid) {
     double s = 0;
     for (int e : r.experts) s += sig[e];
@@ -130,9 +136,11 @@ TEST(MoeRouter, MatchesTheNaiveReference) {
     const std::vector<float> logits = random_logits(T * E, 7);
     const std::vector<float> bias = random_logits(E, 11);
     const Routing r = route(logits.data(), T, c.opt, c.bias ? bias.data() : nullptr);
+    double margin = INFINITY;
     for (int64_t t = 0; t < T; ++t) {
       const RefToken ref =
           reference_token(logits.data() + t * E, c.opt, c.bias ? bias.data() : nullptr);
+      margin = std::min(margin, ref.margin);
       for (int64_t j = 0; j < k; ++j) {
         EXPECT_EQ(r.experts[static_cast<size_t>(t * k + j)], ref.experts[static_cast<size_t>(j)])
             << "token " << t << " slot " << j;
@@ -140,7 +148,27 @@ TEST(MoeRouter, MatchesTheNaiveReference) {
                     2e-6);
       }
     }
+    // How near the choice came to a tie: a real gap here (random logits), found to round-off.
+    ASSERT_TRUE(std::isfinite(margin));
+    EXPECT_GT(margin, 0.0);
+    EXPECT_NEAR(r.min_margin, margin, 1e-6);
   }
+}
+
+// A near-tie shows as its gap; an exact tie (broken by index alike in every run) by the gap to
+// the next distinct value; with every expert picked nothing is left out (+inf).
+TEST(MoeRouter, MarginMeasuresTheNearestTie) {
+  RouterOptions o;
+  o.num_experts = 3;
+  o.topk = 1;
+  const std::vector<float> tied = {0.5f, 2.0f, 2.0f, 1.0f, 0.0f, 0.25f};
+  EXPECT_EQ(route(tied.data(), 2, o, nullptr).min_margin, 0.75f);  // token 1: 1.0 over 0.25
+  const std::vector<float> tied3 = {1.5f, 2.0f, 2.0f};
+  EXPECT_EQ(route(tied3.data(), 1, o, nullptr).min_margin, 0.5f);
+  const std::vector<float> near = {0.5f, 2.0f, 1.75f, 1.0f, 0.0f, 0.25f};
+  EXPECT_EQ(route(near.data(), 2, o, nullptr).min_margin, 0.25f);
+  o.topk = 3;
+  EXPECT_TRUE(std::isinf(route(near.data(), 2, o, nullptr).min_margin));
 }
 
 // aux = coeff * E * sum_i f_i * P_i, f_i = c_i / (k T), P_i the mean softmax probability, with
@@ -273,8 +301,11 @@ TEST(MoeRouter, CapacityKeepsTheHighestGatesOrTheFirstTokens) {
   const std::vector<float> gates0 = {0.5f, 0.9f, 0.2f, 0.9f, 0.7f, 0.6f};
   std::vector<float> gates = gates0;
   std::vector<uint8_t> kept(6, 1);
-  EXPECT_EQ(apply_capacity(experts, gates, kept, 6, 1, 2, 2, MoeTokenDropPolicy::Probs), 3);
+  float margin = INFINITY;
+  EXPECT_EQ(apply_capacity(experts, gates, kept, 6, 1, 2, 2, MoeTokenDropPolicy::Probs, &margin),
+            3);
   EXPECT_EQ(kept, (std::vector<uint8_t>{0, 1, 0, 1, 0, 1}));
+  EXPECT_EQ(margin, 0.9f - 0.7f);  // expert 0's last kept gate over its first dropped one
   EXPECT_EQ(gates[0], 0.0f);
   EXPECT_EQ(gates[1], 0.9f);
   gates = gates0;

@@ -2,7 +2,12 @@
 // Megatron's FLOPs formula, and the trainer's determinism and micro-batch equivalence.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "megatron/optimizer/lr_schedule.h"
@@ -56,14 +61,18 @@ TEST(Metrics, RankMemoryReportLeavesTheStreamFormatAlone) {
   EXPECT_EQ(line.str(), "93.3333");  // not "9e+01" (precision 0 left behind)
 }
 
+// The logging rank's sink of a one-process CPU run (fp32, a nominal peak).
+training::MetricsSink logger_sink(const config::Recipe& recipe, std::ostream& out) {
+  return training::MetricsSink(recipe, true, out,
+                               training::ComputePeak::decide(Device::CPU, DType::F32, 0.5, 0.0),
+                               Device::CPU, 1);
+}
+
 // The step and validation lines set their own formats and leave the stream's as they found it
 // (pretrain's closing summary once printed "9 -> 5 (6e+01% of the first)" after a step line).
 TEST(Metrics, StepAndEvalLinesLeaveTheStreamFormatAlone) {
-  config::Recipe recipe;
   std::ostringstream out;
-  training::MetricsSink sink(recipe, true, out,
-                             training::ComputePeak::decide(Device::CPU, DType::F32, 0.5, 0.0),
-                             Device::CPU, 1);
+  training::MetricsSink sink = logger_sink(config::Recipe{}, out);
   training::StepMetrics step;
   step.iteration = 3;
   step.loss = 5.25;
@@ -81,6 +90,36 @@ TEST(Metrics, StepAndEvalLinesLeaveTheStreamFormatAlone) {
   line.copyfmt(out);
   line << 100.0 * 8.4 / 9.0;
   EXPECT_EQ(line.str(), "93.3333");
+}
+
+// MoE steps in the JSONL carry the routing margin; JSON has no infinity, so a step whose
+// choices left nothing out writes null (every line stays valid JSON).
+TEST(Metrics, JsonlWritesTheRoutingMarginOrNull) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("metrics_moe_" + std::to_string(::getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  {
+    config::Recipe recipe;
+    recipe.logging.jsonl = path.string();
+    std::ostringstream out;
+    training::MetricsSink sink = logger_sink(recipe, out);
+    training::StepMetrics step;
+    step.iteration = 1;
+    step.loss = 5.0;
+    step.has_moe = true;
+    step.moe_min_routing_margin = 2.5e-4;
+    sink.step(step, false);
+    step.iteration = 2;
+    step.moe_min_routing_margin = std::numeric_limits<double>::infinity();
+    sink.step(step, false);
+  }
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  std::filesystem::remove(path);
+  ASSERT_EQ(lines.size(), 3u);  // the run's opening line, then the two steps
+  EXPECT_DOUBLE_EQ(lines[1].at("moe_min_routing_margin").get<double>(), 2.5e-4);
+  EXPECT_TRUE(lines[2].at("moe_min_routing_margin").is_null());
 }
 
 TEST(LRSchedule, WarmupThenCosineToMin) {

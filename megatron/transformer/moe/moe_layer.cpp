@@ -144,7 +144,7 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   int64_t capacity = 0;
   if (m.capacity_factor) {
     capacity = expert_capacity(T, k, E, *m.capacity_factor);
-    apply_capacity(experts, gates, kept, T, k, E, capacity, m.drop_policy);
+    apply_capacity(experts, gates, kept, T, k, E, capacity, m.drop_policy, &s.routing.min_margin);
     const int64_t off = tp_token_offset(Tl) * k;
     for (int64_t i = 0; i < Tl * k; ++i) {
       s.routing.gates[static_cast<size_t>(i)] = gates[static_cast<size_t>(off + i)];
@@ -257,6 +257,7 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
     st.tokens_per_expert[static_cast<size_t>(e)] += s.picked_per_expert[static_cast<size_t>(e)];
   st.dropped += s.dropped;
   st.routed += static_cast<double>(Tl * k);
+  st.min_routing_margin = std::min(st.min_routing_margin, double(s.routing.min_margin));
 }
 
 BlockSubmodules moe_submodules(const MoeGroups& groups, std::shared_ptr<MoeState> state) {

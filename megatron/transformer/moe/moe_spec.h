@@ -4,6 +4,7 @@
 // step's objective, the per-step routing statistics and the experts' bias of aux-loss-free
 // balancing.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <utility>
@@ -48,6 +49,8 @@ struct MoeLayerStats {
   double aux_loss = 0, z_loss = 0;        // the losses' values (coefficients applied), partial sums
   std::vector<double> tokens_per_expert;  // picked (before capacity drops), [num_experts]
   double dropped = 0, routed = 0;         // (token, expert) pairs dropped / picked
+  // The smallest Routing::min_margin of the step's micro-batches (capacity drops included).
+  double min_routing_margin = std::numeric_limits<double>::infinity();
 };
 
 // Wall time of this rank's MoE layers (forward + backward), by part, since the last take:

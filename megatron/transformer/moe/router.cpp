@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -42,8 +43,42 @@ bool uses_scores(const RouterOptions& o) {
   return o.score == MoeScoreFunction::Sigmoid || o.pre_softmax;
 }
 
-// The group-limit mask of one token: experts of its best group_topk groups.
-void group_mask(const float* choice, const RouterOptions& o, uint8_t* allowed) {
+// How near the split of v (sorted descending) into its first c values and the rest is to
+// changing: the gap across the boundary. An exact tie at the boundary is broken by index, the
+// same way in every run; the next distinct value on either side is what round-off could move
+// across it. +inf when one side is empty or everything is equal.
+float boundary_gap(const float* v, int64_t n, int64_t c) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (c <= 0 || c >= n) return kInf;
+  const float hi = v[c - 1], lo = v[c];
+  if (hi > lo) return hi - lo;
+  float gap = kInf;
+  for (int64_t i = c - 1; i >= 0; --i)
+    if (v[i] > hi) {
+      gap = v[i] - hi;
+      break;
+    }
+  for (int64_t j = c; j < n; ++j)
+    if (v[j] < lo) {
+      gap = std::min(gap, lo - v[j]);
+      break;
+    }
+  return gap;
+}
+
+// The boundary gap of a top-k over the allowed candidates of choice[0, n).
+float choice_margin(const float* choice, int64_t n, int64_t k, const uint8_t* allowed) {
+  thread_local std::vector<float> v;
+  v.clear();
+  for (int64_t e = 0; e < n; ++e)
+    if (allowed == nullptr || allowed[e]) v.push_back(choice[e]);
+  std::sort(v.begin(), v.end(), std::greater<float>());
+  return boundary_gap(v.data(), static_cast<int64_t>(v.size()), k);
+}
+
+// The group-limit mask of one token: experts of its best group_topk groups. Returns the
+// boundary gap of the groups' scores.
+float group_mask(const float* choice, const RouterOptions& o, uint8_t* allowed) {
   const int64_t E = o.num_experts, G = o.num_groups, per = E / G;
   const int64_t best = o.topk / o.group_topk;
   std::vector<float> group_score(static_cast<size_t>(G));
@@ -56,9 +91,11 @@ void group_mask(const float* choice, const RouterOptions& o, uint8_t* allowed) {
   }
   top_k(group_score.data(), G, o.group_topk, nullptr, pick.data());
   std::fill(allowed, allowed + E, uint8_t{0});
-  for (int64_t j = 0; j < o.group_topk; ++j)
-    std::fill(allowed + pick[static_cast<size_t>(j)] * per,
-              allowed + (pick[static_cast<size_t>(j)] + 1) * per, uint8_t{1});
+  for (int64_t j = 0; j < o.group_topk; ++j) {
+    const int32_t g = pick[static_cast<size_t>(j)];
+    std::fill(allowed + g * per, allowed + (g + 1) * per, uint8_t{1});
+  }
+  return choice_margin(group_score.data(), G, o.group_topk, nullptr);
 }
 
 bool balancing_on(const RouterOptions& o) { return o.balancing != MoeLoadBalancing::None; }
@@ -97,11 +134,12 @@ Routing route(const float* logits, int64_t T, const RouterOptions& o, const floa
     }
     const uint8_t* mask = nullptr;
     if (o.num_groups > 0) {
-      group_mask(choice.data(), o, allowed.data());
+      r.min_margin = std::min(r.min_margin, group_mask(choice.data(), o, allowed.data()));
       mask = allowed.data();
     }
     int32_t* picked = r.experts.data() + t * k;
     top_k(choice.data(), E, k, mask, picked);
+    r.min_margin = std::min(r.min_margin, choice_margin(choice.data(), E, k, mask));
     float* gate = r.gates.data() + t * k;
     if (o.score == MoeScoreFunction::Sigmoid) {
       double z = 0;
@@ -183,7 +221,7 @@ int64_t expert_capacity(int64_t tokens, int64_t topk, int64_t num_experts, doubl
 
 int64_t apply_capacity(std::vector<int32_t>& experts, std::vector<float>& gates,
                        std::vector<uint8_t>& kept, int64_t T, int64_t k, int64_t E,
-                       int64_t capacity, MoeTokenDropPolicy policy) {
+                       int64_t capacity, MoeTokenDropPolicy policy, float* min_margin) {
   std::vector<std::vector<int64_t>> by_expert(static_cast<size_t>(E));
   for (int64_t i = 0; i < T * k; ++i)
     if (kept[static_cast<size_t>(i)])
@@ -195,6 +233,12 @@ int64_t apply_capacity(std::vector<int32_t>& experts, std::vector<float>& gates,
       std::stable_sort(slots.begin(), slots.end(), [&](int64_t a, int64_t b) {
         return gates[static_cast<size_t>(a)] > gates[static_cast<size_t>(b)];
       });
+    if (policy == MoeTokenDropPolicy::Probs && min_margin != nullptr && capacity > 0) {
+      std::vector<float> sorted(slots.size());
+      for (size_t j = 0; j < slots.size(); ++j) sorted[j] = gates[static_cast<size_t>(slots[j])];
+      *min_margin = std::min(
+          *min_margin, boundary_gap(sorted.data(), static_cast<int64_t>(sorted.size()), capacity));
+    }
     for (size_t j = static_cast<size_t>(capacity); j < slots.size(); ++j) {
       gates[static_cast<size_t>(slots[j])] = 0.0f;
       kept[static_cast<size_t>(slots[j])] = 0;

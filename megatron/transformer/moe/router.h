@@ -23,6 +23,7 @@
 //                 c_e averaged over the step's micro-batches so far (the MoE layer gathers them)
 // z-loss: coeff / T * sum_t logsumexp(logits_t)^2.
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "megatron/config/options.h"
@@ -50,6 +51,12 @@ struct Routing {
   std::vector<float> picked_probs;   // [T, k] post-softmax: softmax over the picked logits
   std::vector<float> balance_probs;  // [T, E] P of the load-balancing loss (when it is on)
   std::vector<float> lse;            // [T] log-sum-exp of the logits (z-loss on)
+  // How close the choice came to a tie, over all tokens: the smallest gap between the picked
+  // choice values and those left out (with a group limit, also between picked and unpicked
+  // groups' scores; exact ties, broken by index, count by the next distinct value). +inf when
+  // nothing was left out. Two runs whose router inputs differ by round-off route alike only
+  // where this gap exceeds that round-off.
+  float min_margin = std::numeric_limits<float>::infinity();
 };
 
 // Scores, choice, top-k and gates of T tokens. logits [T, E]; expert_bias [E] or null (added to
@@ -81,10 +88,12 @@ double z_loss(const Routing& r, const RouterOptions& opt, int64_t total_tokens);
 int64_t expert_capacity(int64_t tokens, int64_t topk, int64_t num_experts, double factor);
 // Drops the (token, slot) pairs beyond each expert's capacity from experts/gates of T tokens:
 // keeps the highest gates (probs; ties to the lower token) or the first tokens (position).
-// Returns how many pairs were dropped.
+// Returns how many pairs were dropped. With the probs policy, *min_margin (when given) is lowered
+// to the smallest gap between an expert's last kept gate and its first dropped one.
 int64_t apply_capacity(std::vector<int32_t>& experts, std::vector<float>& gates,
                        std::vector<uint8_t>& kept, int64_t tokens, int64_t topk,
-                       int64_t num_experts, int64_t capacity, config::MoeTokenDropPolicy policy);
+                       int64_t num_experts, int64_t capacity, config::MoeTokenDropPolicy policy,
+                       float* min_margin = nullptr);
 
 // d logits [T, E] (written) from the gates' gradient d_gates [T, k] (0 where dropped), plus the
 // balancing loss (weight balance_weight, dloss_dprob from balance_loss) and the z-loss (weight

@@ -3,19 +3,26 @@
 // LM head), with the FMA peak of the same threads beside them. One candidate per process, because
 // OpenBLAS reads its core type once when it loads:
 //   bench_gemm_candidates --candidate onednn|onednn-bf16|openblas|openblas-forced|blis|packed|
-//                                     packed-bf16
+//                                     packed-bf16|microkernel
 //   bench/run_gemm_candidates.sh runs them all.
+// microkernel is no GEMM: every thread runs a 6-row register-tile kernel (12 accumulators, the
+// widest vectors the CPU has) over panels that stay in its L1/L2, the inner loop of every
+// BLIS-style GEMM without packing, edges or C traffic. Its share of the FMA peak is the ceiling a
+// GEMM's inner loop can reach on this machine, and so what an MFU goal can ask of it.
 // openblas: the core OpenBLAS picks for itself (openblas_get_corename); openblas-forced: the
 // core chosen from this CPU's feature bits (AVX-512 BF16 -> Cooperlake, AVX-512 -> SkylakeX,
 // AVX2 -> Haswell) through OPENBLAS_CORETYPE, set before the library loads. OpenBLAS and BLIS
 // are loaded with dlopen, so the project never links them.
 #include <dlfcn.h>
+#include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -55,10 +62,96 @@ double gflops(const Shape& s, Fn&& fn) {
   return 2.0 * double(s.M) * double(s.N) * double(s.K) * reps / seconds_since(t0) / 1e9;
 }
 
+// One 6-row tile step over k: two B vectors, six broadcasts of A, twelve FMAs into named
+// accumulators (an array of vectors can end up in memory).
+#define MT_TILE_ROW(V, bcast, fma, i)  \
+  {                                    \
+    const V a = bcast(ap + 6 * k + i); \
+    c##i##0 = fma(a, b0, c##i##0);     \
+    c##i##1 = fma(a, b1, c##i##1);     \
+  }
+#define MT_TILE_KERNEL(name, isa, V, W, zero, load, bcast, fma, add, store)                      \
+  __attribute__((target(isa), noinline)) void name(int64_t kc, const float* ap, const float* bp, \
+                                                   float* c) {                                   \
+    V c00 = zero(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00, c30 = c00, c31 = c00, \
+      c40 = c00, c41 = c00, c50 = c00, c51 = c00;                                                \
+    for (int64_t k = 0; k < kc; ++k) {                                                           \
+      const V b0 = load(bp + 2 * W * k), b1 = load(bp + 2 * W * k + W);                          \
+      MT_TILE_ROW(V, bcast, fma, 0)                                                              \
+      MT_TILE_ROW(V, bcast, fma, 1)                                                              \
+      MT_TILE_ROW(V, bcast, fma, 2)                                                              \
+      MT_TILE_ROW(V, bcast, fma, 3)                                                              \
+      MT_TILE_ROW(V, bcast, fma, 4)                                                              \
+      MT_TILE_ROW(V, bcast, fma, 5)                                                              \
+    }                                                                                            \
+    const V r[12] = {c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51};                \
+    for (int i = 0; i < 12; ++i) store(c + W * i, add(load(c + W * i), r[i]));                   \
+  }
+__attribute__((target("avx512f"))) inline __m512 broadcast512(const float* p) {
+  return _mm512_set1_ps(*p);
+}
+MT_TILE_KERNEL(tile_avx2, "avx2,fma", __m256, 8, _mm256_setzero_ps, _mm256_load_ps,
+               _mm256_broadcast_ss, _mm256_fmadd_ps, _mm256_add_ps, _mm256_store_ps)
+MT_TILE_KERNEL(tile_avx512, "avx512f", __m512, 16, _mm512_setzero_ps, _mm512_load_ps, broadcast512,
+               _mm512_fmadd_ps, _mm512_add_ps, _mm512_store_ps)
+
+// The microkernel candidate: GFLOP/s of every thread running its tile over its own panels at
+// once, in rounds of ~25 ms. Best and median round: the best is measured as the FMA peak is
+// (cpu_peak.cpp), the median shows what a shared host leaves of it most of the time.
+struct RoundRates {
+  double best = 0, median = 0;
+};
+RoundRates microkernel_gflops(bool avx512) {
+  const int64_t kc = 256, panels = 16, width = avx512 ? 32 : 16;  // 256-512 KiB of B panels
+  const int threads = omp_get_max_threads();
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  using Buffer = std::unique_ptr<float[], Free>;
+  auto filled = [](int64_t n, float v) {  // 64-byte aligned, as the tile's loads need
+    Buffer b(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>(n) * sizeof(float))));
+    std::fill(b.get(), b.get() + n, v);
+    return b;
+  };
+  struct Panels {
+    Buffer a, b, c;
+  };
+  std::vector<Panels> per(static_cast<size_t>(threads));
+  for (Panels& p : per)
+    p = {filled(6 * kc, 1e-3f), filled(panels * kc * width, 1e-3f), filled(panels * 6 * width, 0)};
+  auto sweep = [&](Panels& p) {
+    for (int64_t i = 0; i < panels; ++i) {
+      const float* bp = p.b.get() + i * kc * width;
+      float* c = p.c.get() + i * 6 * width;
+      if (avx512)
+        tile_avx512(kc, p.a.get(), bp, c);
+      else
+        tile_avx2(kc, p.a.get(), bp, c);
+    }
+  };
+  const double flops_per_sweep = 2.0 * 6 * double(width) * double(kc) * double(panels);
+  int64_t sweeps = 16;
+  for (;;) {  // calibrate one thread to ~25 ms
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < sweeps; ++i) sweep(per[0]);
+    if (seconds_since(t0) > 0.025) break;
+    sweeps *= 2;
+  }
+  std::vector<double> rates;
+  for (int round = 0; round < 20; ++round) {
+    const auto t0 = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads)
+    for (int64_t i = 0; i < sweeps; ++i) sweep(per[static_cast<size_t>(omp_get_thread_num())]);
+    rates.push_back(flops_per_sweep * double(sweeps) * threads / seconds_since(t0) / 1e9);
+  }
+  std::sort(rates.begin(), rates.end());
+  return {rates.back(), rates[rates.size() / 2]};
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: bench_gemm_candidates --candidate "
-               "onednn|onednn-bf16|openblas|openblas-forced|blis|packed|packed-bf16\n");
+               "onednn|onednn-bf16|openblas|openblas-forced|blis|packed|packed-bf16|microkernel\n");
   return 2;
 }
 
@@ -70,6 +163,23 @@ int main(int argc, char** argv) {
   const auto& f = kernels::cpu::cpu_features();
   std::string label = cand;
   CblasSgemm sgemm = nullptr;
+  if (cand == "microkernel") {
+    if (!f.has_avx2_fma()) {
+      std::printf("%-16s needs AVX2 + FMA\n", cand.c_str());
+      return 0;
+    }
+    const RoundRates g = microkernel_gflops(f.has_avx512());
+    const auto peak = kernels::cpu::measure_fp32_peak();
+    const double p = peak.flops / 1e9;
+    std::printf("%s (6x%d register tile, %s, cache-resident panels), %d threads\n", cand.c_str(),
+                f.has_avx512() ? 32 : 16, f.has_avx512() ? "avx512" : "avx2",
+                omp_get_max_threads());
+    std::printf(
+        "RESULT %-16s inner loop best %.1f GFLOP/s = %.1f%%, median %.1f = %.1f%% of the "
+        "%s peak %.1f GFLOP/s\n",
+        cand.c_str(), g.best, 100 * g.best / p, g.median, 100 * g.median / p, peak.isa.c_str(), p);
+    return 0;
+  }
   if (cand == "openblas" || cand == "openblas-forced") {
     if (cand == "openblas-forced") {
       const char* core = f.has_avx512_bf16() ? "Cooperlake"

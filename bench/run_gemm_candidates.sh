@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GEMM libraries we could use, measured side by side on this CPU (bench_gemm_candidates.cpp):
 # oneDNN fp32 and bf16 (what the project uses), OpenBLAS with the core it picks itself and with
-# the core forced from the CPU's feature bits, BLIS. Installs the OpenBLAS and BLIS runtime
-# libraries from Debian if missing (they are loaded with dlopen, never linked by the project).
+# the core forced from the CPU's feature bits, BLIS, our packed GEMM; first the ceiling their
+# inner loop can reach here (microkernel). Installs the OpenBLAS and BLIS runtime libraries from
+# Debian if missing (they are loaded with dlopen, never linked by the project).
 #   bench/run_gemm_candidates.sh [--threads T] [--build-dir DIR] [--skip-build]
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,6 @@ if [ "$skip_build" -eq 0 ]; then
   cmake --build "$build_dir" -j"$(nproc)" --target bench_gemm_candidates
 fi
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(grep -m1 'model name' /proc/cpuinfo)"
-for c in onednn openblas openblas-forced blis packed onednn-bf16 packed-bf16; do
+for c in microkernel onednn openblas openblas-forced blis packed onednn-bf16 packed-bf16; do
   OMP_NUM_THREADS="$threads" "$build_dir/bin/bench_gemm_candidates" --candidate "$c"
 done | tee /dev/stderr | grep RESULT

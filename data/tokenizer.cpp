@@ -115,23 +115,35 @@ std::unique_ptr<Tokenizer> make_sentencepiece_tokenizer(const std::string& model
 }
 
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
-  if (spec.type == "SentencePieceTokenizer")
-    return std::make_unique<SentencePieceTokenizer>(spec.model);
-  if (spec.type == "ByteTokenizer") return std::make_unique<ByteTokenizer>();
-  if (spec.type == "HuggingFaceTokenizer") return make_huggingface_tokenizer(spec.model);
-  if (spec.type == "GPT2BPETokenizer") {
-    MT_INPUT_CHECK(!spec.vocab_file.empty() && !spec.merge_file.empty(),
-                   "GPT2BPETokenizer needs a vocab file (vocab.json, --vocab-file) and a merges "
-                   "file (merges.txt, --merge-file)");
-    return std::make_unique<GPT2BPETokenizer>(spec.vocab_file, spec.merge_file);
+  using config::TokenizerType;
+  switch (spec.type) {
+    case TokenizerType::SentencePiece:
+      return std::make_unique<SentencePieceTokenizer>(spec.model);
+    case TokenizerType::Byte:
+      return std::make_unique<ByteTokenizer>();
+    case TokenizerType::HuggingFace:
+      return make_huggingface_tokenizer(spec.model);
+    case TokenizerType::GPT2BPE:
+      MT_INPUT_CHECK(!spec.vocab_file.empty() && !spec.merge_file.empty(),
+                     "GPT2BPETokenizer needs a vocab file (vocab.json, --vocab-file) and a merges "
+                     "file (merges.txt, --merge-file)");
+      return std::make_unique<GPT2BPETokenizer>(spec.vocab_file, spec.merge_file);
+    case TokenizerType::BertWordPieceLowerCase:
+    case TokenizerType::BertWordPieceCase:
+      return std::make_unique<BertWordPieceTokenizer>(
+          spec.vocab_file, spec.type == TokenizerType::BertWordPieceLowerCase);
+    case TokenizerType::Null:
+      break;
   }
-  if (spec.type == "BertWordPieceLowerCase" || spec.type == "BertWordPieceCase") {
-    return std::make_unique<BertWordPieceTokenizer>(spec.vocab_file,
-                                                    spec.type == "BertWordPieceLowerCase");
-  }
-  throw InputError(concat("unknown tokenizer type '", spec.type,
-                          "' (expected SentencePieceTokenizer, ByteTokenizer, GPT2BPETokenizer, "
-                          "BertWordPieceLowerCase, BertWordPieceCase or HuggingFaceTokenizer)"));
+  throw InputError(
+      "NullTokenizer reads no text: it is for pre-tokenized data (a vocabulary size only)");
+}
+
+config::TokenizerType parse_tokenizer_type(const std::string& name) {
+  const std::optional<config::TokenizerType> t = config::parse_option<config::TokenizerType>(name);
+  MT_INPUT_CHECK(t.has_value(), "unknown tokenizer type '", name, "' (expected one of ",
+                 config::option_list<config::TokenizerType>(), ")");
+  return *t;
 }
 
 }  // namespace megatron::data

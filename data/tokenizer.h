@@ -1,6 +1,6 @@
 #pragma once
-// Tokenizers: text <-> token ids. Built from a TokenizerSpec whose `type` uses Megatron's
-// --tokenizer-type names.
+// Tokenizers: text <-> token ids. Built from a TokenizerSpec whose `type` is one of Megatron's
+// --tokenizer-type names (config::TokenizerType).
 //
 //   SentencePieceTokenizer  a SentencePiece .model file (`model`). eod() is the piece
 //                           "<|endoftext|>" when the model has it (as the shipped
@@ -21,6 +21,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "megatron/config/options.h"
 
 namespace megatron::data {
 
@@ -47,15 +49,18 @@ class Tokenizer {
 };
 
 struct TokenizerSpec {
-  // SentencePieceTokenizer | ByteTokenizer | GPT2BPETokenizer | BertWordPieceLowerCase |
-  // BertWordPieceCase | HuggingFaceTokenizer (`model`: an HF directory, data/tokenizer_hf.h)
-  std::string type;
+  // HuggingFaceTokenizer's `model` is an HF directory (data/tokenizer_hf.h); NullTokenizer
+  // builds no tokenizer (make_tokenizer refuses it).
+  config::TokenizerType type = config::TokenizerType::Byte;
   std::string vocab_file, merge_file, model;
 };
 
-// Throws InputError naming the type (unknown) or the file (missing, unreadable, malformed;
-// with the line where there is one).
+// Throws InputError naming the file (missing, unreadable, malformed; with the line where there
+// is one), or for NullTokenizer, which has no text to read.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec);
+
+// A --tokenizer-type value of the tools: its type, else InputError listing the names.
+config::TokenizerType parse_tokenizer_type(const std::string& name);
 
 // The byte-level tokenizer, also usable directly in tests.
 class ByteTokenizer final : public Tokenizer {

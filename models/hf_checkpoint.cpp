@@ -102,10 +102,10 @@ config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelCo
   std::error_code ec;
   if (fs::is_regular_file(fs::path(o.hf_dir) / "tokenizer.json", ec) ||
       fs::is_regular_file(fs::path(o.hf_dir) / "tokenizer.model", ec)) {
-    r.data.tokenizer.type = "HuggingFaceTokenizer";
+    r.data.tokenizer.type = config::TokenizerType::HuggingFace;
     r.data.tokenizer.model = fs::absolute(o.hf_dir).lexically_normal().string();
   } else {
-    r.data.tokenizer.type = "NullTokenizer";
+    r.data.tokenizer.type = config::TokenizerType::Null;
     r.data.tokenizer.vocab_size = model.vocab_size;
   }
   r.checkpoint.pretrained = fs::absolute(o.out_dir).lexically_normal().string();
@@ -227,7 +227,7 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
       hf_config_for(model, result.architecture, result.dtype, original).dump(2) + "\n";
   // The tokenizer files of a model whose recipe names a Hugging Face tokenizer directory travel
   // with it, so the export loads in transformers as it is.
-  if (recipe.data.tokenizer.type == "HuggingFaceTokenizer") {
+  if (recipe.data.tokenizer.type == config::TokenizerType::HuggingFace) {
     const fs::path dir = config::resolve_path(recipe, recipe.data.tokenizer.model);
     std::error_code ec;
     for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",

@@ -64,8 +64,9 @@ Prints the continuation (text when a tokenizer is known), then tokens/s on stder
 )";
 
 struct Args {
-  std::string checkpoint, prompt, prompt_ids, tokenizer_type, tokenizer_model, vocab_file,
-      merge_file, chat_template, prompts_file;
+  std::string checkpoint, prompt, prompt_ids, tokenizer_model, vocab_file, merge_file,
+      chat_template, prompts_file;
+  std::optional<config::TokenizerType> tokenizer_type;  // else the checkpoint recipe's
   int64_t show = 10;
   std::optional<int64_t> iteration;
   inference::SamplingOptions sampling;
@@ -117,9 +118,13 @@ Args parse(int argc, char** argv) {
       const std::string d = flags.value();
       if (d != "cpu" && d != "cuda") usage_error("--device must be cpu or cuda, got '" + d + "'");
       a.device = d == "cuda" ? Device::CUDA : Device::CPU;
-    } else if (f == "--tokenizer-type")
-      a.tokenizer_type = flags.value();
-    else if (f == "--tokenizer-model")
+    } else if (f == "--tokenizer-type") {
+      const std::string t = flags.value();
+      a.tokenizer_type = config::parse_option<config::TokenizerType>(t);
+      if (!a.tokenizer_type)
+        usage_error("--tokenizer-type must be one of " +
+                    config::option_list<config::TokenizerType>() + ", got '" + t + "'");
+    } else if (f == "--tokenizer-model")
       a.tokenizer_model = flags.value();
     else if (f == "--vocab-file")
       a.vocab_file = flags.value();
@@ -172,12 +177,13 @@ std::string existing(const config::Recipe& r, const std::string& p) {
 }
 
 std::unique_ptr<data::Tokenizer> tokenizer_for(const Args& a, const config::Recipe& r) {
-  data::TokenizerSpec spec{
-      a.tokenizer_type.empty() ? r.data.tokenizer.type : a.tokenizer_type,
-      a.vocab_file.empty() ? existing(r, r.data.tokenizer.vocab_file) : a.vocab_file,
+  const std::optional<config::TokenizerType> type =
+      a.tokenizer_type ? a.tokenizer_type : r.data.tokenizer.type;
+  if (!type || *type == config::TokenizerType::Null) return nullptr;
+  const data::TokenizerSpec spec{
+      *type, a.vocab_file.empty() ? existing(r, r.data.tokenizer.vocab_file) : a.vocab_file,
       a.merge_file.empty() ? existing(r, r.data.tokenizer.merge_file) : a.merge_file,
       a.tokenizer_model.empty() ? existing(r, r.data.tokenizer.model) : a.tokenizer_model};
-  if (spec.type.empty() || spec.type == "NullTokenizer") return nullptr;
   return data::make_tokenizer(spec);
 }
 
@@ -305,7 +311,7 @@ int run(const Args& a, parallel::Communicator& world, int local_rank) {
     } else {
       // A Hugging Face tokenizer encodes as transformers does by default (its template's BOS
       // first); the others as the training data was (no BOS).
-      if (recipe.data.tokenizer.type == "HuggingFaceTokenizer" && tokenizer->bos() >= 0)
+      if (recipe.data.tokenizer.type == config::TokenizerType::HuggingFace && tokenizer->bos() >= 0)
         prompt.push_back(tokenizer->bos());
       const auto ids = tokenizer->encode(a.prompt);
       prompt.insert(prompt.end(), ids.begin(), ids.end());

@@ -313,8 +313,9 @@ int main(int argc, char** argv) {
       throw md::cli::UsageError("--cache-dir is for --dataset-type gpt");
     std::unique_ptr<md::Tokenizer> tok;
     if (args.has("tokenizer-type")) {
-      tok = md::make_tokenizer({args.get("tokenizer-type"), args.get("vocab-file"),
-                                args.get("merge-file"), args.get("tokenizer-model")});
+      tok = md::make_tokenizer({md::parse_tokenizer_type(args.get("tokenizer-type")),
+                                args.get("vocab-file"), args.get("merge-file"),
+                                args.get("tokenizer-model")});
     }
     const int split_id = md::split_id_from_name(args.get("split", "train"));
     const auto check_index = [&](int64_t index, int64_t n) {

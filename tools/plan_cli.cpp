@@ -164,10 +164,11 @@ int64_t resolve_vocab(const config::Recipe& r, const PlanArgs& a, std::vector<st
   if (a.vocab) return *a.vocab;
   if (r.model.vocab_size > 0) return r.model.vocab_size;
   const auto& t = r.data.tokenizer;
-  if (t.type == "NullTokenizer" || t.vocab_size > 0) return t.vocab_size;
-  if (t.type == "ByteTokenizer") return data::ByteTokenizer().vocab_size();
+  if (t.type == config::TokenizerType::Null || t.vocab_size > 0) return t.vocab_size;
+  if (t.type == config::TokenizerType::Byte) return data::ByteTokenizer().vocab_size();
+  MT_INPUT_CHECK(t.type.has_value(), "data.tokenizer.type: required key is missing");
   try {
-    auto tok = data::make_tokenizer({t.type, config::resolve_path(r, t.vocab_file),
+    auto tok = data::make_tokenizer({*t.type, config::resolve_path(r, t.vocab_file),
                                      config::resolve_path(r, t.merge_file),
                                      config::resolve_path(r, t.model)});
     notes.push_back("vocabulary from " + tok->describe());

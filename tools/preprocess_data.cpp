@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
       throw megatron::data::cli::UsageError("missing required flag '--input'");
     opt.inputs = args.values("input");
     opt.output_prefix = args.required("output-prefix");
-    opt.tokenizer.type = args.required("tokenizer-type");
+    opt.tokenizer.type = megatron::data::parse_tokenizer_type(args.required("tokenizer-type"));
     opt.tokenizer.model = args.get("tokenizer-model");
     opt.tokenizer.vocab_file = args.get("vocab-file");
     opt.tokenizer.merge_file = args.get("merge-file");

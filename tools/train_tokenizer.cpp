@@ -165,8 +165,8 @@ int main(int argc, char** argv) {
     MT_INPUT_CHECK(status.ok(), "SentencePiece training failed: ", status.ToString());
 
     // Check the result loads and has the EOD piece.
-    const auto tok =
-        megatron::data::make_tokenizer({"SentencePieceTokenizer", "", "", prefix + ".model"});
+    const auto tok = megatron::data::make_tokenizer(
+        {megatron::config::TokenizerType::SentencePiece, "", "", prefix + ".model"});
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::cerr << "train_tokenizer: wrote " << prefix << ".model and " << prefix << ".vocab ("

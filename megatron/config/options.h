@@ -34,6 +34,17 @@ enum class MoeTokenDropPolicy : uint8_t { Probs, Position };
 enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsParams };
 // Where the fp32 master weights and Adam moments live with training.device: cuda.
 enum class OptimizerOffload : uint8_t { None, CPU };
+// data.tokenizer.type and the tools' --tokenizer-type, by Megatron's --tokenizer-type names
+// (data/tokenizer.h says what each reads); NullTokenizer: pre-tokenized data, a vocab size only.
+enum class TokenizerType : uint8_t {
+  GPT2BPE,
+  SentencePiece,
+  BertWordPieceLowerCase,
+  BertWordPieceCase,
+  Byte,
+  HuggingFace,
+  Null
+};
 
 template <typename E>
 struct OptionNames;
@@ -57,6 +68,9 @@ MT_OPTION_NAMES(MoeLoadBalancing, "aux_loss", "seq_aux_loss", "global_aux_loss",
 MT_OPTION_NAMES(MoeTokenDropPolicy, "probs", "position");
 MT_OPTION_NAMES(ShardingStrategy, "no_shard", "optim", "optim_grads", "optim_grads_params");
 MT_OPTION_NAMES(OptimizerOffload, "none", "cpu");
+MT_OPTION_NAMES(TokenizerType, "GPT2BPETokenizer", "SentencePieceTokenizer",
+                "BertWordPieceLowerCase", "BertWordPieceCase", "ByteTokenizer",
+                "HuggingFaceTokenizer", "NullTokenizer");
 #undef MT_OPTION_NAMES
 
 template <typename E>

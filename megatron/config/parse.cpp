@@ -183,10 +183,13 @@ class ParseVisitor {
     r_.get(key, out);  // unset when absent: never required
   }
   template <Option E>
-  void operator()(const char* key, std::optional<E>& out, const KeyInfo& = {}) {
-    out.reset();  // absent or null: unset
+  void operator()(const char* key, std::optional<E>& out, const KeyInfo& info = {}) {
+    out.reset();  // absent or null: unset (a recipe built in code may leave a required one so)
     E value{};
-    if (read_option(key, value)) out = value;
+    if (read_option(key, value))
+      out = value;
+    else if (info.required)
+      r_.missing(key);
   }
   void operator()(const char* key, int64_t& out, const KeyInfo& info = {}) {
     if (!info.zero_is_auto) {

@@ -307,8 +307,10 @@ struct OptimizerConfig {
 
 struct TokenizerConfig {
   // GPT2BPETokenizer (vocab_file + merge_file) | SentencePieceTokenizer (model) |
-  // BertWordPieceLowerCase (vocab_file) | ByteTokenizer | NullTokenizer (vocab_size)
-  std::string type;
+  // BertWordPieceLowerCase, BertWordPieceCase (vocab_file) | ByteTokenizer |
+  // HuggingFaceTokenizer (model: a directory) | NullTokenizer (vocab_size). Required; unset only
+  // in a recipe built in code, which validate() refuses.
+  std::optional<TokenizerType> type;
   std::string vocab_file, merge_file, model;
   int64_t vocab_size = 0;
   bool operator==(const TokenizerConfig&) const = default;

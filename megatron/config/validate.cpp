@@ -233,24 +233,31 @@ std::vector<double> DataConfig::split_fractions() const {
 
 void DataConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
-  const std::string& t = tokenizer.type;
-  c.check(!t.empty(), "data.tokenizer.type", "required key is missing");
-  c.one_of("data.tokenizer.type", t,
-           {"GPT2BPETokenizer", "SentencePieceTokenizer", "BertWordPieceLowerCase", "ByteTokenizer",
-            "NullTokenizer", "HuggingFaceTokenizer"});
+  c.check(tokenizer.type.has_value(), "data.tokenizer.type", "required key is missing");
+  const TokenizerType t = *tokenizer.type;
   auto needs = [&](const std::string& key, const std::string& value) {
-    c.check(!value.empty(), key, concat("required for data.tokenizer.type ", t, " (got none)"));
+    c.check(!value.empty(), key,
+            concat("required for data.tokenizer.type ", option_name(t), " (got none)"));
   };
-  if (t == "GPT2BPETokenizer") {
-    needs("data.tokenizer.vocab_file", tokenizer.vocab_file);
-    needs("data.tokenizer.merge_file", tokenizer.merge_file);
-  } else if (t == "SentencePieceTokenizer" || t == "HuggingFaceTokenizer") {
-    needs("data.tokenizer.model", tokenizer.model);
-  } else if (t == "BertWordPieceLowerCase") {
-    needs("data.tokenizer.vocab_file", tokenizer.vocab_file);
+  switch (t) {
+    case TokenizerType::GPT2BPE:
+      needs("data.tokenizer.vocab_file", tokenizer.vocab_file);
+      needs("data.tokenizer.merge_file", tokenizer.merge_file);
+      break;
+    case TokenizerType::SentencePiece:
+    case TokenizerType::HuggingFace:
+      needs("data.tokenizer.model", tokenizer.model);
+      break;
+    case TokenizerType::BertWordPieceLowerCase:
+    case TokenizerType::BertWordPieceCase:
+      needs("data.tokenizer.vocab_file", tokenizer.vocab_file);
+      break;
+    case TokenizerType::Byte:
+    case TokenizerType::Null:
+      break;
   }
   c.non_negative("data.tokenizer.vocab_size", tokenizer.vocab_size);
-  if (t == "NullTokenizer")
+  if (t == TokenizerType::Null)
     c.check(tokenizer.vocab_size > 0, "data.tokenizer.vocab_size",
             concat("must be > 0 for NullTokenizer (got ", tokenizer.vocab_size, ")"));
   c.check(mock || !train.empty() || sft.enabled(), "data.train",
@@ -415,7 +422,7 @@ void Recipe::validate() const {
   if (data.sft.enabled()) {
     c.check(model.arch != Arch::BERT, "data.sft.train",
             "fine-tunes causal decoders (model.arch gpt or llama), not bert");
-    c.check(data.tokenizer.type != "NullTokenizer", "data.tokenizer.type",
+    c.check(data.tokenizer.type != TokenizerType::Null, "data.tokenizer.type",
             "data.sft needs a tokenizer for the chat text (got NullTokenizer)");
     c.check(parallel.context <= 1 || data.sft.packing != "packed", "data.sft.packing",
             concat("packed sequences are not implemented under context parallelism (got "

@@ -102,14 +102,16 @@ Sources mock_sources(const config::Recipe& recipe, int64_t vocab, std::ostream& 
 TrainingData make_training_data(const config::Recipe& recipe, const parallel::LaunchInfo& launch,
                                 parallel::Communicator& world, std::ostream& out) {
   const auto& d = recipe.data;
-  data::TokenizerSpec tspec{d.tokenizer.type, config::resolve_path(recipe, d.tokenizer.vocab_file),
+  MT_INPUT_CHECK(d.tokenizer.type.has_value(), recipe.source_path,
+                 ": data.tokenizer.type: required key is missing");
+  data::TokenizerSpec tspec{*d.tokenizer.type, config::resolve_path(recipe, d.tokenizer.vocab_file),
                             config::resolve_path(recipe, d.tokenizer.merge_file),
                             config::resolve_path(recipe, d.tokenizer.model)};
   // NullTokenizer (pre-tokenized data) only fixes the vocabulary size; mock data with
   // model.vocab_size set needs no tokenizer file either.
   TrainingData t;
   t.vocab_size = recipe.model.vocab_size;
-  if (d.tokenizer.type == "NullTokenizer") {
+  if (tspec.type == config::TokenizerType::Null) {
     t.vocab_size = d.tokenizer.vocab_size;
     out << "tokenizer: NullTokenizer (pre-tokenized data, vocab " << t.vocab_size << ")\n";
   } else if (!d.mock || t.vocab_size == 0) {
@@ -125,7 +127,7 @@ TrainingData make_training_data(const config::Recipe& recipe, const parallel::La
   } else if (recipe.model.arch == config::Arch::BERT) {
     MT_INPUT_CHECK(t.tokenizer != nullptr, recipe.source_path,
                    ": data.tokenizer.type: BERT data needs a WordPiece vocabulary "
-                   "(BertWordPieceLowerCase), not NullTokenizer");
+                   "(BertWordPieceLowerCase or BertWordPieceCase), not NullTokenizer");
     s = bert_sources(recipe, *t.tokenizer, out);
   } else {
     s = gpt_sources(recipe, launch, world, out);

@@ -221,7 +221,7 @@ TEST(RecipeOverrides, NestedListMapAndIndex) {
   EXPECT_EQ(r.parallel.pipeline_layers, (std::vector<int64_t>{1, 3}));
   ASSERT_EQ(r.data.train.size(), 2u);
   EXPECT_EQ(r.data.train[1], (DatasetEntry{"b", 5.0}));
-  EXPECT_EQ(r.data.tokenizer.type, "NullTokenizer");
+  EXPECT_EQ(r.data.tokenizer.type, config::TokenizerType::Null);
   EXPECT_EQ(r.data.tokenizer.vocab_size, 100);
 }
 
@@ -486,7 +486,7 @@ TEST(ShippedRecipes, GptTiny) {
   EXPECT_DOUBLE_EQ(r.optimizer.clip_grad, 1.0);
   EXPECT_EQ(r.optimizer.schedule.warmup_iters, 30);
   EXPECT_EQ(config::option_name(r.optimizer.schedule.decay), "cosine");
-  EXPECT_EQ(r.data.tokenizer.type, "SentencePieceTokenizer");
+  EXPECT_EQ(r.data.tokenizer.type, config::TokenizerType::SentencePiece);
   EXPECT_EQ(r.data.tokenizer.model, "tokenizers/corpus_spm_8k.model");
   EXPECT_EQ(r.data.train, (std::vector<DatasetEntry>{{"data/cache/corpus_text_document", 1.0}}));
   EXPECT_EQ(r.data.split, "949,50,1");
@@ -507,7 +507,7 @@ TEST(ShippedRecipes, Gpt2Small) {
   EXPECT_EQ(r.model.seq_length, 1024);
   EXPECT_EQ(r.model.head_dim(), 64);
   EXPECT_EQ(r.model.padded_vocab_size(50257), 50304);
-  EXPECT_EQ(r.data.tokenizer.type, "GPT2BPETokenizer");
+  EXPECT_EQ(r.data.tokenizer.type, config::TokenizerType::GPT2BPE);
   EXPECT_EQ(r.data.tokenizer.vocab_file, "tokenizers/gpt2/vocab.json");
   EXPECT_EQ(r.data.tokenizer.merge_file, "tokenizers/gpt2/merges.txt");
   EXPECT_EQ(config::option_name(r.training.device), "cuda");

@@ -325,6 +325,8 @@ const Rule kRules[] = {
      "training.global_batch_size", "must be <="},
     {"bert_vocab", "data: {tokenizer: {type: BertWordPieceLowerCase}}", "data.tokenizer.vocab_file",
      "BertWordPieceLowerCase (got none)"},
+    {"bert_cased_vocab", "data: {tokenizer: {type: BertWordPieceCase}}",
+     "data.tokenizer.vocab_file", "BertWordPieceCase (got none)"},
     {"null_tokenizer", "data: {tokenizer: {type: NullTokenizer}}", "data.tokenizer.vocab_size",
      "got 0"},
     {"tokenizer_vocab_negative", "data: {tokenizer: {vocab_size: -1}}", "data.tokenizer.vocab_size",

@@ -50,7 +50,7 @@ class BertCorpus : public ::testing::Test {
     PreprocessOptions opt;
     opt.inputs = {subset};
     opt.output_prefix = (*dir_ / "corpus").string();
-    opt.tokenizer = {"BertWordPieceLowerCase", kVocab, "", ""};
+    opt.tokenizer = {config::TokenizerType::BertWordPieceLowerCase, kVocab, "", ""};
     opt.split_sentences = true;
     opt.workers = 2;
     const auto stats = preprocess_jsonl(opt);
@@ -356,7 +356,7 @@ TEST_F(BertCorpus, Errors) {
   expect_input_error([&] { build(cfg); }, {"seq_length must be >= 5"});
   cfg = config();
   cfg.log = quiet;
-  const auto byte_tok = make_tokenizer({"ByteTokenizer", "", "", ""});
+  const auto byte_tok = make_tokenizer({config::TokenizerType::Byte, "", "", ""});
   expect_input_error([&] { BertTokenInfo::from_tokenizer(*byte_tok); }, {"WordPiece"});
   expect_input_error(
       [&] {

@@ -24,7 +24,7 @@ fs::path fixtures() {
 }
 
 std::unique_ptr<Tokenizer> fixture_tokenizer(const std::string& name) {
-  return make_tokenizer({"HuggingFaceTokenizer", "", "", (fixtures() / name).string()});
+  return make_tokenizer({config::TokenizerType::HuggingFace, "", "", (fixtures() / name).string()});
 }
 
 std::vector<SFTMessage> messages_of(const nlohmann::json& j) {

@@ -87,7 +87,7 @@ TEST(PreprocessData, SentencePieceEndToEndRoundTrips) {
       "--input " + dir.file("in.jsonl") + " --output-prefix " + dir.file("out") +
           " --tokenizer-type SentencePieceTokenizer --tokenizer-model " + kModel + " --append-eod");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  const auto tok = make_tokenizer({"SentencePieceTokenizer", "", "", kModel});
+  const auto tok = make_tokenizer({config::TokenizerType::SentencePiece, "", "", kModel});
   const IndexedDataset ds(dir.file("out_text_document"));
   EXPECT_EQ(ds.dtype(), DType::U16);
   ASSERT_EQ(ds.num_sequences(), 4);
@@ -156,6 +156,14 @@ TEST(PreprocessData, UsageAndInputErrors) {
   r = run_tool(dir, "preprocess_data", io);
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--tokenizer-type"), std::string::npos) << r.err;
+  r = run_tool(dir, "preprocess_data", io + " --tokenizer-type NullTokenizer");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("NullTokenizer reads no text"), std::string::npos) << r.err;
+  r = run_tool(dir, "preprocess_data", io + " --tokenizer-type Tiktoken");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown tokenizer type 'Tiktoken' (expected one of GPT2BPETokenizer"),
+            std::string::npos)
+      << r.err;
   r = run_tool(dir, "preprocess_data",
                io + " --tokenizer-type GPT2BPETokenizer --vocab-file v --merge-file m");
   EXPECT_EQ(r.exit_code, 1);
@@ -184,7 +192,7 @@ TEST(PreprocessData, ManyWorkersSmallChunksKeepInputOrder) {
              jsonl(std::vector<std::string>(texts.begin() + 150, texts.end())));
   PreprocessOptions opt;
   opt.inputs = {dir.file("a.jsonl"), dir.file("b.jsonl")};
-  opt.tokenizer = {"ByteTokenizer", "", "", ""};
+  opt.tokenizer = {config::TokenizerType::Byte, "", "", ""};
   opt.output_prefix = dir.file("out");
   opt.workers = 4;
   opt.chunk_lines = 7;

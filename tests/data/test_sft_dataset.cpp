@@ -294,7 +294,7 @@ TEST(SFTDataset, SplitsShuffleAndEpochs) {
 }
 
 TEST(SFTDataset, ShippedExampleWithTheCorpusTokenizer) {
-  const auto tok = make_tokenizer({"SentencePieceTokenizer", "", "", kModel});
+  const auto tok = make_tokenizer({config::TokenizerType::SentencePiece, "", "", kModel});
   const auto data = SFTConversations::load(kExample, *tok);
   EXPECT_GE(data->size(), 20);
   EXPECT_LE(data->size(), 50);

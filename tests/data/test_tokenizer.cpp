@@ -16,7 +16,7 @@ using testing::ScratchDir;
 const std::string kModel = std::string(MEGATRON_SOURCE_DIR) + "/tokenizers/corpus_spm_8k.model";
 
 std::unique_ptr<Tokenizer> spm() {
-  return make_tokenizer({"SentencePieceTokenizer", "", "", kModel});
+  return make_tokenizer({config::TokenizerType::SentencePiece, "", "", kModel});
 }
 
 TEST(SentencePieceTokenizer, ShippedModelBasics) {
@@ -69,20 +69,24 @@ TEST(SentencePieceTokenizer, BadModelFilesNameTheFile) {
   ScratchDir dir;
   expect_input_error(
       [&] {
-        make_tokenizer({"SentencePieceTokenizer", "", "", dir.file("nope.model")});
+        make_tokenizer({config::TokenizerType::SentencePiece, "", "", dir.file("nope.model")});
       },
       {dir.file("nope.model")});
   testing::write_text(dir.file("garbage.model"), "this is not a protobuf \xff\xfe");
   expect_input_error(
       [&] {
-        make_tokenizer({"SentencePieceTokenizer", "", "", dir.file("garbage.model")});
+        make_tokenizer({config::TokenizerType::SentencePiece, "", "", dir.file("garbage.model")});
       },
       {dir.file("garbage.model")});
-  expect_input_error([&] { make_tokenizer({"SentencePieceTokenizer", "", "", ""}); }, {"model"});
+  expect_input_error(
+      [&] {
+        make_tokenizer({config::TokenizerType::SentencePiece, "", "", ""});
+      },
+      {"model"});
 }
 
 TEST(ByteTokenizer, EncodeDecode) {
-  const auto tok = make_tokenizer({"ByteTokenizer", "", "", ""});
+  const auto tok = make_tokenizer({config::TokenizerType::Byte, "", "", ""});
   EXPECT_EQ(tok->vocab_size(), 257);
   EXPECT_EQ(tok->eod(), 256);
   EXPECT_EQ(tok->pad(), -1);
@@ -102,20 +106,24 @@ TEST(MakeTokenizer, UnknownTypesAndMissingFiles) {
   // GPT-2 BPE and BERT WordPiece are tested in test_tokenizer_gpt2.cpp / test_tokenizer_bert.cpp.
   expect_input_error(
       [] {
-        make_tokenizer({"GPT2BPETokenizer", "vocab.json", "merges.txt", ""});
+        make_tokenizer({config::TokenizerType::GPT2BPE, "vocab.json", "merges.txt", ""});
       },
       {"vocab.json", "does not exist"});
   expect_input_error(
       [] {
-        make_tokenizer({"BertWordPieceLowerCase", "vocab.txt", "", ""});
+        make_tokenizer({config::TokenizerType::BertWordPieceLowerCase, "vocab.txt", "", ""});
       },
       {"vocab.txt", "does not exist"});
+  // Names are checked where they are read (the tools' --tokenizer-type, the recipe's parser).
+  expect_input_error([] { parse_tokenizer_type("BertWordPiece"); }, {"BertWordPiece", "unknown"});
+  expect_input_error([] { parse_tokenizer_type("Tiktoken"); },
+                     {"Tiktoken", "unknown", "GPT2BPETokenizer", "NullTokenizer"});
+  EXPECT_EQ(parse_tokenizer_type("BertWordPieceCase"), config::TokenizerType::BertWordPieceCase);
   expect_input_error(
       [] {
-        make_tokenizer({"BertWordPiece", "vocab.txt", "", ""});
+        make_tokenizer({config::TokenizerType::Null, "", "", ""});
       },
-      {"BertWordPiece", "unknown"});
-  expect_input_error([] { make_tokenizer({"Tiktoken", "", "", ""}); }, {"Tiktoken", "unknown"});
+      {"NullTokenizer", "pre-tokenized"});
 }
 
 std::vector<std::string> load_jsonl(const std::string& path) {

@@ -24,9 +24,11 @@ const std::string kSrc = std::string(MEGATRON_SOURCE_DIR) + "/";
 const std::string kVocab = kSrc + "tokenizers/bert-base-uncased/vocab.txt";
 
 std::unique_ptr<Tokenizer> uncased() {
-  return make_tokenizer({"BertWordPieceLowerCase", kVocab, "", ""});
+  return make_tokenizer({config::TokenizerType::BertWordPieceLowerCase, kVocab, "", ""});
 }
-std::unique_ptr<Tokenizer> cased() { return make_tokenizer({"BertWordPieceCase", kVocab, "", ""}); }
+std::unique_ptr<Tokenizer> cased() {
+  return make_tokenizer({config::TokenizerType::BertWordPieceCase, kVocab, "", ""});
+}
 
 std::string from_hex(const std::string& hex) {
   std::string out;
@@ -129,7 +131,7 @@ TEST(BertWordPiece, ConcurrentEncode) {
 TEST(BertWordPiece, BadVocabFiles) {
   ScratchDir dir;
   const std::string v = dir.file("vocab.txt");
-  auto make = [&] { make_tokenizer({"BertWordPieceLowerCase", v, "", ""}); };
+  auto make = [&] { make_tokenizer({config::TokenizerType::BertWordPieceLowerCase, v, "", ""}); };
   write_text(v, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n##s\r\n  world  \n");
   {
     const BertWordPieceTokenizer tok(v, true);
@@ -147,15 +149,16 @@ TEST(BertWordPiece, BadVocabFiles) {
   expect_input_error(make, {v, "empty"});
   expect_input_error(
       [&] {
-        make_tokenizer({"BertWordPieceCase", dir.file("none.txt"), "", ""});
+        make_tokenizer({config::TokenizerType::BertWordPieceCase, dir.file("none.txt"), "", ""});
       },
       {dir.file("none.txt")});
-  expect_input_error([&] { make_tokenizer({"BertWordPieceCase", "", "", ""}); }, {"vocab"});
   expect_input_error(
       [&] {
-        make_tokenizer({"BertWordPiece", kVocab, "", ""});
+        make_tokenizer({config::TokenizerType::BertWordPieceCase, "", "", ""});
       },
-      {"BertWordPiece", "unknown", "BertWordPieceLowerCase"});
+      {"vocab"});
+  expect_input_error([&] { parse_tokenizer_type("BertWordPiece"); },
+                     {"BertWordPiece", "unknown", "BertWordPieceLowerCase"});
 }
 
 TEST(Unicode, TablesAndHelpers) {

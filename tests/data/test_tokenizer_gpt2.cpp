@@ -27,7 +27,7 @@ const std::string kVocab = kSrc + "tokenizers/gpt2/vocab.json";
 const std::string kMerges = kSrc + "tokenizers/gpt2/merges.txt";
 
 std::unique_ptr<Tokenizer> gpt2() {
-  return make_tokenizer({"GPT2BPETokenizer", kVocab, kMerges, ""});
+  return make_tokenizer({config::TokenizerType::GPT2BPE, kVocab, kMerges, ""});
 }
 
 std::string from_hex(const std::string& hex) {
@@ -160,7 +160,7 @@ TEST(GPT2BPETokenizer, OutOfRangeNumbersInTheVocabAreInputErrors) {
   write_text(m, "#version: 0.2\n");
   expect_input_error(
       [&] {
-        make_tokenizer({"GPT2BPETokenizer", v, m, ""});
+        make_tokenizer({config::TokenizerType::GPT2BPE, v, m, ""});
       },
       {v, "not valid JSON"});
 }
@@ -192,7 +192,7 @@ TEST(GPT2BPETokenizer, BadFilesNameFileAndLine) {
     EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{256, 256}));
     EXPECT_EQ(tok.decode({256, 'c', 257}), "abc<|endoftext|>");
   }
-  auto make = [&] { make_tokenizer({"GPT2BPETokenizer", v, m, ""}); };
+  auto make = [&] { make_tokenizer({config::TokenizerType::GPT2BPE, v, m, ""}); };
   // No merges at all (empty, or only the version line): every word would fall apart into bytes.
   write_text(m, "");
   expect_input_error(make, {m, "has no merges"});
@@ -237,16 +237,20 @@ TEST(GPT2BPETokenizer, BadFilesNameFileAndLine) {
   expect_input_error(make, {v, "single-byte token 'a'"});
   expect_input_error(
       [&] {
-        make_tokenizer({"GPT2BPETokenizer", dir.file("none.json"), m, ""});
+        make_tokenizer({config::TokenizerType::GPT2BPE, dir.file("none.json"), m, ""});
       },
       {dir.file("none.json")});
   write_text(v, vocab.dump());
   expect_input_error(
       [&] {
-        make_tokenizer({"GPT2BPETokenizer", v, dir.file("none.txt"), ""});
+        make_tokenizer({config::TokenizerType::GPT2BPE, v, dir.file("none.txt"), ""});
       },
       {dir.file("none.txt")});
-  expect_input_error([&] { make_tokenizer({"GPT2BPETokenizer", v, "", ""}); }, {"merge"});
+  expect_input_error(
+      [&] {
+        make_tokenizer({config::TokenizerType::GPT2BPE, v, "", ""});
+      },
+      {"merge"});
 }
 
 std::vector<std::string> corpus_documents() {

@@ -40,7 +40,8 @@ fs::path fixtures() {
 TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   std::map<std::string, std::unique_ptr<Tokenizer>> toks;
   for (const char* name : kFixtureTokenizers)
-    toks[name] = make_tokenizer({"HuggingFaceTokenizer", "", "", (fixtures() / name).string()});
+    toks[name] =
+        make_tokenizer({config::TokenizerType::HuggingFace, "", "", (fixtures() / name).string()});
   std::ifstream in(fixtures() / "expected.jsonl");
   std::string line;
   int checked = 0;
@@ -73,9 +74,10 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   EXPECT_THAT(toks["tekken_style"]->describe(), HasSubstr("Mistral-NeMo (tekken) pre-tokenizer"));
   EXPECT_THAT(toks["normalizers_style"]->describe(), HasSubstr("Sequence normalizer"));
   // The same ids as the GPT-2 tokenizer from vocab.json + merges.txt.
-  const auto bpe = make_tokenizer(
-      {"GPT2BPETokenizer", (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/vocab.json").string(),
-       (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/merges.txt").string(), ""});
+  const auto bpe =
+      make_tokenizer({config::TokenizerType::GPT2BPE,
+                      (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/vocab.json").string(),
+                      (fs::path(MEGATRON_SOURCE_DIR) / "tokenizers/gpt2/merges.txt").string(), ""});
   const std::string text = "It is a truth universally acknowledged, 1234 times\n\n  over.";
   EXPECT_EQ(toks["gpt2"]->encode(text), bpe->encode(text));
 }
@@ -85,7 +87,8 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
 TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
   std::map<std::string, std::unique_ptr<Tokenizer>> toks;
   for (const char* name : kFixtureTokenizers)
-    toks[name] = make_tokenizer({"HuggingFaceTokenizer", "", "", (fixtures() / name).string()});
+    toks[name] =
+        make_tokenizer({config::TokenizerType::HuggingFace, "", "", (fixtures() / name).string()});
   std::map<std::string, std::vector<std::string>> docs;
   for (const char* file : {"austen.jsonl", "kjv.jsonl"}) {
     std::ifstream in(fs::path(MEGATRON_SOURCE_DIR) / "data" / "corpus" / file);
@@ -194,7 +197,7 @@ TEST_F(HuggingFaceTokenizerFiles, TokenizerModelDirectoriesUseSentencePiece) {
   const fs::path spm = fs::path(MEGATRON_SOURCE_DIR) / "tokenizers" / "corpus_spm_8k.model";
   fs::copy_file(spm, dir_ / "tokenizer.model");
   const auto hf = make_huggingface_tokenizer(dir_.string());
-  const auto sp = make_tokenizer({"SentencePieceTokenizer", "", "", spm.string()});
+  const auto sp = make_tokenizer({config::TokenizerType::SentencePiece, "", "", spm.string()});
   const std::string text = "Emma Woodhouse, handsome, clever, and rich.";
   EXPECT_EQ(hf->encode(text), sp->encode(text));
   EXPECT_EQ(hf->vocab_size(), sp->vocab_size());

@@ -11,7 +11,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     opt.inputs = {in};
     opt.json_keys = {"text"};
     opt.output_prefix = (fuzz::scratch() / "out").string();
-    opt.tokenizer = {"ByteTokenizer", "", "", ""};
+    opt.tokenizer = {config::TokenizerType::Byte, "", "", ""};
     opt.split_sentences = size % 2 == 1;
     opt.append_eod = true;
     opt.log_interval = 0;

@@ -22,16 +22,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view merges = cut == std::string_view::npos ? "" : all.substr(cut + 1);
   const std::string v = fuzz::write_file("vocab.json", vocab.data(), vocab.size());
   const std::string m = fuzz::write_file("merges.txt", merges.data(), merges.size());
-  fuzz::refuse_or_accept([&] { exercise(*data::make_tokenizer({"GPT2BPETokenizer", v, m, ""})); });
+  fuzz::refuse_or_accept([&] {
+    exercise(*data::make_tokenizer({config::TokenizerType::GPT2BPE, v, m, ""}));
+  });
   const std::string w = fuzz::write_file("vocab.txt", data, size);
   fuzz::refuse_or_accept([&] {
-    exercise(*data::make_tokenizer({"BertWordPieceLowerCase", w, "", ""}));
+    exercise(*data::make_tokenizer({config::TokenizerType::BertWordPieceLowerCase, w, "", ""}));
   });
   fuzz::refuse_or_accept([&] {
-    exercise(*data::make_tokenizer({"BertWordPieceCase", w, "", ""}));
+    exercise(*data::make_tokenizer({config::TokenizerType::BertWordPieceCase, w, "", ""}));
   });
   const std::string sp = fuzz::write_file("t.model", data, size);
   return fuzz::refuse_or_accept([&] {
-    exercise(*data::make_tokenizer({"SentencePieceTokenizer", "", "", sp}));
+    exercise(*data::make_tokenizer({config::TokenizerType::SentencePiece, "", "", sp}));
   });
 }

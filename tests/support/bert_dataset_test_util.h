@@ -21,7 +21,7 @@ inline const std::string kVocab = kSource + "/tokenizers/bert-base-uncased/vocab
 
 inline const Tokenizer& bert_tokenizer() {
   static const std::unique_ptr<Tokenizer> tok =
-      make_tokenizer({"BertWordPieceLowerCase", kVocab, "", ""});
+      make_tokenizer({config::TokenizerType::BertWordPieceLowerCase, kVocab, "", ""});
   return *tok;
 }
 

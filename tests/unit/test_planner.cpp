@@ -444,17 +444,19 @@ TEST(PlannerSearch, OnlyFittingLayoutsWithCpuRecompute) {
 int64_t vocab_for(const config::Recipe& r) {
   if (r.model.vocab_size > 0) return r.model.vocab_size;
   const auto& t = r.data.tokenizer;
-  if (t.type == "NullTokenizer" || t.vocab_size > 0) return t.vocab_size;
+  if (t.type == config::TokenizerType::Null || t.vocab_size > 0) return t.vocab_size;
   try {
-    return data::make_tokenizer({t.type, config::resolve_path(r, t.vocab_file),
+    return data::make_tokenizer({t.type.value(), config::resolve_path(r, t.vocab_file),
                                  config::resolve_path(r, t.merge_file),
                                  config::resolve_path(r, t.model)})
         ->vocab_size();
   } catch (const std::exception&) {
   }
   // Tokenizer files not shipped: the published vocabulary sizes.
-  if (t.type == "GPT2BPETokenizer") return 50257;
-  if (t.type.rfind("BertWordPiece", 0) == 0) return 30522;
+  if (t.type == config::TokenizerType::GPT2BPE) return 50257;
+  if (t.type == config::TokenizerType::BertWordPieceLowerCase ||
+      t.type == config::TokenizerType::BertWordPieceCase)
+    return 30522;
   return 32000;
 }
 

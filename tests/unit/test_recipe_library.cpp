@@ -49,7 +49,7 @@ config::Recipe reduced(config::Recipe r) {
   m.seq_length = 32;
   m.max_position_embeddings = 0;
   m.vocab_size = kVocab;
-  if (r.data.tokenizer.type == "NullTokenizer") r.data.tokenizer.vocab_size = kVocab;
+  if (r.data.tokenizer.type == config::TokenizerType::Null) r.data.tokenizer.vocab_size = kVocab;
   r.parallel = config::ParallelConfig{};
   auto& t = r.training;
   t.device = config::TrainingDevice::CPU;

@@ -282,7 +282,7 @@ TEST(TensorBoard, TrainerWritesLmLossPerStep) {
   m.max_position_embeddings = 0;
   m.moe.num_experts = 0;
   m.vocab_size = kVocab;
-  if (r.data.tokenizer.type == "NullTokenizer") r.data.tokenizer.vocab_size = kVocab;
+  if (r.data.tokenizer.type == config::TokenizerType::Null) r.data.tokenizer.vocab_size = kVocab;
   r.parallel = config::ParallelConfig{};
   auto& t = r.training;
   t.device = config::TrainingDevice::CPU;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <numeric>
 
@@ -66,14 +65,32 @@ float boundary_gap(const float* v, int64_t n, int64_t c) {
   return gap;
 }
 
-// The boundary gap of a top-k over the allowed candidates of choice[0, n).
-float choice_margin(const float* choice, int64_t n, int64_t k, const uint8_t* allowed) {
-  thread_local std::vector<float> v;
-  v.clear();
+// boundary_gap of a top-k over the allowed candidates of choice[0, n), from its k picks: the
+// same value without sorting every token's choices (this runs for every routed token).
+float choice_margin(const float* choice, int64_t n, const int32_t* picked, int64_t k,
+                    const uint8_t* allowed) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  auto left_out = [&](int64_t e) {
+    return (allowed == nullptr || allowed[e]) &&
+           std::find(picked, picked + k, static_cast<int32_t>(e)) == picked + k;
+  };
+  float hi = kInf, lo = -kInf;  // the weakest pick, the best candidate left out
+  bool any_left_out = false;
+  for (int64_t j = 0; j < k; ++j) hi = std::min(hi, choice[picked[j]]);
   for (int64_t e = 0; e < n; ++e)
-    if (allowed == nullptr || allowed[e]) v.push_back(choice[e]);
-  std::sort(v.begin(), v.end(), std::greater<float>());
-  return boundary_gap(v.data(), static_cast<int64_t>(v.size()), k);
+    if (left_out(e)) {
+      any_left_out = true;
+      lo = std::max(lo, choice[e]);
+    }
+  if (!any_left_out) return kInf;
+  if (hi > lo) return hi - lo;
+  // An exact tie at the boundary: the next distinct value on either side.
+  float above = kInf, below = -kInf;
+  for (int64_t j = 0; j < k; ++j)
+    if (choice[picked[j]] > hi) above = std::min(above, choice[picked[j]]);
+  for (int64_t e = 0; e < n; ++e)
+    if (left_out(e) && choice[e] < lo) below = std::max(below, choice[e]);
+  return std::min(above - hi, lo - below);
 }
 
 // The group-limit mask of one token: experts of its best group_topk groups. Returns the
@@ -95,7 +112,7 @@ float group_mask(const float* choice, const RouterOptions& o, uint8_t* allowed) 
     const int32_t g = pick[static_cast<size_t>(j)];
     std::fill(allowed + g * per, allowed + (g + 1) * per, uint8_t{1});
   }
-  return choice_margin(group_score.data(), G, o.group_topk, nullptr);
+  return choice_margin(group_score.data(), G, pick.data(), o.group_topk, nullptr);
 }
 
 bool balancing_on(const RouterOptions& o) { return o.balancing != MoeLoadBalancing::None; }
@@ -139,7 +156,7 @@ Routing route(const float* logits, int64_t T, const RouterOptions& o, const floa
     }
     int32_t* picked = r.experts.data() + t * k;
     top_k(choice.data(), E, k, mask, picked);
-    r.min_margin = std::min(r.min_margin, choice_margin(choice.data(), E, k, mask));
+    r.min_margin = std::min(r.min_margin, choice_margin(choice.data(), E, picked, k, mask));
     float* gate = r.gates.data() + t * k;
     if (o.score == MoeScoreFunction::Sigmoid) {
       double z = 0;

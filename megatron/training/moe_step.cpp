@@ -24,10 +24,11 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
   const int64_t E = spec.router.num_experts;
   // [aux, z, dropped, routed] and every local layer's counts, in one reduction per group.
   std::vector<double> sums(4, 0.0), counts;
-  std::vector<double> margin{std::numeric_limits<double>::infinity()};
+  // Negated, so that it rides in the pp Max with the imbalance (min(a,b) = -max(-a,-b)).
+  std::vector<double> neg_margin{-std::numeric_limits<double>::infinity()};
   std::vector<int64_t> layers;
   for (auto& [layer, st] : state.all_stats()) {
-    margin[0] = std::min(margin[0], st.min_routing_margin);
+    neg_margin[0] = std::max(neg_margin[0], -st.min_routing_margin);
     sums[0] += st.aux_loss;
     sums[1] += st.z_loss;
     sums[2] += st.dropped;
@@ -42,10 +43,10 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
   if (g.sequence_parallel) {
     all_reduce(*g.tp, sums, parallel::ReduceOp::Sum, g.device);
     all_reduce(*g.tp, counts, parallel::ReduceOp::Sum, g.device);
+    all_reduce(*g.tp, neg_margin, parallel::ReduceOp::Max, g.device);
   }
-  all_reduce(*g.tp, margin, parallel::ReduceOp::Min, g.device);
   all_reduce(*g.dp, sums, parallel::ReduceOp::Sum, g.device);
-  all_reduce(*g.dp, margin, parallel::ReduceOp::Min, g.device);
+  all_reduce(*g.dp, neg_margin, parallel::ReduceOp::Max, g.device);
   all_reduce(*g.dp, counts, parallel::ReduceOp::Sum, g.device);
   // Per layer: the global batch's tokens per expert.
   double imbalance = 0.0;
@@ -72,10 +73,9 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
   }
   // The stages hold different layers.
   all_reduce(*g.pp, sums, parallel::ReduceOp::Sum, g.device);
-  std::vector<double> worst{imbalance};
+  std::vector<double> worst{imbalance, neg_margin[0]};
   all_reduce(*g.pp, worst, parallel::ReduceOp::Max, g.device);
-  all_reduce(*g.pp, margin, parallel::ReduceOp::Min, g.device);
-  m.moe_min_routing_margin = margin[0];
+  m.moe_min_routing_margin = -worst[1];
   all_reduce(*g.pp, per_layer, parallel::ReduceOp::Sum, g.device);  // each layer lives on one stage
   m.moe_layer_imbalance = std::move(per_layer);
   m.has_moe = true;

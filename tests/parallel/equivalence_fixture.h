@@ -390,6 +390,10 @@ struct Tolerance {
   // reference's by ~1e-8, a step's smallest margin is 1.5e-5..5e-4, and the one tie that parted
   // the curves had 2.2e-8.
   double routing_tie = 1e-6;
+  // Layouts' smallest routing margin against the reference's (absolute). In bf16 the router's
+  // scores carry rounding errors larger than the margins themselves (~1e-4), so a bf16
+  // comparison sets it to infinity: not compared.
+  double routing_margin = 1e-6;
 };
 
 inline void expect_same_step(const training::StepMetrics& got, const training::StepMetrics& want,
@@ -425,6 +429,14 @@ inline void expect_same_step(const training::StepMetrics& got, const training::S
     EXPECT_NEAR(got.moe_dropped_fraction, want.moe_dropped_fraction,
                 tol.moe_counts * want.moe_dropped_fraction + 1e-12)
         << where;
+    // The smallest margin over the global batch: every layout reduces it over the ranks that
+    // hold tokens (tp slices, dp, stages); a missed reduction reports another token's margin.
+    if (std::isinf(want.moe_min_routing_margin)) {
+      EXPECT_TRUE(std::isinf(got.moe_min_routing_margin)) << where << " (routing margin)";
+    } else if (std::isfinite(tol.routing_margin)) {
+      EXPECT_NEAR(got.moe_min_routing_margin, want.moe_min_routing_margin, tol.routing_margin)
+          << where << " (routing margin)";
+    }
     EXPECT_EQ(got.moe_layer_imbalance.size(), want.moe_layer_imbalance.size()) << where;
     for (size_t l = 0; l < got.moe_layer_imbalance.size() && l < want.moe_layer_imbalance.size();
          ++l)

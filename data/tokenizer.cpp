@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "data/tokenizer_hf.h"
+#include "megatron/config/recipe.h"
 #include "megatron/core/error.h"
 
 namespace megatron::data {
@@ -137,6 +138,14 @@ std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec) {
   }
   throw InputError(
       "NullTokenizer reads no text: it is for pre-tokenized data (a vocabulary size only)");
+}
+
+TokenizerSpec tokenizer_spec(const config::Recipe& recipe) {
+  const config::TokenizerConfig& t = recipe.data.tokenizer;
+  MT_INPUT_CHECK(t.type.has_value(), recipe.source_path.empty() ? "recipe" : recipe.source_path,
+                 ": data.tokenizer.type: required key is missing");
+  return {*t.type, config::resolve_path(recipe, t.vocab_file),
+          config::resolve_path(recipe, t.merge_file), config::resolve_path(recipe, t.model)};
 }
 
 config::TokenizerType parse_tokenizer_type(const std::string& name) {

@@ -24,6 +24,10 @@
 
 #include "megatron/config/options.h"
 
+namespace megatron::config {
+struct Recipe;
+}
+
 namespace megatron::data {
 
 class Tokenizer {
@@ -58,6 +62,10 @@ struct TokenizerSpec {
 // Throws InputError naming the file (missing, unreadable, malformed; with the line where there
 // is one), or for NullTokenizer, which has no text to read.
 std::unique_ptr<Tokenizer> make_tokenizer(const TokenizerSpec& spec);
+
+// A recipe's data.tokenizer, its file names resolved against the recipe (config::resolve_path).
+// InputError when the type is unset (a recipe built in code that skipped validate()).
+TokenizerSpec tokenizer_spec(const config::Recipe& recipe);
 
 // A --tokenizer-type value of the tools: its type, else InputError listing the names.
 config::TokenizerType parse_tokenizer_type(const std::string& name);

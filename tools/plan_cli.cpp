@@ -166,11 +166,9 @@ int64_t resolve_vocab(const config::Recipe& r, const PlanArgs& a, std::vector<st
   const auto& t = r.data.tokenizer;
   if (t.type == config::TokenizerType::Null || t.vocab_size > 0) return t.vocab_size;
   if (t.type == config::TokenizerType::Byte) return data::ByteTokenizer().vocab_size();
-  MT_INPUT_CHECK(t.type.has_value(), "data.tokenizer.type: required key is missing");
+  const data::TokenizerSpec spec = data::tokenizer_spec(r);
   try {
-    auto tok = data::make_tokenizer({*t.type, config::resolve_path(r, t.vocab_file),
-                                     config::resolve_path(r, t.merge_file),
-                                     config::resolve_path(r, t.model)});
+    auto tok = data::make_tokenizer(spec);
     notes.push_back("vocabulary from " + tok->describe());
     return tok->vocab_size();
   } catch (const std::exception& e) {

@@ -102,11 +102,7 @@ Sources mock_sources(const config::Recipe& recipe, int64_t vocab, std::ostream& 
 TrainingData make_training_data(const config::Recipe& recipe, const parallel::LaunchInfo& launch,
                                 parallel::Communicator& world, std::ostream& out) {
   const auto& d = recipe.data;
-  MT_INPUT_CHECK(d.tokenizer.type.has_value(), recipe.source_path,
-                 ": data.tokenizer.type: required key is missing");
-  data::TokenizerSpec tspec{*d.tokenizer.type, config::resolve_path(recipe, d.tokenizer.vocab_file),
-                            config::resolve_path(recipe, d.tokenizer.merge_file),
-                            config::resolve_path(recipe, d.tokenizer.model)};
+  const data::TokenizerSpec tspec = data::tokenizer_spec(recipe);
   // NullTokenizer (pre-tokenized data) only fixes the vocabulary size; mock data with
   // model.vocab_size set needs no tokenizer file either.
   TrainingData t;

@@ -6,6 +6,7 @@
 
 #include "data/tokenizer.h"
 #include "data_test_util.h"
+#include "megatron/config/recipe.h"
 
 namespace megatron::data {
 namespace {
@@ -124,6 +125,23 @@ TEST(MakeTokenizer, UnknownTypesAndMissingFiles) {
         make_tokenizer({config::TokenizerType::Null, "", "", ""});
       },
       {"NullTokenizer", "pre-tokenized"});
+}
+
+TEST(MakeTokenizer, SpecFromARecipe) {
+  config::Recipe r;
+  r.source_path = "recipes/built_in_code.yaml";
+  // A recipe built in code that skipped validate(): the error names the recipe and the key.
+  expect_input_error([&] { tokenizer_spec(r); },
+                     {"recipes/built_in_code.yaml", "data.tokenizer.type", "missing"});
+  r.root_dir = "/repo";
+  r.data.tokenizer.type = config::TokenizerType::GPT2BPE;
+  r.data.tokenizer.vocab_file = "gpt2/vocab.json";
+  r.data.tokenizer.merge_file = "/abs/merges.txt";
+  const TokenizerSpec s = tokenizer_spec(r);
+  EXPECT_EQ(s.type, config::TokenizerType::GPT2BPE);
+  EXPECT_EQ(s.vocab_file, "/repo/gpt2/vocab.json");  // relative: against the repository root
+  EXPECT_EQ(s.merge_file, "/abs/merges.txt");
+  EXPECT_EQ(s.model, "");
 }
 
 std::vector<std::string> load_jsonl(const std::string& path) {

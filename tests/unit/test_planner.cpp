@@ -446,10 +446,7 @@ int64_t vocab_for(const config::Recipe& r) {
   const auto& t = r.data.tokenizer;
   if (t.type == config::TokenizerType::Null || t.vocab_size > 0) return t.vocab_size;
   try {
-    return data::make_tokenizer({t.type.value(), config::resolve_path(r, t.vocab_file),
-                                 config::resolve_path(r, t.merge_file),
-                                 config::resolve_path(r, t.model)})
-        ->vocab_size();
+    return data::make_tokenizer(data::tokenizer_spec(r))->vocab_size();
   } catch (const std::exception&) {
   }
   // Tokenizer files not shipped: the published vocabulary sizes.

@@ -470,12 +470,18 @@ inline size_t steps_before_routing_tie(const std::vector<training::StepMetrics>&
   size_t n = 0;
   while (n < want.size() && !(want[n].has_moe && want[n].moe_min_routing_margin < tol.routing_tie))
     ++n;
-  if (n < want.size() && mp::testing::world().rank() == 0)
-    std::printf(
-        "reference routing within %.3g of a tie at iteration %lld (margin %.3g): "
-        "comparing the %zu steps before it\n",
-        tol.routing_tie, static_cast<long long>(want[n].iteration), want[n].moe_min_routing_margin,
-        n);
+  if (n < want.size() && mp::testing::world().rank() == 0) {
+    char line[160];
+    std::snprintf(line, sizeof line,
+                  "reference routing within %.3g of a tie at iteration %lld (margin %.3g): "
+                  "comparing the %zu steps before it\n",
+                  tol.routing_tie, static_cast<long long>(want[n].iteration),
+                  want[n].moe_min_routing_margin, n);
+    // Every layout of a test compares against the same reference: say it once.
+    static std::string last;
+    if (last != line) std::fputs(line, stdout);
+    last = line;
+  }
   EXPECT_GE(2 * n, want.size()) << "the reference's routing meets a near-tie at iteration "
                                 << (n < want.size() ? want[n].iteration : -1)
                                 << ", before half the run: too little curve to compare";

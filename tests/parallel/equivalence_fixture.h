@@ -390,10 +390,12 @@ struct Tolerance {
   // reference's by ~1e-8, a step's smallest margin is 1.5e-5..5e-4, and the one tie that parted
   // the curves had 2.2e-8.
   double routing_tie = 1e-6;
-  // Layouts' smallest routing margin against the reference's (absolute). In bf16 the router's
-  // scores carry rounding errors larger than the margins themselves (~1e-4), so a bf16
-  // comparison sets it to infinity: not compared.
-  double routing_margin = 1e-6;
+  // Layouts' smallest routing margin against the reference's (absolute). fp32: the ZeRO layouts
+  // of the MoE sharding test drift from the reference by up to 3.5e-6 (Zen 3), while a missed
+  // reduction reports another token's margin, 4e-5 and more away in the MoE tests' runs. In bf16
+  // the router's scores carry rounding errors larger than the margins themselves (~1e-4), so a
+  // bf16 comparison sets it to infinity: not compared.
+  double routing_margin = 1e-5;
 };
 
 inline void expect_same_step(const training::StepMetrics& got, const training::StepMetrics& want,

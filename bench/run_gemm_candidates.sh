@@ -19,7 +19,9 @@ while [ $# -gt 0 ]; do
 done
 bash "$root/tools/apt_install.sh" libopenblas0-openmp libblis4-openmp
 if [ "$skip_build" -eq 0 ]; then
-  [ -f "$build_dir/CMakeCache.txt" ] || cmake -S "$root" -B "$build_dir" -DMEGATRON_CUDA=OFF
+  bash "$root/tools/setup.sh" --tests  # the benchmarks are defined with the tests
+  new_dir=(); [ -f "$build_dir/CMakeCache.txt" ] || new_dir=(-G Ninja -DMEGATRON_CUDA=OFF)
+  cmake -S "$root" -B "$build_dir" "${new_dir[@]}" -DMEGATRON_TESTS=ON > /dev/null
   cmake --build "$build_dir" -j"$(nproc)" --target bench_gemm_candidates
 fi
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg); $(grep -m1 'model name' /proc/cpuinfo)"

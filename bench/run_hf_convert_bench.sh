@@ -16,6 +16,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
+[ -x "$build/bin/bench_hf_random_checkpoint" ] ||
+  { echo "needs $build/bin/bench_hf_random_checkpoint (tools/build.sh --tests)" >&2; exit 2; }
 rm -rf "$work" && mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 measure() {  # label, command...

@@ -55,7 +55,9 @@ bench_venv "$build_dir" "$torch_version"
 # ---- build ------------------------------------------------------------------------------
 bench="$build_dir/bin/bench_gpt_train"
 if [ "$skip_build" -eq 0 ]; then
-  [ -f "$build_dir/CMakeCache.txt" ] || cmake -S "$root" -B "$build_dir" -DMEGATRON_CUDA=OFF
+  bash "$root/tools/setup.sh" --tests  # the benchmarks are defined with the tests
+  new_dir=(); [ -f "$build_dir/CMakeCache.txt" ] || new_dir=(-G Ninja -DMEGATRON_CUDA=OFF)
+  cmake -S "$root" -B "$build_dir" "${new_dir[@]}" -DMEGATRON_TESTS=ON > /dev/null
   cmake --build "$build_dir" -j"$(nproc)" --target bench_gpt_train
 fi
 [ -x "$bench" ] || { echo "run_train_bench.sh: $bench missing (build it or drop --skip-build)" >&2; exit 1; }

@@ -24,7 +24,8 @@ while [ $# -gt 0 ]; do
 done
 out=$(realpath -m "$out")  # the targets run inside their findings directories
 command -v clang++ > /dev/null || { echo "run_fuzz.sh: clang++ not found (apt install clang)" >&2; exit 1; }
-CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+generator=(); [ -f "$root/build-fuzz/CMakeCache.txt" ] || generator=(-G Ninja)
+CC=clang CXX=clang++ cmake -S "$root" -B "$root/build-fuzz" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DMEGATRON_CUDA=OFF -DMEGATRON_FUZZ=ON -DMEGATRON_WERROR=OFF > /dev/null || exit 1
 # shellcheck disable=SC2086
 cmake --build "$root/build-fuzz" -j "$(nproc)" --target $targets > "$root/build-fuzz/fuzz_build.log" 2>&1 ||

@@ -1,17 +1,28 @@
 #!/usr/bin/env bash
-# Installs every build/test dependency from Debian's registry. Idempotent: packages
-# already present are skipped, so a second run costs only the dpkg query.
+# Installs the dependencies from Debian's registry. Idempotent: packages already present are
+# skipped, so a second run costs only the dpkg queries.
+#   tools/setup.sh            what the libraries and the tools need (tools/build.sh)
+#   tools/setup.sh --tests    that, and what the tests, benchmarks and fuzzing add
 set -euo pipefail
 packages=(
-  build-essential cmake pkg-config git ca-certificates
+  build-essential cmake ninja-build pkg-config git ca-certificates
+  ccache mold                # compiler cache (outside the tree) and a fast linker
   libdnnl-dev                # oneDNN: CPU GEMMs dispatched by the CPU's ISA (AVX2/AVX-512/AMX)
   libopenmpi-dev openmpi-bin # MPI communicator and mpirun
-  slurmctld slurmd slurm-client  # Slurm launches + the local-cluster test (tests/slurm)
   libyaml-cpp-dev            # recipes
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train
+  nlohmann-json3-dev         # metadata / vocab.json
+)
+test_packages=(
+  slurmctld slurmd slurm-client  # Slurm launches + the local-cluster test (tests/slurm)
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev           # kernel micro-benchmarks
-  nlohmann-json3-dev         # metadata / vocab.json
   clang libclang-rt-dev      # libFuzzer + ASan/UBSan for the parsers' fuzz targets (tools/run_fuzz.sh)
+  patchelf                   # tools/gpu_bundle.sh
 )
+case "${1:-}" in
+  "") ;;
+  --tests) packages+=("${test_packages[@]}") ;;
+  *) echo "setup.sh: unknown argument '$1' (expected --tests)" >&2; exit 2 ;;
+esac
 bash "$(dirname "${BASH_SOURCE[0]}")/apt_install.sh" "${packages[@]}"

@@ -60,6 +60,15 @@ bool ComputePeak::remeasure_if_exceeded(double achieved_flops) {
   return true;
 }
 
+bool ComputePeak::remeasure_gemm_if_exceeded(double achieved_flops) {
+  constexpr int kMaxRemeasures = 3;
+  if (gemm_flops <= 0 || achieved_flops <= gemm_flops || gemm_remeasured >= kMaxRemeasures)
+    return false;
+  ++gemm_remeasured;
+  gemm_flops = std::max(gemm_flops, planning::measure_cpu_gemm_flops(compute_dtype));
+  return true;
+}
+
 std::string ComputePeak::describe(int threads) const {
   std::ostringstream s;
   s.precision(4);

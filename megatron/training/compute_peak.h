@@ -29,6 +29,11 @@ struct ComputePeak {
   // peak and the GEMM rate are measured again, each keeping the larger value. Returns whether
   // it measured (at most a few times per run).
   bool remeasure_if_exceeded(double achieved_flops);
+  // The same for the GEMM rate ("of gemm"): a step above it means the start-up probe read low
+  // (disturbed) or the step's GEMM shapes run faster than the probe's; measured again (best of
+  // several, kept if larger) a few times per run. Returns whether it measured.
+  bool remeasure_gemm_if_exceeded(double achieved_flops);
+  int gemm_remeasured = 0;
   std::string describe(int threads) const;  // one line for the startup log
   nlohmann::json to_json() const;           // the JSONL "start" record's fields
 };

@@ -14,11 +14,13 @@
 namespace megatron::training {
 
 namespace {
-// " (92% of gemm)" beside MFU when a GEMM rate was measured.
+// " (92% of gemm)" beside MFU when a GEMM rate was measured. Above 100% (after the trainer's
+// re-measurements) the step's GEMMs ran faster than the probe's 1024-cube: said, not hidden.
 std::string of_gemm_text(double of_gemm) {
   if (of_gemm <= 0) return "";
   std::ostringstream s;
-  s << std::fixed << std::setprecision(0) << " (" << of_gemm * 100 << "% of gemm)";
+  s << std::fixed << std::setprecision(0) << " (" << of_gemm * 100 << "% of gemm"
+    << (of_gemm > 1.0 ? ": the step's GEMMs outran the probe's 1024^3 GEMM" : "") << ")";
   return s.str();
 }
 }  // namespace

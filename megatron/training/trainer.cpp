@@ -268,6 +268,10 @@ StepMetrics Trainer::train_step(int64_t iteration) {
       *out << "peak: measured again, " << peak_.peak_flops / 1e12
            << " TFLOP/s per rank (a step outran the start's measurement: something competing "
               "for the cores had lowered it)\n";
+  if (peak_.remeasure_gemm_if_exceeded(metrics.tflops * 1e12))
+    if (std::ostream* out = metrics_->console())
+      *out << "gemm: measured again, " << peak_.gemm_flops / 1e12
+           << " TFLOP/s per rank (a step outran the start-up GEMM probe)\n";
   metrics.mfu = peak_.peak_flops > 0 ? metrics.tflops * 1e12 / peak_.peak_flops : 0.0;
   metrics.of_gemm = peak_.gemm_flops > 0 ? metrics.tflops * 1e12 / peak_.gemm_flops : 0.0;
   return metrics;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "megatron/core/error.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::config::testing {
 

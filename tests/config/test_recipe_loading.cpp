@@ -8,6 +8,7 @@
 
 #include "megatron/config/recipe.h"
 #include "tests/config/recipe_test_util.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::config {
 namespace {

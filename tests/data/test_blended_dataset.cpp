@@ -8,6 +8,7 @@
 
 #include "data/blended_dataset.h"
 #include "data_test_util.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data {
 namespace {

@@ -13,6 +13,7 @@
 #include "data/chat_template.h"
 #include "data/tokenizer.h"
 #include "megatron/core/error.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data {
 namespace {

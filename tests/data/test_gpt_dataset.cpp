@@ -14,6 +14,7 @@
 
 #include "data/gpt_dataset.h"
 #include "data_test_util.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data {
 namespace {

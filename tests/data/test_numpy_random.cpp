@@ -12,6 +12,7 @@
 
 #include "data/numpy_random.h"
 #include "megatron/core/error.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data {
 namespace {

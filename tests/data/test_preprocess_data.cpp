@@ -9,6 +9,7 @@
 #include "data/preprocess.h"
 #include "data/tokenizer.h"
 #include "data_test_util.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data {
 namespace {

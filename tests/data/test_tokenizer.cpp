@@ -7,6 +7,7 @@
 #include "data/tokenizer.h"
 #include "data_test_util.h"
 #include "megatron/config/recipe.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data {
 namespace {

@@ -21,6 +21,7 @@
 #include "data/tokenizer_hf.h"
 #include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data {
 namespace {

@@ -16,6 +16,7 @@
 
 #include "megatron/core/tensor.h"  // Device, device_available
 #include "tests/support/run_command.h"
+#include "tests/support/test_paths.h"
 
 namespace {
 

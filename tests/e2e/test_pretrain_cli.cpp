@@ -11,6 +11,7 @@
 #include <string>
 
 #include "tests/support/run_command.h"
+#include "tests/support/test_paths.h"
 
 namespace {
 

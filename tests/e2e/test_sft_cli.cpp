@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/support/run_command.h"
+#include "tests/support/test_paths.h"
 
 namespace {
 

@@ -8,6 +8,7 @@
 
 #include "megatron/checkpoint/checkpoint.h"
 #include "parallel_test.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::checkpoint {
 namespace {

@@ -19,6 +19,7 @@
 #include "models/model.h"
 #include "parallel_test.h"
 #include "tests/support/rel_error.h"
+#include "tests/support/test_paths.h"
 
 namespace {
 

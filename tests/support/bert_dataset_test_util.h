@@ -13,6 +13,7 @@
 #include "data/bert_dataset.h"
 #include "data/tokenizer.h"
 #include "tests/data/data_test_util.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron::data::testing {
 

@@ -13,7 +13,7 @@ TEST(ComputePeak, StepsFasterThanTheMeasuredPeakMeasureItAgain) {
   ASSERT_GT(p.peak_flops, 0.0);
   const double measured = p.peak_flops;
   EXPECT_FALSE(p.remeasure_if_exceeded(0.5 * measured));  // a plausible step: nothing to do
-  p.peak_flops = 1.0;  // as if the start's loops had hardly run
+  p.peak_flops = 1.0;                                     // as if the start's loops had hardly run
   p.gemm_flops = 1.0;
   EXPECT_TRUE(p.remeasure_if_exceeded(1e6));
   EXPECT_GT(p.peak_flops, 1e6);  // any real CPU does more than a megaFLOP/s
@@ -25,6 +25,21 @@ TEST(ComputePeak, StepsFasterThanTheMeasuredPeakMeasureItAgain) {
   EXPECT_TRUE(p.remeasure_if_exceeded(1e30));
   EXPECT_FALSE(p.remeasure_if_exceeded(1e30));  // bounded: at most three per run
   EXPECT_EQ(p.remeasured, 3);
+}
+
+// A step above the GEMM probe's rate measures the probe again (bounded), keeping the larger
+// value; a step below it leaves the probe alone.
+TEST(ComputePeak, StepsFasterThanTheGemmProbeMeasureItAgain) {
+  ComputePeak p = ComputePeak::decide(Device::CPU, DType::F32, 0.0, 0.0);
+  ASSERT_GT(p.gemm_flops, 0.0);
+  EXPECT_FALSE(p.remeasure_gemm_if_exceeded(0.5 * p.gemm_flops));
+  p.gemm_flops = 1.0;  // as if the probe had hardly run
+  EXPECT_TRUE(p.remeasure_gemm_if_exceeded(1e6));
+  EXPECT_GT(p.gemm_flops, 1e6);
+  EXPECT_TRUE(p.remeasure_gemm_if_exceeded(1e30));
+  EXPECT_TRUE(p.remeasure_gemm_if_exceeded(1e30));
+  EXPECT_FALSE(p.remeasure_gemm_if_exceeded(1e30));  // at most three per run
+  EXPECT_EQ(p.gemm_remeasured, 3);
 }
 
 TEST(ComputePeak, ARecipePeakIsNeverRemeasured) {

@@ -19,6 +19,7 @@
 #include "megatron/inference/generate.h"
 #include "models/hf_checkpoint.h"
 #include "tests/support/rel_error.h"
+#include "tests/support/test_paths.h"
 
 namespace {
 

@@ -20,6 +20,7 @@
 #include "megatron/training/trainer.h"
 #include "models/hf_checkpoint.h"
 #include "models/hf_models.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron {
 namespace {

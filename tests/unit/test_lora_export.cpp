@@ -17,6 +17,7 @@
 #include "megatron/training/trainer.h"
 #include "models/hf_checkpoint.h"
 #include "models/hf_peft.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron {
 namespace {

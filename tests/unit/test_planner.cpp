@@ -17,6 +17,7 @@
 #include "models/bert/bert_model.h"
 #include "models/registry.h"
 #include "tests/support/planner_test_util.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron {
 namespace {

@@ -15,6 +15,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/planning/planner.h"
+#include "tests/support/test_paths.h"
 #include "tools/plan_cli.h"
 
 namespace megatron {

@@ -13,6 +13,7 @@
 #include "megatron/training/memory_check.h"
 #include "models/registry.h"
 #include "tests/support/planner_test_util.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron {
 namespace {

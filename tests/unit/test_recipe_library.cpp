@@ -16,6 +16,7 @@
 #include "megatron/parallel/communicator.h"
 #include "megatron/training/mock_source.h"
 #include "megatron/training/trainer.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron {
 namespace {

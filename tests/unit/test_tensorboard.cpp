@@ -23,6 +23,7 @@
 #include "megatron/training/mock_source.h"
 #include "megatron/training/tensorboard.h"
 #include "megatron/training/trainer.h"
+#include "tests/support/test_paths.h"
 
 namespace megatron {
 namespace {

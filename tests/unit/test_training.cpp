@@ -92,6 +92,22 @@ TEST(Metrics, StepAndEvalLinesLeaveTheStreamFormatAlone) {
   EXPECT_EQ(line.str(), "93.3333");
 }
 
+// "of gemm" is a share of the start-up probe's rate: above 100% the line says why instead of
+// printing an impossible-looking share alone.
+TEST(Metrics, AShareAboveTheGemmProbeSaysWhy) {
+  std::ostringstream out;
+  training::MetricsSink sink = logger_sink(config::Recipe{}, out);
+  training::StepMetrics step;
+  step.iteration = 1;
+  step.of_gemm = 0.92;
+  sink.step(step, true);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr("(92% of gemm)"));
+  step.of_gemm = 1.05;
+  sink.step(step, true);
+  EXPECT_THAT(out.str(), ::testing::HasSubstr(
+                             "(105% of gemm: the step's GEMMs outran the probe's 1024^3 GEMM)"));
+}
+
 // MoE steps in the JSONL carry the routing margin; JSON has no infinity, so a step whose
 // choices left nothing out writes null (every line stays valid JSON).
 TEST(Metrics, JsonlWritesTheRoutingMarginOrNull) {

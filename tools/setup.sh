@@ -18,7 +18,7 @@ test_packages=(
   libgtest-dev libgmock-dev  # unit tests
   libbenchmark-dev           # kernel micro-benchmarks
   clang libclang-rt-dev      # libFuzzer + ASan/UBSan for the parsers' fuzz targets (tools/run_fuzz.sh)
-  patchelf                   # tools/gpu_bundle.sh
+  patchelf strace xz-utils   # tools/gpu_bundle.sh and its test (tests/bundle)
 )
 case "${1:-}" in
   "") ;;

@@ -121,6 +121,57 @@ SFTPacking sft_packing_from_name(std::string_view name) {
   throw InputError(concat("unknown SFT packing '", name, "' (expected packed or padded)"));
 }
 
+SFTTruncation sft_truncation_from_name(std::string_view name) {
+  if (name == "right") return SFTTruncation::Right;
+  if (name == "left") return SFTTruncation::Left;
+  if (name == "drop") return SFTTruncation::Drop;
+  throw InputError(concat("unknown SFT truncation '", name, "' (expected right, left or drop)"));
+}
+
+namespace {
+const char* truncation_name(SFTTruncation t) {
+  return t == SFTTruncation::Right ? "right" : t == SFTTruncation::Left ? "left" : "drop";
+}
+}  // namespace
+
+size_t SFTDataset::kept_begin(size_t size) const {
+  const auto window = static_cast<size_t>(config_.seq_length + 1);
+  return config_.truncation == SFTTruncation::Left && size > window ? size - window : 0;
+}
+
+std::vector<int64_t> SFTDataset::kept_conversations(const std::string& what) {
+  const SFTConversations& conv = *data_;
+  const auto window = static_cast<size_t>(config_.seq_length + 1);
+  std::vector<int64_t> kept;
+  for (int64_t c = range_.begin; c < range_.end; ++c) {
+    const auto loss = conv.loss(c);
+    const bool long_one = loss.size() > window;
+    truncated_conversations_ += long_one ? 1 : 0;
+    if (long_one && config_.truncation == SFTTruncation::Drop) {
+      ++dropped_conversations_;
+      continue;
+    }
+    // Trained tokens in the kept part; its first token is never predicted (get_sample).
+    const size_t b = kept_begin(loss.size());
+    const size_t e = std::min(loss.size(), b + window);
+    const bool trains = std::any_of(loss.begin() + static_cast<std::ptrdiff_t>(b) + 1,
+                                    loss.begin() + static_cast<std::ptrdiff_t>(e),
+                                    [](uint8_t f) { return f != 0; });
+    if (trains)
+      kept.push_back(c);
+    else
+      ++dropped_conversations_;
+  }
+  MT_INPUT_CHECK(!kept.empty(), what, ": none of its ", range_.size(),
+                 " conversations has a trained (assistant) token within seq_length + 1 = ", window,
+                 " tokens with data.sft.truncation: ", truncation_name(config_.truncation),
+                 config_.truncation == SFTTruncation::Left
+                     ? ""
+                     : " (data.sft.truncation: left keeps the end of a long conversation)",
+                 "; nothing to train on");
+  return kept;
+}
+
 std::shared_ptr<SFTDataset> SFTDataset::build(std::shared_ptr<const SFTConversations> data,
                                               int split_id, const std::string& split,
                                               const SFTDatasetConfig& config) {
@@ -148,11 +199,10 @@ std::shared_ptr<SFTDataset> SFTDataset::build(std::shared_ptr<const SFTConversat
   ds->config_ = config;
   const SFTConversations& conv = *ds->data_;
   const int64_t window = config.seq_length + 1;
-  for (int64_t c = range.begin; c < range.end; ++c)
-    if (static_cast<int64_t>(conv.tokens(c).size()) > window) ++ds->truncated_conversations_;
+  const std::vector<int64_t> kept = ds->kept_conversations(what);
 
   NumpyRandomState rng(config.seed);
-  std::vector<int64_t> order(static_cast<size_t>(range.size()));
+  std::vector<int64_t> order(kept.size());
   ds->sample_begin_.push_back(0);
   const auto close_sample = [&](int64_t used) {
     ds->sample_begin_.push_back(static_cast<int64_t>(ds->entries_.size()));
@@ -160,7 +210,7 @@ std::shared_ptr<SFTDataset> SFTDataset::build(std::shared_ptr<const SFTConversat
   };
   const int64_t wanted = config.num_samples ? *config.num_samples : 0;
   do {
-    for (size_t k = 0; k < order.size(); ++k) order[k] = range.begin + static_cast<int64_t>(k);
+    order = kept;
     rng.shuffle(std::span<int64_t>(order));
     int64_t used = 0;  // tokens in the open sample (packed)
     for (const int64_t c : order) {
@@ -185,8 +235,21 @@ std::shared_ptr<SFTDataset> SFTDataset::build(std::shared_ptr<const SFTConversat
   log(ds->describe());
   if (ds->truncated_conversations_ > 0)
     log(concat("warning: ", what, ": ", ds->truncated_conversations_, " of ", range.size(),
-               " conversations are longer than seq_length + 1 = ", window,
-               " tokens and are truncated on the right"));
+               " conversations are longer than seq_length + 1 = ", window, " tokens and are ",
+               config.truncation == SFTTruncation::Drop   ? "dropped (data.sft.truncation: drop)"
+               : config.truncation == SFTTruncation::Left ? "truncated on the left"
+                                                          : "truncated on the right"));
+  const int64_t untrained =
+      ds->dropped_conversations_ -
+      (config.truncation == SFTTruncation::Drop ? ds->truncated_conversations_ : 0);
+  if (untrained > 0)
+    log(concat("warning: ", what, ": ", untrained, " of ", range.size(),
+               " conversations have no trained (assistant) token within the ", window,
+               " tokens data.sft.truncation: ", truncation_name(config.truncation),
+               " keeps, and are dropped",
+               config.truncation == SFTTruncation::Right
+                   ? " (data.sft.truncation: left would keep them)"
+                   : ""));
   return ds;
 }
 
@@ -203,13 +266,15 @@ SFTSample SFTDataset::get_sample(int64_t index) const {
     const int64_t c = entries_[static_cast<size_t>(e)];
     const auto toks = data_->tokens(c);
     const auto loss = data_->loss(c);
-    const size_t take = std::min(toks.size(), window - s.tokens.size());
+    const size_t begin = kept_begin(toks.size());
+    const size_t take = std::min(toks.size() - begin, window - s.tokens.size());
     s.truncated |= take < toks.size() ? 1 : 0;
     s.document_starts.push_back(static_cast<int32_t>(s.tokens.size()));
     s.conversations.push_back(c);
-    s.tokens.insert(s.tokens.end(), toks.begin(), toks.begin() + static_cast<std::ptrdiff_t>(take));
-    token_loss.insert(token_loss.end(), loss.begin(),
-                      loss.begin() + static_cast<std::ptrdiff_t>(take));
+    const auto first = static_cast<std::ptrdiff_t>(begin);
+    const auto last = static_cast<std::ptrdiff_t>(begin + take);
+    s.tokens.insert(s.tokens.end(), toks.begin() + first, toks.begin() + last);
+    token_loss.insert(token_loss.end(), loss.begin() + first, loss.begin() + last);
   }
   s.num_tokens = static_cast<int32_t>(s.tokens.size());
   s.tokens.resize(window, data_->pad_id());

@@ -79,11 +79,20 @@ enum class SFTPacking { Packed, Padded };
 // "packed" / "padded"; InputError otherwise.
 SFTPacking sft_packing_from_name(std::string_view name);
 
+// A conversation longer than S + 1 tokens: Right keeps its first S + 1 tokens, Left its last
+// (the start of the prompt goes, the answer stays), Drop leaves it out. In every mode a
+// conversation with no trained token in what is kept is left out of the dataset and counted
+// (it would only add batches with nothing to learn, or none at all).
+enum class SFTTruncation { Right, Left, Drop };
+// "right" / "left" / "drop"; InputError otherwise.
+SFTTruncation sft_truncation_from_name(std::string_view name);
+
 struct SFTDatasetConfig {
   int64_t seq_length = 0;              // S >= 1
   uint64_t seed = 1234;                // numpy RandomState seed: < 2^32
   std::optional<int64_t> num_samples;  // unset: one epoch
   SFTPacking packing = SFTPacking::Packed;
+  SFTTruncation truncation = SFTTruncation::Right;
   // Progress and warnings (one line each, no newline). Unset: "[data] ..." lines on stderr.
   std::function<void(const std::string&)> log;
 };
@@ -96,13 +105,14 @@ struct SFTSample {
   std::vector<int32_t> segment_ids;      // [S]: conversation index of token t (padding: one more)
   std::vector<int64_t> conversations;    // their conversation ids (SFTConversations index)
   int32_t num_tokens = 0;                // real tokens; [num_tokens, S + 1) is padding
-  int32_t truncated = 0;                 // 1 when its conversation was cut at S + 1 tokens
+  int32_t truncated = 0;                 // 1 when its conversation was cut to S + 1 tokens
 };
 
 class SFTDataset final : public SampleDataset {
  public:
   // split_id 0/1/2 = train/valid/test of `split` (Megatron's split string) over the
-  // conversations. InputError (naming the file and split) for an empty split or bad settings.
+  // conversations. InputError (naming the file and split) for an empty split, one whose every
+  // conversation is left out (no trained token within S + 1, or dropped) or bad settings.
   static std::shared_ptr<SFTDataset> build(std::shared_ptr<const SFTConversations> data,
                                            int split_id, const std::string& split,
                                            const SFTDatasetConfig& config);
@@ -115,9 +125,13 @@ class SFTDataset final : public SampleDataset {
 
   int64_t num_epochs() const { return num_epochs_; }
   SFTPacking packing() const { return config_.packing; }
+  SFTTruncation truncation() const { return config_.truncation; }
   DocumentRange conversation_range() const { return range_; }
   // Conversations of the split longer than S + 1 tokens (truncated whenever they are used).
   int64_t num_truncated_conversations() const { return truncated_conversations_; }
+  // Conversations of the split left out: longer than S + 1 (truncation drop), or with no trained
+  // token in what truncation keeps.
+  int64_t num_dropped_conversations() const { return dropped_conversations_; }
   int64_t num_padding_tokens() const { return padding_tokens_; }  // over all samples
   const SFTConversations& conversations() const { return *data_; }
 
@@ -132,7 +146,12 @@ class SFTDataset final : public SampleDataset {
   std::vector<int64_t> entries_;       // conversation ids
   int64_t num_epochs_ = 0;
   int64_t truncated_conversations_ = 0;
+  int64_t dropped_conversations_ = 0;
   int64_t padding_tokens_ = 0;
+  // The conversations of the split that samples use, in file order.
+  std::vector<int64_t> kept_conversations(const std::string& what);
+  // Where the kept S + 1 tokens of a conversation of `size` tokens start.
+  size_t kept_begin(size_t size) const;
 };
 
 }  // namespace megatron::data

@@ -29,7 +29,7 @@ constexpr const char* kUsage =
                      [--tokenizer-type T [--tokenizer-model M] [--vocab-file V --merge-file G]]
                      [bert: --mask-prob P --short-seq-prob P --masking-max-ngram N
                             --no-binary-head] [sft: --sft-packing packed|padded
-                             --chat-template NAME]]
+                             --sft-truncation right|left|drop --chat-template NAME]]
 
 gpt (default): prints the statistics of PREFIX.bin/.idx: documents, sequences, tokens, dtype,
 document length percentiles and a histogram, and the train/valid/test sequence ranges of
@@ -63,6 +63,7 @@ the ids, the loss mask and the text, with every token whose prediction is NOT tr
   --masking-max-ngram  bert: longest masked n-gram of words (default 3, Megatron's)
   --no-binary-head     bert: no next-sentence prediction (one segment)
   --sft-packing        sft: packed (default) or padded
+  --sft-truncation     sft: right (default), left or drop (data.sft.truncation)
   --chat-template      sft: simple (default), plain, llama2, llama3 or chatml
 )";
 
@@ -291,6 +292,7 @@ int main(int argc, char** argv) {
                               {"masking-max-ngram", Arity::One},
                               {"no-binary-head", Arity::Flag},
                               {"sft-packing", Arity::One},
+                              {"sft-truncation", Arity::One},
                               {"chat-template", Arity::One}});
     if (args.help()) {
       std::cout << kUsage;
@@ -306,7 +308,7 @@ int main(int argc, char** argv) {
     for (const char* f : {"mask-prob", "short-seq-prob", "masking-max-ngram", "no-binary-head"})
       if (args.has(f) && type != "bert")
         throw md::cli::UsageError(std::string("--") + f + " is for --dataset-type bert");
-    for (const char* f : {"sft-packing", "chat-template"})
+    for (const char* f : {"sft-packing", "sft-truncation", "chat-template"})
       if (args.has(f) && type != "sft")
         throw md::cli::UsageError(std::string("--") + f + " is for --dataset-type sft");
     if (args.has("cache-dir") && type != "gpt")
@@ -337,6 +339,7 @@ int main(int argc, char** argv) {
       cfg.seed = static_cast<uint64_t>(args.get_int("seed", 1234, 0));
       if (args.has("num-samples")) cfg.num_samples = args.get_int("num-samples", 0, 0);
       cfg.packing = md::sft_packing_from_name(args.get("sft-packing", "packed"));
+      cfg.truncation = md::sft_truncation_from_name(args.get("sft-truncation", "right"));
       cfg.log = [](const std::string& line) { std::cout << "\n" << line << "\n"; };
       const auto sft = md::SFTDataset::build(conv, split_id, split, cfg);
       check_index(index, sft->num_samples());

@@ -7,6 +7,9 @@
 //   chat_template  simple | plain | llama2 | llama3 | chatml (data/chat_template.h)
 //   packing        packed (several conversations per sequence, attention and positions kept
 //                  per conversation) | padded (one conversation per sequence)
+//   truncation     a conversation longer than seq_length + 1 tokens: right (keep its start) |
+//                  left (keep its end: the answer) | drop; in every mode one with no trained
+//                  token in what is kept is dropped at start, counted and named in the log
 #include <string>
 #include <vector>
 
@@ -32,6 +35,7 @@ struct SFTDataConfig {
   std::vector<DatasetEntry> train, valid;
   std::string chat_template = "simple";
   std::string packing = "packed";
+  std::string truncation = "right";
   bool enabled() const { return !train.empty(); }
   // Checked by DataConfig::validate.
   void validate(const KeyOrigins& origins) const;
@@ -43,6 +47,7 @@ struct SFTDataConfig {
     v("valid", s.valid);
     v("chat_template", s.chat_template);
     v("packing", s.packing);
+    v("truncation", s.truncation);
   }
 };
 

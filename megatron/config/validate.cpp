@@ -512,6 +512,7 @@ void SFTDataConfig::validate(const KeyOrigins& origins) const {
   c.one_of("data.sft.chat_template", chat_template,
            {"simple", "plain", "llama2", "llama3", "chatml"});
   c.one_of("data.sft.packing", packing, {"packed", "padded"});
+  c.one_of("data.sft.truncation", truncation, {"right", "left", "drop"});
   c.check(train.empty() == false || valid.empty(), "data.sft.valid",
           "needs data.sft.train (got validation files only)");
   for (const auto* files : {&train, &valid}) {

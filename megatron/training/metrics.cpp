@@ -89,7 +89,9 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
         << std::setprecision(3) << m.tflops << " TFLOP/s | MFU " << std::setprecision(1)
         << m.mfu * 100 << "%" << of_gemm_text(m.of_gemm) << " | mem " << std::setprecision(0)
         << static_cast<double>(memory_stats(device_).peak_bytes) / 1048576.0 << " MiB"
-        << (m.skipped ? " | skipped (fp16 overflow)" : "") << "\n"
+        << (m.skipped ? " | skipped (fp16 overflow)" : "")
+        << (m.no_targets ? " | no predicted token in the global batch: zero-gradient step" : "")
+        << "\n"
         << std::flush;
   if (jsonl_.is_open()) {
     nlohmann::json j = {{"iteration", m.iteration},
@@ -104,6 +106,7 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
                         {"of_gemm", m.of_gemm},
                         {"loss_scale", m.loss_scale},
                         {"skipped", m.skipped},
+                        {"no_targets", m.no_targets},
                         {"dp_comm_bytes", m.dp_comm_bytes}};
     if (m.has_aux) j["nsp_loss"] = m.aux_loss;
     if (m.has_moe) {

@@ -26,6 +26,8 @@ struct StepMetrics {
   double of_gemm = 0;  // achieved FLOP/s over the measured GEMM rate (CPU), beside MFU
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update this step
+  // The global batch had no predicted token (every label masked): a zero-gradient step.
+  bool no_targets = false;
   // Payload bytes this rank handed to data-parallel collectives (reductions and weight gathers).
   int64_t dp_comm_bytes = 0;
   // Mixture of experts (training/moe_step.h): the router losses added to the objective (summed

@@ -83,6 +83,7 @@ std::shared_ptr<const BatchSource> build_split(const config::Recipe& recipe,
     cfg.seed = recipe.training.seed;
     cfg.num_samples = files.size() > 1 ? sizes[k] : wanted;
     cfg.packing = data::sft_packing_from_name(sft.packing);
+    cfg.truncation = data::sft_truncation_from_name(sft.truncation);
     cfg.log = [&](const std::string& line) { out << "[data] " << line << "\n"; };
     auto d = data::SFTDataset::build(std::move(conversations), split_id, split, cfg);
     datasets.push_back(std::move(d));

@@ -180,10 +180,12 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   const auto [lm_targets, aux_targets] = feeder_->global_target_counts(batches_);
   device_batches_.resize(batches_.size());
   for (size_t m = 0; m < batches_.size(); ++m) device_batches_[m] = feeder_->on_device(batches_[m]);
-  MT_CHECK(lm_targets > 0, "iteration ", iteration, ": the global batch has no predicted token");
+  // A global batch with no predicted token (every label masked) takes a zero-gradient step, as
+  // Megatron's clamped token count does, and the step line says so.
+  const double lm_divisor = static_cast<double>(std::max<int64_t>(lm_targets, 1));
   const double scale = scaler_->scale();
   const models::LossWeights weights{
-      static_cast<float>(scale / lm_targets),
+      static_cast<float>(scale / lm_divisor),
       aux_targets > 0 ? static_cast<float>(scale / aux_targets) : 0.0f};
 
   store_.zero_grads();
@@ -213,7 +215,8 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   StepMetrics metrics;
   metrics.iteration = iteration;
   const models::LossSums total = reduce_losses(sums, *groups_.pp, *groups_.dp, device_);
-  metrics.lm_loss = total.lm / lm_targets;
+  metrics.lm_loss = total.lm / lm_divisor;
+  metrics.no_targets = lm_targets == 0;
   metrics.has_aux = aux_targets > 0;
   metrics.aux_loss = metrics.has_aux ? total.aux / aux_targets : 0.0;
   metrics.loss = metrics.lm_loss + metrics.aux_loss;

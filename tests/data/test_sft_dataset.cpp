@@ -150,6 +150,11 @@ void check_sample_against_conversations(const SFTDataset& ds, const SFTSample& s
   if (tokens.size() > window) {
     ASSERT_EQ(s.conversations.size(), 1u);  // only a lone conversation is truncated
     ASSERT_EQ(s.truncated, 1);
+    if (ds.truncation() == SFTTruncation::Left) {  // its end is kept
+      const auto cut = static_cast<std::ptrdiff_t>(tokens.size() - window);
+      tokens.erase(tokens.begin(), tokens.begin() + cut);
+      flags.erase(flags.begin(), flags.begin() + cut);
+    }
     tokens.resize(window);
     flags.resize(window);
   } else {
@@ -247,6 +252,87 @@ TEST(SFTDataset, TruncationInPackedMode) {
     SCOPED_TRACE(i);
     check_sample_against_conversations(*ds, ds->get_sample(i));
   }
+}
+
+// `long_ones` conversations whose 60-byte prompt pushes every answer token past a 41-token
+// window, then `short_ones` that fit.
+std::shared_ptr<const SFTConversations> make_long_prompt_data(const ScratchDir& dir, int long_ones,
+                                                              int short_ones) {
+  std::string text;
+  for (int k = 0; k < long_ones; ++k) text += pr(std::string(60, 'p') + std::to_string(k), "a");
+  for (int k = 0; k < short_ones; ++k) text += pr("q" + std::to_string(k), "answer");
+  write_text(dir.file("long_prompts.jsonl"), text);
+  static ByteTokenizer tok;
+  return SFTConversations::load(dir.file("long_prompts.jsonl"), tok);
+}
+
+int64_t trained_tokens(const SFTSample& s) {
+  return std::count(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1});
+}
+
+// Truncated on the right, a conversation whose answer lies past the window would only add
+// samples with nothing to learn (a whole global batch of them stopped SFT runs): it is dropped
+// at build time, counted, and the log names the file; left truncation keeps its answer instead.
+TEST(SFTDataset, ConversationsWithNoTrainedTokenInTheWindowAreDropped) {
+  ScratchDir dir;
+  const auto data = make_long_prompt_data(dir, 6, 4);
+  for (const SFTPacking packing : {SFTPacking::Packed, SFTPacking::Padded}) {
+    SCOPED_TRACE(packing == SFTPacking::Packed ? "packed" : "padded");
+    SFTDatasetConfig cfg;
+    cfg.seq_length = 40;
+    cfg.packing = packing;
+    std::vector<std::string> logs;
+    cfg.log = [&](const std::string& l) { logs.push_back(l); };
+    const auto right = SFTDataset::build(data, 0, "1", cfg);
+    EXPECT_EQ(right->num_truncated_conversations(), 6);
+    EXPECT_EQ(right->num_dropped_conversations(), 6);
+    ASSERT_EQ(logs.size(), 3u);
+    EXPECT_NE(logs[2].find("long_prompts.jsonl"), std::string::npos) << logs[2];
+    EXPECT_NE(logs[2].find("6 of 10 conversations have no trained"), std::string::npos) << logs[2];
+    for (int64_t i = 0; i < right->num_samples(); ++i) {
+      const SFTSample s = right->get_sample(i);
+      EXPECT_GT(trained_tokens(s), 0) << i;
+      for (const int64_t c : s.conversations) EXPECT_GE(c, 6) << i;  // only the short ones
+    }
+
+    cfg.truncation = SFTTruncation::Left;
+    const auto left = SFTDataset::build(data, 0, "1", cfg);
+    EXPECT_EQ(left->num_dropped_conversations(), 0);
+    std::set<int64_t> seen;
+    for (int64_t i = 0; i < left->num_samples(); ++i) {
+      SCOPED_TRACE(i);
+      const SFTSample s = left->get_sample(i);
+      check_sample_against_conversations(*left, s);
+      EXPECT_GT(trained_tokens(s), 0);
+      seen.insert(s.conversations.begin(), s.conversations.end());
+    }
+    EXPECT_EQ(seen.size(), 10u);
+
+    cfg.truncation = SFTTruncation::Drop;
+    const auto drop = SFTDataset::build(data, 0, "1", cfg);
+    EXPECT_EQ(drop->num_dropped_conversations(), 6);
+  }
+}
+
+// A file where no conversation keeps a trained token is an error at start naming the file, not
+// a run that stops at iteration 1 (or loops forever looking for samples).
+TEST(SFTDataset, NothingToTrainOnIsAnErrorNamingTheFile) {
+  ScratchDir dir;
+  const auto data = make_long_prompt_data(dir, 5, 0);
+  SFTDatasetConfig cfg;
+  cfg.seq_length = 40;
+  cfg.num_samples = 100;
+  cfg.log = quiet;
+  for (const SFTTruncation t : {SFTTruncation::Right, SFTTruncation::Drop}) {
+    cfg.truncation = t;
+    expect_input_error(
+        [&] { SFTDataset::build(data, 0, "1", cfg); },
+        {"long_prompts.jsonl", "none of its 5 conversations", "nothing to train on"});
+  }
+  cfg.truncation = SFTTruncation::Left;
+  EXPECT_EQ(SFTDataset::build(data, 0, "1", cfg)->num_samples(), 100);
+  EXPECT_EQ(sft_truncation_from_name("left"), SFTTruncation::Left);
+  expect_input_error([] { sft_truncation_from_name("middle"); }, {"middle", "right, left or drop"});
 }
 
 TEST(SFTDataset, SplitsShuffleAndEpochs) {

@@ -123,3 +123,49 @@ TEST_F(SftCli, InspectDataShowsTheMaskAndBadInputIsNamed) {
 }
 
 }  // namespace
+
+// The reliability report's repro: 60 conversations of 400-word prompts with short answers and
+// 12 short ones, sequence 256, global batch 8. Conversations whose answers truncation cuts away
+// are dropped at start with a message naming the file and how many (the run used to stop at a
+// data-dependent iteration, and at the same one after every restart); left truncation keeps
+// them; a file with nothing to train on is an error at start naming it.
+TEST_F(SftCli, ConversationsWithoutATrainedTokenAreDroppedNotFatal) {
+  std::string words;
+  for (int w = 0; w < 400; ++w) words += (w % 7 == 0 ? "Elizabeth " : "walked ");
+  const std::string long_file = (dir_ / "long_only.jsonl").string();
+  const std::string mixed_file = (dir_ / "mixed.jsonl").string();
+  {
+    std::ofstream all(long_file), mixed(mixed_file);
+    for (int k = 0; k < 60; ++k) {
+      const std::string line = "{\"prompt\": \"" + words + std::to_string(k) +
+                               "\", \"response\": \"Pride and Prejudice.\"}\n";
+      all << line;
+      mixed << line;
+    }
+    for (int k = 0; k < 12; ++k)
+      mixed << "{\"prompt\": \"Which book, " << k << "?\", \"response\": \"Emma.\"}\n";
+  }
+  const std::string run_args =
+      "--set checkpoint.pretrained=null --set checkpoint.load=null --set checkpoint.save=null "
+      "--set model.seq_length=256 --set training.micro_batch_size=4 "
+      "--set training.global_batch_size=8 --set training.train_iters=6 "
+      "--set training.eval_iters=0 --set training.eval_interval=0 --set data.sft.valid=[] "
+      "--set data.split=1 --set data.sft.train=";
+  Result r = run(sft(run_args + mixed_file));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("mixed.jsonl"));
+  EXPECT_THAT(r.output, HasSubstr("60 of 72 conversations have no trained (assistant) token"));
+  EXPECT_THAT(r.output, HasSubstr("iter      6/6"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("zero-gradient step")));
+
+  r = run(sft(run_args + mixed_file + " --set data.sft.truncation=left"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("truncated on the left"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("have no trained")));
+
+  r = run(sft(run_args + long_file));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("long_only.jsonl"));
+  EXPECT_THAT(r.output, HasSubstr("none of its 60 conversations has a trained"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("iter      1/6")));
+}

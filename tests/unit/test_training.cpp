@@ -226,6 +226,53 @@ training::TrainSummary train_tiny(int64_t micro, int64_t iters = 12) {
   return t.run();
 }
 
+// CountingSource whose samples [8, 16), iteration 2's global batch of 8, predict nothing.
+class MaskedSecondBatch final : public training::BatchSource {
+ public:
+  int64_t seq_length() const override { return counting_.seq_length(); }
+  int64_t samples_per_epoch() const override { return counting_.samples_per_epoch(); }
+  void fill(int64_t first, int64_t micro_batch_size, models::MicroBatch& mb) const override {
+    training::fill_micro_batch(counting_, first, micro_batch_size, mb);
+    if (first < 8 || first >= 16) return;
+    int32_t* labels = mb.labels.data<int32_t>();
+    std::fill(labels, labels + mb.labels.numel(), models::kIgnoreIndex);
+  }
+
+ private:
+  CountingSource counting_{8};
+};
+
+// A global batch with no predicted token takes a zero-gradient step (Megatron clamps the
+// token count) and the step line says so; the run goes on and learns (it used to stop with
+// "the global batch has no predicted token", at the same iteration after every restart).
+TEST(Trainer, AGlobalBatchWithNoTargetTakesAZeroGradientStep) {
+  auto src = std::make_shared<MaskedSecondBatch>();
+  auto world = parallel::make_single_process_communicator();
+  std::ostringstream log;
+  config::Recipe r = tiny_recipe(4, 6);
+  r.logging.interval = 1;
+  r.training.eval_iters = 0;
+  r.training.eval_interval = 0;
+  training::Trainer t(r, 11, src, nullptr, *world, log);
+  const training::TrainSummary s = t.run();
+  EXPECT_EQ(s.last_iteration, 6);
+  ASSERT_EQ(s.steps.size(), 6u);
+  for (const auto& m : s.steps) {
+    SCOPED_TRACE(m.iteration);
+    EXPECT_EQ(m.no_targets, m.iteration == 2);
+    EXPECT_TRUE(std::isfinite(m.loss));
+    if (m.iteration == 2) {
+      EXPECT_EQ(m.loss, 0.0);
+      EXPECT_EQ(m.grad_norm, 0.0);
+    } else {
+      EXPECT_GT(m.loss, 0.0);
+    }
+  }
+  EXPECT_LT(s.steps.back().loss, s.steps.front().loss);
+  EXPECT_THAT(log.str(), ::testing::HasSubstr(
+                             "| no predicted token in the global batch: zero-gradient step\n"));
+}
+
 // A run that cannot fit is refused before anything is allocated, naming what sizes it (the
 // planner's memory model against the host's available memory); before, a micro-batch of 1e9
 // died allocating 512 GB deep in the model.

@@ -134,6 +134,12 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
   if (fs::exists(fs::path(o.out_dir) / "latest", ec) ||
       fs::exists(fs::path(o.out_dir) / "iter_0000000", ec))
     throw InputError(concat(o.out_dir, " already holds a checkpoint (nothing is overwritten)"));
+  // Any other file there (a recipe.yaml of the user's, another run's output) would be replaced
+  // or mixed with the import.
+  if (fs::is_directory(o.out_dir, ec) && !fs::is_empty(o.out_dir, ec))
+    throw InputError(concat(o.out_dir, " is not empty (it holds ",
+                            fs::directory_iterator(o.out_dir)->path().filename().string(),
+                            "): import into a new or empty directory; nothing is overwritten"));
   std::string yaml;
   config::Recipe recipe = recipe_for_import(o, model, result.architecture, yaml);
   recipe.parallel.tensor = result.tp = o.tp.value_or(recipe.parallel.tensor);

@@ -1,6 +1,7 @@
 #include "models/hf_peft.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -33,13 +34,29 @@ std::string module_of(const std::string& hf_weight) {
 
 }  // namespace
 
-PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
-  checkpoint::Reader reader(o.native_dir, o.iteration);
+namespace {
+
+// What an adapter export writes, decided from the checkpoint alone (nothing written yet).
+struct PeftPlan {
+  config::Recipe recipe;
+  PeftExportResult result;
+  std::vector<hf::TensorMapping> mappings;
+  struct Adapter {
+    size_t mapping;  // into mappings
+    std::vector<int64_t> b_shape;
+  };
+  std::vector<Adapter> adapters;
+  std::vector<hf::OutTensor> out;
+};
+
+PeftPlan plan_peft_export(const PeftExportOptions& o, checkpoint::Reader& reader) {
   const auto& index = reader.index();
-  const config::Recipe recipe = recipe_of_checkpoint(index);
+  PeftPlan plan;
+  plan.recipe = recipe_of_checkpoint(index);
+  const config::Recipe& recipe = plan.recipe;
   MT_INPUT_CHECK(recipe.peft.lora(), index.path,
                  ": not a LoRA checkpoint (its recipe has no peft: lora section)");
-  PeftExportResult result;
+  PeftExportResult& result = plan.result;
   result.checkpoint_path = index.path;
   result.rank = recipe.peft.dim;
   result.alpha = recipe.peft.alpha;
@@ -50,16 +67,10 @@ PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
   if (result.architecture.empty()) result.architecture = hf_architecture_for(recipe);
   const auto embed = index.tensors.find("model/embedding.word_embeddings.weight");
   MT_INPUT_CHECK(embed != index.tensors.end(), index.path, ": no word embeddings");
-  const auto mappings = hf_mappings(result.architecture, recipe.model, embed->second.shape[0]);
-
-  struct Adapter {
-    const hf::TensorMapping* weight;
-    std::vector<int64_t> b_shape;
-  };
-  std::vector<Adapter> adapters;
-  std::vector<hf::OutTensor> out;
+  plan.mappings = hf_mappings(result.architecture, recipe.model, embed->second.shape[0]);
   std::set<std::string> modules;
-  for (const hf::TensorMapping& m : mappings) {
+  for (size_t k = 0; k < plan.mappings.size(); ++k) {
+    const hf::TensorMapping& m = plan.mappings[k];
     if (m.native.size() < 7 || m.native.compare(m.native.size() - 7, 7, ".weight") != 0) continue;
     const std::string base = strip_weight(m.native);
     const auto a = index.tensors.find(kModel + base + ".lora_a.weight");
@@ -70,20 +81,40 @@ PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
                      " (stored transposed, a Conv1D) is not implemented");
       const int64_t out_rows = s.shape.empty() ? 0 : s.shape[0];
       const std::string name = kPrefix + strip_weight(s.name);
-      out.push_back({name + ".lora_A.weight", a->second.shape, "F32"});
-      out.push_back({name + ".lora_B.weight", {out_rows, result.rank}, "F32"});
+      plan.out.push_back({name + ".lora_A.weight", a->second.shape, "F32"});
+      plan.out.push_back({name + ".lora_B.weight", {out_rows, result.rank}, "F32"});
       modules.insert(module_of(s.name));
     }
-    adapters.push_back({&m, b->second.shape});
+    plan.adapters.push_back({k, b->second.shape});
   }
-  MT_INPUT_CHECK(!adapters.empty(), index.path, ": no LoRA adapter tensors for ",
+  MT_INPUT_CHECK(!plan.adapters.empty(), index.path, ": no LoRA adapter tensors for ",
                  result.architecture, "'s weights");
   result.target_modules.assign(modules.begin(), modules.end());
-  result.tensors = out.size();
+  result.tensors = plan.out.size();
+  return plan;
+}
 
-  hf::HfWriter writer(o.out_dir, out, uint64_t{1} << 62, "adapter_model.safetensors");
-  for (const Adapter& ad : adapters) {
-    const hf::TensorMapping& w = *ad.weight;
+}  // namespace
+
+void check_peft_export(const PeftExportOptions& o) {
+  checkpoint::Reader reader(o.native_dir, o.iteration);
+  (void)plan_peft_export(o, reader);
+  std::error_code ec;
+  MT_INPUT_CHECK(
+      !std::filesystem::exists(o.out_dir, ec) || (std::filesystem::is_directory(o.out_dir, ec) &&
+                                                  std::filesystem::is_empty(o.out_dir, ec)),
+      "adapter output directory ", o.out_dir,
+      " already exists and is not empty (nothing is overwritten)");
+}
+
+PeftExportResult export_peft_adapter(const PeftExportOptions& o) {
+  checkpoint::Reader reader(o.native_dir, o.iteration);
+  PeftPlan plan = plan_peft_export(o, reader);
+  const config::Recipe& recipe = plan.recipe;
+  PeftExportResult& result = plan.result;
+  hf::HfWriter writer(o.out_dir, plan.out, uint64_t{1} << 62, "adapter_model.safetensors");
+  for (const PeftPlan::Adapter& ad : plan.adapters) {
+    const hf::TensorMapping& w = plan.mappings[ad.mapping];
     const std::string base = strip_weight(w.native);
     const auto a = reader.read_whole(kModel + base + ".lora_a.weight");
     const auto b = reader.read_whole(kModel + base + ".lora_b.weight");

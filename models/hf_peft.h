@@ -33,5 +33,8 @@ struct PeftExportResult {
 // InputError when the checkpoint has no LoRA adapters or the architecture's weights are not
 // row-major [out, in] HF tensors (GPT-2's Conv1D).
 PeftExportResult export_peft_adapter(const PeftExportOptions& options);
+// The same checks, and that out_dir is new or empty, writing nothing: run before a base export
+// so that a refused adapter leaves no half-done output behind.
+void check_peft_export(const PeftExportOptions& options);
 
 }  // namespace megatron::models

@@ -162,11 +162,14 @@ int export_hf(const Args& a) {
   o.dtype = hf::dtype_from_flag(a.dtype), o.architecture = a.architecture;
   o.max_shard_bytes = a.max_shard_bytes;
   o.merge_lora = !a.no_merge_lora && a.peft_adapter.empty();
+  models::PeftExportOptions p;
+  p.native_dir = a.from, p.iteration = a.iteration, p.out_dir = a.peft_adapter;
+  p.architecture = a.architecture, p.base_model = a.to_hf;
+  // The adapter is checked (a LoRA checkpoint, a free target) before the base is written.
+  if (!a.peft_adapter.empty()) models::check_peft_export(p);
   const models::HfExportResult r = models::export_hf_checkpoint(o);
   if (!a.peft_adapter.empty()) {
-    models::PeftExportOptions p;
-    p.native_dir = a.from, p.iteration = a.iteration, p.out_dir = a.peft_adapter;
-    p.architecture = r.architecture, p.base_model = a.to_hf;
+    p.architecture = r.architecture;
     const models::PeftExportResult pr = models::export_peft_adapter(p);
     std::string modules;
     for (const auto& m : pr.target_modules) modules += (modules.empty() ? "" : ", ") + m;

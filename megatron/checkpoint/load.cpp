@@ -1,6 +1,7 @@
 // Loading: the index of a saved checkpoint, file verification, and the pieces a rank asks for
 // read from whatever layout saved them.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -189,6 +190,14 @@ void Reader::read(const std::vector<TensorPiece>& pieces) {
         i = j;
       }
     }
+    // NaN or inf in a loaded tensor would train or decode garbage without a word: refused,
+    // naming the tensor (a scan is cheap next to the read).
+    const auto bad = std::count_if(dest, dest + plan.geometry.count(),
+                                   [](float v) { return !std::isfinite(v); });
+    if (bad > 0)
+      throw InputError(concat("checkpoint ", index.path, ": ", describe(*plan.piece, plan.geometry),
+                              " holds ", bad, " non-finite value", bad == 1 ? "" : "s",
+                              " (NaN or inf); it was saved from a diverged run or is damaged"));
   }
 }
 

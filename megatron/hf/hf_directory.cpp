@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -132,6 +133,13 @@ std::vector<float> HfTensors::read(const std::string& name,
                     static_cast<uint64_t>(n) * t.element_size, raw.data());
     to_float(t.dtype, raw.data(), out.data() + at, n);
   }
+  // A NaN or inf weight would import silently and decode garbage (token 0 over and over); the
+  // scan costs little next to the read.
+  const auto bad = std::count_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
+  if (bad > 0)
+    throw InputError(concat(file.path(), ": tensor '", name, "' holds ", bad, " non-finite value",
+                            bad == 1 ? "" : "s", " (NaN or inf) of ", t.numel(),
+                            "; the checkpoint is damaged or was saved after a diverged step"));
   return out;
 }
 

@@ -69,7 +69,14 @@ Generation generate(const CausalLM& lm, const std::vector<int32_t>& prompt,
     const size_t from = o.use_cache && step > 0 ? seq.size() - 1 : 0;
     const auto out = lm.forward(column(seq, from), Tensor(), o.use_cache ? &cache : nullptr);
     const int64_t rows = static_cast<int64_t>(seq.size() - from);
-    const int32_t next = choose_token(out.logits.data<float>() + (rows - 1) * V, V, o, rng);
+    const float* logits = out.logits.data<float>() + (rows - 1) * V;
+    // Never decode NaN (greedy would print token 0 forever): the weights or the activations
+    // went non-finite.
+    const auto bad = std::count_if(logits, logits + V, [](float v) { return !std::isfinite(v); });
+    MT_INPUT_CHECK(bad == 0, "generation step ", step + 1, ": the model's logits hold ", bad,
+                   " non-finite value", bad == 1 ? "" : "s", " (NaN or inf) of ", V,
+                   "; its weights or activations overflowed, nothing is decoded");
+    const int32_t next = choose_token(logits, V, o, rng);
     seq.push_back(next);
     g.tokens.push_back(next);
     const auto now = clock::now();

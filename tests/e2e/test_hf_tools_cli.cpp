@@ -131,6 +131,80 @@ TEST_F(HfTools, UsageAndInputErrors) {
   }
 }
 
+// Overwrites `count` bf16 elements of a safetensors tensor, from element `first`, with `bits`.
+void poison_bf16(const fs::path& file, const std::string& tensor, int64_t first, int64_t count,
+                 uint16_t bits) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  const nlohmann::json info = nlohmann::json::parse(header).at(tensor);
+  ASSERT_EQ(info.at("dtype"), "BF16");
+  const uint64_t at = 8 + header_len + info.at("data_offsets")[0].get<uint64_t>() + 2 * first;
+  f.seekp(static_cast<std::streamoff>(at));
+  for (int64_t i = 0; i < count; ++i) f.write(reinterpret_cast<const char*>(&bits), 2);
+}
+
+// A NaN weight in a Hugging Face directory is refused by import and generate, naming the tensor
+// and the count (both used to exit 0, generate printing token 0 over and over); weights that
+// are finite but overflow the activations stop generate at the step, never decoding NaN.
+TEST_F(HfTools, NonFiniteWeightsAndLogitsAreRefused) {
+  const fs::path nan_dir = dir_ / "nan_hf", huge_dir = dir_ / "huge_hf";
+  fs::copy(kFixture, nan_dir, fs::copy_options::recursive);
+  fs::copy(kFixture, huge_dir, fs::copy_options::recursive);
+  poison_bf16(nan_dir / "model.safetensors", "model.layers.1.mlp.up_proj.weight", 7, 3, 0x7fc0);
+  Result r = run(kBin + "convert_checkpoint --from-hf " + nan_dir.string() + " --to " +
+                 (dir_ / "out").string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("'model.layers.1.mlp.up_proj.weight' holds 3 non-finite values"));
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "latest"));
+  for (const char* sampling : {"", " --temperature 0.8"}) {
+    r = run(kBin + "generate --checkpoint " + nan_dir.string() +
+            " --prompt-ids 1,2 --max-new-tokens 5 --print-ids" + sampling);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("model.layers.1.mlp.up_proj.weight"));
+    EXPECT_THAT(r.output, HasSubstr("non-finite"));
+  }
+  // bf16's largest finite value in the final norm and in lm_head's row 5: finite weights whose
+  // logit for token 5 overflows.
+  poison_bf16(huge_dir / "model.safetensors", "model.norm.weight", 0, 32, 0x7f7f);
+  poison_bf16(huge_dir / "model.safetensors", "lm_head.weight", 5 * 32, 32, 0x7f7f);
+  r = run(kBin + "generate --checkpoint " + huge_dir.string() +
+          " --prompt-ids 1,2 --max-new-tokens 5 --print-ids");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("generation step 1: the model's logits hold"));
+  EXPECT_THAT(r.output, HasSubstr("nothing is decoded"));
+}
+
+// Import refuses a target holding any file (it used to replace a user's recipe.yaml and mix
+// the import in); an adapter export that cannot succeed is refused before the base model is
+// written (it used to leave the base behind, so the corrected rerun failed with "not empty").
+TEST_F(HfTools, NothingIsOverwrittenOrLeftBehind) {
+  const fs::path target = dir_ / "target";
+  fs::create_directories(target);
+  std::ofstream(target / "recipe.yaml") << "# the user's own recipe\n";
+  Result r = run(kBin + "convert_checkpoint --from-hf " + kFixture + " --to " + target.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("is not empty (it holds recipe.yaml)"));
+  std::ifstream kept(target / "recipe.yaml");
+  std::string line;
+  std::getline(kept, line);
+  EXPECT_EQ(line, "# the user's own recipe");
+  EXPECT_EQ(std::distance(fs::directory_iterator(target), fs::directory_iterator()), 1);
+
+  const std::string ckpt = (dir_ / "ckpt").string();
+  r = run(kBin + "convert_checkpoint --from-hf " + kFixture + " --to " + ckpt);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const fs::path base = dir_ / "base_hf", adapter = dir_ / "adapter";
+  r = run(kBin + "convert_checkpoint --from " + ckpt + " --to-hf " + base.string() +
+          " --peft-adapter " + adapter.string());
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("not a LoRA checkpoint"));
+  EXPECT_FALSE(fs::exists(base));
+  EXPECT_FALSE(fs::exists(adapter));
+}
+
 // generate --device cuda: without a usable GPU (or in a CPU-only build) it exits 1 naming the
 // flag, before converting or loading anything; with one it gives transformers' greedy tokens,
 // as on the CPU.

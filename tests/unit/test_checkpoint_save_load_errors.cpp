@@ -5,9 +5,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -76,6 +78,32 @@ TEST_F(CheckpointTest, MismatchedRequestsNameTheTensorAndFile) {
                     meta);
   TensorPiece no_dest{"layers.0.qkv.bias", Shape{12}, Shape{12}};
   EXPECT_THROW(load(LoadRequest{dir_, {}, {no_dest}}), Error);
+}
+
+// A checkpoint saved with NaN or inf in a tensor (from a diverged run; its checksums are right)
+// is refused at load naming the tensor and the count: it would train or decode garbage.
+TEST_F(CheckpointTest, NonFiniteValuesAreRefusedNamingTheTensor) {
+  const std::string tmp = tmp_checkpoint_path(dir_, 3, "nan");
+  std::deque<std::vector<float>> storage;
+  SaveRequest req;
+  req.dir = dir_;
+  req.iteration = 3;
+  req.pieces = rank_pieces(Layout{}, 0, 0, true, 3, storage);
+  req.write_this_rank_replicas = true;
+  int poisoned = 0;
+  for (TensorPiece& p : req.pieces)
+    if (p.name == "layers.0.proj.weight") {
+      p.dest[1] = std::nanf("");
+      p.dest[4] = std::numeric_limits<float>::infinity();
+      ++poisoned;
+    }
+  ASSERT_EQ(poisoned, 1);
+  const std::vector<nlohmann::json> parts = {write_rank_shard(req, tmp, 0)};
+  req.pieces.clear();
+  finalize(req, tmp, parts, 0, {});
+  std::deque<std::vector<float>> into;
+  expect_load_error(whole_model_request(into), "'layers.0.proj.weight'",
+                    "holds 2 non-finite values (NaN or inf)");
 }
 
 TEST_F(CheckpointTest, DamagedFilesAreInputErrorsNamingTheFile) {

@@ -69,8 +69,14 @@ uint64_t byte_size(tools::FlagReader& flags) {
   const std::pair<const char*, double> units[] = {
       {"", 1},         {"KB", 1e3},        {"MB", 1e6},          {"GB", 1e9},
       {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}};
-  for (const auto& [name, mult] : units)
-    if (unit == name && !v.empty() && n > 0) return static_cast<uint64_t>(n * mult);
+  // Past 2^62 bytes the conversion to an integer would overflow (into tiny shards).
+  constexpr double kMax = 4611686018427387904.0;
+  for (const auto& [name, mult] : units) {
+    if (unit != name || v.empty() || !(n > 0)) continue;
+    if (!(n * mult <= kMax))
+      flags.fail("--max-shard-size: '" + v + "' is too large (at most 4 EiB)");
+    if (n * mult >= 1) return static_cast<uint64_t>(n * mult);
+  }
   flags.fail("--max-shard-size: '" + v + "' is not a positive size (N, NKB, NMB, NGB, NKiB ...)");
 }
 

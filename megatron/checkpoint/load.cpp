@@ -25,9 +25,10 @@ CheckpointIndex read_index(const std::string& dir, std::optional<int64_t> iterat
     if (!fs::is_directory(index.path, ec))
       throw InputError(concat("checkpoint ", index.path, " does not exist"));
   } else if (fs::is_regular_file(fs::path(dir) / kMetadataFile, ec)) {
-    index.path = dir;
     fs::path normal = fs::path(dir).lexically_normal();
     if (normal.filename().empty()) normal = normal.parent_path();  // "DIR/iter_N/"
+    // Without the trailing separator (shell completion adds one): callers take its parent.
+    index.path = normal.string();
     expected = parse_iter_name(normal.filename().string());
   } else {
     if (!fs::is_directory(dir, ec))

@@ -1,9 +1,13 @@
 #include "megatron/training/data_sources.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "data/bert_dataset.h"
 #include "data/blended_dataset.h"
 #include "data/gpt_dataset.h"
 #include "megatron/training/bert_source.h"
+#include "megatron/training/memory_check.h"
 #include "megatron/training/mock_source.h"
 #include "megatron/training/sft_source.h"
 
@@ -99,9 +103,33 @@ Sources mock_sources(const config::Recipe& recipe, int64_t vocab, std::ostream& 
 
 }  // namespace
 
+namespace {
+
+// The sample indices every dataset builds hold at least kIndexBytesPerSample bytes per sample
+// the run asks for (GPT: sample index 16, shuffle index 8, blending 10): a run asking for more
+// than memory holds is refused here, naming the keys, instead of dying of std::bad_alloc
+// after building part of them.
+void check_index_fits(const config::Recipe& recipe) {
+  constexpr double kIndexBytesPerSample = 24.0;
+  const auto& tr = recipe.training;
+  const double samples =
+      static_cast<double>(tr.train_iters) * tr.global_batch_size +
+      static_cast<double>(std::max<int64_t>(tr.eval_iters, 0)) * tr.global_batch_size;
+  const double need = kIndexBytesPerSample * samples, available = host_available_bytes();
+  MT_INPUT_CHECK(available <= 0 || need <= available, recipe.source_path, ": training.train_iters ",
+                 tr.train_iters, " x training.global_batch_size ", tr.global_batch_size,
+                 " (+ training.eval_iters' validation) = ", static_cast<int64_t>(samples),
+                 " samples: their data index alone needs at least ",
+                 std::round(need / (1 << 30) * 10) / 10, " GiB; ",
+                 std::round(available / (1 << 30) * 10) / 10, " GiB of memory are available");
+}
+
+}  // namespace
+
 TrainingData make_training_data(const config::Recipe& recipe, const parallel::LaunchInfo& launch,
                                 parallel::Communicator& world, std::ostream& out) {
   const auto& d = recipe.data;
+  if (!d.mock) check_index_fits(recipe);
   const data::TokenizerSpec tspec = data::tokenizer_spec(recipe);
   // NullTokenizer (pre-tokenized data) only fixes the vocabulary size; mock data with
   // model.vocab_size set needs no tokenizer file either.

@@ -99,6 +99,10 @@ TEST(PretrainCli, BadInputsFailWithAClearMessage) {
       {"--recipe " + kRecipe + " --set model.nonsense=1", "model.nonsense"},
       {"--recipe " + kRecipe + " --set data.train=/nonexistent/prefix", "/nonexistent/prefix"},
       {"--recipe " + kRecipe + " --set training.device=cuda --set data.train=/x", "cuda"},
+      // Sized before any index is built (it was a bare std::bad_alloc after 13 s).
+      {"--recipe " + kRecipe + " --set training.train_iters=1000000000",
+       "training.train_iters 1000000000 x training.global_batch_size 16 (+ training.eval_iters' "
+       "validation) = 16000000080 samples: their data index alone needs at least 357.6 GiB"},
   };
   for (const Case& c : cases) {
     const Result r = run(kBin + "pretrain " + c.args);

@@ -68,6 +68,18 @@ TEST_F(CheckpointTest, RoundTripKeepsValuesAndMetadata) {
   expect_values(req.pieces, 10, "direct");
 }
 
+// checkpoint.load / checkpoint.pretrained naming the iteration directory with a trailing slash
+// (as shell completion writes it) load that iteration: the index's path has no trailing
+// separator, so its parent is the checkpoint directory (it was "iter_N/iter_N" before).
+TEST_F(CheckpointTest, AnIterationDirectoryWithATrailingSlashLoads) {
+  save_layout(Layout{}, 10);
+  const std::string iter_dir = checkpoint_path(dir_, 10);
+  const CheckpointIndex index = read_index(iter_dir + "/", std::nullopt);
+  EXPECT_EQ(index.path, iter_dir);
+  EXPECT_EQ(fs::path(index.path).parent_path(), fs::path(dir_));
+  EXPECT_EQ(index.iteration, 10);
+}
+
 TEST_F(CheckpointTest, MetadataOnlyCheckpoint) {
   auto comm = parallel::make_single_process_communicator("world");
   SaveRequest req;

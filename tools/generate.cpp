@@ -339,6 +339,11 @@ int run(const Args& a, parallel::Communicator& world, int local_rank) {
     for (size_t i = 0; i < g.tokens.size(); ++i) std::printf("%s%d", i ? " " : "", g.tokens[i]);
     std::printf("\n");
   }
+  if (g.tokens.empty()) {  // nothing ran: no rate to report (it read 2e9 tokens/s)
+    std::fprintf(stderr, "prompt %zu tokens; no token generated (--max-new-tokens 0)\n",
+                 prompt.size());
+    return 0;
+  }
   std::fprintf(stderr,
                "prompt %zu tokens, prefill %.1f ms (%.0f tokens/s); %lld more tokens in %.1f ms "
                "(%.1f tokens/s, %s, %s, tp %d)\n",

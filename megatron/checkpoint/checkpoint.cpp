@@ -349,12 +349,13 @@ void save(const SaveRequest& req, parallel::Communicator& world, int keep_last,
     std::vector<json> parts;
     for (size_t r = 0; r < all.size(); ++r) {
       const json m = json::parse(all[r], nullptr, false);
+      const std::string sep = status.empty() ? "" : "; ";
       if (m.is_discarded() || !m.is_object()) {
-        status += concat("rank ", r, ": unreadable index part; ");
+        status += concat(sep, "rank ", r, ": unreadable index part");
         continue;
       }
       if (!m["error"].get<std::string>().empty())
-        status += concat("rank ", r, ": ", m["error"].get<std::string>(), "; ");
+        status += concat(sep, "rank ", r, ": ", m["error"].get<std::string>());
       parts.push_back(m["part"]);
     }
     if (status.empty()) {

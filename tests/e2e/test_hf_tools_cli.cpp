@@ -132,6 +132,12 @@ TEST_F(HfTools, UsageAndInputErrors) {
     EXPECT_EQ(r.exit_code, c.code) << tool << " " << c.args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(c.message)) << tool << " " << c.args;
   }
+  // Nothing to generate is not an error, and reports no made-up rate.
+  const Result none =
+      run(kBin + "generate --checkpoint " + gpt2 + " --prompt-ids 1 --max-new-tokens 0");
+  EXPECT_EQ(none.exit_code, 0) << none.output;
+  EXPECT_THAT(none.output, HasSubstr("no token generated (--max-new-tokens 0)"));
+  EXPECT_THAT(none.output, ::testing::Not(HasSubstr("tokens/s")));
 }
 
 // Overwrites `count` bf16 elements of a safetensors tensor, from element `first`, with `bits`.

@@ -172,6 +172,8 @@ TEST_F(CheckpointMpi, AFailingRankFailsTheSaveEverywhere) {
     const std::string what = e.what();
     EXPECT_NE(what.find(concat("rank ", n - 1, ": ")), std::string::npos) << what;
     EXPECT_NE(what.find("w_col"), std::string::npos) << what;
+    EXPECT_NE(what.back(), ' ') << what;  // no dangling "; " (the last rank's error ends it)
+    EXPECT_NE(what.back(), ';') << what;
   }
   EXPECT_TRUE(threw);
   EXPECT_EQ(latest_iteration(dir_), 1);

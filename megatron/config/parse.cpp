@@ -38,7 +38,11 @@ class MapReader {
   }
 
   [[noreturn]] void missing(const std::string& key) const {
-    std::string where = node_ ? node_->origin.str() : origins_.fallback;
+    // Present but null (`key: null`, `--set key=`): where it was emptied, not the section's line.
+    const Node* emptied = node_ ? node_->find(key) : nullptr;
+    std::string where = emptied ? emptied->origin.str()
+                        : node_ ? node_->origin.str()
+                                : origins_.fallback;
     throw InputError(concat(where, ": ", key_path(key), ": required key is missing"));
   }
 

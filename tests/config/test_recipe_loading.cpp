@@ -236,6 +236,14 @@ TEST(RecipeOverrides, CreatesSectionsAndNullResets) {
   EXPECT_EQ(r.model.seq_length, 24);
 }
 
+// A required key emptied by --set is reported against the override, not the file's section line
+// (it read "minimal.yaml:2: model.num_layers: required key is missing").
+TEST(RecipeOverrides, ARequiredKeyEmptiedByAnOverrideNamesIt) {
+  EXPECT_THAT(input_error([] { minimal({"model.num_layers="}); }),
+              HasSubstr("minimal.yaml (--set model.num_layers=): model.num_layers: required key is "
+                        "missing"));
+}
+
 TEST(RecipeOverrides, AppliedAfterExtends) {
   Recipe r = load_recipe(fixture("extends/mid/leaf/leaf.yaml"),
                          {"model.num_layers=2", "data.split=1,1,0"});

@@ -147,10 +147,7 @@ std::vector<int64_t> SFTDataset::kept_conversations(const std::string& what) {
     const auto loss = conv.loss(c);
     const bool long_one = loss.size() > window;
     truncated_conversations_ += long_one ? 1 : 0;
-    if (long_one && config_.truncation == SFTTruncation::Drop) {
-      ++dropped_conversations_;
-      continue;
-    }
+    if (long_one && config_.truncation == SFTTruncation::Drop) continue;
     // Trained tokens in the kept part; its first token is never predicted (get_sample).
     const size_t b = kept_begin(loss.size());
     const size_t e = std::min(loss.size(), b + window);
@@ -160,7 +157,7 @@ std::vector<int64_t> SFTDataset::kept_conversations(const std::string& what) {
     if (trains)
       kept.push_back(c);
     else
-      ++dropped_conversations_;
+      ++untrained_conversations_;
   }
   MT_INPUT_CHECK(!kept.empty(), what, ": none of its ", range_.size(),
                  " conversations has a trained (assistant) token within seq_length + 1 = ", window,
@@ -202,7 +199,7 @@ std::shared_ptr<SFTDataset> SFTDataset::build(std::shared_ptr<const SFTConversat
   const std::vector<int64_t> kept = ds->kept_conversations(what);
 
   NumpyRandomState rng(config.seed);
-  std::vector<int64_t> order(kept.size());
+  std::vector<int64_t> order;
   ds->sample_begin_.push_back(0);
   const auto close_sample = [&](int64_t used) {
     ds->sample_begin_.push_back(static_cast<int64_t>(ds->entries_.size()));
@@ -239,11 +236,8 @@ std::shared_ptr<SFTDataset> SFTDataset::build(std::shared_ptr<const SFTConversat
                config.truncation == SFTTruncation::Drop   ? "dropped (data.sft.truncation: drop)"
                : config.truncation == SFTTruncation::Left ? "truncated on the left"
                                                           : "truncated on the right"));
-  const int64_t untrained =
-      ds->dropped_conversations_ -
-      (config.truncation == SFTTruncation::Drop ? ds->truncated_conversations_ : 0);
-  if (untrained > 0)
-    log(concat("warning: ", what, ": ", untrained, " of ", range.size(),
+  if (ds->untrained_conversations_ > 0)
+    log(concat("warning: ", what, ": ", ds->untrained_conversations_, " of ", range.size(),
                " conversations have no trained (assistant) token within the ", window,
                " tokens data.sft.truncation: ", truncation_name(config.truncation),
                " keeps, and are dropped",

@@ -131,7 +131,10 @@ class SFTDataset final : public SampleDataset {
   int64_t num_truncated_conversations() const { return truncated_conversations_; }
   // Conversations of the split left out: longer than S + 1 (truncation drop), or with no trained
   // token in what truncation keeps.
-  int64_t num_dropped_conversations() const { return dropped_conversations_; }
+  int64_t num_dropped_conversations() const {
+    return untrained_conversations_ +
+           (config_.truncation == SFTTruncation::Drop ? truncated_conversations_ : 0);
+  }
   int64_t num_padding_tokens() const { return padding_tokens_; }  // over all samples
   const SFTConversations& conversations() const { return *data_; }
 
@@ -146,7 +149,7 @@ class SFTDataset final : public SampleDataset {
   std::vector<int64_t> entries_;       // conversation ids
   int64_t num_epochs_ = 0;
   int64_t truncated_conversations_ = 0;
-  int64_t dropped_conversations_ = 0;
+  int64_t untrained_conversations_ = 0;  // no trained token in what truncation keeps
   int64_t padding_tokens_ = 0;
   // The conversations of the split that samples use, in file order.
   std::vector<int64_t> kept_conversations(const std::string& what);

@@ -1,7 +1,6 @@
 // Loading: the index of a saved checkpoint, file verification, and the pieces a rank asks for
 // read from whatever layout saved them.
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -10,6 +9,7 @@
 #include "megatron/checkpoint/file_io.h"
 #include "megatron/checkpoint/index_parsing.h"
 #include "megatron/checkpoint/safetensors.h"
+#include "megatron/core/finite.h"
 
 namespace megatron::checkpoint {
 
@@ -193,12 +193,10 @@ void Reader::read(const std::vector<TensorPiece>& pieces) {
     }
     // NaN or inf in a loaded tensor would train or decode garbage without a word: refused,
     // naming the tensor (a scan is cheap next to the read).
-    const auto bad = std::count_if(dest, dest + plan.geometry.count(),
-                                   [](float v) { return !std::isfinite(v); });
-    if (bad > 0)
+    if (const int64_t bad = count_non_finite(dest, plan.geometry.count()); bad > 0)
       throw InputError(concat("checkpoint ", index.path, ": ", describe(*plan.piece, plan.geometry),
-                              " holds ", bad, " non-finite value", bad == 1 ? "" : "s",
-                              " (NaN or inf); it was saved from a diverged run or is damaged"));
+                              " holds ", non_finite_text(bad),
+                              "; it was saved from a diverged run or is damaged"));
   }
 }
 

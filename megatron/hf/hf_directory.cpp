@@ -3,12 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "megatron/checkpoint/file_io.h"
+#include "megatron/core/finite.h"
 #include "megatron/hf/hf_dtype.h"
 
 namespace megatron::hf {
@@ -135,10 +135,9 @@ std::vector<float> HfTensors::read(const std::string& name,
   }
   // A NaN or inf weight would import silently and decode garbage (token 0 over and over); the
   // scan costs little next to the read.
-  const auto bad = std::count_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
-  if (bad > 0)
-    throw InputError(concat(file.path(), ": tensor '", name, "' holds ", bad, " non-finite value",
-                            bad == 1 ? "" : "s", " (NaN or inf) of ", t.numel(),
+  if (const int64_t bad = count_non_finite(out.data(), t.numel()); bad > 0)
+    throw InputError(concat(file.path(), ": tensor '", name, "' holds ", non_finite_text(bad),
+                            " of ", t.numel(),
                             "; the checkpoint is damaged or was saved after a diverged step"));
   return out;
 }

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "megatron/core/finite.h"
+
 namespace megatron::inference {
 
 void SamplingOptions::validate() const {
@@ -72,9 +74,9 @@ Generation generate(const CausalLM& lm, const std::vector<int32_t>& prompt,
     const float* logits = out.logits.data<float>() + (rows - 1) * V;
     // Never decode NaN (greedy would print token 0 forever): the weights or the activations
     // went non-finite.
-    const auto bad = std::count_if(logits, logits + V, [](float v) { return !std::isfinite(v); });
-    MT_INPUT_CHECK(bad == 0, "generation step ", step + 1, ": the model's logits hold ", bad,
-                   " non-finite value", bad == 1 ? "" : "s", " (NaN or inf) of ", V,
+    const int64_t bad = count_non_finite(logits, V);
+    MT_INPUT_CHECK(bad == 0, "generation step ", step + 1, ": the model's logits hold ",
+                   non_finite_text(bad), " of ", V,
                    "; its weights or activations overflowed, nothing is decoded");
     const int32_t next = choose_token(logits, V, o, rng);
     seq.push_back(next);

@@ -101,10 +101,6 @@ Sources mock_sources(const config::Recipe& recipe, int64_t vocab, std::ostream& 
           std::make_shared<MockTokenSource>(S, vocab, seed + 1)};
 }
 
-}  // namespace
-
-namespace {
-
 // The sample indices every dataset builds hold at least kIndexBytesPerSample bytes per sample
 // the run asks for (GPT: sample index 16, shuffle index 8, blending 10): a run asking for more
 // than memory holds is refused here, naming the keys, instead of dying of std::bad_alloc

@@ -26,4 +26,15 @@ struct AttentionOptions {
   uint64_t seed = 0, stream = 0;
 };
 
+// One block of context-parallel attention: query rows [q_start, q_start + q_rows) of the global
+// sequence (AttentionShape::S, which masks and dropout indices use) against key rows
+// [k_start, k_start + k_rows). The queries are read from fused qkv rows; the keys and values from
+// fused rows too, or, kv_packed, from [k_rows, B, G, 2, Dh] (each group's key head, then its
+// value head), the layout context parallelism moves between ranks. key_mask and segment_ids are
+// those of the global sequence ([B, S]).
+struct AttentionBlock {
+  int64_t q_start = 0, q_rows = 0, k_start = 0, k_rows = 0;
+  bool kv_packed = false;
+};
+
 }  // namespace megatron::kernels

@@ -65,6 +65,16 @@ namespace megatron::ops {
   OP(void, flash_attention_backward,                                                               \
      (const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,                  \
       const Tensor& qkv, const Tensor& out, const Tensor& lse, const Tensor& dout, Tensor& dqkv))  \
+  OP(void, flash_attention_block_forward,                                                          \
+     (const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,                  \
+      const kernels::AttentionBlock& block, const Tensor& q, const Tensor& kv, Tensor& out,        \
+      Tensor& lse))                                                                                \
+  OP(void, flash_attention_block_backward,                                                         \
+     (const kernels::AttentionShape& shape, const kernels::AttentionOptions& opt,                  \
+      const kernels::AttentionBlock& block, const Tensor& q, const Tensor& kv, const Tensor& out,  \
+      const Tensor& lse, const Tensor& dout, Tensor& dq, Tensor& dkv))                             \
+  OP(void, flash_attention_merge,                                                                  \
+     (const Tensor& out, const Tensor& lse, Tensor& acc_out, Tensor& acc_lse, int64_t acc_row))    \
   OP(void, kv_cache_attention,                                                                     \
      (const kernels::AttentionShape& shape, float scale, const Tensor& qkv, Tensor& keys,          \
       Tensor& values, int64_t past, Tensor& out, int64_t window))                                  \

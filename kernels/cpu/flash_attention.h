@@ -28,4 +28,26 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
                               const float* qkv, const float* out, const float* lse,
                               const float* dout, float* dqkv);
 
+// Context parallelism: one block (kernels/common/attention_shape.h) of the global attention.
+// Forward writes out [q_rows, B, H, Dh] and lse [B, H, q_rows] of the queries over this block's
+// keys alone (blocks merge by their lse); backward ADDS into dq (fused rows, query slots only)
+// and dkv (the kv layout), given the merged out and lse of the whole row.
+void flash_attention_block_forward(const AttentionShape& shape, const AttentionOptions& opt,
+                                   const AttentionBlock& block, const float* q, const float* kv,
+                                   float* out, float* lse);
+void flash_attention_block_backward(const AttentionShape& shape, const AttentionOptions& opt,
+                                    const AttentionBlock& block, const float* q, const float* kv,
+                                    const float* out, const float* lse, const float* dout,
+                                    float* dq, float* dkv);
+// Whether any query of the block can see any of its keys (causal order, sliding window); a
+// block that cannot is skipped (forward would give lse -inf rows, backward nothing).
+bool block_visible(const AttentionOptions& opt, const AttentionBlock& block);
+// Merges a block's forward (out [rows, B, H, Dh], lse [B, H, rows]) into the running result of
+// the same query rows (acc_out with the same layout, acc_lse [B, H, *] at row stride
+// acc_lse_stride): acc <- (acc e^acc_lse + out e^lse) / e^new_lse, new_lse = log(e^acc_lse +
+// e^lse). A row with lse -inf (no visible key) leaves acc unchanged; acc starts as lse -inf.
+void flash_attention_merge(int64_t rows, int64_t B, int64_t H, int64_t Dh, const float* out,
+                           const float* lse, float* acc_out, float* acc_lse,
+                           int64_t acc_lse_stride);
+
 }  // namespace megatron::kernels::cpu

@@ -56,6 +56,51 @@ void CpuOps::flash_attention_backward(const kernels::AttentionShape& s,
   f.finish();
 }
 
+namespace {
+void require_f32(const char* op, std::initializer_list<std::pair<const Tensor*, const char*>> ts) {
+  for (const auto& [t, name] : ts)
+    MT_INPUT_CHECK(t->dtype() == DType::F32, op, ": ", name, " must be fp32 (got ",
+                   dtype_name(t->dtype()), ")");
+}
+}  // namespace
+
+void CpuOps::flash_attention_block_forward(const kernels::AttentionShape& s,
+                                           const kernels::AttentionOptions& opt,
+                                           const kernels::AttentionBlock& b, const Tensor& q,
+                                           const Tensor& kv, Tensor& out, Tensor& lse) const {
+  require_f32("flash_attention_block_forward",
+              {{&q, "q"}, {&kv, "kv"}, {&out, "out"}, {&lse, "lse"}});
+  cpu::flash_attention_block_forward(s, opt, b, q.data<float>(), kv.data<float>(),
+                                     out.data<float>(), lse.data<float>());
+}
+
+void CpuOps::flash_attention_block_backward(const kernels::AttentionShape& s,
+                                            const kernels::AttentionOptions& opt,
+                                            const kernels::AttentionBlock& b, const Tensor& q,
+                                            const Tensor& kv, const Tensor& out,
+                                            const Tensor& lse, const Tensor& dout, Tensor& dq,
+                                            Tensor& dkv) const {
+  require_f32("flash_attention_block_backward", {{&q, "q"},
+                                                 {&kv, "kv"},
+                                                 {&out, "out"},
+                                                 {&lse, "lse"},
+                                                 {&dout, "dout"},
+                                                 {&dq, "dq"},
+                                                 {&dkv, "dkv"}});
+  cpu::flash_attention_block_backward(s, opt, b, q.data<float>(), kv.data<float>(),
+                                      out.data<float>(), lse.data<float>(), dout.data<float>(),
+                                      dq.data<float>(), dkv.data<float>());
+}
+
+void CpuOps::flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out,
+                                   Tensor& acc_lse, int64_t acc_row) const {
+  require_f32("flash_attention_merge",
+              {{&out, "out"}, {&lse, "lse"}, {&acc_out, "acc_out"}, {&acc_lse, "acc_lse"}});
+  cpu::flash_attention_merge(out.dim(0), out.dim(1), out.dim(2), out.dim(3), out.data<float>(),
+                             lse.data<float>(), acc_out.data<float>(),
+                             acc_lse.data<float>() + acc_row, acc_lse.dim(2));
+}
+
 void CpuOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                                 Tensor& keys, Tensor& values, int64_t past, Tensor& out,
                                 int64_t window) const {

@@ -62,6 +62,24 @@ void flash_attention_backward(const kernels::AttentionShape& shape,
                               const kernels::AttentionOptions& opt, const Tensor& qkv,
                               const Tensor& out, const Tensor& lse, const Tensor& dout,
                               Tensor& dqkv);
+// Context parallelism (kernels/cpu/flash_attention.h): one block of the global attention,
+// shape.S being the global sequence. q: fused qkv rows [q_rows, B, G, H/G + 2, Dh]; kv: the same
+// layout or, block.kv_packed, [k_rows, B, G, 2, Dh]; out [q_rows, B, H, Dh]; lse [B, H, q_rows].
+// Backward adds into dq (q's layout, query slots) and dkv (kv's layout) given the merged out and
+// lse. Merge: acc_out [rows, B, H, Dh] and acc_lse [B, H, L] rows [acc_row, acc_row + rows) take
+// in a block's out [rows, B, H, Dh] and lse [B, H, rows]. All fp32; CPU only for now (CUDA: an
+// InputError).
+void flash_attention_block_forward(const kernels::AttentionShape& shape,
+                                   const kernels::AttentionOptions& opt,
+                                   const kernels::AttentionBlock& block, const Tensor& q,
+                                   const Tensor& kv, Tensor& out, Tensor& lse);
+void flash_attention_block_backward(const kernels::AttentionShape& shape,
+                                    const kernels::AttentionOptions& opt,
+                                    const kernels::AttentionBlock& block, const Tensor& q,
+                                    const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                    const Tensor& dout, Tensor& dq, Tensor& dkv);
+void flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out, Tensor& acc_lse,
+                           int64_t acc_row);
 void rope_forward(const kernels::AttentionShape& shape, Tensor& qkv,
                   const math::RopeFrequencies& rope, int64_t position_offset,
                   const Tensor* positions = nullptr);

@@ -52,6 +52,63 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   device_ops(dev, op).flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv);
 }
 
+namespace {
+void check_block_sizes(const char* op, const kernels::AttentionShape& s,
+                       const kernels::AttentionBlock& b, const Tensor& q, const Tensor& kv,
+                       const Tensor& out, const Tensor& lse) {
+  const int64_t kv_width = b.kv_packed ? 2 * s.G : s.H + 2 * s.G;
+  MT_CHECK(s.G > 0 && s.H % s.G == 0 && q.numel() == b.q_rows * s.B * (s.H + 2 * s.G) * s.Dh &&
+               kv.numel() == b.k_rows * s.B * kv_width * s.Dh &&
+               out.numel() == b.q_rows * s.B * s.H * s.Dh && lse.numel() == s.B * s.H * b.q_rows,
+           op, ": buffer sizes do not match q_rows=", b.q_rows, " k_rows=", b.k_rows, " B=", s.B,
+           " H=", s.H, " G=", s.G, " Dh=", s.Dh, " (q ", q.numel(), ", kv ", kv.numel(), ", out ",
+           out.numel(), ", lse ", lse.numel(), ")");
+}
+}  // namespace
+
+void flash_attention_block_forward(const kernels::AttentionShape& s,
+                                   const kernels::AttentionOptions& opt,
+                                   const kernels::AttentionBlock& b, const Tensor& q,
+                                   const Tensor& kv, Tensor& out, Tensor& lse) {
+  const char* op = "flash_attention_block_forward";
+  const Device dev = device_of(op, {{&q, "q"}, {&kv, "kv"}, {&out, "out"}, {&lse, "lse"}});
+  check_block_sizes(op, s, b, q, kv, out, lse);
+  device_ops(dev, op).flash_attention_block_forward(s, opt, b, q, kv, out, lse);
+}
+
+void flash_attention_block_backward(const kernels::AttentionShape& s,
+                                    const kernels::AttentionOptions& opt,
+                                    const kernels::AttentionBlock& b, const Tensor& q,
+                                    const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                    const Tensor& dout, Tensor& dq, Tensor& dkv) {
+  const char* op = "flash_attention_block_backward";
+  const Device dev = device_of(op, {{&q, "q"},
+                                    {&kv, "kv"},
+                                    {&out, "out"},
+                                    {&lse, "lse"},
+                                    {&dout, "dout"},
+                                    {&dq, "dq"},
+                                    {&dkv, "dkv"}});
+  check_block_sizes(op, s, b, q, kv, out, lse);
+  MT_CHECK(dout.numel() == out.numel() && dq.numel() == q.numel() && dkv.numel() == kv.numel(),
+           op, ": gradient buffer sizes");
+  device_ops(dev, op).flash_attention_block_backward(s, opt, b, q, kv, out, lse, dout, dq, dkv);
+}
+
+void flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out, Tensor& acc_lse,
+                           int64_t acc_row) {
+  const char* op = "flash_attention_merge";
+  const Device dev = device_of(
+      op, {{&out, "out"}, {&lse, "lse"}, {&acc_out, "acc_out"}, {&acc_lse, "acc_lse"}});
+  MT_CHECK(out.ndim() == 4 && lse.ndim() == 3 && acc_lse.ndim() == 3 &&
+               acc_out.numel() == out.numel() && lse.dim(2) == out.dim(0) &&
+               lse.dim(0) * lse.dim(1) == acc_lse.dim(0) * acc_lse.dim(1) && acc_row >= 0 &&
+               acc_row + out.dim(0) <= acc_lse.dim(2),
+           op, ": out ", out.shape().str(), ", lse ", lse.shape().str(), ", acc_lse ",
+           acc_lse.shape().str(), " rows from ", acc_row);
+  device_ops(dev, op).flash_attention_merge(out, lse, acc_out, acc_lse, acc_row);
+}
+
 void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                         Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window) {
   const char* op = "kv_cache_attention";

@@ -311,6 +311,31 @@ void CudaOps::flash_attention_backward(const kernels::AttentionShape& s,
   });
 }
 
+// Context parallelism's block attention has no CUDA kernel yet: a clear error instead.
+constexpr const char* kNoCudaBlockAttention =
+    "context parallelism (parallel.context > 1) runs on the CPU only: its block attention has "
+    "no CUDA kernel yet (training.device: cuda)";
+
+void CudaOps::flash_attention_block_forward(const kernels::AttentionShape&,
+                                            const kernels::AttentionOptions&,
+                                            const kernels::AttentionBlock&, const Tensor&,
+                                            const Tensor&, Tensor&, Tensor&) const {
+  throw InputError(kNoCudaBlockAttention);
+}
+
+void CudaOps::flash_attention_block_backward(const kernels::AttentionShape&,
+                                             const kernels::AttentionOptions&,
+                                             const kernels::AttentionBlock&, const Tensor&,
+                                             const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, Tensor&, Tensor&) const {
+  throw InputError(kNoCudaBlockAttention);
+}
+
+void CudaOps::flash_attention_merge(const Tensor&, const Tensor&, Tensor&, Tensor&,
+                                    int64_t) const {
+  throw InputError(kNoCudaBlockAttention);
+}
+
 void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                                  Tensor& keys, Tensor& values, int64_t past, Tensor& out,
                                  int64_t window) const {

@@ -1,5 +1,6 @@
 #include "models/registry.h"
 
+#include "megatron/transformer/context_parallel.h"
 #include "megatron/transformer/moe/moe_layer.h"
 
 namespace megatron::models {
@@ -72,7 +73,8 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
   t.recompute = recompute_of(r.training.recompute);
   t.unit_layers = r.parallel.fsdp_unit_layers;
-  t.flash_attention = m.flash_attention(r.training.device);
+  // Context parallelism runs the flash kernels (validation refuses an explicit unfused).
+  t.flash_attention = m.flash_attention(r.training.device) || r.parallel.context > 1;
   t.activation_dtype = model_dtype_of(r.training);
   if (r.peft.lora()) {
     t.lora = LoraSpec{r.peft.dim, static_cast<float>(r.peft.alpha)};
@@ -123,9 +125,21 @@ GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, i
   return s;
 }
 
+namespace {
+ContextParallelComm context_parallel_comm(config::CpCommType type) {
+  switch (type) {
+    case config::CpCommType::P2P: return ContextParallelComm::P2P;
+    case config::CpCommType::AllGather: return ContextParallelComm::AllGather;
+    case config::CpCommType::A2A: return ContextParallelComm::AllToAll;
+  }
+  return ContextParallelComm::P2P;
+}
+}  // namespace
+
 ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
-                               int64_t pp_size, const moe::MoeGroups& moe_groups) {
+                               int64_t pp_size, const moe::MoeGroups& moe_groups,
+                               parallel::Communicator* cp) {
   const bool bert = recipe.model.arch == config::Arch::BERT;
   std::optional<GPTSpec> gpt;
   std::optional<BertSpec> bert_spec;
@@ -168,6 +182,13 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
                    " under tensor parallel size ", tp.size(), " needs 1 (with ",
                    "parallel.sequence_parallel) or ", tp.size());
     submodules = moe::moe_submodules(groups, out.moe);
+  }
+  if (cp != nullptr && cp->size() > 1) {
+    MT_INPUT_CHECK(cp->size() == recipe.parallel.context, recipe.source_path,
+                   ": parallel.context=", recipe.parallel.context,
+                   " does not match the context-parallel group (", cp->size(), " ranks)");
+    submodules = with_context_parallel(std::move(submodules), *cp,
+                                       context_parallel_comm(recipe.parallel.cp_comm_type));
   }
   // One recompute workspace for every chunk of this rank (it holds nothing between calls).
   std::shared_ptr<RecomputeWorkspace> workspace;

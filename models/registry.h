@@ -49,9 +49,12 @@ struct ModelChunks {
 };
 // moe_groups (MoE models): the expert-parallel group (a group of one when null), the experts'
 // tensor-parallel group (null: tp; a group of one with parallel.expert_tensor 1, where ep spans
-// the tp ranks) and the data-parallel group (global_aux_loss; null: one rank).
+// the tp ranks) and the data-parallel group (global_aux_loss; null: one rank). cp: the
+// context-parallel group (null or one rank: none); with more ranks the attention runs
+// parallel.cp_comm_type's context-parallel core.
 ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_vocab,
                                ParamStore& store, parallel::Communicator& tp, int64_t pp_rank,
-                               int64_t pp_size, const moe::MoeGroups& moe_groups = {});
+                               int64_t pp_size, const moe::MoeGroups& moe_groups = {},
+                               parallel::Communicator* cp = nullptr);
 
 }  // namespace megatron::models

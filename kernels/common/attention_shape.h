@@ -37,4 +37,14 @@ struct AttentionBlock {
   bool kv_packed = false;
 };
 
+// Whether any query of the block can see any of its keys (causal order, sliding window); a
+// block that cannot is skipped (its forward would give lse -inf rows, its backward nothing).
+inline bool block_visible(const AttentionOptions& opt, const AttentionBlock& b) {
+  if (b.q_rows == 0 || b.k_rows == 0) return false;
+  if (opt.causal && b.k_start > b.q_start + b.q_rows - 1) return false;  // keys after every query
+  // Every key before the first query's window (windows only move forward).
+  const int64_t first_seen = opt.window > 0 ? b.q_start - opt.window + 1 : 0;
+  return b.k_start + b.k_rows - 1 >= first_seen;
+}
+
 }  // namespace megatron::kernels

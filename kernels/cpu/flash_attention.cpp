@@ -285,15 +285,6 @@ AttentionBlock whole(const AttentionShape& s) { return AttentionBlock{0, s.S, 0,
 
 }  // namespace
 
-bool block_visible(const AttentionOptions& opt, const AttentionBlock& b) {
-  if (b.q_rows == 0 || b.k_rows == 0) return false;
-  const int64_t q_last = b.q_start + b.q_rows - 1;
-  if (opt.causal && b.k_start > q_last) return false;  // every key after every query
-  // Every key before the first query's window (the window only moves forward).
-  if (opt.window > 0 && b.k_start + b.k_rows - 1 < first_key(opt, b.q_start)) return false;
-  return true;
-}
-
 void flash_attention_merge(int64_t rows, int64_t B, int64_t H, int64_t Dh, const float* out,
                            const float* lse, float* acc_out, float* acc_lse,
                            int64_t acc_lse_stride) {

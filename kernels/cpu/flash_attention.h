@@ -39,9 +39,6 @@ void flash_attention_block_backward(const AttentionShape& shape, const Attention
                                     const AttentionBlock& block, const float* q, const float* kv,
                                     const float* out, const float* lse, const float* dout,
                                     float* dq, float* dkv);
-// Whether any query of the block can see any of its keys (causal order, sliding window); a
-// block that cannot is skipped (forward would give lse -inf rows, backward nothing).
-bool block_visible(const AttentionOptions& opt, const AttentionBlock& block);
 // Merges a block's forward (out [rows, B, H, Dh], lse [B, H, rows]) into the running result of
 // the same query rows (acc_out with the same layout, acc_lse [B, H, *] at row stride
 // acc_lse_stride): acc <- (acc e^acc_lse + out e^lse) / e^new_lse, new_lse = log(e^acc_lse +

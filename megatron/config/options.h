@@ -32,6 +32,10 @@ enum class MoeTokenDropPolicy : uint8_t { Probs, Position };
 // data_parallel_sharding_strategy): nothing, the optimizer state (ZeRO-1, the distributed
 // optimizer), + the gradients (ZeRO-2), + the parameters (ZeRO-3 / FSDP).
 enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsParams };
+// How context parallelism's attention reaches the other ranks' keys and values (Megatron-Core's
+// cp_comm_type; megatron/transformer/context_parallel.h): a ring of point-to-point block
+// transfers, one all-gather, or Ulysses all-to-alls.
+enum class CpCommType : uint8_t { P2P, AllGather, A2A };
 // Where the fp32 master weights and Adam moments live with training.device: cuda.
 enum class OptimizerOffload : uint8_t { None, CPU };
 // data.tokenizer.type and the tools' --tokenizer-type, by Megatron's --tokenizer-type names
@@ -68,6 +72,7 @@ MT_OPTION_NAMES(MoeLoadBalancing, "aux_loss", "seq_aux_loss", "global_aux_loss",
 MT_OPTION_NAMES(MoeTokenDropPolicy, "probs", "position");
 MT_OPTION_NAMES(ShardingStrategy, "no_shard", "optim", "optim_grads", "optim_grads_params");
 MT_OPTION_NAMES(OptimizerOffload, "none", "cpu");
+MT_OPTION_NAMES(CpCommType, "p2p", "all_gather", "a2a");
 MT_OPTION_NAMES(TokenizerType, "GPT2BPETokenizer", "SentencePieceTokenizer",
                 "BertWordPieceLowerCase", "BertWordPieceCase", "ByteTokenizer",
                 "HuggingFaceTokenizer", "NullTokenizer");

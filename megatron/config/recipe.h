@@ -36,6 +36,8 @@
 
 namespace megatron::config {
 
+class Checker;  // checker.h
+
 // Where each key of a loaded recipe came from, so that validate() can name the file and line.
 // Keys are full paths: "model.num_layers", "data.train[0].path".
 struct KeyOrigins {
@@ -166,6 +168,7 @@ struct ParallelConfig {
   int64_t tensor = 1, pipeline = 1;
   int64_t data = 0;  // 0 = auto ("auto" in YAML): world / (tensor * pipeline * context)
   int64_t expert = 1, context = 1;
+  CpCommType cp_comm_type = CpCommType::P2P;  // context > 1: how attention crosses the cp group
   int64_t expert_tensor = 0;                // 0 = auto ("auto" in YAML): parallel.tensor
   std::optional<int64_t> virtual_pipeline;  // model chunks per pipeline stage (interleaved 1F1B)
   bool sequence_parallel = false;
@@ -200,6 +203,7 @@ struct ParallelConfig {
     v("expert", s.expert);
     v("expert_tensor", s.expert_tensor, KeyInfo{false, "", true, false});
     v("context", s.context);
+    v("cp_comm_type", s.cp_comm_type, noted("p2p (ring), all_gather, a2a (Ulysses)"));
     v("virtual_pipeline", s.virtual_pipeline);
     v("sequence_parallel", s.sequence_parallel);
     v("order", s.order);
@@ -467,6 +471,9 @@ struct Recipe {
   // Each section, then cross-section checks (heads % tensor, layers % pipeline or pipeline_layers,
   // global_batch % micro_batch, schedule vs train_iters, ...).
   void validate() const;
+  // parallel.context > 1: what context parallelism needs (seq_length % 2cp, heads for a2a) and
+  // what it does not support yet (bert, unfused attention, cuda, MoE, hybrid sharding).
+  void validate_context_parallel(Checker& c) const;
   // Checks against a world size: world % (tensor*pipeline*context) == 0, parallel.data (if not
   // auto) == world / (tensor*pipeline*context), global_batch % (micro*dp) == 0, dp % expert == 0.
   void validate_for_world(int64_t world_size) const;

@@ -318,6 +318,38 @@ void ClusterConfig::validate(const KeyOrigins& origins) const {
                    ", gpus_per_node ", gpus_per_node, ")"));
 }
 
+// What context parallelism needs and supports (megatron/transformer/context_parallel.h).
+void Recipe::validate_context_parallel(Checker& c) const {
+  const int64_t cp = parallel.context, tp = parallel.tensor;
+  c.divisible("model.seq_length", model.seq_length, "2 * parallel.context", 2 * cp);
+  c.check(model.arch != Arch::BERT, "parallel.context",
+          concat("context parallelism is implemented for the causal decoders (model.arch gpt or "
+                 "llama), not bert (got parallel.context ",
+                 cp, ")"));
+  c.check(model.attention_backend != AttentionBackend::Unfused, "model.attention_backend",
+          concat("context parallelism runs the flash attention kernels: use flash or auto (got "
+                 "unfused with parallel.context ",
+                 cp, ")"));
+  c.check(training.device == TrainingDevice::CPU, "training.device",
+          concat("context parallelism runs on the CPU only so far (got cuda with "
+                 "parallel.context ",
+                 cp, ")"));
+  c.check(!model.moe.enabled(), "parallel.context",
+          concat("context parallelism with mixture-of-experts models is not implemented yet "
+                 "(got parallel.context ",
+                 cp, " with model.num_experts ", model.moe.num_experts, ")"));
+  c.check(parallel.num_distributed_optimizer_instances == 1,
+          "parallel.num_distributed_optimizer_instances",
+          concat("hybrid sharding is not implemented with context parallelism (got ",
+                 parallel.num_distributed_optimizer_instances, " with parallel.context ", cp, ")"));
+  if (parallel.cp_comm_type == CpCommType::A2A) {
+    c.divisible("model.num_attention_heads", model.num_attention_heads,
+                "parallel.tensor * parallel.context (cp_comm_type a2a)", tp * cp);
+    c.divisible("model.num_query_groups", model.query_groups(),
+                "parallel.tensor * parallel.context (cp_comm_type a2a)", tp * cp);
+  }
+}
+
 void Recipe::validate() const {
   model.validate(origins);
   parallel.validate(origins);
@@ -336,8 +368,7 @@ void Recipe::validate() const {
   c.divisible("model.ffn_hidden_size", model.ffn(), "parallel.tensor", tp);
   if (parallel.sequence_parallel)
     c.divisible("model.seq_length", model.seq_length, "parallel.tensor (sequence_parallel)", tp);
-  if (parallel.context > 1)
-    c.divisible("model.seq_length", model.seq_length, "2 * parallel.context", 2 * parallel.context);
+  if (parallel.context > 1) validate_context_parallel(c);
   if (parallel.pipeline_layers.empty()) {
     int64_t stages = parallel.pipeline * parallel.virtual_stages();
     c.divisible("model.num_layers", model.num_layers,
@@ -424,10 +455,6 @@ void Recipe::validate() const {
             "fine-tunes causal decoders (model.arch gpt or llama), not bert");
     c.check(data.tokenizer.type != TokenizerType::Null, "data.tokenizer.type",
             "data.sft needs a tokenizer for the chat text (got NullTokenizer)");
-    c.check(parallel.context <= 1 || data.sft.packing != "packed", "data.sft.packing",
-            concat("packed sequences are not implemented under context parallelism (got "
-                   "parallel.context ",
-                   parallel.context, "; use packing: padded)"));
   }
   if (peft.lora()) {
     c.check(model.arch != Arch::BERT, "peft.type",

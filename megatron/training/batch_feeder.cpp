@@ -5,6 +5,35 @@
 namespace megatron::training {
 
 namespace {
+
+// Rows [first * C, (first + 1) * C) then [second * C, (second + 1) * C) of an [S, B] int32 tensor.
+Tensor chunk_rows(const Tensor& t, const kernels::ContextChunks& ch) {
+  const int64_t C = ch.chunk;
+  Tensor out = Tensor::empty({2 * C, t.dim(1)}, t.dtype());
+  out.slice(0, C).copy_from(t.slice(ch.first * C, (ch.first + 1) * C));
+  out.slice(C, 2 * C).copy_from(t.slice(ch.second * C, (ch.second + 1) * C));
+  return out;
+}
+
+// Context parallelism: mb keeps its cp rank's chunks of tokens, labels and positions (the
+// global ones; a packed batch's per-document ones), and its segment ids whole (attention reads
+// the documents of every key).
+void keep_context_chunks(models::MicroBatch& mb, int64_t cp, int64_t rank) {
+  const int64_t S = mb.tokens.dim(0), B = mb.tokens.dim(1);
+  const auto ch = kernels::ContextChunks::of(S, cp, rank);
+  MT_CHECK(S % (2 * cp) == 0, "sequence ", S, " not divisible by 2 * context parallel size ", cp);
+  MT_CHECK(!models::present(mb.token_types) && !models::present(mb.padding_mask),
+           "context parallelism takes decoder batches (no token types or padding masks)");
+  if (!models::present(mb.position_ids)) {
+    mb.position_ids = Tensor::empty({S, B}, DType::I32);
+    models::fill_positions(mb.position_ids, 0);
+  }
+  mb.tokens = chunk_rows(mb.tokens, ch);
+  mb.labels = chunk_rows(mb.labels, ch);
+  mb.position_ids = chunk_rows(mb.position_ids, ch);
+  mb.info.cp = ch;
+}
+
 // "a, b" from a data section's dataset paths (for messages).
 std::string data_paths(const std::vector<config::DatasetEntry>& sources) {
   std::string s;
@@ -14,10 +43,12 @@ std::string data_paths(const std::vector<config::DatasetEntry>& sources) {
 }  // namespace
 
 BatchFeeder::BatchFeeder(const config::Recipe& recipe, int64_t vocab_size,
-                         parallel::Communicator& dp, Device device)
+                         parallel::Communicator& dp, parallel::Communicator& replicas,
+                         parallel::Communicator& cp, Device device)
     : recipe_(recipe),
       vocab_size_(vocab_size),
-      dp_(&dp),
+      replicas_(&replicas),
+      cp_(&cp),
       device_(device),
       sampler_{recipe.training.micro_batch_size, dp.size(), dp.rank()} {}
 
@@ -28,6 +59,8 @@ void BatchFeeder::fill(const BatchSource& source, int64_t consumed, int64_t roun
   for (int64_t m = 0; m < rounds; ++m) {
     models::MicroBatch& mb = out[static_cast<size_t>(m)];
     const int64_t first_sample = sampler_.first_sample(consumed, m);
+    // The last step's chunks are no buffers to refill: the source fills whole sequences.
+    if (cp_->size() > 1) mb = models::MicroBatch{};
     source.fill(first_sample, recipe_.training.micro_batch_size, mb);
     mb.info = MicroBatchInfo{iteration, sampler_.position(m), training};
     check_ids_in_vocabulary(mb, vocab_size_, first_sample, [&] {
@@ -39,6 +72,7 @@ void BatchFeeder::fill(const BatchSource& source, int64_t consumed, int64_t roun
       return concat(training ? "training" : "validation",
                     " data (data.train: ", d.mock ? std::string("mock") : data_paths(d.train), ")");
     });
+    if (cp_->size() > 1) keep_context_chunks(mb, cp_->size(), cp_->rank());
   }
 }
 
@@ -50,7 +84,7 @@ std::pair<double, double> BatchFeeder::global_target_counts(
     counts[1] += static_cast<double>(models::count_aux_targets(mb));
   }
   Tensor t = Tensor::wrap(counts, {2}, DType::F64);
-  optim::all_reduce_host(*dp_, t, parallel::ReduceOp::Sum, device_);
+  optim::all_reduce_host(*replicas_, t, parallel::ReduceOp::Sum, device_);
   return {counts[0], counts[1]};
 }
 

@@ -23,6 +23,8 @@ DeviceGroups::DeviceGroups(Device device, const TrainerGroups& mesh_groups) : gr
   groups_.expert_dp = on_device(groups_.expert_dp);
   groups_.dp_shard = on_device(groups_.dp_shard);
   groups_.dp_replica = on_device(groups_.dp_replica);
+  groups_.cp = on_device(groups_.cp);
+  groups_.dp_cp = on_device(groups_.dp_cp);
 }
 
 DeviceGroups::~DeviceGroups() = default;

@@ -2,6 +2,30 @@
 
 namespace megatron::training {
 
+TrainerGroups TrainerGroups::from_mesh(const parallel::Mesh& mesh) {
+  TrainerGroups g{&mesh.world(), &mesh.tp(), &mesh.dp()};
+  g.pp = &mesh.pp();
+  g.embedding = &mesh.embedding();
+  g.model = &mesh.model();
+  g.ep = &mesh.ep();
+  g.expert_dp = &mesh.expert_dp();
+  g.dp_shard = &mesh.dp_shard();
+  g.dp_replica = &mesh.dp_replica();
+  g.expert_tp = &mesh.expert_tp();
+  g.cp = &mesh.cp();
+  g.dp_cp = &mesh.dp_cp();
+  return g;
+}
+
+TrainerGroups TrainerGroups::weight_replicas() const {
+  if (cp == nullptr || cp->size() == 1) return *this;
+  TrainerGroups g = *this;
+  g.dp = dp_cp;
+  g.dp_shard = dp_cp;  // hybrid sharding is refused with cp (Recipe::validate_context_parallel)
+  g.expert_dp = dp_cp;
+  return g;
+}
+
 TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups& g,
                               parallel::Communicator* single) {
   TrainerGroups out;
@@ -16,13 +40,18 @@ TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups&
   out.dp_shard = g.dp_shard ? g.dp_shard : out.dp;
   out.dp_replica = g.dp_replica ? g.dp_replica : single;
   out.expert_tp = g.expert_tp ? g.expert_tp : out.tp;
+  out.cp = g.cp ? g.cp : single;
+  out.dp_cp = g.dp_cp ? g.dp_cp : out.dp;
   const auto& p = recipe.parallel;
   MT_INPUT_CHECK(
       p.tensor == out.tp->size() && p.data == out.dp->size() && p.pipeline == out.pp->size(),
       recipe.source_path, ": parallel.tensor=", p.tensor, " pipeline=", p.pipeline,
       " data=", p.data, " do not match the process groups (tp ", out.tp->size(), ", pp ",
       out.pp->size(), ", dp ", out.dp->size(), ")");
-  MT_INPUT_CHECK(p.context == 1, recipe.source_path, ": parallel.context > 1 is not available yet");
+  MT_INPUT_CHECK(p.context == out.cp->size() && out.dp_cp->size() == out.dp->size() * p.context,
+                 recipe.source_path, ": parallel.context=", p.context,
+                 " does not match the process groups (cp ", out.cp->size(), ", dp x cp ",
+                 out.dp_cp->size(), ", dp ", out.dp->size(), ")");
   const int64_t etp = p.expert_tensor == 0 ? p.tensor : p.expert_tensor;
   // The expert mesh covers the ranks of one pipeline stage: ep x expert dp x etp = tp x dp.
   MT_INPUT_CHECK(p.expert == out.ep->size() && etp == out.expert_tp->size() &&

@@ -43,10 +43,7 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
         << launch.num_nodes << " node(s)\n"
         << mesh->placement().report() << std::flush;
   }
-  const TrainerGroups mesh_groups{&mesh->world(),      &mesh->tp(),        &mesh->dp(),
-                                  &mesh->pp(),         &mesh->embedding(), &mesh->model(),
-                                  &mesh->ep(),         &mesh->expert_dp(), &mesh->dp_shard(),
-                                  &mesh->dp_replica(), &mesh->expert_tp()};
+  const TrainerGroups mesh_groups = TrainerGroups::from_mesh(*mesh);
   // training.device: cuda: one GPU per process, picked by node-local rank.
   const Device device =
       recipe.training.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;

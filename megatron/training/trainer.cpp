@@ -29,17 +29,18 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   recipe_.resolve_for_world(groups.world->size());
   check_groups(groups);
   build_model(tokenizer_vocab);
-  feeder_ = std::make_unique<BatchFeeder>(recipe_, model_.vocab_size, *groups_.dp, device_);
+  feeder_ = std::make_unique<BatchFeeder>(recipe_, model_.vocab_size, *groups_.dp,
+                                          *replicas_.dp, *groups_.cp, device_);
   build_schedule();
   build_optimizer();
   checkpointer_ = std::make_unique<Checkpointer>(
-      recipe_, groups_,
+      recipe_, replicas_,
       TrainingState{&store_, optimizer_.get(), grad_sync_.get(), scaler_.get(), &schedule_,
                     model_.moe.get()},
       model_.vocab_size, model_.padded_vocab, groups_.world->rank() == 0 ? &log : nullptr);
   if (valid_)
     evaluator_ = std::make_unique<Evaluator>(recipe_, *valid_, *feeder_, *pipeline_, *groups_.pp,
-                                             *groups_.dp, device_);
+                                             *replicas_.dp, device_);
   build_logging(log);
 }
 
@@ -50,6 +51,7 @@ Trainer::~Trainer() = default;
 void Trainer::check_groups(TrainerGroups g) {
   single_ = parallel::make_single_process_communicator();
   groups_ = complete_groups(recipe_, g, single_.get());
+  replicas_ = groups_.weight_replicas();
   const auto& tr = recipe_.training;
   device_ = tr.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
   // The caller selects the GPU (cuda::select_device_for_local_rank) and gives NCCL groups
@@ -71,11 +73,12 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
   store_ = ParamStore(device_);
   model_ =
       models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp, groups_.pp->rank(),
-                                 groups_.pp->size(), {groups_.ep, groups_.expert_tp, groups_.dp});
+                                 groups_.pp->size(), {groups_.ep, groups_.expert_tp, groups_.dp},
+                                 groups_.cp);
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients. The dense
   // region is sharded over the dp shard group, the experts' over expert dp (ZeRO stages).
-  store_.finalize(models::model_dtype_of(recipe_.training), sharding_for(recipe_, groups_));
+  store_.finalize(models::model_dtype_of(recipe_.training), sharding_for(recipe_, replicas_));
   store_.initialize(recipe_.training.seed);
 }
 
@@ -84,7 +87,9 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
 void Trainer::build_schedule() {
   const TransformerSpec& t = model_.transformer;
   const int64_t pp = groups_.pp->size(), vpp = recipe_.parallel.virtual_stages();
-  const int64_t rows = t.sequence_parallel ? t.seq_length / groups_.tp->size() : t.seq_length;
+  // A stage's activations: this cp rank's rows, split over tp with sequence parallelism.
+  const int64_t cp_rows = t.seq_length / groups_.cp->size();
+  const int64_t rows = t.sequence_parallel ? cp_rows / groups_.tp->size() : cp_rows;
   std::vector<const models::Model*> chunks;
   for (const auto& c : model_.chunks) chunks.push_back(c.get());
   pipeline_ = std::make_unique<PipelineRuntime>(chunks, *groups_.pp, rows, t.hidden);
@@ -115,7 +120,7 @@ void Trainer::build_optimizer() {
   scaling.growth_interval = tr.loss_scale_window;
   scaling.hysteresis = tr.hysteresis;
   scaler_ = std::make_unique<optim::LossScaler>(store_.model_dtype() == DType::F16, scaling);
-  grad_sync_ = std::make_unique<GradientSync>(store_, groups_);
+  grad_sync_ = std::make_unique<GradientSync>(store_, replicas_);
   for (const auto& c : model_.chunks) c->set_unit_hooks(grad_sync_->unit_hooks());
   optimizer_ = std::make_unique<optim::Optimizer>(
       store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay});
@@ -144,7 +149,12 @@ void Trainer::build_logging(std::ostream& log) {
     const auto& m = recipe_.model;
     *out << "model: " << config::option_name(m.arch) << ", " << store_.numel() << " parameters ("
          << m.num_layers << " layers, hidden " << m.hidden_size << ", vocab padded to "
-         << model_.padded_vocab << "); dp " << groups_.dp->size() << ", " << num_micro_
+         << model_.padded_vocab << "); dp " << groups_.dp->size()
+         << (groups_.cp->size() > 1 ? concat(", cp ", groups_.cp->size(), " (",
+                                             config::option_name(recipe_.parallel.cp_comm_type),
+                                             ")")
+                                    : std::string())
+         << ", " << num_micro_
          << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
          << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
          << (grad_sync_->dense_sharded()
@@ -214,7 +224,8 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   reduce_sequence_parallel_grads(store_, optimizer_->segments(), *groups_.tp, sp_grad_scratch_);
   StepMetrics metrics;
   metrics.iteration = iteration;
-  const models::LossSums total = reduce_losses(sums, *groups_.pp, *groups_.dp, device_);
+  // Each cp rank holds part of every sequence's tokens: the sums run over dp x cp.
+  const models::LossSums total = reduce_losses(sums, *groups_.pp, *replicas_.dp, device_);
   metrics.lm_loss = total.lm / lm_divisor;
   metrics.no_targets = lm_targets == 0;
   metrics.has_aux = aux_targets > 0;

@@ -90,6 +90,7 @@ class Trainer {
   std::shared_ptr<const BatchSource> train_, valid_;
   std::unique_ptr<parallel::Communicator> single_;  // groups of one when none are given
   TrainerGroups groups_;
+  TrainerGroups replicas_;  // groups_.weight_replicas(): reductions over dp x cp
   Device device_ = Device::CPU;
   ParamStore store_;
   models::ModelChunks model_;  // this rank's virtual stages

@@ -6,7 +6,8 @@
 
 namespace megatron {
 
-SelfAttention::SelfAttention(const SubmoduleArgs& a)
+SelfAttention::SelfAttention(const SubmoduleArgs& a,
+                             std::shared_ptr<const ContextParallelAttention> cp)
     : spec_(a.spec),
       device_(a.store.device()),
       layer_(a.layer),
@@ -14,8 +15,9 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a)
       sp_(a.spec.sequence_parallel && a.tp.size() > 1),
       local_heads_(a.spec.heads / a.tp.size()),
       local_groups_(a.spec.query_groups / a.tp.size()),
-      shared_probs_(a.spec.recompute == Recompute::Selective ? a.shared_probs : nullptr) {
-  MT_CHECK(a.spec.recompute != Recompute::Selective || shared_probs_,
+      shared_probs_(a.spec.recompute == Recompute::Selective && !cp ? a.shared_probs : nullptr),
+      cp_(std::move(cp)) {
+  MT_CHECK(a.spec.recompute != Recompute::Selective || shared_probs_ || cp_,
            "selective recompute needs the shared probabilities buffer");
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
   qkv_ =
@@ -69,8 +71,13 @@ void SelfAttention::recompute_probs(State& s, const kernels::AttentionShape& as,
 }
 
 void SelfAttention::core_forward(State& s, const kernels::AttentionShape& as,
-                                 const kernels::AttentionOptions& ao) const {
+                                 const kernels::AttentionOptions& ao,
+                                 const kernels::ContextChunks& chunks) const {
   Tensor& out = ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act(), device_);
+  if (cp_) {
+    cp_->forward(s.cp, as, ao, chunks, s.qkv_out, out);
+    return;
+  }
   if (spec_.flash_attention)
     ops::flash_attention_forward(as, ao, s.qkv_out, out,
                                  ensure(s.lse, {as.B, as.H, as.S}, DType::F32, device_));
@@ -80,10 +87,15 @@ void SelfAttention::core_forward(State& s, const kernels::AttentionShape& as,
 }
 
 void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
-                                  const kernels::AttentionOptions& ao) const {
+                                  const kernels::AttentionOptions& ao,
+                                  const kernels::ContextChunks& chunks) const {
   // (Unfused under selective recompute: the probabilities were recomputed before the projection
   // backward, which then overwrote recompute_probs' scratch s.d_attn with the real gradient.)
   Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act(), device_);
+  if (cp_) {
+    cp_->backward(s.cp, as, ao, chunks, s.d_attn, d_qkv);
+    return;
+  }
   if (spec_.flash_attention) {
     ops::flash_attention_backward(as, ao, s.qkv_out, s.attn_out, s.lse, s.d_attn, d_qkv);
     return;
@@ -130,7 +142,7 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
   const auto as = shape(S, B, mb.batch_offset);
   qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_), &mb);
   if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0, mb.position_ids);
-  core_forward(s, as, options(mb, key_mask));
+  core_forward(s, as, options(mb, key_mask), mb.cp);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_), &mb);
   return s.out;
 }
@@ -141,9 +153,9 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   const int64_t S = full_seq(d_out.dim(0)), B = d_out.dim(1);
   const auto as = shape(S, B, mb.batch_offset);
   const auto ao = options(mb, key_mask);
-  if (shared_probs_ && !spec_.flash_attention) recompute_probs(s, as, ao);
+  if (shared_probs_ && !spec_.flash_attention && !cp_) recompute_probs(s, as, ao);
   proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_), &mb);
-  core_backward(s, as, ao);
+  core_backward(s, as, ao, mb.cp);
   if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0, mb.position_ids);
   qkv_->backward(s.qkv, s.d_qkv, &d_in, &mb);
 }

@@ -10,6 +10,7 @@
 
 #include "kernels/common/attention_shape.h"
 #include "kernels/common/numeric.h"
+#include "megatron/transformer/context_parallel.h"
 #include "megatron/transformer/kv_cache.h"
 #include "megatron/transformer/submodules.h"
 
@@ -21,9 +22,12 @@ class SelfAttention final : public AttentionLayer {
     Linear::Ctx qkv, proj;
     Tensor qkv_out, probs, lse, attn_out, out;  // out: the projection [Sl, B, D]
     Tensor d_attn, d_qkv;                       // backward scratch
+    ContextParallelAttention::State cp;         // context parallelism only
   };
 
-  explicit SelfAttention(const SubmoduleArgs& args);
+  // cp: the context-parallel core (context_parallel.h) in place of the local one, or null.
+  explicit SelfAttention(const SubmoduleArgs& args,
+                         std::shared_ptr<const ContextParallelAttention> cp = nullptr);
 
   std::unique_ptr<LayerState> make_state() const override { return std::make_unique<State>(); }
   bool owns(const LayerState& s) const override { return typeid(s) == typeid(State); }
@@ -53,9 +57,10 @@ class SelfAttention final : public AttentionLayer {
   // The core (unfused or flash) from s.qkv_out into s.attn_out, and its backward from
   // s.d_attn into s.d_qkv.
   void core_forward(State& s, const kernels::AttentionShape& as,
-                    const kernels::AttentionOptions& ao) const;
+                    const kernels::AttentionOptions& ao, const kernels::ContextChunks& chunks) const;
   void core_backward(State& s, const kernels::AttentionShape& as,
-                     const kernels::AttentionOptions& ao) const;
+                     const kernels::AttentionOptions& ao,
+                     const kernels::ContextChunks& chunks) const;
   kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
   kernels::AttentionOptions options(const MicroBatchInfo& mb, const uint8_t* key_mask) const;
   // The full sequence length of a branch input of local_seq rows.
@@ -70,6 +75,7 @@ class SelfAttention final : public AttentionLayer {
   int64_t local_heads_, local_groups_;
   std::unique_ptr<Linear> qkv_, proj_;
   std::shared_ptr<Tensor> shared_probs_;  // selective recompute only
+  std::shared_ptr<const ContextParallelAttention> cp_;
 };
 
 }  // namespace megatron

@@ -54,7 +54,7 @@ DropoutSite TransformerBlock::site(const MicroBatchInfo& mb, int64_t which) cons
 }
 
 ActivationSlice TransformerBlock::slice(const MicroBatchInfo& mb, int64_t local_seq) const {
-  return activation_slice(mb.batch_offset, local_seq, *tp_, sp());
+  return activation_slice(mb, local_seq, *tp_, sp());
 }
 
 namespace {

@@ -2,6 +2,7 @@
 // Per-micro-batch activation storage. A layer's forward fills its context with what backward
 // needs; the buffers are reused by the next micro-batch of the same shape, so steady-state
 // training allocates nothing.
+#include "kernels/common/context_chunks.h"
 #include "megatron/core/tensor.h"
 
 namespace megatron {
@@ -43,6 +44,9 @@ struct MicroBatchInfo {
   // them at its micro-batch's tensors (models::MicroBatch::position_ids / segment_ids).
   const Tensor* position_ids = nullptr;
   const Tensor* segment_ids = nullptr;
+  // Context parallelism: which global positions this rank's rows are (position_ids then holds
+  // them, and segment_ids / key masks cover the whole sequence). Inactive without it.
+  kernels::ContextChunks cp = {};
 };
 
 }  // namespace megatron

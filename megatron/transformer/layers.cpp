@@ -240,15 +240,18 @@ kernels::DropoutRows rows_of(const Tensor& t, const ActivationSlice& slice) {
   r.batch_offset = slice.batch_offset;
   r.seq_offset = slice.seq_offset;
   r.seq_total = slice.seq_total > 0 ? slice.seq_total : r.S;
+  r.chunks = slice.chunks;
   return r;
 }
 
 }  // namespace
 
-ActivationSlice activation_slice(int64_t batch_offset, int64_t local_seq,
+ActivationSlice activation_slice(const MicroBatchInfo& mb, int64_t local_seq,
                                  const parallel::Communicator& tp, bool sequence_parallel) {
-  if (!sequence_parallel || tp.size() == 1) return ActivationSlice{batch_offset, 0, local_seq};
-  return ActivationSlice{batch_offset, tp.rank() * local_seq, local_seq * tp.size()};
+  const bool split = sequence_parallel && tp.size() > 1;
+  const int64_t rows = split ? local_seq * tp.size() : local_seq;  // this rank's sequence
+  return ActivationSlice{mb.batch_offset, split ? tp.rank() * local_seq : 0,
+                         mb.cp.active() ? mb.cp.total : rows, mb.cp};
 }
 
 void dropout_sbd_forward(const Tensor& x, Tensor& y, float p, const DropoutSite& site,

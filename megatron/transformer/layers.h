@@ -113,12 +113,13 @@ struct ActivationSlice {
   int64_t batch_offset = 0;  // global sample index of local sample 0
   int64_t seq_offset = 0;    // global position of local row 0 (sequence parallel)
   int64_t seq_total = 0;     // full sequence length (0 = the tensor's own S)
+  kernels::ContextChunks chunks = {};  // context parallelism: local rows -> global positions
 };
 
-// The slice of a micro-batch starting at global sample batch_offset whose local sequence is
-// local_seq rows: all of it, or with sequence parallelism over tp this rank's part of the
-// local_seq * tp positions.
-ActivationSlice activation_slice(int64_t batch_offset, int64_t local_seq,
+// The slice of micro-batch mb whose local sequence is local_seq rows: all of it, or with
+// sequence parallelism over tp this rank's part of the local_seq * tp positions (of the
+// context-parallel rank's rows under context parallelism).
+ActivationSlice activation_slice(const MicroBatchInfo& mb, int64_t local_seq,
                                  const parallel::Communicator& tp, bool sequence_parallel);
 
 // Inverted dropout on activations laid out [S, B, D]: element (s, b, d) uses Philox index

@@ -73,7 +73,9 @@ Tensor LoRAAdapter::dropped(const Tensor& x, const MicroBatchInfo* mb, Tensor& b
   rows.B = x.dim(1);
   rows.D = x.dim(2);
   rows.batch_offset = mb->batch_offset;
-  rows.seq_total = rows.S;  // every position (a sequence-parallel input is gathered first)
+  // Every position (a sequence-parallel input is gathered first) of this context-parallel rank.
+  rows.seq_total = mb->cp.active() ? mb->cp.total : rows.S;
+  rows.chunks = mb->cp;
   rows.d_offset = row_ ? tp_->rank() * local_in_ : 0;
   rows.d_total = row_ ? local_in_ * tp_->size() : local_in_;
   ensure(buf, x.shape(), x.dtype(), x.device());

@@ -166,7 +166,7 @@ const Tensor& BertModel::token_losses(const ModelActivations& act) const {
 }
 
 ActivationSlice BertModel::slice(const MicroBatch& mb, int64_t local_seq) const {
-  return activation_slice(mb.info.batch_offset, local_seq, *tp_, sp());
+  return activation_slice(mb.info, local_seq, *tp_, sp());
 }
 
 DropoutSite BertModel::embedding_dropout_site(const MicroBatch& mb) const {

@@ -73,7 +73,7 @@ kernels::VocabSlice GPTModel::vocab_slice() const {
 }
 
 ActivationSlice GPTModel::slice(const MicroBatch& mb, int64_t local_seq) const {
-  return activation_slice(mb.info.batch_offset, local_seq, *tp_, sp());
+  return activation_slice(mb.info, local_seq, *tp_, sp());
 }
 
 namespace {
@@ -109,9 +109,11 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
                (mb.position_ids.shape() == Shape({S, B}) && mb.position_ids.dtype() == DType::I32),
            "micro-batch position_ids must be int32 [S, B] = [", S, ", ", B, "], got ",
            mb.position_ids.shape().str());
-  MT_CHECK(!present(mb.segment_ids) ||
-               (mb.segment_ids.shape() == Shape({B, S}) && mb.segment_ids.dtype() == DType::I32),
-           "micro-batch segment_ids must be int32 [B, S] = [", B, ", ", S, "], got ",
+  // Under context parallelism the documents of the whole sequence (attention reads every key's).
+  const int64_t S_all = mb.info.cp.active() ? mb.info.cp.total : S;
+  MT_CHECK(!present(mb.segment_ids) || (mb.segment_ids.shape() == Shape({B, S_all}) &&
+                                        mb.segment_ids.dtype() == DType::I32),
+           "micro-batch segment_ids must be int32 [B, S] = [", B, ", ", S_all, "], got ",
            mb.segment_ids.shape().str());
   // Incremental decoding continues sequences of `past` cached positions.
   const int64_t past = mb.info.kv_cache != nullptr ? mb.info.kv_cache->length : 0;

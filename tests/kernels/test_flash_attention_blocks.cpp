@@ -119,7 +119,7 @@ void check_case(const CpCase& c, uint32_t seed) {
           for (int64_t kc = 0; kc < 2; ++kc) {
             const AttentionBlock b{rows[r].chunks[qc].q_start, C,
                                    rows[src].chunks[kc].q_start, C, true};
-            if (cpu::block_visible(opt, b)) fn(qc, src, kc, b);
+            if (block_visible(opt, b)) fn(qc, src, kc, b);
           }
     };
     each_block([&](int64_t qc, int64_t src, int64_t kc, const AttentionBlock& b) {
@@ -192,17 +192,17 @@ TEST(FlashAttentionBlocks, ComposeTheWholeSequence) {
 TEST(FlashAttentionBlocks, VisibilitySkipsOnlyFullyMaskedBlocks) {
   AttentionOptions causal{};
   causal.causal = true;
-  EXPECT_TRUE(cpu::block_visible(causal, {8, 4, 8, 4, true}));    // the diagonal
-  EXPECT_TRUE(cpu::block_visible(causal, {8, 4, 0, 4, true}));    // keys before
-  EXPECT_FALSE(cpu::block_visible(causal, {0, 4, 4, 4, true}));   // keys after every query
-  EXPECT_TRUE(cpu::block_visible(causal, {0, 5, 4, 4, true}));    // the last query sees key 4
+  EXPECT_TRUE(block_visible(causal, {8, 4, 8, 4, true}));    // the diagonal
+  EXPECT_TRUE(block_visible(causal, {8, 4, 0, 4, true}));    // keys before
+  EXPECT_FALSE(block_visible(causal, {0, 4, 4, 4, true}));   // keys after every query
+  EXPECT_TRUE(block_visible(causal, {0, 5, 4, 4, true}));    // the last query sees key 4
   AttentionOptions window = causal;
   window.window = 3;
-  EXPECT_FALSE(cpu::block_visible(window, {8, 4, 0, 4, true}));   // keys 0..3 < 8 - 3 + 1
-  EXPECT_TRUE(cpu::block_visible(window, {8, 4, 4, 4, true}));    // key 7 is in row 8's window
+  EXPECT_FALSE(block_visible(window, {8, 4, 0, 4, true}));   // keys 0..3 < 8 - 3 + 1
+  EXPECT_TRUE(block_visible(window, {8, 4, 4, 4, true}));    // key 7 is in row 8's window
   AttentionOptions both{};
-  EXPECT_TRUE(cpu::block_visible(both, {0, 4, 12, 4, true}));     // bidirectional: all
-  EXPECT_FALSE(cpu::block_visible(both, {0, 0, 12, 4, true}));
+  EXPECT_TRUE(block_visible(both, {0, 4, 12, 4, true}));     // bidirectional: all
+  EXPECT_FALSE(block_visible(both, {0, 0, 12, 4, true}));
 }
 
 TEST(FlashAttentionBlocks, BadBlocksAreRefused) {

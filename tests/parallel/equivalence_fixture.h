@@ -345,16 +345,14 @@ inline training::TrainSummary train_on_world(const config::Recipe& r,
   sizes.tp = r.parallel.tensor;
   sizes.pp = r.parallel.pipeline;
   sizes.ep = r.parallel.expert;
-  sizes.dp = mp::testing::world().size() / (sizes.tp * sizes.pp);
+  sizes.cp = r.parallel.context;
+  sizes.dp = mp::testing::world().size() / (sizes.tp * sizes.pp * sizes.cp);
   sizes.dp_instances = r.parallel.num_distributed_optimizer_instances;
   sizes.etp = r.parallel.expert_tensor;
   mp::Mesh mesh(sizes, mp::testing::world(), mp::testing::launch());
   std::ostringstream log;
-  training::Trainer t(
-      r, kVocab, std::move(train), std::move(valid),
-      {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(), &mesh.model(),
-       &mesh.ep(), &mesh.expert_dp(), &mesh.dp_shard(), &mesh.dp_replica(), &mesh.expert_tp()},
-      log);
+  training::Trainer t(r, kVocab, std::move(train), std::move(valid),
+                      training::TrainerGroups::from_mesh(mesh), log);
   return t.run();
 }
 

@@ -87,8 +87,7 @@ training::TrainSummary train_layout(const Layout& l, const std::string& recomput
   sizes.pp = l.pp;
   sizes.dp = world().size() / (l.tp * l.pp);
   mp::Mesh mesh(sizes, world(), mp::testing::launch());
-  return train(recipe(l, recompute), {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(),
-                                      &mesh.embedding(), &mesh.model()});
+  return train(recipe(l, recompute), training::TrainerGroups::from_mesh(mesh));
 }
 
 void expect_close(const training::TrainSummary& want, const training::TrainSummary& got) {

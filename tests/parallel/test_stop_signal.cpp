@@ -28,10 +28,7 @@ TEST(StopSignal, EveryRankStopsAtTheSameStepNamingTheSignal) {
   std::ostringstream log;
   training::TrainSummary summary;
   {
-    training::Trainer t(r, eq::kVocab, src, src,
-                        {&mesh.world(), &mesh.tp(), &mesh.dp(), &mesh.pp(), &mesh.embedding(),
-                         &mesh.model(), &mesh.ep(), &mesh.expert_dp()},
-                        log);
+    training::Trainer t(r, eq::kVocab, src, src, training::TrainerGroups::from_mesh(mesh), log);
     summary = t.run();
   }
   training::reset_exit_signal();

@@ -1,0 +1,346 @@
+#include "megatron/transformer/context_parallel.h"
+
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "megatron/backend/ops.h"
+#include "megatron/transformer/attention.h"
+
+namespace megatron {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Units of `width` floats per (row, sample): qkv rows have G groups of (H/G + 2) * Dh, output
+// rows H heads of Dh.
+struct RowUnits {
+  int64_t rows, B, units, width;
+  int64_t row_floats() const { return B * units * width; }
+};
+
+// The fp32 tensor t itself when it already is one (sharing memory), else `scratch` holding it.
+Tensor& as_f32(const Tensor& t, const Shape& shape, Tensor& scratch) {
+  if (t.dtype() == DType::F32) {
+    scratch = t.view(shape);
+    return scratch;
+  }
+  ensure(scratch, shape, DType::F32, t.device());
+  ops::cast(t.view(shape), scratch);
+  return scratch;
+}
+
+// qkv rows [S, B, G, H/G + 2, Dh] -> packed keys/values [S, B, G, 2, Dh], and back into the
+// key/value slots of a qkv-layout gradient.
+void pack_kv(const Tensor& qkv, const kernels::AttentionShape& s, Tensor& kv) {
+  const int64_t hpg = s.H / s.G, n = qkv.numel() / ((hpg + 2) * s.Dh);
+  const float* src = qkv.data<float>();
+  float* dst = kv.data<float>();
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + i * 2 * s.Dh, src + (i * (hpg + 2) + hpg) * s.Dh,
+                sizeof(float) * static_cast<size_t>(2 * s.Dh));
+}
+void unpack_kv(const Tensor& kv, const kernels::AttentionShape& s, Tensor& qkv) {
+  const int64_t hpg = s.H / s.G, n = qkv.numel() / ((hpg + 2) * s.Dh);
+  const float* src = kv.data<float>();
+  float* dst = qkv.data<float>();
+  for (int64_t i = 0; i < n; ++i)
+    std::memcpy(dst + (i * (hpg + 2) + hpg) * s.Dh, src + i * 2 * s.Dh,
+                sizeof(float) * static_cast<size_t>(2 * s.Dh));
+}
+
+}  // namespace
+
+ContextParallelAttention::ContextParallelAttention(parallel::Communicator& cp,
+                                                   ContextParallelComm comm)
+    : cp_(&cp), comm_(comm) {}
+
+kernels::AttentionBlock ContextParallelAttention::block(const kernels::AttentionShape& gs,
+                                                        int64_t q_chunk, int64_t src,
+                                                        int64_t k_chunk) const {
+  const auto mine = kernels::ContextChunks::of(gs.S, cp_->size(), cp_->rank());
+  const auto theirs = kernels::ContextChunks::of(gs.S, cp_->size(), src);
+  const int64_t C = mine.chunk;
+  return kernels::AttentionBlock{(q_chunk == 0 ? mine.first : mine.second) * C, C,
+                                 (k_chunk == 0 ? theirs.first : theirs.second) * C, C, true};
+}
+
+void ContextParallelAttention::attend(State& s, const kernels::AttentionShape& gs,
+                                      const kernels::AttentionOptions& opt, const Tensor& kv,
+                                      int64_t src) const {
+  const int64_t C = gs.S / (2 * cp_->size());
+  for (int64_t qc = 0; qc < 2; ++qc)
+    for (int64_t kc = 0; kc < 2; ++kc) {
+      const kernels::AttentionBlock b = block(gs, qc, src, kc);
+      if (!kernels::block_visible(opt, b)) continue;
+      ensure(s.blk_out, {C, gs.B, gs.H, gs.Dh}, DType::F32, kv.device());
+      ensure(s.blk_lse, {gs.B, gs.H, C}, DType::F32, kv.device());
+      ops::flash_attention_block_forward(gs, opt, b, s.q32.slice(qc * C, (qc + 1) * C),
+                                         kv.slice(kc * C, (kc + 1) * C), s.blk_out, s.blk_lse);
+      Tensor acc = s.out32.slice(qc * C, (qc + 1) * C);
+      ops::flash_attention_merge(s.blk_out, s.blk_lse, acc, s.lse, qc * C);
+    }
+}
+
+void ContextParallelAttention::attend_backward(State& s, const kernels::AttentionShape& gs,
+                                               const kernels::AttentionOptions& opt,
+                                               const Tensor& kv, Tensor& dkv, int64_t src) const {
+  const int64_t C = gs.S / (2 * cp_->size());
+  for (int64_t qc = 0; qc < 2; ++qc)
+    for (int64_t kc = 0; kc < 2; ++kc) {
+      const kernels::AttentionBlock b = block(gs, qc, src, kc);
+      if (!kernels::block_visible(opt, b)) continue;
+      Tensor dq = s.dq32.slice(qc * C, (qc + 1) * C), dk = dkv.slice(kc * C, (kc + 1) * C);
+      ops::flash_attention_block_backward(
+          gs, opt, b, s.q32.slice(qc * C, (qc + 1) * C), kv.slice(kc * C, (kc + 1) * C),
+          s.out32.slice(qc * C, (qc + 1) * C), s.chunk_lse.slice(qc, qc + 1),
+          s.dout32.slice(qc * C, (qc + 1) * C), dq, dk);
+    }
+}
+
+void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionShape& gs,
+                                            const kernels::AttentionOptions& opt) const {
+  const int cp = cp_->size(), r = cp_->rank();
+  const int64_t Sl = s.q32.dim(0);
+  const Shape kv_shape{Sl, gs.B, gs.G, 2, gs.Dh};
+  pack_kv(s.q32, gs, ensure(s.kv, kv_shape, DType::F32, s.q32.device()));
+  if (comm_ == ContextParallelComm::AllGather) {
+    ensure(s.kv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, s.q32.device());
+    cp_->all_gather(s.kv, s.kv_all);
+  }
+  for (int step = 0; step < cp; ++step) {
+    const int src = (r - step + cp) % cp;
+    if (comm_ == ContextParallelComm::AllGather) {
+      attend(s, gs, opt, s.kv_all.slice(src * Sl, (src + 1) * Sl), src);
+      continue;
+    }
+    // The next block travels while this one is attended to.
+    std::unique_ptr<parallel::Work> next;
+    if (step + 1 < cp) {
+      ensure(s.kv_next, kv_shape, DType::F32, s.q32.device());
+      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, s.kv, (r + 1) % cp, 1},
+                                     {parallel::P2POp::Recv, s.kv_next, (r - 1 + cp) % cp, 1}});
+    }
+    attend(s, gs, opt, s.kv, src);
+    if (next) {
+      next->wait();
+      std::swap(s.kv, s.kv_next);
+    }
+  }
+}
+
+void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionShape& gs,
+                                             const kernels::AttentionOptions& opt) const {
+  const int cp = cp_->size(), r = cp_->rank();
+  const int64_t Sl = s.q32.dim(0);
+  const Shape kv_shape{Sl, gs.B, gs.G, 2, gs.Dh};
+  const bool gathered = comm_ == ContextParallelComm::AllGather;
+  if (gathered) {
+    ensure(s.dkv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, s.q32.device()).zero_();
+  } else {
+    pack_kv(s.q32, gs, ensure(s.kv, kv_shape, DType::F32, s.q32.device()));
+    ensure(s.dkv, kv_shape, DType::F32, s.q32.device()).zero_();
+  }
+  for (int step = 0; step < cp; ++step) {
+    const int src = (r - step + cp) % cp;
+    if (gathered) {
+      Tensor dkv = s.dkv_all.slice(src * Sl, (src + 1) * Sl);
+      attend_backward(s, gs, opt, s.kv_all.slice(src * Sl, (src + 1) * Sl), dkv, src);
+      continue;
+    }
+    std::unique_ptr<parallel::Work> next;
+    if (step + 1 < cp) {
+      ensure(s.kv_next, kv_shape, DType::F32, s.q32.device());
+      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, s.kv, (r + 1) % cp, 2},
+                                     {parallel::P2POp::Recv, s.kv_next, (r - 1 + cp) % cp, 2}});
+    }
+    attend_backward(s, gs, opt, s.kv, s.dkv, src);
+    if (next) {
+      next->wait();
+      std::swap(s.kv, s.kv_next);
+    }
+    // The block's key/value gradient follows it; after cp hops it is back with its owner.
+    if (cp > 1) {
+      ensure(s.dkv_next, kv_shape, DType::F32, s.q32.device());
+      cp_->batch_isend_irecv({{parallel::P2POp::Send, s.dkv, (r + 1) % cp, 3},
+                              {parallel::P2POp::Recv, s.dkv_next, (r - 1 + cp) % cp, 3}})
+          ->wait();
+      std::swap(s.dkv, s.dkv_next);
+    }
+  }
+  if (gathered) {
+    ensure(s.dkv, kv_shape, DType::F32, s.q32.device());
+    cp_->reduce_scatter(s.dkv_all, s.dkv, parallel::ReduceOp::Sum);
+  }
+  unpack_kv(s.dkv, gs, s.dq32);
+}
+
+namespace {
+
+// Ulysses' exchanges over the cp group. seq_to_heads: this rank's rows [Sl, B, cp * N units]
+// -> the whole sequence (global order) of units [r N, (r + 1) N): full [S, B, N units].
+// heads_to_seq is its inverse.
+void seq_to_heads(parallel::Communicator& cp, const Tensor& local, const RowUnits& u, int64_t S,
+                  Tensor& send, Tensor& recv, Tensor& full) {
+  const int n = cp.size();
+  const int64_t Sl = u.rows, part = u.B * (u.units / n) * u.width;  // one row's floats for a rank
+  ensure(send, {local.numel()}, DType::F32, local.device());
+  ensure(recv, {local.numel()}, DType::F32, local.device());
+  const float* in = local.data<float>();
+  float* sp = send.data<float>();
+  const int64_t unit_floats = (u.units / n) * u.width;
+  for (int j = 0; j < n; ++j)
+    for (int64_t t = 0; t < Sl; ++t)
+      for (int64_t b = 0; b < u.B; ++b)
+        std::memcpy(sp + ((j * Sl + t) * u.B + b) * unit_floats,
+                    in + (t * u.B + b) * u.units * u.width + j * unit_floats,
+                    sizeof(float) * static_cast<size_t>(unit_floats));
+  const std::vector<int64_t> counts(static_cast<size_t>(n), Sl * part);
+  cp.all_to_all(send, counts, recv, counts);
+  float* out = full.data<float>();
+  const float* rp = recv.data<float>();
+  for (int i = 0; i < n; ++i) {
+    const auto ch = kernels::ContextChunks::of(S, n, i);
+    for (int64_t t = 0; t < Sl; ++t)
+      std::memcpy(out + ch.global(t) * part, rp + (i * Sl + t) * part,
+                  sizeof(float) * static_cast<size_t>(part));
+  }
+}
+
+void heads_to_seq(parallel::Communicator& cp, const Tensor& full, const RowUnits& u, int64_t S,
+                  Tensor& send, Tensor& recv, Tensor& local) {
+  const int n = cp.size();
+  const int64_t Sl = u.rows, unit_floats = (u.units / n) * u.width, part = u.B * unit_floats;
+  ensure(send, {local.numel()}, DType::F32, local.device());
+  ensure(recv, {local.numel()}, DType::F32, local.device());
+  const float* in = full.data<float>();
+  float* sp = send.data<float>();
+  for (int j = 0; j < n; ++j) {
+    const auto ch = kernels::ContextChunks::of(S, n, j);
+    for (int64_t t = 0; t < Sl; ++t)
+      std::memcpy(sp + (j * Sl + t) * part, in + ch.global(t) * part,
+                  sizeof(float) * static_cast<size_t>(part));
+  }
+  const std::vector<int64_t> counts(static_cast<size_t>(n), Sl * part);
+  cp.all_to_all(send, counts, recv, counts);
+  const float* rp = recv.data<float>();
+  float* out = local.data<float>();
+  for (int i = 0; i < n; ++i)
+    for (int64_t t = 0; t < Sl; ++t)
+      for (int64_t b = 0; b < u.B; ++b)
+        std::memcpy(out + (t * u.B + b) * u.units * u.width + i * unit_floats,
+                    rp + ((i * Sl + t) * u.B + b) * unit_floats,
+                    sizeof(float) * static_cast<size_t>(unit_floats));
+}
+
+// The shape of one rank's heads over the whole sequence (a2a).
+kernels::AttentionShape a2a_shape(const kernels::AttentionShape& gs, int n, int rank) {
+  kernels::AttentionShape sh = gs;
+  sh.H = gs.H / n;
+  sh.G = gs.G / n;
+  sh.head_offset = gs.head_offset + rank * sh.H;
+  if (sh.total_heads == 0) sh.total_heads = gs.H;
+  return sh;
+}
+
+}  // namespace
+
+void ContextParallelAttention::a2a_forward(State& s, const kernels::AttentionShape& gs,
+                                           const kernels::AttentionOptions& opt) const {
+  const int n = cp_->size();
+  const int64_t Sl = s.q32.dim(0), S = gs.S, w = (gs.H / gs.G + 2) * gs.Dh;
+  const auto sh = a2a_shape(gs, n, cp_->rank());
+  const Device dev = s.q32.device();
+  ensure(s.full_qkv, {S, gs.B, sh.G, w}, DType::F32, dev);
+  seq_to_heads(*cp_, s.q32, {Sl, gs.B, gs.G, w}, S, s.send, s.recv, s.full_qkv);
+  ensure(s.full_out, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
+  ensure(s.full_lse, {gs.B, sh.H, S}, DType::F32, dev);
+  ops::flash_attention_forward(sh, opt, s.full_qkv, s.full_out, s.full_lse);
+  heads_to_seq(*cp_, s.full_out, {Sl, gs.B, gs.H, gs.Dh}, S, s.send, s.recv, s.out32);
+}
+
+void ContextParallelAttention::a2a_backward(State& s, const kernels::AttentionShape& gs,
+                                            const kernels::AttentionOptions& opt) const {
+  const int n = cp_->size();
+  const int64_t Sl = s.q32.dim(0), S = gs.S, w = (gs.H / gs.G + 2) * gs.Dh;
+  const auto sh = a2a_shape(gs, n, cp_->rank());
+  const Device dev = s.q32.device();
+  ensure(s.full_dout, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
+  seq_to_heads(*cp_, s.dout32, {Sl, gs.B, gs.H, gs.Dh}, S, s.send, s.recv, s.full_dout);
+  ensure(s.full_dqkv, s.full_qkv.shape(), DType::F32, dev);
+  ops::flash_attention_backward(sh, opt, s.full_qkv, s.full_out, s.full_lse, s.full_dout,
+                                s.full_dqkv);
+  heads_to_seq(*cp_, s.full_dqkv, {Sl, gs.B, gs.G, w}, S, s.send, s.recv, s.dq32);
+}
+
+void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& local,
+                                       const kernels::AttentionOptions& opt,
+                                       const kernels::ContextChunks& chunks, const Tensor& qkv,
+                                       Tensor& out) const {
+  MT_CHECK(chunks.active() && chunks.first == cp_->rank() && local.S == 2 * chunks.chunk &&
+               chunks.total == chunks.chunk * 2 * cp_->size(),
+           "context-parallel attention: rank ", cp_->rank(), " of ", cp_->size(), " holds ",
+           local.S, " rows, chunks ", chunks.first, "/", chunks.second, " of ", chunks.chunk,
+           " (sequence ", chunks.total, ")");
+  MT_CHECK(qkv.device() == Device::CPU, "context parallelism runs on the CPU only");
+  kernels::AttentionShape gs = local;
+  gs.S = chunks.total;
+  const int64_t Sl = local.S, w = (local.H / local.G + 2) * local.Dh;
+  as_f32(qkv, {Sl, local.B, local.G, w}, s.q32);
+  const Shape out_shape{Sl, local.B, local.H, local.Dh};
+  if (out.dtype() == DType::F32)
+    s.out32 = out.view(out_shape);
+  else
+    ensure(s.out32, out_shape, DType::F32, out.device());
+  if (comm_ == ContextParallelComm::AllToAll) {
+    a2a_forward(s, gs, opt);
+  } else {
+    s.out32.zero_();  // rows no key reaches stay zero
+    ensure(s.lse, {local.B, local.H, Sl}, DType::F32, out.device());
+    ops::fill(s.lse, kNegInf);
+    ring_forward(s, gs, opt);
+  }
+  if (out.dtype() != DType::F32) ops::cast(s.out32, out);
+}
+
+void ContextParallelAttention::backward(State& s, const kernels::AttentionShape& local,
+                                        const kernels::AttentionOptions& opt,
+                                        const kernels::ContextChunks& chunks, const Tensor& dout,
+                                        Tensor& dqkv) const {
+  kernels::AttentionShape gs = local;
+  gs.S = chunks.total;
+  const int64_t Sl = local.S, C = chunks.chunk, w = (local.H / local.G + 2) * local.Dh;
+  as_f32(dout, {Sl, local.B, local.H, local.Dh}, s.dout32);
+  const Shape dq_shape{Sl, local.B, local.G, w};
+  if (dqkv.dtype() == DType::F32)
+    s.dq32 = dqkv.view(dq_shape);
+  else
+    ensure(s.dq32, dq_shape, DType::F32, dqkv.device());
+  if (comm_ == ContextParallelComm::AllToAll) {
+    a2a_backward(s, gs, opt);
+  } else {
+    s.dq32.zero_();
+    // Each query chunk's lse rows, contiguous for the block kernel.
+    ensure(s.chunk_lse, {2, local.B, local.H, C}, DType::F32, dqkv.device());
+    const float* lse = s.lse.data<float>();
+    float* cl = s.chunk_lse.data<float>();
+    for (int64_t qc = 0; qc < 2; ++qc)
+      for (int64_t bh = 0; bh < local.B * local.H; ++bh)
+        std::memcpy(cl + (qc * local.B * local.H + bh) * C, lse + bh * Sl + qc * C,
+                    sizeof(float) * static_cast<size_t>(C));
+    ring_backward(s, gs, opt);
+  }
+  if (dqkv.dtype() != DType::F32) ops::cast(s.dq32, dqkv);
+}
+
+BlockSubmodules with_context_parallel(BlockSubmodules base, parallel::Communicator& cp,
+                                      ContextParallelComm comm) {
+  auto core = std::make_shared<const ContextParallelAttention>(cp, comm);
+  base.attention = [core](const SubmoduleArgs& a) {
+    return std::make_unique<SelfAttention>(a, core);
+  };
+  return base;
+}
+
+}  // namespace megatron

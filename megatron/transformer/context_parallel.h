@@ -1,0 +1,88 @@
+#pragma once
+// Context parallelism's attention core: each rank of the CP group holds two chunks of every
+// sequence (kernels/common/context_chunks.h: chunks r and 2cp - 1 - r) and its rows of the fused
+// qkv after rope; attention over the whole sequence needs the other ranks' keys and values.
+// Three ways to get them (parallel.cp_comm_type, Megatron-Core's names):
+//
+//   p2p         ring attention: the packed key/value block of each rank travels around the ring
+//               (a non-blocking send/receive of the next block overlaps the current block's
+//               attention); each (query chunk, key chunk) pair that any query can see runs the
+//               block kernel and merges by log-sum-exp; fully masked pairs are skipped. Backward
+//               sends the blocks around again, with their key/value gradients, which arrive back
+//               at their owner after cp hops.
+//   all_gather  every rank's key/value block gathered at once (more memory, one collective);
+//               the same blocks in the same order as p2p, so the same results; gradients
+//               reduce-scattered.
+//   a2a         Ulysses: an all-to-all gives each rank the whole sequence of G/cp query groups
+//               (heads scattered, sequence gathered), the ordinary flash kernel runs on it, and
+//               a second all-to-all returns each rank's rows of every head. Needs the query
+//               groups per tensor-parallel rank divisible by cp.
+//
+// Everything runs in fp32 (bf16/fp16 activations are widened first) with the flash kernels;
+// masks, documents, windows and dropout indices are those of the global positions, so the
+// result is the single-process attention's to rounding (a2a: bit for bit). CPU only for now.
+#include <memory>
+
+#include "kernels/common/attention_shape.h"
+#include "kernels/common/context_chunks.h"
+#include "megatron/parallel/communicator.h"
+#include "megatron/transformer/submodules.h"
+
+namespace megatron {
+
+enum class ContextParallelComm : uint8_t { P2P, AllGather, AllToAll };
+
+class ContextParallelAttention {
+ public:
+  // What forward keeps for backward (and reuses as scratch between micro-batches).
+  struct State {
+    Tensor q32, out32, lse;      // this rank's qkv rows, output and lse (fp32)
+    Tensor kv, kv_next, kv_all;  // packed key/value blocks
+    Tensor blk_out, blk_lse, chunk_lse;
+    Tensor dout32, dq32, dkv, dkv_next, dkv_all;
+    Tensor full_qkv, full_out, full_lse, full_dout, full_dqkv, send, recv;  // a2a
+  };
+
+  ContextParallelAttention(parallel::Communicator& cp, ContextParallelComm comm);
+
+  // local: the shape of this rank's rows (S = its 2 chunks; heads after tensor parallelism);
+  // chunks: which global positions they are (mb.cp). qkv [S, B, G, H/G + 2, Dh] after rope,
+  // out [S, B, H * Dh], both in the activation dtype.
+  void forward(State& s, const kernels::AttentionShape& local, const kernels::AttentionOptions& opt,
+               const kernels::ContextChunks& chunks, const Tensor& qkv, Tensor& out) const;
+  // dout [S, B, H * Dh] -> dqkv [S, B, G, H/G + 2, Dh] (written, not added).
+  void backward(State& s, const kernels::AttentionShape& local,
+                const kernels::AttentionOptions& opt, const kernels::ContextChunks& chunks,
+                const Tensor& dout, Tensor& dqkv) const;
+
+  parallel::Communicator& group() const { return *cp_; }
+  ContextParallelComm comm() const { return comm_; }
+
+ private:
+  void ring_forward(State& s, const kernels::AttentionShape& gs,
+                    const kernels::AttentionOptions& opt) const;
+  void ring_backward(State& s, const kernels::AttentionShape& gs,
+                     const kernels::AttentionOptions& opt) const;
+  void a2a_forward(State& s, const kernels::AttentionShape& gs,
+                   const kernels::AttentionOptions& opt) const;
+  void a2a_backward(State& s, const kernels::AttentionShape& gs,
+                    const kernels::AttentionOptions& opt) const;
+  // This rank's queries against the key/value block of rank src (packed rows of its chunks).
+  void attend(State& s, const kernels::AttentionShape& gs, const kernels::AttentionOptions& opt,
+              const Tensor& kv, int64_t src) const;
+  void attend_backward(State& s, const kernels::AttentionShape& gs,
+                       const kernels::AttentionOptions& opt, const Tensor& kv, Tensor& dkv,
+                       int64_t src) const;
+  kernels::AttentionBlock block(const kernels::AttentionShape& gs, int64_t q_chunk, int64_t src,
+                                int64_t k_chunk) const;
+
+  parallel::Communicator* cp_;
+  ContextParallelComm comm_;
+};
+
+// The attention factory of a context-parallel model: `base`'s attention (SelfAttention) with
+// this core; the MLP unchanged.
+BlockSubmodules with_context_parallel(BlockSubmodules base, parallel::Communicator& cp,
+                                      ContextParallelComm comm);
+
+}  // namespace megatron

@@ -198,6 +198,8 @@ struct RecipeSpec {
   std::string sharding = {};
   int64_t dp_instances = 1;
   int64_t fsdp_unit_layers = 1;
+  int64_t cp = 1;           // parallel.context
+  std::string cp_comm = {};  // parallel.cp_comm_type (empty: unset)
   // training
   int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
   uint64_t seed = 1;
@@ -234,6 +236,8 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
   if (!s.sharding.empty()) y << ", data_parallel_sharding_strategy: " << s.sharding;
   if (s.dp_instances > 1) y << ", num_distributed_optimizer_instances: " << s.dp_instances;
   if (s.fsdp_unit_layers > 1) y << ", fsdp_unit_layers: " << s.fsdp_unit_layers;
+  if (s.cp > 1) y << ", context: " << s.cp;
+  if (!s.cp_comm.empty()) y << ", cp_comm_type: " << s.cp_comm;
   if (!s.stage_layers.empty()) {
     y << ", pipeline_layers: [";
     for (size_t i = 0; i < s.stage_layers.size(); ++i) y << (i ? ", " : "") << s.stage_layers[i];
@@ -269,7 +273,9 @@ struct Layout {
   std::string sharding = {};  // parallel.data_parallel_sharding_strategy (empty: unset)
   int64_t dp_instances = 1;   // hybrid sharding
   int64_t etp = 0;            // parallel.expert_tensor (0: auto)
-  int64_t ranks() const { return tp * pp * dp; }
+  int64_t cp = 1;             // parallel.context
+  std::string cp_comm = {};   // parallel.cp_comm_type
+  int64_t ranks() const { return tp * pp * dp * cp; }
   std::string name() const {
     std::ostringstream o;
     o << "tp" << tp << " pp" << pp << " dp" << dp << " vpp" << vpp << " micro" << micro
@@ -280,6 +286,7 @@ struct Layout {
     for (int64_t n : stage_layers) o << " " << n;
     if (!sharding.empty()) o << " " << sharding;
     if (dp_instances > 1) o << " x" << dp_instances << " instances";
+    if (cp > 1) o << " cp" << cp << " " << (cp_comm.empty() ? "p2p" : cp_comm);
     return o.str();
   }
   RecipeSpec applied_to(RecipeSpec s) const {
@@ -296,6 +303,8 @@ struct Layout {
     s.recompute = recompute;
     s.sharding = sharding;
     s.dp_instances = dp_instances;
+    s.cp = cp;
+    s.cp_comm = cp_comm;
     return s;
   }
 };
@@ -321,6 +330,29 @@ inline const std::vector<Layout>& model_layouts() {
       // 8 ranks
       {.tp = 2, .pp = 2, .dp = 2, .micro = 2, .sp = true, .distributed = true},
       {.tp = 2, .pp = 2, .dp = 2, .vpp = 2, .micro = 1},
+  };
+  return all;
+}
+
+// The context-parallel layouts (each cp_comm_type at cp 2 and 4, and cp combined with tp + sp,
+// pp (1F1B and interleaved) and dp under the distributed optimizer and ZeRO-3): 2 and 4 ranks.
+inline const std::vector<Layout>& context_parallel_layouts() {
+  static const std::vector<Layout> all = {
+      // 2 ranks
+      {.micro = 2, .cp = 2, .cp_comm = "p2p"},
+      {.micro = 2, .cp = 2, .cp_comm = "all_gather"},
+      {.micro = 2, .cp = 2, .cp_comm = "a2a"},
+      {.micro = 1, .recompute = "full", .cp = 2, .cp_comm = "p2p"},
+      // 4 ranks
+      {.micro = 2, .cp = 4, .cp_comm = "p2p"},
+      {.micro = 2, .cp = 4, .cp_comm = "all_gather"},
+      {.micro = 2, .cp = 4, .cp_comm = "a2a"},
+      {.tp = 2, .micro = 2, .sp = true, .cp = 2, .cp_comm = "p2p"},
+      {.tp = 2, .micro = 2, .sp = true, .cp = 2, .cp_comm = "a2a"},
+      {.pp = 2, .micro = 2, .cp = 2, .cp_comm = "p2p"},
+      {.pp = 2, .vpp = 2, .micro = 1, .cp = 2, .cp_comm = "all_gather"},
+      {.dp = 2, .micro = 2, .distributed = true, .cp = 2, .cp_comm = "p2p"},
+      {.dp = 2, .micro = 1, .sharding = "optim_grads_params", .cp = 2, .cp_comm = "a2a"},
   };
   return all;
 }

@@ -35,6 +35,18 @@ TEST(LoraEquivalence, EveryLayoutMatchesSingleProcess) {
   eq::report_max_diff("lora equivalence");
 }
 
+// Context parallelism: the adapters' dropout at the global positions of each rank's chunks.
+TEST(LoraEquivalence, ContextParallelLayoutsMatchSingleProcess) {
+  eq::RecipeSpec llama = lora_llama(10, ", dropout: 0.2");
+  llama.heads = 8;
+  llama.groups = 4;  // a2a over tp x cp = 4
+  llama.seq = 32;
+  const auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5}, llama.seq);
+  EXPECT_GT(eq::expect_layouts_match(llama, src, eq::context_parallel_layouts()), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("lora context-parallel equivalence");
+}
+
 // Dropout on the adapters' inputs: the masks follow global indices (a row-parallel adapter's
 // input shard at its global features), so every layout draws the single process's masks.
 TEST(LoraEquivalence, DropoutMasksDoNotDependOnTheLayout) {

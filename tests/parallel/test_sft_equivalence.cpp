@@ -2,7 +2,9 @@
 // Supervised fine-tuning on packed conversations (data.sft: loss on the answers only, positions
 // and attention kept per conversation) trained by the Trainer under tensor (+ sequence),
 // pipeline and data parallelism gives the single-process loss and gradient-norm curve: the loss
-// is normalised by the trained tokens of the whole global batch, whatever the layout.
+// is normalised by the trained tokens of the whole global batch, whatever the layout; and under
+// context parallelism, where the conversations cross the chunk borders of the ranks (each keeps
+// its own positions and attention across them, no length divisible by anything).
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -69,6 +71,18 @@ TEST(SFTEquivalence, PackedConversationsMatchSingleProcess) {
   EXPECT_GT(eq::expect_layouts_match(llama, src, eq::model_layouts()), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("sft equivalence");
+}
+
+TEST(SFTEquivalence, PackedConversationsUnderContextParallelism) {
+  eq::RecipeSpec llama{.arch = "llama", .layers = 4, .heads = 8, .groups = 4, .ffn = 48};
+  llama.seq = 64;
+  llama.micro = 4;
+  llama.seed = 5;
+  llama.iters = 12;
+  const auto src = sft_source(llama.seq);
+  EXPECT_GT(eq::expect_layouts_match(llama, src, eq::context_parallel_layouts()), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("sft context-parallel equivalence");
 }
 
 }  // namespace

@@ -330,10 +330,6 @@ void Recipe::validate_context_parallel(Checker& c) const {
           concat("context parallelism runs the flash attention kernels: use flash or auto (got "
                  "unfused with parallel.context ",
                  cp, ")"));
-  c.check(training.device == TrainingDevice::CPU, "training.device",
-          concat("context parallelism runs on the CPU only so far (got cuda with "
-                 "parallel.context ",
-                 cp, ")"));
   c.check(!model.moe.enabled(), "parallel.context",
           concat("context parallelism with mixture-of-experts models is not implemented yet "
                  "(got parallel.context ",

@@ -8,6 +8,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/planning/activation_memory.h"
+#include "megatron/planning/context_parallel_model.h"
 #include "megatron/planning/flops.h"
 #include "megatron/planning/model_dims.h"
 #include "megatron/planning/sharding_memory.h"
@@ -187,6 +188,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   lay.tp = r.parallel.tensor;
   lay.pp = r.parallel.pipeline;
   lay.cp = r.parallel.context;
+  lay.cp_comm = r.parallel.cp_comm_type;
   lay.ep = r.parallel.expert;
   lay.etp = r.parallel.expert_tensor;
   lay.vpp = r.parallel.virtual_stages();
@@ -240,7 +242,14 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
             : "MoE: dropless routing; expert activations and all-to-alls sized for the busiest "
               "rank at 1.5x the mean tokens per expert (the trainer logs the real imbalance); "
               "expert compute counted balanced");
-  if (lay.cp > 1) rep.notes.push_back("context parallelism: its communication is not modelled");
+  if (lay.cp > 1)
+    rep.notes.push_back(concat("context parallelism ", lay.cp, " (",
+                               config::option_name(lay.cp_comm),
+                               "): activations of S / cp rows; key/value traffic per layer as "
+                               "context_parallel_model.h models it"));
+  const double cp_kept = detail::context_parallel_cost(d, lay.cp, lay.cp_comm, act.s, act.b,
+                                                       act.t, cuda ? act.a : 4.0, 0.0, 1.0)
+                             .kept_bytes;
   if (d.lora_rank > 0)
     rep.notes.push_back(concat("LoRA rank ", d.lora_rank,
                                ": gradients, fp32 masters and optimizer state for the adapters "
@@ -267,7 +276,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
     // frozen base is weights only), under this layout's strategy and each other one.
     detail::ShardingInputs in;
     in.strategy = lay.sharding;
-    in.dp = lay.dp;
+    in.dp = lay.dp * lay.cp;  // gradients and shards over dp x cp
     in.instances = lay.instances;
     in.expert_dp = lay.expert_dp();
     in.microbatches = lay.num_microbatches;
@@ -290,10 +299,11 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
       const double moe = d.E > 0 ? static_cast<double>(d.moe_layers(c.first, c.layers)) : 0.0;
       const double moe_extra = moe > 0 ? moe * act.moe_delta() : 0.0;
       extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
-      none += n * (layer_rest + layer_core) + moe_extra;
+      none += n * (layer_rest + layer_core + cp_kept) + moe_extra;
       // CPU flash attention keeps no probabilities to drop: selective keeps what none does (the
       // cuda model follows Megatron, where selective drops the softmax stats too).
-      selective += n * (flash && !cuda ? layer_rest + layer_core : layer_rest) + moe_extra;
+      selective +=
+          n * (flash && !cuda ? layer_rest + layer_core : layer_rest) + n * cp_kept + moe_extra;
       full += n * act.layer_input();
     }
     m.activations_none = none + extras;
@@ -385,7 +395,17 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   const double ep_mb = rep.moe.all_to_all_bytes_per_step / m_count / bw_ep;
   const double pp_mb =
       lay.pp > 1 ? 2.0 * static_cast<double>(lay.vpp) * hidden_bytes / act.spd / bw_pp : 0.0;
-  const double per_mb = compute_mb + tp_mb + pp_mb + ep_mb;
+  // Context parallelism: the causal attention core of this rank's rows over the whole sequence.
+  const double attention_fwd_s = 2.0 * act.b * act.s * static_cast<double>(d.S * d.H * d.Dh) /
+                                 act.t / (compute_peak * t.efficiency);
+  const double bw_cp = lay.tp * lay.cp <= cluster.gpus_per_node ? intra : inter;
+  const detail::ContextParallelCost cpc =
+      detail::context_parallel_cost(d, lay.cp, lay.cp_comm, act.s, act.b, act.t,
+                                    cuda ? act.a : 4.0, attention_fwd_s, bw_cp);
+  const double cp_mb = layers_per_stage * cpc.exposed_s * (passes == 6 ? 1.5 : 1.0);
+  t.cp_bytes_per_step = layers_per_stage * cpc.bytes * m_count;
+  const double per_mb = compute_mb + tp_mb + pp_mb + ep_mb + cp_mb;
+  t.cp_comm = cp_mb * m_count;
   t.compute = compute_mb * m_count;
   t.tp_comm = tp_mb * m_count;
   t.ep_comm = ep_mb * m_count;
@@ -404,7 +424,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   t.param_gather = dpc.gather_exposed;
   t.optimizer = detail::optimizer_step_seconds(in, sharded.at(rep.worst_stage),
                                                cluster.memory_bandwidth_gbps * 1e9);
-  t.step = t.compute + t.tp_comm + t.pp_comm + t.ep_comm + t.bubble + t.dp_comm_exposed +
+  t.step = t.compute + t.tp_comm + t.pp_comm + t.ep_comm + t.cp_comm + t.bubble + t.dp_comm_exposed +
            t.param_gather + t.optimizer;
   t.tokens_per_second = gb_size * static_cast<double>(d.S) / t.step;
   t.tflops_per_device = rep.flops_per_step / t.step / devices / 1e12;

@@ -80,6 +80,8 @@
 //   TP: 4 all-reduces of a s b h bytes per layer and micro-batch (6 with full recompute), ring
 //     cost 2 (t-1)/t x bytes / bandwidth, not overlapped;
 //   PP: 2 v p2p messages of a s b h (/t with SP) per micro-batch;
+//   CP: per layer and micro-batch, context_parallel_model.h (p2p hops partly hidden behind the
+//     block attention; all_gather and a2a collectives exposed), inside a node when t cp fits;
 //   per-micro-batch time x (m + (p-1)/v) (the bubble);
 //   DP (payload per step: dp_bytes_per_step): no_shard all-reduces the fp32 grads 4P during the
 //     last micro-batch's backward (overlapped, at least 20% exposed); optim reduce-scatters 4P
@@ -127,6 +129,7 @@ ClusterSpec cluster_from_recipe(const config::Recipe& recipe);
 struct Layout {
   int64_t tp = 1, pp = 1, dp = 1, cp = 1, ep = 1, vpp = 1;
   int64_t etp = 0;  // parallel.expert_tensor: 0 = tp, or 1 (whole experts)
+  config::CpCommType cp_comm = config::CpCommType::P2P;  // parallel.cp_comm_type (cp > 1)
   int64_t micro_batch = 1, num_microbatches = 1;
   bool sequence_parallel = false;  // effective (tp > 1)
   config::RecomputeGranularity recompute = config::RecomputeGranularity::None;
@@ -134,7 +137,8 @@ struct Layout {
   config::ShardingStrategy sharding = config::ShardingStrategy::NoShard;
   int64_t instances = 1;  // parallel.num_distributed_optimizer_instances (hybrid sharding)
   double offload = 0;     // optimizer.offload_fraction with optimizer.offload: cpu on cuda, else 0
-  // The dense weights' shard group: dp / instances (dp for no_shard).
+  // The dense weights' shard group: dp cp / instances (dp cp for no_shard): the cp ranks hold
+  // the same weights, so gradients and shards span dp x cp as in the trainer.
   int64_t shard_group() const;
   // Whole experts under tp (expert_tensor 1): ep is carved out of tp x dp, each rank routes and
   // dispatches its own sequence slice.
@@ -190,6 +194,8 @@ struct TimeEstimate {     // seconds per step unless noted
   double compute = 0, bubble = 0, tp_comm = 0, pp_comm = 0, dp_comm_exposed = 0, param_gather = 0,
          optimizer = 0;
   double ep_comm = 0;            // MoE token all-to-alls
+  double cp_comm = 0;            // context parallelism's exposed key/value traffic
+  double cp_bytes_per_step = 0;  // what it moves per device
   double dp_bytes_per_step = 0;  // data-parallel payload this rank hands to collectives
   double step = 0;
   double tokens_per_second = 0, tflops_per_device = 0, mfu = 0;

@@ -17,7 +17,7 @@ using detail::human_count;
 std::string Layout::describe() const {
   std::ostringstream os;
   os << "tp" << tp << " pp" << pp << " dp" << dp;
-  if (cp > 1) os << " cp" << cp;
+  if (cp > 1) os << " cp" << cp << " " << config::option_name(cp_comm);
   if (ep > 1) os << " ep" << ep;
   if (experts_fold_tp()) os << " etp" << expert_tp();
   if (vpp > 1) os << " vpp" << vpp;
@@ -31,7 +31,10 @@ std::string Layout::describe() const {
 }
 
 int64_t Layout::shard_group() const {
-  return sharding == config::ShardingStrategy::NoShard ? dp : dp / std::max<int64_t>(instances, 1);
+  const int64_t replicas = dp * cp;
+  return sharding == config::ShardingStrategy::NoShard
+             ? replicas
+             : replicas / std::max<int64_t>(instances, 1);
 }
 
 nlohmann::json PlanReport::to_json() const {
@@ -69,6 +72,7 @@ nlohmann::json PlanReport::to_json() const {
             {"pp", layout.pp},
             {"dp", layout.dp},
             {"cp", layout.cp},
+            {"cp_comm_type", config::option_name(layout.cp_comm)},
             {"ep", layout.ep},
             {"etp", layout.expert_tp()},
             {"vpp", layout.vpp},
@@ -130,6 +134,8 @@ nlohmann::json PlanReport::to_json() const {
             {"tp_comm_s", time.tp_comm},
             {"pp_comm_s", time.pp_comm},
             {"ep_comm_s", time.ep_comm},
+            {"cp_comm_s", time.cp_comm},
+            {"cp_bytes_per_step", time.cp_bytes_per_step},
             {"dp_comm_exposed_s", time.dp_comm_exposed},
             {"dp_bytes_per_step", time.dp_bytes_per_step},
             {"param_gather_s", time.param_gather},
@@ -244,6 +250,7 @@ std::string PlanReport::to_text() const {
      << time.compute << ", bubble " << time.bubble << ", TP comm " << time.tp_comm << ", PP comm "
      << time.pp_comm;
   if (moe.experts_per_device > 0) os << ", EP all-to-all " << time.ep_comm;
+  if (layout.cp > 1) os << ", CP exposed " << time.cp_comm;
   os << ", DP exposed " << time.dp_comm_exposed << ", param gather " << time.param_gather
      << ", optimizer " << time.optimizer << "; DP traffic " << gb(time.dp_bytes_per_step, 3)
      << " GB per step)\n"

@@ -16,11 +16,31 @@ using detail::gb;
 namespace {
 
 // Sharding needs more than one data-parallel rank to save anything.
-std::vector<config::ShardingStrategy> strategies(int64_t dp) {
+std::vector<config::ShardingStrategy> strategies(int64_t dp) {  // dp x cp: the replicas
   using config::ShardingStrategy;
   if (dp <= 1) return {ShardingStrategy::NoShard};
   return {ShardingStrategy::NoShard, ShardingStrategy::Optim, ShardingStrategy::OptimGrads,
           ShardingStrategy::OptimGradsParams};
+}
+
+void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
+                    int64_t tokenizer_vocab, SearchResult& result);
+
+// Context-parallel sizes and comm types worth trying: cp 1, and each power of two dividing the
+// world and the sequence into 2 cp chunks, with every cp_comm_type that the recipe's checks
+// allow (a2a: heads divisible by tp cp). MoE and bert models keep the recipe's cp.
+std::vector<std::pair<int64_t, config::CpCommType>> context_choices(const config::Recipe& r,
+                                                                    int64_t world) {
+  if (r.model.moe.enabled() || r.model.arch == config::Arch::BERT ||
+      r.training.device == config::TrainingDevice::CUDA)
+    return {{r.parallel.context, r.parallel.cp_comm_type}};
+  std::vector<std::pair<int64_t, config::CpCommType>> out = {{1, config::CpCommType::P2P}};
+  for (int64_t cp = 2; cp <= world; cp *= 2)
+    if (world % cp == 0 && r.model.seq_length % (2 * cp) == 0)
+      for (auto comm : {config::CpCommType::P2P, config::CpCommType::AllGather,
+                        config::CpCommType::A2A})
+        out.push_back({cp, comm});
+  return out;
 }
 
 }  // namespace
@@ -28,6 +48,26 @@ std::vector<config::ShardingStrategy> strategies(int64_t dp) {
 SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab) {
   SearchResult result;
+  const int64_t world = cluster.world();
+  for (const auto& [cp, comm] : context_choices(recipe, world)) {
+    config::Recipe r = recipe;
+    r.parallel.context = cp;
+    r.parallel.cp_comm_type = comm;
+    search_layouts(r, cluster, tokenizer_vocab, result);
+  }
+  std::stable_sort(result.fitting.begin(), result.fitting.end(),
+                   [](const PlanReport& a, const PlanReport& b) {
+                     if (a.time.step != b.time.step) return a.time.step < b.time.step;
+                     return a.memory().total < b.memory().total;
+                   });
+  return result;
+}
+
+namespace {
+
+// Every (tp, pp, ep, vpp, micro-batch, recompute, sharding) layout at the recipe's cp.
+void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
+                    int64_t tokenizer_vocab, SearchResult& result) {
   const int64_t world = cluster.world();
   const auto& m = recipe.model;
   const auto& tr = recipe.training;
@@ -62,7 +102,7 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
           for (int64_t micro : micros) {
             if (tr.global_batch_size % (micro * dp) != 0) continue;
             for (const config::RecomputeGranularity rc : recomputes) {
-              for (const config::ShardingStrategy strategy : strategies(dp)) {
+              for (const config::ShardingStrategy strategy : strategies(dp * cp)) {
                 config::Recipe c = recipe;
                 c.parallel.tensor = tp;
                 c.parallel.pipeline = pp;
@@ -98,13 +138,9 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
         }
     }
   }
-  std::stable_sort(result.fitting.begin(), result.fitting.end(),
-                   [](const PlanReport& a, const PlanReport& b) {
-                     if (a.time.step != b.time.step) return a.time.step < b.time.step;
-                     return a.memory().total < b.memory().total;
-                   });
-  return result;
 }
+
+}  // namespace
 
 namespace {
 
@@ -129,7 +165,7 @@ std::string search_table(const SearchResult& result, size_t top) {
   }
   os << "; fastest " << std::min(top, result.fitting.size()) << " by estimated step time:\n";
   os << std::right << std::setw(4) << "#" << std::setw(4) << "tp" << std::setw(4) << "pp"
-     << std::setw(6) << "dp" << std::setw(4) << "ep" << std::setw(4) << "etp" << std::setw(4)
+     << std::setw(6) << "dp" << std::setw(14) << "cp" << std::setw(4) << "ep" << std::setw(4) << "etp" << std::setw(4)
      << "vpp" << std::setw(5) << "mb" << std::setw(6) << "m" << std::setw(4) << "sp"
      << std::setw(11) << "recompute" << std::setw(20) << "sharding" << std::setw(10) << "mem GB"
      << std::setw(10) << "step s" << std::setw(8) << "MFU %" << std::setw(12) << "tokens/s"
@@ -138,7 +174,9 @@ std::string search_table(const SearchResult& result, size_t top) {
     const PlanReport& p = result.fitting[i];
     const Layout& l = p.layout;
     os << std::setw(4) << i + 1 << std::setw(4) << l.tp << std::setw(4) << l.pp << std::setw(6)
-       << l.dp << std::setw(4) << l.ep << std::setw(4) << l.expert_tp() << std::setw(4) << l.vpp
+       << l.dp << std::setw(14)
+       << (l.cp > 1 ? concat(l.cp, " ", config::option_name(l.cp_comm)) : std::string("1"))
+       << std::setw(4) << l.ep << std::setw(4) << l.expert_tp() << std::setw(4) << l.vpp
        << std::setw(5) << l.micro_batch << std::setw(6) << l.num_microbatches << std::setw(4)
        << (l.sequence_parallel ? "on" : "-") << std::setw(11) << config::option_name(l.recompute) << std::setw(20)
        << sharding_name(l) << std::setw(10) << gb(p.memory().total, 2) << std::setw(10)

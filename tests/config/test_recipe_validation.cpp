@@ -216,8 +216,6 @@ const Rule kRules[] = {
      "not bert (got parallel.context 2)"},
     {"context_unfused", "model: {attention_backend: unfused}\nparallel: {context: 2}",
      "model.attention_backend", "unfused with parallel.context 2"},
-    {"context_cuda", "training: {device: cuda}\nparallel: {context: 2}", "training.device",
-     "cuda with parallel.context 2"},
     {"context_moe", "model: {num_experts: 4}\nparallel: {context: 2}", "parallel.context",
      "parallel.context 2 with model.num_experts 4"},
     {"context_hybrid", "parallel: {context: 2, num_distributed_optimizer_instances: 2}",

@@ -27,15 +27,17 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab, SearchResult& result);
 
 // Context-parallel sizes and comm types worth trying: cp 1, and each power of two dividing the
-// world and the sequence into 2 cp chunks, with every cp_comm_type that the recipe's checks
-// allow (a2a: heads divisible by tp cp). MoE and bert models keep the recipe's cp.
+// world and the sequence into 2 cp chunks while leaving each rank at least kMinContextRows rows
+// (below that the key/value hops cost more than the activations they save), with every
+// cp_comm_type that the recipe's checks allow (a2a: heads divisible by tp cp). MoE and bert models keep the recipe's cp. (On cuda the
+// trainer does not run cp yet; the plan sizes what it will.)
 std::vector<std::pair<int64_t, config::CpCommType>> context_choices(const config::Recipe& r,
                                                                     int64_t world) {
-  if (r.model.moe.enabled() || r.model.arch == config::Arch::BERT ||
-      r.training.device == config::TrainingDevice::CUDA)
+  if (r.model.moe.enabled() || r.model.arch == config::Arch::BERT)
     return {{r.parallel.context, r.parallel.cp_comm_type}};
   std::vector<std::pair<int64_t, config::CpCommType>> out = {{1, config::CpCommType::P2P}};
-  for (int64_t cp = 2; cp <= world; cp *= 2)
+  constexpr int64_t kMinContextRows = 4096;
+  for (int64_t cp = 2; cp <= world && r.model.seq_length / cp >= kMinContextRows; cp *= 2)
     if (world % cp == 0 && r.model.seq_length % (2 * cp) == 0)
       for (auto comm : {config::CpCommType::P2P, config::CpCommType::AllGather,
                         config::CpCommType::A2A})

@@ -310,7 +310,7 @@ TEST(PlannerSearch, Gpt13bOnFourNodes) {
     const PlanReport& p = result.fitting[i];
     EXPECT_TRUE(p.fits);
     EXPECT_LE(p.memory().total, 80e9);
-    EXPECT_EQ(p.layout.tp * p.layout.pp * p.layout.dp, 32);
+    EXPECT_EQ(p.layout.tp * p.layout.pp * p.layout.dp, 32);  // seq 2048: too short for cp
     EXPECT_EQ(p.layout.micro_batch * p.layout.num_microbatches * p.layout.dp, 512);
     if (i > 0) {
       EXPECT_GE(p.time.step, result.fitting[i - 1].time.step);
@@ -460,6 +460,48 @@ int64_t vocab_for(const config::Recipe& r) {
 
 // Every shipped recipe loads and validates; the full-size (cuda) ones record the cluster they
 // are written for, and their layout fits it.
+// Context parallelism: activations per rank shrink with cp (the sequence splits), the key/value
+// traffic appears in the step time, all_gather keeps every rank's keys and values, gradients and
+// optimizer shards span dp x cp; and a long-context search ranks cp layouts first.
+TEST(PlannerContextParallel, ActivationsTrafficAndShards) {
+  config::Recipe r = config::load_recipe(std::string(MEGATRON_SOURCE_DIR) +
+                                         "/recipes/llama3_8b_128k.yaml");
+  const ClusterSpec cluster = planning::cluster_from_recipe(r);
+  const PlanReport cp8 = planning::plan(r, cluster, vocab_for(r));
+  EXPECT_TRUE(cp8.fits) << cp8.to_text();
+  EXPECT_GT(cp8.time.cp_comm, 0);
+  EXPECT_GT(cp8.time.cp_bytes_per_step, 0);
+  EXPECT_THAT(cp8.to_text(), HasSubstr("CP exposed"));
+  EXPECT_EQ(cp8.layout.shard_group(), 8);  // dp 1 x cp 8
+  r.parallel.cp_comm_type = config::CpCommType::AllGather;
+  const PlanReport gathered = planning::plan(r, cluster, vocab_for(r));
+  EXPECT_GT(gathered.memory().activations_per_microbatch, cp8.memory().activations_per_microbatch);
+  // Half the context-parallel ranks (twice the rows each) on half the devices.
+  r.parallel.cp_comm_type = config::CpCommType::P2P;
+  r.parallel.context = 4;
+  r.cluster.nodes = 4;
+  const PlanReport cp4 = planning::plan(r, planning::cluster_from_recipe(r), vocab_for(r));
+  EXPECT_NEAR(cp4.memory().activations_per_microbatch / cp8.memory().activations_per_microbatch,
+              2.0, 0.25);
+}
+
+TEST(PlannerSearch, RanksContextParallelForLongSequences) {
+  config::Recipe r = config::load_recipe(std::string(MEGATRON_SOURCE_DIR) +
+                                         "/recipes/llama3_8b_32k.yaml");
+  r.model.num_layers = 8;  // a smaller search, same per-layer shapes
+  r.parallel.context = 1;
+  const auto result = planning::search(r, planning::cluster_from_recipe(r), vocab_for(r));
+  ASSERT_FALSE(result.fitting.empty());
+  bool with_cp = false, without_cp = false;
+  for (const PlanReport& p : result.fitting) {
+    EXPECT_EQ(p.layout.tp * p.layout.pp * p.layout.dp * p.layout.cp, 16);
+    (p.layout.cp > 1 ? with_cp : without_cp) = true;
+  }
+  EXPECT_TRUE(with_cp);
+  EXPECT_TRUE(without_cp);
+  EXPECT_THAT(planning::search_table(result, 40), HasSubstr(" p2p"));
+}
+
 TEST(PlannerRecipes, FullSizeRecipesFitTheirCluster) {
   int planned = 0;
   for (const auto& entry :

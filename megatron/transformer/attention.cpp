@@ -93,7 +93,7 @@ void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
   // backward, which then overwrote recompute_probs' scratch s.d_attn with the real gradient.)
   Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act(), device_);
   if (cp_) {
-    cp_->backward(s.cp, as, ao, chunks, s.d_attn, d_qkv);
+    cp_->backward(s.cp, as, ao, chunks, s.qkv_out, s.attn_out, s.d_attn, d_qkv);
     return;
   }
   if (spec_.flash_attention) {

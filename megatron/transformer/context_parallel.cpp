@@ -74,16 +74,16 @@ void ContextParallelAttention::attend(State& s, const kernels::AttentionShape& g
     for (int64_t kc = 0; kc < 2; ++kc) {
       const kernels::AttentionBlock b = block(gs, qc, src, kc);
       if (!kernels::block_visible(opt, b)) continue;
-      ensure(s.blk_out, {C, gs.B, gs.H, gs.Dh}, DType::F32, kv.device());
-      ensure(s.blk_lse, {gs.B, gs.H, C}, DType::F32, kv.device());
-      ops::flash_attention_block_forward(gs, opt, b, s.q32.slice(qc * C, (qc + 1) * C),
-                                         kv.slice(kc * C, (kc + 1) * C), s.blk_out, s.blk_lse);
-      Tensor acc = s.out32.slice(qc * C, (qc + 1) * C);
-      ops::flash_attention_merge(s.blk_out, s.blk_lse, acc, s.lse, qc * C);
+      ensure(w_.blk_out, {C, gs.B, gs.H, gs.Dh}, DType::F32, kv.device());
+      ensure(w_.blk_lse, {gs.B, gs.H, C}, DType::F32, kv.device());
+      ops::flash_attention_block_forward(gs, opt, b, w_.q32.slice(qc * C, (qc + 1) * C),
+                                         kv.slice(kc * C, (kc + 1) * C), w_.blk_out, w_.blk_lse);
+      Tensor acc = w_.out32.slice(qc * C, (qc + 1) * C);
+      ops::flash_attention_merge(w_.blk_out, w_.blk_lse, acc, s.lse, qc * C);
     }
 }
 
-void ContextParallelAttention::attend_backward(State& s, const kernels::AttentionShape& gs,
+void ContextParallelAttention::attend_backward(const kernels::AttentionShape& gs,
                                                const kernels::AttentionOptions& opt,
                                                const Tensor& kv, Tensor& dkv, int64_t src) const {
   const int64_t C = gs.S / (2 * cp_->size());
@@ -91,23 +91,23 @@ void ContextParallelAttention::attend_backward(State& s, const kernels::Attentio
     for (int64_t kc = 0; kc < 2; ++kc) {
       const kernels::AttentionBlock b = block(gs, qc, src, kc);
       if (!kernels::block_visible(opt, b)) continue;
-      Tensor dq = s.dq32.slice(qc * C, (qc + 1) * C), dk = dkv.slice(kc * C, (kc + 1) * C);
+      Tensor dq = w_.dq32.slice(qc * C, (qc + 1) * C), dk = dkv.slice(kc * C, (kc + 1) * C);
       ops::flash_attention_block_backward(
-          gs, opt, b, s.q32.slice(qc * C, (qc + 1) * C), kv.slice(kc * C, (kc + 1) * C),
-          s.out32.slice(qc * C, (qc + 1) * C), s.chunk_lse.slice(qc, qc + 1),
-          s.dout32.slice(qc * C, (qc + 1) * C), dq, dk);
+          gs, opt, b, w_.q32.slice(qc * C, (qc + 1) * C), kv.slice(kc * C, (kc + 1) * C),
+          w_.out32.slice(qc * C, (qc + 1) * C), w_.chunk_lse.slice(qc, qc + 1),
+          w_.dout32.slice(qc * C, (qc + 1) * C), dq, dk);
     }
 }
 
 void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionShape& gs,
                                             const kernels::AttentionOptions& opt) const {
   const int cp = cp_->size(), r = cp_->rank();
-  const int64_t Sl = s.q32.dim(0);
+  const int64_t Sl = w_.q32.dim(0);
   const Shape kv_shape{Sl, gs.B, gs.G, 2, gs.Dh};
-  pack_kv(s.q32, gs, ensure(s.kv, kv_shape, DType::F32, s.q32.device()));
+  pack_kv(w_.q32, gs, ensure(w_.kv, kv_shape, DType::F32, w_.q32.device()));
   if (comm_ == ContextParallelComm::AllGather) {
-    ensure(s.kv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, s.q32.device());
-    cp_->all_gather(s.kv, s.kv_all);
+    ensure(s.kv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, w_.q32.device());
+    cp_->all_gather(w_.kv, s.kv_all);
   }
   for (int step = 0; step < cp; ++step) {
     const int src = (r - step + cp) % cp;
@@ -118,14 +118,14 @@ void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionSh
     // The next block travels while this one is attended to.
     std::unique_ptr<parallel::Work> next;
     if (step + 1 < cp) {
-      ensure(s.kv_next, kv_shape, DType::F32, s.q32.device());
-      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, s.kv, (r + 1) % cp, 1},
-                                     {parallel::P2POp::Recv, s.kv_next, (r - 1 + cp) % cp, 1}});
+      ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
+      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.kv, (r + 1) % cp, 1},
+                                     {parallel::P2POp::Recv, w_.kv_next, (r - 1 + cp) % cp, 1}});
     }
-    attend(s, gs, opt, s.kv, src);
+    attend(s, gs, opt, w_.kv, src);
     if (next) {
       next->wait();
-      std::swap(s.kv, s.kv_next);
+      std::swap(w_.kv, w_.kv_next);
     }
   }
 }
@@ -133,47 +133,49 @@ void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionSh
 void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionShape& gs,
                                              const kernels::AttentionOptions& opt) const {
   const int cp = cp_->size(), r = cp_->rank();
-  const int64_t Sl = s.q32.dim(0);
+  const int64_t Sl = w_.q32.dim(0);
   const Shape kv_shape{Sl, gs.B, gs.G, 2, gs.Dh};
   const bool gathered = comm_ == ContextParallelComm::AllGather;
   if (gathered) {
-    ensure(s.dkv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, s.q32.device()).zero_();
+    ensure(w_.dkv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, w_.q32.device()).zero_();
   } else {
-    pack_kv(s.q32, gs, ensure(s.kv, kv_shape, DType::F32, s.q32.device()));
-    ensure(s.dkv, kv_shape, DType::F32, s.q32.device()).zero_();
+    pack_kv(w_.q32, gs, ensure(w_.kv, kv_shape, DType::F32, w_.q32.device()));
+    ensure(w_.dkv, kv_shape, DType::F32, w_.q32.device()).zero_();
   }
   for (int step = 0; step < cp; ++step) {
     const int src = (r - step + cp) % cp;
     if (gathered) {
-      Tensor dkv = s.dkv_all.slice(src * Sl, (src + 1) * Sl);
-      attend_backward(s, gs, opt, s.kv_all.slice(src * Sl, (src + 1) * Sl), dkv, src);
+      Tensor dkv = w_.dkv_all.slice(src * Sl, (src + 1) * Sl);
+      attend_backward(gs, opt, s.kv_all.slice(src * Sl, (src + 1) * Sl), dkv, src);
       continue;
     }
     std::unique_ptr<parallel::Work> next;
     if (step + 1 < cp) {
-      ensure(s.kv_next, kv_shape, DType::F32, s.q32.device());
-      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, s.kv, (r + 1) % cp, 2},
-                                     {parallel::P2POp::Recv, s.kv_next, (r - 1 + cp) % cp, 2}});
+      ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
+      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.kv, (r + 1) % cp, 2},
+                                     {parallel::P2POp::Recv, w_.kv_next, (r - 1 + cp) % cp, 2}});
     }
-    attend_backward(s, gs, opt, s.kv, s.dkv, src);
+    attend_backward(gs, opt, w_.kv, w_.dkv, src);
     if (next) {
       next->wait();
-      std::swap(s.kv, s.kv_next);
+      std::swap(w_.kv, w_.kv_next);
     }
-    // The block's key/value gradient follows it; after cp hops it is back with its owner.
+    // The block's key/value gradient follows it; after cp hops it is back with its owner. It
+    // arrives in kv_next (free since the swap: the block it held is done), and the gradient
+    // just sent becomes the next key/value receive buffer: three blocks in all.
     if (cp > 1) {
-      ensure(s.dkv_next, kv_shape, DType::F32, s.q32.device());
-      cp_->batch_isend_irecv({{parallel::P2POp::Send, s.dkv, (r + 1) % cp, 3},
-                              {parallel::P2POp::Recv, s.dkv_next, (r - 1 + cp) % cp, 3}})
+      ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
+      cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.dkv, (r + 1) % cp, 3},
+                              {parallel::P2POp::Recv, w_.kv_next, (r - 1 + cp) % cp, 3}})
           ->wait();
-      std::swap(s.dkv, s.dkv_next);
+      std::swap(w_.dkv, w_.kv_next);
     }
   }
   if (gathered) {
-    ensure(s.dkv, kv_shape, DType::F32, s.q32.device());
-    cp_->reduce_scatter(s.dkv_all, s.dkv, parallel::ReduceOp::Sum);
+    ensure(w_.dkv, kv_shape, DType::F32, w_.q32.device());
+    cp_->reduce_scatter(w_.dkv_all, w_.dkv, parallel::ReduceOp::Sum);
   }
-  unpack_kv(s.dkv, gs, s.dq32);
+  unpack_kv(w_.dkv, gs, w_.dq32);
 }
 
 namespace {
@@ -249,29 +251,29 @@ kernels::AttentionShape a2a_shape(const kernels::AttentionShape& gs, int n, int 
 void ContextParallelAttention::a2a_forward(State& s, const kernels::AttentionShape& gs,
                                            const kernels::AttentionOptions& opt) const {
   const int n = cp_->size();
-  const int64_t Sl = s.q32.dim(0), S = gs.S, w = (gs.H / gs.G + 2) * gs.Dh;
+  const int64_t Sl = w_.q32.dim(0), S = gs.S, w = (gs.H / gs.G + 2) * gs.Dh;
   const auto sh = a2a_shape(gs, n, cp_->rank());
-  const Device dev = s.q32.device();
+  const Device dev = w_.q32.device();
   ensure(s.full_qkv, {S, gs.B, sh.G, w}, DType::F32, dev);
-  seq_to_heads(*cp_, s.q32, {Sl, gs.B, gs.G, w}, S, s.send, s.recv, s.full_qkv);
+  seq_to_heads(*cp_, w_.q32, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, s.full_qkv);
   ensure(s.full_out, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
   ensure(s.full_lse, {gs.B, sh.H, S}, DType::F32, dev);
   ops::flash_attention_forward(sh, opt, s.full_qkv, s.full_out, s.full_lse);
-  heads_to_seq(*cp_, s.full_out, {Sl, gs.B, gs.H, gs.Dh}, S, s.send, s.recv, s.out32);
+  heads_to_seq(*cp_, s.full_out, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.out32);
 }
 
 void ContextParallelAttention::a2a_backward(State& s, const kernels::AttentionShape& gs,
                                             const kernels::AttentionOptions& opt) const {
   const int n = cp_->size();
-  const int64_t Sl = s.q32.dim(0), S = gs.S, w = (gs.H / gs.G + 2) * gs.Dh;
+  const int64_t S = gs.S, Sl = S / n, w = (gs.H / gs.G + 2) * gs.Dh;
   const auto sh = a2a_shape(gs, n, cp_->rank());
-  const Device dev = s.q32.device();
-  ensure(s.full_dout, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
-  seq_to_heads(*cp_, s.dout32, {Sl, gs.B, gs.H, gs.Dh}, S, s.send, s.recv, s.full_dout);
-  ensure(s.full_dqkv, s.full_qkv.shape(), DType::F32, dev);
-  ops::flash_attention_backward(sh, opt, s.full_qkv, s.full_out, s.full_lse, s.full_dout,
-                                s.full_dqkv);
-  heads_to_seq(*cp_, s.full_dqkv, {Sl, gs.B, gs.G, w}, S, s.send, s.recv, s.dq32);
+  const Device dev = w_.dout32.device();
+  ensure(w_.full_dout, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
+  seq_to_heads(*cp_, w_.dout32, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.full_dout);
+  ensure(w_.full_dqkv, s.full_qkv.shape(), DType::F32, dev);
+  ops::flash_attention_backward(sh, opt, s.full_qkv, s.full_out, s.full_lse, w_.full_dout,
+                                w_.full_dqkv);
+  heads_to_seq(*cp_, w_.full_dqkv, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, w_.dq32);
 }
 
 void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& local,
@@ -287,51 +289,55 @@ void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& 
   kernels::AttentionShape gs = local;
   gs.S = chunks.total;
   const int64_t Sl = local.S, w = (local.H / local.G + 2) * local.Dh;
-  as_f32(qkv, {Sl, local.B, local.G, w}, s.q32);
+  as_f32(qkv, {Sl, local.B, local.G, w}, w_.q32);
   const Shape out_shape{Sl, local.B, local.H, local.Dh};
   if (out.dtype() == DType::F32)
-    s.out32 = out.view(out_shape);
+    w_.out32 = out.view(out_shape);
   else
-    ensure(s.out32, out_shape, DType::F32, out.device());
+    ensure(w_.out32, out_shape, DType::F32, out.device());
   if (comm_ == ContextParallelComm::AllToAll) {
     a2a_forward(s, gs, opt);
   } else {
-    s.out32.zero_();  // rows no key reaches stay zero
+    w_.out32.zero_();  // rows no key reaches stay zero
     ensure(s.lse, {local.B, local.H, Sl}, DType::F32, out.device());
     ops::fill(s.lse, kNegInf);
     ring_forward(s, gs, opt);
   }
-  if (out.dtype() != DType::F32) ops::cast(s.out32, out);
+  if (out.dtype() != DType::F32) ops::cast(w_.out32, out);
 }
 
 void ContextParallelAttention::backward(State& s, const kernels::AttentionShape& local,
                                         const kernels::AttentionOptions& opt,
-                                        const kernels::ContextChunks& chunks, const Tensor& dout,
-                                        Tensor& dqkv) const {
+                                        const kernels::ContextChunks& chunks, const Tensor& qkv,
+                                        const Tensor& out, const Tensor& dout, Tensor& dqkv) const {
   kernels::AttentionShape gs = local;
   gs.S = chunks.total;
   const int64_t Sl = local.S, C = chunks.chunk, w = (local.H / local.G + 2) * local.Dh;
-  as_f32(dout, {Sl, local.B, local.H, local.Dh}, s.dout32);
+  const Shape out_shape{Sl, local.B, local.H, local.Dh};
+  as_f32(dout, out_shape, w_.dout32);
   const Shape dq_shape{Sl, local.B, local.G, w};
   if (dqkv.dtype() == DType::F32)
-    s.dq32 = dqkv.view(dq_shape);
+    w_.dq32 = dqkv.view(dq_shape);
   else
-    ensure(s.dq32, dq_shape, DType::F32, dqkv.device());
+    ensure(w_.dq32, dq_shape, DType::F32, dqkv.device());
   if (comm_ == ContextParallelComm::AllToAll) {
     a2a_backward(s, gs, opt);
   } else {
-    s.dq32.zero_();
+    // The scratch served other layers since this one's forward: this layer's rows again.
+    as_f32(qkv, {Sl, local.B, local.G, w}, w_.q32);
+    as_f32(out, out_shape, w_.out32);
+    w_.dq32.zero_();
     // Each query chunk's lse rows, contiguous for the block kernel.
-    ensure(s.chunk_lse, {2, local.B, local.H, C}, DType::F32, dqkv.device());
+    ensure(w_.chunk_lse, {2, local.B, local.H, C}, DType::F32, dqkv.device());
     const float* lse = s.lse.data<float>();
-    float* cl = s.chunk_lse.data<float>();
+    float* cl = w_.chunk_lse.data<float>();
     for (int64_t qc = 0; qc < 2; ++qc)
       for (int64_t bh = 0; bh < local.B * local.H; ++bh)
         std::memcpy(cl + (qc * local.B * local.H + bh) * C, lse + bh * Sl + qc * C,
                     sizeof(float) * static_cast<size_t>(C));
     ring_backward(s, gs, opt);
   }
-  if (dqkv.dtype() != DType::F32) ops::cast(s.dq32, dqkv);
+  if (dqkv.dtype() != DType::F32) ops::cast(w_.dq32, dqkv);
 }
 
 BlockSubmodules with_context_parallel(BlockSubmodules base, parallel::Communicator& cp,

@@ -34,13 +34,12 @@ enum class ContextParallelComm : uint8_t { P2P, AllGather, AllToAll };
 
 class ContextParallelAttention {
  public:
-  // What forward keeps for backward (and reuses as scratch between micro-batches).
+  // What forward keeps for backward, per layer and micro-batch: the row lse (p2p, all_gather),
+  // every rank's key/value block (all_gather), the whole-sequence qkv, output and lse of this
+  // rank's heads (a2a). Everything else is scratch the layers share (Scratch).
   struct State {
-    Tensor q32, out32, lse;      // this rank's qkv rows, output and lse (fp32)
-    Tensor kv, kv_next, kv_all;  // packed key/value blocks
-    Tensor blk_out, blk_lse, chunk_lse;
-    Tensor dout32, dq32, dkv, dkv_next, dkv_all;
-    Tensor full_qkv, full_out, full_lse, full_dout, full_dqkv, send, recv;  // a2a
+    Tensor lse, kv_all;
+    Tensor full_qkv, full_out, full_lse;
   };
 
   ContextParallelAttention(parallel::Communicator& cp, ContextParallelComm comm);
@@ -50,10 +49,11 @@ class ContextParallelAttention {
   // out [S, B, H * Dh], both in the activation dtype.
   void forward(State& s, const kernels::AttentionShape& local, const kernels::AttentionOptions& opt,
                const kernels::ContextChunks& chunks, const Tensor& qkv, Tensor& out) const;
-  // dout [S, B, H * Dh] -> dqkv [S, B, G, H/G + 2, Dh] (written, not added).
+  // dout [S, B, H * Dh] -> dqkv [S, B, G, H/G + 2, Dh] (written, not added); qkv and out as
+  // forward had them.
   void backward(State& s, const kernels::AttentionShape& local,
                 const kernels::AttentionOptions& opt, const kernels::ContextChunks& chunks,
-                const Tensor& dout, Tensor& dqkv) const;
+                const Tensor& qkv, const Tensor& out, const Tensor& dout, Tensor& dqkv) const;
 
   parallel::Communicator& group() const { return *cp_; }
   ContextParallelComm comm() const { return comm_; }
@@ -70,14 +70,23 @@ class ContextParallelAttention {
   // This rank's queries against the key/value block of rank src (packed rows of its chunks).
   void attend(State& s, const kernels::AttentionShape& gs, const kernels::AttentionOptions& opt,
               const Tensor& kv, int64_t src) const;
-  void attend_backward(State& s, const kernels::AttentionShape& gs,
-                       const kernels::AttentionOptions& opt, const Tensor& kv, Tensor& dkv,
-                       int64_t src) const;
+  void attend_backward(const kernels::AttentionShape& gs, const kernels::AttentionOptions& opt,
+                       const Tensor& kv, Tensor& dkv, int64_t src) const;
   kernels::AttentionBlock block(const kernels::AttentionShape& gs, int64_t q_chunk, int64_t src,
                                 int64_t k_chunk) const;
 
+  // Per call: fp32 views (or widened copies) of the layer's tensors, the travelling blocks and
+  // the exchange buffers. One set for every layer of the rank (layers run one at a time).
+  struct Scratch {
+    Tensor q32, out32, dout32, dq32;
+    Tensor kv, kv_next, dkv, dkv_all;
+    Tensor blk_out, blk_lse, chunk_lse;
+    Tensor full_dout, full_dqkv, send, recv;
+  };
+
   parallel::Communicator* cp_;
   ContextParallelComm comm_;
+  mutable Scratch w_;
 };
 
 // The attention factory of a context-parallel model: `base`'s attention (SelfAttention) with

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/flash_attention.h"
 #include "megatron/parallel/launch.h"
 #include "megatron/parallel/mpi_communicator.h"
@@ -34,7 +35,7 @@ using namespace megatron;
 struct Args {
   int64_t seq = 8192, iters = 3;
   std::string comm = "p2p";
-  bool attention = false;
+  bool attention = false, unfused = false;
 };
 
 Args parse(int argc, char** argv) {
@@ -53,9 +54,11 @@ Args parse(int argc, char** argv) {
       a.comm = value();
     else if (k == "--attention")
       a.attention = true;
+    else if (k == "--unfused")
+      a.unfused = true;
     else
       MT_INPUT_CHECK(false, "unknown flag ", k,
-                     " (--seq N --comm p2p|all_gather|a2a --iters N --attention)");
+                     " (--seq N --comm p2p|all_gather|a2a --iters N --attention [--unfused])");
   }
   MT_INPUT_CHECK(a.comm == "p2p" || a.comm == "all_gather" || a.comm == "a2a", "--comm ", a.comm);
   return a;
@@ -66,26 +69,34 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The flash kernel alone: forward + backward of one causal [S, 1, 8, 64] attention.
+// The flash kernel (or, --unfused, the kernel keeping the probabilities) alone: forward +
+// backward of one causal [S, 1, 8, 64] attention.
 void attention_only(const Args& a) {
   kernels::AttentionShape s{a.seq, 1, 8, 8, 64};
   kernels::AttentionOptions opt{};
   opt.scale = 0.125f;
   opt.causal = true;
-  std::vector<float> qkv(s.S * 3 * 8 * 64), out(s.S * 8 * 64), lse(8 * s.S), dqkv(qkv.size());
+  std::vector<float> qkv(s.S * 3 * 8 * 64), out(s.S * 8 * 64), dqkv(qkv.size());
+  std::vector<float> saved(a.unfused ? 8 * s.S * s.S : 8 * s.S);  // probabilities or lse
   for (size_t i = 0; i < qkv.size(); ++i)
     qkv[i] = static_cast<float>((i * 2654435761u) % 1000) / 1000 - 0.5f;
   std::vector<double> times;
   for (int64_t it = 0; it <= a.iters; ++it) {
     const auto t0 = std::chrono::steady_clock::now();
-    kernels::cpu::flash_attention_forward(s, opt, qkv.data(), out.data(), lse.data());
-    kernels::cpu::flash_attention_backward(s, opt, qkv.data(), out.data(), lse.data(), out.data(),
-                                           dqkv.data());
+    if (a.unfused) {
+      kernels::cpu::attention_forward(s, opt, qkv.data(), out.data(), saved.data());
+      kernels::cpu::attention_backward(s, opt, qkv.data(), saved.data(), out.data(), dqkv.data());
+    } else {
+      kernels::cpu::flash_attention_forward(s, opt, qkv.data(), out.data(), saved.data());
+      kernels::cpu::flash_attention_backward(s, opt, qkv.data(), out.data(), saved.data(),
+                                             out.data(), dqkv.data());
+    }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (it > 0) times.push_back(dt);
   }
-  std::printf("{\"kernel\":\"flash\",\"seq\":%lld,\"threads\":%d,\"seconds\":%.6f}\n",
-              static_cast<long long>(a.seq), omp_get_max_threads(), median(times));
+  std::printf("{\"kernel\":\"%s\",\"seq\":%lld,\"threads\":%d,\"seconds\":%.6f}\n",
+              a.unfused ? "unfused" : "flash", static_cast<long long>(a.seq),
+              omp_get_max_threads(), median(times));
 }
 
 ContextParallelComm comm_of(const std::string& name) {

@@ -19,8 +19,8 @@ using namespace attention_detail;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Query rows x key columns per tile: the per-thread scratch is kRows x kCols scores.
-constexpr int64_t kRows = 64;
-constexpr int64_t kCols = 128;
+constexpr int64_t kRows = 256;
+constexpr int64_t kCols = 256;
 
 // Where a call's query and key rows come from and sit in the global sequence. A whole-sequence
 // call is the block with both starts 0 and both row counts S, reading keys from the fused qkv.
@@ -189,11 +189,17 @@ void tile_probs(const Rows& R, const AttentionOptions& opt, const float* lse_row
     const int64_t kg = R.k0 + c0;
     const int32_t own = seg ? seg[R.q0 + i] : 0;
     const int64_t first = first_key(opt, R.q0 + i) - kg;
+    if (km == nullptr && seg == nullptr && first <= 0) {  // every key up to lim is visible
 #pragma omp simd
-    for (int64_t j = 0; j < lim; ++j)
-      prow[j] = j >= first && (km == nullptr || km[kg + j]) && (seg == nullptr || seg[kg + j] == own)
-                    ? math::exp_approx(prow[j] - li)
-                    : 0.0f;
+      for (int64_t j = 0; j < lim; ++j) prow[j] = math::exp_approx(prow[j] - li);
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < lim; ++j)
+        prow[j] = j >= first && (km == nullptr || km[kg + j]) &&
+                          (seg == nullptr || seg[kg + j] == own)
+                      ? math::exp_approx(prow[j] - li)
+                      : 0.0f;
+    }
     std::fill(prow + lim, prow + cols, 0.0f);
     if (p > 0.0f) {
       detail::fill_uniform(opt.seed, opt.stream, base + uint64_t((R.q0 + i) * R.S + kg), lim,

@@ -17,7 +17,8 @@ enum class Activation : uint8_t { GeLU, SwiGLU, GeLUExact };
 enum class PositionEmbedding : uint8_t { Learned, Rope, Yarn };
 // unfused: probabilities [B, H, S, S] saved for backward (kernels/cpu/attention.h);
 // flash: fused kernels saving only the row log-sum-exp (kernels/*/flash_attention.h);
-// auto: flash on cuda, unfused on cpu (where the unfused path is a few % faster).
+// auto: flash on cuda; on the cpu unfused below 1024 positions (a few % faster there), flash
+// from 1024 on (ModelConfig::flash_attention).
 enum class AttentionBackend : uint8_t { Auto, Unfused, Flash };
 enum class TrainingDevice : uint8_t { CPU, CUDA };
 enum class Precision : uint8_t { FP32, BF16, FP16 };

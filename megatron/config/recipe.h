@@ -101,10 +101,15 @@ struct ModelConfig {
     if (kv_channels > 0) return kv_channels;
     return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
   }
-  // Whether training on `device` (training.device) uses the flash attention kernels.
+  // Whether training on `device` (training.device) uses the flash attention kernels: auto picks
+  // them on cuda, and on the cpu from kCpuFlashFromSeq positions on, where they are faster than
+  // the unfused kernels (bench_cp --attention [--unfused]) and the unfused [B, H, S, S]
+  // probabilities of every layer start to weigh (8 heads at 8K: 2 GiB a layer).
+  static constexpr int64_t kCpuFlashFromSeq = 1024;
   bool flash_attention(TrainingDevice device) const {
-    return attention_backend == AttentionBackend::Flash ||
-           (attention_backend == AttentionBackend::Auto && device == TrainingDevice::CUDA);
+    if (attention_backend != AttentionBackend::Auto)
+      return attention_backend == AttentionBackend::Flash;
+    return device == TrainingDevice::CUDA || seq_length >= kCpuFlashFromSeq;
   }
   int64_t max_positions() const {
     return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
@@ -169,8 +174,8 @@ struct ParallelConfig {
   int64_t data = 0;  // 0 = auto ("auto" in YAML): world / (tensor * pipeline * context)
   int64_t expert = 1, context = 1;
   CpCommType cp_comm_type = CpCommType::P2P;  // context > 1: how attention crosses the cp group
-  int64_t expert_tensor = 0;                // 0 = auto ("auto" in YAML): parallel.tensor
-  std::optional<int64_t> virtual_pipeline;  // model chunks per pipeline stage (interleaved 1F1B)
+  int64_t expert_tensor = 0;                  // 0 = auto ("auto" in YAML): parallel.tensor
+  std::optional<int64_t> virtual_pipeline;    // model chunks per pipeline stage (interleaved 1F1B)
   bool sequence_parallel = false;
   std::string order = "tp-cp-ep-dp-pp";  // rank order, innermost first; a permutation of the five
   // Layers per pipeline stage (per virtual stage, in layer order, when virtual_pipeline > 1);

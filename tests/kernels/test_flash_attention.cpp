@@ -82,13 +82,14 @@ Unfused run_unfused(const AttentionShape& s, const AttentionOptions& opt,
 const Case kCases[] = {
     {{7, 2, 2, 2, 5}, true, false, 0.0f, 0.0f},
     {{9, 3, 4, 2, 8}, false, true, 0.0f, 0.3f},   // GQA, holes, a fully masked batch row
-    {{70, 2, 3, 1, 16}, true, true, 0.2f, 0.0f},  // MQA, crosses the 64-row tile
+    {{70, 2, 3, 1, 16}, true, true, 0.2f, 0.0f},  // MQA
     {{65, 1, 2, 2, 4}, false, false, 0.5f, 1.7f},
     {{1, 2, 1, 1, 3}, true, false, 0.0f, 0.0f},
     {{33, 2, 6, 3, 7, 6, 12, 4}, true, true, 0.1f, 0.0f},  // TP/DP offsets into the dropout index
-    {{130, 1, 2, 1, 8}, true, false, 0.0f, 0.0f},          // crosses the 128-key tile
+    {{130, 1, 2, 1, 8}, true, false, 0.0f, 0.0f},
     {{20, 2, 4, 4, 32}, false, true, 0.3f, 0.0f},
-    {{300, 1, 2, 1, 8}, false, true, 0.2f, 0.0f},  // three key tiles
+    {{300, 1, 2, 1, 8}, false, true, 0.2f, 0.0f},  // crosses the 256-row and -key tiles
+    {{600, 1, 2, 1, 16}, true, true, 0.1f, 0.0f},  // three tiles of each, causal
     {{261, 2, 4, 2, 64}, true, true, 0.1f, 0.0f},
     {{200, 1, 4, 1, 128}, false, false, 0.0f, 0.0f},
 };

@@ -178,6 +178,7 @@ TEST(FlashAttentionBlocks, ComposeTheWholeSequence) {
       {{32, 2, 4, 2, 8, 4, 12, 6}, 4, true, 0, false, false, 0.3f},  // dropout, tp/dp offsets
       {{256, 1, 2, 1, 16}, 2, true, 0, false, true, 0.1f},    // several row/key tiles per chunk
       {{512, 1, 2, 2, 8}, 2, true, 100, true, true, 0.2f},
+      {{1200, 1, 2, 1, 8}, 2, true, 0, false, false, 0.0f},  // chunks of 300: two tiles each
   };
   uint32_t seed = 7;
   for (const CpCase& c : cases) {

@@ -19,9 +19,9 @@ struct DropoutRows {
   int64_t batch_offset = 0;     // global sample index of local sample 0
   int64_t seq_offset = 0;       // position of local row 0 (among the context-parallel rows)
   int64_t seq_total = 0;        // the full sequence length
-  ContextChunks chunks = {};    // context parallelism: the rank's rows -> global positions
   int64_t d_offset = 0;         // global feature index of local feature 0
   int64_t d_total = 0;          // all features (0: D)
+  ContextChunks chunks = {};    // context parallelism: the rank's rows -> global positions
 
   MT_HD int64_t rows() const { return S * B; }
   // Philox index of element 0 of local row r = s * B + b.

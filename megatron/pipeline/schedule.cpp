@@ -22,17 +22,20 @@ const char* action_kind_name(ActionKind k) {
       return "send_grad";
     case ActionKind::RecvGrad:
       return "recv_grad";
+    case ActionKind::CpExchange:
+      return "cp_exchange";
   }
   return "?";
 }
 
 ActionKind parse_action_kind(const std::string& name) {
   for (ActionKind k : {ActionKind::Forward, ActionKind::Backward, ActionKind::SendActivation,
-                       ActionKind::RecvActivation, ActionKind::SendGrad, ActionKind::RecvGrad})
+                       ActionKind::RecvActivation, ActionKind::SendGrad, ActionKind::RecvGrad,
+                       ActionKind::CpExchange})
     if (name == action_kind_name(k)) return k;
   throw InputError(concat("unknown pipeline action kind '", name,
                           "' (expected forward, backward, send_activation, recv_activation, "
-                          "send_grad or recv_grad)"));
+                          "send_grad, recv_grad or cp_exchange)"));
 }
 
 std::string format_action(const Action& a, bool show_chunks) {
@@ -55,6 +58,9 @@ std::string format_action(const Action& a, bool show_chunks) {
       break;
     case ActionKind::RecvGrad:
       os << "RG";
+      break;
+    case ActionKind::CpExchange:
+      os << "CP";
       break;
   }
   os << a.microbatch;

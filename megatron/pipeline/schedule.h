@@ -35,7 +35,17 @@
 
 namespace megatron::pipeline {
 
-enum class ActionKind { Forward, Backward, SendActivation, RecvActivation, SendGrad, RecvGrad };
+// CpExchange is no schedule action: timelines record with it the context-parallel attention's
+// key/value exchanges inside a forward or backward (from posting to completion).
+enum class ActionKind {
+  Forward,
+  Backward,
+  SendActivation,
+  RecvActivation,
+  SendGrad,
+  RecvGrad,
+  CpExchange
+};
 
 struct Action {
   ActionKind kind;

@@ -29,8 +29,8 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
   recipe_.resolve_for_world(groups.world->size());
   check_groups(groups);
   build_model(tokenizer_vocab);
-  feeder_ = std::make_unique<BatchFeeder>(recipe_, model_.vocab_size, *groups_.dp,
-                                          *replicas_.dp, *groups_.cp, device_);
+  feeder_ = std::make_unique<BatchFeeder>(recipe_, model_.vocab_size, *groups_.dp, *replicas_.dp,
+                                          *groups_.cp, device_);
   build_schedule();
   build_optimizer();
   checkpointer_ = std::make_unique<Checkpointer>(
@@ -75,10 +75,9 @@ void Trainer::check_groups(TrainerGroups g) {
 void Trainer::build_model(int64_t tokenizer_vocab) {
   check_host_memory_fits(recipe_, tokenizer_vocab, device_);
   store_ = ParamStore(device_);
-  model_ =
-      models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp, groups_.pp->rank(),
-                                 groups_.pp->size(), {groups_.ep, groups_.expert_tp, groups_.dp},
-                                 groups_.cp);
+  model_ = models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp,
+                                      groups_.pp->rank(), groups_.pp->size(),
+                                      {groups_.ep, groups_.expert_tp, groups_.dp}, groups_.cp);
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients. The dense
   // region is sharded over the dp shard group, the experts' over expert dp (ZeRO stages).
@@ -154,12 +153,12 @@ void Trainer::build_logging(std::ostream& log) {
     *out << "model: " << config::option_name(m.arch) << ", " << store_.numel() << " parameters ("
          << m.num_layers << " layers, hidden " << m.hidden_size << ", vocab padded to "
          << model_.padded_vocab << "); dp " << groups_.dp->size()
-         << (groups_.cp->size() > 1 ? concat(", cp ", groups_.cp->size(), " (",
-                                             config::option_name(recipe_.parallel.cp_comm_type),
-                                             ")")
-                                    : std::string())
-         << ", " << num_micro_
-         << " micro-batches of " << tr.micro_batch_size << " per step per rank; "
+         << (groups_.cp->size() > 1
+                 ? concat(", cp ", groups_.cp->size(), " (",
+                          config::option_name(recipe_.parallel.cp_comm_type), ")")
+                 : std::string())
+         << ", " << num_micro_ << " micro-batches of " << tr.micro_batch_size
+         << " per step per rank; "
          << "optimizer state " << optimizer_->state_bytes() / 1048576.0 << " MiB per rank"
          << (grad_sync_->dense_sharded()
                  ? concat(" (", config::option_name(recipe_.sharding_strategy()), ")")
@@ -183,86 +182,107 @@ EvalMetrics Trainer::evaluate(int64_t iteration) {
   return evaluator_->evaluate(iteration);
 }
 
-StepMetrics Trainer::train_step(int64_t iteration) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const auto& tr = recipe_.training;
-  const int64_t G = tr.global_batch_size, S = recipe_.model.seq_length;
+// This step's micro-batches on the device and the weights of their losses: normalised by the
+// predicted tokens (and sentence pairs) of the whole global batch, so any micro-batching and
+// data-parallel (or context-parallel) split gives the same mean and the same gradients.
+Trainer::StepBatch Trainer::prepare_batch(int64_t iteration) {
+  const int64_t G = recipe_.training.global_batch_size;
   feeder_->fill(*train_, sample_offset_ + (iteration - 1) * G, num_micro_, iteration, true,
                 batches_);
-  // Normalise by the predicted tokens (and sentence pairs) of the whole global batch, so any
-  // micro-batching and data-parallel split gives the same mean and the same gradients.
-  const auto [lm_targets, aux_targets] = feeder_->global_target_counts(batches_);
+  StepBatch b;
+  std::tie(b.lm_targets, b.aux_targets) = feeder_->global_target_counts(batches_);
   device_batches_.resize(batches_.size());
   for (size_t m = 0; m < batches_.size(); ++m) device_batches_[m] = feeder_->on_device(batches_[m]);
   // A global batch with no predicted token (every label masked) takes a zero-gradient step, as
   // Megatron's clamped token count does, and the step line says so.
-  const double lm_divisor = static_cast<double>(std::max<int64_t>(lm_targets, 1));
-  const double scale = scaler_->scale();
-  const models::LossWeights weights{
-      static_cast<float>(scale / lm_divisor),
-      aux_targets > 0 ? static_cast<float>(scale / aux_targets) : 0.0f};
+  b.lm_divisor = std::max(b.lm_targets, 1.0);
+  b.scale = scaler_->scale();
+  b.weights =
+      models::LossWeights{static_cast<float>(b.scale / b.lm_divisor),
+                          b.aux_targets > 0 ? static_cast<float>(b.scale / b.aux_targets) : 0.0f};
+  return b;
+}
 
+// Forward and backward of every micro-batch through the pipeline, then the gradient reductions.
+models::LossSums Trainer::run_micro_batches(const StepBatch& b) {
   store_.zero_grads();
   grad_sync_->begin_step();
   // The router losses of every micro-batch of the global batch, averaged (each rank's gradients
   // are summed over dp, like the LM loss's).
   if (model_.moe) {
-    model_.moe->set_loss_weight(static_cast<float>(scale / (num_micro_ * groups_.dp->size())));
+    model_.moe->set_loss_weight(static_cast<float>(b.scale / (num_micro_ * groups_.dp->size())));
     (void)model_.moe->take_times();  // evaluation's forwards are not this step's
   }
   const PipelineRuntime::FillMicroBatch fill_mb = [&](int m, models::MicroBatch& mb) {
     mb = device_batches_[static_cast<size_t>(m)];
+    mb.info.timeline = timeline_.get();  // context parallelism records its exchanges there
+    mb.info.microbatch = m;
   };
   // One stage: the data-parallel reduction overlaps the last micro-batch's backward.
   PipelineRuntime::LastBackwardHooks overlap{
       [this] { grad_sync_->begin_last_backward(); },
       [this](int64_t w) { grad_sync_->grads_ready_below(w); }};
   const bool one_stage = groups_.pp->size() == 1;
-  const models::LossSums sums = pipeline_->run(schedule_actions_, fill_mb, weights, timeline_.get(),
-                                               one_stage ? &overlap : nullptr);
+  const models::LossSums sums = pipeline_->run(schedule_actions_, fill_mb, b.weights,
+                                               timeline_.get(), one_stage ? &overlap : nullptr);
   for (const bool after_dp : {false, true}) {
     if (after_dp) grad_sync_->finish();
     reduce_tied_embedding_grads(model_.chunks, store_, *groups_.pp, *groups_.embedding,
                                 model_.tied_embeddings, after_dp);
   }
   reduce_sequence_parallel_grads(store_, optimizer_->segments(), *groups_.tp, sp_grad_scratch_);
+  return sums;
+}
+
+// The losses of the whole global batch (and the MoE statistics).
+StepMetrics Trainer::step_losses(int64_t iteration, const models::LossSums& sums,
+                                 const StepBatch& b) {
   StepMetrics metrics;
   metrics.iteration = iteration;
   // Each cp rank holds part of every sequence's tokens: the sums run over dp x cp.
   const models::LossSums total = reduce_losses(sums, *groups_.pp, *replicas_.dp, device_);
-  metrics.lm_loss = total.lm / lm_divisor;
-  metrics.no_targets = lm_targets == 0;
-  metrics.has_aux = aux_targets > 0;
-  metrics.aux_loss = metrics.has_aux ? total.aux / aux_targets : 0.0;
+  metrics.lm_loss = total.lm / b.lm_divisor;
+  metrics.no_targets = b.lm_targets == 0;
+  metrics.has_aux = b.aux_targets > 0;
+  metrics.aux_loss = metrics.has_aux ? total.aux / b.aux_targets : 0.0;
   metrics.loss = metrics.lm_loss + metrics.aux_loss;
-  metrics.loss_scale = scale;
+  metrics.loss_scale = b.scale;
   if (model_.moe)
     finish_moe_step(*model_.moe,
                     {groups_.tp, groups_.dp, groups_.pp, model_.transformer.sequence_parallel,
                      model_.transformer.num_layers, device_},
                     num_micro_ * groups_.dp->size(), metrics);
+  return metrics;
+}
+
+// Gradient norm, clipping and the optimizer step (skipped on an fp16 overflow).
+void Trainer::apply_update(StepMetrics& metrics) {
+  const double scale = metrics.loss_scale;
   // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
   parallel::Communicator* dp_shards = grad_sync_->dense_sharded_over();
   const optim::ExpertNormGroups experts = grad_sync_->expert_norm_groups();
   const double scaled_norm = optim::global_grad_norm(optimizer_->segments(), groups_.tp->rank(),
                                                      *groups_.model, dp_shards, experts);
   metrics.grad_norm = scaled_norm / scale;
-  MT_CHECK(std::isfinite(metrics.loss), "iteration ", iteration, ": non-finite loss ", metrics.loss,
-           " (lower optimizer.lr)");
+  const double clip = recipe_.optimizer.clip_grad;
+  if (!std::isfinite(metrics.loss))
+    throw Error(concat("iteration ", metrics.iteration, ": non-finite loss ", metrics.loss,
+                       " (lower optimizer.lr)"));
   // The schedule counts optimizer steps, not iterations: a step skipped on fp16 overflow does
   // not advance it (Megatron's scheduler steps only after a successful update).
   metrics.lr = schedule_.lr(optimizer_->steps_taken() + 1);
   if (!std::isfinite(scaled_norm) ||
       fp16_gradient_overflow(store_, optimizer_->segments(), *groups_.model, dp_shards, device_,
                              experts.parallel)) {
-    MT_CHECK(scaler_->dynamic(), "iteration ", iteration, ": non-finite gradient norm ",
-             scaled_norm, " (lower optimizer.lr or enable clipping)");
+    if (!scaler_->dynamic())
+      throw Error(concat("iteration ", metrics.iteration, ": non-finite gradient norm ",
+                         scaled_norm, " (lower optimizer.lr",
+                         clip > 0.0 ? ")" : ", or set optimizer.clip_grad)"));
     metrics.skipped = true;  // fp16 overflow: skip the update, back off the scale
     scaler_->update(true);
   } else {
     // Unscale and clip in one pass over the gradients.
     double factor = 1.0 / scale;
-    const double clip = recipe_.optimizer.clip_grad;
     if (clip > 0.0 && metrics.grad_norm > clip) factor *= clip / (metrics.grad_norm + 1e-6);
     if (factor != 1.0) optim::scale_grads(optimizer_->segments(), factor);
     optimizer_->step(metrics.lr);
@@ -270,12 +290,17 @@ StepMetrics Trainer::train_step(int64_t iteration) {
     scaler_->update(false);
   }
   metrics.dp_comm_bytes = grad_sync_->take_bytes();
+}
 
+// Step time, tokens/s, TFLOP/s and MFU (the peaks measured again if a step outran them).
+void Trainer::time_step(StepMetrics& metrics, std::chrono::steady_clock::time_point t0) {
+  const auto& tr = recipe_.training;
   // On a device the step's last kernels (AdamW, casts) may still be queued: a one-element
   // device-to-host copy waits for them, so the step time covers the whole step.
   if (device_ != Device::CPU) (void)store_.masters().flat_view(0, {1}).to(Device::CPU);
   metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  metrics.tokens_per_s = static_cast<double>(G * S) / metrics.seconds;
+  metrics.tokens_per_s =
+      static_cast<double>(tr.global_batch_size * recipe_.model.seq_length) / metrics.seconds;
   if (model_.moe) {
     const moe::MoeTimes mt = model_.moe->take_times();
     metrics.moe_dispatch_share = (mt.dispatch + mt.combine) / metrics.seconds;
@@ -292,6 +317,15 @@ StepMetrics Trainer::train_step(int64_t iteration) {
            << " TFLOP/s per rank (a step outran the start-up GEMM probe)\n";
   metrics.mfu = peak_.peak_flops > 0 ? metrics.tflops * 1e12 / peak_.peak_flops : 0.0;
   metrics.of_gemm = peak_.gemm_flops > 0 ? metrics.tflops * 1e12 / peak_.gemm_flops : 0.0;
+}
+
+StepMetrics Trainer::train_step(int64_t iteration) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const StepBatch batch = prepare_batch(iteration);
+  const models::LossSums sums = run_micro_batches(batch);
+  StepMetrics metrics = step_losses(iteration, sums, batch);
+  apply_update(metrics);
+  time_step(metrics, t0);
   return metrics;
 }
 

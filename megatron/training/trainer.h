@@ -9,6 +9,7 @@
 // checkpointer and the metrics sink. training.recompute (none|selective|full) selects
 // activation recomputation in the transformer blocks; every model chunk of a rank shares one
 // workspace.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <ostream>
@@ -83,6 +84,16 @@ class Trainer {
   void build_optimizer();
   void build_logging(std::ostream& log);
   void report_start();
+  // One training step, in order (train_step).
+  struct StepBatch {
+    double lm_targets = 0, aux_targets = 0, lm_divisor = 1, scale = 1;
+    models::LossWeights weights;
+  };
+  StepBatch prepare_batch(int64_t iteration);
+  models::LossSums run_micro_batches(const StepBatch& batch);
+  StepMetrics step_losses(int64_t iteration, const models::LossSums& sums, const StepBatch& batch);
+  void apply_update(StepMetrics& metrics);
+  void time_step(StepMetrics& metrics, std::chrono::steady_clock::time_point start);
   // The agreed reason to stop early (a signal on any rank, the time limit), or empty.
   std::string should_stop(double elapsed_minutes);
 

@@ -72,10 +72,10 @@ void SelfAttention::recompute_probs(State& s, const kernels::AttentionShape& as,
 
 void SelfAttention::core_forward(State& s, const kernels::AttentionShape& as,
                                  const kernels::AttentionOptions& ao,
-                                 const kernels::ContextChunks& chunks) const {
+                                 const MicroBatchInfo& mb) const {
   Tensor& out = ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act(), device_);
   if (cp_) {
-    cp_->forward(s.cp, as, ao, chunks, s.qkv_out, out);
+    cp_->forward(s.cp, as, ao, mb, s.qkv_out, out);
     return;
   }
   if (spec_.flash_attention)
@@ -88,12 +88,12 @@ void SelfAttention::core_forward(State& s, const kernels::AttentionShape& as,
 
 void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
                                   const kernels::AttentionOptions& ao,
-                                  const kernels::ContextChunks& chunks) const {
+                                  const MicroBatchInfo& mb) const {
   // (Unfused under selective recompute: the probabilities were recomputed before the projection
   // backward, which then overwrote recompute_probs' scratch s.d_attn with the real gradient.)
   Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act(), device_);
   if (cp_) {
-    cp_->backward(s.cp, as, ao, chunks, s.qkv_out, s.attn_out, s.d_attn, d_qkv);
+    cp_->backward(s.cp, as, ao, mb, s.qkv_out, s.attn_out, s.d_attn, d_qkv);
     return;
   }
   if (spec_.flash_attention) {
@@ -142,7 +142,7 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
   const auto as = shape(S, B, mb.batch_offset);
   qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_), &mb);
   if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0, mb.position_ids);
-  core_forward(s, as, options(mb, key_mask), mb.cp);
+  core_forward(s, as, options(mb, key_mask), mb);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_), &mb);
   return s.out;
 }
@@ -155,7 +155,7 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   const auto ao = options(mb, key_mask);
   if (shared_probs_ && !spec_.flash_attention && !cp_) recompute_probs(s, as, ao);
   proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_), &mb);
-  core_backward(s, as, ao, mb.cp);
+  core_backward(s, as, ao, mb);
   if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0, mb.position_ids);
   qkv_->backward(s.qkv, s.d_qkv, &d_in, &mb);
 }

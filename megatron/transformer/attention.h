@@ -56,11 +56,11 @@ class SelfAttention final : public AttentionLayer {
                        const kernels::AttentionOptions& ao) const;
   // The core (unfused or flash) from s.qkv_out into s.attn_out, and its backward from
   // s.d_attn into s.d_qkv.
+  // mb: context parallelism's chunks and timeline.
   void core_forward(State& s, const kernels::AttentionShape& as,
-                    const kernels::AttentionOptions& ao, const kernels::ContextChunks& chunks) const;
+                    const kernels::AttentionOptions& ao, const MicroBatchInfo& mb) const;
   void core_backward(State& s, const kernels::AttentionShape& as,
-                     const kernels::AttentionOptions& ao,
-                     const kernels::ContextChunks& chunks) const;
+                     const kernels::AttentionOptions& ao, const MicroBatchInfo& mb) const;
   kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
   kernels::AttentionOptions options(const MicroBatchInfo& mb, const uint8_t* key_mask) const;
   // The full sequence length of a branch input of local_seq rows.

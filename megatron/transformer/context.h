@@ -29,6 +29,9 @@ struct DropoutSite {
 };
 
 struct KvCache;  // kv_cache.h
+namespace pipeline {
+class TimelineRecorder;  // megatron/pipeline/timeline.h
+}
 
 // Where this micro-batch sits in the global batch (for layout-independent randomness).
 struct MicroBatchInfo {
@@ -47,6 +50,10 @@ struct MicroBatchInfo {
   // Context parallelism: which global positions this rank's rows are (position_ids then holds
   // them, and segment_ids / key masks cover the whole sequence). Inactive without it.
   kernels::ContextChunks cp = {};
+  // A recorded timeline (logging.timeline) and this micro-batch's index in the step: the
+  // context-parallel exchanges are recorded there. Null: none.
+  pipeline::TimelineRecorder* timeline = nullptr;
+  int microbatch = 0;
 };
 
 }  // namespace megatron

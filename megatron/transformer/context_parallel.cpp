@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "megatron/backend/ops.h"
+#include "megatron/pipeline/timeline.h"
 #include "megatron/transformer/attention.h"
 
 namespace megatron {
@@ -107,7 +108,9 @@ void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionSh
   pack_kv(w_.q32, gs, ensure(w_.kv, kv_shape, DType::F32, w_.q32.device()));
   if (comm_ == ContextParallelComm::AllGather) {
     ensure(s.kv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, w_.q32.device());
+    const double t0 = now();
     cp_->all_gather(w_.kv, s.kv_all);
+    record_exchange(t0);
   }
   for (int step = 0; step < cp; ++step) {
     const int src = (r - step + cp) % cp;
@@ -117,6 +120,7 @@ void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionSh
     }
     // The next block travels while this one is attended to.
     std::unique_ptr<parallel::Work> next;
+    const double t0 = now();
     if (step + 1 < cp) {
       ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
       next = cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.kv, (r + 1) % cp, 1},
@@ -125,6 +129,7 @@ void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionSh
     attend(s, gs, opt, w_.kv, src);
     if (next) {
       next->wait();
+      record_exchange(t0);
       std::swap(w_.kv, w_.kv_next);
     }
   }
@@ -150,6 +155,7 @@ void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionS
       continue;
     }
     std::unique_ptr<parallel::Work> next;
+    const double t0 = now();
     if (step + 1 < cp) {
       ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
       next = cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.kv, (r + 1) % cp, 2},
@@ -158,6 +164,7 @@ void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionS
     attend_backward(gs, opt, w_.kv, w_.dkv, src);
     if (next) {
       next->wait();
+      record_exchange(t0);
       std::swap(w_.kv, w_.kv_next);
     }
     // The block's key/value gradient follows it; after cp hops it is back with its owner. It
@@ -165,15 +172,19 @@ void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionS
     // just sent becomes the next key/value receive buffer: three blocks in all.
     if (cp > 1) {
       ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
+      const double t1 = now();
       cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.dkv, (r + 1) % cp, 3},
                               {parallel::P2POp::Recv, w_.kv_next, (r - 1 + cp) % cp, 3}})
           ->wait();
+      record_exchange(t1);
       std::swap(w_.dkv, w_.kv_next);
     }
   }
   if (gathered) {
     ensure(w_.dkv, kv_shape, DType::F32, w_.q32.device());
+    const double t0 = now();
     cp_->reduce_scatter(w_.dkv_all, w_.dkv, parallel::ReduceOp::Sum);
+    record_exchange(t0);
   }
   unpack_kv(w_.dkv, gs, w_.dq32);
 }
@@ -255,11 +266,19 @@ void ContextParallelAttention::a2a_forward(State& s, const kernels::AttentionSha
   const auto sh = a2a_shape(gs, n, cp_->rank());
   const Device dev = w_.q32.device();
   ensure(s.full_qkv, {S, gs.B, sh.G, w}, DType::F32, dev);
-  seq_to_heads(*cp_, w_.q32, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, s.full_qkv);
+  {
+    const double t0 = now();
+    seq_to_heads(*cp_, w_.q32, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, s.full_qkv);
+    record_exchange(t0);
+  }
   ensure(s.full_out, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
   ensure(s.full_lse, {gs.B, sh.H, S}, DType::F32, dev);
   ops::flash_attention_forward(sh, opt, s.full_qkv, s.full_out, s.full_lse);
-  heads_to_seq(*cp_, s.full_out, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.out32);
+  {
+    const double t0 = now();
+    heads_to_seq(*cp_, s.full_out, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.out32);
+    record_exchange(t0);
+  }
 }
 
 void ContextParallelAttention::a2a_backward(State& s, const kernels::AttentionShape& gs,
@@ -269,17 +288,37 @@ void ContextParallelAttention::a2a_backward(State& s, const kernels::AttentionSh
   const auto sh = a2a_shape(gs, n, cp_->rank());
   const Device dev = w_.dout32.device();
   ensure(w_.full_dout, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
-  seq_to_heads(*cp_, w_.dout32, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.full_dout);
+  {
+    const double t0 = now();
+    seq_to_heads(*cp_, w_.dout32, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.full_dout);
+    record_exchange(t0);
+  }
   ensure(w_.full_dqkv, s.full_qkv.shape(), DType::F32, dev);
   ops::flash_attention_backward(sh, opt, s.full_qkv, s.full_out, s.full_lse, w_.full_dout,
                                 w_.full_dqkv);
-  heads_to_seq(*cp_, w_.full_dqkv, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, w_.dq32);
+  {
+    const double t0 = now();
+    heads_to_seq(*cp_, w_.full_dqkv, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, w_.dq32);
+    record_exchange(t0);
+  }
+}
+
+double ContextParallelAttention::now() const {
+  return w_.mb != nullptr && w_.mb->timeline != nullptr ? w_.mb->timeline->now() : 0.0;
+}
+
+void ContextParallelAttention::record_exchange(double start_s) const {
+  if (w_.mb == nullptr || w_.mb->timeline == nullptr) return;
+  w_.mb->timeline->record(pipeline::ActionKind::CpExchange, w_.mb->microbatch, 0, start_s,
+                          w_.mb->timeline->now());
 }
 
 void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& local,
                                        const kernels::AttentionOptions& opt,
-                                       const kernels::ContextChunks& chunks, const Tensor& qkv,
+                                       const MicroBatchInfo& mb, const Tensor& qkv,
                                        Tensor& out) const {
+  const kernels::ContextChunks& chunks = mb.cp;
+  w_.mb = &mb;
   MT_CHECK(chunks.active() && chunks.first == cp_->rank() && local.S == 2 * chunks.chunk &&
                chunks.total == chunks.chunk * 2 * cp_->size(),
            "context-parallel attention: rank ", cp_->rank(), " of ", cp_->size(), " holds ",
@@ -308,8 +347,10 @@ void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& 
 
 void ContextParallelAttention::backward(State& s, const kernels::AttentionShape& local,
                                         const kernels::AttentionOptions& opt,
-                                        const kernels::ContextChunks& chunks, const Tensor& qkv,
+                                        const MicroBatchInfo& mb, const Tensor& qkv,
                                         const Tensor& out, const Tensor& dout, Tensor& dqkv) const {
+  const kernels::ContextChunks& chunks = mb.cp;
+  w_.mb = &mb;
   kernels::AttentionShape gs = local;
   gs.S = chunks.total;
   const int64_t Sl = local.S, C = chunks.chunk, w = (local.H / local.G + 2) * local.Dh;

@@ -45,15 +45,15 @@ class ContextParallelAttention {
   ContextParallelAttention(parallel::Communicator& cp, ContextParallelComm comm);
 
   // local: the shape of this rank's rows (S = its 2 chunks; heads after tensor parallelism);
-  // chunks: which global positions they are (mb.cp). qkv [S, B, G, H/G + 2, Dh] after rope,
-  // out [S, B, H * Dh], both in the activation dtype.
+  // mb.cp: which global positions they are (mb.timeline, when set, records the exchanges). qkv
+  // [S, B, G, H/G + 2, Dh] after rope, out [S, B, H * Dh], both in the activation dtype.
   void forward(State& s, const kernels::AttentionShape& local, const kernels::AttentionOptions& opt,
-               const kernels::ContextChunks& chunks, const Tensor& qkv, Tensor& out) const;
+               const MicroBatchInfo& mb, const Tensor& qkv, Tensor& out) const;
   // dout [S, B, H * Dh] -> dqkv [S, B, G, H/G + 2, Dh] (written, not added); qkv and out as
   // forward had them.
   void backward(State& s, const kernels::AttentionShape& local,
-                const kernels::AttentionOptions& opt, const kernels::ContextChunks& chunks,
-                const Tensor& qkv, const Tensor& out, const Tensor& dout, Tensor& dqkv) const;
+                const kernels::AttentionOptions& opt, const MicroBatchInfo& mb, const Tensor& qkv,
+                const Tensor& out, const Tensor& dout, Tensor& dqkv) const;
 
   parallel::Communicator& group() const { return *cp_; }
   ContextParallelComm comm() const { return comm_; }
@@ -82,7 +82,11 @@ class ContextParallelAttention {
     Tensor kv, kv_next, dkv, dkv_all;
     Tensor blk_out, blk_lse, chunk_lse;
     Tensor full_dout, full_dqkv, send, recv;
+    const MicroBatchInfo* mb = nullptr;  // the call's micro-batch (its timeline)
   };
+  // Records [start_s, now) as a cp_exchange of the call's micro-batch when it has a timeline.
+  double now() const;
+  void record_exchange(double start_s) const;
 
   parallel::Communicator* cp_;
   ContextParallelComm comm_;

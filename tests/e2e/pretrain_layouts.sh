@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real pretrain binary on the shipped corpus: alone, and under mpirun with dp=2, tp=2,
-# tp=2 + sequence parallel, the distributed optimizer, pp=2 (with a recorded timeline) and
-# tp=2 x pp=2 x dp=2 on 8 ranks; every layout must log the single-process losses (per-step
+# tp=2 + sequence parallel, the distributed optimizer, pp=2 (with a recorded timeline),
+# context parallelism 2 (ring attention, with a recorded timeline that must show its exchanges)
+# and tp=2 x pp=2 x dp=2 on 8 ranks; every layout must log the single-process losses (per-step
 # JSONL) within fp32 round-off.
 # usage: pretrain_layouts.sh PRETRAIN_BINARY MPIEXEC WORK_DIR
 set -euo pipefail
@@ -33,13 +34,14 @@ run tp2 "${mpi[@]}" -np 2 -- --set parallel.tensor=2
 run tp2_sp "${mpi[@]}" -np 2 -- --set parallel.tensor=2 --set parallel.sequence_parallel=true
 run dp2_distopt "${mpi[@]}" -np 2 -- --set optimizer.distributed=true
 run pp2 "${mpi[@]}" -np 2 -- --set parallel.pipeline=2 --set "logging.timeline=$work/timeline"
+run cp2 "${mpi[@]}" -np 2 -- --set parallel.context=2 --set "logging.timeline=$work/cp_timeline"
 run tp2_pp2_dp2 "${mpi[@]}" -np 8 -- --set parallel.tensor=2 --set parallel.pipeline=2 \
     --set parallel.sequence_parallel=true --set training.micro_batch_size=2
 
 ref=$(losses "$work/single.jsonl")
 [ "$(echo "$ref" | wc -l)" -eq 6 ] || { echo "FAIL: expected 6 steps in single.jsonl"; exit 1; }
 status=0
-for name in dp2 tp2 tp2_sp dp2_distopt pp2 tp2_pp2_dp2; do
+for name in dp2 tp2 tp2_sp dp2_distopt pp2 cp2 tp2_pp2_dp2; do
   got=$(losses "$work/$name.jsonl")
   if ! paste <(echo "$ref") <(echo "$got") | awk -v n="$name" '
       { d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 2e-5 * $1) { bad = 1;
@@ -51,6 +53,11 @@ for name in dp2 tp2 tp2_sp dp2_distopt pp2 tp2_pp2_dp2; do
   fi
 done
 grep -q "launch: mpirun, 2 ranks" "$work/dp2.log" || { echo "FAIL: no launch report"; status=1; }
+grep -q "cp 2 (p2p)" "$work/cp2.log" || { echo "FAIL: the cp2 run does not report cp 2"; status=1; }
+for r in 0 1; do
+  grep -q '"kind":"cp_exchange"' "$work/cp_timeline.rank$r.jsonl" ||
+    { echo "FAIL: no cp_exchange in cp_timeline.rank$r.jsonl"; status=1; }
+done
 # The recorded pipeline timeline renders as an SVG.
 if [ -n "${TIMELINE_TOOL:-}" ]; then
   "$TIMELINE_TOOL" --events "$work"/timeline.rank*.jsonl --output "$work/timeline.svg" \

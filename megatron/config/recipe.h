@@ -477,8 +477,8 @@ struct Recipe {
   // global_batch % micro_batch, schedule vs train_iters, ...).
   void validate() const;
   // parallel.context > 1: what context parallelism needs (seq_length % 2cp, heads for a2a) and
-  // what it does not support yet (bert, unfused attention, MoE, hybrid sharding; the trainer
-  // refuses cuda, which the planner can still size).
+  // what it does not support yet (bert, unfused attention, expert parallelism or a token
+  // capacity, hybrid sharding; the trainer refuses cuda, which the planner can still size).
   void validate_context_parallel(Checker& c) const;
   // Checks against a world size: world % (tensor*pipeline*context) == 0, parallel.data (if not
   // auto) == world / (tensor*pipeline*context), global_batch % (micro*dp) == 0, dp % expert == 0.

@@ -330,10 +330,17 @@ void Recipe::validate_context_parallel(Checker& c) const {
           concat("context parallelism runs the flash attention kernels: use flash or auto (got "
                  "unfused with parallel.context ",
                  cp, ")"));
-  c.check(!model.moe.enabled(), "parallel.context",
-          concat("context parallelism with mixture-of-experts models is not implemented yet "
-                 "(got parallel.context ",
-                 cp, " with model.num_experts ", model.moe.num_experts, ")"));
+  // MoE: the cp ranks hold replicas of the experts (ep inside dp only, so cp 1 < ep would need
+  // an expert-data-parallel group spanning cp), and capacity decides over a rank's tokens.
+  c.check(!model.moe.enabled() || parallel.expert == 1, "parallel.expert",
+          concat("expert parallelism is not implemented with context parallelism yet (got "
+                 "parallel.expert ",
+                 parallel.expert, " with parallel.context ", cp, ")"));
+  c.check(
+      !model.moe.enabled() || !model.moe.moe_expert_capacity_factor,
+      "model.moe_expert_capacity_factor",
+      concat("a token capacity is not implemented with context parallelism (got parallel.context ",
+             cp, ")"));
   c.check(parallel.num_distributed_optimizer_instances == 1,
           "parallel.num_distributed_optimizer_instances",
           concat("hybrid sharding is not implemented with context parallelism (got ",

@@ -45,6 +45,12 @@ void finish_moe_step(moe::MoeState& state, const MoeStepGroups& g, int64_t micro
     all_reduce(*g.tp, counts, parallel::ReduceOp::Sum, g.device);
     all_reduce(*g.tp, neg_margin, parallel::ReduceOp::Max, g.device);
   }
+  // Context-parallel ranks likewise hold partial losses and counts of every sequence.
+  if (g.cp != nullptr && g.cp->size() > 1) {
+    all_reduce(*g.cp, sums, parallel::ReduceOp::Sum, g.device);
+    all_reduce(*g.cp, counts, parallel::ReduceOp::Sum, g.device);
+    all_reduce(*g.cp, neg_margin, parallel::ReduceOp::Max, g.device);
+  }
   all_reduce(*g.dp, sums, parallel::ReduceOp::Sum, g.device);
   all_reduce(*g.dp, neg_margin, parallel::ReduceOp::Max, g.device);
   all_reduce(*g.dp, counts, parallel::ReduceOp::Sum, g.device);

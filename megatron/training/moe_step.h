@@ -13,6 +13,7 @@ struct MoeStepGroups {
   parallel::Communicator* tp;  // summed over only with sequence parallelism (token slices)
   parallel::Communicator* dp;  // every data-parallel rank's micro-batches (ep is part of dp)
   parallel::Communicator* pp;  // the stages hold different layers
+  parallel::Communicator* cp = nullptr;  // context parallel: each rank holds part of the tokens
   bool sequence_parallel = false;
   int64_t num_layers = 0;       // the model's (for the per-layer imbalance list)
   Device device = Device::CPU;  // the training device: its groups move device tensors only

@@ -77,7 +77,7 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
   store_ = ParamStore(device_);
   model_ = models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp,
                                       groups_.pp->rank(), groups_.pp->size(),
-                                      {groups_.ep, groups_.expert_tp, groups_.dp}, groups_.cp);
+                                      {groups_.ep, groups_.expert_tp, groups_.dp, groups_.cp}, groups_.cp);
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients. The dense
   // region is sharded over the dp shard group, the experts' over expert dp (ZeRO stages).
@@ -249,8 +249,8 @@ StepMetrics Trainer::step_losses(int64_t iteration, const models::LossSums& sums
   metrics.loss_scale = b.scale;
   if (model_.moe)
     finish_moe_step(*model_.moe,
-                    {groups_.tp, groups_.dp, groups_.pp, model_.transformer.sequence_parallel,
-                     model_.transformer.num_layers, device_},
+                    {groups_.tp, groups_.dp, groups_.pp, groups_.cp,
+                     model_.transformer.sequence_parallel, model_.transformer.num_layers, device_},
                     num_micro_ * groups_.dp->size(), metrics);
   return metrics;
 }

@@ -103,6 +103,30 @@ TEST(MoeEquivalence, CapacityDropsTokens) {
   eq::report_max_diff("moe capacity");
 }
 
+// Context parallelism: each cp rank routes its chunks of every sequence; the balancing counts,
+// the token totals of the aux and z losses and the step's statistics add up over cp (experts
+// replicated over cp, their gradients reduced over dp x cp).
+TEST(MoeEquivalence, ContextParallelLayouts) {
+  const std::vector<eq::Layout> layouts = {
+      {.micro = 2, .cp = 2, .cp_comm = "p2p"},
+      {.micro = 2, .cp = 2, .cp_comm = "a2a"},
+      {.tp = 2, .micro = 2, .sp = true, .cp = 2, .cp_comm = "p2p"},
+      // (the same micro-batches as the reference's: the router losses are per micro-batch)
+      {.dp = 2, .micro = 2, .distributed = true, .cp = 2, .cp_comm = "all_gather"},
+      {.micro = 2, .cp = 4, .cp_comm = "p2p"},
+  };
+  const eq::RecipeSpec aux =
+      moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2);
+  EXPECT_GT(eq::expect_layouts_match(aux, source(), layouts), 0);
+  const eq::RecipeSpec seq_aux = moe_model(
+      "moe_router_topk: 2, moe_router_score_function: sigmoid, "
+      "moe_router_load_balancing_type: seq_aux_loss, moe_aux_loss_coeff: 0.01, "
+      "moe_router_enable_expert_bias: true, moe_router_bias_update_rate: 0.01",
+      2);
+  EXPECT_GT(eq::expect_layouts_match(seq_aux, source(), layouts), 0);
+  eq::report_max_diff("moe context parallel");
+}
+
 // global_aux_loss (Megatron's): the counts of every data-parallel rank's micro-batch, averaged
 // over the step's micro-batches so far. It depends on the data-parallel size by definition (the
 // counts span the dp ranks), so layouts match a reference of their own dp size: dp 1 layouts the

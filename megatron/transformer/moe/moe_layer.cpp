@@ -18,7 +18,8 @@ MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_
       tp_(&a.tp),
       sp_(a.spec.sequence_parallel && a.tp.size() > 1),
       fold_(groups.expert_tp->size() != a.tp.size()),
-      dp_(groups.dp) {
+      dp_(groups.dp),
+      cp_(groups.cp != nullptr && groups.cp->size() > 1 ? groups.cp : nullptr) {
   parallel::Communicator& ep = *groups.ep;
   parallel::Communicator& expert_tp = *groups.expert_tp;
   MT_CHECK(!fold_ || (expert_tp.size() == 1 && sp_), "MoE layer ", a.layer,
@@ -103,7 +104,12 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
                     parallel::ReduceOp::Sum, device_);
   };
   if (sp_) sum_over(tp_);
-  int64_t balance_tokens = T;
+  // Context parallelism: this rank holds 2 of the 2 cp chunks of every sequence; the losses are
+  // those of the whole sequences (each rank's part of them adds up over cp).
+  sum_over(cp_);
+  const int64_t T_all = T * (cp_ ? cp_->size() : 1);
+  s.loss_tokens = T_all;
+  int64_t balance_tokens = T_all;
   if (ro.balancing == config::MoeLoadBalancing::GlobalAuxLoss && mb.training) {
     // Megatron's global_aux_loss: the counts of every dp rank's micro-batch, averaged over this
     // step's micro-batches so far; a recomputed forward reuses its micro-batch's counts (no
@@ -114,10 +120,10 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
       seen.emplace(mb.batch_offset, counts);
     }
     counts = moe_->mean_global_counts(layer_, mb.batch_offset);
-    balance_tokens = T * (dp_ ? dp_->size() : 1);
+    balance_tokens = T_all * (dp_ ? dp_->size() : 1);
   }
   s.balance = balance_loss(s.routing, ro, counts, balance_tokens, B);
-  s.z = z_loss(s.routing, ro, T);
+  s.z = z_loss(s.routing, ro, T_all);
   moe_->add_forward_loss(s.balance.loss + s.z);
   s.picked_per_expert.assign(static_cast<size_t>(E), 0.0);
   for (int32_t e : s.routing.experts) s.picked_per_expert[static_cast<size_t>(e)] += 1.0;
@@ -236,7 +242,7 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   const float w = moe_->loss_weight();
   const Tensor d_gates = s.d_gates.to(Device::CPU);
   const Tensor dlogits = Tensor::empty({Tl, E}, DType::F32);  // on the host, as the routing
-  router_backward(s.routing, ro, d_gates.data<float>(), s.balance, w, w, T, s.batch,
+  router_backward(s.routing, ro, d_gates.data<float>(), s.balance, w, w, s.loss_tokens, s.batch,
                   dlogits.data<float>());
   s.dlogits = dlogits.to(device_);
   Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);

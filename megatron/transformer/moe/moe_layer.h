@@ -41,6 +41,7 @@ class MoELayer final : public MlpLayer {
     BalanceLoss balance;
     double z = 0;
     int64_t total_tokens = 0, batch = 0;
+    int64_t loss_tokens = 0;  // what the z loss averages over: total_tokens x cp
     std::vector<double> picked_per_expert;  // local picks before drops
     double dropped = 0;
     DispatchPlan plan;
@@ -77,6 +78,7 @@ class MoELayer final : public MlpLayer {
   bool sp_;
   bool fold_;                   // experts whole under tp > 1: each rank dispatches its own tokens
   parallel::Communicator* dp_;  // global_aux_loss's counts are summed over it (null: none)
+  parallel::Communicator* cp_;  // context parallel (null: none): counts summed over it too
   Parameter* router_ = nullptr;
   std::unique_ptr<TokenDispatcher> dispatcher_;
   std::unique_ptr<GroupedExperts> experts_;

@@ -24,6 +24,9 @@ struct MoeGroups {
   parallel::Communicator* ep = nullptr;         // expert parallel: the all-to-all
   parallel::Communicator* expert_tp = nullptr;  // the experts' tensor parallel group
   parallel::Communicator* dp = nullptr;         // data parallel: global_aux_loss's counts
+  // Context parallel: each rank routes its chunks of every sequence, so the balancing counts
+  // and token totals are summed over it (null or one rank: none).
+  parallel::Communicator* cp = nullptr;
 };
 
 struct MoeSpec {

@@ -100,6 +100,26 @@ void ContextParallelAttention::attend_backward(const kernels::AttentionShape& gs
     }
 }
 
+ContextParallelAttention::Hop ContextParallelAttention::pass_block(int step, const Shape& kv_shape,
+                                                                   int tag) const {
+  const int cp = cp_->size(), r = cp_->rank();
+  Hop hop{nullptr, now()};
+  if (step + 1 < cp) {
+    ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
+    hop.work =
+        cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.kv, (r + 1) % cp, tag},
+                                {parallel::P2POp::Recv, w_.kv_next, (r - 1 + cp) % cp, tag}});
+  }
+  return hop;
+}
+
+void ContextParallelAttention::finish_hop(const Hop& hop) const {
+  if (!hop.work) return;
+  hop.work->wait();
+  record_exchange(hop.start_s);
+  std::swap(w_.kv, w_.kv_next);
+}
+
 void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionShape& gs,
                                             const kernels::AttentionOptions& opt) const {
   const int cp = cp_->size(), r = cp_->rank();
@@ -119,19 +139,9 @@ void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionSh
       continue;
     }
     // The next block travels while this one is attended to.
-    std::unique_ptr<parallel::Work> next;
-    const double t0 = now();
-    if (step + 1 < cp) {
-      ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
-      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.kv, (r + 1) % cp, 1},
-                                     {parallel::P2POp::Recv, w_.kv_next, (r - 1 + cp) % cp, 1}});
-    }
+    const Hop hop = pass_block(step, kv_shape, 1);
     attend(s, gs, opt, w_.kv, src);
-    if (next) {
-      next->wait();
-      record_exchange(t0);
-      std::swap(w_.kv, w_.kv_next);
-    }
+    finish_hop(hop);
   }
 }
 
@@ -154,19 +164,9 @@ void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionS
       attend_backward(gs, opt, s.kv_all.slice(src * Sl, (src + 1) * Sl), dkv, src);
       continue;
     }
-    std::unique_ptr<parallel::Work> next;
-    const double t0 = now();
-    if (step + 1 < cp) {
-      ensure(w_.kv_next, kv_shape, DType::F32, w_.q32.device());
-      next = cp_->batch_isend_irecv({{parallel::P2POp::Send, w_.kv, (r + 1) % cp, 2},
-                                     {parallel::P2POp::Recv, w_.kv_next, (r - 1 + cp) % cp, 2}});
-    }
+    const Hop hop = pass_block(step, kv_shape, 2);
     attend_backward(gs, opt, w_.kv, w_.dkv, src);
-    if (next) {
-      next->wait();
-      record_exchange(t0);
-      std::swap(w_.kv, w_.kv_next);
-    }
+    finish_hop(hop);
     // The block's key/value gradient follows it; after cp hops it is back with its owner. It
     // arrives in kv_next (free since the swap: the block it held is done), and the gradient
     // just sent becomes the next key/value receive buffer: three blocks in all.

@@ -84,6 +84,15 @@ class ContextParallelAttention {
     Tensor full_dout, full_dqkv, send, recv;
     const MicroBatchInfo* mb = nullptr;  // the call's micro-batch (its timeline)
   };
+  // p2p: posts the send of this rank's current block to the next rank and the receive of the
+  // previous rank's into kv_next (none at the last step); finish_hop waits for both, records
+  // the exchange and makes the received block the current one.
+  struct Hop {
+    std::unique_ptr<parallel::Work> work;
+    double start_s = 0;
+  };
+  Hop pass_block(int step, const Shape& kv_shape, int tag) const;
+  void finish_hop(const Hop& hop) const;
   // Records [start_s, now) as a cp_exchange of the call's micro-batch when it has a timeline.
   double now() const;
   void record_exchange(double start_s) const;

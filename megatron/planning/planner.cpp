@@ -171,20 +171,25 @@ int64_t live_chunk_activations(int64_t pp, int64_t vpp, int64_t m, int64_t stage
   return std::min(vpp * m, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1);
 }
 
-PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_t tokenizer_vocab) {
-  const config::Recipe& r = recipe;
-  const auto& tr = r.training;
-  const int64_t world = cluster.world();
-  MT_INPUT_CHECK(world >= 1, "cluster: nodes x gpus_per_node must be >= 1 (got ", cluster.nodes,
-                 " x ", cluster.gpus_per_node, ")");
-  PlanReport rep;
-  rep.recipe = r.source_path;
-  rep.arch = config::option_name(r.model.arch);
-  rep.device = config::option_name(tr.device);
-  rep.precision = config::option_name(tr.precision);
-  rep.cluster = cluster;
+namespace {
 
-  Layout& lay = rep.layout;
+// What every part of a plan reads: the recipe, the cluster, the model's dims and the layout.
+struct PlanInputs {
+  const config::Recipe& r;
+  const ClusterSpec& cluster;
+  const Dims& d;
+  const Layout& lay;
+  int64_t V;  // padded vocabulary
+  bool cuda, mixed, flash;
+  double wbytes, moment_bytes;
+  const Activations& act;
+  double cp_kept;  // context parallelism: what each layer keeps beyond the local attention
+};
+
+// The recipe's layout on a world of `world` devices (validates the recipe against it).
+Layout layout_of(const config::Recipe& r, int64_t world) {
+  const auto& tr = r.training;
+  Layout lay;
   lay.tp = r.parallel.tensor;
   lay.pp = r.parallel.pipeline;
   lay.cp = r.parallel.context;
@@ -208,31 +213,15 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                  "micro-batches per step to be a multiple of parallel.pipeline (got ",
                  lay.num_microbatches, " micro-batches, pipeline ", lay.pp, ")");
 
-  const Dims d = dims_of(r);
-  rep.vocab = r.model.vocab_size > 0 ? r.model.vocab_size : tokenizer_vocab;
-  MT_INPUT_CHECK(rep.vocab > 0, "the vocabulary size must be > 0 (got ", rep.vocab, ")");
-  rep.padded_vocab = r.model.padded_vocab_size(tokenizer_vocab, lay.tp);
-  const int64_t V = rep.padded_vocab;
-  rep.params = count_parameters(r.model, V, r.data.bert_binary_head);
+  return lay;
+}
 
-  const bool cuda = tr.device == config::TrainingDevice::CUDA;
-  const bool mixed = is_mixed(tr.precision);
-  const double wbytes = mixed ? 2.0 : 4.0;  // model weights / activations on cuda
-  const bool adam = r.optimizer.type == config::OptimizerType::AdamW;
-  const double moment_bytes = adam ? 8.0 : 4.0;
-  // The recipe's model.attention_backend (auto: flash on cuda); --no-flash-attention forces the
-  // unfused model.
-  const bool flash = cluster.flash_attention && r.model.flash_attention(tr.device);
-  const Activations act{d,
-                        lay,
-                        cuda,
-                        flash,
-                        wbytes,
-                        static_cast<double>(V),
-                        static_cast<double>(d.S / lay.cp),
-                        static_cast<double>(lay.micro_batch),
-                        static_cast<double>(lay.tp),
-                        lay.sequence_parallel ? static_cast<double>(lay.tp) : 1.0};
+// The report's notes on what the estimate assumes.
+void add_notes(PlanReport& rep, const PlanInputs& in) {
+  const Dims& d = in.d;
+  const Layout& lay = in.lay;
+  const config::Recipe& r = in.r;
+  const bool cuda = in.cuda, flash = in.flash;
   if (cuda && !flash)
     rep.notes.push_back("unfused attention: the [b, H/t, s, s] softmax is stored per layer");
   if (d.E > 0)
@@ -247,109 +236,110 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
                                config::option_name(lay.cp_comm),
                                "): activations of S / cp rows; key/value traffic per layer as "
                                "context_parallel_model.h models it"));
-  const double cp_kept = detail::context_parallel_cost(d, lay.cp, lay.cp_comm, act.s, act.b,
-                                                       act.t, cuda ? act.a : 4.0, 0.0, 1.0)
-                             .kept_bytes;
   if (d.lora_rank > 0)
     rep.notes.push_back(concat("LoRA rank ", d.lora_rank,
                                ": gradients, fp32 masters and optimizer state for the adapters "
                                "only; the frozen base is weights only (its dW GEMMs are skipped "
                                "but counted in the FLOPs estimate)"));
+}
 
-  const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
-  std::vector<detail::ShardingInputs> sharding_inputs;  // per stage (the time model's too)
-  std::vector<detail::ShardedState> sharded;
-  for (int64_t stage = 0; stage < lay.pp; ++stage) {
-    StagePlan sp;
-    sp.stage = stage;
-    const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage);
-    for (const ChunkShape& c : chunks) {
-      sp.layers += c.layers;
-      sp.parameters += chunk_params(d, V, lay, c);
-      if (d.E > 0)
-        sp.expert_parameters +=
-            d.moe_layers(c.first, c.layers) * (d.E / lay.ep) * expert_params(d, lay.expert_tp());
-      sp.first = sp.first || c.pre;
-      sp.last = sp.last || c.post;
-    }
-    // What the store keeps of the weights, gradients, masters and optimizer state (LoRA: the
-    // frozen base is weights only), under this layout's strategy and each other one.
-    detail::ShardingInputs in;
-    in.strategy = lay.sharding;
-    in.dp = lay.dp * lay.cp;  // gradients and shards over dp x cp
-    in.instances = lay.instances;
-    in.expert_dp = lay.expert_dp();
-    in.microbatches = lay.num_microbatches;
-    in.wbytes = wbytes;
-    in.moment_bytes = moment_bytes;
-    in.mixed = mixed;
-    in.offload = lay.offload;
-    in.units = stage_units(d, V, lay, chunks, r.parallel.fsdp_unit_layers);
-    for (const detail::UnitParams& u : in.units) sp.trainable_parameters += u.dense + u.expert;
-    MemoryBreakdown& m = sp.memory;
-    const detail::ShardedState st = detail::fill_state(in, m);
-    sharding_inputs.push_back(in);
-    sharded.push_back(st);
-
-    // Activations of one micro-batch through every chunk of this stage, per recompute mode.
-    const auto [layer_rest, layer_core] = act.layer();
-    double extras = 0, none = 0, selective = 0, full = 0;
-    for (const ChunkShape& c : chunks) {
-      const double n = static_cast<double>(c.layers);
-      const double moe = d.E > 0 ? static_cast<double>(d.moe_layers(c.first, c.layers)) : 0.0;
-      const double moe_extra = moe > 0 ? moe * act.moe_delta() : 0.0;
-      extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
-      none += n * (layer_rest + layer_core + cp_kept) + moe_extra;
-      // CPU flash attention keeps no probabilities to drop: selective keeps what none does (the
-      // cuda model follows Megatron, where selective drops the softmax stats too).
-      selective +=
-          n * (flash && !cuda ? layer_rest + layer_core : layer_rest) + n * cp_kept + moe_extra;
-      full += n * act.layer_input();
-    }
-    m.activations_none = none + extras;
-    m.activations_selective = selective + extras;
-    m.activations_full = full + extras;
-    m.activations_per_microbatch =
-        tr.recompute == config::RecomputeGranularity::Full        ? m.activations_full
-        : tr.recompute == config::RecomputeGranularity::Selective ? m.activations_selective
-                                                                  : m.activations_none;
-    const int64_t live = live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage);
-    m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
-    m.activations = m.activations_per_microbatch * m.in_flight;
-
-    // Workspace: transient buffers, held once.
-    const double D = static_cast<double>(d.D), full_tokens = act.s * act.b;
-    double ws = 0;
-    if (tr.recompute == config::RecomputeGranularity::Full)
-      ws += layer_rest + layer_core;  // the rematerialised layer
-    if (tr.recompute == config::RecomputeGranularity::Selective && !(flash && !cuda))
-      ws += layer_core;
-    if (cuda) {
-      if (sp.last) ws += 2 * act.a * full_tokens * static_cast<double>(V) / act.t;
-      if (lay.sequence_parallel) ws += 2 * act.a * full_tokens * D;
-      if (lay.pp > 1) ws += 2 * act.a * full_tokens * D / act.spd;
-      m.reserve = kCudaRuntimeReserve;
-    } else {
-      if (lay.sequence_parallel) ws += act.a * full_tokens * D * (sp.first ? 3 : 2);
-      if (lay.tp > 1 && sp.last) ws += 3 * 4 * full_tokens;
-      if (mixed) ws += cpu_widening_workspace(d, tr.precision, V, act.t, full_tokens, sp.last);
-    }
-    m.workspace = ws + st.transient;
-    detail::fill_totals(in, m.activations + ws + m.reserve, m);
-    rep.stages.push_back(sp);
+// One pipeline stage: its parameters, what the store keeps, its activations and workspace; `in`
+// and `st` receive what the time model needs of it.
+StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, int64_t stage,
+                     detail::ShardingInputs& in, detail::ShardedState& st) {
+  const config::Recipe& r = pin.r;
+  const auto& tr = r.training;
+  const Dims& d = pin.d;
+  const Layout& lay = pin.lay;
+  const Activations& act = pin.act;
+  const int64_t V = pin.V;
+  const bool cuda = pin.cuda, mixed = pin.mixed, flash = pin.flash;
+  const double wbytes = pin.wbytes, moment_bytes = pin.moment_bytes, cp_kept = pin.cp_kept;
+  StagePlan sp;
+  sp.stage = stage;
+  const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage);
+  for (const ChunkShape& c : chunks) {
+    sp.layers += c.layers;
+    sp.parameters += chunk_params(d, V, lay, c);
+    if (d.E > 0)
+      sp.expert_parameters +=
+          d.moe_layers(c.first, c.layers) * (d.E / lay.ep) * expert_params(d, lay.expert_tp());
+    sp.first = sp.first || c.pre;
+    sp.last = sp.last || c.post;
   }
-  for (size_t i = 1; i < rep.stages.size(); ++i)
-    if (rep.stages[i].memory.total > rep.stages[rep.worst_stage].memory.total) rep.worst_stage = i;
-  rep.fits = rep.memory().total <= cluster.gpu_memory_bytes;
-  if (d.E > 0) {
-    rep.moe.experts_per_device = d.E / lay.ep;
-    rep.moe.expert_params_per_device = static_cast<double>(rep.device_stage().expert_parameters);
-    rep.moe.imbalance = d.imbalance;
-  }
+  // What the store keeps of the weights, gradients, masters and optimizer state (LoRA: the
+  // frozen base is weights only), under this layout's strategy and each other one.
+  in = detail::ShardingInputs{};
+  in.strategy = lay.sharding;
+  in.dp = lay.dp * lay.cp;  // gradients and shards over dp x cp
+  in.instances = lay.instances;
+  in.expert_dp = lay.expert_dp();
+  in.microbatches = lay.num_microbatches;
+  in.wbytes = wbytes;
+  in.moment_bytes = moment_bytes;
+  in.mixed = mixed;
+  in.offload = lay.offload;
+  in.units = stage_units(d, V, lay, chunks, r.parallel.fsdp_unit_layers);
+  for (const detail::UnitParams& u : in.units) sp.trainable_parameters += u.dense + u.expert;
+  MemoryBreakdown& m = sp.memory;
+  st = detail::fill_state(in, m);
 
-  // FLOPs: the trainer's formula, then what recomputation adds.
-  const planning::FlopsModel fm =
-      with_moe(planning::FlopsModel{d.L, d.D, d.H, d.G, d.Dh, d.F, d.S, V, d.swiglu}, r.model.moe);
+  // Activations of one micro-batch through every chunk of this stage, per recompute mode.
+  const auto [layer_rest, layer_core] = act.layer();
+  double extras = 0, none = 0, selective = 0, full = 0;
+  for (const ChunkShape& c : chunks) {
+    const double n = static_cast<double>(c.layers);
+    const double moe = d.E > 0 ? static_cast<double>(d.moe_layers(c.first, c.layers)) : 0.0;
+    const double moe_extra = moe > 0 ? moe * act.moe_delta() : 0.0;
+    extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
+    none += n * (layer_rest + layer_core + cp_kept) + moe_extra;
+    // CPU flash attention keeps no probabilities to drop: selective keeps what none does (the
+    // cuda model follows Megatron, where selective drops the softmax stats too).
+    selective +=
+        n * (flash && !cuda ? layer_rest + layer_core : layer_rest) + n * cp_kept + moe_extra;
+    full += n * act.layer_input();
+  }
+  m.activations_none = none + extras;
+  m.activations_selective = selective + extras;
+  m.activations_full = full + extras;
+  m.activations_per_microbatch =
+      tr.recompute == config::RecomputeGranularity::Full        ? m.activations_full
+      : tr.recompute == config::RecomputeGranularity::Selective ? m.activations_selective
+                                                                : m.activations_none;
+  const int64_t live = live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage);
+  m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
+  m.activations = m.activations_per_microbatch * m.in_flight;
+
+  // Workspace: transient buffers, held once.
+  const double D = static_cast<double>(d.D), full_tokens = act.s * act.b;
+  double ws = 0;
+  if (tr.recompute == config::RecomputeGranularity::Full)
+    ws += layer_rest + layer_core;  // the rematerialised layer
+  if (tr.recompute == config::RecomputeGranularity::Selective && !(flash && !cuda))
+    ws += layer_core;
+  if (cuda) {
+    if (sp.last) ws += 2 * act.a * full_tokens * static_cast<double>(V) / act.t;
+    if (lay.sequence_parallel) ws += 2 * act.a * full_tokens * D;
+    if (lay.pp > 1) ws += 2 * act.a * full_tokens * D / act.spd;
+    m.reserve = kCudaRuntimeReserve;
+  } else {
+    if (lay.sequence_parallel) ws += act.a * full_tokens * D * (sp.first ? 3 : 2);
+    if (lay.tp > 1 && sp.last) ws += 3 * 4 * full_tokens;
+    if (mixed) ws += cpu_widening_workspace(d, tr.precision, V, act.t, full_tokens, sp.last);
+  }
+  m.workspace = ws + st.transient;
+  detail::fill_totals(in, m.activations + ws + m.reserve, m);
+  return sp;
+}
+
+// FLOPs per step: the trainer's formula, then what recomputation adds.
+void add_flops(PlanReport& rep, const PlanInputs& in) {
+  const auto& tr = in.r.training;
+  const Dims& d = in.d;
+  const int64_t V = in.V;
+  const bool flash = in.flash;
+  const planning::FlopsModel fm = with_moe(
+      planning::FlopsModel{d.L, d.D, d.H, d.G, d.Dh, d.F, d.S, V, d.swiglu}, in.r.model.moe);
   const double gb_size = static_cast<double>(tr.global_batch_size);
   rep.flops_per_step = planning::megatron_flops_per_step(fm, tr.global_batch_size);
   const double logits_flops = 6.0 * gb_size * static_cast<double>(d.S * d.D) * V;
@@ -360,7 +350,18 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
       !(flash && tr.device != config::TrainingDevice::CUDA))
     rep.hardware_flops_per_step += 4.0 * gb_size * static_cast<double>(d.S) *
                                    static_cast<double>(d.S) * static_cast<double>(d.L * d.H * d.Dh);
+}
 
+// The step time estimate of the device stage (its sharding inputs and state).
+void estimate_time(PlanReport& rep, const PlanInputs& pin, const detail::ShardingInputs& in,
+                   const detail::ShardedState& state) {
+  const auto& tr = pin.r.training;
+  const ClusterSpec& cluster = pin.cluster;
+  const Dims& d = pin.d;
+  const Layout& lay = pin.lay;
+  const Activations& act = pin.act;
+  const bool cuda = pin.cuda, mixed = pin.mixed;
+  const double gb_size = static_cast<double>(tr.global_batch_size);
   // Step time estimate.
   TimeEstimate& t = rep.time;
   const double devices = static_cast<double>(lay.tp * lay.pp * lay.dp * lay.cp);
@@ -399,9 +400,8 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   const double attention_fwd_s = 2.0 * act.b * act.s * static_cast<double>(d.S * d.H * d.Dh) /
                                  act.t / (compute_peak * t.efficiency);
   const double bw_cp = lay.tp * lay.cp <= cluster.gpus_per_node ? intra : inter;
-  const detail::ContextParallelCost cpc =
-      detail::context_parallel_cost(d, lay.cp, lay.cp_comm, act.s, act.b, act.t,
-                                    cuda ? act.a : 4.0, attention_fwd_s, bw_cp);
+  const detail::ContextParallelCost cpc = detail::context_parallel_cost(
+      d, lay.cp, lay.cp_comm, act.s, act.b, act.t, cuda ? act.a : 4.0, attention_fwd_s, bw_cp);
   const double cp_mb = layers_per_stage * cpc.exposed_s * (passes == 6 ? 1.5 : 1.0);
   t.cp_bytes_per_step = layers_per_stage * cpc.bytes * m_count;
   const double per_mb = compute_mb + tp_mb + pp_mb + ep_mb + cp_mb;
@@ -413,7 +413,6 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   t.bubble = per_mb * static_cast<double>(lay.pp - 1) / static_cast<double>(lay.vpp);
   // Data-parallel traffic and the optimizer step of the device stage's trainable parameters
   // (LoRA: the adapters; experts over expert data parallelism).
-  const detail::ShardingInputs& in = sharding_inputs.at(rep.worst_stage);
   const auto group_bw = [&](int64_t ranks) {
     return lay.tp * lay.cp * ranks <= cluster.gpus_per_node ? intra : inter;
   };
@@ -422,13 +421,79 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   t.dp_bytes_per_step = dpc.bytes;
   t.dp_comm_exposed = dpc.grads_exposed;
   t.param_gather = dpc.gather_exposed;
-  t.optimizer = detail::optimizer_step_seconds(in, sharded.at(rep.worst_stage),
-                                               cluster.memory_bandwidth_gbps * 1e9);
-  t.step = t.compute + t.tp_comm + t.pp_comm + t.ep_comm + t.cp_comm + t.bubble + t.dp_comm_exposed +
-           t.param_gather + t.optimizer;
+  t.optimizer = detail::optimizer_step_seconds(in, state, cluster.memory_bandwidth_gbps * 1e9);
+  t.step = t.compute + t.tp_comm + t.pp_comm + t.ep_comm + t.cp_comm + t.bubble +
+           t.dp_comm_exposed + t.param_gather + t.optimizer;
   t.tokens_per_second = gb_size * static_cast<double>(d.S) / t.step;
   t.tflops_per_device = rep.flops_per_step / t.step / devices / 1e12;
   t.mfu = rep.flops_per_step / (t.step * devices * peak);
+}
+
+}  // namespace
+
+PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_t tokenizer_vocab) {
+  const config::Recipe& r = recipe;
+  const auto& tr = r.training;
+  const int64_t world = cluster.world();
+  MT_INPUT_CHECK(world >= 1, "cluster: nodes x gpus_per_node must be >= 1 (got ", cluster.nodes,
+                 " x ", cluster.gpus_per_node, ")");
+  PlanReport rep;
+  rep.recipe = r.source_path;
+  rep.arch = config::option_name(r.model.arch);
+  rep.device = config::option_name(tr.device);
+  rep.precision = config::option_name(tr.precision);
+  rep.cluster = cluster;
+  rep.layout = layout_of(r, world);
+  const Layout& lay = rep.layout;
+
+  const Dims d = dims_of(r);
+  rep.vocab = r.model.vocab_size > 0 ? r.model.vocab_size : tokenizer_vocab;
+  MT_INPUT_CHECK(rep.vocab > 0, "the vocabulary size must be > 0 (got ", rep.vocab, ")");
+  rep.padded_vocab = r.model.padded_vocab_size(tokenizer_vocab, lay.tp);
+  const int64_t V = rep.padded_vocab;
+  rep.params = count_parameters(r.model, V, r.data.bert_binary_head);
+
+  const bool cuda = tr.device == config::TrainingDevice::CUDA;
+  const bool mixed = is_mixed(tr.precision);
+  const double wbytes = mixed ? 2.0 : 4.0;  // model weights / activations on cuda
+  const bool adam = r.optimizer.type == config::OptimizerType::AdamW;
+  // The recipe's model.attention_backend (auto: flash on cuda); --no-flash-attention forces the
+  // unfused model.
+  const bool flash = cluster.flash_attention && r.model.flash_attention(tr.device);
+  const Activations act{d,
+                        lay,
+                        cuda,
+                        flash,
+                        wbytes,
+                        static_cast<double>(V),
+                        static_cast<double>(d.S / lay.cp),
+                        static_cast<double>(lay.micro_batch),
+                        static_cast<double>(lay.tp),
+                        lay.sequence_parallel ? static_cast<double>(lay.tp) : 1.0};
+  const double cp_kept = detail::context_parallel_cost(d, lay.cp, lay.cp_comm, act.s, act.b, act.t,
+                                                       cuda ? act.a : 4.0, 0.0, 1.0)
+                             .kept_bytes;
+  const PlanInputs in{r,      cluster,          d,   lay,    V, cuda, mixed, flash,
+                      wbytes, adam ? 8.0 : 4.0, act, cp_kept};
+  add_notes(rep, in);
+
+  const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
+  // Per stage: what the time model needs of the device stage.
+  std::vector<detail::ShardingInputs> sharding_inputs(static_cast<size_t>(lay.pp));
+  std::vector<detail::ShardedState> sharded(static_cast<size_t>(lay.pp));
+  for (int64_t stage = 0; stage < lay.pp; ++stage)
+    rep.stages.push_back(plan_stage(in, counts, stage, sharding_inputs[static_cast<size_t>(stage)],
+                                    sharded[static_cast<size_t>(stage)]));
+  for (size_t i = 1; i < rep.stages.size(); ++i)
+    if (rep.stages[i].memory.total > rep.stages[rep.worst_stage].memory.total) rep.worst_stage = i;
+  rep.fits = rep.memory().total <= cluster.gpu_memory_bytes;
+  if (d.E > 0) {
+    rep.moe.experts_per_device = d.E / lay.ep;
+    rep.moe.expert_params_per_device = static_cast<double>(rep.device_stage().expert_parameters);
+    rep.moe.imbalance = d.imbalance;
+  }
+  add_flops(rep, in);
+  estimate_time(rep, in, sharding_inputs.at(rep.worst_stage), sharded.at(rep.worst_stage));
   return rep;
 }
 

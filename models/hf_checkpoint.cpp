@@ -114,7 +114,21 @@ config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelCo
                     "data, training and optimizer\n# for the fine-tuning run (data.mock trains on "
                     "synthetic tokens).\n",
                     r.to_yaml());
-  return config::parse_recipe_string(yaml_out, (fs::path(o.out_dir) / "recipe.yaml").string());
+  // The recipe comes from the flags and config.json: its checks (heads % tp, layers % pp, ...)
+  // name those, not a recipe.yaml:line the user never wrote (nor, on failure, is it written).
+  const std::string name = (fs::path(o.out_dir) / "recipe.yaml").string();
+  try {
+    return config::parse_recipe_string(yaml_out, name);
+  } catch (const InputError& e) {
+    std::string what = e.what();
+    if (what.rfind(name + ":", 0) == 0)
+      if (const size_t cut = what.find(": ", name.size()); cut != std::string::npos)
+        what = what.substr(cut + 2);
+    throw InputError(concat((fs::path(o.hf_dir) / "config.json").string(),
+                            " with --tensor-parallel ", r.parallel.tensor, " --pipeline-parallel ",
+                            r.parallel.pipeline, " --expert-parallel ", r.parallel.expert, ": ",
+                            what));
+  }
 }
 
 }  // namespace

@@ -111,7 +111,8 @@ TEST_F(HfTools, UsageAndInputErrors) {
       {"convert_checkpoint", {"--from /nonexistent --to-hf z", 1, "does not exist"}},
       {"convert_checkpoint",
        {"--from-hf " + gpt2 + " --to " + (dir_ / "t3").string() + " --tensor-parallel 3", 1,
-        "must be divisible"}},
+        "config.json with --tensor-parallel 3 --pipeline-parallel 1 --expert-parallel 1: "
+        "model.num_attention_heads: must be divisible by parallel.tensor"}},
       {"generate", {"", 2, "--checkpoint is required"}},
       {"generate", {"--checkpoint x --prompt a --prompt-ids 1", 2, "exactly one"}},
       {"generate", {"--checkpoint " + gpt2 + " --prompt-ids 1,x", 2, "is not a token id"}},
@@ -131,6 +132,7 @@ TEST_F(HfTools, UsageAndInputErrors) {
     const Result r = run(kBin + tool + " " + c.args);
     EXPECT_EQ(r.exit_code, c.code) << tool << " " << c.args << "\n" << r.output;
     EXPECT_THAT(r.output, HasSubstr(c.message)) << tool << " " << c.args;
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("recipe.yaml:"))) << tool << " " << c.args;
   }
   // Nothing to generate is not an error, and reports no made-up rate.
   const Result none =

@@ -18,7 +18,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // rows H heads of Dh.
 struct RowUnits {
   int64_t rows, B, units, width;
-  int64_t row_floats() const { return B * units * width; }
 };
 
 // The fp32 tensor t itself when it already is one (sharing memory), else `scratch` holding it.
@@ -30,6 +29,19 @@ Tensor& as_f32(const Tensor& t, const Shape& shape, Tensor& scratch) {
   ensure(scratch, shape, DType::F32, t.device());
   ops::cast(t.view(shape), scratch);
   return scratch;
+}
+
+// Where an fp32 result for t goes: t itself when it is fp32 (sharing memory), else `scratch`;
+// finish_f32 then narrows the scratch into t.
+Tensor& f32_target(Tensor& t, const Shape& shape, Tensor& scratch) {
+  if (t.dtype() == DType::F32)
+    scratch = t.view(shape);
+  else
+    ensure(scratch, shape, DType::F32, t.device());
+  return scratch;
+}
+void finish_f32(const Tensor& scratch, Tensor& t) {
+  if (t.dtype() != DType::F32) ops::cast(scratch, t);
 }
 
 // qkv rows [S, B, G, H/G + 2, Dh] -> packed keys/values [S, B, G, 2, Dh], and back into the
@@ -330,10 +342,7 @@ void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& 
   const int64_t Sl = local.S, w = (local.H / local.G + 2) * local.Dh;
   as_f32(qkv, {Sl, local.B, local.G, w}, w_.q32);
   const Shape out_shape{Sl, local.B, local.H, local.Dh};
-  if (out.dtype() == DType::F32)
-    w_.out32 = out.view(out_shape);
-  else
-    ensure(w_.out32, out_shape, DType::F32, out.device());
+  f32_target(out, out_shape, w_.out32);
   if (comm_ == ContextParallelComm::AllToAll) {
     a2a_forward(s, gs, opt);
   } else {
@@ -342,7 +351,7 @@ void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& 
     ops::fill(s.lse, kNegInf);
     ring_forward(s, gs, opt);
   }
-  if (out.dtype() != DType::F32) ops::cast(w_.out32, out);
+  finish_f32(w_.out32, out);
 }
 
 void ContextParallelAttention::backward(State& s, const kernels::AttentionShape& local,
@@ -356,11 +365,7 @@ void ContextParallelAttention::backward(State& s, const kernels::AttentionShape&
   const int64_t Sl = local.S, C = chunks.chunk, w = (local.H / local.G + 2) * local.Dh;
   const Shape out_shape{Sl, local.B, local.H, local.Dh};
   as_f32(dout, out_shape, w_.dout32);
-  const Shape dq_shape{Sl, local.B, local.G, w};
-  if (dqkv.dtype() == DType::F32)
-    w_.dq32 = dqkv.view(dq_shape);
-  else
-    ensure(w_.dq32, dq_shape, DType::F32, dqkv.device());
+  f32_target(dqkv, {Sl, local.B, local.G, w}, w_.dq32);
   if (comm_ == ContextParallelComm::AllToAll) {
     a2a_backward(s, gs, opt);
   } else {
@@ -378,7 +383,7 @@ void ContextParallelAttention::backward(State& s, const kernels::AttentionShape&
                     sizeof(float) * static_cast<size_t>(C));
     ring_backward(s, gs, opt);
   }
-  if (dqkv.dtype() != DType::F32) ops::cast(w_.dq32, dqkv);
+  finish_f32(w_.dq32, dqkv);
 }
 
 BlockSubmodules with_context_parallel(BlockSubmodules base, parallel::Communicator& cp,

@@ -56,6 +56,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("tie_embeddings", m.tie_embeddings, hf.tie_embeddings);
   same("add_bias", m.add_bias, hf.add_bias);
   same("add_qkv_bias", m.add_qkv_bias, hf.add_qkv_bias);
+  same("qk_layernorm", m.qk_layernorm, hf.qk_layernorm);
   same("layernorm_epsilon", m.layernorm_epsilon, hf.layernorm_epsilon);
   same("vocab_size", m.vocab_size, hf.vocab_size);
   same("num_experts", m.moe.num_experts, hf.moe.num_experts);

@@ -56,6 +56,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.rope_linear_factor = static_cast<float>(m.rotary_seq_len_interpolation_factor);
   t.bias = m.add_bias;
   t.qkv_bias = m.add_qkv_bias;
+  t.qk_norm = m.qk_layernorm;
   // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).
   t.causal = m.arch != config::Arch::BERT;
   t.post_norm = m.arch == config::Arch::BERT;

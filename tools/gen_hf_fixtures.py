@@ -17,7 +17,8 @@ outputs are committed and neither the build nor the tests run Python:
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
-(tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn and mistral_sliding were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+(tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3 and
+qwen3_tied_bf16 were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -89,6 +90,13 @@ FIXTURES = {
     # Megatron-Core's window_size [4, 0].
     "mistral_sliding": (T.MistralForCausalLM, llama_like(T.MistralConfig, sliding_window=5),
                         torch.float32, None),
+    # Qwen3: per-head q_norm / k_norm before rope (Megatron-Core's qk_layernorm) and a head_dim
+    # 16 apart from hidden 32 / 4 heads.
+    "qwen3": (T.Qwen3ForCausalLM, llama_like(T.Qwen3Config, head_dim=16, rope_theta=1000000.0),
+              torch.float32, None),
+    "qwen3_tied_bf16": (T.Qwen3ForCausalLM,
+                        llama_like(T.Qwen3Config, tie_word_embeddings=True, num_key_value_heads=4),
+                        torch.bfloat16, None),
 }
 
 BERT = {

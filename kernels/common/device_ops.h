@@ -43,6 +43,12 @@ namespace megatron::ops {
   OP(void, rmsnorm_backward,                                                                       \
      (const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy, Tensor& dx,          \
       Tensor& dw))                                                                                 \
+  OP(void, qk_rmsnorm_forward,                                                                     \
+     (const Tensor& x, const Tensor& wq, const Tensor& wk, float eps, int64_t q_slots, Tensor& y,  \
+      Tensor& rstd))                                                                               \
+  OP(void, qk_rmsnorm_backward,                                                                    \
+     (const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& rstd, const Tensor& dy,   \
+      int64_t q_slots, Tensor& dx, Tensor& dwq, Tensor& dwk))                                      \
   OP(void, gelu_forward, (const Tensor& x, Tensor& y, math::Gelu kind))                            \
   OP(void, gelu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind))        \
   OP(void, tanh_forward, (const Tensor& x, Tensor& y))                                             \

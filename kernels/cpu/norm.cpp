@@ -15,17 +15,19 @@ constexpr int64_t kColBlock = 64;
 // dweight[j] += sum_r dy[r,j] * xhat[r,j] (and dbias[j] += sum_r dy[r,j] when dbias), with
 // xhat = (x - mean[r]) * rstd[r] (mean null for RMSNorm). Each thread owns whole column blocks
 // and walks the rows in order, so the sums do not depend on the thread count.
+// Rows r of x and dy start at r * row_stride, their statistics at r * stat_stride.
 template <typename T>
 void norm_param_grads(const T* x, const float* mean, const float* rstd, const T* dy, float* dweight,
-                      float* dbias, int64_t rows, int64_t D) {
+                      float* dbias, int64_t rows, int64_t D, int64_t row_stride,
+                      int64_t stat_stride) {
 #pragma omp parallel for schedule(static) if (rows * D > detail::kParallelGrain)
   for (int64_t j0 = 0; j0 < D; j0 += kColBlock) {
     const int64_t w = j0 + kColBlock < D ? kColBlock : D - j0;
     float acc_w[kColBlock] = {}, acc_b[kColBlock] = {};
     for (int64_t r = 0; r < rows; ++r) {
-      const T* xr = x + r * D + j0;
-      const T* dyr = dy + r * D + j0;
-      const float m = mean ? mean[r] : 0.0f, s = rstd[r];
+      const T* xr = x + r * row_stride + j0;
+      const T* dyr = dy + r * row_stride + j0;
+      const float m = mean ? mean[r * stat_stride] : 0.0f, s = rstd[r * stat_stride];
 #pragma omp simd
       for (int64_t j = 0; j < w; ++j) {
         const float g = to_f32(dyr[j]);
@@ -37,6 +39,31 @@ void norm_param_grads(const T* x, const float* mean, const float* rstd, const T*
     if (dbias)
       for (int64_t j = 0; j < w; ++j) dbias[j0 + j] += acc_b[j];
   }
+}
+
+// One row of RMSNorm: y = x * rstd * w; returns rstd.
+template <typename T>
+inline float rms_row_forward(const T* xr, const float* weight, T* yr, int64_t D, float eps) {
+  float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+  for (int64_t j = 0; j < D; ++j) sq += to_f32(xr[j]) * to_f32(xr[j]);
+  const float rs = 1.0f / std::sqrt(sq / float(D) + eps);
+#pragma omp simd
+  for (int64_t j = 0; j < D; ++j) yr[j] = from_f32<T>(to_f32(xr[j]) * rs * weight[j]);
+  return rs;
+}
+
+// One row's input gradient: dx = rs * (dy * w - xhat * mean(dy * w * xhat)).
+template <typename T>
+inline void rms_row_backward(const T* xr, const float* weight, float rs, const T* dyr, T* dxr,
+                             int64_t D) {
+  float sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_gx)
+  for (int64_t j = 0; j < D; ++j) sum_gx += to_f32(dyr[j]) * weight[j] * (to_f32(xr[j]) * rs);
+  const float b = sum_gx / float(D);
+#pragma omp simd
+  for (int64_t j = 0; j < D; ++j)
+    dxr[j] = from_f32<T>(rs * (to_f32(dyr[j]) * weight[j] - to_f32(xr[j]) * rs * b));
 }
 
 }  // namespace
@@ -85,44 +112,61 @@ void layernorm_backward(const T* x, const float* weight, const float* mean, cons
     for (int64_t j = 0; j < D; ++j)
       dxr[j] = from_f32<T>(rs * (to_f32(dyr[j]) * weight[j] - a - (to_f32(xr[j]) - mu) * rs * b));
   }
-  norm_param_grads(x, mean, rstd, dy, dweight, dbias, rows, D);
+  norm_param_grads(x, mean, rstd, dy, dweight, dbias, rows, D, D, 1);
 }
 
 template <typename T>
 void rmsnorm_forward(const T* x, const float* weight, T* y, float* rstd, int64_t rows, int64_t D,
                      float eps) {
 #pragma omp parallel for schedule(static) if (rows * D > detail::kParallelGrain)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * D;
-    T* yr = y + r * D;
-    float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t j = 0; j < D; ++j) sq += to_f32(xr[j]) * to_f32(xr[j]);
-    const float rs = 1.0f / std::sqrt(sq / float(D) + eps);
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j) yr[j] = from_f32<T>(to_f32(xr[j]) * rs * weight[j]);
-    rstd[r] = rs;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    rstd[r] = rms_row_forward(x + r * D, weight, y + r * D, D, eps);
 }
 
 template <typename T>
 void rmsnorm_backward(const T* x, const float* weight, const float* rstd, const T* dy, T* dx,
                       float* dweight, int64_t rows, int64_t D) {
 #pragma omp parallel for schedule(static) if (rows * D > detail::kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r)
+    rms_row_backward(x + r * D, weight, rstd[r], dy + r * D, dx + r * D, D);
+  norm_param_grads(x, nullptr, rstd, dy, dweight, nullptr, rows, D, D, 1);
+}
+
+template <typename T>
+void qk_rmsnorm_forward(const T* x, const float* wq, const float* wk, T* y, float* rstd,
+                        int64_t groups, int64_t q_slots, int64_t Dh, float eps) {
+  const int64_t slots = q_slots + 2, rows = groups * slots;
+#pragma omp parallel for schedule(static) if (rows * Dh > detail::kParallelGrain)
   for (int64_t r = 0; r < rows; ++r) {
-    const T* xr = x + r * D;
-    const T* dyr = dy + r * D;
-    T* dxr = dx + r * D;
-    const float rs = rstd[r];
-    float sum_gx = 0.0f;
-#pragma omp simd reduction(+ : sum_gx)
-    for (int64_t j = 0; j < D; ++j) sum_gx += to_f32(dyr[j]) * weight[j] * (to_f32(xr[j]) * rs);
-    const float b = sum_gx / float(D);
-#pragma omp simd
-    for (int64_t j = 0; j < D; ++j)
-      dxr[j] = from_f32<T>(rs * (to_f32(dyr[j]) * weight[j] - to_f32(xr[j]) * rs * b));
+    const int64_t g = r / slots, slot = r % slots;
+    if (slot == q_slots + 1) {  // the value head
+      for (int64_t j = 0; j < Dh; ++j) y[r * Dh + j] = x[r * Dh + j];
+      continue;
+    }
+    rstd[g * (q_slots + 1) + slot] =
+        rms_row_forward(x + r * Dh, slot < q_slots ? wq : wk, y + r * Dh, Dh, eps);
   }
-  norm_param_grads(x, nullptr, rstd, dy, dweight, nullptr, rows, D);
+}
+
+template <typename T>
+void qk_rmsnorm_backward(const T* x, const float* wq, const float* wk, const float* rstd,
+                         const T* dy, T* dx, float* dwq, float* dwk, int64_t groups,
+                         int64_t q_slots, int64_t Dh) {
+  const int64_t slots = q_slots + 2, rows = groups * slots;
+  // Weight gradients first: dx may alias dy.
+  for (int64_t slot = 0; slot <= q_slots; ++slot)
+    norm_param_grads(x + slot * Dh, nullptr, rstd + slot, dy + slot * Dh,
+                     slot < q_slots ? dwq : dwk, nullptr, groups, Dh, slots * Dh, q_slots + 1);
+#pragma omp parallel for schedule(static) if (rows * Dh > detail::kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t g = r / slots, slot = r % slots;
+    if (slot == q_slots + 1) {
+      for (int64_t j = 0; j < Dh; ++j) dx[r * Dh + j] = dy[r * Dh + j];
+      continue;
+    }
+    rms_row_backward(x + r * Dh, slot < q_slots ? wq : wk, rstd[g * (q_slots + 1) + slot],
+                     dy + r * Dh, dx + r * Dh, Dh);
+  }
 }
 
 #define MT_INSTANTIATE(T)                                                                        \
@@ -132,7 +176,11 @@ void rmsnorm_backward(const T* x, const float* weight, const float* rstd, const 
                                       const T*, T*, float*, float*, int64_t, int64_t);           \
   template void rmsnorm_forward<T>(const T*, const float*, T*, float*, int64_t, int64_t, float); \
   template void rmsnorm_backward<T>(const T*, const float*, const float*, const T*, T*, float*,  \
-                                    int64_t, int64_t);
+                                    int64_t, int64_t);                                           \
+  template void qk_rmsnorm_forward<T>(const T*, const float*, const float*, T*, float*, int64_t, \
+                                      int64_t, int64_t, float);                                  \
+  template void qk_rmsnorm_backward<T>(const T*, const float*, const float*, const float*,       \
+                                       const T*, T*, float*, float*, int64_t, int64_t, int64_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(bf16_t)
 #undef MT_INSTANTIATE

@@ -22,4 +22,17 @@ template <typename T>
 void rmsnorm_backward(const T* x, const float* weight, const float* rstd, const T* dy, T* dx,
                       float* dweight, int64_t rows, int64_t D);
 
+// Per-head RMSNorm of the queries and keys inside a fused QKV activation (Megatron-Core's
+// qk_layernorm; Qwen3's q_norm/k_norm): x is [groups, q_slots + 2, Dh] (each query group's
+// q_slots query heads, its key head, its value head). Query heads are normalized with wq [Dh],
+// the key head with wk [Dh], the value head is copied. rstd: [groups, q_slots + 1]. Backward
+// writes dx (value rows: dy) and accumulates into dwq and dwk, summing rows in a fixed order.
+template <typename T>
+void qk_rmsnorm_forward(const T* x, const float* wq, const float* wk, T* y, float* rstd,
+                        int64_t groups, int64_t q_slots, int64_t Dh, float eps);
+template <typename T>
+void qk_rmsnorm_backward(const T* x, const float* wq, const float* wk, const float* rstd,
+                         const T* dy, T* dx, float* dwq, float* dwk, int64_t groups,
+                         int64_t q_slots, int64_t Dh);
+
 }  // namespace megatron::kernels::cpu

@@ -116,6 +116,53 @@ void CpuOps::rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rs
   f.finish();
 }
 
+void CpuOps::qk_rmsnorm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk, float eps,
+                                int64_t q_slots, Tensor& y, Tensor& rstd) const {
+  const char* op = "qk_rmsnorm_forward";
+  const int64_t Dh = wq.numel(), groups = x.numel() / Dh / (q_slots + 2);
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&wq, "wq", Role::TorF32},
+                          {&wk, "wk", Role::TorF32},
+                          {&y, "y", Role::T, kWritten},
+                          {&rstd, "rstd", Role::F32, kWritten}});
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        const Tensor q32 = as_fp32(wq), k32 = as_fp32(wk);
+        cpu::qk_rmsnorm_forward(x.data<T>(), q32.data<float>(), k32.data<float>(), y.data<T>(),
+                                rstd.data<float>(), groups, q_slots, Dh, eps);
+      }))
+    return;
+  Fp32OnCpu f(fa);
+  cpu::qk_rmsnorm_forward(f.in(x), f.in(wq), f.in(wk), f.out(y), f.out(rstd), groups, q_slots, Dh,
+                          eps);
+  f.finish();
+}
+
+void CpuOps::qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                 const Tensor& rstd, const Tensor& dy, int64_t q_slots, Tensor& dx,
+                                 Tensor& dwq, Tensor& dwk) const {
+  const char* op = "qk_rmsnorm_backward";
+  const int64_t Dh = wq.numel(), groups = x.numel() / Dh / (q_slots + 2);
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&wq, "wq", Role::TorF32},
+                          {&wk, "wk", Role::TorF32},
+                          {&rstd, "rstd", Role::F32},
+                          {&dy, "dy"},
+                          {&dx, "dx", Role::T, kWritten},
+                          {&dwq, "dwq", Role::F32, kUpdated},
+                          {&dwk, "dwk", Role::F32, kUpdated}});
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        const Tensor q32 = as_fp32(wq), k32 = as_fp32(wk);
+        cpu::qk_rmsnorm_backward(x.data<T>(), q32.data<float>(), k32.data<float>(),
+                                 rstd.data<float>(), dy.data<T>(), dx.data<T>(), dwq.data<float>(),
+                                 dwk.data<float>(), groups, q_slots, Dh);
+      }))
+    return;
+  Fp32OnCpu f(fa);
+  cpu::qk_rmsnorm_backward(f.in(x), f.in(wq), f.in(wk), f.in(rstd), f.in(dy), f.out(dx), f.out(dwq),
+                           f.out(dwk), groups, q_slots, Dh);
+  f.finish();
+}
+
 void CpuOps::gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) const {
   const char* op = "gelu_forward";
   const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});

@@ -81,6 +81,45 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   device_ops(dev, op).rmsnorm_backward(x, w, rstd, dy, dx, dw);
 }
 
+namespace {
+// The [groups, q_slots + 1] statistics of a qk_rmsnorm over x (checked shapes).
+int64_t qk_norm_stats(const char* op, const Tensor& x, const Tensor& wq, const Tensor& wk,
+                      int64_t q_slots) {
+  const int64_t Dh = wq.numel(), rows = rows_of(x, Dh);
+  MT_CHECK(wk.numel() == Dh && q_slots > 0 && rows % (q_slots + 2) == 0, op, ": x ",
+           x.shape().str(), " is not [groups, ", q_slots + 2, ", ", Dh, "] rows");
+  return rows / (q_slots + 2) * (q_slots + 1);
+}
+}  // namespace
+
+void qk_rmsnorm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk, float eps,
+                        int64_t q_slots, Tensor& y, Tensor& rstd) {
+  const char* op = "qk_rmsnorm_forward";
+  const Device dev =
+      device_of(op, {{&x, "x"}, {&wq, "wq"}, {&wk, "wk"}, {&y, "y"}, {&rstd, "rstd"}});
+  const int64_t stats = qk_norm_stats(op, x, wq, wk, q_slots);
+  MT_CHECK(y.numel() == x.numel() && rstd.numel() == stats, op, ": shape mismatch");
+  device_ops(dev, op).qk_rmsnorm_forward(x, wq, wk, eps, q_slots, y, rstd);
+}
+
+void qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& rstd,
+                         const Tensor& dy, int64_t q_slots, Tensor& dx, Tensor& dwq, Tensor& dwk) {
+  const char* op = "qk_rmsnorm_backward";
+  const Device dev = device_of(op, {{&x, "x"},
+                                    {&wq, "wq"},
+                                    {&wk, "wk"},
+                                    {&rstd, "rstd"},
+                                    {&dy, "dy"},
+                                    {&dx, "dx"},
+                                    {&dwq, "dwq"},
+                                    {&dwk, "dwk"}});
+  const int64_t stats = qk_norm_stats(op, x, wq, wk, q_slots);
+  MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == stats &&
+               dwq.numel() == wq.numel() && dwk.numel() == wk.numel(),
+           op, ": shape mismatch");
+  device_ops(dev, op).qk_rmsnorm_backward(x, wq, wk, rstd, dy, q_slots, dx, dwq, dwk);
+}
+
 void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
   const char* op = "gelu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});

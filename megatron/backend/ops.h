@@ -34,6 +34,14 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
 void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd);
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
                       Tensor& dx, Tensor& dw);
+// Per-head RMSNorm of the query and key heads of a fused QKV activation (qk_layernorm): x and y
+// [..., G, q_slots + 2, Dh] (q_slots query heads, the key head, the value head per group; the
+// value heads copied), wq and wk [Dh], rstd F32 [rows / (q_slots + 2), q_slots + 1]. Backward
+// writes dx (which may alias dy) and accumulates into dwq and dwk (F32).
+void qk_rmsnorm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk, float eps,
+                        int64_t q_slots, Tensor& y, Tensor& rstd);
+void qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& rstd,
+                         const Tensor& dy, int64_t q_slots, Tensor& dx, Tensor& dwq, Tensor& dwk);
 
 void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind = math::Gelu::Tanh);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,

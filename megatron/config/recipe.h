@@ -86,6 +86,9 @@ struct ModelConfig {
   bool tie_embeddings = true;
   bool add_bias = true;
   bool add_qkv_bias = false;  // biases on the QKV projection even without add_bias (Qwen2)
+  // Per-head RMSNorm of the queries and keys before rotary embeddings (Megatron-Core's
+  // qk_layernorm; Qwen3's q_norm / k_norm). RMSNorm models only.
+  bool qk_layernorm = false;
   double hidden_dropout = 0, attention_dropout = 0;  // in [0, 1)
   double layernorm_epsilon = 1e-5;
   double init_method_std = 0.02;
@@ -159,6 +162,7 @@ struct ModelConfig {
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);
+    v("qk_layernorm", s.qk_layernorm);
     v("hidden_dropout", s.hidden_dropout);
     v("attention_dropout", s.attention_dropout);
     v("layernorm_epsilon", s.layernorm_epsilon);

@@ -111,6 +111,9 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
               concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",
                      head_dim(), ")"));
   }
+  if (qk_layernorm)
+    c.check(normalization == Normalization::RMSNorm, "model.qk_layernorm",
+            "true needs normalization: RMSNorm (the per-head query/key norms are RMSNorms)");
   if (position_embedding == PositionEmbedding::Learned)
     c.check(
         seq_length <= max_positions(), "model.seq_length",

@@ -33,7 +33,8 @@ struct Activations {
     const bool drop = d.hidden_dropout > 0;
     if (cuda) {
       const double rep = s * b * D * (4 * a + (drop ? 2 : 0)) / spd;
-      const double tensor = s * b * a * (2 * H * Dh + 2 * G * Dh + (fc1 + F)) / t;
+      const double qk = d.qk_norm ? (H + 2 * G) * Dh : 0;  // the q/k norms' inputs
+      const double tensor = s * b * a * (2 * H * Dh + 2 * G * Dh + qk + (fc1 + F)) / t;
       const double core = flash ? 4 * b * H * s / t
                                 : b * H * s * S * (a + (d.attention_dropout > 0 ? 1 + a : 0)) / t;
       return {rep + tensor, core};
@@ -43,8 +44,10 @@ struct Activations {
     const double rows = s * b / spd, full = s * b;
     const double nst = d.layernorm ? 2 : 1;
     const double qkvw = (H + 2 * G) * Dh / t, attnw = H * Dh / t, fc1w = fc1 / t, Fl = F / t;
-    const double fwd = rows * 6 * D + full * (qkvw + attnw + fc1w + Fl);
-    const double stats = rows * 2 * nst;
+    // qk_layernorm keeps the projection before its norms too, and fp32 statistics per head.
+    const double qk = d.qk_norm ? qkvw : 0;
+    const double fwd = rows * 6 * D + full * (qkvw + qk + attnw + fc1w + Fl);
+    const double stats = rows * 2 * nst + (d.qk_norm ? full * (H + G) / t : 0);
     const double bwd = rows * D * (2 + (drop ? 1 : 0)) + full * (Fl + fc1w + attnw + qkvw);
     // probs [b, H/t, s, s] (fp32); flash attention keeps only lse [b, H/t, s]
     const double core = flash ? b * H / t * s : b * H / t * s * S;

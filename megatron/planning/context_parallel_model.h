@@ -23,9 +23,9 @@
 namespace megatron::planning::detail {
 
 struct ContextParallelCost {
-  double kept_bytes = 0;     // per layer and micro-batch
-  double bytes = 0;          // moved per layer and micro-batch (forward + backward)
-  double exposed_s = 0;      // seconds per layer and micro-batch not hidden by compute
+  double kept_bytes = 0;  // per layer and micro-batch
+  double bytes = 0;       // moved per layer and micro-batch (forward + backward)
+  double exposed_s = 0;   // seconds per layer and micro-batch not hidden by compute
 };
 
 // s: rows per cp rank; attention_fwd_s: this rank's forward attention core time per layer and

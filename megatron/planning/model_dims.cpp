@@ -33,6 +33,7 @@ Dims dims_of_spec(const TransformerSpec& t, const config::ModelConfig& m, bool b
   d.layernorm = t.norm == Norm::Kind::LayerNorm;
   d.bias = t.bias;
   d.qkv_bias = t.bias || t.qkv_bias;
+  d.qk_norm = t.qk_norm;
   d.rope = t.rope;
   d.tied = d.bert || m.tie_embeddings;
   d.hidden_dropout = t.hidden_dropout;
@@ -77,7 +78,7 @@ int64_t lora_layer_params(const Dims& d, int64_t tp) {
 
 int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool moe) {
   const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
-  int64_t n = 2 * d.norm();
+  int64_t n = 2 * d.norm() + (d.qk_norm ? 2 * d.Dh : 0);
   n += qkv * d.D / tp + (d.qkv_bias ? qkv / tp : 0);
   n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
   auto dense_mlp = [&](int64_t fc1, int64_t F) {

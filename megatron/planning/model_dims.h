@@ -15,7 +15,7 @@ struct Dims {
   int64_t moe_ffn, moe_fc1, shared_ffn, shared_fc1;  // MoE layers' experts and shared expert
   std::vector<bool> moe_layer;                       // per layer (MoE models)
   double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
-  bool layernorm, swiglu, bias, qkv_bias, rope, tied, bert, binary_head;
+  bool layernorm, swiglu, bias, qkv_bias, qk_norm, rope, tied, bert, binary_head;
   double hidden_dropout, attention_dropout;
   // peft: lora (rank 0: none): adapters on these projections; everything else frozen.
   int64_t lora_rank = 0;

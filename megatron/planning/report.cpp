@@ -32,9 +32,8 @@ std::string Layout::describe() const {
 
 int64_t Layout::shard_group() const {
   const int64_t replicas = dp * cp;
-  return sharding == config::ShardingStrategy::NoShard
-             ? replicas
-             : replicas / std::max<int64_t>(instances, 1);
+  return sharding == config::ShardingStrategy::NoShard ? replicas
+                                                       : replicas / std::max<int64_t>(instances, 1);
 }
 
 nlohmann::json PlanReport::to_json() const {

@@ -29,8 +29,8 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
 // Context-parallel sizes and comm types worth trying: cp 1, and each power of two dividing the
 // world and the sequence into 2 cp chunks while leaving each rank at least kMinContextRows rows
 // (below that the key/value hops cost more than the activations they save), with every
-// cp_comm_type that the recipe's checks allow (a2a: heads divisible by tp cp). MoE and bert models keep the recipe's cp. (On cuda the
-// trainer does not run cp yet; the plan sizes what it will.)
+// cp_comm_type that the recipe's checks allow (a2a: heads divisible by tp cp). MoE and bert models
+// keep the recipe's cp. (On cuda the trainer does not run cp yet; the plan sizes what it will.)
 std::vector<std::pair<int64_t, config::CpCommType>> context_choices(const config::Recipe& r,
                                                                     int64_t world) {
   if (r.model.moe.enabled() || r.model.arch == config::Arch::BERT)
@@ -39,8 +39,8 @@ std::vector<std::pair<int64_t, config::CpCommType>> context_choices(const config
   constexpr int64_t kMinContextRows = 4096;
   for (int64_t cp = 2; cp <= world && r.model.seq_length / cp >= kMinContextRows; cp *= 2)
     if (world % cp == 0 && r.model.seq_length % (2 * cp) == 0)
-      for (auto comm : {config::CpCommType::P2P, config::CpCommType::AllGather,
-                        config::CpCommType::A2A})
+      for (auto comm :
+           {config::CpCommType::P2P, config::CpCommType::AllGather, config::CpCommType::A2A})
         out.push_back({cp, comm});
   return out;
 }
@@ -167,10 +167,11 @@ std::string search_table(const SearchResult& result, size_t top) {
   }
   os << "; fastest " << std::min(top, result.fitting.size()) << " by estimated step time:\n";
   os << std::right << std::setw(4) << "#" << std::setw(4) << "tp" << std::setw(4) << "pp"
-     << std::setw(6) << "dp" << std::setw(14) << "cp" << std::setw(4) << "ep" << std::setw(4) << "etp" << std::setw(4)
-     << "vpp" << std::setw(5) << "mb" << std::setw(6) << "m" << std::setw(4) << "sp"
-     << std::setw(11) << "recompute" << std::setw(20) << "sharding" << std::setw(10) << "mem GB"
-     << std::setw(10) << "step s" << std::setw(8) << "MFU %" << std::setw(12) << "tokens/s"
+     << std::setw(6) << "dp" << std::setw(14) << "cp" << std::setw(4) << "ep" << std::setw(4)
+     << "etp" << std::setw(4) << "vpp" << std::setw(5) << "mb" << std::setw(6) << "m"
+     << std::setw(4) << "sp" << std::setw(11) << "recompute" << std::setw(20) << "sharding"
+     << std::setw(10) << "mem GB" << std::setw(10) << "step s" << std::setw(8) << "MFU %"
+     << std::setw(12) << "tokens/s"
      << "\n";
   for (size_t i = 0; i < result.fitting.size() && i < top; ++i) {
     const PlanReport& p = result.fitting[i];
@@ -180,11 +181,11 @@ std::string search_table(const SearchResult& result, size_t top) {
        << (l.cp > 1 ? concat(l.cp, " ", config::option_name(l.cp_comm)) : std::string("1"))
        << std::setw(4) << l.ep << std::setw(4) << l.expert_tp() << std::setw(4) << l.vpp
        << std::setw(5) << l.micro_batch << std::setw(6) << l.num_microbatches << std::setw(4)
-       << (l.sequence_parallel ? "on" : "-") << std::setw(11) << config::option_name(l.recompute) << std::setw(20)
-       << sharding_name(l) << std::setw(10) << gb(p.memory().total, 2) << std::setw(10)
-       << std::setprecision(4) << p.time.step << std::setw(8) << std::fixed << std::setprecision(1)
-       << p.time.mfu * 100 << std::setw(12) << std::setprecision(0) << p.time.tokens_per_second
-       << std::defaultfloat << "\n";
+       << (l.sequence_parallel ? "on" : "-") << std::setw(11) << config::option_name(l.recompute)
+       << std::setw(20) << sharding_name(l) << std::setw(10) << gb(p.memory().total, 2)
+       << std::setw(10) << std::setprecision(4) << p.time.step << std::setw(8) << std::fixed
+       << std::setprecision(1) << p.time.mfu * 100 << std::setw(12) << std::setprecision(0)
+       << p.time.tokens_per_second << std::defaultfloat << "\n";
   }
   return os.str();
 }

@@ -27,10 +27,13 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
                                    TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_,
                                    spec_.lora_for(spec_.lora_proj, a.layer, 1));
+  if (spec_.qk_norm)
+    qk_norm_ = std::make_unique<QkNorm>(a.store, a.prefix, Dh, H / G, spec_.norm_eps, a.tp.size());
 }
 
 void SelfAttention::collect_params(std::vector<Parameter*>& out) const {
   qkv_->collect_params(out);
+  if (qk_norm_) qk_norm_->collect_params(out);
   proj_->collect_params(out);
 }
 
@@ -103,14 +106,26 @@ void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
   ops::attention_backward(as, ao, s.qkv_out, probs_of(s), s.d_attn, d_qkv);
 }
 
+void SelfAttention::project_qkv(State& s, const Tensor& in, int64_t S,
+                                const MicroBatchInfo* mb) const {
+  const Shape shape{S, in.dim(1),
+                    local_groups_ * (local_heads_ / local_groups_ + 2) * spec_.head_dim()};
+  Tensor& out = ensure(s.qkv_out, shape, act(), device_);
+  if (!qk_norm_) {
+    qkv_->forward(s.qkv, in, out, mb);
+    return;
+  }
+  qkv_->forward(s.qkv, in, ensure(s.qkv_raw, shape, act(), device_), mb);
+  qk_norm_->forward(s.qk_norm, s.qkv_raw, out);
+}
+
 Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache) const {
   MT_CHECK(!sp_ && spec_.causal,
            "KV-cache decoding needs a causal model without sequence "
            "parallelism");
   const int64_t S = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
-  const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
   const auto as = shape(S, B, 0);
-  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_));
+  project_qkv(s, in, S, nullptr);
   if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), cache.length);
   const size_t l = static_cast<size_t>(layer_);
   MT_CHECK(l < cache.keys.size(), "KV cache has ", cache.keys.size(), " layers, not ", l + 1);
@@ -136,11 +151,10 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
              "KV-cache decoding takes one document per sequence (no packed position/segment ids)");
     return cached_forward(s, in, *mb.kv_cache);
   }
-  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
+  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden;
   const int64_t S = full_seq(Sl);
-  const int64_t qkv_width = local_groups_ * (local_heads_ / local_groups_ + 2) * Dh;
   const auto as = shape(S, B, mb.batch_offset);
-  qkv_->forward(s.qkv, in, ensure(s.qkv_out, {S, B, qkv_width}, act(), device_), &mb);
+  project_qkv(s, in, S, &mb);
   if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0, mb.position_ids);
   core_forward(s, as, options(mb, key_mask), mb);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_), &mb);
@@ -157,6 +171,7 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_), &mb);
   core_backward(s, as, ao, mb);
   if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0, mb.position_ids);
+  if (qk_norm_) qk_norm_->backward(s.qk_norm, s.qkv_raw, s.d_qkv, s.d_qkv);
   qkv_->backward(s.qkv, s.d_qkv, &d_in, &mb);
 }
 

@@ -3,7 +3,8 @@
 // column-parallel fused QKV projection (rows grouped per query group, [G, H/G + 2, Dh] x D),
 // optional rotary embeddings, the attention core (unfused, keeping the probabilities
 // [B, H/tp, S, S]; or flash, keeping only lse [B, H/tp, S]) and a row-parallel output
-// projection. Parameters "<prefix>.attention.qkv" and "<prefix>.attention.proj".
+// projection. Parameters "<prefix>.attention.qkv" and "<prefix>.attention.proj" (and the
+// per-head q/k norms of qk_norm.h with qk_layernorm).
 // Under selective recompute the probabilities live in a buffer shared by all blocks and are
 // recomputed from the saved qkv before the backward.
 #include <memory>
@@ -12,6 +13,7 @@
 #include "kernels/common/numeric.h"
 #include "megatron/transformer/context_parallel.h"
 #include "megatron/transformer/kv_cache.h"
+#include "megatron/transformer/qk_norm.h"
 #include "megatron/transformer/submodules.h"
 
 namespace megatron {
@@ -20,6 +22,8 @@ class SelfAttention final : public AttentionLayer {
  public:
   struct State final : LayerState {
     Linear::Ctx qkv, proj;
+    QkNorm::Ctx qk_norm;
+    Tensor qkv_raw;  // qk_layernorm: the projection before the norms (qkv_out after them)
     Tensor qkv_out, probs, lse, attn_out, out;  // out: the projection [Sl, B, D]
     Tensor d_attn, d_qkv;                       // backward scratch
     ContextParallelAttention::State cp;         // context parallelism only
@@ -39,6 +43,9 @@ class SelfAttention final : public AttentionLayer {
 
  private:
   Tensor& cached_forward(State& s, const Tensor& in, KvCache& cache) const;
+  // The QKV projection of `in` into s.qkv_out [S, B, qkv_width], with the q/k norms (the
+  // projection itself then kept in s.qkv_raw); before rotary embeddings.
+  void project_qkv(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb) const;
   math::RopeFrequencies rope_frequencies() const {
     math::RopeFrequencies f(spec_.rope_theta);
     f.factor = spec_.rope_scaling_factor;
@@ -74,6 +81,7 @@ class SelfAttention final : public AttentionLayer {
   bool sp_;
   int64_t local_heads_, local_groups_;
   std::unique_ptr<Linear> qkv_, proj_;
+  std::unique_ptr<QkNorm> qk_norm_;       // qk_layernorm only
   std::shared_ptr<Tensor> shared_probs_;  // selective recompute only
   std::shared_ptr<const ContextParallelAttention> cp_;
 };

@@ -33,6 +33,8 @@ struct TransformerSpec {
   float rope_attention_scale = 1.0f;  // YaRN's concentration factor on cos and sin
   bool bias = true;
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
+  // Per-head RMSNorm of queries and keys before rope (qk_layernorm; qk_norm.h).
+  bool qk_norm = false;
   bool causal = true;
   // Sliding-window attention (kernels::AttentionOptions::window): query i sees keys j with
   // i - j < window; 0: all earlier keys.

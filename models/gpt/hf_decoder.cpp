@@ -4,8 +4,8 @@
 #include <cmath>
 #include <optional>
 
-#include "kernels/common/yarn.h"
 #include "megatron/core/error.h"
+#include "models/gpt/hf_rope.h"
 #include "models/registry.h"
 
 namespace megatron::models {
@@ -20,6 +20,7 @@ constexpr const char* kGpt2 = "GPT2LMHeadModel";
 constexpr const char* kLlama = "LlamaForCausalLM";
 constexpr const char* kMistral = "MistralForCausalLM";
 constexpr const char* kQwen2 = "Qwen2ForCausalLM";
+constexpr const char* kQwen3 = "Qwen3ForCausalLM";
 constexpr const char* kMixtral = "MixtralForCausalLM";
 constexpr int64_t kMaxDefaultSeq = 4096;
 
@@ -28,6 +29,7 @@ std::string model_type(const std::string& a) {
   if (a == kLlama) return "llama";
   if (a == kMistral) return "mistral";
   if (a == kQwen2) return "qwen2";
+  if (a == kQwen3) return "qwen3";
   return "mixtral";
 }
 
@@ -65,103 +67,6 @@ config::ModelConfig gpt2_from_hf(const hf::ConfigJson& c) {
   return m;
 }
 
-// rope_type "yarn" -> position_embedding: yarn. transformers derives a missing factor from
-// max_position_embeddings / original_max_position_embeddings and uses the mscale ratio only when
-// both are non-zero; an explicit attention_factor must equal the derived concentration.
-void read_yarn(const hf::ConfigJson& c, const std::string& key, const nlohmann::json& scaling,
-               config::ModelConfig& m) {
-  auto number = [&](const char* field) -> std::optional<double> {
-    if (!scaling.contains(field) || scaling[field].is_null()) return std::nullopt;
-    if (!scaling[field].is_number()) c.fail(key, concat("yarn ", field, " must be a number"));
-    return scaling[field].get<double>();
-  };
-  const std::optional<double> original = number("original_max_position_embeddings");
-  if (!original || !(*original > 0))
-    c.fail(key, "yarn needs a positive original_max_position_embeddings");
-  m.position_embedding = config::PositionEmbedding::Yarn;
-  m.yarn_original_max_position_embeddings = static_cast<int64_t>(*original);
-  const std::optional<double> factor = number("factor");
-  m.yarn_rotary_scaling_factor =
-      factor ? *factor : static_cast<double>(m.max_positions()) / *original;
-  m.yarn_beta_fast = number("beta_fast").value_or(32.0);
-  m.yarn_beta_slow = number("beta_slow").value_or(1.0);
-  if (m.yarn_beta_fast == 0.0) m.yarn_beta_fast = 32.0;  // transformers: `or 32`
-  if (m.yarn_beta_slow == 0.0) m.yarn_beta_slow = 1.0;
-  const std::optional<double> mscale = number("mscale"), all_dim = number("mscale_all_dim");
-  if (mscale && all_dim && *mscale != 0.0 && *all_dim != 0.0) {
-    m.yarn_mscale = mscale;
-    m.yarn_mscale_all_dim = all_dim;
-  }
-  if (scaling.contains("truncate")) {
-    if (!scaling["truncate"].is_boolean()) c.fail(key, "yarn truncate must be true or false");
-    m.yarn_correction_range_round_to_int = scaling["truncate"].get<bool>();
-  }
-  if (const std::optional<double> af = number("attention_factor")) {
-    const double derived = math::yarn_concentration(yarn_params(m));
-    if (std::abs(*af - derived) > 1e-12 * std::max(1.0, derived))
-      c.fail(key, concat("yarn attention_factor ", *af,
-                         " differs from the concentration its factor and mscale give (", derived,
-                         "); only the derived one converts"));
-  }
-}
-
-void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
-  // transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}; 4.x "rope_theta" and
-  // "rope_scaling" {rope_type | type, ...}.
-  nlohmann::json scaling;
-  if (c.has("rope_parameters")) {
-    scaling = c.json()["rope_parameters"];
-    if (!scaling.is_object()) c.fail("rope_parameters", "must be an object");
-    if (!scaling.contains("rope_theta") || !scaling["rope_theta"].is_number())
-      c.fail("rope_parameters", "has no numeric rope_theta");
-    m.rope_theta = scaling["rope_theta"].get<double>();
-  } else {
-    m.rope_theta = c.number_or("rope_theta", 10000.0);
-    if (c.has("rope_scaling")) scaling = c.json()["rope_scaling"];
-  }
-  if (scaling.is_null()) return;
-  const std::string key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  std::string type = "default";
-  if (scaling.contains("rope_type") && scaling["rope_type"].is_string())
-    type = scaling["rope_type"].get<std::string>();
-  else if (scaling.contains("type") && scaling["type"].is_string())
-    type = scaling["type"].get<std::string>();
-  if (type == "default") return;
-  if (type == "linear") {  // Megatron's rotary_seq_len_interpolation_factor
-    if (!scaling.contains("factor") || !scaling["factor"].is_number() ||
-        !(scaling["factor"].get<double>() > 0.0))
-      c.fail(key, "linear scaling needs a positive numeric factor");
-    m.rotary_seq_len_interpolation_factor = scaling["factor"].get<double>();
-    return;
-  }
-  if (type == "yarn") {
-    read_yarn(c, key, scaling, m);
-    return;
-  }
-  if (type != "llama3")
-    c.fail(key, concat("rope type '", type,
-                       "' is not implemented (unscaled, \"linear\", \"llama3\" and \"yarn\" "
-                       "rotary embeddings convert)"));
-  // LLaMA-3.1 scaling: the factor is a recipe key; the rest are Megatron-Core's fixed values.
-  auto number = [&](const char* field) {
-    if (!scaling.contains(field) || !scaling[field].is_number())
-      c.fail(key, concat("llama3 scaling needs a numeric ", field));
-    return scaling[field].get<double>();
-  };
-  m.rope_scaling = true;
-  m.rope_scaling_factor = number("factor");
-  const struct {
-    const char* field;
-    double value;
-  } fixed[] = {{"low_freq_factor", 1.0},
-               {"high_freq_factor", 4.0},
-               {"original_max_position_embeddings", 8192.0}};
-  for (const auto& f : fixed)
-    if (number(f.field) != f.value)
-      c.fail(key, concat(f.field, " ", number(f.field), " is not supported (only ", f.value,
-                         ", as Megatron-Core fixes it)"));
-}
-
 config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::string& arch) {
   std::set<std::string> known = {"vocab_size",
                                  "hidden_size",
@@ -179,7 +84,9 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
                                  "head_dim"};
   if (arch == kLlama) known.insert({"attention_bias", "mlp_bias", "pretraining_tp"});
   if (arch == kMistral || arch == kMixtral || arch == kQwen2) known.insert("sliding_window");
-  if (arch == kQwen2) known.insert({"use_sliding_window", "max_window_layers", "layer_types"});
+  if (arch == kQwen2 || arch == kQwen3)
+    known.insert({"use_sliding_window", "max_window_layers", "layer_types"});
+  if (arch == kQwen3) known.insert({"sliding_window", "attention_bias"});
   if (arch == kMixtral)
     known.insert({"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
                   "router_jitter_noise"});
@@ -217,20 +124,25 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   // other has no Megatron equivalent.
   const bool attention_bias = c.boolean_or("attention_bias", false);
   const bool mlp_bias = c.boolean_or("mlp_bias", false);
+  if (arch == kQwen3 && attention_bias)
+    c.fail("attention_bias",
+           "true (biases on q/k/v/o but not on the MLP) has no equivalent here: add_bias puts "
+           "them on every projection, add_qkv_bias on q/k/v only");
   if (attention_bias != mlp_bias)
     c.fail(attention_bias ? "attention_bias" : "mlp_bias",
            "true only with the other true too (biases on every projection, Megatron's "
            "add_bias; not on some of them)");
   m.add_bias = attention_bias && mlp_bias;
-  if (arch == kQwen2) {
+  if (arch == kQwen2 || arch == kQwen3) {
     if (c.boolean_or("use_sliding_window", false))
       c.fail("use_sliding_window", "true (sliding-window attention) is not implemented");
     if (c.has("layer_types"))
       for (const auto& t : c.json()["layer_types"])
         if (t != "full_attention")
           c.fail("layer_types", concat("has ", t.dump(), " (only full_attention)"));
-    m.add_qkv_bias = true;  // Qwen2's q/k/v projections carry biases, nothing else does
   }
+  if (arch == kQwen2) m.add_qkv_bias = true;  // Qwen2's q/k/v carry biases, nothing else does
+  if (arch == kQwen3) m.qk_layernorm = true;  // q_norm / k_norm per head, before rope
   if ((arch == kMistral || arch == kMixtral) && c.has("sliding_window")) {
     // Keys i - W < j <= i: Megatron-Core's window_size (W - 1, 0).
     const int64_t window = c.integer("sliding_window");
@@ -255,7 +167,7 @@ std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 }  // namespace
 
 bool is_hf_decoder(const std::string& a) {
-  return a == kGpt2 || a == kLlama || a == kMistral || a == kQwen2 || a == kMixtral;
+  return a == kGpt2 || a == kLlama || a == kMistral || a == kQwen2 || a == kQwen3 || a == kMixtral;
 }
 
 config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::string& arch) {
@@ -266,6 +178,7 @@ config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::st
 std::string decoder_architecture_for(const config::ModelConfig& m) {
   if (m.arch == config::Arch::GPT) return kGpt2;
   if (m.moe.enabled()) return kMixtral;
+  if (m.qk_layernorm) return kQwen3;
   if (m.attention_window() > 0) return kMistral;  // the LLaMA family's sliding window
   if (m.add_qkv_bias && !m.add_bias) return kQwen2;
   return kLlama;
@@ -305,38 +218,9 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["max_position_embeddings"] = m.max_positions();
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["hidden_act"] = "silu";
-  const bool linear = m.rotary_seq_len_interpolation_factor != 1.0;
-  const bool yarn = m.position_embedding == config::PositionEmbedding::Yarn;
-  Json rope = {{"rope_type", yarn             ? "yarn"
-                             : m.rope_scaling ? "llama3"
-                             : linear         ? "linear"
-                                              : "default"}};
-  if (linear) rope["factor"] = m.rotary_seq_len_interpolation_factor;
-  if (yarn) {
-    rope["factor"] = m.yarn_rotary_scaling_factor;
-    rope["original_max_position_embeddings"] = m.yarn_original_max_position_embeddings;
-    rope["beta_fast"] = m.yarn_beta_fast;
-    rope["beta_slow"] = m.yarn_beta_slow;
-    if (m.yarn_mscale && m.yarn_mscale_all_dim) {
-      rope["mscale"] = *m.yarn_mscale;
-      rope["mscale_all_dim"] = *m.yarn_mscale_all_dim;
-    }
-    rope["truncate"] = m.yarn_correction_range_round_to_int;
-  }
-  if (m.rope_scaling) {
-    rope["factor"] = m.rope_scaling_factor;
-    rope["low_freq_factor"] = 1.0;
-    rope["high_freq_factor"] = 4.0;
-    rope["original_max_position_embeddings"] = 8192;
-  }
-  if (j.contains("rope_parameters")) {  // transformers 5
-    rope["rope_theta"] = m.rope_theta;
-    j["rope_parameters"] = rope;
-  } else {
-    j["rope_theta"] = m.rope_theta;
-    j["rope_scaling"] = m.rope_scaling || linear || yarn ? rope : Json(nullptr);
-  }
+  write_rope(m, j);
   if (arch == kLlama) j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
+  if (arch == kQwen3) j["attention_bias"] = false;
   const int64_t window = m.attention_window();
   if (arch == kMistral || arch == kMixtral)
     j["sliding_window"] = window > 0 ? Json(window) : Json(nullptr);
@@ -357,6 +241,14 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                             int64_t Vp) {
   const int64_t D = m.hidden_size, H = m.num_attention_heads, G = m.query_groups(),
                 Dh = m.head_dim(), F = m.ffn(), V = m.vocab_size, QKV = (H + 2 * G) * Dh;
+  MT_INPUT_CHECK(m.qk_layernorm == (arch == kQwen3), arch,
+                 m.qk_layernorm ? " has no per-head query/key norms: a model with "
+                                  "model.qk_layernorm: true converts as Qwen3ForCausalLM"
+                                : " normalizes queries and keys per head: it needs "
+                                  "model.qk_layernorm: true");
+  MT_INPUT_CHECK(!(arch == kQwen3 && m.add_qkv_bias), arch,
+                 " has no q/k/v-only biases (model.add_qkv_bias: true converts as "
+                 "Qwen2ForCausalLM, without qk_layernorm)");
   MT_INPUT_CHECK(!m.add_bias || arch == kGpt2 || arch == kLlama, arch,
                  " has no biases on its projections: a model with model.add_bias: true converts as "
                  "LlamaForCausalLM (attention_bias and mlp_bias) or GPT2LMHeadModel");
@@ -410,6 +302,12 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                      {a + "k_proj.bias", vec({G * Dh})},
                                      {a + "v_proj.bias", vec({G * Dh})}},
                                     H, G, Dh));
+    if (m.qk_layernorm) {
+      out.push_back(
+          hf::copy_mapping(n + "attention.q_norm.weight", vec({Dh}), a + "q_norm.weight"));
+      out.push_back(
+          hf::copy_mapping(n + "attention.k_norm.weight", vec({Dh}), a + "k_norm.weight"));
+    }
     out.push_back(
         hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
     if (m.add_bias)

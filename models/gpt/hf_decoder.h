@@ -1,6 +1,7 @@
 #pragma once
 // Hugging Face decoder architectures <-> GPTModel: GPT2LMHeadModel, LlamaForCausalLM,
-// MistralForCausalLM, Qwen2ForCausalLM and MixtralForCausalLM. config.json <-> the recipe's
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM (per-head q/k norms: qk_layernorm) and
+// MixtralForCausalLM. config.json <-> the recipe's
 // model section, and the tensor name map (megatron/hf/tensor_map.h): GPT-2's Conv1D weights are
 // transposed and its [q|k|v] regrouped per head, LLaMA-style q/k/v are interleaved per query
 // group into the fused QKV, gate and up are stacked into fc1 [2, F, D], vocabulary tables are

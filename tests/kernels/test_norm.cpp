@@ -3,8 +3,10 @@
 
 #include <vector>
 
+#include "kernels/common/numeric.h"
 #include "kernels/cpu/norm.h"
 #include "kernels/cpu/reference/norm.h"
+#include "megatron/core/dtype.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace megatron::kernels {
@@ -153,6 +155,95 @@ TEST(Norm, ParamGradsIdenticalForAnyThreadCount) {
     EXPECT_EQ(all, first) << threads << " threads";
   }
   omp_set_num_threads(saved);
+}
+
+// Qwen3's q/k norm inside the fused QKV rows: every shape of groups x query heads per group,
+// against the reference, with fp32 and bf16 storage.
+TEST(QkRmsNorm, MatchesReference) {
+  for (int64_t groups : {1, 3, 10}) {
+    for (int64_t q_slots : {1, 2, 4}) {
+      for (int64_t Dh : {8, 33, 128}) {
+        SCOPED_TRACE(::testing::Message() << groups << " groups, " << q_slots << " q, Dh " << Dh);
+        const int64_t n = groups * (q_slots + 2) * Dh, stats = groups * (q_slots + 1);
+        const auto x = random_vector(n, uint32_t(n), -3.0f, 3.0f), dy = random_vector(n, 3);
+        const auto wq = random_vector(Dh, 1, 0.5f, 1.5f), wk = random_vector(Dh, 2, 0.5f, 1.5f);
+        auto y = nan_vector(n), y_ref = y, rstd = nan_vector(stats), rstd_ref = rstd;
+        cpu::qk_rmsnorm_forward(x.data(), wq.data(), wk.data(), y.data(), rstd.data(), groups,
+                                q_slots, Dh, kEps);
+        ref::qk_rmsnorm_forward(x.data(), wq.data(), wk.data(), y_ref.data(), rstd_ref.data(),
+                                groups, q_slots, Dh, kEps);
+        EXPECT_TRUE(all_close(y, y_ref, 1e-5));
+        EXPECT_TRUE(all_close(rstd, rstd_ref, 1e-5));
+        const auto dwq0 = random_vector(Dh, 4), dwk0 = random_vector(Dh, 5);
+        auto dx = nan_vector(n), dx_ref = dx, dwq = dwq0, dwk = dwk0, dwq_ref = dwq0,
+             dwk_ref = dwk0;
+        cpu::qk_rmsnorm_backward(x.data(), wq.data(), wk.data(), rstd.data(), dy.data(), dx.data(),
+                                 dwq.data(), dwk.data(), groups, q_slots, Dh);
+        ref::qk_rmsnorm_backward(x.data(), wq.data(), wk.data(), rstd.data(), dy.data(),
+                                 dx_ref.data(), dwq_ref.data(), dwk_ref.data(), groups, q_slots,
+                                 Dh);
+        EXPECT_TRUE(all_close(dx, dx_ref, 1e-5, 1.0));
+        EXPECT_TRUE(all_close(dwq, dwq_ref, 1e-5));
+        EXPECT_TRUE(all_close(dwk, dwk_ref, 1e-5));
+        // Value rows pass through untouched.
+        for (int64_t g = 0; g < groups; ++g)
+          for (int64_t j = 0; j < Dh; ++j) {
+            const int64_t at = (g * (q_slots + 2) + q_slots + 1) * Dh + j;
+            ASSERT_EQ(y[at], x[at]);
+            ASSERT_EQ(dx[at], dy[at]);
+          }
+        // bf16 storage: the same values to bf16 rounding.
+        std::vector<megatron::bf16_t> xb(n), yb(n), dyb(n), dxb(n);
+        for (int64_t i = 0; i < n; ++i) {
+          xb[i].bits = math::float_to_bf16_bits(x[i]);
+          dyb[i].bits = math::float_to_bf16_bits(dy[i]);
+        }
+        std::vector<float> rstd_b(stats), dwq_b(Dh, 0.0f), dwk_b(Dh, 0.0f);
+        cpu::qk_rmsnorm_forward(xb.data(), wq.data(), wk.data(), yb.data(), rstd_b.data(), groups,
+                                q_slots, Dh, kEps);
+        cpu::qk_rmsnorm_backward(xb.data(), wq.data(), wk.data(), rstd_b.data(), dyb.data(),
+                                 dxb.data(), dwq_b.data(), dwk_b.data(), groups, q_slots, Dh);
+        std::vector<float> yb32(n), dxb32(n);
+        for (int64_t i = 0; i < n; ++i) {
+          yb32[i] = math::bf16_bits_to_float(yb[i].bits);
+          dxb32[i] = math::bf16_bits_to_float(dxb[i].bits);
+        }
+        EXPECT_TRUE(all_close(yb32, y_ref, 3e-2, 1.0));
+        EXPECT_TRUE(all_close(dxb32, dx_ref, 3e-2, 1.0));
+      }
+    }
+  }
+}
+
+TEST(QkRmsNorm, BackwardMatchesFiniteDifferences) {
+  const int64_t groups = 3, q_slots = 2, Dh = 6, n = groups * (q_slots + 2) * Dh;
+  const auto x = random_vector(n, 1), wq = random_vector(Dh, 2, 0.5f, 1.5f);
+  const auto wk = random_vector(Dh, 3, 0.5f, 1.5f), dyw = random_vector(n, 4);
+  auto loss = [&](const std::vector<float>& xx, const std::vector<float>& q,
+                  const std::vector<float>& k) {
+    std::vector<float> y(n), rstd(groups * (q_slots + 1));
+    ref::qk_rmsnorm_forward(xx.data(), q.data(), k.data(), y.data(), rstd.data(), groups, q_slots,
+                            Dh, kEps);
+    return testing::weighted_sum(dyw, y);
+  };
+  std::vector<float> y(n), rstd(groups * (q_slots + 1));
+  cpu::qk_rmsnorm_forward(x.data(), wq.data(), wk.data(), y.data(), rstd.data(), groups, q_slots,
+                          Dh, kEps);
+  auto dx = nan_vector(n);
+  std::vector<float> dwq(Dh, 0.0f), dwk(Dh, 0.0f);
+  cpu::qk_rmsnorm_backward(x.data(), wq.data(), wk.data(), rstd.data(), dyw.data(), dx.data(),
+                           dwq.data(), dwk.data(), groups, q_slots, Dh);
+  EXPECT_TRUE(check_gradient(x, dx, [&](const auto& v) { return loss(v, wq, wk); }));
+  EXPECT_TRUE(check_gradient(wq, dwq, [&](const auto& v) { return loss(x, v, wk); }));
+  EXPECT_TRUE(check_gradient(wk, dwk, [&](const auto& v) { return loss(x, wq, v); }));
+  // In place (dx aliasing dy), as the attention layer may run it: the same gradients.
+  auto inplace = dyw;
+  std::vector<float> dwq2(Dh, 0.0f), dwk2(Dh, 0.0f);
+  cpu::qk_rmsnorm_backward(x.data(), wq.data(), wk.data(), rstd.data(), inplace.data(),
+                           inplace.data(), dwq2.data(), dwk2.data(), groups, q_slots, Dh);
+  EXPECT_EQ(inplace, dx);
+  EXPECT_EQ(dwq2, dwq);
+  EXPECT_EQ(dwk2, dwk);
 }
 
 }  // namespace

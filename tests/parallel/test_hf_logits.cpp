@@ -184,6 +184,11 @@ TEST(HfLogits, MistralHeadDim) { check_logits("mistral_head_dim"); }
 // outputs): our export means to transformers what it means to us.
 TEST(HfLogits, TrainedLlamaExport) { check_logits("trained_llama"); }
 TEST(HfLogits, TrainedGptExport) { check_logits("trained_gpt"); }
+TEST(HfLogits, TrainedQwen3Export) { check_logits("trained_qwen3"); }
 TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
+// Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16
+// one without grouped queries.
+TEST(HfLogits, Qwen3) { check_logits("qwen3"); }
+TEST(HfLogits, Qwen3TiedBf16) { check_logits("qwen3_tied_bf16"); }
 
 }  // namespace

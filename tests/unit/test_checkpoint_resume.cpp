@@ -251,8 +251,7 @@ TEST_F(CheckpointResume, ExitSignalsRunOnAlternateStacks) {
   training::reset_exit_signal();
   EXPECT_TRUE(stopped.stopped_early);
   EXPECT_EQ(stopped.last_iteration, 1);
-  EXPECT_THAT(
-      log, HasSubstr("stopping at iteration 1 (SIGHUP received)"));
+  EXPECT_THAT(log, HasSubstr("stopping at iteration 1 (SIGHUP received)"));
 }
 
 // A run whose checkpoint is already at train_iters says so instead of exiting in silence; a

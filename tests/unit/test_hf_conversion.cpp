@@ -21,6 +21,7 @@
 #include "models/hf_checkpoint.h"
 #include "models/hf_models.h"
 #include "tests/support/test_paths.h"
+#include "tests/unit/hf_test_util.h"
 
 namespace megatron {
 namespace {
@@ -28,93 +29,15 @@ namespace {
 namespace fs = std::filesystem;
 namespace st = checkpoint::safetensors;
 using ::testing::HasSubstr;
+using namespace hf_test;
+
+class HfConversion : public HfScratch {};
 
 const std::vector<std::string> kFixtures = {
-    "gpt2",          "llama_bf16",       "llama_tied", "llama31_scaled",    "mistral_sharded",
-    "qwen2_tied",    "mixtral",          "llama_bias", "llama_linear_rope", "bert_pretraining",
-    "bert_mlm_bf16", "mistral_head_dim", "llama_yarn", "mistral_sliding"};
-
-fs::path fixture(const std::string& name) {
-  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
-}
-
-// name -> (dtype, shape, bytes) of every tensor of an HF directory.
-using RawTensors =
-    std::map<std::string, std::tuple<std::string, std::vector<int64_t>, std::string>>;
-RawTensors raw_tensors(const fs::path& dir) {
-  RawTensors out;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".safetensors") continue;
-    const st::File f(e.path().string());
-    for (const st::TensorInfo& t : f.tensors()) {
-      std::string bytes(t.nbytes(), '\0');
-      f.read_bytes(t, 0, t.nbytes(), bytes.data());
-      out[t.name] = {t.dtype, t.shape, bytes};
-    }
-  }
-  return out;
-}
-
-// Every model/ tensor of a native checkpoint, whole (rows past `rows0[name]` cut when given).
-std::map<std::string, std::vector<float>> native_tensors(const fs::path& dir, int64_t vocab = 0) {
-  checkpoint::Reader reader(dir.string());
-  std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, t] : reader.index().tensors) {
-    if (name.rfind("model/", 0) != 0) continue;
-    std::vector<float> data(static_cast<size_t>(t.numel()));
-    checkpoint::TensorPiece piece;
-    piece.name = name;
-    piece.global_shape = Shape(t.shape.begin(), t.shape.end());
-    piece.local_shape = piece.global_shape;
-    piece.dest = data.data();
-    reader.read({piece});
-    // Vocabulary tables: the real rows only (padding depends on the layout).
-    if (vocab > 0 && t.shape.size() == 2 && t.shape[0] >= vocab &&
-        (name.find("word_embeddings") != std::string::npos ||
-         name.find("output_layer") != std::string::npos))
-      data.resize(static_cast<size_t>(vocab * t.shape[1]));
-    out[name] = std::move(data);
-  }
-  return out;
-}
-
-class HfConversion : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("megatron_hf_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  models::HfImportResult import(const fs::path& hf, const std::string& out, int64_t tp = 1,
-                                int64_t pp = 1, int64_t ep = 1) {
-    models::HfImportOptions o;
-    o.hf_dir = hf.string();
-    o.out_dir = (dir_ / out).string();
-    o.tp = tp, o.pp = pp, o.ep = ep;
-    return models::import_hf_checkpoint(o);
-  }
-  void export_to(const std::string& native, const std::string& hf, uint64_t shard = 5ull << 30,
-                 const std::string& dtype = "") {
-    models::HfExportOptions o;
-    o.native_dir = (dir_ / native).string();
-    o.hf_dir = (dir_ / hf).string();
-    o.max_shard_bytes = shard;
-    o.dtype = dtype;
-    models::export_hf_checkpoint(o);
-  }
-  // A copy of a fixture whose tensors and config.json can be edited.
-  fs::path editable(const std::string& name) {
-    const fs::path d = dir_ / concat("edit_", name, "_", ++edits_);
-    fs::copy(fixture(name), d, fs::copy_options::recursive);
-    return d;
-  }
-  fs::path dir_;
-  int edits_ = 0;
-};
+    "gpt2",           "llama_bf16",       "llama_tied", "llama31_scaled",    "mistral_sharded",
+    "qwen2_tied",     "mixtral",          "llama_bias", "llama_linear_rope", "bert_pretraining",
+    "bert_mlm_bf16",  "mistral_head_dim", "llama_yarn", "mistral_sliding",   "qwen3",
+    "qwen3_tied_bf16"};
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
   std::mt19937 rng(5);
@@ -206,7 +129,7 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
   };
   for (const Case& c :
        {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1}, Case{"mixtral", 2, 2, 2},
-        Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}}) {
+        Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}, Case{"qwen3", 2, 2, 1}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);
@@ -222,27 +145,6 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
 }
 
 // ---- a model trained here, out and back ----------------------------------------------------
-
-class CountingSource final : public training::SampleSource {
- public:
-  int64_t seq_length() const override { return 8; }
-  int64_t samples_per_epoch() const override { return 1000; }
-  void get(int64_t index, int32_t* tokens) const override {
-    for (int64_t t = 0; t <= 8; ++t) tokens[t] = static_cast<int32_t>((index * 5 + t * 3) % 61);
-  }
-};
-
-std::string trained_recipe(const std::string& model, const fs::path& save) {
-  return concat("model: {", model,
-                ", num_layers: 2, hidden_size: 32, num_attention_heads: 4, seq_length: 8, "
-                "vocab_size: 61, make_vocab_size_divisible_by: 16}\n"
-                "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: 3, seed: 3, "
-                "peak_tflops: 1.0}\n"
-                "optimizer: {lr: 0.01}\n"
-                "data: {tokenizer: {type: NullTokenizer, vocab_size: 61}, mock: true}\n"
-                "checkpoint: {save: ",
-                save.string(), "}\nlogging: {interval: 1000}\n");
-}
 
 TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
   const std::vector<std::pair<std::string, std::string>> models = {
@@ -263,7 +165,12 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
       {"llama_kv_channels",
        "arch: llama, num_query_groups: 2, kv_channels: 12, ffn_hidden_size: 48, "
        "normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
-       "tie_embeddings: false, add_bias: false"}};
+       "tie_embeddings: false, add_bias: false"},
+      // per-head q/k norms (trained away from their initial ones) and head_dim 12
+      {"qwen3",
+       "arch: llama, num_query_groups: 2, kv_channels: 12, ffn_hidden_size: 48, "
+       "normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
+       "add_bias: false, qk_layernorm: true"}};
   for (const auto& [name, model] : models) {
     SCOPED_TRACE(name);
     const fs::path ckpt = dir_ / name;
@@ -299,25 +206,10 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
     if (name == "llama_kv_channels") {
       EXPECT_EQ(config["head_dim"], 12);
     }
+    if (name == "qwen3") {
+      EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
+    }
   }
-}
-
-// ---- bad input -----------------------------------------------------------------------------
-
-// Rewrites dir/model.safetensors through `edit` (name -> (dtype, shape, bytes)).
-void rewrite(const fs::path& dir, const std::function<void(RawTensors&)>& edit) {
-  RawTensors t = raw_tensors(dir);
-  edit(t);
-  st::Writer w;
-  for (const auto& [name, v] : t)
-    w.add({name, std::get<0>(v), std::get<1>(v), std::get<2>(v).data()});
-  w.write((dir / "model.safetensors").string());
-}
-
-void edit_config(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
-  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
-  edit(j);
-  std::ofstream(dir / "config.json") << j.dump(2);
 }
 
 TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
@@ -448,16 +340,6 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
 }
 
 // ---- head_dim (model.kv_channels) ------------------------------------------------------------
-
-std::string config_error(const fs::path& dir) {
-  try {
-    models::model_from_hf_config(hf::ConfigJson::load((dir / "config.json").string()));
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "accepted " << dir;
-  return "";
-}
 
 TEST_F(HfConversion, HeadDimIsKvChannels) {
   auto model_of = [](const fs::path& dir) {

@@ -464,8 +464,8 @@ int64_t vocab_for(const config::Recipe& r) {
 // traffic appears in the step time, all_gather keeps every rank's keys and values, gradients and
 // optimizer shards span dp x cp; and a long-context search ranks cp layouts first.
 TEST(PlannerContextParallel, ActivationsTrafficAndShards) {
-  config::Recipe r = config::load_recipe(std::string(MEGATRON_SOURCE_DIR) +
-                                         "/recipes/llama3_8b_128k.yaml");
+  config::Recipe r =
+      config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/llama3_8b_128k.yaml");
   const ClusterSpec cluster = planning::cluster_from_recipe(r);
   const PlanReport cp8 = planning::plan(r, cluster, vocab_for(r));
   EXPECT_TRUE(cp8.fits) << cp8.to_text();
@@ -486,8 +486,8 @@ TEST(PlannerContextParallel, ActivationsTrafficAndShards) {
 }
 
 TEST(PlannerSearch, RanksContextParallelForLongSequences) {
-  config::Recipe r = config::load_recipe(std::string(MEGATRON_SOURCE_DIR) +
-                                         "/recipes/llama3_8b_32k.yaml");
+  config::Recipe r =
+      config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/llama3_8b_32k.yaml");
   r.model.num_layers = 8;  // a smaller search, same per-layer shapes
   r.parallel.context = 1;
   const auto result = planning::search(r, planning::cluster_from_recipe(r), vocab_for(r));

@@ -1,5 +1,6 @@
 #include "kernels/cpu/reference/norm.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -77,6 +78,35 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
     }
   }
   for (int64_t j = 0; j < D; ++j) dweight[j] = float(dweight[j] + dw[j]);
+}
+
+void qk_rmsnorm_forward(const float* x, const float* wq, const float* wk, float* y, float* rstd,
+                        int64_t groups, int64_t q_slots, int64_t Dh, float eps) {
+  const int64_t slots = q_slots + 2;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      const int64_t at = (g * slots + slot) * Dh;
+      if (slot == q_slots + 1)
+        std::copy(x + at, x + at + Dh, y + at);
+      else
+        rmsnorm_forward(x + at, slot < q_slots ? wq : wk, y + at, rstd + g * (q_slots + 1) + slot,
+                        1, Dh, eps);
+    }
+}
+
+void qk_rmsnorm_backward(const float* x, const float* wq, const float* wk, const float* rstd,
+                         const float* dy, float* dx, float* dwq, float* dwk, int64_t groups,
+                         int64_t q_slots, int64_t Dh) {
+  const int64_t slots = q_slots + 2;
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      const int64_t at = (g * slots + slot) * Dh;
+      if (slot == q_slots + 1)
+        std::copy(dy + at, dy + at + Dh, dx + at);
+      else
+        rmsnorm_backward(x + at, slot < q_slots ? wq : wk, rstd + g * (q_slots + 1) + slot, dy + at,
+                         dx + at, slot < q_slots ? dwq : dwk, 1, Dh);
+    }
 }
 
 }  // namespace megatron::kernels::ref

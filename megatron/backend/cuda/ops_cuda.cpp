@@ -311,6 +311,21 @@ void CudaOps::flash_attention_backward(const kernels::AttentionShape& s,
   });
 }
 
+// Per-head q/k norms (qk_layernorm: Qwen3) have no CUDA kernel yet: a clear error instead.
+constexpr const char* kNoCudaQkNorm =
+    "model.qk_layernorm: true runs on the CPU only: the per-head query/key norm has no CUDA "
+    "kernel yet (training.device: cuda)";
+
+void CudaOps::qk_rmsnorm_forward(const Tensor&, const Tensor&, const Tensor&, float, int64_t,
+                                 Tensor&, Tensor&) const {
+  throw InputError(kNoCudaQkNorm);
+}
+
+void CudaOps::qk_rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  const Tensor&, int64_t, Tensor&, Tensor&, Tensor&) const {
+  throw InputError(kNoCudaQkNorm);
+}
+
 // Context parallelism's block attention has no CUDA kernel yet: a clear error instead.
 constexpr const char* kNoCudaBlockAttention =
     "context parallelism (parallel.context > 1) runs on the CPU only: its block attention has "
@@ -331,8 +346,7 @@ void CudaOps::flash_attention_block_backward(const kernels::AttentionShape&,
   throw InputError(kNoCudaBlockAttention);
 }
 
-void CudaOps::flash_attention_merge(const Tensor&, const Tensor&, Tensor&, Tensor&,
-                                    int64_t) const {
+void CudaOps::flash_attention_merge(const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t) const {
   throw InputError(kNoCudaBlockAttention);
 }
 

@@ -1,0 +1,149 @@
+#include "models/gpt/hf_rope.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "kernels/common/yarn.h"
+#include "megatron/core/error.h"
+#include "models/registry.h"
+
+namespace megatron::models {
+
+namespace {
+
+// rope_type "yarn" -> position_embedding: yarn. transformers derives a missing factor from
+// max_position_embeddings / original_max_position_embeddings and uses the mscale ratio only when
+// both are non-zero; an explicit attention_factor must equal the derived concentration.
+void read_yarn(const hf::ConfigJson& c, const std::string& key, const nlohmann::json& scaling,
+               config::ModelConfig& m) {
+  auto number = [&](const char* field) -> std::optional<double> {
+    if (!scaling.contains(field) || scaling[field].is_null()) return std::nullopt;
+    if (!scaling[field].is_number()) c.fail(key, concat("yarn ", field, " must be a number"));
+    return scaling[field].get<double>();
+  };
+  const std::optional<double> original = number("original_max_position_embeddings");
+  if (!original || !(*original > 0))
+    c.fail(key, "yarn needs a positive original_max_position_embeddings");
+  m.position_embedding = config::PositionEmbedding::Yarn;
+  m.yarn_original_max_position_embeddings = static_cast<int64_t>(*original);
+  const std::optional<double> factor = number("factor");
+  m.yarn_rotary_scaling_factor =
+      factor ? *factor : static_cast<double>(m.max_positions()) / *original;
+  m.yarn_beta_fast = number("beta_fast").value_or(32.0);
+  m.yarn_beta_slow = number("beta_slow").value_or(1.0);
+  if (m.yarn_beta_fast == 0.0) m.yarn_beta_fast = 32.0;  // transformers: `or 32`
+  if (m.yarn_beta_slow == 0.0) m.yarn_beta_slow = 1.0;
+  const std::optional<double> mscale = number("mscale"), all_dim = number("mscale_all_dim");
+  if (mscale && all_dim && *mscale != 0.0 && *all_dim != 0.0) {
+    m.yarn_mscale = mscale;
+    m.yarn_mscale_all_dim = all_dim;
+  }
+  if (scaling.contains("truncate")) {
+    if (!scaling["truncate"].is_boolean()) c.fail(key, "yarn truncate must be true or false");
+    m.yarn_correction_range_round_to_int = scaling["truncate"].get<bool>();
+  }
+  if (const std::optional<double> af = number("attention_factor")) {
+    const double derived = math::yarn_concentration(yarn_params(m));
+    if (std::abs(*af - derived) > 1e-12 * std::max(1.0, derived))
+      c.fail(key, concat("yarn attention_factor ", *af,
+                         " differs from the concentration its factor and mscale give (", derived,
+                         "); only the derived one converts"));
+  }
+}
+
+}  // namespace
+
+void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
+  // transformers 5 writes "rope_parameters" {rope_type, rope_theta, ...}; 4.x "rope_theta" and
+  // "rope_scaling" {rope_type | type, ...}.
+  nlohmann::json scaling;
+  if (c.has("rope_parameters")) {
+    scaling = c.json()["rope_parameters"];
+    if (!scaling.is_object()) c.fail("rope_parameters", "must be an object");
+    if (!scaling.contains("rope_theta") || !scaling["rope_theta"].is_number())
+      c.fail("rope_parameters", "has no numeric rope_theta");
+    m.rope_theta = scaling["rope_theta"].get<double>();
+  } else {
+    m.rope_theta = c.number_or("rope_theta", 10000.0);
+    if (c.has("rope_scaling")) scaling = c.json()["rope_scaling"];
+  }
+  if (scaling.is_null()) return;
+  const std::string key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  std::string type = "default";
+  if (scaling.contains("rope_type") && scaling["rope_type"].is_string())
+    type = scaling["rope_type"].get<std::string>();
+  else if (scaling.contains("type") && scaling["type"].is_string())
+    type = scaling["type"].get<std::string>();
+  if (type == "default") return;
+  if (type == "linear") {  // Megatron's rotary_seq_len_interpolation_factor
+    if (!scaling.contains("factor") || !scaling["factor"].is_number() ||
+        !(scaling["factor"].get<double>() > 0.0))
+      c.fail(key, "linear scaling needs a positive numeric factor");
+    m.rotary_seq_len_interpolation_factor = scaling["factor"].get<double>();
+    return;
+  }
+  if (type == "yarn") {
+    read_yarn(c, key, scaling, m);
+    return;
+  }
+  if (type != "llama3")
+    c.fail(key, concat("rope type '", type,
+                       "' is not implemented (unscaled, \"linear\", \"llama3\" and \"yarn\" "
+                       "rotary embeddings convert)"));
+  // LLaMA-3.1 scaling: the factor is a recipe key; the rest are Megatron-Core's fixed values.
+  auto number = [&](const char* field) {
+    if (!scaling.contains(field) || !scaling[field].is_number())
+      c.fail(key, concat("llama3 scaling needs a numeric ", field));
+    return scaling[field].get<double>();
+  };
+  m.rope_scaling = true;
+  m.rope_scaling_factor = number("factor");
+  const struct {
+    const char* field;
+    double value;
+  } fixed[] = {{"low_freq_factor", 1.0},
+               {"high_freq_factor", 4.0},
+               {"original_max_position_embeddings", 8192.0}};
+  for (const auto& f : fixed)
+    if (number(f.field) != f.value)
+      c.fail(key, concat(f.field, " ", number(f.field), " is not supported (only ", f.value,
+                         ", as Megatron-Core fixes it)"));
+}
+
+void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
+  using Json = nlohmann::ordered_json;
+  const bool linear = m.rotary_seq_len_interpolation_factor != 1.0;
+  const bool yarn = m.position_embedding == config::PositionEmbedding::Yarn;
+  Json rope = {{"rope_type", yarn             ? "yarn"
+                             : m.rope_scaling ? "llama3"
+                             : linear         ? "linear"
+                                              : "default"}};
+  if (linear) rope["factor"] = m.rotary_seq_len_interpolation_factor;
+  if (yarn) {
+    rope["factor"] = m.yarn_rotary_scaling_factor;
+    rope["original_max_position_embeddings"] = m.yarn_original_max_position_embeddings;
+    rope["beta_fast"] = m.yarn_beta_fast;
+    rope["beta_slow"] = m.yarn_beta_slow;
+    if (m.yarn_mscale && m.yarn_mscale_all_dim) {
+      rope["mscale"] = *m.yarn_mscale;
+      rope["mscale_all_dim"] = *m.yarn_mscale_all_dim;
+    }
+    rope["truncate"] = m.yarn_correction_range_round_to_int;
+  }
+  if (m.rope_scaling) {
+    rope["factor"] = m.rope_scaling_factor;
+    rope["low_freq_factor"] = 1.0;
+    rope["high_freq_factor"] = 4.0;
+    rope["original_max_position_embeddings"] = 8192;
+  }
+  if (j.contains("rope_parameters")) {  // transformers 5
+    rope["rope_theta"] = m.rope_theta;
+    j["rope_parameters"] = rope;
+  } else {
+    j["rope_theta"] = m.rope_theta;
+    j["rope_scaling"] = m.rope_scaling || linear || yarn ? rope : Json(nullptr);
+  }
+}
+
+}  // namespace megatron::models

@@ -1,0 +1,99 @@
+// The model families beyond LLaMA/Mistral/Qwen2 (models/gpt/hf_decoder.cpp): each family's HF
+// config keys it cannot represent are errors naming the file and key; a family's model never
+// exports under an architecture that would drop part of it; the config.json of a released
+// checkpoint (tests/fixtures/hf_configs) describes exactly the model of the matching full-size
+// recipe, whose parameters the planner counts as transformers does. (Logits, greedy generation,
+// round trips and layouts of each family: test_hf_logits.cpp, test_hf_conversion.cpp and the
+// family's equivalence test.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "megatron/hf/hf_config.h"
+#include "megatron/planning/planner.h"
+#include "models/gpt/hf_decoder.h"
+#include "tests/unit/hf_test_util.h"
+
+namespace megatron {
+namespace {
+
+using namespace hf_test;
+using ::testing::HasSubstr;
+
+fs::path released(const std::string& name) {
+  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_configs" / (name + ".json");
+}
+
+config::Recipe recipe(const std::string& name) {
+  return config::load_recipe((fs::path(MEGATRON_SOURCE_DIR) / "recipes" / name).string());
+}
+
+class HfFamilies : public HfScratch {};
+
+// Qwen/Qwen3-8B's config.json is recipes/qwen3_8b.yaml's model; transformers builds
+// 8,190,735,360 parameters from it (Qwen3ForCausalLM on the meta device, torch 2.9.1 and
+// transformers 5.24.0); the planner counts those plus the vocabulary padding to 152064 rows of
+// the embedding and the output layer.
+TEST_F(HfFamilies, Qwen3_8bConfigIsTheRecipeModel) {
+  const auto hf = models::model_from_hf_config(hf::ConfigJson::load(released("qwen3_8b").string()));
+  EXPECT_TRUE(hf.qk_layernorm);
+  EXPECT_EQ(hf.head_dim(), 128);
+  const config::Recipe r = recipe("qwen3_8b.yaml");
+  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released("qwen3_8b").string()));
+  const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
+  EXPECT_EQ(report.params.total, 8190735360 + 2 * (152064 - 151936) * 4096);
+  EXPECT_TRUE(report.fits);
+}
+
+TEST_F(HfFamilies, Qwen3ConfigKeysItCannotRepresentAreNamed) {
+  auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path d = editable("qwen3");
+    edit_config(d, edit);
+    return config_error(d);
+  };
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["attention_bias"] = true; }),
+              HasSubstr("_qwen3_1/config.json: \"attention_bias\": true (biases on q/k/v/o but"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["use_sliding_window"] = true; }),
+              HasSubstr("\"use_sliding_window\": true (sliding-window attention) is not"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["layer_types"] = {"sliding_attention", "full_attention"};
+              }),
+              HasSubstr("\"layer_types\": has \"sliding_attention\""));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["qk_norm_type"] = "whole"; }),
+              HasSubstr("\"qk_norm_type\": is not a key"));
+}
+
+TEST_F(HfFamilies, Qwen3NormTensorsAreCheckedByShape) {
+  const fs::path d = editable("qwen3");
+  rewrite(d, [](RawTensors& t) {
+    std::get<1>(t["model.layers.1.self_attn.k_norm.weight"]) = {8, 2};
+  });
+  try {
+    import(d, "out");
+    ADD_FAILURE() << "imported a mis-shaped k_norm";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'model.layers.1.self_attn.k_norm.weight' has shape [8,2]"));
+  }
+  const fs::path missing = editable("qwen3");
+  rewrite(missing, [](RawTensors& t) { t.erase("model.layers.0.self_attn.q_norm.weight"); });
+  EXPECT_THROW(import(missing, "out2"), InputError);
+}
+
+// A qk_layernorm model has no LLaMA export (the norms would be dropped), and Qwen3 has no
+// q/k/v-only biases.
+TEST_F(HfFamilies, Qwen3ExportsOnlyAsQwen3) {
+  config::ModelConfig m = models::model_from_hf_config(
+      hf::ConfigJson::load((fixture("qwen3") / "config.json").string()));
+  EXPECT_EQ(models::decoder_architecture_for(m), "Qwen3ForCausalLM");
+  EXPECT_THAT([&] { models::hf_mappings("LlamaForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("converts as Qwen3ForCausalLM")));
+  m.add_qkv_bias = true;
+  EXPECT_THAT([&] { models::hf_mappings("Qwen3ForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("has no q/k/v-only biases")));
+  m.add_qkv_bias = false;
+  m.qk_layernorm = false;
+  EXPECT_THAT([&] { models::hf_mappings("Qwen3ForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("needs model.qk_layernorm: true")));
+}
+
+}  // namespace
+}  // namespace megatron

@@ -47,7 +47,16 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
            math::yarn_concentration(yarn_params(hf)));
     }
     same("rope_scaling", m.rope_scaling, hf.rope_scaling);
-    if (hf.rope_scaling) same("rope_scaling_factor", m.rope_scaling_factor, hf.rope_scaling_factor);
+    if (hf.rope_scaling) {
+      same("rope_scaling_factor", m.rope_scaling_factor, hf.rope_scaling_factor);
+      same("rope_scaling_low_freq_factor", m.rope_scaling_low_freq_factor,
+           hf.rope_scaling_low_freq_factor);
+      same("rope_scaling_high_freq_factor", m.rope_scaling_high_freq_factor,
+           hf.rope_scaling_high_freq_factor);
+      same("rope_scaling_original_max_position_embeddings",
+           m.rope_scaling_original_max_position_embeddings,
+           hf.rope_scaling_original_max_position_embeddings);
+    }
     same("rotary_seq_len_interpolation_factor", m.rotary_seq_len_interpolation_factor,
          hf.rotary_seq_len_interpolation_factor);
   } else

@@ -53,6 +53,10 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
     t.rope_attention_scale = y.attention_scale;
   }
   t.rope_scaling_factor = m.rope_scaling ? static_cast<float>(m.rope_scaling_factor) : 0.0f;
+  t.rope_low_freq_factor = static_cast<float>(m.rope_scaling_low_freq_factor);
+  t.rope_high_freq_factor = static_cast<float>(m.rope_scaling_high_freq_factor);
+  t.rope_original_max_positions =
+      static_cast<float>(m.rope_scaling_original_max_position_embeddings);
   t.rope_linear_factor = static_cast<float>(m.rotary_seq_len_interpolation_factor);
   t.bias = m.add_bias;
   t.qkv_bias = m.add_qkv_bias;
@@ -129,9 +133,12 @@ GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, i
 namespace {
 ContextParallelComm context_parallel_comm(config::CpCommType type) {
   switch (type) {
-    case config::CpCommType::P2P: return ContextParallelComm::P2P;
-    case config::CpCommType::AllGather: return ContextParallelComm::AllGather;
-    case config::CpCommType::A2A: return ContextParallelComm::AllToAll;
+    case config::CpCommType::P2P:
+      return ContextParallelComm::P2P;
+    case config::CpCommType::AllGather:
+      return ContextParallelComm::AllGather;
+    case config::CpCommType::A2A:
+      return ContextParallelComm::AllToAll;
   }
   return ContextParallelComm::P2P;
 }

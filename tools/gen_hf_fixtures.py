@@ -97,6 +97,15 @@ FIXTURES = {
     "qwen3_tied_bf16": (T.Qwen3ForCausalLM,
                         llama_like(T.Qwen3Config, tie_word_embeddings=True, num_key_value_heads=4),
                         torch.bfloat16, None),
+    # llama3 rope scaling with its own bounds (LLaMA-3.2 and others set theirs): over head_dim 8
+    # the wavelengths 6.3 and 63 fall inside (32 / 6, 32 / 0.5) and blend, the others stretch.
+    "llama3_rope_custom": (T.LlamaForCausalLM,
+                           llama_like(T.LlamaConfig,
+                                      rope_scaling={"rope_type": "llama3", "factor": 4.0,
+                                                    "low_freq_factor": 0.5,
+                                                    "high_freq_factor": 6.0,
+                                                    "original_max_position_embeddings": 32}),
+                           torch.float32, None),
 }
 
 BERT = {

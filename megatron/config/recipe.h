@@ -62,9 +62,13 @@ struct ModelConfig {
   AttentionBackend attention_backend = AttentionBackend::Auto;
   double rope_theta = 10000;
   // LLaMA-3.1's rotary frequency scaling (Megatron-Core's rope_scaling / rope_scaling_factor;
-  // low/high frequency factors 1 and 4 over 8192 original positions, as Megatron-Core fixes them).
+  // HF rope_type "llama3"): wavelengths longer than original / low_freq_factor are stretched by
+  // the factor, shorter than original / high_freq_factor kept, blended between. Megatron-Core
+  // fixes low 1, high 4 and 8192 original positions; LLaMA-3.2 and others set their own.
   bool rope_scaling = false;
   double rope_scaling_factor = 8.0;
+  double rope_scaling_low_freq_factor = 1.0, rope_scaling_high_freq_factor = 4.0;
+  int64_t rope_scaling_original_max_position_embeddings = 8192;
   // Linear position interpolation (Megatron-LM's --rotary-seq-len-interpolation-factor; Hugging
   // Face's rope_type "linear"): every rotary frequency divided by this factor; 1: none.
   double rotary_seq_len_interpolation_factor = 1.0;
@@ -150,6 +154,10 @@ struct ModelConfig {
     v("rope_theta", s.rope_theta);
     v("rope_scaling", s.rope_scaling);
     v("rope_scaling_factor", s.rope_scaling_factor);
+    v("rope_scaling_low_freq_factor", s.rope_scaling_low_freq_factor);
+    v("rope_scaling_high_freq_factor", s.rope_scaling_high_freq_factor);
+    v("rope_scaling_original_max_position_embeddings",
+      s.rope_scaling_original_max_position_embeddings);
     v("rotary_seq_len_interpolation_factor", s.rotary_seq_len_interpolation_factor);
     v("yarn_rotary_scaling_factor", s.yarn_rotary_scaling_factor);
     v("yarn_original_max_position_embeddings", s.yarn_original_max_position_embeddings);

@@ -61,6 +61,14 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
           concat("must be >= 1 (got ", rope_scaling_factor, ")"));
   c.check(!rope_scaling || position_embedding == PositionEmbedding::Rope, "model.rope_scaling",
           "needs position_embedding: rope");
+  c.check(
+      rope_scaling_low_freq_factor > 0.0 &&
+          rope_scaling_high_freq_factor > rope_scaling_low_freq_factor,
+      "model.rope_scaling_high_freq_factor",
+      concat("must be > model.rope_scaling_low_freq_factor > 0 (got ",
+             num(rope_scaling_high_freq_factor), " and ", num(rope_scaling_low_freq_factor), ")"));
+  c.positive("model.rope_scaling_original_max_position_embeddings",
+             rope_scaling_original_max_position_embeddings);
   c.check(rotary_seq_len_interpolation_factor > 0.0, "model.rotary_seq_len_interpolation_factor",
           concat("must be > 0 (got ", num(rotary_seq_len_interpolation_factor), ")"));
   if (rotary_seq_len_interpolation_factor != 1.0) {

@@ -49,6 +49,9 @@ class SelfAttention final : public AttentionLayer {
   math::RopeFrequencies rope_frequencies() const {
     math::RopeFrequencies f(spec_.rope_theta);
     f.factor = spec_.rope_scaling_factor;
+    f.low_freq_factor = spec_.rope_low_freq_factor;
+    f.high_freq_factor = spec_.rope_high_freq_factor;
+    f.original_max_positions = spec_.rope_original_max_positions;
     f.linear_factor = spec_.rope_linear_factor;
     f.yarn_factor = spec_.rope_yarn_factor;
     f.yarn_low = spec_.rope_yarn_low;

@@ -28,6 +28,8 @@ struct TransformerSpec {
   float rope_theta = 10000.0f;
   float rope_linear_factor = 1.0f;   // linear position interpolation (math::RopeFrequencies)
   float rope_scaling_factor = 0.0f;  // > 0: LLaMA-3.1 frequency scaling (math::RopeFrequencies)
+  float rope_low_freq_factor = 1.0f, rope_high_freq_factor = 4.0f;  // its wavelength bounds
+  float rope_original_max_positions = 8192.0f;
   // > 0: YaRN (math::RopeFrequencies; kernels/common/yarn.h computes these from the recipe)
   float rope_yarn_factor = 0.0f, rope_yarn_low = 0.0f, rope_yarn_range = 1.0f;
   float rope_attention_scale = 1.0f;  // YaRN's concentration factor on cos and sin

@@ -91,7 +91,7 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
     c.fail(key, concat("rope type '", type,
                        "' is not implemented (unscaled, \"linear\", \"llama3\" and \"yarn\" "
                        "rotary embeddings convert)"));
-  // LLaMA-3.1 scaling: the factor is a recipe key; the rest are Megatron-Core's fixed values.
+  // LLaMA-3.1 scaling, with whatever factors and original context the checkpoint has.
   auto number = [&](const char* field) {
     if (!scaling.contains(field) || !scaling[field].is_number())
       c.fail(key, concat("llama3 scaling needs a numeric ", field));
@@ -99,16 +99,19 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
   };
   m.rope_scaling = true;
   m.rope_scaling_factor = number("factor");
-  const struct {
-    const char* field;
-    double value;
-  } fixed[] = {{"low_freq_factor", 1.0},
-               {"high_freq_factor", 4.0},
-               {"original_max_position_embeddings", 8192.0}};
-  for (const auto& f : fixed)
-    if (number(f.field) != f.value)
-      c.fail(key, concat(f.field, " ", number(f.field), " is not supported (only ", f.value,
-                         ", as Megatron-Core fixes it)"));
+  m.rope_scaling_low_freq_factor = number("low_freq_factor");
+  m.rope_scaling_high_freq_factor = number("high_freq_factor");
+  const double original = number("original_max_position_embeddings");
+  if (!(original >= 1.0) || original != std::floor(original) || original > 1e12)
+    c.fail(key, concat("llama3 original_max_position_embeddings must be a positive integer (got ",
+                       original, ")"));
+  m.rope_scaling_original_max_position_embeddings = static_cast<int64_t>(original);
+  if (!(m.rope_scaling_factor >= 1.0) || !(m.rope_scaling_low_freq_factor > 0.0) ||
+      !(m.rope_scaling_high_freq_factor > m.rope_scaling_low_freq_factor))
+    c.fail(key, concat("llama3 scaling needs factor >= 1 and high_freq_factor > low_freq_factor "
+                       "> 0 (got ",
+                       m.rope_scaling_factor, ", ", m.rope_scaling_high_freq_factor, ", ",
+                       m.rope_scaling_low_freq_factor, ")"));
 }
 
 void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
@@ -133,9 +136,9 @@ void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
   }
   if (m.rope_scaling) {
     rope["factor"] = m.rope_scaling_factor;
-    rope["low_freq_factor"] = 1.0;
-    rope["high_freq_factor"] = 4.0;
-    rope["original_max_position_embeddings"] = 8192;
+    rope["low_freq_factor"] = m.rope_scaling_low_freq_factor;
+    rope["high_freq_factor"] = m.rope_scaling_high_freq_factor;
+    rope["original_max_position_embeddings"] = m.rope_scaling_original_max_position_embeddings;
   }
   if (j.contains("rope_parameters")) {  // transformers 5
     rope["rope_theta"] = m.rope_theta;

@@ -165,6 +165,8 @@ TEST(HfLogits, Gpt2) { check_logits("gpt2"); }
 TEST(HfLogits, LlamaBf16) { check_logits("llama_bf16"); }
 TEST(HfLogits, LlamaTiedFp16) { check_logits("llama_tied"); }
 TEST(HfLogits, Llama31RopeScaling) { check_logits("llama31_scaled"); }
+// llama3 scaling with low/high frequency factors 0.5/6 over 32 original positions.
+TEST(HfLogits, Llama3RopeScalingOwnBounds) { check_logits("llama3_rope_custom"); }
 TEST(HfLogits, MistralSharded) { check_logits("mistral_sharded"); }
 TEST(HfLogits, Qwen2TiedBf16) { check_logits("qwen2_tied"); }
 // attention_bias and mlp_bias: q/k/v/o and gate/up/down biases (Megatron's add_bias).

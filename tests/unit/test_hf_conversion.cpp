@@ -33,11 +33,23 @@ using namespace hf_test;
 
 class HfConversion : public HfScratch {};
 
-const std::vector<std::string> kFixtures = {
-    "gpt2",           "llama_bf16",       "llama_tied", "llama31_scaled",    "mistral_sharded",
-    "qwen2_tied",     "mixtral",          "llama_bias", "llama_linear_rope", "bert_pretraining",
-    "bert_mlm_bf16",  "mistral_head_dim", "llama_yarn", "mistral_sliding",   "qwen3",
-    "qwen3_tied_bf16"};
+const std::vector<std::string> kFixtures = {"gpt2",
+                                            "llama_bf16",
+                                            "llama_tied",
+                                            "llama31_scaled",
+                                            "mistral_sharded",
+                                            "qwen2_tied",
+                                            "mixtral",
+                                            "llama_bias",
+                                            "llama_linear_rope",
+                                            "bert_pretraining",
+                                            "bert_mlm_bf16",
+                                            "mistral_head_dim",
+                                            "llama_yarn",
+                                            "mistral_sliding",
+                                            "qwen3",
+                                            "qwen3_tied_bf16",
+                                            "llama3_rope_custom"};
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
   std::mt19937 rng(5);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "megatron/checkpoint/file_io.h"
 #include "megatron/hf/convert.h"
@@ -57,6 +58,12 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
            m.rope_scaling_original_max_position_embeddings,
            hf.rope_scaling_original_max_position_embeddings);
     }
+    auto list = [](const std::vector<double>& v) { return nlohmann::json(v).dump(); };
+    same("longrope_short_factor", list(m.longrope_short_factor), list(hf.longrope_short_factor));
+    same("longrope_long_factor", list(m.longrope_long_factor), list(hf.longrope_long_factor));
+    same("longrope_original_max_position_embeddings", m.longrope_original_max_position_embeddings,
+         hf.longrope_original_max_position_embeddings);
+    if (hf.longrope()) same("longrope attention factor", m.longrope_scale(), hf.longrope_scale());
     same("rotary_seq_len_interpolation_factor", m.rotary_seq_len_interpolation_factor,
          hf.rotary_seq_len_interpolation_factor);
   } else

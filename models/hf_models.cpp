@@ -51,8 +51,8 @@ class LayoutOnlyCommunicator final : public parallel::Communicator {
 
 std::vector<std::string> hf_architectures() {
   return {"GPT2LMHeadModel",    "LlamaForCausalLM",   "MistralForCausalLM",
-          "Qwen2ForCausalLM",   "Qwen3ForCausalLM",   "MixtralForCausalLM",
-          "BertForPreTraining", "BertForMaskedLM"};
+          "Qwen2ForCausalLM",   "Qwen3ForCausalLM",   "Phi3ForCausalLM",
+          "MixtralForCausalLM", "BertForPreTraining", "BertForMaskedLM"};
 }
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {

@@ -52,6 +52,12 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
     t.rope_yarn_range = y.yarn_range;
     t.rope_attention_scale = y.attention_scale;
   }
+  if (m.longrope()) {
+    t.longrope_short.assign(m.longrope_short_factor.begin(), m.longrope_short_factor.end());
+    t.longrope_long.assign(m.longrope_long_factor.begin(), m.longrope_long_factor.end());
+    t.longrope_original = m.longrope_original_max_position_embeddings;
+    t.rope_attention_scale = static_cast<float>(m.longrope_scale());
+  }
   t.rope_scaling_factor = m.rope_scaling ? static_cast<float>(m.rope_scaling_factor) : 0.0f;
   t.rope_low_freq_factor = static_cast<float>(m.rope_scaling_low_freq_factor);
   t.rope_high_freq_factor = static_cast<float>(m.rope_scaling_high_freq_factor);

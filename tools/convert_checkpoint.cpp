@@ -39,7 +39,7 @@ Export (--to-hf): writes HF_DIR (which must not exist or be empty) with config.j
 weights in --dtype (default: the dtype the checkpoint was imported from, else fp32). The
 architecture is the imported one, or chosen from the model (gpt: GPT2LMHeadModel, llama:
 LlamaForCausalLM, with add_qkv_bias: Qwen2ForCausalLM, with qk_layernorm: Qwen3ForCausalLM,
-with experts: MixtralForCausalLM;
+with experts: MixtralForCausalLM; Phi3ForCausalLM when imported as one;
 bert: BertForPreTraining with data.bert_binary_head, else BertForMaskedLM). A LoRA checkpoint
 (peft: lora) is exported with its adapters merged (W + alpha/r B A); --no-merge-lora exports the
 frozen base alone, and --peft-adapter ADAPTER_DIR does so and writes the adapters as a Hugging

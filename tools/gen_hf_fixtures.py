@@ -106,6 +106,18 @@ FIXTURES = {
                                                     "high_freq_factor": 6.0,
                                                     "original_max_position_embeddings": 32}),
                            torch.float32, None),
+    # Phi-3: fused qkv_proj [q|k|v] and gate_up_proj [gate|up]; LongRoPE over 8 original positions
+    # (the 16-token forward uses the long factors, generation switches from short to long).
+    "phi3_longrope": (T.Phi3ForCausalLM,
+                      llama_like(T.Phi3Config, pad_token_id=0, max_position_embeddings=64,
+                                 original_max_position_embeddings=8,
+                                 rope_scaling={"type": "longrope",
+                                               "short_factor": [1.0, 1.1, 1.3, 1.7],
+                                               "long_factor": [1.5, 2.0, 3.0, 5.0]}),
+                      torch.float32, None),
+    "phi3_sliding_bf16": (T.Phi3ForCausalLM,
+                          llama_like(T.Phi3Config, pad_token_id=0, sliding_window=5),
+                          torch.bfloat16, None),
 }
 
 BERT = {

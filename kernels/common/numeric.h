@@ -118,7 +118,10 @@ struct RopeFrequencies {
   float linear_factor = 1.0f;  // 1: no interpolation
   float yarn_factor = 0.0f;    // 0: no YaRN
   float yarn_low = 0.0f, yarn_range = 1.0f;
-  float attention_scale = 1.0f;                                      // cos and sin x this
+  float attention_scale = 1.0f;  // cos and sin x this
+  // LongRoPE: pair i's frequency is 1 / (pair_factor[i] * theta^(2i/Dh)); [Dh / 2] floats on the
+  // device the kernel runs on, or null.
+  const float* pair_factor = nullptr;
   MT_HD RopeFrequencies(float theta_ = 10000.0f) : theta(theta_) {}  // NOLINT: implicit
   MT_HD bool scaled() const { return factor > 0.0f; }
 };
@@ -129,6 +132,7 @@ struct RopeFrequencies {
 // angles.
 MT_HD float rope_inv_freq(int64_t i, int64_t Dh, const RopeFrequencies& rope) {
   const float pos_freq = powf(rope.theta, static_cast<float>(2 * i) / static_cast<float>(Dh));
+  if (rope.pair_factor != nullptr) return 1.0f / (rope.pair_factor[i] * pos_freq);
   const float inv = 1.0f / pos_freq;
   if (rope.yarn_factor > 0.0f) {
     // Hugging Face's order of fp32 operations: the extrapolation weight is 1 - ramp and the

@@ -56,4 +56,7 @@ class Checker {
   const KeyOrigins& origins_;
 };
 
+// model.longrope_* (longrope.cpp).
+void validate_longrope(const ModelConfig& m, const Checker& c);
+
 }  // namespace megatron::config

@@ -81,6 +81,11 @@ struct YamlVisitor {
     for (const std::string& s : v) list += (list.empty() ? "" : ", ") + yaml_quote(s);
     w.kv(key, "[" + list + "]", i.note);
   }
+  void operator()(const char* key, const std::vector<double>& v, const KeyInfo& i = {}) {
+    std::string list;
+    for (double x : v) list += (list.empty() ? "" : ", ") + str(x);
+    w.kv(key, v.empty() ? "null" : "[" + list + "]", i.note);
+  }
   void operator()(const char* key, const std::vector<int64_t>& v, const KeyInfo& i = {}) {
     std::string list;
     for (int64_t n : v) list += (list.empty() ? "" : ", ") + std::to_string(n);
@@ -134,6 +139,9 @@ struct JsonVisitor {
     j[key] = js(v);
   }
   void operator()(const char* key, const std::vector<int64_t>& v, const KeyInfo& = {}) {
+    j[key] = v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v);
+  }
+  void operator()(const char* key, const std::vector<double>& v, const KeyInfo& = {}) {
     j[key] = v.empty() ? nlohmann::json(nullptr) : nlohmann::json(v);
   }
   void operator()(const char* key, const std::vector<std::string>& v, const KeyInfo& = {}) {

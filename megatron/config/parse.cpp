@@ -128,6 +128,16 @@ class MapReader {
       out.push_back(x);
     }
   }
+  static void convert(const Node& v, const std::string& key, std::vector<double>& out) {
+    if (v.kind != Node::Kind::Seq)
+      fail(v, key, concat("expected a list of numbers, got ", v.describe()));
+    out.clear();
+    for (size_t i = 0; i < v.items.size(); ++i) {
+      double x = 0;
+      convert(v.items[i], concat(key, "[", i, "]"), x);
+      out.push_back(x);
+    }
+  }
   static void convert(const Node& v, const std::string& key, std::vector<int64_t>& out) {
     if (v.kind != Node::Kind::Seq)
       fail(v, key, concat("expected a list of integers, got ", v.describe()));

@@ -79,6 +79,16 @@ struct ModelConfig {
   double yarn_beta_fast = 32, yarn_beta_slow = 1;
   std::optional<double> yarn_mscale, yarn_mscale_all_dim;  // both set: their concentration ratio
   bool yarn_correction_range_round_to_int = true;
+  // LongRoPE (Phi-3; HF rope_type "longrope"): rotary pair i turns at theta^(-2i/d) / factor[i],
+  // with the long factors when the sequence (incl. the cached tokens) is longer than
+  // longrope_original_max_position_embeddings, else the short ones; cos and sin scaled by the
+  // attention factor (unset: sqrt(1 + ln(max_positions / original) / ln(original)), 1 when not
+  // longer). Both lists empty: none; else head_dim / 2 positive values each.
+  std::vector<double> longrope_short_factor, longrope_long_factor;
+  int64_t longrope_original_max_position_embeddings = 0;
+  std::optional<double> longrope_attention_factor;
+  bool longrope() const { return !longrope_short_factor.empty() || !longrope_long_factor.empty(); }
+  double longrope_scale() const;  // the attention factor, given or derived
   // Sliding-window attention (Megatron-Core's window_size, flash-attention's (left, right)):
   // query i sees keys i - left .. i + right; empty (null): every earlier key. Causal models
   // only, right = 0 (Mistral's sliding_window W is [W - 1, 0]).
@@ -166,6 +176,10 @@ struct ModelConfig {
     v("yarn_mscale", s.yarn_mscale);
     v("yarn_mscale_all_dim", s.yarn_mscale_all_dim);
     v("yarn_correction_range_round_to_int", s.yarn_correction_range_round_to_int);
+    v("longrope_short_factor", s.longrope_short_factor);
+    v("longrope_long_factor", s.longrope_long_factor);
+    v("longrope_original_max_position_embeddings", s.longrope_original_max_position_embeddings);
+    v("longrope_attention_factor", s.longrope_attention_factor);
     v("window_size", s.window_size);
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);

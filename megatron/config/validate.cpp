@@ -77,6 +77,7 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
     c.check(!rope_scaling, "model.rotary_seq_len_interpolation_factor",
             "linear interpolation and rope_scaling (LLaMA-3.1's) are exclusive: choose one");
   }
+  validate_longrope(*this, c);
   const bool yarn = position_embedding == PositionEmbedding::Yarn;
   if (yarn) {
     c.check(yarn_rotary_scaling_factor >= 1.0, "model.yarn_rotary_scaling_factor",

@@ -66,9 +66,20 @@ Generation generate(const CausalLM& lm, const std::vector<int32_t>& prompt,
   };
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
+  // LongRoPE switches to its long factors once the sequence passes this many positions: the cached
+  // keys were rotated with the short ones, so the whole sequence is computed again at that step
+  // (as transformers' Phi-3 generate does).
+  const config::ModelConfig& model = lm.recipe().model;
+  const auto rope_switch =
+      static_cast<size_t>(model.longrope() ? model.longrope_original_max_position_embeddings : 0);
   for (int64_t step = 0; step < o.max_new_tokens; ++step) {
     // Prefill: the whole prompt; then only the last token (cached) or everything (reference).
-    const size_t from = o.use_cache && step > 0 ? seq.size() - 1 : 0;
+    size_t from = o.use_cache && step > 0 ? seq.size() - 1 : 0;
+    if (from > 0 && rope_switch > 0 && static_cast<size_t>(cache.length) <= rope_switch &&
+        seq.size() > rope_switch) {
+      from = 0;
+      cache.length = 0;
+    }
     const auto out = lm.forward(column(seq, from), Tensor(), o.use_cache ? &cache : nullptr);
     const int64_t rows = static_cast<int64_t>(seq.size() - from);
     const float* logits = out.logits.data<float>() + (rows - 1) * V;

@@ -27,6 +27,16 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
                                    TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_,
                                    spec_.lora_for(spec_.lora_proj, a.layer, 1));
+  if (!spec_.longrope_short.empty()) {
+    auto on_device = [&](const std::vector<float>& v) {
+      Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::F32, device_);
+      std::vector<float> host = v;
+      t.copy_from(Tensor::wrap(host.data(), t.shape(), DType::F32));
+      return t;
+    };
+    longrope_short_ = on_device(spec_.longrope_short);
+    longrope_long_ = on_device(spec_.longrope_long);
+  }
   if (spec_.qk_norm)
     qk_norm_ = std::make_unique<QkNorm>(a.store, a.prefix, Dh, H / G, spec_.norm_eps, a.tp.size());
 }
@@ -126,7 +136,8 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
   const int64_t S = in.dim(0), B = in.dim(1), D = spec_.hidden, Dh = spec_.head_dim();
   const auto as = shape(S, B, 0);
   project_qkv(s, in, S, nullptr);
-  if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), cache.length);
+  if (spec_.rope)
+    ops::rope_forward(as, s.qkv_out, rope_frequencies(cache.length + S), cache.length);
   const size_t l = static_cast<size_t>(layer_);
   MT_CHECK(l < cache.keys.size(), "KV cache has ", cache.keys.size(), " layers, not ", l + 1);
   const Shape cache_shape{B, local_groups_, cache.capacity, Dh};
@@ -155,7 +166,8 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
   const int64_t S = full_seq(Sl);
   const auto as = shape(S, B, mb.batch_offset);
   project_qkv(s, in, S, &mb);
-  if (spec_.rope) ops::rope_forward(as, s.qkv_out, rope_frequencies(), 0, mb.position_ids);
+  if (spec_.rope)
+    ops::rope_forward(as, s.qkv_out, rope_frequencies(rope_span(S, mb)), 0, mb.position_ids);
   core_forward(s, as, options(mb, key_mask), mb);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_), &mb);
   return s.out;
@@ -170,7 +182,8 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   if (shared_probs_ && !spec_.flash_attention && !cp_) recompute_probs(s, as, ao);
   proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_), &mb);
   core_backward(s, as, ao, mb);
-  if (spec_.rope) ops::rope_backward(as, s.d_qkv, rope_frequencies(), 0, mb.position_ids);
+  if (spec_.rope)
+    ops::rope_backward(as, s.d_qkv, rope_frequencies(rope_span(S, mb)), 0, mb.position_ids);
   if (qk_norm_) qk_norm_->backward(s.qk_norm, s.qkv_raw, s.d_qkv, s.d_qkv);
   qkv_->backward(s.qkv, s.d_qkv, &d_in, &mb);
 }

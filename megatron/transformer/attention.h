@@ -46,8 +46,12 @@ class SelfAttention final : public AttentionLayer {
   // The QKV projection of `in` into s.qkv_out [S, B, qkv_width], with the q/k norms (the
   // projection itself then kept in s.qkv_raw); before rotary embeddings.
   void project_qkv(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb) const;
-  math::RopeFrequencies rope_frequencies() const {
+  // seq_len: the positions the sequence spans, cached tokens included (LongRoPE's choice).
+  math::RopeFrequencies rope_frequencies(int64_t seq_len) const {
     math::RopeFrequencies f(spec_.rope_theta);
+    if (longrope_short_.numel() > 0)
+      f.pair_factor =
+          (seq_len > spec_.longrope_original ? longrope_long_ : longrope_short_).data<float>();
     f.factor = spec_.rope_scaling_factor;
     f.low_freq_factor = spec_.rope_low_freq_factor;
     f.high_freq_factor = spec_.rope_high_freq_factor;
@@ -58,6 +62,11 @@ class SelfAttention final : public AttentionLayer {
     f.yarn_range = spec_.rope_yarn_range;
     f.attention_scale = spec_.rope_attention_scale;
     return f;
+  }
+  // The positions a training forward's sequence spans: the whole sequence under context
+  // parallelism, else the rows (packed documents count as the sequence they are packed in).
+  static int64_t rope_span(int64_t S, const MicroBatchInfo& mb) {
+    return mb.cp.active() ? mb.cp.total : S;
   }
   // Where the attention probabilities of state s live (the shared buffer under selective).
   Tensor& probs_of(State& s) const;
@@ -84,8 +93,9 @@ class SelfAttention final : public AttentionLayer {
   bool sp_;
   int64_t local_heads_, local_groups_;
   std::unique_ptr<Linear> qkv_, proj_;
-  std::unique_ptr<QkNorm> qk_norm_;       // qk_layernorm only
-  std::shared_ptr<Tensor> shared_probs_;  // selective recompute only
+  std::unique_ptr<QkNorm> qk_norm_;        // qk_layernorm only
+  Tensor longrope_short_, longrope_long_;  // LongRoPE's pair factors on the device, or empty
+  std::shared_ptr<Tensor> shared_probs_;   // selective recompute only
   std::shared_ptr<const ContextParallelAttention> cp_;
 };
 

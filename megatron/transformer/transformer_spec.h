@@ -32,7 +32,11 @@ struct TransformerSpec {
   float rope_original_max_positions = 8192.0f;
   // > 0: YaRN (math::RopeFrequencies; kernels/common/yarn.h computes these from the recipe)
   float rope_yarn_factor = 0.0f, rope_yarn_low = 0.0f, rope_yarn_range = 1.0f;
-  float rope_attention_scale = 1.0f;  // YaRN's concentration factor on cos and sin
+  float rope_attention_scale = 1.0f;  // YaRN's (and LongRoPE's) attention factor on cos and sin
+  // LongRoPE: per-pair frequency divisors [head_dim / 2], the long ones past
+  // longrope_original positions (of the sequence incl. cached tokens); empty: none.
+  std::vector<float> longrope_short, longrope_long;
+  int64_t longrope_original = 0;
   bool bias = true;
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   // Per-head RMSNorm of queries and keys before rope (qk_layernorm; qk_norm.h).

@@ -21,6 +21,7 @@ constexpr const char* kLlama = "LlamaForCausalLM";
 constexpr const char* kMistral = "MistralForCausalLM";
 constexpr const char* kQwen2 = "Qwen2ForCausalLM";
 constexpr const char* kQwen3 = "Qwen3ForCausalLM";
+constexpr const char* kPhi3 = "Phi3ForCausalLM";
 constexpr const char* kMixtral = "MixtralForCausalLM";
 constexpr int64_t kMaxDefaultSeq = 4096;
 
@@ -30,6 +31,7 @@ std::string model_type(const std::string& a) {
   if (a == kMistral) return "mistral";
   if (a == kQwen2) return "qwen2";
   if (a == kQwen3) return "qwen3";
+  if (a == kPhi3) return "phi3";
   return "mixtral";
 }
 
@@ -87,6 +89,9 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   if (arch == kQwen2 || arch == kQwen3)
     known.insert({"use_sliding_window", "max_window_layers", "layer_types"});
   if (arch == kQwen3) known.insert({"sliding_window", "attention_bias"});
+  if (arch == kPhi3)
+    known.insert({"sliding_window", "original_max_position_embeddings", "partial_rotary_factor",
+                  "resid_pdrop", "embd_pdrop", "attention_bias"});
   if (arch == kMixtral)
     known.insert({"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
                   "router_jitter_noise"});
@@ -124,6 +129,13 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   // other has no Megatron equivalent.
   const bool attention_bias = c.boolean_or("attention_bias", false);
   const bool mlp_bias = c.boolean_or("mlp_bias", false);
+  if (arch == kPhi3) {
+    if (attention_bias) c.fail("attention_bias", "true is not implemented for Phi-3");
+    if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0)
+      c.fail("partial_rotary_factor", concat(c.number("partial_rotary_factor"),
+                                             ": partial rotary embeddings are not implemented "
+                                             "(only 1.0)"));
+  }
   if (arch == kQwen3 && attention_bias)
     c.fail("attention_bias",
            "true (biases on q/k/v/o but not on the MLP) has no equivalent here: add_bias puts "
@@ -143,7 +155,7 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   }
   if (arch == kQwen2) m.add_qkv_bias = true;  // Qwen2's q/k/v carry biases, nothing else does
   if (arch == kQwen3) m.qk_layernorm = true;  // q_norm / k_norm per head, before rope
-  if ((arch == kMistral || arch == kMixtral) && c.has("sliding_window")) {
+  if ((arch == kMistral || arch == kMixtral || arch == kPhi3) && c.has("sliding_window")) {
     // Keys i - W < j <= i: Megatron-Core's window_size (W - 1, 0).
     const int64_t window = c.integer("sliding_window");
     if (window <= 0) c.fail("sliding_window", concat("must be > 0 or null (got ", window, ")"));
@@ -167,7 +179,8 @@ std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 }  // namespace
 
 bool is_hf_decoder(const std::string& a) {
-  return a == kGpt2 || a == kLlama || a == kMistral || a == kQwen2 || a == kQwen3 || a == kMixtral;
+  return a == kGpt2 || a == kLlama || a == kMistral || a == kQwen2 || a == kQwen3 || a == kPhi3 ||
+         a == kMixtral;
 }
 
 config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::string& arch) {
@@ -220,9 +233,9 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["hidden_act"] = "silu";
   write_rope(m, j);
   if (arch == kLlama) j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
-  if (arch == kQwen3) j["attention_bias"] = false;
+  if (arch == kQwen3 || arch == kPhi3) j["attention_bias"] = false;
   const int64_t window = m.attention_window();
-  if (arch == kMistral || arch == kMixtral)
+  if (arch == kMistral || arch == kMixtral || arch == kPhi3)
     j["sliding_window"] = window > 0 ? Json(window) : Json(nullptr);
   else
     MT_INPUT_CHECK(window == 0, "model.window_size [", m.window_size[0], ", ", m.window_size[1],
@@ -246,6 +259,8 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
                                   "model.qk_layernorm: true converts as Qwen3ForCausalLM"
                                 : " normalizes queries and keys per head: it needs "
                                   "model.qk_layernorm: true");
+  MT_INPUT_CHECK(arch != kPhi3 || (!m.add_qkv_bias && !m.moe.enabled()), arch,
+                 " has no biases or experts");
   MT_INPUT_CHECK(!(arch == kQwen3 && m.add_qkv_bias), arch,
                  " has no q/k/v-only biases (model.add_qkv_bias: true converts as "
                  "Qwen2ForCausalLM, without qk_layernorm)");
@@ -291,6 +306,19 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
     const std::string a = h + "self_attn.";
     out.push_back(
         hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "input_layernorm.weight"));
+    if (arch == kPhi3) {  // fused [q|k|v] and [gate|up] projections
+      out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
+                                          {a + "qkv_proj.weight", vec({QKV, D}), false}, H, G, Dh));
+      out.push_back(
+          hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
+      out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
+                                     h + "post_attention_layernorm.weight"));
+      out.push_back(hf::stacked_mapping(n + "mlp.fc1.weight", vec({2, F, D}),
+                                        {{h + "mlp.gate_up_proj.weight", vec({2 * F, D})}}));
+      out.push_back(
+          hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), h + "mlp.down_proj.weight"));
+      continue;
+    }
     out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
                                   {{a + "q_proj.weight", vec({H * Dh, D})},
                                    {a + "k_proj.weight", vec({G * Dh, D})},

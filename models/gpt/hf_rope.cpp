@@ -52,6 +52,44 @@ void read_yarn(const hf::ConfigJson& c, const std::string& key, const nlohmann::
   }
 }
 
+// rope_type "longrope" (Phi-3): per-pair short and long factors over the original context (in
+// the rope settings, or config.json's own original_max_position_embeddings as transformers 4
+// writes it); an explicit attention_factor, or one derived from an explicit factor, is kept.
+void read_longrope(const hf::ConfigJson& c, const std::string& key, const nlohmann::json& scaling,
+                   config::ModelConfig& m) {
+  auto factors = [&](const char* field) {
+    std::vector<double> out;
+    if (!scaling.contains(field) || !scaling[field].is_array())
+      c.fail(key, concat("longrope needs a list ", field));
+    for (const auto& x : scaling[field]) {
+      if (!x.is_number()) c.fail(key, concat("longrope ", field, " holds ", x.dump()));
+      out.push_back(x.get<double>());
+    }
+    return out;
+  };
+  m.longrope_short_factor = factors("short_factor");
+  m.longrope_long_factor = factors("long_factor");
+  nlohmann::json original;
+  if (scaling.contains("original_max_position_embeddings"))
+    original = scaling["original_max_position_embeddings"];
+  else if (c.has("original_max_position_embeddings"))
+    original = c.json()["original_max_position_embeddings"];
+  if (!original.is_number_integer() || original.get<int64_t>() <= 0)
+    c.fail(key, "longrope needs a positive integer original_max_position_embeddings");
+  m.longrope_original_max_position_embeddings = original.get<int64_t>();
+  if (scaling.contains("attention_factor") && !scaling["attention_factor"].is_null()) {
+    if (!scaling["attention_factor"].is_number())
+      c.fail(key, "longrope attention_factor must be a number");
+    m.longrope_attention_factor = scaling["attention_factor"].get<double>();
+  } else if (scaling.contains("factor") && !scaling["factor"].is_null()) {
+    // transformers: the attention factor from this factor instead of max / original positions.
+    if (!scaling["factor"].is_number()) c.fail(key, "longrope factor must be a number");
+    const double f = scaling["factor"].get<double>();
+    const double o = static_cast<double>(m.longrope_original_max_position_embeddings);
+    m.longrope_attention_factor = f <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(f) / std::log(o));
+  }
+}
+
 }  // namespace
 
 void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
@@ -70,6 +108,11 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
   }
   if (scaling.is_null()) return;
   const std::string key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (scaling.contains("partial_rotary_factor") &&
+      (!scaling["partial_rotary_factor"].is_number() ||
+       scaling["partial_rotary_factor"].get<double>() != 1.0))
+    c.fail(key, concat("partial_rotary_factor ", scaling["partial_rotary_factor"].dump(),
+                       ": partial rotary embeddings are not implemented (only 1.0)"));
   std::string type = "default";
   if (scaling.contains("rope_type") && scaling["rope_type"].is_string())
     type = scaling["rope_type"].get<std::string>();
@@ -87,10 +130,14 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
     read_yarn(c, key, scaling, m);
     return;
   }
+  if (type == "longrope") {
+    read_longrope(c, key, scaling, m);
+    return;
+  }
   if (type != "llama3")
     c.fail(key, concat("rope type '", type,
-                       "' is not implemented (unscaled, \"linear\", \"llama3\" and \"yarn\" "
-                       "rotary embeddings convert)"));
+                       "' is not implemented (unscaled, \"linear\", \"llama3\", \"yarn\" and "
+                       "\"longrope\" rotary embeddings convert)"));
   // LLaMA-3.1 scaling, with whatever factors and original context the checkpoint has.
   auto number = [&](const char* field) {
     if (!scaling.contains(field) || !scaling[field].is_number())
@@ -114,10 +161,37 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
                        m.rope_scaling_low_freq_factor, ")"));
 }
 
+namespace {
+
+void write_longrope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
+  using Json = nlohmann::ordered_json;
+  Json rope = {{"rope_type", "longrope"},
+               {"short_factor", m.longrope_short_factor},
+               {"long_factor", m.longrope_long_factor},
+               {"original_max_position_embeddings", m.longrope_original_max_position_embeddings}};
+  if (m.longrope_attention_factor) rope["attention_factor"] = *m.longrope_attention_factor;
+  // transformers 4's Phi-3 keeps the original context at the top level too.
+  if (j.contains("original_max_position_embeddings"))
+    j["original_max_position_embeddings"] = m.longrope_original_max_position_embeddings;
+  if (j.contains("rope_parameters")) {
+    rope["rope_theta"] = m.rope_theta;
+    j["rope_parameters"] = rope;
+  } else {
+    j["rope_theta"] = m.rope_theta;
+    j["rope_scaling"] = rope;
+  }
+}
+
+}  // namespace
+
 void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
   using Json = nlohmann::ordered_json;
   const bool linear = m.rotary_seq_len_interpolation_factor != 1.0;
   const bool yarn = m.position_embedding == config::PositionEmbedding::Yarn;
+  if (m.longrope()) {
+    write_longrope(m, j);
+    return;
+  }
   Json rope = {{"rope_type", yarn             ? "yarn"
                              : m.rope_scaling ? "llama3"
                              : linear         ? "linear"

@@ -107,6 +107,18 @@ const Rule kRules[] = {
      "model.rope_scaling_high_freq_factor", "must be > model.rope_scaling_low_freq_factor > 0"},
     {"rope_scaling_original", "model: {rope_scaling_original_max_position_embeddings: 0}",
      "model.rope_scaling_original_max_position_embeddings", "must be > 0"},
+    {"longrope_count",
+     "model: {position_embedding: rope, longrope_short_factor: [1, 1], "
+     "longrope_long_factor: [2, 2], longrope_original_max_position_embeddings: 8}",
+     "model.longrope_short_factor", "must hold head_dim / 2 = 8 values"},
+    {"longrope_learned",
+     "model: {longrope_short_factor: [1, 1, 1, 1], longrope_long_factor: [2, 2, 2, 2], "
+     "longrope_original_max_position_embeddings: 8}",
+     "model.longrope_short_factor", "needs position_embedding: rope"},
+    {"longrope_original_alone", "model: {longrope_original_max_position_embeddings: 8}",
+     "model.longrope_original_max_position_embeddings", "needs model.longrope_short_factor"},
+    {"longrope_factor_word", "model: {longrope_long_factor: [1, wide]}",
+     "model.longrope_long_factor[1]", "expected a number"},
     {"qk_layernorm_layernorm", "model: {qk_layernorm: true, normalization: layernorm}",
      "model.qk_layernorm", "needs normalization: RMSNorm"},
     {"qk_layernorm_word", "model: {qk_layernorm: maybe}", "model.qk_layernorm", "'maybe'"},

@@ -191,6 +191,10 @@ TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
 // Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16
 // one without grouped queries.
 TEST(HfLogits, Qwen3) { check_logits("qwen3"); }
+// Phi-3: fused qkv_proj / gate_up_proj; LongRoPE's long factors past 8 original positions (the
+// 16-token forward, and the KV-cached generation once it passes them); a 5-key sliding window.
+TEST(HfLogits, Phi3LongRope) { check_logits("phi3_longrope"); }
+TEST(HfLogits, Phi3SlidingBf16) { check_logits("phi3_sliding_bf16"); }
 TEST(HfLogits, Qwen3TiedBf16) { check_logits("qwen3_tied_bf16"); }
 
 }  // namespace

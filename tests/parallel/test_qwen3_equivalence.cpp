@@ -48,7 +48,7 @@ TEST(Qwen3Equivalence, ShardingAndRecomputeMatchSingleProcess) {
 }
 
 TEST(Qwen3Equivalence, ContextParallelLayoutsMatchSingleProcess) {
-  eq::RecipeSpec m = qwen3(2);
+  eq::RecipeSpec m = qwen3(4);
   m.heads = 8;
   m.groups = 4;  // a2a over tp x cp = 4
   m.seq = 32;

@@ -33,23 +33,13 @@ using namespace hf_test;
 
 class HfConversion : public HfScratch {};
 
-const std::vector<std::string> kFixtures = {"gpt2",
-                                            "llama_bf16",
-                                            "llama_tied",
-                                            "llama31_scaled",
-                                            "mistral_sharded",
-                                            "qwen2_tied",
-                                            "mixtral",
-                                            "llama_bias",
-                                            "llama_linear_rope",
-                                            "bert_pretraining",
-                                            "bert_mlm_bf16",
-                                            "mistral_head_dim",
-                                            "llama_yarn",
-                                            "mistral_sliding",
-                                            "qwen3",
-                                            "qwen3_tied_bf16",
-                                            "llama3_rope_custom"};
+// clang-format off
+const std::vector<std::string> kFixtures = {
+    "gpt2", "llama_bf16", "llama_tied", "llama31_scaled", "mistral_sharded", "qwen2_tied",
+    "mixtral", "llama_bias", "llama_linear_rope", "bert_pretraining", "bert_mlm_bf16",
+    "mistral_head_dim", "llama_yarn", "mistral_sliding", "qwen3", "qwen3_tied_bf16",
+    "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16"};
+// clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
   std::mt19937 rng(5);
@@ -141,7 +131,8 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
   };
   for (const Case& c :
        {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1}, Case{"mixtral", 2, 2, 2},
-        Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}, Case{"qwen3", 2, 2, 1}}) {
+        Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}, Case{"qwen3", 2, 2, 1},
+        Case{"phi3_longrope", 2, 2, 1}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);
@@ -291,9 +282,9 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
   {
     const fs::path d = editable("llama_tied");
     edit_config(d, [](nlohmann::json& j) {
-      j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+      j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
     });
-    EXPECT_THAT(error_of(d), HasSubstr("rope type 'longrope' is not implemented"));
+    EXPECT_THAT(error_of(d), HasSubstr("rope type 'dynamic' is not implemented"));
   }
   {  // yarn without the pretraining context it extends
     const fs::path d = editable("llama_tied");

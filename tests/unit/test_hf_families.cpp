@@ -95,5 +95,61 @@ TEST_F(HfFamilies, Qwen3ExportsOnlyAsQwen3) {
               ThrowsMessage<InputError>(HasSubstr("needs model.qk_layernorm: true")));
 }
 
+// microsoft/Phi-3-mini-4k-instruct's config.json (fused projections, a 2047-key sliding window)
+// is recipes/phi3_mini.yaml's model; transformers builds 3,821,079,552 parameters from it, and so
+// does the planner (the vocabulary 32064 needs no padding at tp 1).
+TEST_F(HfFamilies, Phi3MiniConfigIsTheRecipeModel) {
+  const auto hf =
+      models::model_from_hf_config(hf::ConfigJson::load(released("phi3_mini_4k").string()));
+  EXPECT_EQ(hf.attention_window(), 2047);
+  const config::Recipe r = recipe("phi3_mini.yaml");
+  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released("phi3_mini_4k").string()));
+  const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
+  EXPECT_EQ(report.params.total, 3821079552);
+  EXPECT_TRUE(report.fits);
+}
+
+TEST_F(HfFamilies, Phi3AndLongRopeKeysItCannotRepresentAreNamed) {
+  auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
+    const fs::path d = editable("phi3_longrope");
+    edit_config(d, edit);
+    return config_error(d);
+  };
+  EXPECT_THAT(
+      error_of([](nlohmann::json& j) { j["rope_parameters"]["partial_rotary_factor"] = 0.75; }),
+      HasSubstr("partial rotary embeddings are not implemented"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["attention_bias"] = true; }),
+              HasSubstr("\"attention_bias\": true is not implemented for Phi-3"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["rope_parameters"]["long_factor"] = {1.0, 2.0};
+              }),
+              HasSubstr("model.longrope_long_factor: must hold head_dim / 2 = 4 values"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["rope_parameters"]["short_factor"] = {1.0, "x", 1, 1};
+              }),
+              HasSubstr("longrope short_factor holds \"x\""));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["rope_parameters"].erase("original_max_position_embeddings");
+                j.erase("original_max_position_embeddings");
+              }),
+              HasSubstr("longrope needs a positive integer original_max_position_embeddings"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["rope_parameters"]["short_factor"][2] = -1.0; }),
+              HasSubstr("model.longrope_short_factor[2]: must be a positive number"));
+}
+
+// The fused qkv_proj / gate_up_proj tensors of a mis-shaped checkpoint are refused by name.
+TEST_F(HfFamilies, Phi3FusedTensorsAreCheckedByShape) {
+  const fs::path d = editable("phi3_longrope");
+  rewrite(d, [](RawTensors& t) {
+    std::get<1>(t["model.layers.0.mlp.gate_up_proj.weight"]) = {48, 64};
+  });
+  try {
+    import(d, "out");
+    ADD_FAILURE() << "imported a mis-shaped gate_up_proj";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("'model.layers.0.mlp.gate_up_proj.weight' has shape [48,64]"));
+  }
+}
+
 }  // namespace
 }  // namespace megatron

@@ -1,0 +1,48 @@
+// LongRoPE's recipe keys (model.longrope_*): the attention factor and the checks.
+#include <cmath>
+
+#include "megatron/config/checker.h"
+#include "megatron/config/recipe.h"
+
+namespace megatron::config {
+
+double ModelConfig::longrope_scale() const {
+  if (longrope_attention_factor) return *longrope_attention_factor;
+  const double original = static_cast<double>(longrope_original_max_position_embeddings);
+  const double factor = static_cast<double>(max_positions()) / original;
+  if (!(factor > 1.0)) return 1.0;
+  return std::sqrt(1.0 + std::log(factor) / std::log(original));
+}
+
+void validate_longrope(const ModelConfig& m, const Checker& c) {
+  if (!m.longrope()) {
+    c.check(m.longrope_original_max_position_embeddings == 0,
+            "model.longrope_original_max_position_embeddings",
+            "needs model.longrope_short_factor and model.longrope_long_factor");
+    c.check(!m.longrope_attention_factor, "model.longrope_attention_factor",
+            "needs model.longrope_short_factor and model.longrope_long_factor");
+    return;
+  }
+  c.check(m.position_embedding == PositionEmbedding::Rope && !m.rope_scaling &&
+              m.rotary_seq_len_interpolation_factor == 1.0,
+          "model.longrope_short_factor",
+          "needs position_embedding: rope without rope_scaling or linear interpolation");
+  const auto pairs = static_cast<size_t>(m.head_dim() / 2);
+  for (const auto& [key, list] :
+       {std::pair{"model.longrope_short_factor", &m.longrope_short_factor},
+        std::pair{"model.longrope_long_factor", &m.longrope_long_factor}}) {
+    c.check(list->size() == pairs, key,
+            concat("must hold head_dim / 2 = ", pairs, " values, one per rotary pair (got ",
+                   list->size(), ")"));
+    for (size_t i = 0; i < list->size(); ++i)
+      c.check((*list)[i] > 0.0 && std::isfinite((*list)[i]), concat(key, "[", i, "]"),
+              concat("must be a positive number (got ", num((*list)[i]), ")"));
+  }
+  c.positive("model.longrope_original_max_position_embeddings",
+             m.longrope_original_max_position_embeddings);
+  if (m.longrope_attention_factor)
+    c.check(*m.longrope_attention_factor > 0.0, "model.longrope_attention_factor",
+            concat("must be > 0 (got ", num(*m.longrope_attention_factor), ")"));
+}
+
+}  // namespace megatron::config

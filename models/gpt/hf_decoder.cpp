@@ -69,7 +69,8 @@ config::ModelConfig gpt2_from_hf(const hf::ConfigJson& c) {
   return m;
 }
 
-config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::string& arch) {
+// The config.json keys the converter of `arch` reads or checks.
+std::set<std::string> llama_family_keys(const std::string& arch) {
   std::set<std::string> known = {"vocab_size",
                                  "hidden_size",
                                  "intermediate_size",
@@ -95,6 +96,56 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   if (arch == kMixtral)
     known.insert({"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
                   "router_jitter_noise"});
+  return known;
+}
+
+// Biases everywhere (attention_bias and mlp_bias) are Megatron's add_bias; one without the other
+// has no Megatron equivalent, nor has Qwen3's attention-only bias.
+void read_biases(const hf::ConfigJson& c, const std::string& arch, config::ModelConfig& m) {
+  const bool attention_bias = c.boolean_or("attention_bias", false);
+  const bool mlp_bias = c.boolean_or("mlp_bias", false);
+  if (arch == kPhi3) {
+    if (attention_bias) c.fail("attention_bias", "true is not implemented for Phi-3");
+    if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0)
+      c.fail("partial_rotary_factor", concat(c.number("partial_rotary_factor"),
+                                             ": partial rotary embeddings are not implemented "
+                                             "(only 1.0)"));
+  }
+  if (arch == kQwen3 && attention_bias)
+    c.fail("attention_bias",
+           "true (biases on q/k/v/o but not on the MLP) has no equivalent here: add_bias puts "
+           "them on every projection, add_qkv_bias on q/k/v only");
+  if (attention_bias != mlp_bias)
+    c.fail(attention_bias ? "attention_bias" : "mlp_bias",
+           "true only with the other true too (biases on every projection, Megatron's "
+           "add_bias; not on some of them)");
+  m.add_bias = attention_bias && mlp_bias;
+}
+
+// What sets the families apart: Qwen's sliding keys, q/k/v biases and q/k norms, the sliding
+// windows of Mistral, Mixtral and Phi-3.
+void read_family_features(const hf::ConfigJson& c, const std::string& arch,
+                          config::ModelConfig& m) {
+  if (arch == kQwen2 || arch == kQwen3) {
+    if (c.boolean_or("use_sliding_window", false))
+      c.fail("use_sliding_window", "true (sliding-window attention) is not implemented");
+    if (c.has("layer_types"))
+      for (const auto& t : c.json()["layer_types"])
+        if (t != "full_attention")
+          c.fail("layer_types", concat("has ", t.dump(), " (only full_attention)"));
+  }
+  if (arch == kQwen2) m.add_qkv_bias = true;  // Qwen2's q/k/v carry biases, nothing else does
+  if (arch == kQwen3) m.qk_layernorm = true;  // q_norm / k_norm per head, before rope
+  if ((arch == kMistral || arch == kMixtral || arch == kPhi3) && c.has("sliding_window")) {
+    // Keys i - W < j <= i: Megatron-Core's window_size (W - 1, 0).
+    const int64_t window = c.integer("sliding_window");
+    if (window <= 0) c.fail("sliding_window", concat("must be > 0 or null (got ", window, ")"));
+    if (window < m.max_positions()) m.window_size = {window - 1, 0};
+  }
+}
+
+config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::string& arch) {
+  const std::set<std::string> known = llama_family_keys(arch);
   c.check_known(known, arch);
   config::ModelConfig m;
   m.arch = config::Arch::LLaMA;
@@ -125,42 +176,8 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   } else if (!divides) {
     c.fail("num_attention_heads", "must divide hidden_size (or head_dim must be given)");
   }
-  // Biases everywhere (attention_bias and mlp_bias) are Megatron's add_bias; one without the
-  // other has no Megatron equivalent.
-  const bool attention_bias = c.boolean_or("attention_bias", false);
-  const bool mlp_bias = c.boolean_or("mlp_bias", false);
-  if (arch == kPhi3) {
-    if (attention_bias) c.fail("attention_bias", "true is not implemented for Phi-3");
-    if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0)
-      c.fail("partial_rotary_factor", concat(c.number("partial_rotary_factor"),
-                                             ": partial rotary embeddings are not implemented "
-                                             "(only 1.0)"));
-  }
-  if (arch == kQwen3 && attention_bias)
-    c.fail("attention_bias",
-           "true (biases on q/k/v/o but not on the MLP) has no equivalent here: add_bias puts "
-           "them on every projection, add_qkv_bias on q/k/v only");
-  if (attention_bias != mlp_bias)
-    c.fail(attention_bias ? "attention_bias" : "mlp_bias",
-           "true only with the other true too (biases on every projection, Megatron's "
-           "add_bias; not on some of them)");
-  m.add_bias = attention_bias && mlp_bias;
-  if (arch == kQwen2 || arch == kQwen3) {
-    if (c.boolean_or("use_sliding_window", false))
-      c.fail("use_sliding_window", "true (sliding-window attention) is not implemented");
-    if (c.has("layer_types"))
-      for (const auto& t : c.json()["layer_types"])
-        if (t != "full_attention")
-          c.fail("layer_types", concat("has ", t.dump(), " (only full_attention)"));
-  }
-  if (arch == kQwen2) m.add_qkv_bias = true;  // Qwen2's q/k/v carry biases, nothing else does
-  if (arch == kQwen3) m.qk_layernorm = true;  // q_norm / k_norm per head, before rope
-  if ((arch == kMistral || arch == kMixtral || arch == kPhi3) && c.has("sliding_window")) {
-    // Keys i - W < j <= i: Megatron-Core's window_size (W - 1, 0).
-    const int64_t window = c.integer("sliding_window");
-    if (window <= 0) c.fail("sliding_window", concat("must be > 0 or null (got ", window, ")"));
-    if (window < m.max_positions()) m.window_size = {window - 1, 0};
-  }
+  read_biases(c, arch, m);
+  read_family_features(c, arch, m);
   read_rope(c, m);
   if (arch == kMixtral) {
     m.moe.num_experts = c.integer("num_local_experts");
@@ -250,10 +267,22 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   return j;
 }
 
-std::vector<TensorMapping> decoder_mappings(const std::string& arch, const config::ModelConfig& m,
-                                            int64_t Vp) {
-  const int64_t D = m.hidden_size, H = m.num_attention_heads, G = m.query_groups(),
-                Dh = m.head_dim(), F = m.ffn(), V = m.vocab_size, QKV = (H + 2 * G) * Dh;
+namespace {
+
+// The sizes every layer's mappings use.
+struct LayerDims {
+  int64_t D, H, G, Dh, F, QKV;
+  explicit LayerDims(const config::ModelConfig& m)
+      : D(m.hidden_size),
+        H(m.num_attention_heads),
+        G(m.query_groups()),
+        Dh(m.head_dim()),
+        F(m.ffn()),
+        QKV((H + 2 * G) * Dh) {}
+};
+
+// A model the architecture cannot describe is an InputError before anything is written.
+void check_exportable(const std::string& arch, const config::ModelConfig& m) {
   MT_INPUT_CHECK(m.qk_layernorm == (arch == kQwen3), arch,
                  m.qk_layernorm ? " has no per-head query/key norms: a model with "
                                   "model.qk_layernorm: true converts as Qwen3ForCausalLM"
@@ -267,105 +296,137 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
   MT_INPUT_CHECK(!m.add_bias || arch == kGpt2 || arch == kLlama, arch,
                  " has no biases on its projections: a model with model.add_bias: true converts as "
                  "LlamaForCausalLM (attention_bias and mlp_bias) or GPT2LMHeadModel");
-  std::vector<TensorMapping> out;
+  const LayerDims d(m);
+  MT_INPUT_CHECK(arch != kGpt2 || d.H * d.Dh == d.D, "model.kv_channels ", d.Dh,
+                 " gives a query width ", d.H * d.Dh, " other than hidden_size ", d.D, ": ", kGpt2,
+                 " has no head_dim to describe it");
+}
+
+// GPT-2 layer l: Conv1D weights stored [in, out], [q|k|v] fused.
+void gpt2_layer(std::vector<TensorMapping>& out, const LayerDims& d, int64_t l) {
+  const int64_t D = d.D, F = d.F, QKV = d.QKV;
+  const std::string n = concat("layers.", l, "."), h = concat("transformer.h.", l, ".");
+  out.push_back(hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "ln_1.weight"));
+  out.push_back(hf::copy_mapping(n + "input_norm.bias", vec({D}), h + "ln_1.bias"));
+  out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
+                                      {h + "attn.c_attn.weight", vec({D, QKV}), true}, d.H, d.G,
+                                      d.Dh));
+  out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.bias", vec({QKV}),
+                                      {h + "attn.c_attn.bias", vec({QKV}), false}, d.H, d.G, d.Dh));
+  out.push_back(
+      hf::transpose_mapping(n + "attention.proj.weight", vec({D, D}), h + "attn.c_proj.weight"));
+  out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), h + "attn.c_proj.bias"));
+  out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}), h + "ln_2.weight"));
+  out.push_back(hf::copy_mapping(n + "post_attention_norm.bias", vec({D}), h + "ln_2.bias"));
+  out.push_back(hf::transpose_mapping(n + "mlp.fc1.weight", vec({F, D}), h + "mlp.c_fc.weight"));
+  out.push_back(hf::copy_mapping(n + "mlp.fc1.bias", vec({F}), h + "mlp.c_fc.bias"));
+  out.push_back(hf::transpose_mapping(n + "mlp.fc2.weight", vec({D, F}), h + "mlp.c_proj.weight"));
+  out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), h + "mlp.c_proj.bias"));
+}
+
+// Phi-3 layer l: fused [q|k|v] and [gate|up] projections.
+void phi3_layer(std::vector<TensorMapping>& out, const LayerDims& d, int64_t l) {
+  const int64_t D = d.D, F = d.F;
+  const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
+  const std::string a = h + "self_attn.";
+  out.push_back(hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "input_layernorm.weight"));
+  out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.weight", vec({d.QKV, D}),
+                                      {a + "qkv_proj.weight", vec({d.QKV, D}), false}, d.H, d.G,
+                                      d.Dh));
+  out.push_back(
+      hf::copy_mapping(n + "attention.proj.weight", vec({D, d.H * d.Dh}), a + "o_proj.weight"));
+  out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
+                                 h + "post_attention_layernorm.weight"));
+  out.push_back(hf::stacked_mapping(n + "mlp.fc1.weight", vec({2, F, D}),
+                                    {{h + "mlp.gate_up_proj.weight", vec({2 * F, D})}}));
+  out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), h + "mlp.down_proj.weight"));
+}
+
+// LLaMA-family attention of layer l: separate q/k/v (biases, q/k norms), o_proj, the norms.
+void llama_attention(std::vector<TensorMapping>& out, const config::ModelConfig& m,
+                     const LayerDims& d, int64_t l) {
+  const int64_t D = d.D, H = d.H, G = d.G, Dh = d.Dh;
+  const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
+  const std::string a = h + "self_attn.";
+  out.push_back(hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "input_layernorm.weight"));
+  out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({d.QKV, D}),
+                                {{a + "q_proj.weight", vec({H * Dh, D})},
+                                 {a + "k_proj.weight", vec({G * Dh, D})},
+                                 {a + "v_proj.weight", vec({G * Dh, D})}},
+                                H, G, Dh));
+  if (m.add_qkv_bias || m.add_bias)
+    out.push_back(hf::qkv_mapping(n + "attention.qkv.bias", vec({d.QKV}),
+                                  {{a + "q_proj.bias", vec({H * Dh})},
+                                   {a + "k_proj.bias", vec({G * Dh})},
+                                   {a + "v_proj.bias", vec({G * Dh})}},
+                                  H, G, Dh));
+  if (m.qk_layernorm) {
+    out.push_back(hf::copy_mapping(n + "attention.q_norm.weight", vec({Dh}), a + "q_norm.weight"));
+    out.push_back(hf::copy_mapping(n + "attention.k_norm.weight", vec({Dh}), a + "k_norm.weight"));
+  }
+  out.push_back(
+      hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
+  if (m.add_bias)
+    out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), a + "o_proj.bias"));
+  out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
+                                 h + "post_attention_layernorm.weight"));
+}
+
+// LLaMA-family MLP of layer l: gate/up stacked into fc1, or Mixtral's router and experts.
+void llama_mlp(std::vector<TensorMapping>& out, const config::ModelConfig& m, const LayerDims& d,
+               int64_t l) {
+  const int64_t D = d.D, F = d.F;
+  const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
+  if (m.moe.enabled() && m.moe.moe_layer_freq.is_moe(l)) {
+    const std::string e = h + "block_sparse_moe.";
+    const int64_t E = m.moe.num_experts, Fe = m.moe.expert_ffn(F);
+    out.push_back(hf::copy_mapping(n + "mlp.router.weight", vec({E, D}), e + "gate.weight"));
+    for (int64_t x = 0; x < E; ++x) {
+      const std::string ex = concat(e, "experts.", x, ".");
+      const std::string nx = concat(n, "mlp.experts.", x, ".");
+      out.push_back(hf::stacked_mapping(
+          nx + "fc1.weight", vec({2, Fe, D}),
+          {{ex + "w1.weight", vec({Fe, D})}, {ex + "w3.weight", vec({Fe, D})}}));
+      out.push_back(hf::copy_mapping(nx + "fc2.weight", vec({D, Fe}), ex + "w2.weight"));
+    }
+    return;
+  }
+  const std::string p = h + "mlp.";
+  out.push_back(hf::stacked_mapping(
+      n + "mlp.fc1.weight", vec({2, F, D}),
+      {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
+  out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+  if (m.add_bias) {
+    out.push_back(
+        hf::stacked_mapping(n + "mlp.fc1.bias", vec({2, F}),
+                            {{p + "gate_proj.bias", vec({F})}, {p + "up_proj.bias", vec({F})}}));
+    out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), p + "down_proj.bias"));
+  }
+}
+
+}  // namespace
+
+std::vector<TensorMapping> decoder_mappings(const std::string& arch, const config::ModelConfig& m,
+                                            int64_t Vp) {
+  check_exportable(arch, m);
+  const LayerDims d(m);
+  const int64_t D = d.D, V = m.vocab_size;
   const bool gpt2 = arch == kGpt2;
-  MT_INPUT_CHECK(!gpt2 || H * Dh == D, "model.kv_channels ", Dh, " gives a query width ", H * Dh,
-                 " other than hidden_size ", D, ": ", kGpt2, " has no head_dim to describe it");
   const std::string root = gpt2 ? "transformer." : "model.";
+  std::vector<TensorMapping> out;
   out.push_back(hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, D}),
                                         root + (gpt2 ? "wte.weight" : "embed_tokens.weight"), V));
   if (gpt2)
     out.push_back(hf::copy_mapping("embedding.position_embeddings.weight",
                                    vec({m.max_positions(), D}), root + "wpe.weight"));
   for (int64_t l = 0; l < m.num_layers; ++l) {
-    const std::string n = concat("layers.", l, ".");
     if (gpt2) {
-      const std::string h = concat(root, "h.", l, ".");
-      out.push_back(hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "ln_1.weight"));
-      out.push_back(hf::copy_mapping(n + "input_norm.bias", vec({D}), h + "ln_1.bias"));
-      out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
-                                          {h + "attn.c_attn.weight", vec({D, QKV}), true}, H, G,
-                                          Dh));
-      out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.bias", vec({QKV}),
-                                          {h + "attn.c_attn.bias", vec({QKV}), false}, H, G, Dh));
-      out.push_back(hf::transpose_mapping(n + "attention.proj.weight", vec({D, D}),
-                                          h + "attn.c_proj.weight"));
-      out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), h + "attn.c_proj.bias"));
-      out.push_back(
-          hf::copy_mapping(n + "post_attention_norm.weight", vec({D}), h + "ln_2.weight"));
-      out.push_back(hf::copy_mapping(n + "post_attention_norm.bias", vec({D}), h + "ln_2.bias"));
-      out.push_back(
-          hf::transpose_mapping(n + "mlp.fc1.weight", vec({F, D}), h + "mlp.c_fc.weight"));
-      out.push_back(hf::copy_mapping(n + "mlp.fc1.bias", vec({F}), h + "mlp.c_fc.bias"));
-      out.push_back(
-          hf::transpose_mapping(n + "mlp.fc2.weight", vec({D, F}), h + "mlp.c_proj.weight"));
-      out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), h + "mlp.c_proj.bias"));
-      continue;
-    }
-    const std::string h = concat(root, "layers.", l, ".");
-    const std::string a = h + "self_attn.";
-    out.push_back(
-        hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "input_layernorm.weight"));
-    if (arch == kPhi3) {  // fused [q|k|v] and [gate|up] projections
-      out.push_back(hf::fused_qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
-                                          {a + "qkv_proj.weight", vec({QKV, D}), false}, H, G, Dh));
-      out.push_back(
-          hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
-      out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
-                                     h + "post_attention_layernorm.weight"));
-      out.push_back(hf::stacked_mapping(n + "mlp.fc1.weight", vec({2, F, D}),
-                                        {{h + "mlp.gate_up_proj.weight", vec({2 * F, D})}}));
-      out.push_back(
-          hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), h + "mlp.down_proj.weight"));
-      continue;
-    }
-    out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({QKV, D}),
-                                  {{a + "q_proj.weight", vec({H * Dh, D})},
-                                   {a + "k_proj.weight", vec({G * Dh, D})},
-                                   {a + "v_proj.weight", vec({G * Dh, D})}},
-                                  H, G, Dh));
-    if (m.add_qkv_bias || m.add_bias)
-      out.push_back(hf::qkv_mapping(n + "attention.qkv.bias", vec({QKV}),
-                                    {{a + "q_proj.bias", vec({H * Dh})},
-                                     {a + "k_proj.bias", vec({G * Dh})},
-                                     {a + "v_proj.bias", vec({G * Dh})}},
-                                    H, G, Dh));
-    if (m.qk_layernorm) {
-      out.push_back(
-          hf::copy_mapping(n + "attention.q_norm.weight", vec({Dh}), a + "q_norm.weight"));
-      out.push_back(
-          hf::copy_mapping(n + "attention.k_norm.weight", vec({Dh}), a + "k_norm.weight"));
-    }
-    out.push_back(
-        hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
-    if (m.add_bias)
-      out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), a + "o_proj.bias"));
-    out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
-                                   h + "post_attention_layernorm.weight"));
-    if (m.moe.enabled() && m.moe.moe_layer_freq.is_moe(l)) {
-      const std::string e = h + "block_sparse_moe.";
-      const int64_t E = m.moe.num_experts, Fe = m.moe.expert_ffn(F);
-      out.push_back(hf::copy_mapping(n + "mlp.router.weight", vec({E, D}), e + "gate.weight"));
-      for (int64_t x = 0; x < E; ++x) {
-        const std::string ex = concat(e, "experts.", x, ".");
-        const std::string nx = concat(n, "mlp.experts.", x, ".");
-        out.push_back(hf::stacked_mapping(
-            nx + "fc1.weight", vec({2, Fe, D}),
-            {{ex + "w1.weight", vec({Fe, D})}, {ex + "w3.weight", vec({Fe, D})}}));
-        out.push_back(hf::copy_mapping(nx + "fc2.weight", vec({D, Fe}), ex + "w2.weight"));
-      }
-      continue;
-    }
-    const std::string p = h + "mlp.";
-    out.push_back(hf::stacked_mapping(
-        n + "mlp.fc1.weight", vec({2, F, D}),
-        {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
-    out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
-    if (m.add_bias) {
-      out.push_back(
-          hf::stacked_mapping(n + "mlp.fc1.bias", vec({2, F}),
-                              {{p + "gate_proj.bias", vec({F})}, {p + "up_proj.bias", vec({F})}}));
-      out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), p + "down_proj.bias"));
+      gpt2_layer(out, d, l);
+    } else if (arch == kPhi3) {
+      phi3_layer(out, d, l);
+    } else {
+      llama_attention(out, m, d, l);
+      llama_mlp(out, m, d, l);
     }
   }
   out.push_back(hf::copy_mapping("final_norm.weight", vec({D}),

@@ -61,6 +61,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
     auto list = [](const std::vector<double>& v) { return nlohmann::json(v).dump(); };
     same("longrope_short_factor", list(m.longrope_short_factor), list(hf.longrope_short_factor));
     same("longrope_long_factor", list(m.longrope_long_factor), list(hf.longrope_long_factor));
+    same("rope_dynamic_factor", m.rope_dynamic_factor, hf.rope_dynamic_factor);
     same("longrope_original_max_position_embeddings", m.longrope_original_max_position_embeddings,
          hf.longrope_original_max_position_embeddings);
     if (hf.longrope()) same("longrope attention factor", m.longrope_scale(), hf.longrope_scale());

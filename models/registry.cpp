@@ -52,6 +52,8 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
     t.rope_yarn_range = y.yarn_range;
     t.rope_attention_scale = y.attention_scale;
   }
+  t.rope_dynamic_factor = static_cast<float>(m.rope_dynamic_factor);
+  t.rope_dynamic_positions = m.max_positions();
   if (m.longrope()) {
     t.longrope_short.assign(m.longrope_short_factor.begin(), m.longrope_short_factor.end());
     t.longrope_long.assign(m.longrope_long_factor.begin(), m.longrope_long_factor.end());

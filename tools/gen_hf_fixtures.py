@@ -118,6 +118,12 @@ FIXTURES = {
     "phi3_sliding_bf16": (T.Phi3ForCausalLM,
                           llama_like(T.Phi3Config, pad_token_id=0, sliding_window=5),
                           torch.bfloat16, None),
+    # Dynamic NTK over 8 positions: the 16-token forward and the later decoding steps grow the
+    # base with the sequence; the cached keys keep the rotation they were made with.
+    "llama_dynamic_rope": (T.LlamaForCausalLM,
+                           llama_like(T.LlamaConfig, max_position_embeddings=8,
+                                      rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+                           torch.float32, None),
 }
 
 BERT = {
@@ -170,9 +176,15 @@ def main(only=None):
             greedy = ref.generate(input_ids=tokens[:1, :4], attention_mask=torch.ones(1, 4,
                                   dtype=torch.long), max_new_tokens=12, do_sample=False,
                                   eos_token_id=None, pad_token_id=0)
+            # Without the cache: the same tokens unless the rope follows the sequence length
+            # (dynamic), whose cached keys keep their older rotations.
+            no_cache = ref.generate(input_ids=tokens[:1, :4], attention_mask=torch.ones(
+                1, 4, dtype=torch.long), max_new_tokens=12, do_sample=False, eos_token_id=None,
+                pad_token_id=0, use_cache=False)
         expected = {"tokens": TOKENS,
                     "greedy_prompt": TOKENS[0][:4],
                     "greedy": greedy[0, 4:].tolist(),
+                    "greedy_no_cache": no_cache[0, 4:].tolist(),
                     "logits": out.logits.tolist(),
                     "loss": out.loss.item(),
                     "torch": torch.__version__, "transformers": T.__version__}

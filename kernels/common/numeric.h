@@ -155,6 +155,17 @@ MT_HD float rope_inv_freq(int64_t i, int64_t Dh, const RopeFrequencies& rope) {
   return (1.0f - smooth) * inv / rope.factor + smooth * inv;
 }
 
+// Dynamic NTK scaling's rotary base for a sequence spanning seq_len > max_positions positions,
+// in the fp32 steps transformers takes (its sequence length is a tensor there).
+inline float dynamic_ntk_theta(float theta, float factor, int64_t seq_len, int64_t max_positions,
+                               int64_t Dh) {
+  float x = factor * static_cast<float>(seq_len);
+  x = x / static_cast<float>(max_positions);
+  x = x - (factor - 1.0f);
+  x = powf(x, static_cast<float>(static_cast<double>(Dh) / static_cast<double>(Dh - 2)));
+  return theta * x;
+}
+
 // Rotates the pair (x[i], x[i + Dh/2]) by the angle with cosine c and sine s (backward: -s).
 MT_HD void rope_rotate(float& x1, float& x2, float c, float s) {
   const float a = x1, b = x2;

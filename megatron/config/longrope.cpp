@@ -1,4 +1,6 @@
-// LongRoPE's recipe keys (model.longrope_*): the attention factor and the checks.
+// LongRoPE's recipe keys (model.longrope_*): the attention factor and the checks; and those of
+// dynamic NTK scaling (model.rope_dynamic_factor), the other rope whose frequencies follow the
+// sequence length.
 #include <cmath>
 
 #include "megatron/config/checker.h"
@@ -15,6 +17,14 @@ double ModelConfig::longrope_scale() const {
 }
 
 void validate_longrope(const ModelConfig& m, const Checker& c) {
+  if (m.rope_dynamic_factor != 0.0) {
+    c.check(m.rope_dynamic_factor >= 1.0, "model.rope_dynamic_factor",
+            concat("must be >= 1, or 0 for none (got ", num(m.rope_dynamic_factor), ")"));
+    c.check(m.position_embedding == PositionEmbedding::Rope && !m.rope_scaling &&
+                m.rotary_seq_len_interpolation_factor == 1.0 && !m.longrope(),
+            "model.rope_dynamic_factor",
+            "needs position_embedding: rope without another rope scaling");
+  }
   if (!m.longrope()) {
     c.check(m.longrope_original_max_position_embeddings == 0,
             "model.longrope_original_max_position_embeddings",

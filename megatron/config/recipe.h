@@ -79,6 +79,10 @@ struct ModelConfig {
   double yarn_beta_fast = 32, yarn_beta_slow = 1;
   std::optional<double> yarn_mscale, yarn_mscale_all_dim;  // both set: their concentration ratio
   bool yarn_correction_range_round_to_int = true;
+  // Dynamic NTK scaling (HF rope_type "dynamic"): > 0: a forward whose sequence (cached tokens
+  // included) spans L > max_positions() positions uses the rotary base
+  // theta * (factor * L / max_positions - (factor - 1))^(d / (d - 2)); 0: none.
+  double rope_dynamic_factor = 0;
   // LongRoPE (Phi-3; HF rope_type "longrope"): rotary pair i turns at theta^(-2i/d) / factor[i],
   // with the long factors when the sequence (incl. the cached tokens) is longer than
   // longrope_original_max_position_embeddings, else the short ones; cos and sin scaled by the
@@ -176,6 +180,7 @@ struct ModelConfig {
     v("yarn_mscale", s.yarn_mscale);
     v("yarn_mscale_all_dim", s.yarn_mscale_all_dim);
     v("yarn_correction_range_round_to_int", s.yarn_correction_range_round_to_int);
+    v("rope_dynamic_factor", s.rope_dynamic_factor);
     v("longrope_short_factor", s.longrope_short_factor);
     v("longrope_long_factor", s.longrope_long_factor);
     v("longrope_original_max_position_embeddings", s.longrope_original_max_position_embeddings);

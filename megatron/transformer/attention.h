@@ -49,6 +49,9 @@ class SelfAttention final : public AttentionLayer {
   // seq_len: the positions the sequence spans, cached tokens included (LongRoPE's choice).
   math::RopeFrequencies rope_frequencies(int64_t seq_len) const {
     math::RopeFrequencies f(spec_.rope_theta);
+    if (spec_.rope_dynamic_factor > 0.0f && seq_len > spec_.rope_dynamic_positions)
+      f.theta = math::dynamic_ntk_theta(spec_.rope_theta, spec_.rope_dynamic_factor, seq_len,
+                                        spec_.rope_dynamic_positions, spec_.head_dim());
     if (longrope_short_.numel() > 0)
       f.pair_factor =
           (seq_len > spec_.longrope_original ? longrope_long_ : longrope_short_).data<float>();

@@ -37,6 +37,9 @@ struct TransformerSpec {
   // longrope_original positions (of the sequence incl. cached tokens); empty: none.
   std::vector<float> longrope_short, longrope_long;
   int64_t longrope_original = 0;
+  // Dynamic NTK (> 0): the base grows once a sequence spans more than rope_dynamic_positions.
+  float rope_dynamic_factor = 0.0f;
+  int64_t rope_dynamic_positions = 0;
   bool bias = true;
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   // Per-head RMSNorm of queries and keys before rope (qk_layernorm; qk_norm.h).

@@ -134,10 +134,18 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
     read_longrope(c, key, scaling, m);
     return;
   }
+  if (type == "dynamic") {
+    if (!scaling.contains("factor") || !scaling["factor"].is_number() ||
+        !(scaling["factor"].get<double>() >= 1.0))
+      c.fail(key, "dynamic scaling needs a numeric factor >= 1");
+    m.rope_dynamic_factor = scaling["factor"].get<double>();
+    return;
+  }
   if (type != "llama3")
-    c.fail(key, concat("rope type '", type,
-                       "' is not implemented (unscaled, \"linear\", \"llama3\", \"yarn\" and "
-                       "\"longrope\" rotary embeddings convert)"));
+    c.fail(key,
+           concat("rope type '", type,
+                  "' is not implemented (unscaled, \"linear\", \"llama3\", \"yarn\", \"longrope\" "
+                  "and \"dynamic\" rotary embeddings convert)"));
   // LLaMA-3.1 scaling, with whatever factors and original context the checkpoint has.
   auto number = [&](const char* field) {
     if (!scaling.contains(field) || !scaling[field].is_number())
@@ -187,16 +195,19 @@ void write_longrope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
 void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
   using Json = nlohmann::ordered_json;
   const bool linear = m.rotary_seq_len_interpolation_factor != 1.0;
+  const bool dynamic = m.rope_dynamic_factor > 0.0;
   const bool yarn = m.position_embedding == config::PositionEmbedding::Yarn;
   if (m.longrope()) {
     write_longrope(m, j);
     return;
   }
-  Json rope = {{"rope_type", yarn             ? "yarn"
+  Json rope = {{"rope_type", dynamic          ? "dynamic"
+                             : yarn           ? "yarn"
                              : m.rope_scaling ? "llama3"
                              : linear         ? "linear"
                                               : "default"}};
   if (linear) rope["factor"] = m.rotary_seq_len_interpolation_factor;
+  if (dynamic) rope["factor"] = m.rope_dynamic_factor;
   if (yarn) {
     rope["factor"] = m.yarn_rotary_scaling_factor;
     rope["original_max_position_embeddings"] = m.yarn_original_max_position_embeddings;
@@ -219,7 +230,7 @@ void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
     j["rope_parameters"] = rope;
   } else {
     j["rope_theta"] = m.rope_theta;
-    j["rope_scaling"] = m.rope_scaling || linear || yarn ? rope : Json(nullptr);
+    j["rope_scaling"] = m.rope_scaling || linear || yarn || dynamic ? rope : Json(nullptr);
   }
 }
 

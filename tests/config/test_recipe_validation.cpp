@@ -107,6 +107,11 @@ const Rule kRules[] = {
      "model.rope_scaling_high_freq_factor", "must be > model.rope_scaling_low_freq_factor > 0"},
     {"rope_scaling_original", "model: {rope_scaling_original_max_position_embeddings: 0}",
      "model.rope_scaling_original_max_position_embeddings", "must be > 0"},
+    {"rope_dynamic_small", "model: {position_embedding: rope, rope_dynamic_factor: 0.5}",
+     "model.rope_dynamic_factor", "must be >= 1, or 0 for none (got 0.5)"},
+    {"rope_dynamic_with_llama3",
+     "model: {position_embedding: rope, rope_dynamic_factor: 2, rope_scaling: true}",
+     "model.rope_dynamic_factor", "needs position_embedding: rope without another"},
     {"longrope_count",
      "model: {position_embedding: rope, longrope_short_factor: [1, 1], "
      "longrope_long_factor: [2, 2], longrope_original_max_position_embeddings: 8}",

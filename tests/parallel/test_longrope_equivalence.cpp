@@ -3,7 +3,7 @@
 // 16-token sequence passes the 8 original positions; cos and sin scaled by the attention factor)
 // and a 5-key sliding window. Every layout, context parallelism included (each rank holds two
 // chunks of the sequence, yet all pick the factors by the whole sequence's length), gives the
-// single-process loss and gradient-norm curve.
+// single-process loss and gradient-norm curve; and so does dynamic NTK scaling under cp.
 #include "equivalence_fixture.h"
 
 namespace megatron {
@@ -45,6 +45,20 @@ TEST(LongRopeEquivalence, ContextParallelLayoutsMatchSingleProcess) {
   EXPECT_GT(eq::expect_layouts_match(m, src, eq::context_parallel_layouts()), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("longrope context parallel");
+}
+
+// Dynamic NTK scaling past 20 positions: the 32-token sequence's base, on every cp rank.
+TEST(LongRopeEquivalence, DynamicNtkContextParallelLayoutsMatchSingleProcess) {
+  eq::RecipeSpec m{.arch = "llama", .layers = 4, .heads = 8, .groups = 4, .ffn = 48, .seq = 32};
+  m.model_extra = "rope_dynamic_factor: 2, max_position_embeddings: 20";
+  m.micro = 4;
+  m.iters = 10;
+  m.seed = 31;
+  m.lr = 0.01;
+  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5}, m.seq);
+  EXPECT_GT(eq::expect_layouts_match(m, src, eq::context_parallel_layouts()), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("dynamic ntk context parallel");
 }
 
 }  // namespace

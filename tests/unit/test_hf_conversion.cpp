@@ -38,7 +38,7 @@ const std::vector<std::string> kFixtures = {
     "gpt2", "llama_bf16", "llama_tied", "llama31_scaled", "mistral_sharded", "qwen2_tied",
     "mixtral", "llama_bias", "llama_linear_rope", "bert_pretraining", "bert_mlm_bf16",
     "mistral_head_dim", "llama_yarn", "mistral_sliding", "qwen3", "qwen3_tied_bf16",
-    "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16"};
+    "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
@@ -282,9 +282,9 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
   {
     const fs::path d = editable("llama_tied");
     edit_config(d, [](nlohmann::json& j) {
-      j["rope_parameters"] = {{"rope_type", "dynamic"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+      j["rope_parameters"] = {{"rope_type", "fancy"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
     });
-    EXPECT_THAT(error_of(d), HasSubstr("rope type 'dynamic' is not implemented"));
+    EXPECT_THAT(error_of(d), HasSubstr("rope type 'fancy' is not implemented"));
   }
   {  // yarn without the pretraining context it extends
     const fs::path d = editable("llama_tied");

@@ -46,7 +46,8 @@ class SelfAttention final : public AttentionLayer {
   // The QKV projection of `in` into s.qkv_out [S, B, qkv_width], with the q/k norms (the
   // projection itself then kept in s.qkv_raw); before rotary embeddings.
   void project_qkv(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb) const;
-  // seq_len: the positions the sequence spans, cached tokens included (LongRoPE's choice).
+  // seq_len: the positions the sequence spans, cached tokens included (LongRoPE picks its factors
+  // and dynamic NTK its base by it).
   math::RopeFrequencies rope_frequencies(int64_t seq_len) const {
     math::RopeFrequencies f(spec_.rope_theta);
     if (spec_.rope_dynamic_factor > 0.0f && seq_len > spec_.rope_dynamic_positions)

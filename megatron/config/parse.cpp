@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <type_traits>
 
 #include "megatron/config/scalar.h"
 #include "megatron/core/error.h"
@@ -118,35 +119,23 @@ class MapReader {
     else if (v.kind != Node::Kind::Scalar || v.quoted || !parse_int64(v.scalar, out.every).empty())
       fail(v, key, concat("expected an integer or a list of 0/1 per layer, got ", v.describe()));
   }
-  static void convert(const Node& v, const std::string& key, std::vector<std::string>& out) {
+  // A list of strings, numbers or integers, each element converted as a scalar of its type.
+  template <typename T>
+  static void convert(const Node& v, const std::string& key, std::vector<T>& out) {
     if (v.kind != Node::Kind::Seq)
-      fail(v, key, concat("expected a list of strings, got ", v.describe()));
+      fail(v, key, concat("expected a list of ", list_of<T>(), ", got ", v.describe()));
     out.clear();
     for (size_t i = 0; i < v.items.size(); ++i) {
-      std::string x;
+      T x{};
       convert(v.items[i], concat(key, "[", i, "]"), x);
       out.push_back(x);
     }
   }
-  static void convert(const Node& v, const std::string& key, std::vector<double>& out) {
-    if (v.kind != Node::Kind::Seq)
-      fail(v, key, concat("expected a list of numbers, got ", v.describe()));
-    out.clear();
-    for (size_t i = 0; i < v.items.size(); ++i) {
-      double x = 0;
-      convert(v.items[i], concat(key, "[", i, "]"), x);
-      out.push_back(x);
-    }
-  }
-  static void convert(const Node& v, const std::string& key, std::vector<int64_t>& out) {
-    if (v.kind != Node::Kind::Seq)
-      fail(v, key, concat("expected a list of integers, got ", v.describe()));
-    out.clear();
-    for (size_t i = 0; i < v.items.size(); ++i) {
-      int64_t x = 0;
-      convert(v.items[i], concat(key, "[", i, "]"), x);
-      out.push_back(x);
-    }
+  template <typename T>
+  static const char* list_of() {
+    if constexpr (std::is_same_v<T, std::string>) return "strings";
+    if constexpr (std::is_same_v<T, double>) return "numbers";
+    return "integers";
   }
 
  private:

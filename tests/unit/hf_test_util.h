@@ -101,6 +101,9 @@ class HfScratch : public ::testing::Test {
     o.dtype = dtype;
     models::export_hf_checkpoint(o);
   }
+  // The config reader's error for a copy of fixture `name` whose config.json `edit` changed.
+  std::string edited_config_error(const std::string& name,
+                                  const std::function<void(nlohmann::json&)>& edit);
   // A copy of a fixture whose tensors and config.json can be edited.
   fs::path editable(const std::string& name) {
     const fs::path d = dir_ / concat("edit_", name, "_", ++edits_);
@@ -158,6 +161,13 @@ inline std::string config_error(const fs::path& dir) {
   }
   ADD_FAILURE() << "accepted " << dir;
   return "";
+}
+
+inline std::string HfScratch::edited_config_error(
+    const std::string& name, const std::function<void(nlohmann::json&)>& edit) {
+  const fs::path d = editable(name);
+  edit_config(d, edit);
+  return config_error(d);
 }
 
 }  // namespace megatron::hf_test

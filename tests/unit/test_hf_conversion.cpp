@@ -365,24 +365,17 @@ TEST_F(HfConversion, HeadDimIsKvChannels) {
     edit_config(d, [](nlohmann::json& j) { j["hidden_size"] = 62; });
     EXPECT_EQ(model_of(d).kv_channels, 24);
   }
-  {
-    const fs::path d = editable("mistral_head_dim");
-    edit_config(d, [](nlohmann::json& j) {
-      j["hidden_size"] = 62;
-      j.erase("head_dim");
-    });
-    EXPECT_THAT(config_error(d), HasSubstr("\"num_attention_heads\": must divide hidden_size"));
-  }
-  {
-    const fs::path d = editable("mistral_head_dim");
-    edit_config(d, [](nlohmann::json& j) { j["head_dim"] = 0; });
-    EXPECT_THAT(config_error(d), HasSubstr("\"head_dim\": must be > 0 (got 0)"));
-  }
-  {
-    const fs::path d = editable("mistral_head_dim");
-    edit_config(d, [](nlohmann::json& j) { j["head_dim"] = 23; });  // rope needs it even
-    EXPECT_THAT(config_error(d), HasSubstr("model.kv_channels: must be even"));
-  }
+  EXPECT_THAT(edited_config_error("mistral_head_dim",
+                                  [](nlohmann::json& j) {
+                                    j["hidden_size"] = 62;
+                                    j.erase("head_dim");
+                                  }),
+              HasSubstr("\"num_attention_heads\": must divide hidden_size"));
+  EXPECT_THAT(edited_config_error("mistral_head_dim", [](nlohmann::json& j) { j["head_dim"] = 0; }),
+              HasSubstr("\"head_dim\": must be > 0 (got 0)"));
+  EXPECT_THAT(  // rope needs it even
+      edited_config_error("mistral_head_dim", [](nlohmann::json& j) { j["head_dim"] = 23; }),
+      HasSubstr("model.kv_channels: must be even"));
   // A recipe must give the same head dimension as config.json.
   const std::string recipe_yaml =
       "model: {arch: llama, num_layers: 2, hidden_size: 64, num_attention_heads: 4, "

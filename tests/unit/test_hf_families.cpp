@@ -46,9 +46,7 @@ TEST_F(HfFamilies, Qwen3_8bConfigIsTheRecipeModel) {
 
 TEST_F(HfFamilies, Qwen3ConfigKeysItCannotRepresentAreNamed) {
   auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
-    const fs::path d = editable("qwen3");
-    edit_config(d, edit);
-    return config_error(d);
+    return edited_config_error("qwen3", edit);
   };
   EXPECT_THAT(error_of([](nlohmann::json& j) { j["attention_bias"] = true; }),
               HasSubstr("_qwen3_1/config.json: \"attention_bias\": true (biases on q/k/v/o but"));
@@ -111,9 +109,7 @@ TEST_F(HfFamilies, Phi3MiniConfigIsTheRecipeModel) {
 
 TEST_F(HfFamilies, Phi3AndLongRopeKeysItCannotRepresentAreNamed) {
   auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
-    const fs::path d = editable("phi3_longrope");
-    edit_config(d, edit);
-    return config_error(d);
+    return edited_config_error("phi3_longrope", edit);
   };
   EXPECT_THAT(
       error_of([](nlohmann::json& j) { j["rope_parameters"]["partial_rotary_factor"] = 0.75; }),

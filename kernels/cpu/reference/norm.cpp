@@ -80,33 +80,45 @@ void rmsnorm_backward(const float* x, const float* weight, const float* rstd, co
   for (int64_t j = 0; j < D; ++j) dweight[j] = float(dweight[j] + dw[j]);
 }
 
-void qk_rmsnorm_forward(const float* x, const float* wq, const float* wk, float* y, float* rstd,
-                        int64_t groups, int64_t q_slots, int64_t Dh, float eps) {
+namespace {
+
+// Calls row(at, stat, is_query) for every query and key row of [groups, q_slots + 2, Dh] (at: its
+// first element, stat: its statistic's index) and value(at) for every value row.
+template <typename Row, typename Value>
+void walk_qk_rows(int64_t groups, int64_t q_slots, int64_t Dh, Row row, Value value) {
   const int64_t slots = q_slots + 2;
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t slot = 0; slot < slots; ++slot) {
       const int64_t at = (g * slots + slot) * Dh;
       if (slot == q_slots + 1)
-        std::copy(x + at, x + at + Dh, y + at);
+        value(at);
       else
-        rmsnorm_forward(x + at, slot < q_slots ? wq : wk, y + at, rstd + g * (q_slots + 1) + slot,
-                        1, Dh, eps);
+        row(at, g * (q_slots + 1) + slot, slot < q_slots);
     }
+}
+
+}  // namespace
+
+void qk_rmsnorm_forward(const float* x, const float* wq, const float* wk, float* y, float* rstd,
+                        int64_t groups, int64_t q_slots, int64_t Dh, float eps) {
+  walk_qk_rows(
+      groups, q_slots, Dh,
+      [&](int64_t at, int64_t stat, bool query) {
+        rmsnorm_forward(x + at, query ? wq : wk, y + at, rstd + stat, 1, Dh, eps);
+      },
+      [&](int64_t at) { std::copy(x + at, x + at + Dh, y + at); });
 }
 
 void qk_rmsnorm_backward(const float* x, const float* wq, const float* wk, const float* rstd,
                          const float* dy, float* dx, float* dwq, float* dwk, int64_t groups,
                          int64_t q_slots, int64_t Dh) {
-  const int64_t slots = q_slots + 2;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t slot = 0; slot < slots; ++slot) {
-      const int64_t at = (g * slots + slot) * Dh;
-      if (slot == q_slots + 1)
-        std::copy(dy + at, dy + at + Dh, dx + at);
-      else
-        rmsnorm_backward(x + at, slot < q_slots ? wq : wk, rstd + g * (q_slots + 1) + slot, dy + at,
-                         dx + at, slot < q_slots ? dwq : dwk, 1, Dh);
-    }
+  walk_qk_rows(
+      groups, q_slots, Dh,
+      [&](int64_t at, int64_t stat, bool query) {
+        rmsnorm_backward(x + at, query ? wq : wk, rstd + stat, dy + at, dx + at, query ? dwq : dwk,
+                         1, Dh);
+      },
+      [&](int64_t at) { std::copy(dy + at, dy + at + Dh, dx + at); });
 }
 
 }  // namespace megatron::kernels::ref

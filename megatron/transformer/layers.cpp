@@ -150,6 +150,13 @@ void Norm::collect_params(std::vector<Parameter*>& out) const {
   if (bias_) out.push_back(bias_);
 }
 
+Tensor& grad_or_scratch(Parameter& p, Tensor& scratch, Device device) {
+  if (!p.frozen) return p.grad;
+  ensure(scratch, p.weight.shape(), DType::F32, device);
+  scratch.zero_();
+  return scratch;
+}
+
 Norm::Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps,
            bool sequence_parallel)
     : kind_(kind), eps_(eps), dim_(dim), device_(store.device()) {
@@ -174,23 +181,12 @@ void Norm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
 }
 
 void Norm::backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const {
-  // Frozen norm weights: their (small) gradients go to scratch and are dropped.
-  auto grad_of = [&](Parameter* p) -> Tensor& {
-    if (!p->frozen) return p->grad;
-    return ensure(p == weight_ ? ctx.frozen_dw : ctx.frozen_db, p->weight.shape(), DType::F32,
-                  device_);
-  };
-  if (kind_ == Kind::LayerNorm) {
-    Tensor& dw = grad_of(weight_);
-    Tensor& db = grad_of(bias_);
-    if (weight_->frozen) dw.zero_();
-    if (bias_->frozen) db.zero_();
-    ops::layernorm_backward(ctx.input, weight_->weight, ctx.mean, ctx.rstd, dy, dx, dw, db);
-  } else {
-    Tensor& dw = grad_of(weight_);
-    if (weight_->frozen) dw.zero_();
+  Tensor& dw = grad_or_scratch(*weight_, ctx.frozen_dw, device_);
+  if (kind_ == Kind::LayerNorm)
+    ops::layernorm_backward(ctx.input, weight_->weight, ctx.mean, ctx.rstd, dy, dx, dw,
+                            grad_or_scratch(*bias_, ctx.frozen_db, device_));
+  else
     ops::rmsnorm_backward(ctx.input, weight_->weight, ctx.rstd, dy, dx, dw);
-  }
 }
 
 Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,

@@ -59,6 +59,10 @@ class Linear {
   bool sp_;  // sequence parallel (only meaningful with tp > 1)
 };
 
+// Where a backward accumulates p's gradient: p.grad, or for a frozen p (LoRA's base) `scratch`,
+// zeroed, whose (small) contents are dropped.
+Tensor& grad_or_scratch(Parameter& p, Tensor& scratch, Device device);
+
 class Norm {
  public:
   enum class Kind : uint8_t { LayerNorm, RMSNorm };
@@ -110,9 +114,9 @@ class Embedding {
 
 // Where a [S_local, B, D] activation sits in the global [S, global batch, D] tensor.
 struct ActivationSlice {
-  int64_t batch_offset = 0;  // global sample index of local sample 0
-  int64_t seq_offset = 0;    // global position of local row 0 (sequence parallel)
-  int64_t seq_total = 0;     // full sequence length (0 = the tensor's own S)
+  int64_t batch_offset = 0;            // global sample index of local sample 0
+  int64_t seq_offset = 0;              // global position of local row 0 (sequence parallel)
+  int64_t seq_total = 0;               // full sequence length (0 = the tensor's own S)
   kernels::ContextChunks chunks = {};  // context parallelism: local rows -> global positions
 };
 

@@ -2,6 +2,7 @@
 
 #include "megatron/backend/ops.h"
 #include "megatron/transformer/context.h"
+#include "megatron/transformer/layers.h"
 
 namespace megatron {
 
@@ -21,14 +22,9 @@ void QkNorm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
 }
 
 void QkNorm::backward(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) const {
-  auto grad_of = [&](Parameter* p, Tensor& scratch) -> Tensor& {
-    if (!p->frozen) return p->grad;
-    Tensor& t = ensure(scratch, p->weight.shape(), DType::F32, device_);
-    t.zero_();
-    return t;
-  };
   ops::qk_rmsnorm_backward(x, q_->weight, k_->weight, ctx.rstd, dy, heads_per_group_, dx,
-                           grad_of(q_, ctx.frozen_dwq), grad_of(k_, ctx.frozen_dwk));
+                           grad_or_scratch(*q_, ctx.frozen_dwq, device_),
+                           grad_or_scratch(*k_, ctx.frozen_dwk, device_));
 }
 
 void QkNorm::collect_params(std::vector<Parameter*>& out) const {

@@ -69,7 +69,9 @@ class Lap {
   std::chrono::steady_clock::time_point t_;
 };
 
-Tensor as_f32(const Tensor& t, Tensor& scratch, const Shape& shape) {
+// An fp32 copy of t in `scratch` (always a copy, unlike context_parallel.cpp's as_f32, which
+// aliases an fp32 t).
+Tensor f32_copy(const Tensor& t, Tensor& scratch, const Shape& shape) {
   ensure(scratch, shape, DType::F32, t.device());
   ops::cast(t, scratch);
   return scratch;
@@ -87,8 +89,8 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   Lap lap;
 
   // 1. Routing of the local tokens, in fp32.
-  as_f32(in, s.x32, {Tl, D});
-  as_f32(router_->weight, s.router_w32, {E, D});
+  f32_copy(in, s.x32, {Tl, D});
+  f32_copy(router_->weight, s.router_w32, {E, D});
   ensure(s.logits, {Tl, E}, DType::F32, device_);
   ops::linear_forward(s.x32, s.router_w32, nullptr, s.logits);
   const float* bias = m.expert_bias ? moe_->expert_bias(layer_).data() : nullptr;
@@ -210,7 +212,7 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   MoeTimes& times = moe_->times();
   Lap lap;
   Tensor dy_scratch;
-  const Tensor dy32 = as_f32(d_out, dy_scratch, {Tl, D});
+  const Tensor dy32 = f32_copy(d_out, dy_scratch, {Tl, D});
   // A dropped slot gets gate gradient 0 (its row is zero) and a row gradient nobody reads.
   ensure(s.d_slot32, {Tl * k, D}, DType::F32, device_);
   ensure(s.d_gates, {Tl * k}, DType::F32, device_);

@@ -8,12 +8,15 @@
 
 namespace megatron::config {
 
+double ModelConfig::longrope_scale_for(double factor, double original) {
+  if (!(factor > 1.0)) return 1.0;
+  return std::sqrt(1.0 + std::log(factor) / std::log(original));
+}
+
 double ModelConfig::longrope_scale() const {
   if (longrope_attention_factor) return *longrope_attention_factor;
   const double original = static_cast<double>(longrope_original_max_position_embeddings);
-  const double factor = static_cast<double>(max_positions()) / original;
-  if (!(factor > 1.0)) return 1.0;
-  return std::sqrt(1.0 + std::log(factor) / std::log(original));
+  return longrope_scale_for(static_cast<double>(max_positions()) / original, original);
 }
 
 void validate_longrope(const ModelConfig& m, const Checker& c) {

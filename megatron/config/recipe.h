@@ -93,6 +93,9 @@ struct ModelConfig {
   std::optional<double> longrope_attention_factor;
   bool longrope() const { return !longrope_short_factor.empty() || !longrope_long_factor.empty(); }
   double longrope_scale() const;  // the attention factor, given or derived
+  // LongRoPE's attention factor for a context `factor` times the original one:
+  // sqrt(1 + ln(factor) / ln(original)), 1 when not longer.
+  static double longrope_scale_for(double factor, double original);
   // Sliding-window attention (Megatron-Core's window_size, flash-attention's (left, right)):
   // query i sees keys i - left .. i + right; empty (null): every earlier key. Causal models
   // only, right = 0 (Mistral's sliding_window W is [W - 1, 0]).

@@ -84,9 +84,9 @@ void read_longrope(const hf::ConfigJson& c, const std::string& key, const nlohma
   } else if (scaling.contains("factor") && !scaling["factor"].is_null()) {
     // transformers: the attention factor from this factor instead of max / original positions.
     if (!scaling["factor"].is_number()) c.fail(key, "longrope factor must be a number");
-    const double f = scaling["factor"].get<double>();
-    const double o = static_cast<double>(m.longrope_original_max_position_embeddings);
-    m.longrope_attention_factor = f <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(f) / std::log(o));
+    m.longrope_attention_factor = config::ModelConfig::longrope_scale_for(
+        scaling["factor"].get<double>(),
+        static_cast<double>(m.longrope_original_max_position_embeddings));
   }
 }
 

@@ -17,6 +17,7 @@ def add_run_args(p):
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--peak-flops", type=float, default=0.0,
                    help="hardware peak FLOP/s for MFU (0: MFU against the torch.mm rate)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 
 
 def padded_vocab(vocab, divisible_by=128):
@@ -38,18 +39,30 @@ def megatron_flops_per_step(layers, hidden, heads, query_groups, head_dim, ffn, 
     return 12.0 * global_batch * seq * layers * h * h * (attention + mlp + logits)
 
 
-def measure_mm_flops(dtype):
-    """Best of 3 x (2 torch.mm of 1024 x 1024) after one warm-up, like measure_cpu_gemm_flops."""
-    n = 1024
-    a = torch.full((n, n), 0.5, dtype=dtype)
-    b = torch.full((n, n), 0.25, dtype=dtype)
-    c = torch.empty(n, n, dtype=dtype)
+def synchronize(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure_mm_flops(dtype, device="cpu"):
+    """Best of 3 x (2 torch.mm of n x n) after one warm-up, like measure_cpu_gemm_flops: n 1024
+    on the CPU; on a GPU n 8192 of random values (zeros run faster than real data there)."""
+    n = 8192 if device == "cuda" else 1024
+    if device == "cuda":
+        a = torch.randn(n, n, device=device).to(dtype)
+        b = torch.randn(n, n, device=device).to(dtype)
+    else:
+        a = torch.full((n, n), 0.5, dtype=dtype)
+        b = torch.full((n, n), 0.25, dtype=dtype)
+    c = torch.empty(n, n, dtype=dtype, device=device)
     torch.mm(a, b, out=c)
+    synchronize(device)
     best = 0.0
     for _ in range(3):
         t0 = time.perf_counter()
         torch.mm(a, b, out=c)
         torch.mm(a, b, out=c)
+        synchronize(device)
         s = time.perf_counter() - t0
         best = max(best, 2.0 * 2.0 * n * n * n / s)
     return best
@@ -64,13 +77,13 @@ def adamw(params, lr, weight_decay):
                              lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=True)
 
 
-def run_figures(timed, tokens_per_step, flops, mm_start, mm_dtype, peak_flops):
+def run_figures(timed, tokens_per_step, flops, mm_start, mm_dtype, peak_flops, device="cpu"):
     """The figures every peer prints and writes from its timed step seconds: the torch.mm rate
     measured again after the run (the better of the two, as bench_gpt_train does), the peak
     (peak_flops when > 0, else that rate), tokens/s, TFLOP/s, MFU and the share of the mm rate of
     the mean step, the median and fastest step, and the peak RSS. Returns (summary text, json
     fields)."""
-    mm_flops = max(mm_start, measure_mm_flops(mm_dtype))
+    mm_flops = max(mm_start, measure_mm_flops(mm_dtype, device))
     peak = peak_flops if peak_flops > 0 else mm_flops
     mean_s = sum(timed) / len(timed)
     median_s = statistics.median(timed)

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""GPT-2 124M training throughput in PyTorch 2 on the CPU: the peer of bench_gpt_train.
+"""GPT-2 124M training throughput in PyTorch 2 (CPU or GPU): the peer of bench_gpt_train.
 
 The same model, data shape, optimizer and metrics as bench/bench_gpt_train.cpp:
   pre-LN GPT-2 (learned positions, fused QKV, GELU tanh, tied LM head), no dropout,
   vocab 50257 padded to a multiple of 128 (50304), AdamW(lr 6e-4, betas 0.9/0.95, eps 1e-8,
   weight decay 0.1 on 2-D weights only, fused), gradient clipping at norm 1.0, random tokens;
   attention through F.scaled_dot_product_attention (causal).
-  --precision bf16: torch.autocast("cpu", bfloat16) over forward and loss (fp32 weights and
+  --precision bf16: torch.autocast(device, bfloat16) over forward and loss (fp32 weights and
   optimizer, as PyTorch's mixed precision does); --compile: torch.compile(model).
+  --device cuda: the same on the GPU (SDPA picks its flash kernel for bf16; the peer of
+  pretrain with training.device: cuda in tools/gpu_check.sh --bench).
   FLOPs per step by Megatron's formula; MFU against --peak-flops (the hardware peak that
   bench_gpt_train measured for the same precision, so both divide by the same number); the
   share of the best torch.mm rate (fp32, or bf16 under autocast) is shown beside it.
@@ -15,7 +17,7 @@ The same model, data shape, optimizer and metrics as bench/bench_gpt_train.cpp:
 Run in the virtual environment bench/run_train_bench.sh makes (PyPI's torch):
   python bench/pytorch_gpt.py [--steps N] [--warmup W] [--layers L] [--seq S]
       [--micro-batch B] [--hidden D] [--heads H] [--vocab V] [--threads T]
-      [--precision fp32|bf16] [--compile] [--peak-flops F] [--json PATH]
+      [--precision fp32|bf16] [--compile] [--peak-flops F] [--device cpu|cuda] [--json PATH]
 """
 import argparse
 import json
@@ -76,7 +78,7 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         B, S = idx.shape
-        x = self.tok(idx) + self.pos(torch.arange(S))
+        x = self.tok(idx) + self.pos(torch.arange(S, device=idx.device))
         for block in self.blocks:
             x = block(x)
         x = self.ln_f(x)
@@ -97,21 +99,24 @@ def main():
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--micro-batch", type=int, default=8)
+    p.add_argument("--grad-accum", type=int, default=1,
+                   help="micro-batches per optimizer step (as global_batch / micro_batch)")
     p.add_argument("--vocab", type=int, default=50257)
     add_run_args(p)
     p.add_argument("--label", default="pytorch", help="impl name in the summary and JSON")
     p.add_argument("--json", default="")
     a = p.parse_args()
-    if a.steps < 1 or a.warmup < 0 or a.hidden % a.heads:
-        p.error("need --steps >= 1, --warmup >= 0 and --hidden divisible by --heads")
+    if a.steps < 1 or a.warmup < 0 or a.grad_accum < 1 or a.hidden % a.heads:
+        p.error("need --steps >= 1, --warmup >= 0, --grad-accum >= 1 and --hidden divisible by "
+                "--heads")
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     Vp = padded_vocab(a.vocab)
-    B, S = a.micro_batch, a.seq
+    B, S, M = a.micro_batch, a.seq, a.grad_accum
     mm_dtype = torch.bfloat16 if a.precision == "bf16" else torch.float32
-    mm_start = measure_mm_flops(mm_dtype)
-    if a.precision == "bf16":
+    mm_start = measure_mm_flops(mm_dtype, a.device)
+    if a.precision == "bf16" and a.device == "cpu":
         # Without bf16 instructions (AVX2-only CPUs) PyTorch's bf16 matmul falls to a reference
         # loop below 1 GFLOP/s: a GPT-2 step would take most of an hour. Say so, and skip the run.
         mm_fp32 = measure_mm_flops(torch.float32)
@@ -128,15 +133,15 @@ def main():
             return 0
     # Standard multi-head attention and a GELU MLP of 4 h.
     flops = megatron_flops_per_step(a.layers, a.hidden, a.heads, a.heads, a.hidden // a.heads,
-                                    4 * a.hidden, S, Vp, B, False)
+                                    4 * a.hidden, S, Vp, B * M, False)
 
-    model = GPT(a.layers, a.hidden, a.heads, S, Vp)
+    model = GPT(a.layers, a.hidden, a.heads, S, Vp).to(a.device)
     params = [q for q in model.parameters() if q.requires_grad]
     opt = adamw(params, 6e-4, 0.1)
     step_model = torch.compile(model) if a.compile else model
     n_params = sum(q.numel() for q in params)
-    print(f"{a.label}: torch {torch.__version__}, {torch.get_num_threads()} threads; layers "
-          f"{a.layers} hidden {a.hidden} heads {a.heads} seq {S} micro {B} vocab {a.vocab} padded "
+    print(f"{a.label}: torch {torch.__version__} on {a.device}, {torch.get_num_threads()} threads; layers "
+          f"{a.layers} hidden {a.hidden} heads {a.heads} seq {S} micro {B} x {M} vocab {a.vocab} padded "
           f"to {Vp}; {n_params} parameters; {flops / 1e12:.4f} TFLOP/step; {a.precision}"
           f"{' autocast' if a.precision == 'bf16' else ''}{', torch.compile' if a.compile else ''};"
           f" torch.mm {mm_start / 1e9:.1f} GFLOP/s", flush=True)
@@ -145,15 +150,19 @@ def main():
     timed, first_loss, last_loss = [], 0.0, 0.0
     for it in range(1, a.warmup + a.steps + 1):
         t0 = time.perf_counter()
-        data = torch.randint(0, a.vocab, (B, S + 1), generator=gen)
-        idx, targets = data[:, :-1], data[:, 1:]
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
-            loss = step_model(idx, targets)
-        loss.backward()
+        loss_sum = 0.0
+        for _ in range(M):
+            data = torch.randint(0, a.vocab, (B, S + 1), generator=gen).to(a.device)
+            idx, targets = data[:, :-1], data[:, 1:]
+            with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+                loss = step_model(idx, targets) / M
+            loss.backward()
+            loss_sum = loss_sum + loss.detach()
+        loss = loss_sum
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        loss_value = loss.item()
+        loss_value = loss.item()  # (waits for the GPU)
         s = time.perf_counter() - t0
         warm = it <= a.warmup
         if not warm:
@@ -162,21 +171,21 @@ def main():
             first_loss = loss_value
         last_loss = loss_value
         print(f"{'warmup' if warm else 'timed '} step {it:3d} | loss {loss_value:.4f} | grad_norm "
-              f"{float(grad_norm):.3f} | {s * 1e3:8.1f} ms | {B * S / s:7.1f} tok/s | "
+              f"{float(grad_norm):.3f} | {s * 1e3:8.1f} ms | {B * S * M / s:7.1f} tok/s | "
               f"{flops / s / 1e12:.4f} TFLOP/s", flush=True)
 
-    summary, figures = run_figures(timed, B * S, flops, mm_start, mm_dtype, a.peak_flops)
+    summary, figures = run_figures(timed, B * S * M, flops, mm_start, mm_dtype, a.peak_flops, a.device)
     print(f"SUMMARY impl={a.label} threads={torch.get_num_threads()} {summary} "
           f"loss {first_loss:.4f} -> {last_loss:.4f}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"impl": a.label, "threads": torch.get_num_threads(),
+            json.dump({"impl": a.label, "threads": torch.get_num_threads(), "device": a.device,
                        "precision": a.precision, "compile": a.compile,
                        "torch_version": torch.__version__,
                        "ld_preload": os.environ.get("LD_PRELOAD", ""),
                        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
                        "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "seq": S,
-                       "micro_batch": B, "global_batch": B, "vocab": a.vocab, "padded_vocab": Vp,
+                       "micro_batch": B, "global_batch": B * M, "vocab": a.vocab, "padded_vocab": Vp,
                        "parameters": n_params, "warmup": a.warmup, **figures,
                        "first_loss": first_loss, "last_loss": last_loss}, f, indent=2)
             f.write("\n")

@@ -5,23 +5,27 @@
 # tools/gpu_check.sh --bundle finds those in PyTorch's CUDA wheels), Open MPI's components, the
 # recipes, the fixtures the CUDA tests read and a small tokenized corpus.
 #
-#   tools/gpu_bundle.sh [--build-dir DIR] [--out DIR] [--cuda-archs "90"] [--no-build]
+#   tools/gpu_bundle.sh [--build-dir DIR] [--out DIR] [--cuda-archs "90"] [--cpu-arch ARCH]
+#                       [--no-build]
 #
-# Defaults: build dir build/ (configured with CUDA and the tests), out build/gpu-bundle, archs
-# the build's (Hopper, 90, unless set). --no-build packs what the build dir already holds.
+# Defaults: build dir build-cuda/ (configured with CUDA and the tests), out DIR/gpu-bundle, archs
+# the build's (Hopper, 90, unless set), CPU code for x86-64-v3 (AVX2: the GPU machine's host CPU
+# is unknown here, and a -march=native build from an AVX-512 machine dies on one without it).
+# --no-build packs what the build dir already holds.
 # The folder must stay under 60 MiB (it travels with the working tree to the GPU machine);
 # tests/bundle/check_gpu_bundle.sh checks that, and that it runs from a clean environment.
 # Then, on the GPU machine: <folder>/gpu_check.sh --bundle <folder> [--bench].
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build_dir="$root/build" out="" archs="" build=1
+build_dir="$root/build-cuda" out="" archs="" cpu_arch="x86-64-v3" build=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) build_dir="$(realpath -m "$2")"; shift 2 ;;
     --out) out="$(realpath -m "$2")"; shift 2 ;;
     --cuda-archs) archs="$2"; shift 2 ;;
+    --cpu-arch) cpu_arch="$2"; shift 2 ;;
     --no-build) build=0; shift ;;
-    -h|--help) sed -n '2,14p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,7 +38,7 @@ system_libs='^(linux-vdso|ld-linux|libc\.so|libm\.so|libmvec|libpthread|libdl\.s
 programs=(test_unit_device test_parallel pretrain generate convert_checkpoint)
 if [ "$build" = 1 ]; then
   bash "$root/tools/setup.sh" --tests
-  args=(-DMEGATRON_CUDA=ON -DMEGATRON_TESTS=ON -DCMAKE_BUILD_TYPE=Release)
+  args=(-DMEGATRON_CUDA=ON -DMEGATRON_TESTS=ON -DCMAKE_BUILD_TYPE=Release "-DMEGATRON_CPU_ARCH=$cpu_arch")
   [ -n "$archs" ] && args+=("-DCMAKE_CUDA_ARCHITECTURES=$archs")
   [ -f "$build_dir/CMakeCache.txt" ] || args+=(-G Ninja)
   cmake -S "$root" -B "$build_dir" "${args[@]}" > /dev/null
@@ -158,6 +162,9 @@ awk "NR <= 60" "$root"/data/corpus/*.jsonl > "$out/src/data/corpus_head.jsonl"
 rm "$out/src/data/corpus_head.jsonl"
 cp "$build_dir/test_manifest.tsv" "$out/share/"
 cp "$root/tools/gpu_check.sh" "$out/"
+# gpu_check --bench's PyTorch peer and --profile's kernel split.
+mkdir -p "$out/src/bench"
+cp "$root"/bench/{pytorch_gpt.py,peer_common.py,ncu_split.py} "$out/src/bench/"
 git -C "$root" rev-parse HEAD > "$out/share/commit" 2> /dev/null || echo unknown > "$out/share/commit"
 cuda_archs=$(cat "$build_dir/cuda_architectures.txt" 2> /dev/null || true)  # kernels/CMakeLists.txt
 echo "${cuda_archs:-unknown}" > "$out/share/cuda_archs"

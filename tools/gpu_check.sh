@@ -2,7 +2,7 @@
 # The first minutes on a GPU machine: run the CUDA backend's checks from a bundle
 # (tools/gpu_bundle.sh) and write one summary file.
 #
-#   gpu_check.sh --bundle DIR [--out DIR] [--bench] [--timeout S]
+#   gpu_check.sh --bundle DIR [--out DIR] [--bench [--profile] [--peer-steps N]] [--timeout S]
 #   gpu_check.sh [--build-dir DIR] [--archs "90"] [--bench]   # build the bundle here first
 #
 # The GPU machine needs only the NVIDIA driver and Python with PyTorch's CUDA 13 wheels: cudart,
@@ -15,21 +15,28 @@
 #   3. the single-process NCCL and communicator cases
 #   4. generate --device cuda on a transformers fixture: its greedy tokens against transformers'
 #      and against --device cpu
-#   5. --bench: GPT-2 124M and GPT 1.3B, bf16, synthetic data, one GPU (tokens/s, TFLOP/s, MFU)
+#   5. --bench: GPT-2 124M and GPT 1.3B, bf16, synthetic data, one GPU (tokens/s, TFLOP/s, MFU
+#      against the GPU's dense bf16 peak: GPU_PEAK_TFLOPS, else the datasheet's for H100/H200/A100)
+#   6. --profile: one step of each under Nsight Compute (ncu), its kernel time by kind beside
+#      the step time of step 5 (bench/ncu_split.py)
+#   7. --bench: the same models in PyTorch on the same GPU, eager and torch.compile
+#      (bench/pytorch_gpt.py; --peer-steps 0 leaves them out)
 # Without a GPU the CUDA cases report skipped (never passed) and the CPU sides still run.
 # Exit status: 0 when no check failed.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bundle="" out="" bench=0 step_timeout=300 build_dir="" archs=""
+bundle="" out="" bench=0 profile=0 peer_steps=8 step_timeout=300 build_dir="" archs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$(realpath -m "$2")"; shift 2 ;;
     --out) out="$(realpath -m "$2")"; shift 2 ;;
     --bench) bench=1; shift ;;
+    --profile) profile=1; shift ;;
+    --peer-steps) peer_steps="$2"; shift 2 ;;
     --timeout) step_timeout="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --archs) archs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,30 +97,99 @@ if [ -n "$missing" ]; then
   fail "libraries not found (neither in the bundle nor on LD_LIBRARY_PATH):"; echo "$missing" | tee -a "$summary"
 fi
 
-# run_gtest NAME PROGRAM FILTER: one gtest run, counted from its JSON report.
+# run_gtest NAME PROGRAM FILTER: one gtest run, counted from the per-test lines of its logs. A
+# test that crashes the program or hangs past the step's timeout is named, left out, and the
+# tests not yet run go on in a new process (at most 6 times), so one bad case costs one case.
 run_gtest() {
-  local name="$1" program="$2" filter="$3" log="$out/$1.log" json="$out/$1.json"
-  local t0=$SECONDS
-  (cd "$tmp" && timeout "$step_timeout" "$bundle/bin/$program" "--gtest_filter=$filter" \
-     "--gtest_output=json:$json" > "$log" 2>&1)
-  local rc=$?
-  local counts
-  counts=$(python3 - "$json" 2> /dev/null <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-cases = [t for s in r["testsuites"] for t in s["testsuite"]]
-skipped = [t for t in cases if t.get("result") == "SKIPPED"]
-failed = [t for t in cases if t.get("failures")]
-print(f"{len(cases) - len(skipped) - len(failed)} passed, {len(failed)} failed, {len(skipped)} skipped")
-for t in failed:
-    print(f"  failed: {t['classname']}.{t['name']}")
-PY
-)
-  say "$name: ${counts:-no report (exit $rc)} in $((SECONDS - t0)) s (log $log)"
-  [ "$rc" = 0 ] || fail "$name exited $rc"
+  local name="$1" program="$2" filter="$3" log="$out/$1.log"
+  local t0=$SECONDS excluded="" done_tests="" rc=0 attempt
+  : > "$log"
+  for attempt in 1 2 3 4 5 6; do
+    local part="$out/$name.part$attempt.log" negative="${done_tests}${excluded}"
+    (cd "$tmp" && timeout -s KILL "$step_timeout" "$bundle/bin/$program" \
+       "--gtest_filter=$filter${negative:+-${negative%:}}" > "$part" 2>&1)
+    rc=$?
+    cat "$part" >> "$log"
+    # Finished tests print "[       OK ] T (n ms)", "[  FAILED  ] T (n ms)" or "[  SKIPPED ] T
+    # (n ms)", parameterised ones with ", where GetParam() = ..." before the time.
+    done_tests+=$(sed -nE 's/^\[ *(OK|FAILED|SKIPPED) *\] ([^ ,]+)(, where .*)? \([0-9]+ ms\)$/\2/p' "$part" | sed 's/$/:/' | tr -d '\n')
+    local started last
+    started=$(sed -nE 's/^\[ RUN +\] ([^ ]+)$/\1/p' "$part")
+    last=$(echo "$started" | tail -1)
+    rm -f "$part"
+    # A clean exit, or a failing one that finished every test it started: nothing left to run.
+    if [ "$rc" = 0 ] || [ -z "$last" ] || grep -qE "^\[ *(OK|FAILED|SKIPPED) *\] $last(,| \()" "$log"; then break; fi
+    # (timeout sends SIGKILL: the trainer's SIGTERM handler would only end its current run.)
+    say "  $name: $last $([ "$rc" = 137 ] && echo "hung past ${step_timeout} s (killed)" || echo "crashed the program (exit $rc)"); going on without it"
+    echo "[  CRASHED ] $last (exit $rc)" >> "$log"
+    excluded+="$last:"
+  done
+  local passed failed skipped crashed
+  passed=$(grep -cE '^\[ +OK \] .* \([0-9]+ ms\)$' "$log")
+  failed=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)$' "$log")
+  skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log")
+  crashed=$(grep -c '^\[  CRASHED \]' "$log")
+  say "$name: $passed passed, $failed failed, $crashed crashed or hung, $skipped skipped in $((SECONDS - t0)) s (log $log)"
+  grep -E '^\[  FAILED  \] .* \([0-9]+ ms\)$|^\[  CRASHED \]' "$log" | sed 's/^/  /' | tee -a "$summary"
+  [ "$failed" = 0 ] && [ "$crashed" = 0 ] || fail "$name: $failed failed, $crashed crashed or hung"
+  [ "$passed" -gt 0 ] || [ "$skipped" -gt 0 ] || fail "$name ran no test (exit $rc)"
 }
 manifest_filter() {  # PROGRAM [FILE-REGEX]: the joined filters of its manifest lines
   awk -F'\t' -v p="$1" -v f="${2:-.}" '$1 == p && $2 ~ f {print $3}' "$bundle/share/test_manifest.tsv" | paste -sd:
+}
+
+bench_sets() {  # the --set arguments every benchmark run shares
+  local jsonl="$1"
+  sets=(--set data.mock=true --set training.device=cuda --set training.precision=bf16
+        --set parallel.tensor=1 --set parallel.pipeline=1 --set parallel.data=1
+        --set training.eval_iters=0 --set training.eval_interval=0
+        --set checkpoint.save= --set checkpoint.save_interval=null
+        --set optimizer.schedule.warmup_iters=1 --set logging.interval=1 --set "logging.jsonl=$jsonl")
+  [ -n "${peak:-}" ] && sets+=(--set "training.peak_tflops=$peak")
+}
+bench_run() {  # NAME RECIPE --set...: pretrain's figures, the mean of the steps after two
+  local name="$1" recipe="$2"; shift 2
+  local jsonl="$out/bench_${name}.jsonl"
+  rm -f "$jsonl"
+  bench_sets "$jsonl"
+  if ! (cd "$bundle/src" && timeout -s KILL "$step_timeout" "$bundle/bin/pretrain" --recipe "$recipe" \
+        "${sets[@]}" "$@" > "$out/bench_${name}.log" 2>&1); then
+    fail "bench $name: $(tail -2 "$out/bench_${name}.log" | tr '\n' ' ')"; return
+  fi
+  python3 - "$jsonl" "$name" "$out/bench_${name}.step_ms" <<'PY' | tee -a "$summary"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
+steady = rows[2:] or rows  # after the warm-up steps (allocator, cuBLASLt heuristics)
+n = len(steady)
+mean = lambda k: sum(r[k] for r in steady) / n
+open(sys.argv[3], "w").write(f"{1e3 * mean('step_seconds'):.3f}\n")
+print(f"bench ours {sys.argv[2]}: {n} steps: {mean('tokens_per_s'):.0f} tokens/s | "
+      f"{mean('tflops'):.1f} TFLOP/s | MFU {100 * mean('mfu'):.1f}% | "
+      f"{1e3 * mean('step_seconds'):.1f} ms/step | loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
+PY
+}
+peer_run() {  # NAME eager|compile pytorch_gpt.py flags...
+  local name="$1" mode="$2"; shift 2
+  local log="$out/peer_${name}_$mode.log" args=(--device cuda --precision bf16 --vocab 50257)
+  [ "$mode" = compile ] && args+=(--compile)
+  [ -n "${peak:-}" ] && args+=(--peak-flops "${peak}e12")
+  if ! PYTHONUNBUFFERED=1 timeout -s KILL "$step_timeout" python3 "$bundle/src/bench/pytorch_gpt.py" \
+       "${args[@]}" "$@" --label "pytorch-$mode" --json "$out/peer_${name}_$mode.json" > "$log" 2>&1; then
+    fail "peer $name $mode: $(tail -2 "$log" | tr '\n' ' ')"; return
+  fi
+  say "peer $name: $(grep '^SUMMARY' "$log" | sed 's/^SUMMARY //')"
+}
+profile_run() {  # NAME RECIPE --set...: one step under ncu, its kernels' time by kind
+  local name="$1" recipe="$2"; shift 2
+  local csv="$out/ncu_${name}.csv"
+  bench_sets "$out/ncu_${name}.jsonl"
+  (cd "$bundle/src" && timeout -s KILL "$step_timeout" "$ncu_bin" --csv --metrics gpu__time_duration.sum \
+     --cache-control none --clock-control none --log-file "$csv" \
+     "$bundle/bin/pretrain" --recipe "$recipe" "${sets[@]}" "$@" > "$out/ncu_${name}.log" 2>&1)
+  local rc=$? step_ms
+  step_ms=$(cat "$out/bench_${name}.step_ms" 2> /dev/null || echo 0)
+  python3 "$bundle/src/bench/ncu_split.py" "$csv" --step-ms "$step_ms" --label "$name" 2>&1 | tee -a "$summary"
+  [ "$rc" = 0 ] || say "  (ncu exited $rc: $(tail -2 "$out/ncu_${name}.log" | tr '\n' ' '))"
 }
 
 say "== 2. CUDA unit tests"
@@ -146,37 +222,46 @@ done
 if [ "$bench" = 1 ]; then
   say "== 5. training benchmark (pretrain, cuda, bf16, synthetic data, one GPU)"
   peak="${GPU_PEAK_TFLOPS:-}"
-  bench_run() {  # name recipe extra --set arguments...
-    local name="$1" recipe="$2"; shift 2
-    local jsonl="$out/bench_${name}.jsonl"
-    rm -f "$jsonl"
-    local sets=(--set data.mock=true --set training.device=cuda --set training.precision=bf16
-                --set parallel.tensor=1 --set parallel.pipeline=1 --set parallel.data=1
-                --set training.eval_iters=0 --set training.eval_interval=0
-                --set checkpoint.save= --set checkpoint.save_interval=null
-                --set logging.interval=1 --set "logging.jsonl=$jsonl")
-    [ -n "$peak" ] && sets+=(--set "training.peak_tflops=$peak")
-    if ! (cd "$bundle/src" && timeout "$step_timeout" "$bundle/bin/pretrain" --recipe "$recipe" \
-          "${sets[@]}" "$@" > "$out/bench_${name}.log" 2>&1); then
-      fail "bench $name: $(tail -2 "$out/bench_${name}.log" | tr '\n' ' ')"; return
+  if [ -z "$peak" ]; then  # the dense bf16 peak of the SXM parts by their datasheets
+    case "$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -1)" in
+      *H100*PCIe*) peak=756 ;; *H100* | *H200*) peak=989 ;; *A100*) peak=312 ;;
+    esac
+  fi
+  say "MFU against a dense bf16 peak of ${peak:-(unknown: the trainer estimates one)} TFLOP/s"
+  bench_configs=(
+    "gpt2_124m recipes/gpt2_124m.yaml 12 768 12 1024 8 4 8"
+    "gpt_1p3b recipes/gpt_1.3b.yaml 24 2048 16 2048 4 4 5"
+  )  # name recipe layers hidden heads seq micro micro-batches-per-step steps
+  for config in "${bench_configs[@]}"; do
+    read -r name recipe layers hidden heads seq micro accum steps <<< "$config"
+    bench_run "$name" "$recipe" --set model.vocab_size=50257 --set "model.seq_length=$seq" \
+      --set "training.micro_batch_size=$micro" --set "training.global_batch_size=$((micro * accum))" \
+      --set training.recompute=none --set "training.train_iters=$steps"
+  done
+  if [ "$profile" = 1 ]; then
+    say "== 6. where a step's GPU time goes (Nsight Compute: every kernel of one step, by kind)"
+    ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2> /dev/null | head -1)
+    if [ -z "$ncu_bin" ]; then
+      say "ncu not found: no split"
+    else
+      for config in "${bench_configs[@]}"; do
+        read -r name recipe layers hidden heads seq micro accum steps <<< "$config"
+        profile_run "$name" "$recipe" --set model.vocab_size=50257 --set "model.seq_length=$seq" \
+          --set "training.micro_batch_size=$micro" --set "training.global_batch_size=$((micro * accum))" \
+          --set training.recompute=none --set training.train_iters=1
+      done
     fi
-    # Mean over the steps after the first two (warm-up: allocator, cuBLASLt heuristics).
-    python3 - "$jsonl" "$name" <<'PY' | tee -a "$summary"
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-steady = rows[2:] or rows
-n = len(steady)
-mean = lambda k: sum(r[k] for r in steady) / n
-print(f"bench {sys.argv[2]}: {n} steps: {mean('tokens_per_s'):.0f} tokens/s | "
-      f"{mean('tflops'):.1f} TFLOP/s per GPU | MFU {100 * mean('mfu'):.1f}% | "
-      f"loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
-PY
-  }
-  bench_run gpt2_124m recipes/gpt2_124m.yaml --set model.vocab_size=50257 \
-    --set training.micro_batch_size=8 --set training.global_batch_size=32 --set training.train_iters=8
-  bench_run gpt_1p3b recipes/gpt_1.3b.yaml --set model.vocab_size=50257 \
-    --set training.micro_batch_size=1 --set training.global_batch_size=8 \
-    --set training.recompute=selective --set training.train_iters=6
+  fi
+  if [ "$peer_steps" -gt 0 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
+    say "== 7. the PyTorch peer on the same GPU (bench/pytorch_gpt.py: bf16 autocast, SDPA, fused AdamW)"
+    for mode in eager compile; do  # the compiles last: they take a minute each
+      for config in "${bench_configs[@]}"; do
+        read -r name recipe layers hidden heads seq micro accum steps <<< "$config"
+        peer_run "$name" "$mode" --layers "$layers" --hidden "$hidden" --heads "$heads" --seq "$seq" \
+          --micro-batch "$micro" --grad-accum "$accum" --steps "$peer_steps" --warmup 3
+      done
+    done
+  fi
 fi
 
 say "== result: $([ "$status" = 0 ] && echo ok || echo FAILED) (summary $summary)"

@@ -2,7 +2,7 @@
 # The first minutes on a GPU machine: run the CUDA backend's checks from a bundle
 # (tools/gpu_bundle.sh) and write one summary file.
 #
-#   gpu_check.sh --bundle DIR [--out DIR] [--bench [--profile] [--peer-steps N]] [--timeout S]
+#   gpu_check.sh --bundle DIR [--out DIR] [--bench [--peer-steps N]] [--timeout S]
 #   gpu_check.sh [--build-dir DIR] [--archs "90"] [--bench]   # build the bundle here first
 #
 # The GPU machine needs only the NVIDIA driver and Python with PyTorch's CUDA 13 wheels: cudart,
@@ -15,28 +15,26 @@
 #   3. the single-process NCCL and communicator cases
 #   4. generate --device cuda on a transformers fixture: its greedy tokens against transformers'
 #      and against --device cpu
-#   5. --bench: GPT-2 124M and GPT 1.3B, bf16, synthetic data, one GPU (tokens/s, TFLOP/s, MFU
-#      against the GPU's dense bf16 peak: GPU_PEAK_TFLOPS, else the datasheet's for H100/H200/A100)
-#   6. --profile: one step of each under Nsight Compute (ncu), its kernel time by kind beside
-#      the step time of step 5 (bench/ncu_split.py)
-#   7. --bench: the same models in PyTorch on the same GPU, eager and torch.compile
+#   5. --bench: GPT-2 124M and GPT 1.3B, bf16, synthetic data, one GPU, with each attention
+#      backend (tokens/s, TFLOP/s, MFU against the GPU's dense bf16 peak: GPU_PEAK_TFLOPS, else
+#      the datasheet's for H100/H200/A100), the last step split op by op (logging.profile)
+#   6. --bench: the same models in PyTorch on the same GPU, eager and torch.compile
 #      (bench/pytorch_gpt.py; --peer-steps 0 leaves them out)
 # Without a GPU the CUDA cases report skipped (never passed) and the CPU sides still run.
 # Exit status: 0 when no check failed.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bundle="" out="" bench=0 profile=0 peer_steps=8 step_timeout=300 build_dir="" archs=""
+bundle="" out="" bench=0 peer_steps=8 step_timeout=300 build_dir="" archs=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$(realpath -m "$2")"; shift 2 ;;
     --out) out="$(realpath -m "$2")"; shift 2 ;;
     --bench) bench=1; shift ;;
-    --profile) profile=1; shift ;;
     --peer-steps) peer_steps="$2"; shift 2 ;;
     --timeout) step_timeout="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --archs) archs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -144,7 +142,8 @@ bench_sets() {  # the --set arguments every benchmark run shares
         --set parallel.tensor=1 --set parallel.pipeline=1 --set parallel.data=1
         --set training.eval_iters=0 --set training.eval_interval=0
         --set checkpoint.save= --set checkpoint.save_interval=null
-        --set optimizer.schedule.warmup_iters=1 --set logging.interval=1 --set "logging.jsonl=$jsonl")
+        --set optimizer.schedule.warmup_iters=1 --set logging.interval=1 --set "logging.jsonl=$jsonl"
+        --set model.attention_dropout=0.0 --set model.hidden_dropout=0.0)  # as the PyTorch peer
   [ -n "${peak:-}" ] && sets+=(--set "training.peak_tflops=$peak")
 }
 bench_run() {  # NAME RECIPE --set...: pretrain's figures, the mean of the steps after two
@@ -159,7 +158,8 @@ bench_run() {  # NAME RECIPE --set...: pretrain's figures, the mean of the steps
   python3 - "$jsonl" "$name" "$out/bench_${name}.step_ms" <<'PY' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
-steady = rows[2:] or rows  # after the warm-up steps (allocator, cuBLASLt heuristics)
+# After the warm-up steps (allocator, cuBLASLt heuristics), before the last (profiled) one.
+steady = rows[2:-1] or rows
 n = len(steady)
 mean = lambda k: sum(r[k] for r in steady) / n
 open(sys.argv[3], "w").write(f"{1e3 * mean('step_seconds'):.3f}\n")
@@ -167,6 +167,7 @@ print(f"bench ours {sys.argv[2]}: {n} steps: {mean('tokens_per_s'):.0f} tokens/s
       f"{mean('tflops'):.1f} TFLOP/s | MFU {100 * mean('mfu'):.1f}% | "
       f"{1e3 * mean('step_seconds'):.1f} ms/step | loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")
 PY
+  sed -n '/^profile of step/,/outside the ops/p' "$out/bench_${name}.log" | tee -a "$summary"
 }
 peer_run() {  # NAME eager|compile pytorch_gpt.py flags...
   local name="$1" mode="$2"; shift 2
@@ -178,18 +179,6 @@ peer_run() {  # NAME eager|compile pytorch_gpt.py flags...
     fail "peer $name $mode: $(tail -2 "$log" | tr '\n' ' ')"; return
   fi
   say "peer $name: $(grep '^SUMMARY' "$log" | sed 's/^SUMMARY //')"
-}
-profile_run() {  # NAME RECIPE --set...: one step under ncu, its kernels' time by kind
-  local name="$1" recipe="$2"; shift 2
-  local csv="$out/ncu_${name}.csv"
-  bench_sets "$out/ncu_${name}.jsonl"
-  (cd "$bundle/src" && timeout -s KILL "$step_timeout" "$ncu_bin" --csv --metrics gpu__time_duration.sum \
-     --cache-control none --clock-control none --log-file "$csv" \
-     "$bundle/bin/pretrain" --recipe "$recipe" "${sets[@]}" "$@" > "$out/ncu_${name}.log" 2>&1)
-  local rc=$? step_ms
-  step_ms=$(cat "$out/bench_${name}.step_ms" 2> /dev/null || echo 0)
-  python3 "$bundle/src/bench/ncu_split.py" "$csv" --step-ms "$step_ms" --label "$name" 2>&1 | tee -a "$summary"
-  [ "$rc" = 0 ] || say "  (ncu exited $rc: $(tail -2 "$out/ncu_${name}.log" | tr '\n' ' '))"
 }
 
 say "== 2. CUDA unit tests"
@@ -232,28 +221,20 @@ if [ "$bench" = 1 ]; then
     "gpt2_124m recipes/gpt2_124m.yaml 12 768 12 1024 8 4 8"
     "gpt_1p3b recipes/gpt_1.3b.yaml 24 2048 16 2048 4 4 5"
   )  # name recipe layers hidden heads seq micro micro-batches-per-step steps
+  # Each with both attention backends (model.attention_backend): our flash kernels and the
+  # unfused cuBLASLt path; the last step of each run is profiled op by op (logging.profile).
   for config in "${bench_configs[@]}"; do
     read -r name recipe layers hidden heads seq micro accum steps <<< "$config"
-    bench_run "$name" "$recipe" --set model.vocab_size=50257 --set "model.seq_length=$seq" \
-      --set "training.micro_batch_size=$micro" --set "training.global_batch_size=$((micro * accum))" \
-      --set training.recompute=none --set "training.train_iters=$steps"
+    for backend in unfused flash; do
+      bench_run "${name}_$backend" "$recipe" --set model.vocab_size=50257 --set "model.seq_length=$seq" \
+        --set "training.micro_batch_size=$micro" --set "training.global_batch_size=$((micro * accum))" \
+        --set training.recompute=none --set "training.train_iters=$steps" \
+        --set "model.attention_backend=$backend" --set logging.profile=true \
+        --set "logging.profile_step_start=$steps" --set "logging.profile_step_end=$((steps + 1))"
+    done
   done
-  if [ "$profile" = 1 ]; then
-    say "== 6. where a step's GPU time goes (Nsight Compute: every kernel of one step, by kind)"
-    ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2> /dev/null | head -1)
-    if [ -z "$ncu_bin" ]; then
-      say "ncu not found: no split"
-    else
-      for config in "${bench_configs[@]}"; do
-        read -r name recipe layers hidden heads seq micro accum steps <<< "$config"
-        profile_run "$name" "$recipe" --set model.vocab_size=50257 --set "model.seq_length=$seq" \
-          --set "training.micro_batch_size=$micro" --set "training.global_batch_size=$((micro * accum))" \
-          --set training.recompute=none --set training.train_iters=1
-      done
-    fi
-  fi
   if [ "$peer_steps" -gt 0 ] && python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null; then
-    say "== 7. the PyTorch peer on the same GPU (bench/pytorch_gpt.py: bf16 autocast, SDPA, fused AdamW)"
+    say "== 6. the PyTorch peer on the same GPU (bench/pytorch_gpt.py: bf16 autocast, SDPA, fused AdamW)"
     for mode in eager compile; do  # the compiles last: they take a minute each
       for config in "${bench_configs[@]}"; do
         read -r name recipe layers hidden heads seq micro accum steps <<< "$config"

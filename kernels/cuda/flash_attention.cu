@@ -1,9 +1,12 @@
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/common/numeric.h"
 #include "kernels/common/philox.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/flash_attention_tc.h"
+#include "kernels/cuda/flash_geometry.cuh"
 
 namespace megatron::kernels::cuda {
 namespace {
@@ -20,65 +23,10 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kPerLane = int(kFlashMaxHeadDim / 32);  // accumulator elements per lane
 constexpr unsigned kFull = 0xffffffffu;
 
-// Addressing of the fused qkv [S, B, G, (H/G + 2), Dh] and out [S, B, H, Dh] buffers (as
-// kernels/cpu/attention.cpp) and the Philox index rule of attention.h.
-struct Geo {
-  int64_t S, B, H, G, Dh, hpg, ld_qkv, ld_out, total_heads, head_offset, batch_offset;
-  __host__ __device__ int64_t group_offset(int64_t b, int64_t g) const {
-    return b * (H + 2 * G) * Dh + g * (hpg + 2) * Dh;
-  }
-  __host__ __device__ int64_t q(int64_t b, int64_t h) const {
-    return group_offset(b, h / hpg) + (h % hpg) * Dh;
-  }
-  __host__ __device__ int64_t k(int64_t b, int64_t g) const {
-    return group_offset(b, g) + hpg * Dh;
-  }
-  __host__ __device__ int64_t v(int64_t b, int64_t g) const { return k(b, g) + Dh; }
-  __host__ __device__ int64_t out(int64_t b, int64_t h) const { return (b * H + h) * Dh; }
-  __device__ uint64_t dropout_base(int64_t b, int64_t h) const {
-    return uint64_t(((batch_offset + b) * total_heads + head_offset + h) * S * S);
-  }
-};
-
-Geo geo_of(const AttentionShape& s) {
-  Geo L{};
-  L.S = s.S;
-  L.B = s.B;
-  L.H = s.H;
-  L.G = s.G;
-  L.Dh = s.Dh;
-  L.hpg = s.H / s.G;
-  L.ld_qkv = s.B * (s.H + 2 * s.G) * s.Dh;
-  L.ld_out = s.B * s.H * s.Dh;
-  L.total_heads = s.total_heads > 0 ? s.total_heads : s.H;
-  L.head_offset = s.head_offset;
-  L.batch_offset = s.batch_offset;
-  return L;
-}
-
-struct Opt {
-  float scale, p, keep_scale;
-  bool causal, dropout;
-  int64_t window;  // sliding window (0: none)
-  const uint8_t* key_mask;
-  const int32_t* segment_ids;  // [B, S] or null
-  uint64_t seed, stream;
-};
-
-Opt opt_of(const AttentionOptions& o) {
-  Opt r{};
-  r.scale = o.scale;
-  r.p = o.dropout_p;
-  r.dropout = o.dropout_p > 0.0f;
-  r.keep_scale = r.dropout ? 1.0f / (1.0f - o.dropout_p) : 1.0f;
-  r.causal = o.causal;
-  r.window = o.window;
-  r.key_mask = o.key_mask;
-  r.segment_ids = o.segment_ids;
-  r.seed = o.seed;
-  r.stream = o.stream;
-  return r;
-}
+using flash::Geo;
+using flash::geo_of;
+using flash::Opt;
+using flash::opt_of;
 
 __device__ __forceinline__ float drop(float prob, const Opt& o, uint64_t index) {
   return philox::uniform(o.seed, o.stream, index) >= o.p ? prob * o.keep_scale : 0.0f;
@@ -386,6 +334,12 @@ void flash_attention_forward(const AttentionShape& s, const AttentionOptions& op
                              T* out, float* lse, void*, cudaStream_t stream) {
   check(s, opt, detail::dtype_of<T>(), "flash_attention_forward");
   if (s.S == 0 || s.B == 0 || s.H == 0) return;
+  if constexpr (!std::is_same_v<T, float>) {
+    if (flash_tc::runs(s, opt, detail::dtype_of<T>())) {
+      flash_tc::forward(s, opt, qkv, out, lse, stream);
+      return;
+    }
+  }
   const size_t smem = forward_smem(s.Dh);
   allow_smem(flash_forward_kernel<T>, smem);
   flash_forward_kernel<T>
@@ -409,6 +363,12 @@ void flash_attention_backward(const AttentionShape& s, const AttentionOptions& o
   flash_rowdot_kernel<T>
       <<<unsigned((rows + kWarps - 1) / kWarps), kThreads, 0, stream>>>(L, out, dout, D);
   MT_CUDA_LAUNCH_CHECK();
+  if constexpr (!std::is_same_v<T, float>) {
+    if (flash_tc::runs(s, opt, detail::dtype_of<T>())) {
+      flash_tc::backward(s, opt, qkv, lse, dout, D, dqkv, stream);
+      return;
+    }
+  }
   const size_t smem_kv = dkdv_smem(s.Dh);
   allow_smem(flash_dkdv_kernel<T>, smem_kv);
   flash_dkdv_kernel<T>

@@ -1,9 +1,11 @@
 #include "megatron/backend/device_backends.h"
 
 #include "megatron/backend/cpu_ops.h"
+#include "megatron/backend/op_profiler.h"
 #include "megatron/core/error.h"
 #ifdef MEGATRON_WITH_CUDA
 #include "megatron/backend/cuda/device.h"
+#include "megatron/backend/cuda/event_clock.h"
 #include "megatron/backend/cuda/nccl_communicator.h"
 #include "megatron/backend/cuda/ops_cuda.h"
 #include "megatron/parallel/mpi_communicator.h"
@@ -40,6 +42,15 @@ std::unique_ptr<parallel::Communicator> device_communicator(Device device,
   }
 #endif
   MT_CHECK(false, "communicators for ", device_name(device), " tensors, but ", kNoCuda);
+  __builtin_unreachable();
+}
+
+std::unique_ptr<OpClock> make_op_clock(Device device) {
+  if (device == Device::CPU) return std::make_unique<HostOpClock>();
+#ifdef MEGATRON_WITH_CUDA
+  if (device == Device::CUDA) return cuda::make_event_clock();
+#endif
+  MT_CHECK(false, "timing ops on ", device_name(device), ", but ", kNoCuda);
   __builtin_unreachable();
 }
 

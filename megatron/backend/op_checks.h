@@ -7,6 +7,7 @@
 
 #include "megatron/backend/device_backends.h"
 #include "megatron/backend/float_args.h"
+#include "megatron/backend/op_profiler.h"
 #include "megatron/backend/ops.h"
 
 // Every op: (1) the device of its tensors (all on one device, else an error naming each
@@ -19,6 +20,29 @@ namespace megatron::ops::impl {
 
 using backend::device_ops;
 using detail::FloatArgs;
+
+// The backend of `device` for one op call, timed while an op profiler is installed for that
+// device: `device_call(dev, op)->linear_forward(...)` marks the op's start before the call and
+// its end when the full expression ends (the temporary's destructor), exceptions included.
+class DeviceCall {
+ public:
+  DeviceCall(Device device, const char* op)
+      : ops_(&device_ops(device, op)), profiler_(backend::op_profiler(device)) {
+    if (profiler_) profiler_->begin(op);
+  }
+  ~DeviceCall() {
+    if (profiler_) profiler_->end();
+  }
+  DeviceCall(const DeviceCall&) = delete;
+  DeviceCall& operator=(const DeviceCall&) = delete;
+  const ops::DeviceOps* operator->() const { return ops_; }
+
+ private:
+  const ops::DeviceOps* ops_;
+  backend::OpProfiler* profiler_;
+};
+
+inline DeviceCall device_call(Device device, const char* op) { return DeviceCall(device, op); }
 
 struct Arg {
   const Tensor* t;  // null: an optional tensor that was not given

@@ -14,7 +14,7 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
   MT_CHECK(y.numel() == n * out, "linear_forward: output ", y.shape().str(), " != [", n, ", ", out,
            "]");
   if (b) MT_CHECK(b->numel() == out, "linear_forward: bias ", b->shape().str(), " != [", out, "]");
-  device_ops(dev, op).linear_forward(x, w, b, y);
+  device_call(dev, op)->linear_forward(x, w, b, y);
 }
 
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
@@ -29,7 +29,7 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
            "linear_backward: shape mismatch");
   if (dx) MT_CHECK(dx->numel() == n * in, "linear_backward: dx ", dx->shape().str());
   if (db) MT_CHECK(db->numel() == out, "linear_backward: db ", db->shape().str());
-  device_ops(dev, op).linear_backward(x, w, dy, dx, dw, db);
+  device_call(dev, op)->linear_backward(x, w, dy, dx, dw, db);
 }
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,
@@ -40,7 +40,7 @@ void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float 
   const int64_t d = w.numel(), n = rows_of(x, d);
   MT_CHECK(b.numel() == d && y.numel() == x.numel() && mean.numel() == n && rstd.numel() == n,
            "layernorm_forward: shape mismatch for x ", x.shape().str());
-  device_ops(dev, op).layernorm_forward(x, w, b, eps, y, mean, rstd);
+  device_call(dev, op)->layernorm_forward(x, w, b, eps, y, mean, rstd);
 }
 
 void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
@@ -58,7 +58,7 @@ void layernorm_backward(const Tensor& x, const Tensor& w, const Tensor& mean, co
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == d &&
                db.numel() == d && mean.numel() == n && rstd.numel() == n,
            "layernorm_backward: shape mismatch");
-  device_ops(dev, op).layernorm_backward(x, w, mean, rstd, dy, dx, dw, db);
+  device_call(dev, op)->layernorm_backward(x, w, mean, rstd, dy, dx, dw, db);
 }
 
 void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Tensor& rstd) {
@@ -66,7 +66,7 @@ void rmsnorm_forward(const Tensor& x, const Tensor& w, float eps, Tensor& y, Ten
   const Device dev = device_of(op, {{&x, "x"}, {&w, "w"}, {&y, "y"}, {&rstd, "rstd"}});
   const int64_t d = w.numel(), n = rows_of(x, d);
   MT_CHECK(y.numel() == x.numel() && rstd.numel() == n, "rmsnorm_forward: shape mismatch");
-  device_ops(dev, op).rmsnorm_forward(x, w, eps, y, rstd);
+  device_call(dev, op)->rmsnorm_forward(x, w, eps, y, rstd);
 }
 
 void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, const Tensor& dy,
@@ -78,7 +78,7 @@ void rmsnorm_backward(const Tensor& x, const Tensor& w, const Tensor& rstd, cons
   MT_CHECK(
       dy.numel() == x.numel() && dx.numel() == x.numel() && dw.numel() == d && rstd.numel() == n,
       "rmsnorm_backward: shape mismatch");
-  device_ops(dev, op).rmsnorm_backward(x, w, rstd, dy, dx, dw);
+  device_call(dev, op)->rmsnorm_backward(x, w, rstd, dy, dx, dw);
 }
 
 namespace {
@@ -99,7 +99,7 @@ void qk_rmsnorm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk, flo
       device_of(op, {{&x, "x"}, {&wq, "wq"}, {&wk, "wk"}, {&y, "y"}, {&rstd, "rstd"}});
   const int64_t stats = qk_norm_stats(op, x, wq, wk, q_slots);
   MT_CHECK(y.numel() == x.numel() && rstd.numel() == stats, op, ": shape mismatch");
-  device_ops(dev, op).qk_rmsnorm_forward(x, wq, wk, eps, q_slots, y, rstd);
+  device_call(dev, op)->qk_rmsnorm_forward(x, wq, wk, eps, q_slots, y, rstd);
 }
 
 void qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& rstd,
@@ -117,35 +117,35 @@ void qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk, co
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && rstd.numel() == stats &&
                dwq.numel() == wq.numel() && dwk.numel() == wk.numel(),
            op, ": shape mismatch");
-  device_ops(dev, op).qk_rmsnorm_backward(x, wq, wk, rstd, dy, q_slots, dx, dwq, dwk);
+  device_call(dev, op)->qk_rmsnorm_backward(x, wq, wk, rstd, dy, q_slots, dx, dwq, dwk);
 }
 
 void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
   const char* op = "gelu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "gelu_forward: shape mismatch");
-  device_ops(dev, op).gelu_forward(x, y, kind);
+  device_call(dev, op)->gelu_forward(x, y, kind);
 }
 
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind) {
   const char* op = "gelu_backward";
   const Device dev = device_of(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel(), "gelu_backward: shape mismatch");
-  device_ops(dev, op).gelu_backward(x, dy, dx, kind);
+  device_call(dev, op)->gelu_backward(x, dy, dx, kind);
 }
 
 void tanh_forward(const Tensor& x, Tensor& y) {
   const char* op = "tanh_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "tanh_forward: shape mismatch");
-  device_ops(dev, op).tanh_forward(x, y);
+  device_call(dev, op)->tanh_forward(x, y);
 }
 
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   const char* op = "tanh_backward";
   const Device dev = device_of(op, {{&y, "y"}, {&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dy.numel() == y.numel() && dx.numel() == y.numel(), "tanh_backward: shape mismatch");
-  device_ops(dev, op).tanh_backward(y, dy, dx);
+  device_call(dev, op)->tanh_backward(y, dy, dx);
 }
 
 void swiglu_forward(const Tensor& x, Tensor& y) {
@@ -153,7 +153,7 @@ void swiglu_forward(const Tensor& x, Tensor& y) {
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   rows_of(y, last_dim(y));
   MT_CHECK(x.numel() == 2 * y.numel(), "swiglu_forward: x must be [N, 2F] for y ", y.shape().str());
-  device_ops(dev, op).swiglu_forward(x, y);
+  device_call(dev, op)->swiglu_forward(x, y);
 }
 
 void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
@@ -161,7 +161,7 @@ void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   const Device dev = device_of(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
   rows_of(dy, last_dim(dy));
   MT_CHECK(x.numel() == 2 * dy.numel() && dx.numel() == x.numel(), "swiglu_backward: shapes");
-  device_ops(dev, op).swiglu_backward(x, dy, dx);
+  device_call(dev, op)->swiglu_backward(x, dy, dx);
 }
 
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {
@@ -171,7 +171,7 @@ void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_sta
   MT_CHECK(table.ndim() == 2, "embedding_forward: table must be 2-D, got ", table.shape().str());
   const int64_t d = table.dim(1);
   MT_CHECK(out.numel() == ids.numel() * d, "embedding_forward: out ", out.shape().str());
-  device_ops(dev, op).embedding_forward(ids, table, vocab_start, out);
+  device_call(dev, op)->embedding_forward(ids, table, vocab_start, out);
 }
 
 void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_start,
@@ -183,7 +183,7 @@ void embedding_backward(const Tensor& ids, const Tensor& dout, int64_t vocab_sta
            dtable.shape().str());
   const int64_t d = dtable.dim(1);
   MT_CHECK(dout.numel() == ids.numel() * d, "embedding_backward: dout ", dout.shape().str());
-  device_ops(dev, op).embedding_backward(ids, dout, vocab_start, dtable);
+  device_call(dev, op)->embedding_backward(ids, dout, vocab_start, dtable);
 }
 
 void add(const Tensor& a, const Tensor& b, Tensor& out) {
@@ -191,14 +191,14 @@ void add(const Tensor& a, const Tensor& b, Tensor& out) {
   const Device dev = device_of(op, {{&a, "a"}, {&b, "b"}, {&out, "out"}});
   MT_CHECK(a.numel() == b.numel() && out.numel() == a.numel(), "add: shape mismatch ",
            a.shape().str(), " + ", b.shape().str());
-  device_ops(dev, op).add(a, b, out);
+  device_call(dev, op)->add(a, b, out);
 }
 
 void add_bias(Tensor& y, const Tensor& bias) {
   const char* op = "add_bias";
   const Device dev = device_of(op, {{&y, "y"}, {&bias, "bias"}});
   rows_of(y, bias.numel());  // y is whole rows of the bias
-  device_ops(dev, op).add_bias(y, bias);
+  device_call(dev, op)->add_bias(y, bias);
 }
 
 void add_inplace(Tensor& acc, const Tensor& x) {
@@ -206,26 +206,26 @@ void add_inplace(Tensor& acc, const Tensor& x) {
   const Device dev = device_of(op, {{&acc, "acc"}, {&x, "x"}});
   MT_CHECK(acc.numel() == x.numel(), "add_inplace: shape mismatch ", acc.shape().str(),
            " += ", x.shape().str());
-  device_ops(dev, op).add_inplace(acc, x);
+  device_call(dev, op)->add_inplace(acc, x);
 }
 
 void scale_inplace(Tensor& x, float s) {
   const char* op = "scale_inplace";
   const Device dev = device_of(op, {{&x, "x"}});
-  device_ops(dev, op).scale_inplace(x, s);
+  device_call(dev, op)->scale_inplace(x, s);
 }
 
 void fill(Tensor& x, float v) {
   const char* op = "fill";
   const Device dev = device_of(op, {{&x, "x"}});
-  device_ops(dev, op).fill(x, v);
+  device_call(dev, op)->fill(x, v);
 }
 
 void cast(const Tensor& src, Tensor& dst) {
   const char* op = "cast";
   const Device dev = device_of(op, {{&src, "src"}, {&dst, "dst"}});
   MT_CHECK(src.numel() == dst.numel(), "cast: ", src.shape().str(), " into ", dst.shape().str());
-  device_ops(dev, op).cast(src, dst);
+  device_call(dev, op)->cast(src, dst);
 }
 
 void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
@@ -235,19 +235,19 @@ void adamw_step(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
   MT_CHECK(
       grad.numel() == param.numel() && m.numel() == param.numel() && v.numel() == param.numel(),
       "adamw_step: state sizes differ from param ", param.shape().str());
-  device_ops(dev, op).adamw_step(param, grad, m, v, p);
+  device_call(dev, op)->adamw_step(param, grad, m, v, p);
 }
 
 int64_t count_outside(const Tensor& x, float limit) {
   const char* op = "count_outside";
   const Device dev = device_of(op, {{&x, "x"}});
-  return device_ops(dev, op).count_outside(x, limit);
+  return device_call(dev, op)->count_outside(x, limit);
 }
 
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   const Device dev = device_of(op, {{&x, "x"}});
-  return device_ops(dev, op).sum_squares(x);
+  return device_call(dev, op)->sum_squares(x);
 }
 
 double sum_squares_of(const std::vector<Tensor>& xs) {
@@ -261,7 +261,7 @@ double sum_squares_of(const std::vector<Tensor>& xs) {
     const FloatArgs fa("sum_squares_of", {{&x, "xs[i]"}});
   }
   const Device dev = device_of(op, {{&xs.front(), "xs"}});
-  return device_ops(dev, op).sum_squares_of(xs);
+  return device_call(dev, op)->sum_squares_of(xs);
 }
 
 }  // namespace megatron::ops

@@ -12,7 +12,7 @@ void attention_forward(const kernels::AttentionShape& s, const kernels::Attentio
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && probs.numel() == s.B * s.H * s.S * s.S,
            "attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
            " G=", s.G, " Dh=", s.Dh);
-  device_ops(dev, op).attention_forward(s, opt, qkv, out, probs);
+  device_call(dev, op)->attention_forward(s, opt, qkv, out, probs);
 }
 
 void attention_backward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
@@ -24,7 +24,7 @@ void attention_backward(const kernels::AttentionShape& s, const kernels::Attenti
   MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
                probs.numel() == s.B * s.H * s.S * s.S,
            "attention_backward: buffer sizes");
-  device_ops(dev, op).attention_backward(s, opt, qkv, probs, dout, dqkv);
+  device_call(dev, op)->attention_backward(s, opt, qkv, probs, dout, dqkv);
 }
 
 void flash_attention_forward(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
@@ -35,7 +35,7 @@ void flash_attention_forward(const kernels::AttentionShape& s, const kernels::At
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh && lse.numel() == s.B * s.H * s.S,
            "flash_attention_forward: buffer sizes do not match S=", s.S, " B=", s.B, " H=", s.H,
            " G=", s.G, " Dh=", s.Dh);
-  device_ops(dev, op).flash_attention_forward(s, opt, qkv, out, lse);
+  device_call(dev, op)->flash_attention_forward(s, opt, qkv, out, lse);
 }
 
 void flash_attention_backward(const kernels::AttentionShape& s,
@@ -49,7 +49,7 @@ void flash_attention_backward(const kernels::AttentionShape& s,
   MT_CHECK(dqkv.numel() == qkv.numel() && dout.numel() == s.S * s.B * s.H * s.Dh &&
                out.numel() == dout.numel() && lse.numel() == s.B * s.H * s.S,
            "flash_attention_backward: buffer sizes");
-  device_ops(dev, op).flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv);
+  device_call(dev, op)->flash_attention_backward(s, opt, qkv, out, lse, dout, dqkv);
 }
 
 namespace {
@@ -73,7 +73,7 @@ void flash_attention_block_forward(const kernels::AttentionShape& s,
   const char* op = "flash_attention_block_forward";
   const Device dev = device_of(op, {{&q, "q"}, {&kv, "kv"}, {&out, "out"}, {&lse, "lse"}});
   check_block_sizes(op, s, b, q, kv, out, lse);
-  device_ops(dev, op).flash_attention_block_forward(s, opt, b, q, kv, out, lse);
+  device_call(dev, op)->flash_attention_block_forward(s, opt, b, q, kv, out, lse);
 }
 
 void flash_attention_block_backward(const kernels::AttentionShape& s,
@@ -92,7 +92,7 @@ void flash_attention_block_backward(const kernels::AttentionShape& s,
   check_block_sizes(op, s, b, q, kv, out, lse);
   MT_CHECK(dout.numel() == out.numel() && dq.numel() == q.numel() && dkv.numel() == kv.numel(),
            op, ": gradient buffer sizes");
-  device_ops(dev, op).flash_attention_block_backward(s, opt, b, q, kv, out, lse, dout, dq, dkv);
+  device_call(dev, op)->flash_attention_block_backward(s, opt, b, q, kv, out, lse, dout, dq, dkv);
 }
 
 void flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out, Tensor& acc_lse,
@@ -106,7 +106,7 @@ void flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out
                acc_row + out.dim(0) <= acc_lse.dim(2),
            op, ": out ", out.shape().str(), ", lse ", lse.shape().str(), ", acc_lse ",
            acc_lse.shape().str(), " rows from ", acc_row);
-  device_ops(dev, op).flash_attention_merge(out, lse, acc_out, acc_lse, acc_row);
+  device_call(dev, op)->flash_attention_merge(out, lse, acc_out, acc_lse, acc_row);
 }
 
 void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
@@ -123,7 +123,7 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
   MT_CHECK(past >= 0 && past + s.S <= capacity, "kv_cache_attention: positions ", past, "..",
            past + s.S, " past the cache capacity ", capacity);
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, "kv_cache_attention: out ", out.shape().str());
-  device_ops(dev, op).kv_cache_attention(s, scale, qkv, keys, values, past, out, window);
+  device_call(dev, op)->kv_cache_attention(s, scale, qkv, keys, values, past, out, window);
 }
 
 namespace {
@@ -145,7 +145,7 @@ void rope_forward(const kernels::AttentionShape& s, Tensor& qkv, const math::Rop
   const Device dev = device_of(op, {{&qkv, "qkv"}});
   check_attention_shape(s, qkv, op);
   check_rope_positions(op, s, dev, positions);
-  device_ops(dev, op).rope_forward(s, qkv, rope, offset, positions);
+  device_call(dev, op)->rope_forward(s, qkv, rope, offset, positions);
 }
 
 void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
@@ -154,7 +154,7 @@ void rope_backward(const kernels::AttentionShape& s, Tensor& dqkv,
   const Device dev = device_of(op, {{&dqkv, "dqkv"}});
   check_attention_shape(s, dqkv, op);
   check_rope_positions(op, s, dev, positions);
-  device_ops(dev, op).rope_backward(s, dqkv, rope, offset, positions);
+  device_call(dev, op)->rope_backward(s, dqkv, rope, offset, positions);
 }
 
 void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_t stream,
@@ -162,7 +162,7 @@ void dropout_forward(const Tensor& x, Tensor& y, float p, uint64_t seed, uint64_
   const char* op = "dropout_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   MT_CHECK(y.numel() == x.numel(), "dropout_forward: shape mismatch");
-  device_ops(dev, op).dropout_forward(x, y, p, seed, stream, index_offset);
+  device_call(dev, op)->dropout_forward(x, y, p, seed, stream, index_offset);
 }
 
 void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint64_t stream,
@@ -170,7 +170,7 @@ void dropout_backward(const Tensor& dy, Tensor& dx, float p, uint64_t seed, uint
   const char* op = "dropout_backward";
   const Device dev = device_of(op, {{&dy, "dy"}, {&dx, "dx"}});
   MT_CHECK(dx.numel() == dy.numel(), "dropout_backward: shape mismatch");
-  device_ops(dev, op).dropout_backward(dy, dx, p, seed, stream, index_offset);
+  device_call(dev, op)->dropout_backward(dy, dx, p, seed, stream, index_offset);
 }
 
 void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, float p,
@@ -185,7 +185,7 @@ void dropout_rows(const Tensor& x, Tensor& y, const kernels::DropoutRows& rows, 
       rows.batch_offset >= 0 && rows.seq_offset >= 0 && rows.seq_offset + rows.S <= rows.seq_total,
       "dropout_rows: rows [", rows.seq_offset, ", ", rows.seq_offset + rows.S,
       ") outside a sequence of ", rows.seq_total);
-  device_ops(dev, op).dropout_rows(x, y, rows, p, seed, stream);
+  device_call(dev, op)->dropout_rows(x, y, rows, p, seed, stream);
 }
 
 }  // namespace megatron::ops

@@ -14,7 +14,7 @@ void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
   const int64_t n = targets.numel();
   MT_CHECK(logits.numel() == n * vs.V_local && loss.numel() == n && lse.numel() == n,
            "cross_entropy_forward: logits ", logits.shape().str(), " vs ", n, " targets");
-  device_ops(dev, op).cross_entropy_forward(logits, targets, vs, ignore_index, loss, lse);
+  device_call(dev, op)->cross_entropy_forward(logits, targets, vs, ignore_index, loss, lse);
 }
 
 void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
@@ -31,7 +31,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
   MT_CHECK(logits.numel() == n * vs.V_local && dlogits.numel() == logits.numel() &&
                dloss.numel() == n && lse.numel() == n,
            "cross_entropy_backward: shape mismatch");
-  device_ops(dev, op).cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss,
+  device_call(dev, op)->cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss,
                                              dlogits);
 }
 
@@ -41,7 +41,7 @@ void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, 
   const int64_t n = rows_of(logits, vs.V_local);
   MT_CHECK(row_max.numel() == n, "cross_entropy_row_max: row_max ", row_max.shape().str(), " for ",
            n, " rows");
-  device_ops(dev, op).cross_entropy_row_max(logits, vs, row_max);
+  device_call(dev, op)->cross_entropy_row_max(logits, vs, row_max);
 }
 
 void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
@@ -58,7 +58,7 @@ void cross_entropy_sum_exp(const Tensor& logits, const Tensor& targets,
   MT_CHECK(logits.numel() == n * vs.V_local && row_max.numel() == n && sum_exp.numel() == n &&
                target_logit.numel() == n,
            "cross_entropy_sum_exp: logits ", logits.shape().str(), " vs ", n, " targets");
-  device_ops(dev, op).cross_entropy_sum_exp(logits, targets, vs, row_max, sum_exp, target_logit);
+  device_call(dev, op)->cross_entropy_sum_exp(logits, targets, vs, row_max, sum_exp, target_logit);
 }
 
 void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tensor& row_max,
@@ -76,7 +76,7 @@ void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tenso
   MT_CHECK(row_max.numel() == n && sum_exp.numel() == n && target_logit.numel() == n &&
                loss.numel() == n && lse.numel() == n,
            "cross_entropy_loss: every statistic must have one value per target (", n, ")");
-  device_ops(dev, op).cross_entropy_loss(targets, ignore_index, row_max, sum_exp, target_logit,
+  device_call(dev, op)->cross_entropy_loss(targets, ignore_index, row_max, sum_exp, target_logit,
                                          loss, lse);
 }
 

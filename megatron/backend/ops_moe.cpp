@@ -24,7 +24,7 @@ void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
   MT_CHECK(out.numel() == m * D && out.dtype() == src.dtype(), op, ": out ",
            dtype_name(out.dtype()), out.shape().str(), " for ", m, " rows of ",
            dtype_name(src.dtype()), src.shape().str());
-  device_ops(dev, op).gather_rows(src, index, out);
+  device_call(dev, op)->gather_rows(src, index, out);
 }
 
 void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out) {
@@ -36,7 +36,7 @@ void scatter_rows(const Tensor& src, const Tensor& index, Tensor& out) {
   MT_CHECK(src.numel() == m * D && out.dtype() == src.dtype(), op, ": src ",
            dtype_name(src.dtype()), src.shape().str(), " for ", m, " rows of ",
            dtype_name(out.dtype()), out.shape().str());
-  device_ops(dev, op).scatter_rows(src, index, out);
+  device_call(dev, op)->scatter_rows(src, index, out);
 }
 
 void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, int64_t topk,
@@ -53,7 +53,7 @@ void moe_combine(const Tensor& rows, const Tensor* index, const Tensor* gates, i
   if (gates)
     MT_CHECK(gates->numel() == T * topk, op, ": gates ", gates->shape().str(), " for ", T,
              " tokens x ", topk, " slots");
-  device_ops(dev, op).moe_combine(rows, index, gates, topk, out);
+  device_call(dev, op)->moe_combine(rows, index, gates, topk, out);
 }
 
 void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor& dy, int64_t topk,
@@ -71,7 +71,7 @@ void moe_combine_backward(const Tensor& rows, const Tensor& gates, const Tensor&
            op, ": rows ", rows.shape().str(), ", d_rows ", d_rows.shape().str(), ", gates ",
            gates.shape().str(), ", d_gates ", d_gates.shape().str(), " for dy ", dy.shape().str(),
            " and topk ", topk);
-  device_ops(dev, op).moe_combine_backward(rows, gates, dy, topk, d_rows, d_gates);
+  device_call(dev, op)->moe_combine_backward(rows, gates, dy, topk, d_rows, d_gates);
 }
 
 }  // namespace megatron::ops

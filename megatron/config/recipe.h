@@ -435,6 +435,10 @@ struct LoggingConfig {
   std::string jsonl, tensorboard_dir;  // empty -> off
   // Per-rank action timings as JSONL (PATH.rank<N>.jsonl) for tools/pipeline_timeline.
   std::string timeline;
+  // The op-by-op device time of steps [profile_step_start, profile_step_end), printed after
+  // them (training/step_profile.h); Megatron-Core's keys and defaults.
+  bool profile = false;
+  int64_t profile_step_start = 10, profile_step_end = 12;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const LoggingConfig&) const = default;
@@ -445,6 +449,9 @@ struct LoggingConfig {
     v("jsonl", s.jsonl);
     v("tensorboard_dir", s.tensorboard_dir);
     v("timeline", s.timeline);
+    v("profile", s.profile);
+    v("profile_step_start", s.profile_step_start);
+    v("profile_step_end", s.profile_step_end);
   }
 };
 

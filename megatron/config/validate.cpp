@@ -313,6 +313,10 @@ void CheckpointConfig::validate(const KeyOrigins& origins) const {
 void LoggingConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
   c.positive("logging.interval", interval);
+  c.positive("logging.profile_step_start", profile_step_start);
+  c.check(profile_step_end > profile_step_start, "logging.profile_step_end",
+          concat("must be after logging.profile_step_start (", profile_step_start, "), got ",
+                 profile_step_end));
 }
 
 void ClusterConfig::validate(const KeyOrigins& origins) const {

@@ -49,6 +49,8 @@ class DeviceMemoryBackend {
   virtual void zero(void* ptr, size_t bytes) = 0;
   // Bytes handed out on the current device and their peak.
   virtual MemoryStats memory_stats() = 0;
+  // Waits until the work queued on the device (the backend's current stream) has finished.
+  virtual void synchronize() = 0;
   // Page-locked host memory (copies to and from the device run at full bus speed); null when
   // the backend has none, and callers fall back to ordinary host memory.
   virtual void* allocate_pinned_host(size_t bytes) {

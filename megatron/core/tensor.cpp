@@ -39,6 +39,11 @@ MemoryStats memory_stats(Device device) {
   return backend_for(device, "memory_stats").memory_stats();
 }
 
+void synchronize(Device device) {
+  if (device == Device::CPU) return;  // host work is done when the call returns
+  backend_for(device, "synchronize").synchronize();
+}
+
 std::string_view device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
 Device parse_device(std::string_view name) {

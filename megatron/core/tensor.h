@@ -68,6 +68,8 @@ MemoryStats cpu_memory_stats();
 // The same for any device: CPU storage, or the device backend's allocator (throws when the
 // build has no backend for `device`).
 MemoryStats memory_stats(Device device);
+// Waits for the work queued on `device` (its backend's current stream); nothing on the CPU.
+void synchronize(Device device);
 
 class Tensor {
  public:

@@ -119,9 +119,10 @@ void ParamStore::initialize(uint64_t seed) {
       for (const ParamSegment& s : *segs)
         write_initial(s.weight, *s.param, seed, s.begin, s.end, scratch);
   }
-  // Mixed precision: the fp32 masters get the unrounded values.
-  if (mixed_precision())
-    for (const ParamSegment& s : segments_)
+  // Mixed precision: the fp32 masters get the unrounded values; offloaded masters are host
+  // copies even in fp32 (elsewhere the fp32 masters are the weights themselves).
+  for (const ParamSegment& s : segments_)
+    if (mixed_precision() || s.offloaded)
       write_initial(s.master, *s.param, seed, s.begin, s.end, scratch);
 }
 

@@ -110,6 +110,7 @@ void Trainer::build_schedule() {
         w->shared_copy = true;
   if (!recipe_.logging.timeline.empty())
     timeline_ = std::make_unique<pipeline::TimelineRecorder>(groups_.world->rank());
+  if (recipe_.logging.profile) profile_ = std::make_unique<StepProfile>(recipe_.logging, device_);
 }
 
 // Loss scaling (dynamic for fp16), data-parallel gradient buckets, AdamW (sharded with the
@@ -295,9 +296,10 @@ void Trainer::apply_update(StepMetrics& metrics) {
 // Step time, tokens/s, TFLOP/s and MFU (the peaks measured again if a step outran them).
 void Trainer::time_step(StepMetrics& metrics, std::chrono::steady_clock::time_point t0) {
   const auto& tr = recipe_.training;
-  // On a device the step's last kernels (AdamW, casts) may still be queued: a one-element
-  // device-to-host copy waits for them, so the step time covers the whole step.
-  if (device_ != Device::CPU) (void)store_.masters().flat_view(0, {1}).to(Device::CPU);
+  // On a device the step's last kernels (AdamW, casts) may still be queued: wait for them, so
+  // the step time covers the whole step. (A one-element copy of the masters did, until an
+  // H200 run with every master offloaded to the host left none on the device.)
+  synchronize(device_);
   metrics.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   metrics.tokens_per_s =
       static_cast<double>(tr.global_batch_size * recipe_.model.seq_length) / metrics.seconds;
@@ -349,7 +351,12 @@ TrainSummary Trainer::run() {
     metrics_->eval(summary.evals.emplace_back(evaluate(0)));
   int64_t last_saved = summary.start_iteration;
   for (int64_t it = summary.start_iteration + 1; it <= tr.train_iters; ++it) {
+    if (profile_) profile_->before_step(it);
     const StepMetrics m = train_step(it);
+    if (profile_) {
+      const std::string report = profile_->after_step(it, m.seconds);
+      if (std::ostream* out = metrics_->console(); out && !report.empty()) *out << report;
+    }
     summary.steps.push_back(m);
     summary.last_iteration = it;
     metrics_->step(m, it % interval == 0 || it == 1 || it == tr.train_iters);

@@ -30,6 +30,7 @@
 #include "megatron/training/groups.h"
 #include "megatron/training/metrics.h"
 #include "megatron/training/pipeline_runtime.h"
+#include "megatron/training/step_profile.h"
 #include "models/registry.h"
 
 namespace megatron::training {
@@ -109,6 +110,7 @@ class Trainer {
   std::unique_ptr<PipelineRuntime> pipeline_;
   std::vector<pipeline::Action> schedule_actions_;
   std::unique_ptr<pipeline::TimelineRecorder> timeline_;
+  std::unique_ptr<StepProfile> profile_;  // logging.profile
   std::unique_ptr<GradientSync> grad_sync_;  // dp (and, MoE, expert dp) gradient reductions
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;

@@ -192,7 +192,66 @@ TEST(DeviceAgnostic, CountOutsideFindsFp16Overflow) {
   EXPECT_EQ(ops::count_outside(g.to(Device::CUDA), 65504.0f), 3);
   Tensor h = Tensor::zeros({1000}, DType::BF16, Device::CUDA);
   ops::cast(g.to(Device::CUDA), h);
-  EXPECT_EQ(ops::count_outside(h, 65504.0f), 3);
+  EXPECT_EQ(ops::count_outside(h, 65504.0f), 4);
+}
+
+// In bf16 the largest finite fp16 is not representable: 65504 rounds to 65536, beyond the limit
+// (an H200 run counted 4 where this test once expected 3; the CPU counts the same).
+TEST(DeviceAgnostic, CountOutsideOfBf16CountsTheRoundedValues) {
+  Tensor g = Tensor::zeros({1000}, DType::F32);
+  g.data<float>()[3] = 65504.0f;
+  g.data<float>()[7] = 65280.0f;  // exactly representable in bf16: inside
+  g.data<float>()[10] = -70000.0f;
+  Tensor h = Tensor::zeros({1000}, DType::BF16);
+  ops::cast(g, h);
+  EXPECT_EQ(math::bf16_bits_to_float(h.data<bf16_t>()[3].bits), 65536.0f);
+  EXPECT_EQ(ops::count_outside(h, 65504.0f), 2);
+  if (!device_available(Device::CUDA)) return;
+  EXPECT_EQ(ops::count_outside(h.to(Device::CUDA), 65504.0f), 2);
+}
+
+// logging.profile: steps 2-3 split op by op on the training device's clock, printed after step 3
+// with the wall time per step; the parts add up to it (on the host clock the time outside the
+// ops cannot be negative).
+TEST(DeviceAgnostic, ProfileSplitsTheProfiledStepsByOp) {
+  std::vector<std::string> devices = {"cpu"};
+  if (device_available(Device::CUDA)) devices.push_back("cuda");
+  for (const std::string& device : devices) {
+    SCOPED_TRACE(device);
+    const Case c{"gpt", "fp32"};
+    config::Recipe r = tiny_recipe(c, device, 4);
+    r.logging.profile = true;
+    r.logging.profile_step_start = 2;
+    r.logging.profile_step_end = 4;
+    auto world = parallel::make_single_process_communicator();
+    std::ostringstream log;
+    training::Trainer t(r, kVocab, mock_source(c), nullptr, *world, log);
+    (void)t.run();
+    const std::string text = log.str();
+    const size_t at = text.find("profile of steps 2-3 on " + device + ": ");
+    ASSERT_NE(at, std::string::npos) << text;
+    EXPECT_EQ(text.find("profile of steps", at + 1), std::string::npos) << "printed once";
+    for (const char* part : {"ms per step; ops ", "gemm ", "attention ", "between ops ",
+                             "linear_forward (gemm)"})
+      EXPECT_NE(text.find(part, at), std::string::npos) << part << "\n" << text.substr(at);
+    const size_t outside = text.find(" ms per step outside the ops", at);
+    ASSERT_NE(outside, std::string::npos);
+    const double outside_ms = std::stod(text.substr(text.rfind(' ', outside - 1) + 1));
+    if (device == "cpu") {
+      EXPECT_GE(outside_ms, 0.0);
+    }
+  }
+}
+
+TEST(DeviceAgnostic, ProfileStepsMustBeAWindow) {
+  config::Recipe r = tiny_recipe(Case{"gpt", "fp32"}, "cpu", 4);
+  r.logging.profile_step_end = r.logging.profile_step_start;
+  try {
+    r.logging.validate();
+    FAIL() << "profile_step_end == profile_step_start accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("logging.profile_step_end"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DeviceAgnostic, ModelHostHelpers) {

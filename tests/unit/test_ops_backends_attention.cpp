@@ -29,6 +29,7 @@ struct AttentionCase {
   bool causal, key_mask;
   float dropout;
   bool packed = false;  // segment_ids: documents of 7 + 5b tokens in sample b
+  int64_t window = 0;   // sliding window (causal cases)
 };
 
 // Packed documents: [B, S] segment ids, sample b cut every 7 + 5b tokens.
@@ -58,6 +59,7 @@ class CudaVsCpuAttention : public CudaVsCpuOps {
           opt.causal = c.causal;
           opt.key_mask = c.key_mask ? static_cast<const uint8_t*>(tmask.raw()) : nullptr;
           opt.dropout_p = c.dropout;
+          opt.window = c.window;
           opt.seed = 99;
           opt.stream = 5;
           Tensor tqkv = be.make(qkv, {s.S, s.B, s.G, s.H / s.G + 2, s.Dh});
@@ -106,6 +108,7 @@ class CudaVsCpuFlashAttention : public CudaVsCpuOps {
           opt.causal = c.causal;
           opt.key_mask = c.key_mask ? static_cast<const uint8_t*>(tmask.raw()) : nullptr;
           opt.dropout_p = c.dropout;
+          opt.window = c.window;
           opt.seed = 99;
           opt.stream = 5;
           Tensor tqkv = be.make(qkv, {s.S, s.B, s.G, s.H / s.G + 2, s.Dh});
@@ -153,6 +156,21 @@ TEST_P(CudaVsCpuFlashAttention, CausalPaddedDh256) {
   run_flash({{33, 1, 2, 1, 256}, true, true, 0.1f});
 }
 TEST_P(CudaVsCpuFlashAttention, OddHeadDim) { run_flash({{41, 2, 3, 3, 40}, true, true, 0}); }
+// Without dropout, bf16/fp16 with head dims that are multiples of 16 run on the tensor cores
+// (kernels/cuda/flash_attention_tc.h): 64 x 64 tiles, so these cross several tiles with partial
+// last ones, GQA, key masks with holes, packed documents and a sliding window.
+TEST_P(CudaVsCpuFlashAttention, TensorCoresCausalGqaKeyHolesDh64) {
+  run_flash({{150, 2, 4, 2, 64, 2, 8, 1}, true, true, 0});
+}
+TEST_P(CudaVsCpuFlashAttention, TensorCoresBidirectionalMaskedDh16) {
+  run_flash({{130, 2, 2, 1, 16}, false, true, 0});
+}
+TEST_P(CudaVsCpuFlashAttention, TensorCoresPackedDocumentsWindowDh128) {
+  run_flash({{200, 1, 2, 2, 128}, true, false, 0, true, 50});
+}
+TEST_P(CudaVsCpuFlashAttention, TensorCoresLongCausalDh128) {
+  run_flash({{300, 1, 2, 2, 128}, true, false, 0});
+}
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaVsCpuAttention,
                          ::testing::Values(DType::F32, DType::BF16, DType::F16), dtype_param_name);

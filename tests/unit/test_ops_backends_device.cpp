@@ -268,8 +268,9 @@ class FakeDeviceMemory final : public DeviceMemoryBackend {
     std::memset(ptr, 0, bytes);
   }
   MemoryStats memory_stats() override { return {live, live}; }
+  void synchronize() override { ++syncs; }
 
-  int allocs = 0, frees = 0, zeros = 0;
+  int allocs = 0, frees = 0, zeros = 0, syncs = 0;
   int64_t live = 0;
   std::map<void*, size_t> sizes;
   std::vector<std::pair<Device, Device>> copies;  // (dst, src)
@@ -320,6 +321,11 @@ TEST(TensorDevicePlumbing, AllocatesCopiesAndFreesThroughTheBackend) {
                                                              {Device::CPU, Device::CUDA}};
     EXPECT_EQ(fake.copies, expected);
     EXPECT_THROW(d.copy_from(Tensor::zeros({5}, DType::F32)), Error);  // numel mismatch
+    // Waiting for the device goes to its backend; the CPU has nothing queued.
+    synchronize(Device::CPU);
+    EXPECT_EQ(fake.syncs, 0);
+    synchronize(Device::CUDA);
+    EXPECT_EQ(fake.syncs, 1);
   }
   EXPECT_EQ(fake.allocs, fake.frees);
   EXPECT_EQ(fake.live, 0);

@@ -51,6 +51,8 @@ class CudaTensorMemory final : public DeviceMemoryBackend {
     if (dst_host || src_host) MT_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
+  void synchronize() override { MT_CUDA_CHECK(cudaStreamSynchronize(current_stream())); }
+
   void zero(void* ptr, size_t bytes) override {
     MT_CUDA_CHECK(cudaMemsetAsync(ptr, 0, bytes, current_stream()));
   }

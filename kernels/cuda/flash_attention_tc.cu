@@ -132,10 +132,10 @@ __global__ void __launch_bounds__(kThreads)
     forward_kernel(Geo L, Opt o, const T* qkv, T* out, float* lse, bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int Dh = int(L.Dh);
-  T* Qs = reinterpret_cast<T*>(smem);  // [kRows][Dh]
-  T* Ks = Qs + kRows * Dh;             // [kCols][Dh]
-  T* Vs = Ks + kCols * Dh;             // [kCols][Dh]
-  T* Ps = Vs + kCols * Dh;             // [kRows][kCols]
+  T* Qs = reinterpret_cast<T*>(smem);                        // [kRows][Dh]
+  T* Ks = Qs + kRows * Dh;                                   // [kCols][Dh]
+  T* Vs = Ks + kCols * Dh;                                   // [kCols][Dh]
+  T* Ps = Vs + kCols * Dh;                                   // [kRows][kCols]
   float* Ss = reinterpret_cast<float*>(Ps + kRows * kCols);  // [kRows][kCols]
   float* Os = Ss + kRows * kCols;                            // [kRows][Dh]
   float* ms = Os + kRows * Dh;                               // [kRows]
@@ -299,8 +299,8 @@ __global__ void __launch_bounds__(kThreads)
 // dQ: block (bh, query tile); warp w owns query rows w*16.. over the visible key tiles.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    dq_kernel(Geo L, Opt o, const T* qkv, const float* lse, const T* dout, const float* D,
-              T* dqkv, bool vec) {
+    dq_kernel(Geo L, Opt o, const T* qkv, const float* lse, const T* dout, const float* D, T* dqkv,
+              bool vec) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int Dh = int(L.Dh);
   T* Qs = reinterpret_cast<T*>(smem);  // [kRows][Dh]
@@ -346,7 +346,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 size_t forward_smem(int Dh) {
-  return size_t(3 * kRows * Dh + kRows * kCols) * 2 + size_t(kRows * kCols + kRows * Dh + 2 * kRows) * 4;
+  return size_t(3 * kRows * Dh + kRows * kCols) * 2 +
+         size_t(kRows * kCols + kRows * Dh + 2 * kRows) * 4;
 }
 size_t dkdv_smem(int Dh) {
   return size_t(4 * kRows * Dh + 2 * kRows * kCols) * 2 +
@@ -391,8 +392,8 @@ bool runs(const AttentionShape& s, const AttentionOptions& opt, DType dtype) {
 }
 
 template <typename T>
-void forward(const AttentionShape& s, const AttentionOptions& opt, const T* qkv, T* out,
-             float* lse, cudaStream_t stream) {
+void forward(const AttentionShape& s, const AttentionOptions& opt, const T* qkv, T* out, float* lse,
+             cudaStream_t stream) {
   const int Dh = int(s.Dh);
   const size_t smem = forward_smem(Dh);
   allow_smem(forward_kernel<T>, smem);
@@ -402,26 +403,26 @@ void forward(const AttentionShape& s, const AttentionOptions& opt, const T* qkv,
 }
 
 template <typename T>
-void backward(const AttentionShape& s, const AttentionOptions& opt, const T* qkv,
-              const float* lse, const T* dout, const float* D, T* dqkv, cudaStream_t stream) {
+void backward(const AttentionShape& s, const AttentionOptions& opt, const T* qkv, const float* lse,
+              const T* dout, const float* D, T* dqkv, cudaStream_t stream) {
   const int Dh = int(s.Dh);
   const Geo L = flash::geo_of(s);
   const Opt o = flash::opt_of(opt);
   const bool vec = aligned16(qkv) && aligned16(dout);
   allow_smem(dkdv_kernel<T>, dkdv_smem(Dh));
-  dkdv_kernel<T><<<grid_of(s.B * s.G, s.S), kThreads, dkdv_smem(Dh), stream>>>(L, o, qkv, lse,
-                                                                                 dout, D, dqkv, vec);
+  dkdv_kernel<T><<<grid_of(s.B * s.G, s.S), kThreads, dkdv_smem(Dh), stream>>>(L, o, qkv, lse, dout,
+                                                                               D, dqkv, vec);
   MT_CUDA_LAUNCH_CHECK();
   allow_smem(dq_kernel<T>, dq_smem(Dh));
-  dq_kernel<T><<<grid_of(s.B * s.H, s.S), kThreads, dq_smem(Dh), stream>>>(L, o, qkv, lse, dout,
-                                                                           D, dqkv, vec);
+  dq_kernel<T><<<grid_of(s.B * s.H, s.S), kThreads, dq_smem(Dh), stream>>>(L, o, qkv, lse, dout, D,
+                                                                           dqkv, vec);
   MT_CUDA_LAUNCH_CHECK();
 }
 
-#define MT_INSTANTIATE(T)                                                                         \
-  template void forward<T>(const AttentionShape&, const AttentionOptions&, const T*, T*, float*,  \
-                           cudaStream_t);                                                         \
-  template void backward<T>(const AttentionShape&, const AttentionOptions&, const T*,             \
+#define MT_INSTANTIATE(T)                                                                        \
+  template void forward<T>(const AttentionShape&, const AttentionOptions&, const T*, T*, float*, \
+                           cudaStream_t);                                                        \
+  template void backward<T>(const AttentionShape&, const AttentionOptions&, const T*,            \
                             const float*, const T*, const float*, T*, cudaStream_t);
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

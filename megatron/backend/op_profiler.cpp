@@ -23,7 +23,8 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 
 std::string op_kind(const std::string& op) {
   if (op.rfind("linear_", 0) == 0) return "gemm";
-  if (contains(op, "attention") || contains(op, "rope") || contains(op, "softmax")) return "attention";
+  if (contains(op, "attention") || contains(op, "rope") || contains(op, "softmax"))
+    return "attention";
   if (contains(op, "norm")) return "norm";
   if (contains(op, "cross_entropy") || contains(op, "loss")) return "loss";
   if (contains(op, "adamw") || contains(op, "count_outside") || contains(op, "sum_squares"))

@@ -29,10 +29,10 @@ struct OpTime {
 };
 
 struct OpProfileReport {
-  std::vector<OpTime> ops;    // by time, longest first
-  std::vector<OpTime> kinds;  // the same added up by kind (calls summed), longest first
-  double op_seconds = 0;      // the ops' own time
-  double between_seconds = 0; // from the first op's start to the last op's end, not in an op
+  std::vector<OpTime> ops;     // by time, longest first
+  std::vector<OpTime> kinds;   // the same added up by kind (calls summed), longest first
+  double op_seconds = 0;       // the ops' own time
+  double between_seconds = 0;  // from the first op's start to the last op's end, not in an op
 };
 
 // The kind of an op, by its name: gemm (linear_*), attention, norm, loss, optimizer, moe,

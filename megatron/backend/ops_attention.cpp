@@ -90,16 +90,16 @@ void flash_attention_block_backward(const kernels::AttentionShape& s,
                                     {&dq, "dq"},
                                     {&dkv, "dkv"}});
   check_block_sizes(op, s, b, q, kv, out, lse);
-  MT_CHECK(dout.numel() == out.numel() && dq.numel() == q.numel() && dkv.numel() == kv.numel(),
-           op, ": gradient buffer sizes");
+  MT_CHECK(dout.numel() == out.numel() && dq.numel() == q.numel() && dkv.numel() == kv.numel(), op,
+           ": gradient buffer sizes");
   device_call(dev, op)->flash_attention_block_backward(s, opt, b, q, kv, out, lse, dout, dq, dkv);
 }
 
 void flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out, Tensor& acc_lse,
                            int64_t acc_row) {
   const char* op = "flash_attention_merge";
-  const Device dev = device_of(
-      op, {{&out, "out"}, {&lse, "lse"}, {&acc_out, "acc_out"}, {&acc_lse, "acc_lse"}});
+  const Device dev =
+      device_of(op, {{&out, "out"}, {&lse, "lse"}, {&acc_out, "acc_out"}, {&acc_lse, "acc_lse"}});
   MT_CHECK(out.ndim() == 4 && lse.ndim() == 3 && acc_lse.ndim() == 3 &&
                acc_out.numel() == out.numel() && lse.dim(2) == out.dim(0) &&
                lse.dim(0) * lse.dim(1) == acc_lse.dim(0) * acc_lse.dim(1) && acc_row >= 0 &&

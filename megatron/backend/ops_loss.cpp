@@ -32,7 +32,7 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                dloss.numel() == n && lse.numel() == n,
            "cross_entropy_backward: shape mismatch");
   device_call(dev, op)->cross_entropy_backward(logits, targets, vs, ignore_index, lse, dloss,
-                                             dlogits);
+                                               dlogits);
 }
 
 void cross_entropy_row_max(const Tensor& logits, const kernels::VocabSlice& vs, Tensor& row_max) {
@@ -77,7 +77,7 @@ void cross_entropy_loss(const Tensor& targets, int32_t ignore_index, const Tenso
                loss.numel() == n && lse.numel() == n,
            "cross_entropy_loss: every statistic must have one value per target (", n, ")");
   device_call(dev, op)->cross_entropy_loss(targets, ignore_index, row_max, sum_exp, target_logit,
-                                         loss, lse);
+                                           loss, lse);
 }
 
 }  // namespace megatron::ops

@@ -75,9 +75,9 @@ void Trainer::check_groups(TrainerGroups g) {
 void Trainer::build_model(int64_t tokenizer_vocab) {
   check_host_memory_fits(recipe_, tokenizer_vocab, device_);
   store_ = ParamStore(device_);
-  model_ = models::build_model_chunks(recipe_, tokenizer_vocab, store_, *groups_.tp,
-                                      groups_.pp->rank(), groups_.pp->size(),
-                                      {groups_.ep, groups_.expert_tp, groups_.dp, groups_.cp}, groups_.cp);
+  model_ = models::build_model_chunks(
+      recipe_, tokenizer_vocab, store_, *groups_.tp, groups_.pp->rank(), groups_.pp->size(),
+      {groups_.ep, groups_.expert_tp, groups_.dp, groups_.cp}, groups_.cp);
   // Mixed precision: weights and activations in bf16/fp16 (the layers compute with them; the
   // CPU kernels widen to fp32 internally), fp32 master weights and main gradients. The dense
   // region is sharded over the dp shard group, the experts' over expert dp (ZeRO stages).

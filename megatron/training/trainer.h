@@ -110,7 +110,7 @@ class Trainer {
   std::unique_ptr<PipelineRuntime> pipeline_;
   std::vector<pipeline::Action> schedule_actions_;
   std::unique_ptr<pipeline::TimelineRecorder> timeline_;
-  std::unique_ptr<StepProfile> profile_;  // logging.profile
+  std::unique_ptr<StepProfile> profile_;     // logging.profile
   std::unique_ptr<GradientSync> grad_sync_;  // dp (and, MoE, expert dp) gradient reductions
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::LRSchedule schedule_;

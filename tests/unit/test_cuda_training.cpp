@@ -231,8 +231,8 @@ TEST(DeviceAgnostic, ProfileSplitsTheProfiledStepsByOp) {
     const size_t at = text.find("profile of steps 2-3 on " + device + ": ");
     ASSERT_NE(at, std::string::npos) << text;
     EXPECT_EQ(text.find("profile of steps", at + 1), std::string::npos) << "printed once";
-    for (const char* part : {"ms per step; ops ", "gemm ", "attention ", "between ops ",
-                             "linear_forward (gemm)"})
+    for (const char* part :
+         {"ms per step; ops ", "gemm ", "attention ", "between ops ", "linear_forward (gemm)"})
       EXPECT_NE(text.find(part, at), std::string::npos) << part << "\n" << text.substr(at);
     const size_t outside = text.find(" ms per step outside the ops", at);
     ASSERT_NE(outside, std::string::npos);
@@ -250,7 +250,8 @@ TEST(DeviceAgnostic, ProfileStepsMustBeAWindow) {
     r.logging.validate();
     FAIL() << "profile_step_end == profile_step_start accepted";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("logging.profile_step_end"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("logging.profile_step_end"), std::string::npos)
+        << e.what();
   }
 }
 

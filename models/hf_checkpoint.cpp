@@ -14,6 +14,18 @@ namespace megatron::models {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// The layers without rotary embeddings (model.no_rope_freq), as "[1, 3]".
+std::string nope_layers(const config::ModelConfig& m) {
+  std::string out;
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    if (m.rotary() && m.skips_rope(l)) out += concat(out.empty() ? "" : ", ", l);
+  return "[" + out + "]";
+}
+
+}  // namespace
+
 void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf,
                           const std::string& config_path) {
   const config::ModelConfig& m = r.model;
@@ -74,6 +86,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("add_bias", m.add_bias, hf.add_bias);
   same("add_qkv_bias", m.add_qkv_bias, hf.add_qkv_bias);
   same("qk_layernorm", m.qk_layernorm, hf.qk_layernorm);
+  same("no_rope_freq (layers without rope)", nope_layers(m), nope_layers(hf));
   same("layernorm_epsilon", m.layernorm_epsilon, hf.layernorm_epsilon);
   same("vocab_size", m.vocab_size, hf.vocab_size);
   same("num_experts", m.moe.num_experts, hf.moe.num_experts);

@@ -50,9 +50,9 @@ class LayoutOnlyCommunicator final : public parallel::Communicator {
 }  // namespace
 
 std::vector<std::string> hf_architectures() {
-  return {"GPT2LMHeadModel",    "LlamaForCausalLM",   "MistralForCausalLM",
-          "Qwen2ForCausalLM",   "Qwen3ForCausalLM",   "Phi3ForCausalLM",
-          "MixtralForCausalLM", "BertForPreTraining", "BertForMaskedLM"};
+  return {"GPT2LMHeadModel",    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
+          "Qwen3ForCausalLM",   "Phi3ForCausalLM",  "SmolLM3ForCausalLM", "MixtralForCausalLM",
+          "BertForPreTraining", "BertForMaskedLM"};
 }
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {

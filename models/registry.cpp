@@ -69,6 +69,8 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.bias = m.add_bias;
   t.qkv_bias = m.add_qkv_bias;
   t.qk_norm = m.qk_layernorm;
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    if (m.rotary() && m.skips_rope(l)) t.no_rope_layers.push_back(l);
   // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).
   t.causal = m.arch != config::Arch::BERT;
   t.post_norm = m.arch == config::Arch::BERT;

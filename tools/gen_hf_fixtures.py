@@ -124,6 +124,17 @@ FIXTURES = {
                            llama_like(T.LlamaConfig, max_position_embeddings=8,
                                       rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
                            torch.float32, None),
+    # SmolLM3: NoPE layers. Every second layer without rope (no_rope_layer_interval 2, tied
+    # embeddings), and an explicit list (1 = rope) on 4 layers in bf16.
+    "smollm3": (T.SmolLM3ForCausalLM,
+                llama_like(T.SmolLM3Config, num_hidden_layers=4, no_rope_layer_interval=2,
+                           tie_word_embeddings=True, pad_token_id=0, rope_theta=2000000.0),
+                torch.float32, None),
+    "smollm3_list_bf16": (T.SmolLM3ForCausalLM,
+                          llama_like(T.SmolLM3Config, num_hidden_layers=4,
+                                     no_rope_layers=[0, 1, 1, 0], tie_word_embeddings=False,
+                                     pad_token_id=0),
+                          torch.bfloat16, None),
 }
 
 BERT = {

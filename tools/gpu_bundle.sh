@@ -165,7 +165,8 @@ cp "$root/tools/gpu_check.sh" "$out/"
 # gpu_check --bench's PyTorch peer and --profile's kernel split.
 mkdir -p "$out/src/bench"
 cp "$root"/bench/{pytorch_gpt.py,peer_common.py,ncu_split.py} "$out/src/bench/"
-git -C "$root" rev-parse HEAD > "$out/share/commit" 2> /dev/null || echo unknown > "$out/share/commit"
+git -C "$root" describe --always --dirty --abbrev=40 > "$out/share/commit" 2> /dev/null ||
+  echo unknown > "$out/share/commit"  # (-dirty: packed from uncommitted changes)
 cuda_archs=$(cat "$build_dir/cuda_architectures.txt" 2> /dev/null || true)  # kernels/CMakeLists.txt
 echo "${cuda_archs:-unknown}" > "$out/share/cuda_archs"
 

@@ -1,6 +1,6 @@
-// LongRoPE's recipe keys (model.longrope_*): the attention factor and the checks; and those of
+// LongRoPE's recipe keys (model.longrope_*): the attention factor and the checks; those of
 // dynamic NTK scaling (model.rope_dynamic_factor), the other rope whose frequencies follow the
-// sequence length.
+// sequence length; and the layers without rope (model.no_rope_freq).
 #include <cmath>
 
 #include "megatron/config/checker.h"
@@ -56,6 +56,24 @@ void validate_longrope(const ModelConfig& m, const Checker& c) {
   if (m.longrope_attention_factor)
     c.check(*m.longrope_attention_factor > 0.0, "model.longrope_attention_factor",
             concat("must be > 0 (got ", num(*m.longrope_attention_factor), ")"));
+}
+
+void validate_no_rope_freq(const ModelConfig& m, const Checker& c) {
+  const LayerFrequency& f = m.no_rope_freq;
+  if (f.pattern.empty()) {
+    c.check(f.every >= 0, "model.no_rope_freq",
+            concat("must be >= 0 (0: rope in every layer; got ", f.every, ")"));
+    if (f.every == 0) return;
+  } else {
+    c.check(static_cast<int64_t>(f.pattern.size()) == m.num_layers, "model.no_rope_freq",
+            concat("a list needs one 0/1 entry per layer (got ", f.pattern.size(), " entries for ",
+                   m.num_layers, " layers)"));
+    for (size_t i = 0; i < f.pattern.size(); ++i)
+      c.check(f.pattern[i] == 0 || f.pattern[i] == 1, concat("model.no_rope_freq[", i, "]"),
+              concat("must be 0 or 1 (got ", f.pattern[i], ")"));
+  }
+  c.check(m.rotary(), "model.no_rope_freq",
+          "skips rotary embeddings in some layers: it needs position_embedding: rope or yarn");
 }
 
 }  // namespace megatron::config

@@ -110,6 +110,15 @@ struct ModelConfig {
   // Per-head RMSNorm of the queries and keys before rotary embeddings (Megatron-Core's
   // qk_layernorm; Qwen3's q_norm / k_norm). RMSNorm models only.
   bool qk_layernorm = false;
+  // Layers without rotary embeddings (Megatron-Core's no_rope_freq; SmolLM3's NoPE layers): an
+  // integer N skips rope in every N-th layer (layers N-1, 2N-1, ...; 0: none), a list holds one
+  // 0/1 per layer (1: no rope). Rope models only.
+  LayerFrequency no_rope_freq{0, {}};
+  bool skips_rope(int64_t layer) const {
+    if (!no_rope_freq.pattern.empty())
+      return no_rope_freq.pattern.at(static_cast<size_t>(layer)) != 0;
+    return no_rope_freq.every > 0 && (layer + 1) % no_rope_freq.every == 0;
+  }
   double hidden_dropout = 0, attention_dropout = 0;  // in [0, 1)
   double layernorm_epsilon = 1e-5;
   double init_method_std = 0.02;
@@ -193,6 +202,7 @@ struct ModelConfig {
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);
     v("qk_layernorm", s.qk_layernorm);
+    v("no_rope_freq", s.no_rope_freq);
     v("hidden_dropout", s.hidden_dropout);
     v("attention_dropout", s.attention_dropout);
     v("layernorm_epsilon", s.layernorm_epsilon);

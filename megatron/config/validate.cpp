@@ -120,6 +120,7 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
               concat("rope needs an even head dimension (got hidden_size / num_attention_heads = ",
                      head_dim(), ")"));
   }
+  validate_no_rope_freq(*this, c);
   if (qk_layernorm)
     c.check(normalization == Normalization::RMSNorm, "model.qk_layernorm",
             "true needs normalization: RMSNorm (the per-head query/key norms are RMSNorms)");

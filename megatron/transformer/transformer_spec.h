@@ -1,8 +1,10 @@
 #pragma once
 // The sizes and options of a transformer's blocks (Megatron's TransformerConfig), shared by the
 // block and its attention and MLP sub-layers.
+#include <algorithm>
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "kernels/common/numeric.h"
 #include "megatron/core/dtype.h"
@@ -44,6 +46,12 @@ struct TransformerSpec {
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   // Per-head RMSNorm of queries and keys before rope (qk_layernorm; qk_norm.h).
   bool qk_norm = false;
+  // Layers (global indices) that skip rope although `rope` is set (model.no_rope_freq).
+  std::vector<int64_t> no_rope_layers;
+  bool rope_in_layer(int64_t layer) const {
+    return rope &&
+           std::find(no_rope_layers.begin(), no_rope_layers.end(), layer) == no_rope_layers.end();
+  }
   bool causal = true;
   // Sliding-window attention (kernels::AttentionOptions::window): query i sees keys j with
   // i - j < window; 0: all earlier keys.

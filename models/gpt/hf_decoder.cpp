@@ -22,6 +22,7 @@ constexpr const char* kMistral = "MistralForCausalLM";
 constexpr const char* kQwen2 = "Qwen2ForCausalLM";
 constexpr const char* kQwen3 = "Qwen3ForCausalLM";
 constexpr const char* kPhi3 = "Phi3ForCausalLM";
+constexpr const char* kSmolLM3 = "SmolLM3ForCausalLM";
 constexpr const char* kMixtral = "MixtralForCausalLM";
 constexpr int64_t kMaxDefaultSeq = 4096;
 
@@ -32,6 +33,7 @@ std::string model_type(const std::string& a) {
   if (a == kQwen2) return "qwen2";
   if (a == kQwen3) return "qwen3";
   if (a == kPhi3) return "phi3";
+  if (a == kSmolLM3) return "smollm3";
   return "mixtral";
 }
 
@@ -86,6 +88,9 @@ std::set<std::string> llama_family_keys(const std::string& arch) {
                                  "rope_parameters",
                                  "head_dim"};
   if (arch == kLlama) known.insert({"attention_bias", "mlp_bias", "pretraining_tp"});
+  if (arch == kSmolLM3)
+    known.insert({"attention_bias", "mlp_bias", "no_rope_layers", "no_rope_layer_interval",
+                  "use_sliding_window", "sliding_window", "layer_types"});
   if (arch == kMistral || arch == kMixtral || arch == kQwen2) known.insert("sliding_window");
   if (arch == kQwen2 || arch == kQwen3)
     known.insert({"use_sliding_window", "max_window_layers", "layer_types"});
@@ -122,11 +127,36 @@ void read_biases(const hf::ConfigJson& c, const std::string& arch, config::Model
   m.add_bias = attention_bias && mlp_bias;
 }
 
+// SmolLM3's NoPE layers: no_rope_layers holds 1 for a layer with rope and 0 for one without
+// (Megatron-Core's no_rope_freq list is the reverse), else one in no_rope_layer_interval has none.
+void read_nope_layers(const hf::ConfigJson& c, config::ModelConfig& m) {
+  if (!c.has("no_rope_layers")) {
+    const int64_t every = c.integer_or("no_rope_layer_interval", 4);
+    if (every <= 0) c.fail("no_rope_layer_interval", concat("must be > 0 (got ", every, ")"));
+    m.no_rope_freq = {every, {}};
+    return;
+  }
+  const auto& list = c.json()["no_rope_layers"];
+  if (!list.is_array() || static_cast<int64_t>(list.size()) < m.num_layers)
+    c.fail("no_rope_layers", concat("must be a list of at least num_hidden_layers (", m.num_layers,
+                                    ") entries of 0 or 1"));
+  std::vector<int64_t> skip;
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const auto& v = list[static_cast<size_t>(l)];
+    if (!v.is_number_integer() || (v != 0 && v != 1))
+      c.fail("no_rope_layers", concat("entry ", l, " is ", v.dump(), " (0 or 1)"));
+    skip.push_back(v == 0 ? 1 : 0);
+  }
+  m.no_rope_freq = {0, {}};
+  if (std::find(skip.begin(), skip.end(), 1) != skip.end()) m.no_rope_freq.pattern = skip;
+}
+
 // What sets the families apart: Qwen's sliding keys, q/k/v biases and q/k norms, the sliding
 // windows of Mistral, Mixtral and Phi-3.
 void read_family_features(const hf::ConfigJson& c, const std::string& arch,
                           config::ModelConfig& m) {
-  if (arch == kQwen2 || arch == kQwen3) {
+  if (arch == kSmolLM3) read_nope_layers(c, m);
+  if (arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3) {
     if (c.boolean_or("use_sliding_window", false))
       c.fail("use_sliding_window", "true (sliding-window attention) is not implemented");
     if (c.has("layer_types"))
@@ -193,11 +223,17 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
 
 std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 
+bool has_nope_layers(const config::ModelConfig& m) {
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    if (m.skips_rope(l)) return true;
+  return false;
+}
+
 }  // namespace
 
 bool is_hf_decoder(const std::string& a) {
   return a == kGpt2 || a == kLlama || a == kMistral || a == kQwen2 || a == kQwen3 || a == kPhi3 ||
-         a == kMixtral;
+         a == kSmolLM3 || a == kMixtral;
 }
 
 config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::string& arch) {
@@ -209,6 +245,7 @@ std::string decoder_architecture_for(const config::ModelConfig& m) {
   if (m.arch == config::Arch::GPT) return kGpt2;
   if (m.moe.enabled()) return kMixtral;
   if (m.qk_layernorm) return kQwen3;
+  if (has_nope_layers(m)) return kSmolLM3;
   if (m.attention_window() > 0) return kMistral;  // the LLaMA family's sliding window
   if (m.add_qkv_bias && !m.add_bias) return kQwen2;
   return kLlama;
@@ -249,7 +286,22 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["hidden_act"] = "silu";
   write_rope(m, j);
-  if (arch == kLlama) j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
+  // Without a pad_token_id transformers takes the class default, which lies outside a smaller
+  // vocabulary for some families (SmolLM3's 128004, Phi-3's 32000) and fails to load: say none.
+  if (!j.contains("pad_token_id") ||
+      (j["pad_token_id"].is_number_integer() && j["pad_token_id"].get<int64_t>() >= m.vocab_size))
+    j["pad_token_id"] = nullptr;
+  if (arch == kLlama || arch == kSmolLM3)
+    j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
+  if (arch == kSmolLM3) {
+    Json rope_layers = Json::array();
+    for (int64_t l = 0; l < m.num_layers; ++l) rope_layers.push_back(m.skips_rope(l) ? 0 : 1);
+    j["no_rope_layers"] = rope_layers;
+    j["use_sliding_window"] = false;
+    if (j.contains("layer_types"))  // (sliding layers are refused on import)
+      j["layer_types"] =
+          std::vector<std::string>(static_cast<size_t>(m.num_layers), "full_attention");
+  }
   if (arch == kQwen3 || arch == kPhi3) j["attention_bias"] = false;
   const int64_t window = m.attention_window();
   if (arch == kMistral || arch == kMixtral || arch == kPhi3)
@@ -290,10 +342,15 @@ void check_exportable(const std::string& arch, const config::ModelConfig& m) {
                                   "model.qk_layernorm: true");
   MT_INPUT_CHECK(arch != kPhi3 || (!m.add_qkv_bias && !m.moe.enabled()), arch,
                  " has no biases or experts");
+  MT_INPUT_CHECK(arch == kSmolLM3 || !has_nope_layers(m), arch,
+                 " applies rope in every layer: a model with model.no_rope_freq converts as ",
+                 kSmolLM3);
+  MT_INPUT_CHECK(arch != kSmolLM3 || (!m.add_qkv_bias && !m.moe.enabled()), arch,
+                 " has no q/k/v-only biases or experts");
   MT_INPUT_CHECK(!(arch == kQwen3 && m.add_qkv_bias), arch,
                  " has no q/k/v-only biases (model.add_qkv_bias: true converts as "
                  "Qwen2ForCausalLM, without qk_layernorm)");
-  MT_INPUT_CHECK(!m.add_bias || arch == kGpt2 || arch == kLlama, arch,
+  MT_INPUT_CHECK(!m.add_bias || arch == kGpt2 || arch == kLlama || arch == kSmolLM3, arch,
                  " has no biases on its projections: a model with model.add_bias: true converts as "
                  "LlamaForCausalLM (attention_bias and mlp_bias) or GPT2LMHeadModel");
   const LayerDims d(m);

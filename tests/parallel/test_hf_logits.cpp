@@ -189,6 +189,7 @@ TEST(HfLogits, MistralHeadDim) { check_logits("mistral_head_dim"); }
 TEST(HfLogits, TrainedLlamaExport) { check_logits("trained_llama"); }
 TEST(HfLogits, TrainedGptExport) { check_logits("trained_gpt"); }
 TEST(HfLogits, TrainedQwen3Export) { check_logits("trained_qwen3"); }
+TEST(HfLogits, TrainedSmolLM3Export) { check_logits("trained_smollm3"); }
 TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
 // Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16
 // one without grouped queries.
@@ -200,5 +201,9 @@ TEST(HfLogits, Phi3SlidingBf16) { check_logits("phi3_sliding_bf16"); }
 // Dynamic NTK scaling past 8 positions (the base follows the sequence length).
 TEST(HfLogits, LlamaDynamicRope) { check_logits("llama_dynamic_rope"); }
 TEST(HfLogits, Qwen3TiedBf16) { check_logits("qwen3_tied_bf16"); }
+// SmolLM3: NoPE layers (model.no_rope_freq), every second one (tied, fp32) and an explicit list
+// (bf16).
+TEST(HfLogits, SmolLM3) { check_logits("smollm3"); }
+TEST(HfLogits, SmolLM3ListBf16) { check_logits("smollm3_list_bf16"); }
 
 }  // namespace

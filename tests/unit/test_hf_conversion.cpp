@@ -38,7 +38,8 @@ const std::vector<std::string> kFixtures = {
     "gpt2", "llama_bf16", "llama_tied", "llama31_scaled", "mistral_sharded", "qwen2_tied",
     "mixtral", "llama_bias", "llama_linear_rope", "bert_pretraining", "bert_mlm_bf16",
     "mistral_head_dim", "llama_yarn", "mistral_sliding", "qwen3", "qwen3_tied_bf16",
-    "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope"};
+    "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope", "smollm3",
+    "smollm3_list_bf16"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {

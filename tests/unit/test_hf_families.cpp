@@ -93,6 +93,75 @@ TEST_F(HfFamilies, Qwen3ExportsOnlyAsQwen3) {
               ThrowsMessage<InputError>(HasSubstr("needs model.qk_layernorm: true")));
 }
 
+// transformers' SmolLM3Config defaults (the architecture of HuggingFaceTB/SmolLM3-3B; a released
+// config.json may set another context length or rope base) are recipes/smollm3_3b.yaml's model:
+// every fourth layer without rope; transformers builds 3,075,098,624 parameters from them
+// (SmolLM3ForCausalLM on the meta device, torch 2.9.1, transformers 5.24.0), and so does the
+// planner (tied embeddings; 128256 needs no padding at tp 1).
+TEST_F(HfFamilies, SmolLM3_3bConfigIsTheRecipeModel) {
+  const auto hf =
+      models::model_from_hf_config(hf::ConfigJson::load(released("smollm3_3b").string()));
+  for (int64_t l = 0; l < hf.num_layers; ++l) EXPECT_EQ(hf.skips_rope(l), l % 4 == 3) << l;
+  const config::Recipe r = recipe("smollm3_3b.yaml");
+  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released("smollm3_3b").string()));
+  config::Recipe other = r;
+  other.model.no_rope_freq = {3, {}};
+  EXPECT_THAT([&] { models::check_recipe_matches(other, hf, "smollm3_3b.json"); },
+              ThrowsMessage<InputError>(HasSubstr("model.no_rope_freq (layers without rope) is "
+                                                  "[2, 5, 8")));
+  const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
+  EXPECT_EQ(report.params.total, 3075098624);
+  EXPECT_TRUE(report.fits);
+}
+
+TEST_F(HfFamilies, SmolLM3NopeLayersFromTheListOrTheInterval) {
+  const fs::path d = editable("smollm3");
+  edit_config(d, [](nlohmann::json& j) {
+    j.erase("no_rope_layers");
+    j["no_rope_layer_interval"] = 3;
+  });
+  const auto m = models::model_from_hf_config(hf::ConfigJson::load((d / "config.json").string()));
+  EXPECT_EQ(m.no_rope_freq.every, 3);
+  EXPECT_TRUE(m.skips_rope(2));
+  EXPECT_FALSE(m.skips_rope(3));
+  auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return edited_config_error("smollm3", edit);
+  };
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["no_rope_layers"] = {1, 0, 1};
+              }),
+              HasSubstr("\"no_rope_layers\": must be a list of at least num_hidden_layers (4)"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["no_rope_layers"] = {1, 0, 2, 0};
+              }),
+              HasSubstr("\"no_rope_layers\": entry 2 is 2 (0 or 1)"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["use_sliding_window"] = true; }),
+              HasSubstr("\"use_sliding_window\": true (sliding-window attention) is not"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j.erase("no_rope_layers");
+                j["no_rope_layer_interval"] = 0;
+              }),
+              HasSubstr("\"no_rope_layer_interval\": must be > 0 (got 0)"));
+}
+
+// A model with NoPE layers has no export that applies rope everywhere; SmolLM3 writes the
+// layers back as its no_rope_layers list (1 = rope).
+TEST_F(HfFamilies, SmolLM3ExportsOnlyAsSmolLM3) {
+  config::ModelConfig m = models::model_from_hf_config(
+      hf::ConfigJson::load((fixture("smollm3_list_bf16") / "config.json").string()));
+  EXPECT_EQ(m.no_rope_freq.pattern, (std::vector<int64_t>{1, 0, 0, 1}));
+  EXPECT_EQ(models::decoder_architecture_for(m), "SmolLM3ForCausalLM");
+  EXPECT_THAT([&] { models::hf_mappings("LlamaForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("converts as SmolLM3ForCausalLM")));
+  const auto j = models::decoder_hf_config(m, "SmolLM3ForCausalLM", "BF16", nullptr);
+  EXPECT_EQ(j["no_rope_layers"], nlohmann::json({0, 1, 1, 0}));
+  EXPECT_EQ(j["model_type"], "smollm3");
+  // No pad id in the original: none, not SmolLM3's default 128004, outside these 96 rows.
+  EXPECT_TRUE(j["pad_token_id"].is_null());
+  m.no_rope_freq = {0, {}};
+  EXPECT_EQ(models::decoder_architecture_for(m), "LlamaForCausalLM");
+}
+
 // microsoft/Phi-3-mini-4k-instruct's config.json (fused projections, a 2047-key sliding window)
 // is recipes/phi3_mini.yaml's model; transformers builds 3,821,079,552 parameters from it, and so
 // does the planner (the vocabulary 32064 needs no padding at tp 1).

@@ -46,7 +46,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.rope_theta = static_cast<float>(m.rope_theta);
   if (m.position_embedding == config::PositionEmbedding::Yarn) {
     const math::RopeFrequencies y =
-        math::yarn_frequencies(t.rope_theta, m.head_dim(), yarn_params(m));
+        math::yarn_frequencies(t.rope_theta, m.rotary_dims(), yarn_params(m));
     t.rope_yarn_factor = y.yarn_factor;
     t.rope_yarn_low = y.yarn_low;
     t.rope_yarn_range = y.yarn_range;
@@ -69,6 +69,7 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.bias = m.add_bias;
   t.qkv_bias = m.add_qkv_bias;
   t.qk_norm = m.qk_layernorm;
+  if (m.rotary() && m.rotary_percent != 1.0) t.rope_rotary_dims = m.rotary_dims();
   for (int64_t l = 0; l < m.num_layers; ++l)
     if (m.rotary() && m.skips_rope(l)) t.no_rope_layers.push_back(l);
   // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).

@@ -135,6 +135,16 @@ FIXTURES = {
                                      no_rope_layers=[0, 1, 1, 0], tie_word_embeddings=False,
                                      pad_token_id=0),
                           torch.bfloat16, None),
+    # Phi-4-mini's kind of Phi-3: partial rotary embeddings (the first 6 of 8 head dims turn:
+    # partial_rotary_factor 0.75) with LongRoPE factors over those 3 pairs.
+    "phi3_partial_longrope": (T.Phi3ForCausalLM,
+                              llama_like(T.Phi3Config, pad_token_id=0, max_position_embeddings=64,
+                                         original_max_position_embeddings=8,
+                                         partial_rotary_factor=0.75,
+                                         rope_scaling={"type": "longrope",
+                                                       "short_factor": [1.0, 1.2, 1.5],
+                                                       "long_factor": [1.5, 2.5, 4.0]}),
+                              torch.float32, None),
 }
 
 BERT = {

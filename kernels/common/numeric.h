@@ -122,7 +122,14 @@ struct RopeFrequencies {
   // LongRoPE: pair i's frequency is 1 / (pair_factor[i] * theta^(2i/Dh)); [Dh / 2] floats on the
   // device the kernel runs on, or null.
   const float* pair_factor = nullptr;
+  // Partial rotary embeddings (Megatron's rotary_percent; HF partial_rotary_factor): only the
+  // first rotary_dims of each head turn, as a head of that size would (pairs i, i + dims / 2 and
+  // frequencies over dims); the rest pass through. 0: the whole head.
+  int64_t rotary_dims = 0;
   MT_HD RopeFrequencies(float theta_ = 10000.0f) : theta(theta_) {}  // NOLINT: implicit
+  MT_HD int64_t rotated_dims(int64_t head_dim) const {
+    return rotary_dims > 0 ? rotary_dims : head_dim;
+  }
   MT_HD bool scaled() const { return factor > 0.0f; }
 };
 

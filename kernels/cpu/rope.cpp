@@ -15,8 +15,10 @@ namespace {
 void rope_apply(const AttentionShape& shape, float* qkv, const math::RopeFrequencies& rope,
                 int64_t position_offset, const int32_t* positions, float sin_sign) {
   const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
-  MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
-  const int64_t half = Dh / 2, per_group = H / G + 2;
+  const int64_t R = rope.rotated_dims(Dh);  // the turning part of each head
+  MT_CHECK(R % 2 == 0 && R <= Dh && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H,
+           " G=", G, " rotary dims ", R);
+  const int64_t half = R / 2, per_group = H / G + 2;
   // cos/sin per (position, pair), computed once and reused by all heads of that position:
   // table row p is position position_offset + p, or position p when `positions` are given.
   int64_t rows = S;
@@ -29,7 +31,7 @@ void rope_apply(const AttentionShape& shape, float* qkv, const math::RopeFrequen
     position_offset = 0;
   }
   std::vector<float> inv_freq(half), cos_t(rows * half), sin_t(rows * half);
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, Dh, rope);
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = math::rope_inv_freq(i, R, rope);
   for (int64_t s = 0; s < rows; ++s) {
     for (int64_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(position_offset + s) * inv_freq[i];

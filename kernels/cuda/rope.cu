@@ -17,7 +17,7 @@ struct InvFreq {
 
 // One thread per (token, rotated head, pair i): S * B * G * (H/G + 1) * (Dh/2) threads.
 template <typename T>
-__global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per_group,
+__global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per_group, int64_t Dh,
                             int64_t half, int64_t position_offset, const int32_t* positions,
                             float sin_sign, float scale, InvFreq freq) {
   const int64_t rotated = per_group - 1;  // the group's query heads and its key head
@@ -36,7 +36,7 @@ __global__ void rope_kernel(T* qkv, int64_t S, int64_t B, int64_t G, int64_t per
     sincosf(angle, &sn, &c);
     c *= scale;
     sn *= scale;
-    T* x = qkv + ((sb * G + g) * per_group + h) * (2 * half);
+    T* x = qkv + ((sb * G + g) * per_group + h) * Dh;  // (pairs i, i + half of its first 2 half)
     float a = to_float(x[i]), b = to_float(x[i + half]);
     math::rope_rotate(a, b, c, sin_sign * sn);
     x[i] = from_float<T>(a);
@@ -49,15 +49,17 @@ void rope_apply(const AttentionShape& shape, T* qkv, const math::RopeFrequencies
                 int64_t position_offset, const int32_t* positions, float sin_sign,
                 cudaStream_t stream) {
   const int64_t S = shape.S, B = shape.B, H = shape.H, G = shape.G, Dh = shape.Dh;
-  MT_CHECK(Dh % 2 == 0 && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H, " G=", G);
-  const int64_t half = Dh / 2;
+  const int64_t R = rope.rotated_dims(Dh);  // the turning part of each head
+  MT_CHECK(R % 2 == 0 && R <= Dh && G > 0 && H % G == 0, "rope: bad shape Dh=", Dh, " H=", H,
+           " G=", G, " rotary dims ", R);
+  const int64_t half = R / 2;
   MT_CHECK(half <= kMaxHalf, "rope (CUDA): head size ", Dh, " above ", 2 * kMaxHalf);
   const int64_t total = S * B * G * (H / G + 1) * half;
   if (total == 0) return;
   InvFreq freq{};
-  for (int64_t i = 0; i < half; ++i) freq.v[i] = math::rope_inv_freq(i, Dh, rope);
+  for (int64_t i = 0; i < half; ++i) freq.v[i] = math::rope_inv_freq(i, R, rope);
   rope_kernel<<<detail::grid_for(total, kThreads), kThreads, 0, stream>>>(
-      qkv, S, B, G, H / G + 2, half, position_offset, positions, sin_sign, rope.attention_scale,
+      qkv, S, B, G, H / G + 2, Dh, half, position_offset, positions, sin_sign, rope.attention_scale,
       freq);
   MT_CUDA_LAUNCH_CHECK();
 }

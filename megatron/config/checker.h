@@ -58,7 +58,8 @@ class Checker {
 
 // model.longrope_* (longrope.cpp).
 void validate_longrope(const ModelConfig& m, const Checker& c);
-// model.no_rope_freq (longrope.cpp, with the other per-model rope keys).
+// model.no_rope_freq and model.rotary_percent (longrope.cpp, with the other per-model rope keys).
 void validate_no_rope_freq(const ModelConfig& m, const Checker& c);
+void validate_rotary_percent(const ModelConfig& m, const Checker& c);
 
 }  // namespace megatron::config

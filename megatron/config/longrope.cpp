@@ -40,12 +40,12 @@ void validate_longrope(const ModelConfig& m, const Checker& c) {
               m.rotary_seq_len_interpolation_factor == 1.0,
           "model.longrope_short_factor",
           "needs position_embedding: rope without rope_scaling or linear interpolation");
-  const auto pairs = static_cast<size_t>(m.head_dim() / 2);
+  const auto pairs = static_cast<size_t>(m.rotary_dims() / 2);
   for (const auto& [key, list] :
        {std::pair{"model.longrope_short_factor", &m.longrope_short_factor},
         std::pair{"model.longrope_long_factor", &m.longrope_long_factor}}) {
     c.check(list->size() == pairs, key,
-            concat("must hold head_dim / 2 = ", pairs, " values, one per rotary pair (got ",
+            concat("must hold rotary dims / 2 = ", pairs, " values, one per rotary pair (got ",
                    list->size(), ")"));
     for (size_t i = 0; i < list->size(); ++i)
       c.check((*list)[i] > 0.0 && std::isfinite((*list)[i]), concat(key, "[", i, "]"),
@@ -56,6 +56,19 @@ void validate_longrope(const ModelConfig& m, const Checker& c) {
   if (m.longrope_attention_factor)
     c.check(*m.longrope_attention_factor > 0.0, "model.longrope_attention_factor",
             concat("must be > 0 (got ", num(*m.longrope_attention_factor), ")"));
+}
+
+void validate_rotary_percent(const ModelConfig& m, const Checker& c) {
+  if (m.rotary_percent == 1.0) return;
+  c.check(m.rotary_percent > 0.0 && m.rotary_percent <= 1.0, "model.rotary_percent",
+          concat("must be in (0, 1] (got ", num(m.rotary_percent), ")"));
+  c.check(m.rotary(), "model.rotary_percent",
+          "turns part of each head with rotary embeddings: it needs position_embedding: rope or "
+          "yarn");
+  const int64_t r = m.rotary_dims();
+  c.check(r >= 2 && r % 2 == 0, "model.rotary_percent",
+          concat("gives int(head_dim ", m.head_dim(), " x ", num(m.rotary_percent), ") = ", r,
+                 " rotary dimensions: it must be even and at least 2"));
 }
 
 void validate_no_rope_freq(const ModelConfig& m, const Checker& c) {

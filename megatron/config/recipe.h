@@ -72,6 +72,9 @@ struct ModelConfig {
   // Linear position interpolation (Megatron-LM's --rotary-seq-len-interpolation-factor; Hugging
   // Face's rope_type "linear"): every rotary frequency divided by this factor; 1: none.
   double rotary_seq_len_interpolation_factor = 1.0;
+  // Partial rotary embeddings (Megatron-Core's rotary_percent; HF partial_rotary_factor): the
+  // first int(head_dim * rotary_percent) dimensions of each head turn, the rest pass through.
+  double rotary_percent = 1.0;
   // YaRN (position_embedding: yarn, rotary embeddings with YaRN's frequencies and concentration;
   // Megatron's yarn_* keys, Hugging Face's rope_type "yarn").
   double yarn_rotary_scaling_factor = 0;              // required with yarn (>= 1)
@@ -134,6 +137,10 @@ struct ModelConfig {
     if (kv_channels > 0) return kv_channels;
     return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
   }
+  // The dimensions of a head that rotary embeddings turn (Megatron's and HF's int(): truncated).
+  int64_t rotary_dims() const {
+    return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
+  }
   // Whether training on `device` (training.device) uses the flash attention kernels: auto picks
   // them on cuda, and on the cpu from kCpuFlashFromSeq positions on, where they are faster than
   // the unfused kernels (bench_cp --attention [--unfused]) and the unfused [B, H, S, S]
@@ -185,6 +192,7 @@ struct ModelConfig {
     v("rope_scaling_original_max_position_embeddings",
       s.rope_scaling_original_max_position_embeddings);
     v("rotary_seq_len_interpolation_factor", s.rotary_seq_len_interpolation_factor);
+    v("rotary_percent", s.rotary_percent);
     v("yarn_rotary_scaling_factor", s.yarn_rotary_scaling_factor);
     v("yarn_original_max_position_embeddings", s.yarn_original_max_position_embeddings);
     v("yarn_beta_fast", s.yarn_beta_fast);

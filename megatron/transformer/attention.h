@@ -52,7 +52,7 @@ class SelfAttention final : public AttentionLayer {
     math::RopeFrequencies f(spec_.rope_theta);
     if (spec_.rope_dynamic_factor > 0.0f && seq_len > spec_.rope_dynamic_positions)
       f.theta = math::dynamic_ntk_theta(spec_.rope_theta, spec_.rope_dynamic_factor, seq_len,
-                                        spec_.rope_dynamic_positions, spec_.head_dim());
+                                        spec_.rope_dynamic_positions, rotary_dims());
     if (longrope_short_.numel() > 0)
       f.pair_factor =
           (seq_len > spec_.longrope_original ? longrope_long_ : longrope_short_).data<float>();
@@ -65,7 +65,11 @@ class SelfAttention final : public AttentionLayer {
     f.yarn_low = spec_.rope_yarn_low;
     f.yarn_range = spec_.rope_yarn_range;
     f.attention_scale = spec_.rope_attention_scale;
+    f.rotary_dims = spec_.rope_rotary_dims;
     return f;
+  }
+  int64_t rotary_dims() const {
+    return spec_.rope_rotary_dims > 0 ? spec_.rope_rotary_dims : spec_.head_dim();
   }
   // The positions a training forward's sequence spans: the whole sequence under context
   // parallelism, else the rows (packed documents count as the sequence they are packed in).

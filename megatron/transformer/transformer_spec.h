@@ -38,6 +38,7 @@ struct TransformerSpec {
   // LongRoPE: per-pair frequency divisors [head_dim / 2], the long ones past
   // longrope_original positions (of the sequence incl. cached tokens); empty: none.
   std::vector<float> longrope_short, longrope_long;
+  int64_t rope_rotary_dims = 0;  // partial rotary (model.rotary_percent); 0: the whole head
   int64_t longrope_original = 0;
   // Dynamic NTK (> 0): the base grows once a sequence spans more than rope_dynamic_positions.
   float rope_dynamic_factor = 0.0f;

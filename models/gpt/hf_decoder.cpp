@@ -111,10 +111,9 @@ void read_biases(const hf::ConfigJson& c, const std::string& arch, config::Model
   const bool mlp_bias = c.boolean_or("mlp_bias", false);
   if (arch == kPhi3) {
     if (attention_bias) c.fail("attention_bias", "true is not implemented for Phi-3");
-    if (c.has("partial_rotary_factor") && c.number("partial_rotary_factor") != 1.0)
-      c.fail("partial_rotary_factor", concat(c.number("partial_rotary_factor"),
-                                             ": partial rotary embeddings are not implemented "
-                                             "(only 1.0)"));
+    // (transformers 4's Phi-3 keeps partial_rotary_factor at the top level; read_rope reads
+    // 5's, in rope_parameters.)
+    if (c.has("partial_rotary_factor")) m.rotary_percent = c.number("partial_rotary_factor");
   }
   if (arch == kQwen3 && attention_bias)
     c.fail("attention_bias",
@@ -209,6 +208,12 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   read_biases(c, arch, m);
   read_family_features(c, arch, m);
   read_rope(c, m);
+  if (m.rotary_percent != 1.0 && arch != kPhi3)  // (transformers turns whole heads there)
+    c.fail(c.has("rope_parameters") ? "rope_parameters" : "rope_scaling",
+           concat("partial_rotary_factor ", m.rotary_percent,
+                  ": partial rotary embeddings convert "
+                  "as Phi3ForCausalLM only (",
+                  arch, " turns whole heads)"));
   if (arch == kMixtral) {
     m.moe.num_experts = c.integer("num_local_experts");
     m.moe.moe_router_topk = c.integer("num_experts_per_tok");
@@ -246,6 +251,7 @@ std::string decoder_architecture_for(const config::ModelConfig& m) {
   if (m.moe.enabled()) return kMixtral;
   if (m.qk_layernorm) return kQwen3;
   if (has_nope_layers(m)) return kSmolLM3;
+  if (m.rotary_percent != 1.0) return kPhi3;      // (transformers turns part of a head there only)
   if (m.attention_window() > 0) return kMistral;  // the LLaMA family's sliding window
   if (m.add_qkv_bias && !m.add_bias) return kQwen2;
   return kLlama;
@@ -342,6 +348,9 @@ void check_exportable(const std::string& arch, const config::ModelConfig& m) {
                                   "model.qk_layernorm: true");
   MT_INPUT_CHECK(arch != kPhi3 || (!m.add_qkv_bias && !m.moe.enabled()), arch,
                  " has no biases or experts");
+  MT_INPUT_CHECK(arch == kPhi3 || m.rotary_percent == 1.0, arch,
+                 " turns whole heads with rotary embeddings: a model with model.rotary_percent ",
+                 m.rotary_percent, " converts as ", kPhi3);
   MT_INPUT_CHECK(arch == kSmolLM3 || !has_nope_layers(m), arch,
                  " applies rope in every layer: a model with model.no_rope_freq converts as ",
                  kSmolLM3);

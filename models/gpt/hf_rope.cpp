@@ -108,11 +108,12 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
   }
   if (scaling.is_null()) return;
   const std::string key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  if (scaling.contains("partial_rotary_factor") &&
-      (!scaling["partial_rotary_factor"].is_number() ||
-       scaling["partial_rotary_factor"].get<double>() != 1.0))
-    c.fail(key, concat("partial_rotary_factor ", scaling["partial_rotary_factor"].dump(),
-                       ": partial rotary embeddings are not implemented (only 1.0)"));
+  if (scaling.contains("partial_rotary_factor")) {  // Megatron's rotary_percent
+    if (!scaling["partial_rotary_factor"].is_number())
+      c.fail(key, concat("partial_rotary_factor ", scaling["partial_rotary_factor"].dump(),
+                         " is not a number"));
+    m.rotary_percent = scaling["partial_rotary_factor"].get<double>();
+  }
   std::string type = "default";
   if (scaling.contains("rope_type") && scaling["rope_type"].is_string())
     type = scaling["rope_type"].get<std::string>();
@@ -171,6 +172,16 @@ void read_rope(const hf::ConfigJson& c, config::ModelConfig& m) {
 
 namespace {
 
+// Partial rotary embeddings, where transformers keeps them: in rope_parameters (5.x) or at the
+// top level (4.x); written when partial or when the original had the key.
+void write_partial_rotary(const config::ModelConfig& m, nlohmann::ordered_json& j, bool had_it) {
+  if (m.rotary_percent == 1.0 && !had_it) return;
+  const bool v5 = j.contains("rope_parameters") && j["rope_parameters"].is_object();
+  if (v5) j["rope_parameters"]["partial_rotary_factor"] = m.rotary_percent;
+  if (!v5 || j.contains("partial_rotary_factor"))  // (transformers 5's Phi-3 writes both)
+    j["partial_rotary_factor"] = m.rotary_percent;
+}
+
 void write_longrope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
   using Json = nlohmann::ordered_json;
   Json rope = {{"rope_type", "longrope"},
@@ -197,8 +208,12 @@ void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
   const bool linear = m.rotary_seq_len_interpolation_factor != 1.0;
   const bool dynamic = m.rope_dynamic_factor > 0.0;
   const bool yarn = m.position_embedding == config::PositionEmbedding::Yarn;
+  const bool had_partial = j.contains("partial_rotary_factor") ||
+                           (j.contains("rope_parameters") && j["rope_parameters"].is_object() &&
+                            j["rope_parameters"].contains("partial_rotary_factor"));
   if (m.longrope()) {
     write_longrope(m, j);
+    write_partial_rotary(m, j, had_partial);
     return;
   }
   Json rope = {{"rope_type", dynamic          ? "dynamic"
@@ -232,6 +247,7 @@ void write_rope(const config::ModelConfig& m, nlohmann::ordered_json& j) {
     j["rope_theta"] = m.rope_theta;
     j["rope_scaling"] = m.rope_scaling || linear || yarn || dynamic ? rope : Json(nullptr);
   }
+  write_partial_rotary(m, j, had_partial);
 }
 
 }  // namespace megatron::models

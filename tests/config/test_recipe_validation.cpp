@@ -115,7 +115,7 @@ const Rule kRules[] = {
     {"longrope_count",
      "model: {position_embedding: rope, longrope_short_factor: [1, 1], "
      "longrope_long_factor: [2, 2], longrope_original_max_position_embeddings: 8}",
-     "model.longrope_short_factor", "must hold head_dim / 2 = 8 values"},
+     "model.longrope_short_factor", "must hold rotary dims / 2 = 8 values"},
     {"longrope_learned",
      "model: {longrope_short_factor: [1, 1, 1, 1], longrope_long_factor: [2, 2, 2, 2], "
      "longrope_original_max_position_embeddings: 8}",
@@ -176,6 +176,14 @@ const Rule kRules[] = {
      "model.no_rope_freq", "3 entries for 2 layers"},
     {"no_rope_value", "model: {num_layers: 2, position_embedding: rope, no_rope_freq: [0, 2]}",
      "model.no_rope_freq[1]", "got 2"},
+    {"rotary_percent_range", "model: {position_embedding: rope, rotary_percent: 1.5}",
+     "model.rotary_percent", "must be in (0, 1]"},
+    {"rotary_percent_learned", "model: {position_embedding: learned, rotary_percent: 0.5}",
+     "model.rotary_percent", "needs position_embedding: rope or yarn"},
+    {"rotary_percent_odd",
+     "model: {position_embedding: rope, hidden_size: 40, num_attention_heads: 4, rotary_percent: "
+     "0.5}",
+     "model.rotary_percent", "= 5 rotary dimensions: it must be even"},
     {"no_rope_learned", "model: {position_embedding: learned, no_rope_freq: 2}",
      "model.no_rope_freq", "needs position_embedding: rope or yarn"},
     {"moe_score", "model: {num_experts: 4, moe_router_score_function: relu}",

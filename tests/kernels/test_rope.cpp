@@ -6,6 +6,7 @@
 #include "kernels/common/yarn.h"
 #include "kernels/cpu/reference/rope.h"
 #include "kernels/cpu/rope.h"
+#include "megatron/core/error.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace megatron::kernels {
@@ -181,6 +182,53 @@ TEST(Rope, BackwardMatchesFiniteDifferences) {
         return testing::weighted_sum(w, y);
       },
       1e-2f, 1e-4, 64));
+}
+
+}  // namespace
+}  // namespace megatron::kernels
+
+namespace megatron::kernels {
+namespace {
+
+// Partial rotary embeddings (RopeFrequencies::rotary_dims, Megatron's rotary_percent): the first
+// R dimensions of every query and key head turn exactly as a head of size R would (frequencies
+// over R, pairs i and i + R/2), the others and the value heads are left alone; backward is the
+// transpose (finite differences).
+TEST(Rope, PartialRotaryTurnsTheFirstDimsAsAHeadOfThatSize) {
+  const AttentionShape s{6, 2, 4, 2, 10}, head{6, 2, 4, 2, 6};  // R = 6 of Dh = 10
+  math::RopeFrequencies partial(10000.0f);
+  partial.rotary_dims = 6;
+  const auto x = random_vector(qkv_size(s), 31);
+  auto y = x, y_ref = x;
+  cpu::rope_forward(s, y.data(), partial, 3);
+  ref::rope_forward(s, y_ref.data(), partial, 3);
+  EXPECT_TRUE(all_close(y, y_ref, 1e-6));
+  // The same numbers through a whole-head rope of size 6 on the first 6 dims of each head.
+  std::vector<float> small(static_cast<size_t>(qkv_size(head)));
+  for (int64_t h = 0; h < qkv_size(s) / s.Dh; ++h)
+    for (int64_t d = 0; d < 6; ++d) small[h * 6 + d] = x[h * s.Dh + d];
+  cpu::rope_forward(head, small.data(), 10000.0f, 3);
+  for (int64_t h = 0; h < qkv_size(s) / s.Dh; ++h) {
+    const bool value_head = h % (s.H / s.G + 2) == s.H / s.G + 1;
+    for (int64_t d = 0; d < s.Dh; ++d) {
+      const float want = d < 6 ? small[h * 6 + d] : x[h * s.Dh + d];
+      ASSERT_EQ(y[h * s.Dh + d], value_head ? x[h * s.Dh + d] : want) << "head " << h << " d " << d;
+    }
+  }
+  const auto w = random_vector(qkv_size(s), 32);
+  auto dx = w;
+  cpu::rope_backward(s, dx.data(), partial, 3);
+  EXPECT_TRUE(testing::check_gradient(
+      x, dx,
+      [&](const std::vector<float>& v) {
+        auto out = v;
+        ref::rope_forward(s, out.data(), partial, 3);
+        return testing::weighted_sum(w, out);
+      },
+      1e-2f, 1e-4, 64));
+  math::RopeFrequencies odd = partial;
+  odd.rotary_dims = 5;
+  EXPECT_THROW(cpu::rope_forward(s, y.data(), odd, 0), megatron::Error);
 }
 
 }  // namespace

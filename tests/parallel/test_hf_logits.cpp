@@ -198,6 +198,9 @@ TEST(HfLogits, Qwen3) { check_logits("qwen3"); }
 // 16-token forward, and the KV-cached generation once it passes them); a 5-key sliding window.
 TEST(HfLogits, Phi3LongRope) { check_logits("phi3_longrope"); }
 TEST(HfLogits, Phi3SlidingBf16) { check_logits("phi3_sliding_bf16"); }
+// Partial rotary embeddings (6 of 8 dims: model.rotary_percent 0.75, Phi-4-mini's kind) with
+// LongRoPE over those 3 pairs.
+TEST(HfLogits, Phi3PartialRotaryLongRope) { check_logits("phi3_partial_longrope"); }
 // Dynamic NTK scaling past 8 positions (the base follows the sequence length).
 TEST(HfLogits, LlamaDynamicRope) { check_logits("llama_dynamic_rope"); }
 TEST(HfLogits, Qwen3TiedBf16) { check_logits("qwen3_tied_bf16"); }

@@ -3,7 +3,8 @@
 // 16-token sequence passes the 8 original positions; cos and sin scaled by the attention factor)
 // and a 5-key sliding window. Every layout, context parallelism included (each rank holds two
 // chunks of the sequence, yet all pick the factors by the whole sequence's length), gives the
-// single-process loss and gradient-norm curve; and so does dynamic NTK scaling under cp.
+// single-process loss and gradient-norm curve; and so do dynamic NTK scaling under cp and partial
+// rotary embeddings (model.rotary_percent, Phi-4-mini's kind) with LongRoPE over their pairs.
 #include "equivalence_fixture.h"
 
 namespace megatron {
@@ -59,6 +60,21 @@ TEST(LongRopeEquivalence, DynamicNtkContextParallelLayoutsMatchSingleProcess) {
   EXPECT_GT(eq::expect_layouts_match(m, src, eq::context_parallel_layouts()), 0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("dynamic ntk context parallel");
+}
+
+// Half of each 8-dim head turns (4 dims, 2 LongRoPE pairs); tp splits heads, cp the sequence
+// (4 key/value heads: a2a over tp x cp = 4).
+TEST(LongRopeEquivalence, PartialRotaryLayoutsMatchSingleProcess) {
+  eq::RecipeSpec m = phi3_like(4, 4);
+  m.model_extra =
+      "rotary_percent: 0.5, longrope_short_factor: [1.0, 1.4], longrope_long_factor: [2.0, 3.0], "
+      "longrope_original_max_position_embeddings: 8, max_position_embeddings: 64";
+  auto src = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  std::vector<eq::Layout> layouts = eq::model_layouts();
+  for (const eq::Layout& l : eq::context_parallel_layouts()) layouts.push_back(l);
+  EXPECT_GT(eq::expect_layouts_match(m, src, layouts), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("partial rotary layouts");
 }
 
 }  // namespace

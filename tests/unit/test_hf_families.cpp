@@ -93,6 +93,22 @@ TEST_F(HfFamilies, Qwen3ExportsOnlyAsQwen3) {
               ThrowsMessage<InputError>(HasSubstr("needs model.qk_layernorm: true")));
 }
 
+// Partial rotary embeddings (Phi-4-mini's partial_rotary_factor: model.rotary_percent) convert as
+// Phi-3 only: transformers turns whole heads in the other LLaMA-family models.
+TEST_F(HfFamilies, PartialRotaryConvertsAsPhi3Only) {
+  config::ModelConfig m = models::model_from_hf_config(
+      hf::ConfigJson::load((fixture("phi3_partial_longrope") / "config.json").string()));
+  EXPECT_DOUBLE_EQ(m.rotary_percent, 0.75);
+  EXPECT_EQ(m.rotary_dims(), 6);
+  EXPECT_EQ(models::decoder_architecture_for(m), "Phi3ForCausalLM");
+  EXPECT_THAT([&] { models::hf_mappings("LlamaForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("converts as Phi3ForCausalLM")));
+  EXPECT_THAT(edited_config_error(
+                  "llama_bf16",
+                  [](nlohmann::json& j) { j["rope_parameters"]["partial_rotary_factor"] = 0.5; }),
+              HasSubstr("partial rotary embeddings convert as Phi3ForCausalLM only"));
+}
+
 // transformers' SmolLM3Config defaults (the architecture of HuggingFaceTB/SmolLM3-3B; a released
 // config.json may set another context length or rope base) are recipes/smollm3_3b.yaml's model:
 // every fourth layer without rope; transformers builds 3,075,098,624 parameters from them
@@ -182,13 +198,13 @@ TEST_F(HfFamilies, Phi3AndLongRopeKeysItCannotRepresentAreNamed) {
   };
   EXPECT_THAT(
       error_of([](nlohmann::json& j) { j["rope_parameters"]["partial_rotary_factor"] = 0.75; }),
-      HasSubstr("partial rotary embeddings are not implemented"));
+      HasSubstr("model.longrope_short_factor: must hold rotary dims / 2 = 3 values"));
   EXPECT_THAT(error_of([](nlohmann::json& j) { j["attention_bias"] = true; }),
               HasSubstr("\"attention_bias\": true is not implemented for Phi-3"));
   EXPECT_THAT(error_of([](nlohmann::json& j) {
                 j["rope_parameters"]["long_factor"] = {1.0, 2.0};
               }),
-              HasSubstr("model.longrope_long_factor: must hold head_dim / 2 = 4 values"));
+              HasSubstr("model.longrope_long_factor: must hold rotary dims / 2 = 4 values"));
   EXPECT_THAT(error_of([](nlohmann::json& j) {
                 j["rope_parameters"]["short_factor"] = {1.0, "x", 1, 1};
               }),

@@ -161,6 +161,21 @@ TEST_P(CudaVsCpuOps, Rope) {
   });
 }
 
+// Partial rotary embeddings (model.rotary_percent): the first 24 of 32 dims turn.
+TEST_P(CudaVsCpuOps, RopePartialRotary) {
+  const kernels::AttentionShape s{11, 2, 4, 2, 32};
+  const int64_t n = s.S * s.B * s.G * (s.H / s.G + 2) * s.Dh;
+  const auto qkv = rnd(n, 65), dqkv = rnd(n, 66);
+  math::RopeFrequencies f(10000.0f);
+  f.rotary_dims = 24;
+  compare([&](const Backend& be) {
+    Tensor a = be.make(qkv, {n}), b = be.make(dqkv, {n});
+    ops::rope_forward(s, a, f, 3);
+    ops::rope_backward(s, b, f, 7);
+    return Outputs{{"qkv", a}, {"dqkv", b}};
+  });
+}
+
 // Per-token positions (packed documents restart at 0), [S, B] int32 on the run's device.
 TEST_P(CudaVsCpuOps, RopeAtPackedPositions) {
   const kernels::AttentionShape s{11, 2, 4, 2, 32};

@@ -9,7 +9,7 @@ namespace {
 
 void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& rope,
             int64_t position_offset, const int32_t* positions, double direction) {
-  const int64_t per_group = sh.H / sh.G + 2, half = sh.Dh / 2;
+  const int64_t per_group = sh.H / sh.G + 2, R = rope.rotated_dims(sh.Dh), half = R / 2;
   for (int64_t s = 0; s < sh.S; ++s) {
     for (int64_t b = 0; b < sh.B; ++b) {
       for (int64_t g = 0; g < sh.G; ++g) {
@@ -17,7 +17,7 @@ void rotate(const AttentionShape& sh, float* qkv, const math::RopeFrequencies& r
           float* x = qkv + (((s * sh.B + b) * sh.G + g) * per_group + h) * sh.Dh;
           for (int64_t i = 0; i < half; ++i) {
             const int64_t pos = positions ? positions[s * sh.B + b] : position_offset + s;
-            const float angle = float(pos) * math::rope_inv_freq(i, sh.Dh, rope);
+            const float angle = float(pos) * math::rope_inv_freq(i, R, rope);
             const double scale = rope.attention_scale;
             const double c = scale * std::cos(double(angle)),
                          sn = direction * scale * std::sin(double(angle));

@@ -70,8 +70,10 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.qkv_bias = m.add_qkv_bias;
   t.qk_norm = m.qk_layernorm;
   if (m.rotary() && m.rotary_percent != 1.0) t.rope_rotary_dims = m.rotary_dims();
-  for (int64_t l = 0; l < m.num_layers; ++l)
+  for (int64_t l = 0; l < m.num_layers; ++l) {
     if (m.rotary() && m.skips_rope(l)) t.no_rope_layers.push_back(l);
+    if (m.attention_window() > 0 && m.layer_window(l) == 0) t.full_attention_layers.push_back(l);
+  }
   // BERT: bidirectional attention over the padding mask, post-LN blocks (the original).
   t.causal = m.arch != config::Arch::BERT;
   t.post_norm = m.arch == config::Arch::BERT;

@@ -145,6 +145,17 @@ FIXTURES = {
                                                        "short_factor": [1.0, 1.2, 1.5],
                                                        "long_factor": [1.5, 2.5, 4.0]}),
                               torch.float32, None),
+    # Per-layer sliding windows (model.window_attn_skip_freq): Qwen2's max_window_layers (layer 0
+    # full, layers 1 and 2 a 5-key window) and SmolLM3's windows on its NoPE layers (1 and 3).
+    "qwen2_window_layers": (T.Qwen2ForCausalLM,
+                            llama_like(T.Qwen2Config, num_hidden_layers=3,
+                                       use_sliding_window=True, sliding_window=5,
+                                       max_window_layers=1),
+                            torch.float32, None),
+    "smollm3_sliding": (T.SmolLM3ForCausalLM,
+                        llama_like(T.SmolLM3Config, num_hidden_layers=4, no_rope_layer_interval=2,
+                                   use_sliding_window=True, sliding_window=5, pad_token_id=0),
+                        torch.float32, None),
 }
 
 BERT = {

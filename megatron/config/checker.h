@@ -61,5 +61,6 @@ void validate_longrope(const ModelConfig& m, const Checker& c);
 // model.no_rope_freq and model.rotary_percent (longrope.cpp, with the other per-model rope keys).
 void validate_no_rope_freq(const ModelConfig& m, const Checker& c);
 void validate_rotary_percent(const ModelConfig& m, const Checker& c);
+void validate_window_skip(const ModelConfig& m, const Checker& c);
 
 }  // namespace megatron::config

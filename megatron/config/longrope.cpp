@@ -1,6 +1,7 @@
 // LongRoPE's recipe keys (model.longrope_*): the attention factor and the checks; those of
 // dynamic NTK scaling (model.rope_dynamic_factor), the other rope whose frequencies follow the
-// sequence length; and the layers without rope (model.no_rope_freq).
+// sequence length; the layers without rope (model.no_rope_freq) and, beside them, the layers
+// without the sliding window (model.window_attn_skip_freq).
 #include <cmath>
 
 #include "megatron/config/checker.h"
@@ -71,20 +72,39 @@ void validate_rotary_percent(const ModelConfig& m, const Checker& c) {
                  " rotary dimensions: it must be even and at least 2"));
 }
 
-void validate_no_rope_freq(const ModelConfig& m, const Checker& c) {
-  const LayerFrequency& f = m.no_rope_freq;
+namespace {
+
+// A per-layer choice (LayerFrequency) where 0 means "off": an integer >= 0 or one 0/1 per layer.
+// Returns whether it picks anything (so that its requirements apply).
+bool check_layer_choice(const Checker& c, const char* key, const LayerFrequency& f,
+                        int64_t num_layers, const char* zero_means) {
   if (f.pattern.empty()) {
-    c.check(f.every >= 0, "model.no_rope_freq",
-            concat("must be >= 0 (0: rope in every layer; got ", f.every, ")"));
-    if (f.every == 0) return;
-  } else {
-    c.check(static_cast<int64_t>(f.pattern.size()) == m.num_layers, "model.no_rope_freq",
-            concat("a list needs one 0/1 entry per layer (got ", f.pattern.size(), " entries for ",
-                   m.num_layers, " layers)"));
-    for (size_t i = 0; i < f.pattern.size(); ++i)
-      c.check(f.pattern[i] == 0 || f.pattern[i] == 1, concat("model.no_rope_freq[", i, "]"),
-              concat("must be 0 or 1 (got ", f.pattern[i], ")"));
+    c.check(f.every >= 0, key, concat("must be >= 0 (0: ", zero_means, "; got ", f.every, ")"));
+    return f.every != 0;
   }
+  c.check(static_cast<int64_t>(f.pattern.size()) == num_layers, key,
+          concat("a list needs one 0/1 entry per layer (got ", f.pattern.size(), " entries for ",
+                 num_layers, " layers)"));
+  for (size_t i = 0; i < f.pattern.size(); ++i)
+    c.check(f.pattern[i] == 0 || f.pattern[i] == 1, concat(key, "[", i, "]"),
+            concat("must be 0 or 1 (got ", f.pattern[i], ")"));
+  return true;
+}
+
+}  // namespace
+
+void validate_window_skip(const ModelConfig& m, const Checker& c) {
+  if (!check_layer_choice(c, "model.window_attn_skip_freq", m.window_attn_skip_freq, m.num_layers,
+                          "the window in every layer"))
+    return;
+  c.check(m.attention_window() > 0, "model.window_attn_skip_freq",
+          "picks the layers without a sliding window: it needs model.window_size");
+}
+
+void validate_no_rope_freq(const ModelConfig& m, const Checker& c) {
+  if (!check_layer_choice(c, "model.no_rope_freq", m.no_rope_freq, m.num_layers,
+                          "rope in every layer"))
+    return;
   c.check(m.rotary(), "model.no_rope_freq",
           "skips rotary embeddings in some layers: it needs position_embedding: rope or yarn");
 }

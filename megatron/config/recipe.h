@@ -103,6 +103,18 @@ struct ModelConfig {
   // query i sees keys i - left .. i + right; empty (null): every earlier key. Causal models
   // only, right = 0 (Mistral's sliding_window W is [W - 1, 0]).
   std::vector<int64_t> window_size;
+  // Layers with full attention among sliding-window ones (Megatron-Core's
+  // window_attn_skip_freq): an integer N gives every N-th layer full attention (layers N-1,
+  // 2N-1, ...; 0: none), a list one 0/1 per layer (1: the sliding window, 0: full attention;
+  // Qwen2's max_window_layers, SmolLM3's windows on its NoPE layers). Needs window_size.
+  LayerFrequency window_attn_skip_freq{0, {}};
+  // The sliding window of `layer` in keys: attention_window(), or 0 where it has full attention.
+  int64_t layer_window(int64_t layer) const {
+    const LayerFrequency& f = window_attn_skip_freq;
+    const bool full = f.pattern.empty() ? f.every > 0 && (layer + 1) % f.every == 0
+                                        : f.pattern.at(static_cast<size_t>(layer)) == 0;
+    return full ? 0 : attention_window();
+  }
   // The sliding window in keys (left + 1), 0 without one.
   int64_t attention_window() const {
     return window_size.size() == 2 && window_size[0] >= 0 ? window_size[0] + 1 : 0;
@@ -206,6 +218,7 @@ struct ModelConfig {
     v("longrope_original_max_position_embeddings", s.longrope_original_max_position_embeddings);
     v("longrope_attention_factor", s.longrope_attention_factor);
     v("window_size", s.window_size);
+    v("window_attn_skip_freq", s.window_attn_skip_freq);
     v("tie_embeddings", s.tie_embeddings);
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);

@@ -122,6 +122,7 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   }
   validate_no_rope_freq(*this, c);
   validate_rotary_percent(*this, c);
+  validate_window_skip(*this, c);
   if (qk_layernorm)
     c.check(normalization == Normalization::RMSNorm, "model.qk_layernorm",
             "true needs normalization: RMSNorm (the per-head query/key norms are RMSNorms)");

@@ -19,7 +19,9 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
       cp_(std::move(cp)) {
   MT_CHECK(a.spec.recompute != Recompute::Selective || shared_probs_ || cp_,
            "selective recompute needs the shared probabilities buffer");
-  spec_.rope = a.spec.rope_in_layer(a.layer);  // a NoPE layer (model.no_rope_freq) has none
+  spec_.rope = a.spec.rope_in_layer(a.layer);       // a NoPE layer (model.no_rope_freq) has none
+  const auto& full = a.spec.full_attention_layers;  // (model.window_attn_skip_freq)
+  if (std::find(full.begin(), full.end(), a.layer) != full.end()) spec_.window = 0;
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
   qkv_ =
       std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,

@@ -47,6 +47,9 @@ struct TransformerSpec {
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   // Per-head RMSNorm of queries and keys before rope (qk_layernorm; qk_norm.h).
   bool qk_norm = false;
+  // Layers (global indices) with full attention although `window` is set
+  // (model.window_attn_skip_freq).
+  std::vector<int64_t> full_attention_layers;
   // Layers (global indices) that skip rope although `rope` is set (model.no_rope_freq).
   std::vector<int64_t> no_rope_layers;
   bool rope_in_layer(int64_t layer) const {

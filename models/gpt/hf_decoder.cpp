@@ -150,19 +150,46 @@ void read_nope_layers(const hf::ConfigJson& c, config::ModelConfig& m) {
   if (std::find(skip.begin(), skip.end(), 1) != skip.end()) m.no_rope_freq.pattern = skip;
 }
 
+// The sliding windows of Qwen2, Qwen3 and SmolLM3: with use_sliding_window, the layers that
+// layer_types marks "sliding_attention" (else Qwen's layers from max_window_layers on, SmolLM3's
+// NoPE layers) see sliding_window keys, the others all: Megatron-Core's window_size and
+// window_attn_skip_freq (a 0/1 list, 1 = sliding).
+void read_layer_windows(const hf::ConfigJson& c, const std::string& arch, config::ModelConfig& m) {
+  const bool sliding = c.boolean_or("use_sliding_window", false);
+  std::vector<int64_t> slides(static_cast<size_t>(m.num_layers), 0);
+  if (c.has("layer_types")) {
+    const auto& types = c.json()["layer_types"];
+    if (!types.is_array() || static_cast<int64_t>(types.size()) != m.num_layers)
+      c.fail("layer_types", concat("must list num_hidden_layers (", m.num_layers, ") entries"));
+    for (int64_t l = 0; l < m.num_layers; ++l) {
+      const auto& t = types[static_cast<size_t>(l)];
+      if (t != "full_attention" && t != "sliding_attention")
+        c.fail("layer_types", concat("has ", t.dump(), " (full_attention or sliding_attention)"));
+      slides[static_cast<size_t>(l)] = t == "sliding_attention" ? 1 : 0;
+    }
+    if (!sliding && std::find(slides.begin(), slides.end(), 1) != slides.end())
+      c.fail("layer_types", "has sliding_attention layers without use_sliding_window: true");
+  } else {
+    const int64_t first = arch == kSmolLM3 ? 0 : c.integer_or("max_window_layers", 28);
+    for (int64_t l = first; l < m.num_layers; ++l)
+      slides[static_cast<size_t>(l)] = arch == kSmolLM3 ? (m.skips_rope(l) ? 1 : 0) : 1;
+  }
+  if (!sliding) return;
+  const int64_t window = c.integer("sliding_window");
+  if (window <= 0) c.fail("sliding_window", concat("must be > 0 (got ", window, ")"));
+  if (window >= m.max_positions() || std::find(slides.begin(), slides.end(), 1) == slides.end())
+    return;  // no layer's window limits anything
+  m.window_size = {window - 1, 0};
+  if (std::find(slides.begin(), slides.end(), 0) != slides.end())
+    m.window_attn_skip_freq = {0, slides};
+}
+
 // What sets the families apart: Qwen's sliding keys, q/k/v biases and q/k norms, the sliding
 // windows of Mistral, Mixtral and Phi-3.
 void read_family_features(const hf::ConfigJson& c, const std::string& arch,
                           config::ModelConfig& m) {
   if (arch == kSmolLM3) read_nope_layers(c, m);
-  if (arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3) {
-    if (c.boolean_or("use_sliding_window", false))
-      c.fail("use_sliding_window", "true (sliding-window attention) is not implemented");
-    if (c.has("layer_types"))
-      for (const auto& t : c.json()["layer_types"])
-        if (t != "full_attention")
-          c.fail("layer_types", concat("has ", t.dump(), " (only full_attention)"));
-  }
+  if (arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3) read_layer_windows(c, arch, m);
   if (arch == kQwen2) m.add_qkv_bias = true;  // Qwen2's q/k/v carry biases, nothing else does
   if (arch == kQwen3) m.qk_layernorm = true;  // q_norm / k_norm per head, before rope
   if ((arch == kMistral || arch == kMixtral || arch == kPhi3) && c.has("sliding_window")) {
@@ -228,6 +255,12 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
 
 std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 
+bool uniform_window(const config::ModelConfig& m) {
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    if (m.layer_window(l) != m.attention_window()) return false;
+  return true;
+}
+
 bool has_nope_layers(const config::ModelConfig& m) {
   for (int64_t l = 0; l < m.num_layers; ++l)
     if (m.skips_rope(l)) return true;
@@ -251,11 +284,45 @@ std::string decoder_architecture_for(const config::ModelConfig& m) {
   if (m.moe.enabled()) return kMixtral;
   if (m.qk_layernorm) return kQwen3;
   if (has_nope_layers(m)) return kSmolLM3;
-  if (m.rotary_percent != 1.0) return kPhi3;      // (transformers turns part of a head there only)
+  if (m.rotary_percent != 1.0) return kPhi3;  // (transformers turns part of a head there only)
+  if (m.attention_window() > 0 && !uniform_window(m) && m.add_qkv_bias && !m.add_bias)
+    return kQwen2;                                // per-layer windows (Qwen2's layer_types)
   if (m.attention_window() > 0) return kMistral;  // the LLaMA family's sliding window
   if (m.add_qkv_bias && !m.add_bias) return kQwen2;
   return kLlama;
 }
+
+namespace {
+
+// The sliding windows: Mistral, Mixtral and Phi-3 one for every layer; Qwen2, Qwen3 and SmolLM3
+// per layer (use_sliding_window, sliding_window and layer_types); the others none.
+void write_windows(const config::ModelConfig& m, const std::string& arch, Json& j) {
+  const int64_t window = m.attention_window();
+  if (arch == kMistral || arch == kMixtral || arch == kPhi3) {
+    j["sliding_window"] = window > 0 ? Json(window) : Json(nullptr);
+  } else if (arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3) {
+    j["use_sliding_window"] = window > 0;
+    if (window > 0) j["sliding_window"] = window;
+    if (window > 0 || j.contains("layer_types")) {
+      Json types = Json::array();
+      for (int64_t l = 0; l < m.num_layers; ++l)
+        types.push_back(m.layer_window(l) > 0 ? "sliding_attention" : "full_attention");
+      j["layer_types"] = types;
+    }
+    if (window > 0 && arch != kSmolLM3) {  // the first layer with a window, as Qwen counts them
+      int64_t first = 0;
+      while (first < m.num_layers && m.layer_window(first) == 0) ++first;
+      j["max_window_layers"] = first;
+    }
+  } else {
+    MT_INPUT_CHECK(window == 0, "model.window_size [", m.window_size[0], ", ", m.window_size[1],
+                   "]: ", arch,
+                   " has no sliding-window attention (MistralForCausalLM and "
+                   "MixtralForCausalLM do)");
+  }
+}
+
+}  // namespace
 
 Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
                        const std::string& dtype, const nlohmann::json& original) {
@@ -303,20 +370,9 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     Json rope_layers = Json::array();
     for (int64_t l = 0; l < m.num_layers; ++l) rope_layers.push_back(m.skips_rope(l) ? 0 : 1);
     j["no_rope_layers"] = rope_layers;
-    j["use_sliding_window"] = false;
-    if (j.contains("layer_types"))  // (sliding layers are refused on import)
-      j["layer_types"] =
-          std::vector<std::string>(static_cast<size_t>(m.num_layers), "full_attention");
   }
   if (arch == kQwen3 || arch == kPhi3) j["attention_bias"] = false;
-  const int64_t window = m.attention_window();
-  if (arch == kMistral || arch == kMixtral || arch == kPhi3)
-    j["sliding_window"] = window > 0 ? Json(window) : Json(nullptr);
-  else
-    MT_INPUT_CHECK(window == 0, "model.window_size [", m.window_size[0], ", ", m.window_size[1],
-                   "]: ", arch,
-                   " has no sliding-window attention (MistralForCausalLM and "
-                   "MixtralForCausalLM do)");
+  write_windows(m, arch, j);
   if (arch == kMixtral) {
     j["num_local_experts"] = m.moe.num_experts;
     j["num_experts_per_tok"] = m.moe.moe_router_topk;
@@ -351,6 +407,10 @@ void check_exportable(const std::string& arch, const config::ModelConfig& m) {
   MT_INPUT_CHECK(arch == kPhi3 || m.rotary_percent == 1.0, arch,
                  " turns whole heads with rotary embeddings: a model with model.rotary_percent ",
                  m.rotary_percent, " converts as ", kPhi3);
+  MT_INPUT_CHECK(uniform_window(m) || arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3,
+                 "model.window_attn_skip_freq: ", arch,
+                 " has one sliding window for every layer (per-layer windows convert as "
+                 "Qwen2ForCausalLM, Qwen3ForCausalLM or SmolLM3ForCausalLM)");
   MT_INPUT_CHECK(arch == kSmolLM3 || !has_nope_layers(m), arch,
                  " applies rope in every layer: a model with model.no_rope_freq converts as ",
                  kSmolLM3);

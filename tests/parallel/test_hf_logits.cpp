@@ -208,5 +208,9 @@ TEST(HfLogits, Qwen3TiedBf16) { check_logits("qwen3_tied_bf16"); }
 // (bf16).
 TEST(HfLogits, SmolLM3) { check_logits("smollm3"); }
 TEST(HfLogits, SmolLM3ListBf16) { check_logits("smollm3_list_bf16"); }
+// Per-layer sliding windows (model.window_attn_skip_freq): Qwen2's max_window_layers and
+// SmolLM3's windows on its NoPE layers, 5 keys over the 16-token forward and the generation.
+TEST(HfLogits, Qwen2WindowLayers) { check_logits("qwen2_window_layers"); }
+TEST(HfLogits, SmolLM3Sliding) { check_logits("smollm3_sliding"); }
 
 }  // namespace

@@ -57,5 +57,22 @@ TEST(SmolLM3Equivalence, ContextParallelLayoutsMatchSingleProcess) {
   eq::report_max_diff("smollm3 context parallel");
 }
 
+// Per-layer sliding windows (model.window_attn_skip_freq; SmolLM3's windows on its NoPE layers):
+// a 5-key window in layers 1 and 3 only, picked by global index on every stage and under cp.
+TEST(SmolLM3Equivalence, PerLayerWindowsAcrossLayouts) {
+  eq::RecipeSpec m = smollm3();
+  m.model_extra += ", window_size: [4, 0], window_attn_skip_freq: [0, 1, 0, 1]";
+  m.heads = 4;
+  m.groups = 4;  // a2a over tp x cp = 4
+  std::vector<eq::Layout> layouts = {
+      {.pp = 2, .micro = 2}, {.pp = 2, .vpp = 2, .micro = 2}, {.tp = 2, .micro = 2, .sp = true},
+      {.pp = 4, .micro = 4}, {.tp = 2, .pp = 2, .micro = 2},
+  };
+  for (const eq::Layout& l : eq::context_parallel_layouts()) layouts.push_back(l);
+  EXPECT_GT(eq::expect_layouts_match(m, tokens(), layouts), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("smollm3 per-layer windows");
+}
+
 }  // namespace
 }  // namespace megatron

@@ -39,7 +39,7 @@ const std::vector<std::string> kFixtures = {
     "mixtral", "llama_bias", "llama_linear_rope", "bert_pretraining", "bert_mlm_bf16",
     "mistral_head_dim", "llama_yarn", "mistral_sliding", "qwen3", "qwen3_tied_bf16",
     "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope", "smollm3",
-    "smollm3_list_bf16", "phi3_partial_longrope"};
+    "smollm3_list_bf16", "phi3_partial_longrope", "qwen2_window_layers", "smollm3_sliding"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {

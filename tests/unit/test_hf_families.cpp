@@ -50,12 +50,17 @@ TEST_F(HfFamilies, Qwen3ConfigKeysItCannotRepresentAreNamed) {
   };
   EXPECT_THAT(error_of([](nlohmann::json& j) { j["attention_bias"] = true; }),
               HasSubstr("_qwen3_1/config.json: \"attention_bias\": true (biases on q/k/v/o but"));
-  EXPECT_THAT(error_of([](nlohmann::json& j) { j["use_sliding_window"] = true; }),
-              HasSubstr("\"use_sliding_window\": true (sliding-window attention) is not"));
   EXPECT_THAT(error_of([](nlohmann::json& j) {
                 j["layer_types"] = {"sliding_attention", "full_attention"};
               }),
-              HasSubstr("\"layer_types\": has \"sliding_attention\""));
+              HasSubstr("\"layer_types\": has sliding_attention layers without "
+                        "use_sliding_window: true"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["layer_types"] = {"chunked_attention", "full_attention"};
+              }),
+              HasSubstr("\"layer_types\": has \"chunked_attention\""));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["layer_types"] = {"full_attention"}; }),
+              HasSubstr("\"layer_types\": must list num_hidden_layers (2) entries"));
   EXPECT_THAT(error_of([](nlohmann::json& j) { j["qk_norm_type"] = "whole"; }),
               HasSubstr("\"qk_norm_type\": is not a key"));
 }
@@ -109,6 +114,34 @@ TEST_F(HfFamilies, PartialRotaryConvertsAsPhi3Only) {
               HasSubstr("partial rotary embeddings convert as Phi3ForCausalLM only"));
 }
 
+// Per-layer windows (model.window_attn_skip_freq, 1 = window): from layer_types, else Qwen's
+// max_window_layers or SmolLM3's NoPE layers; they export only where per-layer windows exist.
+TEST_F(HfFamilies, PerLayerWindowsFromLayerTypesOrTheFamilyRule) {
+  config::ModelConfig q = models::model_from_hf_config(
+      hf::ConfigJson::load((fixture("qwen2_window_layers") / "config.json").string()));
+  EXPECT_EQ(q.attention_window(), 5);
+  EXPECT_EQ(q.window_attn_skip_freq.pattern, (std::vector<int64_t>{0, 1, 1}));
+  EXPECT_EQ(models::decoder_architecture_for(q), "Qwen2ForCausalLM");
+  EXPECT_THAT([&] { models::hf_mappings("MistralForCausalLM", q, 96); },
+              ThrowsMessage<InputError>(HasSubstr("has one sliding window for every layer")));
+  const fs::path d = editable("qwen2_window_layers");
+  edit_config(d, [](nlohmann::json& j) {
+    j.erase("layer_types");
+    j["max_window_layers"] = 2;
+  });
+  const auto derived =
+      models::model_from_hf_config(hf::ConfigJson::load((d / "config.json").string()));
+  EXPECT_EQ(derived.window_attn_skip_freq.pattern, (std::vector<int64_t>{0, 0, 1}));
+  const auto s = models::model_from_hf_config(
+      hf::ConfigJson::load((fixture("smollm3_sliding") / "config.json").string()));
+  EXPECT_EQ(s.window_attn_skip_freq.pattern, (std::vector<int64_t>{0, 1, 0, 1}));
+  const auto j = models::decoder_hf_config(s, "SmolLM3ForCausalLM", "F32", nullptr);
+  EXPECT_EQ(j["layer_types"], nlohmann::json({"full_attention", "sliding_attention",
+                                              "full_attention", "sliding_attention"}));
+  EXPECT_EQ(j["use_sliding_window"], true);
+  EXPECT_EQ(j["sliding_window"], 5);
+}
+
 // transformers' SmolLM3Config defaults (the architecture of HuggingFaceTB/SmolLM3-3B; a released
 // config.json may set another context length or rope base) are recipes/smollm3_3b.yaml's model:
 // every fourth layer without rope; transformers builds 3,075,098,624 parameters from them
@@ -151,8 +184,11 @@ TEST_F(HfFamilies, SmolLM3NopeLayersFromTheListOrTheInterval) {
                 j["no_rope_layers"] = {1, 0, 2, 0};
               }),
               HasSubstr("\"no_rope_layers\": entry 2 is 2 (0 or 1)"));
-  EXPECT_THAT(error_of([](nlohmann::json& j) { j["use_sliding_window"] = true; }),
-              HasSubstr("\"use_sliding_window\": true (sliding-window attention) is not"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) {
+                j["use_sliding_window"] = true;
+                j["sliding_window"] = 0;
+              }),
+              HasSubstr("\"sliding_window\": must be > 0 (got 0)"));
   EXPECT_THAT(error_of([](nlohmann::json& j) {
                 j.erase("no_rope_layers");
                 j["no_rope_layer_interval"] = 0;

@@ -162,9 +162,9 @@ awk "NR <= 60" "$root"/data/corpus/*.jsonl > "$out/src/data/corpus_head.jsonl"
 rm "$out/src/data/corpus_head.jsonl"
 cp "$build_dir/test_manifest.tsv" "$out/share/"
 cp "$root/tools/gpu_check.sh" "$out/"
-# gpu_check --bench's PyTorch peer and --profile's kernel split.
+# gpu_check --bench's PyTorch peer.
 mkdir -p "$out/src/bench"
-cp "$root"/bench/{pytorch_gpt.py,peer_common.py,ncu_split.py} "$out/src/bench/"
+cp "$root"/bench/{pytorch_gpt.py,peer_common.py} "$out/src/bench/"
 git -C "$root" describe --always --dirty --abbrev=40 > "$out/share/commit" 2> /dev/null ||
   echo unknown > "$out/share/commit"  # (-dirty: packed from uncommitted changes)
 cuda_archs=$(cat "$build_dir/cuda_architectures.txt" 2> /dev/null || true)  # kernels/CMakeLists.txt

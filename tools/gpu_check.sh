@@ -136,33 +136,29 @@ manifest_filter() {  # PROGRAM [FILE-REGEX]: the joined filters of its manifest 
   awk -F'\t' -v p="$1" -v f="${2:-.}" '$1 == p && $2 ~ f {print $3}' "$bundle/share/test_manifest.tsv" | paste -sd:
 }
 
-bench_sets() {  # the --set arguments every benchmark run shares
-  local jsonl="$1"
-  sets=(--set data.mock=true --set training.device=cuda --set training.precision=bf16
-        --set parallel.tensor=1 --set parallel.pipeline=1 --set parallel.data=1
-        --set training.eval_iters=0 --set training.eval_interval=0
-        --set checkpoint.save= --set checkpoint.save_interval=null
-        --set optimizer.schedule.warmup_iters=1 --set logging.interval=1 --set "logging.jsonl=$jsonl"
-        --set model.attention_dropout=0.0 --set model.hidden_dropout=0.0)  # as the PyTorch peer
-  [ -n "${peak:-}" ] && sets+=(--set "training.peak_tflops=$peak")
-}
 bench_run() {  # NAME RECIPE --set...: pretrain's figures, the mean of the steps after two
   local name="$1" recipe="$2"; shift 2
   local jsonl="$out/bench_${name}.jsonl"
   rm -f "$jsonl"
-  bench_sets "$jsonl"
+  local sets=(--set data.mock=true --set training.device=cuda --set training.precision=bf16
+              --set parallel.tensor=1 --set parallel.pipeline=1 --set parallel.data=1
+              --set training.eval_iters=0 --set training.eval_interval=0
+              --set checkpoint.save= --set checkpoint.save_interval=null
+              --set optimizer.schedule.warmup_iters=1 --set logging.interval=1
+              --set "logging.jsonl=$jsonl"
+              --set model.attention_dropout=0.0 --set model.hidden_dropout=0.0)  # as the PyTorch peer
+  [ -n "${peak:-}" ] && sets+=(--set "training.peak_tflops=$peak")
   if ! (cd "$bundle/src" && timeout -s KILL "$step_timeout" "$bundle/bin/pretrain" --recipe "$recipe" \
         "${sets[@]}" "$@" > "$out/bench_${name}.log" 2>&1); then
     fail "bench $name: $(tail -2 "$out/bench_${name}.log" | tr '\n' ' ')"; return
   fi
-  python3 - "$jsonl" "$name" "$out/bench_${name}.step_ms" <<'PY' | tee -a "$summary"
+  python3 - "$jsonl" "$name" <<'PY' | tee -a "$summary"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if '"tokens_per_s"' in l]
 # After the warm-up steps (allocator, cuBLASLt heuristics), before the last (profiled) one.
 steady = rows[2:-1] or rows
 n = len(steady)
 mean = lambda k: sum(r[k] for r in steady) / n
-open(sys.argv[3], "w").write(f"{1e3 * mean('step_seconds'):.3f}\n")
 print(f"bench ours {sys.argv[2]}: {n} steps: {mean('tokens_per_s'):.0f} tokens/s | "
       f"{mean('tflops'):.1f} TFLOP/s | MFU {100 * mean('mfu'):.1f}% | "
       f"{1e3 * mean('step_seconds'):.1f} ms/step | loss {rows[0]['loss']:.3f} -> {rows[-1]['loss']:.3f}")

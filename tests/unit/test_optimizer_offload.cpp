@@ -34,6 +34,15 @@ void fill_grads(ParamStore& store, int step) {
   }
 }
 
+// build()'s parameters in `dtype` with `fraction` of the owned elements offloaded, initialised.
+void finalize_offloaded(ParamStore& store, DType dtype, double fraction,
+                        DataParallelSharding sharding = {}) {
+  build(store);
+  sharding.offload_fraction = fraction;
+  store.finalize(dtype, sharding);
+  store.initialize(3);
+}
+
 std::vector<float> to_vector(const Tensor& t) {
   const Tensor f = t.dtype() == DType::F32 ? t : [&] {
     Tensor w = Tensor::empty(t.shape(), DType::F32);
@@ -55,11 +64,7 @@ TEST(OptimizerOffload, OffloadedMastersStartFromTheInitialWeights) {
     for (double fraction : {1.0, 0.5}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " fraction " + std::to_string(fraction));
       ParamStore store;
-      build(store);
-      DataParallelSharding sharding;
-      sharding.offload_fraction = fraction;
-      store.finalize(dtype, sharding);
-      store.initialize(3);
+      finalize_offloaded(store, dtype, fraction);
       int checked = 0;
       for (const ParamSegment& s : store.segments()) {
         if (!s.offloaded) continue;
@@ -80,12 +85,9 @@ TEST(OptimizerOffload, OffloadedSegmentsStepOnTheHostBitForBit) {
     for (double fraction : {1.0, 0.5}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + " fraction " + std::to_string(fraction));
       ParamStore store;
-      build(store);
       DataParallelSharding sharding;
-      sharding.offload_fraction = fraction;
       sharding.bucket_elements = 1000;  // several segments per parameter
-      store.finalize(dtype, sharding);
-      store.initialize(3);
+      finalize_offloaded(store, dtype, fraction, sharding);
       const optim::OptimizerSettings settings{config::OptimizerType::AdamW, 0.9, 0.95, 1e-8, 0.1};
       optim::Optimizer opt(store, settings);
       // The reference: every offloaded segment's master and moments stepped by ref::adamw_step.

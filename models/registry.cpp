@@ -84,6 +84,21 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   return t;
 }
 
+// model.attention_backend on cuda: auto runs cuDNN's fused attention where it can, fused
+// always; context parallelism runs its own block kernels.
+kernels::CudnnUse cudnn_attention_of(const config::Recipe& r) {
+  if (r.training.device != config::TrainingDevice::CUDA || r.parallel.context > 1)
+    return kernels::CudnnUse::Never;
+  switch (r.model.attention_backend) {
+    case config::AttentionBackend::Auto:
+      return kernels::CudnnUse::WhereSupported;
+    case config::AttentionBackend::Fused:
+      return kernels::CudnnUse::Always;
+    default:
+      return kernels::CudnnUse::Never;
+  }
+}
+
 TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp_size) {
   const auto& m = r.model;
   TransformerSpec t = transformer_spec_from_model(m);
@@ -93,6 +108,7 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.unit_layers = r.parallel.fsdp_unit_layers;
   // Context parallelism runs the flash kernels (validation refuses an explicit unfused).
   t.flash_attention = m.flash_attention(r.training.device) || r.parallel.context > 1;
+  t.cudnn_attention = cudnn_attention_of(r);
   t.activation_dtype = model_dtype_of(r.training);
   if (r.peft.lora()) {
     t.lora = LoraSpec{r.peft.dim, static_cast<float>(r.peft.alpha)};

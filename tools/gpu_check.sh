@@ -2,7 +2,8 @@
 # The first minutes on a GPU machine: run the CUDA backend's checks from a bundle
 # (tools/gpu_bundle.sh) and write one summary file.
 #
-#   gpu_check.sh --bundle DIR [--out DIR] [--bench [--peer-steps N]] [--timeout S]
+#   gpu_check.sh --bundle DIR [--out DIR] [--bench [--backends "fused unfused"] [--peer-steps N]]
+#                [--timeout S]
 #   gpu_check.sh [--build-dir DIR] [--archs "90"] [--bench]   # build the bundle here first
 #
 # The GPU machine needs only the NVIDIA driver and Python with PyTorch's CUDA 13 wheels: cudart,
@@ -13,10 +14,10 @@
 #   2. every CUDA unit test (test_cuda_*, test_ops_backends*, device backends), including the
 #      CUDA training-equivalence tests (GPT, LLaMA, BERT, two MoE models; fp32, bf16 vs the CPU)
 #   3. the single-process NCCL and communicator cases
-#   4. generate --device cuda on a transformers fixture: its greedy tokens against transformers'
-#      and against --device cpu
+#   4. generate --device cuda on transformers fixtures (eight families and rope/window variants):
+#      their greedy tokens against transformers' and against --device cpu
 #   5. --bench: GPT-2 124M and GPT 1.3B, bf16, synthetic data, one GPU, with each attention
-#      backend (tokens/s, TFLOP/s, MFU against the GPU's dense bf16 peak: GPU_PEAK_TFLOPS, else
+#      backend of --backends (model.attention_backend; default fused unfused) (tokens/s, TFLOP/s, MFU against the GPU's dense bf16 peak: GPU_PEAK_TFLOPS, else
 #      the datasheet's for H100/H200/A100), the last step split op by op (logging.profile)
 #   6. --bench: the same models in PyTorch on the same GPU, eager and torch.compile
 #      (bench/pytorch_gpt.py; --peer-steps 0 leaves them out)
@@ -24,17 +25,18 @@
 # Exit status: 0 when no check failed.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-bundle="" out="" bench=0 peer_steps=8 step_timeout=300 build_dir="" archs=""
+bundle="" out="" bench=0 peer_steps=8 step_timeout=300 build_dir="" archs="" backends="fused unfused"
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) bundle="$(realpath -m "$2")"; shift 2 ;;
     --out) out="$(realpath -m "$2")"; shift 2 ;;
     --bench) bench=1; shift ;;
     --peer-steps) peer_steps="$2"; shift 2 ;;
+    --backends) backends="$2"; shift 2 ;;
     --timeout) step_timeout="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --archs) archs="$2"; shift 2 ;;
-    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "gpu_check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -85,7 +87,8 @@ if command -v nvidia-smi > /dev/null 2>&1; then
 else
   say "nvidia-smi not found: no NVIDIA driver here; every CUDA case reports skipped"
 fi
-python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda)' 2> /dev/null | tee -a "$summary"
+python3 -c 'import torch; print("python torch", torch.__version__, "cuda", torch.version.cuda,
+  "cudnn", torch.backends.cudnn.version())' 2> /dev/null | tee -a "$summary"
 missing=$(ldd "$bundle"/bin/* 2> /dev/null | grep "not found" | sort -u)
 for lib in libcudart libcublas.so libcublasLt libcudnn.so libnccl; do
   where=$(ldd "$bundle/bin/test_unit_device" 2> /dev/null | awk -v l="$lib" 'index($1, l) == 1 {print $1, $3; exit}')
@@ -183,25 +186,31 @@ say "== 3. NCCL and communicator cases, one process"
 run_gtest nccl test_parallel "$(manifest_filter test_parallel 'test_nccl|test_communicator_conformance')"
 
 say "== 4. generate --device cuda against transformers' greedy tokens"
-fixture="$bundle/src/tests/fixtures/hf/trained_llama"
+# Trained LLaMA, Qwen3 (per-head q/k norms), SmolLM3 (layers without rope) and GPT-2; Phi-3 with
+# partial rotary and LongRoPE, Qwen2 with per-layer windows, Mistral's sliding window, YaRN.
+generate_fixtures="trained_llama trained_qwen3 trained_smollm3 trained_gpt phi3_partial_longrope
+  qwen2_window_layers mistral_sliding llama_yarn"
+for fixture_name in $generate_fixtures; do
+fixture="$bundle/src/tests/fixtures/hf/$fixture_name"
 read -r prompt expected <<< "$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]));
 print(",".join(map(str,e["greedy_prompt"])), " ".join(map(str,e["greedy"])))' "$fixture/expected.json")"
 n_new=$(echo "$expected" | wc -w)
 for device in cpu cuda; do
-  log="$out/generate_$device.log"
+  log="$out/generate_${fixture_name}_$device.log"
   timeout "$step_timeout" "$bundle/bin/generate" --checkpoint "$fixture" --prompt-ids "$prompt" \
     --max-new-tokens "$n_new" --print-ids --device "$device" > "$log" 2>&1
   rc=$?
   got=$(grep -E '^[0-9]+( [0-9]+)*$' "$log" | tail -1)
   if [ "$rc" != 0 ] && [ "$device" = cuda ] && ! command -v nvidia-smi > /dev/null 2>&1; then
-    say "generate --device cuda: skipped (no GPU): $(tail -1 "$log")"
+    say "generate $fixture_name --device cuda: skipped (no GPU): $(tail -1 "$log")"
   elif [ "$rc" != 0 ]; then
-    fail "generate --device $device exited $rc: $(tail -2 "$log" | tr '\n' ' ')"
+    fail "generate $fixture_name --device $device exited $rc: $(tail -2 "$log" | tr '\n' ' ')"
   elif [ "$(echo "$got" | awk -v n="$n_new" '{for (i = NF - n + 1; i <= NF; i++) printf "%s%s", $i, (i < NF ? " " : "")}')" = "$expected" ]; then
-    say "generate --device $device: equal to transformers' greedy tokens ($expected)"
+    say "generate $fixture_name --device $device: equal to transformers' greedy tokens ($expected)"
   else
-    fail "generate --device $device: '$got', transformers: '$expected'"
+    fail "generate $fixture_name --device $device: '$got', transformers: '$expected'"
   fi
+done
 done
 
 if [ "$bench" = 1 ]; then
@@ -217,11 +226,12 @@ if [ "$bench" = 1 ]; then
     "gpt2_124m recipes/gpt2_124m.yaml 12 768 12 1024 8 4 8"
     "gpt_1p3b recipes/gpt_1.3b.yaml 24 2048 16 2048 4 4 5"
   )  # name recipe layers hidden heads seq micro micro-batches-per-step steps
-  # Each with both attention backends (model.attention_backend): our flash kernels and the
-  # unfused cuBLASLt path; the last step of each run is profiled op by op (logging.profile).
+  # Each with the attention backends of --backends (model.attention_backend: fused is cuDNN's,
+  # flash our own kernels, unfused the cuBLASLt path); the last step of each run is profiled op
+  # by op (logging.profile).
   for config in "${bench_configs[@]}"; do
     read -r name recipe layers hidden heads seq micro accum steps <<< "$config"
-    for backend in unfused flash; do
+    for backend in $backends; do
       bench_run "${name}_$backend" "$recipe" --set model.vocab_size=50257 --set "model.seq_length=$seq" \
         --set "training.micro_batch_size=$micro" --set "training.global_batch_size=$((micro * accum))" \
         --set training.recompute=none --set "training.train_iters=$steps" \

@@ -12,6 +12,8 @@ struct AttentionShape {
   int64_t batch_offset = 0;  // global index of local sample 0 (data parallel / micro-batching)
 };
 
+enum class CudnnUse : uint8_t { Never, WhereSupported, Always };
+
 struct AttentionOptions {
   float scale;  // usually 1/sqrt(Dh)
   bool causal;
@@ -24,6 +26,10 @@ struct AttentionOptions {
   int64_t window = 0;
   float dropout_p = 0.0f;
   uint64_t seed = 0, stream = 0;
+  // Whether CUDA's fused attention runs on cuDNN's SDPA (model.attention_backend; the CPU has no
+  // cuDNN and ignores it): where cuDNN supports the problem (auto), always (fused: an error where
+  // it cannot), or never (flash: our own kernels, kernels/cuda/flash_attention.h).
+  CudnnUse cudnn = CudnnUse::Never;
 };
 
 // One block of context-parallel attention: query rows [q_start, q_start + q_rows) of the global

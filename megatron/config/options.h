@@ -17,9 +17,11 @@ enum class Activation : uint8_t { GeLU, SwiGLU, GeLUExact };
 enum class PositionEmbedding : uint8_t { Learned, Rope, Yarn };
 // unfused: probabilities [B, H, S, S] saved for backward (kernels/cpu/attention.h);
 // flash: fused kernels saving only the row log-sum-exp (kernels/*/flash_attention.h);
-// auto: flash on cuda; on the cpu unfused below 1024 positions (a few % faster there), flash
-// from 1024 on (ModelConfig::flash_attention).
-enum class AttentionBackend : uint8_t { Auto, Unfused, Flash };
+// fused: cuDNN's fused attention (cuda only; megatron/backend/cuda/cudnn_attention.h), an
+// error where cuDNN cannot run a layer; flash there means our own kernels;
+// auto: on cuda cuDNN's where it runs, our flash kernels elsewhere; on the cpu unfused below
+// 1024 positions (a few % faster there), flash from 1024 on (ModelConfig::flash_attention).
+enum class AttentionBackend : uint8_t { Auto, Unfused, Flash, Fused };
 enum class TrainingDevice : uint8_t { CPU, CUDA };
 enum class Precision : uint8_t { FP32, BF16, FP16 };
 enum class RecomputeGranularity : uint8_t { None, Full, Selective };
@@ -62,7 +64,7 @@ MT_OPTION_NAMES(Arch, "gpt", "llama", "bert");
 MT_OPTION_NAMES(Normalization, "layernorm", "rmsnorm");
 MT_OPTION_NAMES(Activation, "gelu", "swiglu", "gelu_exact");
 MT_OPTION_NAMES(PositionEmbedding, "learned", "rope", "yarn");
-MT_OPTION_NAMES(AttentionBackend, "auto", "unfused", "flash");
+MT_OPTION_NAMES(AttentionBackend, "auto", "unfused", "flash", "fused");
 MT_OPTION_NAMES(TrainingDevice, "cpu", "cuda");
 MT_OPTION_NAMES(Precision, "fp32", "bf16", "fp16");
 MT_OPTION_NAMES(RecomputeGranularity, "none", "full", "selective");

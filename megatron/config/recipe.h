@@ -160,7 +160,8 @@ struct ModelConfig {
   static constexpr int64_t kCpuFlashFromSeq = 1024;
   bool flash_attention(TrainingDevice device) const {
     if (attention_backend != AttentionBackend::Auto)
-      return attention_backend == AttentionBackend::Flash;
+      return attention_backend == AttentionBackend::Flash ||
+             attention_backend == AttentionBackend::Fused;
     return device == TrainingDevice::CUDA || seq_length >= kCpuFlashFromSeq;
   }
   int64_t max_positions() const {

@@ -345,10 +345,12 @@ void Recipe::validate_context_parallel(Checker& c) const {
           concat("context parallelism is implemented for the causal decoders (model.arch gpt or "
                  "llama), not bert (got parallel.context ",
                  cp, ")"));
-  c.check(model.attention_backend != AttentionBackend::Unfused, "model.attention_backend",
-          concat("context parallelism runs the flash attention kernels: use flash or auto (got "
-                 "unfused with parallel.context ",
-                 cp, ")"));
+  c.check(model.attention_backend != AttentionBackend::Unfused &&
+              model.attention_backend != AttentionBackend::Fused,
+          "model.attention_backend",
+          concat("context parallelism runs its own flash attention kernels: use flash or auto "
+                 "(got ",
+                 option_name(model.attention_backend), " with parallel.context ", cp, ")"));
   // MoE: the cp ranks hold replicas of the experts (ep inside dp only, so cp 1 < ep would need
   // an expert-data-parallel group spanning cp), and capacity decides over a rank's tokens.
   c.check(!model.moe.enabled() || parallel.expert == 1, "parallel.expert",
@@ -460,6 +462,11 @@ void Recipe::validate() const {
                    parallel.num_distributed_optimizer_instances,
                    " instances with model.num_experts ", model.moe.num_experts));
   }
+  c.check(
+      model.attention_backend != AttentionBackend::Fused || training.device == TrainingDevice::CUDA,
+      "model.attention_backend",
+      "fused is cuDNN's fused attention and needs training.device: cuda (use flash or auto "
+      "on the cpu)");
   if (optimizer.offload == OptimizerOffload::CPU) {
     c.check(training.device == TrainingDevice::CUDA, "optimizer.offload",
             "cpu offload moves the optimizer from the GPU to host memory; with training.device: "

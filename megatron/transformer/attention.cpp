@@ -72,6 +72,7 @@ kernels::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
   o.key_mask = key_mask;
   o.segment_ids = mb.segment_ids != nullptr ? mb.segment_ids->data<int32_t>() : nullptr;
   o.dropout_p = mb.training ? spec_.attention_dropout : 0.0f;
+  o.cudnn = spec_.cudnn_attention;
   o.seed = spec_.seed;
   o.stream = DropoutSite{spec_.seed, mb.iteration, layer_, 0}.stream();
   return o;

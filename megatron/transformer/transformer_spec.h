@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/common/attention_shape.h"
 #include "kernels/common/numeric.h"
 #include "megatron/core/dtype.h"
 #include "megatron/transformer/layers.h"
@@ -75,6 +76,9 @@ struct TransformerSpec {
   // backward; same results as the unfused path to rounding (dropout masks identical). Selective
   // recompute then has nothing to drop and behaves like none. (model.attention_backend)
   bool flash_attention = false;
+  // On cuda, whether the fused attention runs on cuDNN (model.attention_backend auto: where
+  // cuDNN supports it; fused: always).
+  kernels::CudnnUse cudnn_attention = kernels::CudnnUse::Never;
   // The dtype of the activations and their gradients (the model dtype: bf16/fp16 under mixed
   // precision). Statistics (norm mean/rstd, attention probabilities, lse) stay fp32.
   DType activation_dtype = DType::F32;

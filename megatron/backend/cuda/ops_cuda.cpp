@@ -8,14 +8,11 @@
 #include <type_traits>
 #include <utility>
 
-#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/dropout.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
-#include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/kv_attention.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/optim.h"
 #include "kernels/cuda/rope.h"
@@ -35,37 +32,10 @@ using detail::expect;
 using detail::expect_all;
 using detail::ptr;
 using detail::stream;
+using detail::with_weight_type;
+using detail::workspace;
 using kc::dtype_of;
 using kc::with_storage_type;
-
-// Norm weights: fp32 (with any activation type) or the activations' own type.
-template <typename T, typename Fn>
-void with_weight_type(const Tensor& w, const char* op, Fn&& fn) {
-  if (w.dtype() == DType::F32) {
-    fn.template operator()<float>();
-    return;
-  }
-  MT_CHECK(w.dtype() == dtype_of<T>(), op, ": the weight must be fp32 or ",
-           dtype_name(dtype_of<T>()), " (the activations' dtype), got ", dtype_name(w.dtype()));
-  fn.template operator()<T>();
-}
-
-// Scratch memory for one op, from the caching allocator on the current stream: freed when the
-// op returns and reusable at once by later work on the same stream (stream order).
-mc::DeviceMemory workspace(size_t bytes) {
-  return mc::DeviceMemory(mc::device_allocator(), bytes, stream());
-}
-
-void require_device_pointer(const void* p, const char* op, const char* what) {
-  cudaPointerAttributes attr{};
-  const cudaError_t status = cudaPointerGetAttributes(&attr, p);
-  if (status != cudaSuccess) cudaGetLastError();  // clear it; reported below
-  MT_CHECK(status == cudaSuccess &&
-               (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
-           op, ": ", what,
-           " must point to GPU memory when the tensors are on cuda (copy it over, e.g. with "
-           "Tensor::to(Device::CUDA))");
-}
 
 }  // namespace
 
@@ -248,116 +218,6 @@ void CudaOps::embedding_backward(const Tensor& ids, const Tensor& dout, int64_t 
   with_storage_type(dout.dtype(), op, "dout", [&]<typename T>() {
     kc::embedding_backward<T>(ptr<int32_t>(ids), ids.numel(), ptr<T>(dout), vocab_start,
                               dtable.dim(0), dtable.dim(1), ptr<float>(dtable), stream());
-  });
-}
-
-void CudaOps::attention_forward(const kernels::AttentionShape& s,
-                                const kernels::AttentionOptions& opt, const Tensor& qkv,
-                                Tensor& out, Tensor& probs) const {
-  const char* op = "attention_forward";
-  expect(op, probs, "probs", DType::F32);
-  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
-  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
-  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
-    expect_all<T>(op, {{&out, "out"}});
-    mc::DeviceMemory ws = workspace(kc::attention_forward_workspace_bytes(s, sizeof(T)));
-    kc::attention_forward<T>(mc::gemm_context(), s, opt, ptr<T>(qkv), ptr<T>(out),
-                             ptr<float>(probs), ws.get(), stream());
-  });
-}
-
-void CudaOps::attention_backward(const kernels::AttentionShape& s,
-                                 const kernels::AttentionOptions& opt, const Tensor& qkv,
-                                 const Tensor& probs, const Tensor& dout, Tensor& dqkv) const {
-  const char* op = "attention_backward";
-  expect(op, probs, "probs", DType::F32);
-  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
-  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
-  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
-    expect_all<T>(op, {{&dout, "dout"}, {&dqkv, "dqkv"}});
-    mc::DeviceMemory ws = workspace(kc::attention_backward_workspace_bytes(s, sizeof(T)));
-    kc::attention_backward<T>(mc::gemm_context(), s, opt, ptr<T>(qkv), ptr<float>(probs),
-                              ptr<T>(dout), ptr<T>(dqkv), ws.get(), stream());
-  });
-}
-
-void CudaOps::flash_attention_forward(const kernels::AttentionShape& s,
-                                      const kernels::AttentionOptions& opt, const Tensor& qkv,
-                                      Tensor& out, Tensor& lse) const {
-  const char* op = "flash_attention_forward";
-  expect(op, lse, "lse", DType::F32);
-  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
-  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
-  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
-    expect_all<T>(op, {{&out, "out"}});
-    kc::flash_attention_forward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), nullptr,
-                                   stream());
-  });
-}
-
-void CudaOps::flash_attention_backward(const kernels::AttentionShape& s,
-                                       const kernels::AttentionOptions& opt, const Tensor& qkv,
-                                       const Tensor& out, const Tensor& lse, const Tensor& dout,
-                                       Tensor& dqkv) const {
-  const char* op = "flash_attention_backward";
-  expect(op, lse, "lse", DType::F32);
-  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
-  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
-  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
-    expect_all<T>(op, {{&out, "out"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
-    mc::DeviceMemory ws = workspace(kc::flash_attention_backward_workspace_bytes(s));
-    kc::flash_attention_backward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), ptr<T>(dout),
-                                    ptr<T>(dqkv), ws.get(), stream());
-  });
-}
-
-// Per-head q/k norms (qk_layernorm: Qwen3) have no CUDA kernel yet: a clear error instead.
-constexpr const char* kNoCudaQkNorm =
-    "model.qk_layernorm: true runs on the CPU only: the per-head query/key norm has no CUDA "
-    "kernel yet (training.device: cuda)";
-
-void CudaOps::qk_rmsnorm_forward(const Tensor&, const Tensor&, const Tensor&, float, int64_t,
-                                 Tensor&, Tensor&) const {
-  throw InputError(kNoCudaQkNorm);
-}
-
-void CudaOps::qk_rmsnorm_backward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                  const Tensor&, int64_t, Tensor&, Tensor&, Tensor&) const {
-  throw InputError(kNoCudaQkNorm);
-}
-
-// Context parallelism's block attention has no CUDA kernel yet: a clear error instead.
-constexpr const char* kNoCudaBlockAttention =
-    "context parallelism (parallel.context > 1) runs on the CPU only: its block attention has "
-    "no CUDA kernel yet (training.device: cuda)";
-
-void CudaOps::flash_attention_block_forward(const kernels::AttentionShape&,
-                                            const kernels::AttentionOptions&,
-                                            const kernels::AttentionBlock&, const Tensor&,
-                                            const Tensor&, Tensor&, Tensor&) const {
-  throw InputError(kNoCudaBlockAttention);
-}
-
-void CudaOps::flash_attention_block_backward(const kernels::AttentionShape&,
-                                             const kernels::AttentionOptions&,
-                                             const kernels::AttentionBlock&, const Tensor&,
-                                             const Tensor&, const Tensor&, const Tensor&,
-                                             const Tensor&, Tensor&, Tensor&) const {
-  throw InputError(kNoCudaBlockAttention);
-}
-
-void CudaOps::flash_attention_merge(const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t) const {
-  throw InputError(kNoCudaBlockAttention);
-}
-
-void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
-                                 Tensor& keys, Tensor& values, int64_t past, Tensor& out,
-                                 int64_t window) const {
-  const char* op = "kv_cache_attention";
-  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
-    expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
-    kc::kv_cache_attention<T>(s, scale, ptr<T>(qkv), ptr<T>(keys), ptr<T>(values), past,
-                              keys.dim(2), ptr<T>(out), window, stream());
   });
 }
 

@@ -1,0 +1,195 @@
+// The CUDA backend's attention ops: unfused (cuBLASLt), fused (cuDNN's SDPA where it runs, else
+// our own flash kernels), the per-head query/key norm, KV-cache decoding, and the context-parallel
+// block ops, which have no CUDA kernels yet.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/kv_attention.h"
+#include "kernels/cuda/qk_norm.h"
+#include "megatron/backend/cuda/allocator.h"
+#include "megatron/backend/cuda/cudnn_attention.h"
+#include "megatron/backend/cuda/ops_cuda.h"
+#include "megatron/backend/cuda/ops_cuda_util.h"
+#include "megatron/backend/cuda/runtime.h"
+
+namespace megatron::ops::cuda_backend {
+namespace kc = kernels::cuda;
+namespace mc = megatron::cuda;
+
+namespace {
+
+using detail::expect;
+using detail::expect_all;
+using detail::ptr;
+using detail::stream;
+using detail::with_weight_type;
+using detail::workspace;
+using kc::with_storage_type;
+
+// Whether fused attention runs on cuDNN (opt.cudnn: model.attention_backend); `fused` refuses
+// what cuDNN cannot run instead of falling back to our own kernels.
+bool runs_on_cudnn(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                   DType dtype) {
+  if (opt.cudnn == kernels::CudnnUse::Never) return false;
+  const mc::CudnnAttentionSupport support = mc::cudnn_attention_support(s, opt, dtype);
+  MT_INPUT_CHECK(support.supported || opt.cudnn != kernels::CudnnUse::Always,
+                 "model.attention_backend: fused: cuDNN's fused attention cannot run this layer "
+                 "(S=",
+                 s.S, " B=", s.B, " heads=", s.H, " groups=", s.G, " head dim=", s.Dh,
+                 "): ", support.reason, "; use auto or flash");
+  return support.supported;
+}
+
+void require_device_pointer(const void* p, const char* op, const char* what) {
+  cudaPointerAttributes attr{};
+  const cudaError_t status = cudaPointerGetAttributes(&attr, p);
+  if (status != cudaSuccess) cudaGetLastError();  // clear it; reported below
+  MT_CHECK(status == cudaSuccess &&
+               (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged),
+           op, ": ", what,
+           " must point to GPU memory when the tensors are on cuda (copy it over, e.g. with "
+           "Tensor::to(Device::CUDA))");
+}
+}  // namespace
+
+void CudaOps::attention_forward(const kernels::AttentionShape& s,
+                                const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                Tensor& out, Tensor& probs) const {
+  const char* op = "attention_forward";
+  expect(op, probs, "probs", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&out, "out"}});
+    mc::DeviceMemory ws = workspace(kc::attention_forward_workspace_bytes(s, sizeof(T)));
+    kc::attention_forward<T>(mc::gemm_context(), s, opt, ptr<T>(qkv), ptr<T>(out),
+                             ptr<float>(probs), ws.get(), stream());
+  });
+}
+
+void CudaOps::attention_backward(const kernels::AttentionShape& s,
+                                 const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                 const Tensor& probs, const Tensor& dout, Tensor& dqkv) const {
+  const char* op = "attention_backward";
+  expect(op, probs, "probs", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&dout, "dout"}, {&dqkv, "dqkv"}});
+    mc::DeviceMemory ws = workspace(kc::attention_backward_workspace_bytes(s, sizeof(T)));
+    kc::attention_backward<T>(mc::gemm_context(), s, opt, ptr<T>(qkv), ptr<float>(probs),
+                              ptr<T>(dout), ptr<T>(dqkv), ws.get(), stream());
+  });
+}
+
+void CudaOps::flash_attention_forward(const kernels::AttentionShape& s,
+                                      const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                      Tensor& out, Tensor& lse) const {
+  const char* op = "flash_attention_forward";
+  expect(op, lse, "lse", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&out, "out"}});
+    if (runs_on_cudnn(s, opt, qkv.dtype())) {
+      mc::cudnn_attention_forward(s, opt, qkv.dtype(), ptr<T>(qkv), ptr<T>(out), ptr<float>(lse),
+                                  stream());
+      return;
+    }
+    kc::flash_attention_forward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), nullptr,
+                                   stream());
+  });
+}
+
+void CudaOps::flash_attention_backward(const kernels::AttentionShape& s,
+                                       const kernels::AttentionOptions& opt, const Tensor& qkv,
+                                       const Tensor& out, const Tensor& lse, const Tensor& dout,
+                                       Tensor& dqkv) const {
+  const char* op = "flash_attention_backward";
+  expect(op, lse, "lse", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&out, "out"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
+    if (runs_on_cudnn(s, opt, qkv.dtype())) {
+      mc::cudnn_attention_backward(s, opt, qkv.dtype(), ptr<T>(qkv), ptr<T>(out), ptr<float>(lse),
+                                   ptr<T>(dout), ptr<T>(dqkv), stream());
+      return;
+    }
+    mc::DeviceMemory ws = workspace(kc::flash_attention_backward_workspace_bytes(s));
+    kc::flash_attention_backward<T>(s, opt, ptr<T>(qkv), ptr<T>(out), ptr<float>(lse), ptr<T>(dout),
+                                    ptr<T>(dqkv), ws.get(), stream());
+  });
+}
+
+// Per-head q/k norms (qk_layernorm: Qwen3, OLMo-style) inside the fused qkv.
+void CudaOps::qk_rmsnorm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk, float eps,
+                                 int64_t q_slots, Tensor& y, Tensor& rstd) const {
+  const char* op = "qk_rmsnorm_forward";
+  const int64_t Dh = wq.numel(), groups = x.numel() / Dh / (q_slots + 2);
+  expect(op, rstd, "rstd", DType::F32);
+  expect(op, wk, "wk", wq.dtype());
+  with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
+    expect_all<T>(op, {{&y, "y"}});
+    with_weight_type<T>(wq, op, [&]<typename W>() {
+      kc::qk_rmsnorm_forward<T, W>(ptr<T>(x), ptr<W>(wq), ptr<W>(wk), ptr<T>(y), ptr<float>(rstd),
+                                   groups, q_slots, Dh, eps, stream());
+    });
+  });
+}
+
+void CudaOps::qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                  const Tensor& rstd, const Tensor& dy, int64_t q_slots, Tensor& dx,
+                                  Tensor& dwq, Tensor& dwk) const {
+  const char* op = "qk_rmsnorm_backward";
+  const int64_t Dh = wq.numel(), groups = x.numel() / Dh / (q_slots + 2);
+  expect_all<float>(op, {{&rstd, "rstd"}, {&dwq, "dwq"}, {&dwk, "dwk"}});
+  expect(op, wk, "wk", wq.dtype());
+  with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
+    expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
+    with_weight_type<T>(wq, op, [&]<typename W>() {
+      mc::DeviceMemory ws = workspace(kc::qk_rmsnorm_backward_workspace_bytes(groups, Dh));
+      kc::qk_rmsnorm_backward<T, W>(ptr<T>(x), ptr<W>(wq), ptr<W>(wk), ptr<float>(rstd), ptr<T>(dy),
+                                    ptr<T>(dx), ptr<float>(dwq), ptr<float>(dwk), groups, q_slots,
+                                    Dh, ws.get(), stream());
+    });
+  });
+}
+
+// Context parallelism's block attention has no CUDA kernel yet: a clear error instead.
+constexpr const char* kNoCudaBlockAttention =
+    "context parallelism (parallel.context > 1) runs on the CPU only: its block attention has "
+    "no CUDA kernel yet (training.device: cuda)";
+
+void CudaOps::flash_attention_block_forward(const kernels::AttentionShape&,
+                                            const kernels::AttentionOptions&,
+                                            const kernels::AttentionBlock&, const Tensor&,
+                                            const Tensor&, Tensor&, Tensor&) const {
+  throw InputError(kNoCudaBlockAttention);
+}
+
+void CudaOps::flash_attention_block_backward(const kernels::AttentionShape&,
+                                             const kernels::AttentionOptions&,
+                                             const kernels::AttentionBlock&, const Tensor&,
+                                             const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, Tensor&, Tensor&) const {
+  throw InputError(kNoCudaBlockAttention);
+}
+
+void CudaOps::flash_attention_merge(const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t) const {
+  throw InputError(kNoCudaBlockAttention);
+}
+
+void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
+                                 Tensor& keys, Tensor& values, int64_t past, Tensor& out,
+                                 int64_t window) const {
+  const char* op = "kv_cache_attention";
+  with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
+    expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
+    kc::kv_cache_attention<T>(s, scale, ptr<T>(qkv), ptr<T>(keys), ptr<T>(values), past,
+                              keys.dim(2), ptr<T>(out), window, stream());
+  });
+}
+
+}  // namespace megatron::ops::cuda_backend

@@ -194,6 +194,11 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
   const NativeLayout layout = native_layout(recipe, result.tp, result.pp, result.ep);
   hf::ImportRequest req;
   req.mappings = hf_mappings(result.architecture, model, layout.padded_vocab);
+  for (hf::TensorMapping& m : req.mappings)
+    for (hf::HfSource& s : m.sources) {
+      const std::string other = hf_alternative_name(result.architecture, s.name);
+      if (!tensors.has(s.name) && !other.empty() && tensors.has(other)) s.name = other;
+    }
   check_mappings(req.mappings, layout, result.architecture);
   req.layout = layout.placement;
   req.ignored = hf_ignored_tensors(result.architecture, model);

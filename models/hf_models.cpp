@@ -2,6 +2,7 @@
 
 #include "models/bert/hf_bert.h"
 #include "models/gpt/hf_decoder.h"
+#include "models/gpt/hf_neox.h"
 #include "models/registry.h"
 
 namespace megatron::models {
@@ -50,20 +51,21 @@ class LayoutOnlyCommunicator final : public parallel::Communicator {
 }  // namespace
 
 std::vector<std::string> hf_architectures() {
-  return {"GPT2LMHeadModel",    "LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
-          "Qwen3ForCausalLM",   "Phi3ForCausalLM",  "SmolLM3ForCausalLM", "MixtralForCausalLM",
-          "BertForPreTraining", "BertForMaskedLM"};
+  return {"GPT2LMHeadModel",  "LlamaForCausalLM",   "MistralForCausalLM", "Qwen2ForCausalLM",
+          "Qwen3ForCausalLM", "Phi3ForCausalLM",    "SmolLM3ForCausalLM", "MixtralForCausalLM",
+          kGptNeoX,           "BertForPreTraining", "BertForMaskedLM"};
 }
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   const std::string arch = c.architecture();
-  if (!is_hf_decoder(arch) && !is_hf_bert(arch)) {
+  if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch)) {
     std::string names;
     for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
     c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
   }
-  const config::ModelConfig m =
-      is_hf_bert(arch) ? bert_model_from_hf(c, arch) : decoder_model_from_hf(c, arch);
+  const config::ModelConfig m = is_hf_bert(arch)   ? bert_model_from_hf(c, arch)
+                                : is_hf_neox(arch) ? neox_model_from_hf(c)
+                                                   : decoder_model_from_hf(c, arch);
   try {
     m.validate();
   } catch (const InputError& e) {
@@ -74,6 +76,7 @@ config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
 
 std::string hf_architecture_for(const config::Recipe& r) {
   if (r.model.arch == config::Arch::BERT) return bert_architecture_for(r.data.bert_binary_head);
+  if (is_neox_model(r.model)) return kGptNeoX;
   return decoder_architecture_for(r.model);
 }
 
@@ -82,18 +85,27 @@ bool hf_binary_head(const std::string& architecture) { return hf_bert_binary_hea
 nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::string& arch,
                                      const std::string& dtype, const nlohmann::json& original) {
   if (is_hf_bert(arch)) return bert_hf_config(m, arch, dtype, original);
+  if (is_hf_neox(arch)) return neox_hf_config(m, dtype, original);
   return decoder_hf_config(m, arch, dtype, original);
 }
 
 std::vector<hf::TensorMapping> hf_mappings(const std::string& arch, const config::ModelConfig& m,
                                            int64_t padded_vocab) {
   if (is_hf_bert(arch)) return bert_mappings(arch, m, padded_vocab);
+  if (is_hf_neox(arch)) return neox_mappings(m, padded_vocab, "embed_out.weight");
   return decoder_mappings(arch, m, padded_vocab);
 }
 
 std::set<std::string> hf_ignored_tensors(const std::string& arch, const config::ModelConfig& m) {
   if (is_hf_bert(arch)) return bert_ignored_tensors(arch, m);
+  if (is_hf_neox(arch)) return neox_ignored_tensors(m);
   return decoder_ignored_tensors(arch, m);
+}
+
+std::string hf_alternative_name(const std::string& arch, const std::string& name) {
+  // GPT-NeoX's head: embed_out in its released checkpoints, lm_head inside transformers 5.
+  if (is_hf_neox(arch) && name == "embed_out.weight") return "lm_head.weight";
+  return {};
 }
 
 NativeLayout native_layout(const config::Recipe& recipe, int64_t tp, int64_t pp, int64_t ep) {

@@ -28,6 +28,8 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& model,
                                      const nlohmann::json& original);
 std::vector<hf::TensorMapping> hf_mappings(const std::string& architecture,
                                            const config::ModelConfig& model, int64_t padded_vocab);
+// Another name a checkpoint of `architecture` may store the HF tensor `name` under (empty: none).
+std::string hf_alternative_name(const std::string& architecture, const std::string& name);
 std::set<std::string> hf_ignored_tensors(const std::string& architecture,
                                          const config::ModelConfig& model);
 

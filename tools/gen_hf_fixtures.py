@@ -156,6 +156,27 @@ FIXTURES = {
                         llama_like(T.SmolLM3Config, num_hidden_layers=4, no_rope_layer_interval=2,
                                    use_sliding_window=True, sliding_window=5, pad_token_id=0),
                         torch.float32, None),
+    # GPT-NeoX / Pythia: the parallel residual, a quarter of each 16-dim head turning (rotary_pct
+    # 0.25), biases everywhere, an untied head; then the sequential residual with half the head
+    # turning and the tanh GeLU, stored in bf16.
+    "gpt_neox": (T.GPTNeoXForCausalLM,
+                 T.GPTNeoXConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                 num_attention_heads=4, vocab_size=VOCAB,
+                                 max_position_embeddings=64, rotary_pct=0.25,
+                                 rotary_emb_base=10000, layer_norm_eps=1e-5,
+                                 use_parallel_residual=True, hidden_act="gelu", bos_token_id=1,
+                                 eos_token_id=2, pad_token_id=0),
+                 torch.float32, None),
+    "gpt_neox_sequential_bf16": (T.GPTNeoXForCausalLM,
+                                 T.GPTNeoXConfig(hidden_size=64, intermediate_size=128,
+                                                 num_hidden_layers=3, num_attention_heads=4,
+                                                 vocab_size=VOCAB, max_position_embeddings=64,
+                                                 rotary_pct=0.5, rotary_emb_base=5000,
+                                                 layer_norm_eps=1e-5,
+                                                 use_parallel_residual=False,
+                                                 hidden_act="gelu_new", bos_token_id=1,
+                                                 eos_token_id=2, pad_token_id=0),
+                                 torch.bfloat16, None),
 }
 
 BERT = {

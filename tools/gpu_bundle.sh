@@ -154,7 +154,7 @@ cp -r "$root/recipes" "$out/src/"
 cp "$root/tokenizers/corpus_spm_8k.model" "$out/src/tokenizers/"
 # The fixtures test_cuda_inference and gpu_check's generate step read (transformers' outputs).
 for f in gpt2 mistral_sliding trained_llama trained_qwen3 trained_smollm3 trained_gpt \
-    phi3_partial_longrope qwen2_window_layers llama_yarn; do cp -r "$root/tests/fixtures/hf/$f" "$out/src/tests/fixtures/hf/"; done
+    phi3_partial_longrope qwen2_window_layers llama_yarn gpt_neox; do cp -r "$root/tests/fixtures/hf/$f" "$out/src/tests/fixtures/hf/"; done
 # A small tokenized corpus at gpt_tiny's path: the first 60 documents of the shipped one.
 awk "NR <= 60" "$root"/data/corpus/*.jsonl > "$out/src/data/corpus_head.jsonl"
 "$build_dir/bin/preprocess_data" --input "$out/src/data/corpus_head.jsonl" --json-keys text \

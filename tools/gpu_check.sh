@@ -187,9 +187,10 @@ run_gtest nccl test_parallel "$(manifest_filter test_parallel 'test_nccl|test_co
 
 say "== 4. generate --device cuda against transformers' greedy tokens"
 # Trained LLaMA, Qwen3 (per-head q/k norms), SmolLM3 (layers without rope) and GPT-2; Phi-3 with
-# partial rotary and LongRoPE, Qwen2 with per-layer windows, Mistral's sliding window, YaRN.
+# partial rotary and LongRoPE, Qwen2 with per-layer windows, Mistral's sliding window, YaRN;
+# GPT-NeoX's parallel residual.
 generate_fixtures="trained_llama trained_qwen3 trained_smollm3 trained_gpt phi3_partial_longrope
-  qwen2_window_layers mistral_sliding llama_yarn"
+  qwen2_window_layers mistral_sliding llama_yarn gpt_neox"
 for fixture_name in $generate_fixtures; do
 fixture="$bundle/src/tests/fixtures/hf/$fixture_name"
 read -r prompt expected <<< "$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]));

@@ -119,8 +119,8 @@ struct RopeFrequencies {
   float yarn_factor = 0.0f;    // 0: no YaRN
   float yarn_low = 0.0f, yarn_range = 1.0f;
   float attention_scale = 1.0f;  // cos and sin x this
-  // LongRoPE: pair i's frequency is 1 / (pair_factor[i] * theta^(2i/Dh)); [Dh / 2] floats on the
-  // device the kernel runs on, or null.
+  // LongRoPE: pair i's frequency is 1 / (pair_factor[i] * theta^(2i/Dh)); [Dh / 2] floats in host
+  // memory (the CUDA kernels take frequencies computed on the host), or null.
   const float* pair_factor = nullptr;
   // Partial rotary embeddings (Megatron's rotary_percent; HF partial_rotary_factor): only the
   // first rotary_dims of each head turn, as a head of that size would (pairs i, i + dims / 2 and

@@ -125,6 +125,9 @@ struct ModelConfig {
   // Per-head RMSNorm of the queries and keys before rotary embeddings (Megatron-Core's
   // qk_layernorm; Qwen3's q_norm / k_norm). RMSNorm models only.
   bool qk_layernorm = false;
+  // Attention and MLP side by side, each through its own norm, into one residual sum (GPT-NeoX /
+  // Pythia: HF use_parallel_residual): out = x + attn(LN1(x)) + mlp(LN2(x)).
+  bool parallel_residual = false;
   // Layers without rotary embeddings (Megatron-Core's no_rope_freq; SmolLM3's NoPE layers): an
   // integer N skips rope in every N-th layer (layers N-1, 2N-1, ...; 0: none), a list holds one
   // 0/1 per layer (1: no rope). Rope models only.
@@ -224,6 +227,7 @@ struct ModelConfig {
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);
     v("qk_layernorm", s.qk_layernorm);
+    v("parallel_residual", s.parallel_residual);
     v("no_rope_freq", s.no_rope_freq);
     v("hidden_dropout", s.hidden_dropout);
     v("attention_dropout", s.attention_dropout);

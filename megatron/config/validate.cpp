@@ -123,6 +123,9 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   validate_no_rope_freq(*this, c);
   validate_rotary_percent(*this, c);
   validate_window_skip(*this, c);
+  c.check(!parallel_residual || arch != Arch::BERT, "model.parallel_residual",
+          "the parallel residual is for the pre-norm decoders (model.arch gpt or llama), not "
+          "bert's post-norm layers");
   if (qk_layernorm)
     c.check(normalization == Normalization::RMSNorm, "model.qk_layernorm",
             "true needs normalization: RMSNorm (the per-head query/key norms are RMSNorms)");

@@ -30,16 +30,6 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
                                    TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_,
                                    spec_.lora_for(spec_.lora_proj, a.layer, 1));
-  if (!spec_.longrope_short.empty()) {
-    auto on_device = [&](const std::vector<float>& v) {
-      Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::F32, device_);
-      std::vector<float> host = v;
-      t.copy_from(Tensor::wrap(host.data(), t.shape(), DType::F32));
-      return t;
-    };
-    longrope_short_ = on_device(spec_.longrope_short);
-    longrope_long_ = on_device(spec_.longrope_long);
-  }
   if (spec_.qk_norm)
     qk_norm_ = std::make_unique<QkNorm>(a.store, a.prefix, Dh, H / G, spec_.norm_eps, a.tp.size());
 }

@@ -53,9 +53,9 @@ class SelfAttention final : public AttentionLayer {
     if (spec_.rope_dynamic_factor > 0.0f && seq_len > spec_.rope_dynamic_positions)
       f.theta = math::dynamic_ntk_theta(spec_.rope_theta, spec_.rope_dynamic_factor, seq_len,
                                         spec_.rope_dynamic_positions, rotary_dims());
-    if (longrope_short_.numel() > 0)
+    if (!spec_.longrope_short.empty())
       f.pair_factor =
-          (seq_len > spec_.longrope_original ? longrope_long_ : longrope_short_).data<float>();
+          (seq_len > spec_.longrope_original ? spec_.longrope_long : spec_.longrope_short).data();
     f.factor = spec_.rope_scaling_factor;
     f.low_freq_factor = spec_.rope_low_freq_factor;
     f.high_freq_factor = spec_.rope_high_freq_factor;
@@ -101,9 +101,8 @@ class SelfAttention final : public AttentionLayer {
   bool sp_;
   int64_t local_heads_, local_groups_;
   std::unique_ptr<Linear> qkv_, proj_;
-  std::unique_ptr<QkNorm> qk_norm_;        // qk_layernorm only
-  Tensor longrope_short_, longrope_long_;  // LongRoPE's pair factors on the device, or empty
-  std::shared_ptr<Tensor> shared_probs_;   // selective recompute only
+  std::unique_ptr<QkNorm> qk_norm_;       // qk_layernorm only
+  std::shared_ptr<Tensor> shared_probs_;  // selective recompute only
   std::shared_ptr<const ContextParallelAttention> cp_;
 };
 

@@ -85,6 +85,8 @@ void TransformerBlock::run_forward(Ctx& c, const Tensor& x, Tensor& out, const M
   own_state(*mlp_, c.mlp, c.parked);
   if (spec_.post_norm)
     forward_post_norm(c, x, out, mb, key_mask);
+  else if (spec_.parallel_residual)
+    forward_parallel(c, x, out, mb, key_mask);
   else
     forward_pre_norm(c, x, out, mb, key_mask);
 }
@@ -94,6 +96,8 @@ void TransformerBlock::run_backward(Ctx& c, const Tensor& d_out, Tensor& dx,
   MT_CHECK(c.attention && c.mlp, "layer ", layer_, ": backward without a forward on this context");
   if (spec_.post_norm)
     backward_post_norm(c, d_out, dx, mb, key_mask);
+  else if (spec_.parallel_residual)
+    backward_parallel(c, d_out, dx, mb, key_mask);
   else
     backward_pre_norm(c, d_out, dx, mb, key_mask);
 }
@@ -191,6 +195,31 @@ void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx
   attention_branch_backward(c, c.d_mid, c.d_ln, mb, key_mask);
   ln1_->backward(c.ln1, c.d_ln, dx);
   ops::add_inplace(dx, c.d_mid);  // residual
+}
+
+// Parallel residual (GPT-NeoX): both branches read the block input through their own norms,
+// mid = x + attn(LN1(x)) (c.mid); out = mid + mlp(LN2(x)).
+void TransformerBlock::forward_parallel(Ctx& c, const Tensor& x, Tensor& out,
+                                        const MicroBatchInfo& mb, const uint8_t* key_mask) const {
+  const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden;
+  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act(), device_));
+  const Tensor& attn = attention_branch_forward(c, c.ln1_out, mb, key_mask);
+  ops::add(x, attn, ensure(c.mid, {Sl, B, D}, act(), device_));
+  ln2_->forward(c.ln2, x, ensure(c.ln2_out, {Sl, B, D}, act(), device_));
+  const Tensor& mlp = mlp_branch_forward(c, c.ln2_out, mb);
+  ops::add(c.mid, mlp, ensure(out, {Sl, B, D}, act(), device_));
+}
+
+void TransformerBlock::backward_parallel(Ctx& c, const Tensor& d_out, Tensor& dx,
+                                         const MicroBatchInfo& mb, const uint8_t* key_mask) const {
+  const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
+  // d_ln holds each branch's input gradient in turn; d_mid the LN1 path's share of dx.
+  mlp_branch_backward(c, d_out, ensure(c.d_ln, {Sl, B, D}, act(), device_), mb);
+  ln2_->backward(c.ln2, c.d_ln, dx);
+  attention_branch_backward(c, d_out, c.d_ln, mb, key_mask);
+  ln1_->backward(c.ln1, c.d_ln, ensure(c.d_mid, {Sl, B, D}, act(), device_));
+  ops::add_inplace(dx, c.d_mid);
+  ops::add_inplace(dx, d_out);  // residual
 }
 
 // Post-LN: the branches read the residual stream directly and the norms sit after each

@@ -79,10 +79,15 @@ class TransformerBlock {
 
  private:
   // The computation in context c, writing the block output into `out` (c.out, or a
-  // full-recompute checkpoint); pre-LN and post-LN variants (spec_.post_norm).
+  // full-recompute checkpoint); pre-LN, post-LN (spec_.post_norm) and parallel-residual
+  // (spec_.parallel_residual) variants.
   void forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
                         const uint8_t* key_mask) const;
   void backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
+                         const uint8_t* key_mask) const;
+  void forward_parallel(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
+                        const uint8_t* key_mask) const;
+  void backward_parallel(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
                          const uint8_t* key_mask) const;
   void forward_post_norm(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
                          const uint8_t* key_mask) const;

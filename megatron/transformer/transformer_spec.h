@@ -62,6 +62,9 @@ struct TransformerSpec {
   // i - j < window; 0: all earlier keys.
   int64_t window = 0;
   bool post_norm = false;  // post-LN (BERT) instead of pre-LN; see TransformerBlock
+  // Attention and MLP side by side on the block input (GPT-NeoX's use_parallel_residual):
+  // out = x + attn(LN1(x)) + mlp(LN2(x)). (model.parallel_residual)
+  bool parallel_residual = false;
   float hidden_dropout = 0.0f, attention_dropout = 0.0f;
   float norm_eps = 1e-5f;
   float init_std = 0.02f;

@@ -267,6 +267,8 @@ const Rule kRules[] = {
      "model.attention_backend", "unfused with parallel.context 2"},
     {"context_fused", "model: {attention_backend: fused}\nparallel: {context: 2}",
      "model.attention_backend", "fused with parallel.context 2"},
+    {"parallel_residual_bert", "model: {arch: bert, parallel_residual: true}",
+     "model.parallel_residual", "not bert's post-norm layers"},
     {"fused_on_cpu", "model: {attention_backend: fused}\ntraining: {device: cpu}",
      "model.attention_backend", "needs training.device: cuda"},
     {"context_moe_ep", "model: {num_experts: 4}\nparallel: {context: 2, expert: 2}",

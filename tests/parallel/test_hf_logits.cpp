@@ -212,5 +212,9 @@ TEST(HfLogits, SmolLM3ListBf16) { check_logits("smollm3_list_bf16"); }
 // SmolLM3's windows on its NoPE layers, 5 keys over the 16-token forward and the generation.
 TEST(HfLogits, Qwen2WindowLayers) { check_logits("qwen2_window_layers"); }
 TEST(HfLogits, SmolLM3Sliding) { check_logits("smollm3_sliding"); }
+// GPT-NeoX / Pythia: the parallel residual with a quarter of each head turning (fp32), the
+// sequential one with half of it (bf16).
+TEST(HfLogits, GptNeoX) { check_logits("gpt_neox"); }
+TEST(HfLogits, GptNeoXSequentialBf16) { check_logits("gpt_neox_sequential_bf16"); }
 
 }  // namespace

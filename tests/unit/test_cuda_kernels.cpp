@@ -299,6 +299,18 @@ TYPED_TEST(CudaOps, Rope) {
   kc::rope_backward(s, dbwd.p(), 10000.0f, 4000, nullptr, nullptr);
   EXPECT_CLOSE(dfwd.get(), fwd, tol<T>());
   EXPECT_CLOSE(dbwd.get(), bwd, tol<T>());
+  // LongRoPE's per-pair factors (host memory: the CUDA path turns them into frequencies on the
+  // host; a device pointer here once crashed generate on a Phi-3 checkpoint), partial rotary.
+  const std::vector<float> factors{1.0f, 1.5f, 2.0f, 3.5f, 4.0f, 6.0f, 7.5f, 9.0f};
+  megatron::math::RopeFrequencies rope(10000.0f);
+  rope.pair_factor = factors.data();
+  rope.rotary_dims = 16;
+  rope.attention_scale = 1.2f;
+  std::vector<float> lr = qkv;
+  kp::rope_forward(s, lr.data(), rope, 77);
+  Dev<T> dlr(qkv);
+  kc::rope_forward(s, dlr.p(), rope, 77, nullptr, nullptr);
+  EXPECT_CLOSE(dlr.get(), lr, tol<T>());
 }
 
 TYPED_TEST(CudaOps, CrossEntropy) {

@@ -148,6 +148,21 @@ TEST(CudaTraining, QkLayernormMatchesTheCpuRun) {
   }
 }
 
+// GPT-NeoX's blocks on CUDA (model.parallel_residual, partial rotary, exact GeLU): the curves
+// follow the CPU's in fp32 and bf16.
+TEST(CudaTraining, ParallelResidualMatchesTheCpuRun) {
+  if (!device_available(Device::CUDA)) GTEST_SKIP() << "no CUDA backend or no GPU here";
+  const std::string keys =
+      ", position_embedding: rope, rotary_percent: 0.25, parallel_residual: true, activation: "
+      "gelu_exact, tie_embeddings: false, hidden_dropout: 0.1, attention_dropout: 0.1";
+  for (const Case& c : {Case{"gpt", "fp32"}, Case{"gpt", "bf16"}}) {
+    SCOPED_TRACE(c.precision);
+    const auto cpu = train_recipe(c, tiny_recipe(c, "cpu", 4, "", keys));
+    const auto gpu = train_recipe(c, tiny_recipe(c, "cuda", 4, "", keys));
+    expect_same_curve(gpu, cpu, c.precision == "fp32" ? 2e-4 : 2e-2);
+  }
+}
+
 // optimizer.offload: cpu: the masters and moments of all (or half) of the parameters in host
 // memory, stepped by the host AdamW between the gradient and weight copies: the same curve as
 // the AdamW on the GPU (the host AdamW is unfused, the GPU's may fuse: round-off apart).

@@ -17,7 +17,9 @@ struct Variant {
   bool swiglu, rope, rmsnorm, tie, bias;
   int64_t groups;
   float hidden_dropout, attention_dropout;
-  int64_t kv_channels;  // 0: hidden / heads
+  int64_t kv_channels;             // 0: hidden / heads
+  bool parallel_residual = false;  // GPT-NeoX's blocks
+  int64_t rotary_dims = 0;         // partial rotary (0: the whole head)
 };
 
 GPTSpec tiny_spec(const Variant& v) {
@@ -34,6 +36,8 @@ GPTSpec tiny_spec(const Variant& v) {
   t.swiglu = v.swiglu;
   t.rope = v.rope;
   t.bias = v.bias;
+  t.parallel_residual = v.parallel_residual;
+  t.rope_rotary_dims = v.rotary_dims;
   t.hidden_dropout = v.hidden_dropout;
   t.attention_dropout = v.attention_dropout;
   t.init_std = 0.2f;  // large enough that every path carries signal
@@ -101,7 +105,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"gpt_dropout", false, false, false, true, true, 4, 0.1f, 0.1f, 0},
                       // head dim 6, not 16 / 4: query width 24 != hidden (Mistral-NeMo-like)
                       Variant{"llama_kv_channels", true, true, true, false, false, 2, 0.0f, 0.0f,
-                              6}),
+                              6},
+                      // GPT-NeoX: the parallel residual, 2 of each 4-dim head turning, untied
+                      Variant{"neox", false, true, false, false, true, 4, 0.0f, 0.0f, 0, true, 2}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GPTModel, InitialLossIsNearUniform) {

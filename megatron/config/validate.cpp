@@ -365,10 +365,7 @@ void Recipe::validate_context_parallel(Checker& c) const {
       "model.moe_expert_capacity_factor",
       concat("a token capacity is not implemented with context parallelism (got parallel.context ",
              cp, ")"));
-  c.check(parallel.num_distributed_optimizer_instances == 1,
-          "parallel.num_distributed_optimizer_instances",
-          concat("hybrid sharding is not implemented with context parallelism (got ",
-                 parallel.num_distributed_optimizer_instances, " with parallel.context ", cp, ")"));
+
   if (parallel.cp_comm_type == CpCommType::A2A) {
     c.divisible("model.num_attention_heads", model.num_attention_heads,
                 "parallel.tensor * parallel.context (cp_comm_type a2a)", tp * cp);

@@ -143,6 +143,8 @@ std::string_view group_kind_name(GroupKind kind) {
       return "dp_replica";
     case GroupKind::ExpertTP:
       return "expert_tp";
+    case GroupKind::DPShardCP:
+      return "dp_shard_cp";
   }
   return "?";
 }
@@ -160,6 +162,74 @@ int Placement::group_rank(GroupKind kind, int world_rank) const {
   const std::vector<int>& g = group(kind, world_rank);
   return static_cast<int>(std::find(g.begin(), g.end(), world_rank) - g.begin());
 }
+
+namespace {
+
+// Hybrid sharding: each dp group cut into dp_instances runs of consecutive dp ranks.
+void add_hybrid_sharding_groups(Placement& p, const MeshSizes& sizes, int world) {
+  const size_t ks = static_cast<size_t>(GroupKind::DPShard);
+  const size_t kr = static_cast<size_t>(GroupKind::DPReplica);
+  p.group_of_rank[ks].assign(static_cast<size_t>(world), -1);
+  p.group_of_rank[kr].assign(static_cast<size_t>(world), -1);
+  const size_t shard = static_cast<size_t>(sizes.dp / sizes.dp_instances);
+  for (const auto& g : p.groups[static_cast<size_t>(GroupKind::DP)]) {
+    for (size_t first = 0; first < g.size(); first += shard) {
+      std::vector<int> members(g.begin() + static_cast<std::ptrdiff_t>(first),
+                               g.begin() + static_cast<std::ptrdiff_t>(first + shard));
+      for (int r : members)
+        p.group_of_rank[ks][static_cast<size_t>(r)] = static_cast<int>(p.groups[ks].size());
+      p.groups[ks].push_back(std::move(members));
+    }
+    for (size_t i = 0; i < shard; ++i) {
+      std::vector<int> members;
+      for (size_t j = i; j < g.size(); j += shard) members.push_back(g[j]);
+      for (int r : members)
+        p.group_of_rank[kr][static_cast<size_t>(r)] = static_cast<int>(p.groups[kr].size());
+      p.groups[kr].push_back(std::move(members));
+    }
+  }
+}
+
+// dp_shard x cp: each dp_cp group cut by instance, in dp_cp order.
+void add_shard_cp_groups(Placement& p, int world) {
+  const size_t k = static_cast<size_t>(GroupKind::DPShardCP);
+  const size_t kr = static_cast<size_t>(GroupKind::DPReplica);
+  p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
+  for (const auto& g : p.groups[static_cast<size_t>(GroupKind::DPCP)]) {
+    // The instance of a rank: its position in its replica group.
+    std::map<int, std::vector<int>> by_instance;
+    for (int r : g) {
+      const auto& replica =
+          p.groups[kr][static_cast<size_t>(p.group_of_rank[kr][static_cast<size_t>(r)])];
+      const auto at = std::find(replica.begin(), replica.end(), r) - replica.begin();
+      by_instance[static_cast<int>(at)].push_back(r);
+    }
+    for (auto& [instance, members] : by_instance) {
+      for (int r : members)
+        p.group_of_rank[k][static_cast<size_t>(r)] = static_cast<int>(p.groups[k].size());
+      p.groups[k].push_back(std::move(members));
+    }
+  }
+}
+
+// Embedding: first + last stage of each pipeline; middle stages alone.
+void add_embedding_groups(Placement& p, int world) {
+  const size_t k = static_cast<size_t>(GroupKind::Embedding);
+  p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
+  for (const auto& pipe : p.groups[static_cast<size_t>(GroupKind::PP)]) {
+    std::vector<int> ends = {pipe.front()};
+    if (pipe.size() > 1) ends.push_back(pipe.back());
+    for (int r : ends)
+      p.group_of_rank[k][static_cast<size_t>(r)] = static_cast<int>(p.groups[k].size());
+    p.groups[k].push_back(ends);
+    for (size_t i = 1; i + 1 < pipe.size(); ++i) {
+      p.group_of_rank[k][static_cast<size_t>(pipe[i])] = static_cast<int>(p.groups[k].size());
+      p.groups[k].push_back({pipe[i]});
+    }
+  }
+}
+
+}  // namespace
 
 Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::string>& node_of_rank) {
   const int world = static_cast<int>(node_of_rank.size());
@@ -327,44 +397,9 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
   }
   make_groups(GroupKind::Model, {"tp", "pp"});
   make_groups(GroupKind::DPCP, {"ep", "dp", "cp"});
-  {  // Hybrid sharding: each dp group cut into dp_instances runs of consecutive dp ranks.
-    const size_t ks = static_cast<size_t>(GroupKind::DPShard);
-    const size_t kr = static_cast<size_t>(GroupKind::DPReplica);
-    p.group_of_rank[ks].assign(static_cast<size_t>(world), -1);
-    p.group_of_rank[kr].assign(static_cast<size_t>(world), -1);
-    const size_t shard = static_cast<size_t>(sizes.dp / sizes.dp_instances);
-    for (const auto& g : p.groups[static_cast<size_t>(GroupKind::DP)]) {
-      for (size_t first = 0; first < g.size(); first += shard) {
-        std::vector<int> members(g.begin() + static_cast<std::ptrdiff_t>(first),
-                                 g.begin() + static_cast<std::ptrdiff_t>(first + shard));
-        for (int r : members)
-          p.group_of_rank[ks][static_cast<size_t>(r)] = static_cast<int>(p.groups[ks].size());
-        p.groups[ks].push_back(std::move(members));
-      }
-      for (size_t i = 0; i < shard; ++i) {
-        std::vector<int> members;
-        for (size_t j = i; j < g.size(); j += shard) members.push_back(g[j]);
-        for (int r : members)
-          p.group_of_rank[kr][static_cast<size_t>(r)] = static_cast<int>(p.groups[kr].size());
-        p.groups[kr].push_back(std::move(members));
-      }
-    }
-  }
-  {  // Embedding: first + last stage of each pipeline; middle stages alone.
-    const size_t k = static_cast<size_t>(GroupKind::Embedding);
-    p.group_of_rank[k].assign(static_cast<size_t>(world), -1);
-    for (const auto& pipe : p.groups[static_cast<size_t>(GroupKind::PP)]) {
-      std::vector<int> ends = {pipe.front()};
-      if (pipe.size() > 1) ends.push_back(pipe.back());
-      for (int r : ends)
-        p.group_of_rank[k][static_cast<size_t>(r)] = static_cast<int>(p.groups[k].size());
-      p.groups[k].push_back(ends);
-      for (size_t i = 1; i + 1 < pipe.size(); ++i) {
-        p.group_of_rank[k][static_cast<size_t>(pipe[i])] = static_cast<int>(p.groups[k].size());
-        p.groups[k].push_back({pipe[i]});
-      }
-    }
-  }
+  add_hybrid_sharding_groups(p, sizes, world);
+  add_shard_cp_groups(p, world);
+  add_embedding_groups(p, world);
 
   // Warnings: TP groups spanning nodes.
   for (const auto& g : p.groups[static_cast<size_t>(GroupKind::TP)]) {

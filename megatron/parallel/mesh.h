@@ -27,6 +27,9 @@
 //                       one instance: one node when the placement allows); dp itself when
 //                       dp_instances == 1
 //   dp_replica          hybrid sharding: the ranks holding the same shard in each instance
+//   dp_shard_cp         dp_shard x cp: one instance's ranks of dp_cp (what the distributed
+//                       optimizer shards over when context parallel is on; dp_cp itself when
+//                       dp_instances == 1)
 //   model               tp x pp (what the global gradient norm is summed over)
 //   embedding           first and last pipeline stage of each pipeline (just the first when
 //                       pp == 1); ranks of middle stages each form a group of one (has_embedding
@@ -87,13 +90,15 @@ enum class GroupKind : int {
   DPCP,
   DPShard,
   DPReplica,
-  ExpertTP
+  ExpertTP,
+  DPShardCP
 };
-inline constexpr int kNumGroupKinds = 12;
+inline constexpr int kNumGroupKinds = 13;
 inline constexpr std::array<GroupKind, kNumGroupKinds> kAllGroupKinds = {
-    GroupKind::TP,   GroupKind::CP,       GroupKind::DP,        GroupKind::PP,
-    GroupKind::EP,   GroupKind::ExpertDP, GroupKind::Model,     GroupKind::Embedding,
-    GroupKind::DPCP, GroupKind::DPShard,  GroupKind::DPReplica, GroupKind::ExpertTP};
+    GroupKind::TP,       GroupKind::CP,       GroupKind::DP,        GroupKind::PP,
+    GroupKind::EP,       GroupKind::ExpertDP, GroupKind::Model,     GroupKind::Embedding,
+    GroupKind::DPCP,     GroupKind::DPShard,  GroupKind::DPReplica, GroupKind::ExpertTP,
+    GroupKind::DPShardCP};
 std::string_view group_kind_name(GroupKind kind);  // "tp", "expert_dp", "dp_cp", ...
 
 struct RankPlacement {
@@ -152,6 +157,7 @@ class Mesh {
   Communicator& dp_cp() const { return group(GroupKind::DPCP); }
   Communicator& dp_shard() const { return group(GroupKind::DPShard); }
   Communicator& dp_replica() const { return group(GroupKind::DPReplica); }
+  Communicator& dp_shard_cp() const { return group(GroupKind::DPShardCP); }
   Communicator& expert_tp() const { return group(GroupKind::ExpertTP); }
   Communicator& group(GroupKind kind) const { return *groups_[static_cast<size_t>(kind)]; }
 

@@ -25,6 +25,7 @@ DeviceGroups::DeviceGroups(Device device, const TrainerGroups& mesh_groups) : gr
   groups_.dp_replica = on_device(groups_.dp_replica);
   groups_.cp = on_device(groups_.cp);
   groups_.dp_cp = on_device(groups_.dp_cp);
+  groups_.dp_shard_cp = on_device(groups_.dp_shard_cp);
 }
 
 DeviceGroups::~DeviceGroups() = default;

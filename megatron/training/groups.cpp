@@ -14,6 +14,7 @@ TrainerGroups TrainerGroups::from_mesh(const parallel::Mesh& mesh) {
   g.expert_tp = &mesh.expert_tp();
   g.cp = &mesh.cp();
   g.dp_cp = &mesh.dp_cp();
+  g.dp_shard_cp = &mesh.dp_shard_cp();
   return g;
 }
 
@@ -21,7 +22,9 @@ TrainerGroups TrainerGroups::weight_replicas() const {
   if (cp == nullptr || cp->size() == 1) return *this;
   TrainerGroups g = *this;
   g.dp = dp_cp;
-  g.dp_shard = dp_cp;  // hybrid sharding is refused with cp (Recipe::validate_context_parallel)
+  // Hybrid sharding: the shards span one instance's dp x cp ranks, the replicas stay the ranks
+  // holding the same shard (and cp rank) in each instance.
+  g.dp_shard = dp_shard_cp ? dp_shard_cp : dp_cp;
   g.expert_dp = dp_cp;
   return g;
 }
@@ -42,6 +45,7 @@ TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups&
   out.expert_tp = g.expert_tp ? g.expert_tp : out.tp;
   out.cp = g.cp ? g.cp : single;
   out.dp_cp = g.dp_cp ? g.dp_cp : out.dp;
+  out.dp_shard_cp = g.dp_shard_cp ? g.dp_shard_cp : out.dp_cp;
   const auto& p = recipe.parallel;
   MT_INPUT_CHECK(
       p.tensor == out.tp->size() && p.data == out.dp->size() && p.pipeline == out.pp->size(),

@@ -26,6 +26,8 @@ struct TrainerGroups {
   // ranks holding the same weights (null: dp).
   parallel::Communicator* cp = nullptr;
   parallel::Communicator* dp_cp = nullptr;
+  // dp_shard x cp: what the dense shards span with context parallelism (null: dp_cp).
+  parallel::Communicator* dp_shard_cp = nullptr;
 
   // Every group of a mesh: the one place a mesh becomes the trainer's groups.
   static TrainerGroups from_mesh(const parallel::Mesh& mesh);
@@ -39,8 +41,9 @@ struct TrainerGroups {
 };
 
 // The given groups with groups of one (`single`) where none are given, checked against the
-// recipe's layout (parallel.tensor/pipeline/data/context/expert/num_distributed_optimizer_instances):
-// an InputError naming the recipe when they differ.
+// recipe's layout
+// (parallel.tensor/pipeline/data/context/expert/num_distributed_optimizer_instances): an InputError
+// naming the recipe when they differ.
 TrainerGroups complete_groups(const config::Recipe& recipe, const TrainerGroups& given,
                               parallel::Communicator* single);
 

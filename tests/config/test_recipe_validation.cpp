@@ -276,8 +276,6 @@ const Rule kRules[] = {
     {"context_moe_capacity",
      "model: {num_experts: 4, moe_expert_capacity_factor: 1.5}\nparallel: {context: 2}",
      "model.moe_expert_capacity_factor", "parallel.context 2"},
-    {"context_hybrid", "parallel: {context: 2, num_distributed_optimizer_instances: 2}",
-     "parallel.num_distributed_optimizer_instances", "got 2 with parallel.context 2"},
     {"context_a2a_heads",
      "model: {num_attention_heads: 4, seq_length: 64}\nparallel: {context: 8, cp_comm_type: a2a}",
      "model.num_attention_heads", "4 % 8"},

@@ -3,10 +3,10 @@
 // Trainer gives the single-process loss and gradient-norm curve over 20 steps within fp32
 // round-off: alone at cp 2 and 4, with full recompute, and combined with tensor + sequence,
 // pipeline (1F1B and interleaved) and data parallelism under the distributed optimizer and
-// ZeRO-3 (context_parallel_layouts()); for GPT with attention and hidden dropout (masks at global
-// positions), for LLaMA with grouped-query attention and a sliding window, in bf16, and with a
-// context-parallel rank whose every label is masked (zero targets there: the loss is still the
-// whole batch's and nothing turns NaN).
+// ZeRO-3 (context_parallel_layouts()), and hybrid sharding (two optimizer instances); for GPT with
+// attention and hidden dropout (masks at global positions), for LLaMA with grouped-query attention
+// and a sliding window, in bf16, and with a context-parallel rank whose every label is masked (zero
+// targets there: the loss is still the whole batch's and nothing turns NaN).
 #include "equivalence_fixture.h"
 
 namespace megatron {
@@ -42,6 +42,40 @@ TEST(CpEquivalence, LlamaGqaSlidingWindowMatchesSingleProcess) {
   eq::report_max_diff("llama sliding-window context-parallel equivalence");
 }
 
+// Hybrid sharding (parallel.num_distributed_optimizer_instances) with cp: the shards span one
+// instance's dp x cp ranks (the mesh's dp_shard_cp), the replicas the same shard and cp rank in
+// the other instance; each strategy, each cp_comm_type.
+TEST(CpEquivalence, HybridShardingMatchesSingleProcess) {
+  eq::RecipeSpec gpt{.arch = "gpt", .layers = 4};
+  gpt.seq = 32;
+  gpt.micro = 4;
+  gpt.seed = 5;
+  const std::vector<eq::Layout> layouts = {
+      {.dp = 2, .micro = 2, .sharding = "optim", .dp_instances = 2, .cp = 2, .cp_comm = "p2p"},
+      {.dp = 2,
+       .micro = 2,
+       .sharding = "optim_grads",
+       .dp_instances = 2,
+       .cp = 2,
+       .cp_comm = "all_gather"},
+      {.dp = 2,
+       .micro = 1,
+       .sharding = "optim_grads_params",
+       .dp_instances = 2,
+       .cp = 2,
+       .cp_comm = "a2a"},
+      {.dp = 2,
+       .micro = 2,
+       .sharding = "optim_grads_params",
+       .dp_instances = 2,
+       .cp = 2,
+       .cp_comm = "p2p"},
+  };
+  EXPECT_GT(eq::expect_layouts_match(gpt, tokens(gpt.seq), layouts), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("gpt hybrid sharding with cp");
+}
+
 TEST(CpEquivalence, Bf16TracksSingleProcess) {
   eq::RecipeSpec llama{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
   llama.seq = 32;
@@ -54,8 +88,8 @@ TEST(CpEquivalence, Bf16TracksSingleProcess) {
       {.micro = 2, .cp = 2, .cp_comm = "a2a"},
       {.tp = 2, .micro = 2, .sp = true, .cp = 2, .cp_comm = "all_gather"},
   };
-  EXPECT_GT(
-      eq::expect_layouts_match(llama, tokens(llama.seq), layouts, eq::Tolerance{2e-3, 3e-2}), 0)
+  EXPECT_GT(eq::expect_layouts_match(llama, tokens(llama.seq), layouts, eq::Tolerance{2e-3, 3e-2}),
+            0)
       << "no layout for " << mp::testing::world().size() << " ranks";
   eq::report_max_diff("llama bf16 context-parallel equivalence");
 }

@@ -22,10 +22,12 @@ struct RunLayout {
   int64_t tp = 1, pp = 1;
   std::string sharding = "no_shard";
   int64_t instances = 1;
+  int64_t cp = 1;       // parallel.context
   bool single = false;  // rank 0 alone
   std::string name() const {
     return (single ? std::string("single") : concat("world tp", tp, " pp", pp)) + " " + sharding +
-           (instances > 1 ? concat(" x", instances) : std::string());
+           (instances > 1 ? concat(" x", instances) : std::string()) +
+           (cp > 1 ? concat(" cp", cp) : std::string());
   }
 };
 
@@ -37,6 +39,7 @@ training::TrainSummary run(const RunLayout& l, int64_t iters, const std::string&
   s.pp = l.pp;
   s.sharding = l.sharding;
   s.dp_instances = l.instances;
+  s.cp = l.cp;
   s.micro = 1;
   s.iters = iters;
   s.eval_interval = 0;
@@ -102,6 +105,9 @@ TEST(ShardingCheckpoint, EveryStrategyLoadsEveryOther) {
     cases.push_back({hybrid3, RunLayout{.pp = 2, .sharding = "optim"}});
     cases.push_back({RunLayout{.tp = 2, .sharding = "optim_grads"}, zero3});
     cases.push_back({zero3, RunLayout{.tp = 2, .pp = 2}});
+    // Hybrid sharding with cp: shards over one instance's dp x cp ranks.
+    cases.push_back({RunLayout{.sharding = "optim_grads_params", .instances = 2, .cp = 2}, single});
+    cases.push_back({zero3, RunLayout{.sharding = "optim", .instances = 2, .cp = 2}});
   }
   expect_conversions(cases, "fp32", {});
   eq::report_max_diff("sharding checkpoint conversions");

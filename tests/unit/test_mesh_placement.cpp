@@ -79,7 +79,8 @@ void check_invariants(const mp::Placement& p, const std::string& what) {
       {GroupKind::ExpertDP, (s.experts_fold_tp() ? s.tp : 1) * s.dp / s.ep},
       {GroupKind::ExpertTP, s.expert_tp()},
       {GroupKind::Model, s.tp * s.pp},
-      {GroupKind::DPCP, s.dp * s.cp}};
+      {GroupKind::DPCP, s.dp * s.cp},
+      {GroupKind::DPShardCP, s.dp / s.dp_instances * s.cp}};
   for (GroupKind k : mp::kAllGroupKinds) {
     SCOPED_TRACE(std::string(mp::group_kind_name(k)));
     std::vector<int> count(world, 0);
@@ -422,6 +423,26 @@ TEST(MeshPlacement, ContextParallelGroups) {
   EXPECT_EQ(groups(p, GroupKind::DP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
   EXPECT_EQ(groups(p, GroupKind::DPCP), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
   EXPECT_EQ(groups(p, GroupKind::Model), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+}
+
+// Hybrid sharding with cp: dp 4 in 2 instances, cp 2, tp 2. The shard groups of one instance
+// (dp ranks {0, 1} and {2, 3}) span its cp peers too (dp_shard_cp), the replicas pair the same
+// shard and cp rank across instances; without instances dp_shard_cp is dp_cp.
+TEST(MeshPlacement, HybridShardingWithContextParallelGroups) {
+  mp::MeshSizes s = sizes(2, 2, 1, 4, 1);
+  s.dp_instances = 2;
+  const auto p = mp::plan_placement(s, block_nodes({16}));
+  check_invariants(p, "hybrid cp2");
+  EXPECT_EQ(groups(p, GroupKind::DP),
+            (Groups{{0, 4, 8, 12}, {1, 5, 9, 13}, {2, 6, 10, 14}, {3, 7, 11, 15}}));
+  EXPECT_EQ(groups(p, GroupKind::DPShard),
+            (Groups{{0, 4}, {8, 12}, {1, 5}, {9, 13}, {2, 6}, {10, 14}, {3, 7}, {11, 15}}));
+  EXPECT_EQ(groups(p, GroupKind::DPShardCP),
+            (Groups{{0, 2, 4, 6}, {8, 10, 12, 14}, {1, 3, 5, 7}, {9, 11, 13, 15}}));
+  EXPECT_EQ(groups(p, GroupKind::DPReplica),
+            (Groups{{0, 8}, {4, 12}, {1, 9}, {5, 13}, {2, 10}, {6, 14}, {3, 11}, {7, 15}}));
+  const auto one = mp::plan_placement(sizes(2, 2, 1, 2, 1), block_nodes({8}));
+  EXPECT_EQ(groups(one, GroupKind::DPShardCP), groups(one, GroupKind::DPCP));
 }
 
 TEST(MeshPlacement, PipelineEmbeddingGroups) {

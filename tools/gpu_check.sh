@@ -14,7 +14,7 @@
 #   2. every CUDA unit test (test_cuda_*, test_ops_backends*, device backends), including the
 #      CUDA training-equivalence tests (GPT, LLaMA, BERT, two MoE models; fp32, bf16 vs the CPU)
 #   3. the single-process NCCL and communicator cases
-#   4. generate --device cuda on transformers fixtures (eight families and rope/window variants):
+#   4. generate --device cuda on nine transformers fixtures (families, rope and window variants):
 #      their greedy tokens against transformers' and against --device cpu
 #   5. --bench: GPT-2 124M and GPT 1.3B, bf16, synthetic data, one GPU, with each attention
 #      backend of --backends (model.attention_backend; default fused unfused) (tokens/s, TFLOP/s, MFU against the GPU's dense bf16 peak: GPU_PEAK_TFLOPS, else

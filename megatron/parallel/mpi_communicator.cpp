@@ -300,6 +300,18 @@ void MpiCommunicator::still_waiting(std::string_view op, double waited_s,
   std::fflush(stderr);
 }
 
+void MpiCommunicator::not_running(std::string_view op, double gap_s) const {
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  std::ostringstream os;
+  os << "rank " << world_rank << ": this process did not run for " << std::fixed
+     << std::setprecision(1) << gap_s << " s while waiting for " << op << " on group " << name_
+     << " (stopped or starved); that time is not counted against parallel.comm_timeout_s\n";
+  const std::string msg = os.str();
+  std::fputs(msg.c_str(), stderr);
+  std::fflush(stderr);
+}
+
 void MpiCommunicator::timed_out(std::string_view op, double waited_s,
                                 const std::vector<int>& peers) const {
   int world_rank = -1;
@@ -324,7 +336,8 @@ void MpiCommunicator::wait_requests(std::vector<MPI_Request>& requests, std::str
   statuses.assign(requests.size(), MPI_Status{});
   if (requests.empty()) return;
   const auto start = Clock::now();
-  double next_warning = warn_s_;
+  auto last_poll = start;
+  double next_warning = warn_s_, stalled = 0.0;
   for (;;) {
     int flag = 0;
     const int rc =
@@ -336,7 +349,17 @@ void MpiCommunicator::wait_requests(std::vector<MPI_Request>& requests, std::str
     }
     check_mpi(rc, concat(op, " on group '", name_, "'"));
     if (flag) return;
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    // Polls are at most a few milliseconds apart: a longer gap means this process itself was
+    // not running (SIGSTOP, a debugger, a starved VM). That time is not the peers' fault and
+    // does not count against the timeout (a resumed rank would otherwise blame its peers).
+    const auto now = Clock::now();
+    const double gap = std::chrono::duration<double>(now - last_poll).count();
+    last_poll = now;
+    if (gap > kStallGapS) {
+      stalled += gap;
+      not_running(op, gap);
+    }
+    const double waited = std::chrono::duration<double>(now - start).count() - stalled;
     if (timeout_s_ > 0 && waited > timeout_s_) timed_out(op, waited, peers);
     if (warn_s_ > 0 && waited > next_warning) {
       still_waiting(op, waited, peers);

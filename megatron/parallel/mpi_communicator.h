@@ -99,6 +99,9 @@ class MpiCommunicator final : public Communicator {
   [[noreturn]] void timed_out(std::string_view op, double waited_s,
                               const std::vector<int>& peers) const;
   void still_waiting(std::string_view op, double waited_s, const std::vector<int>& peers) const;
+  void not_running(std::string_view op, double gap_s) const;
+  // A gap between two polls of a wait longer than this: the process itself was not running.
+  static constexpr double kStallGapS = 2.0;
   // "1, 5, 9" (world ranks of `peers`, or of every other member when empty; cut after 32).
   std::string peer_list(const std::vector<int>& peers) const;
 

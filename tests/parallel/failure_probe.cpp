@@ -8,6 +8,13 @@
 //   failure_probe ok             nobody fails (the harness's control case)
 //   failure_probe slow           rank 1 joins after 3 s: rank 0 prints "waiting" lines (every
 //                                1 s) and the job completes
+//   failure_probe stopped        rank 1 waits in the all-reduce, rank 0 stops it (SIGSTOP) for
+//                                7 s, resumes it and joins: rank 1 says it did not run, does not
+//                                count that against its 5 s timeout (nor blames rank 0), and the
+//                                job completes
+#include <signal.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +32,20 @@ int main(int argc, char** argv) {
   world->set_warn_seconds(1.0);
   const int rank = world->rank();
   world->barrier();  // everybody is up
+  // Every rank's process id (all ranks of the probe run on this machine).
+  megatron::Tensor pid = megatron::Tensor::zeros(megatron::Shape{1}, megatron::DType::F64);
+  pid.data<double>()[0] = static_cast<double>(::getpid());
+  megatron::Tensor pids =
+      megatron::Tensor::zeros(megatron::Shape{world->size()}, megatron::DType::F64);
+  world->all_gather(pid, pids);
+  if (mode == "stopped" && rank == 0) {
+    const auto rank1 = static_cast<pid_t>(pids.data<double>()[1]);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // rank 1 is in the all-reduce
+    ::kill(rank1, SIGSTOP);
+    std::this_thread::sleep_for(std::chrono::seconds(7));
+    ::kill(rank1, SIGCONT);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
 
   if (rank == 1) {
     if (mode == "hang") std::this_thread::sleep_for(std::chrono::seconds(120));

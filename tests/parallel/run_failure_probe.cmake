@@ -12,7 +12,7 @@ message("---- mpirun output (${MODE}, exit '${rc}', ${elapsed} s) ----\n${all}\n
 if(rc MATCHES "timeout")
   message(FATAL_ERROR "failure probe '${MODE}': the job did not end within ${LIMIT} s")
 endif()
-if(MODE STREQUAL "ok" OR MODE STREQUAL "slow")
+if(MODE STREQUAL "ok" OR MODE STREQUAL "slow" OR MODE STREQUAL "stopped")
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "failure probe '${MODE}' failed with exit ${rc}")
   endif()

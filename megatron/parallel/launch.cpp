@@ -171,7 +171,11 @@ void MpiRuntime::abort(int code, std::string_view message) {
   if (live) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::fprintf(stderr, "rank %d: %.*s\n", rank, static_cast<int>(message.size()), message.data());
   std::fflush(stderr);
-  if (live) MPI_Abort(MPI_COMM_WORLD, code);
+  // Under Open MPI's mpirun a non-zero exit already ends the job (orte_abort_on_non_zero_status,
+  // on by default) with one short notice, where MPI_Abort adds its help texts ("MPI_ABORT was
+  // invoked ...", "help message aggregation") to the user's error. srun needs MPI_Abort to stop
+  // the other tasks; a hung peer is still caught by its own watchdog either way.
+  if (live && env_or_null("OMPI_COMM_WORLD_SIZE") == nullptr) MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);
 }
 

@@ -29,10 +29,16 @@ void LossScaler::update(bool found_non_finite) {
   if (found_non_finite) {
     clean_steps_ = 0;
     skips_at_min_ = scale_ <= config_.min_scale ? skips_at_min_ + 1 : 0;
-    MT_CHECK(skips_at_min_ < kMaxSkipsAtMinScale, skips_at_min_,
-             " consecutive fp16 steps overflowed at the minimum loss scale ", config_.min_scale,
-             " (training.min_loss_scale): the gradients are not finite at any allowed scale; "
-             "lower optimizer.lr, enable clipping, or train in bf16");
+    // The user's run, not a bug: no source location (InputError); the advice fits the recipe.
+    MT_INPUT_CHECK(skips_at_min_ < kMaxSkipsAtMinScale, skips_at_min_,
+                   " consecutive fp16 steps overflowed at the minimum loss scale ",
+                   config_.min_scale,
+                   " (training.min_loss_scale): the gradients are not finite at any allowed "
+                   "scale; ",
+                   config_.clipping ? "lower optimizer.lr or train in bf16 (the gradients are "
+                                      "already clipped: optimizer.clip_grad)"
+                                    : "lower optimizer.lr, enable clipping (optimizer.clip_grad) "
+                                      "or train in bf16");
     // As Megatron: once hysteresis is used up, every further overflow backs off until the
     // next growth restores it.
     if (--hysteresis_left_ <= 0)

@@ -15,6 +15,7 @@ struct LossScalerConfig {
   double backoff_factor = 0.5;
   int64_t growth_interval = 1000;
   int64_t hysteresis = 2;
+  bool clipping = false;  // whether gradients are clipped (optimizer.clip_grad > 0): the advice
   void validate() const;
 };
 

@@ -123,6 +123,7 @@ void Trainer::build_optimizer() {
   scaling.min_scale = tr.min_loss_scale;
   scaling.growth_interval = tr.loss_scale_window;
   scaling.hysteresis = tr.hysteresis;
+  scaling.clipping = o.clip_grad > 0.0;
   scaler_ = std::make_unique<optim::LossScaler>(store_.model_dtype() == DType::F16, scaling);
   grad_sync_ = std::make_unique<GradientSync>(store_, replicas_);
   for (const auto& c : model_.chunks) c->set_unit_hooks(grad_sync_->unit_hooks());

@@ -54,7 +54,8 @@ class PatternSource final : public training::SampleSource {
 
 training::TrainSummary train(const std::string& precision, ParamStore** store_out = nullptr,
                              std::unique_ptr<training::Trainer>* keep = nullptr,
-                             const std::string& training_extra = "") {
+                             const std::string& training_extra = "",
+                             const std::string& optimizer_extra = "") {
   std::ostringstream y;
   y << "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 4, seq_length: 8,"
        " make_vocab_size_divisible_by: 16}\n"
@@ -62,7 +63,9 @@ training::TrainSummary train(const std::string& precision, ParamStore** store_ou
        " peak_tflops: 1.0, precision: "
     << precision << training_extra
     << "}\n"
-       "optimizer: {lr: 0.01, min_lr: 0.001, schedule: {warmup_iters: 2}}\n"
+       "optimizer: {lr: 0.01, min_lr: 0.001, schedule: {warmup_iters: 2}"
+    << optimizer_extra
+    << "}\n"
        "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}]}\n"
        "logging: {interval: 1000}\n";
   auto src = std::make_shared<PatternSource>();
@@ -122,13 +125,25 @@ TEST(MixedPrecision, Fp16SkipsOverflowingStepsAndBacksOff) {
 
 // Gradients that overflow even at the minimum scale stop the run after
 // LossScaler::kMaxSkipsAtMinScale steps, naming the key, instead of skipping forever.
+// A user's run, not a bug: an InputError without a source location, whose advice fits the
+// recipe (clipping is suggested only where it is off).
 TEST(MixedPrecision, Fp16OverflowingAtTheMinimumScaleAborts) {
-  try {
-    train("fp16", nullptr, nullptr, ", initial_loss_scale: 1.0e30, min_loss_scale: 1.0e30");
-    ADD_FAILURE() << "trained although every step overflowed";
-  } catch (const Error& e) {
-    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("training.min_loss_scale"));
-    EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("10 consecutive fp16 steps"));
+  for (const double clip : {1.0, 0.0}) {
+    SCOPED_TRACE(clip);
+    try {
+      train("fp16", nullptr, nullptr, ", initial_loss_scale: 1.0e30, min_loss_scale: 1.0e30",
+            concat(", clip_grad: ", clip));
+      ADD_FAILURE() << "trained although every step overflowed";
+    } catch (const InputError& e) {
+      const std::string what = e.what();
+      EXPECT_THAT(what, ::testing::HasSubstr("training.min_loss_scale"));
+      EXPECT_THAT(what, ::testing::HasSubstr("10 consecutive fp16 steps"));
+      EXPECT_THAT(what, ::testing::Not(::testing::HasSubstr("[check")));
+      if (clip > 0.0)
+        EXPECT_THAT(what, ::testing::HasSubstr("already clipped: optimizer.clip_grad"));
+      else
+        EXPECT_THAT(what, ::testing::HasSubstr("enable clipping (optimizer.clip_grad)"));
+    }
   }
 }
 

@@ -4,11 +4,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "megatron/core/error.h"
 #include "megatron/parallel/mpi_communicator.h"
@@ -22,6 +26,46 @@ const char* env_or_null(const char* name) {
 }
 
 constexpr int kNameBytes = 256;
+
+// Ends the process when MPI start-up (MPI_Init and the first gather) has not finished within
+// the communication timeout: a rank that never started, or was stopped inside MPI_Init, leaves
+// the others blocked there, where no communicator watchdog runs yet. The timeout is
+// MEGATRON_COMM_TIMEOUT_S, else the default parallel.comm_timeout_s (the recipe is read later).
+class StartupWatchdog {
+ public:
+  StartupWatchdog() : timeout_s_(resolve_comm_timeout_s()) {
+    if (timeout_s_ > 0) thread_ = std::thread([this] { watch(); });
+  }
+  ~StartupWatchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void watch() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wake_.wait_for(lock, std::chrono::duration<double>(timeout_s_), [this] { return done_; }))
+      return;
+    const char* rank = env_or_null("OMPI_COMM_WORLD_RANK");
+    if (rank == nullptr) rank = env_or_null("SLURM_PROCID");
+    std::fprintf(stderr,
+                 "rank %s (pid %d): MPI start-up did not complete within %.0f s: a rank of the "
+                 "job did not start or was stopped during MPI_Init (the limit is "
+                 "MEGATRON_COMM_TIMEOUT_S, default parallel.comm_timeout_s)\n",
+                 rank ? rank : "?", static_cast<int>(::getpid()), timeout_s_);
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+  double timeout_s_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -132,6 +176,7 @@ LaunchInfo discover_launch_info() {
 }
 
 MpiRuntime::MpiRuntime(int* argc, char*** argv) {
+  const StartupWatchdog watchdog;
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);

@@ -8,6 +8,9 @@
 //   failure_probe ok             nobody fails (the harness's control case)
 //   failure_probe slow           rank 1 joins after 3 s: rank 0 prints "waiting" lines (every
 //                                1 s) and the job completes
+//   failure_probe late_start     rank 1 reaches MPI_Init 8 s late (as a rank stopped before or
+//                                inside it): rank 0's start-up watchdog (MEGATRON_COMM_TIMEOUT_S
+//                                4) ends the job naming the start-up
 //   failure_probe stopped        rank 1 waits in the all-reduce, rank 0 stops it (SIGSTOP) for
 //                                7 s, resumes it and joins: rank 1 says it did not run, does not
 //                                count that against its 5 s timeout (nor blames rank 0), and the
@@ -26,8 +29,14 @@
 
 int main(int argc, char** argv) {
   namespace mp = megatron::parallel;
-  mp::MpiRuntime runtime(&argc, &argv);
   const std::string mode = argc > 1 ? argv[1] : "ok";
+  if (mode == "late_start") {
+    ::setenv("MEGATRON_COMM_TIMEOUT_S", "4", 1);
+    const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+    if (rank != nullptr && std::strcmp(rank, "1") == 0)
+      std::this_thread::sleep_for(std::chrono::seconds(8));
+  }
+  mp::MpiRuntime runtime(&argc, &argv);
   auto world = mp::MpiCommunicator::world(/*timeout_s=*/5.0);
   world->set_warn_seconds(1.0);
   const int rank = world->rank();

@@ -49,6 +49,13 @@ fi
 grep -q "MEGATRON_WITH_CUDA:INTERNAL=ON\|megatron: CUDA backend ON" "$build_dir/CMakeCache.txt" 2> /dev/null ||
   [ -f "$build_dir/kernels/libmegatron_cuda.so" ] ||
   { echo "gpu_bundle.sh: $build_dir has no CUDA backend (configure with -DMEGATRON_CUDA=ON)" >&2; exit 1; }
+# A bundle without cuDNN's fused attention would spend its GPU minutes on our slower kernels.
+if [ -z "$(tr -d '[:space:]' < "$build_dir/cudnn_frontend.txt" 2> /dev/null)" ]; then
+  echo "gpu_bundle.sh: $build_dir was configured without the cuDNN frontend's headers" \
+       "(tools/fetch_cudnn_frontend.py needs python3 -m pip and PyPI; or pass" \
+       "-DCUDNN_FRONTEND_INCLUDE_DIR=...): model.attention_backend fused would be unavailable" >&2
+  exit 1
+fi
 for p in "${programs[@]}"; do
   [ -x "$build_dir/bin/$p" ] || { echo "gpu_bundle.sh: $build_dir/bin/$p is missing (build it, or drop --no-build)" >&2; exit 1; }
 done

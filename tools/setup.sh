@@ -12,6 +12,7 @@ packages=(
   libyaml-cpp-dev            # recipes
   libsentencepiece-dev sentencepiece  # tokenizer library + spm_train
   nlohmann-json3-dev         # metadata / vocab.json
+  python3-pip                # CUDA builds: the cuDNN frontend's headers (tools/fetch_cudnn_frontend.py)
 )
 test_packages=(
   slurmctld slurmd slurm-client  # Slurm launches + the local-cluster test (tests/slurm)

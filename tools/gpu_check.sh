@@ -192,26 +192,26 @@ say "== 4. generate --device cuda against transformers' greedy tokens"
 generate_fixtures="trained_llama trained_qwen3 trained_smollm3 trained_gpt phi3_partial_longrope
   qwen2_window_layers mistral_sliding llama_yarn gpt_neox"
 for fixture_name in $generate_fixtures; do
-fixture="$bundle/src/tests/fixtures/hf/$fixture_name"
-read -r prompt expected <<< "$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]));
+  fixture="$bundle/src/tests/fixtures/hf/$fixture_name"
+  read -r prompt expected <<< "$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))
 print(",".join(map(str,e["greedy_prompt"])), " ".join(map(str,e["greedy"])))' "$fixture/expected.json")"
-n_new=$(echo "$expected" | wc -w)
-for device in cpu cuda; do
-  log="$out/generate_${fixture_name}_$device.log"
-  timeout "$step_timeout" "$bundle/bin/generate" --checkpoint "$fixture" --prompt-ids "$prompt" \
-    --max-new-tokens "$n_new" --print-ids --device "$device" > "$log" 2>&1
-  rc=$?
-  got=$(grep -E '^[0-9]+( [0-9]+)*$' "$log" | tail -1)
-  if [ "$rc" != 0 ] && [ "$device" = cuda ] && ! command -v nvidia-smi > /dev/null 2>&1; then
-    say "generate $fixture_name --device cuda: skipped (no GPU): $(tail -1 "$log")"
-  elif [ "$rc" != 0 ]; then
-    fail "generate $fixture_name --device $device exited $rc: $(tail -2 "$log" | tr '\n' ' ')"
-  elif [ "$(echo "$got" | awk -v n="$n_new" '{for (i = NF - n + 1; i <= NF; i++) printf "%s%s", $i, (i < NF ? " " : "")}')" = "$expected" ]; then
-    say "generate $fixture_name --device $device: equal to transformers' greedy tokens ($expected)"
-  else
-    fail "generate $fixture_name --device $device: '$got', transformers: '$expected'"
-  fi
-done
+  n_new=$(echo "$expected" | wc -w)
+  for device in cpu cuda; do
+    log="$out/generate_${fixture_name}_$device.log"
+    timeout "$step_timeout" "$bundle/bin/generate" --checkpoint "$fixture" --prompt-ids "$prompt" \
+      --max-new-tokens "$n_new" --print-ids --device "$device" > "$log" 2>&1
+    rc=$?
+    got=$(grep -E '^[0-9]+( [0-9]+)*$' "$log" | tail -1)
+    if [ "$rc" != 0 ] && [ "$device" = cuda ] && ! command -v nvidia-smi > /dev/null 2>&1; then
+      say "generate $fixture_name --device cuda: skipped (no GPU): $(tail -1 "$log")"
+    elif [ "$rc" != 0 ]; then
+      fail "generate $fixture_name --device $device exited $rc: $(tail -2 "$log" | tr '\n' ' ')"
+    elif [ "$(echo "$got" | awk -v n="$n_new" '{for (i = NF - n + 1; i <= NF; i++) printf "%s%s", $i, (i < NF ? " " : "")}')" = "$expected" ]; then
+      say "generate $fixture_name --device $device: equal to transformers' greedy tokens ($expected)"
+    else
+      fail "generate $fixture_name --device $device: '$got', transformers: '$expected'"
+    fi
+  done
 done
 
 if [ "$bench" = 1 ]; then

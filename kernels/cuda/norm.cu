@@ -1,5 +1,6 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/norm.h"
+#include "kernels/cuda/norm_rows.cuh"
 
 namespace megatron::kernels::cuda {
 namespace {
@@ -49,16 +50,7 @@ __global__ void rmsnorm_forward_kernel(const T* __restrict__ x, const W* __restr
   const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + threadIdx.x / detail::kWarp;
   const int lane = threadIdx.x % detail::kWarp;
   if (r >= rows) return;
-  const T* xr = x + r * D;
-  float sq = 0.0f;
-  for (int64_t j = lane; j < D; j += detail::kWarp) {
-    const float v = to_float(xr[j]);
-    sq += v * v;
-  }
-  const float rs = 1.0f / sqrtf(warp_sum(sq) / float(D) + eps);
-  T* yr = y + r * D;
-  for (int64_t j = lane; j < D; j += detail::kWarp)
-    yr[j] = from_float<T>(to_float(xr[j]) * rs * to_float(weight[j]));
+  const float rs = detail::rms_row_forward(x + r * D, weight, y + r * D, D, eps, lane);
   if (lane == 0) rstd[r] = rs;
 }
 
@@ -71,22 +63,8 @@ __global__ void norm_dx_kernel(const T* __restrict__ x, const W* __restrict__ we
   const int64_t r = blockIdx.x * int64_t(kRowsPerBlock) + threadIdx.x / detail::kWarp;
   const int lane = threadIdx.x % detail::kWarp;
   if (r >= rows) return;
-  const T* xr = x + r * D;
-  const T* dyr = dy + r * D;
-  const float mu = mean ? mean[r] : 0.0f, rs = rstd[r];
-  float sum_g = 0.0f, sum_gx = 0.0f;
-  for (int64_t j = lane; j < D; j += detail::kWarp) {
-    const float g = to_float(dyr[j]) * to_float(weight[j]);
-    sum_g += g;
-    sum_gx += g * ((to_float(xr[j]) - mu) * rs);
-  }
-  const float a = mean ? warp_sum(sum_g) / float(D) : 0.0f;
-  const float b = warp_sum(sum_gx) / float(D);
-  T* dxr = dx + r * D;
-  for (int64_t j = lane; j < D; j += detail::kWarp) {
-    const float xhat = (to_float(xr[j]) - mu) * rs;
-    dxr[j] = from_float<T>(rs * (to_float(dyr[j]) * to_float(weight[j]) - a - xhat * b));
-  }
+  detail::norm_row_dx(x + r * D, weight, mean != nullptr, mean ? mean[r] : 0.0f, rstd[r],
+                      dy + r * D, dx + r * D, D, lane);
 }
 
 // Pass 1: block (column tile, row chunk) -> partial_w/partial_b[chunk, col]. Each of the

@@ -1,4 +1,5 @@
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/norm_rows.cuh"
 #include "kernels/cuda/qk_norm.h"
 
 namespace megatron::kernels::cuda {
@@ -32,15 +33,7 @@ __global__ void qk_forward_kernel(const T* x, const W* wq, const W* wk, T* y, fl
     for (int64_t j = lane; j < Dh; j += detail::kWarp) yr[j] = xr[j];
     return;
   }
-  const W* w = slot < q_slots ? wq : wk;
-  float sq = 0.0f;
-  for (int64_t j = lane; j < Dh; j += detail::kWarp) {
-    const float v = to_float(xr[j]);
-    sq += v * v;
-  }
-  const float rs = 1.0f / sqrtf(warp_sum(sq) / float(Dh) + eps);
-  for (int64_t j = lane; j < Dh; j += detail::kWarp)
-    yr[j] = from_float<T>(to_float(xr[j]) * rs * to_float(w[j]));
+  const float rs = detail::rms_row_forward(xr, slot < q_slots ? wq : wk, yr, Dh, eps, lane);
   if (lane == 0) rstd[g * (q_slots + 1) + slot] = rs;
 }
 
@@ -59,17 +52,8 @@ __global__ void qk_dx_kernel(const T* x, const W* wq, const W* wk, const float* 
     for (int64_t j = lane; j < Dh; j += detail::kWarp) dxr[j] = dyr[j];
     return;
   }
-  const W* w = slot < q_slots ? wq : wk;
-  const T* xr = x + r * Dh;
-  const float rs = rstd[g * (q_slots + 1) + slot];
-  float sum_gx = 0.0f;
-  for (int64_t j = lane; j < Dh; j += detail::kWarp)
-    sum_gx += to_float(dyr[j]) * to_float(w[j]) * (to_float(xr[j]) * rs);
-  const float b = warp_sum(sum_gx) / float(Dh);
-  for (int64_t j = lane; j < Dh; j += detail::kWarp) {
-    const float xhat = to_float(xr[j]) * rs;
-    dxr[j] = from_float<T>(rs * (to_float(dyr[j]) * to_float(w[j]) - xhat * b));
-  }
+  detail::norm_row_dx(x + r * Dh, slot < q_slots ? wq : wk, false, 0.0f,
+                      rstd[g * (q_slots + 1) + slot], dyr, dxr, Dh, lane);
 }
 
 // Pass 1: block c sums dy * xhat of groups [c * kChunkGroups, ...) in order, the query slots into

@@ -86,6 +86,15 @@ void expect_same_curve(const training::TrainSummary& gpu, const training::TrainS
   }
 }
 
+// Case c with model_keys trained 4 steps on the CPU, then on CUDA with gpu_keys added: the
+// same curve within the precision's tolerance (2e-4 fp32, 2e-2 bf16).
+void expect_cuda_follows_cpu(const Case& c, const std::string& model_keys,
+                             const std::string& gpu_keys = "") {
+  const auto cpu = train_recipe(c, tiny_recipe(c, "cpu", 4, "", model_keys));
+  const auto gpu = train_recipe(c, tiny_recipe(c, "cuda", 4, "", model_keys + gpu_keys));
+  expect_same_curve(gpu, cpu, c.precision == "fp32" ? 2e-4 : 2e-2);
+}
+
 class CudaTraining : public testing::TestWithParam<Case> {};
 
 TEST_P(CudaTraining, LossesMatchTheCpuRun) {
@@ -119,10 +128,7 @@ TEST(CudaTraining, CudnnFusedAttentionMatchesTheCpuRun) {
   const std::string no_dropout = ", hidden_dropout: 0.0, attention_dropout: 0.0";
   for (const Case& c : {Case{"gpt", "bf16"}, Case{"llama", "bf16"}}) {
     SCOPED_TRACE(c.arch);
-    const auto cpu = train_recipe(c, tiny_recipe(c, "cpu", 4, "", no_dropout));
-    const auto gpu =
-        train_recipe(c, tiny_recipe(c, "cuda", 4, "", no_dropout + ", attention_backend: fused"));
-    expect_same_curve(gpu, cpu, 2e-2);
+    expect_cuda_follows_cpu(c, no_dropout, ", attention_backend: fused");
   }
   const Case gpt{"gpt", "bf16"};
   try {
@@ -142,9 +148,7 @@ TEST(CudaTraining, QkLayernormMatchesTheCpuRun) {
   const std::string keys = ", qk_layernorm: true, hidden_dropout: 0.1, attention_dropout: 0.1";
   for (const Case& c : {Case{"llama", "fp32"}, Case{"llama", "bf16"}}) {
     SCOPED_TRACE(c.precision);
-    const auto cpu = train_recipe(c, tiny_recipe(c, "cpu", 4, "", keys));
-    const auto gpu = train_recipe(c, tiny_recipe(c, "cuda", 4, "", keys));
-    expect_same_curve(gpu, cpu, c.precision == "fp32" ? 2e-4 : 2e-2);
+    expect_cuda_follows_cpu(c, keys);
   }
 }
 
@@ -157,9 +161,7 @@ TEST(CudaTraining, ParallelResidualMatchesTheCpuRun) {
       "gelu_exact, tie_embeddings: false, hidden_dropout: 0.1, attention_dropout: 0.1";
   for (const Case& c : {Case{"gpt", "fp32"}, Case{"gpt", "bf16"}}) {
     SCOPED_TRACE(c.precision);
-    const auto cpu = train_recipe(c, tiny_recipe(c, "cpu", 4, "", keys));
-    const auto gpu = train_recipe(c, tiny_recipe(c, "cuda", 4, "", keys));
-    expect_same_curve(gpu, cpu, c.precision == "fp32" ? 2e-4 : 2e-2);
+    expect_cuda_follows_cpu(c, keys);
   }
 }
 

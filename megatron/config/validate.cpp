@@ -354,12 +354,11 @@ void Recipe::validate_context_parallel(Checker& c) const {
           concat("context parallelism runs its own flash attention kernels: use flash or auto "
                  "(got ",
                  option_name(model.attention_backend), " with parallel.context ", cp, ")"));
-  // MoE: the cp ranks hold replicas of the experts (ep inside dp only, so cp 1 < ep would need
-  // an expert-data-parallel group spanning cp), and capacity decides over a rank's tokens.
-  c.check(!model.moe.enabled() || parallel.expert == 1, "parallel.expert",
-          concat("expert parallelism is not implemented with context parallelism yet (got "
-                 "parallel.expert ",
-                 parallel.expert, " with parallel.context ", cp, ")"));
+  // MoE: ep is carved out of cp x dp, not out of tp x cp x dp.
+  c.check(parallel.expert_tensor != 1 || parallel.tensor == 1, "parallel.expert_tensor",
+          concat("1 below parallel.tensor ", parallel.tensor,
+                 " is not implemented with context parallelism (got parallel.context ", cp, ")"));
+  // Capacity decides over a rank's tokens, which under cp are parts of sequences.
   c.check(
       !model.moe.enabled() || !model.moe.moe_expert_capacity_factor,
       "model.moe_expert_capacity_factor",
@@ -526,6 +525,10 @@ void Recipe::validate_for_world(int64_t world) const {
     c.check((p.tensor * dp) % p.expert == 0, "parallel.expert",
             concat("must divide tensor * data-parallel size with expert_tensor 1 (got ",
                    p.tensor * dp, " % expert ", p.expert, " = ", (p.tensor * dp) % p.expert, ")"));
+  else if (p.context > 1)
+    c.check((p.context * dp) % p.expert == 0, "parallel.expert",
+            concat("must divide context * data-parallel size (got ", p.context * dp, " % expert ",
+                   p.expert, " = ", (p.context * dp) % p.expert, ")"));
   else
     c.check(dp % p.expert == 0, "parallel.expert",
             concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert, " = ",

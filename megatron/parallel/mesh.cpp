@@ -42,6 +42,10 @@ struct Axes {
   }
 };
 
+// Whether EP is cut from a flattened index over two axes (tp x dp or cp x dp) rather than
+// being an axis of the mesh itself.
+bool carved(const MeshSizes& s) { return s.experts_fold_tp() || s.experts_span_cp(); }
+
 Axes make_axes(const MeshSizes& s) {
   Axes a;
   const std::vector<std::string> tokens = split_order(s.order);
@@ -51,8 +55,8 @@ Axes make_axes(const MeshSizes& s) {
     const std::string& t = tokens[i];
     a.size[i] = t == "tp"   ? s.tp
                 : t == "cp" ? s.cp
-                : t == "ep" ? (s.experts_fold_tp() ? 1 : s.ep)
-                : t == "dp" ? (s.experts_fold_tp() ? s.dp : s.dp / s.ep)
+                : t == "ep" ? (carved(s) ? 1 : s.ep)
+                : t == "dp" ? (carved(s) ? s.dp : s.dp / s.ep)
                             : s.pp;
     a.stride[i] = stride;
     stride *= a.size[i];
@@ -85,6 +89,10 @@ void MeshSizes::validate(int64_t world) const {
     MT_INPUT_CHECK((tp * dp) % ep == 0, "expert parallel size ep=", ep,
                    " must divide tp x dp = ", tp * dp,
                    " (with etp=1, EP is carved out of TP x DP)");
+  } else if (experts_span_cp()) {
+    MT_INPUT_CHECK((cp * dp) % ep == 0, "expert parallel size ep=", ep,
+                   " must divide cp x dp = ", cp * dp,
+                   " (with context parallelism, EP is carved out of CP x DP)");
   } else {
     MT_INPUT_CHECK(dp % ep == 0, "expert parallel size ep=", ep,
                    " must divide the data parallel size dp=", dp, " (EP is carved out of DP)");
@@ -330,9 +338,11 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
     rp.ep = coord(axes, pos, "ep");
     rp.expert_dp = coord(axes, pos, "dp");
     rp.pp = coord(axes, pos, "pp");
-    if (sizes.experts_fold_tp()) {
+    if (carved(sizes)) {
+      // The flattened (tp or cp) x dp index, cut into ep (inner) and expert dp.
       rp.dp = coord(axes, pos, "dp");
-      const int64_t q = rp.tp + sizes.tp * rp.dp;
+      const int64_t q =
+          sizes.experts_fold_tp() ? rp.tp + sizes.tp * rp.dp : rp.cp + sizes.cp * rp.dp;
       rp.ep = q % sizes.ep;
       rp.expert_dp = q / sizes.ep;
     } else {
@@ -390,6 +400,17 @@ Placement plan_placement(const MeshSizes& sizes_in, const std::vector<std::strin
         GroupKind::ExpertDP, [&](const RankPlacement& r) { return r.pp * sizes.ep + r.ep; },
         [](const RankPlacement& r) { return r.expert_dp; });
     make_groups_by(GroupKind::ExpertTP, by_position, by_position);
+  } else if (sizes.experts_span_cp()) {
+    // Per pipeline stage and tp rank: ep x expert dp = cp x dp.
+    const int64_t edp = sizes.cp * sizes.dp / sizes.ep;
+    auto stage_tp = [&](const RankPlacement& r) { return r.pp * sizes.tp + r.tp; };
+    make_groups_by(
+        GroupKind::EP, [&](const RankPlacement& r) { return stage_tp(r) * edp + r.expert_dp; },
+        [](const RankPlacement& r) { return r.ep; });
+    make_groups_by(
+        GroupKind::ExpertDP, [&](const RankPlacement& r) { return stage_tp(r) * sizes.ep + r.ep; },
+        [](const RankPlacement& r) { return r.expert_dp; });
+    make_groups(GroupKind::ExpertTP, {"tp"});
   } else {
     make_groups(GroupKind::EP, {"ep"});
     make_groups(GroupKind::ExpertDP, {"dp"});

@@ -67,8 +67,15 @@ struct MeshSizes {
   int64_t expert_tp() const { return etp == 0 ? tp : etp; }
   // Whether EP is carved out of tp x dp (etp == 1 < tp) rather than out of dp.
   bool experts_fold_tp() const { return expert_tp() != tp; }
+  // Whether EP is carved out of cp x dp (context parallelism, as in Megatron-Core: the expert
+  // ranks of a stage are its tp groups' cp x dp ranks, cp innermost). Then the cp ranks of one
+  // sequence may hold different experts, and expert dp spans what cp x dp leaves.
+  bool experts_span_cp() const { return cp > 1 && !experts_fold_tp(); }
+  // The ranks of a pipeline stage that EP and expert dp divide among themselves, per expert-tp
+  // rank: dp, cp x dp or tp x dp.
+  int64_t expert_ranks() const { return experts_fold_tp() ? tp * dp : cp * dp; }
 
-  // world == tp*cp*dp*pp, every size >= 1, ep divides dp (or tp*dp when experts fold tp),
+  // world == tp*cp*dp*pp, every size >= 1, ep divides expert_ranks(),
   // dp_instances divides dp, order a permutation of the five axis names. Throws InputError
   // naming the offending value.
   void validate(int64_t world) const;

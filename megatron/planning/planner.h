@@ -144,8 +144,10 @@ struct Layout {
   // dispatches its own sequence slice.
   bool experts_fold_tp() const { return expert_tp() != tp; }
   int64_t expert_tp() const { return etp == 0 ? tp : etp; }
-  // The ranks one expert's weights are reduced over: (tp x dp or dp) / ep.
-  int64_t expert_dp() const { return (experts_fold_tp() ? tp : 1) * dp / std::max<int64_t>(ep, 1); }
+  // The ranks one expert's weights are reduced over: (tp x dp or cp x dp) / ep.
+  int64_t expert_dp() const {
+    return (experts_fold_tp() ? tp : cp) * dp / std::max<int64_t>(ep, 1);
+  }
   // "tp2 pp4 dp4 mb1x32 sp recompute=none sharding=optim" (+ " instances=2", " offload=0.5")
   std::string describe() const;
 };

@@ -90,12 +90,13 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
     for (int64_t pp = 1; pp <= m.num_layers; ++pp) {
       if (m.num_layers % pp != 0 || world % (tp * pp * cp) != 0) continue;
       const int64_t dp = world / (tp * pp * cp);
-      // Expert parallelism (MoE): every ep dividing dp and the experts with experts split over
-      // tp; with whole experts (etp 1 under tp, sequence parallel) every ep dividing tp x dp.
+      // Expert parallelism (MoE): every ep dividing cp x dp and the experts with experts split
+      // over tp; with whole experts (etp 1 under tp, sequence parallel, cp 1) every ep dividing
+      // tp x dp.
       std::vector<std::pair<int64_t, int64_t>> eps = {{1, tp}};  // (ep, etp)
-      const bool can_fold = m.moe.enabled() && tp > 1 && m.seq_length % tp == 0;
-      for (int64_t ep = 2; ep <= dp && m.moe.enabled(); ++ep)
-        if (dp % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, tp});
+      const bool can_fold = m.moe.enabled() && tp > 1 && cp == 1 && m.seq_length % tp == 0;
+      for (int64_t ep = 2; ep <= cp * dp && m.moe.enabled(); ++ep)
+        if ((cp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, tp});
       for (int64_t ep = 1; ep <= tp * dp && can_fold; ++ep)
         if ((tp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, 1});
       for (const auto& [ep, etp] : eps)

@@ -13,7 +13,8 @@ struct TrainerGroups {
   parallel::Communicator* pp = nullptr;
   parallel::Communicator* embedding = nullptr;  // first + last pipeline stage
   parallel::Communicator* model = nullptr;      // tp x pp (gradient norm)
-  parallel::Communicator* ep = nullptr;  // expert parallel (MoE; carved out of dp or tp x dp)
+  parallel::Communicator* ep =
+      nullptr;  // expert parallel (MoE; carved out of dp, cp x dp or tp x dp)
   parallel::Communicator* expert_dp = nullptr;  // where expert gradients are reduced
   // Hybrid sharding (parallel.num_distributed_optimizer_instances > 1): the dense shards' group
   // and the group of their replicas (null: dp and none).

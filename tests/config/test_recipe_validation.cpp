@@ -271,8 +271,10 @@ const Rule kRules[] = {
      "model.parallel_residual", "not bert's post-norm layers"},
     {"fused_on_cpu", "model: {attention_backend: fused}\ntraining: {device: cpu}",
      "model.attention_backend", "needs training.device: cuda"},
-    {"context_moe_ep", "model: {num_experts: 4}\nparallel: {context: 2, expert: 2}",
-     "parallel.expert", "parallel.expert 2 with parallel.context 2"},
+    {"context_moe_etp",
+     "model: {num_experts: 4}\nparallel: {context: 2, tensor: 2, expert_tensor: 1, "
+     "sequence_parallel: true}",
+     "parallel.expert_tensor", "not implemented with context parallelism (got parallel.context 2)"},
     {"context_moe_capacity",
      "model: {num_experts: 4, moe_expert_capacity_factor: 1.5}\nparallel: {context: 2}",
      "model.moe_expert_capacity_factor", "parallel.context 2"},
@@ -605,6 +607,16 @@ TEST(ValidateForWorld, ExpertWithWholeExpertsMustDivideTensorTimesData) {
   std::string msg = input_error([&] { r.validate_for_world(2); });
   EXPECT_THAT(msg, HasSubstr("parallel.expert: must divide tensor * data-parallel size with "
                              "expert_tensor 1 (got 2 % expert 4 = 2)"));
+}
+
+// With context parallelism ep is carved out of cp x dp (Megatron-Core's expert ranks).
+TEST(ValidateForWorld, ExpertWithContextParallelMustDivideContextTimesData) {
+  Recipe r = base({"model.num_experts=4", "parallel.expert=4", "parallel.context=2"});
+  r.validate_for_world(4);  // cp 2 x dp 2
+  r.validate_for_world(8);
+  std::string msg = input_error([&] { r.validate_for_world(2); });
+  EXPECT_THAT(msg, HasSubstr("parallel.expert: must divide context * data-parallel size (got 2 "
+                             "% expert 4 = 2)"));
 }
 
 TEST(ValidateForWorld, DistributedOptimizerInstancesMustDivideDataParallel) {

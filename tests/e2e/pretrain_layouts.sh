@@ -2,7 +2,7 @@
 # The real pretrain binary on the shipped corpus: alone, and under mpirun with dp=2, tp=2,
 # tp=2 + sequence parallel, the distributed optimizer, pp=2 (with a recorded timeline),
 # context parallelism 2 (ring attention, with a recorded timeline that must show its exchanges)
-# and tp=2 x pp=2 x dp=2 on 8 ranks; every layout must log the single-process losses (per-step
+# and tp=2 x pp=2 x dp=2 on 8 ranks, and mixtral_tiny at cp=2 x ep=2; every layout must log the single-process losses (per-step
 # JSONL) within fp32 round-off.
 # usage: pretrain_layouts.sh PRETRAIN_BINARY MPIEXEC WORK_DIR
 set -euo pipefail
@@ -38,20 +38,32 @@ run cp2 "${mpi[@]}" -np 2 -- --set parallel.context=2 --set "logging.timeline=$w
 run tp2_pp2_dp2 "${mpi[@]}" -np 8 -- --set parallel.tensor=2 --set parallel.pipeline=2 \
     --set parallel.sequence_parallel=true --set training.micro_batch_size=2
 
-ref=$(losses "$work/single.jsonl")
-[ "$(echo "$ref" | wc -l)" -eq 6 ] || { echo "FAIL: expected 6 steps in single.jsonl"; exit 1; }
+# mixtral_tiny (2 layers) at cp 2 with ep 2: the two cp ranks of a sequence hold different
+# experts (ep is carved out of cp x dp).
+common[1]=recipes/mixtral_tiny.yaml
+run moe_single env OMP_NUM_THREADS=1 --
+run moe_cp2_ep2 "${mpi[@]}" -np 2 -- --set parallel.context=2 --set parallel.expert=2
+
 status=0
-for name in dp2 tp2 tp2_sp dp2_distopt pp2 cp2 tp2_pp2_dp2; do
-  got=$(losses "$work/$name.jsonl")
-  if ! paste <(echo "$ref") <(echo "$got") | awk -v n="$name" '
-      { d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 2e-5 * $1) { bad = 1;
-        printf "FAIL: %s step %d: %s vs single %s\n", n, NR, $2, $1 } }
-      END { exit bad }'; then
-    status=1
-  else
-    echo "ok: $name matches the single-process losses: $(echo $got | tr '\n' ' ')"
-  fi
-done
+compare() {  # reference, layouts...
+  local ref name got
+  ref=$(losses "$work/$1.jsonl"); shift
+  [ "$(echo "$ref" | wc -l)" -eq 6 ] || { echo "FAIL: expected 6 steps in its jsonl"; exit 1; }
+  for name in "$@"; do
+    got=$(losses "$work/$name.jsonl")
+    if ! paste <(echo "$ref") <(echo "$got") | awk -v n="$name" '
+        { d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 2e-5 * $1) { bad = 1;
+          printf "FAIL: %s step %d: %s vs single %s\n", n, NR, $2, $1 } }
+        END { exit bad }'; then
+      status=1
+    else
+      echo "ok: $name matches the single-process losses: $(echo $got | tr '\n' ' ')"
+    fi
+  done
+}
+compare single dp2 tp2 tp2_sp dp2_distopt pp2 cp2 tp2_pp2_dp2
+compare moe_single moe_cp2_ep2
+grep -q "cp 2 (p2p)" "$work/moe_cp2_ep2.log" || { echo "FAIL: moe_cp2_ep2 not at cp 2"; status=1; }
 grep -q "launch: mpirun, 2 ranks" "$work/dp2.log" || { echo "FAIL: no launch report"; status=1; }
 grep -q "cp 2 (p2p)" "$work/cp2.log" || { echo "FAIL: the cp2 run does not report cp 2"; status=1; }
 for r in 0 1; do

@@ -1,9 +1,10 @@
 // mpirun-np: 2
 // MoE checkpoints: expert tensors are saved under their global expert index
 // ("layers.L.mlp.experts.E.fc1.weight"), so a checkpoint saved at one expert / tensor / pipeline
-// layout loads at another, optimizer state and the aux-loss-free expert bias included, and
-// training continues on the loss curve (router losses and bias-driven routing included) of the
-// uninterrupted single-process run; resuming in the same layout is bit-exact.
+// layout (context parallel ones included) loads at another, optimizer state and the aux-loss-free
+// expert bias included, and training continues on the loss curve (router losses and bias-driven
+// routing included) of the uninterrupted single-process run; resuming in the same layout is
+// bit-exact.
 
 #include <filesystem>
 
@@ -45,13 +46,16 @@ TEST(MoeCheckpoint, AnyLayoutLoadsAnyOther) {
       tp2{.tp = 2, .micro = 2, .sp = true}, pp2{.pp = 2, .micro = 2},
       dp2_dist{.dp = 2, .micro = 2, .distributed = true},
       // whole experts over the tp ranks (expert_tensor 1), with the distributed optimizer
-      tp2_etp1{.tp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2, .etp = 1};
+      tp2_etp1{.tp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2, .etp = 1},
+      // ep carved out of cp: the two cp ranks of a sequence hold different experts
+      cp2_ep2{.micro = 2, .distributed = true, .ep = 2, .cp = 2, .cp_comm = "p2p"};
   const auto reference = run(single, 10, "", "");
   const fs::path base = eq::shared_scratch_path("megatron_moe_ckpt_");
   const std::vector<std::pair<eq::Layout, eq::Layout>> cases = {
-      {ep2_dist, single}, {single, ep2},     {ep2, tp2},           {tp2, ep2_dist},
-      {pp2, ep2},         {ep2, pp2},        {ep2_dist, dp2_dist}, {tp2, tp2_etp1},
-      {tp2_etp1, ep2},    {tp2_etp1, single}};
+      {ep2_dist, single}, {single, ep2},      {ep2, tp2},           {tp2, ep2_dist},
+      {pp2, ep2},         {ep2, pp2},         {ep2_dist, dp2_dist}, {tp2, tp2_etp1},
+      {tp2_etp1, ep2},    {tp2_etp1, single}, {cp2_ep2, ep2_dist},  {ep2, cp2_ep2},
+      {cp2_ep2, single}};
   int index = 0;
   for (const auto& [from, to] : cases) {
     SCOPED_TRACE(from.name() + " -> " + to.name());
@@ -74,12 +78,13 @@ TEST(MoeCheckpoint, AnyLayoutLoadsAnyOther) {
 }
 
 // Same layout, save at 5 and resume: bit-identical losses, router losses and gradient norms
-// (experts over dp, and whole experts over the tp ranks).
+// (experts over dp, whole experts over the tp ranks, and experts over the cp ranks).
 TEST(MoeCheckpoint, ResumeInTheSameLayoutIsBitExact) {
   if (world().size() != 2) GTEST_SKIP() << "written for 2 ranks";
   for (const eq::Layout& l :
        {eq::Layout{.dp = 2, .micro = 2, .distributed = true, .ep = 2},
-        eq::Layout{.tp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2, .etp = 1}}) {
+        eq::Layout{.tp = 2, .micro = 2, .sp = true, .distributed = true, .ep = 2, .etp = 1},
+        eq::Layout{.micro = 2, .distributed = true, .ep = 2, .cp = 2, .cp_comm = "a2a"}}) {
     SCOPED_TRACE(l.name());
     const auto uninterrupted = run(l, 10, "", "");
     const fs::path dir = eq::shared_scratch_path("megatron_moe_resume_");

@@ -105,7 +105,8 @@ TEST(MoeEquivalence, CapacityDropsTokens) {
 
 // Context parallelism: each cp rank routes its chunks of every sequence; the balancing counts,
 // the token totals of the aux and z losses and the step's statistics add up over cp (experts
-// replicated over cp, their gradients reduced over dp x cp).
+// replicated over cp, their gradients reduced over dp x cp; or, with ep > 1, ep carved out of
+// cp x dp as in Megatron-Core, expert dp the rest of cp x dp).
 TEST(MoeEquivalence, ContextParallelLayouts) {
   const std::vector<eq::Layout> layouts = {
       {.micro = 2, .cp = 2, .cp_comm = "p2p"},
@@ -114,6 +115,15 @@ TEST(MoeEquivalence, ContextParallelLayouts) {
       // (the same micro-batches as the reference's: the router losses are per micro-batch)
       {.dp = 2, .micro = 2, .distributed = true, .cp = 2, .cp_comm = "all_gather"},
       {.micro = 2, .cp = 4, .cp_comm = "p2p"},
+      // ep carved out of cp x dp: the cp ranks of a sequence hold different experts and
+      // dispatch their chunks' tokens to each other; expert dp spans the rest of cp x dp
+      {.micro = 2, .ep = 2, .cp = 2, .cp_comm = "p2p"},
+      {.micro = 2, .distributed = true, .ep = 2, .cp = 2, .cp_comm = "a2a"},
+      {.dp = 2, .micro = 2, .ep = 2, .cp = 2, .cp_comm = "all_gather"},
+      {.dp = 2, .micro = 2, .ep = 4, .sharding = "optim_grads_params", .cp = 2},
+      {.tp = 2, .micro = 2, .sp = true, .ep = 2, .cp = 2, .cp_comm = "p2p"},
+      {.pp = 2, .micro = 2, .ep = 2, .cp = 2, .cp_comm = "all_gather"},
+      {.micro = 2, .ep = 4, .recompute = "full", .cp = 4, .cp_comm = "p2p"},
   };
   const eq::RecipeSpec aux =
       moe_model("moe_router_topk: 2, moe_aux_loss_coeff: 0.01, moe_z_loss_coeff: 0.001", 2);

@@ -76,7 +76,7 @@ void check_invariants(const mp::Placement& p, const std::string& what) {
       {GroupKind::DP, s.dp},
       {GroupKind::PP, s.pp},
       {GroupKind::EP, s.ep},
-      {GroupKind::ExpertDP, (s.experts_fold_tp() ? s.tp : 1) * s.dp / s.ep},
+      {GroupKind::ExpertDP, s.expert_ranks() / s.ep},
       {GroupKind::ExpertTP, s.expert_tp()},
       {GroupKind::Model, s.tp * s.pp},
       {GroupKind::DPCP, s.dp * s.cp},
@@ -117,9 +117,10 @@ void check_invariants(const mp::Placement& p, const std::string& what) {
       EXPECT_EQ(p.ranks[q].cp, rp.cp);
     }
     EXPECT_EQ(p.group_rank(GroupKind::ExpertTP, r), s.experts_fold_tp() ? 0 : rp.tp);
-    // EP and expert-DP groups lie inside the DP group (with whole experts under tp: inside the
-    // pipeline stage); each (ep, expert_dp, expert tp) names one rank of the stage.
-    const auto& dp = p.group(GroupKind::DP, r);
+    // EP and expert-DP groups lie inside the DP group (with cp: the dp x cp group; with whole
+    // experts under tp: the pipeline stage); each (ep, expert_dp, expert tp) names one rank of
+    // the stage.
+    const auto& dp = p.group(s.experts_span_cp() ? GroupKind::DPCP : GroupKind::DP, r);
     for (GroupKind k : {GroupKind::EP, GroupKind::ExpertDP})
       for (int q : p.group(k, r)) {
         if (s.experts_fold_tp()) {
@@ -129,7 +130,8 @@ void check_invariants(const mp::Placement& p, const std::string& what) {
         }
       }
     for (int q = 0; q < world; ++q) {
-      if (q == r || p.ranks[q].pp != rp.pp || p.ranks[q].cp != rp.cp) continue;
+      if (q == r || p.ranks[q].pp != rp.pp || (!s.experts_span_cp() && p.ranks[q].cp != rp.cp))
+        continue;
       EXPECT_FALSE(p.ranks[q].ep == rp.ep && p.ranks[q].expert_dp == rp.expert_dp &&
                    p.group_rank(GroupKind::ExpertTP, q) == p.group_rank(GroupKind::ExpertTP, r))
           << "ranks " << q << " and " << r << " share every expert coordinate";
@@ -343,6 +345,36 @@ TEST(MeshPlacement, ExpertParallelCarvedOutOfDataParallel) {
   check_invariants(p, "tp2 ep2 dp2 pp2");
   EXPECT_EQ(groups(p, GroupKind::EP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
   EXPECT_EQ(groups(p, GroupKind::ExpertDP).size(), 8u);
+}
+
+// Context parallelism: EP is carved out of cp x dp with cp innermost (Megatron-Core's expert
+// ranks), so an ep group of cp size is a cp group, and expert dp spans what is left of cp x dp.
+TEST(MeshPlacement, ExpertParallelWithContextParallelSpansContextRanks) {
+  // tp2 cp2 dp2: positions tp + 2 cp + 4 dp.
+  auto p = mp::plan_placement(sizes(2, 2, 2, 2, 1), block_nodes({8}));
+  check_invariants(p, "tp2 cp2 ep2 dp2");
+  EXPECT_EQ(groups(p, GroupKind::CP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::EP), (Groups{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::ExpertDP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::ExpertTP), (Groups{{0, 1}, {2, 3}, {4, 5}, {6, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::DP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  // ep4 over cp2 x dp2: one ep group per tp rank, no expert data parallelism.
+  p = mp::plan_placement(sizes(2, 2, 4, 2, 1), block_nodes({8}));
+  check_invariants(p, "tp2 cp2 ep4 dp2");
+  EXPECT_EQ(groups(p, GroupKind::EP), (Groups{{0, 2, 4, 6}, {1, 3, 5, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::ExpertDP).size(), 8u);
+  EXPECT_EQ(p.ranks[6].ep, 3);
+  // ep1: every expert reduced over cp x dp (the dp_cp ranks).
+  p = mp::plan_placement(sizes(1, 2, 1, 2, 2), block_nodes({8}));
+  check_invariants(p, "cp2 ep1 dp2 pp2");
+  EXPECT_EQ(groups(p, GroupKind::ExpertDP), groups(p, GroupKind::DPCP));
+  // ep larger than cp: the ep groups take every cp rank and part of dp.
+  p = mp::plan_placement(sizes(1, 2, 4, 4, 1), block_nodes({8}));
+  check_invariants(p, "cp2 ep4 dp4");
+  EXPECT_EQ(groups(p, GroupKind::EP), (Groups{{0, 1, 2, 3}, {4, 5, 6, 7}}));
+  EXPECT_EQ(groups(p, GroupKind::ExpertDP), (Groups{{0, 4}, {1, 5}, {2, 6}, {3, 7}}));
+  // ep must divide cp x dp.
+  EXPECT_THROW(mp::plan_placement(sizes(1, 2, 4, 1, 1), block_nodes({2})), megatron::InputError);
 }
 
 // Expert tensor parallelism 1 under tp (Megatron's parallel folding): EP is carved out of

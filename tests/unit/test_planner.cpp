@@ -421,6 +421,33 @@ TEST(PlannerMoe, WholeExpertsFoldTensorParallel) {
   EXPECT_TRUE(saw_split);
 }
 
+// Under context parallelism ep is carved out of cp x dp: the experts' optimizer state shards
+// over what cp x dp leaves, and the search offers ep up to cp x dp.
+TEST(PlannerMoe, ExpertParallelSpansContextParallel) {
+  config::Recipe r =
+      config::load_recipe(std::string(MEGATRON_SOURCE_DIR) + "/recipes/mixtral_8x7b.yaml");
+  r.parallel.tensor = 2;
+  r.parallel.pipeline = 4;
+  r.parallel.context = 2;
+  r.parallel.expert = 8;
+  r.parallel.data_parallel_sharding_strategy = config::ShardingStrategy::Optim;
+  const ClusterSpec cluster = planning::cluster_from_recipe(r);
+  const PlanReport cp2 = planning::plan(r, cluster, 32000);
+  EXPECT_EQ(cp2.layout.expert_dp(), cp2.layout.cp * cp2.layout.dp / 8);
+  EXPECT_EQ(cp2.moe.experts_per_device, 1);
+  r.parallel.expert = 1;
+  EXPECT_EQ(planning::plan(r, cluster, 32000).layout.expert_dp(), cp2.layout.cp * cp2.layout.dp);
+  r.model.num_layers = 8;  // a smaller search, same per-layer shapes
+  const planning::SearchResult res = planning::search(r, cluster, 32000);
+  bool saw_ep_over_dp = false;
+  for (const PlanReport& p : res.fitting) {
+    EXPECT_EQ((p.layout.cp * p.layout.dp) % p.layout.ep, 0) << p.layout.describe();
+    EXPECT_FALSE(p.layout.experts_fold_tp()) << p.layout.describe();
+    if (p.layout.ep > p.layout.dp) saw_ep_over_dp = true;
+  }
+  EXPECT_TRUE(saw_ep_over_dp);
+}
+
 TEST(PlannerSearch, OnlyFittingLayoutsWithCpuRecompute) {
   config::Recipe r = gpt_small();
   r.training.global_batch_size = 16;

@@ -3,6 +3,7 @@
 #include "models/bert/hf_bert.h"
 #include "models/gpt/hf_decoder.h"
 #include "models/gpt/hf_neox.h"
+#include "models/gpt/hf_olmo2.h"
 #include "models/registry.h"
 
 namespace megatron::models {
@@ -51,21 +52,31 @@ class LayoutOnlyCommunicator final : public parallel::Communicator {
 }  // namespace
 
 std::vector<std::string> hf_architectures() {
-  return {"GPT2LMHeadModel",  "LlamaForCausalLM",   "MistralForCausalLM", "Qwen2ForCausalLM",
-          "Qwen3ForCausalLM", "Phi3ForCausalLM",    "SmolLM3ForCausalLM", "MixtralForCausalLM",
-          kGptNeoX,           "BertForPreTraining", "BertForMaskedLM"};
+  return {"GPT2LMHeadModel",
+          "LlamaForCausalLM",
+          "MistralForCausalLM",
+          "Qwen2ForCausalLM",
+          "Qwen3ForCausalLM",
+          "Phi3ForCausalLM",
+          "SmolLM3ForCausalLM",
+          "MixtralForCausalLM",
+          kGptNeoX,
+          kOlmo2,
+          "BertForPreTraining",
+          "BertForMaskedLM"};
 }
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   const std::string arch = c.architecture();
-  if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch)) {
+  if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch) && !is_hf_olmo2(arch)) {
     std::string names;
     for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
     c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
   }
-  const config::ModelConfig m = is_hf_bert(arch)   ? bert_model_from_hf(c, arch)
-                                : is_hf_neox(arch) ? neox_model_from_hf(c)
-                                                   : decoder_model_from_hf(c, arch);
+  const config::ModelConfig m = is_hf_bert(arch)    ? bert_model_from_hf(c, arch)
+                                : is_hf_neox(arch)  ? neox_model_from_hf(c)
+                                : is_hf_olmo2(arch) ? olmo2_model_from_hf(c)
+                                                    : decoder_model_from_hf(c, arch);
   try {
     m.validate();
   } catch (const InputError& e) {
@@ -77,6 +88,7 @@ config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
 std::string hf_architecture_for(const config::Recipe& r) {
   if (r.model.arch == config::Arch::BERT) return bert_architecture_for(r.data.bert_binary_head);
   if (is_neox_model(r.model)) return kGptNeoX;
+  if (is_olmo2_model(r.model)) return kOlmo2;
   return decoder_architecture_for(r.model);
 }
 
@@ -86,6 +98,7 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::st
                                      const std::string& dtype, const nlohmann::json& original) {
   if (is_hf_bert(arch)) return bert_hf_config(m, arch, dtype, original);
   if (is_hf_neox(arch)) return neox_hf_config(m, dtype, original);
+  if (is_hf_olmo2(arch)) return olmo2_hf_config(m, dtype, original);
   return decoder_hf_config(m, arch, dtype, original);
 }
 
@@ -93,12 +106,14 @@ std::vector<hf::TensorMapping> hf_mappings(const std::string& arch, const config
                                            int64_t padded_vocab) {
   if (is_hf_bert(arch)) return bert_mappings(arch, m, padded_vocab);
   if (is_hf_neox(arch)) return neox_mappings(m, padded_vocab, "embed_out.weight");
+  if (is_hf_olmo2(arch)) return olmo2_mappings(m, padded_vocab);
   return decoder_mappings(arch, m, padded_vocab);
 }
 
 std::set<std::string> hf_ignored_tensors(const std::string& arch, const config::ModelConfig& m) {
   if (is_hf_bert(arch)) return bert_ignored_tensors(arch, m);
   if (is_hf_neox(arch)) return neox_ignored_tensors(m);
+  if (is_hf_olmo2(arch)) return olmo2_ignored_tensors(m);
   return decoder_ignored_tensors(arch, m);
 }
 

@@ -69,6 +69,9 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.bias = m.add_bias;
   t.qkv_bias = m.add_qkv_bias;
   t.qk_norm = m.qk_layernorm;
+  t.qk_norm_whole_projection = m.qk_layernorm_span == config::QkNormSpan::Projection;
+  t.input_norms = m.sublayer_input_norm;
+  t.output_norms = m.sublayer_output_norm;
   t.parallel_residual = m.parallel_residual;
   if (m.rotary() && m.rotary_percent != 1.0) t.rope_rotary_dims = m.rotary_dims();
   for (int64_t l = 0; l < m.num_layers; ++l) {

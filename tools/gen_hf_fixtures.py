@@ -17,8 +17,8 @@ outputs are committed and neither the build nor the tests run Python:
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
-(tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3 and
-qwen3_tied_bf16 were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+(tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3,
+qwen3_tied_bf16, gpt_neox*, olmo2 and olmo2_head_dim_bf16 were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -177,6 +177,15 @@ FIXTURES = {
                                                  hidden_act="gelu_new", bos_token_id=1,
                                                  eos_token_id=2, pad_token_id=0),
                                  torch.bfloat16, None),
+    # OLMo-2: norms on the sub-layers' outputs, q/k norms over the whole projections (4 query
+    # heads, 2 key/value heads); then head_dim 16 (a query width other than hidden), a tied
+    # head and yarn-free linear rope scaling, stored in bf16.
+    "olmo2": (T.Olmo2ForCausalLM, llama_like(T.Olmo2Config, pad_token_id=0), torch.float32, None),
+    "olmo2_head_dim_bf16": (T.Olmo2ForCausalLM,
+                            llama_like(T.Olmo2Config, head_dim=16, tie_word_embeddings=True,
+                                       num_hidden_layers=3, pad_token_id=0,
+                                       rope_scaling={"rope_type": "linear", "factor": 2.0}),
+                            torch.bfloat16, None),
 }
 
 BERT = {

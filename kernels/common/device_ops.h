@@ -17,6 +17,7 @@
 #include "kernels/common/attention_shape.h"
 #include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
+#include "kernels/common/qk_projection.h"
 #include "kernels/common/vocab_slice.h"
 #include "megatron/core/tensor.h"
 
@@ -49,6 +50,15 @@ namespace megatron::ops {
   OP(void, qk_rmsnorm_backward,                                                                    \
      (const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& rstd, const Tensor& dy,   \
       int64_t q_slots, Tensor& dx, Tensor& dwq, Tensor& dwk))                                      \
+  OP(void, qk_projection_sums,                                                                     \
+     (const Tensor& x, const Tensor* dy, const Tensor& wq, const Tensor& wk,                       \
+      const kernels::QkProjection& p, Tensor& sums))                                               \
+  OP(void, qk_projection_norm_forward,                                                             \
+     (const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& sums,                     \
+      const kernels::QkProjection& p, Tensor& y, Tensor& rstd))                                    \
+  OP(void, qk_projection_norm_backward,                                                            \
+     (const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& rstd, const Tensor& dots, \
+      const Tensor& dy, const kernels::QkProjection& p, Tensor& dx, Tensor& dwq, Tensor& dwk))     \
   OP(void, gelu_forward, (const Tensor& x, Tensor& y, math::Gelu kind))                            \
   OP(void, gelu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind))        \
   OP(void, tanh_forward, (const Tensor& x, Tensor& y))                                             \

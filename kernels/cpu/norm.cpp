@@ -169,18 +169,124 @@ void qk_rmsnorm_backward(const T* x, const float* wq, const float* wk, const flo
   }
 }
 
-#define MT_INSTANTIATE(T)                                                                        \
-  template void layernorm_forward<T>(const T*, const float*, const float*, T*, float*, float*,   \
-                                     int64_t, int64_t, float);                                   \
-  template void layernorm_backward<T>(const T*, const float*, const float*, const float*,        \
-                                      const T*, T*, float*, float*, int64_t, int64_t);           \
-  template void rmsnorm_forward<T>(const T*, const float*, T*, float*, int64_t, int64_t, float); \
-  template void rmsnorm_backward<T>(const T*, const float*, const float*, const T*, T*, float*,  \
-                                    int64_t, int64_t);                                           \
-  template void qk_rmsnorm_forward<T>(const T*, const float*, const float*, T*, float*, int64_t, \
-                                      int64_t, int64_t, float);                                  \
-  template void qk_rmsnorm_backward<T>(const T*, const float*, const float*, const float*,       \
-                                       const T*, T*, float*, float*, int64_t, int64_t, int64_t);
+// The q (part 0) and k (part 1) spans of group g inside a token's fused QKV row, and their
+// weights: the q heads are the group's first q_slots slots, the key head the next one.
+struct QkSpan {
+  int64_t x_offset, w_offset, width;
+};
+inline QkSpan qk_span(const QkProjection& p, int64_t g, int part) {
+  const int64_t Dh = p.head_dim, slots = p.q_slots + 2;
+  return part == 0 ? QkSpan{g * slots * Dh, g * p.q_slots * Dh, p.q_slots * Dh}
+                   : QkSpan{(g * slots + p.q_slots) * Dh, g * Dh, Dh};
+}
+
+template <typename T>
+void qk_projection_sums(const T* x, const T* dy, const float* wq, const float* wk, float* sums,
+                        const QkProjection& p) {
+  const int64_t row = p.row();
+#pragma omp parallel for schedule(static) if (p.tokens * row > detail::kParallelGrain)
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    for (int part = 0; part < 2; ++part) {
+      const float* w = part == 0 ? wq : wk;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < p.groups; ++g) {
+        const QkSpan s = qk_span(p, g, part);
+        const T* xr = x + t * row + s.x_offset;
+        if (dy == nullptr) {
+#pragma omp simd reduction(+ : acc)
+          for (int64_t j = 0; j < s.width; ++j) acc += to_f32(xr[j]) * to_f32(xr[j]);
+        } else {
+          const T* dyr = dy + t * row + s.x_offset;
+          const float* wr = w + s.w_offset;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t j = 0; j < s.width; ++j) acc += to_f32(dyr[j]) * wr[j] * to_f32(xr[j]);
+        }
+      }
+      sums[2 * t + part] = acc;
+    }
+  }
+}
+
+template <typename T>
+void qk_projection_norm_forward(const T* x, const float* wq, const float* wk, const float* sums,
+                                T* y, float* rstd, const QkProjection& p) {
+  const int64_t row = p.row(), Dh = p.head_dim;
+#pragma omp parallel for schedule(static) if (p.tokens * row > detail::kParallelGrain)
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    const float width[2] = {float(p.q_width), float(p.k_width)};
+    for (int part = 0; part < 2; ++part) {
+      const float rs = 1.0f / std::sqrt(sums[2 * t + part] / width[part] + p.eps);
+      rstd[2 * t + part] = rs;
+      for (int64_t g = 0; g < p.groups; ++g) {
+        const QkSpan s = qk_span(p, g, part);
+        const T* xr = x + t * row + s.x_offset;
+        const float* wr = (part == 0 ? wq : wk) + s.w_offset;
+        T* yr = y + t * row + s.x_offset;
+#pragma omp simd
+        for (int64_t j = 0; j < s.width; ++j) yr[j] = from_f32<T>(to_f32(xr[j]) * rs * wr[j]);
+      }
+    }
+    for (int64_t g = 0; g < p.groups; ++g) {  // the value head
+      const int64_t v = t * row + (g * (p.q_slots + 2) + p.q_slots + 1) * Dh;
+      for (int64_t j = 0; j < Dh; ++j) y[v + j] = x[v + j];
+    }
+  }
+}
+
+template <typename T>
+void qk_projection_norm_backward(const T* x, const float* wq, const float* wk, const float* rstd,
+                                 const float* dots, const T* dy, T* dx, float* dwq, float* dwk,
+                                 const QkProjection& p) {
+  const int64_t row = p.row(), Dh = p.head_dim;
+  // Weight gradients first: dx may alias dy.
+  for (int64_t g = 0; g < p.groups; ++g)
+    for (int part = 0; part < 2; ++part) {
+      const QkSpan s = qk_span(p, g, part);
+      norm_param_grads(x + s.x_offset, nullptr, rstd + part, dy + s.x_offset,
+                       (part == 0 ? dwq : dwk) + s.w_offset, nullptr, p.tokens, s.width, row, 2);
+    }
+#pragma omp parallel for schedule(static) if (p.tokens * row > detail::kParallelGrain)
+  for (int64_t t = 0; t < p.tokens; ++t) {
+    const float width[2] = {float(p.q_width), float(p.k_width)};
+    for (int part = 0; part < 2; ++part) {
+      const float rs = rstd[2 * t + part], b = rs * rs * rs * dots[2 * t + part] / width[part];
+      for (int64_t g = 0; g < p.groups; ++g) {
+        const QkSpan s = qk_span(p, g, part);
+        const T* xr = x + t * row + s.x_offset;
+        const T* dyr = dy + t * row + s.x_offset;
+        const float* wr = (part == 0 ? wq : wk) + s.w_offset;
+        T* dxr = dx + t * row + s.x_offset;
+#pragma omp simd
+        for (int64_t j = 0; j < s.width; ++j)
+          dxr[j] = from_f32<T>(rs * wr[j] * to_f32(dyr[j]) - to_f32(xr[j]) * b);
+      }
+    }
+    for (int64_t g = 0; g < p.groups; ++g) {  // the value head
+      const int64_t v = t * row + (g * (p.q_slots + 2) + p.q_slots + 1) * Dh;
+      for (int64_t j = 0; j < Dh; ++j) dx[v + j] = dy[v + j];
+    }
+  }
+}
+
+#define MT_INSTANTIATE(T)                                                                          \
+  template void layernorm_forward<T>(const T*, const float*, const float*, T*, float*, float*,     \
+                                     int64_t, int64_t, float);                                     \
+  template void layernorm_backward<T>(const T*, const float*, const float*, const float*,          \
+                                      const T*, T*, float*, float*, int64_t, int64_t);             \
+  template void rmsnorm_forward<T>(const T*, const float*, T*, float*, int64_t, int64_t, float);   \
+  template void rmsnorm_backward<T>(const T*, const float*, const float*, const T*, T*, float*,    \
+                                    int64_t, int64_t);                                             \
+  template void qk_rmsnorm_forward<T>(const T*, const float*, const float*, T*, float*, int64_t,   \
+                                      int64_t, int64_t, float);                                    \
+  template void qk_rmsnorm_backward<T>(const T*, const float*, const float*, const float*,         \
+                                       const T*, T*, float*, float*, int64_t, int64_t, int64_t);   \
+  template void qk_projection_sums<T>(const T*, const T*, const float*, const float*, float*,      \
+                                      const QkProjection&);                                        \
+  template void qk_projection_norm_forward<T>(const T*, const float*, const float*, const float*,  \
+                                              T*, float*, const QkProjection&);                    \
+  template void qk_projection_norm_backward<T>(const T*, const float*, const float*, const float*, \
+                                               const float*, const T*, T*, float*, float*,         \
+                                               const QkProjection&);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(bf16_t)
 #undef MT_INSTANTIATE

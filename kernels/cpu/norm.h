@@ -3,6 +3,8 @@
 // for backward. Backward writes dx and accumulates (+=) into dweight/dbias.
 #include <cstdint>
 
+#include "kernels/common/qk_projection.h"
+
 namespace megatron::kernels::cpu {
 
 // T: the storage type of x, y, dy and dx, float or bf16_t (instantiated in norm.cpp; bf16 is
@@ -34,5 +36,27 @@ template <typename T>
 void qk_rmsnorm_backward(const T* x, const float* wq, const float* wk, const float* rstd,
                          const T* dy, T* dx, float* dwq, float* dwk, int64_t groups,
                          int64_t q_slots, int64_t Dh);
+
+// RMSNorm of queries and keys over their whole projections (OLMo-2's q_norm / k_norm), in
+// three steps so that tensor-parallel ranks can add their partial sums between them
+// (kernels/common/qk_projection.h; widths: QkProjection::q_width, k_width):
+//   forward:  sums = qk_projection_sums(x, dy null)   [tokens, 2]: sum x^2 over q, over k
+//             (+ tensor-parallel sum)
+//             qk_projection_norm_forward: rstd = 1 / sqrt(sums / width + eps), y = (x rstd) w
+//   backward: dots = qk_projection_sums(x, dy, w)     [tokens, 2]: sum dy w x over q, over k
+//             (+ tensor-parallel sum)
+//             qk_projection_norm_backward: dx = rstd w dy - x rstd^3 dots / width and
+//             dw += dy x rstd (dx may alias dy).
+// wq: this rank's [groups, q_slots, Dh] query weights, wk its [groups, Dh] key weights.
+template <typename T>
+void qk_projection_sums(const T* x, const T* dy, const float* wq, const float* wk, float* sums,
+                        const QkProjection& p);
+template <typename T>
+void qk_projection_norm_forward(const T* x, const float* wq, const float* wk, const float* sums,
+                                T* y, float* rstd, const QkProjection& p);
+template <typename T>
+void qk_projection_norm_backward(const T* x, const float* wq, const float* wk, const float* rstd,
+                                 const float* dots, const T* dy, T* dx, float* dwq, float* dwk,
+                                 const QkProjection& p);
 
 }  // namespace megatron::kernels::cpu

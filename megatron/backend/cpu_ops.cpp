@@ -163,6 +163,75 @@ void CpuOps::qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor
   f.finish();
 }
 
+void CpuOps::qk_projection_sums(const Tensor& x, const Tensor* dy, const Tensor& wq,
+                                const Tensor& wk, const kernels::QkProjection& p,
+                                Tensor& sums) const {
+  const char* op = "qk_projection_sums";
+  const FloatArgs fa(op, {{&x, "x"},
+                          {dy, "dy"},
+                          {&wq, "wq", Role::TorF32},
+                          {&wk, "wk", Role::TorF32},
+                          {&sums, "sums", Role::F32, kWritten}});
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        const Tensor q32 = as_fp32(wq), k32 = as_fp32(wk);
+        cpu::qk_projection_sums(x.data<T>(), dy ? dy->data<T>() : nullptr, q32.data<float>(),
+                                k32.data<float>(), sums.data<float>(), p);
+      }))
+    return;
+  Fp32OnCpu f(fa);
+  cpu::qk_projection_sums(f.in(x), f.in(dy), f.in(wq), f.in(wk), f.out(sums), p);
+  f.finish();
+}
+
+void CpuOps::qk_projection_norm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                        const Tensor& sums, const kernels::QkProjection& p,
+                                        Tensor& y, Tensor& rstd) const {
+  const char* op = "qk_projection_norm_forward";
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&wq, "wq", Role::TorF32},
+                          {&wk, "wk", Role::TorF32},
+                          {&sums, "sums", Role::F32},
+                          {&y, "y", Role::T, kWritten},
+                          {&rstd, "rstd", Role::F32, kWritten}});
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        const Tensor q32 = as_fp32(wq), k32 = as_fp32(wk);
+        cpu::qk_projection_norm_forward(x.data<T>(), q32.data<float>(), k32.data<float>(),
+                                        sums.data<float>(), y.data<T>(), rstd.data<float>(), p);
+      }))
+    return;
+  Fp32OnCpu f(fa);
+  cpu::qk_projection_norm_forward(f.in(x), f.in(wq), f.in(wk), f.in(sums), f.out(y), f.out(rstd),
+                                  p);
+  f.finish();
+}
+
+void CpuOps::qk_projection_norm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                         const Tensor& rstd, const Tensor& dots, const Tensor& dy,
+                                         const kernels::QkProjection& p, Tensor& dx, Tensor& dwq,
+                                         Tensor& dwk) const {
+  const char* op = "qk_projection_norm_backward";
+  const FloatArgs fa(op, {{&x, "x"},
+                          {&wq, "wq", Role::TorF32},
+                          {&wk, "wk", Role::TorF32},
+                          {&rstd, "rstd", Role::F32},
+                          {&dots, "dots", Role::F32},
+                          {&dy, "dy"},
+                          {&dx, "dx", Role::T, kWritten},
+                          {&dwq, "dwq", Role::F32, kUpdated},
+                          {&dwk, "dwk", Role::F32, kUpdated}});
+  if (run_as_stored(fa.t(), [&]<typename T>() {
+        const Tensor q32 = as_fp32(wq), k32 = as_fp32(wk);
+        cpu::qk_projection_norm_backward(x.data<T>(), q32.data<float>(), k32.data<float>(),
+                                         rstd.data<float>(), dots.data<float>(), dy.data<T>(),
+                                         dx.data<T>(), dwq.data<float>(), dwk.data<float>(), p);
+      }))
+    return;
+  Fp32OnCpu f(fa);
+  cpu::qk_projection_norm_backward(f.in(x), f.in(wq), f.in(wk), f.in(rstd), f.in(dots), f.in(dy),
+                                   f.out(dx), f.out(dwq), f.out(dwk), p);
+  f.finish();
+}
+
 void CpuOps::gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) const {
   const char* op = "gelu_forward";
   const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});

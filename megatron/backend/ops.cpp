@@ -120,6 +120,66 @@ void qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk, co
   device_call(dev, op)->qk_rmsnorm_backward(x, wq, wk, rstd, dy, q_slots, dx, dwq, dwk);
 }
 
+namespace {
+// Shapes of a whole-projection q/k norm's tensors.
+void check_qk_projection(const char* op, const Tensor& x, const Tensor& wq, const Tensor& wk,
+                         const kernels::QkProjection& p,
+                         std::initializer_list<const Tensor*> stats) {
+  MT_CHECK(p.tokens >= 0 && p.groups > 0 && p.q_slots > 0 && p.head_dim > 0 &&
+               x.numel() == p.tokens * p.row() && wq.numel() == p.local_q() &&
+               wk.numel() == p.local_k(),
+           op, ": x ", x.shape().str(), ", wq ", wq.shape().str(), ", wk ", wk.shape().str(),
+           " are not ", p.tokens, " tokens of ", p.groups, " groups x ", p.q_slots + 2, " x ",
+           p.head_dim);
+  for (const Tensor* t : stats)
+    MT_CHECK(t->numel() == 2 * p.tokens, op, ": statistics ", t->shape().str(), " are not [",
+             p.tokens, ", 2]");
+}
+}  // namespace
+
+void qk_projection_sums(const Tensor& x, const Tensor* dy, const Tensor& wq, const Tensor& wk,
+                        const kernels::QkProjection& p, Tensor& sums) {
+  const char* op = "qk_projection_sums";
+  const Device dev =
+      device_of(op, {{&x, "x"}, {dy, "dy"}, {&wq, "wq"}, {&wk, "wk"}, {&sums, "sums"}});
+  check_qk_projection(op, x, wq, wk, p, {&sums});
+  MT_CHECK(dy == nullptr || dy->numel() == x.numel(), op, ": dy ", dy->shape().str(),
+           " is not x's ", x.shape().str());
+  device_call(dev, op)->qk_projection_sums(x, dy, wq, wk, p, sums);
+}
+
+void qk_projection_norm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                const Tensor& sums, const kernels::QkProjection& p, Tensor& y,
+                                Tensor& rstd) {
+  const char* op = "qk_projection_norm_forward";
+  const Device dev = device_of(
+      op, {{&x, "x"}, {&wq, "wq"}, {&wk, "wk"}, {&sums, "sums"}, {&y, "y"}, {&rstd, "rstd"}});
+  check_qk_projection(op, x, wq, wk, p, {&sums, &rstd});
+  MT_CHECK(y.numel() == x.numel(), op, ": y ", y.shape().str(), " is not x's ", x.shape().str());
+  device_call(dev, op)->qk_projection_norm_forward(x, wq, wk, sums, p, y, rstd);
+}
+
+void qk_projection_norm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                 const Tensor& rstd, const Tensor& dots, const Tensor& dy,
+                                 const kernels::QkProjection& p, Tensor& dx, Tensor& dwq,
+                                 Tensor& dwk) {
+  const char* op = "qk_projection_norm_backward";
+  const Device dev = device_of(op, {{&x, "x"},
+                                    {&wq, "wq"},
+                                    {&wk, "wk"},
+                                    {&rstd, "rstd"},
+                                    {&dots, "dots"},
+                                    {&dy, "dy"},
+                                    {&dx, "dx"},
+                                    {&dwq, "dwq"},
+                                    {&dwk, "dwk"}});
+  check_qk_projection(op, x, wq, wk, p, {&rstd, &dots});
+  MT_CHECK(dy.numel() == x.numel() && dx.numel() == x.numel() && dwq.numel() == wq.numel() &&
+               dwk.numel() == wk.numel(),
+           op, ": shape mismatch");
+  device_call(dev, op)->qk_projection_norm_backward(x, wq, wk, rstd, dots, dy, p, dx, dwq, dwk);
+}
+
 void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind) {
   const char* op = "gelu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});

@@ -14,6 +14,7 @@
 
 #include "kernels/common/dropout_rows.h"
 #include "kernels/common/numeric.h"
+#include "kernels/common/qk_projection.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cross_entropy.h"
 #include "megatron/core/tensor.h"
@@ -42,6 +43,22 @@ void qk_rmsnorm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk, flo
                         int64_t q_slots, Tensor& y, Tensor& rstd);
 void qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& rstd,
                          const Tensor& dy, int64_t q_slots, Tensor& dx, Tensor& dwq, Tensor& dwk);
+
+// RMSNorm of the queries and keys over their whole projections (OLMo-2), in the three steps of
+// kernels/cpu/norm.h so that tensor-parallel ranks can sum their partial statistics between
+// them: x, y, dy, dx [p.tokens, p.groups, p.q_slots + 2, p.head_dim]; wq [p.local_q()], wk
+// [p.local_k()]; sums, dots and rstd F32 [p.tokens, 2]. qk_projection_sums: sum x^2 (dy null)
+// or sum dy w x (dy given) over each token's local query, then key, entries. Backward writes dx
+// (which may alias dy) and accumulates into dwq and dwk (F32). CPU only.
+void qk_projection_sums(const Tensor& x, const Tensor* dy, const Tensor& wq, const Tensor& wk,
+                        const kernels::QkProjection& p, Tensor& sums);
+void qk_projection_norm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                const Tensor& sums, const kernels::QkProjection& p, Tensor& y,
+                                Tensor& rstd);
+void qk_projection_norm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                 const Tensor& rstd, const Tensor& dots, const Tensor& dy,
+                                 const kernels::QkProjection& p, Tensor& dx, Tensor& dwq,
+                                 Tensor& dwk);
 
 void gelu_forward(const Tensor& x, Tensor& y, math::Gelu kind = math::Gelu::Tanh);
 void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,

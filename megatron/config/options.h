@@ -39,6 +39,9 @@ enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsPa
 // cp_comm_type; megatron/transformer/context_parallel.h): a ring of point-to-point block
 // transfers, one all-gather, or Ulysses all-to-alls.
 enum class CpCommType : uint8_t { P2P, AllGather, A2A };
+// What one statistic of the q/k norms spans: a head (Qwen3, Gemma 3) or a token's whole
+// query or key projection (OLMo-2).
+enum class QkNormSpan : uint8_t { Head, Projection };
 // Where the fp32 master weights and Adam moments live with training.device: cuda.
 enum class OptimizerOffload : uint8_t { None, CPU };
 // data.tokenizer.type and the tools' --tokenizer-type, by Megatron's --tokenizer-type names
@@ -76,6 +79,7 @@ MT_OPTION_NAMES(MoeTokenDropPolicy, "probs", "position");
 MT_OPTION_NAMES(ShardingStrategy, "no_shard", "optim", "optim_grads", "optim_grads_params");
 MT_OPTION_NAMES(OptimizerOffload, "none", "cpu");
 MT_OPTION_NAMES(CpCommType, "p2p", "all_gather", "a2a");
+MT_OPTION_NAMES(QkNormSpan, "head", "projection");
 MT_OPTION_NAMES(TokenizerType, "GPT2BPETokenizer", "SentencePieceTokenizer",
                 "BertWordPieceLowerCase", "BertWordPieceCase", "ByteTokenizer",
                 "HuggingFaceTokenizer", "NullTokenizer");

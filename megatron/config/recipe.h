@@ -125,6 +125,14 @@ struct ModelConfig {
   // Per-head RMSNorm of the queries and keys before rotary embeddings (Megatron-Core's
   // qk_layernorm; Qwen3's q_norm / k_norm). RMSNorm models only.
   bool qk_layernorm = false;
+  // What one q/k norm statistic spans: each head, or (projection: OLMo-2) a token's whole
+  // query and whole key projection, with weights [heads x head_dim] and [groups x head_dim].
+  QkNormSpan qk_layernorm_span = QkNormSpan::Head;
+  // Where the blocks' norms sit (pre-norm decoders): before each sub-layer (the input norms:
+  // LN1 and LN2) and/or on each sub-layer's output before its residual add (OLMo-2's
+  // post_attention / post_feedforward norms without input norms; Gemma 2/3's sandwich with both).
+  bool sublayer_input_norm = true;
+  bool sublayer_output_norm = false;
   // Attention and MLP side by side, each through its own norm, into one residual sum (GPT-NeoX /
   // Pythia: HF use_parallel_residual): out = x + attn(LN1(x)) + mlp(LN2(x)).
   bool parallel_residual = false;
@@ -227,6 +235,9 @@ struct ModelConfig {
     v("add_bias", s.add_bias);
     v("add_qkv_bias", s.add_qkv_bias);
     v("qk_layernorm", s.qk_layernorm);
+    v("qk_layernorm_span", s.qk_layernorm_span);
+    v("sublayer_input_norm", s.sublayer_input_norm);
+    v("sublayer_output_norm", s.sublayer_output_norm);
     v("parallel_residual", s.parallel_residual);
     v("no_rope_freq", s.no_rope_freq);
     v("hidden_dropout", s.hidden_dropout);

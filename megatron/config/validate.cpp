@@ -129,6 +129,16 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   if (qk_layernorm)
     c.check(normalization == Normalization::RMSNorm, "model.qk_layernorm",
             "true needs normalization: RMSNorm (the per-head query/key norms are RMSNorms)");
+  c.check(qk_layernorm || qk_layernorm_span == QkNormSpan::Head, "model.qk_layernorm_span",
+          "projection needs model.qk_layernorm: true");
+  c.check(sublayer_input_norm || sublayer_output_norm, "model.sublayer_input_norm",
+          "false needs model.sublayer_output_norm: true (a block without any norm)");
+  c.check(
+      (sublayer_input_norm && !sublayer_output_norm) || (arch != Arch::BERT && !parallel_residual),
+      sublayer_input_norm ? "model.sublayer_output_norm" : "model.sublayer_input_norm",
+      concat(sublayer_input_norm ? "true" : "false",
+             " is for the sequential pre-norm decoders (model.arch gpt or llama without "
+             "parallel_residual)"));
   if (position_embedding == PositionEmbedding::Learned)
     c.check(
         seq_length <= max_positions(), "model.seq_length",
@@ -466,6 +476,11 @@ void Recipe::validate() const {
       "model.attention_backend",
       "fused is cuDNN's fused attention and needs training.device: cuda (use flash or auto "
       "on the cpu)");
+  c.check(
+      model.qk_layernorm_span != QkNormSpan::Projection || training.device != TrainingDevice::CUDA,
+      "model.qk_layernorm_span",
+      "projection (q/k norms over the whole projection) has no CUDA kernel yet: it runs with "
+      "training.device: cpu");
   if (optimizer.offload == OptimizerOffload::CPU) {
     c.check(training.device == TrainingDevice::CUDA, "optimizer.offload",
             "cpu offload moves the optimizer from the GPU to host memory; with training.device: "

@@ -30,8 +30,9 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
   proj_ = std::make_unique<Linear>(a.store, a.prefix + ".attention.proj", H * Dh, D, spec_.bias,
                                    TPMode::Row, a.tp, spec_.output_init_std(), Shape{}, sp_,
                                    spec_.lora_for(spec_.lora_proj, a.layer, 1));
+  const auto span = spec_.qk_norm_whole_projection ? QkNorm::Span::Projection : QkNorm::Span::Head;
   if (spec_.qk_norm)
-    qk_norm_ = std::make_unique<QkNorm>(a.store, a.prefix, Dh, H / G, spec_.norm_eps, a.tp.size());
+    qk_norm_ = std::make_unique<QkNorm>(a.store, a.prefix, span, H, G, Dh, spec_.norm_eps, a.tp);
 }
 
 void SelfAttention::collect_params(std::vector<Parameter*>& out) const {

@@ -27,18 +27,27 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
   const bool sp = spec.sequence_parallel && tp.size() > 1;
   const SubmoduleArgs args{store, prefix, layer_index,
                            spec_, tp,     workspace_ ? workspace_->probs : nullptr};
-  // Registration order (the parameter buffer's layout): norm 1, attention, norm 2, MLP.
-  ln1_ = std::make_unique<Norm>(store, prefix + ".input_norm", D, spec.norm, spec.norm_eps, sp);
+  MT_CHECK(spec.input_norms || spec.output_norms, "block '", prefix, "' has no norms");
+  MT_CHECK((spec.input_norms && !spec.output_norms) || !(spec.post_norm || spec.parallel_residual),
+           "block '", prefix, "': output norms are for sequential pre-norm blocks");
+  auto norm = [&](const char* name, bool present) {
+    return present ? std::make_unique<Norm>(store, prefix + name, D, spec.norm, spec.norm_eps, sp)
+                   : nullptr;
+  };
+  // Registration order (the parameter buffer's layout): norm 1, attention (its output norm),
+  // norm 2, MLP (its output norm).
+  ln1_ = norm(".input_norm", spec.input_norms);
   attention_ = submodules.attention(args);
-  ln2_ = std::make_unique<Norm>(store, prefix + ".post_attention_norm", D, spec.norm, spec.norm_eps,
-                                sp);
+  on1_ = norm(".attention_output_norm", spec.output_norms);
+  ln2_ = norm(".post_attention_norm", spec.input_norms);
   mlp_ = submodules.mlp(args);
+  on2_ = norm(".mlp_output_norm", spec.output_norms);
 }
 
 int64_t TransformerBlock::grad_watermark() const {
   std::vector<Parameter*> params;
-  ln1_->collect_params(params);
-  ln2_->collect_params(params);
+  for (const auto* n : {&ln1_, &ln2_, &on1_, &on2_})
+    if (*n) (*n)->collect_params(params);
   attention_->collect_params(params);
   mlp_->collect_params(params);
   // Expert weights live in their own region of the buffer, reduced over another group at the
@@ -137,17 +146,39 @@ const Tensor& TransformerBlock::attention_branch_forward(Ctx& c, const Tensor& i
                                                          const MicroBatchInfo& mb,
                                                          const uint8_t* key_mask) const {
   Tensor& y = attention_->forward(*c.attention, in, mb, key_mask);
-  if (hidden_dropout_on(mb))
-    dropout_sbd_forward(y, y, spec_.hidden_dropout, site(mb, 1), slice(mb, y.dim(0)));
-  return y;
+  return branch_output(y, on1_.get(), c.on1, c.attn_normed, mb, 1);
 }
 
 const Tensor& TransformerBlock::mlp_branch_forward(Ctx& c, const Tensor& in,
                                                    const MicroBatchInfo& mb) const {
   Tensor& y = mlp_->forward(*c.mlp, in, mb);
+  return branch_output(y, on2_.get(), c.on2, c.mlp_normed, mb, 2);
+}
+
+// A sub-layer's output y through its output norm (into `normed`), if any, then the residual
+// dropout (in place: the norm keeps its input, not its output).
+Tensor& TransformerBlock::branch_output(Tensor& y, const Norm* out_norm, Norm::Ctx& norm_ctx,
+                                        Tensor& normed, const MicroBatchInfo& mb,
+                                        int64_t which) const {
+  Tensor* r = &y;
+  if (out_norm) {
+    out_norm->forward(norm_ctx, y, ensure(normed, y.shape(), act(), device_));
+    r = &normed;
+  }
   if (hidden_dropout_on(mb))
-    dropout_sbd_forward(y, y, spec_.hidden_dropout, site(mb, 2), slice(mb, y.dim(0)));
-  return y;
+    dropout_sbd_forward(*r, *r, spec_.hidden_dropout, site(mb, which), slice(mb, r->dim(0)));
+  return *r;
+}
+
+// The gradient of a sub-layer's output from that of its branch output: through the dropout
+// and the output norm, if any.
+const Tensor& TransformerBlock::into_sublayer(Ctx& c, const Tensor& d_branch,
+                                              const MicroBatchInfo& mb, int64_t which) const {
+  const Tensor& d = through_branch_dropout(c, d_branch, mb, which);
+  const Norm* out_norm = which == 1 ? on1_.get() : on2_.get();
+  if (!out_norm) return d;
+  out_norm->backward(which == 1 ? c.on1 : c.on2, d, ensure(c.d_normed, d.shape(), act(), device_));
+  return c.d_normed;
 }
 
 // The gradient entering a branch through its output dropout: `d_out` itself without dropout,
@@ -165,36 +196,46 @@ const Tensor& TransformerBlock::through_branch_dropout(Ctx& c, const Tensor& d_o
 void TransformerBlock::attention_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
                                                  const MicroBatchInfo& mb,
                                                  const uint8_t* key_mask) const {
-  attention_->backward(*c.attention, through_branch_dropout(c, d_branch, mb, 1), d_in, mb,
-                       key_mask);
+  attention_->backward(*c.attention, into_sublayer(c, d_branch, mb, 1), d_in, mb, key_mask);
 }
 
 void TransformerBlock::mlp_branch_backward(Ctx& c, const Tensor& d_branch, Tensor& d_in,
                                            const MicroBatchInfo& mb) const {
-  mlp_->backward(*c.mlp, through_branch_dropout(c, d_branch, mb, 2), d_in, mb);
+  mlp_->backward(*c.mlp, into_sublayer(c, d_branch, mb, 2), d_in, mb);
 }
 
-// Pre-LN: mid = x + attn(LN1(x)); out = mid + mlp(LN2(mid)).
+// Pre-LN: mid = x + attn(LN1(x)); out = mid + mlp(LN2(mid)) (without input norms the
+// sub-layers read x and mid themselves).
 void TransformerBlock::forward_pre_norm(Ctx& c, const Tensor& x, Tensor& out,
                                         const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = x.dim(0), B = x.dim(1), D = spec_.hidden;
-  ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act(), device_));
-  const Tensor& attn = attention_branch_forward(c, c.ln1_out, mb, key_mask);
+  if (ln1_) ln1_->forward(c.ln1, x, ensure(c.ln1_out, {Sl, B, D}, act(), device_));
+  const Tensor& attn = attention_branch_forward(c, ln1_ ? c.ln1_out : x, mb, key_mask);
   ops::add(x, attn, ensure(c.mid, {Sl, B, D}, act(), device_));
-  ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}, act(), device_));
-  const Tensor& mlp = mlp_branch_forward(c, c.ln2_out, mb);
+  if (ln2_) ln2_->forward(c.ln2, c.mid, ensure(c.ln2_out, {Sl, B, D}, act(), device_));
+  const Tensor& mlp = mlp_branch_forward(c, ln2_ ? c.ln2_out : c.mid, mb);
   ops::add(c.mid, mlp, ensure(out, {Sl, B, D}, act(), device_));
 }
 
 void TransformerBlock::backward_pre_norm(Ctx& c, const Tensor& d_out, Tensor& dx,
                                          const MicroBatchInfo& mb, const uint8_t* key_mask) const {
   const int64_t Sl = d_out.dim(0), B = d_out.dim(1), D = spec_.hidden;
+  // d_ln holds each sub-layer's input gradient in turn.
   mlp_branch_backward(c, d_out, ensure(c.d_ln, {Sl, B, D}, act(), device_), mb);
-  ln2_->backward(c.ln2, c.d_ln, ensure(c.d_mid, {Sl, B, D}, act(), device_));
-  ops::add_inplace(c.d_mid, d_out);  // residual
-  attention_branch_backward(c, c.d_mid, c.d_ln, mb, key_mask);
-  ln1_->backward(c.ln1, c.d_ln, dx);
-  ops::add_inplace(dx, c.d_mid);  // residual
+  Tensor& d_mid = ensure(c.d_mid, {Sl, B, D}, act(), device_);
+  if (ln2_) {
+    ln2_->backward(c.ln2, c.d_ln, d_mid);
+    ops::add_inplace(d_mid, d_out);  // residual
+  } else {
+    ops::add(c.d_ln, d_out, d_mid);
+  }
+  attention_branch_backward(c, d_mid, c.d_ln, mb, key_mask);
+  if (ln1_) {
+    ln1_->backward(c.ln1, c.d_ln, dx);
+    ops::add_inplace(dx, d_mid);  // residual
+  } else {
+    ops::add(c.d_ln, d_mid, dx);
+  }
 }
 
 // Parallel residual (GPT-NeoX): both branches read the block input through their own norms,

@@ -6,6 +6,11 @@
 // modes, so in post-LN mode "input_norm" is the norm after the attention residual and
 // "post_attention_norm" the one after the MLP residual (HF BERT's attention.output.LayerNorm
 // and output.LayerNorm).
+// Pre-LN blocks may also normalize each sub-layer's output before its residual add
+// (TransformerSpec::output_norms: "<prefix>.attention_output_norm", ".mlp_output_norm"), with
+// or without LN1 and LN2 (TransformerSpec::input_norms):
+//   mid = x + Dropout(ON1(Attn(LN1(x))));   out = mid + Dropout(ON2(MLP(LN2(mid))))
+// (OLMo-2: no LN1/LN2; Gemma 2/3: all four, its "sandwich").
 // Activations are [S, B, D] (sequence-major as in Megatron) over this micro-batch.
 //
 // Activation recomputation (TransformerSpec::recompute, Megatron's --recompute-granularity);
@@ -53,6 +58,9 @@ class TransformerBlock {
     // normalises), ln1_out = LN1(mid) (the attention sub-layer's output, the MLP's input),
     // sum2 = ln1_out + MLP branch (what LN2 normalises into out); ln2_out is unused.
     Tensor sum2;
+    // Output norms (spec.output_norms): their contexts and the normalized branch outputs.
+    Norm::Ctx on1, on2;
+    Tensor attn_normed, mlp_normed, d_normed;
     // scratch for backward (d_branch: a branch's output gradient through its dropout)
     Tensor d_branch, d_ln, d_mid;
     // Full recompute: a view of the block input (the checkpoint backward recomputes from).
@@ -103,6 +111,10 @@ class TransformerBlock {
                            const MicroBatchInfo& mb) const;
   const Tensor& through_branch_dropout(Ctx& c, const Tensor& d_out, const MicroBatchInfo& mb,
                                        int64_t which) const;
+  Tensor& branch_output(Tensor& y, const Norm* out_norm, Norm::Ctx& norm_ctx, Tensor& normed,
+                        const MicroBatchInfo& mb, int64_t which) const;
+  const Tensor& into_sublayer(Ctx& c, const Tensor& d_branch, const MicroBatchInfo& mb,
+                              int64_t which) const;
   void run_forward(Ctx& c, const Tensor& x, Tensor& out, const MicroBatchInfo& mb,
                    const uint8_t* key_mask) const;
   void run_backward(Ctx& c, const Tensor& d_out, Tensor& dx, const MicroBatchInfo& mb,
@@ -119,7 +131,8 @@ class TransformerBlock {
   Device device_;  // the store's: where the activations live
   int64_t layer_;
   parallel::Communicator* tp_;
-  std::unique_ptr<Norm> ln1_, ln2_;
+  std::unique_ptr<Norm> ln1_, ln2_;  // null without input norms (spec.input_norms false)
+  std::unique_ptr<Norm> on1_, on2_;  // the sub-layers' output norms (spec.output_norms)
   std::unique_ptr<AttentionLayer> attention_;
   std::unique_ptr<MlpLayer> mlp_;
   std::shared_ptr<RecomputeWorkspace> workspace_;  // null without recompute

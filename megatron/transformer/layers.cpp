@@ -7,12 +7,10 @@
 
 namespace megatron {
 
-namespace {
 ShardSpec tp_shard(int dim, const parallel::Communicator& tp) {
   if (tp.size() == 1) return {};
   return ShardSpec{dim, ShardAxis::Tensor, tp.rank(), tp.size()};
 }
-}  // namespace
 
 Linear::Linear(ParamStore& store, const std::string& name, int64_t in, int64_t out, bool bias,
                TPMode mode, parallel::Communicator& tp, float init_std, Shape weight_shape,

@@ -19,6 +19,9 @@ enum class TPMode : uint8_t {
   Row,     // input dim split: all-reduce of y forward, bias added after the reduction
 };
 
+// A parameter split along `dim` over the tensor-parallel ranks (none for one rank).
+ShardSpec tp_shard(int dim, const parallel::Communicator& tp);
+
 // Sequence parallelism (Megatron's): outside Column..Row regions activations are [S/tp, B, D]
 // sequence slices. A sequence-parallel Column layer all-gathers its input along the sequence
 // (and reduce-scatters its input gradient); a Row layer reduce-scatters its output (and

@@ -1,25 +1,35 @@
 #pragma once
-// Per-head RMSNorm of the queries and keys before rotary embeddings (Megatron-Core's
-// qk_layernorm; Qwen3's and Gemma 3's q_norm / k_norm): one weight [head_dim] for every query
-// head and one for every key head, applied inside the fused QKV activation
-// [S, B, G/tp, H/G + 2, Dh] (the value heads pass through). The weights are replicated over
-// tensor parallelism and each rank sees only its heads, so their gradients are tensor-parallel
-// partial sums. Parameters "<prefix>.attention.q_norm.weight" and ".k_norm.weight".
+// RMSNorm of the queries and keys before rotary embeddings, inside the fused QKV activation
+// [S, B, G/tp, H/G + 2, Dh] (the value heads pass through):
+//   Span::Head       per head (Megatron-Core's qk_layernorm; Qwen3's and Gemma 3's q_norm /
+//                    k_norm): one weight [head_dim] for every query head and one for every key
+//                    head, replicated over tensor parallelism; each rank sees only its heads,
+//                    so their gradients are tensor-parallel partial sums.
+//   Span::Projection over each token's whole query and whole key projection (OLMo-2's q_norm
+//                    [heads x head_dim] and k_norm [groups x head_dim]): the weights are split
+//                    over tensor parallelism with the heads, and the statistics span every
+//                    rank's heads (their partial sums are all-reduced over tp, forward and
+//                    backward).
+// Parameters "<prefix>.attention.q_norm.weight" and ".k_norm.weight".
 #include <string>
 #include <vector>
 
+#include "kernels/common/qk_projection.h"
+#include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
 
 namespace megatron {
 
 class QkNorm {
  public:
+  enum class Span : uint8_t { Head, Projection };
   struct Ctx {
-    Tensor rstd;                    // [S * B * G/tp, H/G + 1]
+    Tensor rstd;                    // Head: [S * B * G/tp, H/G + 1]; Projection: [S * B, 2]
+    Tensor sums;                    // Projection: the statistics' tensor-parallel sums
     Tensor frozen_dwq, frozen_dwk;  // scratch gradients of frozen weights (dropped)
   };
-  QkNorm(ParamStore& store, const std::string& prefix, int64_t head_dim, int64_t heads_per_group,
-         float eps, int64_t tp_size);
+  QkNorm(ParamStore& store, const std::string& prefix, Span span, int64_t heads,
+         int64_t query_groups, int64_t head_dim, float eps, parallel::Communicator& tp);
   // y: the normalized qkv (x is kept by the caller for backward).
   void forward(Ctx& ctx, const Tensor& x, Tensor& y) const;
   // dx may alias dy; accumulates the weights' gradients.
@@ -27,10 +37,15 @@ class QkNorm {
   void collect_params(std::vector<Parameter*>& out) const;
 
  private:
+  kernels::QkProjection projection(const Tensor& x) const;
+  Tensor& statistics(Ctx& ctx, const Tensor& x, const Tensor* dy) const;
+
   Parameter* q_ = nullptr;
   Parameter* k_ = nullptr;
-  int64_t head_dim_, heads_per_group_;
+  Span span_;
+  int64_t heads_, groups_, head_dim_;
   float eps_;
+  parallel::Communicator* tp_;
   Device device_;
 };
 

@@ -48,6 +48,11 @@ struct TransformerSpec {
   bool qkv_bias = false;  // the QKV projection has a bias even when `bias` is false
   // Per-head RMSNorm of queries and keys before rope (qk_layernorm; qk_norm.h).
   bool qk_norm = false;
+  // The q/k norms over each token's whole query and key projection instead (OLMo-2; qk_norm.h).
+  bool qk_norm_whole_projection = false;
+  // Norms before each sub-layer (LN1, LN2) and/or on each sub-layer's output before its
+  // residual add (TransformerBlock); pre-norm blocks only.
+  bool input_norms = true, output_norms = false;
   // Layers (global indices) with full attention although `window` is set
   // (model.window_attn_skip_freq).
   std::vector<int64_t> full_attention_layers;

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "megatron/core/error.h"
+#include "models/gpt/hf_common.h"
 #include "models/gpt/hf_rope.h"
 #include "models/registry.h"
 
@@ -24,7 +25,6 @@ constexpr const char* kQwen3 = "Qwen3ForCausalLM";
 constexpr const char* kPhi3 = "Phi3ForCausalLM";
 constexpr const char* kSmolLM3 = "SmolLM3ForCausalLM";
 constexpr const char* kMixtral = "MixtralForCausalLM";
-constexpr int64_t kMaxDefaultSeq = 4096;
 
 std::string model_type(const std::string& a) {
   if (a == kGpt2) return "gpt2";
@@ -205,33 +205,13 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
   c.check_known(known, arch);
   config::ModelConfig m;
   m.arch = config::Arch::LLaMA;
-  m.num_layers = c.integer("num_hidden_layers");
-  m.hidden_size = c.integer("hidden_size");
-  m.num_attention_heads = c.integer("num_attention_heads");
-  m.num_query_groups = c.integer_or("num_key_value_heads", m.num_attention_heads);
-  m.ffn_hidden_size = c.integer("intermediate_size");
-  m.max_position_embeddings = c.integer("max_position_embeddings");
-  m.seq_length = std::min(m.max_position_embeddings, kMaxDefaultSeq);
-  m.vocab_size = c.integer("vocab_size");
+  read_decoder_sizes(c, m);
   m.layernorm_epsilon = c.number("rms_norm_eps");
-  m.tie_embeddings = c.boolean_or("tie_word_embeddings", false);
   m.normalization = config::Normalization::RMSNorm;
   m.activation = config::Activation::SwiGLU;
   m.position_embedding = config::PositionEmbedding::Rope;
-  m.init_method_std = c.number_or("initializer_range", 0.02);
   if (c.string_or("hidden_act", "silu") != "silu")
     c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
-  if (m.num_attention_heads <= 0) c.fail("num_attention_heads", "must be > 0");
-  // head_dim (Mistral-NeMo, Qwen3) is Megatron-Core's kv_channels; set only where it differs
-  // from hidden_size / num_attention_heads so that other imports keep their recipes unchanged.
-  const bool divides = m.hidden_size % m.num_attention_heads == 0;
-  if (c.has("head_dim")) {
-    const int64_t head_dim = c.integer("head_dim");
-    if (head_dim <= 0) c.fail("head_dim", concat("must be > 0 (got ", head_dim, ")"));
-    if (!divides || head_dim != m.hidden_size / m.num_attention_heads) m.kv_channels = head_dim;
-  } else if (!divides) {
-    c.fail("num_attention_heads", "must divide hidden_size (or head_dim must be given)");
-  }
   read_biases(c, arch, m);
   read_family_features(c, arch, m);
   read_rope(c, m);
@@ -337,8 +317,7 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["model_type"] = model_type(arch);
   j["vocab_size"] = m.vocab_size;
   j["tie_word_embeddings"] = m.tie_embeddings;
-  j["torch_dtype"] = dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
-  j.erase("dtype");
+  write_dtype_and_pad(m, dtype, j);
   if (arch == kGpt2) {
     j["n_embd"] = m.hidden_size;
     j["n_layer"] = m.num_layers;
@@ -359,11 +338,6 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["hidden_act"] = "silu";
   write_rope(m, j);
-  // Without a pad_token_id transformers takes the class default, which lies outside a smaller
-  // vocabulary for some families (SmolLM3's 128004, Phi-3's 32000) and fails to load: say none.
-  if (!j.contains("pad_token_id") ||
-      (j["pad_token_id"].is_number_integer() && j["pad_token_id"].get<int64_t>() >= m.vocab_size))
-    j["pad_token_id"] = nullptr;
   if (arch == kLlama || arch == kSmolLM3)
     j["attention_bias"] = m.add_bias, j["mlp_bias"] = m.add_bias;
   if (arch == kSmolLM3) {
@@ -397,6 +371,12 @@ struct LayerDims {
 
 // A model the architecture cannot describe is an InputError before anything is written.
 void check_exportable(const std::string& arch, const config::ModelConfig& m) {
+  MT_INPUT_CHECK(m.sublayer_input_norm && !m.sublayer_output_norm &&
+                     m.qk_layernorm_span == config::QkNormSpan::Head,
+                 arch,
+                 " has norms before its sub-layers only and per-head q/k norms: a model with "
+                 "sublayer_output_norm or qk_layernorm_span projection is not one (OLMo-2's "
+                 "converts as Olmo2ForCausalLM)");
   MT_INPUT_CHECK(m.qk_layernorm == (arch == kQwen3), arch,
                  m.qk_layernorm ? " has no per-head query/key norms: a model with "
                                   "model.qk_layernorm: true converts as Qwen3ForCausalLM"

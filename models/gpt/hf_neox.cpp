@@ -126,7 +126,8 @@ std::vector<TensorMapping> neox_mappings(const config::ModelConfig& m, int64_t V
   MT_INPUT_CHECK(m.add_bias && !m.add_qkv_bias && !m.moe.enabled() && !m.qk_layernorm &&
                      m.query_groups() == m.num_attention_heads &&
                      m.head_dim() * m.num_attention_heads == m.hidden_size &&
-                     m.activation != config::Activation::SwiGLU && m.attention_window() == 0,
+                     m.activation != config::Activation::SwiGLU && m.attention_window() == 0 &&
+                     m.sublayer_input_norm && !m.sublayer_output_norm,
                  kGptNeoX,
                  " has biases on every projection, one key/value head per query head, a GeLU MLP "
                  "and no experts, q/k norms or sliding windows: this model is not one");

@@ -216,5 +216,9 @@ TEST(HfLogits, SmolLM3Sliding) { check_logits("smollm3_sliding"); }
 // sequential one with half of it (bf16).
 TEST(HfLogits, GptNeoX) { check_logits("gpt_neox"); }
 TEST(HfLogits, GptNeoXSequentialBf16) { check_logits("gpt_neox_sequential_bf16"); }
+// OLMo-2: output norms, q/k norms over the whole projection (their statistics all-reduced over
+// tp at 2 ranks); then head_dim 16, a tied head and linear rope scaling, in bf16.
+TEST(HfLogits, Olmo2) { check_logits("olmo2"); }
+TEST(HfLogits, Olmo2HeadDimBf16) { check_logits("olmo2_head_dim_bf16"); }
 
 }  // namespace

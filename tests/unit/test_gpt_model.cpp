@@ -1,6 +1,7 @@
 // Whole-model checks: finite-difference gradients of every parameter tensor for several GPT
-// variants (one with model.kv_channels != hidden / heads), and that the residual/tied/untied
-// wiring gives the loss a hand computation expects.
+// variants (one with model.kv_channels != hidden / heads, GPT-NeoX's parallel residual, OLMo-2's
+// output norms and whole-projection q/k norms, a sandwich of input and output norms), and that the
+// residual/tied/untied wiring gives the loss a hand computation expects.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,8 @@ struct Variant {
   int64_t kv_channels;             // 0: hidden / heads
   bool parallel_residual = false;  // GPT-NeoX's blocks
   int64_t rotary_dims = 0;         // partial rotary (0: the whole head)
+  bool qk_projection = false;      // q/k norms over the whole projection (OLMo-2)
+  bool input_norms = true, output_norms = false;
 };
 
 GPTSpec tiny_spec(const Variant& v) {
@@ -38,6 +41,9 @@ GPTSpec tiny_spec(const Variant& v) {
   t.bias = v.bias;
   t.parallel_residual = v.parallel_residual;
   t.rope_rotary_dims = v.rotary_dims;
+  t.qk_norm = t.qk_norm_whole_projection = v.qk_projection;
+  t.input_norms = v.input_norms;
+  t.output_norms = v.output_norms;
   t.hidden_dropout = v.hidden_dropout;
   t.attention_dropout = v.attention_dropout;
   t.init_std = 0.2f;  // large enough that every path carries signal
@@ -107,7 +113,14 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"llama_kv_channels", true, true, true, false, false, 2, 0.0f, 0.0f,
                               6},
                       // GPT-NeoX: the parallel residual, 2 of each 4-dim head turning, untied
-                      Variant{"neox", false, true, false, false, true, 4, 0.0f, 0.0f, 0, true, 2}),
+                      Variant{"neox", false, true, false, false, true, 4, 0.0f, 0.0f, 0, true, 2},
+                      // OLMo-2: norms on the sub-layers' outputs only, q/k norms over the whole
+                      // projections
+                      Variant{"olmo2", true, true, true, false, false, 2, 0.0f, 0.0f, 0, false, 0,
+                              true, false, true},
+                      // input and output norms (Gemma's sandwich) with residual dropout
+                      Variant{"sandwich_dropout", true, true, true, true, false, 2, 0.1f, 0.0f, 0,
+                              false, 0, false, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GPTModel, InitialLossIsNearUniform) {

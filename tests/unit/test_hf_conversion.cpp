@@ -40,7 +40,7 @@ const std::vector<std::string> kFixtures = {
     "mistral_head_dim", "llama_yarn", "mistral_sliding", "qwen3", "qwen3_tied_bf16",
     "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope", "smollm3",
     "smollm3_list_bf16", "phi3_partial_longrope", "qwen2_window_layers", "smollm3_sliding",
-    "gpt_neox", "gpt_neox_sequential_bf16"};
+    "gpt_neox", "gpt_neox_sequential_bf16", "olmo2", "olmo2_head_dim_bf16"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
@@ -134,7 +134,7 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
   for (const Case& c :
        {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1}, Case{"mixtral", 2, 2, 2},
         Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}, Case{"qwen3", 2, 2, 1},
-        Case{"phi3_longrope", 2, 2, 1}, Case{"gpt_neox", 2, 2, 1}}) {
+        Case{"phi3_longrope", 2, 2, 1}, Case{"gpt_neox", 2, 2, 1}, Case{"olmo2", 2, 2, 1}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);
@@ -175,7 +175,13 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
       {"qwen3",
        "arch: llama, num_query_groups: 2, kv_channels: 12, ffn_hidden_size: 48, "
        "normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
-       "add_bias: false, qk_layernorm: true"}};
+       "add_bias: false, qk_layernorm: true"},
+      // OLMo-2: output norms only, q/k norms over the whole projections
+      {"olmo2",
+       "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
+       "activation: swiglu, position_embedding: rope, tie_embeddings: false, add_bias: false, "
+       "qk_layernorm: true, qk_layernorm_span: projection, sublayer_input_norm: false, "
+       "sublayer_output_norm: true"}};
   for (const auto& [name, model] : models) {
     SCOPED_TRACE(name);
     const fs::path ckpt = dir_ / name;
@@ -213,6 +219,9 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
     }
     if (name == "qwen3") {
       EXPECT_EQ(config["architectures"][0], "Qwen3ForCausalLM");
+    }
+    if (name == "olmo2") {
+      EXPECT_EQ(config["architectures"][0], "Olmo2ForCausalLM");
     }
   }
 }

@@ -121,4 +121,61 @@ void qk_rmsnorm_backward(const float* x, const float* wq, const float* wk, const
       [&](int64_t at) { std::copy(dy + at, dy + at + Dh, dx + at); });
 }
 
+namespace {
+
+// The positions in a token's fused QKV row of its query (part 0) or key (part 1) entries, in
+// projection order (head-major), which is also the order of that part's weights.
+std::vector<int64_t> qk_positions(const QkProjection& p, int part) {
+  std::vector<int64_t> at;
+  for (int64_t g = 0; g < p.groups; ++g) {
+    const int64_t first = g * (p.q_slots + 2) + (part == 0 ? 0 : p.q_slots);
+    const int64_t heads = part == 0 ? p.q_slots : 1;
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t j = 0; j < p.head_dim; ++j) at.push_back((first + h) * p.head_dim + j);
+  }
+  return at;
+}
+
+std::vector<float> gather(const float* row, const std::vector<int64_t>& at) {
+  std::vector<float> out;
+  for (int64_t i : at) out.push_back(row[i]);
+  return out;
+}
+
+}  // namespace
+
+void qk_projection_norm_forward(const float* x, const float* wq, const float* wk, float* y,
+                                float* rstd, const QkProjection& p) {
+  const int64_t row = p.row();
+  std::copy(x, x + p.tokens * row, y);  // the value heads (the rest is overwritten)
+  for (int part = 0; part < 2; ++part) {
+    const std::vector<int64_t> at = qk_positions(p, part);
+    const int64_t n = static_cast<int64_t>(at.size());
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      const std::vector<float> xs = gather(x + t * row, at);
+      std::vector<float> ys(at.size());
+      rmsnorm_forward(xs.data(), part == 0 ? wq : wk, ys.data(), rstd + 2 * t + part, 1, n, p.eps);
+      for (int64_t i = 0; i < n; ++i) y[t * row + at[static_cast<size_t>(i)]] = ys[i];
+    }
+  }
+}
+
+void qk_projection_norm_backward(const float* x, const float* wq, const float* wk,
+                                 const float* rstd, const float* dy, float* dx, float* dwq,
+                                 float* dwk, const QkProjection& p) {
+  const int64_t row = p.row();
+  std::copy(dy, dy + p.tokens * row, dx);
+  for (int part = 0; part < 2; ++part) {
+    const std::vector<int64_t> at = qk_positions(p, part);
+    const int64_t n = static_cast<int64_t>(at.size());
+    for (int64_t t = 0; t < p.tokens; ++t) {
+      const std::vector<float> xs = gather(x + t * row, at), dys = gather(dy + t * row, at);
+      std::vector<float> dxs(at.size());
+      rmsnorm_backward(xs.data(), part == 0 ? wq : wk, rstd + 2 * t + part, dys.data(), dxs.data(),
+                       part == 0 ? dwq : dwk, 1, n);
+      for (int64_t i = 0; i < n; ++i) dx[t * row + at[static_cast<size_t>(i)]] = dxs[i];
+    }
+  }
+}
+
 }  // namespace megatron::kernels::ref

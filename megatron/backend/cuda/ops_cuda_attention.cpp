@@ -157,6 +157,29 @@ void CudaOps::qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tenso
   });
 }
 
+// Whole-projection q/k norms (OLMo-2) have no CUDA kernel yet: a clear error instead (the
+// recipe check refuses them on cuda first).
+constexpr const char* kNoCudaQkProjection =
+    "q/k norms over the whole projection (model.qk_layernorm_span: projection) run on the CPU "
+    "only: they have no CUDA kernel yet (training.device: cuda)";
+
+void CudaOps::qk_projection_sums(const Tensor&, const Tensor*, const Tensor&, const Tensor&,
+                                 const kernels::QkProjection&, Tensor&) const {
+  throw InputError(kNoCudaQkProjection);
+}
+
+void CudaOps::qk_projection_norm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                         const kernels::QkProjection&, Tensor&, Tensor&) const {
+  throw InputError(kNoCudaQkProjection);
+}
+
+void CudaOps::qk_projection_norm_backward(const Tensor&, const Tensor&, const Tensor&,
+                                          const Tensor&, const Tensor&, const Tensor&,
+                                          const kernels::QkProjection&, Tensor&, Tensor&,
+                                          Tensor&) const {
+  throw InputError(kNoCudaQkProjection);
+}
+
 // Context parallelism's block attention has no CUDA kernel yet: a clear error instead.
 constexpr const char* kNoCudaBlockAttention =
     "context parallelism (parallel.context > 1) runs on the CPU only: its block attention has "

@@ -1,0 +1,137 @@
+#include "models/gpt/hf_olmo2.h"
+
+#include <algorithm>
+
+#include "megatron/core/error.h"
+#include "megatron/core/format.h"
+#include "models/gpt/hf_common.h"
+#include "models/gpt/hf_rope.h"
+
+namespace megatron::models {
+namespace {
+
+using Json = nlohmann::ordered_json;
+using hf::TensorMapping;
+
+std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
+
+}  // namespace
+
+bool is_hf_olmo2(const std::string& architecture) { return architecture == kOlmo2; }
+
+bool is_olmo2_model(const config::ModelConfig& m) {
+  return m.sublayer_output_norm && !m.sublayer_input_norm;
+}
+
+config::ModelConfig olmo2_model_from_hf(const hf::ConfigJson& c) {
+  c.check_known(
+      {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+       "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings",
+       "initializer_range", "rms_norm_eps", "tie_word_embeddings", "rope_theta", "rope_scaling",
+       "rope_parameters", "attention_bias", "attention_dropout"},
+      kOlmo2);
+  config::ModelConfig m;
+  m.arch = config::Arch::LLaMA;
+  read_decoder_sizes(c, m);
+  m.layernorm_epsilon = c.number_or("rms_norm_eps", 1e-5);
+  m.attention_dropout = c.number_or("attention_dropout", 0.0);
+  m.normalization = config::Normalization::RMSNorm;
+  m.activation = config::Activation::SwiGLU;
+  m.position_embedding = config::PositionEmbedding::Rope;
+  m.add_bias = false;
+  if (c.string_or("hidden_act", "silu") != "silu")
+    c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
+  if (c.boolean_or("attention_bias", false))
+    c.fail("attention_bias",
+           "true (biases on q/k/v/o but not on the MLP) has no equivalent here: add_bias puts "
+           "them on every projection");
+  m.qk_layernorm = true;
+  m.qk_layernorm_span = config::QkNormSpan::Projection;
+  m.sublayer_input_norm = false;
+  m.sublayer_output_norm = true;
+  read_rope(c, m);
+  if (m.rotary_percent != 1.0)
+    c.fail(c.has("rope_parameters") ? "rope_parameters" : "rope_scaling",
+           concat("partial_rotary_factor ", m.rotary_percent, ": ", kOlmo2, " turns whole heads"));
+  return m;
+}
+
+Json olmo2_hf_config(const config::ModelConfig& m, const std::string& dtype,
+                     const nlohmann::json& original) {
+  Json j = original.is_object() ? Json(original) : Json::object();
+  j["architectures"] = {kOlmo2};
+  j["model_type"] = "olmo2";
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.hidden_size;
+  j["intermediate_size"] = m.ffn();
+  j["num_hidden_layers"] = m.num_layers;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["num_key_value_heads"] = m.query_groups();
+  if (m.kv_channels > 0 || j.contains("head_dim")) j["head_dim"] = m.head_dim();
+  j["max_position_embeddings"] = m.max_positions();
+  j["rms_norm_eps"] = m.layernorm_epsilon;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["attention_dropout"] = m.attention_dropout;
+  j["tie_word_embeddings"] = m.tie_embeddings;
+  write_dtype_and_pad(m, dtype, j);
+  write_rope(m, j);
+  return j;
+}
+
+std::vector<TensorMapping> olmo2_mappings(const config::ModelConfig& m, int64_t Vp) {
+  MT_INPUT_CHECK(is_olmo2_model(m) && m.qk_layernorm &&
+                     m.qk_layernorm_span == config::QkNormSpan::Projection && !m.add_bias &&
+                     !m.add_qkv_bias && !m.moe.enabled() &&
+                     m.activation == config::Activation::SwiGLU &&
+                     m.normalization == config::Normalization::RMSNorm && m.rotary() &&
+                     m.rotary_percent == 1.0 && m.attention_window() == 0 &&
+                     m.no_rope_freq.every == 0 && m.no_rope_freq.pattern.empty(),
+                 kOlmo2,
+                 " has RMSNorms on the sub-layers' outputs only, q/k norms over the whole "
+                 "projections, rope on whole heads in every layer, a SwiGLU MLP, no biases, "
+                 "experts or sliding windows: this model is not one");
+  const int64_t D = m.hidden_size, F = m.ffn(), V = m.vocab_size, H = m.num_attention_heads,
+                G = m.query_groups(), Dh = m.head_dim();
+  std::vector<TensorMapping> out;
+  out.push_back(hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, D}),
+                                        "model.embed_tokens.weight", V));
+  for (int64_t l = 0; l < m.num_layers; ++l) {
+    const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
+    const std::string a = h + "self_attn.", p = h + "mlp.";
+    out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({(H + 2 * G) * Dh, D}),
+                                  {{a + "q_proj.weight", vec({H * Dh, D})},
+                                   {a + "k_proj.weight", vec({G * Dh, D})},
+                                   {a + "v_proj.weight", vec({G * Dh, D})}},
+                                  H, G, Dh));
+    out.push_back(
+        hf::copy_mapping(n + "attention.q_norm.weight", vec({H * Dh}), a + "q_norm.weight"));
+    out.push_back(
+        hf::copy_mapping(n + "attention.k_norm.weight", vec({G * Dh}), a + "k_norm.weight"));
+    out.push_back(
+        hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
+    out.push_back(hf::copy_mapping(n + "attention_output_norm.weight", vec({D}),
+                                   h + "post_attention_layernorm.weight"));
+    out.push_back(hf::stacked_mapping(
+        n + "mlp.fc1.weight", vec({2, F, D}),
+        {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
+    out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+    out.push_back(hf::copy_mapping(n + "mlp_output_norm.weight", vec({D}),
+                                   h + "post_feedforward_layernorm.weight"));
+  }
+  out.push_back(hf::copy_mapping("final_norm.weight", vec({D}), "model.norm.weight"));
+  if (!m.tie_embeddings)
+    out.push_back(
+        hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "lm_head.weight", V));
+  return out;
+}
+
+std::set<std::string> olmo2_ignored_tensors(const config::ModelConfig& m) {
+  std::set<std::string> out;
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    out.insert(concat("model.layers.", l, ".self_attn.rotary_emb.inv_freq"));
+  if (m.tie_embeddings) out.insert("lm_head.weight");
+  return out;
+}
+
+}  // namespace megatron::models

@@ -476,11 +476,6 @@ void Recipe::validate() const {
       "model.attention_backend",
       "fused is cuDNN's fused attention and needs training.device: cuda (use flash or auto "
       "on the cpu)");
-  c.check(
-      model.qk_layernorm_span != QkNormSpan::Projection || training.device != TrainingDevice::CUDA,
-      "model.qk_layernorm_span",
-      "projection (q/k norms over the whole projection) has no CUDA kernel yet: it runs with "
-      "training.device: cpu");
   if (optimizer.offload == OptimizerOffload::CPU) {
     c.check(training.device == TrainingDevice::CUDA, "optimizer.offload",
             "cpu offload moves the optimizer from the GPU to host memory; with training.device: "

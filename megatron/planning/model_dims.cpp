@@ -34,6 +34,8 @@ Dims dims_of_spec(const TransformerSpec& t, const config::ModelConfig& m, bool b
   d.bias = t.bias;
   d.qkv_bias = t.bias || t.qkv_bias;
   d.qk_norm = t.qk_norm;
+  d.qk_norm_projection = t.qk_norm && t.qk_norm_whole_projection;
+  d.block_norms = (t.input_norms ? 2 : 0) + (t.output_norms ? 2 : 0);
   d.rope = t.rope;
   d.tied = d.bert || m.tie_embeddings;
   d.hidden_dropout = t.hidden_dropout;
@@ -78,7 +80,10 @@ int64_t lora_layer_params(const Dims& d, int64_t tp) {
 
 int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool moe) {
   const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
-  int64_t n = 2 * d.norm() + (d.qk_norm ? 2 * d.Dh : 0);
+  const int64_t qk_norms = !d.qk_norm             ? 0
+                           : d.qk_norm_projection ? (d.H + d.G) * d.Dh / tp
+                                                  : 2 * d.Dh;
+  int64_t n = d.block_norms * d.norm() + qk_norms;
   n += qkv * d.D / tp + (d.qkv_bias ? qkv / tp : 0);
   n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
   auto dense_mlp = [&](int64_t fc1, int64_t F) {

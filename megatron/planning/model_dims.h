@@ -16,6 +16,8 @@ struct Dims {
   std::vector<bool> moe_layer;                       // per layer (MoE models)
   double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
   bool layernorm, swiglu, bias, qkv_bias, qk_norm, rope, tied, bert, binary_head;
+  bool qk_norm_projection = false;  // q/k norm weights [H x Dh] and [G x Dh], split over tp
+  int64_t block_norms = 2;          // per layer: input norms and/or sub-layer output norms
   double hidden_dropout, attention_dropout;
   // peft: lora (rank 0: none): adapters on these projections; everything else frozen.
   int64_t lora_rank = 0;

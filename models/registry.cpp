@@ -1,5 +1,8 @@
 #include "models/registry.h"
 
+#include <cmath>
+
+#include "kernels/common/numeric.h"
 #include "megatron/transformer/context_parallel.h"
 #include "megatron/transformer/moe/moe_layer.h"
 
@@ -39,7 +42,14 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.seq_length = m.seq_length;
   t.norm = m.normalization == config::Normalization::RMSNorm ? Norm::Kind::RMSNorm
                                                              : Norm::Kind::LayerNorm;
-  t.swiglu = m.activation == config::Activation::SwiGLU;
+  t.swiglu =
+      m.activation == config::Activation::SwiGLU || m.activation == config::Activation::GeGLU;
+  t.glu_gate =
+      m.activation == config::Activation::GeGLU ? math::GluGate::GeluTanh : math::GluGate::Silu;
+  t.norm_zero_centered_gamma = m.layernorm_zero_centered_gamma;
+  t.softmax_scale = m.softmax_scale ? static_cast<float>(*m.softmax_scale) : 0.0f;
+  t.attn_logit_softcap = static_cast<float>(m.attn_logit_softcapping);
+  t.rope_local_theta = static_cast<float>(m.rope_local_base_freq);
   t.gelu = m.activation == config::Activation::GeLUExact ? math::Gelu::Erf : math::Gelu::Tanh;
   t.rope = m.rotary();
   t.window = m.attention_window();
@@ -110,8 +120,10 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
   t.recompute = recompute_of(r.training.recompute);
   t.unit_layers = r.parallel.fsdp_unit_layers;
-  // Context parallelism runs the flash kernels (validation refuses an explicit unfused).
-  t.flash_attention = m.flash_attention(r.training.device) || r.parallel.context > 1;
+  // Context parallelism and soft-capped scores run the flash kernels (validation refuses an
+  // explicit unfused).
+  t.flash_attention = m.flash_attention(r.training.device) || r.parallel.context > 1 ||
+                      m.attn_logit_softcapping > 0;
   t.cudnn_attention = cudnn_attention_of(r);
   t.activation_dtype = model_dtype_of(r.training);
   if (r.peft.lora()) {
@@ -131,6 +143,15 @@ int64_t model_vocab(const config::Recipe& r, int64_t tokenizer_vocab) {
                  " is smaller than the tokenizer's vocabulary ", tokenizer_vocab);
   return v;
 }
+
+namespace {
+// v rounded to a 16-bit activation dtype (as a scalar tensor of that dtype multiplies).
+float in_dtype(float v, DType dtype) {
+  if (dtype == DType::BF16) return math::bf16_bits_to_float(math::float_to_bf16_bits(v));
+  if (dtype == DType::F16) return math::fp16_bits_to_float(math::float_to_fp16_bits(v));
+  return v;
+}
+}  // namespace
 
 BertSpec bert_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, int64_t tp_size) {
   const auto& m = r.model;
@@ -160,6 +181,10 @@ GPTSpec gpt_spec_from_recipe(const config::Recipe& r, int64_t tokenizer_vocab, i
   s.max_positions = s.transformer.rope ? 0 : m.max_positions();
   s.tie_embeddings = m.tie_embeddings;
   s.embedding_dropout = static_cast<float>(m.hidden_dropout);
+  if (m.scale_embeddings_by_sqrt_hidden)
+    s.embedding_scale =
+        in_dtype(std::sqrt(static_cast<float>(m.hidden_size)), s.transformer.activation_dtype);
+  s.final_logit_softcap = static_cast<float>(m.final_logit_softcapping);
   return s;
 }
 

@@ -26,6 +26,9 @@ struct AttentionOptions {
   int64_t window = 0;
   float dropout_p = 0.0f;
   uint64_t seed = 0, stream = 0;
+  // > 0: each score s (after the scale) becomes softcap * tanh(s / softcap) before masking and
+  // softmax (Gemma 2's attn_logit_softcapping); its backward multiplies by 1 - tanh^2.
+  float softcap = 0.0f;
   // Whether CUDA's fused attention runs on cuDNN's SDPA (model.attention_backend; the CPU has no
   // cuDNN and ignores it): where cuDNN supports the problem (auto), always (fused: an error where
   // it cannot), or never (flash: our own kernels, kernels/cuda/flash_attention.h).

@@ -63,8 +63,8 @@ namespace megatron::ops {
   OP(void, gelu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind))        \
   OP(void, tanh_forward, (const Tensor& x, Tensor& y))                                             \
   OP(void, tanh_backward, (const Tensor& y, const Tensor& dy, Tensor& dx))                         \
-  OP(void, swiglu_forward, (const Tensor& x, Tensor& y))                                           \
-  OP(void, swiglu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx))                       \
+  OP(void, glu_forward, (const Tensor& x, Tensor& y, math::GluGate gate))                          \
+  OP(void, glu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx, math::GluGate gate))      \
   OP(void, embedding_forward,                                                                      \
      (const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out))                   \
   OP(void, embedding_backward,                                                                     \
@@ -93,7 +93,7 @@ namespace megatron::ops {
      (const Tensor& out, const Tensor& lse, Tensor& acc_out, Tensor& acc_lse, int64_t acc_row))    \
   OP(void, kv_cache_attention,                                                                     \
      (const kernels::AttentionShape& shape, float scale, const Tensor& qkv, Tensor& keys,          \
-      Tensor& values, int64_t past, Tensor& out, int64_t window))                                  \
+      Tensor& values, int64_t past, Tensor& out, int64_t window, float softcap))                   \
   OP(void, rope_forward,                                                                           \
      (const kernels::AttentionShape& shape, Tensor& qkv, const math::RopeFrequencies& rope,        \
       int64_t position_offset, const Tensor* positions))                                           \

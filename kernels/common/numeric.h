@@ -84,6 +84,22 @@ MT_HD float silu_grad(float x) {
   return s * (1.0f + x * (e * s));  // s (1 + x (1 - s)), 1 - s = e s
 }
 
+// Soft-capping (Gemma 2's attention scores and logits): cap tanh(x / cap), and its derivative
+// from the capped value y: 1 - (y / cap)^2.
+MT_HD float softcap(float x, float cap) { return cap * tanhf(x / cap); }
+MT_HD float softcap_grad_from_output(float y, float cap) {
+  const float t = y / cap;
+  return 1.0f - t * t;
+}
+
+// The gate activation of a gated linear unit: act(gate) * up. SwiGLU's SiLU (LLaMA) or GeGLU's
+// tanh-approximated GELU (Gemma's gelu_pytorch_tanh).
+enum class GluGate : uint8_t { Silu, GeluTanh };
+MT_HD float glu_gate(float x, GluGate g) { return g == GluGate::Silu ? silu(x) : gelu_tanh(x); }
+MT_HD float glu_gate_grad(float x, GluGate g) {
+  return g == GluGate::Silu ? silu_grad(x) : gelu_tanh_grad(x);
+}
+
 // One AdamW step for one element (decoupled weight decay, bias-corrected moments).
 struct AdamWParams {
   float lr, beta1, beta2, eps, weight_decay;

@@ -72,6 +72,7 @@ void dropout_rows(const float* P, float* pd, int64_t r0, int64_t r1, int64_t ken
 void attention_forward(const AttentionShape& shape, const AttentionOptions& opt, const float* qkv,
                        float* out, float* probs) {
   check_shape("attention", shape, opt);
+  MT_CHECK(opt.softcap == 0.0f, "unfused attention has no soft-capping (the flash kernels do)");
   const Layout L(shape);
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;
@@ -117,6 +118,7 @@ void attention_forward(const AttentionShape& shape, const AttentionOptions& opt,
 void attention_backward(const AttentionShape& shape, const AttentionOptions& opt, const float* qkv,
                         const float* probs, const float* dout, float* dqkv) {
   check_shape("attention", shape, opt);
+  MT_CHECK(opt.softcap == 0.0f, "unfused attention has no soft-capping (the flash kernels do)");
   const Layout L(shape);
   const int64_t S = L.S, Dh = L.Dh;
   if (S == 0 || L.B == 0 || L.H == 0) return;

@@ -32,10 +32,11 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);
 // Number of elements with !(|x| <= limit): beyond the limit or not finite (fp16 overflow check).
 int64_t count_outside(const float* x, int64_t n, float limit);
 
-// SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
+// Gated linear unit over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = act(gate) * up
+// (SwiGLU: silu; GeGLU: tanh GELU).
 template <typename T>
-void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F);
+void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::GluGate gate);
 template <typename T>
-void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F);
+void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::GluGate gate);
 
 }  // namespace megatron::kernels::cpu

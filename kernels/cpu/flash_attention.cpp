@@ -31,8 +31,13 @@ struct Rows {
   int64_t S;       // the global sequence (masks and dropout indices)
 
   Rows(const AttentionShape& s, const AttentionBlock& b)
-      : q(s), kv(b.kv_packed ? packed_layout(s) : Layout(s)), q0(b.q_start), k0(b.k_start),
-        Sq(b.q_rows), Sk(b.k_rows), S(s.S) {}
+      : q(s),
+        kv(b.kv_packed ? packed_layout(s) : Layout(s)),
+        q0(b.q_start),
+        k0(b.k_start),
+        Sq(b.q_rows),
+        Sk(b.k_rows),
+        S(s.S) {}
   static Layout packed_layout(AttentionShape s) {
     s.H = 0;  // no query heads: each group is just its key and value head
     return Layout(s);
@@ -77,6 +82,22 @@ void mask_row(const Rows& R, const AttentionOptions& opt, const uint8_t* km, con
   }
 }
 
+// Soft-caps a tile of scores in place (opt.softcap > 0); with `grad`, also stores each score's
+// derivative 1 - tanh^2 there (same layout).
+void softcap_tile(const AttentionOptions& opt, float* sc, int64_t rows, int64_t cols, float* grad) {
+  if (opt.softcap <= 0.0f) return;
+  const float cap = opt.softcap;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = sc + r * kCols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) row[j] = math::softcap(row[j], cap);
+    if (grad == nullptr) continue;
+    float* g = grad + r * kCols;
+#pragma omp simd
+    for (int64_t j = 0; j < cols; ++j) g[j] = math::softcap_grad_from_output(row[j], cap);
+  }
+}
+
 // Forward of one (b, h) over query rows [r0, r1): the online softmax over key tiles into O
 // (normalised at the end) and lse_row.
 struct ForwardScratch {
@@ -97,6 +118,7 @@ void forward_rows(const Rows& R, const AttentionOptions& opt, const float* Q, co
     const int64_t cols = std::min(kCols, kend - c0);
     gemm(false, true, rows, cols, Dh, opt.scale, Q + r0 * R.q.ld_qkv, R.q.ld_qkv,
          K + c0 * R.kv.ld_qkv, R.kv.ld_qkv, 0.0f, w.sc.data(), kCols);
+    softcap_tile(opt, w.sc.data(), rows, cols, nullptr);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = r0 + r;
       float* row = w.sc.data() + r * kCols;
@@ -126,12 +148,11 @@ void forward_rows(const Rows& R, const AttentionOptions& opt, const float* Q, co
         detail::fill_uniform(opt.seed, opt.stream, base + uint64_t((R.q0 + i) * R.S + R.k0 + c0),
                              lim, w.uniforms.data());
 #pragma omp simd
-        for (int64_t j = 0; j < lim; ++j)
-          row[j] = w.uniforms[j] >= p ? row[j] * keep_scale : 0.0f;
+        for (int64_t j = 0; j < lim; ++j) row[j] = w.uniforms[j] >= p ? row[j] * keep_scale : 0.0f;
       }
     }
-    gemm(false, false, rows, Dh, cols, 1.0f, w.sc.data(), kCols, V + c0 * R.kv.ld_qkv,
-         R.kv.ld_qkv, 1.0f, O + r0 * R.q.ld_out, R.q.ld_out);
+    gemm(false, false, rows, Dh, cols, 1.0f, w.sc.data(), kCols, V + c0 * R.kv.ld_qkv, R.kv.ld_qkv,
+         1.0f, O + r0 * R.q.ld_out, R.q.ld_out);
   }
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = r0 + r;
@@ -173,6 +194,7 @@ struct BackwardScratch {
   std::vector<float> P = std::vector<float>(kRows * kCols), pv = std::vector<float>(kRows * kCols),
                      ds = std::vector<float>(kRows * kCols), D = std::vector<float>(kRows),
                      uniforms = std::vector<float>(kCols);
+  std::vector<float> cap_grad;  // soft-capping: d(capped score) / d(score) per tile element
 };
 
 // The recomputed probabilities P (and with dropout the kept ones pv) of one tile.
@@ -195,10 +217,10 @@ void tile_probs(const Rows& R, const AttentionOptions& opt, const float* lse_row
     } else {
 #pragma omp simd
       for (int64_t j = 0; j < lim; ++j)
-        prow[j] = j >= first && (km == nullptr || km[kg + j]) &&
-                          (seg == nullptr || seg[kg + j] == own)
-                      ? math::exp_approx(prow[j] - li)
-                      : 0.0f;
+        prow[j] =
+            j >= first && (km == nullptr || km[kg + j]) && (seg == nullptr || seg[kg + j] == own)
+                ? math::exp_approx(prow[j] - li)
+                : 0.0f;
     }
     std::fill(prow + lim, prow + cols, 0.0f);
     if (p > 0.0f) {
@@ -217,11 +239,12 @@ struct HeadPtrs {
 };
 
 // Backward of one (b, h) over query rows [r0, r1), adding into dQ, dK and dV.
-void backward_rows(const Rows& R, const AttentionOptions& opt, const HeadPtrs& t,
-                   const uint8_t* km, const int32_t* seg, uint64_t base, int64_t r0, int64_t r1,
-                   BackwardScratch& w) {
+void backward_rows(const Rows& R, const AttentionOptions& opt, const HeadPtrs& t, const uint8_t* km,
+                   const int32_t* seg, uint64_t base, int64_t r0, int64_t r1, BackwardScratch& w) {
   const Layout &L = R.q, &KV = R.kv;
   const int64_t Dh = L.Dh, rows = r1 - r0, kend = R.key_end(r1, opt.causal);
+  const bool capped = opt.softcap > 0.0f;
+  if (capped) w.cap_grad.resize(kRows * kCols);
   for (int64_t r = 0; r < rows; ++r) {
     const float* o = t.O + (r0 + r) * L.ld_out;
     const float* d_o = t.dO + (r0 + r) * L.ld_out;
@@ -234,6 +257,7 @@ void backward_rows(const Rows& R, const AttentionOptions& opt, const HeadPtrs& t
     const int64_t cols = std::min(kCols, kend - c0);
     gemm(false, true, rows, cols, Dh, opt.scale, t.Q + r0 * L.ld_qkv, L.ld_qkv,
          t.K + c0 * KV.ld_qkv, KV.ld_qkv, 0.0f, w.P.data(), kCols);
+    softcap_tile(opt, w.P.data(), rows, cols, capped ? w.cap_grad.data() : nullptr);
     tile_probs(R, opt, t.lse_row, km, seg, base, r0, rows, c0, cols, w);
     const float* pvd = opt.dropout_p > 0.0f ? w.pv.data() : w.P.data();
     // dV[c] += pv^T dO
@@ -250,6 +274,11 @@ void backward_rows(const Rows& R, const AttentionOptions& opt, const HeadPtrs& t
       const float Dr = w.D[r];
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j) drow[j] = pvrow[j] * drow[j] - prow[j] * Dr;
+      if (capped) {  // through the cap: d(score) = d(capped) (1 - tanh^2)
+        const float* g = w.cap_grad.data() + r * kCols;
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) drow[j] *= g[j];
+      }
     }
     gemm(false, false, rows, Dh, cols, opt.scale, w.ds.data(), kCols, t.K + c0 * KV.ld_qkv,
          KV.ld_qkv, 1.0f, t.dQ + r0 * L.ld_qkv, L.ld_qkv);
@@ -276,9 +305,9 @@ void backward(const AttentionShape& shape, const AttentionOptions& opt, const Ro
       const uint8_t* km = opt.key_mask ? opt.key_mask + b * R.S : nullptr;
       const int32_t* seg = opt.segment_ids ? opt.segment_ids + b * R.S : nullptr;
       for (int64_t h = g * L.heads_per_group; h < (g + 1) * L.heads_per_group; ++h) {
-        const HeadPtrs t{q + L.q(b, h),    kv + R.kv.k(b, g),         kv + R.kv.v(b, g),
-                         out + L.out(b, h), dout + L.out(b, h),       lse + (b * L.H + h) * R.Sq,
-                         dq + L.q(b, h),   dkv + R.kv.k(b, g),        dkv + R.kv.v(b, g)};
+        const HeadPtrs t{q + L.q(b, h),     kv + R.kv.k(b, g),  kv + R.kv.v(b, g),
+                         out + L.out(b, h), dout + L.out(b, h), lse + (b * L.H + h) * R.Sq,
+                         dq + L.q(b, h),    dkv + R.kv.k(b, g), dkv + R.kv.v(b, g)};
         for (int64_t r0 = 0; r0 < R.Sq; r0 += kRows)
           backward_rows(R, opt, t, km, seg, dropout_base(shape, b, h), r0,
                         std::min(r0 + kRows, R.Sq), w);
@@ -329,8 +358,9 @@ void flash_attention_backward(const AttentionShape& shape, const AttentionOption
                               const float* qkv, const float* out, const float* lse,
                               const float* dout, float* dqkv) {
   check_shape("flash_attention", shape, opt);
-  std::memset(dqkv, 0, sizeof(float) * static_cast<size_t>(shape.S * shape.B *
-                                                           (shape.H + 2 * shape.G) * shape.Dh));
+  std::memset(
+      dqkv, 0,
+      sizeof(float) * static_cast<size_t>(shape.S * shape.B * (shape.H + 2 * shape.G) * shape.Dh));
   backward(shape, opt, Rows(shape, whole(shape)), qkv, qkv, out, lse, dout, dqkv, dqkv);
 }
 

@@ -10,7 +10,8 @@
 namespace megatron::kernels::cpu {
 
 void kv_cache_attention(const AttentionShape& sh, float scale, const float* qkv, float* keys,
-                        float* values, int64_t past, int64_t capacity, float* out, int64_t window) {
+                        float* values, int64_t past, int64_t capacity, float* out, int64_t window,
+                        float softcap) {
   const int64_t S = sh.S, B = sh.B, H = sh.H, G = sh.G, Dh = sh.Dh, per = H / G;
   const int64_t slots = per + 2, total = past + S;
   // Append the new keys and values.
@@ -39,7 +40,7 @@ void kv_cache_attention(const AttentionShape& sh, float scale, const float* qkv,
           for (int64_t j = first; j < lim; ++j) {
             float dot = 0.0f;
             for (int64_t d = 0; d < Dh; ++d) dot += q[d] * k[j * Dh + d];
-            scores[j] = dot * scale;
+            scores[j] = softcap > 0.0f ? math::softcap(dot * scale, softcap) : dot * scale;
             mx = std::max(mx, scores[j]);
           }
           float sum = 0.0f;

@@ -14,6 +14,6 @@ namespace megatron::kernels::cpu {
 
 void kv_cache_attention(const AttentionShape& shape, float scale, const float* qkv, float* keys,
                         float* values, int64_t past, int64_t capacity, float* out,
-                        int64_t window = 0);
+                        int64_t window = 0, float softcap = 0.0f);
 
 }  // namespace megatron::kernels::cpu

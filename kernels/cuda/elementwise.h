@@ -50,8 +50,10 @@ void count_outside(const T* x, int64_t n, float limit, unsigned long long* count
 
 // SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
 template <typename T>
-void swiglu_forward(const T* x, T* y, int64_t rows, int64_t F, cudaStream_t stream);
+void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::GluGate gate,
+                 cudaStream_t stream);
 template <typename T>
-void swiglu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, cudaStream_t stream);
+void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::GluGate gate,
+                  cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

@@ -272,28 +272,28 @@ void CpuOps::tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) const 
   f.finish();
 }
 
-void CpuOps::swiglu_forward(const Tensor& x, Tensor& y) const {
-  const char* op = "swiglu_forward";
+void CpuOps::glu_forward(const Tensor& x, Tensor& y, math::GluGate gate) const {
+  const char* op = "glu_forward";
   const int64_t fdim = last_dim(y), n = rows_of(y, fdim);
   const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
-  if (run_as_stored(fa.t(),
-                    [&]<typename T>() { cpu::swiglu_forward(x.data<T>(), y.data<T>(), n, fdim); }))
+  if (run_as_stored(
+          fa.t(), [&]<typename T>() { cpu::glu_forward(x.data<T>(), y.data<T>(), n, fdim, gate); }))
     return;
   Fp32OnCpu f(fa);
-  cpu::swiglu_forward(f.in(x), f.out(y), n, fdim);
+  cpu::glu_forward(f.in(x), f.out(y), n, fdim, gate);
   f.finish();
 }
 
-void CpuOps::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) const {
-  const char* op = "swiglu_backward";
+void CpuOps::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::GluGate gate) const {
+  const char* op = "glu_backward";
   const int64_t fdim = last_dim(dy), n = rows_of(dy, fdim);
   const FloatArgs fa(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});
   if (run_as_stored(fa.t(), [&]<typename T>() {
-        cpu::swiglu_backward(x.data<T>(), dy.data<T>(), dx.data<T>(), n, fdim);
+        cpu::glu_backward(x.data<T>(), dy.data<T>(), dx.data<T>(), n, fdim, gate);
       }))
     return;
   Fp32OnCpu f(fa);
-  cpu::swiglu_backward(f.in(x), f.in(dy), f.out(dx), n, fdim);
+  cpu::glu_backward(f.in(x), f.in(dy), f.out(dx), n, fdim, gate);
   f.finish();
 }
 

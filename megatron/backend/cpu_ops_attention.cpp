@@ -77,9 +77,8 @@ void CpuOps::flash_attention_block_forward(const kernels::AttentionShape& s,
 void CpuOps::flash_attention_block_backward(const kernels::AttentionShape& s,
                                             const kernels::AttentionOptions& opt,
                                             const kernels::AttentionBlock& b, const Tensor& q,
-                                            const Tensor& kv, const Tensor& out,
-                                            const Tensor& lse, const Tensor& dout, Tensor& dq,
-                                            Tensor& dkv) const {
+                                            const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                            const Tensor& dout, Tensor& dq, Tensor& dkv) const {
   require_f32("flash_attention_block_backward", {{&q, "q"},
                                                  {&kv, "kv"},
                                                  {&out, "out"},
@@ -103,14 +102,14 @@ void CpuOps::flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor&
 
 void CpuOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                                 Tensor& keys, Tensor& values, int64_t past, Tensor& out,
-                                int64_t window) const {
+                                int64_t window, float softcap) const {
   // The CPU kernel is fp32 only; CUDA takes fp32, bf16 or fp16 (one dtype for all four).
   for (const Tensor* t : std::initializer_list<const Tensor*>{&qkv, &keys, &values, &out})
     MT_INPUT_CHECK(t->dtype() == DType::F32, "KV-cache decoding on the CPU runs in fp32 (got a ",
                    dtype_name(t->dtype()), " tensor; on cuda fp32, bf16 and fp16 run)");
   const int64_t capacity = keys.dim(2);
   cpu::kv_cache_attention(s, scale, qkv.data<float>(), keys.data<float>(), values.data<float>(),
-                          past, capacity, out.data<float>(), window);
+                          past, capacity, out.data<float>(), window, softcap);
 }
 
 void CpuOps::rope_forward(const kernels::AttentionShape& s, Tensor& qkv,

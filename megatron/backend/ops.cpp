@@ -208,20 +208,20 @@ void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   device_call(dev, op)->tanh_backward(y, dy, dx);
 }
 
-void swiglu_forward(const Tensor& x, Tensor& y) {
-  const char* op = "swiglu_forward";
+void glu_forward(const Tensor& x, Tensor& y, math::GluGate gate) {
+  const char* op = "glu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   rows_of(y, last_dim(y));
-  MT_CHECK(x.numel() == 2 * y.numel(), "swiglu_forward: x must be [N, 2F] for y ", y.shape().str());
-  device_call(dev, op)->swiglu_forward(x, y);
+  MT_CHECK(x.numel() == 2 * y.numel(), "glu_forward: x must be [N, 2F] for y ", y.shape().str());
+  device_call(dev, op)->glu_forward(x, y, gate);
 }
 
-void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
-  const char* op = "swiglu_backward";
+void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::GluGate gate) {
+  const char* op = "glu_backward";
   const Device dev = device_of(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
   rows_of(dy, last_dim(dy));
-  MT_CHECK(x.numel() == 2 * dy.numel() && dx.numel() == x.numel(), "swiglu_backward: shapes");
-  device_call(dev, op)->swiglu_backward(x, dy, dx);
+  MT_CHECK(x.numel() == 2 * dy.numel() && dx.numel() == x.numel(), "glu_backward: shapes");
+  device_call(dev, op)->glu_backward(x, dy, dx, gate);
 }
 
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out) {

@@ -66,8 +66,11 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,
 // y = tanh(x); backward from the output y: dx = dy * (1 - y^2) (dx may be dy).
 void tanh_forward(const Tensor& x, Tensor& y);
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
-void swiglu_forward(const Tensor& x, Tensor& y);  // x [N, 2F] -> y [N, F]
-void swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx);
+// Gated linear unit: x [N, 2F] = [gate | up] -> y [N, F] = act(gate) * up (SwiGLU: SiLU;
+// GeGLU: tanh GELU).
+void glu_forward(const Tensor& x, Tensor& y, math::GluGate gate = math::GluGate::Silu);
+void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,
+                  math::GluGate gate = math::GluGate::Silu);
 
 // ids int32 [n]; table [vocab_rows, D] holding rows from vocab_start; out [n, D]
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out);
@@ -115,10 +118,11 @@ void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
 // new keys/values of qkv [S, B, G, H/G + 2, Dh] at position `past` of the caches
 // [B, G, capacity, Dh] and attends each new query causally over the cache (the last `window`
 // positions with a sliding window > 0). CPU: fp32 only (InputError otherwise); CUDA: fp32,
-// bf16 or fp16 (one dtype for all four tensors, fp32 math, Dh <= 256).
+// bf16 or fp16 (one dtype for all four tensors, fp32 math, Dh <= 256). softcap > 0: scores
+// soft-capped as AttentionOptions::softcap (CPU only).
 void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
-                        Tensor& keys, Tensor& values, int64_t past, Tensor& out,
-                        int64_t window = 0);
+                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window = 0,
+                        float softcap = 0.0f);
 
 // Inverted dropout (kernels/cpu/dropout.h): element i uses Philox(seed, stream) at
 // index_offset + i; backward regenerates the same mask.

@@ -110,7 +110,8 @@ void flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out
 }
 
 void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
-                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window) {
+                        Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window,
+                        float softcap) {
   const char* op = "kv_cache_attention";
   const Device dev =
       device_of(op, {{&qkv, "qkv"}, {&keys, "keys"}, {&values, "values"}, {&out, "out"}});
@@ -123,7 +124,7 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
   MT_CHECK(past >= 0 && past + s.S <= capacity, "kv_cache_attention: positions ", past, "..",
            past + s.S, " past the cache capacity ", capacity);
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, "kv_cache_attention: out ", out.shape().str());
-  device_call(dev, op)->kv_cache_attention(s, scale, qkv, keys, values, past, out, window);
+  device_call(dev, op)->kv_cache_attention(s, scale, qkv, keys, values, past, out, window, softcap);
 }
 
 namespace {

@@ -13,7 +13,7 @@ namespace megatron::config {
 enum class Arch : uint8_t { GPT, LLaMA, BERT };
 enum class Normalization : uint8_t { LayerNorm, RMSNorm };
 // gelu: tanh-approximated (GPT-2's gelu_new); gelu_exact: x Phi(x) (BERT's, PyTorch's F.gelu).
-enum class Activation : uint8_t { GeLU, SwiGLU, GeLUExact };
+enum class Activation : uint8_t { GeLU, SwiGLU, GeLUExact, GeGLU };
 enum class PositionEmbedding : uint8_t { Learned, Rope, Yarn };
 // unfused: probabilities [B, H, S, S] saved for backward (kernels/cpu/attention.h);
 // flash: fused kernels saving only the row log-sum-exp (kernels/*/flash_attention.h);
@@ -65,7 +65,7 @@ struct OptionNames;
   }
 MT_OPTION_NAMES(Arch, "gpt", "llama", "bert");
 MT_OPTION_NAMES(Normalization, "layernorm", "rmsnorm");
-MT_OPTION_NAMES(Activation, "gelu", "swiglu", "gelu_exact");
+MT_OPTION_NAMES(Activation, "gelu", "swiglu", "gelu_exact", "geglu");
 MT_OPTION_NAMES(PositionEmbedding, "learned", "rope", "yarn");
 MT_OPTION_NAMES(AttentionBackend, "auto", "unfused", "flash", "fused");
 MT_OPTION_NAMES(TrainingDevice, "cpu", "cuda");

@@ -133,6 +133,20 @@ struct ModelConfig {
   // post_attention / post_feedforward norms without input norms; Gemma 2/3's sandwich with both).
   bool sublayer_input_norm = true;
   bool sublayer_output_norm = false;
+  // Norms scale by 1 + weight, the weights starting at 0 (Megatron-Core's
+  // layernorm_zero_centered_gamma; Gemma's RMSNorm, its q/k norms included).
+  bool layernorm_zero_centered_gamma = false;
+  // The attention softmax scale (Megatron-Core's softmax_scale; Gemma's
+  // query_pre_attn_scalar^-1/2); null: 1 / sqrt(head dim).
+  std::optional<double> softmax_scale;
+  // Soft-capping, cap * tanh(x / cap), of the attention scores before masking and softmax and of
+  // the output logits (Gemma 2's attn_logit_softcapping / final_logit_softcapping); 0: none.
+  double attn_logit_softcapping = 0, final_logit_softcapping = 0;
+  // Embeddings multiplied by sqrt(hidden_size), rounded to the activation dtype (Gemma).
+  bool scale_embeddings_by_sqrt_hidden = false;
+  // The rope base of layers with a sliding window, which then take no rope scaling either
+  // (Gemma 3's rope_local_base_freq); 0: rope_theta in every layer.
+  double rope_local_base_freq = 0;
   // Attention and MLP side by side, each through its own norm, into one residual sum (GPT-NeoX /
   // Pythia: HF use_parallel_residual): out = x + attn(LN1(x)) + mlp(LN2(x)).
   bool parallel_residual = false;
@@ -238,6 +252,12 @@ struct ModelConfig {
     v("qk_layernorm_span", s.qk_layernorm_span);
     v("sublayer_input_norm", s.sublayer_input_norm);
     v("sublayer_output_norm", s.sublayer_output_norm);
+    v("layernorm_zero_centered_gamma", s.layernorm_zero_centered_gamma);
+    v("softmax_scale", s.softmax_scale);
+    v("attn_logit_softcapping", s.attn_logit_softcapping);
+    v("final_logit_softcapping", s.final_logit_softcapping);
+    v("scale_embeddings_by_sqrt_hidden", s.scale_embeddings_by_sqrt_hidden);
+    v("rope_local_base_freq", s.rope_local_base_freq);
     v("parallel_residual", s.parallel_residual);
     v("no_rope_freq", s.no_rope_freq);
     v("hidden_dropout", s.hidden_dropout);

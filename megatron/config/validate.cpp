@@ -129,6 +129,21 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   if (qk_layernorm)
     c.check(normalization == Normalization::RMSNorm, "model.qk_layernorm",
             "true needs normalization: RMSNorm (the per-head query/key norms are RMSNorms)");
+  c.non_negative("model.attn_logit_softcapping", attn_logit_softcapping);
+  c.check(attn_logit_softcapping == 0 || attention_backend == AttentionBackend::Auto ||
+              attention_backend == AttentionBackend::Flash,
+          "model.attention_backend",
+          concat(option_name(attention_backend),
+                 " has no soft-capping: model.attn_logit_softcapping runs the flash kernels (use "
+                 "flash or auto)"));
+  c.non_negative("model.final_logit_softcapping", final_logit_softcapping);
+  c.non_negative("model.rope_local_base_freq", rope_local_base_freq);
+  if (softmax_scale) c.positive("model.softmax_scale", *softmax_scale);
+  c.check(activation != Activation::GeGLU || !moe.enabled(), "model.activation",
+          "geglu experts are not implemented (the routed experts are SwiGLU or GeLU)");
+  c.check(rope_local_base_freq == 0 || (rotary() && attention_window() > 0),
+          "model.rope_local_base_freq",
+          "applies to the layers with a sliding window: it needs rope and model.window_size");
   c.check(qk_layernorm || qk_layernorm_span == QkNormSpan::Head, "model.qk_layernorm_span",
           "projection needs model.qk_layernorm: true");
   c.check(sublayer_input_norm || sublayer_output_norm, "model.sublayer_input_norm",

@@ -22,6 +22,10 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
   spec_.rope = a.spec.rope_in_layer(a.layer);       // a NoPE layer (model.no_rope_freq) has none
   const auto& full = a.spec.full_attention_layers;  // (model.window_attn_skip_freq)
   if (std::find(full.begin(), full.end(), a.layer) != full.end()) spec_.window = 0;
+  if (spec_.window > 0 && spec_.rope_local_theta > 0) use_local_rope(spec_);
+  MT_INPUT_CHECK(spec_.attn_logit_softcap == 0.0f || device_ == Device::CPU,
+                 "model.attn_logit_softcapping runs on the CPU only: the CUDA attention kernels "
+                 "have no soft-capping yet (training.device: cuda)");
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
   qkv_ =
       std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,
@@ -32,13 +36,25 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
                                    spec_.lora_for(spec_.lora_proj, a.layer, 1));
   const auto span = spec_.qk_norm_whole_projection ? QkNorm::Span::Projection : QkNorm::Span::Head;
   if (spec_.qk_norm)
-    qk_norm_ = std::make_unique<QkNorm>(a.store, a.prefix, span, H, G, Dh, spec_.norm_eps, a.tp);
+    qk_norm_ = std::make_unique<QkNorm>(a.store, a.prefix, span, H, G, Dh, spec_.norm_eps, a.tp,
+                                        spec_.norm_zero_centered_gamma);
 }
 
 void SelfAttention::collect_params(std::vector<Parameter*>& out) const {
   qkv_->collect_params(out);
   if (qk_norm_) qk_norm_->collect_params(out);
   proj_->collect_params(out);
+}
+
+void SelfAttention::use_local_rope(TransformerSpec& s) {
+  s.rope_theta = s.rope_local_theta;
+  s.rope_linear_factor = 1.0f;
+  s.rope_scaling_factor = 0.0f;
+  s.rope_yarn_factor = 0.0f;
+  s.rope_attention_scale = 1.0f;
+  s.rope_dynamic_factor = 0.0f;
+  s.longrope_short.clear();
+  s.longrope_long.clear();
 }
 
 kernels::AttentionShape SelfAttention::shape(int64_t S, int64_t B, int64_t batch_offset) const {
@@ -57,12 +73,13 @@ kernels::AttentionShape SelfAttention::shape(int64_t S, int64_t B, int64_t batch
 kernels::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
                                                  const uint8_t* key_mask) const {
   kernels::AttentionOptions o;
-  o.scale = 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
+  o.scale = softmax_scale();
   o.causal = spec_.causal;
   o.window = spec_.window;
   o.key_mask = key_mask;
   o.segment_ids = mb.segment_ids != nullptr ? mb.segment_ids->data<int32_t>() : nullptr;
   o.dropout_p = mb.training ? spec_.attention_dropout : 0.0f;
+  o.softcap = spec_.attn_logit_softcap;
   o.cudnn = spec_.cudnn_attention;
   o.seed = spec_.seed;
   o.stream = DropoutSite{spec_.seed, mb.iteration, layer_, 0}.stream();
@@ -143,8 +160,8 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
     cache.values[l] = Tensor::zeros(cache_shape, act(), device_);
   }
   Tensor& out = ensure(s.attn_out, {S, B, local_heads_ * Dh}, act(), device_);
-  ops::kv_cache_attention(as, 1.0f / std::sqrt(static_cast<float>(Dh)), s.qkv_out, cache.keys[l],
-                          cache.values[l], cache.length, out, spec_.window);
+  ops::kv_cache_attention(as, softmax_scale(), s.qkv_out, cache.keys[l], cache.values[l],
+                          cache.length, out, spec_.window, spec_.attn_logit_softcap);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {S, B, D}, act(), device_));
   return s.out;
 }

@@ -7,6 +7,7 @@
 // per-head q/k norms of qk_norm.h with qk_layernorm).
 // Under selective recompute the probabilities live in a buffer shared by all blocks and are
 // recomputed from the saved qkv before the backward.
+#include <cmath>
 #include <memory>
 
 #include "kernels/common/attention_shape.h"
@@ -89,6 +90,13 @@ class SelfAttention final : public AttentionLayer {
   void core_backward(State& s, const kernels::AttentionShape& as,
                      const kernels::AttentionOptions& ao, const MicroBatchInfo& mb) const;
   kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
+  // The softmax scale: model.softmax_scale, else 1 / sqrt(head dim).
+  float softmax_scale() const {
+    return spec_.softmax_scale > 0.0f ? spec_.softmax_scale
+                                      : 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
+  }
+  // A sliding-window layer of a model with a local rope base (Gemma 3): that base, unscaled.
+  static void use_local_rope(TransformerSpec& s);
   kernels::AttentionOptions options(const MicroBatchInfo& mb, const uint8_t* key_mask) const;
   // The full sequence length of a branch input of local_seq rows.
   int64_t full_seq(int64_t local_seq) const { return sp_ ? local_seq * tp_->size() : local_seq; }

@@ -31,7 +31,8 @@ TransformerBlock::TransformerBlock(ParamStore& store, const std::string& prefix,
   MT_CHECK((spec.input_norms && !spec.output_norms) || !(spec.post_norm || spec.parallel_residual),
            "block '", prefix, "': output norms are for sequential pre-norm blocks");
   auto norm = [&](const char* name, bool present) {
-    return present ? std::make_unique<Norm>(store, prefix + name, D, spec.norm, spec.norm_eps, sp)
+    return present ? std::make_unique<Norm>(store, prefix + name, D, spec.norm, spec.norm_eps, sp,
+                                            spec.norm_zero_centered_gamma)
                    : nullptr;
   };
   // Registration order (the parameter buffer's layout): norm 1, attention (its output norm),

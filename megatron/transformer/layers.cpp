@@ -155,10 +155,25 @@ Tensor& grad_or_scratch(Parameter& p, Tensor& scratch, Device device) {
   return scratch;
 }
 
+const Tensor& norm_gain(const Tensor& w, bool zero_centered, Tensor& gain, Tensor& ones) {
+  if (!zero_centered) return w;
+  ensure(ones, w.shape(), DType::F32, w.device());
+  ensure(gain, w.shape(), DType::F32, w.device());
+  ops::fill(ones, 1.0f);
+  ops::cast(w, gain);
+  ops::add_inplace(gain, ones);
+  return gain;
+}
+
 Norm::Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps,
-           bool sequence_parallel)
-    : kind_(kind), eps_(eps), dim_(dim), device_(store.device()) {
-  weight_ = &store.add(name + ".weight", Shape{dim}, {ParamInit::Kind::Ones, 0.0f}, false);
+           bool sequence_parallel, bool zero_centered_gamma)
+    : kind_(kind),
+      eps_(eps),
+      dim_(dim),
+      zero_centered_(zero_centered_gamma),
+      device_(store.device()) {
+  const auto init = zero_centered_gamma ? ParamInit::Kind::Zeros : ParamInit::Kind::Ones;
+  weight_ = &store.add(name + ".weight", Shape{dim}, {init, 0.0f}, false);
   weight_->tp_partial_grad = sequence_parallel;
   if (kind == Kind::LayerNorm) {
     bias_ = &store.add(name + ".bias", Shape{dim}, {ParamInit::Kind::Zeros, 0.0f}, false);
@@ -170,21 +185,24 @@ void Norm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   ctx.input = x;
   const Shape rows{x.numel() / dim_};
   ensure(ctx.rstd, rows, DType::F32, device_);
+  const Tensor& w = norm_gain(weight_->weight, zero_centered_, ctx.gain, ctx.ones);
   if (kind_ == Kind::LayerNorm) {
     ensure(ctx.mean, rows, DType::F32, device_);
-    ops::layernorm_forward(x, weight_->weight, bias_->weight, eps_, y, ctx.mean, ctx.rstd);
+    ops::layernorm_forward(x, w, bias_->weight, eps_, y, ctx.mean, ctx.rstd);
   } else {
-    ops::rmsnorm_forward(x, weight_->weight, eps_, y, ctx.rstd);
+    ops::rmsnorm_forward(x, w, eps_, y, ctx.rstd);
   }
 }
 
 void Norm::backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const {
   Tensor& dw = grad_or_scratch(*weight_, ctx.frozen_dw, device_);
+  // (The forward's gain: the weights do not change between forward and backward.)
+  const Tensor& w = zero_centered_ ? ctx.gain : weight_->weight;
   if (kind_ == Kind::LayerNorm)
-    ops::layernorm_backward(ctx.input, weight_->weight, ctx.mean, ctx.rstd, dy, dx, dw,
+    ops::layernorm_backward(ctx.input, w, ctx.mean, ctx.rstd, dy, dx, dw,
                             grad_or_scratch(*bias_, ctx.frozen_db, device_));
   else
-    ops::rmsnorm_backward(ctx.input, weight_->weight, ctx.rstd, dy, dx, dw);
+    ops::rmsnorm_backward(ctx.input, w, ctx.rstd, dy, dx, dw);
 }
 
 Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,

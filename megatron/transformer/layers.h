@@ -72,11 +72,14 @@ class Norm {
   struct Ctx {
     Tensor input, mean, rstd;
     Tensor frozen_dw, frozen_db;  // scratch gradients of frozen weights (dropped)
+    Tensor gain, ones;            // zero-centered gamma: 1 + weight (fp32)
   };
   // sequence_parallel: the norm sees sequence slices, so its gradients are tensor-parallel
-  // partial sums (Parameter::tp_partial_grad).
+  // partial sums (Parameter::tp_partial_grad). zero_centered_gamma (Megatron-Core's
+  // layernorm_zero_centered_gamma; Gemma's RMSNorm): the weight starts at 0 and the norm scales
+  // by 1 + weight.
   Norm(ParamStore& store, const std::string& name, int64_t dim, Kind kind, float eps,
-       bool sequence_parallel = false);
+       bool sequence_parallel = false, bool zero_centered_gamma = false);
   void forward(Ctx& ctx, const Tensor& x, Tensor& y) const;
   void backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const;
   void collect_params(std::vector<Parameter*>& out) const;
@@ -87,8 +90,13 @@ class Norm {
   Kind kind_;
   float eps_;
   int64_t dim_;
+  bool zero_centered_;
   Device device_;  // the store's: where the statistics live
 };
+
+// What a norm scales by: `w` itself, or with zero-centered gamma 1 + w, computed into `gain`
+// (fp32; `ones` is scratch). The weight's gradient is the gain's either way.
+const Tensor& norm_gain(const Tensor& w, bool zero_centered, Tensor& gain, Tensor& ones);
 
 // Vocab-parallel embedding table [V_padded, D], split over tensor parallel along the vocab.
 class Embedding {

@@ -7,15 +7,17 @@
 namespace megatron {
 
 QkNorm::QkNorm(ParamStore& store, const std::string& prefix, Span span, int64_t heads,
-               int64_t query_groups, int64_t head_dim, float eps, parallel::Communicator& tp)
+               int64_t query_groups, int64_t head_dim, float eps, parallel::Communicator& tp,
+               bool zero_centered_gamma)
     : span_(span),
       heads_(heads),
       groups_(query_groups),
       head_dim_(head_dim),
       eps_(eps),
+      zero_centered_(zero_centered_gamma),
       tp_(&tp),
       device_(store.device()) {
-  const ParamInit ones{ParamInit::Kind::Ones, 0.0f};
+  const ParamInit ones{zero_centered_gamma ? ParamInit::Kind::Zeros : ParamInit::Kind::Ones, 0.0f};
   const std::string q = prefix + ".attention.q_norm.weight",
                     k = prefix + ".attention.k_norm.weight";
   if (span == Span::Head) {
@@ -40,12 +42,19 @@ kernels::QkProjection QkNorm::projection(const Tensor& x) const {
                                groups_ * head_dim_, eps_};
 }
 
+const Tensor& QkNorm::gain_q(Ctx& ctx) const {
+  return norm_gain(q_->weight, zero_centered_, ctx.gain_q, ctx.ones);
+}
+const Tensor& QkNorm::gain_k(Ctx& ctx) const {
+  return norm_gain(k_->weight, zero_centered_, ctx.gain_k, ctx.ones);
+}
+
 // The per-token sums of x^2 (dy null) or dy w x over the whole projections: this rank's part,
 // all-reduced over tp.
 Tensor& QkNorm::statistics(Ctx& ctx, const Tensor& x, const Tensor* dy) const {
   const kernels::QkProjection p = projection(x);
   Tensor& sums = ensure(ctx.sums, {p.tokens, 2}, DType::F32, device_);
-  ops::qk_projection_sums(x, dy, q_->weight, k_->weight, p, sums);
+  ops::qk_projection_sums(x, dy, gain_q(ctx), gain_k(ctx), p, sums);
   if (tp_->size() > 1) tp_->all_reduce(sums, parallel::ReduceOp::Sum);
   return sums;
 }
@@ -54,13 +63,13 @@ void QkNorm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
   if (span_ == Span::Projection) {
     const kernels::QkProjection p = projection(x);
     const Tensor& sums = statistics(ctx, x, nullptr);
-    ops::qk_projection_norm_forward(x, q_->weight, k_->weight, sums, p, y,
+    ops::qk_projection_norm_forward(x, gain_q(ctx), gain_k(ctx), sums, p, y,
                                     ensure(ctx.rstd, {p.tokens, 2}, DType::F32, device_));
     return;
   }
   const int64_t q_slots = heads_ / groups_;
   const int64_t rows = x.numel() / head_dim_ / (q_slots + 2);
-  ops::qk_rmsnorm_forward(x, q_->weight, k_->weight, eps_, q_slots, y,
+  ops::qk_rmsnorm_forward(x, gain_q(ctx), gain_k(ctx), eps_, q_slots, y,
                           ensure(ctx.rstd, {rows, q_slots + 1}, DType::F32, device_));
 }
 
@@ -69,11 +78,12 @@ void QkNorm::backward(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) c
   Tensor& dwk = grad_or_scratch(*k_, ctx.frozen_dwk, device_);
   if (span_ == Span::Projection) {
     const Tensor& dots = statistics(ctx, x, &dy);
-    ops::qk_projection_norm_backward(x, q_->weight, k_->weight, ctx.rstd, dots, dy, projection(x),
+    ops::qk_projection_norm_backward(x, gain_q(ctx), gain_k(ctx), ctx.rstd, dots, dy, projection(x),
                                      dx, dwq, dwk);
     return;
   }
-  ops::qk_rmsnorm_backward(x, q_->weight, k_->weight, ctx.rstd, dy, heads_ / groups_, dx, dwq, dwk);
+  ops::qk_rmsnorm_backward(x, gain_q(ctx), gain_k(ctx), ctx.rstd, dy, heads_ / groups_, dx, dwq,
+                           dwk);
 }
 
 void QkNorm::collect_params(std::vector<Parameter*>& out) const {

@@ -27,9 +27,12 @@ class QkNorm {
     Tensor rstd;                    // Head: [S * B * G/tp, H/G + 1]; Projection: [S * B, 2]
     Tensor sums;                    // Projection: the statistics' tensor-parallel sums
     Tensor frozen_dwq, frozen_dwk;  // scratch gradients of frozen weights (dropped)
+    Tensor gain_q, gain_k, ones;    // zero-centered gamma: 1 + weight (fp32)
   };
+  // zero_centered_gamma: the weights start at 0 and the norms scale by 1 + weight (Gemma 3).
   QkNorm(ParamStore& store, const std::string& prefix, Span span, int64_t heads,
-         int64_t query_groups, int64_t head_dim, float eps, parallel::Communicator& tp);
+         int64_t query_groups, int64_t head_dim, float eps, parallel::Communicator& tp,
+         bool zero_centered_gamma = false);
   // y: the normalized qkv (x is kept by the caller for backward).
   void forward(Ctx& ctx, const Tensor& x, Tensor& y) const;
   // dx may alias dy; accumulates the weights' gradients.
@@ -39,12 +42,15 @@ class QkNorm {
  private:
   kernels::QkProjection projection(const Tensor& x) const;
   Tensor& statistics(Ctx& ctx, const Tensor& x, const Tensor* dy) const;
+  const Tensor& gain_q(Ctx& ctx) const;
+  const Tensor& gain_k(Ctx& ctx) const;
 
   Parameter* q_ = nullptr;
   Parameter* k_ = nullptr;
   Span span_;
   int64_t heads_, groups_, head_dim_;
   float eps_;
+  bool zero_centered_;
   parallel::Communicator* tp_;
   Device device_;
 };

@@ -25,7 +25,19 @@ struct TransformerSpec {
   int64_t kv_channels = 0;
   int64_t seq_length = 0;
   Norm::Kind norm = Norm::Kind::LayerNorm;
-  bool swiglu = false;
+  bool swiglu = false;  // a gated linear unit MLP (fc1 [2, F, D]: gate and up)
+  math::GluGate glu_gate = math::GluGate::Silu;  // its gate: SwiGLU's SiLU or GeGLU's tanh GELU
+  // Norms scale by 1 + weight, the weights starting at 0 (layernorm_zero_centered_gamma; Gemma).
+  bool norm_zero_centered_gamma = false;
+  // The attention softmax scale (model.softmax_scale; Gemma's query_pre_attn_scalar^-1/2);
+  // 0: 1 / sqrt(head_dim).
+  float softmax_scale = 0.0f;
+  // Attention scores soft-capped to cap * tanh(score / cap) before masking and softmax
+  // (model.attn_logit_softcapping; Gemma 2); 0: none.
+  float attn_logit_softcap = 0.0f;
+  // The rope base of the layers with a sliding window (model.rope_local_base_freq; Gemma 3's
+  // local layers, which take no rope scaling either); 0: rope_theta everywhere.
+  float rope_local_theta = 0.0f;
   math::Gelu gelu = math::Gelu::Tanh;  // the MLP's (and BERT's head's) GELU when not swiglu
   bool rope = false;
   float rope_theta = 10000.0f;

@@ -61,7 +61,8 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
   }
   if (stage_.post_process) {
     units_.head = store.begin_unit();
-    final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp);
+    final_norm_ = std::make_unique<Norm>(store, "final_norm", t.hidden, t.norm, t.norm_eps, sp,
+                                         t.norm_zero_centered_gamma);
     if (!spec.tie_embeddings)
       lm_head_ = std::make_unique<Linear>(store, "output_layer", t.hidden, spec.padded_vocab_size,
                                           false, TPMode::Column, tp, t.init_std, Shape{}, sp);
@@ -131,6 +132,7 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
     UnitUse use(unit_hooks_, {units_.word, units_.embeddings}, false);
     Tensor& x0 = ensure(a.embedded, {Sl, B, D}, act_dtype(), device_);
     tok_embed_->forward(a.tok, mb.tokens, x0);
+    if (spec_.embedding_scale != 1.0f) ops::scale_inplace(x0, spec_.embedding_scale);
     if (pos_embed_) {
       Tensor packed_pos;  // this rank's rows of the per-document positions
       if (present(mb.position_ids))
@@ -177,6 +179,13 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
     }
     ops::linear_forward(*h, tok_embed_->table().weight, nullptr, logits);
   }
+  if (spec_.final_logit_softcap > 0.0f) {  // logits <- cap tanh(logits / cap)
+    Tensor& t = ensure(a.logits_tanh, logits.shape(), act_dtype(), device_);
+    ops::scale_inplace(logits, 1.0f / spec_.final_logit_softcap);
+    ops::tanh_forward(logits, t);
+    logits.copy_from(t);
+    ops::scale_inplace(logits, spec_.final_logit_softcap);
+  }
   ensure(a.losses, {N}, DType::F32, device_);
   ensure(a.lse, {N}, DType::F32, device_);
   vocab_parallel_cross_entropy(logits, mb.labels, vs, kIgnoreIndex, *tp_, a.losses, a.lse);
@@ -213,6 +222,8 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
     fill_value(dl, weights.lm);
     // d(logits) overwrites the logits buffer.
     ops::cross_entropy_backward(a.logits, mb.labels, vs, kIgnoreIndex, a.lse, dl, a.logits);
+    if (spec_.final_logit_softcap > 0.0f)  // through the cap: times 1 - tanh^2
+      ops::tanh_backward(a.logits_tanh, a.logits, a.logits);
     Tensor& d_final = *other;
     if (lm_head_) {
       lm_head_->backward(a.lm_head, a.logits, &d_final);
@@ -261,8 +272,9 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
     std::swap(grad, other);
   }
   UnitUse use(unit_hooks_, {units_.word, units_.embeddings}, true);
-  tok_embed_->backward(a.tok, *grad);
   if (pos_embed_) pos_embed_->backward(a.pos, *grad);
+  if (spec_.embedding_scale != 1.0f) ops::scale_inplace(*grad, spec_.embedding_scale);
+  tok_embed_->backward(a.tok, *grad);
   use.end();
   if (grads_ready) grads_ready(std::numeric_limits<int64_t>::max());
 }

@@ -19,6 +19,10 @@ struct GPTSpec {
   int64_t max_positions = 0;      // learned position table rows (0 when rope)
   bool tie_embeddings = true;
   float embedding_dropout = 0.0f;
+  // Token embeddings times this (Gemma: sqrt(hidden) in the activation dtype); 1: none.
+  float embedding_scale = 1.0f;
+  // > 0: logits soft-capped to cap * tanh(logits / cap) (Gemma 2's final_logit_softcapping).
+  float final_logit_softcap = 0.0f;
   void validate(int64_t tp_size) const;
 };
 
@@ -37,6 +41,7 @@ class GPTModel final : public Model {
     std::vector<TransformerBlock::Ctx> blocks;
     Norm::Ctx final_norm;
     Tensor final_out, final_full, d_final_full, logits, losses, lse, dlosses;
+    Tensor logits_tanh;     // final_logit_softcap: tanh(logits / cap), for backward
     Tensor grad_a, grad_b;  // ping-pong residual-stream grads
     Linear::Ctx lm_head;
     const Tensor* last_hidden = nullptr;  // output of the last block (stage output)

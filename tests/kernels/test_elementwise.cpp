@@ -88,36 +88,56 @@ TEST(GeluExact, MatchesReferenceAndFiniteDifferences) {
   EXPECT_FALSE(all_close(e, t, 1e-6));
 }
 
-TEST(Swiglu, MatchesReference) {
+// Gated linear units: SwiGLU (silu gate) and GeGLU (tanh-GELU gate, Gemma's).
+class Glu : public ::testing::TestWithParam<math::GluGate> {};
+
+TEST_P(Glu, MatchesReference) {
+  const math::GluGate gate = GetParam();
   for (int64_t rows : {1, 3, 7, 33}) {
     for (int64_t F : {1, 7, 65, 127}) {
       const auto x = random_vector(rows * 2 * F, uint32_t(rows * F), -5.0f, 5.0f);
       const auto dy = random_vector(rows * F, 2);
       auto y = nan_vector(rows * F), y_ref = y;
       auto dx = nan_vector(rows * 2 * F), dx_ref = dx;
-      cpu::swiglu_forward(x.data(), y.data(), rows, F);
-      ref::swiglu_forward(x.data(), y_ref.data(), rows, F);
+      cpu::glu_forward(x.data(), y.data(), rows, F, gate);
+      ref::glu_forward(x.data(), y_ref.data(), rows, F, gate);
       EXPECT_TRUE(all_close(y, y_ref, 1e-6)) << rows << "x" << F;
-      cpu::swiglu_backward(x.data(), dy.data(), dx.data(), rows, F);
-      ref::swiglu_backward(x.data(), dy.data(), dx_ref.data(), rows, F);
+      cpu::glu_backward(x.data(), dy.data(), dx.data(), rows, F, gate);
+      ref::glu_backward(x.data(), dy.data(), dx_ref.data(), rows, F, gate);
       EXPECT_TRUE(all_close(dx, dx_ref, 1e-6)) << rows << "x" << F;
     }
   }
 }
 
-TEST(Swiglu, BackwardMatchesFiniteDifferences) {
+TEST_P(Glu, BackwardMatchesFiniteDifferences) {
+  const math::GluGate gate = GetParam();
   const int64_t rows = 3, F = 7;
   const auto x = random_vector(rows * 2 * F, 5, -3.0f, 3.0f), w = random_vector(rows * F, 6);
   auto dx = nan_vector(rows * 2 * F);
-  cpu::swiglu_backward(x.data(), w.data(), dx.data(), rows, F);
+  cpu::glu_backward(x.data(), w.data(), dx.data(), rows, F, gate);
   EXPECT_TRUE(check_gradient(
       x, dx,
       [&](const std::vector<float>& v) {
         std::vector<float> y(rows * F);
-        ref::swiglu_forward(v.data(), y.data(), rows, F);
+        ref::glu_forward(v.data(), y.data(), rows, F, gate);
         return testing::weighted_sum(w, y);
       },
       1e-2f, 2e-3, int(x.size())));
+}
+
+INSTANTIATE_TEST_SUITE_P(Gates, Glu,
+                         ::testing::Values(math::GluGate::Silu, math::GluGate::GeluTanh),
+                         [](const auto& info) {
+                           return info.param == math::GluGate::Silu ? "swiglu" : "geglu";
+                         });
+
+// The two gates differ (the op honours its argument).
+TEST(Glu, GatesDiffer) {
+  const auto x = random_vector(2 * 16, 9, -3.0f, 3.0f);
+  std::vector<float> s(16), g(16);
+  cpu::glu_forward(x.data(), s.data(), 1, 16, math::GluGate::Silu);
+  cpu::glu_forward(x.data(), g.data(), 1, 16, math::GluGate::GeluTanh);
+  EXPECT_FALSE(all_close(s, g, 1e-3));
 }
 
 }  // namespace

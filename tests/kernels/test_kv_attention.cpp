@@ -20,11 +20,11 @@ using testing::random_vector;
 void kv_cache_attention_step(const AttentionShape& step, int64_t past, int64_t capacity,
                              const std::vector<float>& qkv, std::vector<float>& keys,
                              std::vector<float>& values, std::vector<float>& out, float scale,
-                             int64_t window = 0) {
+                             int64_t window = 0, float softcap = 0.0f) {
   const int64_t row = step.G * (step.H / step.G + 2) * step.Dh * step.B;
   const int64_t out_row = step.B * step.H * step.Dh;
   cpu::kv_cache_attention(step, scale, qkv.data() + past * row, keys.data(), values.data(), past,
-                          capacity, out.data() + past * out_row, window);
+                          capacity, out.data() + past * out_row, window, softcap);
 }
 
 TEST(KvCacheAttention, ChunkedDecodingMatchesFullCausalAttention) {
@@ -82,6 +82,28 @@ TEST(KvCacheAttention, SlidingWindowMatchesFullWindowedAttention) {
       }
       EXPECT_TRUE(all_close(got, want, 2e-5));
     }
+  }
+}
+
+// Soft-capped scores (Gemma 2) with a sliding window: chunked decoding equals the reference.
+TEST(KvCacheAttention, SoftcapMatchesReference) {
+  const AttentionShape full{11, 2, 4, 2, 8};
+  const int64_t S = full.S, B = full.B, H = full.H, G = full.G, Dh = full.Dh;
+  const auto qkv = random_vector(S * B * G * (H / G + 2) * Dh, 7, -3.0f, 3.0f);
+  AttentionOptions opt{1.0f / std::sqrt(float(Dh)), true};
+  opt.window = 5;
+  opt.softcap = 1.2f;
+  std::vector<float> want(S * B * H * Dh), probs(B * H * S * S);
+  ref::attention_forward(full, opt, qkv.data(), want.data(), probs.data());
+  for (int64_t chunk : {int64_t{1}, int64_t{4}}) {
+    std::vector<float> keys(B * G * S * Dh), values(keys.size()), got(want.size());
+    for (int64_t past = 0; past < S; past += chunk) {
+      AttentionShape step = full;
+      step.S = std::min(chunk, S - past);
+      kv_cache_attention_step(step, past, S, qkv, keys, values, got, opt.scale, opt.window,
+                              opt.softcap);
+    }
+    EXPECT_TRUE(all_close(got, want, 2e-5)) << "chunk " << chunk;
   }
 }
 

@@ -120,12 +120,14 @@ TYPED_TEST(CudaOps, Elementwise) {
   const auto x = rounded<T>(randn(rows * 2 * F, 3, 2.0f)), dy = rounded<T>(randn(rows * F, 4));
   std::vector<float> y(rows * F), dx(rows * 2 * F);
   Dev<T> dx_in(x), ddy(dy), dy_out(rows * F), ddx(rows * 2 * F);
-  kp::swiglu_forward(x.data(), y.data(), rows, F);
-  kc::swiglu_forward(dx_in.p(), dy_out.p(), rows, F, nullptr);
-  EXPECT_CLOSE(dy_out.get(), y, tol<T>());
-  kp::swiglu_backward(x.data(), dy.data(), dx.data(), rows, F);
-  kc::swiglu_backward(dx_in.p(), ddy.p(), ddx.p(), rows, F, nullptr);
-  EXPECT_CLOSE(ddx.get(), dx, tol<T>());
+  for (const math::GluGate gate : {math::GluGate::Silu, math::GluGate::GeluTanh}) {
+    kp::glu_forward(x.data(), y.data(), rows, F, gate);
+    kc::glu_forward(dx_in.p(), dy_out.p(), rows, F, gate, nullptr);
+    EXPECT_CLOSE(dy_out.get(), y, tol<T>());
+    kp::glu_backward(x.data(), dy.data(), dx.data(), rows, F, gate);
+    kc::glu_backward(dx_in.p(), ddy.p(), ddx.p(), rows, F, gate, nullptr);
+    EXPECT_CLOSE(ddx.get(), dx, tol<T>());
+  }
 }
 
 TYPED_TEST(CudaOps, CastRoundsToNearestEvenLikeTheHost) {

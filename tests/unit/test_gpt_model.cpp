@@ -23,7 +23,26 @@ struct Variant {
   int64_t rotary_dims = 0;         // partial rotary (0: the whole head)
   bool qk_projection = false;      // q/k norms over the whole projection (OLMo-2)
   bool input_norms = true, output_norms = false;
+  // Gemma's features: GeGLU, 1 + w norms (q/k norms too), a softmax scale, soft-capped scores
+  // (flash) and logits, scaled embeddings, a local rope base on sliding-window layers.
+  bool gemma = false;
 };
+
+void make_gemma(GPTSpec& s) {
+  auto& t = s.transformer;
+  t.glu_gate = math::GluGate::GeluTanh;
+  t.norm_zero_centered_gamma = true;
+  t.qk_norm = true;
+  t.softmax_scale = 0.3f;
+  t.attn_logit_softcap = 2.0f;
+  t.flash_attention = true;
+  t.window = 3;
+  t.full_attention_layers = {1};
+  t.rope_theta = 1000.0f;
+  t.rope_local_theta = 50.0f;
+  s.embedding_scale = 4.0f;
+  s.final_logit_softcap = 3.0f;
+}
 
 GPTSpec tiny_spec(const Variant& v) {
   GPTSpec s;
@@ -52,6 +71,7 @@ GPTSpec tiny_spec(const Variant& v) {
   s.max_positions = v.rope ? 0 : 8;
   s.tie_embeddings = v.tie;
   s.embedding_dropout = v.hidden_dropout;
+  if (v.gemma) make_gemma(s);
   return s;
 }
 
@@ -120,7 +140,10 @@ INSTANTIATE_TEST_SUITE_P(
                               true, false, true},
                       // input and output norms (Gemma's sandwich) with residual dropout
                       Variant{"sandwich_dropout", true, true, true, true, false, 2, 0.1f, 0.0f, 0,
-                              false, 0, false, true, true}),
+                              false, 0, false, true, true},
+                      // Gemma 2/3: sandwich norms and the make_gemma features, attention dropout
+                      Variant{"gemma", true, true, true, true, false, 2, 0.0f, 0.1f, 0, false, 0,
+                              false, true, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GPTModel, InitialLossIsNearUniform) {

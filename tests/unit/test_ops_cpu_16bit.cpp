@@ -98,12 +98,12 @@ TEST_P(Cpu16BitOps, ElementwiseEqualTheWidenedFp32OpsRoundedOnce) {
   const auto [x16, x32] = pair(full, 3);
   const auto [dy16, dy32] = pair(half, 4);
   Tensor y16 = zeros16(half), y32 = Tensor::zeros(half, DType::F32);
-  ops::swiglu_forward(x16, y16);
-  ops::swiglu_forward(x32, y32);
+  ops::glu_forward(x16, y16);
+  ops::glu_forward(x32, y32);
   expect_rounded_equal(y16, y32, "swiglu forward");
   Tensor dx16 = zeros16(full), dx32 = Tensor::zeros(full, DType::F32);
-  ops::swiglu_backward(x16, dy16, dx16);
-  ops::swiglu_backward(x32, dy32, dx32);
+  ops::glu_backward(x16, dy16, dx16);
+  ops::glu_backward(x32, dy32, dx32);
   expect_rounded_equal(dx16, dx32, "swiglu backward");
 
   // In place: a 16-bit accumulator, an fp32 one (a gradient summed in fp32), a bias.

@@ -67,6 +67,7 @@ void attention_forward(const AttentionShape& sh, const AttentionOptions& opt, co
           for (int64_t d = 0; d < sh.Dh; ++d)
             dot += double(qkv[ix.q(i, b, h, d)]) * qkv[ix.k(j, b, h, d)];
           p[j] = opt.scale * dot;
+          if (opt.softcap > 0.0f) p[j] = opt.softcap * std::tanh(p[j] / opt.softcap);
           if (visible(sh, opt, b, i, j)) mx = std::fmax(mx, p[j]);
         }
         double sum = 0.0;
@@ -111,7 +112,14 @@ void attention_backward(const AttentionShape& sh, const AttentionOptions& opt, c
         }
         for (int64_t j = 0; j < sh.S; ++j) {
           const double P = probs[ix.prob(b, h, i, j)];
-          const double ds = P * (dp[j] - dot);
+          double ds = P * (dp[j] - dot);
+          if (opt.softcap > 0.0f) {  // through cap tanh(s / cap): times 1 - tanh^2
+            double s = 0.0;
+            for (int64_t d = 0; d < sh.Dh; ++d)
+              s += double(qkv[ix.q(i, b, h, d)]) * qkv[ix.k(j, b, h, d)];
+            const double t = std::tanh(opt.scale * s / opt.softcap);
+            ds *= 1.0 - t * t;
+          }
           for (int64_t d = 0; d < sh.Dh; ++d) {
             acc[ix.q(i, b, h, d)] += opt.scale * ds * qkv[ix.k(j, b, h, d)];
             acc[ix.k(j, b, h, d)] += opt.scale * ds * qkv[ix.q(i, b, h, d)];

@@ -49,22 +49,41 @@ void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dx[i] = float(dy[i] * gelu_erf_grad(x[i]));
 }
 
-void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F) {
+namespace {
+// The gate activation and its derivative in double.
+double glu_act(double g, math::GluGate gate) {
+  if (gate == math::GluGate::Silu) return g * sigmoid(g);
+  const double u = kSqrt2OverPi * (g + 0.044715 * g * g * g);
+  return 0.5 * g * (1.0 + std::tanh(u));
+}
+double glu_act_grad(double g, math::GluGate gate) {
+  if (gate == math::GluGate::Silu) {
+    const double s = sigmoid(g);
+    return s + g * s * (1.0 - s);
+  }
+  const double u = kSqrt2OverPi * (g + 0.044715 * g * g * g);
+  const double du = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * g * g);
+  const double t = std::tanh(u);
+  return 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * du;
+}
+}  // namespace
+
+void glu_forward(const float* x, float* y, int64_t rows, int64_t F, math::GluGate gate) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < F; ++j) {
-      const double gate = x[r * 2 * F + j], up = x[r * 2 * F + F + j];
-      y[r * F + j] = float(gate * sigmoid(gate) * up);
+      const double g = x[r * 2 * F + j], up = x[r * 2 * F + F + j];
+      y[r * F + j] = float(glu_act(g, gate) * up);
     }
   }
 }
 
-void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F) {
+void glu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F,
+                  math::GluGate gate) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < F; ++j) {
-      const double gate = x[r * 2 * F + j], up = x[r * 2 * F + F + j], d = dy[r * F + j];
-      const double s = sigmoid(gate);
-      dx[r * 2 * F + j] = float(d * up * (s + gate * s * (1.0 - s)));  // d/dgate of gate*s(gate)
-      dx[r * 2 * F + F + j] = float(d * gate * s);
+      const double g = x[r * 2 * F + j], up = x[r * 2 * F + F + j], d = dy[r * F + j];
+      dx[r * 2 * F + j] = float(d * up * glu_act_grad(g, gate));
+      dx[r * 2 * F + F + j] = float(d * glu_act(g, gate));
     }
   }
 }

@@ -1,7 +1,9 @@
 #pragma once
 // Naive reference of kernels/cpu/elementwise.h: GELU and SiLU from their textbook formulas in
-// double, independent of kernels/common/numeric.h.
+// double, independent of kernels/common/numeric.h's formulas (it names the GLU gate only).
 #include <cstdint>
+
+#include "kernels/common/numeric.h"
 
 namespace megatron::kernels::ref {
 
@@ -14,7 +16,9 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
 // The exact GELU, x Phi(x), through std::erf in double.
 void gelu_erf_forward(const float* x, float* y, int64_t n);
 void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n);
-void swiglu_forward(const float* x, float* y, int64_t rows, int64_t F);
-void swiglu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F);
+// Gated linear units in double: SwiGLU (silu gate) or GeGLU (tanh-GELU gate, through std::tanh).
+void glu_forward(const float* x, float* y, int64_t rows, int64_t F, math::GluGate gate);
+void glu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F,
+                  math::GluGate gate);
 
 }  // namespace megatron::kernels::ref

@@ -183,21 +183,22 @@ void CudaOps::tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) const
   });
 }
 
-void CudaOps::swiglu_forward(const Tensor& x, Tensor& y) const {
-  const char* op = "swiglu_forward";
+void CudaOps::glu_forward(const Tensor& x, Tensor& y, math::GluGate gate) const {
+  const char* op = "glu_forward";
   const int64_t f = y.dim(y.ndim() - 1), n = y.numel() / f;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&y, "y"}});
-    kc::swiglu_forward<T>(ptr<T>(x), ptr<T>(y), n, f, stream());
+    kc::glu_forward<T>(ptr<T>(x), ptr<T>(y), n, f, gate, stream());
   });
 }
 
-void CudaOps::swiglu_backward(const Tensor& x, const Tensor& dy, Tensor& dx) const {
-  const char* op = "swiglu_backward";
+void CudaOps::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,
+                           math::GluGate gate) const {
+  const char* op = "glu_backward";
   const int64_t f = dy.dim(dy.ndim() - 1), n = dy.numel() / f;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
-    kc::swiglu_backward<T>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), n, f, stream());
+    kc::glu_backward<T>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), n, f, gate, stream());
   });
 }
 

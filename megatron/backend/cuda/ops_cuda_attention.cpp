@@ -53,9 +53,15 @@ void require_device_pointer(const void* p, const char* op, const char* what) {
 }
 }  // namespace
 
+// Soft-capped attention scores (Gemma 2) have no CUDA kernel yet.
+constexpr const char* kNoCudaSoftcap =
+    "model.attn_logit_softcapping runs on the CPU only: the CUDA attention kernels have no "
+    "soft-capping yet (training.device: cuda)";
+
 void CudaOps::attention_forward(const kernels::AttentionShape& s,
                                 const kernels::AttentionOptions& opt, const Tensor& qkv,
                                 Tensor& out, Tensor& probs) const {
+  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
   const char* op = "attention_forward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -71,6 +77,7 @@ void CudaOps::attention_forward(const kernels::AttentionShape& s,
 void CudaOps::attention_backward(const kernels::AttentionShape& s,
                                  const kernels::AttentionOptions& opt, const Tensor& qkv,
                                  const Tensor& probs, const Tensor& dout, Tensor& dqkv) const {
+  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
   const char* op = "attention_backward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -86,6 +93,7 @@ void CudaOps::attention_backward(const kernels::AttentionShape& s,
 void CudaOps::flash_attention_forward(const kernels::AttentionShape& s,
                                       const kernels::AttentionOptions& opt, const Tensor& qkv,
                                       Tensor& out, Tensor& lse) const {
+  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
   const char* op = "flash_attention_forward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -106,6 +114,7 @@ void CudaOps::flash_attention_backward(const kernels::AttentionShape& s,
                                        const kernels::AttentionOptions& opt, const Tensor& qkv,
                                        const Tensor& out, const Tensor& lse, const Tensor& dout,
                                        Tensor& dqkv) const {
+  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
   const char* op = "flash_attention_backward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -206,8 +215,9 @@ void CudaOps::flash_attention_merge(const Tensor&, const Tensor&, Tensor&, Tenso
 
 void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                                  Tensor& keys, Tensor& values, int64_t past, Tensor& out,
-                                 int64_t window) const {
+                                 int64_t window, float softcap) const {
   const char* op = "kv_cache_attention";
+  MT_INPUT_CHECK(softcap == 0.0f, kNoCudaSoftcap);
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
     kc::kv_cache_attention<T>(s, scale, ptr<T>(qkv), ptr<T>(keys), ptr<T>(values), past,

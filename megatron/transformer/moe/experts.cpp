@@ -62,7 +62,7 @@ void GroupedExperts::forward(State& s, const Tensor& rows,
   MT_CHECK(at == R, "experts: row counts sum to ", at, ", rows ", R);
   if (R > 0) {
     if (swiglu_)
-      ops::swiglu_forward(s.fc1_out, s.act_out);
+      ops::glu_forward(s.fc1_out, s.act_out);
     else
       ops::gelu_forward(s.fc1_out, s.act_out, gelu_);
   }
@@ -99,7 +99,7 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
   }
   if (R > 0) {
     if (swiglu_)
-      ops::swiglu_backward(s.fc1_out, s.d_act, s.d_fc1);
+      ops::glu_backward(s.fc1_out, s.d_act, s.d_fc1);
     else
       ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1, gelu_);
   }

@@ -2,6 +2,7 @@
 
 #include "models/bert/hf_bert.h"
 #include "models/gpt/hf_decoder.h"
+#include "models/gpt/hf_gemma.h"
 #include "models/gpt/hf_neox.h"
 #include "models/gpt/hf_olmo2.h"
 #include "models/registry.h"
@@ -62,13 +63,16 @@ std::vector<std::string> hf_architectures() {
           "MixtralForCausalLM",
           kGptNeoX,
           kOlmo2,
+          kGemma2,
+          kGemma3,
           "BertForPreTraining",
           "BertForMaskedLM"};
 }
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   const std::string arch = c.architecture();
-  if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch) && !is_hf_olmo2(arch)) {
+  if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch) && !is_hf_olmo2(arch) &&
+      !is_hf_gemma(arch)) {
     std::string names;
     for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
     c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
@@ -76,6 +80,7 @@ config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   const config::ModelConfig m = is_hf_bert(arch)    ? bert_model_from_hf(c, arch)
                                 : is_hf_neox(arch)  ? neox_model_from_hf(c)
                                 : is_hf_olmo2(arch) ? olmo2_model_from_hf(c)
+                                : is_hf_gemma(arch) ? gemma_model_from_hf(c, arch)
                                                     : decoder_model_from_hf(c, arch);
   try {
     m.validate();
@@ -89,6 +94,7 @@ std::string hf_architecture_for(const config::Recipe& r) {
   if (r.model.arch == config::Arch::BERT) return bert_architecture_for(r.data.bert_binary_head);
   if (is_neox_model(r.model)) return kGptNeoX;
   if (is_olmo2_model(r.model)) return kOlmo2;
+  if (const std::string gemma = gemma_architecture_for(r.model); !gemma.empty()) return gemma;
   return decoder_architecture_for(r.model);
 }
 
@@ -99,6 +105,7 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::st
   if (is_hf_bert(arch)) return bert_hf_config(m, arch, dtype, original);
   if (is_hf_neox(arch)) return neox_hf_config(m, dtype, original);
   if (is_hf_olmo2(arch)) return olmo2_hf_config(m, dtype, original);
+  if (is_hf_gemma(arch)) return gemma_hf_config(m, arch, dtype, original);
   return decoder_hf_config(m, arch, dtype, original);
 }
 
@@ -107,6 +114,7 @@ std::vector<hf::TensorMapping> hf_mappings(const std::string& arch, const config
   if (is_hf_bert(arch)) return bert_mappings(arch, m, padded_vocab);
   if (is_hf_neox(arch)) return neox_mappings(m, padded_vocab, "embed_out.weight");
   if (is_hf_olmo2(arch)) return olmo2_mappings(m, padded_vocab);
+  if (is_hf_gemma(arch)) return gemma_mappings(m, arch, padded_vocab);
   return decoder_mappings(arch, m, padded_vocab);
 }
 
@@ -114,6 +122,7 @@ std::set<std::string> hf_ignored_tensors(const std::string& arch, const config::
   if (is_hf_bert(arch)) return bert_ignored_tensors(arch, m);
   if (is_hf_neox(arch)) return neox_ignored_tensors(m);
   if (is_hf_olmo2(arch)) return olmo2_ignored_tensors(m);
+  if (is_hf_gemma(arch)) return gemma_ignored_tensors(m);
   return decoder_ignored_tensors(arch, m);
 }
 

@@ -18,7 +18,7 @@ The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in exp
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
 (tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3,
-qwen3_tied_bf16, gpt_neox*, olmo2 and olmo2_head_dim_bf16 were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2* and gemma3* were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -185,6 +185,40 @@ FIXTURES = {
                             llama_like(T.Olmo2Config, head_dim=16, tie_word_embeddings=True,
                                        num_hidden_layers=3, pad_token_id=0,
                                        rope_scaling={"rope_type": "linear", "factor": 2.0}),
+                            torch.bfloat16, None),
+    # Gemma 2: 1 + w norms around both sub-layers, scaled embeddings, GeGLU, sliding and full
+    # layers alternating (window 5 < the 16-token prompts), soft-capped scores and logits with
+    # caps small enough to bite, query_pre_attn_scalar 24 (not head_dim 8), an untied head; then
+    # tied, 3 layers, stored in bf16.
+    "gemma2": (T.Gemma2ForCausalLM,
+               llama_like(T.Gemma2Config, head_dim=8, sliding_window=5, query_pre_attn_scalar=24,
+                          attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+                          tie_word_embeddings=False, pad_token_id=0, rms_norm_eps=1e-6),
+               torch.float32, None),
+    "gemma2_tied_bf16": (T.Gemma2ForCausalLM,
+                         llama_like(T.Gemma2Config, head_dim=8, num_hidden_layers=3,
+                                    sliding_window=6, attn_logit_softcapping=1.5,
+                                    final_logit_softcapping=4.0, pad_token_id=0,
+                                    rms_norm_eps=1e-6),
+                         torch.bfloat16, None),
+    # Gemma 3 (text): per-head 1 + w q/k norms, layers 1-2 sliding and 3 full (layer_types), a
+    # local rope base 10000 on the sliding layers and the global 1e6 with linear scaling 2 on
+    # the full one, query_pre_attn_scalar 256 (default), tied; then 6 layers by its 5:1 pattern
+    # with query_pre_attn_scalar = head_dim, untied, in bf16.
+    "gemma3": (T.Gemma3ForCausalLM,
+               llama_like(T.Gemma3TextConfig, head_dim=8, num_hidden_layers=3, sliding_window=5,
+                          layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                          rope_parameters={"full_attention": {"rope_type": "linear", "factor": 2.0,
+                                                              "rope_theta": 1000000.0},
+                                           "sliding_attention": {"rope_type": "default",
+                                                                 "rope_theta": 10000.0}},
+                          pad_token_id=0, rms_norm_eps=1e-6),
+               torch.float32, None),
+    "gemma3_pattern_bf16": (T.Gemma3ForCausalLM,
+                            llama_like(T.Gemma3TextConfig, head_dim=16, num_hidden_layers=6,
+                                       sliding_window=4, query_pre_attn_scalar=16,
+                                       tie_word_embeddings=False, pad_token_id=0,
+                                       rms_norm_eps=1e-6),
                             torch.bfloat16, None),
 }
 

@@ -43,4 +43,15 @@ void write_dtype_and_pad(const config::ModelConfig& m, const std::string& dtype,
     j["pad_token_id"] = nullptr;
 }
 
+std::string gemma_only_feature(const config::ModelConfig& m) {
+  if (m.layernorm_zero_centered_gamma) return "model.layernorm_zero_centered_gamma";
+  if (m.scale_embeddings_by_sqrt_hidden) return "model.scale_embeddings_by_sqrt_hidden";
+  if (m.softmax_scale) return "model.softmax_scale";
+  if (m.attn_logit_softcapping > 0) return "model.attn_logit_softcapping";
+  if (m.final_logit_softcapping > 0) return "model.final_logit_softcapping";
+  if (m.activation == config::Activation::GeGLU) return "model.activation geglu";
+  if (m.rope_local_base_freq > 0) return "model.rope_local_base_freq";
+  return {};
+}
+
 }  // namespace megatron::models

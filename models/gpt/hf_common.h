@@ -20,4 +20,8 @@ void read_decoder_sizes(const hf::ConfigJson& c, config::ModelConfig& m);
 void write_dtype_and_pad(const config::ModelConfig& m, const std::string& dtype,
                          nlohmann::ordered_json& j);
 
+// The first of Gemma's features the model has (the model key that names it), or empty: the
+// other architectures refuse to export such a model rather than drop it.
+std::string gemma_only_feature(const config::ModelConfig& m);
+
 }  // namespace megatron::models

@@ -371,6 +371,9 @@ struct LayerDims {
 
 // A model the architecture cannot describe is an InputError before anything is written.
 void check_exportable(const std::string& arch, const config::ModelConfig& m) {
+  const std::string gemma = gemma_only_feature(m);
+  MT_INPUT_CHECK(gemma.empty(), arch, " has no ", gemma,
+                 " (Gemma's: such a model converts as Gemma2ForCausalLM or Gemma3ForCausalLM)");
   MT_INPUT_CHECK(m.sublayer_input_norm && !m.sublayer_output_norm &&
                      m.qk_layernorm_span == config::QkNormSpan::Head,
                  arch,

@@ -4,6 +4,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/core/format.h"
+#include "models/gpt/hf_common.h"
 #include "models/gpt/hf_rope.h"
 
 namespace megatron::models {
@@ -123,6 +124,7 @@ Json neox_hf_config(const config::ModelConfig& m, const std::string& dtype,
 
 std::vector<TensorMapping> neox_mappings(const config::ModelConfig& m, int64_t Vp,
                                          const std::string& head_name) {
+  MT_INPUT_CHECK(gemma_only_feature(m).empty(), kGptNeoX, " has no ", gemma_only_feature(m));
   MT_INPUT_CHECK(m.add_bias && !m.add_qkv_bias && !m.moe.enabled() && !m.qk_layernorm &&
                      m.query_groups() == m.num_attention_heads &&
                      m.head_dim() * m.num_attention_heads == m.hidden_size &&

@@ -80,6 +80,7 @@ Json olmo2_hf_config(const config::ModelConfig& m, const std::string& dtype,
 }
 
 std::vector<TensorMapping> olmo2_mappings(const config::ModelConfig& m, int64_t Vp) {
+  MT_INPUT_CHECK(gemma_only_feature(m).empty(), kOlmo2, " has no ", gemma_only_feature(m));
   MT_INPUT_CHECK(is_olmo2_model(m) && m.qk_layernorm &&
                      m.qk_layernorm_span == config::QkNormSpan::Projection && !m.add_bias &&
                      !m.add_qkv_bias && !m.moe.enabled() &&

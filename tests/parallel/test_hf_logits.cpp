@@ -221,5 +221,13 @@ TEST(HfLogits, GptNeoXSequentialBf16) { check_logits("gpt_neox_sequential_bf16")
 // tp at 2 ranks); then head_dim 16, a tied head and linear rope scaling, in bf16.
 TEST(HfLogits, Olmo2) { check_logits("olmo2"); }
 TEST(HfLogits, Olmo2HeadDimBf16) { check_logits("olmo2_head_dim_bf16"); }
+// Gemma 2: 1 + w sandwich norms, scaled embeddings, GeGLU, alternating sliding windows,
+// soft-capped scores and logits, query_pre_attn_scalar; tied in bf16. Gemma 3: per-head q/k
+// norms, a local rope base on the sliding layers and a linearly scaled global one on the full
+// layer; its 5:1 layer pattern, untied, in bf16.
+TEST(HfLogits, Gemma2) { check_logits("gemma2"); }
+TEST(HfLogits, Gemma2TiedBf16) { check_logits("gemma2_tied_bf16"); }
+TEST(HfLogits, Gemma3) { check_logits("gemma3"); }
+TEST(HfLogits, Gemma3PatternBf16) { check_logits("gemma3_pattern_bf16"); }
 
 }  // namespace

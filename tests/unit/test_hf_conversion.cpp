@@ -40,7 +40,8 @@ const std::vector<std::string> kFixtures = {
     "mistral_head_dim", "llama_yarn", "mistral_sliding", "qwen3", "qwen3_tied_bf16",
     "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope", "smollm3",
     "smollm3_list_bf16", "phi3_partial_longrope", "qwen2_window_layers", "smollm3_sliding",
-    "gpt_neox", "gpt_neox_sequential_bf16", "olmo2", "olmo2_head_dim_bf16"};
+    "gpt_neox", "gpt_neox_sequential_bf16", "olmo2", "olmo2_head_dim_bf16", "gemma2",
+    "gemma2_tied_bf16", "gemma3", "gemma3_pattern_bf16"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
@@ -134,7 +135,8 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
   for (const Case& c :
        {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1}, Case{"mixtral", 2, 2, 2},
         Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}, Case{"qwen3", 2, 2, 1},
-        Case{"phi3_longrope", 2, 2, 1}, Case{"gpt_neox", 2, 2, 1}, Case{"olmo2", 2, 2, 1}}) {
+        Case{"phi3_longrope", 2, 2, 1}, Case{"gpt_neox", 2, 2, 1}, Case{"olmo2", 2, 2, 1},
+        Case{"gemma2", 2, 2, 1}, Case{"gemma3", 2, 1, 1}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);

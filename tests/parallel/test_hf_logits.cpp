@@ -190,6 +190,7 @@ TEST(HfLogits, TrainedLlamaExport) { check_logits("trained_llama"); }
 TEST(HfLogits, TrainedGptExport) { check_logits("trained_gpt"); }
 TEST(HfLogits, TrainedQwen3Export) { check_logits("trained_qwen3"); }
 TEST(HfLogits, TrainedOlmo2Export) { check_logits("trained_olmo2"); }
+TEST(HfLogits, TrainedGemma3Export) { check_logits("trained_gemma3"); }
 TEST(HfLogits, TrainedSmolLM3Export) { check_logits("trained_smollm3"); }
 TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
 // Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16

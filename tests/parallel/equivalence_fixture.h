@@ -334,6 +334,11 @@ inline const std::vector<Layout>& model_layouts() {
   return all;
 }
 
+// The LoRA layouts a model family's test runs (tp + sp, pp, both).
+inline std::vector<Layout> family_lora_layouts() {
+  return {{.tp = 2, .micro = 2, .sp = true}, {.pp = 2, .micro = 2}, {.tp = 2, .pp = 2, .micro = 2}};
+}
+
 // The context-parallel layouts (each cp_comm_type at cp 2 and 4, and cp combined with tp + sp,
 // pp (1F1B and interleaved) and dp under the distributed optimizer and ZeRO-3): 2 and 4 ranks.
 inline const std::vector<Layout>& context_parallel_layouts() {

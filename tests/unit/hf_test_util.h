@@ -16,6 +16,7 @@
 
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/checkpoint/safetensors.h"
+#include "megatron/config/recipe.h"
 #include "megatron/core/format.h"
 #include "megatron/training/batch_source.h"
 #include "models/hf_checkpoint.h"
@@ -29,6 +30,16 @@ namespace st = checkpoint::safetensors;
 
 inline fs::path fixture(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf" / name;
+}
+
+// tests/fixtures/hf_configs/<name>.json: a released checkpoint's config.json.
+inline fs::path released(const std::string& name) {
+  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_configs" / (name + ".json");
+}
+
+// A shipped recipe, recipes/<name>.
+inline config::Recipe recipe(const std::string& name) {
+  return config::load_recipe((fs::path(MEGATRON_SOURCE_DIR) / "recipes" / name).string());
 }
 
 // name -> (dtype, shape, bytes) of every tensor of an HF directory.

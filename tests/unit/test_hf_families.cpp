@@ -19,14 +19,6 @@ namespace {
 using namespace hf_test;
 using ::testing::HasSubstr;
 
-fs::path released(const std::string& name) {
-  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_configs" / (name + ".json");
-}
-
-config::Recipe recipe(const std::string& name) {
-  return config::load_recipe((fs::path(MEGATRON_SOURCE_DIR) / "recipes" / name).string());
-}
-
 class HfFamilies : public HfScratch {};
 
 // Qwen/Qwen3-8B's config.json is recipes/qwen3_8b.yaml's model; transformers builds

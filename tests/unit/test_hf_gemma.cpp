@@ -25,14 +25,6 @@ namespace {
 using namespace hf_test;
 using ::testing::HasSubstr;
 
-fs::path released(const std::string& name) {
-  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_configs" / (name + ".json");
-}
-
-config::Recipe recipe(const std::string& name) {
-  return config::load_recipe((fs::path(MEGATRON_SOURCE_DIR) / "recipes" / name).string());
-}
-
 config::ModelConfig released_model(const std::string& name) {
   return models::model_from_hf_config(hf::ConfigJson::load(released(name).string()));
 }

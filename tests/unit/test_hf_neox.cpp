@@ -27,26 +27,21 @@ namespace {
 using namespace hf_test;
 using ::testing::HasSubstr;
 
-config::Recipe recipe(const std::string& name) {
-  return config::load_recipe((fs::path(MEGATRON_SOURCE_DIR) / "recipes" / name).string());
-}
-
 class HfNeoX : public HfScratch {};
 
 // EleutherAI/pythia-1.4b: 24 layers of hidden 2048, the parallel residual, a quarter of each
 // head turning; its model card counts 1,414,647,808 parameters, and so does the planner (untied
 // head; 50304 rows need no padding at tp 1).
 TEST_F(HfNeoX, Pythia14bConfigIsTheRecipeModel) {
-  const fs::path released =
-      fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_configs" / "pythia_1.4b.json";
-  const auto hf = models::model_from_hf_config(hf::ConfigJson::load(released.string()));
+  const fs::path config = released("pythia_1.4b");
+  const auto hf = models::model_from_hf_config(hf::ConfigJson::load(config.string()));
   EXPECT_TRUE(hf.parallel_residual);
   EXPECT_EQ(hf.rotary_percent, 0.25);
   EXPECT_EQ(hf.rotary_dims(), 32);
   EXPECT_EQ(hf.activation, config::Activation::GeLUExact);
   EXPECT_FALSE(hf.tie_embeddings);
   const config::Recipe r = recipe("pythia_1.4b.yaml");
-  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released.string()));
+  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, config.string()));
   const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
   EXPECT_EQ(report.params.total, 1414647808);
   EXPECT_TRUE(report.fits);

@@ -25,26 +25,21 @@ namespace {
 using namespace hf_test;
 using ::testing::HasSubstr;
 
-config::Recipe recipe(const std::string& name) {
-  return config::load_recipe((fs::path(MEGATRON_SOURCE_DIR) / "recipes" / name).string());
-}
-
 class HfOlmo2 : public HfScratch {};
 
 // allenai/OLMo-2-1124-7B: transformers builds 7,298,617,344 parameters from its config.json
 // (Olmo2ForCausalLM on the meta device, torch 2.9.1 and transformers 5.24.0), and so does the
 // planner (100352 rows need no padding).
 TEST_F(HfOlmo2, Olmo2_7bConfigIsTheRecipeModel) {
-  const fs::path released =
-      fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_configs" / "olmo2_7b.json";
-  const auto hf = models::model_from_hf_config(hf::ConfigJson::load(released.string()));
+  const fs::path config = released("olmo2_7b");
+  const auto hf = models::model_from_hf_config(hf::ConfigJson::load(config.string()));
   EXPECT_TRUE(hf.qk_layernorm);
   EXPECT_EQ(hf.qk_layernorm_span, config::QkNormSpan::Projection);
   EXPECT_FALSE(hf.sublayer_input_norm);
   EXPECT_TRUE(hf.sublayer_output_norm);
   EXPECT_EQ(hf.rope_theta, 500000.0);
   const config::Recipe r = recipe("olmo2_7b.yaml");
-  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released.string()));
+  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, config.string()));
   const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
   EXPECT_EQ(report.params.total, 7298617344);
   EXPECT_TRUE(report.fits);

@@ -8,8 +8,8 @@ namespace megatron::data {
 
 namespace {
 
-constexpr std::array<std::string_view, 5> kNames = {"simple", "plain", "llama2", "llama3",
-                                                    "chatml"};
+constexpr std::array<std::string_view, 8> kNames = {"simple", "plain", "llama2", "llama3",
+                                                    "chatml", "qwen3", "gemma",  "phi3"};
 
 // Python's str.strip() for the ASCII whitespace it strips (space, \t \n \v \f \r, \x1c-\x1f).
 std::string strip(std::string_view s) {
@@ -168,13 +168,109 @@ void render_chatml(Renderer& r, std::span<const SFTMessage> messages) {
   }
 }
 
+// Roles alternate user/assistant after an optional leading system message (llama2, gemma).
+void check_alternating(std::span<const SFTMessage> messages, size_t first, const char* name) {
+  for (size_t k = first; k < messages.size(); ++k)
+    MT_INPUT_CHECK(messages[k].role == ((k - first) % 2 == 0 ? "user" : "assistant"),
+                   "chat template ", name,
+                   ": roles must alternate user/assistant after an optional system message "
+                   "(message ",
+                   k + 1, " is '", messages[k].role, "')");
+}
+
+std::string lstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return std::string(s);
+}
+std::string strip_newlines(std::string_view s) {
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return lstrip_newlines(s);
+}
+
+// An answer's reasoning and content: the text between <think> and </think>, and what follows
+// </think> (Qwen3's template: split on the last </think>, then on the last <think>).
+std::pair<std::string, std::string> split_reasoning(const std::string& answer) {
+  const size_t close = answer.rfind("</think>");
+  if (close == std::string::npos) return {"", answer};
+  const std::string content = lstrip_newlines(std::string_view(answer).substr(close + 8));
+  std::string_view before = std::string_view(answer).substr(0, answer.find("</think>"));
+  while (!before.empty() && before.back() == '\n') before.remove_suffix(1);
+  const size_t open = before.rfind("<think>");
+  if (open != std::string_view::npos) before = before.substr(open + 7);
+  return {lstrip_newlines(before), content};
+}
+
+void render_qwen3(Renderer& r, std::span<const SFTMessage> messages) {
+  size_t last_query = messages.size() - 1;
+  for (size_t k = messages.size(); k-- > 0;)
+    if (messages[k].role == "user") {
+      last_query = k;
+      break;
+    }
+  for (size_t k = 0; k < messages.size(); ++k) {
+    const SFTMessage& m = messages[k];
+    r.special("<|im_start|>", false);
+    r.text(concat(m.role, "\n"), false);
+    if (m.role != "assistant") {
+      r.text(m.content, false);
+      r.special("<|im_end|>", false);
+      r.text("\n", false);
+      continue;
+    }
+    const auto [reasoning, content] = split_reasoning(m.content);
+    const bool last = k + 1 == messages.size();
+    if (k > last_query && (last || !reasoning.empty())) {
+      r.special("<think>", true);
+      r.text(concat("\n", strip_newlines(reasoning), "\n"), true);
+      r.special("</think>", true);
+      r.text(concat("\n\n", lstrip_newlines(content)), true);
+    } else {
+      r.text(content, true);
+    }
+    r.special("<|im_end|>", true);
+    r.text("\n", false);
+  }
+}
+
+void render_gemma(Renderer& r, std::span<const SFTMessage> messages, const Tokenizer& tok) {
+  r.id(r.required(tok.bos(), "beginning-of-sequence"), false);
+  size_t first = 0;
+  std::string prefix;
+  if (!messages.empty() && messages[0].role == "system") {
+    prefix = messages[0].content + "\n\n";
+    first = 1;
+  }
+  check_alternating(messages, first, "gemma");
+  for (size_t k = first; k < messages.size(); ++k) {
+    const bool answer = messages[k].role == "assistant";
+    r.special("<start_of_turn>", false);
+    r.text(concat(answer ? "model" : "user", "\n", k == first ? prefix : ""), false);
+    r.text(strip(messages[k].content), answer);
+    r.special("<end_of_turn>", answer);
+    r.text("\n", false);
+  }
+}
+
+void render_phi3(Renderer& r, std::span<const SFTMessage> messages, const Tokenizer& tok) {
+  for (const SFTMessage& m : messages) {
+    const bool answer = m.role == "assistant";
+    r.special(concat("<|", m.role, "|>"), false);
+    r.text("\n", false);
+    r.text(m.content, answer);
+    r.special("<|end|>", answer);
+    r.text("\n", false);
+  }
+  r.id(r.required(tok.eos(), "end-of-sequence"), false);
+}
+
 }  // namespace
 
 ChatTemplate chat_template_from_name(std::string_view name) {
   for (size_t k = 0; k < kNames.size(); ++k)
     if (kNames[k] == name) return static_cast<ChatTemplate>(k);
   throw InputError(concat("unknown chat template '", name,
-                          "' (expected simple, plain, llama2, llama3 or chatml)"));
+                          "' (expected simple, plain, llama2, llama3, chatml, qwen3, gemma or "
+                          "phi3)"));
 }
 
 std::string_view chat_template_name(ChatTemplate t) { return kNames.at(static_cast<size_t>(t)); }
@@ -202,6 +298,15 @@ void tokenize_conversation(ChatTemplate chat_template, std::span<const SFTMessag
     case ChatTemplate::ChatML:
       render_chatml(r, messages);
       break;
+    case ChatTemplate::Qwen3:
+      render_qwen3(r, messages);
+      break;
+    case ChatTemplate::Gemma:
+      render_gemma(r, messages, tokenizer);
+      break;
+    case ChatTemplate::Phi3:
+      render_phi3(r, messages, tokenizer);
+      break;
   }
   const bool separately =
       chat_template == ChatTemplate::Simple || chat_template == ChatTemplate::Plain;
@@ -218,14 +323,15 @@ std::vector<int32_t> generation_prompt(ChatTemplate chat_template,
   std::vector<int32_t> tokens;
   std::vector<uint8_t> loss;
   tokenize_conversation(chat_template, with_answer, tokenizer, tokens, loss);
-  size_t first = 0;
-  while (first < loss.size() && loss[first] == 0) ++first;
-  MT_CHECK(first < loss.size(), "chat template ", chat_template_name(chat_template),
+  // The empty answer is the last run of trained tokens (earlier answers are trained too); it
+  // ends with the token closing the turn.
+  size_t last = loss.size();
+  while (last > 0 && loss[last - 1] == 0) --last;
+  MT_CHECK(last > 0, "chat template ", chat_template_name(chat_template),
            ": an empty answer has no trained closing token");
-  // The empty answer's trained tokens end with the one closing the turn.
-  size_t last = first;
-  while (last + 1 < loss.size() && loss[last + 1] == 1) ++last;
-  end_of_turn = tokens[last];
+  size_t first = last - 1;
+  while (first > 0 && loss[first - 1] == 1) --first;
+  end_of_turn = tokens[last - 1];
   tokens.resize(first);
   return tokens;
 }

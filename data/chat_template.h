@@ -19,10 +19,20 @@
 //            (loss on: the assistant's content and its <|eot_id|>).
 //   chatml   ChatML (Qwen): per message <|im_start|> ROLE "\n" + content <|im_end|> "\n"
 //            (loss on: the assistant's content and its <|im_end|>; not the "\n" after it).
+//   qwen3    Qwen3's ChatML with thinking: an assistant turn after the last user message that is
+//            the last turn (or has reasoning) opens with <think> "\n" + reasoning + "\n" </think>
+//            "\n\n" before its content (reasoning: what an answer holds between <think> and
+//            </think>, removed from earlier turns); loss on from <think> to <|im_end|>.
+//   gemma    Gemma 2/3: bos() then per message <start_of_turn> ROLE "\n" + content.strip()
+//            <end_of_turn> "\n", ROLE user or model; a system message becomes the prefix
+//            system + "\n\n" of the first user turn; roles alternate user/assistant (loss on:
+//            the answer and its <end_of_turn>).
+//   phi3     Phi-3: per message <|ROLE|> "\n" + content <|end|> "\n", then eos() (loss on: the
+//            answer and its <|end|>).
 //
-// The llama2/llama3/chatml ids are those of transformers' apply_chat_template with these
-// templates (tokenize=True): the special tokens (<|im_start|>, ...) must each be one token of the
-// tokenizer, and the text between two special tokens is encoded in one piece. The loss boundary
+// The llama2/llama3/chatml/qwen3/gemma/phi3 ids are those of transformers' apply_chat_template with
+// these templates (tokenize=True): the special tokens (<|im_start|>, ...) must each be one token of
+// the tokenizer, and the text between two special tokens is encoded in one piece. The loss boundary
 // inside such a piece (before an assistant's content) must fall between tokens: encoding the
 // piece whole must give the concatenation of its parts' ids, else the conversation is an
 // InputError (its assistant span cannot be delimited) rather than a guessed mask.
@@ -41,9 +51,10 @@ struct SFTMessage {
   std::string content;
 };
 
-enum class ChatTemplate { Simple, Plain, Llama2, Llama3, ChatML };
+enum class ChatTemplate { Simple, Plain, Llama2, Llama3, ChatML, Qwen3, Gemma, Phi3 };
 
-// "simple", "plain", "llama2", "llama3", "chatml"; InputError naming the others.
+// "simple", "plain", "llama2", "llama3", "chatml", "qwen3", "gemma", "phi3"; InputError naming
+// the others.
 ChatTemplate chat_template_from_name(std::string_view name);
 std::string_view chat_template_name(ChatTemplate t);
 

@@ -1,5 +1,5 @@
-// Chat templates (data/chat_template.h) against transformers' apply_chat_template: the token ids
-// and the assistant mask transformers computed for the same conversations
+// Chat templates (data/chat_template.h) against transformers' apply_chat_template: the token ids,
+// the assistant mask and the generation prompt transformers computed for the same conversations
 // (tests/fixtures/chat_templates, made by tools/gen_chat_template_fixtures.py); the errors for
 // conversations or tokenizers a template cannot express.
 #include <gtest/gtest.h>
@@ -54,9 +54,20 @@ TEST(ChatTemplate, IdsAndMasksMatchTransformers) {
     const auto mask = j["assistant_mask"].get<std::vector<int>>();
     ASSERT_EQ(loss.size(), mask.size());
     for (size_t k = 0; k < mask.size(); ++k) EXPECT_EQ(int(loss[k]), mask[k]) << "token " << k;
+    // add_generation_prompt on the conversation up to its last question.
+    const std::vector<SFTMessage> all = messages_of(j["messages"]);
+    size_t last_user = 0;
+    for (size_t k = 0; k < all.size(); ++k)
+      if (all[k].role == "user") last_user = k;
+    int32_t end_of_turn = -1;
+    const std::vector<SFTMessage> question(
+        all.begin(), all.begin() + static_cast<std::ptrdiff_t>(last_user + 1));
+    EXPECT_EQ(generation_prompt(t, question, *toks[name], end_of_turn),
+              j["generation_prompt"].get<std::vector<int32_t>>());
+    EXPECT_GE(end_of_turn, 0);
     ++checked;
   }
-  EXPECT_EQ(checked, 18);
+  EXPECT_EQ(checked, 38);  // 6 conversations x 6 templates, and Qwen3's 2 with reasoning
 }
 
 // The first answer token and the token closing the turn are trained; nothing before the answer.

@@ -8,6 +8,7 @@
 #include <queue>
 #include <unordered_map>
 
+#include "data/bpe_merge.h"
 #include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
 
@@ -48,15 +49,6 @@ bool to_bytes(std::string_view token, std::string& bytes) {
   return true;
 }
 
-struct MergeInfo {
-  int32_t rank;
-  int32_t result;
-};
-
-inline uint64_t pair_key(int32_t a, int32_t b) {
-  return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
-}
-
 struct StringHash {
   using is_transparent = void;
   size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
@@ -72,7 +64,7 @@ constexpr size_t kHeapBpeMinSymbols = 48;        // the heap BPE for pre-tokens 
 struct ByteLevelBpe::Impl {
   std::string source;
   std::array<int32_t, 256> byte_id{};
-  std::unordered_map<uint64_t, MergeInfo> merges;
+  MergeMap merges;
   int32_t rank = 0;
   bool heap_ok = true;  // merges ranked consistently: the heap BPE equals the reference
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_ids;  // loading
@@ -139,16 +131,9 @@ std::optional<int32_t> ByteLevelBpe::id_of(std::string_view token) const {
 
 void ByteLevelBpe::add_merge(std::string_view a, std::string_view b, const std::string& where,
                              const std::string& vocab_name) {
-  auto id = [&](const std::string& tok, const char* what) {
-    const auto found = id_of(tok);
-    MT_INPUT_CHECK(found.has_value(), where, ": ", what, " '", tok, "' is not in ", vocab_name);
-    return *found;
-  };
-  const int32_t x = id(std::string(a), "token"), y = id(std::string(b), "token");
-  const int32_t z = id(std::string(a) + std::string(b), "merged token");
-  impl_->merges[pair_key(x, y)] = MergeInfo{impl_->rank, z};  // a repeated pair keeps its last rank
-  MT_INPUT_CHECK(impl_->rank < INT32_MAX, where, ": too many merges");
-  ++impl_->rank;
+  add_merge_to(
+      impl_->merges, impl_->rank, [&](std::string_view t) { return id_of(t); }, a, b, where,
+      vocab_name);
 }
 
 int64_t ByteLevelBpe::finish_loading() {
@@ -213,43 +198,13 @@ void ByteLevelBpe::Impl::bpe(std::string_view word_bytes, std::vector<int32_t>& 
 }
 
 void ByteLevelBpe::Impl::bpe_heap(std::vector<int32_t>& word) const {
-  const int32_t n = static_cast<int32_t>(word.size());
-  std::vector<int32_t> prev(n), next(n);
-  for (int32_t i = 0; i < n; ++i) {
-    prev[i] = i - 1;
-    next[i] = i + 1 < n ? i + 1 : -1;
-  }
-  struct Candidate {
-    int32_t rank, pos, left, right, result;
-    bool operator>(const Candidate& o) const {
-      return rank != o.rank ? rank > o.rank : pos > o.pos;
-    }
-  };
-  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<>> heap;
-  auto push = [&](int32_t pos) {
-    if (pos < 0 || next[pos] < 0) return;
-    const auto it = merges.find(pair_key(word[pos], word[next[pos]]));
-    if (it != merges.end())
-      heap.push({it->second.rank, pos, word[pos], word[next[pos]], it->second.result});
-  };
-  for (int32_t i = 0; i + 1 < n; ++i) push(i);
-  std::vector<bool> alive(n, true);
-  while (!heap.empty()) {
-    const Candidate c = heap.top();
-    heap.pop();
-    const int32_t q = next[c.pos];
-    if (!alive[c.pos] || q < 0 || word[c.pos] != c.left || word[q] != c.right) continue;  // stale
-    word[c.pos] = c.result;
-    alive[q] = false;
-    next[c.pos] = next[q];
-    if (next[q] >= 0) prev[next[q]] = c.pos;
-    push(prev[c.pos]);
-    push(c.pos);
-  }
-  size_t k = 0;
-  for (int32_t i = 0; i < n; ++i)
-    if (alive[i]) word[k++] = word[i];
-  word.resize(k);
+  merge_by_rank(
+      word,
+      [&](int32_t a, int32_t b) -> const BpeMerge* {
+        const auto it = merges.find(pair_key(a, b));
+        return it == merges.end() ? nullptr : &it->second;
+      },
+      StaleCheck::Parts);
 }
 
 void ByteLevelBpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {

@@ -10,8 +10,10 @@
 #include <vector>
 
 #include "data/byte_level_bpe.h"
+#include "data/char_bpe.h"
 #include "data/pretokenize.h"
 #include "data/read_file.h"
+#include "data/tokenizer_hf_sp.h"
 #include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
 
@@ -35,7 +37,9 @@ constexpr const char* kTekkenPattern =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kTekken };
+// kMetaspace and kNone: SentencePiece-style BPE over characters (data/char_bpe.h); the others
+// byte-level.
+enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kTekken, kMetaspace, kNone };
 
 // One step of the normalizer; a Sequence is flattened into its steps.
 struct NormalizerStep {
@@ -116,8 +120,7 @@ class HfJsonTokenizer final : public Tokenizer {
                    "' has no \"model\" object (not a tokenizer.json?)");
     const json& model = j["model"];
     const std::string type = model.value("type", std::string("BPE"));
-    if (type != "BPE") throw fail("model.type '", type, "' is not supported (byte-level BPE only)");
-    if (model.value("byte_fallback", false)) throw fail("model.byte_fallback is not supported");
+    if (type != "BPE") throw fail("model.type '", type, "' is not supported (BPE only)");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
       if (model.contains(key) && !model[key].is_null() && model[key] != "")
         throw fail("model.", key, " ", model[key].dump(), " is not supported");
@@ -127,8 +130,15 @@ class HfJsonTokenizer final : public Tokenizer {
       read_normalizer(j["normalizer"], "normalizer", fail);
     read_pre_tokenizer(j.value("pre_tokenizer", json()), fail);
     MT_INPUT_CHECK(model.contains("vocab"), "'", path, "': model has no vocab");
-    bpe_ = std::make_unique<ByteLevelBpe>(model["vocab"], concat("'", path, "': model.vocab"));
-    bpe_->set_ignore_merges(model.value("ignore_merges", false));
+    if (sp_style()) {
+      char_bpe_ = std::make_unique<CharBpe>(model["vocab"], concat("'", path, "': model.vocab"),
+                                            read_char_bpe_options(model, path));
+    } else {
+      if (model.value("byte_fallback", false))
+        throw fail("model.byte_fallback with a byte-level pre-tokenizer is not supported");
+      bpe_ = std::make_unique<ByteLevelBpe>(model["vocab"], concat("'", path, "': model.vocab"));
+      bpe_->set_ignore_merges(model.value("ignore_merges", false));
+    }
     const json merges = model.value("merges", json::array());
     MT_INPUT_CHECK(merges.is_array(), "'", path, "': model.merges is not a list");
     const std::string vocab_name = "model.vocab";
@@ -140,23 +150,26 @@ class HfJsonTokenizer final : public Tokenizer {
         const size_t space = s.find(' ');
         MT_INPUT_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos,
                        where, ": expected \"a b\", got ", m.dump());
-        bpe_->add_merge(std::string_view(s).substr(0, space), std::string_view(s).substr(space + 1),
-                        where, vocab_name);
+        add_merge(std::string_view(s).substr(0, space), std::string_view(s).substr(space + 1),
+                  where, vocab_name);
       } else {
         MT_INPUT_CHECK(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(), where,
                        ": expected \"a b\" or [a, b], got ", m.dump());
-        bpe_->add_merge(m[0].get<std::string>(), m[1].get<std::string>(), where, vocab_name);
+        add_merge(m[0].get<std::string>(), m[1].get<std::string>(), where, vocab_name);
       }
     }
     read_added_tokens(j.value("added_tokens", json::array()), fail);
-    bpe_->finish_loading();
-    vocab_ = bpe_->size();
+    vocab_ = sp_style() ? (char_bpe_->finish_loading(), char_bpe_->size())
+                        : (bpe_->finish_loading(), bpe_->size());
     for (const auto& [text, id] : added_) vocab_ = std::max<int64_t>(vocab_, id + 1);
     read_post_processor(j.value("post_processor", json()), fail);
     const json decoder = j.value("decoder", json());
-    if (!decoder.is_null() && decoder.value("type", std::string()) != "ByteLevel")
+    if (sp_style()) {
+      sp_decoder_ = read_sp_decoder(decoder, path);
+    } else if (!decoder.is_null() && decoder.value("type", std::string()) != "ByteLevel") {
       throw fail("decoder ", decoder.value("type", std::string("?")),
-                 " is not supported (ByteLevel only)");
+                 " is not supported with byte-level BPE (ByteLevel only)");
+    }
     read_eos(fs::path(path).parent_path() / "tokenizer_config.json");
   } catch (const json::exception& e) {
     // A value of the wrong JSON type where no check above looks (e.g. a non-boolean flag).
@@ -169,7 +182,18 @@ class HfJsonTokenizer final : public Tokenizer {
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 1);
     auto add_id = [&](int32_t id) { ids.push_back(id); };
+    bool segment_at_start = false;  // the piece being encoded starts the text (Metaspace first)
+    const char* normalized_start = nullptr;
     auto encode_piece = [&](std::string_view piece) {
+      if (sp_style()) {
+        const bool at_start = segment_at_start && piece.data() == normalized_start;
+        auto word = [&](std::string_view w) { char_bpe_->encode_word(w, ids); };
+        if (pre_tokenizer_ == PreTokenizer::kMetaspace)
+          metaspace_.apply(piece, at_start, word);
+        else
+          word(piece);
+        return;
+      }
       auto sink = [&](size_t b, size_t e) { bpe_->encode_word(piece.substr(b, e - b), ids); };
       switch (pre_tokenizer_) {
         case PreTokenizer::kGpt2:
@@ -184,6 +208,8 @@ class HfJsonTokenizer final : public Tokenizer {
         case PreTokenizer::kTekken:
           tekken_pretokenize(piece, sink);
           break;
+        default:
+          break;
       }
     };
     // As `tokenizers` does: added tokens with normalized=false are found in the raw text; each
@@ -192,8 +218,10 @@ class HfJsonTokenizer final : public Tokenizer {
     split_added(
         text, raw_added_,
         [&](std::string_view segment) {
+          segment_at_start = segment.data() == text.data();
           std::string normalized;
           if (!normalizer_.empty()) segment = normalized = normalize(segment);
+          normalized_start = segment.data();
           split_added(segment, normalized_added_, encode_piece, add_id);
         },
         add_id);
@@ -201,6 +229,7 @@ class HfJsonTokenizer final : public Tokenizer {
   }
 
   std::string decode(const std::vector<int32_t>& ids) const override {
+    if (sp_style()) return decode_pieces(ids);
     std::string bytes;
     const std::string what = concat("HuggingFaceTokenizer(", path_, ")");
     for (int32_t id : ids) {
@@ -221,18 +250,54 @@ class HfJsonTokenizer final : public Tokenizer {
   int32_t eos() const override { return eos_; }
   int32_t bos() const override { return bos_; }
   std::string describe() const override {
-    const char* pre = pre_tokenizer_ == PreTokenizer::kGpt2     ? "GPT-2"
-                      : pre_tokenizer_ == PreTokenizer::kLlama3 ? "LLaMA-3"
-                      : pre_tokenizer_ == PreTokenizer::kQwen2  ? "Qwen2"
-                                                                : "Mistral-NeMo (tekken)";
-    return concat("HuggingFaceTokenizer(", path_, ", byte-level BPE, ",
+    const char* pre = pre_tokenizer_ == PreTokenizer::kGpt2        ? "GPT-2"
+                      : pre_tokenizer_ == PreTokenizer::kLlama3    ? "LLaMA-3"
+                      : pre_tokenizer_ == PreTokenizer::kQwen2     ? "Qwen2"
+                      : pre_tokenizer_ == PreTokenizer::kMetaspace ? "Metaspace"
+                      : pre_tokenizer_ == PreTokenizer::kNone      ? "no"
+                                                                   : "Mistral-NeMo (tekken)";
+    return concat("HuggingFaceTokenizer(", path_,
+                  sp_style() ? ", SentencePiece-style BPE, " : ", byte-level BPE, ",
                   normalizer_.empty() ? "" : concat(normalizer_name_, " normalizer, "), pre,
                   " pre-tokenizer, vocab ", vocab_, ", eod ", eos_, ")");
   }
 
  private:
+  // SentencePiece-style decoding: each token's piece through sp_decoder_.
+  std::string decode_pieces(const std::vector<int32_t>& ids) const {
+    const std::string what = concat("HuggingFaceTokenizer(", path_, ")");
+    std::vector<const std::string*> pieces;
+    std::vector<bool> is_added;
+    for (int32_t id : ids) {
+      const auto it = added_by_id_.find(id);
+      is_added.push_back(it != added_by_id_.end());
+      pieces.push_back(it != added_by_id_.end() ? &it->second : &char_bpe_->piece_of(id, what));
+    }
+    return decode_sp(sp_decoder_, pieces, is_added);
+  }
+
+  bool sp_style() const {
+    return pre_tokenizer_ == PreTokenizer::kMetaspace || pre_tokenizer_ == PreTokenizer::kNone;
+  }
+  void add_merge(std::string_view a, std::string_view b, const std::string& where,
+                 const std::string& vocab_name) {
+    if (sp_style())
+      char_bpe_->add_merge(a, b, where, vocab_name);
+    else
+      bpe_->add_merge(a, b, where, vocab_name);
+  }
+
   template <typename Fail>
   void read_pre_tokenizer(const json& p, Fail&& fail) {
+    if (p.is_null()) {  // the whole piece is the word (LLaMA-2's: spaces replaced beforehand)
+      pre_tokenizer_ = PreTokenizer::kNone;
+      return;
+    }
+    if (p.is_object() && p.value("type", std::string()) == "Metaspace") {
+      metaspace_ = data::read_metaspace(p, path_);
+      pre_tokenizer_ = PreTokenizer::kMetaspace;
+      return;
+    }
     auto byte_level = [&](const json& b, bool use_regex) {
       if (b.value("type", std::string()) != "ByteLevel") return false;
       if (b.value("add_prefix_space", false))
@@ -271,8 +336,8 @@ class HfJsonTokenizer final : public Tokenizer {
       }
     }
     throw fail("pre_tokenizer ", p.dump().substr(0, 200),
-               " is not supported (ByteLevel, or Split(LLaMA-3/Qwen2/Mistral-NeMo regex) + "
-               "ByteLevel)");
+               " is not supported (ByteLevel, Split(LLaMA-3/Qwen2/Mistral-NeMo regex) + "
+               "ByteLevel, Metaspace or none)");
   }
 
   template <typename Fail>
@@ -305,7 +370,7 @@ class HfJsonTokenizer final : public Tokenizer {
         throw fail("added token ", t["content"].dump(), " normalizes to an empty string");
       (normalized ? normalized_added_ : raw_added_).add(text, static_cast<int32_t>(id));
       added_[content] = static_cast<int32_t>(id);
-      added_by_id_[static_cast<int32_t>(id)] = ByteLevelBpe::token_bytes(text);
+      added_by_id_[static_cast<int32_t>(id)] = sp_style() ? text : ByteLevelBpe::token_bytes(text);
     }
   }
 
@@ -477,7 +542,10 @@ class HfJsonTokenizer final : public Tokenizer {
   }
 
   std::string path_;
-  std::unique_ptr<ByteLevelBpe> bpe_;
+  std::unique_ptr<ByteLevelBpe> bpe_;     // byte-level BPE, or
+  std::unique_ptr<CharBpe> char_bpe_;     // SentencePiece-style (sp_style())
+  Metaspace metaspace_;                   // kMetaspace's settings
+  SpDecoder sp_decoder_;                  // sp_style()'s decoder
   std::map<std::string, int32_t> added_;  // every added token, by content
   std::map<int32_t, std::string> added_by_id_;
   AddedSet raw_added_;         // normalized=false: matched in the raw text

@@ -4,9 +4,13 @@
 // tokenizer.model (SentencePiece, LLaMA-2). `path` may also name either file.
 //
 // tokenizer.json: byte-level BPE (model.type BPE, merges as "a b" strings or [a, b] pairs,
-// ignore_merges honoured, no byte fallback) with a pre-tokenizer that is GPT-2's ByteLevel regex,
-// or a Split on LLaMA-3's, Qwen2's or Mistral-NeMo's (tekken) regex followed by ByteLevel without
-// regex (data/pretokenize.h). The normalizer is none, or NFC, NFD, NFKC, NFKD, Lowercase,
+// ignore_merges honoured) with a pre-tokenizer that is GPT-2's ByteLevel regex, or a Split on
+// LLaMA-3's, Qwen2's or Mistral-NeMo's (tekken) regex followed by ByteLevel without regex
+// (data/pretokenize.h); or SentencePiece-style BPE over characters (data/char_bpe.h: LLaMA-2,
+// Gemma, Phi-3) with the Metaspace pre-tokenizer (prepend_scheme always / first / never, split
+// or not) or none (LLaMA-2's Prepend + Replace normalizer), byte_fallback, unk_token and
+// fuse_unk, decoded by the Metaspace decoder or Replace / ByteFallback / Fuse / Strip
+// (data/tokenizer_hf_sp.h). The normalizer is none, or NFC, NFD, NFKC, NFKD, Lowercase,
 // StripAccents, Strip, Replace (String patterns), Prepend, or a Sequence of these, applied as
 // `tokenizers` does: added tokens with normalized=false are found in the raw text first (longest
 // at the earliest position) and become their ids; each piece between them is normalized on its

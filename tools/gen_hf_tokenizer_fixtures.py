@@ -25,6 +25,16 @@
     tests/fixtures/hf_tokenizers/accents_style/tokenizer.json  GPT-2's ByteLevel regex after
                                                           Sequence[NFD, StripAccents, NFKD,
                                                           Replace, Strip(right)]
+    tests/fixtures/hf_tokenizers/metaspace_style/tokenizer.json  SentencePiece-style BPE over
+                                                          characters (1200 merges-trained tokens on
+                                                          an 80-character alphabet + the 256
+                                                          <0xXX> byte tokens): Metaspace(first,
+                                                          no split), byte_fallback, a <s> template
+    tests/fixtures/hf_tokenizers/llama2_style/tokenizer.json  the same model with LLaMA-2's
+                                                          Prepend + Replace normalizer and no
+                                                          pre-tokenizer, <start_of_turn> tokens
+    tests/fixtures/hf_tokenizers/metaspace_unk_style/tokenizer.json  Metaspace(always, split), a
+                                                          fused <unk> instead of byte fallback
     tests/fixtures/hf_tokenizers/expected.jsonl           {"tokenizer", "text", "ids",
                                                           "ids_with_special"} per text
     tests/fixtures/hf_tokenizers/corpus_digests.jsonl     {"tokenizer", "file", "doc", "count",
@@ -35,7 +45,8 @@
 The texts are the first documents of data/corpus (whole, so every line shape occurs) plus
 edge cases (numbers, contractions in any case, runs of spaces and newlines, non-ASCII,
 special tokens written in the text). The tokenizers added later (tekken_style, normalizers_style,
-accents_style) come after the first three in both .jsonl files, so those stay as they were; their
+accents_style, then the SentencePiece-style three with SP_EDGE_CASES) come after the first three
+in both .jsonl files, so those stay as they were; their
 texts are the first 1500 characters of the same documents (the digests cover whole documents),
 the same edge cases and NEW_EDGE_CASES (letter case classes, marks, digits, '/', compatibility
 characters, accents, whitespace to strip, their added tokens). Run once from the repository
@@ -114,6 +125,17 @@ NEW_EDGE_CASES = [
     "<s>[INST] Hi there [/INST]Okay</s>",
     "<|endoftext|>[MASK] x [MASK] [mask]y @@Raw@@ @@raw@@  <|endoftext|>  Naive naive NAIVE "
     "<|endoftext|>",
+]
+
+
+# For the SentencePiece-style tokenizers (and the later ones): leading and repeated spaces
+# around added tokens, characters outside the 80-character alphabet (byte fallback / <unk>),
+# a literal U+2581, text that spells a byte token.
+SP_EDGE_CASES = [
+    " leading", "  two leading", "<start_of_turn>user\nHi there<end_of_turn>\n",
+    "x<start_of_turn> spaced <end_of_turn>  y", "<s>Hello</s> world", "\u2581already\u2581meta",
+    "<0x41> is not a byte token in text", "\u00e7a \u20ac\u00a5 \u2603\u2603 \U0001F600!",
+    "Qu\u00e9bec \u4e2d\u6587\u5b57 \u0416\u0416\u0416", "tabs\tand\nnewlines\n\n end",
 ]
 
 
@@ -215,6 +237,60 @@ def accents_style(training_texts):
     return tok
 
 
+def sentencepiece_style(training_texts, byte_fallback, unk_token):
+    """A SentencePiece-style BPE (LLaMA-2 / Gemma / Phi-3 tokenizer.json): merges over characters
+    learned on Metaspace words, an alphabet limited to 80 characters so that the rest falls back
+    to the <0xXX> byte tokens of the vocabulary (not added tokens), or to a fused <unk>."""
+    tok = Tokenizer(models.BPE(unk_token=unk_token, fuse_unk=True))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
+                                                 split=True)
+    trainer = trainers.BpeTrainer(vocab_size=1200, special_tokens=["<unk>", "<s>", "</s>"],
+                                  limit_alphabet=80)
+    tok.train_from_iterator(training_texts, trainer)
+    j = json.loads(tok.to_str())
+    j["model"]["byte_fallback"] = byte_fallback
+    if byte_fallback:
+        vocab = j["model"]["vocab"]
+        for b in range(256):
+            vocab[f"<0x{b:02X}>"] = len(vocab)
+    return Tokenizer.from_str(json.dumps(j))
+
+
+def metaspace_style(training_texts):
+    """transformers 5's conversion of a LLaMA SentencePiece model: Metaspace(first, no split),
+    byte fallback, the Replace/ByteFallback/Fuse/Strip decoder, a <s> template."""
+    tok = sentencepiece_style(training_texts, True, None)
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first",
+                                                 split=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                       special_tokens=[("<s>", 1)])
+    return tok
+
+
+def llama2_style(training_texts):
+    """LLaMA-2's (and Phi-3's) hub tokenizer.json: no pre-tokenizer, the normalizer
+    Sequence[Prepend("\u2581"), Replace(" ", "\u2581")], byte fallback."""
+    tok = sentencepiece_style(training_texts, True, None)
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                           normalizers.Replace(" ", "\u2581")])
+    tok.pre_tokenizer = None
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens(["<start_of_turn>", "<end_of_turn>"])
+    return tok
+
+
+def metaspace_unk_style(training_texts):
+    """Metaspace(always, split) without byte fallback: unknown characters become one fused
+    <unk>; Gemma's turn markers as added tokens; the Metaspace decoder."""
+    tok = sentencepiece_style(training_texts, False, "<unk>")
+    tok.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tok.add_special_tokens(["<start_of_turn>", "<end_of_turn>"])
+    return tok
+
+
 def write_expected(out, name, tok, texts):
     for text in texts:
         out.write(json.dumps({"tokenizer": name, "text": text,
@@ -242,8 +318,11 @@ def main():
                           "qwen2_style": qwen2_style(training)}
     new_tokenizers = {"tekken_style": tekken_style(training),
                       "normalizers_style": normalizers_style(training),
-                      "accents_style": accents_style(training)}
-    new_texts = [t[:1500] for t in corpus_texts()] + EDGE_CASES + NEW_EDGE_CASES
+                      "accents_style": accents_style(training),
+                      "metaspace_style": metaspace_style(training),
+                      "llama2_style": llama2_style(training),
+                      "metaspace_unk_style": metaspace_unk_style(training)}
+    new_texts = [t[:1500] for t in corpus_texts()] + EDGE_CASES + NEW_EDGE_CASES + SP_EDGE_CASES
     with open(os.path.join(OUT, "expected.jsonl"), "w") as out:
         for name, tok in list(tokenizers_by_name.items()) + list(new_tokenizers.items()):
             d = os.path.join(OUT, name)

@@ -31,8 +31,11 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // Every tokenizer of tests/fixtures/hf_tokenizers, in the order of expected.jsonl.
-constexpr const char* kFixtureTokenizers[] = {"gpt2",         "llama3_style",      "qwen2_style",
-                                              "tekken_style", "normalizers_style", "accents_style"};
+// (metaspace_style, llama2_style, metaspace_unk_style: SentencePiece-style BPE over characters,
+// byte fallback or a fused <unk>, Metaspace or LLaMA-2's Prepend/Replace normalizer.)
+constexpr const char* kFixtureTokenizers[] = {
+    "gpt2",          "llama3_style",    "qwen2_style",  "tekken_style",       "normalizers_style",
+    "accents_style", "metaspace_style", "llama2_style", "metaspace_unk_style"};
 
 fs::path fixtures() {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_tokenizers";
@@ -74,6 +77,11 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   EXPECT_EQ(toks["normalizers_style"]->vocab_size(), 1002);  // with [MASK] and @@Raw@@
   EXPECT_THAT(toks["tekken_style"]->describe(), HasSubstr("Mistral-NeMo (tekken) pre-tokenizer"));
   EXPECT_THAT(toks["normalizers_style"]->describe(), HasSubstr("Sequence normalizer"));
+  EXPECT_THAT(toks["metaspace_style"]->describe(),
+              HasSubstr("SentencePiece-style BPE, Metaspace pre-tokenizer"));
+  EXPECT_EQ(toks["metaspace_style"]->bos(), 1);         // <s>, from the template
+  EXPECT_EQ(toks["metaspace_style"]->eod(), 2);         // </s>
+  EXPECT_EQ(toks["llama2_style"]->vocab_size(), 1458);  // 1200 + 256 byte tokens + 2 added
   // The same ids as the GPT-2 tokenizer from vocab.json + merges.txt.
   const auto bpe =
       make_tokenizer({config::TokenizerType::GPT2BPE,
@@ -115,7 +123,7 @@ TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
     ++checked;
     tokens += static_cast<int64_t>(ids.size());
   }
-  EXPECT_EQ(checked, 6 * 1460);
+  EXPECT_EQ(checked, 9 * 1460);
   EXPECT_GT(tokens, 1000000);
 }
 
@@ -181,10 +189,11 @@ class HuggingFaceTokenizerFiles : public ::testing::Test {
     ADD_FAILURE() << "loaded " << path;
     return "";
   }
-  // The LLaMA-3-style tokenizer.json with `edit` applied.
-  std::string edited(const std::function<void(nlohmann::json&)>& edit) {
+  // The LLaMA-3-style (or another fixture's) tokenizer.json with `edit` applied.
+  std::string edited(const std::function<void(nlohmann::json&)>& edit,
+                     const std::string& fixture = "llama3_style") {
     nlohmann::json j =
-        nlohmann::json::parse(std::ifstream(fixtures() / "llama3_style/tokenizer.json"));
+        nlohmann::json::parse(std::ifstream(fixtures() / fixture / "tokenizer.json"));
     edit(j);
     const fs::path p = dir_ / concat("t", ++n_, ".json");
     std::ofstream(p) << j.dump();
@@ -241,6 +250,32 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
     EXPECT_THAT(error, HasSubstr(path));
     EXPECT_THAT(error, HasSubstr("wrong JSON type"));
   }
+}
+
+// SentencePiece-style files: settings the character BPE cannot honour are named.
+TEST_F(HuggingFaceTokenizerFiles, UnsupportedSentencePieceSettingsAreNamed) {
+  auto sp = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return error_of(edited(edit, "metaspace_style"));
+  };
+  EXPECT_THAT(sp([](nlohmann::json& j) { j["pre_tokenizer"]["replacement"] = "_"; }),
+              HasSubstr("Metaspace replacement \"_\" is not supported"));
+  EXPECT_THAT(sp([](nlohmann::json& j) { j["pre_tokenizer"]["prepend_scheme"] = "twice"; }),
+              HasSubstr("Metaspace prepend_scheme 'twice'"));
+  EXPECT_THAT(sp([](nlohmann::json& j) {
+                j["decoder"] = {{"type", "ByteLevel"}};
+              }),
+              HasSubstr("decoder ByteLevel is not supported with SentencePiece-style BPE"));
+  EXPECT_THAT(sp([](nlohmann::json& j) { j["model"]["unk_token"] = "<nope>"; }),
+              HasSubstr("the unk_token '<nope>' is not in the vocabulary"));
+  // Byte fallback with a byte-level pre-tokenizer has no meaning here.
+  EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["byte_fallback"] = true; })),
+              HasSubstr("model.byte_fallback with a byte-level pre-tokenizer is not supported"));
+  // Without byte tokens or an unk token, a character outside the vocabulary is an error when
+  // encoding, naming it.
+  const auto tok = make_huggingface_tokenizer(
+      edited([](nlohmann::json& j) { j["model"]["byte_fallback"] = false; }, "metaspace_style"));
+  EXPECT_THAT([&] { tok->encode("snow \u2603"); },
+              ThrowsMessage<InputError>(HasSubstr("the character '\u2603' is in no token")));
 }
 
 // Normalizers: an unsupported one, a Regex Replace and malformed settings are refused with the

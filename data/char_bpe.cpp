@@ -1,8 +1,6 @@
 #include "data/char_bpe.h"
 
 #include <array>
-#include <climits>
-#include <cstdio>
 #include <unordered_map>
 
 #include "data/bpe_merge.h"
@@ -90,8 +88,6 @@ void CharBpe::add_merge(std::string_view a, std::string_view b, const std::strin
 
 // (The token table stays: encoding looks every character up in it.)
 int64_t CharBpe::finish_loading() { return impl_->rank; }
-  return impl_->rank;
-}
 
 // `tokenizers`' Word::merge_all.
 void CharBpe::Impl::merge_all(std::vector<int32_t>& word) const {

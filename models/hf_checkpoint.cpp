@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "data/tokenizer_export.h"
 #include "megatron/checkpoint/file_io.h"
 #include "megatron/hf/convert.h"
 #include "megatron/hf/hf_dtype.h"
@@ -244,6 +245,29 @@ config::Recipe recipe_of_checkpoint(const checkpoint::CheckpointIndex& index) {
   return recipe;
 }
 
+namespace {
+// The tokenizer files that travel with an export, so that it loads in transformers as it is: a
+// Hugging Face tokenizer directory's own files, or those data/tokenizer_export.h writes for a
+// SentencePiece model or GPT-2's vocab.json + merges.txt; none for the others.
+std::map<std::string, std::string> tokenizer_files(const config::Recipe& recipe) {
+  const auto& t = recipe.data.tokenizer;
+  auto path = [&](const std::string& p) { return config::resolve_path(recipe, p); };
+  if (t.type == config::TokenizerType::SentencePiece)
+    return data::sentencepiece_hf_files(path(t.model));
+  if (t.type == config::TokenizerType::GPT2BPE)
+    return data::gpt2_hf_files(path(t.vocab_file), path(t.merge_file));
+  std::map<std::string, std::string> files;
+  if (t.type != config::TokenizerType::HuggingFace) return files;
+  const fs::path dir = path(t.model);
+  std::error_code ec;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                           "special_tokens_map.json", "generation_config.json"})
+    if (fs::is_directory(dir, ec) && fs::is_regular_file(dir / name, ec))
+      files[name] = checkpoint::io::read_file((dir / name).string());
+  return files;
+}
+}  // namespace
+
 HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   checkpoint::Reader reader(o.native_dir, o.iteration);
   const auto& index = reader.index();
@@ -281,16 +305,7 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   const nlohmann::json original = hf_meta.contains("config") ? hf_meta["config"] : nlohmann::json();
   req.files["config.json"] =
       hf_config_for(model, result.architecture, result.dtype, original).dump(2) + "\n";
-  // The tokenizer files of a model whose recipe names a Hugging Face tokenizer directory travel
-  // with it, so the export loads in transformers as it is.
-  if (recipe.data.tokenizer.type == config::TokenizerType::HuggingFace) {
-    const fs::path dir = config::resolve_path(recipe, recipe.data.tokenizer.model);
-    std::error_code ec;
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
-                             "special_tokens_map.json", "generation_config.json"})
-      if (fs::is_directory(dir, ec) && fs::is_regular_file(dir / name, ec))
-        req.files[name] = checkpoint::io::read_file((dir / name).string());
-  }
+  for (auto& [name, bytes] : tokenizer_files(recipe)) req.files[name] = std::move(bytes);
   hf::export_to_hf(reader, req, o.hf_dir);
   return result;
 }

@@ -350,6 +350,14 @@ def llama_with_tokenizer():
     print("llama_with_tokenizer", sorted(os.listdir(d)), new)
 
 
+TOKENIZER_TEXTS = [
+    "It is a truth universally acknowledged, that a single man in possession of a good fortune,"
+    " must be in want of a wife.",
+    "In the beginning God created the heaven and the earth.\n\nAnd the earth was without form.",
+    " leading space", "two  spaces and\ttabs", "caf\u00e9 na\u00efve \u2603 \u4e2d\u6587 \U0001F600",
+    "Mr. Knightley's \"quotes\" -- 1234567", ""]
+
+
 def from_export(src, name):
     """A model trained here and exported by convert_checkpoint --to-hf: copied in as
     tests/fixtures/hf/<name> with transformers' logits and loss on the fixed tokens (whatever
@@ -367,12 +375,20 @@ def from_export(src, name):
     greedy = ref.generate(input_ids=tokens[:1, :4], attention_mask=torch.ones(1, 4,
                           dtype=torch.long), max_new_tokens=12, do_sample=False,
                           eos_token_id=None, pad_token_id=0)
+    expected = {"tokens": TOKENS, "logits": out.logits[:, :, :512].tolist(),
+                "logits_columns": 512, "loss": out.loss.item(),
+                "greedy_prompt": TOKENS[0][:4], "greedy": greedy[0, 4:].tolist(),
+                "torch": torch.__version__, "transformers": T.__version__}
+    if os.path.exists(os.path.join(d, "tokenizer_config.json")):
+        # The exported tokenizer as AutoTokenizer loads it: its ids for some texts.
+        tok = T.AutoTokenizer.from_pretrained(d)
+        expected["tokenizer_class"] = type(tok).__name__
+        expected["tokenizer_texts"] = TOKENIZER_TEXTS
+        expected["tokenizer_ids"] = [tok.encode(t, add_special_tokens=False)
+                                     for t in TOKENIZER_TEXTS]
     with open(os.path.join(d, "expected.json"), "w") as f:
         # The first 512 vocabulary columns keep the file small; the loss covers all of them.
-        json.dump({"tokens": TOKENS, "logits": out.logits[:, :, :512].tolist(),
-                   "logits_columns": 512, "loss": out.loss.item(),
-                   "greedy_prompt": TOKENS[0][:4], "greedy": greedy[0, 4:].tolist(),
-                   "torch": torch.__version__, "transformers": T.__version__}, f)
+        json.dump(expected, f)
     print(name, arch, sorted(os.listdir(d)), "loss", out.loss.item())
 
 

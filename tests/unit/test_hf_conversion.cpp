@@ -12,6 +12,8 @@
 #include <random>
 #include <sstream>
 
+#include "data/tokenizer.h"
+#include "data/tokenizer_export.h"
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/hf/hf_directory.h"
@@ -226,6 +228,35 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
       EXPECT_EQ(config["architectures"][0], "Olmo2ForCausalLM");
     }
   }
+}
+
+// The export of a model trained with a SentencePiece model carries it as tokenizer.model with a
+// tokenizer_config.json: transformers' AutoTokenizer loaded trained_gemma3's export as a
+// LlamaTokenizer and gave the ids the model was trained on (expected.json, from
+// tools/gen_hf_fixtures.py --from-export). GPT-2's vocab.json + merges.txt travel as they are.
+TEST_F(HfConversion, ExportedTokenizersLoadInTransformersWithOurIds) {
+  const fs::path dir = fixture("trained_gemma3");
+  const nlohmann::json expected = nlohmann::json::parse(std::ifstream(dir / "expected.json"));
+  EXPECT_EQ(expected["tokenizer_class"], "LlamaTokenizer");
+  const fs::path spm = fs::path(MEGATRON_SOURCE_DIR) / "tokenizers" / "corpus_spm_8k.model";
+  const auto ours =
+      data::make_tokenizer({config::TokenizerType::SentencePiece, "", "", spm.string()});
+  const auto texts = expected["tokenizer_texts"].get<std::vector<std::string>>();
+  const auto ids = expected["tokenizer_ids"].get<std::vector<std::vector<int32_t>>>();
+  ASSERT_EQ(texts.size(), ids.size());
+  for (size_t k = 0; k < texts.size(); ++k) EXPECT_EQ(ours->encode(texts[k]), ids[k]) << texts[k];
+  // What the export writes is what transformers loaded.
+  const auto files = data::sentencepiece_hf_files(spm.string());
+  EXPECT_EQ(files.at("tokenizer.model"),
+            checkpoint::io::read_file((dir / "tokenizer.model").string()));
+  EXPECT_EQ(files.at("tokenizer_config.json"),
+            checkpoint::io::read_file((dir / "tokenizer_config.json").string()));
+  const fs::path gpt2 = fs::path(MEGATRON_SOURCE_DIR) / "tokenizers" / "gpt2";
+  const auto g =
+      data::gpt2_hf_files((gpt2 / "vocab.json").string(), (gpt2 / "merges.txt").string());
+  EXPECT_EQ(g.at("merges.txt"), checkpoint::io::read_file((gpt2 / "merges.txt").string()));
+  EXPECT_EQ(nlohmann::json::parse(g.at("tokenizer_config.json"))["tokenizer_class"],
+            "GPT2Tokenizer");
 }
 
 TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {

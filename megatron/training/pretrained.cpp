@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "megatron/core/error.h"
 #include "models/hf_checkpoint.h"
@@ -43,10 +44,16 @@ std::filesystem::path agreed_temp_dir(parallel::Communicator& world, const std::
 void convert_hf_on_rank0(const std::string& hf_dir, const std::string& out_dir,
                          const config::Recipe* recipe, parallel::Communicator& world) {
   if (world.rank() == 0) {
+    // The base model only: LoRA adapters start fresh and are no part of an HF checkpoint.
+    std::optional<config::Recipe> base;
+    if (recipe != nullptr) {
+      base = *recipe;
+      base->peft = config::PeftConfig{};
+    }
     models::HfImportOptions o;
     o.hf_dir = hf_dir;
     o.out_dir = out_dir;
-    o.recipe_value = recipe;
+    o.recipe_value = base ? &*base : nullptr;
     o.tp = o.pp = o.ep = 1;
     models::import_hf_checkpoint(o);
   }

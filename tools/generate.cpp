@@ -48,8 +48,8 @@ constexpr const char* kUsage =
   --seed S              sampling seed (default 1234)
   --stop-id ID          stop after generating this id (repeatable)
   --chat-template NAME  wrap --prompt as a user message in this chat template (simple, plain,
-                        llama2, llama3, chatml; data/chat_template.h) and stop at the end of
-                        the assistant's turn
+                        llama2, llama3, chatml, qwen3, gemma, phi3; data/chat_template.h) and
+                        stop at the end of the assistant's turn
   --prompts-file F      evaluate a JSONL file of conversations ({"prompt", "response"} or
                         {"messages"} ending with the assistant's answer): greedy answers to
                         each, printed beside the expected ones, then the exact-match rate

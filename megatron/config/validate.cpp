@@ -594,7 +594,7 @@ bool Recipe::operator==(const Recipe& o) const {
 void SFTDataConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
   c.one_of("data.sft.chat_template", chat_template,
-           {"simple", "plain", "llama2", "llama3", "chatml"});
+           {"simple", "plain", "llama2", "llama3", "chatml", "qwen3", "gemma", "phi3"});
   c.one_of("data.sft.packing", packing, {"packed", "padded"});
   c.one_of("data.sft.truncation", truncation, {"right", "left", "drop"});
   c.check(train.empty() == false || valid.empty(), "data.sft.valid",

@@ -64,13 +64,42 @@ std::string type_of(const json& obj) {
 
 // The added tokens matched in one pass: content -> id.
 struct AddedSet {
-  std::map<std::string, int32_t> tokens;
+  struct Token {
+    int32_t id;
+    bool lstrip = false, rstrip = false;  // the match takes the whitespace before / after it
+  };
+  std::map<std::string, Token> tokens;
   std::array<bool, 256> first_bytes{};  // which bytes start a token
-  void add(const std::string& content, int32_t id) {
-    tokens[content] = id;
+  void add(const std::string& content, Token token) {
+    tokens[content] = token;
     first_bytes[static_cast<unsigned char>(content[0])] = true;
   }
 };
+
+// The length of the White_Space run (Rust's char::is_whitespace) ending at `end` of text, not
+// reaching before `floor`; and of the one starting at `begin`.
+size_t whitespace_before(std::string_view text, size_t floor, size_t end) {
+  size_t at = end;
+  while (at > floor) {
+    size_t b = at - 1;
+    while (b > floor && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+    const std::u32string cp = uc::decode_utf8_lossy(text.substr(b, at - b));
+    if (cp.size() != 1 || !uc::is_white_space(cp[0])) break;
+    at = b;
+  }
+  return end - at;
+}
+size_t whitespace_after(std::string_view text, size_t begin) {
+  size_t at = begin;
+  while (at < text.size()) {
+    size_t e = at + 1;
+    while (e < text.size() && (static_cast<unsigned char>(text[e]) & 0xC0) == 0x80) ++e;
+    const std::u32string cp = uc::decode_utf8_lossy(text.substr(at, e - at));
+    if (cp.size() != 1 || !uc::is_white_space(cp[0])) break;
+    at = e;
+  }
+  return at - begin;
+}
 
 // Calls on_text(piece) for each non-empty stretch of `text` between the added tokens of `set`
 // and on_token(id) for each token, in order; a token is the longest one starting at the
@@ -80,7 +109,7 @@ void split_added(std::string_view text, const AddedSet& set, OnText&& on_text, O
   size_t i = 0, start = 0;
   while (i < text.size()) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    const std::pair<const std::string, int32_t>* hit = nullptr;
+    const std::pair<const std::string, AddedSet::Token>* hit = nullptr;
     if (set.first_bytes[c]) {
       // The map is sorted: the tokens starting with byte c are one range.
       for (auto it = set.tokens.lower_bound(std::string(1, static_cast<char>(c)));
@@ -93,9 +122,13 @@ void split_added(std::string_view text, const AddedSet& set, OnText&& on_text, O
       ++i;
       continue;
     }
-    if (i > start) on_text(text.substr(start, i - start));
-    on_token(hit->second);
+    // lstrip / rstrip: the whitespace next to the token is part of the match (dropped), as
+    // `tokenizers`' AddedVocabulary extends it (not past the previous match).
+    const size_t before = hit->second.lstrip ? whitespace_before(text, start, i) : 0;
+    if (i - before > start) on_text(text.substr(start, i - before - start));
+    on_token(hit->second.id);
     i += hit->first.size();
+    if (hit->second.rstrip) i += whitespace_after(text, i);
     start = i;
   }
   if (start < text.size()) on_text(text.substr(start));
@@ -347,9 +380,8 @@ class HfJsonTokenizer final : public Tokenizer {
       if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() ||
           !t.contains("content") || !t["content"].is_string() || t["content"] == "")
         throw fail("added token ", t.dump(), " needs an integer id and non-empty content");
-      for (const char* key : {"lstrip", "rstrip", "single_word"})
-        if (t.value(key, false))
-          throw fail("added token ", t["content"].dump(), ": ", key, " is not supported");
+      if (t.value("single_word", false))
+        throw fail("added token ", t["content"].dump(), ": single_word is not supported");
       const int64_t id = t["id"].get<int64_t>();
       if (id < 0 || id > INT32_MAX) throw fail("added token id ", id, " is out of range");
       const std::string content = t["content"].get<std::string>();
@@ -368,7 +400,8 @@ class HfJsonTokenizer final : public Tokenizer {
       const std::string text = normalized && !normalizer_.empty() ? normalize(content) : content;
       if (text.empty())
         throw fail("added token ", t["content"].dump(), " normalizes to an empty string");
-      (normalized ? normalized_added_ : raw_added_).add(text, static_cast<int32_t>(id));
+      (normalized ? normalized_added_ : raw_added_)
+          .add(text, {static_cast<int32_t>(id), flag("lstrip", false), flag("rstrip", false)});
       added_[content] = static_cast<int32_t>(id);
       added_by_id_[static_cast<int32_t>(id)] = sp_style() ? text : ByteLevelBpe::token_bytes(text);
     }

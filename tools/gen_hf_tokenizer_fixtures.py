@@ -32,7 +32,8 @@
                                                           no split), byte_fallback, a <s> template
     tests/fixtures/hf_tokenizers/llama2_style/tokenizer.json  the same model with LLaMA-2's
                                                           Prepend + Replace normalizer and no
-                                                          pre-tokenizer, <start_of_turn> tokens
+                                                          pre-tokenizer, <start_of_turn> (rstrip)
+                                                          and <end_of_turn> (lstrip)
     tests/fixtures/hf_tokenizers/metaspace_unk_style/tokenizer.json  Metaspace(always, split), a
                                                           fused <unk> instead of byte fallback
     tests/fixtures/hf_tokenizers/expected.jsonl           {"tokenizer", "text", "ids",
@@ -278,7 +279,9 @@ def llama2_style(training_texts):
     tok.pre_tokenizer = None
     tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
                                      decoders.Fuse(), decoders.Strip(" ", 1, 0)])
-    tok.add_special_tokens(["<start_of_turn>", "<end_of_turn>"])
+    # Phi-3-like added tokens that take the whitespace after (rstrip) or before (lstrip) them.
+    tok.add_special_tokens([tokenizers.AddedToken("<start_of_turn>", rstrip=True, special=True),
+                            tokenizers.AddedToken("<end_of_turn>", lstrip=True, special=True)])
     return tok
 
 

@@ -234,15 +234,18 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
                 j["model"]["merges"][2] = {"qq", "zz"};
               })),
               HasSubstr("model.merges[2]: token 'qq' is not in model.vocab"));
-  EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["added_tokens"][0]["lstrip"] = true; })),
-              HasSubstr("lstrip is not supported"));
+  EXPECT_THAT(
+      error_of(edited([](nlohmann::json& j) { j["added_tokens"][0]["single_word"] = true; })),
+      HasSubstr("single_word is not supported"));
+  EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["added_tokens"][0]["rstrip"] = 1; })),
+              HasSubstr("rstrip is not true/false"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["vocab"].erase("a"); })),
               HasSubstr("model.vocab"));
   // Values of the wrong JSON type anywhere are InputErrors naming the file.
   for (const auto& corrupt : std::vector<std::function<void(nlohmann::json&)>>{
            [](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "no"; },
            [](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = 3; },
-           [](nlohmann::json& j) { j["added_tokens"][0]["rstrip"] = nullptr; },
+           [](nlohmann::json& j) { j["added_tokens"][0]["single_word"] = "no"; },
            [](nlohmann::json& j) { j["post_processor"] = true; },
            [](nlohmann::json& j) { j["model"]["ignore_merges"] = "yes"; }}) {
     const std::string path = edited(corrupt);

@@ -54,4 +54,65 @@ std::string gemma_only_feature(const config::ModelConfig& m) {
   return {};
 }
 
+std::set<std::string> decoder_keys() {
+  return {"vocab_size",
+          "hidden_size",
+          "intermediate_size",
+          "num_hidden_layers",
+          "num_attention_heads",
+          "num_key_value_heads",
+          "max_position_embeddings",
+          "rms_norm_eps",
+          "hidden_act",
+          "tie_word_embeddings",
+          "rope_theta",
+          "rope_scaling",
+          "rope_parameters",
+          "head_dim"};
+}
+
+namespace {
+std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
+}  // namespace
+
+hf::TensorMapping llama_qkv_weight(const std::string& n, const std::string& a, int64_t D, int64_t H,
+                                   int64_t G, int64_t Dh) {
+  return hf::qkv_mapping(n + "attention.qkv.weight", vec({(H + 2 * G) * Dh, D}),
+                         {{a + "q_proj.weight", vec({H * Dh, D})},
+                          {a + "k_proj.weight", vec({G * Dh, D})},
+                          {a + "v_proj.weight", vec({G * Dh, D})}},
+                         H, G, Dh);
+}
+
+void gated_mlp_weights(std::vector<hf::TensorMapping>& out, const std::string& n,
+                       const std::string& p, int64_t D, int64_t F) {
+  out.push_back(hf::stacked_mapping(
+      n + "mlp.fc1.weight", vec({2, F, D}),
+      {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
+  out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+}
+
+hf::TensorMapping embed_tokens_weight(const config::ModelConfig& m, int64_t Vp) {
+  return hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, m.hidden_size}),
+                                 "model.embed_tokens.weight", m.vocab_size);
+}
+
+void final_norm_and_head(std::vector<hf::TensorMapping>& out, const config::ModelConfig& m,
+                         int64_t Vp) {
+  const int64_t D = m.hidden_size;
+  out.push_back(hf::copy_mapping("final_norm.weight", vec({D}), "model.norm.weight"));
+  if (!m.tie_embeddings)
+    out.push_back(hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "lm_head.weight",
+                                          m.vocab_size));
+}
+
+std::set<std::string> llama_style_ignored_tensors(const config::ModelConfig& m) {
+  std::set<std::string> out;
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    out.insert(concat("model.layers.", l, ".self_attn.rotary_emb.inv_freq"));
+  // (Some exporters write the shared table twice.)
+  if (m.tie_embeddings) out.insert("lm_head.weight");
+  return out;
+}
+
 }  // namespace megatron::models

@@ -1,11 +1,17 @@
 #pragma once
-// What the LLaMA-style Hugging Face decoders (hf_decoder.cpp's families, OLMo-2, Gemma) share
-// in config.json: their sizes on import, their dtype and pad token on export.
+// What the LLaMA-style Hugging Face decoders (hf_decoder.cpp's families, OLMo-2, Gemma) share:
+// in config.json their keys and sizes on import, their dtype and pad token on export; in the
+// tensor map the fused QKV from q/k/v_proj, the gated MLP, the embedding and head, and the
+// tensors to ignore.
+#include <cstdint>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "megatron/config/recipe.h"
 #include "megatron/hf/hf_config.h"
+#include "megatron/hf/tensor_map.h"
 
 namespace megatron::models {
 
@@ -14,6 +20,9 @@ namespace megatron::models {
 // tie_word_embeddings (default false), initializer_range and head_dim (kv_channels where it
 // differs from hidden_size / num_attention_heads, so that other imports keep their recipes).
 void read_decoder_sizes(const hf::ConfigJson& c, config::ModelConfig& m);
+// The config.json keys every LLaMA-style converter reads: the sizes above, rms_norm_eps,
+// hidden_act, tie_word_embeddings and the rope settings.
+std::set<std::string> decoder_keys();
 // torch_dtype from a safetensors dtype name (transformers 5's "dtype" dropped), and
 // pad_token_id null where it is missing or outside the vocabulary (transformers would take a
 // class default that may lie outside a small vocabulary and fail to load).
@@ -23,5 +32,20 @@ void write_dtype_and_pad(const config::ModelConfig& m, const std::string& dtype,
 // The first of Gemma's features the model has (the model key that names it), or empty: the
 // other architectures refuse to export such a model rather than drop it.
 std::string gemma_only_feature(const config::ModelConfig& m);
+
+// Native layer prefix `n` ("layers.L."), HF attention prefix `a` ("model.layers.L.self_attn."):
+// q_proj / k_proj / v_proj as the fused QKV weight, interleaved per query group.
+hf::TensorMapping llama_qkv_weight(const std::string& n, const std::string& a, int64_t D, int64_t H,
+                                   int64_t G, int64_t Dh);
+// HF MLP prefix `p` ("model.layers.L.mlp."): gate_proj and up_proj stacked into fc1 [2, F, D],
+// down_proj as fc2 (no biases).
+void gated_mlp_weights(std::vector<hf::TensorMapping>& out, const std::string& n,
+                       const std::string& p, int64_t D, int64_t F);
+// model.embed_tokens (padded rows); model.norm and, untied, lm_head.
+hf::TensorMapping embed_tokens_weight(const config::ModelConfig& m, int64_t padded_vocab);
+void final_norm_and_head(std::vector<hf::TensorMapping>& out, const config::ModelConfig& m,
+                         int64_t padded_vocab);
+// The rotary tables older LLaMA-style checkpoints saved, and a tied head saved anyway.
+std::set<std::string> llama_style_ignored_tensors(const config::ModelConfig& m);
 
 }  // namespace megatron::models

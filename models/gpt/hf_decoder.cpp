@@ -73,20 +73,7 @@ config::ModelConfig gpt2_from_hf(const hf::ConfigJson& c) {
 
 // The config.json keys the converter of `arch` reads or checks.
 std::set<std::string> llama_family_keys(const std::string& arch) {
-  std::set<std::string> known = {"vocab_size",
-                                 "hidden_size",
-                                 "intermediate_size",
-                                 "num_hidden_layers",
-                                 "num_attention_heads",
-                                 "num_key_value_heads",
-                                 "max_position_embeddings",
-                                 "rms_norm_eps",
-                                 "hidden_act",
-                                 "tie_word_embeddings",
-                                 "rope_theta",
-                                 "rope_scaling",
-                                 "rope_parameters",
-                                 "head_dim"};
+  std::set<std::string> known = decoder_keys();
   if (arch == kLlama) known.insert({"attention_bias", "mlp_bias", "pretraining_tp"});
   if (arch == kSmolLM3)
     known.insert({"attention_bias", "mlp_bias", "no_rope_layers", "no_rope_layer_interval",
@@ -458,11 +445,7 @@ void llama_attention(std::vector<TensorMapping>& out, const config::ModelConfig&
   const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
   const std::string a = h + "self_attn.";
   out.push_back(hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "input_layernorm.weight"));
-  out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({d.QKV, D}),
-                                {{a + "q_proj.weight", vec({H * Dh, D})},
-                                 {a + "k_proj.weight", vec({G * Dh, D})},
-                                 {a + "v_proj.weight", vec({G * Dh, D})}},
-                                H, G, Dh));
+  out.push_back(llama_qkv_weight(n, a, D, H, G, Dh));
   if (m.add_qkv_bias || m.add_bias)
     out.push_back(hf::qkv_mapping(n + "attention.qkv.bias", vec({d.QKV}),
                                   {{a + "q_proj.bias", vec({H * Dh})},
@@ -501,10 +484,7 @@ void llama_mlp(std::vector<TensorMapping>& out, const config::ModelConfig& m, co
     return;
   }
   const std::string p = h + "mlp.";
-  out.push_back(hf::stacked_mapping(
-      n + "mlp.fc1.weight", vec({2, F, D}),
-      {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
-  out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+  gated_mlp_weights(out, n, p, D, F);
   if (m.add_bias) {
     out.push_back(
         hf::stacked_mapping(n + "mlp.fc1.bias", vec({2, F}),
@@ -549,14 +529,11 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
 
 std::set<std::string> decoder_ignored_tensors(const std::string& arch,
                                               const config::ModelConfig& m) {
+  if (arch != kGpt2) return llama_style_ignored_tensors(m);
   std::set<std::string> out;
-  for (int64_t l = 0; l < m.num_layers; ++l) {
-    if (arch == kGpt2) {
-      out.insert(concat("transformer.h.", l, ".attn.bias"));
-      out.insert(concat("transformer.h.", l, ".attn.masked_bias"));
-    } else {
-      out.insert(concat("model.layers.", l, ".self_attn.rotary_emb.inv_freq"));
-    }
+  for (int64_t l = 0; l < m.num_layers; ++l) {  // GPT-2's causal-mask buffers
+    out.insert(concat("transformer.h.", l, ".attn.bias"));
+    out.insert(concat("transformer.h.", l, ".attn.masked_bias"));
   }
   // A tied head saved anyway (some exporters write the shared table twice).
   if (m.tie_embeddings) out.insert("lm_head.weight");

@@ -17,30 +17,10 @@ using hf::TensorMapping;
 std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 
 std::set<std::string> gemma_keys(const std::string& arch) {
-  std::set<std::string> known = {"vocab_size",
-                                 "hidden_size",
-                                 "intermediate_size",
-                                 "num_hidden_layers",
-                                 "num_attention_heads",
-                                 "num_key_value_heads",
-                                 "head_dim",
-                                 "hidden_activation",
-                                 "hidden_act",
-                                 "max_position_embeddings",
-                                 "rms_norm_eps",
-                                 "tie_word_embeddings",
-                                 "rope_theta",
-                                 "rope_scaling",
-                                 "rope_parameters",
-                                 "attention_bias",
-                                 "attention_dropout",
-                                 "query_pre_attn_scalar",
-                                 "sliding_window",
-                                 "layer_types",
-                                 "final_logit_softcapping",
-                                 "attn_logit_softcapping",
-                                 "cache_implementation",
-                                 "use_bidirectional_attention"};
+  std::set<std::string> known = decoder_keys();
+  known.insert({"hidden_activation", "attention_bias", "attention_dropout", "query_pre_attn_scalar",
+                "sliding_window", "layer_types", "final_logit_softcapping",
+                "attn_logit_softcapping", "cache_implementation", "use_bidirectional_attention"});
   if (arch == kGemma3)
     known.insert({"rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern"});
   return known;
@@ -269,21 +249,16 @@ std::vector<TensorMapping> gemma_mappings(const config::ModelConfig& m, const st
       "on whole heads in every layer, no biases or experts",
       gemma3 ? " and per-head q/k norms or a local rope base" : ", no q/k norms or local rope base",
       ": this model is not one");
-  const int64_t D = m.hidden_size, F = m.ffn(), V = m.vocab_size, H = m.num_attention_heads,
-                G = m.query_groups(), Dh = m.head_dim();
+  const int64_t D = m.hidden_size, F = m.ffn(), H = m.num_attention_heads, G = m.query_groups(),
+                Dh = m.head_dim();
   std::vector<TensorMapping> out;
-  out.push_back(hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, D}),
-                                        "model.embed_tokens.weight", V));
+  out.push_back(embed_tokens_weight(m, Vp));
   for (int64_t l = 0; l < m.num_layers; ++l) {
     const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
-    const std::string a = h + "self_attn.", p = h + "mlp.";
+    const std::string a = h + "self_attn.";
     out.push_back(
         hf::copy_mapping(n + "input_norm.weight", vec({D}), h + "input_layernorm.weight"));
-    out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({(H + 2 * G) * Dh, D}),
-                                  {{a + "q_proj.weight", vec({H * Dh, D})},
-                                   {a + "k_proj.weight", vec({G * Dh, D})},
-                                   {a + "v_proj.weight", vec({G * Dh, D})}},
-                                  H, G, Dh));
+    out.push_back(llama_qkv_weight(n, a, D, H, G, Dh));
     if (m.qk_layernorm) {
       out.push_back(
           hf::copy_mapping(n + "attention.q_norm.weight", vec({Dh}), a + "q_norm.weight"));
@@ -296,26 +271,16 @@ std::vector<TensorMapping> gemma_mappings(const config::ModelConfig& m, const st
                                    h + "post_attention_layernorm.weight"));
     out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
                                    h + "pre_feedforward_layernorm.weight"));
-    out.push_back(hf::stacked_mapping(
-        n + "mlp.fc1.weight", vec({2, F, D}),
-        {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
-    out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+    gated_mlp_weights(out, n, h + "mlp.", D, F);
     out.push_back(hf::copy_mapping(n + "mlp_output_norm.weight", vec({D}),
                                    h + "post_feedforward_layernorm.weight"));
   }
-  out.push_back(hf::copy_mapping("final_norm.weight", vec({D}), "model.norm.weight"));
-  if (!m.tie_embeddings)
-    out.push_back(
-        hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "lm_head.weight", V));
+  final_norm_and_head(out, m, Vp);
   return out;
 }
 
 std::set<std::string> gemma_ignored_tensors(const config::ModelConfig& m) {
-  std::set<std::string> out;
-  for (int64_t l = 0; l < m.num_layers; ++l)
-    out.insert(concat("model.layers.", l, ".self_attn.rotary_emb.inv_freq"));
-  if (m.tie_embeddings) out.insert("lm_head.weight");
-  return out;
+  return llama_style_ignored_tensors(m);
 }
 
 }  // namespace megatron::models

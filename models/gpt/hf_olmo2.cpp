@@ -24,12 +24,9 @@ bool is_olmo2_model(const config::ModelConfig& m) {
 }
 
 config::ModelConfig olmo2_model_from_hf(const hf::ConfigJson& c) {
-  c.check_known(
-      {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-       "num_key_value_heads", "head_dim", "hidden_act", "max_position_embeddings",
-       "initializer_range", "rms_norm_eps", "tie_word_embeddings", "rope_theta", "rope_scaling",
-       "rope_parameters", "attention_bias", "attention_dropout"},
-      kOlmo2);
+  std::set<std::string> known = decoder_keys();
+  known.insert({"attention_bias", "attention_dropout"});
+  c.check_known(known, kOlmo2);
   config::ModelConfig m;
   m.arch = config::Arch::LLaMA;
   read_decoder_sizes(c, m);
@@ -92,19 +89,14 @@ std::vector<TensorMapping> olmo2_mappings(const config::ModelConfig& m, int64_t 
                  " has RMSNorms on the sub-layers' outputs only, q/k norms over the whole "
                  "projections, rope on whole heads in every layer, a SwiGLU MLP, no biases, "
                  "experts or sliding windows: this model is not one");
-  const int64_t D = m.hidden_size, F = m.ffn(), V = m.vocab_size, H = m.num_attention_heads,
-                G = m.query_groups(), Dh = m.head_dim();
+  const int64_t D = m.hidden_size, F = m.ffn(), H = m.num_attention_heads, G = m.query_groups(),
+                Dh = m.head_dim();
   std::vector<TensorMapping> out;
-  out.push_back(hf::padded_rows_mapping("embedding.word_embeddings.weight", vec({Vp, D}),
-                                        "model.embed_tokens.weight", V));
+  out.push_back(embed_tokens_weight(m, Vp));
   for (int64_t l = 0; l < m.num_layers; ++l) {
     const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
-    const std::string a = h + "self_attn.", p = h + "mlp.";
-    out.push_back(hf::qkv_mapping(n + "attention.qkv.weight", vec({(H + 2 * G) * Dh, D}),
-                                  {{a + "q_proj.weight", vec({H * Dh, D})},
-                                   {a + "k_proj.weight", vec({G * Dh, D})},
-                                   {a + "v_proj.weight", vec({G * Dh, D})}},
-                                  H, G, Dh));
+    const std::string a = h + "self_attn.";
+    out.push_back(llama_qkv_weight(n, a, D, H, G, Dh));
     out.push_back(
         hf::copy_mapping(n + "attention.q_norm.weight", vec({H * Dh}), a + "q_norm.weight"));
     out.push_back(
@@ -113,26 +105,16 @@ std::vector<TensorMapping> olmo2_mappings(const config::ModelConfig& m, int64_t 
         hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
     out.push_back(hf::copy_mapping(n + "attention_output_norm.weight", vec({D}),
                                    h + "post_attention_layernorm.weight"));
-    out.push_back(hf::stacked_mapping(
-        n + "mlp.fc1.weight", vec({2, F, D}),
-        {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
-    out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+    gated_mlp_weights(out, n, h + "mlp.", D, F);
     out.push_back(hf::copy_mapping(n + "mlp_output_norm.weight", vec({D}),
                                    h + "post_feedforward_layernorm.weight"));
   }
-  out.push_back(hf::copy_mapping("final_norm.weight", vec({D}), "model.norm.weight"));
-  if (!m.tie_embeddings)
-    out.push_back(
-        hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "lm_head.weight", V));
+  final_norm_and_head(out, m, Vp);
   return out;
 }
 
 std::set<std::string> olmo2_ignored_tensors(const config::ModelConfig& m) {
-  std::set<std::string> out;
-  for (int64_t l = 0; l < m.num_layers; ++l)
-    out.insert(concat("model.layers.", l, ".self_attn.rotary_emb.inv_freq"));
-  if (m.tie_embeddings) out.insert("lm_head.weight");
-  return out;
+  return llama_style_ignored_tensors(m);
 }
 
 }  // namespace megatron::models

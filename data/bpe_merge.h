@@ -31,6 +31,14 @@ inline uint64_t pair_key(int32_t a, int32_t b) {
 
 using MergeMap = std::unordered_map<uint64_t, BpeMerge>;
 
+// A hash that looks string_views up in a std::string-keyed map without building a string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+// token -> id, looked up by string_view.
+using TokenIds = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
 // The next merge (a, b) of a merges list, ranked `rank` (then incremented), resolved through
 // id_of(token) -> std::optional<int32_t>; a repeated pair keeps its last rank, as `tokenizers`'
 // merge map does. InputError naming `where` and `vocab_name` for a token the vocabulary lacks.

@@ -49,11 +49,6 @@ bool to_bytes(std::string_view token, std::string& bytes) {
   return true;
 }
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 constexpr size_t kCacheShards = 64;
 constexpr size_t kCacheShardCapacity = 1 << 13;  // entries per shard before it is cleared
 constexpr size_t kMaxCachedBytes = 96;           // longer pre-tokens are not cached
@@ -67,9 +62,9 @@ struct ByteLevelBpe::Impl {
   MergeMap merges;
   int32_t rank = 0;
   bool heap_ok = true;  // merges ranked consistently: the heap BPE equals the reference
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> token_ids;  // loading
+  TokenIds token_ids;   // loading
   // ignore_merges: byte string of a byte-level token -> its id.
-  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> whole_words;
+  TokenIds whole_words;
 
   struct Shard {
     std::mutex mu;

@@ -28,7 +28,7 @@ int byte_token_value(std::string_view t) {
 struct CharBpe::Impl {
   std::string source;
   Options options;
-  std::unordered_map<std::string, int32_t> token_ids;
+  TokenIds token_ids;  // looked up per character while encoding
   MergeMap merges;
   std::array<int32_t, 256> byte_ids{};  // -1: the vocabulary lacks "<0xXX>"
   int32_t unk = -1;
@@ -74,7 +74,7 @@ CharBpe::CharBpe(const nlohmann::json& j, std::string source, Options options)
 CharBpe::~CharBpe() = default;
 
 std::optional<int32_t> CharBpe::id_of(std::string_view token) const {
-  const auto it = impl_->token_ids.find(std::string(token));
+  const auto it = impl_->token_ids.find(token);
   if (it == impl_->token_ids.end()) return std::nullopt;
   return it->second;
 }

@@ -42,48 +42,52 @@ kernels::QkProjection QkNorm::projection(const Tensor& x) const {
                                groups_ * head_dim_, eps_};
 }
 
-const Tensor& QkNorm::gain_q(Ctx& ctx) const {
-  return norm_gain(q_->weight, zero_centered_, ctx.gain_q, ctx.ones);
+// The gains the norms scale by: the weights, or with zero-centered gamma 1 + weight, computed
+// once per forward into the context (backward reads the forward's: the weights do not change
+// between them).
+QkNorm::Gains QkNorm::forward_gains(Ctx& ctx) const {
+  return {norm_gain(q_->weight, zero_centered_, ctx.gain_q, ctx.ones),
+          norm_gain(k_->weight, zero_centered_, ctx.gain_k, ctx.ones)};
 }
-const Tensor& QkNorm::gain_k(Ctx& ctx) const {
-  return norm_gain(k_->weight, zero_centered_, ctx.gain_k, ctx.ones);
+QkNorm::Gains QkNorm::backward_gains(const Ctx& ctx) const {
+  return zero_centered_ ? Gains{ctx.gain_q, ctx.gain_k} : Gains{q_->weight, k_->weight};
 }
 
 // The per-token sums of x^2 (dy null) or dy w x over the whole projections: this rank's part,
 // all-reduced over tp.
-Tensor& QkNorm::statistics(Ctx& ctx, const Tensor& x, const Tensor* dy) const {
+Tensor& QkNorm::statistics(Ctx& ctx, const Gains& g, const Tensor& x, const Tensor* dy) const {
   const kernels::QkProjection p = projection(x);
   Tensor& sums = ensure(ctx.sums, {p.tokens, 2}, DType::F32, device_);
-  ops::qk_projection_sums(x, dy, gain_q(ctx), gain_k(ctx), p, sums);
+  ops::qk_projection_sums(x, dy, g.q, g.k, p, sums);
   if (tp_->size() > 1) tp_->all_reduce(sums, parallel::ReduceOp::Sum);
   return sums;
 }
 
 void QkNorm::forward(Ctx& ctx, const Tensor& x, Tensor& y) const {
+  const Gains g = forward_gains(ctx);
   if (span_ == Span::Projection) {
     const kernels::QkProjection p = projection(x);
-    const Tensor& sums = statistics(ctx, x, nullptr);
-    ops::qk_projection_norm_forward(x, gain_q(ctx), gain_k(ctx), sums, p, y,
+    const Tensor& sums = statistics(ctx, g, x, nullptr);
+    ops::qk_projection_norm_forward(x, g.q, g.k, sums, p, y,
                                     ensure(ctx.rstd, {p.tokens, 2}, DType::F32, device_));
     return;
   }
   const int64_t q_slots = heads_ / groups_;
   const int64_t rows = x.numel() / head_dim_ / (q_slots + 2);
-  ops::qk_rmsnorm_forward(x, gain_q(ctx), gain_k(ctx), eps_, q_slots, y,
+  ops::qk_rmsnorm_forward(x, g.q, g.k, eps_, q_slots, y,
                           ensure(ctx.rstd, {rows, q_slots + 1}, DType::F32, device_));
 }
 
 void QkNorm::backward(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dx) const {
   Tensor& dwq = grad_or_scratch(*q_, ctx.frozen_dwq, device_);
   Tensor& dwk = grad_or_scratch(*k_, ctx.frozen_dwk, device_);
+  const Gains g = backward_gains(ctx);
   if (span_ == Span::Projection) {
-    const Tensor& dots = statistics(ctx, x, &dy);
-    ops::qk_projection_norm_backward(x, gain_q(ctx), gain_k(ctx), ctx.rstd, dots, dy, projection(x),
-                                     dx, dwq, dwk);
+    const Tensor& dots = statistics(ctx, g, x, &dy);
+    ops::qk_projection_norm_backward(x, g.q, g.k, ctx.rstd, dots, dy, projection(x), dx, dwq, dwk);
     return;
   }
-  ops::qk_rmsnorm_backward(x, gain_q(ctx), gain_k(ctx), ctx.rstd, dy, heads_ / groups_, dx, dwq,
-                           dwk);
+  ops::qk_rmsnorm_backward(x, g.q, g.k, ctx.rstd, dy, heads_ / groups_, dx, dwq, dwk);
 }
 
 void QkNorm::collect_params(std::vector<Parameter*>& out) const {

@@ -41,9 +41,12 @@ class QkNorm {
 
  private:
   kernels::QkProjection projection(const Tensor& x) const;
-  Tensor& statistics(Ctx& ctx, const Tensor& x, const Tensor* dy) const;
-  const Tensor& gain_q(Ctx& ctx) const;
-  const Tensor& gain_k(Ctx& ctx) const;
+  struct Gains {
+    const Tensor &q, &k;
+  };
+  Gains forward_gains(Ctx& ctx) const;
+  Gains backward_gains(const Ctx& ctx) const;
+  Tensor& statistics(Ctx& ctx, const Gains& g, const Tensor& x, const Tensor* dy) const;
 
   Parameter* q_ = nullptr;
   Parameter* k_ = nullptr;

@@ -17,6 +17,9 @@ void MoeConfig::validate(const KeyOrigins& origins, int64_t num_layers, Arch arc
       concat("must be in [1, model.num_experts] (got ", moe_router_topk, " with ", E, " experts)"));
   c.non_negative("model.moe_ffn_hidden_size", moe_ffn_hidden_size);
   c.non_negative("model.moe_shared_expert_intermediate_size", moe_shared_expert_intermediate_size);
+  c.check(!moe_shared_expert_gate || moe_shared_expert_intermediate_size > 0,
+          "model.moe_shared_expert_gate",
+          "needs a shared expert (model.moe_shared_expert_intermediate_size > 0)");
   const LayerFrequency& f = moe_layer_freq;
   if (f.pattern.empty()) {
     c.check(f.every >= 1, "model.moe_layer_freq", concat("must be >= 1 (got ", f.every, ")"));

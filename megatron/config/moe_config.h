@@ -30,6 +30,7 @@ struct MoeConfig {
   int64_t moe_router_topk = 2;      // experts per token
   LayerFrequency moe_layer_freq;
   int64_t moe_shared_expert_intermediate_size = 0;  // 0 -> no shared expert
+  bool moe_shared_expert_gate = false;  // scale the shared expert by sigmoid(x . w) per token
   MoeScoreFunction moe_router_score_function = MoeScoreFunction::Softmax;
   bool moe_router_pre_softmax = false;  // softmax over all experts before the top-k
   int64_t moe_router_num_groups = 0;    // group-limited routing: groups of experts (0 = off)
@@ -62,6 +63,7 @@ struct MoeConfig {
     v("moe_layer_freq", s.moe_layer_freq);
     v("moe_shared_expert_intermediate_size", s.moe_shared_expert_intermediate_size,
       noted(s.moe_shared_expert_intermediate_size == 0 ? "no shared expert" : ""));
+    v("moe_shared_expert_gate", s.moe_shared_expert_gate);
     v("moe_router_score_function", s.moe_router_score_function);
     v("moe_router_pre_softmax", s.moe_router_pre_softmax);
     v("moe_router_num_groups", s.moe_router_num_groups);

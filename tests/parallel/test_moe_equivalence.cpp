@@ -7,8 +7,8 @@
 // aux and z losses, load imbalance, dropped fraction and gradient norm over 20 steps within
 // fp32 round-off (2e-5), for softmax top-2 routing with the aux loss, sigmoid routing with the
 // sequence aux loss, aux-loss-free expert bias (whose trajectory steers every step's routing),
-// a shared expert and a dense layer among the MoE ones, and capacity-limited routing that drops
-// tokens. The aux loss is per micro-batch
+// a shared expert (plain, or gated per token as Qwen2-MoE's) and a dense layer among the MoE
+// ones, and capacity-limited routing that drops tokens. The aux loss is per micro-batch
 // (Megatron's definition), so the reference runs micro-batches of the same size; seq_aux_loss
 // is per sequence, so there the micro-batch size changes too. Then the layer itself on the EP
 // group with a forced router: every token goes to the experts of EP rank 0, rank 1 receives
@@ -88,6 +88,28 @@ TEST(MoeEquivalence, SigmoidSeqAuxLossExpertBiasSharedExpert) {
   layouts.push_back({.dp = 2, .micro = 1, .ep = 2});
   EXPECT_GT(eq::expect_layouts_match(m, source(), layouts), 0);
   eq::report_max_diff("moe sigmoid seq-aux expert-bias");
+}
+
+// Qwen2-MoE's layer: softmax over all experts with the top-k left unnormalized and a shared
+// expert scaled per token by a sigmoid gate, whose weight's gradient is a tensor-parallel partial
+// sum under sequence parallelism.
+TEST(MoeEquivalence, PreSoftmaxGatedSharedExpert) {
+  const eq::RecipeSpec m = moe_model(
+      "moe_router_topk: 2, moe_router_pre_softmax: true, moe_aux_loss_coeff: 0.01, "
+      "moe_shared_expert_intermediate_size: 16, moe_shared_expert_gate: true, "
+      "moe_layer_freq: [0, 1, 1, 1]",
+      2);
+  const std::vector<eq::Layout> layouts = {
+      {.dp = 2, .micro = 2, .distributed = true, .ep = 2},
+      {.tp = 2, .micro = 2, .sp = true},
+      {.tp = 2, .micro = 2},
+      {.pp = 2, .micro = 2, .recompute = "full"},
+      {.tp = 2, .micro = 2, .sp = true, .ep = 2, .etp = 1},
+      {.dp = 4, .micro = 2, .ep = 2, .sharding = "optim_grads_params"},
+      {.tp = 2, .dp = 2, .micro = 2, .sp = true, .ep = 2},
+  };
+  EXPECT_GT(eq::expect_layouts_match(m, source(), layouts), 0);
+  eq::report_max_diff("moe pre-softmax gated shared expert");
 }
 
 TEST(MoeEquivalence, CapacityDropsTokens) {

@@ -51,6 +51,12 @@ std::vector<Variant> variants() {
   cap.router.pre_softmax = true;
   cap.layers.every = 2;  // layer 0 MoE, layer 1 dense
   v.push_back({"capacity_top1_every_other", true, cap, 8});
+  // Qwen2-MoE's layer: softmax over all experts, top-k not renormalized, a gated shared expert.
+  moe::MoeSpec qwen = base_moe(4, 2);
+  qwen.router.pre_softmax = true;
+  qwen.shared_ffn = 8;
+  qwen.shared_gate = true;
+  v.push_back({"pre_softmax_gated_shared_swiglu", true, qwen});
   return v;
 }
 
@@ -117,7 +123,7 @@ TEST_P(MoeGradientCheck, EveryParameterMatchesFiniteDifferences) {
   };
   std::mt19937 rng(11);
   int checked = 0, kinks = 0;
-  bool saw_router = false, saw_expert = false;
+  bool saw_router = false, saw_expert = false, saw_gate = false;
   for (Parameter* p : m.store.params()) {
     const int64_t n = p->weight.numel();
     for (int c = 0; c < 6; ++c) {
@@ -144,11 +150,13 @@ TEST_P(MoeGradientCheck, EveryParameterMatchesFiniteDifferences) {
       ++checked;
       saw_router = saw_router || p->name.find("router") != std::string::npos;
       saw_expert = saw_expert || p->expert;
+      saw_gate = saw_gate || p->name.find("shared_experts.gate_weight") != std::string::npos;
     }
   }
   EXPECT_GT(checked, 60);
   EXPECT_LT(kinks, checked / 10 + 1) << checked << " checked";
   EXPECT_TRUE(saw_router && saw_expert);
+  EXPECT_EQ(saw_gate, v.moe.shared_gate);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, MoeGradientCheck, ::testing::ValuesIn(variants()),

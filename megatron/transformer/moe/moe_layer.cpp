@@ -38,7 +38,7 @@ MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_
       a.store, a.prefix, dispatcher_->first_local_expert(), dispatcher_->local_experts(), D,
       m.expert_ffn, spec_.swiglu, expert_tp, spec_.init_std, spec_.output_init_std(), spec_.gelu);
   if (m.shared_ffn > 0)
-    shared_ = std::make_unique<DenseMLP>(a, a.prefix + ".mlp.shared_experts", m.shared_ffn);
+    shared_ = std::make_unique<SharedExpert>(a, m.shared_ffn, m.shared_gate, sp_);
   // The bias exists from construction on, so a checkpoint load finds this layer's.
   if (m.expert_bias) moe_->expert_bias(layer_);
 }
@@ -196,10 +196,7 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   ensure(s.out, {Sl, B, D}, act(), device_);
   ops::cast(y32, s.out);
   lap.to(times.combine);
-  if (shared_) {
-    if (!s.shared) s.shared = shared_->make_state();
-    ops::add_inplace(s.out, shared_->forward(*s.shared, in, mb));
-  }
+  if (shared_) ops::add_inplace(s.out, shared_->forward(s.shared, in, s.x32, mb));
   return s.out;
 }
 
@@ -250,13 +247,12 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
   ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, &router_->grad, nullptr);
   ops::add_inplace(s.dx32, dx_router);
-  ops::cast(s.dx32, d_in);
   lap.to(times.router);
-  if (shared_) {
-    ensure(s.d_shared, d_in.shape(), act(), device_);
-    shared_->backward(*s.shared, d_out, s.d_shared, mb);
-    ops::add_inplace(d_in, s.d_shared);
-  }
+  // The shared expert's gate adds to the fp32 input gradient, its MLP to the cast one.
+  const Tensor* d_shared =
+      shared_ ? &shared_->backward(s.shared, d_out, s.x32, s.dx32, mb) : nullptr;
+  ops::cast(s.dx32, d_in);
+  if (d_shared) ops::add_inplace(d_in, *d_shared);
   // Statistics: once per trained micro-batch (a recomputed forward has no second backward).
   MoeLayerStats& st = moe_->stats(layer_);
   st.aux_loss += s.balance.loss;

@@ -29,6 +29,7 @@
 #include "megatron/transformer/mlp.h"
 #include "megatron/transformer/moe/experts.h"
 #include "megatron/transformer/moe/moe_spec.h"
+#include "megatron/transformer/moe/shared_expert.h"
 #include "megatron/transformer/moe/token_dispatcher.h"
 #include "megatron/transformer/submodules.h"
 
@@ -41,7 +42,7 @@ class MoELayer final : public MlpLayer {
     BalanceLoss balance;
     double z = 0;
     int64_t total_tokens = 0, batch = 0;
-    int64_t loss_tokens = 0;  // what the z loss averages over: total_tokens x cp
+    int64_t loss_tokens = 0;                // what the z loss averages over: total_tokens x cp
     std::vector<double> picked_per_expert;  // local picks before drops
     double dropped = 0;
     DispatchPlan plan;
@@ -52,8 +53,8 @@ class MoELayer final : public MlpLayer {
     Tensor gates;                        // [Tl*k] fp32 on the device (0 where dropped)
     Tensor out;                          // [Sl, B, D]
     GroupedExperts::State experts;
-    std::unique_ptr<LayerState> shared;
-    Tensor d_slot32, d_gates, d_slot, d_expert_out, d_rows, dx_full32, dx32, dlogits, d_shared;
+    SharedExpert::State shared;
+    Tensor d_slot32, d_gates, d_slot, d_expert_out, d_rows, dx_full32, dx32, dlogits;
   };
 
   // groups.ep and groups.expert_tp set (expert_tp: args.tp, or folded a group of one).
@@ -82,7 +83,7 @@ class MoELayer final : public MlpLayer {
   Parameter* router_ = nullptr;
   std::unique_ptr<TokenDispatcher> dispatcher_;
   std::unique_ptr<GroupedExperts> experts_;
-  std::unique_ptr<DenseMLP> shared_;
+  std::unique_ptr<SharedExpert> shared_;
 };
 
 }  // namespace megatron::moe

@@ -16,6 +16,7 @@ MoeSpec moe_spec_from_config(const config::MoeConfig& c, int64_t dense_ffn) {
   s.router.z_loss_coeff = static_cast<float>(c.moe_z_loss_coeff);
   s.expert_ffn = c.expert_ffn(dense_ffn);
   s.shared_ffn = c.moe_shared_expert_intermediate_size;
+  s.shared_gate = c.moe_shared_expert_gate;
   s.layers = c.moe_layer_freq;
   s.capacity_factor = c.moe_expert_capacity_factor;
   s.drop_policy = c.moe_token_drop_policy;

@@ -27,6 +27,7 @@ Dims dims_of_spec(const TransformerSpec& t, const config::ModelConfig& m, bool b
   d.moe_fc1 = d.swiglu ? 2 * d.moe_ffn : d.moe_ffn;
   d.shared_ffn = m.moe.moe_shared_expert_intermediate_size;
   d.shared_fc1 = d.swiglu ? 2 * d.shared_ffn : d.shared_ffn;
+  d.shared_gate = m.moe.moe_shared_expert_gate;
   for (int64_t l = 0; l < d.L; ++l) d.moe_layer.push_back(m.moe.moe_layer_freq.is_moe(l));
   d.imbalance = m.moe.moe_expert_capacity_factor.value_or(kDroplessImbalance);
   d.bert = m.arch == config::Arch::BERT;  // post-LN blocks, a decoder tied to the embeddings
@@ -93,6 +94,7 @@ int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool mo
   // The router, this rank's experts, the shared expert.
   n += d.E * d.D + (d.E / ep) * expert_params(d, etp);
   if (d.shared_ffn > 0) n += dense_mlp(d.shared_fc1, d.shared_ffn);
+  if (d.shared_gate) n += d.D;
   return n;
 }
 

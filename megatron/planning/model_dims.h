@@ -13,6 +13,7 @@ namespace megatron::planning::detail {
 struct Dims {
   int64_t L, D, H, G, Dh, F, fc1, S, P, E, topk;
   int64_t moe_ffn, moe_fc1, shared_ffn, shared_fc1;  // MoE layers' experts and shared expert
+  bool shared_gate = false;                          // the shared expert's gate [1, D]
   std::vector<bool> moe_layer;                       // per layer (MoE models)
   double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
   bool layernorm, swiglu, bias, qkv_bias, qk_norm, rope, tied, bert, binary_head;

@@ -98,6 +98,7 @@ TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {
   r.model.moe.moe_ffn_hidden_size = 32;
   r.model.moe.moe_router_topk = 2;
   r.model.moe.moe_shared_expert_intermediate_size = 16;
+  r.model.moe.moe_shared_expert_gate = true;
   r.model.moe.moe_layer_freq.every = 2;
   // etp 1: whole experts under tp (expert_tensor 1, ep folded over tp x dp), built with an
   // expert tp group of one; etp 0: the experts split over tp.

@@ -96,6 +96,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("moe_ffn_hidden_size", m.moe.expert_ffn(m.ffn()), hf.moe.expert_ffn(hf.ffn()));
   same("moe_shared_expert_intermediate_size", m.moe.moe_shared_expert_intermediate_size,
        hf.moe.moe_shared_expert_intermediate_size);
+  same("moe_shared_expert_gate", m.moe.moe_shared_expert_gate, hf.moe.moe_shared_expert_gate);
   same("moe_router_pre_softmax", m.moe.moe_router_pre_softmax, hf.moe.moe_router_pre_softmax);
   same("moe_router_score_function", name(m.moe.moe_router_score_function),
        name(hf.moe.moe_router_score_function));

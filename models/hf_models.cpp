@@ -61,6 +61,8 @@ std::vector<std::string> hf_architectures() {
           "Phi3ForCausalLM",
           "SmolLM3ForCausalLM",
           "MixtralForCausalLM",
+          "Qwen2MoeForCausalLM",
+          "Qwen3MoeForCausalLM",
           kGptNeoX,
           kOlmo2,
           kGemma2,

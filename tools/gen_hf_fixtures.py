@@ -18,7 +18,8 @@ The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in exp
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
 (tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3,
-qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2* and gemma3* were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2*, gemma3*, qwen2_moe and qwen3_moe were added that
+way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -220,6 +221,22 @@ FIXTURES = {
                                        tie_word_embeddings=False, pad_token_id=0,
                                        rms_norm_eps=1e-6),
                             torch.bfloat16, None),
+    # Qwen2-MoE (Qwen1.5-MoE): 4 experts, top-2 of the softmax over all of them (norm_topk_prob
+    # false), a shared expert 40 wide scaled by its sigmoid gate, q/k/v biases; layer 1 dense
+    # (mlp_only_layers) between two routed ones.
+    "qwen2_moe": (T.Qwen2MoeForCausalLM,
+                  llama_like(T.Qwen2MoeConfig, num_hidden_layers=3, num_experts=4,
+                             num_experts_per_tok=2, moe_intermediate_size=24,
+                             shared_expert_intermediate_size=40, mlp_only_layers=[1],
+                             rms_norm_eps=1e-6),
+                  torch.float32, None),
+    # Qwen3-MoE: 8 experts, top-2 renormalized (norm_topk_prob), per-head q/k norms with head_dim
+    # 16; every second layer routed (decoder_sparse_step 2: layers 1 and 3), the others dense.
+    "qwen3_moe": (T.Qwen3MoeForCausalLM,
+                  llama_like(T.Qwen3MoeConfig, num_hidden_layers=4, head_dim=16, num_experts=8,
+                             num_experts_per_tok=2, moe_intermediate_size=16,
+                             norm_topk_prob=True, decoder_sparse_step=2, rms_norm_eps=1e-6),
+                  torch.float32, None),
 }
 
 BERT = {

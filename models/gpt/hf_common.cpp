@@ -84,12 +84,12 @@ hf::TensorMapping llama_qkv_weight(const std::string& n, const std::string& a, i
                          H, G, Dh);
 }
 
-void gated_mlp_weights(std::vector<hf::TensorMapping>& out, const std::string& n,
+void gated_mlp_weights(std::vector<hf::TensorMapping>& out, const std::string& native,
                        const std::string& p, int64_t D, int64_t F) {
   out.push_back(hf::stacked_mapping(
-      n + "mlp.fc1.weight", vec({2, F, D}),
+      native + "fc1.weight", vec({2, F, D}),
       {{p + "gate_proj.weight", vec({F, D})}, {p + "up_proj.weight", vec({F, D})}}));
-  out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "down_proj.weight"));
+  out.push_back(hf::copy_mapping(native + "fc2.weight", vec({D, F}), p + "down_proj.weight"));
 }
 
 hf::TensorMapping embed_tokens_weight(const config::ModelConfig& m, int64_t Vp) {

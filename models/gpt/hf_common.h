@@ -37,9 +37,9 @@ std::string gemma_only_feature(const config::ModelConfig& m);
 // q_proj / k_proj / v_proj as the fused QKV weight, interleaved per query group.
 hf::TensorMapping llama_qkv_weight(const std::string& n, const std::string& a, int64_t D, int64_t H,
                                    int64_t G, int64_t Dh);
-// HF MLP prefix `p` ("model.layers.L.mlp."): gate_proj and up_proj stacked into fc1 [2, F, D],
-// down_proj as fc2 (no biases).
-void gated_mlp_weights(std::vector<hf::TensorMapping>& out, const std::string& n,
+// Native MLP prefix `native` ("layers.L.mlp."), HF MLP prefix `p` ("model.layers.L.mlp."):
+// gate_proj and up_proj stacked into fc1 [2, F, D], down_proj as fc2 (no biases).
+void gated_mlp_weights(std::vector<hf::TensorMapping>& out, const std::string& native,
                        const std::string& p, int64_t D, int64_t F);
 // model.embed_tokens (padded rows); model.norm and, untied, lm_head.
 hf::TensorMapping embed_tokens_weight(const config::ModelConfig& m, int64_t padded_vocab);

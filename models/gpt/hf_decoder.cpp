@@ -6,6 +6,7 @@
 
 #include "megatron/core/error.h"
 #include "models/gpt/hf_common.h"
+#include "models/gpt/hf_moe.h"
 #include "models/gpt/hf_rope.h"
 #include "models/registry.h"
 
@@ -24,7 +25,6 @@ constexpr const char* kQwen2 = "Qwen2ForCausalLM";
 constexpr const char* kQwen3 = "Qwen3ForCausalLM";
 constexpr const char* kPhi3 = "Phi3ForCausalLM";
 constexpr const char* kSmolLM3 = "SmolLM3ForCausalLM";
-constexpr const char* kMixtral = "MixtralForCausalLM";
 
 std::string model_type(const std::string& a) {
   if (a == kGpt2) return "gpt2";
@@ -34,8 +34,15 @@ std::string model_type(const std::string& a) {
   if (a == kQwen3) return "qwen3";
   if (a == kPhi3) return "phi3";
   if (a == kSmolLM3) return "smollm3";
+  if (a == kQwen2Moe) return "qwen2_moe";
+  if (a == kQwen3Moe) return "qwen3_moe";
   return "mixtral";
 }
+
+// Qwen2's and Qwen3's attention (windows per layer; q/k/v biases or per-head q/k norms), with
+// experts or without.
+bool qwen2_like(const std::string& a) { return a == kQwen2 || a == kQwen2Moe; }
+bool qwen3_like(const std::string& a) { return a == kQwen3 || a == kQwen3Moe; }
 
 config::ModelConfig gpt2_from_hf(const hf::ConfigJson& c) {
   c.check_known(
@@ -78,16 +85,17 @@ std::set<std::string> llama_family_keys(const std::string& arch) {
   if (arch == kSmolLM3)
     known.insert({"attention_bias", "mlp_bias", "no_rope_layers", "no_rope_layer_interval",
                   "use_sliding_window", "sliding_window", "layer_types"});
-  if (arch == kMistral || arch == kMixtral || arch == kQwen2) known.insert("sliding_window");
-  if (arch == kQwen2 || arch == kQwen3)
+  if (arch == kMistral || arch == kMixtral || qwen2_like(arch)) known.insert("sliding_window");
+  if (qwen2_like(arch) || qwen3_like(arch))
     known.insert({"use_sliding_window", "max_window_layers", "layer_types"});
-  if (arch == kQwen3) known.insert({"sliding_window", "attention_bias"});
+  if (qwen3_like(arch)) known.insert({"sliding_window", "attention_bias"});
   if (arch == kPhi3)
     known.insert({"sliding_window", "original_max_position_embeddings", "partial_rotary_factor",
                   "resid_pdrop", "embd_pdrop", "attention_bias"});
-  if (arch == kMixtral)
-    known.insert({"num_local_experts", "num_experts_per_tok", "router_aux_loss_coef",
-                  "router_jitter_noise"});
+  if (is_hf_moe_decoder(arch)) {
+    const std::set<std::string> moe = moe_config_keys(arch);
+    known.insert(moe.begin(), moe.end());
+  }
   return known;
 }
 
@@ -102,7 +110,7 @@ void read_biases(const hf::ConfigJson& c, const std::string& arch, config::Model
     // 5's, in rope_parameters.)
     if (c.has("partial_rotary_factor")) m.rotary_percent = c.number("partial_rotary_factor");
   }
-  if (arch == kQwen3 && attention_bias)
+  if (qwen3_like(arch) && attention_bias)
     c.fail("attention_bias",
            "true (biases on q/k/v/o but not on the MLP) has no equivalent here: add_bias puts "
            "them on every projection, add_qkv_bias on q/k/v only");
@@ -176,9 +184,9 @@ void read_layer_windows(const hf::ConfigJson& c, const std::string& arch, config
 void read_family_features(const hf::ConfigJson& c, const std::string& arch,
                           config::ModelConfig& m) {
   if (arch == kSmolLM3) read_nope_layers(c, m);
-  if (arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3) read_layer_windows(c, arch, m);
-  if (arch == kQwen2) m.add_qkv_bias = true;  // Qwen2's q/k/v carry biases, nothing else does
-  if (arch == kQwen3) m.qk_layernorm = true;  // q_norm / k_norm per head, before rope
+  if (qwen2_like(arch) || qwen3_like(arch) || arch == kSmolLM3) read_layer_windows(c, arch, m);
+  if (arch == kQwen2) m.add_qkv_bias = true;    // Qwen2's q/k/v carry biases (Qwen2-MoE: qkv_bias)
+  if (qwen3_like(arch)) m.qk_layernorm = true;  // q_norm / k_norm per head, before rope
   if ((arch == kMistral || arch == kMixtral || arch == kPhi3) && c.has("sliding_window")) {
     // Keys i - W < j <= i: Megatron-Core's window_size (W - 1, 0).
     const int64_t window = c.integer("sliding_window");
@@ -208,15 +216,7 @@ config::ModelConfig llama_family_from_hf(const hf::ConfigJson& c, const std::str
                   ": partial rotary embeddings convert "
                   "as Phi3ForCausalLM only (",
                   arch, " turns whole heads)"));
-  if (arch == kMixtral) {
-    m.moe.num_experts = c.integer("num_local_experts");
-    m.moe.moe_router_topk = c.integer("num_experts_per_tok");
-    m.moe.moe_ffn_hidden_size = m.ffn_hidden_size;
-    m.moe.moe_aux_loss_coeff = c.number_or("router_aux_loss_coef", 0.0);
-    m.moe.moe_router_load_balancing_type = config::MoeLoadBalancing::AuxLoss;
-    if (c.number_or("router_jitter_noise", 0.0) != 0.0)
-      c.fail("router_jitter_noise", "non-zero jitter is not implemented");
-  }
+  if (is_hf_moe_decoder(arch)) read_moe_config(c, arch, m);
   return m;
 }
 
@@ -238,7 +238,7 @@ bool has_nope_layers(const config::ModelConfig& m) {
 
 bool is_hf_decoder(const std::string& a) {
   return a == kGpt2 || a == kLlama || a == kMistral || a == kQwen2 || a == kQwen3 || a == kPhi3 ||
-         a == kSmolLM3 || a == kMixtral;
+         a == kSmolLM3 || is_hf_moe_decoder(a);
 }
 
 config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::string& arch) {
@@ -248,7 +248,7 @@ config::ModelConfig decoder_model_from_hf(const hf::ConfigJson& c, const std::st
 
 std::string decoder_architecture_for(const config::ModelConfig& m) {
   if (m.arch == config::Arch::GPT) return kGpt2;
-  if (m.moe.enabled()) return kMixtral;
+  if (m.moe.enabled()) return moe_architecture_for(m);
   if (m.qk_layernorm) return kQwen3;
   if (has_nope_layers(m)) return kSmolLM3;
   if (m.rotary_percent != 1.0) return kPhi3;  // (transformers turns part of a head there only)
@@ -267,7 +267,7 @@ void write_windows(const config::ModelConfig& m, const std::string& arch, Json& 
   const int64_t window = m.attention_window();
   if (arch == kMistral || arch == kMixtral || arch == kPhi3) {
     j["sliding_window"] = window > 0 ? Json(window) : Json(nullptr);
-  } else if (arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3) {
+  } else if (qwen2_like(arch) || qwen3_like(arch) || arch == kSmolLM3) {
     j["use_sliding_window"] = window > 0;
     if (window > 0) j["sliding_window"] = window;
     if (window > 0 || j.contains("layer_types")) {
@@ -316,7 +316,7 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     return j;
   }
   j["hidden_size"] = m.hidden_size;
-  j["intermediate_size"] = m.moe.enabled() ? m.moe.expert_ffn(m.ffn()) : m.ffn();
+  j["intermediate_size"] = arch == kMixtral ? m.moe.expert_ffn(m.ffn()) : m.ffn();
   j["num_hidden_layers"] = m.num_layers;
   j["num_attention_heads"] = m.num_attention_heads;
   j["num_key_value_heads"] = m.query_groups();
@@ -332,13 +332,9 @@ Json decoder_hf_config(const config::ModelConfig& m, const std::string& arch,
     for (int64_t l = 0; l < m.num_layers; ++l) rope_layers.push_back(m.skips_rope(l) ? 0 : 1);
     j["no_rope_layers"] = rope_layers;
   }
-  if (arch == kQwen3 || arch == kPhi3) j["attention_bias"] = false;
+  if (qwen3_like(arch) || arch == kPhi3) j["attention_bias"] = false;
   write_windows(m, arch, j);
-  if (arch == kMixtral) {
-    j["num_local_experts"] = m.moe.num_experts;
-    j["num_experts_per_tok"] = m.moe.moe_router_topk;
-    j["router_aux_loss_coef"] = m.moe.moe_aux_loss_coeff;
-  }
+  if (is_hf_moe_decoder(arch)) write_moe_config(m, arch, j);
   return j;
 }
 
@@ -367,9 +363,11 @@ void check_exportable(const std::string& arch, const config::ModelConfig& m) {
                  " has norms before its sub-layers only and per-head q/k norms: a model with "
                  "sublayer_output_norm or qk_layernorm_span projection is not one (OLMo-2's "
                  "converts as Olmo2ForCausalLM)");
-  MT_INPUT_CHECK(m.qk_layernorm == (arch == kQwen3), arch,
+  check_moe_exportable(arch, m);
+  MT_INPUT_CHECK(m.qk_layernorm == qwen3_like(arch), arch,
                  m.qk_layernorm ? " has no per-head query/key norms: a model with "
-                                  "model.qk_layernorm: true converts as Qwen3ForCausalLM"
+                                  "model.qk_layernorm: true converts as Qwen3ForCausalLM (or "
+                                  "Qwen3MoeForCausalLM)"
                                 : " normalizes queries and keys per head: it needs "
                                   "model.qk_layernorm: true");
   MT_INPUT_CHECK(arch != kPhi3 || (!m.add_qkv_bias && !m.moe.enabled()), arch,
@@ -377,7 +375,7 @@ void check_exportable(const std::string& arch, const config::ModelConfig& m) {
   MT_INPUT_CHECK(arch == kPhi3 || m.rotary_percent == 1.0, arch,
                  " turns whole heads with rotary embeddings: a model with model.rotary_percent ",
                  m.rotary_percent, " converts as ", kPhi3);
-  MT_INPUT_CHECK(uniform_window(m) || arch == kQwen2 || arch == kQwen3 || arch == kSmolLM3,
+  MT_INPUT_CHECK(uniform_window(m) || qwen2_like(arch) || qwen3_like(arch) || arch == kSmolLM3,
                  "model.window_attn_skip_freq: ", arch,
                  " has one sliding window for every layer (per-layer windows convert as "
                  "Qwen2ForCausalLM, Qwen3ForCausalLM or SmolLM3ForCausalLM)");
@@ -386,7 +384,7 @@ void check_exportable(const std::string& arch, const config::ModelConfig& m) {
                  kSmolLM3);
   MT_INPUT_CHECK(arch != kSmolLM3 || (!m.add_qkv_bias && !m.moe.enabled()), arch,
                  " has no q/k/v-only biases or experts");
-  MT_INPUT_CHECK(!(arch == kQwen3 && m.add_qkv_bias), arch,
+  MT_INPUT_CHECK(!(qwen3_like(arch) && m.add_qkv_bias), arch,
                  " has no q/k/v-only biases (model.add_qkv_bias: true converts as "
                  "Qwen2ForCausalLM, without qk_layernorm)");
   MT_INPUT_CHECK(!m.add_bias || arch == kGpt2 || arch == kLlama || arch == kSmolLM3, arch,
@@ -464,27 +462,14 @@ void llama_attention(std::vector<TensorMapping>& out, const config::ModelConfig&
                                  h + "post_attention_layernorm.weight"));
 }
 
-// LLaMA-family MLP of layer l: gate/up stacked into fc1, or Mixtral's router and experts.
-void llama_mlp(std::vector<TensorMapping>& out, const config::ModelConfig& m, const LayerDims& d,
-               int64_t l) {
+// LLaMA-family MLP of layer l: gate/up stacked into fc1, or hf_moe's routed layers.
+void llama_mlp(std::vector<TensorMapping>& out, const std::string& arch,
+               const config::ModelConfig& m, const LayerDims& d, int64_t l) {
+  if (m.moe.enabled()) return moe_decoder_mlp(out, arch, m, l);
   const int64_t D = d.D, F = d.F;
   const std::string n = concat("layers.", l, "."), h = concat("model.layers.", l, ".");
-  if (m.moe.enabled() && m.moe.moe_layer_freq.is_moe(l)) {
-    const std::string e = h + "block_sparse_moe.";
-    const int64_t E = m.moe.num_experts, Fe = m.moe.expert_ffn(F);
-    out.push_back(hf::copy_mapping(n + "mlp.router.weight", vec({E, D}), e + "gate.weight"));
-    for (int64_t x = 0; x < E; ++x) {
-      const std::string ex = concat(e, "experts.", x, ".");
-      const std::string nx = concat(n, "mlp.experts.", x, ".");
-      out.push_back(hf::stacked_mapping(
-          nx + "fc1.weight", vec({2, Fe, D}),
-          {{ex + "w1.weight", vec({Fe, D})}, {ex + "w3.weight", vec({Fe, D})}}));
-      out.push_back(hf::copy_mapping(nx + "fc2.weight", vec({D, Fe}), ex + "w2.weight"));
-    }
-    return;
-  }
   const std::string p = h + "mlp.";
-  gated_mlp_weights(out, n, p, D, F);
+  gated_mlp_weights(out, n + "mlp.", p, D, F);
   if (m.add_bias) {
     out.push_back(
         hf::stacked_mapping(n + "mlp.fc1.bias", vec({2, F}),
@@ -515,7 +500,7 @@ std::vector<TensorMapping> decoder_mappings(const std::string& arch, const confi
       phi3_layer(out, d, l);
     } else {
       llama_attention(out, m, d, l);
-      llama_mlp(out, m, d, l);
+      llama_mlp(out, arch, m, d, l);
     }
   }
   out.push_back(hf::copy_mapping("final_norm.weight", vec({D}),

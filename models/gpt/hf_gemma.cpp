@@ -271,7 +271,7 @@ std::vector<TensorMapping> gemma_mappings(const config::ModelConfig& m, const st
                                    h + "post_attention_layernorm.weight"));
     out.push_back(hf::copy_mapping(n + "post_attention_norm.weight", vec({D}),
                                    h + "pre_feedforward_layernorm.weight"));
-    gated_mlp_weights(out, n, h + "mlp.", D, F);
+    gated_mlp_weights(out, n + "mlp.", h + "mlp.", D, F);
     out.push_back(hf::copy_mapping(n + "mlp_output_norm.weight", vec({D}),
                                    h + "post_feedforward_layernorm.weight"));
   }

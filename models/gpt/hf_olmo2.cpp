@@ -105,7 +105,7 @@ std::vector<TensorMapping> olmo2_mappings(const config::ModelConfig& m, int64_t 
         hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "o_proj.weight"));
     out.push_back(hf::copy_mapping(n + "attention_output_norm.weight", vec({D}),
                                    h + "post_attention_layernorm.weight"));
-    gated_mlp_weights(out, n, h + "mlp.", D, F);
+    gated_mlp_weights(out, n + "mlp.", h + "mlp.", D, F);
     out.push_back(hf::copy_mapping(n + "mlp_output_norm.weight", vec({D}),
                                    h + "post_feedforward_layernorm.weight"));
   }

@@ -193,6 +193,12 @@ TEST(HfLogits, TrainedOlmo2Export) { check_logits("trained_olmo2"); }
 TEST(HfLogits, TrainedGemma3Export) { check_logits("trained_gemma3"); }
 TEST(HfLogits, TrainedSmolLM3Export) { check_logits("trained_smollm3"); }
 TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
+// Qwen2-MoE: top-2 of the softmax over all experts (not renormalized), the shared expert scaled
+// by its sigmoid gate, q/k/v biases, a dense layer between routed ones (mlp_only_layers).
+// Qwen3-MoE: renormalized top-2 of 8 experts, per-head q/k norms, routed layers every second
+// one (decoder_sparse_step 2).
+TEST(HfLogits, Qwen2Moe) { check_logits("qwen2_moe"); }
+TEST(HfLogits, Qwen3Moe) { check_logits("qwen3_moe"); }
 // Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16
 // one without grouped queries.
 TEST(HfLogits, Qwen3) { check_logits("qwen3"); }

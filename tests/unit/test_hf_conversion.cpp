@@ -43,7 +43,7 @@ const std::vector<std::string> kFixtures = {
     "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope", "smollm3",
     "smollm3_list_bf16", "phi3_partial_longrope", "qwen2_window_layers", "smollm3_sliding",
     "gpt_neox", "gpt_neox_sequential_bf16", "olmo2", "olmo2_head_dim_bf16", "gemma2",
-    "gemma2_tied_bf16", "gemma3", "gemma3_pattern_bf16"};
+    "gemma2_tied_bf16", "gemma3", "gemma3_pattern_bf16", "qwen2_moe", "qwen3_moe"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
@@ -138,7 +138,8 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
        {Case{"gpt2", 2, 2, 1}, Case{"llama_tied", 2, 1, 1}, Case{"mixtral", 2, 2, 2},
         Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}, Case{"qwen3", 2, 2, 1},
         Case{"phi3_longrope", 2, 2, 1}, Case{"gpt_neox", 2, 2, 1}, Case{"olmo2", 2, 2, 1},
-        Case{"gemma2", 2, 2, 1}, Case{"gemma3", 2, 1, 1}}) {
+        Case{"gemma2", 2, 2, 1}, Case{"gemma3", 2, 1, 1}, Case{"qwen2_moe", 2, 1, 2},
+        Case{"qwen3_moe", 2, 2, 2}, Case{"qwen3_moe", 1, 1, 4}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);
@@ -170,6 +171,19 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
        "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
        "activation: swiglu, position_embedding: rope, add_bias: false, "
        "add_qkv_bias: true"},
+      // Qwen2-MoE: pre-softmax top-2, a gated shared expert, q/k/v biases, a dense layer
+      {"qwen2_moe",
+       "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
+       "activation: swiglu, position_embedding: rope, tie_embeddings: false, add_bias: false, "
+       "add_qkv_bias: true, num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 24, "
+       "moe_router_pre_softmax: true, moe_shared_expert_intermediate_size: 16, "
+       "moe_shared_expert_gate: true, moe_layer_freq: [1, 0], moe_aux_loss_coeff: 0.001"},
+      // Qwen3-MoE: renormalized top-2, per-head q/k norms, the first layer dense
+      {"qwen3_moe",
+       "arch: llama, num_query_groups: 2, ffn_hidden_size: 48, normalization: rmsnorm, "
+       "activation: swiglu, position_embedding: rope, tie_embeddings: false, add_bias: false, "
+       "qk_layernorm: true, num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 24, "
+       "moe_layer_freq: [0, 1], moe_aux_loss_coeff: 0.001"},
       // head dimension 12, not 32 / 4: exported as head_dim, imported back as kv_channels
       {"llama_kv_channels",
        "arch: llama, num_query_groups: 2, kv_channels: 12, ffn_hidden_size: 48, "
@@ -226,6 +240,16 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
     }
     if (name == "olmo2") {
       EXPECT_EQ(config["architectures"][0], "Olmo2ForCausalLM");
+    }
+    if (name == "qwen2_moe") {
+      EXPECT_EQ(config["architectures"][0], "Qwen2MoeForCausalLM");
+      EXPECT_EQ(config["norm_topk_prob"], false);
+      EXPECT_EQ(config["mlp_only_layers"], nlohmann::json::array({1}));
+    }
+    if (name == "qwen3_moe") {
+      EXPECT_EQ(config["architectures"][0], "Qwen3MoeForCausalLM");
+      EXPECT_EQ(config["norm_topk_prob"], true);
+      EXPECT_EQ(config["mlp_only_layers"], nlohmann::json::array({0}));
     }
   }
 }
@@ -342,6 +366,34 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
     const fs::path d = editable("llama_yarn");
     edit_config(d, [](nlohmann::json& j) { j["rope_parameters"]["attention_factor"] = 1.5; });
     EXPECT_THAT(error_of(d), HasSubstr("yarn attention_factor 1.5 differs"));
+  }
+  {  // the Qwen MoE layer keys
+    const fs::path d = editable("qwen3_moe");
+    edit_config(d, [](nlohmann::json& j) { j["decoder_sparse_step"] = 0; });
+    EXPECT_THAT(error_of(d), HasSubstr("\"decoder_sparse_step\": must be >= 1 (got 0)"));
+    edit_config(d, [](nlohmann::json& j) {
+      j["decoder_sparse_step"] = 1;
+      j["mlp_only_layers"] = {0, 7};
+    });
+    EXPECT_THAT(error_of(d), HasSubstr("\"mlp_only_layers\": has 7 (layer indices in [0, 4)"));
+    edit_config(d, [](nlohmann::json& j) { j["mlp_only_layers"] = {0, 1, 2, 3}; });
+    EXPECT_THAT(error_of(d), HasSubstr("leaves no layer with experts"));
+    edit_config(d, [](nlohmann::json& j) {
+      j["mlp_only_layers"] = nlohmann::json::array();
+      j["num_experts"] = 6;
+    });
+    EXPECT_THAT(error_of(d), HasSubstr("\"num_local_experts\": 8 differs from num_experts 6"));
+  }
+  {
+    const fs::path d = editable("qwen2_moe");
+    edit_config(d, [](nlohmann::json& j) { j["shared_expert_intermediate_size"] = 0; });
+    EXPECT_THAT(error_of(d), HasSubstr("\"shared_expert_intermediate_size\": must be > 0"));
+  }
+  {  // a tensor of the shared expert's gate missing
+    const fs::path d = editable("qwen2_moe");
+    const std::string g = "model.layers.2.mlp.shared_expert_gate.weight";
+    rewrite(d, [&](RawTensors& t) { t.erase(g); });
+    EXPECT_THAT(error_of(d), HasSubstr("no tensor '" + g + "'"));
   }
   {
     const fs::path d = editable("gpt2");

@@ -39,6 +39,14 @@ constexpr int64_t kVocab = 1000;
 // nothing written to disk. Everything else is the recipe's own.
 config::Recipe reduced(config::Recipe r) {
   auto& m = r.model;
+  // Widths to hidden 64 in their proportions (an MoE's experts and shared expert too).
+  auto scaled = [&](int64_t width) {
+    const double ratio = static_cast<double>(width) / static_cast<double>(m.hidden_size);
+    return std::max<int64_t>(8, std::llround(64 * ratio / 8) * 8);
+  };
+  if (m.moe.moe_ffn_hidden_size > 0) m.moe.moe_ffn_hidden_size = scaled(m.moe.moe_ffn_hidden_size);
+  if (m.moe.moe_shared_expert_intermediate_size > 0)
+    m.moe.moe_shared_expert_intermediate_size = scaled(m.moe.moe_shared_expert_intermediate_size);
   const double ffn_ratio = static_cast<double>(m.ffn()) / static_cast<double>(m.hidden_size);
   const bool gqa = m.query_groups() < m.num_attention_heads;
   m.num_layers = 2;

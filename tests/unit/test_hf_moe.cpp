@@ -1,0 +1,114 @@
+// The MoE decoder families (models/gpt/hf_moe.cpp): Qwen2-MoE's and Qwen3-MoE's routing and
+// layer keys read as the model's, the config.json files of released checkpoints
+// (tests/fixtures/hf_configs) are the full-size recipes' models, which the planner counts as
+// transformers does, and a model whose experts or routing an architecture cannot describe never
+// exports under it. (Logits, greedy generation, round trips and layouts: test_hf_logits.cpp and
+// test_hf_conversion.cpp.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "megatron/hf/hf_config.h"
+#include "megatron/planning/planner.h"
+#include "models/gpt/hf_decoder.h"
+#include "tests/unit/hf_test_util.h"
+
+namespace megatron {
+namespace {
+
+using namespace hf_test;
+using ::testing::HasSubstr;
+using ::testing::ThrowsMessage;
+
+class HfMoe : public HfScratch {};
+
+config::ModelConfig model_of(const fs::path& config_json) {
+  return models::model_from_hf_config(hf::ConfigJson::load(config_json.string()));
+}
+
+std::vector<int64_t> routed_layers(const config::ModelConfig& m) {
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < m.num_layers; ++l) out.push_back(m.moe.moe_layer_freq.is_moe(l));
+  return out;
+}
+
+TEST_F(HfMoe, QwenRoutingAndLayerKeysAreTheModels) {
+  const auto q2 = model_of(fixture("qwen2_moe") / "config.json");
+  EXPECT_TRUE(q2.moe.moe_router_pre_softmax);  // norm_topk_prob false
+  EXPECT_EQ(q2.moe.moe_shared_expert_intermediate_size, 40);
+  EXPECT_TRUE(q2.moe.moe_shared_expert_gate);
+  EXPECT_TRUE(q2.add_qkv_bias);
+  EXPECT_EQ(q2.ffn(), 48);
+  EXPECT_EQ(q2.moe.expert_ffn(q2.ffn()), 24);
+  EXPECT_EQ(routed_layers(q2), (std::vector<int64_t>{1, 0, 1}));  // mlp_only_layers [1]
+  const auto q3 = model_of(fixture("qwen3_moe") / "config.json");
+  EXPECT_FALSE(q3.moe.moe_router_pre_softmax);  // norm_topk_prob true
+  EXPECT_EQ(q3.moe.num_experts, 8);             // transformers 5's num_local_experts
+  EXPECT_TRUE(q3.qk_layernorm);
+  EXPECT_EQ(q3.moe.moe_shared_expert_intermediate_size, 0);
+  EXPECT_EQ(routed_layers(q3), (std::vector<int64_t>{0, 1, 0, 1}));  // decoder_sparse_step 2
+  EXPECT_EQ(models::decoder_architecture_for(q2), "Qwen2MoeForCausalLM");
+  EXPECT_EQ(models::decoder_architecture_for(q3), "Qwen3MoeForCausalLM");
+}
+
+// Qwen/Qwen3-30B-A3B and Qwen/Qwen3-235B-A22B: transformers 5.24 builds 30,532,122,624 and
+// 235,093,634,560 parameters from their config.json (Qwen3MoeForCausalLM on the meta device);
+// the planner counts the same (their vocabulary needs no padding at tp 1), and the recipes'
+// layouts fit their clusters.
+TEST_F(HfMoe, Qwen3MoeConfigsAreTheRecipeModels) {
+  for (const auto& [name, params] : {std::pair<std::string, int64_t>{"qwen3_30b_a3b", 30532122624},
+                                     {"qwen3_235b_a22b", 235093634560}}) {
+    SCOPED_TRACE(name);
+    const auto hf = model_of(released(name));
+    EXPECT_EQ(hf.moe.num_experts, 128);
+    EXPECT_EQ(hf.moe.moe_router_topk, 8);
+    EXPECT_FALSE(hf.moe.moe_router_pre_softmax);
+    const config::Recipe r = recipe(name + ".yaml");
+    EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released(name).string()));
+    const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
+    EXPECT_EQ(r.model.padded_vocab_size(r.model.vocab_size, r.parallel.tensor), 151936);
+    EXPECT_EQ(report.params.total, params);
+    EXPECT_TRUE(report.fits);
+  }
+}
+
+// Qwen/Qwen1.5-MoE-A2.7B (Qwen2MoeForCausalLM): 60 experts of 1408, top-4 unnormalized, a gated
+// shared expert of 5632, q/k/v biases, no window (use_sliding_window false); transformers 5.24
+// builds 14,315,784,192 parameters, the planner the same.
+TEST_F(HfMoe, Qwen15MoeConfigIsSizedAsTransformersCountsIt) {
+  const auto hf = model_of(released("qwen1.5_moe_a2.7b"));
+  EXPECT_EQ(hf.moe.num_experts, 60);
+  EXPECT_TRUE(hf.moe.moe_router_pre_softmax);
+  EXPECT_TRUE(hf.moe.moe_shared_expert_gate);
+  EXPECT_EQ(hf.attention_window(), 0);
+  config::Recipe r = recipe("qwen3_30b_a3b.yaml");
+  r.model = hf;
+  r.model.seq_length = 4096;
+  const auto report = planning::plan(r, planning::cluster_from_recipe(r), hf.vocab_size);
+  EXPECT_EQ(report.params.total, 14315784192);
+}
+
+TEST_F(HfMoe, ExpertsExportOnlyWhereTheArchitectureDescribesThem) {
+  config::ModelConfig m = model_of(fixture("qwen3_moe") / "config.json");
+  EXPECT_THAT([&] { models::hf_mappings("Qwen3ForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("Qwen3ForCausalLM has no experts")));
+  EXPECT_THAT([&] { models::hf_mappings("MixtralForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("converts as Qwen3MoeForCausalLM")));
+  config::ModelConfig sigmoid = m;
+  sigmoid.moe.moe_router_score_function = config::MoeScoreFunction::Sigmoid;
+  EXPECT_THAT([&] { models::hf_mappings("Qwen3MoeForCausalLM", sigmoid, 96); },
+              ThrowsMessage<InputError>(HasSubstr("moe_router_score_function sigmoid")));
+  config::ModelConfig shared = m;
+  shared.moe.moe_shared_expert_intermediate_size = 16;
+  EXPECT_THAT([&] { models::hf_mappings("Qwen3MoeForCausalLM", shared, 96); },
+              ThrowsMessage<InputError>(HasSubstr("has no shared expert")));
+  config::ModelConfig q2 = model_of(fixture("qwen2_moe") / "config.json");
+  q2.moe.moe_shared_expert_gate = false;
+  EXPECT_EQ(models::decoder_architecture_for(q2), "MixtralForCausalLM");
+  EXPECT_THAT([&] { models::hf_mappings("Qwen2MoeForCausalLM", q2, 96); },
+              ThrowsMessage<InputError>(HasSubstr("moe_shared_expert_gate: true")));
+  EXPECT_THAT([&] { models::hf_mappings("MixtralForCausalLM", q2, 96); },
+              ThrowsMessage<InputError>(HasSubstr("MixtralForCausalLM has no q/k/v biases")));
+}
+
+}  // namespace
+}  // namespace megatron

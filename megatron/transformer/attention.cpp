@@ -15,10 +15,7 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
       sp_(a.spec.sequence_parallel && a.tp.size() > 1),
       local_heads_(a.spec.heads / a.tp.size()),
       local_groups_(a.spec.query_groups / a.tp.size()),
-      shared_probs_(a.spec.recompute == Recompute::Selective && !cp ? a.shared_probs : nullptr),
-      cp_(std::move(cp)) {
-  MT_CHECK(a.spec.recompute != Recompute::Selective || shared_probs_ || cp_,
-           "selective recompute needs the shared probabilities buffer");
+      core_(a, softmax_scale_of(a.spec, a.spec.head_dim()), std::move(cp)) {
   spec_.rope = a.spec.rope_in_layer(a.layer);       // a NoPE layer (model.no_rope_freq) has none
   const auto& full = a.spec.full_attention_layers;  // (model.window_attn_skip_freq)
   if (std::find(full.begin(), full.end(), a.layer) != full.end()) spec_.window = 0;
@@ -57,77 +54,6 @@ void SelfAttention::use_local_rope(TransformerSpec& s) {
   s.longrope_long.clear();
 }
 
-kernels::AttentionShape SelfAttention::shape(int64_t S, int64_t B, int64_t batch_offset) const {
-  kernels::AttentionShape s;
-  s.S = S;
-  s.B = B;
-  s.H = local_heads_;
-  s.G = local_groups_;
-  s.Dh = spec_.head_dim();
-  s.head_offset = local_heads_ * tp_->rank();
-  s.total_heads = spec_.heads;
-  s.batch_offset = batch_offset;
-  return s;
-}
-
-kernels::AttentionOptions SelfAttention::options(const MicroBatchInfo& mb,
-                                                 const uint8_t* key_mask) const {
-  kernels::AttentionOptions o;
-  o.scale = softmax_scale();
-  o.causal = spec_.causal;
-  o.window = spec_.window;
-  o.key_mask = key_mask;
-  o.segment_ids = mb.segment_ids != nullptr ? mb.segment_ids->data<int32_t>() : nullptr;
-  o.dropout_p = mb.training ? spec_.attention_dropout : 0.0f;
-  o.softcap = spec_.attn_logit_softcap;
-  o.cudnn = spec_.cudnn_attention;
-  o.seed = spec_.seed;
-  o.stream = DropoutSite{spec_.seed, mb.iteration, layer_, 0}.stream();
-  return o;
-}
-
-Tensor& SelfAttention::probs_of(State& s) const { return shared_probs_ ? *shared_probs_ : s.probs; }
-
-void SelfAttention::recompute_probs(State& s, const kernels::AttentionShape& as,
-                                    const kernels::AttentionOptions& ao) const {
-  // Same qkv (after rope), options and dropout stream as the forward: the same values.
-  ops::attention_forward(as, ao, s.qkv_out, ensure(s.d_attn, s.attn_out.shape(), act(), device_),
-                         ensure(probs_of(s), {as.B, as.H, as.S, as.S}, DType::F32, device_));
-}
-
-void SelfAttention::core_forward(State& s, const kernels::AttentionShape& as,
-                                 const kernels::AttentionOptions& ao,
-                                 const MicroBatchInfo& mb) const {
-  Tensor& out = ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act(), device_);
-  if (cp_) {
-    cp_->forward(s.cp, as, ao, mb, s.qkv_out, out);
-    return;
-  }
-  if (spec_.flash_attention)
-    ops::flash_attention_forward(as, ao, s.qkv_out, out,
-                                 ensure(s.lse, {as.B, as.H, as.S}, DType::F32, device_));
-  else
-    ops::attention_forward(as, ao, s.qkv_out, out,
-                           ensure(probs_of(s), {as.B, as.H, as.S, as.S}, DType::F32, device_));
-}
-
-void SelfAttention::core_backward(State& s, const kernels::AttentionShape& as,
-                                  const kernels::AttentionOptions& ao,
-                                  const MicroBatchInfo& mb) const {
-  // (Unfused under selective recompute: the probabilities were recomputed before the projection
-  // backward, which then overwrote recompute_probs' scratch s.d_attn with the real gradient.)
-  Tensor& d_qkv = ensure(s.d_qkv, s.qkv_out.shape(), act(), device_);
-  if (cp_) {
-    cp_->backward(s.cp, as, ao, mb, s.qkv_out, s.attn_out, s.d_attn, d_qkv);
-    return;
-  }
-  if (spec_.flash_attention) {
-    ops::flash_attention_backward(as, ao, s.qkv_out, s.attn_out, s.lse, s.d_attn, d_qkv);
-    return;
-  }
-  ops::attention_backward(as, ao, s.qkv_out, probs_of(s), s.d_attn, d_qkv);
-}
-
 void SelfAttention::project_qkv(State& s, const Tensor& in, int64_t S,
                                 const MicroBatchInfo* mb) const {
   const Shape shape{S, in.dim(1),
@@ -160,7 +86,7 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
     cache.values[l] = Tensor::zeros(cache_shape, act(), device_);
   }
   Tensor& out = ensure(s.attn_out, {S, B, local_heads_ * Dh}, act(), device_);
-  ops::kv_cache_attention(as, softmax_scale(), s.qkv_out, cache.keys[l], cache.values[l],
+  ops::kv_cache_attention(as, core_.scale(), s.qkv_out, cache.keys[l], cache.values[l],
                           cache.length, out, spec_.window, spec_.attn_logit_softcap);
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {S, B, D}, act(), device_));
   return s.out;
@@ -180,7 +106,8 @@ Tensor& SelfAttention::forward(LayerState& state, const Tensor& in, const MicroB
   project_qkv(s, in, S, &mb);
   if (spec_.rope)
     ops::rope_forward(as, s.qkv_out, rope_frequencies(rope_span(S, mb)), 0, mb.position_ids);
-  core_forward(s, as, options(mb, key_mask), mb);
+  core_.forward(s.core, as, core_.options(mb, key_mask), mb, s.qkv_out,
+                ensure(s.attn_out, {as.S, as.B, as.H * as.Dh}, act(), device_));
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {Sl, B, D}, act(), device_), &mb);
   return s.out;
 }
@@ -190,10 +117,15 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   State& s = static_cast<State&>(state);
   const int64_t S = full_seq(d_out.dim(0)), B = d_out.dim(1);
   const auto as = shape(S, B, mb.batch_offset);
-  const auto ao = options(mb, key_mask);
-  if (shared_probs_ && !spec_.flash_attention && !cp_) recompute_probs(s, as, ao);
+  const auto ao = core_.options(mb, key_mask);
+  // (Unfused under selective recompute: the probabilities again, with s.d_attn as scratch,
+  // which the projection's backward then overwrites with the real gradient.)
+  if (core_.recomputes())
+    core_.recompute(s.core, as, ao, s.qkv_out,
+                    ensure(s.d_attn, s.attn_out.shape(), act(), device_));
   proj_->backward(s.proj, d_out, &ensure(s.d_attn, s.attn_out.shape(), act(), device_), &mb);
-  core_backward(s, as, ao, mb);
+  core_.backward(s.core, as, ao, mb, s.qkv_out, s.attn_out, s.d_attn,
+                 ensure(s.d_qkv, s.qkv_out.shape(), act(), device_));
   if (spec_.rope)
     ops::rope_backward(as, s.d_qkv, rope_frequencies(rope_span(S, mb)), 0, mb.position_ids);
   if (qk_norm_) qk_norm_->backward(s.qk_norm, s.qkv_raw, s.d_qkv, s.d_qkv);

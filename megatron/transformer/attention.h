@@ -12,7 +12,7 @@
 
 #include "kernels/common/attention_shape.h"
 #include "kernels/common/numeric.h"
-#include "megatron/transformer/context_parallel.h"
+#include "megatron/transformer/attention_core.h"
 #include "megatron/transformer/kv_cache.h"
 #include "megatron/transformer/qk_norm.h"
 #include "megatron/transformer/submodules.h"
@@ -25,9 +25,9 @@ class SelfAttention final : public AttentionLayer {
     Linear::Ctx qkv, proj;
     QkNorm::Ctx qk_norm;
     Tensor qkv_raw;  // qk_layernorm: the projection before the norms (qkv_out after them)
-    Tensor qkv_out, probs, lse, attn_out, out;  // out: the projection [Sl, B, D]
-    Tensor d_attn, d_qkv;                       // backward scratch
-    ContextParallelAttention::State cp;         // context parallelism only
+    Tensor qkv_out, attn_out, out;  // out: the projection [Sl, B, D]
+    Tensor d_attn, d_qkv;           // backward scratch
+    AttentionCore::State core;
   };
 
   // cp: the context-parallel core (context_parallel.h) in place of the local one, or null.
@@ -77,27 +77,12 @@ class SelfAttention final : public AttentionLayer {
   static int64_t rope_span(int64_t S, const MicroBatchInfo& mb) {
     return mb.cp.active() ? mb.cp.total : S;
   }
-  // Where the attention probabilities of state s live (the shared buffer under selective).
-  Tensor& probs_of(State& s) const;
-  // Selective recompute: the probabilities again from s.qkv_out (s.d_attn as scratch output).
-  void recompute_probs(State& s, const kernels::AttentionShape& as,
-                       const kernels::AttentionOptions& ao) const;
-  // The core (unfused or flash) from s.qkv_out into s.attn_out, and its backward from
-  // s.d_attn into s.d_qkv.
-  // mb: context parallelism's chunks and timeline.
-  void core_forward(State& s, const kernels::AttentionShape& as,
-                    const kernels::AttentionOptions& ao, const MicroBatchInfo& mb) const;
-  void core_backward(State& s, const kernels::AttentionShape& as,
-                     const kernels::AttentionOptions& ao, const MicroBatchInfo& mb) const;
-  kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
-  // The softmax scale: model.softmax_scale, else 1 / sqrt(head dim).
-  float softmax_scale() const {
-    return spec_.softmax_scale > 0.0f ? spec_.softmax_scale
-                                      : 1.0f / std::sqrt(static_cast<float>(spec_.head_dim()));
+  kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const {
+    return core_.shape(S, B, batch_offset, local_heads_, local_groups_, spec_.head_dim(),
+                       local_heads_ * tp_->rank(), spec_.heads);
   }
   // A sliding-window layer of a model with a local rope base (Gemma 3): that base, unscaled.
   static void use_local_rope(TransformerSpec& s);
-  kernels::AttentionOptions options(const MicroBatchInfo& mb, const uint8_t* key_mask) const;
   // The full sequence length of a branch input of local_seq rows.
   int64_t full_seq(int64_t local_seq) const { return sp_ ? local_seq * tp_->size() : local_seq; }
   DType act() const { return spec_.activation_dtype; }
@@ -109,9 +94,13 @@ class SelfAttention final : public AttentionLayer {
   bool sp_;
   int64_t local_heads_, local_groups_;
   std::unique_ptr<Linear> qkv_, proj_;
-  std::unique_ptr<QkNorm> qk_norm_;       // qk_layernorm only
-  std::shared_ptr<Tensor> shared_probs_;  // selective recompute only
-  std::shared_ptr<const ContextParallelAttention> cp_;
+  std::unique_ptr<QkNorm> qk_norm_;  // qk_layernorm only
+  AttentionCore core_;
 };
+
+// The softmax scale: model.softmax_scale, else 1 / sqrt(head_dim).
+inline float softmax_scale_of(const TransformerSpec& s, int64_t head_dim) {
+  return s.softmax_scale > 0.0f ? s.softmax_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
 
 }  // namespace megatron

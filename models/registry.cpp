@@ -84,6 +84,12 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.output_norms = m.sublayer_output_norm;
   t.parallel_residual = m.parallel_residual;
   if (m.rotary() && m.rotary_percent != 1.0) t.rope_rotary_dims = m.rotary_dims();
+  if (m.mla.enabled()) {
+    t.mla = {m.mla.q_lora_rank, m.mla.kv_lora_rank, m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim,
+             m.mla.v_head_dim};
+    t.kv_channels = m.head_dim();  // the attention core's query/key head dimension
+    t.rope_rotary_dims = m.rotary_dims();
+  }
   for (int64_t l = 0; l < m.num_layers; ++l) {
     if (m.rotary() && m.skips_rope(l)) t.no_rope_layers.push_back(l);
     if (m.attention_window() > 0 && m.layer_window(l) == 0) t.full_attention_layers.push_back(l);

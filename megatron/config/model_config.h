@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "megatron/config/key_info.h"
+#include "megatron/config/mla_config.h"
 #include "megatron/config/moe_config.h"
 #include "megatron/config/options.h"
 
@@ -142,17 +143,22 @@ struct ModelConfig {
   int64_t vocab_size = 0;  // 0 -> from the tokenizer
   int64_t make_vocab_size_divisible_by = 128;
   MoeConfig moe;  // mixture of experts (model.num_experts, model.moe_*): moe_config.h
+  MlaConfig mla;  // multi-latent attention (model.multi_latent_attention, ...): mla_config.h
 
   int64_t query_groups() const {
     return num_query_groups > 0 ? num_query_groups : num_attention_heads;
   }
   int64_t ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  // The query/key head dimension (multi-latent attention: with its rope part).
   int64_t head_dim() const {
+    if (mla.enabled()) return mla.qk_dims();
     if (kv_channels > 0) return kv_channels;
     return num_attention_heads > 0 ? hidden_size / num_attention_heads : 0;
   }
   // The dimensions of a head that rotary embeddings turn (Megatron's and HF's int(): truncated).
+  // (Multi-latent attention: its qk_pos_emb_head_dim.)
   int64_t rotary_dims() const {
+    if (mla.enabled()) return mla.qk_pos_emb_head_dim;
     return static_cast<int64_t>(static_cast<double>(head_dim()) * rotary_percent);
   }
   // Whether training on `device` (training.device) uses the flash attention kernels: auto picks
@@ -244,6 +250,7 @@ struct ModelConfig {
     v("vocab_size", s.vocab_size, noted(s.vocab_size == 0 ? "auto: from the tokenizer" : ""));
     v("make_vocab_size_divisible_by", s.make_vocab_size_divisible_by);
     MoeConfig::fields(s.moe, v);
+    MlaConfig::fields(s.mla, v);
   }
 };
 

@@ -171,6 +171,7 @@ void ModelConfig::validate(const KeyOrigins& origins) const {
   c.non_negative("model.vocab_size", vocab_size);
   c.positive("model.make_vocab_size_divisible_by", make_vocab_size_divisible_by);
   moe.validate(origins, num_layers, arch);
+  mla.validate(origins, *this);
 }
 
 }  // namespace megatron::config

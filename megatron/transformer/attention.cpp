@@ -6,6 +6,27 @@
 
 namespace megatron {
 
+math::RopeFrequencies rope_frequencies_of(const TransformerSpec& s, int64_t seq_len) {
+  const int64_t rotary_dims = s.rope_rotary_dims > 0 ? s.rope_rotary_dims : s.head_dim();
+  math::RopeFrequencies f(s.rope_theta);
+  if (s.rope_dynamic_factor > 0.0f && seq_len > s.rope_dynamic_positions)
+    f.theta = math::dynamic_ntk_theta(s.rope_theta, s.rope_dynamic_factor, seq_len,
+                                      s.rope_dynamic_positions, rotary_dims);
+  if (!s.longrope_short.empty())
+    f.pair_factor = (seq_len > s.longrope_original ? s.longrope_long : s.longrope_short).data();
+  f.factor = s.rope_scaling_factor;
+  f.low_freq_factor = s.rope_low_freq_factor;
+  f.high_freq_factor = s.rope_high_freq_factor;
+  f.original_max_positions = s.rope_original_max_positions;
+  f.linear_factor = s.rope_linear_factor;
+  f.yarn_factor = s.rope_yarn_factor;
+  f.yarn_low = s.rope_yarn_low;
+  f.yarn_range = s.rope_yarn_range;
+  f.attention_scale = s.rope_attention_scale;
+  f.rotary_dims = s.rope_rotary_dims;
+  return f;
+}
+
 SelfAttention::SelfAttention(const SubmoduleArgs& a,
                              std::shared_ptr<const ContextParallelAttention> cp)
     : spec_(a.spec),

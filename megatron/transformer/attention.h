@@ -19,6 +19,11 @@
 
 namespace megatron {
 
+// The rotary frequencies of a layer with spec s (its rope choices applied) for a sequence
+// spanning seq_len positions, cached tokens included (LongRoPE picks its factors and dynamic NTK
+// its base by it).
+math::RopeFrequencies rope_frequencies_of(const TransformerSpec& s, int64_t seq_len);
+
 class SelfAttention final : public AttentionLayer {
  public:
   struct State final : LayerState {
@@ -47,30 +52,8 @@ class SelfAttention final : public AttentionLayer {
   // The QKV projection of `in` into s.qkv_out [S, B, qkv_width], with the q/k norms (the
   // projection itself then kept in s.qkv_raw); before rotary embeddings.
   void project_qkv(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb) const;
-  // seq_len: the positions the sequence spans, cached tokens included (LongRoPE picks its factors
-  // and dynamic NTK its base by it).
   math::RopeFrequencies rope_frequencies(int64_t seq_len) const {
-    math::RopeFrequencies f(spec_.rope_theta);
-    if (spec_.rope_dynamic_factor > 0.0f && seq_len > spec_.rope_dynamic_positions)
-      f.theta = math::dynamic_ntk_theta(spec_.rope_theta, spec_.rope_dynamic_factor, seq_len,
-                                        spec_.rope_dynamic_positions, rotary_dims());
-    if (!spec_.longrope_short.empty())
-      f.pair_factor =
-          (seq_len > spec_.longrope_original ? spec_.longrope_long : spec_.longrope_short).data();
-    f.factor = spec_.rope_scaling_factor;
-    f.low_freq_factor = spec_.rope_low_freq_factor;
-    f.high_freq_factor = spec_.rope_high_freq_factor;
-    f.original_max_positions = spec_.rope_original_max_positions;
-    f.linear_factor = spec_.rope_linear_factor;
-    f.yarn_factor = spec_.rope_yarn_factor;
-    f.yarn_low = spec_.rope_yarn_low;
-    f.yarn_range = spec_.rope_yarn_range;
-    f.attention_scale = spec_.rope_attention_scale;
-    f.rotary_dims = spec_.rope_rotary_dims;
-    return f;
-  }
-  int64_t rotary_dims() const {
-    return spec_.rope_rotary_dims > 0 ? spec_.rope_rotary_dims : spec_.head_dim();
+    return rope_frequencies_of(spec_, seq_len);
   }
   // The positions a training forward's sequence spans: the whole sequence under context
   // parallelism, else the rows (packed documents count as the sequence they are packed in).

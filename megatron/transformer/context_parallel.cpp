@@ -390,7 +390,7 @@ BlockSubmodules with_context_parallel(BlockSubmodules base, parallel::Communicat
                                       ContextParallelComm comm) {
   auto core = std::make_shared<const ContextParallelAttention>(cp, comm);
   base.attention = [core](const SubmoduleArgs& a) {
-    return std::make_unique<SelfAttention>(a, core);
+    return make_attention(a, core);
   };
   return base;
 }

@@ -75,7 +75,13 @@ struct BlockSubmodules {
   std::function<std::unique_ptr<MlpLayer>(const SubmoduleArgs&)> mlp;
 };
 
-// Self-attention (megatron/transformer/attention.h) and the dense MLP (mlp.h).
+// The attention layer the spec asks for: multi-latent attention (mla.h) when spec.mla is set,
+// else self-attention (attention.h); with `cp` (context_parallel.h) as its core when given.
+class ContextParallelAttention;
+std::unique_ptr<AttentionLayer> make_attention(
+    const SubmoduleArgs& args, std::shared_ptr<const ContextParallelAttention> cp = nullptr);
+
+// make_attention's layer and the dense MLP (mlp.h).
 BlockSubmodules dense_submodules();
 
 }  // namespace megatron

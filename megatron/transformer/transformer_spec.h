@@ -114,6 +114,13 @@ struct TransformerSpec {
     s.site = 10 + site;
     return s;
   }
+  // Multi-latent attention (model.multi_latent_attention; mla.h) when kv_lora_rank > 0: the
+  // query low-rank width (0: a plain projection), the key/value latent width, the per-head
+  // query/key dimensions without and with rope, and the value dimensions.
+  struct Mla {
+    int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope = 0, qk_rope = 0, v = 0;
+    bool enabled() const { return kv_lora_rank > 0; }
+  } mla;
   int64_t head_dim() const { return kv_channels > 0 ? kv_channels : hidden / heads; }
   void validate(int64_t tp_size) const;
   // Megatron's scaled init for the output projections of the residual branches.

@@ -268,7 +268,7 @@ BlockSubmodules moe_submodules(const MoeGroups& groups, std::shared_ptr<MoeState
   MT_CHECK(groups.ep != nullptr && groups.expert_tp != nullptr,
            "moe_submodules: the ep and expert tp groups must be given");
   BlockSubmodules m;
-  m.attention = [](const SubmoduleArgs& a) { return std::make_unique<SelfAttention>(a); };
+  m.attention = [](const SubmoduleArgs& a) { return make_attention(a); };
   m.mlp = [groups, state](const SubmoduleArgs& a) -> std::unique_ptr<MlpLayer> {
     if (state->spec().is_moe_layer(a.layer)) return std::make_unique<MoELayer>(a, groups, state);
     return std::make_unique<DenseMLP>(a);

@@ -9,9 +9,27 @@
 namespace megatron::planning {
 
 FlopsModel flops_model_from_spec(const TransformerSpec& t, int64_t padded_vocab) {
-  return FlopsModel{t.num_layers, t.hidden,     t.heads,      t.query_groups, t.head_dim(),
-                    t.ffn,        t.seq_length, padded_vocab, t.swiglu};
+  FlopsModel m{t.num_layers, t.hidden,     t.heads,      t.query_groups, t.head_dim(),
+               t.ffn,        t.seq_length, padded_vocab, t.swiglu};
+  m.mla = t.mla;
+  return m;
 }
+
+namespace {
+
+// Megatron's multi-latent attention FLOPs per token and layer (forward + backward).
+double mla_flops_per_token_layer(const FlopsModel& m) {
+  const auto& a = m.mla;
+  const double h = static_cast<double>(m.hidden), H = static_cast<double>(m.heads);
+  const double Dn = static_cast<double>(a.qk_nope), Dr = static_cast<double>(a.qk_rope),
+               Dv = static_cast<double>(a.v), S = static_cast<double>(m.seq_length);
+  const double q = a.q_lora_rank > 0 ? static_cast<double>(a.q_lora_rank) * (h + H * (Dn + Dr) + 1)
+                                     : h * H * (Dn + Dr);
+  const double kv = static_cast<double>(a.kv_lora_rank) * (h + H * (Dn + Dv) + 1) + h * Dr;
+  return 6.0 * (q + kv + H * Dv * h + S * H * (Dn + Dr) / 2 + S * H * Dv / 2);
+}
+
+}  // namespace
 
 FlopsModel with_moe(FlopsModel m, const config::MoeConfig& moe) {
   if (!moe.enabled()) return m;
@@ -39,8 +57,12 @@ double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size) {
       L;
   const double mlp = active_ffn / h * gated;
   const double logits = static_cast<double>(m.padded_vocab) / (2.0 * m.num_layers * h);
-  return 12.0 * static_cast<double>(global_batch_size) * static_cast<double>(m.seq_length) *
-         static_cast<double>(m.num_layers) * h * h * (attention + mlp + logits);
+  const double tokens_layers = static_cast<double>(global_batch_size) *
+                               static_cast<double>(m.seq_length) *
+                               static_cast<double>(m.num_layers);
+  if (m.mla.enabled())
+    return tokens_layers * (mla_flops_per_token_layer(m) + 12.0 * h * h * (mlp + logits));
+  return 12.0 * tokens_layers * h * h * (attention + mlp + logits);
 }
 
 kernels::cpu::PeakFlops measure_cpu_peak(DType compute_dtype) {

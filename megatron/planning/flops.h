@@ -7,6 +7,10 @@
 // without halving causal attention. With mixture of experts the MLP term counts the active
 // parameters, as Megatron's MoE formula: per MoE layer (moe_ffn * topk + shared_ffn) * gated
 // in place of F * gated, averaged over the layers (routing as configured, not as balanced).
+// Multi-latent attention replaces the attention term by Megatron's MLA count per token and layer,
+//   6 * (q + kv_lora_rank (h + H (Dn + Dv) + 1) + h Dr + H Dv h + S H (Dn + Dr) / 2 + S H Dv / 2)
+// with q = q_lora_rank (h + H (Dn + Dr) + 1), or h H (Dn + Dr) without the low-rank path (its
+// core attention counted causally, as Megatron does there).
 #include <cstdint>
 
 #include "kernels/cpu/cpu_peak.h"
@@ -20,6 +24,7 @@ struct FlopsModel {
   int64_t num_layers, hidden, heads, query_groups, head_dim, ffn, seq_length, padded_vocab;
   bool swiglu = false;
   int64_t moe_layers = 0, moe_ffn = 0, moe_topk = 0, shared_ffn = 0;  // MoE: active MLPs
+  TransformerSpec::Mla mla = {};  // multi-latent attention (kv_lora_rank > 0)
 };
 
 double megatron_flops_per_step(const FlopsModel& m, int64_t global_batch_size);

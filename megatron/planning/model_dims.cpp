@@ -36,6 +36,7 @@ Dims dims_of_spec(const TransformerSpec& t, const config::ModelConfig& m, bool b
   d.qkv_bias = t.bias || t.qkv_bias;
   d.qk_norm = t.qk_norm;
   d.qk_norm_projection = t.qk_norm && t.qk_norm_whole_projection;
+  d.mla = t.mla;
   d.block_norms = (t.input_norms ? 2 : 0) + (t.output_norms ? 2 : 0);
   d.rope = t.rope;
   d.tied = d.bert || m.tie_embeddings;
@@ -79,14 +80,30 @@ int64_t lora_layer_params(const Dims& d, int64_t tp) {
   return n;
 }
 
+// Multi-latent attention's weights per tp rank: the replicated down projections and their norms,
+// the head-split up projections and the output projection.
+int64_t mla_params(const Dims& d, int64_t tp) {
+  const auto& m = d.mla;
+  const int64_t Dqk = m.qk_nope + m.qk_rope;
+  int64_t n = m.q_lora_rank > 0 ? m.q_lora_rank * (d.D + 1) + d.H * Dqk * m.q_lora_rank / tp
+                                : d.H * Dqk * d.D / tp;
+  n += (m.kv_lora_rank + m.qk_rope) * d.D + m.kv_lora_rank;
+  n += d.H * (m.qk_nope + m.v) * m.kv_lora_rank / tp;
+  return n + d.H * m.v * d.D / tp;
+}
+
 int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool moe) {
   const int64_t qkv = (d.H + 2 * d.G) * d.Dh;
   const int64_t qk_norms = !d.qk_norm             ? 0
                            : d.qk_norm_projection ? (d.H + d.G) * d.Dh / tp
                                                   : 2 * d.Dh;
   int64_t n = d.block_norms * d.norm() + qk_norms;
-  n += qkv * d.D / tp + (d.qkv_bias ? qkv / tp : 0);
-  n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
+  if (d.mla.enabled()) {
+    n += mla_params(d, tp);
+  } else {
+    n += qkv * d.D / tp + (d.qkv_bias ? qkv / tp : 0);
+    n += d.H * d.Dh * d.D / tp + (d.bias ? d.D : 0);
+  }
   auto dense_mlp = [&](int64_t fc1, int64_t F) {
     return fc1 * d.D / tp + (d.bias ? fc1 / tp : 0) + F * d.D / tp + (d.bias ? d.D : 0);
   };

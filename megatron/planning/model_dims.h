@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "megatron/config/recipe.h"
+#include "megatron/transformer/transformer_spec.h"
 
 namespace megatron::planning::detail {
 
@@ -19,6 +20,7 @@ struct Dims {
   bool layernorm, swiglu, bias, qkv_bias, qk_norm, rope, tied, bert, binary_head;
   bool qk_norm_projection = false;  // q/k norm weights [H x Dh] and [G x Dh], split over tp
   int64_t block_norms = 2;          // per layer: input norms and/or sub-layer output norms
+  TransformerSpec::Mla mla;         // multi-latent attention (kv_lora_rank > 0)
   double hidden_dropout, attention_dropout;
   // peft: lora (rank 0: none): adapters on these projections; everything else frozen.
   int64_t lora_rank = 0;

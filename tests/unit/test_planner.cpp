@@ -90,6 +90,35 @@ TEST(PlannerParams, TensorAndPipelineShardsMatchTheModel) {
   }
 }
 
+// Multi-latent attention: the replicated down projections and latent norms, the head-split up
+// projections (with and without the query low-rank path); its FLOPs by Megatron's MLA formula.
+TEST(PlannerParams, MultiLatentAttentionMatchesTheModel) {
+  for (int64_t q_lora : {0, 24}) {
+    config::Recipe r = llama_small();
+    r.model.num_query_groups = 0;
+    r.model.mla = {true, q_lora, 16, 8, 4, 6};
+    r.validate();
+    SCOPED_TRACE(q_lora);
+    expect_stages_match_the_model(r, {{1, 1}, {2, 2}, {4, 1}});
+  }
+  config::Recipe r = llama_small();
+  r.model.num_query_groups = 0;
+  r.model.mla = {true, 24, 16, 8, 4, 6};
+  planning::FlopsModel f = planning::flops_model_from_spec(
+      models::transformer_spec_from_recipe(r, 1), r.model.padded_vocab_size(r.model.vocab_size, 1));
+  const double h = double(r.model.hidden_size), H = double(r.model.num_attention_heads),
+               S = double(r.model.seq_length), L = double(r.model.num_layers);
+  const double attention = 6 * (24 * (h + H * 12 + 1) + 16 * (h + H * 14 + 1) + h * 4 +
+                                H * 6 * h + S * H * 12 / 2 + S * H * 6 / 2);
+  f.mla = {};
+  const double dense = planning::megatron_flops_per_step(f, 2);
+  f.mla = {24, 16, 8, 4, 6};
+  const double dense_attention =
+      12 * 2 * S * L * h * h * (1 + 1 + S / h) * (H * 12 / h);  // (G = H, head_dim 12)
+  EXPECT_NEAR(planning::megatron_flops_per_step(f, 2),
+              dense - dense_attention + 2 * S * L * attention, 1e-9 * dense);
+}
+
 // MoE: the router, this rank's E / ep experts (split over tp or whole), the shared expert, dense
 // layers where moe_layer_freq says so; the model the registry builds is the reference.
 TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {

@@ -25,6 +25,39 @@ std::string nope_layers(const config::ModelConfig& m) {
   return "[" + out + "]";
 }
 
+// The multi-latent attention and mixture-of-experts keys of check_recipe_matches.
+template <typename Same>
+void same_attention_and_experts(const Same& same, const config::ModelConfig& m,
+                                const config::ModelConfig& hf) {
+  auto name = [](auto option) { return std::string(config::option_name(option)); };
+  same("multi_latent_attention", m.mla.enabled(), hf.mla.enabled());
+  if (hf.mla.enabled()) {
+    same("q_lora_rank", m.mla.q_lora_rank, hf.mla.q_lora_rank);
+    same("kv_lora_rank", m.mla.kv_lora_rank, hf.mla.kv_lora_rank);
+    same("qk_head_dim", m.mla.qk_head_dim, hf.mla.qk_head_dim);
+    same("qk_pos_emb_head_dim", m.mla.qk_pos_emb_head_dim, hf.mla.qk_pos_emb_head_dim);
+    same("v_head_dim", m.mla.v_head_dim, hf.mla.v_head_dim);
+  }
+  const config::MoeConfig &e = m.moe, &h = hf.moe;
+  same("num_experts", e.num_experts, h.num_experts);
+  if (!h.enabled()) return;
+  same("moe_router_topk", e.moe_router_topk, h.moe_router_topk);
+  same("moe_ffn_hidden_size", e.expert_ffn(m.ffn()), h.expert_ffn(hf.ffn()));
+  same("moe_shared_expert_intermediate_size", e.moe_shared_expert_intermediate_size,
+       h.moe_shared_expert_intermediate_size);
+  same("moe_shared_expert_gate", e.moe_shared_expert_gate, h.moe_shared_expert_gate);
+  same("moe_router_pre_softmax", e.moe_router_pre_softmax, h.moe_router_pre_softmax);
+  same("moe_router_score_function", name(e.moe_router_score_function),
+       name(h.moe_router_score_function));
+  same("moe_router_num_groups", e.moe_router_num_groups, h.moe_router_num_groups);
+  same("moe_router_group_topk", e.moe_router_group_topk, h.moe_router_group_topk);
+  same("moe_router_enable_expert_bias", e.moe_router_enable_expert_bias,
+       h.moe_router_enable_expert_bias);
+  same("moe_layer_freq (every layer)", e.moe_layer_freq == h.moe_layer_freq, true);
+  same("moe_router_topk_scaling_factor", e.moe_router_topk_scaling_factor.value_or(1.0),
+       h.moe_router_topk_scaling_factor.value_or(1.0));
+}
+
 }  // namespace
 
 void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf,
@@ -90,20 +123,8 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("no_rope_freq (layers without rope)", nope_layers(m), nope_layers(hf));
   same("layernorm_epsilon", m.layernorm_epsilon, hf.layernorm_epsilon);
   same("vocab_size", m.vocab_size, hf.vocab_size);
-  same("num_experts", m.moe.num_experts, hf.moe.num_experts);
-  if (!hf.moe.enabled()) return;
-  same("moe_router_topk", m.moe.moe_router_topk, hf.moe.moe_router_topk);
-  same("moe_ffn_hidden_size", m.moe.expert_ffn(m.ffn()), hf.moe.expert_ffn(hf.ffn()));
-  same("moe_shared_expert_intermediate_size", m.moe.moe_shared_expert_intermediate_size,
-       hf.moe.moe_shared_expert_intermediate_size);
-  same("moe_shared_expert_gate", m.moe.moe_shared_expert_gate, hf.moe.moe_shared_expert_gate);
-  same("moe_router_pre_softmax", m.moe.moe_router_pre_softmax, hf.moe.moe_router_pre_softmax);
-  same("moe_router_score_function", name(m.moe.moe_router_score_function),
-       name(hf.moe.moe_router_score_function));
-  same("moe_router_num_groups", m.moe.moe_router_num_groups, hf.moe.moe_router_num_groups);
-  same("moe_layer_freq (every layer)", m.moe.moe_layer_freq == hf.moe.moe_layer_freq, true);
-  same("moe_router_topk_scaling_factor (set)", m.moe.moe_router_topk_scaling_factor.has_value(),
-       false);
+  same("softmax_scale", m.softmax_scale.value_or(0.0), hf.softmax_scale.value_or(0.0));
+  same_attention_and_experts(same, m, hf);
 }
 
 namespace {
@@ -195,7 +216,7 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
   recipe.validate();
   const NativeLayout layout = native_layout(recipe, result.tp, result.pp, result.ep);
   hf::ImportRequest req;
-  req.mappings = hf_mappings(result.architecture, model, layout.padded_vocab);
+  req.mappings = hf_mappings(result.architecture, model, layout.padded_vocab, cfg.json());
   for (hf::TensorMapping& m : req.mappings)
     for (hf::HfSource& s : m.sources) {
       const std::string other = hf_alternative_name(result.architecture, s.name);
@@ -297,13 +318,13 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   if (embed == index.tensors.end() || embed->second.shape.empty())
     throw InputError(concat(meta_path, ": no tensor model/embedding.word_embeddings.weight"));
   hf::ExportRequest req;
-  req.mappings = hf_mappings(result.architecture, model, embed->second.shape[0]);
+  const nlohmann::json original = hf_meta.contains("config") ? hf_meta["config"] : nlohmann::json();
+  req.mappings = hf_mappings(result.architecture, model, embed->second.shape[0], original);
   req.dtype = result.dtype;
   req.max_shard_bytes = o.max_shard_bytes;
   if (recipe.peft.lora() && o.merge_lora)
     req.lora_scale = static_cast<float>(recipe.peft.alpha / static_cast<double>(recipe.peft.dim));
   req.drop_lora = recipe.peft.lora() && !o.merge_lora;
-  const nlohmann::json original = hf_meta.contains("config") ? hf_meta["config"] : nlohmann::json();
   req.files["config.json"] =
       hf_config_for(model, result.architecture, result.dtype, original).dump(2) + "\n";
   for (auto& [name, bytes] : tokenizer_files(recipe)) req.files[name] = std::move(bytes);

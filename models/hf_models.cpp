@@ -2,6 +2,7 @@
 
 #include "models/bert/hf_bert.h"
 #include "models/gpt/hf_decoder.h"
+#include "models/gpt/hf_deepseek.h"
 #include "models/gpt/hf_gemma.h"
 #include "models/gpt/hf_neox.h"
 #include "models/gpt/hf_olmo2.h"
@@ -67,6 +68,7 @@ std::vector<std::string> hf_architectures() {
           kOlmo2,
           kGemma2,
           kGemma3,
+          kDeepseekV3,
           "BertForPreTraining",
           "BertForMaskedLM"};
 }
@@ -74,16 +76,17 @@ std::vector<std::string> hf_architectures() {
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   const std::string arch = c.architecture();
   if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch) && !is_hf_olmo2(arch) &&
-      !is_hf_gemma(arch)) {
+      !is_hf_gemma(arch) && !is_hf_deepseek(arch)) {
     std::string names;
     for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
     c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
   }
-  const config::ModelConfig m = is_hf_bert(arch)    ? bert_model_from_hf(c, arch)
-                                : is_hf_neox(arch)  ? neox_model_from_hf(c)
-                                : is_hf_olmo2(arch) ? olmo2_model_from_hf(c)
-                                : is_hf_gemma(arch) ? gemma_model_from_hf(c, arch)
-                                                    : decoder_model_from_hf(c, arch);
+  const config::ModelConfig m = is_hf_bert(arch)       ? bert_model_from_hf(c, arch)
+                                : is_hf_neox(arch)     ? neox_model_from_hf(c)
+                                : is_hf_olmo2(arch)    ? olmo2_model_from_hf(c)
+                                : is_hf_gemma(arch)    ? gemma_model_from_hf(c, arch)
+                                : is_hf_deepseek(arch) ? deepseek_model_from_hf(c)
+                                                       : decoder_model_from_hf(c, arch);
   try {
     m.validate();
   } catch (const InputError& e) {
@@ -96,6 +99,7 @@ std::string hf_architecture_for(const config::Recipe& r) {
   if (r.model.arch == config::Arch::BERT) return bert_architecture_for(r.data.bert_binary_head);
   if (is_neox_model(r.model)) return kGptNeoX;
   if (is_olmo2_model(r.model)) return kOlmo2;
+  if (r.model.mla.enabled()) return kDeepseekV3;
   if (const std::string gemma = gemma_architecture_for(r.model); !gemma.empty()) return gemma;
   return decoder_architecture_for(r.model);
 }
@@ -108,15 +112,18 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::st
   if (is_hf_neox(arch)) return neox_hf_config(m, dtype, original);
   if (is_hf_olmo2(arch)) return olmo2_hf_config(m, dtype, original);
   if (is_hf_gemma(arch)) return gemma_hf_config(m, arch, dtype, original);
+  if (is_hf_deepseek(arch)) return deepseek_hf_config(m, dtype, original);
   return decoder_hf_config(m, arch, dtype, original);
 }
 
 std::vector<hf::TensorMapping> hf_mappings(const std::string& arch, const config::ModelConfig& m,
-                                           int64_t padded_vocab) {
+                                           int64_t padded_vocab, const nlohmann::json& hf_config) {
   if (is_hf_bert(arch)) return bert_mappings(arch, m, padded_vocab);
   if (is_hf_neox(arch)) return neox_mappings(m, padded_vocab, "embed_out.weight");
   if (is_hf_olmo2(arch)) return olmo2_mappings(m, padded_vocab);
   if (is_hf_gemma(arch)) return gemma_mappings(m, arch, padded_vocab);
+  if (is_hf_deepseek(arch)) return deepseek_mappings(m, padded_vocab, hf_config);
+  MT_INPUT_CHECK(!m.mla.enabled(), arch, " has no multi-latent attention (", kDeepseekV3, " does)");
   return decoder_mappings(arch, m, padded_vocab);
 }
 
@@ -125,6 +132,7 @@ std::set<std::string> hf_ignored_tensors(const std::string& arch, const config::
   if (is_hf_neox(arch)) return neox_ignored_tensors(m);
   if (is_hf_olmo2(arch)) return olmo2_ignored_tensors(m);
   if (is_hf_gemma(arch)) return gemma_ignored_tensors(m);
+  if (is_hf_deepseek(arch)) return deepseek_ignored_tensors(m);
   return decoder_ignored_tensors(arch, m);
 }
 
@@ -154,6 +162,12 @@ NativeLayout native_layout(const config::Recipe& recipe, int64_t tp, int64_t pp,
           out.shapes[param->name] = {param->global_shape.begin(), param->global_shape.end()};
           out.placement[param->name].pieces.push_back({rank, param->shard});
         }
+        // Aux-loss-free balancing's expert bias: kept with the checkpoint (moe/expert_bias/
+        // layers.L, whole on rank 0), not a parameter.
+        if (chunks.moe)
+          for (const auto& [layer, bias] : chunks.moe->all_expert_bias())
+            out.shapes[concat("moe/expert_bias/layers.", layer)] = {
+                static_cast<int64_t>(bias.size())};
       }
   return out;
 }

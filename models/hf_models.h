@@ -26,8 +26,11 @@ bool hf_binary_head(const std::string& architecture);
 nlohmann::ordered_json hf_config_for(const config::ModelConfig& model,
                                      const std::string& architecture, const std::string& dtype,
                                      const nlohmann::json& original);
+// hf_config: the HF side's config.json where the layout of its tensors depends on it (DeepSeek's
+// rope_interleave); null: the architecture's default.
 std::vector<hf::TensorMapping> hf_mappings(const std::string& architecture,
-                                           const config::ModelConfig& model, int64_t padded_vocab);
+                                           const config::ModelConfig& model, int64_t padded_vocab,
+                                           const nlohmann::json& hf_config = nlohmann::json());
 // Another name a checkpoint of `architecture` may store the HF tensor `name` under (empty: none).
 std::string hf_alternative_name(const std::string& architecture, const std::string& name);
 std::set<std::string> hf_ignored_tensors(const std::string& architecture,
@@ -40,7 +43,8 @@ struct NativeLayout {
 };
 // The recipe's model in a tp x pp x ep layout (parallel.virtual_stages and pipeline_layers from
 // the recipe): every parameter with its global shape and (world rank, shard) pieces, ranks
-// numbered as the default mesh order places them with dp = ep.
+// numbered as the default mesh order places them with dp = ep; and the experts' bias of
+// aux-loss-free balancing (moe/expert_bias/layers.L, not a parameter) where the model has it.
 NativeLayout native_layout(const config::Recipe& recipe, int64_t tp, int64_t pp, int64_t ep);
 // Checks that the mappings produce exactly the layout's parameters with their shapes (Error
 // naming the first difference: a converter bug, not bad input).

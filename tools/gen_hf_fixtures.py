@@ -18,8 +18,8 @@ The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in exp
 
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
 (tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3,
-qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2*, gemma3*, qwen2_moe and qwen3_moe were added that
-way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2*, gemma3*, qwen2_moe, qwen3_moe and deepseek_v3* were
+added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -237,6 +237,36 @@ FIXTURES = {
                              num_experts_per_tok=2, moe_intermediate_size=16,
                              norm_topk_prob=True, decoder_sparse_step=2, rms_norm_eps=1e-6),
                   torch.float32, None),
+    # DeepSeek-V3: multi-latent attention (q_lora_rank 12, kv_lora_rank 8, qk 8 + rope 4 per
+    # head, values 6, rope dims interleaved in pairs), layer 0 dense, layers 1-2 routed: sigmoid
+    # scores with a random e_score_correction_bias, top-4 of 8 experts within the best 2 of 4
+    # groups, renormalized and scaled by 2.5, one shared expert.
+    "deepseek_v3": (T.DeepseekV3ForCausalLM,
+                    llama_like(T.DeepseekV3Config, num_hidden_layers=3, num_key_value_heads=4,
+                               q_lora_rank=12, kv_lora_rank=8, qk_nope_head_dim=8,
+                               qk_rope_head_dim=4, v_head_dim=6, n_routed_experts=8,
+                               num_experts_per_tok=4, n_group=4, topk_group=2,
+                               n_shared_experts=1, routed_scaling_factor=2.5,
+                               moe_intermediate_size=16, first_k_dense_replace=1,
+                               norm_topk_prob=True, rms_norm_eps=1e-6),
+                    torch.float32, None),
+    # The plain query projection (q_lora_rank null), rope dims in halves (rope_interleave
+    # false), YaRN over 16 original positions with factor 4 and mscale_all_dim (the softmax
+    # scale times mscale^2), no groups, two shared experts, in bf16.
+    "deepseek_v3_yarn_bf16": (T.DeepseekV3ForCausalLM,
+                              llama_like(T.DeepseekV3Config, num_hidden_layers=2,
+                                         num_key_value_heads=4, q_lora_rank=None,
+                                         kv_lora_rank=8, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                         v_head_dim=8, n_routed_experts=4, num_experts_per_tok=2,
+                                         n_group=1, topk_group=1, n_shared_experts=2,
+                                         routed_scaling_factor=1.5, moe_intermediate_size=16,
+                                         first_k_dense_replace=1, norm_topk_prob=True,
+                                         rope_interleave=False, rms_norm_eps=1e-6,
+                                         rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                       "original_max_position_embeddings": 16,
+                                                       "beta_fast": 32.0, "beta_slow": 1.0,
+                                                       "mscale": 1.0, "mscale_all_dim": 1.0}),
+                              torch.bfloat16, None),
 }
 
 BERT = {
@@ -263,6 +293,9 @@ def randomize(model, seed):
                 p.copy_(1.0 + noise if name.endswith("weight") else noise)
             else:
                 p.copy_(noise)
+        for name, b in model.named_buffers():  # DeepSeek-V3's expert bias steers the routing
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(torch.randn(b.shape, generator=g) * 0.2)
 
 
 def main(only=None):

@@ -17,6 +17,13 @@ namespace {
 
 constexpr const char* kModelPrefix = "model/";
 
+// The checkpoint key of a mapping's native tensor: a parameter's under model/; a name under moe/
+// (the experts' bias of aux-loss-free balancing, kept with the checkpoint but not a parameter)
+// as it is.
+std::string checkpoint_key(const std::string& native) {
+  return native.rfind("moe/", 0) == 0 ? native : kModelPrefix + native;
+}
+
 std::vector<int64_t> local_shape(const std::vector<int64_t>& global, const ShardSpec& s) {
   std::vector<int64_t> local = global;
   if (!s.replicated()) local[static_cast<size_t>(s.dim)] /= s.count;
@@ -100,7 +107,7 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
         parts.push_back({{"pieces", json::array()}});
       }
       const size_t f = file_of_rank[rank];
-      const std::string name = kModelPrefix + m.native;
+      const std::string name = checkpoint_key(m.native);
       const std::vector<int64_t> local = local_shape(m.native_shape, shard);
       std::vector<int64_t> offset(m.native_shape.size(), 0);
       if (!shard.replicated())
@@ -225,7 +232,7 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
   std::vector<OutTensor> out;
   for (const TensorMapping& m : req.mappings) {
     m.validate();
-    const std::string name = kModelPrefix + m.native;
+    const std::string name = checkpoint_key(m.native);
     const auto it = index.tensors.find(name);
     if (it == index.tensors.end())
       throw InputError(concat("checkpoint ", index.path, " has no tensor '", name,
@@ -247,7 +254,7 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
                               "' has no Hugging Face counterpart in this architecture"));
   HfWriter writer(out_dir, out, req.max_shard_bytes);
   for (const TensorMapping& m : req.mappings) {
-    std::vector<float> full = native.read_whole(kModelPrefix + m.native);  // shape checked above
+    std::vector<float> full = native.read_whole(checkpoint_key(m.native));  // shape checked above
     merge_lora(native, m, req.lora_scale, full);
     const auto sources = m.export_sources(full);
     full = {};

@@ -26,7 +26,9 @@ struct NativePlacement {
 };
 
 struct ImportRequest {
-  std::vector<TensorMapping> mappings;            // every native parameter
+  // Every native parameter (checkpoint key model/<native>), and non-parameter tensors kept with
+  // the checkpoint under moe/ (the experts' bias), whose names are their keys.
+  std::vector<TensorMapping> mappings;
   std::map<std::string, NativePlacement> layout;  // by native name; absent: whole on rank 0
   std::set<std::string> ignored;                  // HF tensors that are not parameters
   std::string out_dir;                            // the checkpoint root

@@ -65,6 +65,21 @@ void copy_shard(Parameter& p, const std::vector<float>& full) {
   if (!host) p.weight.copy_from(staged);
 }
 
+// Aux-loss-free balancing's expert bias steers the routing: each MoE layer's, from the checkpoint.
+void load_expert_bias(checkpoint::Reader& reader, const models::ModelChunks& chunks,
+                      const std::string& path) {
+  if (!chunks.moe) return;
+  for (auto& [layer, bias] : chunks.moe->all_expert_bias()) {
+    const std::string name = "moe/expert_bias/layers." + std::to_string(layer);
+    MT_INPUT_CHECK(reader.index().tensors.count(name), path, ": no tensor '", name,
+                   "' (the model routes with an expert bias)");
+    const std::vector<float> saved = reader.read_whole(name);
+    MT_INPUT_CHECK(saved.size() == bias.size(), path, ": tensor '", name, "' has ", saved.size(),
+                   " values for ", bias.size(), " experts");
+    bias.assign(saved.begin(), saved.end());
+  }
+}
+
 }  // namespace
 
 LoadedModel::LoadedModel(const std::string& dir, std::optional<int64_t> iteration,
@@ -104,6 +119,7 @@ LoadedModel::LoadedModel(const std::string& dir, std::optional<int64_t> iteratio
     std::memcpy(full.data(), buf.data(), static_cast<size_t>(real * row) * sizeof(float));
     copy_shard(*p, full);
   }
+  load_expert_bias(reader, chunks, checkpoint_path);
 }
 
 CausalLM::CausalLM(const std::string& dir, std::optional<int64_t> iteration,

@@ -201,6 +201,11 @@ TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
 // one (decoder_sparse_step 2).
 TEST(HfLogits, Qwen2Moe) { check_logits("qwen2_moe"); }
 TEST(HfLogits, Qwen3Moe) { check_logits("qwen3_moe"); }
+// DeepSeek-V3: multi-latent attention (low-rank queries, interleaved rope dims) and sigmoid
+// routing with the e_score_correction_bias, group-limited top-4, scaled gates, a shared expert;
+// then plain queries, rope in halves, YaRN with mscale_all_dim (the softmax scale), bf16.
+TEST(HfLogits, DeepseekV3) { check_logits("deepseek_v3"); }
+TEST(HfLogits, DeepseekV3YarnBf16) { check_logits("deepseek_v3_yarn_bf16"); }
 // Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16
 // one without grouped queries.
 TEST(HfLogits, Qwen3) { check_logits("qwen3"); }

@@ -59,13 +59,14 @@ inline RawTensors raw_tensors(const fs::path& dir) {
   return out;
 }
 
-// Every model/ tensor of a native checkpoint, whole (rows past `rows0[name]` cut when given).
+// Every model/ tensor of a native checkpoint (and moe/: the experts' bias), whole (vocabulary
+// tables cut to `vocab` rows when given).
 inline std::map<std::string, std::vector<float>> native_tensors(const fs::path& dir,
                                                                 int64_t vocab = 0) {
   checkpoint::Reader reader(dir.string());
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, t] : reader.index().tensors) {
-    if (name.rfind("model/", 0) != 0) continue;
+    if (name.rfind("model/", 0) != 0 && name.rfind("moe/", 0) != 0) continue;
     std::vector<float> data(static_cast<size_t>(t.numel()));
     checkpoint::TensorPiece piece;
     piece.name = name;

@@ -43,7 +43,8 @@ const std::vector<std::string> kFixtures = {
     "llama3_rope_custom", "phi3_longrope", "phi3_sliding_bf16", "llama_dynamic_rope", "smollm3",
     "smollm3_list_bf16", "phi3_partial_longrope", "qwen2_window_layers", "smollm3_sliding",
     "gpt_neox", "gpt_neox_sequential_bf16", "olmo2", "olmo2_head_dim_bf16", "gemma2",
-    "gemma2_tied_bf16", "gemma3", "gemma3_pattern_bf16", "qwen2_moe", "qwen3_moe"};
+    "gemma2_tied_bf16", "gemma3", "gemma3_pattern_bf16", "qwen2_moe", "qwen3_moe", "deepseek_v3",
+    "deepseek_v3_yarn_bf16"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
@@ -139,7 +140,8 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
         Case{"mixtral", 1, 1, 4}, Case{"mistral_head_dim", 2, 2, 1}, Case{"qwen3", 2, 2, 1},
         Case{"phi3_longrope", 2, 2, 1}, Case{"gpt_neox", 2, 2, 1}, Case{"olmo2", 2, 2, 1},
         Case{"gemma2", 2, 2, 1}, Case{"gemma3", 2, 1, 1}, Case{"qwen2_moe", 2, 1, 2},
-        Case{"qwen3_moe", 2, 2, 2}, Case{"qwen3_moe", 1, 1, 4}}) {
+        Case{"qwen3_moe", 2, 2, 2}, Case{"qwen3_moe", 1, 1, 4}, Case{"deepseek_v3", 2, 1, 2},
+        Case{"deepseek_v3", 1, 1, 4}, Case{"deepseek_v3_yarn_bf16", 2, 2, 1}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);
@@ -184,6 +186,17 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
        "activation: swiglu, position_embedding: rope, tie_embeddings: false, add_bias: false, "
        "qk_layernorm: true, num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 24, "
        "moe_layer_freq: [0, 1], moe_aux_loss_coeff: 0.001"},
+      // DeepSeek-V3: MLA, the first layer dense, sigmoid routing with the expert bias (trained
+      // away from zero), grouped, scaled, a shared expert
+      {"deepseek_v3",
+       "arch: llama, ffn_hidden_size: 48, normalization: rmsnorm, activation: swiglu, "
+       "position_embedding: rope, tie_embeddings: false, add_bias: false, "
+       "multi_latent_attention: true, q_lora_rank: 12, kv_lora_rank: 8, qk_head_dim: 8, "
+       "qk_pos_emb_head_dim: 4, v_head_dim: 6, num_experts: 4, moe_router_topk: 2, "
+       "moe_ffn_hidden_size: 16, moe_router_score_function: sigmoid, "
+       "moe_router_enable_expert_bias: true, moe_router_bias_update_rate: 0.05, "
+       "moe_router_num_groups: 2, moe_router_group_topk: 1, moe_router_topk_scaling_factor: 2.5, "
+       "moe_shared_expert_intermediate_size: 16, moe_layer_freq: [0, 1]"},
       // head dimension 12, not 32 / 4: exported as head_dim, imported back as kv_channels
       {"llama_kv_channels",
        "arch: llama, num_query_groups: 2, kv_channels: 12, ffn_hidden_size: 48, "
@@ -240,6 +253,15 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
     }
     if (name == "olmo2") {
       EXPECT_EQ(config["architectures"][0], "Olmo2ForCausalLM");
+    }
+    if (name == "deepseek_v3") {
+      EXPECT_EQ(config["architectures"][0], "DeepseekV3ForCausalLM");
+      EXPECT_EQ(config["rope_interleave"], true);
+      EXPECT_EQ(config["first_k_dense_replace"], 1);
+      EXPECT_EQ(config["n_shared_experts"], 1);
+      // The expert bias went out as e_score_correction_bias and came back.
+      const checkpoint::CheckpointIndex back = checkpoint::read_index((dir_ / (name + "_back")).string());
+      EXPECT_TRUE(back.tensors.count("moe/expert_bias/layers.1"));
     }
     if (name == "qwen2_moe") {
       EXPECT_EQ(config["architectures"][0], "Qwen2MoeForCausalLM");

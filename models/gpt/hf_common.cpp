@@ -34,6 +34,21 @@ void read_decoder_sizes(const hf::ConfigJson& c, config::ModelConfig& m) {
   }
 }
 
+config::ModelConfig llama_style_model(const hf::ConfigJson& c, double eps) {
+  config::ModelConfig m;
+  m.arch = config::Arch::LLaMA;
+  read_decoder_sizes(c, m);
+  m.layernorm_epsilon = c.number_or("rms_norm_eps", eps);
+  m.attention_dropout = c.number_or("attention_dropout", 0.0);
+  m.normalization = config::Normalization::RMSNorm;
+  m.activation = config::Activation::SwiGLU;
+  m.position_embedding = config::PositionEmbedding::Rope;
+  m.add_bias = false;
+  if (c.string_or("hidden_act", "silu") != "silu")
+    c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
+  return m;
+}
+
 void write_dtype_and_pad(const config::ModelConfig& m, const std::string& dtype,
                          nlohmann::ordered_json& j) {
   j["torch_dtype"] = dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";

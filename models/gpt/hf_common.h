@@ -23,6 +23,9 @@ void read_decoder_sizes(const hf::ConfigJson& c, config::ModelConfig& m);
 // The config.json keys every LLaMA-style converter reads: the sizes above, rms_norm_eps,
 // hidden_act, tie_word_embeddings and the rope settings.
 std::set<std::string> decoder_keys();
+// A LLaMA-style model: the sizes above, RMSNorm (rms_norm_eps, else eps), attention_dropout,
+// SwiGLU (hidden_act silu, else an error), rope, no biases.
+config::ModelConfig llama_style_model(const hf::ConfigJson& c, double eps);
 // torch_dtype from a safetensors dtype name (transformers 5's "dtype" dropped), and
 // pad_token_id null where it is missing or outside the vocabulary (transformers would take a
 // class default that may lie outside a small vocabulary and fail to load).

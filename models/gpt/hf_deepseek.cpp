@@ -267,17 +267,7 @@ bool is_hf_deepseek(const std::string& architecture) { return architecture == kD
 
 config::ModelConfig deepseek_model_from_hf(const hf::ConfigJson& c) {
   c.check_known(deepseek_keys(), kDeepseekV3);
-  config::ModelConfig m;
-  m.arch = config::Arch::LLaMA;
-  read_decoder_sizes(c, m);
-  m.layernorm_epsilon = c.number_or("rms_norm_eps", 1e-6);
-  m.attention_dropout = c.number_or("attention_dropout", 0.0);
-  m.normalization = config::Normalization::RMSNorm;
-  m.activation = config::Activation::SwiGLU;
-  m.position_embedding = config::PositionEmbedding::Rope;
-  m.add_bias = false;
-  if (c.string_or("hidden_act", "silu") != "silu")
-    c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
+  config::ModelConfig m = llama_style_model(c, 1e-6);
   read_mla(c, m);
   read_rope(c, m);
   read_softmax_scale(c, m);

@@ -27,17 +27,7 @@ config::ModelConfig olmo2_model_from_hf(const hf::ConfigJson& c) {
   std::set<std::string> known = decoder_keys();
   known.insert({"attention_bias", "attention_dropout"});
   c.check_known(known, kOlmo2);
-  config::ModelConfig m;
-  m.arch = config::Arch::LLaMA;
-  read_decoder_sizes(c, m);
-  m.layernorm_epsilon = c.number_or("rms_norm_eps", 1e-5);
-  m.attention_dropout = c.number_or("attention_dropout", 0.0);
-  m.normalization = config::Normalization::RMSNorm;
-  m.activation = config::Activation::SwiGLU;
-  m.position_embedding = config::PositionEmbedding::Rope;
-  m.add_bias = false;
-  if (c.string_or("hidden_act", "silu") != "silu")
-    c.fail("hidden_act", concat("'", c.string_or("hidden_act", ""), "' (only silu: SwiGLU)"));
+  config::ModelConfig m = llama_style_model(c, 1e-5);
   if (c.boolean_or("attention_bias", false))
     c.fail("attention_bias",
            "true (biases on q/k/v/o but not on the MLP) has no equivalent here: add_bias puts "

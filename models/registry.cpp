@@ -89,6 +89,14 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
              m.mla.v_head_dim};
     t.kv_channels = m.head_dim();  // the attention core's query/key head dimension
     t.rope_rotary_dims = m.rotary_dims();
+    // YaRN with mscale_all_dim scales MLA's softmax by mscale^2 (Megatron-Core's and
+    // DeepSeek's MLA), unless model.softmax_scale says otherwise.
+    if (m.position_embedding == config::PositionEmbedding::Yarn && m.yarn_mscale_all_dim &&
+        !m.softmax_scale) {
+      const double mscale = math::yarn_mscale(m.yarn_rotary_scaling_factor, *m.yarn_mscale_all_dim);
+      t.softmax_scale =
+          static_cast<float>(mscale * mscale / std::sqrt(static_cast<double>(m.head_dim())));
+    }
   }
   for (int64_t l = 0; l < m.num_layers; ++l) {
     if (m.rotary() && m.skips_rope(l)) t.no_rope_layers.push_back(l);

@@ -86,7 +86,8 @@ void validate_rope(const ModelConfig& m, const Checker& c) {
     c.check(m.yarn_rotary_scaling_factor == 0.0, "model.yarn_rotary_scaling_factor",
             "needs position_embedding: yarn");
   }
-  if (m.rotary()) {
+  // (multi-latent attention turns its own qk_pos_emb_head_dim: mla_config.cpp checks it)
+  if (m.rotary() && !m.mla.enabled()) {
     if (m.kv_channels > 0)
       c.check(m.kv_channels % 2 == 0, "model.kv_channels",
               concat("must be even with position_embedding: rope (got ", m.kv_channels, ")"));

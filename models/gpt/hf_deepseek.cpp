@@ -1,9 +1,5 @@
 #include "models/gpt/hf_deepseek.h"
 
-#include <cmath>
-#include <optional>
-
-#include "kernels/common/yarn.h"
 #include "megatron/core/error.h"
 #include "megatron/core/format.h"
 #include "models/gpt/hf_common.h"
@@ -75,27 +71,16 @@ void read_mla(const hf::ConfigJson& c, config::ModelConfig& m) {
   m.num_query_groups = 0;
   if (c.boolean_or("attention_bias", false))
     c.fail("attention_bias", "true is not implemented for multi-latent attention");
-  if (c.json().contains("quantization_config"))
-    c.fail("quantization_config",
-           "quantized weights (DeepSeek-V3's FP8 blocks) are not converted yet: dequantize to "
-           "bf16 first");
   if (c.integer_or("pretraining_tp", 1) != 1) c.fail("pretraining_tp", "must be 1");
 }
 
-// YaRN with mscale_all_dim scales the softmax by mscale^2 (DeepSeek's attention); none otherwise.
-std::optional<double> deepseek_softmax_scale(const config::ModelConfig& m) {
-  if (m.position_embedding != config::PositionEmbedding::Yarn || !m.yarn_mscale_all_dim)
-    return std::nullopt;
-  const double mscale = math::yarn_mscale(m.yarn_rotary_scaling_factor, *m.yarn_mscale_all_dim);
-  return mscale * mscale / std::sqrt(static_cast<double>(m.mla.qk_dims()));
-}
-
-void read_softmax_scale(const hf::ConfigJson& c, config::ModelConfig& m) {
+// YaRN with mscale_all_dim scales the softmax by mscale^2, as multi-latent attention does here
+// by itself (models/registry.cpp): nothing to set, but both mscales are needed.
+void check_yarn_mscales(const hf::ConfigJson& c, const config::ModelConfig& m) {
   if (m.position_embedding != config::PositionEmbedding::Yarn) return;
   const std::string key = c.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (c.json()[key].value("mscale_all_dim", 0.0) != 0.0 && !m.yarn_mscale_all_dim)
     c.fail(key, "yarn mscale_all_dim without mscale is not converted");
-  m.softmax_scale = deepseek_softmax_scale(m);
 }
 
 void read_deepseek_moe(const hf::ConfigJson& c, config::ModelConfig& m) {
@@ -225,19 +210,14 @@ void check_deepseek_exportable(const config::ModelConfig& m) {
   MT_INPUT_CHECK(m.mla.enabled() && e.enabled(), kDeepseekV3,
                  " has multi-latent attention and routed experts: this model "
                  "(model.multi_latent_attention, model.num_experts) is not one");
-  const std::optional<double> scale = deepseek_softmax_scale(m);
-  MT_INPUT_CHECK(m.softmax_scale.has_value() == scale.has_value() &&
-                     (!scale || std::abs(*m.softmax_scale - *scale) <= 1e-12 * *scale),
-                 kDeepseekV3,
-                 " scales the softmax by 1 / sqrt(qk_head_dim + qk_pos_emb_head_dim), times "
-                 "YaRN's mscale^2 with mscale_all_dim: model.softmax_scale is not that");
-  config::ModelConfig unscaled = m;
-  unscaled.softmax_scale.reset();
-  MT_INPUT_CHECK(gemma_only_feature(unscaled).empty() && !m.qk_layernorm &&
-                     !m.sublayer_output_norm && m.attention_window() == 0 && !m.tie_embeddings,
-                 kDeepseekV3,
-                 " has pre-norm blocks without q/k norms, windows or a tied head: this model is "
-                 "not one");
+  MT_INPUT_CHECK(gemma_only_feature(m).empty(), kDeepseekV3, " has no ", gemma_only_feature(m),
+                 " (multi-latent attention's softmax scale follows from its head dimensions and "
+                 "YaRN's mscale_all_dim)");
+  MT_INPUT_CHECK(
+      !m.qk_layernorm && !m.sublayer_output_norm && m.attention_window() == 0 && !m.tie_embeddings,
+      kDeepseekV3,
+      " has pre-norm blocks without q/k norms, windows or a tied head: this model is "
+      "not one");
   MT_INPUT_CHECK(
       e.moe_router_score_function == config::MoeScoreFunction::Sigmoid &&
           e.moe_router_enable_expert_bias && !e.moe_router_pre_softmax && e.moe_router_topk > 1 &&
@@ -270,7 +250,7 @@ config::ModelConfig deepseek_model_from_hf(const hf::ConfigJson& c) {
   config::ModelConfig m = llama_style_model(c, 1e-6);
   read_mla(c, m);
   read_rope(c, m);
-  read_softmax_scale(c, m);
+  check_yarn_mscales(c, m);
   read_deepseek_moe(c, m);
   return m;
 }
@@ -320,6 +300,9 @@ Json deepseek_hf_config(const config::ModelConfig& m, const std::string& dtype,
 std::vector<TensorMapping> deepseek_mappings(const config::ModelConfig& m, int64_t Vp,
                                              const nlohmann::json& hf_config) {
   check_deepseek_exportable(m);
+  MT_INPUT_CHECK(!hf_config.is_object() || !hf_config.contains("quantization_config"), kDeepseekV3,
+                 ": quantized weights (quantization_config; DeepSeek-V3's FP8 blocks) are not "
+                 "converted yet: dequantize them to bf16 first");
   const bool interleave = !hf_config.is_object() || hf_config.value("rope_interleave", true);
   std::vector<TensorMapping> out;
   out.push_back(embed_tokens_weight(m, Vp));

@@ -7,9 +7,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "megatron/hf/hf_config.h"
 #include "megatron/planning/planner.h"
 #include "models/gpt/hf_decoder.h"
+#include "models/gpt/hf_deepseek.h"
 #include "tests/unit/hf_test_util.h"
 
 namespace megatron {
@@ -108,6 +111,77 @@ TEST_F(HfMoe, ExpertsExportOnlyWhereTheArchitectureDescribesThem) {
               ThrowsMessage<InputError>(HasSubstr("moe_shared_expert_gate: true")));
   EXPECT_THAT([&] { models::hf_mappings("MixtralForCausalLM", q2, 96); },
               ThrowsMessage<InputError>(HasSubstr("MixtralForCausalLM has no q/k/v biases")));
+}
+
+// deepseek-ai/DeepSeek-V3: transformers 5.24 builds 671,026,404,352 parameters from its
+// config.json (without the multi-token-prediction layer); recipes/deepseek_v3.yaml is that model,
+// the planner counts the same and the recipe's layout fits. Its FP8 weights are refused by name.
+TEST_F(HfMoe, DeepseekV3ConfigIsTheRecipeModel) {
+  const auto hf = model_of(released("deepseek_v3"));
+  EXPECT_TRUE(hf.mla.enabled());
+  EXPECT_EQ(hf.mla.q_lora_rank, 1536);
+  EXPECT_EQ(hf.head_dim(), 192);
+  EXPECT_EQ(hf.rotary_dims(), 64);
+  EXPECT_EQ(hf.position_embedding, config::PositionEmbedding::Yarn);
+  EXPECT_EQ(hf.moe.moe_router_num_groups, 8);
+  EXPECT_EQ(hf.moe.moe_router_group_topk, 4);
+  EXPECT_EQ(hf.moe.moe_shared_expert_intermediate_size, 2048);
+  EXPECT_EQ(routed_layers(hf)[2], 0);
+  EXPECT_EQ(routed_layers(hf)[3], 1);
+  const config::Recipe r = recipe("deepseek_v3.yaml");
+  EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released("deepseek_v3").string()));
+  const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
+  EXPECT_EQ(report.params.total, 671026404352);
+  EXPECT_TRUE(report.fits);
+  const auto config = nlohmann::json::parse(std::ifstream(released("deepseek_v3")));
+  EXPECT_THAT([&] { models::hf_mappings(models::kDeepseekV3, hf, 129280, config); },
+              ThrowsMessage<InputError>(HasSubstr("quantized weights (quantization_config")));
+}
+
+TEST_F(HfMoe, DeepseekV3KeysItCannotRepresentAreNamed) {
+  auto error_of = [&](const std::function<void(nlohmann::json&)>& edit) {
+    return edited_config_error("deepseek_v3", edit);
+  };
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["num_key_value_heads"] = 2; }),
+              HasSubstr("\"num_key_value_heads\": 2 differs from num_attention_heads 4"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["qk_head_dim"] = 16; }),
+              HasSubstr("\"qk_head_dim\": 16 is not qk_nope_head_dim + qk_rope_head_dim (12)"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["topk_group"] = 1; }),
+              HasSubstr("\"topk_group\": 1 with num_experts_per_tok 4"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["scoring_func"] = "softmax"; }),
+              HasSubstr("\"scoring_func\": only sigmoid"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["norm_topk_prob"] = false; }),
+              HasSubstr("\"norm_topk_prob\": only renormalized"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["first_k_dense_replace"] = 3; }),
+              HasSubstr("\"first_k_dense_replace\": must be in [0, num_hidden_layers)"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["attention_bias"] = true; }),
+              HasSubstr("\"attention_bias\": true is not implemented"));
+  EXPECT_THAT(error_of([](nlohmann::json& j) { j["v_head_dim"] = 16; }),
+              HasSubstr("model.v_head_dim: must be <= qk_head_dim + qk_pos_emb_head_dim"));
+  // The expert bias is a tensor of the checkpoint: missing, it is named.
+  const fs::path d = editable("deepseek_v3");
+  rewrite(d, [](RawTensors& t) { t.erase("model.layers.1.mlp.gate.e_score_correction_bias"); });
+  EXPECT_THAT([&] { import(d, "out"); },
+              ThrowsMessage<InputError>(HasSubstr("model.layers.1.mlp.gate.e_score_correction_bias")));
+}
+
+// A native MLA model exports only as DeepseekV3ForCausalLM, with DeepSeek's routing.
+TEST_F(HfMoe, MlaExportsOnlyAsDeepseekV3) {
+  const config::ModelConfig m = model_of(fixture("deepseek_v3") / "config.json");
+  EXPECT_THAT([&] { models::hf_mappings("Qwen3MoeForCausalLM", m, 96); },
+              ThrowsMessage<InputError>(HasSubstr("has no multi-latent attention")));
+  config::ModelConfig softmax = m;
+  softmax.moe.moe_router_score_function = config::MoeScoreFunction::Softmax;
+  EXPECT_THAT([&] { models::hf_mappings(models::kDeepseekV3, softmax, 96); },
+              ThrowsMessage<InputError>(HasSubstr("routes by sigmoid scores")));
+  config::ModelConfig late_dense = m;
+  late_dense.moe.moe_layer_freq = {1, {0, 1, 0}};
+  EXPECT_THAT([&] { models::hf_mappings(models::kDeepseekV3, late_dense, 96); },
+              ThrowsMessage<InputError>(HasSubstr("dense layer 2 after a routed one")));
+  config::ModelConfig scaled = m;
+  scaled.softmax_scale = 0.5;
+  EXPECT_THAT([&] { models::hf_mappings(models::kDeepseekV3, scaled, 96); },
+              ThrowsMessage<InputError>(HasSubstr("DeepseekV3ForCausalLM has no model.softmax_scale")));
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include "megatron/backend/ops.h"
 #include "megatron/tensor_parallel/mappings.h"
 #include "megatron/transformer/attention.h"
-#include "megatron/transformer/kv_cache.h"
 
 namespace megatron {
 
@@ -199,8 +198,8 @@ kernels::AttentionShape MultiLatentAttention::shape(int64_t S, int64_t B,
                      heads_ * tp_->rank(), spec_.heads);
 }
 
-void MultiLatentAttention::project(State& s, const Tensor& in, int64_t S,
-                                   const MicroBatchInfo* mb) const {
+void MultiLatentAttention::project(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb,
+                                   bool expand_kv) const {
   const int64_t Sl = in.dim(0), B = in.dim(1), H = heads_, Dqk = d_.qk_nope + d_.qk_rope;
   const int64_t latent = d_.kv_lora_rank + d_.qk_rope;
   Tensor& q = ensure(s.q, {S, B, H * Dqk}, act(), device_);
@@ -219,19 +218,22 @@ void MultiLatentAttention::project(State& s, const Tensor& in, int64_t S,
   gather(s.ckv_full, rows(S * B).c_in, ensure(s.c, {S, B, d_.kv_lora_rank}, act(), device_),
          width_);
   kv_norm_->forward(s.kv_norm, s.c, ensure(s.c_n, s.c.shape(), act(), device_));
-  kv_up_->forward(s.kv_up, s.c_n, ensure(s.kv, {S, B, H * (d_.qk_nope + d_.v)}, act(), device_),
-                  mb);
+  if (expand_kv)
+    kv_up_->forward(s.kv_up, s.c_n, ensure(s.kv, {S, B, H * (d_.qk_nope + d_.v)}, act(), device_),
+                    mb);
 }
 
-void MultiLatentAttention::pack(State& s, const Rows& r) const {
+void MultiLatentAttention::pack(State& s, const Rows& r, bool with_kv) const {
   const int64_t w = width_;
   Tensor& qkv = ensure(s.qkv, {s.q.dim(0), s.q.dim(1), heads_ * 3 * (d_.qk_nope + d_.qk_rope)},
                        act(), device_);
   Tensor& tmp = ensure(s.scratch, qkv.shape(), act(), device_);
   // Disjoint rows from three sources (zero rows elsewhere): their sum is the packing, exactly.
   gather(s.q, r.q_in, qkv, w);
-  gather(s.kv, r.kv_in, tmp, w);
-  ops::add_inplace(qkv, tmp);
+  if (with_kv) {
+    gather(s.kv, r.kv_in, tmp, w);
+    ops::add_inplace(qkv, tmp);
+  }
   gather(s.ckv_full, r.kr_in, tmp, w);
   ops::add_inplace(qkv, tmp);
 }
@@ -306,29 +308,6 @@ void MultiLatentAttention::project_backward(State& s, const Rows& r, Tensor& d_i
     q_up_->backward(s.q_up, s.d_q, &d_x, &mb);
   }
   ops::add_inplace(d_in, d_x);
-}
-
-Tensor& MultiLatentAttention::cached_forward(State& s, const Tensor& in, KvCache& cache) const {
-  MT_CHECK(!sp_, "KV-cache decoding needs a model without sequence parallelism");
-  const int64_t S = in.dim(0), B = in.dim(1), Dqk = d_.qk_nope + d_.qk_rope;
-  project(s, in, S, nullptr);
-  pack(s, rows(S * B));
-  const auto as = shape(S, B, 0);
-  ops::rope_forward(as, s.qkv, rope_frequencies_of(spec_, cache.length + S), cache.length);
-  const size_t l = static_cast<size_t>(layer_);
-  MT_CHECK(l < cache.keys.size(), "KV cache has ", cache.keys.size(), " layers, not ", l + 1);
-  const Shape cache_shape{B, heads_, cache.capacity, Dqk};
-  const Tensor& held = cache.keys[l];
-  if (!(held.shape() == cache_shape) || held.device() != device_ || held.dtype() != act()) {
-    cache.keys[l] = Tensor::zeros(cache_shape, act(), device_);
-    cache.values[l] = Tensor::zeros(cache_shape, act(), device_);
-  }
-  Tensor& attn = ensure(s.attn, {S, B, heads_ * Dqk}, act(), device_);
-  ops::kv_cache_attention(as, core_.scale(), s.qkv, cache.keys[l], cache.values[l], cache.length,
-                          attn, spec_.window, 0.0f);
-  gather(attn, rows(S * B).v_out, ensure(s.attn_v, {S, B, heads_ * d_.v}, act(), device_), width_);
-  proj_->forward(s.proj, s.attn_v, ensure(s.out, {S, B, spec_.hidden}, act(), device_));
-  return s.out;
 }
 
 }  // namespace megatron

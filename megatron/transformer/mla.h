@@ -55,11 +55,17 @@ class MultiLatentAttention final : public AttentionLayer {
 
  private:
   const Rows& rows(int64_t T) const;
-  void project(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb) const;
-  void pack(State& s, const Rows& r) const;
+  // The queries, the latent and (expand_kv) the per-head keys and values of `in`.
+  void project(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb,
+               bool expand_kv = true) const;
+  // The packed qkv (with_kv false: the keys' rope part only, the rest zero).
+  void pack(State& s, const Rows& r, bool with_kv = true) const;
   void project_backward(State& s, const Rows& r, Tensor& d_in, const MicroBatchInfo& mb) const;
   kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const;
+  // KV-cached decoding (mla_decode.cpp): the cache keeps the latents, not the keys and values.
   Tensor& cached_forward(State& s, const Tensor& in, KvCache& cache) const;
+  // The absorbed attention of S new positions over the cached latents (host fp32).
+  void latent_attention(const State& s, KvCache& cache, Tensor& attn_v) const;
   int64_t full_seq(int64_t local_seq) const { return sp_ ? local_seq * tp_->size() : local_seq; }
   DType act() const { return spec_.activation_dtype; }
 

@@ -252,7 +252,8 @@ TEST(MultiLatentAttention, GradientsMatchFiniteDifferences) {
     }
 }
 
-// Prefill two positions, then decode one at a time: the same rows as the full forward.
+// Prefill two positions, then decode one at a time through the absorbed projections over the
+// cached latents: the same rows as the full forward; the cache holds Rkv + Dr values a position.
 TEST(MultiLatentAttention, CachedDecodingMatchesFullForward) {
   Layer l(false, true);
   const Tensor x = random_tensor({kSeq, kBatch, kHidden}, 31);
@@ -269,6 +270,8 @@ TEST(MultiLatentAttention, CachedDecodingMatchesFullForward) {
     std::copy_n(x.data<float>() + first * kBatch * kHidden, part.numel(), part.data<float>());
     const Tensor& y = l.attention->forward(*state, part, step, nullptr);
     ASSERT_EQ(y.shape(), (Shape{count, kBatch, kHidden}));
+    EXPECT_EQ(cache.keys[0].shape(), (Shape{kBatch, 1, kSeq, kRkv}));
+    EXPECT_EQ(cache.values[0].shape(), (Shape{kBatch, 1, kSeq, kDr}));
     for (int64_t i = 0; i < y.numel(); ++i)
       EXPECT_NEAR(y.data<float>()[i], full.data<float>()[first * kBatch * kHidden + i], 1e-5)
           << "positions from " << first << ", element " << i;

@@ -198,7 +198,8 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
   const config::ModelConfig model = model_from_hf_config(cfg);
   HfImportResult result;
   result.architecture = cfg.architecture();
-  const hf::HfTensors tensors(o.hf_dir);
+  hf::HfTensors tensors(o.hf_dir);
+  tensors.set_fp8_blocks(hf::fp8_blocks_of(cfg));
   if (fs::exists(fs::path(o.out_dir) / "latest", ec) ||
       fs::exists(fs::path(o.out_dir) / "iter_0000000", ec))
     throw InputError(concat(o.out_dir, " already holds a checkpoint (nothing is overwritten)"));

@@ -16,6 +16,8 @@ outputs are committed and neither the build nor the tests run Python:
 
 The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in expected.json).
 
+`--deepseek-fp8` makes tests/fixtures/hf/deepseek_v3_fp8 (block-quantized FP8 weights with
+DeepSeek-V3's formula; the expected outputs are transformers' on the dequantized weights).
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
 (tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3,
 qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2*, gemma3*, qwen2_moe, qwen3_moe and deepseek_v3* were
@@ -442,7 +444,81 @@ def from_export(src, name):
     print(name, arch, sorted(os.listdir(d)), "loss", out.loss.item())
 
 
+FP8_BLOCK = [16, 16]  # DeepSeek-V3 uses [128, 128]; smaller blocks tile these small weights
+
+
+def fp8_quantize(w, block):
+    """DeepSeek-V3's block quantization: per [br, bc] block scale = amax / 448 (e4m3's largest
+    value), q = (w / scale) in float8_e4m3fn; returns q and the [ceil(r/br), ceil(c/bc)] scales
+    (weight_scale_inv: w ~ q * scale)."""
+    rows, cols = w.shape
+    br, bc = block
+    q = torch.empty(rows, cols, dtype=torch.float8_e4m3fn)
+    scale = torch.empty((rows + br - 1) // br, (cols + bc - 1) // bc, dtype=torch.float32)
+    for i in range(scale.shape[0]):
+        for j in range(scale.shape[1]):
+            blk = w[i * br:(i + 1) * br, j * bc:(j + 1) * bc].float()
+            s = blk.abs().max().clamp(min=1e-12) / 448.0
+            scale[i, j] = s
+            q[i * br:(i + 1) * br, j * bc:(j + 1) * bc] = (blk / s).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def deepseek_fp8(name="deepseek_v3_fp8"):
+    """DeepSeek-V3 as it is released: every linear weight of the layers (attention, dense MLP,
+    experts, shared experts; not the embeddings, norms, router or head) in F8_E4M3 with
+    weight_scale_inv blocks, quantization_config in config.json. expected.json holds
+    transformers' outputs for the dequantized weights (q * scale in fp32), the model the import
+    must build."""
+    from safetensors.torch import load_file, save_file
+    _, config, _, _ = FIXTURES["deepseek_v3"]
+    torch.manual_seed(77)
+    model = T.DeepseekV3ForCausalLM(config).eval()
+    randomize(model, 7700)
+    d, plain = os.path.join(OUT, name), os.path.join(OUT, name + "_dequantized.tmp")
+    for x in (d, plain):
+        shutil.rmtree(x, ignore_errors=True)
+    model.save_pretrained(plain)
+    tensors = load_file(os.path.join(plain, "model.safetensors"))
+    stored, dequantized = {}, {}
+    for k, v in tensors.items():
+        linear = ".layers." in k and k.endswith("proj.weight") or k.endswith("proj_with_mqa.weight")
+        if not linear:
+            stored[k] = dequantized[k] = v
+            continue
+        q, scale = fp8_quantize(v, FP8_BLOCK)
+        stored[k], stored[k + "_scale_inv"] = q, scale
+        dequantized[k] = (q.float() * scale.repeat_interleave(FP8_BLOCK[0], 0)[:v.shape[0]]
+                          .repeat_interleave(FP8_BLOCK[1], 1)[:, :v.shape[1]]).to(v.dtype)
+    save_file(dequantized, os.path.join(plain, "model.safetensors"), metadata={"format": "pt"})
+    os.makedirs(d)
+    save_file(stored, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.load(open(os.path.join(plain, "config.json")))
+    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3",
+                                  "quant_method": "fp8", "weight_block_size": FP8_BLOCK}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    ref = T.DeepseekV3ForCausalLM.from_pretrained(plain, dtype=torch.float32).eval()
+    tokens = torch.tensor(TOKENS)
+    with torch.no_grad():
+        out = ref(input_ids=tokens, labels=tokens)
+        greedy = ref.generate(input_ids=tokens[:1, :4], attention_mask=torch.ones(
+            1, 4, dtype=torch.long), max_new_tokens=12, do_sample=False, eos_token_id=None,
+            pad_token_id=0)
+    expected = {"tokens": TOKENS, "greedy_prompt": TOKENS[0][:4],
+                "greedy": greedy[0, 4:].tolist(), "logits": out.logits.tolist(),
+                "loss": out.loss.item(), "torch": torch.__version__,
+                "transformers": T.__version__}
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(expected, f)
+    shutil.rmtree(plain)
+    print(name, sorted(os.listdir(d)), "loss", out.loss.item())
+
+
 if __name__ == "__main__":
+    if len(sys.argv) == 2 and sys.argv[1] == "--deepseek-fp8":
+        deepseek_fp8()
+        sys.exit(0)
     if len(sys.argv) == 4 and sys.argv[1] == "--from-export":
         from_export(sys.argv[2], sys.argv[3])
         sys.exit(0)

@@ -70,10 +70,12 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
         throw InputError(concat(hf.file_of(s.name), ": tensor '", s.name, "' has shape ",
                                 json(info.shape).dump(), ", the configuration needs ",
                                 json(s.shape).dump()));
-      if (!float_dtype(info.dtype))
+      if (!float_dtype(info.dtype) && !hf.fp8_quantized(s.name))
         throw InputError(concat(hf.file_of(s.name), ": tensor '", s.name, "' has dtype ",
-                                info.dtype, " (F32, BF16 or F16 convert)"));
+                                info.dtype, " (F32, BF16 or F16 convert; F8_E4M3 with the block ",
+                                "scales of a quantization_config)"));
       used.insert(s.name);
+      if (hf.fp8_quantized(s.name)) used.insert(fp8_scale_name(s.name));
     }
   }
   for (const std::string& name : hf.names())

@@ -113,16 +113,13 @@ const std::string& HfTensors::file_of(const std::string& name) const {
   return files_[where_.at(name).first].path();
 }
 
-std::vector<float> HfTensors::read(const std::string& name,
-                                   const std::vector<int64_t>& shape) const {
+bool HfTensors::fp8_quantized(const std::string& name) const {
+  return fp8_.enabled() && has(name) && info(name).dtype == "F8_E4M3";
+}
+
+std::vector<float> HfTensors::read_elements(const std::string& name) const {
   const st::TensorInfo& t = info(name);
   const st::File& file = files_[where_.at(name).first];
-  if (t.shape != shape)
-    throw InputError(concat(file.path(), ": tensor '", name, "' has shape ", shape_text(t.shape),
-                            ", the model needs ", shape_text(shape)));
-  if (!float_dtype(t.dtype))
-    throw InputError(concat(file.path(), ": tensor '", name, "' has dtype ", t.dtype,
-                            " (F32, BF16 or F16 convert)"));
   std::vector<float> out(static_cast<size_t>(t.numel()));
   // In chunks, so the raw bytes never need a second full-size buffer.
   constexpr int64_t kChunk = int64_t{1} << 22;
@@ -131,8 +128,47 @@ std::vector<float> HfTensors::read(const std::string& name,
     const int64_t n = std::min(kChunk, t.numel() - at);
     file.read_bytes(t, static_cast<uint64_t>(at) * t.element_size,
                     static_cast<uint64_t>(n) * t.element_size, raw.data());
-    to_float(t.dtype, raw.data(), out.data() + at, n);
+    if (t.dtype == "F8_E4M3")
+      for (int64_t i = 0; i < n; ++i)
+        out[size_t(at + i)] = fp8_e4m3_to_float(static_cast<uint8_t>(raw[size_t(i)]));
+    else
+      to_float(t.dtype, raw.data(), out.data() + at, n);
   }
+  return out;
+}
+
+std::vector<float> HfTensors::dequantized(const std::string& name,
+                                          const std::vector<int64_t>& shape) const {
+  const std::string& path = file_of(name);
+  const std::string scale = fp8_scale_name(name);
+  if (shape.size() != 2)
+    throw InputError(concat(path, ": tensor '", name, "' is F8_E4M3 but not a 2-D weight"));
+  if (!has(scale)) throw InputError(concat(path, ": FP8 tensor '", name, "' has no '", scale, "'"));
+  const std::vector<int64_t> want = {(shape[0] + fp8_.rows - 1) / fp8_.rows,
+                                     (shape[1] + fp8_.cols - 1) / fp8_.cols};
+  if (info(scale).shape != want || !float_dtype(info(scale).dtype))
+    throw InputError(concat(
+        file_of(scale), ": tensor '", scale, "' has shape ", shape_text(info(scale).shape),
+        " and dtype ", info(scale).dtype, "; the weight_block_size [", fp8_.rows, ", ", fp8_.cols,
+        "] of ", shape_text(shape), " needs ", shape_text(want), " in F32, BF16 or F16"));
+  std::vector<float> w = read_elements(name);
+  apply_fp8_block_scales(w, shape[0], shape[1], read_elements(scale), fp8_);
+  return w;
+}
+
+std::vector<float> HfTensors::read(const std::string& name,
+                                   const std::vector<int64_t>& shape) const {
+  const st::TensorInfo& t = info(name);
+  const st::File& file = files_[where_.at(name).first];
+  if (t.shape != shape)
+    throw InputError(concat(file.path(), ": tensor '", name, "' has shape ", shape_text(t.shape),
+                            ", the model needs ", shape_text(shape)));
+  if (!float_dtype(t.dtype) && !fp8_quantized(name))
+    throw InputError(concat(file.path(), ": tensor '", name, "' has dtype ", t.dtype,
+                            t.dtype == "F8_E4M3"
+                                ? " without a block-quantized quantization_config in config.json"
+                                : " (F32, BF16 or F16 convert)"));
+  std::vector<float> out = fp8_quantized(name) ? dequantized(name, shape) : read_elements(name);
   // A NaN or inf weight would import silently and decode garbage (token 0 over and over); the
   // scan costs little next to the read.
   if (const int64_t bad = count_non_finite(out.data(), t.numel()); bad > 0)

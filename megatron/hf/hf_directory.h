@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "megatron/checkpoint/safetensors.h"
+#include "megatron/hf/fp8_blocks.h"
 
 namespace megatron::hf {
 
@@ -29,13 +30,23 @@ class HfTensors {
   const checkpoint::safetensors::TensorInfo& info(const std::string& name) const;
   const std::string& file_of(const std::string& name) const;  // full path
   // The tensor in fp32; its shape must be `shape` (InputError naming file, tensor and both
-  // shapes) and its dtype F32, BF16 or F16.
+  // shapes) and its dtype F32, BF16 or F16, or F8_E4M3 with block scales (set_fp8_blocks:
+  // dequantized by its `<name>_scale_inv`, fp8_blocks.h).
   std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) const;
+  // config.json's block-quantized FP8 weights (quantization_config), which read() dequantizes.
+  void set_fp8_blocks(const Fp8Blocks& blocks) { fp8_ = blocks; }
+  // Whether `name` is an FP8 weight read() dequantizes (its scale tensor is then part of it).
+  bool fp8_quantized(const std::string& name) const;
   // The dtype most tensors have (what an export keeps by default).
   std::string common_dtype() const;
 
  private:
+  // The raw elements of tensor t (of `file`) in fp32, in chunks.
+  std::vector<float> read_elements(const std::string& name) const;
+  std::vector<float> dequantized(const std::string& name, const std::vector<int64_t>& shape) const;
+
   std::string dir_;
+  Fp8Blocks fp8_;
   std::vector<checkpoint::safetensors::File> files_;
   std::map<std::string, std::pair<size_t, const checkpoint::safetensors::TensorInfo*>> where_;
 };

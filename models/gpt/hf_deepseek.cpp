@@ -260,6 +260,7 @@ Json deepseek_hf_config(const config::ModelConfig& m, const std::string& dtype,
   Json j = original.is_object() ? Json(original) : Json::object();
   const auto& a = m.mla;
   const auto& e = m.moe;
+  j.erase("quantization_config");  // (the export writes dequantized weights)
   j["architectures"] = {kDeepseekV3};
   j["model_type"] = "deepseek_v3";
   j["vocab_size"] = m.vocab_size;
@@ -300,9 +301,6 @@ Json deepseek_hf_config(const config::ModelConfig& m, const std::string& dtype,
 std::vector<TensorMapping> deepseek_mappings(const config::ModelConfig& m, int64_t Vp,
                                              const nlohmann::json& hf_config) {
   check_deepseek_exportable(m);
-  MT_INPUT_CHECK(!hf_config.is_object() || !hf_config.contains("quantization_config"), kDeepseekV3,
-                 ": quantized weights (quantization_config; DeepSeek-V3's FP8 blocks) are not "
-                 "converted yet: dequantize them to bf16 first");
   const bool interleave = !hf_config.is_object() || hf_config.value("rope_interleave", true);
   std::vector<TensorMapping> out;
   out.push_back(embed_tokens_weight(m, Vp));

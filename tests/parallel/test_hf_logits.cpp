@@ -208,6 +208,10 @@ TEST(HfLogits, Qwen3Moe) { check_logits("qwen3_moe"); }
 // then plain queries, rope in halves, YaRN with mscale_all_dim (the softmax scale), bf16.
 TEST(HfLogits, DeepseekV3) { check_logits("deepseek_v3"); }
 TEST(HfLogits, DeepseekV3YarnBf16) { check_logits("deepseek_v3_yarn_bf16"); }
+// As released: the layers' linear weights in F8_E4M3 with 16 x 16 weight_scale_inv blocks
+// (partial ones too), dequantized as they stream in; transformers' outputs on the dequantized
+// weights.
+TEST(HfLogits, DeepseekV3Fp8Blocks) { check_logits("deepseek_v3_fp8"); }
 // Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16
 // one without grouped queries.
 TEST(HfLogits, Qwen3) { check_logits("qwen3"); }

@@ -165,6 +165,40 @@ TEST_F(HfMoe, DeepseekV3KeysItCannotRepresentAreNamed) {
               ThrowsMessage<InputError>(HasSubstr("model.layers.1.mlp.gate.e_score_correction_bias")));
 }
 
+// FP8 block-quantized weights (deepseek_v3_fp8): the scales are named when missing or mis-shaped,
+// other quantization methods and FP8 without a quantization_config are refused; the export
+// writes the dequantized weights and no quantization_config.
+TEST_F(HfMoe, Fp8BlockWeightsImportDequantizedAndBadScalesAreNamed) {
+  import(fixture("deepseek_v3_fp8"), "fp8");
+  export_to("fp8", "fp8_hf");
+  const auto config = nlohmann::json::parse(std::ifstream(dir_ / "fp8_hf" / "config.json"));
+  EXPECT_FALSE(config.contains("quantization_config"));
+  const RawTensors out = raw_tensors(dir_ / "fp8_hf");
+  EXPECT_EQ(std::get<0>(out.at("model.layers.1.self_attn.kv_b_proj.weight")), "F32");
+  EXPECT_FALSE(out.count("model.layers.1.self_attn.kv_b_proj.weight_scale_inv"));
+  const std::string w = "model.layers.1.self_attn.kv_b_proj.weight", scale = w + "_scale_inv";
+  auto error_of = [&](const fs::path& d) -> std::string {
+    try {
+      import(d, "bad");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "imported";
+  };
+  const fs::path missing = editable("deepseek_v3_fp8");
+  rewrite(missing, [&](RawTensors& t) { t.erase(scale); });
+  EXPECT_THAT(error_of(missing), HasSubstr("FP8 tensor '" + w + "' has no '" + scale + "'"));
+  const fs::path shaped = editable("deepseek_v3_fp8");
+  rewrite(shaped, [&](RawTensors& t) { std::get<1>(t[scale]) = {2, 2}; });
+  EXPECT_THAT(error_of(shaped), HasSubstr("the weight_block_size [16, 16] of [56,8] needs [4,1]"));
+  const fs::path method = editable("deepseek_v3_fp8");
+  edit_config(method, [](nlohmann::json& j) { j["quantization_config"]["quant_method"] = "awq"; });
+  EXPECT_THAT(error_of(method), HasSubstr("\"quantization_config\": quant_method 'awq'"));
+  const fs::path unscaled = editable("deepseek_v3_fp8");
+  edit_config(unscaled, [](nlohmann::json& j) { j.erase("quantization_config"); });
+  EXPECT_THAT(error_of(unscaled), HasSubstr("has dtype F8_E4M3 (F32, BF16 or F16 convert; F8_E4M3"));
+}
+
 // A native MLA model exports only as DeepseekV3ForCausalLM, with DeepSeek's routing.
 TEST_F(HfMoe, MlaExportsOnlyAsDeepseekV3) {
   const config::ModelConfig m = model_of(fixture("deepseek_v3") / "config.json");

@@ -8,6 +8,7 @@
 #include "megatron/checkpoint/file_io.h"
 #include "megatron/hf/convert.h"
 #include "megatron/hf/hf_dtype.h"
+#include "models/gpt/hf_gemma3_multimodal.h"
 #include "models/hf_models.h"
 #include "models/registry.h"
 
@@ -194,12 +195,15 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
     throw InputError(concat("Hugging Face directory ", o.hf_dir, " does not exist"));
   if (!fs::is_regular_file(config_path, ec))
     throw InputError(concat("Hugging Face directory ", o.hf_dir, " has no config.json"));
-  const hf::ConfigJson cfg = hf::ConfigJson::load(config_path);
+  const hf::ConfigJson loaded = hf::ConfigJson::load(config_path);
+  // A multimodal Gemma 3 imports its language model (the vision parts left out).
+  const bool multimodal = loaded.architecture() == kGemma3Multimodal;
+  const hf::ConfigJson cfg = multimodal ? gemma3_text_config(loaded) : loaded;
   const config::ModelConfig model = model_from_hf_config(cfg);
   HfImportResult result;
   result.architecture = cfg.architecture();
   hf::HfTensors tensors(o.hf_dir);
-  tensors.set_fp8_blocks(hf::fp8_blocks_of(cfg));
+  tensors.set_fp8_blocks(hf::fp8_blocks_of(loaded));
   if (fs::exists(fs::path(o.out_dir) / "latest", ec) ||
       fs::exists(fs::path(o.out_dir) / "iter_0000000", ec))
     throw InputError(concat(o.out_dir, " already holds a checkpoint (nothing is overwritten)"));
@@ -220,12 +224,18 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
   req.mappings = hf_mappings(result.architecture, model, layout.padded_vocab, cfg.json());
   for (hf::TensorMapping& m : req.mappings)
     for (hf::HfSource& s : m.sources) {
+      if (multimodal) s.name = kGemma3TextPrefix + s.name;
       const std::string other = hf_alternative_name(result.architecture, s.name);
       if (!tensors.has(s.name) && !other.empty() && tensors.has(other)) s.name = other;
     }
   check_mappings(req.mappings, layout, result.architecture);
   req.layout = layout.placement;
   req.ignored = hf_ignored_tensors(result.architecture, model);
+  if (multimodal) {
+    for (const std::string& name : hf_ignored_tensors(result.architecture, model))
+      req.ignored.insert(kGemma3TextPrefix + name);
+    req.ignored_prefixes = gemma3_vision_prefixes();
+  }
   req.out_dir = o.out_dir;
   req.iteration = 0;
   req.metadata = {

@@ -4,6 +4,7 @@
 #include "models/gpt/hf_decoder.h"
 #include "models/gpt/hf_deepseek.h"
 #include "models/gpt/hf_gemma.h"
+#include "models/gpt/hf_gemma3_multimodal.h"
 #include "models/gpt/hf_neox.h"
 #include "models/gpt/hf_olmo2.h"
 #include "models/registry.h"
@@ -74,12 +75,15 @@ std::vector<std::string> hf_architectures() {
 }
 
 config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
+  // A multimodal Gemma 3's language model (hf_gemma3_multimodal.h).
+  if (c.architecture() == kGemma3Multimodal) return model_from_hf_config(gemma3_text_config(c));
   const std::string arch = c.architecture();
   if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch) && !is_hf_olmo2(arch) &&
       !is_hf_gemma(arch) && !is_hf_deepseek(arch)) {
     std::string names;
     for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
-    c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, ")"));
+    c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, "; ",
+                                   kGemma3Multimodal, "'s language model)"));
   }
   const config::ModelConfig m = is_hf_bert(arch)       ? bert_model_from_hf(c, arch)
                                 : is_hf_neox(arch)     ? neox_model_from_hf(c)

@@ -20,8 +20,8 @@ The fixtures were made with torch 2.9.1 and transformers 5.24.0 (recorded in exp
 DeepSeek-V3's formula; the expected outputs are transformers' on the dequantized weights).
 `--only NAME` (re)makes one fixture of FIXTURES and leaves the others as they are
 (tests/fixtures/hf/llama_bias, mistral_head_dim, llama_yarn, mistral_sliding, qwen3,
-qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2*, gemma3*, qwen2_moe, qwen3_moe and deepseek_v3* were
-added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
+qwen3_tied_bf16, gpt_neox*, olmo2*, gemma2*, gemma3*, qwen2_moe, qwen3_moe, deepseek_v3* and
+gemma3_multimodal were added that way). `--from-export HF_DIR NAME` instead records transformers' outputs for a model trained here and
 exported by convert_checkpoint (tests/fixtures/hf/trained_*; the commands are in
 tests/fixtures/hf/README.md).
 """
@@ -269,6 +269,20 @@ FIXTURES = {
                                                        "beta_fast": 32.0, "beta_slow": 1.0,
                                                        "mscale": 1.0, "mscale_all_dim": 1.0}),
                               torch.bfloat16, None),
+    # Gemma 3 multimodal (Gemma3ForConditionalGeneration: a SigLIP vision tower, the projector
+    # and the language model under language_model.); text-only inputs, so its outputs are the
+    # language model's. The import takes the text model and leaves the vision parts out.
+    "gemma3_multimodal": (T.Gemma3ForConditionalGeneration,
+                          T.Gemma3Config(
+                              text_config=llama_like(T.Gemma3TextConfig, head_dim=8,
+                                                     num_hidden_layers=3, sliding_window=5,
+                                                     pad_token_id=0, rms_norm_eps=1e-6),
+                              vision_config=T.SiglipVisionConfig(
+                                  hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                  num_attention_heads=2, image_size=28, patch_size=14),
+                              mm_tokens_per_image=4, boi_token_index=93, eoi_token_index=94,
+                              image_token_index=95),
+                          torch.float32, None),
 }
 
 BERT = {

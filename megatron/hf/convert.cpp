@@ -78,8 +78,14 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
       if (hf.fp8_quantized(s.name)) used.insert(fp8_scale_name(s.name));
     }
   }
+  auto ignored = [&](const std::string& name) {
+    if (req.ignored.count(name)) return true;
+    for (const std::string& p : req.ignored_prefixes)
+      if (name.rfind(p, 0) == 0) return true;
+    return false;
+  };
   for (const std::string& name : hf.names())
-    if (!used.count(name) && !req.ignored.count(name))
+    if (!used.count(name) && !ignored(name))
       throw InputError(concat(hf.file_of(name), ": tensor '", name,
                               "' is not part of the model config.json describes (extra tensor)"));
 

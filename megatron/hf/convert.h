@@ -31,6 +31,7 @@ struct ImportRequest {
   std::vector<TensorMapping> mappings;
   std::map<std::string, NativePlacement> layout;  // by native name; absent: whole on rank 0
   std::set<std::string> ignored;                  // HF tensors that are not parameters
+  std::vector<std::string> ignored_prefixes;      // and those whose names start so
   std::string out_dir;                            // the checkpoint root
   int64_t iteration = 0;
   nlohmann::json metadata = nlohmann::json::object();

@@ -246,6 +246,8 @@ TEST(HfLogits, Olmo2HeadDimBf16) { check_logits("olmo2_head_dim_bf16"); }
 // norms, a local rope base on the sliding layers and a linearly scaled global one on the full
 // layer; its 5:1 layer pattern, untied, in bf16.
 TEST(HfLogits, Gemma2) { check_logits("gemma2"); }
+// Gemma 3 multimodal (Gemma3ForConditionalGeneration): its language model, on text.
+TEST(HfLogits, Gemma3MultimodalTextModel) { check_logits("gemma3_multimodal"); }
 TEST(HfLogits, Gemma2TiedBf16) { check_logits("gemma2_tied_bf16"); }
 TEST(HfLogits, Gemma3) { check_logits("gemma3"); }
 TEST(HfLogits, Gemma3PatternBf16) { check_logits("gemma3_pattern_bf16"); }

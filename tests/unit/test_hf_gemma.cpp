@@ -10,12 +10,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 #include <string>
 
 #include "megatron/hf/hf_config.h"
 #include "megatron/planning/planner.h"
 #include "models/gpt/hf_gemma.h"
+#include "models/gpt/hf_gemma3_multimodal.h"
 #include "models/hf_models.h"
 #include "tests/unit/hf_test_util.h"
 
@@ -77,6 +79,49 @@ TEST_F(HfGemma, ReleasedConfigsAreSizedAsTransformersCountsThem) {
   EXPECT_EQ(g3.layer_window(4), 512);
   EXPECT_EQ(g3.layer_window(5), 0);
   EXPECT_EQ(planned_params(g3), 999885952);
+}
+
+// google/gemma-3-4b-it (Gemma3ForConditionalGeneration) lists only six text_config keys; the
+// rest are Gemma3TextConfig's defaults: transformers 5.24 builds its language model with
+// 3,880,263,168 parameters, the planner those plus the padding of the tied table to 262272 rows.
+TEST_F(HfGemma, MultimodalConfigReadsItsLanguageModelWithDefaults) {
+  const auto c = hf::ConfigJson::load(released("gemma3_4b_it").string());
+  const auto m = models::model_from_hf_config(models::gemma3_text_config(c));
+  EXPECT_EQ(m.num_attention_heads, 8);
+  EXPECT_EQ(m.query_groups(), 4);
+  EXPECT_EQ(m.head_dim(), 256);
+  EXPECT_EQ(m.vocab_size, 262208);
+  EXPECT_EQ(m.rope_local_base_freq, 10000.0);
+  EXPECT_EQ(m.rotary_seq_len_interpolation_factor, 8.0);
+  EXPECT_EQ(m.layer_window(0), 1024);
+  EXPECT_EQ(m.layer_window(5), 0);
+  EXPECT_EQ(planned_params(m), 3880263168 + (262272 - 262208) * 2560);
+  EXPECT_THAT(edited_config_error("gemma3_multimodal",
+                                  [](nlohmann::json& j) {
+                                    j["audio_config"] = {{"x", 1}};
+                                  }),
+              HasSubstr("\"audio_config\": is not a key the Gemma3ForConditionalGeneration"));
+}
+
+// The multimodal checkpoint imports its language model (the vision tower and projector left
+// out) and exports as the text model, Gemma3ForCausalLM, with the same tensors.
+TEST_F(HfGemma, MultimodalCheckpointImportsItsLanguageModel) {
+  import(fixture("gemma3_multimodal"), "mm");
+  export_to("mm", "mm_hf");
+  const auto config = nlohmann::json::parse(std::ifstream(dir_ / "mm_hf" / "config.json"));
+  EXPECT_EQ(config["architectures"][0], "Gemma3ForCausalLM");
+  EXPECT_FALSE(config.contains("vision_config"));
+  const RawTensors source = raw_tensors(fixture("gemma3_multimodal")),
+                   out = raw_tensors(dir_ / "mm_hf");
+  size_t text = 0;
+  for (const auto& [name, t] : source) {
+    if (name.rfind("language_model.", 0) != 0) continue;
+    ++text;
+    const std::string plain = name.substr(std::string("language_model.").size());
+    ASSERT_TRUE(out.count(plain)) << plain;
+    EXPECT_EQ(out.at(plain), t) << plain;
+  }
+  EXPECT_EQ(out.size(), text);
 }
 
 // transformers 4's spelling (rope_theta, rope_scaling and rope_local_base_freq, no layer_types)

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "data/chat_template_jinja.h"
 #include "data/tokenizer_export.h"
 #include "megatron/checkpoint/file_io.h"
 #include "megatron/hf/convert.h"
@@ -282,7 +283,30 @@ namespace {
 // The tokenizer files that travel with an export, so that it loads in transformers as it is: a
 // Hugging Face tokenizer directory's own files, or those data/tokenizer_export.h writes for a
 // SentencePiece model or GPT-2's vocab.json + merges.txt; none for the others.
+// tokenizer_config.json with the chat template a fine-tuning recipe rendered its data with (as
+// Jinja, data/chat_template_jinja.h), unless it has one.
+void add_chat_template(const config::Recipe& recipe, std::map<std::string, std::string>& files) {
+  if (!recipe.data.sft.enabled() || !files.count("tokenizer_config.json")) return;
+  const std::string_view jinja =
+      data::chat_template_jinja(data::chat_template_from_name(recipe.data.sft.chat_template));
+  if (jinja.empty()) return;
+  nlohmann::ordered_json config = nlohmann::ordered_json::parse(files["tokenizer_config.json"]);
+  if (config.contains("chat_template")) return;
+  config["chat_template"] = std::string(jinja);
+  files["tokenizer_config.json"] = config.dump(2) + "\n";
+}
+
+std::map<std::string, std::string> tokenizer_files_of(const config::Recipe& recipe);
+
 std::map<std::string, std::string> tokenizer_files(const config::Recipe& recipe) {
+  std::map<std::string, std::string> files = tokenizer_files_of(recipe);
+  add_chat_template(recipe, files);
+  return files;
+}
+
+// The tokenizer's own files: a SentencePiece model or GPT-2's vocabulary as HF files, or an HF
+// tokenizer directory's.
+std::map<std::string, std::string> tokenizer_files_of(const config::Recipe& recipe) {
   const auto& t = recipe.data.tokenizer;
   auto path = [&](const std::string& p) { return config::resolve_path(recipe, p); };
   if (t.type == config::TokenizerType::SentencePiece)

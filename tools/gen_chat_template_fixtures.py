@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/chat_templates: what Hugging Face transformers' apply_chat_template
 makes of a set of conversations under the llama2, llama3, chatml, qwen3, gemma and phi3 templates
-of data/chat_template.h, with the assistant mask transformers computes from {% generation %}
+of data/chat_template.h (their Jinja text in templates.json), with the assistant mask transformers computes from {% generation %}
 blocks, and the generation prompt (add_generation_prompt) of each conversation's last question.
 
 Run by hand (needs transformers and tokenizers; the build and the tests do not):
@@ -195,6 +195,11 @@ def main():
             lines.append({"template": name, "tokenizer": name, "conversation": k,
                           "messages": conv, "ids": ids, "assistant_mask": mask,
                           "generation_prompt": prompt})
+    # The templates themselves: what an export writes as tokenizer_config.json's chat_template.
+    with open(os.path.join(OUT, "templates.json"), "w", encoding="utf-8") as f:
+        json.dump({name: setup[0] for name, setup in SETUPS.items()}, f, indent=2,
+                  ensure_ascii=False)
+        f.write("\n")
     with open(os.path.join(OUT, "expected.jsonl"), "w", encoding="utf-8") as f:
         for line in lines:
             f.write(json.dumps(line, ensure_ascii=False) + "\n")

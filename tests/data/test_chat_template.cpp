@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "data/chat_template.h"
+#include "data/chat_template_jinja.h"
 #include "data/tokenizer.h"
 #include "megatron/core/error.h"
 #include "tests/support/test_paths.h"
@@ -71,6 +72,20 @@ TEST(ChatTemplate, IdsAndMasksMatchTransformers) {
 }
 
 // The first answer token and the token closing the turn are trained; nothing before the answer.
+// The Jinja an export writes as chat_template is the text that rendered the fixtures' ids in
+// transformers (templates.json); this framework's own templates have none.
+TEST(ChatTemplate, JinjaIsTheTemplateTransformersRendered) {
+  std::ifstream in(fixtures() / "templates.json");
+  const nlohmann::json templates = nlohmann::json::parse(in);
+  for (const auto& [name, jinja] : templates.items())
+    EXPECT_EQ(std::string(chat_template_jinja(chat_template_from_name(name))),
+              jinja.get<std::string>())
+        << name;
+  EXPECT_EQ(templates.size(), 6u);
+  EXPECT_TRUE(chat_template_jinja(ChatTemplate::Simple).empty());
+  EXPECT_TRUE(chat_template_jinja(ChatTemplate::Plain).empty());
+}
+
 TEST(ChatTemplate, ChatMLTrainsAnswerAndImEnd) {
   const auto tok = fixture_tokenizer("chatml");
   std::vector<int32_t> tokens;

@@ -460,6 +460,34 @@ TEST_F(HfConversion, BadInputIsNamedAndLeavesNothing) {
     EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
 }
 
+// A model fine-tuned with a chat template exports it as tokenizer_config.json's chat_template:
+// the Jinja that made the chat-template fixtures' ids with transformers (templates.json).
+TEST_F(HfConversion, FineTunedExportCarriesItsChatTemplate) {
+  const fs::path chatml = fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "chat_templates";
+  std::string yaml = trained_recipe(
+      "arch: llama, normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
+      "add_bias: false, tie_embeddings: false",
+      dir_ / "sft");
+  const std::string mock = "data: {tokenizer: {type: NullTokenizer, vocab_size: 61}, mock: true}";
+  yaml.replace(yaml.find(mock), mock.size(),
+               concat("data: {tokenizer: {type: HuggingFaceTokenizer, model: ",
+                      (chatml / "chatml").string(), "}, sft: {train: [{path: ",
+                      MEGATRON_SOURCE_DIR, "/data/finetune/book_id_train.jsonl}], ",
+                      "chat_template: chatml}}"));
+  {
+    auto src = std::make_shared<CountingSource>();
+    auto world = parallel::make_single_process_communicator();
+    std::ostringstream log;
+    training::Trainer t(config::parse_recipe_string(yaml, "sft.yaml"), 61, src, src, *world, log);
+    t.run();
+  }
+  export_to("sft", "sft_hf");
+  const auto config = nlohmann::json::parse(std::ifstream(dir_ / "sft_hf" / "tokenizer_config.json"));
+  const auto templates = nlohmann::json::parse(std::ifstream(chatml / "templates.json"));
+  ASSERT_TRUE(config.contains("chat_template"));
+  EXPECT_EQ(config["chat_template"], templates["chatml"]);
+}
+
 // ---- head_dim (model.kv_channels) ------------------------------------------------------------
 
 TEST_F(HfConversion, HeadDimIsKvChannels) {

@@ -67,6 +67,7 @@ struct AddedSet {
   struct Token {
     int32_t id;
     bool lstrip = false, rstrip = false;  // the match takes the whitespace before / after it
+    bool single_word = false;  // matches only with no word character right before or after it
   };
   std::map<std::string, Token> tokens;
   std::array<bool, 256> first_bytes{};  // which bytes start a token
@@ -101,6 +102,37 @@ size_t whitespace_after(std::string_view text, size_t begin) {
   return at - begin;
 }
 
+// Rust regex's \w (what `tokenizers` tests single_word tokens' neighbours with): Alphabetic
+// (letters, letter numbers, and the enclosed letters of Other_Alphabetic; its marks are marks),
+// marks, decimal digits, connector punctuation and the joiners U+200C/U+200D.
+bool is_word_char(char32_t cp) {
+  using uc::GeneralCategory;
+  const GeneralCategory g = uc::general_category(cp);
+  if (uc::is_letter(g) || uc::is_mark(g) || g == GeneralCategory::Nd || g == GeneralCategory::Nl ||
+      g == GeneralCategory::Pc)
+    return true;
+  return cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
+         (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
+         (cp >= 0x1F170 && cp <= 0x1F189);
+}
+
+// Whether the code point ending at byte `end` of text (none at 0) / starting at `begin` (none
+// at the end) is a word character.
+bool word_char_before(std::string_view text, size_t end) {
+  if (end == 0) return false;
+  size_t b = end - 1;
+  while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+  const std::u32string cp = uc::decode_utf8_lossy(text.substr(b, end - b));
+  return cp.size() == 1 && is_word_char(cp[0]);
+}
+bool word_char_after(std::string_view text, size_t begin) {
+  if (begin >= text.size()) return false;
+  size_t e = begin + 1;
+  while (e < text.size() && (static_cast<unsigned char>(text[e]) & 0xC0) == 0x80) ++e;
+  const std::u32string cp = uc::decode_utf8_lossy(text.substr(begin, e - begin));
+  return cp.size() == 1 && is_word_char(cp[0]);
+}
+
 // Calls on_text(piece) for each non-empty stretch of `text` between the added tokens of `set`
 // and on_token(id) for each token, in order; a token is the longest one starting at the
 // earliest position (`tokenizers`' leftmost-longest match).
@@ -120,6 +152,13 @@ void split_added(std::string_view text, const AddedSet& set, OnText&& on_text, O
     }
     if (hit == nullptr) {
       ++i;
+      continue;
+    }
+    // A single_word token inside a word is no match; the search goes on after it, as
+    // `tokenizers`' leftmost-longest iterator does.
+    if (hit->second.single_word &&
+        (word_char_before(text, i) || word_char_after(text, i + hit->first.size()))) {
+      i += hit->first.size();
       continue;
     }
     // lstrip / rstrip: the whitespace next to the token is part of the match (dropped), as
@@ -380,8 +419,6 @@ class HfJsonTokenizer final : public Tokenizer {
       if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() ||
           !t.contains("content") || !t["content"].is_string() || t["content"] == "")
         throw fail("added token ", t.dump(), " needs an integer id and non-empty content");
-      if (t.value("single_word", false))
-        throw fail("added token ", t["content"].dump(), ": single_word is not supported");
       const int64_t id = t["id"].get<int64_t>();
       if (id < 0 || id > INT32_MAX) throw fail("added token id ", id, " is out of range");
       const std::string content = t["content"].get<std::string>();
@@ -401,7 +438,8 @@ class HfJsonTokenizer final : public Tokenizer {
       if (text.empty())
         throw fail("added token ", t["content"].dump(), " normalizes to an empty string");
       (normalized ? normalized_added_ : raw_added_)
-          .add(text, {static_cast<int32_t>(id), flag("lstrip", false), flag("rstrip", false)});
+          .add(text, {static_cast<int32_t>(id), flag("lstrip", false), flag("rstrip", false),
+                      flag("single_word", false)});
       added_[content] = static_cast<int32_t>(id);
       added_by_id_[static_cast<int32_t>(id)] = sp_style() ? text : ByteLevelBpe::token_bytes(text);
     }

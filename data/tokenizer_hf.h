@@ -21,8 +21,9 @@
 // template's leading special token, or tokenizer_config.json's bos_token when that is an added
 // token. eod()/eos(): tokenizer_config.json's eos_token when present, else the first of
 // <|endoftext|>, <|end_of_text|>, </s> that is a token; -1 when none.
-// Added tokens with lstrip / rstrip take the whitespace before / after them. Anything else
-// (another model type, normalizer or regex, a Regex Replace, single_word added tokens) is an
+// Added tokens with lstrip / rstrip take the whitespace before / after them; single_word ones
+// match only with no word character (Rust regex's \w) next to them. Anything else
+// (another model type, normalizer or regex, a Regex Replace) is an
 // InputError naming the file and the setting.
 #include <memory>
 #include <string>

@@ -59,6 +59,7 @@ root; the outputs are committed and neither the build nor the tests run Python:
 Made with tokenizers 0.23.3.
 """
 import json
+import sys
 import os
 
 import tokenizers
@@ -346,5 +347,41 @@ def main():
     print("tokenizers", tokenizers.__version__)
 
 
+# Added tokens that match whole words only (single_word: no word character, Rust regex's \w,
+# right before or after the match; a discarded match stays text): GPT-2's byte-level BPE with
+# "jqx" and "qz" (with lstrip) as single-word tokens and "<|x|>" as an ordinary one, none of them
+# in its vocabulary (so a match shows in the ids).
+SINGLE_WORD_TEXTS = [
+    "tokenjqxing the jqx thing", "jqx", "jqx jqx", "qz_qz and qz", "(qz) [jqx]", "xjqx qzx",
+    "qz1 1qz", "jqx\u00e9 qz", "na\u00efvejqx jqx", "jqx\u200dqz", "\u24b6jqx jqx\u24b6",
+    "a-qz-b", "qz\nqz", "jqxqz jqx", "<|x|>jqx qz<|x|>", "\u00b2jqx \u0301jqx",
+    "\u0661jqx jqx\u2160 \u203fqz", "jqx_", "_qz"]
+
+
+def single_word_style():
+    """tests/fixtures/hf_tokenizers/single_word_style and expected_single_word.jsonl (run with
+    --single-word; the other fixtures stay as they are)."""
+    gpt2_dir = os.path.join(ROOT, "tokenizers", "gpt2")
+    tok = Tokenizer(models.BPE.from_file(os.path.join(gpt2_dir, "vocab.json"),
+                                         os.path.join(gpt2_dir, "merges.txt")))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens([tokenizers.AddedToken("jqx", single_word=True, special=True),
+                            tokenizers.AddedToken("qz", single_word=True, lstrip=True,
+                                                  special=True),
+                            tokenizers.AddedToken("<|x|>", special=True)])
+    d = os.path.join(OUT, "single_word_style")
+    os.makedirs(d, exist_ok=True)
+    tok.save(os.path.join(d, "tokenizer.json"), pretty=False)
+    with open(os.path.join(OUT, "expected_single_word.jsonl"), "w") as out:
+        for text in SINGLE_WORD_TEXTS:
+            ids = tok.encode(text, add_special_tokens=False).ids
+            out.write(json.dumps({"text": text, "ids": ids,
+                                  "decoded": tok.decode(ids, skip_special_tokens=False)}) + "\n")
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--single-word"]:
+        single_word_style()
+        sys.exit(0)
     main()

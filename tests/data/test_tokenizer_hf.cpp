@@ -91,6 +91,26 @@ TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
   EXPECT_EQ(toks["gpt2"]->encode(text), bpe->encode(text));
 }
 
+// Added tokens that match whole words only (single_word): no word character (Rust regex's \w:
+// letters, letter numbers, enclosed letters, marks, decimal digits, connector punctuation,
+// joiners) right before or after; a match inside a word stays text. tokenizers' ids
+// (expected_single_word.jsonl; tools/gen_hf_tokenizer_fixtures.py --single-word).
+TEST(HuggingFaceTokenizer, SingleWordAddedTokensMatchWholeWordsOnly) {
+  const auto tok = make_tokenizer(
+      {config::TokenizerType::HuggingFace, "", "", (fixtures() / "single_word_style").string()});
+  std::ifstream in(fixtures() / "expected_single_word.jsonl");
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    const auto e = nlohmann::json::parse(line);
+    const std::string text = e["text"].get<std::string>();
+    EXPECT_EQ(tok->encode(text), e["ids"].get<std::vector<int32_t>>()) << text;
+    EXPECT_EQ(tok->decode(e["ids"].get<std::vector<int32_t>>()), e["decoded"].get<std::string>());
+    ++checked;
+  }
+  EXPECT_EQ(checked, 19);
+}
+
 // Every document of the shipped corpus: the same number of ids and the same FNV-1a digest of them
 // as `tokenizers` gives (tests/fixtures/hf_tokenizers/corpus_digests.jsonl).
 TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
@@ -235,8 +255,8 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
               })),
               HasSubstr("model.merges[2]: token 'qq' is not in model.vocab"));
   EXPECT_THAT(
-      error_of(edited([](nlohmann::json& j) { j["added_tokens"][0]["single_word"] = true; })),
-      HasSubstr("single_word is not supported"));
+      error_of(edited([](nlohmann::json& j) { j["added_tokens"][0]["single_word"] = "no"; })),
+      HasSubstr("single_word is not true/false"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["added_tokens"][0]["rstrip"] = 1; })),
               HasSubstr("rstrip is not true/false"));
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["vocab"].erase("a"); })),
@@ -245,7 +265,6 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSettingsAreNamed) {
   for (const auto& corrupt : std::vector<std::function<void(nlohmann::json&)>>{
            [](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = "no"; },
            [](nlohmann::json& j) { j["pre_tokenizer"]["pretokenizers"][0]["type"] = 3; },
-           [](nlohmann::json& j) { j["added_tokens"][0]["single_word"] = "no"; },
            [](nlohmann::json& j) { j["post_processor"] = true; },
            [](nlohmann::json& j) { j["model"]["ignore_merges"] = "yes"; }}) {
     const std::string path = edited(corrupt);

@@ -131,6 +131,24 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
 
 namespace {
 
+// DeepSeek-V3's multi-token-prediction layers (model.layers.{num_hidden_layers + k}.*, as
+// released) are left out, as transformers does: multi-token prediction is not built here yet.
+void leave_out_mtp_layers(const hf::ConfigJson& c, const hf::HfTensors& tensors,
+                          const config::ModelConfig& m, hf::ImportRequest& req,
+                          HfImportResult& result) {
+  const int64_t mtp = c.integer_or("num_nextn_predict_layers", 0);
+  for (int64_t k = 0; k < mtp; ++k) {
+    const std::string prefix = concat("model.layers.", m.num_layers + k, ".");
+    const auto names = tensors.names();
+    if (std::none_of(names.begin(), names.end(),
+                     [&](const std::string& n) { return n.rfind(prefix, 0) == 0; }))
+      continue;
+    req.ignored_prefixes.push_back(prefix);
+    result.left_out.push_back(concat("the multi-token-prediction layer ", prefix,
+                                     "* (num_nextn_predict_layers; not built here yet)"));
+  }
+}
+
 config::Recipe recipe_for_import(const HfImportOptions& o, const config::ModelConfig& model,
                                  const std::string& architecture, std::string& yaml_out) {
   if (!o.recipe.empty() || o.recipe_value != nullptr) {
@@ -236,7 +254,11 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
     for (const std::string& name : hf_ignored_tensors(result.architecture, model))
       req.ignored.insert(kGemma3TextPrefix + name);
     req.ignored_prefixes = gemma3_vision_prefixes();
+    result.left_out.push_back(
+        "the vision tower and projector (vision_tower.*, "
+        "multi_modal_projector.*): the language model only");
   }
+  leave_out_mtp_layers(cfg, tensors, model, req, result);
   req.out_dir = o.out_dir;
   req.iteration = 0;
   req.metadata = {

@@ -27,6 +27,9 @@ struct HfImportResult {
   size_t tensors = 0;
   int64_t tp = 1, pp = 1, ep = 1;
   std::string recipe_path;  // the written recipe.yaml, or empty
+  // What the checkpoint holds that the import leaves out (said to the user): a multimodal
+  // model's vision parts, DeepSeek's multi-token-prediction layers.
+  std::vector<std::string> left_out;
 };
 // InputError naming the file, key or tensor on bad input; out_dir gets iter_0000000 and
 // `latest` only when complete, and an existing checkpoint there is never overwritten.

@@ -158,6 +158,7 @@ int import_hf(const Args& a) {
               static_cast<long long>(r.tp), static_cast<long long>(r.pp),
               static_cast<long long>(r.ep));
   if (!r.recipe_path.empty()) std::printf("recipe: %s\n", r.recipe_path.c_str());
+  for (const std::string& part : r.left_out) std::printf("left out: %s\n", part.c_str());
   std::printf("time %.2f s, peak RSS %.1f MiB\n", secs, peak_rss_mib());
   return 0;
 }

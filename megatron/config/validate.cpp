@@ -239,12 +239,6 @@ void Recipe::validate_context_parallel(Checker& c) const {
   c.check(parallel.expert_tensor != 1 || parallel.tensor == 1, "parallel.expert_tensor",
           concat("1 below parallel.tensor ", parallel.tensor,
                  " is not implemented with context parallelism (got parallel.context ", cp, ")"));
-  // Capacity decides over a rank's tokens, which under cp are parts of sequences.
-  c.check(
-      !model.moe.enabled() || !model.moe.moe_expert_capacity_factor,
-      "model.moe_expert_capacity_factor",
-      concat("a token capacity is not implemented with context parallelism (got parallel.context ",
-             cp, ")"));
 
   if (parallel.cp_comm_type == CpCommType::A2A) {
     c.divisible("model.num_attention_heads", model.num_attention_heads,
@@ -371,6 +365,9 @@ void Recipe::validate() const {
     c.check(!model.moe.enabled(), "peft.type",
             concat("LoRA on mixture-of-experts models is not implemented (model.num_experts ",
                    model.moe.num_experts, ")"));
+    c.check(!model.mla.enabled(), "peft.type",
+            "LoRA on multi-latent attention's projections is not implemented "
+            "(model.multi_latent_attention)");
   }
   const bool sft_valid_files = data.sft.enabled() && !data.sft.valid.empty();
   if (training.eval_interval > 0 && !sft_valid_files)

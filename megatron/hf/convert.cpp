@@ -56,8 +56,11 @@ struct Piece {
 
 }  // namespace
 
-void import_to_native(const HfTensors& hf, const ImportRequest& req) {
-  // 1. Everything checked before a byte is written.
+namespace {
+
+// Step 1 of an import: every source present with its shape and a dtype that converts, every HF
+// tensor used or ignored; before a byte is written.
+void check_sources(const HfTensors& hf, const ImportRequest& req) {
   std::set<std::string> used;
   for (const TensorMapping& m : req.mappings) {
     m.validate();
@@ -88,13 +91,19 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
     if (!used.count(name) && !ignored(name))
       throw InputError(concat(hf.file_of(name), ": tensor '", name,
                               "' is not part of the model config.json describes (extra tensor)"));
+}
 
-  // 2. The target layout's shard files, laid out in full before streaming.
-  std::map<int, size_t> file_of_rank;
-  std::vector<int> ranks;
+// Step 2: the target layout's shard files, laid out in full before streaming.
+struct ShardFiles {
+  std::vector<int> ranks;  // per file
   std::vector<st::Writer> layouts;
   std::vector<json> parts;
-  std::map<std::string, std::vector<Piece>> pieces_of;
+  std::map<std::string, std::vector<Piece>> pieces_of;  // by native name
+};
+
+ShardFiles lay_out_shards(const ImportRequest& req) {
+  ShardFiles out;
+  std::map<int, size_t> file_of_rank;
   for (const TensorMapping& m : req.mappings) {
     NativePlacement placement;
     const auto it = req.layout.find(m.native);
@@ -109,10 +118,10 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
                                                   : std::make_pair(shard.index, shard.count);
       if (!written.insert(key).second) continue;
       if (!file_of_rank.count(rank)) {
-        file_of_rank[rank] = layouts.size();
-        ranks.push_back(rank);
-        layouts.emplace_back();
-        parts.push_back({{"pieces", json::array()}});
+        file_of_rank[rank] = out.layouts.size();
+        out.ranks.push_back(rank);
+        out.layouts.emplace_back();
+        out.parts.push_back({{"pieces", json::array()}});
       }
       const size_t f = file_of_rank[rank];
       const std::string name = checkpoint_key(m.native);
@@ -122,19 +131,46 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
         offset[static_cast<size_t>(shard.dim)] = shard.index * local[shard.dim];
       int64_t count = 1;
       for (int64_t d : local) count *= d;
-      layouts[f].add({name, "F32", local, nullptr});
-      const size_t entry = layouts[f].size() - 1;
-      const auto [b, e] = layouts[f].data_offsets(entry);
-      parts[f]["pieces"].push_back({{"name", name},
-                                    {"shape", m.native_shape},
-                                    {"key", name},
-                                    {"offset", offset},
-                                    {"extent", local},
-                                    {"flat", {0, count}},
-                                    {"data_offsets", {b, e}}});
-      pieces_of[m.native].push_back({f, entry, shard});
+      out.layouts[f].add({name, "F32", local, nullptr});
+      const size_t entry = out.layouts[f].size() - 1;
+      const auto [b, e] = out.layouts[f].data_offsets(entry);
+      out.parts[f]["pieces"].push_back({{"name", name},
+                                        {"shape", m.native_shape},
+                                        {"key", name},
+                                        {"offset", offset},
+                                        {"extent", local},
+                                        {"flat", {0, count}},
+                                        {"data_offsets", {b, e}}});
+      out.pieces_of[m.native].push_back({f, entry, shard});
     }
   }
+  return out;
+}
+
+// Step 3: tensor by tensor, read the sources, build the native tensor, write each piece's box.
+void stream_tensors(const HfTensors& hf, const ImportRequest& req, const ShardFiles& files,
+                    std::vector<std::unique_ptr<st::StreamWriter>>& streams) {
+  for (const TensorMapping& m : req.mappings) {
+    std::vector<std::vector<float>> sources;
+    for (const HfSource& s : m.sources) sources.push_back(hf.read(s.name, s.shape));
+    const std::vector<float> full = m.import(sources);
+    sources.clear();
+    const checkpoint::PieceGeometry whole = box(m.native, m.native_shape, ShardSpec{});
+    for (const Piece& p : files.pieces_of.at(m.native))
+      checkpoint::for_each_overlap(
+          whole, box(m.native, m.native_shape, p.shard), [&](const checkpoint::Overlap& o) {
+            streams[p.rank_file]->write_at(p.entry, static_cast<uint64_t>(o.b_pos) * 4,
+                                           full.data() + o.a_pos,
+                                           static_cast<uint64_t>(o.length) * 4);
+          });
+  }
+}
+
+}  // namespace
+
+void import_to_native(const HfTensors& hf, const ImportRequest& req) {
+  check_sources(hf, req);
+  ShardFiles files = lay_out_shards(req);
   const std::string tmp =
       checkpoint::tmp_checkpoint_path(req.out_dir, req.iteration, random_suffix());
   std::error_code ec;
@@ -149,37 +185,23 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
     }
   } cleanup{tmp};
   std::vector<std::unique_ptr<st::StreamWriter>> streams;
-  for (size_t f = 0; f < layouts.size(); ++f) {
-    const std::string file = concat("shard_", ranks[f], ".safetensors");
-    layouts[f].set_metadata("format", "megatron-cpp checkpoint shard");
-    layouts[f].set_metadata("iteration", std::to_string(req.iteration));
-    layouts[f].set_metadata("rank", std::to_string(ranks[f]));
-    layouts[f].set_metadata("source", "Hugging Face checkpoint " + hf.dir());
+  for (size_t f = 0; f < files.layouts.size(); ++f) {
+    const std::string file = concat("shard_", files.ranks[f], ".safetensors");
+    st::Writer& layout = files.layouts[f];
+    layout.set_metadata("format", "megatron-cpp checkpoint shard");
+    layout.set_metadata("iteration", std::to_string(req.iteration));
+    layout.set_metadata("rank", std::to_string(files.ranks[f]));
+    layout.set_metadata("source", "Hugging Face checkpoint " + hf.dir());
     streams.push_back(
-        std::make_unique<st::StreamWriter>(std::move(layouts[f]), (fs::path(tmp) / file).string()));
-    parts[f]["file"] = file;
+        std::make_unique<st::StreamWriter>(std::move(layout), (fs::path(tmp) / file).string()));
+    files.parts[f]["file"] = file;
   }
-
-  // 3. Tensor by tensor: read the sources, build the native tensor, write each piece's box.
-  for (const TensorMapping& m : req.mappings) {
-    std::vector<std::vector<float>> sources;
-    for (const HfSource& s : m.sources) sources.push_back(hf.read(s.name, s.shape));
-    const std::vector<float> full = m.import(sources);
-    sources.clear();
-    const checkpoint::PieceGeometry whole = box(m.native, m.native_shape, ShardSpec{});
-    for (const Piece& p : pieces_of[m.native])
-      checkpoint::for_each_overlap(
-          whole, box(m.native, m.native_shape, p.shard), [&](const checkpoint::Overlap& o) {
-            streams[p.rank_file]->write_at(p.entry, static_cast<uint64_t>(o.b_pos) * 4,
-                                           full.data() + o.a_pos,
-                                           static_cast<uint64_t>(o.length) * 4);
-          });
-  }
+  stream_tensors(hf, req, files, streams);
   std::vector<json> rank_parts;
   for (size_t f = 0; f < streams.size(); ++f) {
-    parts[f]["crc32c"] = streams[f]->finish(/*sync=*/true);
-    parts[f]["bytes"] = streams[f]->layout().file_size();
-    rank_parts.push_back(parts[f]);
+    files.parts[f]["crc32c"] = streams[f]->finish(/*sync=*/true);
+    files.parts[f]["bytes"] = streams[f]->layout().file_size();
+    rank_parts.push_back(files.parts[f]);
   }
   checkpoint::SaveRequest save;
   save.dir = req.out_dir;

@@ -275,9 +275,6 @@ const Rule kRules[] = {
      "model: {num_experts: 4}\nparallel: {context: 2, tensor: 2, expert_tensor: 1, "
      "sequence_parallel: true}",
      "parallel.expert_tensor", "not implemented with context parallelism (got parallel.context 2)"},
-    {"context_moe_capacity",
-     "model: {num_experts: 4, moe_expert_capacity_factor: 1.5}\nparallel: {context: 2}",
-     "model.moe_expert_capacity_factor", "parallel.context 2"},
     {"context_a2a_heads",
      "model: {num_attention_heads: 4, seq_length: 64}\nparallel: {context: 8, cp_comm_type: a2a}",
      "model.num_attention_heads", "4 % 8"},
@@ -320,6 +317,10 @@ const Rule kRules[] = {
      "model.qk_pos_emb_head_dim", "must be even"},
     {"mla_bias", "model: {position_embedding: rope, multi_latent_attention: true}",
      "model.multi_latent_attention", "has no model.qk_layernorm, add_bias or add_qkv_bias"},
+    {"mla_lora",
+     "model: {arch: llama, normalization: rmsnorm, activation: swiglu, position_embedding: rope, "
+     "add_bias: false, multi_latent_attention: true}\npeft: {type: lora}",
+     "peft.type", "LoRA on multi-latent attention's projections is not implemented"},
     // training
     {"micro_zero", "training: {micro_batch_size: 0}", "training.micro_batch_size", "got 0"},
     {"global_negative", "training: {global_batch_size: -8}", "training.global_batch_size",

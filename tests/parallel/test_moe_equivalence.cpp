@@ -159,6 +159,30 @@ TEST(MoeEquivalence, ContextParallelLayouts) {
   eq::report_max_diff("moe context parallel");
 }
 
+// A token capacity under context parallelism: the drops are decided on the whole sequences
+// (every cp rank's routing gathered and put in the single process's token order), so each
+// policy drops the single process's tokens. The case drops tokens (checked on the reference).
+TEST(MoeEquivalence, ContextParallelCapacityDropsTheSingleProcessTokens) {
+  for (const char* policy : {"probs", "position"}) {
+    SCOPED_TRACE(policy);
+    const eq::RecipeSpec m = moe_model(
+        std::string("moe_router_topk: 1, moe_aux_loss_coeff: 0.01, moe_expert_capacity_factor: "
+                    "1.0, moe_pad_expert_input_to_capacity: true, moe_token_drop_policy: ") +
+            policy,
+        2);
+    const auto reference = eq::train_single(eq::make_recipe(m), source(), source());
+    EXPECT_GT(reference.steps.front().moe_dropped_fraction, 0.01);
+    const std::vector<eq::Layout> layouts = {
+        {.micro = 2, .cp = 2, .cp_comm = "p2p"},
+        {.tp = 2, .micro = 2, .sp = true, .cp = 2, .cp_comm = "p2p"},
+        {.micro = 2, .ep = 2, .cp = 2, .cp_comm = "all_gather"},
+        {.micro = 2, .cp = 4, .cp_comm = "p2p"},
+    };
+    EXPECT_GT(eq::expect_layouts_match(m, source(), layouts), 0);
+  }
+  eq::report_max_diff("moe context parallel capacity");
+}
+
 // global_aux_loss (Megatron's): the counts of every data-parallel rank's micro-batch, averaged
 // over the step's micro-batches so far. It depends on the data-parallel size by definition (the
 // counts span the dp ranks), so layouts match a reference of their own dp size: dp 1 layouts the

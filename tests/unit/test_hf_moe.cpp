@@ -9,6 +9,7 @@
 
 #include <fstream>
 
+#include "megatron/hf/fp8_blocks.h"
 #include "megatron/hf/hf_config.h"
 #include "megatron/planning/planner.h"
 #include "models/gpt/hf_decoder.h"
@@ -115,7 +116,7 @@ TEST_F(HfMoe, ExpertsExportOnlyWhereTheArchitectureDescribesThem) {
 
 // deepseek-ai/DeepSeek-V3: transformers 5.24 builds 671,026,404,352 parameters from its
 // config.json (without the multi-token-prediction layer); recipes/deepseek_v3.yaml is that model,
-// the planner counts the same and the recipe's layout fits. Its FP8 weights are refused by name.
+// the planner counts the same and the recipe's layout fits.
 TEST_F(HfMoe, DeepseekV3ConfigIsTheRecipeModel) {
   const auto hf = model_of(released("deepseek_v3"));
   EXPECT_TRUE(hf.mla.enabled());
@@ -133,9 +134,11 @@ TEST_F(HfMoe, DeepseekV3ConfigIsTheRecipeModel) {
   const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
   EXPECT_EQ(report.params.total, 671026404352);
   EXPECT_TRUE(report.fits);
-  const auto config = nlohmann::json::parse(std::ifstream(released("deepseek_v3")));
-  EXPECT_THAT([&] { models::hf_mappings(models::kDeepseekV3, hf, 129280, config); },
-              ThrowsMessage<InputError>(HasSubstr("quantized weights (quantization_config")));
+  // Its FP8 weights come in 128 x 128 blocks, which the import dequantizes as it streams.
+  const hf::Fp8Blocks blocks =
+      hf::fp8_blocks_of(hf::ConfigJson::load(released("deepseek_v3").string()));
+  EXPECT_EQ(blocks.rows, 128);
+  EXPECT_EQ(blocks.cols, 128);
 }
 
 TEST_F(HfMoe, DeepseekV3KeysItCannotRepresentAreNamed) {
@@ -161,8 +164,9 @@ TEST_F(HfMoe, DeepseekV3KeysItCannotRepresentAreNamed) {
   // The expert bias is a tensor of the checkpoint: missing, it is named.
   const fs::path d = editable("deepseek_v3");
   rewrite(d, [](RawTensors& t) { t.erase("model.layers.1.mlp.gate.e_score_correction_bias"); });
-  EXPECT_THAT([&] { import(d, "out"); },
-              ThrowsMessage<InputError>(HasSubstr("model.layers.1.mlp.gate.e_score_correction_bias")));
+  EXPECT_THAT(
+      [&] { import(d, "out"); },
+      ThrowsMessage<InputError>(HasSubstr("model.layers.1.mlp.gate.e_score_correction_bias")));
 }
 
 // FP8 block-quantized weights (deepseek_v3_fp8): the scales are named when missing or mis-shaped,
@@ -196,7 +200,29 @@ TEST_F(HfMoe, Fp8BlockWeightsImportDequantizedAndBadScalesAreNamed) {
   EXPECT_THAT(error_of(method), HasSubstr("\"quantization_config\": quant_method 'awq'"));
   const fs::path unscaled = editable("deepseek_v3_fp8");
   edit_config(unscaled, [](nlohmann::json& j) { j.erase("quantization_config"); });
-  EXPECT_THAT(error_of(unscaled), HasSubstr("has dtype F8_E4M3 (F32, BF16 or F16 convert; F8_E4M3"));
+  EXPECT_THAT(error_of(unscaled),
+              HasSubstr("has dtype F8_E4M3 (F32, BF16 or F16 convert; F8_E4M3"));
+}
+
+// DeepSeek-V3 as released carries its multi-token-prediction layer as model.layers.61.*: the
+// import leaves it out (as transformers does) and says so; other extra tensors stay errors.
+TEST_F(HfMoe, DeepseekV3MtpLayerIsLeftOutAndSaid) {
+  const fs::path d = editable("deepseek_v3");
+  rewrite(d, [](RawTensors& t) {
+    t["model.layers.3.enorm.weight"] = t.at("model.norm.weight");
+    t["model.layers.3.eh_proj.weight"] = t.at("model.layers.0.self_attn.o_proj.weight");
+  });
+  models::HfImportOptions o;
+  o.hf_dir = d.string();
+  o.out_dir = (dir_ / "mtp").string();
+  const models::HfImportResult r = models::import_hf_checkpoint(o);
+  ASSERT_EQ(r.left_out.size(), 1u);
+  EXPECT_THAT(r.left_out[0], HasSubstr("multi-token-prediction layer model.layers.3.*"));
+  const fs::path extra = editable("deepseek_v3");
+  rewrite(extra,
+          [](RawTensors& t) { t["model.layers.4.enorm.weight"] = t.at("model.norm.weight"); });
+  EXPECT_THAT([&] { import(extra, "extra"); },
+              ThrowsMessage<InputError>(HasSubstr("'model.layers.4.enorm.weight' is not part")));
 }
 
 // A native MLA model exports only as DeepseekV3ForCausalLM, with DeepSeek's routing.
@@ -214,8 +240,9 @@ TEST_F(HfMoe, MlaExportsOnlyAsDeepseekV3) {
               ThrowsMessage<InputError>(HasSubstr("dense layer 2 after a routed one")));
   config::ModelConfig scaled = m;
   scaled.softmax_scale = 0.5;
-  EXPECT_THAT([&] { models::hf_mappings(models::kDeepseekV3, scaled, 96); },
-              ThrowsMessage<InputError>(HasSubstr("DeepseekV3ForCausalLM has no model.softmax_scale")));
+  EXPECT_THAT(
+      [&] { models::hf_mappings(models::kDeepseekV3, scaled, 96); },
+      ThrowsMessage<InputError>(HasSubstr("DeepseekV3ForCausalLM has no model.softmax_scale")));
 }
 
 }  // namespace

@@ -50,7 +50,11 @@ config::Recipe reduced(config::Recipe r) {
   const double ffn_ratio = static_cast<double>(m.ffn()) / static_cast<double>(m.hidden_size);
   const bool gqa = m.query_groups() < m.num_attention_heads;
   m.num_layers = 2;
-  if (!m.moe.moe_layer_freq.pattern.empty()) m.moe.moe_layer_freq.pattern.resize(2);
+  auto& pattern = m.moe.moe_layer_freq.pattern;
+  if (!pattern.empty()) {
+    pattern.resize(2);
+    pattern[1] = 1;  // (DeepSeek-V3's first three layers are dense: keep an MoE layer)
+  }
   m.hidden_size = 64;
   m.num_attention_heads = 4;
   m.num_query_groups = gqa ? 2 : 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kernels/common/context_chunks.h"
 #include "megatron/backend/ops.h"
 #include "megatron/tensor_parallel/mappings.h"
 #include "megatron/transformer/attention.h"
@@ -79,16 +80,12 @@ Tensor f32_copy(const Tensor& t, Tensor& scratch, const Shape& shape) {
 
 }  // namespace
 
-Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const {
-  State& s = static_cast<State&>(state);
+void MoELayer::route_tokens(State& s, const Tensor& in, const MicroBatchInfo& mb) const {
   const MoeSpec& m = moe_->spec();
   const RouterOptions& ro = m.router;
-  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, E = ro.num_experts, k = ro.topk;
+  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, E = ro.num_experts;
   const int64_t Tl = Sl * B, T = Tl * (sp_ ? tp_->size() : 1);
-  MoeTimes& times = moe_->times();
   Lap lap;
-
-  // 1. Routing of the local tokens, in fp32.
   f32_copy(in, s.x32, {Tl, D});
   f32_copy(router_->weight, s.router_w32, {E, D});
   ensure(s.logits, {Tl, E}, DType::F32, device_);
@@ -129,47 +126,106 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
   moe_->add_forward_loss(s.balance.loss + s.z);
   s.picked_per_expert.assign(static_cast<size_t>(E), 0.0);
   for (int32_t e : s.routing.experts) s.picked_per_expert[static_cast<size_t>(e)] += 1.0;
-  lap.to(times.router);
+  lap.to(moe_->times().router);
+}
 
-  // 2. The routing of all T tokens (gathered over tp with sequence parallelism); capacity.
+MoELayer::AllRouting MoELayer::all_routing(State& s, const MicroBatchInfo& mb) const {
+  const MoeSpec& m = moe_->spec();
+  const int64_t k = m.router.topk, E = m.router.num_experts;
+  const int64_t Tl = s.routing.tokens, T = s.total_tokens;
+  AllRouting all;
   // Folded experts dispatch only the local tokens: they need the others' routing only for the
   // capacity decision.
   const bool need_all = !fold_ || m.capacity_factor.has_value();
-  std::vector<int32_t> experts;
-  std::vector<float> gates;
   if (need_all && sp_) {
-    experts.resize(static_cast<size_t>(T * k));
-    gates.resize(experts.size());
+    all.experts.resize(static_cast<size_t>(T * k));
+    all.gates.resize(all.experts.size());
     all_gather_host(*tp_, Tensor::wrap(s.routing.experts.data(), {Tl * k}, DType::I32),
-                    Tensor::wrap(experts.data(), {T * k}, DType::I32), device_);
+                    Tensor::wrap(all.experts.data(), {T * k}, DType::I32), device_);
     all_gather_host(*tp_, Tensor::wrap(s.routing.gates.data(), {Tl * k}, DType::F32),
-                    Tensor::wrap(gates.data(), {T * k}, DType::F32), device_);
+                    Tensor::wrap(all.gates.data(), {T * k}, DType::F32), device_);
   } else if (need_all) {
-    experts = s.routing.experts;
-    gates = s.routing.gates;
+    all.experts = s.routing.experts;
+    all.gates = s.routing.gates;
   }
-  std::vector<uint8_t> kept(experts.size(), 1);
-  int64_t capacity = 0;
+  all.kept.assign(all.experts.size(), 1);
   if (m.capacity_factor) {
-    capacity = expert_capacity(T, k, E, *m.capacity_factor);
-    apply_capacity(experts, gates, kept, T, k, E, capacity, m.drop_policy, &s.routing.min_margin);
+    if (cp_)
+      apply_capacity_over_cp(all, s, mb);
+    else {
+      all.capacity = expert_capacity(T, k, E, *m.capacity_factor);
+      apply_capacity(all.experts, all.gates, all.kept, T, k, E, all.capacity, m.drop_policy,
+                     &s.routing.min_margin);
+    }
     const int64_t off = tp_token_offset(Tl) * k;
     for (int64_t i = 0; i < Tl * k; ++i) {
-      s.routing.gates[static_cast<size_t>(i)] = gates[static_cast<size_t>(off + i)];
-      s.routing.kept[static_cast<size_t>(i)] = kept[static_cast<size_t>(off + i)];
+      s.routing.gates[static_cast<size_t>(i)] = all.gates[static_cast<size_t>(off + i)];
+      s.routing.kept[static_cast<size_t>(i)] = all.kept[static_cast<size_t>(off + i)];
     }
   }
   s.dropped = static_cast<double>(std::count(s.routing.kept.begin(), s.routing.kept.end(), 0));
+  return all;
+}
 
-  // 3. Experts on the ranks that hold them; their rows back, summed over tp in fp32 unless the
-  // experts are whole (folded: this rank's tokens only, complete rows).
-  const int64_t pad_to = m.pad_to_capacity ? capacity : 0;
+void MoELayer::apply_capacity_over_cp(AllRouting& all, State& s, const MicroBatchInfo& mb) const {
+  // The capacity of the whole sequences, decided on every token in the single process's order:
+  // the routing of each cp rank's chunks gathered and placed at their global positions.
+  const MoeSpec& m = moe_->spec();
+  const int64_t k = m.router.topk, E = m.router.num_experts, T = s.total_tokens, B = s.batch;
+  const int64_t cp = cp_->size(), rows = T / B, G = T * cp;
+  MT_CHECK(mb.cp.active() && mb.cp.total == rows * cp, "MoE layer ", layer_,
+           ": a capacity under context parallelism needs the micro-batch's chunks");
+  std::vector<int32_t> experts(static_cast<size_t>(G * k));
+  std::vector<float> gates(experts.size());
+  all_gather_host(*cp_, Tensor::wrap(all.experts.data(), {T * k}, DType::I32),
+                  Tensor::wrap(experts.data(), {G * k}, DType::I32), device_);
+  all_gather_host(*cp_, Tensor::wrap(all.gates.data(), {T * k}, DType::F32),
+                  Tensor::wrap(gates.data(), {G * k}, DType::F32), device_);
+  // slot of global token (position g, sample b): (g B + b) k + j; of cp rank c's local token
+  // (row r, b): c T k + (r B + b) k + j.
+  auto global_slot = [&](int64_t c, int64_t r, int64_t b) {
+    const auto chunks = kernels::ContextChunks::of(mb.cp.total, cp, c);
+    return (chunks.global(r) * B + b) * k;
+  };
+  std::vector<int32_t> g_experts(experts.size());
+  std::vector<float> g_gates(gates.size());
+  for (int64_t c = 0; c < cp; ++c)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < k; ++j) {
+          const size_t from = static_cast<size_t>(c * T * k + (r * B + b) * k + j);
+          const size_t to = static_cast<size_t>(global_slot(c, r, b) + j);
+          g_experts[to] = experts[from];
+          g_gates[to] = gates[from];
+        }
+  std::vector<uint8_t> g_kept(g_experts.size(), 1);
+  all.capacity = expert_capacity(G, k, E, *m.capacity_factor);
+  apply_capacity(g_experts, g_gates, g_kept, G, k, E, all.capacity, m.drop_policy,
+                 &s.routing.min_margin);
+  const int64_t me = cp_->rank();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < k; ++j) {
+        const size_t mine = static_cast<size_t>((r * B + b) * k + j);
+        const size_t at = static_cast<size_t>(global_slot(me, r, b) + j);
+        all.gates[mine] = g_gates[at];
+        all.kept[mine] = g_kept[at];
+      }
+}
+
+void MoELayer::run_experts(State& s, const Tensor& in, const MicroBatchInfo& mb) const {
+  const MoeSpec& m = moe_->spec();
+  const int64_t k = m.router.topk, D = spec_.hidden, Tl = s.routing.tokens, T = s.total_tokens;
+  MoeTimes& times = moe_->times();
+  Lap lap;
+  AllRouting all = all_routing(s, mb);
+  const int64_t pad_to = m.pad_to_capacity ? all.capacity : 0;
   if (fold_) {
     s.plan = dispatcher_->plan(s.routing.experts.data(), s.routing.kept.data(), Tl, k, D, pad_to);
     dispatcher_->dispatch(s.plan, in.view({Tl, D}), s.rows);
   } else {
     const Tensor x_full = sp_ ? tensor_parallel::gathered_sequence(*tp_, in) : in;
-    s.plan = dispatcher_->plan(experts.data(), kept.data(), T, k, D, pad_to);
+    s.plan = dispatcher_->plan(all.experts.data(), all.kept.data(), T, k, D, pad_to);
     dispatcher_->dispatch(s.plan, x_full.view({T, D}), s.rows);
   }
   lap.to(times.dispatch);
@@ -187,15 +243,27 @@ Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchI
     if (tp_->size() > 1) tp_->all_reduce(slot_full32, parallel::ReduceOp::Sum);
     s.slot32 = slot_full32;
   }
+  lap.to(times.combine);
+}
 
+Tensor& MoELayer::forward(LayerState& state, const Tensor& in, const MicroBatchInfo& mb) const {
+  State& s = static_cast<State&>(state);
+  const int64_t Sl = in.dim(0), B = in.dim(1), D = spec_.hidden, k = moe_->spec().router.topk;
+  // 1. Routing of the local tokens, in fp32.
+  route_tokens(s, in, mb);
+  // 2. The routing of all T tokens (gathered over tp with sequence parallelism), capacity; 3.
+  // experts on the ranks that hold them, their rows back, summed over tp in fp32 unless the
+  // experts are whole (folded: this rank's tokens only, complete rows).
+  run_experts(s, in, mb);
   // 4. Combine with the gates (+ the shared expert). A dropped slot has gate 0 and a zero row,
   // so it adds exactly nothing.
+  Lap lap;
   s.gates = host_vector_on(s.routing.gates, DType::F32, device_);
-  Tensor y32 = Tensor::empty({Tl, D}, DType::F32, device_);
+  Tensor y32 = Tensor::empty({Sl * B, D}, DType::F32, device_);
   ops::moe_combine(s.slot32, nullptr, &s.gates, k, y32);
   ensure(s.out, {Sl, B, D}, act(), device_);
   ops::cast(y32, s.out);
-  lap.to(times.combine);
+  lap.to(moe_->times().combine);
   if (shared_) ops::add_inplace(s.out, shared_->forward(s.shared, in, s.x32, mb));
   return s.out;
 }

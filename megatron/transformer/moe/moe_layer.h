@@ -70,6 +70,21 @@ class MoELayer final : public MlpLayer {
  private:
   DType act() const { return spec_.activation_dtype; }
   int64_t tp_token_offset(int64_t local_tokens) const;
+  // Forward's steps: the router on this rank's tokens (routing, balancing counts and losses);
+  // the routing of every token the experts see (gathered over tp) with capacity drops; the
+  // dispatch, the experts and their rows back (s.slot32).
+  void route_tokens(State& s, const Tensor& in, const MicroBatchInfo& mb) const;
+  struct AllRouting {
+    std::vector<int32_t> experts;
+    std::vector<float> gates;
+    std::vector<uint8_t> kept;
+    int64_t capacity = 0;
+  };
+  AllRouting all_routing(State& s, const MicroBatchInfo& mb) const;
+  // Capacity drops under context parallelism: decided on the whole sequences (every cp rank's
+  // routing gathered in the global token order), as one process decides them.
+  void apply_capacity_over_cp(AllRouting& all, State& s, const MicroBatchInfo& mb) const;
+  void run_experts(State& s, const Tensor& in, const MicroBatchInfo& mb) const;
 
   TransformerSpec spec_;
   std::shared_ptr<MoeState> moe_;

@@ -354,9 +354,14 @@ struct Recipe {
   // global_batch % micro_batch, schedule vs train_iters, ...).
   void validate() const;
   // parallel.context > 1: what context parallelism needs (seq_length % 2cp, heads for a2a) and
-  // what it does not support yet (bert, unfused attention, expert parallelism or a token
-  // capacity, hybrid sharding; the trainer refuses cuda, which the planner can still size).
+  // what it does not support yet (bert, unfused attention, whole experts under tp; the trainer
+  // refuses cuda, which the planner can still size).
   void validate_context_parallel(Checker& c) const;
+  // validate()'s cross-section checks, by concern (validate.cpp).
+  void validate_layout(Checker& c) const;
+  void validate_experts(Checker& c) const;
+  void validate_sharding_and_device(Checker& c) const;
+  void validate_schedule_and_data(Checker& c) const;
   // Checks against a world size: world % (tensor*pipeline*context) == 0, parallel.data (if not
   // auto) == world / (tensor*pipeline*context), global_batch % (micro*dp) == 0, dp % expert == 0.
   void validate_for_world(int64_t world_size) const;

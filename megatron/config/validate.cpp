@@ -23,7 +23,6 @@ int64_t ModelConfig::padded_vocab_size(int64_t tokenizer_vocab, int64_t tensor_p
   return (vocab + multiple - 1) / multiple * multiple;
 }
 
-
 void ParallelConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
   for (auto [key, v] : {std::pair{"parallel.tensor", tensor},
@@ -260,6 +259,14 @@ void Recipe::validate() const {
   peft.validate(origins);
 
   Checker c(origins);
+  validate_layout(c);
+  validate_experts(c);
+  validate_sharding_and_device(c);
+  validate_schedule_and_data(c);
+}
+
+// Sizes that must divide over tensor, context and pipeline parallelism.
+void Recipe::validate_layout(Checker& c) const {
   const int64_t tp = parallel.tensor;
   c.divisible("model.num_attention_heads", model.num_attention_heads, "parallel.tensor", tp);
   c.divisible("model.num_query_groups", model.query_groups(), "parallel.tensor", tp);
@@ -284,6 +291,10 @@ void Recipe::validate() const {
             concat("must sum to model.num_layers (got ", terms, " = ", sum, ", num_layers ",
                    model.num_layers, ")"));
   }
+}
+
+// Expert (and expert tensor) parallelism against the MoE model.
+void Recipe::validate_experts(Checker& c) const {
   if (parallel.expert > 1) {
     c.check(model.moe.num_experts > 0, "parallel.expert",
             concat("needs an MoE model (model.num_experts > 0) (got expert ", parallel.expert,
@@ -314,6 +325,10 @@ void Recipe::validate() const {
     c.divisible("model.moe_shared_expert_intermediate_size",
                 model.moe.moe_shared_expert_intermediate_size, "parallel.tensor", parallel.tensor);
   }
+}
+
+// Data-parallel sharding, the attention backend and optimizer offload against the device.
+void Recipe::validate_sharding_and_device(Checker& c) const {
   // Data-parallel sharding: the aliases may only agree with an explicit strategy.
   const bool alias = optimizer.distributed || training.use_distributed_optimizer;
   if (parallel.data_parallel_sharding_strategy && alias)
@@ -348,6 +363,10 @@ void Recipe::validate() const {
     c.check(optimizer.type == OptimizerType::AdamW, "optimizer.offload",
             "the host optimizer is AdamW (got optimizer.type: sgd)");
   }
+}
+
+// The LR schedule, fine-tuning data and LoRA against the model, the validation split.
+void Recipe::validate_schedule_and_data(Checker& c) const {
   int64_t decay_iters = optimizer.schedule.decay_iters.value_or(training.train_iters);
   c.check(optimizer.schedule.warmup_iters <= decay_iters, "optimizer.schedule.warmup_iters",
           concat("must be <= the decay length (optimizer.schedule.decay_iters, default "

@@ -77,26 +77,41 @@ struct AddedSet {
   }
 };
 
+// The code point ending at byte `end` of text (not starting before `floor`; its first byte in
+// *start) and the one starting at `begin` (its end in *end); kNoCodePoint for a byte sequence
+// that is not one valid code point. Callers keep floor < end and begin < text.size().
+constexpr char32_t kNoCodePoint = 0xFFFFFFFF;
+char32_t code_point_before(std::string_view text, size_t floor, size_t end, size_t* start) {
+  size_t b = end - 1;
+  while (b > floor && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
+  *start = b;
+  const std::u32string cp = uc::decode_utf8_lossy(text.substr(b, end - b));
+  return cp.size() == 1 ? cp[0] : kNoCodePoint;
+}
+char32_t code_point_at(std::string_view text, size_t begin, size_t* end) {
+  size_t e = begin + 1;
+  while (e < text.size() && (static_cast<unsigned char>(text[e]) & 0xC0) == 0x80) ++e;
+  *end = e;
+  const std::u32string cp = uc::decode_utf8_lossy(text.substr(begin, e - begin));
+  return cp.size() == 1 ? cp[0] : kNoCodePoint;
+}
+
 // The length of the White_Space run (Rust's char::is_whitespace) ending at `end` of text, not
 // reaching before `floor`; and of the one starting at `begin`.
 size_t whitespace_before(std::string_view text, size_t floor, size_t end) {
-  size_t at = end;
+  size_t at = end, b = 0;
   while (at > floor) {
-    size_t b = at - 1;
-    while (b > floor && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
-    const std::u32string cp = uc::decode_utf8_lossy(text.substr(b, at - b));
-    if (cp.size() != 1 || !uc::is_white_space(cp[0])) break;
+    const char32_t cp = code_point_before(text, floor, at, &b);
+    if (cp == kNoCodePoint || !uc::is_white_space(cp)) break;
     at = b;
   }
   return end - at;
 }
 size_t whitespace_after(std::string_view text, size_t begin) {
-  size_t at = begin;
+  size_t at = begin, e = 0;
   while (at < text.size()) {
-    size_t e = at + 1;
-    while (e < text.size() && (static_cast<unsigned char>(text[e]) & 0xC0) == 0x80) ++e;
-    const std::u32string cp = uc::decode_utf8_lossy(text.substr(at, e - at));
-    if (cp.size() != 1 || !uc::is_white_space(cp[0])) break;
+    const char32_t cp = code_point_at(text, at, &e);
+    if (cp == kNoCodePoint || !uc::is_white_space(cp)) break;
     at = e;
   }
   return at - begin;
@@ -119,18 +134,16 @@ bool is_word_char(char32_t cp) {
 // Whether the code point ending at byte `end` of text (none at 0) / starting at `begin` (none
 // at the end) is a word character.
 bool word_char_before(std::string_view text, size_t end) {
+  size_t start = 0;
   if (end == 0) return false;
-  size_t b = end - 1;
-  while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
-  const std::u32string cp = uc::decode_utf8_lossy(text.substr(b, end - b));
-  return cp.size() == 1 && is_word_char(cp[0]);
+  const char32_t cp = code_point_before(text, 0, end, &start);
+  return cp != kNoCodePoint && is_word_char(cp);
 }
 bool word_char_after(std::string_view text, size_t begin) {
+  size_t end = 0;
   if (begin >= text.size()) return false;
-  size_t e = begin + 1;
-  while (e < text.size() && (static_cast<unsigned char>(text[e]) & 0xC0) == 0x80) ++e;
-  const std::u32string cp = uc::decode_utf8_lossy(text.substr(begin, e - begin));
-  return cp.size() == 1 && is_word_char(cp[0]);
+  const char32_t cp = code_point_at(text, begin, &end);
+  return cp != kNoCodePoint && is_word_char(cp);
 }
 
 // Calls on_text(piece) for each non-empty stretch of `text` between the added tokens of `set`

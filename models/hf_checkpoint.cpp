@@ -137,9 +137,9 @@ void leave_out_mtp_layers(const hf::ConfigJson& c, const hf::HfTensors& tensors,
                           const config::ModelConfig& m, hf::ImportRequest& req,
                           HfImportResult& result) {
   const int64_t mtp = c.integer_or("num_nextn_predict_layers", 0);
+  const std::vector<std::string> names = mtp > 0 ? tensors.names() : std::vector<std::string>{};
   for (int64_t k = 0; k < mtp; ++k) {
     const std::string prefix = concat("model.layers.", m.num_layers + k, ".");
-    const auto names = tensors.names();
     if (std::none_of(names.begin(), names.end(),
                      [&](const std::string& n) { return n.rfind(prefix, 0) == 0; }))
       continue;

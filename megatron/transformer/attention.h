@@ -23,6 +23,11 @@ namespace megatron {
 // spanning seq_len positions, cached tokens included (LongRoPE picks its factors and dynamic NTK
 // its base by it).
 math::RopeFrequencies rope_frequencies_of(const TransformerSpec& s, int64_t seq_len);
+// The positions a training forward's sequence of S rows spans: the whole sequence under context
+// parallelism, else the rows (packed documents count as the sequence they are packed in).
+inline int64_t rope_span(int64_t S, const MicroBatchInfo& mb) {
+  return mb.cp.active() ? mb.cp.total : S;
+}
 
 class SelfAttention final : public AttentionLayer {
  public:
@@ -54,11 +59,6 @@ class SelfAttention final : public AttentionLayer {
   void project_qkv(State& s, const Tensor& in, int64_t S, const MicroBatchInfo* mb) const;
   math::RopeFrequencies rope_frequencies(int64_t seq_len) const {
     return rope_frequencies_of(spec_, seq_len);
-  }
-  // The positions a training forward's sequence spans: the whole sequence under context
-  // parallelism, else the rows (packed documents count as the sequence they are packed in).
-  static int64_t rope_span(int64_t S, const MicroBatchInfo& mb) {
-    return mb.cp.active() ? mb.cp.total : S;
   }
   kernels::AttentionShape shape(int64_t S, int64_t B, int64_t batch_offset) const {
     return core_.shape(S, B, batch_offset, local_heads_, local_groups_, spec_.head_dim(),

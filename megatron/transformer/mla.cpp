@@ -251,8 +251,7 @@ Tensor& MultiLatentAttention::forward(LayerState& state, const Tensor& in, const
   project(s, in, S, &mb);
   pack(s, r);
   const auto as = shape(S, B, mb.batch_offset);
-  ops::rope_forward(as, s.qkv, rope_frequencies_of(spec_, mb.cp.active() ? mb.cp.total : S), 0,
-                    mb.position_ids);
+  ops::rope_forward(as, s.qkv, rope_frequencies_of(spec_, rope_span(S, mb)), 0, mb.position_ids);
   core_.forward(s.core, as, core_.options(mb, key_mask), mb, s.qkv,
                 ensure(s.attn, {S, B, as.H * as.Dh}, act(), device_));
   gather(s.attn, r.v_out, ensure(s.attn_v, {S, B, heads_ * d_.v}, act(), device_), width_);
@@ -273,8 +272,7 @@ void MultiLatentAttention::backward(LayerState& state, const Tensor& d_out, Tens
   gather(s.d_attn_v, r.v_pad, d_attn, width_);
   core_.backward(s.core, as, ao, mb, s.qkv, s.attn, d_attn,
                  ensure(s.d_qkv, s.qkv.shape(), act(), device_));
-  ops::rope_backward(as, s.d_qkv, rope_frequencies_of(spec_, mb.cp.active() ? mb.cp.total : S), 0,
-                     mb.position_ids);
+  ops::rope_backward(as, s.d_qkv, rope_frequencies_of(spec_, rope_span(S, mb)), 0, mb.position_ids);
   project_backward(s, r, d_in, mb);
 }
 

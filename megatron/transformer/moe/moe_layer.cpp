@@ -181,36 +181,34 @@ void MoELayer::apply_capacity_over_cp(AllRouting& all, State& s, const MicroBatc
                   Tensor::wrap(experts.data(), {G * k}, DType::I32), device_);
   all_gather_host(*cp_, Tensor::wrap(all.gates.data(), {T * k}, DType::F32),
                   Tensor::wrap(gates.data(), {G * k}, DType::F32), device_);
-  // slot of global token (position g, sample b): (g B + b) k + j; of cp rank c's local token
-  // (row r, b): c T k + (r B + b) k + j.
-  auto global_slot = [&](int64_t c, int64_t r, int64_t b) {
+  // The global token of cp rank c's local token (row r, sample b): position chunks_c(r), b.
+  std::vector<int64_t> global_token(static_cast<size_t>(G));
+  for (int64_t c = 0; c < cp; ++c) {
     const auto chunks = kernels::ContextChunks::of(mb.cp.total, cp, c);
-    return (chunks.global(r) * B + b) * k;
-  };
-  std::vector<int32_t> g_experts(experts.size());
-  std::vector<float> g_gates(gates.size());
-  for (int64_t c = 0; c < cp; ++c)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < B; ++b)
-        for (int64_t j = 0; j < k; ++j) {
-          const size_t from = static_cast<size_t>(c * T * k + (r * B + b) * k + j);
-          const size_t to = static_cast<size_t>(global_slot(c, r, b) + j);
-          g_experts[to] = experts[from];
-          g_gates[to] = gates[from];
-        }
+        global_token[static_cast<size_t>(c * T + r * B + b)] = chunks.global(r) * B + b;
+  }
+  std::vector<int32_t> g_experts(experts.size());
+  std::vector<float> g_gates(gates.size());
+  for (int64_t t = 0; t < G; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t from = static_cast<size_t>(t * k + j);
+      const size_t to = static_cast<size_t>(global_token[static_cast<size_t>(t)] * k + j);
+      g_experts[to] = experts[from];
+      g_gates[to] = gates[from];
+    }
   std::vector<uint8_t> g_kept(g_experts.size(), 1);
   all.capacity = expert_capacity(G, k, E, *m.capacity_factor);
   apply_capacity(g_experts, g_gates, g_kept, G, k, E, all.capacity, m.drop_policy,
                  &s.routing.min_margin);
-  const int64_t me = cp_->rank();
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t j = 0; j < k; ++j) {
-        const size_t mine = static_cast<size_t>((r * B + b) * k + j);
-        const size_t at = static_cast<size_t>(global_slot(me, r, b) + j);
-        all.gates[mine] = g_gates[at];
-        all.kept[mine] = g_kept[at];
-      }
+  const int64_t mine = cp_->rank() * T;  // this rank's tokens in the gathered order
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t at = static_cast<size_t>(global_token[static_cast<size_t>(mine + t)] * k + j);
+      all.gates[static_cast<size_t>(t * k + j)] = g_gates[at];
+      all.kept[static_cast<size_t>(t * k + j)] = g_kept[at];
+    }
 }
 
 void MoELayer::run_experts(State& s, const Tensor& in, const MicroBatchInfo& mb) const {

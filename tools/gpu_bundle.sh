@@ -160,8 +160,9 @@ mkdir -p "$out/src/tests/fixtures/hf" "$out/src/data/cache" "$out/src/tokenizers
 cp -r "$root/recipes" "$out/src/"
 cp "$root/tokenizers/corpus_spm_8k.model" "$out/src/tokenizers/"
 # The fixtures test_cuda_inference and gpu_check's generate step read (transformers' outputs).
-for f in gpt2 mistral_sliding trained_llama trained_qwen3 trained_smollm3 trained_gpt \
-    phi3_partial_longrope qwen2_window_layers llama_yarn gpt_neox; do cp -r "$root/tests/fixtures/hf/$f" "$out/src/tests/fixtures/hf/"; done
+for f in gpt2 $(grep -v '^#' "$root/tools/gpu_generate_fixtures.txt"); do
+  cp -r "$root/tests/fixtures/hf/$f" "$out/src/tests/fixtures/hf/"
+done
 # A small tokenized corpus at gpt_tiny's path: the first 60 documents of the shipped one.
 awk "NR <= 60" "$root"/data/corpus/*.jsonl > "$out/src/data/corpus_head.jsonl"
 "$build_dir/bin/preprocess_data" --input "$out/src/data/corpus_head.jsonl" --json-keys text \
@@ -169,7 +170,7 @@ awk "NR <= 60" "$root"/data/corpus/*.jsonl > "$out/src/data/corpus_head.jsonl"
   --append-eod --workers 2 --output-prefix "$out/src/data/cache/corpus" > /dev/null
 rm "$out/src/data/corpus_head.jsonl"
 cp "$build_dir/test_manifest.tsv" "$out/share/"
-cp "$root/tools/gpu_check.sh" "$out/"
+cp "$root/tools/gpu_check.sh" "$root/tools/gpu_generate_fixtures.txt" "$out/"
 # gpu_check --bench's PyTorch peer.
 mkdir -p "$out/src/bench"
 cp "$root"/bench/{pytorch_gpt.py,peer_common.py} "$out/src/bench/"

@@ -14,7 +14,8 @@
 #   2. every CUDA unit test (test_cuda_*, test_ops_backends*, device backends), including the
 #      CUDA training-equivalence tests (GPT, LLaMA, BERT, two MoE models; fp32, bf16 vs the CPU)
 #   3. the single-process NCCL and communicator cases
-#   4. generate --device cuda on nine transformers fixtures (families, rope and window variants):
+#   4. generate --device cuda on the transformers fixtures of gpu_generate_fixtures.txt (families,
+#      rope, window, soft-cap, q/k-norm, MoE and MLA variants):
 #      their greedy tokens against transformers' and against --device cpu
 #   5. --bench: GPT-2 124M and GPT 1.3B, bf16, synthetic data, one GPU, with each attention
 #      backend of --backends (model.attention_backend; default fused unfused) (tokens/s, TFLOP/s, MFU against the GPU's dense bf16 peak: GPU_PEAK_TFLOPS, else
@@ -186,11 +187,8 @@ say "== 3. NCCL and communicator cases, one process"
 run_gtest nccl test_parallel "$(manifest_filter test_parallel 'test_nccl|test_communicator_conformance')"
 
 say "== 4. generate --device cuda against transformers' greedy tokens"
-# Trained LLaMA, Qwen3 (per-head q/k norms), SmolLM3 (layers without rope) and GPT-2; Phi-3 with
-# partial rotary and LongRoPE, Qwen2 with per-layer windows, Mistral's sliding window, YaRN;
-# GPT-NeoX's parallel residual.
-generate_fixtures="trained_llama trained_qwen3 trained_smollm3 trained_gpt phi3_partial_longrope
-  qwen2_window_layers mistral_sliding llama_yarn gpt_neox"
+# The fixtures of gpu_generate_fixtures.txt (beside this script in the repository and the bundle).
+generate_fixtures=$(grep -v '^#' "$here/gpu_generate_fixtures.txt")
 for fixture_name in $generate_fixtures; do
   fixture="$bundle/src/tests/fixtures/hf/$fixture_name"
   read -r prompt expected <<< "$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))

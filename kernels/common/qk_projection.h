@@ -6,6 +6,8 @@
 // the statistics take the tensor-parallel sum of qk_projection_sums before the norm proper.
 #include <cstdint>
 
+#include "kernels/common/host_device.h"
+
 namespace megatron::kernels {
 
 struct QkProjection {
@@ -16,9 +18,9 @@ struct QkProjection {
   // The whole projections' widths (every rank's heads): heads x head_dim, groups x head_dim.
   int64_t q_width = 0, k_width = 0;
   float eps = 1e-6f;
-  int64_t row() const { return groups * (q_slots + 2) * head_dim; }
-  int64_t local_q() const { return groups * q_slots * head_dim; }  // this rank's q weights
-  int64_t local_k() const { return groups * head_dim; }            // and k weights
+  MT_HD int64_t row() const { return groups * (q_slots + 2) * head_dim; }
+  MT_HD int64_t local_q() const { return groups * q_slots * head_dim; }  // this rank's q weights
+  MT_HD int64_t local_k() const { return groups * head_dim; }            // and k weights
 };
 
 }  // namespace megatron::kernels

@@ -18,11 +18,10 @@
 // with holes is not expressible) and takes no fp32; these kernels keep the full semantics, stay
 // testable against the CPU, and run whatever cuDNN is not handed.
 //
-// Implementation (correctness first, straightforward shared-memory tiling): forward: one warp per
-// query row, 32-key tiles of K/V in shared memory, lane j scores key j, online softmax in fp32.
-// Backward: D = rowsum(dout * out) (fp32, workspace), then a dK/dV kernel (one warp per key,
-// looping over the group's heads and 32-query tiles: deterministic, no atomics) and a dQ kernel
-// (one warp per query row, looping over key tiles).
+// Soft-capped scores (AttentionOptions::softcap, Gemma 2) too. Two implementations: the
+// tensor-core kernels (flash_attention_tc.h: bf16/fp16, Dh a multiple of 16, no dropout) and
+// otherwise the SIMT kernels of flash_block.h with the whole sequence as one block (one warp per
+// query or key row, 32-row tiles in shared memory, deterministic dK/dV per key, no atomics).
 #include <cuda_runtime.h>
 
 #include <string>

@@ -127,6 +127,14 @@ __device__ __forceinline__ void key_range(const Geo& L, const Opt& o, int64_t r0
 }
 
 // Forward: block (bh, query tile); warp w owns query rows w*16 .. w*16+15 of the tile.
+// A scaled score, soft-capped when o.softcap > 0 (Gemma 2); *grad: the cap's derivative.
+__device__ __forceinline__ float capped(float score, const Opt& o, float* grad) {
+  if (o.softcap <= 0.0f) return score;
+  const float t = tanhf(score / o.softcap);
+  if (grad) *grad = 1.0f - t * t;
+  return o.softcap * t;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(Geo L, Opt o, const T* qkv, T* out, float* lse, bool vec) {
@@ -168,7 +176,7 @@ __global__ void __launch_bounds__(kThreads)
       for (int t = 0; t < 2; ++t) {
         const int c = lane + 32 * t;
         vis[t] = c0 + c < end && visible(L, o, b, i, c0 + c);
-        s[t] = vis[t] ? Ss[r * kCols + c] * o.scale : -INFINITY;
+        s[t] = vis[t] ? capped(Ss[r * kCols + c] * o.scale, o, nullptr) : -INFINITY;
       }
       const float mx = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
       float alpha = 1.0f, p[2] = {0.0f, 0.0f};
@@ -202,7 +210,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// P = exp(scale S - lse) and dS = P (dP - D), rounded to T, of one warp's 16 rows of a
+// P = exp(cap(scale S) - lse) and dS = P (dP - D) cap', rounded to T, of one warp's 16 rows of a
 // [64 queries][64 keys] tile of scores S and dP = dO V^T (fp32): query i = q0 + row, key
 // j = k0 + column; masked pairs are zero.
 template <typename T>
@@ -219,8 +227,9 @@ __device__ void probabilities_and_ds(const Geo& L, const Opt& o, int64_t b, cons
       const float lse_i = lse_s[r];
       float p = 0.0f, ds = 0.0f;
       if (lse_i != -INFINITY && visible(L, o, b, i, j)) {
-        p = math::exp_approx(S[r * kCols + c] * o.scale - lse_i);
-        ds = p * (dP[r * kCols + c] - D_s[r]);
+        float cap_grad = 1.0f;
+        p = math::exp_approx(capped(S[r * kCols + c] * o.scale, o, &cap_grad) - lse_i);
+        ds = p * (dP[r * kCols + c] - D_s[r]) * cap_grad;
       }
       Pb[r * kCols + c] = from_float<T>(p);
       dSb[r * kCols + c] = from_float<T>(ds);

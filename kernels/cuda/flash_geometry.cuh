@@ -45,6 +45,7 @@ inline Geo geo_of(const AttentionShape& s) {
 
 struct Opt {
   float scale, p, keep_scale;
+  float softcap;  // > 0: scores soft-capped (flash_block.cu runs it; the other kernels refuse it)
   bool causal, dropout;
   int64_t window;  // sliding window (0: none)
   const uint8_t* key_mask;
@@ -55,6 +56,7 @@ struct Opt {
 inline Opt opt_of(const AttentionOptions& o) {
   Opt r{};
   r.scale = o.scale;
+  r.softcap = o.softcap;
   r.p = o.dropout_p;
   r.dropout = o.dropout_p > 0.0f;
   r.keep_scale = r.dropout ? 1.0f / (1.0f - o.dropout_p) : 1.0f;

@@ -20,7 +20,7 @@ constexpr unsigned kMaxGridY = 65535;
 
 struct KvGeo {
   int64_t S, B, H, G, Dh, per, past, capacity, window;
-  float scale;
+  float scale, softcap;  // softcap 0: none
 };
 
 // Copies the new positions' key and value heads out of qkv into the caches (one element per
@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(kThreads)
         float dot = 0.0f;
         for (int d = 0; d < Dh; ++d) dot += q[d] * to_float(k[d]);
         s = dot * L.scale;
+        if (L.softcap > 0.0f) s = math::softcap(s, L.softcap);
       }
       // Lane 0 always scores a key, so mx is finite.
       const float mx = fmaxf(m, warp_max(s));
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename T>
 void kv_cache_attention(const AttentionShape& s, float scale, const T* qkv, T* keys, T* values,
-                        int64_t past, int64_t capacity, T* out, int64_t window,
+                        int64_t past, int64_t capacity, T* out, int64_t window, float softcap,
                         cudaStream_t stream) {
   MT_CHECK(s.G > 0 && s.H % s.G == 0, "kv_cache_attention (CUDA): heads ", s.H,
            " not divisible by groups ", s.G);
@@ -128,7 +129,8 @@ void kv_cache_attention(const AttentionShape& s, float scale, const T* qkv, T* k
   MT_CHECK(past >= 0 && past + s.S <= capacity, "kv_cache_attention (CUDA): positions ", past, "..",
            past + s.S, " past the cache capacity ", capacity);
   if (s.S == 0 || s.B == 0 || s.H == 0) return;
-  const KvGeo L{s.S, s.B, s.H, s.G, s.Dh, s.H / s.G, past, capacity, window, scale};
+  MT_CHECK(softcap >= 0.0f, "kv_cache_attention (CUDA): softcap ", softcap, " < 0");
+  const KvGeo L{s.S, s.B, s.H, s.G, s.Dh, s.H / s.G, past, capacity, window, scale, softcap};
   const int64_t copies = s.S * s.B * s.G * s.Dh;
   kv_append_kernel<T><<<detail::grid_for(copies, 256), 256, 0, stream>>>(L, qkv, keys, values);
   MT_CUDA_LAUNCH_CHECK();
@@ -140,7 +142,7 @@ void kv_cache_attention(const AttentionShape& s, float scale, const T* qkv, T* k
 
 #define MT_INSTANTIATE(T)                                                                      \
   template void kv_cache_attention<T>(const AttentionShape&, float, const T*, T*, T*, int64_t, \
-                                      int64_t, T*, int64_t, cudaStream_t);
+                                      int64_t, T*, int64_t, float, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

@@ -49,7 +49,8 @@ void qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk, co
 // them: x, y, dy, dx [p.tokens, p.groups, p.q_slots + 2, p.head_dim]; wq [p.local_q()], wk
 // [p.local_k()]; sums, dots and rstd F32 [p.tokens, 2]. qk_projection_sums: sum x^2 (dy null)
 // or sum dy w x (dy given) over each token's local query, then key, entries. Backward writes dx
-// (which may alias dy) and accumulates into dwq and dwk (F32). CPU only.
+// (which may alias dy) and accumulates into dwq and dwk (F32). CPU: fp32 weights; CUDA
+// (kernels/cuda/qk_projection.h): fp32 or the activations' dtype.
 void qk_projection_sums(const Tensor& x, const Tensor* dy, const Tensor& wq, const Tensor& wk,
                         const kernels::QkProjection& p, Tensor& sums);
 void qk_projection_norm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk,
@@ -95,8 +96,8 @@ void flash_attention_backward(const kernels::AttentionShape& shape,
 // layout or, block.kv_packed, [k_rows, B, G, 2, Dh]; out [q_rows, B, H, Dh]; lse [B, H, q_rows].
 // Backward adds into dq (q's layout, query slots) and dkv (kv's layout) given the merged out and
 // lse. Merge: acc_out [rows, B, H, Dh] and acc_lse [B, H, L] rows [acc_row, acc_row + rows) take
-// in a block's out [rows, B, H, Dh] and lse [B, H, rows]. All fp32; CPU only for now (CUDA: an
-// InputError).
+// in a block's out [rows, B, H, Dh] and lse [B, H, rows]. CPU: fp32; CUDA
+// (kernels/cuda/flash_block.h): the block ops in fp32, bf16 or fp16, the merge in fp32.
 void flash_attention_block_forward(const kernels::AttentionShape& shape,
                                    const kernels::AttentionOptions& opt,
                                    const kernels::AttentionBlock& block, const Tensor& q,
@@ -119,7 +120,7 @@ void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
 // [B, G, capacity, Dh] and attends each new query causally over the cache (the last `window`
 // positions with a sliding window > 0). CPU: fp32 only (InputError otherwise); CUDA: fp32,
 // bf16 or fp16 (one dtype for all four tensors, fp32 math, Dh <= 256). softcap > 0: scores
-// soft-capped as AttentionOptions::softcap (CPU only).
+// soft-capped as AttentionOptions::softcap.
 void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
                         Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window = 0,
                         float softcap = 0.0f);

@@ -59,10 +59,6 @@ void Trainer::check_groups(TrainerGroups g) {
   MT_INPUT_CHECK(device_ == Device::CPU || device_available(Device::CUDA), recipe_.source_path,
                  ": training.device: cuda but no CUDA device is visible (or this build has no CUDA "
                  "backend: configure with -DMEGATRON_CUDA=ON)");
-  MT_INPUT_CHECK(device_ == Device::CPU || recipe_.parallel.context == 1, recipe_.source_path,
-                 ": training.device: cuda with parallel.context ", recipe_.parallel.context,
-                 ": context parallelism runs on the CPU only so far (its block attention has no "
-                 "CUDA kernel yet)");
   MT_INPUT_CHECK(train_->seq_length() == recipe_.model.seq_length, recipe_.source_path,
                  ": data samples have seq_length ", train_->seq_length(),
                  " but model.seq_length is ", recipe_.model.seq_length);

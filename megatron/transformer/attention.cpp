@@ -41,9 +41,6 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
   const auto& full = a.spec.full_attention_layers;  // (model.window_attn_skip_freq)
   if (std::find(full.begin(), full.end(), a.layer) != full.end()) spec_.window = 0;
   if (spec_.window > 0 && spec_.rope_local_theta > 0) use_local_rope(spec_);
-  MT_INPUT_CHECK(spec_.attn_logit_softcap == 0.0f || device_ == Device::CPU,
-                 "model.attn_logit_softcapping runs on the CPU only: the CUDA attention kernels "
-                 "have no soft-capping yet (training.device: cuda)");
   const int64_t D = spec_.hidden, Dh = spec_.head_dim(), H = spec_.heads, G = spec_.query_groups;
   qkv_ =
       std::make_unique<Linear>(a.store, a.prefix + ".attention.qkv", D, G * (H / G + 2) * Dh,

@@ -1,8 +1,10 @@
 #include "megatron/transformer/context_parallel.h"
 
-#include <cstring>
+#include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "megatron/backend/ops.h"
 #include "megatron/pipeline/timeline.h"
@@ -44,23 +46,42 @@ void finish_f32(const Tensor& scratch, Tensor& t) {
   if (t.dtype() != DType::F32) ops::cast(scratch, t);
 }
 
+// Every rearrangement of rows below is a gather or scatter of rows (ops::gather_rows,
+// scatter_rows) through an int32 index built once per shape on the host and kept on the
+// tensors' device: the same code moves host or device memory.
+const Tensor& row_index(RowIndexCache& cache, std::vector<int64_t> key, Device dev,
+                        const std::function<void(std::vector<int32_t>&)>& fill) {
+  key.push_back(static_cast<int64_t>(dev));
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  std::vector<int32_t> host;
+  fill(host);
+  Tensor t = Tensor::empty({static_cast<int64_t>(host.size())}, DType::I32);
+  std::copy(host.begin(), host.end(), t.data<int32_t>());
+  return cache.emplace(std::move(key), t.to(dev)).first->second;
+}
+
+// The rows of Dh holding the key and value heads in qkv [S, B, G, H/G + 2, Dh], in order.
+const Tensor& kv_rows(RowIndexCache& cache, const Tensor& qkv, const kernels::AttentionShape& s) {
+  const int64_t slots = s.H / s.G + 2, units = qkv.numel() / (slots * s.Dh);
+  return row_index(cache, {0, units, slots}, qkv.device(), [&](std::vector<int32_t>& idx) {
+    for (int64_t u = 0; u < units; ++u)
+      for (int64_t k = slots - 2; k < slots; ++k)
+        idx.push_back(static_cast<int32_t>(u * slots + k));
+  });
+}
+
 // qkv rows [S, B, G, H/G + 2, Dh] -> packed keys/values [S, B, G, 2, Dh], and back into the
 // key/value slots of a qkv-layout gradient.
-void pack_kv(const Tensor& qkv, const kernels::AttentionShape& s, Tensor& kv) {
-  const int64_t hpg = s.H / s.G, n = qkv.numel() / ((hpg + 2) * s.Dh);
-  const float* src = qkv.data<float>();
-  float* dst = kv.data<float>();
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(dst + i * 2 * s.Dh, src + (i * (hpg + 2) + hpg) * s.Dh,
-                sizeof(float) * static_cast<size_t>(2 * s.Dh));
+void pack_kv(RowIndexCache& cache, const Tensor& qkv, const kernels::AttentionShape& s,
+             Tensor& kv) {
+  Tensor rows = kv.view({kv.numel() / s.Dh, s.Dh});
+  ops::gather_rows(qkv.view({qkv.numel() / s.Dh, s.Dh}), kv_rows(cache, qkv, s), rows);
 }
-void unpack_kv(const Tensor& kv, const kernels::AttentionShape& s, Tensor& qkv) {
-  const int64_t hpg = s.H / s.G, n = qkv.numel() / ((hpg + 2) * s.Dh);
-  const float* src = kv.data<float>();
-  float* dst = qkv.data<float>();
-  for (int64_t i = 0; i < n; ++i)
-    std::memcpy(dst + (i * (hpg + 2) + hpg) * s.Dh, src + i * 2 * s.Dh,
-                sizeof(float) * static_cast<size_t>(2 * s.Dh));
+void unpack_kv(RowIndexCache& cache, const Tensor& kv, const kernels::AttentionShape& s,
+               Tensor& qkv) {
+  Tensor rows = qkv.view({qkv.numel() / s.Dh, s.Dh});
+  ops::scatter_rows(kv.view({kv.numel() / s.Dh, s.Dh}), kv_rows(cache, qkv, s), rows);
 }
 
 }  // namespace
@@ -137,7 +158,7 @@ void ContextParallelAttention::ring_forward(State& s, const kernels::AttentionSh
   const int cp = cp_->size(), r = cp_->rank();
   const int64_t Sl = w_.q32.dim(0);
   const Shape kv_shape{Sl, gs.B, gs.G, 2, gs.Dh};
-  pack_kv(w_.q32, gs, ensure(w_.kv, kv_shape, DType::F32, w_.q32.device()));
+  pack_kv(w_.index, w_.q32, gs, ensure(w_.kv, kv_shape, DType::F32, w_.q32.device()));
   if (comm_ == ContextParallelComm::AllGather) {
     ensure(s.kv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, w_.q32.device());
     const double t0 = now();
@@ -166,7 +187,7 @@ void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionS
   if (gathered) {
     ensure(w_.dkv_all, {cp * Sl, gs.B, gs.G, 2, gs.Dh}, DType::F32, w_.q32.device()).zero_();
   } else {
-    pack_kv(w_.q32, gs, ensure(w_.kv, kv_shape, DType::F32, w_.q32.device()));
+    pack_kv(w_.index, w_.q32, gs, ensure(w_.kv, kv_shape, DType::F32, w_.q32.device()));
     ensure(w_.dkv, kv_shape, DType::F32, w_.q32.device()).zero_();
   }
   for (int step = 0; step < cp; ++step) {
@@ -198,65 +219,63 @@ void ContextParallelAttention::ring_backward(State& s, const kernels::AttentionS
     cp_->reduce_scatter(w_.dkv_all, w_.dkv, parallel::ReduceOp::Sum);
     record_exchange(t0);
   }
-  unpack_kv(w_.dkv, gs, w_.dq32);
+  unpack_kv(w_.index, w_.dkv, gs, w_.dq32);
 }
 
 namespace {
 
-// Ulysses' exchanges over the cp group. seq_to_heads: this rank's rows [Sl, B, cp * N units]
-// -> the whole sequence (global order) of units [r N, (r + 1) N): full [S, B, N units].
-// heads_to_seq is its inverse.
-void seq_to_heads(parallel::Communicator& cp, const Tensor& local, const RowUnits& u, int64_t S,
-                  Tensor& send, Tensor& recv, Tensor& full) {
-  const int n = cp.size();
-  const int64_t Sl = u.rows, part = u.B * (u.units / n) * u.width;  // one row's floats for a rank
-  ensure(send, {local.numel()}, DType::F32, local.device());
-  ensure(recv, {local.numel()}, DType::F32, local.device());
-  const float* in = local.data<float>();
-  float* sp = send.data<float>();
-  const int64_t unit_floats = (u.units / n) * u.width;
-  for (int j = 0; j < n; ++j)
-    for (int64_t t = 0; t < Sl; ++t)
-      for (int64_t b = 0; b < u.B; ++b)
-        std::memcpy(sp + ((j * Sl + t) * u.B + b) * unit_floats,
-                    in + (t * u.B + b) * u.units * u.width + j * unit_floats,
-                    sizeof(float) * static_cast<size_t>(unit_floats));
-  const std::vector<int64_t> counts(static_cast<size_t>(n), Sl * part);
-  cp.all_to_all(send, counts, recv, counts);
-  float* out = full.data<float>();
-  const float* rp = recv.data<float>();
-  for (int i = 0; i < n; ++i) {
-    const auto ch = kernels::ContextChunks::of(S, n, i);
-    for (int64_t t = 0; t < Sl; ++t)
-      std::memcpy(out + ch.global(t) * part, rp + (i * Sl + t) * part,
-                  sizeof(float) * static_cast<size_t>(part));
-  }
+// Ulysses' exchanges over the cp group (n ranks, Sl rows each, B samples). Two row orders:
+// unit_order: row (j Sl + t) B + b of the all-to-all buffer (rank j's units of row t, sample b)
+// is row (t B + b) n + j of the local tensor viewed as rows of one rank's units;
+// seq_order: row j Sl + t of the buffer (rank j's row t) is global row chunks(j).global(t).
+const Tensor& unit_order(RowIndexCache& cache, int n, int64_t Sl, int64_t B, Device dev) {
+  return row_index(cache, {1, n, Sl, B}, dev, [&](std::vector<int32_t>& idx) {
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t t = 0; t < Sl; ++t)
+        for (int64_t b = 0; b < B; ++b) idx.push_back(static_cast<int32_t>((t * B + b) * n + j));
+  });
+}
+const Tensor& seq_order(RowIndexCache& cache, int n, int64_t Sl, int64_t S, Device dev) {
+  return row_index(cache, {2, n, Sl, S}, dev, [&](std::vector<int32_t>& idx) {
+    for (int j = 0; j < n; ++j) {
+      const auto ch = kernels::ContextChunks::of(S, n, j);
+      for (int64_t t = 0; t < Sl; ++t) idx.push_back(static_cast<int32_t>(ch.global(t)));
+    }
+  });
 }
 
-void heads_to_seq(parallel::Communicator& cp, const Tensor& full, const RowUnits& u, int64_t S,
-                  Tensor& send, Tensor& recv, Tensor& local) {
+// seq_to_heads: this rank's rows [Sl, B, cp * N units] -> the whole sequence (global order) of
+// units [r N, (r + 1) N): full [S, B, N units]. heads_to_seq is its inverse.
+void seq_to_heads(parallel::Communicator& cp, RowIndexCache& cache, const Tensor& local,
+                  const RowUnits& u, int64_t S, Tensor& send, Tensor& recv, Tensor& full) {
   const int n = cp.size();
   const int64_t Sl = u.rows, unit_floats = (u.units / n) * u.width, part = u.B * unit_floats;
-  ensure(send, {local.numel()}, DType::F32, local.device());
-  ensure(recv, {local.numel()}, DType::F32, local.device());
-  const float* in = full.data<float>();
-  float* sp = send.data<float>();
-  for (int j = 0; j < n; ++j) {
-    const auto ch = kernels::ContextChunks::of(S, n, j);
-    for (int64_t t = 0; t < Sl; ++t)
-      std::memcpy(sp + (j * Sl + t) * part, in + ch.global(t) * part,
-                  sizeof(float) * static_cast<size_t>(part));
-  }
+  const Device dev = local.device();
+  ensure(send, {local.numel()}, DType::F32, dev);
+  ensure(recv, {local.numel()}, DType::F32, dev);
+  Tensor send_rows = send.view({local.numel() / unit_floats, unit_floats});
+  ops::gather_rows(local.view({local.numel() / unit_floats, unit_floats}),
+                   unit_order(cache, n, Sl, u.B, dev), send_rows);
   const std::vector<int64_t> counts(static_cast<size_t>(n), Sl * part);
   cp.all_to_all(send, counts, recv, counts);
-  const float* rp = recv.data<float>();
-  float* out = local.data<float>();
-  for (int i = 0; i < n; ++i)
-    for (int64_t t = 0; t < Sl; ++t)
-      for (int64_t b = 0; b < u.B; ++b)
-        std::memcpy(out + (t * u.B + b) * u.units * u.width + i * unit_floats,
-                    rp + ((i * Sl + t) * u.B + b) * unit_floats,
-                    sizeof(float) * static_cast<size_t>(unit_floats));
+  Tensor rows = full.view({S, part});
+  ops::scatter_rows(recv.view({n * Sl, part}), seq_order(cache, n, Sl, S, dev), rows);
+}
+
+void heads_to_seq(parallel::Communicator& cp, RowIndexCache& cache, const Tensor& full,
+                  const RowUnits& u, int64_t S, Tensor& send, Tensor& recv, Tensor& local) {
+  const int n = cp.size();
+  const int64_t Sl = u.rows, unit_floats = (u.units / n) * u.width, part = u.B * unit_floats;
+  const Device dev = full.device();
+  ensure(send, {local.numel()}, DType::F32, dev);
+  ensure(recv, {local.numel()}, DType::F32, dev);
+  Tensor send_rows = send.view({n * Sl, part});
+  ops::gather_rows(full.view({S, part}), seq_order(cache, n, Sl, S, dev), send_rows);
+  const std::vector<int64_t> counts(static_cast<size_t>(n), Sl * part);
+  cp.all_to_all(send, counts, recv, counts);
+  Tensor rows = local.view({local.numel() / unit_floats, unit_floats});
+  ops::scatter_rows(recv.view({local.numel() / unit_floats, unit_floats}),
+                    unit_order(cache, n, Sl, u.B, dev), rows);
 }
 
 // The shape of one rank's heads over the whole sequence (a2a).
@@ -280,7 +299,7 @@ void ContextParallelAttention::a2a_forward(State& s, const kernels::AttentionSha
   ensure(s.full_qkv, {S, gs.B, sh.G, w}, DType::F32, dev);
   {
     const double t0 = now();
-    seq_to_heads(*cp_, w_.q32, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, s.full_qkv);
+    seq_to_heads(*cp_, w_.index, w_.q32, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, s.full_qkv);
     record_exchange(t0);
   }
   ensure(s.full_out, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
@@ -288,7 +307,8 @@ void ContextParallelAttention::a2a_forward(State& s, const kernels::AttentionSha
   ops::flash_attention_forward(sh, opt, s.full_qkv, s.full_out, s.full_lse);
   {
     const double t0 = now();
-    heads_to_seq(*cp_, s.full_out, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.out32);
+    heads_to_seq(*cp_, w_.index, s.full_out, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv,
+                 w_.out32);
     record_exchange(t0);
   }
 }
@@ -302,7 +322,8 @@ void ContextParallelAttention::a2a_backward(State& s, const kernels::AttentionSh
   ensure(w_.full_dout, {S, gs.B, sh.H, gs.Dh}, DType::F32, dev);
   {
     const double t0 = now();
-    seq_to_heads(*cp_, w_.dout32, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv, w_.full_dout);
+    seq_to_heads(*cp_, w_.index, w_.dout32, {Sl, gs.B, gs.H, gs.Dh}, S, w_.send, w_.recv,
+                 w_.full_dout);
     record_exchange(t0);
   }
   ensure(w_.full_dqkv, s.full_qkv.shape(), DType::F32, dev);
@@ -310,7 +331,7 @@ void ContextParallelAttention::a2a_backward(State& s, const kernels::AttentionSh
                                 w_.full_dqkv);
   {
     const double t0 = now();
-    heads_to_seq(*cp_, w_.full_dqkv, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, w_.dq32);
+    heads_to_seq(*cp_, w_.index, w_.full_dqkv, {Sl, gs.B, gs.G, w}, S, w_.send, w_.recv, w_.dq32);
     record_exchange(t0);
   }
 }
@@ -336,7 +357,6 @@ void ContextParallelAttention::forward(State& s, const kernels::AttentionShape& 
            "context-parallel attention: rank ", cp_->rank(), " of ", cp_->size(), " holds ",
            local.S, " rows, chunks ", chunks.first, "/", chunks.second, " of ", chunks.chunk,
            " (sequence ", chunks.total, ")");
-  MT_CHECK(qkv.device() == Device::CPU, "context parallelism runs on the CPU only");
   kernels::AttentionShape gs = local;
   gs.S = chunks.total;
   const int64_t Sl = local.S, w = (local.H / local.G + 2) * local.Dh;
@@ -374,13 +394,15 @@ void ContextParallelAttention::backward(State& s, const kernels::AttentionShape&
     as_f32(out, out_shape, w_.out32);
     w_.dq32.zero_();
     // Each query chunk's lse rows, contiguous for the block kernel.
+    const int64_t BH = local.B * local.H;
     ensure(w_.chunk_lse, {2, local.B, local.H, C}, DType::F32, dqkv.device());
-    const float* lse = s.lse.data<float>();
-    float* cl = w_.chunk_lse.data<float>();
-    for (int64_t qc = 0; qc < 2; ++qc)
-      for (int64_t bh = 0; bh < local.B * local.H; ++bh)
-        std::memcpy(cl + (qc * local.B * local.H + bh) * C, lse + bh * Sl + qc * C,
-                    sizeof(float) * static_cast<size_t>(C));
+    const Tensor& order =
+        row_index(w_.index, {3, BH}, dqkv.device(), [&](std::vector<int32_t>& idx) {
+          for (int64_t qc = 0; qc < 2; ++qc)
+            for (int64_t bh = 0; bh < BH; ++bh) idx.push_back(static_cast<int32_t>(bh * 2 + qc));
+        });
+    Tensor rows = w_.chunk_lse.view({2 * BH, C});
+    ops::gather_rows(s.lse.view({2 * BH, C}), order, rows);
     ring_backward(s, gs, opt);
   }
   finish_f32(w_.dq32, dqkv);
@@ -389,9 +411,7 @@ void ContextParallelAttention::backward(State& s, const kernels::AttentionShape&
 BlockSubmodules with_context_parallel(BlockSubmodules base, parallel::Communicator& cp,
                                       ContextParallelComm comm) {
   auto core = std::make_shared<const ContextParallelAttention>(cp, comm);
-  base.attention = [core](const SubmoduleArgs& a) {
-    return make_attention(a, core);
-  };
+  base.attention = [core](const SubmoduleArgs& a) { return make_attention(a, core); };
   return base;
 }
 

@@ -20,8 +20,11 @@
 //
 // Everything runs in fp32 (bf16/fp16 activations are widened first) with the flash kernels;
 // masks, documents, windows and dropout indices are those of the global positions, so the
-// result is the single-process attention's to rounding (a2a: bit for bit). CPU only for now.
+// result is the single-process attention's to rounding (a2a: bit for bit). On the CPU or CUDA
+// (the block kernels of kernels/cuda/flash_block.h; NCCL moves the blocks).
+#include <map>
 #include <memory>
+#include <vector>
 
 #include "kernels/common/attention_shape.h"
 #include "kernels/common/context_chunks.h"
@@ -31,6 +34,10 @@
 namespace megatron {
 
 enum class ContextParallelComm : uint8_t { P2P, AllGather, AllToAll };
+
+// int32 row indices for the gathers and scatters that rearrange rows, by what they are for and
+// the sizes they depend on (context_parallel.cpp).
+using RowIndexCache = std::map<std::vector<int64_t>, Tensor>;
 
 class ContextParallelAttention {
  public:
@@ -82,6 +89,7 @@ class ContextParallelAttention {
     Tensor kv, kv_next, dkv, dkv_all;
     Tensor blk_out, blk_lse, chunk_lse;
     Tensor full_dout, full_dqkv, send, recv;
+    RowIndexCache index;
     const MicroBatchInfo* mb = nullptr;  // the call's micro-batch (its timeline)
   };
   // p2p: posts the send of this rank's current block to the next rank and the receive of the

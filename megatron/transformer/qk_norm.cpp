@@ -26,10 +26,6 @@ QkNorm::QkNorm(ParamStore& store, const std::string& prefix, Span span, int64_t 
     q_->tp_partial_grad = k_->tp_partial_grad = tp.size() > 1;
     return;
   }
-  // (Built on a device whose backend lacks the ops: refused here, before any step.)
-  MT_INPUT_CHECK(device_ == Device::CPU,
-                 "model.qk_layernorm_span: projection (q/k norms over the whole projection) has no "
-                 "CUDA kernel yet: it runs with training.device: cpu");
   // Split with the heads: a rank's query heads (and key groups) are consecutive.
   q_ = &store.add(q, Shape{heads * head_dim}, ones, false, tp_shard(0, tp));
   k_ = &store.add(k, Shape{query_groups * head_dim}, ones, false, tp_shard(0, tp));

@@ -1,8 +1,9 @@
 // The CUDA KV-cache attention (kernels/cuda/kv_attention.h) against the CPU kernel
 // (kernels/cpu/kv_attention.h) on the same rounded inputs, for each storage type: decode steps
 // (S = 1) and prefills (S > 1), with and without earlier cached positions, sliding windows,
-// GQA/MQA, head dims up to 256 and caches longer than one block's first pass of tiles; then a
-// whole decode (prefill and steps) chained through device-resident caches. Outputs compare by
+// GQA/MQA, head dims up to 256, caches longer than one block's first pass of tiles, with and
+// without soft-capped scores; then a whole decode (prefill and steps, soft-capped) chained
+// through device-resident caches. Outputs compare by
 // norm-relative error (per-dtype tolerances), the appended cache rows exactly. Without a CUDA
 // build or a GPU every test reports SKIPPED (never passed).
 #include <gtest/gtest.h>
@@ -70,25 +71,26 @@ TYPED_TEST(CudaOps, KvCacheAttentionMatchesTheCpu) {
       {7, 5, 100, 1, 2, 2, 256, 12},   // window wider than the sequence, Dh 256
       {64, 200, 0, 1, 4, 1, 96, 264},  // a long chunk, MQA
   };
-  for (const Case& c : cases) {
-    const AttentionShape s{c.S, c.B, c.H, c.G, c.Dh};
-    const float scale = 1.0f / std::sqrt(float(c.Dh));
-    const int64_t n_qkv = c.S * c.B * (c.H + 2 * c.G) * c.Dh,
-                  n_cache = c.B * c.G * c.capacity * c.Dh;
-    const auto qkv = rounded<T>(randn(n_qkv, 71, 1.0f));
-    // Earlier positions hold what earlier steps appended; the rest of the cache is untouched.
-    auto keys = rounded<T>(randn(n_cache, 72)), values = rounded<T>(randn(n_cache, 73));
-    Dev<T> dq(qkv), dk(keys), dv(values), dout(c.S * c.B * c.H * c.Dh);
-    std::vector<float> out(static_cast<size_t>(c.S * c.B * c.H * c.Dh));
-    kp::kv_cache_attention(s, scale, qkv.data(), keys.data(), values.data(), c.past, c.capacity,
-                           out.data(), c.window);
-    kc::kv_cache_attention<T>(s, scale, dq.p(), dk.p(), dv.p(), c.past, c.capacity, dout.p(),
-                              c.window, nullptr);
-    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.str();
-    EXPECT_CLOSE(dout.get(), out, tol<T>()) << c.str();
-    EXPECT_EQ(dk.get(), keys) << c.str();
-    EXPECT_EQ(dv.get(), values) << c.str();
-  }
+  for (const float cap : {0.0f, 1.5f})  // soft-capped scores (Gemma 2) too
+    for (const Case& c : cases) {
+      const AttentionShape s{c.S, c.B, c.H, c.G, c.Dh};
+      const float scale = 1.0f / std::sqrt(float(c.Dh));
+      const int64_t n_qkv = c.S * c.B * (c.H + 2 * c.G) * c.Dh,
+                    n_cache = c.B * c.G * c.capacity * c.Dh;
+      const auto qkv = rounded<T>(randn(n_qkv, 71, 1.0f));
+      // Earlier positions hold what earlier steps appended; the rest of the cache is untouched.
+      auto keys = rounded<T>(randn(n_cache, 72)), values = rounded<T>(randn(n_cache, 73));
+      Dev<T> dq(qkv), dk(keys), dv(values), dout(c.S * c.B * c.H * c.Dh);
+      std::vector<float> out(static_cast<size_t>(c.S * c.B * c.H * c.Dh));
+      kp::kv_cache_attention(s, scale, qkv.data(), keys.data(), values.data(), c.past, c.capacity,
+                             out.data(), c.window, cap);
+      kc::kv_cache_attention<T>(s, scale, dq.p(), dk.p(), dv.p(), c.past, c.capacity, dout.p(),
+                                c.window, cap, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.str() << " softcap " << cap;
+      EXPECT_CLOSE(dout.get(), out, tol<T>()) << c.str() << " softcap " << cap;
+      EXPECT_EQ(dk.get(), keys) << c.str();
+      EXPECT_EQ(dv.get(), values) << c.str();
+    }
 }
 
 // A prompt of 11 positions, then 6 single-token steps, the caches never leaving the device:
@@ -97,6 +99,7 @@ TYPED_TEST(CudaOps, KvCacheDecodeStepsChainOnTheDevice) {
   REQUIRE_GPU();
   using T = TypeParam;
   const int64_t B = 2, H = 6, G = 2, Dh = 48, prompt = 11, steps = 6, window = 8;
+  const float softcap = 2.0f;
   const int64_t capacity = prompt + steps, row = B * (H + 2 * G) * Dh;
   const float scale = 1.0f / std::sqrt(float(Dh));
   const auto qkv = rounded<T>(randn(capacity * row, 81));
@@ -108,10 +111,10 @@ TYPED_TEST(CudaOps, KvCacheDecodeStepsChainOnTheDevice) {
     const std::vector<float> chunk(qkv.begin() + past * row, qkv.begin() + (past + S) * row);
     std::vector<float> out(static_cast<size_t>(S * B * H * Dh));
     kp::kv_cache_attention(s, scale, chunk.data(), keys.data(), values.data(), past, capacity,
-                           out.data(), window);
+                           out.data(), window, softcap);
     Dev<T> dq(chunk), dout(out.size());
     kc::kv_cache_attention<T>(s, scale, dq.p(), dk.p(), dv.p(), past, capacity, dout.p(), window,
-                              nullptr);
+                              softcap, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "past " << past;
     EXPECT_CLOSE(dout.get(), out, tol<T>()) << "past " << past << " S " << S;
     past += S;
@@ -125,10 +128,10 @@ TEST(CudaKernelsKvAttention, RefusesWhatItDoesNotRun) {
   Dev<float> buf(64);
   // Dh over 256 and positions past the capacity are errors, not silent overruns.
   EXPECT_THROW(kc::kv_cache_attention<float>(AttentionShape{1, 1, 1, 1, 512}, 1.0f, buf.p(),
-                                             buf.p(), buf.p(), 0, 1, buf.p(), 0, nullptr),
+                                             buf.p(), buf.p(), 0, 1, buf.p(), 0, 0.0f, nullptr),
                megatron::Error);
   EXPECT_THROW(kc::kv_cache_attention<float>(AttentionShape{2, 1, 1, 1, 4}, 1.0f, buf.p(), buf.p(),
-                                             buf.p(), 3, 4, buf.p(), 0, nullptr),
+                                             buf.p(), 3, 4, buf.p(), 0, 0.0f, nullptr),
                megatron::Error);
 }
 

@@ -152,6 +152,47 @@ TEST(CudaTraining, QkLayernormMatchesTheCpuRun) {
   }
 }
 
+// Case c with model_keys on the CPU everywhere (it checks the recipe and the CPU path), then,
+// where there is a GPU, on CUDA: the same curve (expect_cuda_follows_cpu).
+void expect_cuda_follows_cpu_or_skip(const Case& c, const std::string& model_keys) {
+  if (!device_available(Device::CUDA)) {
+    const auto cpu = train_recipe(c, tiny_recipe(c, "cpu", 2, "", model_keys));
+    ASSERT_EQ(cpu.steps.size(), 2u);
+    for (const auto& m : cpu.steps) ASSERT_TRUE(std::isfinite(m.loss) && m.loss > 0.0);
+    GTEST_SKIP() << "no CUDA backend or no GPU here: the CPU run passed, training.device: cuda "
+                    "did not run";
+  }
+  expect_cuda_follows_cpu(c, model_keys);
+}
+
+// Gemma 2's blocks on CUDA: soft-capped attention scores (cuDNN has no soft-capping: fp32 and
+// attention dropout run the flash block kernels, bf16 without dropout the tensor-core ones) and
+// logits, zero-centred sandwich norms, sliding-window and global layers alternating: the curves
+// follow the CPU's.
+TEST(CudaTraining, Gemma2SoftcappedAttentionMatchesTheCpuRun) {
+  const std::string keys =
+      ", layernorm_zero_centered_gamma: true, sublayer_output_norm: true, "
+      "scale_embeddings_by_sqrt_hidden: true, window_size: [7, 0], window_attn_skip_freq: 2, "
+      "attn_logit_softcapping: 5.0, final_logit_softcapping: 3.0, hidden_dropout: 0.1, ";
+  for (const Case& c : {Case{"llama", "fp32"}, Case{"llama", "bf16"}})
+    for (const std::string dropout : {"attention_dropout: 0.1", "attention_dropout: 0.0"}) {
+      SCOPED_TRACE(c.precision + ", " + dropout);
+      expect_cuda_follows_cpu_or_skip(c, keys + dropout);
+    }
+}
+
+// OLMo-2's blocks on CUDA: q/k RMSNorms over each token's whole query and key projections
+// (kernels/cuda/qk_projection.h), norms after each sub-layer only: the curves follow the CPU's.
+TEST(CudaTraining, Olmo2ProjectionQkNormMatchesTheCpuRun) {
+  const std::string keys =
+      ", qk_layernorm: true, qk_layernorm_span: projection, sublayer_input_norm: false, "
+      "sublayer_output_norm: true, hidden_dropout: 0.1, attention_dropout: 0.1";
+  for (const Case& c : {Case{"llama", "fp32"}, Case{"llama", "bf16"}}) {
+    SCOPED_TRACE(c.precision);
+    expect_cuda_follows_cpu_or_skip(c, keys);
+  }
+}
+
 // GPT-NeoX's blocks on CUDA (model.parallel_residual, partial rotary, exact GeLU): the curves
 // follow the CPU's in fp32 and bf16.
 TEST(CudaTraining, ParallelResidualMatchesTheCpuRun) {

@@ -1,7 +1,8 @@
 // Attention through both backends (ops::attention_* and ops::flash_attention_*), as in
 // test_ops_backends.cpp: the same case runs on CPU tensors (fp32) and on CUDA tensors (fp32, bf16,
 // fp16), compared by norm-relative error with per-dtype tolerances: GQA, causal, key masks,
-// dropout and sequence offsets; flash attention also against the unfused CUDA path on the GPU.
+// dropout, sequence offsets and soft-capped scores (flash); flash attention also against the
+// unfused CUDA path on the GPU.
 // Without a CUDA build or a GPU these cases compute the CPU side, then report SKIPPED.
 #include <gtest/gtest.h>
 
@@ -28,8 +29,9 @@ struct AttentionCase {
   kernels::AttentionShape shape;
   bool causal, key_mask;
   float dropout;
-  bool packed = false;  // segment_ids: documents of 7 + 5b tokens in sample b
-  int64_t window = 0;   // sliding window (causal cases)
+  bool packed = false;   // segment_ids: documents of 7 + 5b tokens in sample b
+  int64_t window = 0;    // sliding window (causal cases)
+  float softcap = 0.0f;  // soft-capped scores (Gemma 2; flash only)
 };
 
 // Packed documents: [B, S] segment ids, sample b cut every 7 + 5b tokens.
@@ -109,6 +111,7 @@ class CudaVsCpuFlashAttention : public CudaVsCpuOps {
           opt.key_mask = c.key_mask ? static_cast<const uint8_t*>(tmask.raw()) : nullptr;
           opt.dropout_p = c.dropout;
           opt.window = c.window;
+          opt.softcap = c.softcap;
           opt.seed = 99;
           opt.stream = 5;
           Tensor tqkv = be.make(qkv, {s.S, s.B, s.G, s.H / s.G + 2, s.Dh});
@@ -122,7 +125,7 @@ class CudaVsCpuFlashAttention : public CudaVsCpuOps {
           std::vector<float> l = values(lse);
           for (float& x : l)
             if (std::isinf(x)) x = 0.0f;
-          if (be.device == Device::CUDA) {
+          if (be.device == Device::CUDA && c.softcap == 0.0f) {  // unfused has no soft-capping
             Tensor uout = be.act_zeros({s.S, s.B, s.H, s.Dh});
             Tensor probs = be.zeros({s.B, s.H, s.S, s.S}, DType::F32);
             ops::attention_forward(s, opt, tqkv, uout, probs);
@@ -170,6 +173,16 @@ TEST_P(CudaVsCpuFlashAttention, TensorCoresPackedDocumentsWindowDh128) {
 }
 TEST_P(CudaVsCpuFlashAttention, TensorCoresLongCausalDh128) {
   run_flash({{300, 1, 2, 2, 128}, true, false, 0});
+}
+
+// Soft-capped scores (Gemma 2) run in the block kernels on CUDA (kernels/cuda/flash_block.h):
+// across tiles with GQA, key holes, dropout and a window; and a shape that would otherwise go to
+// cuDNN or the tensor cores (Dh 64, no dropout), which have no soft-capping.
+TEST_P(CudaVsCpuFlashAttention, SoftcapCausalGqaMaskDropoutWindow) {
+  run_flash({{70, 2, 4, 2, 32, 1, 6, 3}, true, true, 0.1f, false, 40, 2.0f});
+}
+TEST_P(CudaVsCpuFlashAttention, SoftcapTensorCoreShapePackedDocuments) {
+  run_flash({{150, 2, 4, 2, 64}, true, false, 0, true, 0, 1.0f});
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaVsCpuAttention,

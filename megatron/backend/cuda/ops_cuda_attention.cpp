@@ -1,12 +1,14 @@
 // The CUDA backend's attention ops: unfused (cuBLASLt), fused (cuDNN's SDPA where it runs, else
-// our own flash kernels), the per-head query/key norm, KV-cache decoding, and the context-parallel
-// block ops, which have no CUDA kernels yet.
+// our own flash kernels; soft-capped scores through the block kernels), the query/key norms (per
+// head and over the whole projection), KV-cache decoding, and the context-parallel block ops.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/flash_attention.h"
+#include "kernels/cuda/flash_block.h"
 #include "kernels/cuda/kv_attention.h"
 #include "kernels/cuda/qk_norm.h"
+#include "kernels/cuda/qk_projection.h"
 #include "megatron/backend/cuda/allocator.h"
 #include "megatron/backend/cuda/cudnn_attention.h"
 #include "megatron/backend/cuda/ops_cuda.h"
@@ -53,15 +55,28 @@ void require_device_pointer(const void* p, const char* op, const char* what) {
 }
 }  // namespace
 
-// Soft-capped attention scores (Gemma 2) have no CUDA kernel yet.
-constexpr const char* kNoCudaSoftcap =
-    "model.attn_logit_softcapping runs on the CPU only: the CUDA attention kernels have no "
-    "soft-capping yet (training.device: cuda)";
+// Soft-capped attention scores (Gemma 2) run in our own flash kernels (kernels/cuda/
+// flash_attention.h); cuDNN and the unfused path have no soft-capping.
+constexpr const char* kNoUnfusedSoftcap =
+    "model.attn_logit_softcapping runs the flash kernels (model.attention_backend auto or flash), "
+    "not unfused attention";
+
+namespace {
+// Whether fused attention runs on cuDNN: never for soft-capped scores (refused under `fused`).
+bool fused_on_cudnn(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
+                    DType dtype) {
+  if (opt.softcap == 0.0f) return runs_on_cudnn(s, opt, dtype);
+  MT_INPUT_CHECK(opt.cudnn != kernels::CudnnUse::Always,
+                 "model.attention_backend: fused: cuDNN's fused attention has no soft-capping "
+                 "(model.attn_logit_softcapping); use auto or flash");
+  return false;
+}
+}  // namespace
 
 void CudaOps::attention_forward(const kernels::AttentionShape& s,
                                 const kernels::AttentionOptions& opt, const Tensor& qkv,
                                 Tensor& out, Tensor& probs) const {
-  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
+  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoUnfusedSoftcap);
   const char* op = "attention_forward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -77,7 +92,7 @@ void CudaOps::attention_forward(const kernels::AttentionShape& s,
 void CudaOps::attention_backward(const kernels::AttentionShape& s,
                                  const kernels::AttentionOptions& opt, const Tensor& qkv,
                                  const Tensor& probs, const Tensor& dout, Tensor& dqkv) const {
-  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
+  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoUnfusedSoftcap);
   const char* op = "attention_backward";
   expect(op, probs, "probs", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
@@ -93,14 +108,13 @@ void CudaOps::attention_backward(const kernels::AttentionShape& s,
 void CudaOps::flash_attention_forward(const kernels::AttentionShape& s,
                                       const kernels::AttentionOptions& opt, const Tensor& qkv,
                                       Tensor& out, Tensor& lse) const {
-  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
   const char* op = "flash_attention_forward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
   if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&out, "out"}});
-    if (runs_on_cudnn(s, opt, qkv.dtype())) {
+    if (fused_on_cudnn(s, opt, qkv.dtype())) {
       mc::cudnn_attention_forward(s, opt, qkv.dtype(), ptr<T>(qkv), ptr<T>(out), ptr<float>(lse),
                                   stream());
       return;
@@ -114,14 +128,13 @@ void CudaOps::flash_attention_backward(const kernels::AttentionShape& s,
                                        const kernels::AttentionOptions& opt, const Tensor& qkv,
                                        const Tensor& out, const Tensor& lse, const Tensor& dout,
                                        Tensor& dqkv) const {
-  MT_INPUT_CHECK(opt.softcap == 0.0f, kNoCudaSoftcap);
   const char* op = "flash_attention_backward";
   expect(op, lse, "lse", DType::F32);
   if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
   if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&out, "out"}, {&dout, "dout"}, {&dqkv, "dqkv"}});
-    if (runs_on_cudnn(s, opt, qkv.dtype())) {
+    if (fused_on_cudnn(s, opt, qkv.dtype())) {
       mc::cudnn_attention_backward(s, opt, qkv.dtype(), ptr<T>(qkv), ptr<T>(out), ptr<float>(lse),
                                    ptr<T>(dout), ptr<T>(dqkv), stream());
       return;
@@ -166,62 +179,105 @@ void CudaOps::qk_rmsnorm_backward(const Tensor& x, const Tensor& wq, const Tenso
   });
 }
 
-// Whole-projection q/k norms (OLMo-2) have no CUDA kernel yet: a clear error instead (the
-// recipe check refuses them on cuda first).
-constexpr const char* kNoCudaQkProjection =
-    "q/k norms over the whole projection (model.qk_layernorm_span: projection) run on the CPU "
-    "only: they have no CUDA kernel yet (training.device: cuda)";
-
-void CudaOps::qk_projection_sums(const Tensor&, const Tensor*, const Tensor&, const Tensor&,
-                                 const kernels::QkProjection&, Tensor&) const {
-  throw InputError(kNoCudaQkProjection);
+// Whole-projection q/k norms (OLMo-2): the statistics, then the norm (tp sums in between).
+void CudaOps::qk_projection_sums(const Tensor& x, const Tensor* dy, const Tensor& wq,
+                                 const Tensor& wk, const kernels::QkProjection& p,
+                                 Tensor& sums) const {
+  const char* op = "qk_projection_sums";
+  expect(op, sums, "sums", DType::F32);
+  expect(op, wk, "wk", wq.dtype());
+  with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
+    if (dy != nullptr) expect_all<T>(op, {{dy, "dy"}});
+    with_weight_type<T>(wq, op, [&]<typename W>() {
+      kc::qk_projection_sums<T, W>(ptr<T>(x), dy ? ptr<T>(*dy) : nullptr, ptr<W>(wq), ptr<W>(wk),
+                                   ptr<float>(sums), p, stream());
+    });
+  });
 }
 
-void CudaOps::qk_projection_norm_forward(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                         const kernels::QkProjection&, Tensor&, Tensor&) const {
-  throw InputError(kNoCudaQkProjection);
+void CudaOps::qk_projection_norm_forward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                         const Tensor& sums, const kernels::QkProjection& p,
+                                         Tensor& y, Tensor& rstd) const {
+  const char* op = "qk_projection_norm_forward";
+  expect_all<float>(op, {{&sums, "sums"}, {&rstd, "rstd"}});
+  expect(op, wk, "wk", wq.dtype());
+  with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
+    expect_all<T>(op, {{&y, "y"}});
+    with_weight_type<T>(wq, op, [&]<typename W>() {
+      kc::qk_projection_norm_forward<T, W>(ptr<T>(x), ptr<W>(wq), ptr<W>(wk), ptr<float>(sums),
+                                           ptr<T>(y), ptr<float>(rstd), p, stream());
+    });
+  });
 }
 
-void CudaOps::qk_projection_norm_backward(const Tensor&, const Tensor&, const Tensor&,
-                                          const Tensor&, const Tensor&, const Tensor&,
-                                          const kernels::QkProjection&, Tensor&, Tensor&,
-                                          Tensor&) const {
-  throw InputError(kNoCudaQkProjection);
+void CudaOps::qk_projection_norm_backward(const Tensor& x, const Tensor& wq, const Tensor& wk,
+                                          const Tensor& rstd, const Tensor& dots, const Tensor& dy,
+                                          const kernels::QkProjection& p, Tensor& dx, Tensor& dwq,
+                                          Tensor& dwk) const {
+  const char* op = "qk_projection_norm_backward";
+  expect_all<float>(op, {{&rstd, "rstd"}, {&dots, "dots"}, {&dwq, "dwq"}, {&dwk, "dwk"}});
+  expect(op, wk, "wk", wq.dtype());
+  with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
+    expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
+    with_weight_type<T>(wq, op, [&]<typename W>() {
+      mc::DeviceMemory ws = workspace(kc::qk_projection_backward_workspace_bytes(p));
+      kc::qk_projection_norm_backward<T, W>(
+          ptr<T>(x), ptr<W>(wq), ptr<W>(wk), ptr<float>(rstd), ptr<float>(dots), ptr<T>(dy),
+          ptr<T>(dx), ptr<float>(dwq), ptr<float>(dwk), p, ws.get(), stream());
+    });
+  });
 }
 
-// Context parallelism's block attention has no CUDA kernel yet: a clear error instead.
-constexpr const char* kNoCudaBlockAttention =
-    "context parallelism (parallel.context > 1) runs on the CPU only: its block attention has "
-    "no CUDA kernel yet (training.device: cuda)";
-
-void CudaOps::flash_attention_block_forward(const kernels::AttentionShape&,
-                                            const kernels::AttentionOptions&,
-                                            const kernels::AttentionBlock&, const Tensor&,
-                                            const Tensor&, Tensor&, Tensor&) const {
-  throw InputError(kNoCudaBlockAttention);
+// Context parallelism's block attention (megatron/transformer/context_parallel.h).
+void CudaOps::flash_attention_block_forward(const kernels::AttentionShape& s,
+                                            const kernels::AttentionOptions& opt,
+                                            const kernels::AttentionBlock& b, const Tensor& q,
+                                            const Tensor& kv, Tensor& out, Tensor& lse) const {
+  const char* op = "flash_attention_block_forward";
+  expect(op, lse, "lse", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
+  with_storage_type(q.dtype(), op, "q", [&]<typename T>() {
+    expect_all<T>(op, {{&kv, "kv"}, {&out, "out"}});
+    kc::flash_block_forward<T>(s, opt, b, ptr<T>(q), ptr<T>(kv), ptr<T>(out), ptr<float>(lse),
+                               stream());
+  });
 }
 
-void CudaOps::flash_attention_block_backward(const kernels::AttentionShape&,
-                                             const kernels::AttentionOptions&,
-                                             const kernels::AttentionBlock&, const Tensor&,
-                                             const Tensor&, const Tensor&, const Tensor&,
-                                             const Tensor&, Tensor&, Tensor&) const {
-  throw InputError(kNoCudaBlockAttention);
+void CudaOps::flash_attention_block_backward(const kernels::AttentionShape& s,
+                                             const kernels::AttentionOptions& opt,
+                                             const kernels::AttentionBlock& b, const Tensor& q,
+                                             const Tensor& kv, const Tensor& out, const Tensor& lse,
+                                             const Tensor& dout, Tensor& dq, Tensor& dkv) const {
+  const char* op = "flash_attention_block_backward";
+  expect(op, lse, "lse", DType::F32);
+  if (opt.key_mask != nullptr) require_device_pointer(opt.key_mask, op, "key_mask");
+  if (opt.segment_ids != nullptr) require_device_pointer(opt.segment_ids, op, "segment_ids");
+  with_storage_type(q.dtype(), op, "q", [&]<typename T>() {
+    expect_all<T>(op, {{&kv, "kv"}, {&out, "out"}, {&dout, "dout"}, {&dq, "dq"}, {&dkv, "dkv"}});
+    mc::DeviceMemory ws = workspace(kc::flash_block_backward_workspace_bytes(s, b));
+    kc::flash_block_backward<T>(s, opt, b, ptr<T>(q), ptr<T>(kv), ptr<T>(out), ptr<float>(lse),
+                                ptr<T>(dout), ptr<T>(dq), ptr<T>(dkv), ws.get(), stream());
+  });
 }
 
-void CudaOps::flash_attention_merge(const Tensor&, const Tensor&, Tensor&, Tensor&, int64_t) const {
-  throw InputError(kNoCudaBlockAttention);
+void CudaOps::flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out,
+                                    Tensor& acc_lse, int64_t acc_row) const {
+  expect_all<float>("flash_attention_merge",
+                    {{&out, "out"}, {&lse, "lse"}, {&acc_out, "acc_out"}, {&acc_lse, "acc_lse"}});
+  kc::flash_block_merge(out.dim(0), out.dim(1), out.dim(2), out.dim(3), ptr<float>(out),
+                        ptr<float>(lse), ptr<float>(acc_out), ptr<float>(acc_lse) + acc_row,
+                        acc_lse.dim(2), stream());
 }
 
 void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                                  Tensor& keys, Tensor& values, int64_t past, Tensor& out,
                                  int64_t window, float softcap) const {
   const char* op = "kv_cache_attention";
-  MT_INPUT_CHECK(softcap == 0.0f, kNoCudaSoftcap);
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
     kc::kv_cache_attention<T>(s, scale, ptr<T>(qkv), ptr<T>(keys), ptr<T>(values), past,
-                              keys.dim(2), ptr<T>(out), window, stream());
+                              keys.dim(2), ptr<T>(out), window, softcap, stream());
   });
 }
 

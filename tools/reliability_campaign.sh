@@ -11,19 +11,25 @@
 #          bit-exact.
 #
 #   tools/reliability_campaign.sh [--build DIR] [--trials N] [--signal-trials N] [--only kill|signal]
+#                                 [--async] [--sharding STRATEGY]
+# --async: the killed and signalled runs save with checkpoint.async_save (shards written in the
+# background while training goes on); --sharding: every run uses
+# parallel.data_parallel_sharding_strategy STRATEGY (e.g. optim_grads_params, ZeRO-3).
 # Defaults: 20 kill trials per rank count, 10 signal trials; about 10 minutes on 2 cores. Needs
 # the tokenized corpus (tools/prepare_corpus.sh) and mpirun. Exit status 0 when every trial
 # passed; a summary line per campaign.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build="$root/build" trials=20 signal_trials=10 only=""
+build="$root/build" trials=20 signal_trials=10 only="" save_mode=() sharding=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --trials) trials="$2"; shift 2 ;;
     --signal-trials) signal_trials="$2"; shift 2 ;;
     --only) only="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --async) save_mode=(--set checkpoint.async_save=true); shift ;;
+    --sharding) sharding=(--set parallel.data_parallel_sharding_strategy="$2"); shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "reliability_campaign: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -42,7 +48,7 @@ common=(--recipe recipes/gpt_tiny.yaml --set model.num_layers=2 --set model.hidd
         --set training.eval_interval=0 --set training.eval_iters=0
         --set optimizer.schedule.warmup_iters=2 --set optimizer.schedule.decay_iters=$ITERS
         --set logging.interval=1000
-        --set training.threads=1)
+        --set training.threads=1 "${sharding[@]}")
 
 launch() {  # ranks, log, extra args...: runs pretrain in the background, sets $pid
   local ranks=$1 log=$2; shift 2
@@ -98,7 +104,8 @@ kill_campaign() {
   for t in $(seq 1 "$trials"); do
     local dir="$work/kill$ranks.$t" tag="kill$ranks.$t"
     launch "$ranks" "$work/$tag.out" --set training.train_iters=$ITERS \
-      --set checkpoint.save="$dir" --set checkpoint.save_interval=1 --set checkpoint.keep_last=2
+      --set checkpoint.save="$dir" --set checkpoint.save_interval=1 --set checkpoint.keep_last=2 \
+      "${save_mode[@]}"
     # A random moment of the run (start-up included: a kill before the first save is a case too).
     sleep "$(python3 -c "import random; print(round(random.uniform(0.3, 6.0), 2))")"
     ls -d "$dir"/*.tmp-* > /dev/null 2>&1 && during_save=$((during_save + 1))
@@ -116,7 +123,8 @@ kill_campaign() {
     fi
     if [ -z "$why" ]; then passed=$((passed + 1)); else echo "  kill trial $t ($ranks ranks): $why"; fi
   done
-  echo "kill -9 campaign, $ranks rank(s): $passed/$trials trials passed ($during_save killed while a save was in flight)"
+  echo "kill -9 campaign, $ranks rank(s)${save_mode:+, async saves}${sharding:+, ${sharding[1]}}:" \
+    "$passed/$trials trials passed ($during_save killed while a save was in flight)"
   [ "$passed" = "$trials" ]
 }
 
@@ -126,7 +134,8 @@ signal_campaign() {
   for t in $(seq 1 "$signal_trials"); do
     local dir="$work/sig.$t" tag="sig.$t" sig=TERM
     [ $((t % 2)) = 0 ] && sig=USR1
-    launch "$ranks" "$work/$tag.out" --set training.train_iters=$ITERS --set checkpoint.save="$dir"
+    launch "$ranks" "$work/$tag.out" --set training.train_iters=$ITERS --set checkpoint.save="$dir" \
+      "${save_mode[@]}"
     sleep "$(python3 -c "import random; print(round(random.uniform(1.0, 4.0), 2))")"
     pkill "-$sig" -P "$pid" 2> /dev/null  # the ranks, as srun signals them
     local rc=0 why=""

@@ -329,23 +329,29 @@ std::string broadcast_string(parallel::Communicator& comm, std::string s, int ro
 
 }  // namespace
 
-void save(const SaveRequest& req, parallel::Communicator& world, int keep_last,
-          const std::string& protect) {
-  const int rank = world.rank();
-  const std::string id = broadcast_string(world, rank == 0 ? random_id() : std::string(), 0);
-  const std::string tmp_dir = tmp_checkpoint_path(req.dir, req.iteration, id);
-  json part;
-  std::string error;
+std::string begin_save(const SaveRequest& req, parallel::Communicator& world) {
+  const std::string id =
+      broadcast_string(world, world.rank() == 0 ? random_id() : std::string(), 0);
+  return tmp_checkpoint_path(req.dir, req.iteration, id);
+}
+
+ShardResult write_shard_caught(const SaveRequest& req, const std::string& tmp_dir, int rank) {
+  ShardResult r;
   try {
-    part = write_rank_shard(req, tmp_dir, rank);
+    r.part = write_rank_shard(req, tmp_dir, rank);
   } catch (const std::exception& e) {
-    error = e.what();
+    r.error = e.what();
   }
-  const json msg = {{"error", error}, {"part", part}};
+  return r;
+}
+
+void commit_save(const SaveRequest& req, const std::string& tmp_dir, const ShardResult& mine,
+                 parallel::Communicator& world, int keep_last, const std::string& protect) {
+  const json msg = {{"error", mine.error}, {"part", mine.part}};
   const auto all =
       gather_strings(world, msg.dump(-1, ' ', false, json::error_handler_t::replace), 0);
   std::string status;
-  if (rank == 0) {
+  if (world.rank() == 0) {
     std::vector<json> parts;
     for (size_t r = 0; r < all.size(); ++r) {
       const json m = json::parse(all[r], nullptr, false);
@@ -375,6 +381,13 @@ void save(const SaveRequest& req, parallel::Communicator& world, int keep_last,
   }
   status = broadcast_string(world, status, 0);
   if (!status.empty()) throw Error(status);
+}
+
+void save(const SaveRequest& req, parallel::Communicator& world, int keep_last,
+          const std::string& protect) {
+  const std::string tmp_dir = begin_save(req, world);
+  commit_save(req, tmp_dir, write_shard_caught(req, tmp_dir, world.rank()), world, keep_last,
+              protect);
 }
 
 }  // namespace megatron::checkpoint

@@ -159,6 +159,19 @@ std::string tmp_checkpoint_path(const std::string& dir, int64_t iteration, const
 // fsyncs it; creates tmp_dir if needed. Returns the rank's part of the index:
 // {"file": name or null, "bytes": n, "pieces": [...]}.
 nlohmann::json write_rank_shard(const SaveRequest& request, const std::string& tmp_dir, int rank);
+// save() in three steps, so that the writing can run apart from training (async_save.h):
+// begin_save (collective: the temporary directory's name from rank 0), write_shard_caught (this
+// rank's shard, no communication; an exception becomes ShardResult::error), commit_save
+// (collective: rank 0 merges the parts and finalizes; throws Error on every rank when any rank's
+// write or the commit failed, DIR/latest then unchanged).
+struct ShardResult {
+  nlohmann::json part;  // write_rank_shard's index part
+  std::string error;    // empty: written
+};
+std::string begin_save(const SaveRequest& request, parallel::Communicator& world);
+ShardResult write_shard_caught(const SaveRequest& request, const std::string& tmp_dir, int rank);
+void commit_save(const SaveRequest& request, const std::string& tmp_dir, const ShardResult& mine,
+                 parallel::Communicator& world, int keep_last, const std::string& protect);
 // Rank 0's commit: merges the ranks' index parts, checks coverage, writes metadata.json, renames
 // tmp_dir into place, updates DIR/latest, applies keep_last, removes stale temporaries.
 void finalize(const SaveRequest& request, const std::string& tmp_dir,

@@ -250,6 +250,9 @@ struct CheckpointConfig {
   // Every model tensor of the checkpoint is used and every one the model needs is there; false:
   // a partial load that skips both kinds, naming each skipped tensor.
   bool strict = true;
+  // Megatron's --async-save: a save copies its shards to host memory and training continues
+  // while a background thread writes them (megatron/checkpoint/async_save.h).
+  bool async_save = false;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const CheckpointConfig&) const = default;
@@ -263,6 +266,7 @@ struct CheckpointConfig {
     v("finetune", s.finetune);
     v("pretrained", s.pretrained);
     v("strict", s.strict, noted(s.strict ? "" : "partial loads allowed"));
+    v("async_save", s.async_save, noted(s.async_save ? "written in the background" : ""));
   }
 };
 

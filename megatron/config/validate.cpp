@@ -194,6 +194,8 @@ void CheckpointConfig::validate(const KeyOrigins& origins) const {
           concat("and checkpoint.pretrained both start from other weights; use "
                  "checkpoint.pretrained alone (got finetune true, pretrained ",
                  pretrained, ")"));
+  c.check(!async_save || !save.empty(), "checkpoint.async_save",
+          "needs checkpoint.save (got async_save true and no save directory)");
 }
 
 void LoggingConfig::validate(const KeyOrigins& origins) const {

@@ -1,9 +1,12 @@
 #include "megatron/training/checkpointer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 #include "megatron/backend/ops.h"
 #include "megatron/checkpoint/checkpoint.h"
@@ -14,6 +17,17 @@
 
 namespace megatron::training {
 namespace ckpt = megatron::checkpoint;
+
+namespace {
+
+// "1.23 s"
+std::string fixed_seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
+}  // namespace
 
 namespace {
 
@@ -96,6 +110,7 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
       log_(log) {
   // One run per save directory: world rank 0 holds the lock, every rank learns the outcome.
   if (recipe_.checkpoint.save.empty()) return;
+  if (recipe_.checkpoint.async_save) async_ = std::make_unique<ckpt::AsyncSave>();
   const std::string dir = config::resolve_output_path(recipe_.checkpoint.save);
   std::string error;
   if (world_->rank() == 0) {
@@ -160,6 +175,68 @@ std::string Checkpointer::checkpoint_dir(const std::string& dir) const {
 void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   const auto& c = recipe_.checkpoint;
   MT_CHECK(!c.save.empty(), "save_checkpoint without checkpoint.save");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [](auto start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  if (async_) finish_async(/*wait=*/true);  // one save in flight at a time
+  HostBuffers host;
+  ckpt::SaveRequest req = save_request(iteration, sample_offset, host);
+  const std::string path = ckpt::checkpoint_path(req.dir, iteration);
+  if (!async_) {
+    ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
+    if (log_)
+      *log_ << "saved checkpoint " << path << " (training blocked " << fixed_seconds(since(t0))
+            << ")\n"
+            << std::flush;
+    return;
+  }
+  async_->start(std::move(req), *world_);
+  async_blocked_s_ = since(t0);
+  if (log_)
+    *log_ << "checkpoint iteration " << iteration << ": copied to host memory in "
+          << fixed_seconds(async_blocked_s_) << ", writing " << path << " in the background\n"
+          << std::flush;
+}
+
+void Checkpointer::finish_async(bool wait, bool at_exit) {
+  if (!async_->pending()) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool done =
+      async_->finish(*world_, wait, static_cast<int>(recipe_.checkpoint.keep_last), resumed_from_);
+  const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // A wait at the end of the run holds up no training: reported apart.
+  if (!at_exit) async_blocked_s_ += spent;
+  if (!done || !log_) return;
+  // Printed once the checkpoint is durable (written, fsynced and committed).
+  const auto& req = async_->request();
+  *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, req.iteration)
+        << " (written in the background in " << fixed_seconds(async_->write_seconds())
+        << "; training blocked " << fixed_seconds(async_blocked_s_);
+  if (at_exit) *log_ << "; the end of the run waited " << fixed_seconds(spent) << " for it";
+  *log_ << ")\n" << std::flush;
+}
+
+void Checkpointer::prepare_saves() {
+  if (!async_) return;
+  HostBuffers host;
+  const ckpt::SaveRequest req = save_request(0, 0, host);
+  int64_t floats = 0;
+  for (const ckpt::TensorPiece& p : req.pieces) floats += p.geometry().count();
+  async_->reserve(floats);
+}
+
+void Checkpointer::poll() {
+  if (async_) finish_async(/*wait=*/false);
+}
+
+void Checkpointer::finish_saves() {
+  if (async_) finish_async(/*wait=*/true, /*at_exit=*/true);
+}
+
+ckpt::SaveRequest Checkpointer::save_request(int64_t iteration, int64_t sample_offset,
+                                             HostBuffers& host) {
+  const auto& c = recipe_.checkpoint;
   const bool mixed = store_.mixed_precision();
   // Model weights: data-parallel rank 0 writes them whole, or (weights sharded) every rank of the
   // first replica its owned segments; tensor-parallel replicas only from tp rank 0
@@ -189,7 +266,7 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
   };
   const bool weights_sharded = store_.sharding().weights;
   // Host views of the buffers (the buffers themselves on the CPU; staged copies on a device).
-  const HostBuffers host = host_buffers(!write_segments && !write_expert_segments);
+  host = host_buffers(!write_segments && !write_expert_segments);
   if (weights_sharded) {
     for (const auto* segs : {&store_.segments(), &store_.frozen_segments()})
       for (const optim::Segment& s : *segs)
@@ -210,38 +287,39 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
     if (float* sq = host.exp_avg_sq_of(s))
       req.pieces.push_back(segment_piece(s, "optim/exp_avg_sq/", sq));
   }
+  req.metadata = save_metadata(iteration, sample_offset);
+  return req;
+}
+
+nlohmann::json Checkpointer::save_metadata(int64_t iteration, int64_t sample_offset) const {
   const int64_t consumed = sample_offset + iteration * recipe_.training.global_batch_size;
-  req.metadata = {
-      {"recipe", recipe_for_metadata()},
-      {"iteration", iteration},
-      {"consumed_samples", consumed},
-      {"optimizer_steps", optimizer_->steps_taken()},
-      {"optimizer_type", std::string(config::option_name(recipe_.optimizer.type))},
-      {"lr_schedule",
-       {{"max_lr", schedule_.max_lr},
-        {"min_lr", schedule_.min_lr},
-        {"warmup_iters", schedule_.warmup_iters},
-        {"decay_iters", schedule_.decay_iters},
-        {"decay", std::string(config::option_name(recipe_.optimizer.schedule.decay))},
-        {"lr_at_iteration", schedule_.lr(iteration)}}},
-      {"rng",
-       {{"kind", "philox4x32-10 counter-based"},
-        {"seed", recipe_.training.seed},
-        {"note", "dropout and init streams are functions of (seed, iteration)"}}},
-      {"data", {{"consumed_samples", consumed}, {"seed", recipe_.training.seed}}},
-      {"loss_scaler", scaler_->state()},
-      {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
-      {"layout",
-       {{"tp", tp_->size()},
-        {"pp", pp_->size()},
-        {"dp", dp_->size()},
-        {"distributed_optimizer", grad_sync_->dense_sharded()},
-        {"sharding_strategy", std::string(config::option_name(recipe_.sharding_strategy()))},
-        {"distributed_optimizer_instances",
-         recipe_.parallel.num_distributed_optimizer_instances}}}};
-  ckpt::save(req, *world_, static_cast<int>(c.keep_last), resumed_from_);
-  if (log_)
-    *log_ << "saved checkpoint " << ckpt::checkpoint_path(req.dir, iteration) << "\n" << std::flush;
+  return {{"recipe", recipe_for_metadata()},
+          {"iteration", iteration},
+          {"consumed_samples", consumed},
+          {"optimizer_steps", optimizer_->steps_taken()},
+          {"optimizer_type", std::string(config::option_name(recipe_.optimizer.type))},
+          {"lr_schedule",
+           {{"max_lr", schedule_.max_lr},
+            {"min_lr", schedule_.min_lr},
+            {"warmup_iters", schedule_.warmup_iters},
+            {"decay_iters", schedule_.decay_iters},
+            {"decay", std::string(config::option_name(recipe_.optimizer.schedule.decay))},
+            {"lr_at_iteration", schedule_.lr(iteration)}}},
+          {"rng",
+           {{"kind", "philox4x32-10 counter-based"},
+            {"seed", recipe_.training.seed},
+            {"note", "dropout and init streams are functions of (seed, iteration)"}}},
+          {"data", {{"consumed_samples", consumed}, {"seed", recipe_.training.seed}}},
+          {"loss_scaler", scaler_->state()},
+          {"model", {{"vocab_size", vocab_size_}, {"padded_vocab_size", padded_vocab_}}},
+          {"layout",
+           {{"tp", tp_->size()},
+            {"pp", pp_->size()},
+            {"dp", dp_->size()},
+            {"distributed_optimizer", grad_sync_->dense_sharded()},
+            {"sharding_strategy", std::string(config::option_name(recipe_.sharding_strategy()))},
+            {"distributed_optimizer_instances",
+             recipe_.parallel.num_distributed_optimizer_instances}}}};
 }
 
 nlohmann::json Checkpointer::recipe_for_metadata() const {

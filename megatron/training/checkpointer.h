@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "megatron/checkpoint/async_save.h"
 #include "megatron/checkpoint/save_lock.h"
 #include "megatron/config/recipe.h"
 #include "megatron/optimizer/loss_scaler.h"
@@ -49,8 +50,18 @@ class Checkpointer {
                std::ostream* log);
 
   // Saves iteration `iteration` into checkpoint.save; samples consumed before iteration i are
-  // sample_offset + i * global_batch_size.
+  // sample_offset + i * global_batch_size. With checkpoint.async_save it returns once the
+  // shards are copied to host memory (after waiting for a save still pending); the save is
+  // committed by a later poll() or finish_saves(). Collective over the world.
   void save(int64_t iteration, int64_t sample_offset);
+  // Collective, after every step: commits a pending asynchronous save once every rank's shard
+  // is written (a no-op, without communication, when none is pending).
+  void poll();
+  // Collective: waits for and commits a pending asynchronous save (before the run ends).
+  void finish_saves();
+  // checkpoint.async_save: sizes the host snapshot and touches its pages in the background (so
+  // the first save's copy does not wait for page faults). Before the first save.
+  void prepare_saves();
 
   struct Resume {
     int64_t iteration = 0;      // continue after this one (0: fresh, or weights only)
@@ -102,6 +113,14 @@ class Checkpointer {
   std::ostream* log_;         // null on ranks that do not report
   std::string resumed_from_;  // checkpoint directory loaded at start (never deleted)
   std::unique_ptr<checkpoint::SaveDirLock> save_lock_;  // checkpoint.save, on world rank 0
+  // checkpoint.async_save: the save in flight and the time training spent on it so far.
+  std::unique_ptr<checkpoint::AsyncSave> async_;
+  double async_blocked_s_ = 0.0;
+  void finish_async(bool wait, bool at_exit = false);
+  // The pieces this rank writes (pointing into `host`, which it fills) and the metadata.
+  struct HostBuffers;
+  checkpoint::SaveRequest save_request(int64_t iteration, int64_t sample_offset, HostBuffers& host);
+  nlohmann::json save_metadata(int64_t iteration, int64_t sample_offset) const;
 };
 
 }  // namespace megatron::training

@@ -343,6 +343,7 @@ TrainSummary Trainer::run() {
   TrainSummary summary;
   summary.start_iteration = load_checkpoint();
   summary.last_iteration = summary.start_iteration;
+  if (checkpointer_) checkpointer_->prepare_saves();
 
   if (eval_enabled && summary.start_iteration == 0)
     metrics_->eval(summary.evals.emplace_back(evaluate(0)));
@@ -363,6 +364,8 @@ TrainSummary Trainer::run() {
     if (!ck.save.empty() && ck.save_interval && it % *ck.save_interval == 0) {
       save_checkpoint(it);
       last_saved = it;
+    } else if (checkpointer_) {
+      checkpointer_->poll();  // commits an asynchronous save once every rank has written it
     }
     const double minutes =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count() / 60.0;
@@ -381,6 +384,7 @@ TrainSummary Trainer::run() {
   }
   if (!ck.save.empty() && summary.last_iteration > last_saved)
     save_checkpoint(summary.last_iteration);
+  if (checkpointer_) checkpointer_->finish_saves();  // nothing in flight when the run ends
   if (timeline_) {
     const std::string path = config::resolve_output_path(recipe_.logging.timeline) + ".rank" +
                              std::to_string(groups_.world->rank()) + ".jsonl";

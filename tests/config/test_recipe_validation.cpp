@@ -436,6 +436,8 @@ const Rule kRules[] = {
     // checkpoint and logging
     {"save_interval_no_save", "checkpoint: {save_interval: 10}", "checkpoint.save_interval",
      "save_interval 10"},
+    {"async_save_no_save", "checkpoint: {async_save: true}", "checkpoint.async_save",
+     "no save directory"},
     {"save_interval_zero", "checkpoint: {save: d, save_interval: 0}", "checkpoint.save_interval",
      "got 0"},
     {"keep_last", "checkpoint: {keep_last: -1}", "checkpoint.keep_last", "got -1"},

@@ -198,7 +198,7 @@ struct RecipeSpec {
   std::string sharding = {};
   int64_t dp_instances = 1;
   int64_t fsdp_unit_layers = 1;
-  int64_t cp = 1;           // parallel.context
+  int64_t cp = 1;            // parallel.context
   std::string cp_comm = {};  // parallel.cp_comm_type (empty: unset)
   // training
   int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
@@ -208,8 +208,9 @@ struct RecipeSpec {
   double lr = 0.005, min_lr = 0.0005, weight_decay = 0.1, clip_grad = 0.5;
   int64_t warmup = 3;
   std::optional<int64_t> decay_iters = {};
-  std::string save = {}, load = {};  // checkpoint directories (empty: none)
-  std::string extra_sections = {};   // more top-level YAML, e.g. "peft: {type: lora}\n"
+  std::string save = {}, load = {};   // checkpoint directories (empty: none)
+  std::string checkpoint_extra = {};  // more checkpoint keys, e.g. ", async_save: true"
+  std::string extra_sections = {};    // more top-level YAML, e.g. "peft: {type: lora}\n"
 };
 
 inline config::Recipe make_recipe(const RecipeSpec& s,
@@ -257,7 +258,7 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
     << "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}], bert_binary_head: "
     << (s.binary_head ? "true" : "false") << "}\n"
     << "checkpoint: {save: " << (s.save.empty() ? "null" : s.save)
-    << ", load: " << (s.load.empty() ? "null" : s.load) << "}\n"
+    << ", load: " << (s.load.empty() ? "null" : s.load) << s.checkpoint_extra << "}\n"
     << "logging: {interval: 1000}\n"
     << s.extra_sections;
   return config::parse_recipe_string(y.str(), name);

@@ -2,10 +2,13 @@
 // and random moments, and at each step of the commit protocol (via the save's step hook).
 // Afterwards `latest` must name a complete checkpoint whose every element is right, the
 // previous (protected) checkpoint must still load, leftovers must be ignored, and the next
-// successful save must clean them up.
+// successful save must clean them up. Asynchronous saves (async_save.h) the same way, and they
+// write the snapshot taken at start, not what the buffers hold later; a write that fails (a file
+// size limit standing in for a full disk) fails the save on commit and leaves `latest` alone.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +19,7 @@
 #include <random>
 #include <thread>
 
+#include "megatron/checkpoint/async_save.h"
 #include "megatron/checkpoint/checkpoint.h"
 
 namespace megatron::checkpoint {
@@ -64,29 +68,45 @@ class CheckpointAtomicity : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  void save_now(const State& s, int64_t iteration,
-                std::function<void(const std::string&)> hook = nullptr) {
-    auto comm = parallel::make_single_process_communicator("world");
+  SaveRequest request(const State& s, int64_t iteration) const {
     SaveRequest req;
     req.dir = dir_;
     req.iteration = iteration;
     req.metadata = {{"iteration", iteration}};
     req.pieces = s.pieces;
+    return req;
+  }
+
+  void save_now(const State& s, int64_t iteration,
+                std::function<void(const std::string&)> hook = nullptr) {
+    auto comm = parallel::make_single_process_communicator("world");
+    SaveRequest req = request(s, iteration);
     req.on_step = std::move(hook);
     save(req, *comm, /*keep_last=*/2, /*protect=*/checkpoint_path(dir_, 1));
   }
 
-  // Forks a child that saves `iteration`; kills it at `kill_step` (hook) or after `delay`.
-  // Returns whether the child was killed (rather than finishing first).
-  bool crash_save(int64_t iteration, const std::string& kill_step,
-                  std::chrono::microseconds delay) {
+  // As save_now, through AsyncSave: started, then waited for and committed.
+  void save_async(const State& s, int64_t iteration) {
+    auto comm = parallel::make_single_process_communicator("world");
+    AsyncSave a;
+    a.start(request(s, iteration), *comm);
+    a.finish(*comm, /*wait=*/true, /*keep_last=*/2, checkpoint_path(dir_, 1));
+  }
+
+  // Forks a child that saves `iteration` (async: through AsyncSave); kills it at `kill_step`
+  // (hook) or after `delay`. Returns whether the child was killed (rather than finishing first).
+  bool crash_save(int64_t iteration, const std::string& kill_step, std::chrono::microseconds delay,
+                  bool async = false) {
     const State s = make_state(iteration, true);  // filled before the clock starts
     const pid_t pid = ::fork();
     if (pid == 0) {
       try {
-        save_now(s, iteration, [&](const std::string& step) {
-          if (step == kill_step) ::raise(SIGKILL);
-        });
+        if (async)
+          save_async(s, iteration);
+        else
+          save_now(s, iteration, [&](const std::string& step) {
+            if (step == kill_step) ::raise(SIGKILL);
+          });
       } catch (...) {
         ::_exit(3);
       }
@@ -176,6 +196,70 @@ TEST_F(CheckpointAtomicity, KilledSavesNeverBreakTheLatestCheckpoint) {
   int checkpoints = 0;
   for (const auto& e : fs::directory_iterator(dir_)) checkpoints += e.is_directory();
   EXPECT_LE(checkpoints, 3);
+}
+
+TEST_F(CheckpointAtomicity, KilledAsyncSavesNeverBreakTheLatestCheckpoint) {
+  save_now(make_state(1, true), 1);
+  int64_t iteration = 1, latest = 1;
+  std::mt19937 rng(7);
+  std::vector<int> delays_us = {0, 2000, 10000, 40000, 80000};
+  for (int k = 0; k < 5; ++k) delays_us.push_back(static_cast<int>(rng() % 200000));
+  int killed = 0;
+  for (int us : delays_us) {
+    ++iteration;
+    killed += crash_save(iteration, {}, std::chrono::microseconds(us), /*async=*/true);
+    const int64_t now = check_consistent(concat("async save killed after ", us, " us"));
+    EXPECT_TRUE(now == latest || now == iteration) << now;
+    latest = now;
+  }
+  std::printf("timed kills: %d of %zu async saves were killed before finishing\n", killed,
+              delays_us.size());
+  EXPECT_GT(killed, 0) << "every save finished before its kill; nothing was tested";
+  ++iteration;
+  save_async(make_state(iteration, true), iteration);
+  EXPECT_EQ(check_consistent("after a clean async save"), iteration);
+}
+
+// The checkpoint holds the buffers as they were when the save started, though training changes
+// them while the shard is written.
+TEST_F(CheckpointAtomicity, AsyncSaveWritesTheSnapshotTakenAtStart) {
+  save_now(make_state(1, true), 1);
+  State s = make_state(2, true);
+  auto comm = parallel::make_single_process_communicator("world");
+  AsyncSave a;
+  a.start(request(s, 2), *comm);
+  EXPECT_TRUE(a.pending());
+  for (auto& b : s.buffers) std::fill(b.begin(), b.end(), -7.0f);  // the next steps' updates
+  EXPECT_THROW(a.start(request(s, 3), *comm), Error);              // one save in flight at a time
+  EXPECT_TRUE(a.finish(*comm, /*wait=*/true, 2, checkpoint_path(dir_, 1)));
+  EXPECT_FALSE(a.pending());
+  EXPECT_FALSE(a.finish(*comm, true, 2, checkpoint_path(dir_, 1)));  // nothing pending
+  EXPECT_EQ(check_consistent("async save"), 2);
+}
+
+// A write that fails in the background (here a file size limit, standing in for a full disk)
+// fails the save on every rank at commit, with the error, and `latest` keeps the last good one.
+TEST_F(CheckpointAtomicity, FailedAsyncWriteIsAnErrorAndKeepsTheLatestCheckpoint) {
+  save_now(make_state(1, true), 1);
+  const State s = make_state(2, true);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);  // writes past the limit fail with EFBIG instead
+    const rlimit limit{1 << 20, 1 << 20};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    try {
+      save_async(s, 2);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      ::_exit(what.find("checkpoint save of iteration 2") != std::string::npos ? 0 : 4);
+    }
+    ::_exit(5);  // the save did not fail
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "4: another error; 5: the save did not fail";
+  EXPECT_EQ(check_consistent("failed async write"), 1);
 }
 
 }  // namespace

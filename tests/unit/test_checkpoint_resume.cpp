@@ -44,8 +44,9 @@ struct RunSpec {
   std::string precision;
   int64_t iters, layers, hidden;
   std::string save, load, extra;
-  std::string model_extra;     // more model keys, e.g. ", vocab_size: 40"
-  std::string extra_sections;  // replaces the logging section (a whole "logging: {...}\n")
+  std::string checkpoint_extra;  // more checkpoint keys, e.g. ", async_save: true"
+  std::string model_extra;       // more model keys, e.g. ", vocab_size: 40"
+  std::string extra_sections;    // replaces the logging section (a whole "logging: {...}\n")
   int64_t vocab_divisible = 16;
   int64_t global_batch = 4;
   std::string* log_out = nullptr;  // receives the trainer's log
@@ -69,7 +70,7 @@ training::TrainSummary train(const RunSpec& r) {
        "data: {tokenizer: {type: ByteTokenizer}, train: [{path: unused}]}\n"
        "checkpoint: {save: "
     << (r.save.empty() ? "null" : r.save) << ", load: " << (r.load.empty() ? "null" : r.load)
-    << ", keep_last: 2}\n"
+    << ", keep_last: 2" << r.checkpoint_extra << "}\n"
     << (r.extra_sections.empty() ? "logging: {interval: 1000}\n" : r.extra_sections);
   auto src = std::make_shared<PatternSource>();
   auto world = parallel::make_single_process_communicator();
@@ -137,6 +138,30 @@ TEST_F(CheckpointResume, ResumeIsBitExact) {
     expect_identical_tail(train(RunSpec(precision, 10, 2, 32, dir())), full, 5);
     EXPECT_EQ(checkpoint::latest_iteration(dir()), std::optional<int64_t>(10));
   }
+}
+
+// checkpoint.async_save: each save is copied to host memory and written in the background; the
+// log says so at the save and reports it saved only once committed (after the next steps, or at
+// the end); keep_last applies; resuming from the newest is bit-exact with the uninterrupted run.
+TEST_F(CheckpointResume, AsyncSaveIsReportedWhenDurableAndResumesBitExactly) {
+  const auto full = train(RunSpec("fp32", 10));
+  RunSpec first("fp32", 6, 2, 32, dir());
+  first.checkpoint_extra = ", save_interval: 2, async_save: true";
+  std::string log;
+  first.log_out = &log;
+  train(first);
+  EXPECT_EQ(checkpoint::latest_iteration(dir()), std::optional<int64_t>(6));
+  EXPECT_FALSE(fs::exists(dir_ / "iter_0000002"));  // keep_last 2
+  EXPECT_TRUE(fs::exists(dir_ / "iter_0000004"));
+  for (int it : {2, 4, 6}) {
+    const std::string path = (dir_ / concat("iter_000000", it)).string();
+    const size_t started = log.find(concat("checkpoint iteration ", it, ": copied to host memory"));
+    const size_t saved = log.find("saved checkpoint " + path + " (written in the background in ");
+    ASSERT_NE(started, std::string::npos) << log;
+    ASSERT_NE(saved, std::string::npos) << log;
+    EXPECT_LT(started, saved) << log;
+  }
+  expect_identical_tail(train(RunSpec("fp32", 10, 2, 32, dir())), full, 6);
 }
 
 // checkpoint.load may name an iteration directory (e.g. an older one than `latest`) and resumes

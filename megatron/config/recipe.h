@@ -279,6 +279,10 @@ struct LoggingConfig {
   // them (training/step_profile.h); Megatron-Core's keys and defaults.
   bool profile = false;
   int64_t profile_step_start = 10, profile_step_end = 12;
+  // Every N steps each rank's time split (data, compute, exposed communication, pipeline,
+  // optimizer) is gathered and the slowest ranks are named against the median
+  // (training/step_split.h); 0: off.
+  int64_t straggler_interval = 0;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const LoggingConfig&) const = default;
@@ -289,6 +293,7 @@ struct LoggingConfig {
     v("jsonl", s.jsonl);
     v("tensorboard_dir", s.tensorboard_dir);
     v("timeline", s.timeline);
+    v("straggler_interval", s.straggler_interval, noted(s.straggler_interval > 0 ? "" : "off"));
     v("profile", s.profile);
     v("profile_step_start", s.profile_step_start);
     v("profile_step_end", s.profile_step_end);

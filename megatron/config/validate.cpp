@@ -200,6 +200,7 @@ void CheckpointConfig::validate(const KeyOrigins& origins) const {
 
 void LoggingConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
+  c.non_negative("logging.straggler_interval", straggler_interval);
   c.positive("logging.interval", interval);
   c.positive("logging.profile_step_start", profile_step_start);
   c.check(profile_step_end > profile_step_start, "logging.profile_step_end",

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "megatron/core/error.h"
+#include "megatron/core/xml.h"
 
 namespace megatron::pipeline {
 
@@ -144,29 +145,6 @@ void TimelineRecorder::record(ActionKind kind, int microbatch, int chunk, double
 // ---- SVG --------------------------------------------------------------------------------------
 
 namespace {
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 std::string hsl(double h, double s, double l) {  // h in degrees, s and l in [0, 1]
   const double c = (1 - std::fabs(2 * l - 1)) * s;

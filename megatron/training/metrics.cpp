@@ -107,7 +107,13 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
                         {"loss_scale", m.loss_scale},
                         {"skipped", m.skipped},
                         {"no_targets", m.no_targets},
-                        {"dp_comm_bytes", m.dp_comm_bytes}};
+                        {"dp_comm_bytes", m.dp_comm_bytes},
+                        {"time_split",
+                         {{"data_s", m.split.data},
+                          {"compute_s", m.split.compute},
+                          {"comm_s", m.split.comm},
+                          {"pipeline_s", m.split.pipeline},
+                          {"optimizer_s", m.split.optimizer}}}};
     if (m.has_aux) j["nsp_loss"] = m.aux_loss;
     if (m.has_moe) {
       j["moe_aux_loss"] = m.moe_aux_loss;
@@ -143,6 +149,24 @@ void MetricsSink::step(const StepMetrics& m, bool to_console) {
     tb.add_scalar("tflops", m.iteration, m.tflops);
     tb.add_scalar("mfu", m.iteration, m.mfu);
     tb.flush();
+  }
+}
+
+void MetricsSink::stragglers(const StragglerReport& r) {
+  if (!is_logger_) return;
+  *console_ << r.describe() << "\n" << std::flush;
+  if (jsonl_.is_open()) {
+    nlohmann::json j = r.to_json();
+    j["event"] = "stragglers";
+    j["iteration"] = r.last_iteration;
+    jsonl_ << j.dump() << "\n" << std::flush;
+    check_jsonl();
+  }
+  if (tensorboard_ && !r.ranks.empty()) {
+    tensorboard_->add_scalar("stragglers/slowest ratio", r.last_iteration, r.ranks.front().ratio);
+    tensorboard_->add_scalar("stragglers/slowest rank", r.last_iteration, r.ranks.front().rank);
+    tensorboard_->add_scalar("stragglers/median busy seconds", r.last_iteration, r.median_busy);
+    tensorboard_->flush();
   }
 }
 

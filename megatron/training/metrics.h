@@ -12,6 +12,7 @@
 #include "megatron/core/tensor.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/training/compute_peak.h"
+#include "megatron/training/step_split.h"
 #include "megatron/training/tensorboard.h"
 
 namespace megatron::training {
@@ -45,6 +46,9 @@ struct StepMetrics {
   // and micro-batch; +inf when no choice left a candidate out): runs whose router inputs differ
   // by round-off may route differently only where this is within that round-off.
   double moe_min_routing_margin = 0;
+  // This rank's step split (step_split.h): data, compute, exposed communication, pipeline,
+  // optimizer.
+  StepSplit split;
 };
 
 struct EvalMetrics {
@@ -67,6 +71,8 @@ class MetricsSink {
   // A step: to the console when to_console, always to JSONL and TensorBoard.
   void step(const StepMetrics& m, bool to_console);
   void eval(const EvalMetrics& e);
+  // A straggler report (logging.straggler_interval): console line, JSONL event, TensorBoard.
+  void stragglers(const StragglerReport& r);
 
  private:
   int64_t train_iters_;

@@ -50,7 +50,9 @@ Trainer::~Trainer() = default;
 // the recipe must ask only for what exists.
 void Trainer::check_groups(TrainerGroups g) {
   single_ = parallel::make_single_process_communicator();
-  groups_ = complete_groups(recipe_, g, single_.get());
+  // Every group behind a timer (the step split's exposed communication, step_split.h).
+  timed_ = std::make_unique<TimedGroups>(complete_groups(recipe_, g, single_.get()));
+  groups_ = timed_->groups();
   replicas_ = groups_.weight_replicas();
   const auto& tr = recipe_.training;
   device_ = tr.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
@@ -319,13 +321,32 @@ void Trainer::time_step(StepMetrics& metrics, std::chrono::steady_clock::time_po
 }
 
 StepMetrics Trainer::train_step(int64_t iteration) {
-  const auto t0 = std::chrono::steady_clock::now();
+  StepTimer timer(*timed_);
   const StepBatch batch = prepare_batch(iteration);
+  timer.mark(StepTimer::Phase::Data);
   const models::LossSums sums = run_micro_batches(batch);
+  timer.mark(StepTimer::Phase::Compute);
   StepMetrics metrics = step_losses(iteration, sums, batch);
   apply_update(metrics);
-  time_step(metrics, t0);
+  time_step(metrics, timer.start());
+  timer.mark(StepTimer::Phase::Optimizer);
+  metrics.split = timer.split();
   return metrics;
+}
+
+void Trainer::track_stragglers(const StepMetrics& m, TrainSummary& summary) {
+  const int64_t interval = recipe_.logging.straggler_interval;
+  if (interval <= 0) return;
+  straggler_sum_ += m.split;
+  ++straggler_steps_;
+  if (m.iteration % interval != 0) return;
+  const auto report = gather_stragglers(*groups_.world, straggler_sum_, straggler_steps_,
+                                        m.iteration - straggler_steps_ + 1, m.iteration);
+  straggler_sum_ = StepSplit{};
+  straggler_steps_ = 0;
+  if (!report) return;
+  metrics_->stragglers(*report);
+  summary.stragglers.push_back(*report);
 }
 
 std::string Trainer::should_stop(double elapsed_minutes) {
@@ -358,6 +379,7 @@ TrainSummary Trainer::run() {
     summary.steps.push_back(m);
     summary.last_iteration = it;
     metrics_->step(m, it % interval == 0 || it == 1 || it == tr.train_iters);
+    track_stragglers(m, summary);
     const bool periodic = tr.eval_interval > 0 && it % tr.eval_interval == 0;
     if (eval_enabled && (periodic || it == tr.train_iters))
       metrics_->eval(summary.evals.emplace_back(evaluate(it)));

@@ -40,7 +40,8 @@ struct TrainSummary {
   std::vector<EvalMetrics> evals;
   int64_t start_iteration = 0;  // resumed from this checkpoint iteration (0: fresh)
   int64_t last_iteration = 0;
-  bool stopped_early = false;  // signal or training.exit_duration_minutes
+  bool stopped_early = false;               // signal or training.exit_duration_minutes
+  std::vector<StragglerReport> stragglers;  // logging.straggler_interval's (world rank 0 only)
 };
 
 class Trainer {
@@ -97,10 +98,15 @@ class Trainer {
   void time_step(StepMetrics& metrics, std::chrono::steady_clock::time_point start);
   // The agreed reason to stop early (a signal on any rank, the time limit), or empty.
   std::string should_stop(double elapsed_minutes);
+  // logging.straggler_interval: adds the step's split; every interval, the collective report.
+  void track_stragglers(const StepMetrics& m, TrainSummary& summary);
+  StepSplit straggler_sum_;
+  int64_t straggler_steps_ = 0;
 
   config::Recipe recipe_;
   std::shared_ptr<const BatchSource> train_, valid_;
   std::unique_ptr<parallel::Communicator> single_;  // groups of one when none are given
+  std::unique_ptr<TimedGroups> timed_;              // the groups behind communication timers
   TrainerGroups groups_;
   TrainerGroups replicas_;  // groups_.weight_replicas(): reductions over dp x cp
   Device device_ = Device::CPU;

@@ -39,6 +39,13 @@ enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsPa
 // cp_comm_type; megatron/transformer/context_parallel.h): a ring of point-to-point block
 // transfers, one all-gather, or Ulysses all-to-alls.
 enum class CpCommType : uint8_t { P2P, AllGather, A2A };
+// What a suspicious step (non-finite or spiking loss or gradient norm) triggers
+// (training.rerun_mode; megatron/training/rerun.h): nothing, a re-run that stops the run (or
+// skips the batch) when the fault repeats, or a re-run whose verdict is only reported.
+enum class RerunMode : uint8_t { Disabled, Validate, Report };
+// A fault injected on purpose (training.error_injection_type, Megatron's names): one that a
+// re-run does not see again, or one that every run of the step sees (as bad data would give).
+enum class ErrorInjection : uint8_t { None, Transient, Persistent };
 // What one statistic of the q/k norms spans: a head (Qwen3, Gemma 3) or a token's whole
 // query or key projection (OLMo-2).
 enum class QkNormSpan : uint8_t { Head, Projection };
@@ -79,6 +86,8 @@ MT_OPTION_NAMES(MoeTokenDropPolicy, "probs", "position");
 MT_OPTION_NAMES(ShardingStrategy, "no_shard", "optim", "optim_grads", "optim_grads_params");
 MT_OPTION_NAMES(OptimizerOffload, "none", "cpu");
 MT_OPTION_NAMES(CpCommType, "p2p", "all_gather", "a2a");
+MT_OPTION_NAMES(RerunMode, "disabled", "validate", "report");
+MT_OPTION_NAMES(ErrorInjection, "none", "transient_error", "persistent_error");
 MT_OPTION_NAMES(QkNormSpan, "head", "projection");
 MT_OPTION_NAMES(TokenizerType, "GPT2BPETokenizer", "SentencePieceTokenizer",
                 "BertWordPieceLowerCase", "BertWordPieceCase", "ByteTokenizer",

@@ -124,6 +124,16 @@ struct TrainingConfig {
   int64_t hysteresis = 2;            // overflowing steps tolerated before it halves
   // Megatron's --use-distributed-optimizer: an alias of optimizer.distributed (ZeRO-1).
   bool use_distributed_optimizer = false;
+  // Suspicious steps (megatron/training/rerun.h): a non-finite loss or gradient norm, or a loss
+  // above rerun_spike_factor x the mean of the last accepted ones, is re-run on the same data;
+  // validate stops on a repeatable fault (rerun_skip_batch: skips that batch instead).
+  RerunMode rerun_mode = RerunMode::Disabled;
+  double rerun_spike_factor = 10.0;
+  bool rerun_skip_batch = false;
+  // A fault on purpose, to test the above: the loss and gradients of world rank
+  // error_injection_rank turn NaN at iteration error_injection_iteration.
+  ErrorInjection error_injection_type = ErrorInjection::None;
+  int64_t error_injection_iteration = 0, error_injection_rank = 0;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const TrainingConfig&) const = default;
@@ -148,6 +158,13 @@ struct TrainingConfig {
     v("hysteresis", s.hysteresis);
     v("use_distributed_optimizer", s.use_distributed_optimizer,
       noted("alias of parallel.data_parallel_sharding_strategy: optim"));
+    v("rerun_mode", s.rerun_mode, noted("disabled, validate, report"));
+    v("rerun_spike_factor", s.rerun_spike_factor);
+    v("rerun_skip_batch", s.rerun_skip_batch);
+    v("error_injection_type", s.error_injection_type,
+      noted("none, transient_error, persistent_error"));
+    v("error_injection_iteration", s.error_injection_iteration);
+    v("error_injection_rank", s.error_injection_rank);
   }
 };
 

@@ -91,6 +91,11 @@ void TrainingConfig::validate(const KeyOrigins& origins) const {
                  initial_loss_scale, ")"));
   c.positive("training.loss_scale_window", loss_scale_window);
   c.positive("training.hysteresis", hysteresis);
+  c.check(rerun_spike_factor > 1.0, "training.rerun_spike_factor",
+          concat("must be > 1 (got ", rerun_spike_factor, ")"));
+  c.non_negative("training.error_injection_rank", error_injection_rank);
+  if (error_injection_type != ErrorInjection::None)
+    c.positive("training.error_injection_iteration", error_injection_iteration);
 }
 
 void OptimizerConfig::validate(const KeyOrigins& origins) const {

@@ -27,6 +27,8 @@ struct StepMetrics {
   double of_gemm = 0;  // achieved FLOP/s over the measured GEMM rate (CPU), beside MFU
   double loss_scale = 1;
   bool skipped = false;  // fp16 overflow: no update this step
+  // training.rerun_skip_batch: a fault that its re-run repeated; no update this step.
+  bool rerun_skipped = false;
   // The global batch had no predicted token (every label masked): a zero-gradient step.
   bool no_targets = false;
   // Payload bytes this rank handed to data-parallel collectives (reductions and weight gathers).

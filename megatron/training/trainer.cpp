@@ -6,7 +6,9 @@
 #include <cmath>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 
+#include "megatron/backend/ops.h"
 #include "megatron/core/format.h"
 #include "megatron/planning/flops.h"
 #include "megatron/training/grad_reductions.h"
@@ -54,6 +56,7 @@ void Trainer::check_groups(TrainerGroups g) {
   timed_ = std::make_unique<TimedGroups>(complete_groups(recipe_, g, single_.get()));
   groups_ = timed_->groups();
   replicas_ = groups_.weight_replicas();
+  rerun_ = std::make_unique<StepRerun>(recipe_, *groups_.world);
   const auto& tr = recipe_.training;
   device_ = tr.device == config::TrainingDevice::CUDA ? Device::CUDA : Device::CPU;
   // The caller selects the GPU (cuda::select_device_for_local_rank) and gives NCCL groups
@@ -255,16 +258,64 @@ StepMetrics Trainer::step_losses(int64_t iteration, const models::LossSums& sums
   return metrics;
 }
 
-// Gradient norm, clipping and the optimizer step (skipped on an fp16 overflow).
+models::LossSums Trainer::compute_step(const StepBatch& batch, int64_t iteration, bool rerun) {
+  models::LossSums sums = run_micro_batches(batch);
+  if (rerun_->inject(iteration, rerun)) {  // training.error_injection_*: NaN loss and gradients
+    sums.lm = std::numeric_limits<double>::quiet_NaN();
+    ops::fill(store_.grads(), std::numeric_limits<float>::quiet_NaN());
+  }
+  return sums;
+}
+
+void Trainer::measure_grad_norm(StepMetrics& metrics) {
+  // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
+  scaled_grad_norm_ =
+      optim::global_grad_norm(optimizer_->segments(), groups_.tp->rank(), *groups_.model,
+                              grad_sync_->dense_sharded_over(), grad_sync_->expert_norm_groups());
+  metrics.grad_norm = scaled_grad_norm_ / metrics.loss_scale;
+}
+
+void Trainer::validate_step(int64_t iteration, const StepBatch& batch, const models::LossSums& sums,
+                            StepMetrics& metrics) {
+  // fp16's dynamic scaling expects overflowing gradients now and then: only its loss counts.
+  const std::string why =
+      rerun_->suspicious(metrics.loss, scaler_->dynamic() ? 0.0 : metrics.grad_norm);
+  if (why.empty()) {
+    rerun_->accept(metrics.loss);
+    return;
+  }
+  const RankResult first{sums.lm + sums.aux, ops::sum_squares(store_.grads())};
+  const models::LossSums again = compute_step(batch, iteration, true);
+  StepMetrics second = step_losses(iteration, again, batch);
+  measure_grad_norm(second);
+  const RankResult second_rank{again.lm + again.aux, ops::sum_squares(store_.grads())};
+  const int64_t G = recipe_.training.global_batch_size;
+  const StepRerun::Verdict v = rerun_->judge(
+      iteration, why, first, second_rank, metrics.loss, second.loss, metrics.grad_norm,
+      second.grad_norm, describe_samples(recipe_, sample_offset_ + (iteration - 1) * G, G));
+  if (std::ostream* out = metrics_->console()) *out << v.message << "\n" << std::flush;
+  rerun_reports_.push_back(v.message);
+  if (v.stop) throw Error(v.message);
+  if (!v.repeated) {
+    metrics = second;  // the gradients are the re-run's too
+    if (rerun_->suspicious(metrics.loss, 0.0).empty()) rerun_->accept(metrics.loss);
+  }
+  metrics.rerun_skipped = v.skip_batch;
+}
+
+// Clipping and the optimizer step (skipped on an fp16 overflow or a skipped batch).
 void Trainer::apply_update(StepMetrics& metrics) {
   const double scale = metrics.loss_scale;
-  // Norm of the scaled gradients; every rank gets the same value, so all agree on overflow.
+  const double scaled_norm = scaled_grad_norm_;
   parallel::Communicator* dp_shards = grad_sync_->dense_sharded_over();
   const optim::ExpertNormGroups experts = grad_sync_->expert_norm_groups();
-  const double scaled_norm = optim::global_grad_norm(optimizer_->segments(), groups_.tp->rank(),
-                                                     *groups_.model, dp_shards, experts);
-  metrics.grad_norm = scaled_norm / scale;
   const double clip = recipe_.optimizer.clip_grad;
+  if (metrics.rerun_skipped) {  // no update, no schedule step (as an fp16 overflow)
+    metrics.lr = schedule_.lr(optimizer_->steps_taken() + 1);
+    metrics.skipped = true;
+    metrics.dp_comm_bytes = grad_sync_->take_bytes();
+    return;
+  }
   if (!std::isfinite(metrics.loss))
     throw Error(concat("iteration ", metrics.iteration, ": non-finite loss ", metrics.loss,
                        " (lower optimizer.lr)"));
@@ -324,9 +375,11 @@ StepMetrics Trainer::train_step(int64_t iteration) {
   StepTimer timer(*timed_);
   const StepBatch batch = prepare_batch(iteration);
   timer.mark(StepTimer::Phase::Data);
-  const models::LossSums sums = run_micro_batches(batch);
+  const models::LossSums sums = compute_step(batch, iteration, false);
   timer.mark(StepTimer::Phase::Compute);
   StepMetrics metrics = step_losses(iteration, sums, batch);
+  measure_grad_norm(metrics);
+  if (rerun_->enabled()) validate_step(iteration, batch, sums, metrics);
   apply_update(metrics);
   time_step(metrics, timer.start());
   timer.mark(StepTimer::Phase::Optimizer);
@@ -407,6 +460,7 @@ TrainSummary Trainer::run() {
   if (!ck.save.empty() && summary.last_iteration > last_saved)
     save_checkpoint(summary.last_iteration);
   if (checkpointer_) checkpointer_->finish_saves();  // nothing in flight when the run ends
+  summary.reruns = rerun_reports_;
   if (timeline_) {
     const std::string path = config::resolve_output_path(recipe_.logging.timeline) + ".rank" +
                              std::to_string(groups_.world->rank()) + ".jsonl";

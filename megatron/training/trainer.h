@@ -30,6 +30,7 @@
 #include "megatron/training/groups.h"
 #include "megatron/training/metrics.h"
 #include "megatron/training/pipeline_runtime.h"
+#include "megatron/training/rerun.h"
 #include "megatron/training/step_profile.h"
 #include "models/registry.h"
 
@@ -42,6 +43,7 @@ struct TrainSummary {
   int64_t last_iteration = 0;
   bool stopped_early = false;               // signal or training.exit_duration_minutes
   std::vector<StragglerReport> stragglers;  // logging.straggler_interval's (world rank 0 only)
+  std::vector<std::string> reruns;          // training.rerun_mode's verdicts (every rank)
 };
 
 class Trainer {
@@ -94,6 +96,14 @@ class Trainer {
   StepBatch prepare_batch(int64_t iteration);
   models::LossSums run_micro_batches(const StepBatch& batch);
   StepMetrics step_losses(int64_t iteration, const models::LossSums& sums, const StepBatch& batch);
+  // The step's compute (run_micro_batches) with training.error_injection_* applied.
+  models::LossSums compute_step(const StepBatch& batch, int64_t iteration, bool rerun);
+  // The global gradient norm (metrics.grad_norm; the scaled one kept for apply_update).
+  void measure_grad_norm(StepMetrics& metrics);
+  // training.rerun_mode: a suspicious step is re-run and judged (rerun.h); may replace metrics
+  // with the re-run's, mark the batch skipped, or throw to stop the run.
+  void validate_step(int64_t iteration, const StepBatch& batch, const models::LossSums& sums,
+                     StepMetrics& metrics);
   void apply_update(StepMetrics& metrics);
   void time_step(StepMetrics& metrics, std::chrono::steady_clock::time_point start);
   // The agreed reason to stop early (a signal on any rank, the time limit), or empty.
@@ -102,6 +112,9 @@ class Trainer {
   void track_stragglers(const StepMetrics& m, TrainSummary& summary);
   StepSplit straggler_sum_;
   int64_t straggler_steps_ = 0;
+  std::unique_ptr<StepRerun> rerun_;  // training.rerun_mode, error injection
+  double scaled_grad_norm_ = 0;       // measure_grad_norm's, for apply_update
+  std::vector<std::string> rerun_reports_;
 
   config::Recipe recipe_;
   std::shared_ptr<const BatchSource> train_, valid_;

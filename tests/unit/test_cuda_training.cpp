@@ -5,7 +5,10 @@
 // of the models) are checked against the CPU loops they replace.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -204,6 +207,33 @@ TEST(CudaTraining, ParallelResidualMatchesTheCpuRun) {
     SCOPED_TRACE(c.precision);
     expect_cuda_follows_cpu(c, keys);
   }
+}
+
+// checkpoint.async_save on CUDA: the weights, masters and moments staged from the device are
+// written in the background; resuming from the newest checkpoint continues the uninterrupted
+// run's curve (bf16, within its tolerance: the GPU's reductions may differ run to run).
+TEST(CudaTraining, AsyncSaveOnTheDeviceResumes) {
+  if (!device_available(Device::CUDA)) GTEST_SKIP() << "no CUDA backend or no GPU here";
+  const Case c{"llama", "bf16"};
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("megatron_cuda_async_" + std::to_string(::getpid())))
+                              .string();
+  std::filesystem::remove_all(dir);
+  const auto full = train_recipe(c, tiny_recipe(c, "cuda", 6));
+  config::Recipe first = tiny_recipe(c, "cuda", 4);
+  first.checkpoint.save = dir;
+  first.checkpoint.save_interval = 2;
+  first.checkpoint.async_save = true;
+  train_recipe(c, first);
+  config::Recipe rest = tiny_recipe(c, "cuda", 6);
+  rest.checkpoint.save = dir;  // auto-resume from the newest (iteration 4)
+  const auto resumed = train_recipe(c, rest);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(resumed.start_iteration, 4);
+  ASSERT_EQ(resumed.steps.size(), 2u);
+  for (size_t i = 0; i < 2; ++i)
+    EXPECT_NEAR(resumed.steps[i].loss, full.steps[i + 4].loss, 2e-2 * full.steps[i + 4].loss)
+        << "iteration " << i + 5;
 }
 
 // optimizer.offload: cpu: the masters and moments of all (or half) of the parameters in host

@@ -367,126 +367,163 @@ Checkpointer::Resume Checkpointer::load() {
   return {};
 }
 
+// The pieces one load reads, each checked against the checkpoint's index as it is asked for:
+// a tensor of another shape is an error naming it (only a vocabulary table's padding rows may
+// differ, for the same real vocabulary), a missing one is left for the loader to name.
+class LoadPieces {
+ public:
+  LoadPieces(const ckpt::CheckpointIndex& index, int64_t vocab_size, int64_t padded_vocab)
+      : index_(index), vocab_size_(vocab_size), padded_vocab_(padded_vocab) {
+    // The real vocabulary the checkpoint was trained with (-1: a checkpoint from before it was
+    // recorded; its vocabulary tables then load only with identical padding).
+    const auto& m = index.metadata;
+    if (m.contains("model") && m["model"].contains("vocab_size") &&
+        m["model"]["vocab_size"].is_number_integer())
+      saved_vocab_ = m["model"]["vocab_size"].get<int64_t>();
+  }
+  bool has(const std::string& name) const { return index_.tensors.count(name) > 0; }
+  void add(ckpt::TensorPiece piece) {
+    auto it = index_.tensors.find(piece.name);
+    if (piece.name.rfind("model/", 0) == 0) used_.insert(piece.name);
+    if (it == index_.tensors.end() ||
+        it->second.shape ==
+            std::vector<int64_t>(piece.global_shape.begin(), piece.global_shape.end())) {
+      pieces_.push_back(std::move(piece));
+      return;
+    }
+    const bool vocab_table = piece.global_shape.ndim() >= 1 &&
+                             piece.global_shape[0] == padded_vocab_ &&
+                             it->second.shape.size() == size_t(piece.global_shape.ndim());
+    const bool padding_only =
+        vocab_table && saved_vocab_ == vocab_size_ && it->second.shape[0] >= vocab_size_;
+    const std::string saved_shape = Shape(it->second.shape.begin(), it->second.shape.end()).str();
+    MT_INPUT_CHECK(
+        padding_only && remap_padded_rows(piece, it->second.shape, pieces_), index_.path,
+        ": tensor '", piece.name, "' has shape ", saved_shape, " but this model needs ",
+        piece.global_shape.str(),
+        vocab_table
+            ? concat(" (only vocabulary padding rows may differ: the checkpoint's vocabulary is ",
+                     saved_vocab_ < 0 ? std::string("not recorded") : concat(saved_vocab_),
+                     ", this model's ", vocab_size_, ")")
+            : std::string(" (a checkpoint of a different model?)"));
+  }
+  const std::set<std::string>& used() const { return used_; }
+  std::vector<ckpt::TensorPiece> take() { return std::move(pieces_); }
+
+ private:
+  const ckpt::CheckpointIndex& index_;
+  int64_t vocab_size_, padded_vocab_, saved_vocab_ = -1;
+  std::vector<ckpt::TensorPiece> pieces_;
+  std::set<std::string> used_;  // model tensors of the checkpoint this rank reads
+};
+
 Checkpointer::Resume Checkpointer::load_from(const std::string& dir, bool weights_only) {
-  const auto& c = recipe_.checkpoint;
   const ckpt::CheckpointIndex index = ckpt::read_index(dir);
   // Never fall back to an older checkpoint in silence.
   if (log_)
     for (const std::string& why : index.skipped)
       *log_ << "warning: " << why << "; loading " << index.path << " instead\n";
-  const bool mixed = store_.mixed_precision();
-  auto has = [&](const std::string& name) { return index.tensors.count(name) > 0; };
-  // The real vocabulary the checkpoint was trained with (-1: a checkpoint from before it was
-  // recorded; its vocabulary tables then load only with identical padding).
-  int64_t saved_vocab = -1;
-  if (index.metadata.contains("model") && index.metadata["model"].contains("vocab_size") &&
-      index.metadata["model"]["vocab_size"].is_number_integer())
-    saved_vocab = index.metadata["model"]["vocab_size"].get<int64_t>();
-
-  std::vector<ckpt::TensorPiece> pieces;
-  std::set<std::string> used;  // model tensors of the checkpoint this rank reads
-  auto request = [&](ckpt::TensorPiece piece) {
-    auto it = index.tensors.find(piece.name);
-    if (piece.name.rfind("model/", 0) == 0) used.insert(piece.name);
-    if (it != index.tensors.end()) {
-      const std::vector<int64_t> want(piece.global_shape.begin(), piece.global_shape.end());
-      if (it->second.shape != want) {
-        // Only the padding rows of a vocabulary table may differ (another tp size or
-        // make_vocab_size_divisible_by), and only when both hold the same real vocabulary.
-        const bool vocab_table = piece.global_shape.ndim() >= 1 &&
-                                 piece.global_shape[0] == padded_vocab_ &&
-                                 it->second.shape.size() == size_t(piece.global_shape.ndim());
-        const bool padding_only =
-            vocab_table && saved_vocab == vocab_size_ && it->second.shape[0] >= vocab_size_;
-        const std::string saved_shape =
-            Shape(it->second.shape.begin(), it->second.shape.end()).str();
-        MT_INPUT_CHECK(
-            padding_only && remap_padded_rows(piece, it->second.shape, pieces), index.path,
-            ": tensor '", piece.name, "' has shape ", saved_shape, " but this model needs ",
-            piece.global_shape.str(),
-            vocab_table
-                ? concat(" (only vocabulary padding rows may differ: the checkpoint's vocabulary "
-                         "is ",
-                         saved_vocab < 0 ? std::string("not recorded") : concat(saved_vocab),
-                         ", this model's ", vocab_size_, ")")
-                : std::string(" (a checkpoint of a different model?)"));
-        return;
-      }
-    }
-    pieces.push_back(piece);  // a missing tensor is reported by the loader, naming it
-  };
+  LoadPieces pieces(index, vocab_size_, padded_vocab_);
   // Load into host views of the buffers (staged copies on a device, written back below).
   const HostBuffers host = host_buffers(false);
-  // Parameters the checkpoint lacks: an error listing them all, or with checkpoint.strict: false
-  // skipped (they keep their initial values and optimizer state), each named.
-  std::set<std::string> absent;
-  int64_t fresh_adapters = 0;  // LoRA adapters a base checkpoint cannot hold: they start anew
-  for (Parameter* p : store_.params()) {
-    if (has("model/" + p->name)) continue;
-    if (weights_only && is_lora_parameter(p->name))
-      ++fresh_adapters;
-    else
-      absent.insert(p->name);
-  }
-  MT_INPUT_CHECK(absent.empty() || !c.strict, index.path, ": the checkpoint has no tensor for ",
-                 absent.size(), " parameter(s) of this model: ", join(absent),
-                 " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
-  auto loaded = [&](const Parameter& p) { return has("model/" + p.name); };
-  if (store_.sharding().weights) {
-    for (const auto* segs : {&store_.segments(), &store_.frozen_segments()})
-      for (const optim::Segment& s : *segs)
-        if (loaded(*s.param)) request(segment_piece(s, "model/", host.weights + s.weight_at));
-  } else {
-    for (Parameter* p : store_.params())
-      if (loaded(*p)) request(param_piece(*p, "model/", host.weights + p->offset));
-  }
-  if (moe_ != nullptr)
-    for (auto& [layer, bias] : moe_->all_expert_bias())
-      if (ckpt::TensorPiece piece = expert_bias_piece(layer, bias); has(piece.name))
-        request(std::move(piece));
-  for (const optim::Segment& s : optimizer_->segments()) {
-    if (!loaded(*s.param)) continue;
-    if (mixed || s.offloaded) {  // offloaded fp32 masters are a host copy of the weights
-      const std::string prefix = has("master/" + s.param->name) ? "master/" : "model/";
-      request(segment_piece(s, prefix, host.master_of(s)));
-    }
-    if (weights_only) continue;
-    MT_INPUT_CHECK(has("optim/exp_avg/" + s.param->name), index.path, ": no optimizer state for '",
-                   s.param->name, "' (set checkpoint.finetune: true to load the weights only)");
-    request(segment_piece(s, "optim/exp_avg/", host.exp_avg_of(s)));
-    if (float* sq = host.exp_avg_sq_of(s)) request(segment_piece(s, "optim/exp_avg_sq/", sq));
-  }
-  // Tensors of the checkpoint that no rank uses: an error listing them (e.g. a 2-layer
-  // checkpoint loaded into a 1-layer model), or with checkpoint.strict: false, named and skipped.
-  const std::vector<std::string> unused = unused_model_tensors(index, used, *world_);
-  MT_INPUT_CHECK(unused.empty() || !c.strict, index.path, ": ", unused.size(),
-                 " tensor(s) of the checkpoint are not part of this model: ", join(unused),
-                 " (a checkpoint of a different model? checkpoint.strict: false skips them)");
-  if (log_) {
-    if (fresh_adapters > 0)
-      *log_ << "LoRA: " << fresh_adapters
-            << " adapter weights are not in the pretrained checkpoint; they start from their "
-               "initialisation (B = 0: the base model's function)\n";
-    for (const std::string& name : absent)
-      *log_ << "checkpoint.strict: false: '" << name
-            << "' is not in the checkpoint; it keeps its initial value\n";
-    for (const std::string& name : unused)
-      *log_ << "checkpoint.strict: false: checkpoint tensor '" << name << "' is not used\n";
-  }
+  const Coverage coverage = check_coverage(pieces, index.path, weights_only);
+  request_pieces(pieces, host, index.path, weights_only);
+  report_partial_load(coverage, pieces, index);
   ckpt::LoadRequest req;
   // index.path is the iteration directory itself; checkpoint.load may name it or its parent.
   req.dir = std::filesystem::path(index.path).parent_path().string();
   req.iteration = index.iteration;
-  req.pieces = std::move(pieces);
+  req.pieces = pieces.take();
   const nlohmann::json meta = ckpt::load(req);
   write_back(host);
-  if (mixed) store_.refresh_model_weights();
+  if (store_.mixed_precision()) store_.refresh_model_weights();
   resumed_from_ = index.path;
   if (log_)
     *log_ << "loaded checkpoint " << index.path << (weights_only ? " (weights only)" : "") << "\n"
           << std::flush;
   if (weights_only) return {};
-  MT_INPUT_CHECK(meta.contains("iteration") && meta.contains("optimizer_steps"), index.path,
+  return resume_from(meta, index.path);
+}
+
+// Parameters the checkpoint lacks: an error listing them all, or with checkpoint.strict: false
+// skipped (they keep their initial values and optimizer state). LoRA adapters a base checkpoint
+// cannot hold (weights only) start anew.
+Checkpointer::Coverage Checkpointer::check_coverage(const LoadPieces& pieces,
+                                                    const std::string& path,
+                                                    bool weights_only) const {
+  Coverage c;
+  for (Parameter* p : store_.params()) {
+    if (pieces.has("model/" + p->name)) continue;
+    if (weights_only && is_lora_parameter(p->name))
+      ++c.fresh_adapters;
+    else
+      c.absent.insert(p->name);
+  }
+  MT_INPUT_CHECK(c.absent.empty() || !recipe_.checkpoint.strict, path,
+                 ": the checkpoint has no tensor for ", c.absent.size(),
+                 " parameter(s) of this model: ", join(c.absent),
+                 " (a checkpoint of a different model? checkpoint.strict: false loads the rest)");
+  return c;
+}
+
+// Every piece this rank reads: the model weights (whole or ZeRO-3 segments), the MoE expert
+// bias, and (not weights only) the masters and moments of its optimizer segments.
+void Checkpointer::request_pieces(LoadPieces& pieces, const HostBuffers& host,
+                                  const std::string& path, bool weights_only) const {
+  auto loaded = [&](const Parameter& p) { return pieces.has("model/" + p.name); };
+  if (store_.sharding().weights) {
+    for (const auto* segs : {&store_.segments(), &store_.frozen_segments()})
+      for (const optim::Segment& s : *segs)
+        if (loaded(*s.param)) pieces.add(segment_piece(s, "model/", host.weights + s.weight_at));
+  } else {
+    for (Parameter* p : store_.params())
+      if (loaded(*p)) pieces.add(param_piece(*p, "model/", host.weights + p->offset));
+  }
+  if (moe_ != nullptr)
+    for (auto& [layer, bias] : moe_->all_expert_bias())
+      if (ckpt::TensorPiece piece = expert_bias_piece(layer, bias); pieces.has(piece.name))
+        pieces.add(std::move(piece));
+  for (const optim::Segment& s : optimizer_->segments()) {
+    if (!loaded(*s.param)) continue;
+    if (store_.mixed_precision() || s.offloaded) {  // offloaded fp32 masters: a host copy
+      const std::string prefix = pieces.has("master/" + s.param->name) ? "master/" : "model/";
+      pieces.add(segment_piece(s, prefix, host.master_of(s)));
+    }
+    if (weights_only) continue;
+    MT_INPUT_CHECK(pieces.has("optim/exp_avg/" + s.param->name), path, ": no optimizer state for '",
+                   s.param->name, "' (set checkpoint.finetune: true to load the weights only)");
+    pieces.add(segment_piece(s, "optim/exp_avg/", host.exp_avg_of(s)));
+    if (float* sq = host.exp_avg_sq_of(s)) pieces.add(segment_piece(s, "optim/exp_avg_sq/", sq));
+  }
+}
+
+// Tensors of the checkpoint no rank uses (e.g. a 2-layer checkpoint loaded into a 1-layer
+// model): an error listing them, or with checkpoint.strict: false, named and skipped; then what
+// a partial load left out, named.
+void Checkpointer::report_partial_load(const Coverage& coverage, const LoadPieces& pieces,
+                                       const ckpt::CheckpointIndex& index) const {
+  const std::vector<std::string> unused = unused_model_tensors(index, pieces.used(), *world_);
+  MT_INPUT_CHECK(unused.empty() || !recipe_.checkpoint.strict, index.path, ": ", unused.size(),
+                 " tensor(s) of the checkpoint are not part of this model: ", join(unused),
+                 " (a checkpoint of a different model? checkpoint.strict: false skips them)");
+  if (!log_) return;
+  if (coverage.fresh_adapters > 0)
+    *log_ << "LoRA: " << coverage.fresh_adapters
+          << " adapter weights are not in the pretrained checkpoint; they start from their "
+             "initialisation (B = 0: the base model's function)\n";
+  for (const std::string& name : coverage.absent)
+    *log_ << "checkpoint.strict: false: '" << name
+          << "' is not in the checkpoint; it keeps its initial value\n";
+  for (const std::string& name : unused)
+    *log_ << "checkpoint.strict: false: checkpoint tensor '" << name << "' is not used\n";
+}
+
+// The run state of a full checkpoint: optimizer steps, the iteration, where the data continues
+// (consumed samples, for another global batch size), the loss scaler; warnings when the seed or
+// the data changed.
+Checkpointer::Resume Checkpointer::resume_from(const nlohmann::json& meta,
+                                               const std::string& path) {
+  MT_INPUT_CHECK(meta.contains("iteration") && meta.contains("optimizer_steps"), path,
                  "/metadata.json: missing iteration or optimizer_steps");
   optimizer_->set_steps_taken(meta["optimizer_steps"].get<int64_t>());
   const int64_t iteration = meta["iteration"].get<int64_t>();

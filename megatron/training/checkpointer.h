@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <ostream>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,8 @@
 #include "megatron/transformer/moe/moe_spec.h"
 
 namespace megatron::training {
+
+class LoadPieces;  // checkpointer.cpp: the pieces one load reads
 
 // What a checkpoint holds of a run (all owned by the trainer, which outlives the checkpointer).
 struct TrainingState {
@@ -74,6 +77,20 @@ class Checkpointer {
 
  private:
   Resume load_from(const std::string& dir, bool weights_only);
+  // load_from's steps (checkpointer.cpp): which parameters the checkpoint lacks, the pieces this
+  // rank reads, the report of a partial load, the run state of the metadata.
+  struct Coverage {
+    std::set<std::string> absent;  // parameters without a tensor (checkpoint.strict: false)
+    int64_t fresh_adapters = 0;    // LoRA adapters a base checkpoint cannot hold
+  };
+  struct HostBuffers;
+  Coverage check_coverage(const LoadPieces& pieces, const std::string& path,
+                          bool weights_only) const;
+  void request_pieces(LoadPieces& pieces, const HostBuffers& host, const std::string& path,
+                      bool weights_only) const;
+  void report_partial_load(const Coverage& coverage, const LoadPieces& pieces,
+                           const checkpoint::CheckpointIndex& index) const;
+  Resume resume_from(const nlohmann::json& meta, const std::string& path);
   // The recipe saved in the metadata (tokenizer paths made absolute).
   nlohmann::json recipe_for_metadata() const;
   // fp32 host views of the buffers a checkpoint reads and writes: the buffers themselves on

@@ -42,6 +42,16 @@ std::string data_paths(const std::vector<config::DatasetEntry>& sources) {
 }
 }  // namespace
 
+std::string describe_data(const config::Recipe& recipe, bool training) {
+  const auto& d = recipe.data;
+  if (d.sft.enabled())
+    return concat(training ? "training" : "validation", " data (data.sft.",
+                  training || d.sft.valid.empty() ? "train: " : "valid: ",
+                  data_paths(training || d.sft.valid.empty() ? d.sft.train : d.sft.valid), ")");
+  return concat(training ? "training" : "validation",
+                " data (data.train: ", d.mock ? std::string("mock") : data_paths(d.train), ")");
+}
+
 BatchFeeder::BatchFeeder(const config::Recipe& recipe, int64_t vocab_size,
                          parallel::Communicator& dp, parallel::Communicator& replicas,
                          parallel::Communicator& cp, Device device)
@@ -63,15 +73,8 @@ void BatchFeeder::fill(const BatchSource& source, int64_t consumed, int64_t roun
     if (cp_->size() > 1) mb = models::MicroBatch{};
     source.fill(first_sample, recipe_.training.micro_batch_size, mb);
     mb.info = MicroBatchInfo{iteration, sampler_.position(m), training};
-    check_ids_in_vocabulary(mb, vocab_size_, first_sample, [&] {
-      const auto& d = recipe_.data;
-      if (d.sft.enabled())
-        return concat(training ? "training" : "validation", " data (data.sft.",
-                      training || d.sft.valid.empty() ? "train: " : "valid: ",
-                      data_paths(training || d.sft.valid.empty() ? d.sft.train : d.sft.valid), ")");
-      return concat(training ? "training" : "validation",
-                    " data (data.train: ", d.mock ? std::string("mock") : data_paths(d.train), ")");
-    });
+    check_ids_in_vocabulary(mb, vocab_size_, first_sample,
+                            [&] { return describe_data(recipe_, training); });
     if (cp_->size() > 1) keep_context_chunks(mb, cp_->size(), cp_->rank());
   }
 }

@@ -4,6 +4,7 @@
 // sequence, target counts summed over the global batch, and the tensors moved to the training
 // device.
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,10 @@
 #include "models/model.h"
 
 namespace megatron::training {
+
+// The run's training or validation data for messages, e.g. "training data (data.train: a, b)",
+// "validation data (data.sft.valid: c)", "training data (data.train: mock)".
+std::string describe_data(const config::Recipe& recipe, bool training);
 
 class BatchFeeder {
  public:

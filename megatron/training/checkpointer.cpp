@@ -218,7 +218,10 @@ void Checkpointer::finish_async(bool wait, bool at_exit) {
 }
 
 void Checkpointer::prepare_saves() {
-  if (!async_) return;
+  // Counting the pieces builds their host views: free on the CPU (the buffers themselves), a
+  // whole staged copy of the weights, masters and moments on a device, which start-up should not
+  // pay for; there the first save allocates its snapshot.
+  if (!async_ || store_.device() != Device::CPU) return;
   HostBuffers host;
   const ckpt::SaveRequest req = save_request(0, 0, host);
   int64_t floats = 0;

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "megatron/core/error.h"
+#include "megatron/training/batch_feeder.h"
 
 namespace megatron::training {
 
@@ -101,16 +102,8 @@ StepRerun::Verdict StepRerun::judge(int64_t iteration, const std::string& why,
 }
 
 std::string describe_samples(const config::Recipe& recipe, int64_t first, int64_t count) {
-  std::string data;
-  if (recipe.data.mock) {
-    data = "the mock data";
-  } else if (recipe.data.sft.enabled()) {
-    data = "the SFT data (data.sft.train)";
-  } else {
-    for (const auto& d : recipe.data.train) data += (data.empty() ? "" : ", ") + d.path;
-    data = "the training data (data.train: " + (data.empty() ? std::string("none") : data) + ")";
-  }
-  return concat("global samples ", first, "-", first + count - 1, " of ", data);
+  return concat("global samples ", first, "-", first + count - 1, " of the ",
+                describe_data(recipe, true));
 }
 
 }  // namespace megatron::training

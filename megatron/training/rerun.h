@@ -62,7 +62,8 @@ class StepRerun {
   std::deque<double> recent_;  // the last accepted losses
 };
 
-// "global samples A-B of the training data (data.train: x, y)": where a step's batch came from.
+// "global samples A-B of the training data (data.train: x, y)": where a step's batch came from
+// (batch_feeder.h's describe_data).
 std::string describe_samples(const config::Recipe& recipe, int64_t first, int64_t count);
 
 }  // namespace megatron::training

@@ -79,7 +79,9 @@ TEST(Rerun, RepeatedFaultStopsNamingTheSamples) {
                         "for bit"),
               std::string::npos)
         << what;
-    EXPECT_NE(what.find("global samples 8-11 of the mock data"), std::string::npos) << what;
+    EXPECT_NE(what.find("global samples 8-11 of the training data (data.train: mock)"),
+              std::string::npos)
+        << what;
     EXPECT_NE(what.find("training.rerun_skip_batch"), std::string::npos) << what;
   }
 }

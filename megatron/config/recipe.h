@@ -317,9 +317,24 @@ struct LoggingConfig {
   }
 };
 
+// Elastic restarts (cluster.elastic): a run may start on any node count in [min_nodes,
+// max_nodes]; the data-parallel size follows the world (tp/pp/cp/ep kept), gradient accumulation
+// keeps the global batch and the checkpoint is resharded (training/elastic.h). 0/0: off.
+struct ElasticConfig {
+  int64_t min_nodes = 0, max_nodes = 0;
+  bool enabled() const { return max_nodes > 0; }
+  bool operator==(const ElasticConfig&) const = default;
+
+  template <typename Self, typename V>
+  static void fields(Self& s, V& v) {
+    v("min_nodes", s.min_nodes, noted(s.enabled() ? "" : "off"));
+    v("max_nodes", s.max_nodes, noted(s.enabled() ? "" : "off"));
+  }
+};
+
 // The cluster a recipe is written for (optional; documentation and the planner's default:
-// `build/bin/plan` plans the recipe for this shape, its flags override). `pretrain` ignores it.
-// 0 means "not stated" for the first four keys.
+// `build/bin/plan` plans the recipe for this shape, its flags override). `pretrain` reads only
+// `elastic` from it. 0 means "not stated" for the first four keys.
 struct ClusterConfig {
   int64_t nodes = 0;
   int64_t gpus_per_node = 0;
@@ -329,6 +344,7 @@ struct ClusterConfig {
   // device's share of the network (e.g. one 400 Gb/s NIC per GPU) across nodes.
   double intra_node_gbps = 450;
   double inter_node_gbps = 50;
+  ElasticConfig elastic;
   bool specified() const { return nodes > 0 || gpus_per_node > 0; }
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
@@ -342,6 +358,7 @@ struct ClusterConfig {
     v("gpu_tflops", s.gpu_tflops, noted(s.gpu_tflops == 0 ? "not stated" : ""));
     v("intra_node_gbps", s.intra_node_gbps);
     v("inter_node_gbps", s.inter_node_gbps);
+    v.section("elastic", s.elastic);
   }
 };
 

@@ -226,6 +226,13 @@ void ClusterConfig::validate(const KeyOrigins& origins) const {
     c.check(nodes > 0 && gpus_per_node > 0, nodes > 0 ? "cluster.gpus_per_node" : "cluster.nodes",
             concat("needs both cluster.nodes and cluster.gpus_per_node (got nodes ", nodes,
                    ", gpus_per_node ", gpus_per_node, ")"));
+  c.non_negative("cluster.elastic.min_nodes", elastic.min_nodes);
+  c.non_negative("cluster.elastic.max_nodes", elastic.max_nodes);
+  if (elastic.min_nodes > 0 || elastic.max_nodes > 0)
+    c.check(elastic.min_nodes >= 1 && elastic.min_nodes <= elastic.max_nodes,
+            "cluster.elastic.min_nodes",
+            concat("needs 1 <= cluster.elastic.min_nodes <= cluster.elastic.max_nodes (got ",
+                   elastic.min_nodes, " and ", elastic.max_nodes, ")"));
 }
 
 // What context parallelism needs and supports (megatron/transformer/context_parallel.h).

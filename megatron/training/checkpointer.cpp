@@ -12,6 +12,7 @@
 #include "megatron/checkpoint/checkpoint.h"
 #include "megatron/checkpoint/save_lock.h"
 #include "megatron/training/checkpoint_pieces.h"
+#include "megatron/training/elastic.h"
 #include "megatron/training/pretrained.h"
 #include "megatron/transformer/lora.h"
 
@@ -545,6 +546,12 @@ Checkpointer::Resume Checkpointer::resume_from(const nlohmann::json& meta,
       *log_ << "resuming after " << consumed << " consumed samples (" << iteration
             << " iterations) with global_batch_size " << gbs << ": the data continues at sample "
             << consumed << "\n";
+  }
+  if (log_ && meta.contains("layout")) {
+    const std::string change = describe_layout_change(
+        meta["layout"],
+        {tp_->size(), pp_->size(), dp_->size(), gbs, recipe_.training.micro_batch_size});
+    if (!change.empty()) *log_ << change << "\n";
   }
   // The data order follows the seed and the blend: a change continues on other samples.
   if (log_ && meta.contains("data") && meta["data"].contains("seed") &&

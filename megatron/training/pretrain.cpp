@@ -11,11 +11,13 @@
 #include "megatron/parallel/mpi_communicator.h"
 #include "megatron/training/data_sources.h"
 #include "megatron/training/device_groups.h"
+#include "megatron/training/elastic.h"
 #include "megatron/training/trainer.h"
 
 namespace megatron::training {
 
 int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, std::ostream& out) {
+  fit_recipe_to_world(recipe, launch, out);
   recipe.resolve_for_world(launch.world_size);
   out << "# resolved recipe (" << recipe.source_path << ")\n" << recipe.to_yaml() << std::flush;
 

@@ -6,6 +6,9 @@
 #   tools/slurm/local_cluster.sh stop                  # cancel jobs, stop the daemons
 #   tools/slurm/local_cluster.sh status                # daemons + sinfo; exit 0 when all is up
 #   tools/slurm/local_cluster.sh env                   # prints `export SLURM_CONF=...`
+#   tools/slurm/local_cluster.sh kill-node n2          # the node dies: SIGKILL its slurmd and
+#                                                      # every process of its jobs
+#   tools/slurm/local_cluster.sh start-node n2         # the node comes back (slurmd restarted)
 #
 #   eval "$(tools/slurm/local_cluster.sh start --nodes 2)"
 #   trap 'tools/slurm/local_cluster.sh stop' EXIT     # callers: always stop
@@ -17,6 +20,8 @@
 #   SLURM_LOCAL_PORT      first port to try (default 17000): slurmctld on it, slurmd n1/n2 on
 #                         the next two; moved up by 10 while any of the three is taken
 #   SLURM_LOCAL_TIMEOUT   seconds to wait for the nodes to become idle (default 30)
+#   SLURM_LOCAL_SLURMD_TIMEOUT  seconds before slurmctld declares a silent node DOWN (Slurm's
+#                         SlurmdTimeout; default 300): small values let tests see a node failure
 #   SLURM_LOCAL_UNSHARE   1 (default when `unshare --uts` works): each slurmd runs in its own
 #                         UTS namespace whose host name is its node name, so ranks on n1 and
 #                         n2 see different gethostname(); 0: all share the real host name
@@ -35,7 +40,7 @@ TIMEOUT="${SLURM_LOCAL_TIMEOUT:-30}"
 die() { echo "local_cluster: $*" >&2; exit 1; }
 
 usage() {
-  sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -152,6 +157,7 @@ EnforcePartLimits=ALL
 # Completed jobs are forgotten after 5 s. This also keeps "sbatch --wait" polling every 2 s
 # (it backs off to 8 s and 32 s only while the poll interval is below MinJobAge/2).
 MinJobAge=5
+SlurmdTimeout=${SLURM_LOCAL_SLURMD_TIMEOUT:-300}
 EOF
     local i
     for i in $(seq 1 "$nodes"); do
@@ -169,6 +175,58 @@ use_unshare() {
     1|yes|true) return 0 ;;
     *) unshare --uts sh -c 'hostname n0 >/dev/null 2>&1' >/dev/null 2>&1 ;;
   esac
+}
+
+start_slurmd() {  # start_slurmd NODE UNSHARE(0|1)
+  local node="$1" ok=1
+  if [ "$2" -eq 1 ]; then
+    unshare --uts sh -c "hostname $node && exec slurmd -f '$CONF' -N $node" \
+      >"$W/log/slurmd-$node.stdout" 2>&1 || ok=0
+  else
+    slurmd -f "$CONF" -N "$node" >"$W/log/slurmd-$node.stdout" 2>&1 || ok=0
+  fi
+  [ $ok -eq 1 ] || { log_tail; cat "$W/log/slurmd-$node.stdout" >&2; }
+  [ $ok -eq 1 ]
+}
+
+known_node() {
+  node_names | grep -qx "$1" || die "no node '$1' in $CONF (nodes: $(node_names | tr '\n' ' '))"
+}
+
+# A node dies: its slurmd and every process of its jobs (slurmstepd, the ranks) get SIGKILL.
+# They are found by the node's own UTS namespace, so the cluster must run with unshare.
+cmd_kill_node() {
+  local node="$1" pid ns p killed=0
+  known_node "$node"
+  [ "$(cat "$W/run/unshare" 2>/dev/null)" = 1 ] ||
+    die "kill-node needs each node in its own UTS namespace (start with SLURM_LOCAL_UNSHARE=1)"
+  pid="$(cat "$W/run/slurmd-$node.pid" 2>/dev/null || true)"
+  daemon_alive "$pid" || die "slurmd $node is not running"
+  ns="$(readlink "/proc/$pid/ns/uts")"
+  [ "$ns" != "$(readlink /proc/$$/ns/uts)" ] || die "slurmd $node shares this shell's UTS namespace"
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/ns/uts" 2>/dev/null)" = "$ns" ] || continue
+    kill -KILL "${p#/proc/}" 2>/dev/null && killed=$((killed + 1))
+  done
+  rm -f "$W/run/slurmd-$node.pid"
+  echo "local_cluster: node $node killed ($killed processes)" >&2
+}
+
+# The node comes back: slurmd restarted; waits (bounded) until slurmctld sees it idle again.
+cmd_start_node() {
+  local node="$1" deadline state
+  known_node "$node"
+  export SLURM_CONF="$CONF"
+  start_slurmd "$node" "$(cat "$W/run/unshare" 2>/dev/null || echo 0)" || die "slurmd $node failed to start"
+  # A node slurmctld marked DOWN for not responding returns by itself (ReturnToService=2).
+  deadline=$((SECONDS + TIMEOUT))
+  while :; do
+    state="$(timeout 5 sinfo -h -n "$node" -N -o '%T' 2>/dev/null | head -n 1 || true)"
+    case "$state" in idle|mixed|allocated) break ;; esac
+    [ $SECONDS -lt $deadline ] || die "node $node is '$state' ${TIMEOUT}s after its slurmd restarted"
+    sleep 0.2
+  done
+  echo "local_cluster: node $node back ($state)" >&2
 }
 
 cmd_start() {
@@ -206,17 +264,9 @@ cmd_start() {
     log_tail; cat "$W/log/slurmctld.stdout" >&2; cmd_stop; die "slurmctld failed to start"
   fi
   local unshare=0; use_unshare && unshare=1
+  echo "$unshare" >"$W/run/unshare"
   for i in $(seq 1 "$nodes"); do
-    local ok=1
-    if [ $unshare -eq 1 ]; then
-      unshare --uts sh -c "hostname n$i && exec slurmd -f '$CONF' -N n$i" \
-        >"$W/log/slurmd-n$i.stdout" 2>&1 || ok=0
-    else
-      slurmd -f "$CONF" -N "n$i" >"$W/log/slurmd-n$i.stdout" 2>&1 || ok=0
-    fi
-    if [ $ok -eq 0 ]; then
-      log_tail; cat "$W/log/slurmd-n$i.stdout" >&2; cmd_stop; die "slurmd n$i failed to start"
-    fi
+    start_slurmd "n$i" $unshare || { cmd_stop; die "slurmd n$i failed to start"; }
   done
 
   # Wait (bounded) until every node is idle.
@@ -262,6 +312,8 @@ case "$cmd" in
   stop) [ $# -eq 0 ] || usage; cmd_stop ;;
   status) [ $# -eq 0 ] || usage; cmd_status ;;
   env) [ $# -eq 0 ] || usage; echo "export SLURM_CONF=$CONF" ;;
+  kill-node) [ $# -eq 1 ] || usage; cmd_kill_node "$1" ;;
+  start-node) [ $# -eq 1 ] || usage; cmd_start_node "$1" ;;
   -h|--help|help) usage ;;
   *) usage ;;
 esac

@@ -15,6 +15,9 @@
 #              host name; the CPU template across both nodes
 #   pretrain   one node: `srun -n 2 $SLURM_TEST_PRETRAIN_CMD` and the CPU template running the
 #              same command; both must exit 0 and print "validation"
+#   elastic    nodes n1, n2: tools/slurm/pretrain_elastic.sbatch loses n2 mid-run (kill-node),
+#              goes on on n1, grows back when n2 returns; the loss curve is the uninterrupted
+#              single-process run's (the first word of $SLURM_TEST_PRETRAIN_CMD is the binary)
 #
 # Environment:
 #   MPI_PROBE               the mpi_probe binary (default: <repo>/build/bin/mpi_probe)
@@ -77,7 +80,9 @@ preflight() {
   [ ${#missing[@]} -eq 0 ] ||
     fail "Slurm is not installed (missing: ${missing[*]}): run tools/setup.sh first (packages slurmctld slurmd slurm-client)"
   [ "$(id -u)" -eq 0 ] || fail "the local Slurm cluster needs root"
-  if [ "${phases[*]}" != pretrain ]; then
+  local ph needs_probe=0
+  for ph in "${phases[@]}"; do case "$ph" in srun|sbatch|two_nodes) needs_probe=1 ;; esac; done
+  if [ $needs_probe -eq 1 ]; then
     [ -x "$PROBE" ] || fail "MPI probe not found at '$PROBE': build the target mpi_probe (or set MPI_PROBE)"
   fi
 }
@@ -296,6 +301,93 @@ phase_pretrain() {
   tail -n 5 "$out"
 }
 
+# wait_for SECONDS WHAT CMD...: polls CMD every 0.5 s until it succeeds; fails naming WHAT.
+wait_for() {
+  local secs="$1" what="$2" until_t; shift 2
+  until_t=$((SECONDS + secs))
+  [ $until_t -le $deadline ] || until_t=$deadline
+  until "$@"; do
+    [ $SECONDS -lt $until_t ] || { squeue >&2 || true; fail "waited ${secs}s for: $what"; }
+    sleep 0.5
+  done
+}
+
+last_iteration() {  # the highest training iteration logged in JSONL file $1 (0 when none)
+  python3 -c 'import json,sys
+it=0
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if "loss" in r and "iteration" in r: it=max(it,r["iteration"])
+print(it)' "$1" 2>/dev/null || echo 0
+}
+iteration_at_least() { [ "$(last_iteration "$1")" -ge "$2" ]; }
+job_output_has() { grep -q -- "$1" "$WORK/elastic.out" 2>/dev/null; }
+
+# Elastic restarts (tools/slurm/pretrain_elastic.sbatch): a 2-node job loses n2 mid-run, goes on
+# on n1, grows back to both nodes when n2 returns, and its loss curve is the uninterrupted
+# single-process run's at the same global batch (fp32 round-off: the dp reduction order
+# changes).
+phase_elastic() {
+  local cmd="${SLURM_TEST_PRETRAIN_CMD:-}"
+  [ -n "$cmd" ] || fail "phase elastic needs SLURM_TEST_PRETRAIN_CMD (the pretrain binary first)"
+  local bin="${cmd%% *}" iters=40
+  export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+  local set="training.train_iters=$iters training.eval_interval=0 training.micro_batch_size=2"
+  set+=" training.global_batch_size=16 optimizer.schedule.warmup_iters=2 training.peak_tflops=0.1"
+  cd "$src"
+  note "reference: one process, $iters iterations"
+  local ref_args=() kv
+  for kv in $set; do ref_args+=(--set "$kv"); done
+  must_run "$WORK/reference.out" 120 env OMP_NUM_THREADS=2 "$bin" --recipe recipes/gpt_tiny.yaml \
+    "${ref_args[@]}" --set "logging.jsonl=$WORK/reference.jsonl"
+
+  SLURM_LOCAL_UNSHARE=1 SLURM_LOCAL_SLURMD_TIMEOUT=6 start_cluster 2
+  note "sbatch tools/slurm/pretrain_elastic.sbatch --nodes=1-2 --ntasks-per-node=2"
+  set+=" checkpoint.save=$WORK/ckpt checkpoint.save_interval=4 parallel.comm_timeout_s=60"
+  set+=" logging.jsonl=$WORK/run.jsonl"
+  must_run "$WORK/sbatch.log" 20 env MEGATRON_ROOT="$src" PRETRAIN="$bin" SET="$set" \
+    ELASTIC_POLL_S=1 ELASTIC_WAIT_S=60 \
+    sbatch --nodes=1-2 --ntasks-per-node=2 --cpus-per-task=1 --time=10 \
+    --output="$WORK/elastic.out" "$src/tools/slurm/pretrain_elastic.sbatch"
+  wait_for 60 "the job running on 2 nodes at iteration 10" iteration_at_least "$WORK/run.jsonl" 10
+  job_output_has "elastic: starting on 2 node(s) (n\[1-2\]), world 4" ||
+    { cat "$WORK/elastic.out" >&2; fail "the job did not start on both nodes"; }
+  note "node n2 dies at iteration $(last_iteration "$WORK/run.jsonl")"
+  "$src/tools/slurm/local_cluster.sh" kill-node n2
+  wait_for 120 "the job going on on n1" job_output_has "elastic: starting on 1 node(s) (n1), world 2"
+  local resumed
+  resumed="$(last_iteration "$WORK/run.jsonl")"
+  wait_for 60 "progress on one node" iteration_at_least "$WORK/run.jsonl" $((resumed + 4))
+  note "node n2 returns at iteration $(last_iteration "$WORK/run.jsonl")"
+  "$src/tools/slurm/local_cluster.sh" start-node n2
+  wait_for 60 "the job resubmitting itself" job_output_has "elastic: resubmitted as job"
+  wait_for 120 "the grown job finishing" job_output_has "elastic: training finished"
+  local out
+  out="$(cat "$WORK/elastic.out")"
+  sed -n '/elastic: resubmitted as job/,$p' <<<"$out" |
+    grep -q "elastic: starting on 2 node(s) (n\[1-2\]), world 4" ||
+    { echo "$out" >&2; fail "the resubmitted job did not run on both nodes"; }
+  [ "$(grep -c "resharded resume: the checkpoint was saved by tp 1 pp 1 dp 4 (2 micro-batch(es) per step), this run is tp 1 pp 1 dp 2 (4 micro-batch(es)" <<<"$out")" -ge 1 ] ||
+    { echo "$out" >&2; fail "no resharded resume from dp 4 to dp 2"; }
+  grep -q "resharded resume: the checkpoint was saved by tp 1 pp 1 dp 2 (4 micro-batch(es) per step), this run is tp 1 pp 1 dp 4" <<<"$out" ||
+    { echo "$out" >&2; fail "no resharded resume from dp 2 back to dp 4"; }
+  grep "^elastic\|resharded resume" <<<"$out"
+  note "loss per iteration (the last logged value of each) against the reference"
+  python3 - "$WORK/reference.jsonl" "$WORK/run.jsonl" "$iters" <<'PY' || fail "the elastic run's loss curve left the reference's"
+import json, sys
+def losses(path):
+    d = {}
+    for line in open(path):
+        r = json.loads(line)
+        if "loss" in r and "iteration" in r: d[r["iteration"]] = r["loss"]
+    return d
+ref, run, iters = losses(sys.argv[1]), losses(sys.argv[2]), int(sys.argv[3])
+worst = max(abs(run[i] - ref[i]) / abs(ref[i]) for i in range(1, iters + 1))
+print(f"iterations 1..{iters}: loss {ref[1]:.4f} -> {ref[iters]:.4f}, worst relative difference {worst:.2e}")
+sys.exit(0 if worst < 1e-5 and sorted(run) == list(range(1, iters + 1)) else 1)
+PY
+}
+
 # ---------------------------------------------------------------------------------------------
 phases=("$@")
 if [ ${#phases[@]} -eq 0 ]; then
@@ -304,8 +396,8 @@ if [ ${#phases[@]} -eq 0 ]; then
 fi
 for p in "${phases[@]}"; do
   case "$p" in
-    srun|sbatch|two_nodes|pretrain) ;;
-    *) fail "unknown phase '$p' (srun, sbatch, two_nodes, pretrain)" ;;
+    srun|sbatch|two_nodes|pretrain|elastic) ;;
+    *) fail "unknown phase '$p' (srun, sbatch, two_nodes, pretrain, elastic)" ;;
   esac
 done
 preflight

@@ -270,6 +270,12 @@ struct CheckpointConfig {
   // Megatron's --async-save: a save copies its shards to host memory and training continues
   // while a background thread writes them (megatron/checkpoint/async_save.h).
   bool async_save = false;
+  // Local checkpoints (training/local_checkpoints.h): every local_interval steps each rank's
+  // state goes to local_dir on its node ("{node}" is replaced by the node's name; tmpfs such as
+  // /dev/shm keeps it in memory) and to local_replication peers on other nodes.
+  std::optional<int64_t> local_interval;
+  int64_t local_replication = 1;
+  std::string local_dir;
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const CheckpointConfig&) const = default;
@@ -284,6 +290,9 @@ struct CheckpointConfig {
     v("pretrained", s.pretrained);
     v("strict", s.strict, noted(s.strict ? "" : "partial loads allowed"));
     v("async_save", s.async_save, noted(s.async_save ? "written in the background" : ""));
+    v("local_interval", s.local_interval, noted(s.local_interval ? "" : "no local checkpoints"));
+    v("local_replication", s.local_replication, noted("copies on other nodes"));
+    v("local_dir", s.local_dir, noted("node-local; {node}: the node's name"));
   }
 };
 

@@ -201,6 +201,13 @@ void CheckpointConfig::validate(const KeyOrigins& origins) const {
                  pretrained, ")"));
   c.check(!async_save || !save.empty(), "checkpoint.async_save",
           "needs checkpoint.save (got async_save true and no save directory)");
+  c.non_negative("checkpoint.local_replication", local_replication);
+  if (local_interval) {
+    c.positive("checkpoint.local_interval", *local_interval);
+    c.check(!local_dir.empty(), "checkpoint.local_interval",
+            concat("needs checkpoint.local_dir, a node-local directory (got local_interval ",
+                   *local_interval, " and no local_dir)"));
+  }
 }
 
 void LoggingConfig::validate(const KeyOrigins& origins) const {

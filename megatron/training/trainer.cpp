@@ -40,6 +40,12 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
       TrainingState{&store_, optimizer_.get(), grad_sync_.get(), scaler_.get(), &schedule_,
                     model_.moe.get()},
       model_.vocab_size, model_.padded_vocab, groups_.world->rank() == 0 ? &log : nullptr);
+  if (recipe_.checkpoint.local_interval)
+    local_ = std::make_unique<LocalCheckpoints>(
+        recipe_, *groups_.world,
+        TrainingState{&store_, optimizer_.get(), grad_sync_.get(), scaler_.get(), &schedule_,
+                      model_.moe.get()},
+        groups_.world->rank() == 0 ? &log : nullptr);
   if (valid_)
     evaluator_ = std::make_unique<Evaluator>(recipe_, *valid_, *feeder_, *pipeline_, *groups_.pp,
                                              *replicas_.dp, device_);
@@ -177,6 +183,11 @@ void Trainer::save_checkpoint(int64_t iteration) { checkpointer_->save(iteration
 int64_t Trainer::load_checkpoint() {
   const Checkpointer::Resume resume = checkpointer_->load();
   sample_offset_ = resume.sample_offset;
+  if (local_)
+    if (const auto local = local_->restore(resume.iteration)) {
+      sample_offset_ = local->sample_offset;
+      return local->iteration;
+    }
   return resume.iteration;
 }
 
@@ -442,6 +453,7 @@ TrainSummary Trainer::run() {
     } else if (checkpointer_) {
       checkpointer_->poll();  // commits an asynchronous save once every rank has written it
     }
+    if (local_ && it % *ck.local_interval == 0) local_->save(it, sample_offset_);
     const double minutes =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count() / 60.0;
     const std::string stop = it < tr.train_iters ? should_stop(minutes) : std::string();

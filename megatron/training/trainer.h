@@ -28,6 +28,7 @@
 #include "megatron/training/evaluator.h"
 #include "megatron/training/gradient_sync.h"
 #include "megatron/training/groups.h"
+#include "megatron/training/local_checkpoints.h"
 #include "megatron/training/metrics.h"
 #include "megatron/training/pipeline_runtime.h"
 #include "megatron/training/rerun.h"
@@ -135,6 +136,7 @@ class Trainer {
   optim::LRSchedule schedule_;
   std::unique_ptr<optim::LossScaler> scaler_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<LocalCheckpoints> local_;  // checkpoint.local_interval
   std::unique_ptr<Evaluator> evaluator_;
   std::unique_ptr<MetricsSink> metrics_;
   std::vector<models::MicroBatch> batches_;         // this step's micro-batches (host)

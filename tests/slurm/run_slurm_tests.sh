@@ -18,6 +18,8 @@
 #   elastic    nodes n1, n2: tools/slurm/pretrain_elastic.sbatch loses n2 mid-run (kill-node),
 #              goes on on n1, grows back when n2 returns; the loss curve is the uninterrupted
 #              single-process run's (the first word of $SLURM_TEST_PRETRAIN_CMD is the binary)
+#   local_checkpoint  nodes n1, n2: a run with checkpoint.local_interval loses n2 and its local
+#              copies; the rerun rebuilds n2's ranks from replicas on n1, losses bit for bit
 #
 # Environment:
 #   MPI_PROBE               the mpi_probe binary (default: <repo>/build/bin/mpi_probe)
@@ -388,6 +390,64 @@ sys.exit(0 if worst < 1e-5 and sorted(run) == list(range(1, iters + 1)) else 1)
 PY
 }
 
+# Local checkpoints with replicas (checkpoint.local_interval): a 2-node job loses n2 and its
+# node-local copies mid-run; the rerun on both nodes rebuilds n2's ranks from their replicas on
+# n1 and its losses are the uninterrupted run's, bit for bit (same layout).
+phase_local_checkpoint() {
+  local cmd="${SLURM_TEST_PRETRAIN_CMD:-}"
+  [ -n "$cmd" ] || fail "phase local_checkpoint needs SLURM_TEST_PRETRAIN_CMD (the pretrain binary first)"
+  local bin="${cmd%% *}" iters=24 kv
+  export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+  local args=(--recipe recipes/gpt_tiny.yaml)
+  for kv in training.train_iters=$iters training.eval_interval=0 training.micro_batch_size=2 \
+            training.global_batch_size=16 optimizer.schedule.warmup_iters=2 \
+            training.peak_tflops=0.1 parallel.comm_timeout_s=60; do
+    args+=(--set "$kv")
+  done
+  local launch=(srun -N 2 --ntasks-per-node=2 --cpus-per-task=1 --mpi=pmix env OMP_NUM_THREADS=1 "$bin")
+  cd "$src"
+  SLURM_LOCAL_UNSHARE=1 SLURM_LOCAL_SLURMD_TIMEOUT=6 start_cluster 2
+  note "reference: 2 nodes x 2 ranks, $iters iterations"
+  must_run "$WORK/reference.out" 120 "${launch[@]}" "${args[@]}" --set "logging.jsonl=$WORK/reference.jsonl"
+  args+=(--set checkpoint.local_interval=3 --set "checkpoint.local_dir=$WORK/local/{node}"
+         --set "logging.jsonl=$WORK/run.jsonl")
+  note "the same with local checkpoints every 3 steps; n2 dies mid-run"
+  timeout 120 "${launch[@]}" "${args[@]}" >"$WORK/run1.out" 2>&1 &
+  local step=$!
+  wait_for 60 "the run at iteration 8" iteration_at_least "$WORK/run.jsonl" 8
+  note "node n2 dies at iteration $(last_iteration "$WORK/run.jsonl") with its local copies"
+  "$src/tools/slurm/local_cluster.sh" kill-node n2
+  rm -rf "$WORK/local/n2"
+  local rc=0
+  wait $step || rc=$?
+  [ $rc -ne 0 ] || { cat "$WORK/run1.out" >&2; fail "the run went on although n2 died"; }
+  local lost_at
+  lost_at="$(last_iteration "$WORK/run.jsonl")"
+  [ "$lost_at" -lt $iters ] || fail "the run finished before n2 died"
+  "$src/tools/slurm/local_cluster.sh" start-node n2
+  note "rerun on both nodes (n2 empty)"
+  must_run "$WORK/run2.out" 120 "${launch[@]}" "${args[@]}"
+  grep -A4 "restored local checkpoint" "$WORK/run2.out" || { cat "$WORK/run2.out" >&2; fail "no local checkpoint restored"; }
+  grep -q "rank 2 (n2): replica from rank 0 on n1" "$WORK/run2.out" &&
+    grep -q "rank 3 (n2): replica from rank 1 on n1" "$WORK/run2.out" ||
+    { cat "$WORK/run2.out" >&2; fail "n2's ranks were not rebuilt from their replicas on n1"; }
+  python3 - "$WORK/reference.jsonl" "$WORK/run.jsonl" "$iters" <<'PY' || fail "the restored run's losses differ from the uninterrupted run's"
+import json, sys
+def records(path):
+    out = []
+    for line in open(path):
+        r = json.loads(line)
+        if "loss" in r and "iteration" in r: out.append((r["iteration"], r["loss"]))
+    return out
+ref = dict(records(sys.argv[1]))
+run = records(sys.argv[2])
+iters = int(sys.argv[3])
+bad = [(i, l, ref[i]) for i, l in run if l != ref[i]]
+print(f"{len(run)} logged steps (iterations redone after the restore included), {len(bad)} differ")
+sys.exit(0 if not bad and max(i for i, _ in run) == iters else 1)
+PY
+}
+
 # ---------------------------------------------------------------------------------------------
 phases=("$@")
 if [ ${#phases[@]} -eq 0 ]; then
@@ -396,8 +456,8 @@ if [ ${#phases[@]} -eq 0 ]; then
 fi
 for p in "${phases[@]}"; do
   case "$p" in
-    srun|sbatch|two_nodes|pretrain|elastic) ;;
-    *) fail "unknown phase '$p' (srun, sbatch, two_nodes, pretrain, elastic)" ;;
+    srun|sbatch|two_nodes|pretrain|elastic|local_checkpoint) ;;
+    *) fail "unknown phase '$p' (srun, sbatch, two_nodes, pretrain, elastic, local_checkpoint)" ;;
   esac
 done
 preflight

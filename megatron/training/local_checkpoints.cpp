@@ -90,6 +90,13 @@ LocalCheckpoints::LocalCheckpoints(const config::Recipe& recipe, parallel::Commu
   fs::create_directories(dir_, ec);
   MT_INPUT_CHECK(!ec && fs::is_directory(dir_), recipe.source_path, ": checkpoint.local_dir '",
                  dir_, "' cannot be created: ", ec.message());
+  // Refused now rather than at the first local save, hours into the run.
+  const std::string probe = concat(dir_, "/.probe.", ::getpid());
+  const bool writable = static_cast<bool>(std::ofstream(probe) << "probe");
+  const std::string why = writable ? "" : std::strerror(errno);
+  fs::remove(probe, ec);
+  MT_INPUT_CHECK(writable, recipe.source_path, ": checkpoint.local_dir '", dir_,
+                 "' is not writable: ", why);
   const nlohmann::json j = recipe.to_json();
   const std::string layout =
       nlohmann::json{{"world", world.size()}, {"model", j["model"]}, {"parallel", j["parallel"]}}

@@ -103,6 +103,15 @@ TEST(PretrainCli, BadInputsFailWithAClearMessage) {
       {"--recipe " + kRecipe + " --set training.train_iters=1000000000",
        "training.train_iters 1000000000 x training.global_batch_size 16 (+ training.eval_iters' "
        "validation) = 16000000080 samples: their data index alone needs at least 357.6 GiB"},
+      // An elastic restart on a node count outside the range, or one no layout fits.
+      {"--recipe " + kRecipe +
+           " --set cluster.elastic.min_nodes=2 --set cluster.elastic.max_nodes=4",
+       "cluster.elastic: the job runs on 1 node(s), outside [min_nodes 2, max_nodes 4]"},
+      {"--recipe " + kRecipe +
+           " --set cluster.elastic.min_nodes=1 --set cluster.elastic.max_nodes=2"
+           " --set parallel.tensor=2",
+       "no layout keeps tp/pp/cp/ep and the global batch on 1 node(s) x 1 ranks; node counts in "
+       "[1, 2] that fit: 2"},
   };
   for (const Case& c : cases) {
     const Result r = run(kBin + "pretrain " + c.args);

@@ -5,6 +5,9 @@
 //   failure_probe abort          rank 1 calls std::abort(): mpirun kills the job
 //   failure_probe exit           rank 1 exits with status 7 without MPI_Finalize
 //   failure_probe runtime_abort  rank 1 reports an error through MpiRuntime::abort
+//   failure_probe send_hang      rank 0 sends 64 MiB point to point, rank 1 never receives:
+//                                rank 0's watchdog (5 s) aborts the job naming the send
+//   failure_probe send_exit      the same, rank 1 exits with status 7 instead: the job ends
 //   failure_probe ok             nobody fails (the harness's control case)
 //   failure_probe slow           rank 1 joins after 3 s: rank 0 prints "waiting" lines (every
 //                                1 s) and the job completes
@@ -56,8 +59,16 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
 
+  if (mode.starts_with("send_") && rank == 0) {
+    // A large point-to-point send (as a local checkpoint's replica) to a peer that never takes
+    // it: the same watchdog ends the wait naming the operation and the peer.
+    megatron::Tensor big = megatron::Tensor::zeros(megatron::Shape{16 << 20}, megatron::DType::F32);
+    world->batch_isend_irecv({{mp::P2POp::Send, big, 1, 7}})->wait();
+  }
   if (rank == 1) {
-    if (mode == "hang") std::this_thread::sleep_for(std::chrono::seconds(120));
+    if (mode == "hang" || mode == "send_hang")
+      std::this_thread::sleep_for(std::chrono::seconds(120));
+    if (mode == "send_exit") std::exit(7);
     if (mode == "slow") std::this_thread::sleep_for(std::chrono::seconds(3));
     if (mode == "abort") std::abort();
     if (mode == "exit") std::exit(7);

@@ -1,9 +1,11 @@
 #include "megatron/training/elastic.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
 #include "megatron/core/error.h"
+#include "megatron/planning/planner.h"
 
 namespace megatron::training {
 namespace {
@@ -56,6 +58,25 @@ void fit_recipe_to_world(config::Recipe& recipe, const parallel::LaunchInfo& lau
                               "] that fit: ", fitting_node_counts(recipe, ranks_per_node)));
     }
   }
+}
+
+void check_elastic_device_fit(const config::Recipe& recipe, const parallel::LaunchInfo& launch,
+                              int64_t tokenizer_vocab) {
+  if (!recipe.cluster.elastic.enabled() || recipe.cluster.gpu_memory_gb <= 0 ||
+      recipe.training.device != config::TrainingDevice::CUDA || launch.num_nodes < 1)
+    return;
+  planning::ClusterSpec cluster = planning::cluster_from_recipe(recipe);
+  cluster.nodes = launch.num_nodes;
+  cluster.gpus_per_node = std::max(1, launch.world_size / launch.num_nodes);
+  const planning::PlanReport plan = planning::plan(recipe, cluster, tokenizer_vocab);
+  if (plan.fits) return;
+  const auto gib = [](double b) { return b / double(1ull << 30); };
+  throw InputError(concat(
+      recipe.source_path, ": cluster.elastic: on ", launch.num_nodes, " node(s) (data parallel ",
+      plan.layout.dp, ") the planner estimates ", gib(plan.memory().total),
+      " GiB per GPU, more than cluster.gpu_memory_gb ", recipe.cluster.gpu_memory_gb,
+      " GB: raise cluster.elastic.min_nodes or shard more "
+      "(parallel.data_parallel_sharding_strategy); build/bin/plan --recipe shows the estimate"));
 }
 
 std::string describe_layout_change(const nlohmann::json& saved, const RunLayout& now) {

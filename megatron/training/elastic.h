@@ -20,6 +20,12 @@ namespace megatron::training {
 void fit_recipe_to_world(config::Recipe& recipe, const parallel::LaunchInfo& launch,
                          std::ostream& out);
 
+// With cluster.elastic, training on CUDA and cluster.gpu_memory_gb stated: the planner's memory
+// estimate of this world's layout must fit one device, else an InputError names the node count
+// and the keys (before any weight is allocated).
+void check_elastic_device_fit(const config::Recipe& recipe, const parallel::LaunchInfo& launch,
+                              int64_t tokenizer_vocab);
+
 // The layout a checkpoint was saved with (its metadata's "layout") against this run's:
 // "" when tp, pp and dp are the same, else one line naming both layouts, the micro-batches per
 // step of each and the global batch kept.

@@ -61,6 +61,7 @@ int run_pretraining(config::Recipe recipe, const parallel::LaunchInfo& launch, s
     recipe.training.threads = parallel::default_cpu_threads(launch);
 
   const TrainingData data = make_training_data(recipe, launch, *world, out);
+  check_elastic_device_fit(recipe, launch, data.vocab_size);
   Trainer trainer(recipe, data.vocab_size, data.train, data.valid, groups.groups(), out);
   const TrainSummary summary = trainer.run();
   report_rank_memory(*world, device, out);

@@ -111,6 +111,36 @@ TEST(Elastic, RangeIsValidated) {
   }
 }
 
+TEST(Elastic, ThePlannerChecksTheDeviceMemoryOfTheNewLayout) {
+  const std::string yaml =
+      "model: {num_layers: 24, hidden_size: 2048, num_attention_heads: 16, seq_length: 1024,"
+      " vocab_size: 32000}\n"
+      "training: {micro_batch_size: 1, global_batch_size: 8, train_iters: 4, device: cuda}\n"
+      "optimizer: {lr: 0.001}\n"
+      "data: {mock: true, tokenizer: {type: NullTokenizer, vocab_size: 32000}}\n"
+      "cluster: {gpu_memory_gb: GB, elastic: {min_nodes: 1, max_nodes: 4}}\n";
+  auto with_memory = [&](const std::string& gb) {
+    std::string y = yaml;
+    y.replace(y.find("GB"), 2, gb);
+    config::Recipe r = config::parse_recipe_string(y, "elastic.yaml");
+    r.resolve_for_world(2);
+    return r;
+  };
+  // About 1.3B parameters unsharded: some 20 GB of weights, gradients and Adam state per GPU.
+  try {
+    training::check_elastic_device_fit(with_memory("8"), launch(1, 2), 32000);
+    FAIL() << "a layout over the device memory was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster.elastic: on 1 node(s) (data parallel 2) the "
+                                         "planner estimates"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("more than cluster.gpu_memory_gb 8 GB"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(training::check_elastic_device_fit(with_memory("1000"), launch(1, 2), 32000));
+}
+
 TEST(Elastic, LayoutChangeIsDescribed) {
   const nlohmann::json saved = {{"tp", 1}, {"pp", 1}, {"dp", 4}};
   EXPECT_EQ(training::describe_layout_change(saved, {1, 1, 4, 8, 2}), "");

@@ -19,11 +19,13 @@ struct CopyChunk {
 };
 constexpr int64_t kChunkFloats = int64_t(1) << 20;
 
-// Repoints every piece at its place in `snapshot` and copies its data there, chunks in parallel.
+// Repoints every piece that is not stable at its place in `snapshot` and copies its data there,
+// chunks in parallel.
 void copy_into(std::vector<TensorPiece>& pieces, float* snapshot) {
   std::vector<CopyChunk> chunks;
   float* at = snapshot;
   for (TensorPiece& p : pieces) {
+    if (p.stable) continue;
     const int64_t n = p.geometry().count();
     for (int64_t i = 0; i < n; i += kChunkFloats)
       chunks.push_back({p.data + i, at + i, std::min(kChunkFloats, n - i)});
@@ -65,7 +67,9 @@ void AsyncSave::start(SaveRequest request, parallel::Communicator& world) {
            request_.iteration, " is still pending");
   if (prefault_.joinable()) prefault_.join();
   int64_t total = 0;
-  for (const TensorPiece& p : request.pieces) total += p.geometry().count();
+  for (const TensorPiece& p : request.pieces)
+    if (!p.stable) total += p.geometry().count();
+  snapshot_floats_ = total;
   if (total > capacity_) {
     capacity_ = std::max<int64_t>(total, 1);
     snapshot_.reset(new float[static_cast<size_t>(capacity_)]);

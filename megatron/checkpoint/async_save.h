@@ -28,8 +28,8 @@ class AsyncSave {
   // later save). Optional; start() allocates what is missing.
   void reserve(int64_t floats);
   // Collective (begin_save names the temporary directory). Copies every piece's data into the
-  // snapshot (in parallel chunks) and starts writing; a pending save must have been finished
-  // first.
+  // snapshot (in parallel chunks; stable pieces are written from where they are, their buffers
+  // kept alive by the request) and starts writing; a pending save must have been finished first.
   void start(SaveRequest request, parallel::Communicator& world);
   bool pending() const { return pending_; }
   // Collective while pending (every rank calls it at the same point of the run): when every
@@ -41,11 +41,14 @@ class AsyncSave {
   const SaveRequest& request() const { return request_; }
   // Seconds this rank's background write took (valid after finish() returned true).
   double write_seconds() const { return write_seconds_; }
+  // Floats the last start() copied into the snapshot (stable pieces are not copied).
+  int64_t snapshot_floats() const { return snapshot_floats_; }
 
  private:
   SaveRequest request_;
   std::unique_ptr<float[]> snapshot_;
   int64_t capacity_ = 0;  // floats in snapshot_
+  int64_t snapshot_floats_ = 0;
   std::thread prefault_;  // reserve()'s
   std::string tmp_dir_;
   std::thread writer_;

@@ -58,6 +58,9 @@ struct TensorPiece {
   int64_t flat_begin = 0, flat_end = -1;
   const float* data = nullptr;  // save
   float* dest = nullptr;        // load
+  // Save: `data` is a private copy (a device tensor staged to the host) that stays unchanged
+  // until the save is written, so an asynchronous save writes it without copying it again.
+  bool stable = false;
 
   // The piece's place in the global tensor; throws Error naming the piece if inconsistent.
   PieceGeometry geometry() const;
@@ -72,6 +75,8 @@ struct SaveRequest {
   // picks one rank per replica group). Sharded pieces are always written, so the caller passes
   // them from one data-parallel replica only. Every element must end up written exactly once.
   bool write_this_rank_replicas = true;
+  // Host buffers the stable pieces point into, kept alive until the save is written.
+  std::vector<Tensor> keep_alive;
   // Test/progress hook, called with the step about to happen or just done: "shard_written"
   // (each rank), then on rank 0 "before_metadata", "before_rename", "before_latest",
   // "before_cleanup", "done".

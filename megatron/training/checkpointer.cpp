@@ -134,6 +134,10 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& gr
 
 Checkpointer::HostBuffers Checkpointer::host_buffers(bool weights_only) {
   HostBuffers h;
+  // Asynchronous saves stage device tensors in page-locked host buffers kept from save to save
+  // (the copy runs at full bus speed and is the snapshot itself: see save()).
+  const bool pinned = async_ != nullptr && store_.device() != Device::CPU;
+  size_t next_pinned = 0;
   auto stage = [&](Tensor& t) -> float* {
     if (!t.defined() || t.numel() == 0) return nullptr;
     if (t.device() == Device::CPU && t.dtype() == DType::F32) return t.data<float>();
@@ -142,8 +146,18 @@ Checkpointer::HostBuffers Checkpointer::host_buffers(bool weights_only) {
       wide = Tensor::empty(t.shape(), DType::F32, t.device());
       ops::cast(t, wide);
     }
-    h.staged.emplace_back(&t, wide.to(Device::CPU));
-    return h.staged.back().second.data<float>();
+    if (!pinned || t.device() == Device::CPU) {
+      h.staged.emplace_back(&t, wide.to(Device::CPU));
+      return h.staged.back().second.data<float>();
+    }
+    const size_t bytes = static_cast<size_t>(t.numel()) * sizeof(float);
+    if (next_pinned == pinned_staging_.size()) pinned_staging_.emplace_back();
+    PinnedHostBuffer& buffer = pinned_staging_[next_pinned++];
+    if (buffer.bytes() != bytes) buffer = PinnedHostBuffer(bytes, t.device());
+    Tensor host = Tensor::wrap(buffer.data(), t.shape(), DType::F32);
+    host.copy_from(wide);
+    h.staged.emplace_back(&t, host);
+    return host.data<float>();
   };
   h.weights = stage(store_.weights());
   if (weights_only) return h;
@@ -192,6 +206,14 @@ void Checkpointer::save(int64_t iteration, int64_t sample_offset) {
             << std::flush;
     return;
   }
+  // Pieces in staged host copies are private to this save: written from there, not copied
+  // into the snapshot again.
+  for (ckpt::TensorPiece& p : req.pieces)
+    for (const auto& [target, staged] : host.staged) {
+      const float* begin = staged.data<float>();
+      if (p.data >= begin && p.data < begin + staged.numel()) p.stable = true;
+    }
+  for (const auto& [target, staged] : host.staged) req.keep_alive.push_back(staged);
   async_->start(std::move(req), *world_);
   async_blocked_s_ = since(t0);
   if (log_)

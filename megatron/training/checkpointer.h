@@ -21,6 +21,7 @@
 #include "megatron/checkpoint/async_save.h"
 #include "megatron/checkpoint/save_lock.h"
 #include "megatron/config/recipe.h"
+#include "megatron/core/device_memory.h"
 #include "megatron/optimizer/loss_scaler.h"
 #include "megatron/optimizer/lr_schedule.h"
 #include "megatron/optimizer/optimizer.h"
@@ -132,6 +133,9 @@ class Checkpointer {
   std::unique_ptr<checkpoint::SaveDirLock> save_lock_;  // checkpoint.save, on world rank 0
   // checkpoint.async_save: the save in flight and the time training spent on it so far.
   std::unique_ptr<checkpoint::AsyncSave> async_;
+  // Asynchronous saves on a device: page-locked staging of the weights, masters and moments,
+  // reused by every save (the previous one is written before the next overwrites it).
+  std::vector<PinnedHostBuffer> pinned_staging_;
   double async_blocked_s_ = 0.0;
   void finish_async(bool wait, bool at_exit = false);
   // The pieces this rank writes (pointing into `host`, which it fills) and the metadata.

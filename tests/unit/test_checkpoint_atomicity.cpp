@@ -237,6 +237,33 @@ TEST_F(CheckpointAtomicity, AsyncSaveWritesTheSnapshotTakenAtStart) {
   EXPECT_EQ(check_consistent("async save"), 2);
 }
 
+// Stable pieces (device tensors staged to private host copies by the checkpointer) are written
+// from their own buffers, which the request keeps alive, not copied into the snapshot again.
+TEST_F(CheckpointAtomicity, AsyncSaveWritesStablePiecesWithoutASecondCopy) {
+  save_now(make_state(1, true), 1);
+  State s = make_state(2, true);
+  SaveRequest req = request(s, 2);
+  int64_t copied = 0;
+  for (size_t t = 0; t < req.pieces.size(); ++t) {
+    if (t % 2 == 1) {  // a private copy: owned by a tensor handed to the request
+      Tensor staged = Tensor::empty(kTensors[t].second, DType::F32);
+      std::copy(s.buffers[t].begin(), s.buffers[t].end(), staged.data<float>());
+      req.pieces[t].data = staged.data<float>();
+      req.pieces[t].stable = true;
+      req.keep_alive.push_back(staged);
+    } else {
+      copied += kTensors[t].second.numel();
+    }
+  }
+  auto comm = parallel::make_single_process_communicator("world");
+  AsyncSave a;
+  a.start(std::move(req), *comm);
+  EXPECT_EQ(a.snapshot_floats(), copied);
+  for (auto& b : s.buffers) std::fill(b.begin(), b.end(), -7.0f);  // training goes on
+  EXPECT_TRUE(a.finish(*comm, /*wait=*/true, 2, checkpoint_path(dir_, 1)));
+  EXPECT_EQ(check_consistent("async save with stable pieces"), 2);
+}
+
 // A write that fails in the background (here a file size limit, standing in for a full disk)
 // fails the save on every rank at commit, with the error, and `latest` keeps the last good one.
 TEST_F(CheckpointAtomicity, FailedAsyncWriteIsAnErrorAndKeepsTheLatestCheckpoint) {

@@ -8,7 +8,7 @@ own pickle, torch.save and torch.distributed.checkpoint. Run by hand (needs torc
 Writes:
   plain_p{0,2,4,5}.pkl   the same plain data (numbers, text, bytes, containers, OrderedDict,
                          argparse.Namespace) in pickle protocols 0, 2, 4 and 5
-  torch_state.pt         torch.save of a small state dict (fp32, bf16, a view), a Namespace of
+  torch_state.pt         torch.save of a small state dict (fp32, bf16, views), a Namespace of
                          args and an iteration; torch_state.data.pkl: its data.pkl as torch wrote it
   malicious.pt           torch.save of an object whose pickle calls os.system on load;
                          malicious.data.pkl: its data.pkl
@@ -63,6 +63,7 @@ def main(out):
     sd["w"] = torch.arange(6, dtype=torch.float32).reshape(2, 3)
     sd["b"] = torch.tensor([1.5, -2.5], dtype=torch.bfloat16)
     sd["v"] = sd["w"][1]  # shares w's storage at offset 3
+    sd["t"] = sd["w"].t()  # a transposed view: strides (1, 3)
     obj = {"model": sd, "args": argparse.Namespace(num_layers=2, hidden_size=8), "iteration": 7}
     torch.save(obj, os.path.join(out, "torch_state.pt"))
     data_pkl(os.path.join(out, "torch_state.pt"), os.path.join(out, "torch_state.data.pkl"))

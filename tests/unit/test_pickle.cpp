@@ -88,7 +88,7 @@ TEST(Pickle, TorchSaveTensorsReadAsRebuildsOfStorages) {
   EXPECT_EQ(root->get("args")->state->get("num_layers")->integer, 2);
   const PickleValue& model = *root->get("model");
   ASSERT_TRUE(model.is(Kind::Dict));
-  ASSERT_EQ(model.dict.size(), 3u);
+  ASSERT_EQ(model.dict.size(), 4u);
   const PickleValue& w = *model.get("w");
   ASSERT_TRUE(w.is(Kind::Object));
   EXPECT_EQ(w.text, "torch._utils._rebuild_tensor_v2");

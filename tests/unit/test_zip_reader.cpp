@@ -1,8 +1,9 @@
-// The zip reader (megatron/checkpoint/zip_reader.h) on archives torch.save wrote
-// (tests/fixtures/pickle, tools/gen_pickle_fixtures.py): entries found by torch's suffixes,
-// data.pkl read whole (CRC-32 checked) and unpickled, a storage read as its floats and in
-// ranges; a checkpoint whose pickle calls os.system is refused through the archive; truncation,
-// a flipped byte, a compressed entry and a non-zip are refused naming the file and the entry.
+// The zip reader (megatron/checkpoint/zip_reader.h) and torch.save files (torch_file.h) on
+// archives torch.save wrote (tests/fixtures/pickle, tools/gen_pickle_fixtures.py): entries found
+// by torch's suffixes, data.pkl read whole (CRC-32 checked) and unpickled, a storage read as its
+// floats and in ranges, tensors (fp32, bf16, a view at an offset) read as torch saved them; a
+// checkpoint whose pickle calls os.system is refused through the archive; truncation, a flipped
+// byte, a compressed entry and a non-zip are refused naming the file and the entry.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "megatron/checkpoint/pickle.h"
+#include "megatron/checkpoint/torch_file.h"
 #include "megatron/checkpoint/zip_reader.h"
 #include "megatron/core/error.h"
 #include "tests/support/test_paths.h"
@@ -115,6 +117,43 @@ TEST(ZipReader, DamageIsRefusedNamingTheFileAndEntry) {
       << refusal(fixture("deflated.zip"));
   EXPECT_NE(refusal(fixture("plain_p4.pkl")).find("not a zip archive"), std::string::npos);
   for (const fs::path& p : {cut, half, flipped}) fs::remove(p);
+}
+
+TEST(TorchFile, TensorsReadAsTorchSavedThem) {
+  TorchFile f(fixture("torch_state.pt").string());
+  const PickleValue& model = *f.root().get("model");
+  ASSERT_TRUE(TorchFile::is_tensor(*model.get("w")));
+  EXPECT_FALSE(TorchFile::is_tensor(*f.root().get("iteration")));
+  const Tensor w = f.tensor(*model.get("w"), "model.w");
+  ASSERT_EQ(w.dtype(), DType::F32);
+  ASSERT_EQ(w.shape(), Shape({2, 3}));
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(w.data<float>()[i], float(i));
+  const Tensor v = f.tensor(*model.get("v"), "model.v");  // w[1]: offset 3 of the same storage
+  ASSERT_EQ(v.shape(), Shape({3}));
+  EXPECT_EQ(v.data<float>()[0], 3.0f);
+  EXPECT_EQ(v.data<float>()[2], 5.0f);
+  const Tensor t = f.tensor(*model.get("t"), "model.t");  // w.t(): strides (1, 3)
+  ASSERT_EQ(t.shape(), Shape({3, 2}));
+  const std::vector<float> want = {0, 3, 1, 4, 2, 5};
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(t.data<float>()[i], want[static_cast<size_t>(i)]) << i;
+  const Tensor b = f.tensor(*model.get("b"), "model.b");
+  ASSERT_EQ(b.dtype(), DType::BF16);
+  const uint16_t* bits = reinterpret_cast<const uint16_t*>(b.raw());
+  EXPECT_EQ(bits[0], 0x3FC0);  // 1.5
+  EXPECT_EQ(bits[1], 0xC020);  // -2.5
+  try {
+    f.tensor(*f.root().get("args"), "args");
+    FAIL() << "a Namespace read as a tensor";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("torch_state.pt: args: not a tensor"), std::string::npos)
+        << e.what();
+  }
+  try {
+    TorchFile bad(fixture("malicious.pt").string());
+    FAIL() << "a checkpoint calling os.system was opened";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("posix.system"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ZipReader, Crc32IsZipsChecksum) {

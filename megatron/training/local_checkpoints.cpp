@@ -97,10 +97,16 @@ LocalCheckpoints::LocalCheckpoints(const config::Recipe& recipe, parallel::Commu
   fs::remove(probe, ec);
   MT_INPUT_CHECK(writable, recipe.source_path, ": checkpoint.local_dir '", dir_,
                  "' is not writable: ", why);
+  // What decides each rank's buffers: the model and how it is split (not timeouts, not the
+  // communication pattern), so a restart with other such settings still finds its copies.
   const nlohmann::json j = recipe.to_json();
-  const std::string layout =
-      nlohmann::json{{"world", world.size()}, {"model", j["model"]}, {"parallel", j["parallel"]}}
-          .dump();
+  nlohmann::json split = {{"world", world.size()},
+                          {"sharding", config::option_name(recipe.sharding_strategy())}};
+  for (const char* key :
+       {"tensor", "pipeline", "data", "expert", "expert_tensor", "context", "virtual_pipeline",
+        "order", "pipeline_layers", "num_distributed_optimizer_instances", "fsdp_unit_layers"})
+    split[key] = j["parallel"].value(key, nlohmann::json());
+  const std::string layout = nlohmann::json{{"model", j["model"]}, {"split", split}}.dump();
   fingerprint_ = concat(std::hex, checkpoint::crc32c(0, layout.data(), layout.size()));
 }
 
@@ -147,9 +153,10 @@ std::vector<uint8_t> LocalCheckpoints::encode_state(int64_t iteration, int64_t s
   return checkpoint::encode_local_shard(std::move(h), bytes);
 }
 
-// Throws InputError when the shard does not fit this rank's buffers (it was checked to be
-// this rank's, of this layout and iteration, before).
-void LocalCheckpoints::apply_state(const std::vector<uint8_t>& file, int64_t iteration) {
+// Checks that the shard fits this rank's buffers (InputError naming the tensor) and, with
+// `write`, copies it into them and restores the run state.
+void LocalCheckpoints::apply_state(const std::vector<uint8_t>& file, int64_t iteration,
+                                   bool write) {
   const std::string where = path_of(world_.rank(), iteration);
   std::vector<std::span<const uint8_t>> payload;
   const checkpoint::LocalShardHeader h = checkpoint::parse_local_shard(file, where, &payload);
@@ -164,6 +171,7 @@ void LocalCheckpoints::apply_state(const std::vector<uint8_t>& file, int64_t ite
   };
   for (auto& [name, t] : state_tensors()) {
     const std::span<const uint8_t> b = find(name, t->dtype(), t->nbytes());
+    if (!write) continue;
     if (t->device() == Device::CPU) {
       std::memcpy(t->raw(), b.data(), b.size());
     } else {
@@ -175,8 +183,9 @@ void LocalCheckpoints::apply_state(const std::vector<uint8_t>& file, int64_t ite
   if (state_.moe != nullptr)
     for (auto& [layer, bias] : state_.moe->all_expert_bias()) {
       const auto b = find(concat("moe_expert_bias/", layer), DType::F32, bias.size() * 4);
-      std::memcpy(bias.data(), b.data(), b.size());
+      if (write) std::memcpy(bias.data(), b.data(), b.size());
     }
+  if (!write) return;
   state_.optimizer->set_steps_taken(h.state.value("optimizer_steps", int64_t{0}));
   if (h.state.contains("loss_scaler")) state_.scaler->load_state(h.state["loss_scaler"]);
 }
@@ -411,6 +420,7 @@ std::optional<LocalCheckpoints::Restored> LocalCheckpoints::restore(int64_t glob
       MT_INPUT_CHECK(h.owner == me && h.iteration == iteration && h.fingerprint == fingerprint_,
                      path_of(me, iteration), ": holds rank ", h.owner, "'s iteration ", h.iteration,
                      ", not rank ", me, "'s iteration ", iteration);
+      apply_state(*mine, iteration, /*write=*/false);
     } catch (const InputError& e) {
       error = e.what();
     }
@@ -423,7 +433,7 @@ std::optional<LocalCheckpoints::Restored> LocalCheckpoints::restore(int64_t glob
                "checkpoint\n";
     return std::nullopt;
   }
-  apply_state(*mine, iteration);
+  apply_state(*mine, iteration, /*write=*/true);
   report_sources(iteration, source);
   const auto h = checkpoint::parse_local_shard_header(*mine, path_of(me, iteration));
   return Restored{iteration, h.state.value("sample_offset", int64_t{0})};

@@ -49,7 +49,7 @@ class LocalCheckpoints {
   };
   std::vector<std::pair<std::string, Tensor*>> state_tensors();
   std::vector<uint8_t> encode_state(int64_t iteration, int64_t sample_offset);
-  void apply_state(const std::vector<uint8_t>& file, int64_t iteration);
+  void apply_state(const std::vector<uint8_t>& file, int64_t iteration, bool write);
   std::string path_of(int64_t owner, int64_t iteration) const;
   bool write_file(int64_t owner, int64_t iteration, const std::vector<uint8_t>& bytes);
   void delete_older(int64_t owner, int64_t iteration) const;

@@ -31,6 +31,7 @@ struct Options {
   std::string local_dir = {}, save = {};  // empty: off
   int64_t fault_at = 0;                   // a persistent NaN on the last rank: the run dies there
   std::string node = {};                  // every rank's node name (default: node_of)
+  double comm_timeout_s = 600;            // not part of the layout: a restart may change it
 };
 
 Outcome train(const Options& o) {
@@ -45,6 +46,7 @@ Outcome train(const Options& o) {
   s.save = o.save;
   if (!o.save.empty()) s.checkpoint_extra = ", save_interval: 4";
   config::Recipe r = eq::make_recipe(s, "local.yaml");
+  r.parallel.comm_timeout_s = o.comm_timeout_s;
   if (!o.local_dir.empty()) {
     r.checkpoint.local_interval = 3;
     r.checkpoint.local_dir = o.local_dir + "/{node}";
@@ -65,7 +67,8 @@ Outcome train(const Options& o) {
     run.summary = t.run();
   } catch (const Error& e) {
     if (o.fault_at == 0) throw;
-    EXPECT_NE(std::string(e.what()).find("non-finite loss"), std::string::npos) << "[" << e.what() << "]";
+    EXPECT_NE(std::string(e.what()).find("non-finite loss"), std::string::npos)
+        << "[" << e.what() << "]";
   }
   run.log = log.str();
   return run;
@@ -115,7 +118,7 @@ TEST_F(LocalCheckpointsMpi, ALostNodeIsRebuiltFromReplicasBitForBit) {
     EXPECT_TRUE(fs::exists(dir_ / "local/n1/owner_0.iter_6.mtl"));
     fs::remove_all(dir_ / "local/n2");  // node n2 and its memory are gone
   });
-  const Outcome again = train({.iters = 12, .local_dir = local});
+  const Outcome again = train({.iters = 12, .local_dir = local, .comm_timeout_s = 300});
   expect_continues_exactly(again, reference_, 7);
   expect_logged(again, "restored local checkpoint iteration 6");
   expect_logged(again, "rank 0 (n1): its own copy");

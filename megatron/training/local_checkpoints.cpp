@@ -222,9 +222,9 @@ bool LocalCheckpoints::write_file(int64_t owner, int64_t iteration,
   return !ec;
 }
 
-void LocalCheckpoints::delete_older(int64_t owner, int64_t iteration) const {
-  for (const Entry& e : scan())
-    if (e.owner == owner && e.iteration < iteration) {
+void LocalCheckpoints::delete_older(const std::vector<int64_t>& owners, int64_t iteration) const {
+  for (const Entry& e : scan())  // one scan of the directory for every owner written here
+    if (std::count(owners.begin(), owners.end(), e.owner) > 0 && e.iteration < iteration) {
       std::error_code ec;
       fs::remove(path_of(e.owner, e.iteration), ec);
     }
@@ -308,7 +308,7 @@ void LocalCheckpoints::save(int64_t iteration, int64_t sample_offset) {
             << std::flush;
     return;
   }
-  for (int64_t owner : kept) delete_older(owner, iteration);
+  delete_older(kept, iteration);
   if (log_) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const StreamFormatGuard guard(*log_);

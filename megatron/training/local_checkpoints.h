@@ -52,7 +52,7 @@ class LocalCheckpoints {
   void apply_state(const std::vector<uint8_t>& file, int64_t iteration, bool write);
   std::string path_of(int64_t owner, int64_t iteration) const;
   bool write_file(int64_t owner, int64_t iteration, const std::vector<uint8_t>& bytes);
-  void delete_older(int64_t owner, int64_t iteration) const;
+  void delete_older(const std::vector<int64_t>& owners, int64_t iteration) const;
   std::vector<Entry> scan() const;
   std::vector<Entry> gather_entries(const std::vector<Entry>& mine, std::vector<int>* holder);
   std::optional<std::pair<int64_t, std::vector<int>>> choose(const std::vector<Entry>& entries,

@@ -366,8 +366,10 @@ phase_elastic() {
   wait_for 120 "the grown job finishing" job_output_has "elastic: training finished"
   local out
   out="$(cat "$WORK/elastic.out")"
-  sed -n '/elastic: resubmitted as job/,$p' <<<"$out" |
-    grep -q "elastic: starting on 2 node(s) (n\[1-2\]), world 4" ||
+  # (No `sed | grep -q`: grep exiting first would fail the pipeline under pipefail.)
+  local grown
+  grown="$(sed -n '/elastic: resubmitted as job/,$p' <<<"$out")"
+  grep -q "elastic: starting on 2 node(s) (n\[1-2\]), world 4" <<<"$grown" ||
     { echo "$out" >&2; fail "the resubmitted job did not run on both nodes"; }
   [ "$(grep -c "resharded resume: the checkpoint was saved by tp 1 pp 1 dp 4 (1 micro-batch(es) per step), this run is tp 1 pp 1 dp 2 (2 micro-batch(es)" <<<"$out")" -ge 1 ] ||
     { echo "$out" >&2; fail "no resharded resume from dp 4 to dp 2"; }

@@ -1,7 +1,9 @@
-// convert_checkpoint: Hugging Face checkpoints in and out.
+// convert_checkpoint: Hugging Face and Megatron-LM checkpoints in and out.
 //   --from-hf HF_DIR --to DIR: a native checkpoint (DIR/iter_0000000) of the model config.json
 //     describes, in the layout the recipe or the layout flags name; DIR/recipe.yaml is a
 //     fine-tuning recipe for it when no --recipe is given.
+//   --from-megatron MEGATRON_DIR --to DIR: a native checkpoint (DIR/iter_NNNNNNN, Megatron's
+//     iteration) of a Megatron-LM checkpoint (torch_dist or torch), DIR/recipe.yaml from its args.
 //   --from DIR --to-hf HF_DIR: config.json and safetensors (sharded past --max-shard-size) from
 //     a native checkpoint of any layout.
 // Exit codes: 0 ok, 1 bad input (files, configs, recipes), 2 usage.
@@ -16,6 +18,7 @@
 #include "megatron/hf/hf_dtype.h"
 #include "models/hf_checkpoint.h"
 #include "models/hf_peft.h"
+#include "models/mlm_import.h"
 #include "tools/cli_flags.h"
 
 namespace {
@@ -25,6 +28,8 @@ using namespace megatron;
 constexpr const char* kUsage = R"(usage:
   convert_checkpoint --from-hf HF_DIR --to DIR [--recipe R [--set key=value ...]]
                      [--tensor-parallel N] [--pipeline-parallel N] [--expert-parallel N]
+  convert_checkpoint --from-megatron MEGATRON_DIR [--iteration N] --to DIR
+                     [--recipe R [--set key=value ...]] [--tensor-parallel N] [--pipeline-parallel N]
   convert_checkpoint --from DIR [--iteration N] --to-hf HF_DIR [--dtype fp32|bf16|fp16]
                      [--architecture NAME] [--max-shard-size N[KB|MB|GB|KiB|MiB|GiB]]
                      [--no-merge-lora | --peft-adapter ADAPTER_DIR]
@@ -35,6 +40,15 @@ as a run with the given tensor/pipeline/expert parallel sizes saves it (any layo
 anyway). With --recipe, the recipe's model section must match config.json (an error names the
 first difference) and its parallel section gives the layout; without, DIR/recipe.yaml is written:
 the model section from config.json, checkpoint.pretrained DIR.
+Megatron-LM (--from-megatron): MEGATRON_DIR is a --save directory (its
+latest_checkpointed_iteration.txt, or --iteration N) or an iter_NNNNNNN directory, in the
+torch_dist format (.metadata + .distcp files) or the legacy torch one (mp_rank_TT[_PPP]/
+model_optim_rng.pt), of any tensor/pipeline layout. Dense GPT-family models (GPT; LLaMA-style
+RMSNorm, SwiGLU, grouped-query attention, rope). DIR gets iter_NNNNNNN at Megatron's iteration,
+recipe.yaml (model, training, optimizer and schedule from the saved args; checkpoint.load DIR
+with checkpoint.finetune, the optimizer's state not being imported yet) and megatron_args.txt
+(each arg mapped to a recipe key or ignored). Pickles are read by a restricted unpickler:
+nothing in the checkpoint is run.
 Export (--to-hf): writes HF_DIR (which must not exist or be empty) with config.json and the
 weights in --dtype (default: the dtype the checkpoint was imported from, else fp32). The
 architecture is the imported one, or chosen from the model (gpt: GPT2LMHeadModel, llama:
@@ -50,7 +64,7 @@ Qwen2ForCausalLM, MixtralForCausalLM, BertForPreTraining, BertForMaskedLM.
 )";
 
 struct Args {
-  std::string from_hf, to, from, to_hf, recipe, dtype, architecture, peft_adapter;
+  std::string from_hf, from_megatron, to, from, to_hf, recipe, dtype, architecture, peft_adapter;
   bool no_merge_lora = false;
   std::vector<std::string> sets;
   std::optional<int64_t> iteration, tp, pp, ep;
@@ -88,6 +102,8 @@ Args parse(int argc, char** argv) {
     const std::string& f = flags.flag();
     if (f == "--from-hf")
       a.from_hf = flags.value();
+    else if (f == "--from-megatron")
+      a.from_megatron = flags.value();
     else if (f == "--to")
       a.to = flags.value();
     else if (f == "--from")
@@ -119,14 +135,25 @@ Args parse(int argc, char** argv) {
     else
       flags.fail("unexpected argument '" + f + "'");
   }
-  const bool import = !a.from_hf.empty() || !a.to.empty();
+  const bool import = !a.from_hf.empty() || !a.from_megatron.empty() || !a.to.empty();
   const bool exp = !a.from.empty() || !a.to_hf.empty();
   if (import == exp)
-    usage_error("give either --from-hf HF_DIR --to DIR or --from DIR --to-hf HF_DIR");
-  if (import && (a.from_hf.empty() || a.to.empty())) usage_error("--from-hf and --to go together");
+    usage_error(
+        "give either --from-hf HF_DIR --to DIR, --from-megatron MEGATRON_DIR --to DIR or --from "
+        "DIR --to-hf HF_DIR");
+  if (!a.from_hf.empty() && !a.from_megatron.empty())
+    usage_error("--from-hf and --from-megatron are two imports: give one");
+  if (import && (a.to.empty() || (a.from_hf.empty() && a.from_megatron.empty())))
+    usage_error(a.from_megatron.empty() ? "--from-hf and --to go together"
+                                        : "--from-megatron and --to go together");
+  if (!a.from_megatron.empty() && (a.ep || !a.dtype.empty() || !a.architecture.empty() ||
+                                   a.no_merge_lora || !a.peft_adapter.empty()))
+    usage_error(
+        "--from-megatron takes --iteration, --recipe, --set, --tensor-parallel and "
+        "--pipeline-parallel");
   if (exp && (a.from.empty() || a.to_hf.empty())) usage_error("--from and --to-hf go together");
-  if (import && (!a.dtype.empty() || !a.architecture.empty() || a.iteration || a.no_merge_lora ||
-                 !a.peft_adapter.empty()))
+  if (!a.from_hf.empty() && (!a.dtype.empty() || !a.architecture.empty() || a.iteration ||
+                             a.no_merge_lora || !a.peft_adapter.empty()))
     usage_error(
         "--dtype, --architecture, --iteration, --no-merge-lora and --peft-adapter are export "
         "flags");
@@ -159,6 +186,27 @@ int import_hf(const Args& a) {
               static_cast<long long>(r.ep));
   if (!r.recipe_path.empty()) std::printf("recipe: %s\n", r.recipe_path.c_str());
   for (const std::string& part : r.left_out) std::printf("left out: %s\n", part.c_str());
+  std::printf("time %.2f s, peak RSS %.1f MiB\n", secs, peak_rss_mib());
+  return 0;
+}
+
+int import_megatron(const Args& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  models::MegatronImportOptions o;
+  o.megatron_dir = a.from_megatron, o.out_dir = a.to, o.iteration = a.iteration;
+  o.recipe = a.recipe, o.overrides = a.sets, o.tp = a.tp, o.pp = a.pp;
+  const models::MegatronImportResult r = models::import_megatron_checkpoint(o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "imported %s (Megatron-LM %s, tp %lld pp %lld, iteration %lld, %lld samples consumed, "
+      "%zu tensors) into %s (tp %lld, pp %lld)\n",
+      r.source_dir.c_str(), r.format.c_str(), static_cast<long long>(r.source_tp),
+      static_cast<long long>(r.source_pp), static_cast<long long>(r.iteration),
+      static_cast<long long>(r.consumed_samples), r.tensors, a.to.c_str(),
+      static_cast<long long>(r.tp), static_cast<long long>(r.pp));
+  if (!r.recipe_path.empty()) std::printf("recipe: %s\n", r.recipe_path.c_str());
+  std::printf("args: %s\n", r.args_report_path.c_str());
+  std::printf("left out: the optimizer's state (not imported yet)\n");
   std::printf("time %.2f s, peak RSS %.1f MiB\n", secs, peak_rss_mib());
   return 0;
 }
@@ -197,6 +245,7 @@ int export_hf(const Args& a) {
 int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
+    if (!a.from_megatron.empty()) return import_megatron(a);
     return a.from_hf.empty() ? export_hf(a) : import_hf(a);
   } catch (const megatron::InputError& e) {
     std::fprintf(stderr, "convert_checkpoint: %s\n", e.what());

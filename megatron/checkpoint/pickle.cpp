@@ -43,7 +43,25 @@ bool allowed(const std::string& module, const std::string& name) {
       "torch.distributed.checkpoint.metadata.StorageMeta",
       "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING",  // an enum
       "torch.distributed.checkpoint.filesystem._StorageInfo",
+      // Megatron-Core keeps the save plans in its .metadata (to reuse them on the next save)
+      "torch.distributed.checkpoint.planner.SavePlan",
+      "torch.distributed.checkpoint.planner.WriteItem",
+      "torch.distributed.checkpoint.planner.WriteItemType",  // an enum
+      "torch.distributed.checkpoint.planner.TensorWriteData",
       "torch.serialization._get_layout",  // a layout by name: torch.strided
+      // Megatron-LM's args: enum members (read as the member's value, never looked up)
+      "signal.Signals",  // exit_signal
+      "megatron.core.enums.ModelType",
+      "megatron.core.transformer.enums.AttnBackend",
+      "megatron.core.transformer.enums.AttnMaskType",
+      "megatron.core.transformer.enums.CudaGraphScope",
+      // Megatron-LM's saved RNG state: numpy's generator state, an array (never rebuilt)
+      "numpy.ndarray",
+      "numpy.dtype",
+      "numpy.core.multiarray._reconstruct",
+      "numpy._core.multiarray._reconstruct",
+      "numpy.core.multiarray.scalar",
+      "numpy._core.multiarray.scalar",
   };
   if (exact.count(module + "." + name)) return true;
   if (module == "torch") {  // storage classes and dtypes: torch.FloatStorage, torch.bfloat16, ...
@@ -507,7 +525,10 @@ bool Machine::object(uint8_t op) {
     case 'b': {  // BUILD
       auto state = pop();
       PickleRef& target = top();
-      if (!target->is(Kind::Object)) fail("BUILD on something not an object");
+      // An OrderedDict (read as a dict) takes BUILD for its attributes: a module's state dict
+      // carries its `_metadata` so.
+      if (!target->is(Kind::Object) && !target->is(Kind::Dict))
+        fail("BUILD on something not an object");
       PickleValue& o = mutable_target(target, "BUILD");
       adopt(o, state);
       o.state = state;

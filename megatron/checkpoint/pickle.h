@@ -42,7 +42,7 @@ struct PickleValue {
   std::string text;              // String, Bytes; Global and Object: the class or function
   std::vector<PickleRef> items;  // Tuple, List, Set; Object: {args}
   std::vector<std::pair<PickleRef, PickleRef>> dict;  // Dict; Object: SETITEMS on it
-  PickleRef state;                                    // Object: BUILD's argument
+  PickleRef state;  // Object: BUILD's argument; Dict: an OrderedDict's attributes (BUILD)
 
   bool is(Kind k) const { return kind == k; }
   // Dict and Object dict items: the value under a string key, or null.

@@ -48,10 +48,17 @@ const PickleValue* rebuild_node(const PickleValue& v) {
 
 }  // namespace
 
-TorchFile::TorchFile(const std::string& path) : zip_(path) {
+TorchFile::TorchFile(const std::string& path) : zip_(path) { read_root(); }
+
+TorchFile::TorchFile(const std::string& path, uint64_t base, uint64_t length)
+    : zip_(path, base, length) {
+  read_root();
+}
+
+void TorchFile::read_root() {
   const ZipArchive::Entry* pkl = zip_.find_suffix("data.pkl");
-  MT_INPUT_CHECK(pkl != nullptr, path, ": no data.pkl: not a torch.save file");
-  root_ = read_pickle(zip_.read(*pkl), path + ":" + pkl->name);
+  MT_INPUT_CHECK(pkl != nullptr, path(), ": no data.pkl: not a torch.save file");
+  root_ = read_pickle(zip_.read(*pkl), path() + ":" + pkl->name);
 }
 
 bool TorchFile::is_tensor(const PickleValue& v) { return rebuild_node(v) != nullptr; }

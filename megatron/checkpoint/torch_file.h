@@ -25,6 +25,8 @@ struct TorchTensorRef {
 class TorchFile {
  public:
   explicit TorchFile(const std::string& path);
+  // A torch.save archive at bytes [base, base + length) of the file (ZipArchive's).
+  TorchFile(const std::string& path, uint64_t base, uint64_t length);
   const PickleValue& root() const { return *root_; }
   const std::string& path() const { return zip_.path(); }
 
@@ -36,6 +38,8 @@ class TorchFile {
   Tensor tensor(const PickleValue& v, const std::string& what);
 
  private:
+  void read_root();
+
   ZipArchive zip_;
   PickleRef root_;
 };

@@ -47,12 +47,24 @@ ZipArchive::ZipArchive(const std::string& path) : path_(path) {
   read_directory();
 }
 
+ZipArchive::ZipArchive(const std::string& path, uint64_t base, uint64_t length)
+    : path_(concat(path, "@", base)), base_(base), file_size_(length) {
+  std::error_code ec;
+  const uint64_t size = std::filesystem::file_size(path, ec);
+  MT_INPUT_CHECK(!ec, path, ": cannot read (", ec.message(), ")");
+  MT_INPUT_CHECK(base <= size && length <= size - base, path, ": an archive at bytes ", base, "..",
+                 base + length, " lies past the end of the ", size, "-byte file (truncated?)");
+  file_.open(path, std::ios::binary);
+  MT_INPUT_CHECK(file_.good(), path, ": cannot open");
+  read_directory();
+}
+
 void ZipArchive::read_at(uint64_t offset, void* out, uint64_t bytes, const std::string& what) {
   MT_INPUT_CHECK(offset <= file_size_ && bytes <= file_size_ - offset, path_, ": ", what,
                  " (bytes ", offset, "..", offset + bytes, ") lies past the end of the ",
                  file_size_, "-byte file (truncated?)");
   file_.clear();
-  file_.seekg(static_cast<std::streamoff>(offset));
+  file_.seekg(static_cast<std::streamoff>(base_ + offset));
   file_.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
   MT_INPUT_CHECK(file_.good(), path_, ": cannot read ", what);
 }

@@ -22,7 +22,11 @@ class ZipArchive {
   };
 
   explicit ZipArchive(const std::string& path);
+  // An archive stored inside a file at bytes [base, base + length) (a distributed checkpoint's
+  // .distcp file holds one torch.save archive per tensor item); its offsets count from base.
+  ZipArchive(const std::string& path, uint64_t base, uint64_t length);
 
+  // The file (with "@base" for an embedded archive): what errors name.
   const std::string& path() const { return path_; }
   const std::vector<Entry>& entries() const { return entries_; }
   // The entry of this exact name, or the only one ending in "/" + suffix (torch names them
@@ -45,7 +49,8 @@ class ZipArchive {
 
   std::string path_;
   std::ifstream file_;
-  uint64_t file_size_ = 0;
+  uint64_t base_ = 0;       // where the archive starts in the file
+  uint64_t file_size_ = 0;  // the archive's size
   std::vector<Entry> entries_;
   std::set<std::string> names_;
 };

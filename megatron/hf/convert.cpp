@@ -60,25 +60,22 @@ namespace {
 
 // Step 1 of an import: every source present with its shape and a dtype that converts, every HF
 // tensor used or ignored; before a byte is written.
-void check_sources(const HfTensors& hf, const ImportRequest& req) {
+void check_sources(const TensorSource& src, const ImportRequest& req) {
   std::set<std::string> used;
   for (const TensorMapping& m : req.mappings) {
     m.validate();
     for (const HfSource& s : m.sources) {
-      if (!hf.has(s.name))
-        throw InputError(concat("Hugging Face checkpoint ", hf.dir(), " has no tensor '", s.name,
-                                "' (needed for ", m.native, ")"));
-      const auto& info = hf.info(s.name);
-      if (info.shape != s.shape)
-        throw InputError(concat(hf.file_of(s.name), ": tensor '", s.name, "' has shape ",
-                                json(info.shape).dump(), ", the configuration needs ",
+      if (!src.has(s.name))
+        throw InputError(concat(src.description(), " has no tensor '", s.name, "' (needed for ",
+                                m.native, ")"));
+      if (src.shape(s.name) != s.shape)
+        throw InputError(concat(src.where(s.name), ": tensor '", s.name, "' has shape ",
+                                json(src.shape(s.name)).dump(), ", the configuration needs ",
                                 json(s.shape).dump()));
-      if (!float_dtype(info.dtype) && !hf.fp8_quantized(s.name))
-        throw InputError(concat(hf.file_of(s.name), ": tensor '", s.name, "' has dtype ",
-                                info.dtype, " (F32, BF16 or F16 convert; F8_E4M3 with the block ",
-                                "scales of a quantization_config)"));
+      if (const std::string why = src.unreadable(s.name); !why.empty())
+        throw InputError(concat(src.where(s.name), ": tensor '", s.name, "' has ", why));
       used.insert(s.name);
-      if (hf.fp8_quantized(s.name)) used.insert(fp8_scale_name(s.name));
+      for (const std::string& c : src.companions(s.name)) used.insert(c);
     }
   }
   auto ignored = [&](const std::string& name) {
@@ -87,10 +84,10 @@ void check_sources(const HfTensors& hf, const ImportRequest& req) {
       if (name.rfind(p, 0) == 0) return true;
     return false;
   };
-  for (const std::string& name : hf.names())
+  for (const std::string& name : src.names())
     if (!used.count(name) && !ignored(name))
-      throw InputError(concat(hf.file_of(name), ": tensor '", name,
-                              "' is not part of the model config.json describes (extra tensor)"));
+      throw InputError(concat(src.where(name), ": tensor '", name, "' is not part of the model ",
+                              req.model_description, " (extra tensor)"));
 }
 
 // Step 2: the target layout's shard files, laid out in full before streaming.
@@ -148,11 +145,11 @@ ShardFiles lay_out_shards(const ImportRequest& req) {
 }
 
 // Step 3: tensor by tensor, read the sources, build the native tensor, write each piece's box.
-void stream_tensors(const HfTensors& hf, const ImportRequest& req, const ShardFiles& files,
+void stream_tensors(const TensorSource& src, const ImportRequest& req, const ShardFiles& files,
                     std::vector<std::unique_ptr<st::StreamWriter>>& streams) {
   for (const TensorMapping& m : req.mappings) {
     std::vector<std::vector<float>> sources;
-    for (const HfSource& s : m.sources) sources.push_back(hf.read(s.name, s.shape));
+    for (const HfSource& s : m.sources) sources.push_back(src.read(s.name, s.shape));
     const std::vector<float> full = m.import(sources);
     sources.clear();
     const checkpoint::PieceGeometry whole = box(m.native, m.native_shape, ShardSpec{});
@@ -168,8 +165,8 @@ void stream_tensors(const HfTensors& hf, const ImportRequest& req, const ShardFi
 
 }  // namespace
 
-void import_to_native(const HfTensors& hf, const ImportRequest& req) {
-  check_sources(hf, req);
+void import_to_native(const TensorSource& src, const ImportRequest& req) {
+  check_sources(src, req);
   ShardFiles files = lay_out_shards(req);
   const std::string tmp =
       checkpoint::tmp_checkpoint_path(req.out_dir, req.iteration, random_suffix());
@@ -191,12 +188,12 @@ void import_to_native(const HfTensors& hf, const ImportRequest& req) {
     layout.set_metadata("format", "megatron-cpp checkpoint shard");
     layout.set_metadata("iteration", std::to_string(req.iteration));
     layout.set_metadata("rank", std::to_string(files.ranks[f]));
-    layout.set_metadata("source", "Hugging Face checkpoint " + hf.dir());
+    layout.set_metadata("source", src.description());
     streams.push_back(
         std::make_unique<st::StreamWriter>(std::move(layout), (fs::path(tmp) / file).string()));
     files.parts[f]["file"] = file;
   }
-  stream_tensors(hf, req, files, streams);
+  stream_tensors(src, req, files, streams);
   std::vector<json> rank_parts;
   for (size_t f = 0; f < streams.size(); ++f) {
     files.parts[f]["crc32c"] = streams[f]->finish(/*sync=*/true);

@@ -33,15 +33,17 @@ struct ImportRequest {
   std::set<std::string> ignored;                  // HF tensors that are not parameters
   std::vector<std::string> ignored_prefixes;      // and those whose names start so
   std::string out_dir;                            // the checkpoint root
+  // What describes the model, in the error about a tensor it has no use for.
+  std::string model_description = "config.json describes";
   int64_t iteration = 0;
   nlohmann::json metadata = nlohmann::json::object();
 };
 
-// Checks the HF tensors against the mappings (every source present with its shape, no tensor
+// Checks the source tensors (a Hugging Face directory, a Megatron-LM checkpoint) against the mappings (every source present with its shape, no tensor
 // left over) before anything is written, then writes DIR/iter_NNNNNNN with checkpoint.h's
 // commit protocol (atomic: DIR/latest names it only when complete). InputError naming the file
 // and tensor on bad input.
-void import_to_native(const HfTensors& hf, const ImportRequest& request);
+void import_to_native(const TensorSource& source, const ImportRequest& request);
 
 struct ExportRequest {
   std::vector<TensorMapping> mappings;  // every HF tensor comes from one of these

@@ -117,6 +117,19 @@ bool HfTensors::fp8_quantized(const std::string& name) const {
   return fp8_.enabled() && has(name) && info(name).dtype == "F8_E4M3";
 }
 
+std::string HfTensors::unreadable(const std::string& name) const {
+  const std::string& dtype = info(name).dtype;
+  if (float_dtype(dtype) || fp8_quantized(name)) return "";
+  return concat("dtype ", dtype,
+                " (F32, BF16 or F16 convert; F8_E4M3 with the block scales of a "
+                "quantization_config)");
+}
+
+std::vector<std::string> HfTensors::companions(const std::string& name) const {
+  if (!fp8_quantized(name)) return {};
+  return {fp8_scale_name(name)};
+}
+
 std::vector<float> HfTensors::read_elements(const std::string& name) const {
   const st::TensorInfo& t = info(name);
   const st::File& file = files_[where_.at(name).first];

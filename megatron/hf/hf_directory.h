@@ -15,24 +15,31 @@
 
 #include "megatron/checkpoint/safetensors.h"
 #include "megatron/hf/fp8_blocks.h"
+#include "megatron/hf/tensor_source.h"
 
 namespace megatron::hf {
 
 inline constexpr const char* kSingleFile = "model.safetensors";
 inline constexpr const char* kIndexFile = "model.safetensors.index.json";
 
-class HfTensors {
+class HfTensors : public TensorSource {
  public:
   explicit HfTensors(const std::string& dir);  // InputError naming the directory/file
   const std::string& dir() const { return dir_; }
-  std::vector<std::string> names() const;  // sorted
-  bool has(const std::string& name) const { return where_.count(name) > 0; }
+  std::string description() const override { return "Hugging Face checkpoint " + dir_; }
+  std::vector<std::string> names() const override;  // sorted
+  bool has(const std::string& name) const override { return where_.count(name) > 0; }
+  std::vector<int64_t> shape(const std::string& name) const override { return info(name).shape; }
+  std::string where(const std::string& name) const override { return file_of(name); }
+  std::string unreadable(const std::string& name) const override;
+  std::vector<std::string> companions(const std::string& name) const override;
   const checkpoint::safetensors::TensorInfo& info(const std::string& name) const;
   const std::string& file_of(const std::string& name) const;  // full path
   // The tensor in fp32; its shape must be `shape` (InputError naming file, tensor and both
   // shapes) and its dtype F32, BF16 or F16, or F8_E4M3 with block scales (set_fp8_blocks:
   // dequantized by its `<name>_scale_inv`, fp8_blocks.h).
-  std::vector<float> read(const std::string& name, const std::vector<int64_t>& shape) const;
+  std::vector<float> read(const std::string& name,
+                          const std::vector<int64_t>& shape) const override;
   // config.json's block-quantized FP8 weights (quantization_config), which read() dequantizes.
   void set_fp8_blocks(const Fp8Blocks& blocks) { fp8_ = blocks; }
   // Whether `name` is an FP8 weight read() dequantizes (its scale tensor is then part of it).

@@ -1,0 +1,329 @@
+#include "megatron/mlm/mlm_tensors.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "megatron/core/error.h"
+#include <cmath>
+#include "megatron/hf/hf_dtype.h"
+
+namespace megatron::mlm {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::PickleRef;
+using checkpoint::PickleValue;
+using Kind = PickleValue::Kind;
+
+constexpr const char* kLayers = "decoder.layers.";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+const char* safetensors_dtype(DType d) {
+  switch (d) {
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    default:
+      return "";
+  }
+}
+
+// How Megatron-Core splits a (canonical) tensor over tensor parallelism: 0 for the column-
+// parallel layers' rows (and the vocabulary), 1 for the row-parallel layers' columns, -1 for a
+// replicated tensor, -2 when not known here.
+int tp_split_dim(const std::string& name) {
+  static const std::vector<std::string> rows = {
+      "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
+      "mlp.linear_fc1.weight", "mlp.linear_fc1.bias", "embedding.word_embeddings.weight",
+      "output_layer.weight"};
+  static const std::vector<std::string> columns = {"self_attention.linear_proj.weight",
+                                                   "mlp.linear_fc2.weight"};
+  static const std::vector<std::string> replicated = {
+      "input_layernorm.weight", "input_layernorm.bias", "pre_mlp_layernorm.weight",
+      "pre_mlp_layernorm.bias", "self_attention.linear_proj.bias", "mlp.linear_fc2.bias",
+      "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight",
+      "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
+      "embedding.position_embeddings.weight"};
+  for (const auto& s : rows)
+    if (ends_with(name, s)) return 0;
+  for (const auto& s : columns)
+    if (ends_with(name, s)) return 1;
+  for (const auto& s : replicated)
+    if (ends_with(name, s)) return -1;
+  return -2;
+}
+
+bool gated_fc1(const std::string& name) {
+  return ends_with(name, "mlp.linear_fc1.weight") || ends_with(name, "mlp.linear_fc1.bias");
+}
+
+std::vector<float> to_fp32(const Tensor& t, const std::string& where, const std::string& name) {
+  const char* dtype = safetensors_dtype(t.dtype());
+  MT_INPUT_CHECK(*dtype != '\0', where, ": tensor '", name, "' has dtype ", dtype_name(t.dtype()),
+                 " (fp32, bf16 and fp16 convert)");
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  hf::to_float(dtype, t.raw(), out.data(), t.numel());
+  return out;
+}
+
+// The model dicts of a legacy rank file: "model", or "model0", "model1", ... with virtual
+// pipeline stages.
+std::vector<const PickleValue*> model_chunks(const PickleValue& top, int64_t vpp,
+                                             const std::string& where) {
+  std::vector<const PickleValue*> out;
+  if (vpp <= 1) {
+    const PickleValue* m = top.get("model");
+    MT_INPUT_CHECK(m && m->is(Kind::Dict), where, ": no model state dict ('model')");
+    out.push_back(m);
+    return out;
+  }
+  for (int64_t v = 0; v < vpp; ++v) {
+    const PickleValue* m = top.get(concat("model", v));
+    MT_INPUT_CHECK(m && m->is(Kind::Dict), where, ": no 'model", v, "' (virtual stage ", v, ")");
+    out.push_back(m);
+  }
+  return out;
+}
+
+// Local layer numbers of a model chunk dict.
+std::set<int64_t> local_layers(const PickleValue& model) {
+  std::set<int64_t> out;
+  const std::regex layer("decoder\\.layers\\.([0-9]+)\\..*");
+  for (const auto& [k, v] : model.dict) {
+    std::smatch m;
+    if (k->is(Kind::String) && std::regex_match(k->text, m, layer)) out.insert(std::stoll(m[1]));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string canonical_layer_key(const std::string& key) {
+  static const std::vector<std::pair<std::string, std::string>> fused = {
+      {"self_attention.linear_qkv.layer_norm_", "input_layernorm."},
+      {"mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm."}};
+  for (const auto& [from, to] : fused)
+    if (key.rfind(from, 0) == 0) return to + key.substr(from.size());
+  return key;
+}
+
+MlmTensors::MlmTensors(const MlmCheckpoint& checkpoint) : ckpt_(checkpoint) {
+  swiglu_ = ckpt_.args.boolean_or("swiglu", false);
+  if (ckpt_.format == Format::TorchDist)
+    index_distributed();
+  else
+    index_legacy();
+}
+
+MlmTensors::~MlmTensors() = default;
+
+std::string MlmTensors::description() const {
+  return concat("Megatron-LM checkpoint ", ckpt_.dir, " (", format_name(ckpt_.format), ")");
+}
+
+void MlmTensors::index_distributed() {
+  dcp_ = std::make_unique<checkpoint::DcpCheckpoint>(ckpt_.dir);
+  const int64_t layers = ckpt_.args.integer("num_layers");
+  const std::string where = (fs::path(ckpt_.dir) / ".metadata").string();
+  for (const auto& [name, t] : dcp_->tensors()) {
+    if (name.rfind("optimizer.", 0) == 0) continue;  // the optimizer's state, not the model's
+    Entry e;
+    e.dtype = t.dtype;
+    e.where = where;
+    e.dcp_name = name;
+    if (name.rfind(kLayers, 0) != 0) {
+      e.shape = e.dcp_extent = t.shape;
+      e.dcp_offset.assign(t.shape.size(), 0);
+      entries_[name] = e;
+      continue;
+    }
+    // Stacked over the layers: one entry per layer.
+    MT_INPUT_CHECK(!t.shape.empty() && t.shape[0] == layers, where, ": tensor '", name,
+                   "' has shape ", Shape(t.shape.begin(), t.shape.end()).str(),
+                   ", not one row per layer of the ", layers, " that args.num_layers says");
+    const std::string key = canonical_layer_key(name.substr(std::string(kLayers).size()));
+    e.shape.assign(t.shape.begin() + 1, t.shape.end());
+    e.dcp_extent = t.shape;
+    e.dcp_extent[0] = 1;
+    for (int64_t l = 0; l < layers; ++l) {
+      e.dcp_offset.assign(t.shape.size(), 0);
+      e.dcp_offset[0] = l;
+      entries_[concat(kLayers, l, ".", key)] = e;
+    }
+  }
+}
+
+void MlmTensors::index_legacy() {
+  // Layer offsets: chunks in model order (virtual stage-major, then pipeline rank), each
+  // holding as many layers as its tensor rank 0 file lists.
+  std::map<std::pair<int64_t, int64_t>, int64_t> count;  // (virtual, pp rank) -> layers
+  for (size_t f = 0; f < ckpt_.rank_files.size(); ++f) {
+    const auto& rf = ckpt_.rank_files[f];
+    files_.push_back(std::make_unique<checkpoint::TorchFile>(rf.path));
+    if (rf.tp_rank != 0 || rf.ep_rank != 0) continue;
+    const auto chunks = model_chunks(files_.back()->root(), ckpt_.vpp, rf.path);
+    for (size_t v = 0; v < chunks.size(); ++v)
+      count[{static_cast<int64_t>(v), rf.pp_rank}] =
+          static_cast<int64_t>(local_layers(*chunks[v]).size());
+  }
+  std::map<std::pair<int64_t, int64_t>, int64_t> offset;
+  int64_t total = 0;
+  for (const auto& [key, n] : count) offset[key] = total, total += n;
+  const int64_t layers = ckpt_.args.integer("num_layers");
+  MT_INPUT_CHECK(total == layers, ckpt_.dir, ": the rank files hold ", total,
+                 " layers, args.num_layers says ", layers);
+  const std::regex layer("decoder\\.layers\\.([0-9]+)\\.(.*)");
+  for (size_t f = 0; f < files_.size(); ++f) {
+    const auto& rf = ckpt_.rank_files[f];
+    MT_INPUT_CHECK(rf.ep_rank == 0, rf.path,
+                   ": expert-parallel legacy checkpoints are not imported yet");
+    const auto chunks = model_chunks(files_[f]->root(), ckpt_.vpp, rf.path);
+    for (size_t v = 0; v < chunks.size(); ++v)
+      for (const auto& [k, value] : chunks[v]->dict) {
+        MT_INPUT_CHECK(k->is(Kind::String), rf.path, ": a model key is ", k->describe());
+        if (ends_with(k->text, "._extra_state")) continue;  // Transformer Engine's FP8 state
+        std::string name = k->text;
+        std::smatch m;
+        if (std::regex_match(k->text, m, layer))
+          name = concat(kLayers, std::stoll(m[1]) + offset[{static_cast<int64_t>(v), rf.pp_rank}],
+                        ".", canonical_layer_key(m[2]));
+        add_legacy_piece(name, f, value, rf.tp_rank);
+      }
+  }
+  for (const auto& [name, e] : entries_)
+    MT_INPUT_CHECK(static_cast<int64_t>(e.pieces.size()) == (e.split_dim >= 0 ? ckpt_.tp : 1),
+                   ckpt_.dir, ": tensor '", name, "' is in ", e.pieces.size(),
+                   " rank files, not one per tensor-parallel rank");
+}
+
+void MlmTensors::add_legacy_piece(const std::string& name, size_t file, const PickleRef& value,
+                                  int64_t tp_rank) {
+  const std::string& path = ckpt_.rank_files[file].path;
+  MT_INPUT_CHECK(checkpoint::TorchFile::is_tensor(*value), path, ": '", name, "' is ",
+                 value->describe(), ", not a tensor");
+  const checkpoint::TorchTensorRef ref = files_[file]->tensor_ref(*value, name);
+  const int split = ckpt_.tp > 1 ? tp_split_dim(name) : -1;
+  MT_INPUT_CHECK(split != -2, path, ": tensor '", name,
+                 "': how Megatron-Core splits it over tensor parallelism is not known here");
+  MT_INPUT_CHECK(split < static_cast<int>(ref.shape.size()), path, ": tensor '", name,
+                 "' has too few dimensions");
+  Entry& e = entries_[name];
+  if (split < 0 && tp_rank > 0) return;  // replicated: rank 0's copy
+  if (e.pieces.empty()) {
+    e.dtype = ref.dtype;
+    e.where = path;
+    e.split_dim = split;
+    e.gated = swiglu_ && gated_fc1(name);
+    e.shape = ref.shape;
+  } else {
+    std::vector<int64_t> local = e.shape;
+    local[static_cast<size_t>(split)] /= static_cast<int64_t>(e.pieces.size());
+    MT_INPUT_CHECK(ref.shape == local && ref.dtype == e.dtype, path, ": tensor '", name,
+                   "' has another shape or dtype than on tensor rank 0");
+  }
+  MT_INPUT_CHECK(static_cast<int64_t>(e.pieces.size()) == (split < 0 ? 0 : tp_rank), path,
+                 ": tensor '", name, "' found out of tensor-rank order");
+  e.pieces.push_back({file, value});
+  if (split >= 0) {
+    std::vector<int64_t> local = ref.shape;
+    e.shape = local;
+    e.shape[static_cast<size_t>(split)] *= static_cast<int64_t>(e.pieces.size());
+  }
+}
+
+std::vector<std::string> MlmTensors::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, e] : entries_) out.push_back(name);
+  return out;
+}
+
+std::vector<int64_t> MlmTensors::shape(const std::string& name) const {
+  const auto it = entries_.find(name);
+  MT_INPUT_CHECK(it != entries_.end(), description(), " has no tensor '", name, "'");
+  return it->second.shape;
+}
+
+std::string MlmTensors::where(const std::string& name) const {
+  const auto it = entries_.find(name);
+  return it == entries_.end() ? ckpt_.dir : it->second.where;
+}
+
+std::string MlmTensors::unreadable(const std::string& name) const {
+  const DType d = entries_.at(name).dtype;
+  if (*safetensors_dtype(d) != '\0') return "";
+  return concat("dtype ", dtype_name(d), " (fp32, bf16 and fp16 convert)");
+}
+
+std::vector<float> MlmTensors::read_legacy(const std::string& name, const Entry& e) const {
+  const int64_t parts = static_cast<int64_t>(e.pieces.size());
+  if (e.split_dim < 0) {
+    const Piece& p = e.pieces.front();
+    return to_fp32(files_[p.file]->tensor(*p.value, name), e.where, name);
+  }
+  // Joined over tensor ranks: rows x inner, where the split dimension's part is `width`.
+  const auto d = static_cast<size_t>(e.split_dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= e.shape[i];
+  for (size_t i = d + 1; i < e.shape.size(); ++i) inner *= e.shape[i];
+  const int64_t local = e.shape[d] / parts;
+  std::vector<float> out(static_cast<size_t>(outer * e.shape[d] * inner));
+  for (int64_t t = 0; t < parts; ++t) {
+    const Piece& p = e.pieces[static_cast<size_t>(t)];
+    const std::vector<float> piece = to_fp32(files_[p.file]->tensor(*p.value, name), e.where, name);
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < local; ++r) {
+        // SwiGLU's fc1: rank t's [gate_t | up_t] go to gate rows t and up rows t.
+        int64_t g = t * local + r;
+        if (e.gated) {
+          const int64_t half = local / 2;
+          g = r < half ? t * half + r : e.shape[d] / 2 + t * half + (r - half);
+        }
+        std::copy_n(piece.begin() + (o * local + r) * inner, inner,
+                    out.begin() + (o * e.shape[d] + g) * inner);
+      }
+  }
+  return out;
+}
+
+std::vector<float> MlmTensors::read(const std::string& name,
+                                    const std::vector<int64_t>& shape) const {
+  const auto it = entries_.find(name);
+  MT_INPUT_CHECK(it != entries_.end(), description(), " has no tensor '", name, "'");
+  const Entry& e = it->second;
+  MT_INPUT_CHECK(e.shape == shape, e.where, ": tensor '", name, "' has shape ",
+                 Shape(e.shape.begin(), e.shape.end()).str(), ", the model needs ",
+                 Shape(shape.begin(), shape.end()).str());
+  std::vector<float> out =
+      e.pieces.empty() ? to_fp32(dcp_->read_box(e.dcp_name, e.dcp_offset, e.dcp_extent), e.where,
+                                 name)
+                       : read_legacy(name, e);
+  int64_t bad = 0;
+  for (float v : out) bad += std::isfinite(v) ? 0 : 1;
+  MT_INPUT_CHECK(bad == 0, e.where, ": tensor '", name, "' holds ", bad,
+                 " non-finite values: the checkpoint is damaged or was saved after a diverged step");
+  return out;
+}
+
+std::string MlmTensors::common_dtype() const {
+  std::map<DType, int64_t> bytes;
+  for (const auto& [name, e] : entries_) {
+    int64_t n = 1;
+    for (int64_t d : e.shape) n *= d;
+    bytes[e.dtype] += n * static_cast<int64_t>(dtype_size(e.dtype));
+  }
+  DType best = DType::F32;
+  int64_t most = -1;
+  for (const auto& [d, n] : bytes)
+    if (n > most && *safetensors_dtype(d) != '\0') best = d, most = n;
+  return safetensors_dtype(best);
+}
+
+}  // namespace megatron::mlm

@@ -1,0 +1,91 @@
+// Megatron-LM checkpoints imported into native ones give Megatron-Core's logits: for every
+// fixture of tests/fixtures/megatron (tiny GPT and LLaMA-style models built and saved by
+// Megatron-Core itself at tp 2 x pp 2, in the torch_dist and the legacy torch format, with the
+// logits of its own forward on fixed tokens; tools/gen_megatron_fixtures.py), the import laid
+// out for tp = world size is loaded by inference::CausalLM and run on the same tokens: fp32
+// logits within 1e-5 of the largest.
+// mpirun-np: 1 2
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "equivalence_fixture.h"
+#include "megatron/inference/causal_lm.h"
+#include "models/mlm_import.h"
+#include "models/model.h"
+#include "parallel_test.h"
+#include "tests/support/rel_error.h"
+#include "tests/support/test_paths.h"
+
+namespace {
+
+using namespace megatron;
+namespace fs = std::filesystem;
+namespace mp = megatron::parallel;
+
+fs::path fixture(const std::string& name) {
+  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "megatron" / name;
+}
+
+std::vector<float> read_floats(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<float> out(fs::file_size(path) / sizeof(float));
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(fs::file_size(path)));
+  return out;
+}
+
+void check_logits(const std::string& name) {
+  auto& world = mp::testing::world();
+  const fs::path scratch = megatron::equivalence::shared_scratch_path("mlm_logits_" + name + "_");
+  if (world.rank() == 0) {
+    fs::remove_all(scratch);
+    models::MegatronImportOptions o;
+    o.megatron_dir = fixture(name).string();
+    o.out_dir = scratch.string();
+    o.tp = world.size();
+    const auto r = models::import_megatron_checkpoint(o);
+    EXPECT_EQ(r.iteration, 10);
+    EXPECT_EQ(r.consumed_samples, 80);
+    EXPECT_EQ(r.source_tp, 2);
+    EXPECT_EQ(r.source_pp, 2);
+  }
+  world.barrier();
+  std::ifstream in(fixture(name) / "expected.json");
+  const nlohmann::json expected = nlohmann::json::parse(in);
+  const auto tokens = expected["tokens"].get<std::vector<std::vector<int32_t>>>();
+  const int64_t B = static_cast<int64_t>(tokens.size()), S = static_cast<int64_t>(tokens[0].size());
+  const inference::CausalLM lm(scratch.string(), std::nullopt, world, S);
+  Tensor tok = Tensor::empty({S, B}, DType::I32), lab = Tensor::empty({S, B}, DType::I32);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b) {
+      tok.data<int32_t>()[s * B + b] = tokens[b][s];
+      lab.data<int32_t>()[s * B + b] = s + 1 < S ? tokens[b][s + 1] : models::kIgnoreIndex;
+    }
+  const auto out = lm.forward(tok, lab);
+  const int64_t V = lm.vocab_size();
+  ASSERT_EQ(V, expected["padded_vocab_size"].get<int64_t>());
+  const std::vector<float> theirs = read_floats(fixture(name) / "logits.bin");  // [B, S, V]
+  ASSERT_EQ(static_cast<int64_t>(theirs.size()), B * S * V);
+  std::vector<float> ours, ref;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t v = 0; v < V; ++v) {
+        ours.push_back(out.logits.data<float>()[(s * B + b) * V + v]);
+        ref.push_back(theirs[static_cast<size_t>((b * S + s) * V + v)]);
+      }
+  const double err = megatron::testing::rel_error(ours, ref);
+  std::printf("%s tp %d: logits rel error %.3g vs Megatron-Core\n", name.c_str(), world.size(),
+              err);
+  EXPECT_LE(err, 1e-5) << name;
+  world.barrier();
+  if (world.rank() == 0) fs::remove_all(scratch);
+}
+
+TEST(MegatronLogits, GptTorchDist) { check_logits("gpt_tp2_pp2_torch_dist"); }
+TEST(MegatronLogits, GptLegacyTorch) { check_logits("gpt_tp2_pp2_torch"); }
+TEST(MegatronLogits, LlamaTorchDist) { check_logits("llama_tp2_pp2_torch_dist"); }
+TEST(MegatronLogits, LlamaLegacyTorch) { check_logits("llama_tp2_pp2_torch"); }
+
+}  // namespace

@@ -190,8 +190,8 @@ std::string megatron_args_report(const mlm::MlmArgs& a) {
                            ": each mapped to a recipe key or ignored by the import.\n");
   for (const std::string& key : a.keys()) {
     const auto it = mapped_args().find(key);
-    out += concat(key, ": ", it != mapped_args().end() ? "mapped to " + it->second : "ignored",
-                  "\n");
+    out +=
+        concat(key, ": ", it != mapped_args().end() ? "mapped to " + it->second : "ignored", "\n");
   }
   return out;
 }
@@ -217,32 +217,38 @@ std::vector<TensorMapping> megatron_mappings(const config::ModelConfig& m, int64
     const std::string a = s + "self_attention.", p = s + "mlp.";
     norm(n + "input_norm", s + "input_layernorm");
     // Megatron-Core's fused QKV rows are already per query group [G, H/G + 2, Dh], as here.
-    out.push_back(hf::copy_mapping(n + "attention.qkv.weight", vec({QKV, D}), a + "linear_qkv.weight"));
+    out.push_back(
+        hf::copy_mapping(n + "attention.qkv.weight", vec({QKV, D}), a + "linear_qkv.weight"));
     if (m.add_bias || m.add_qkv_bias)
       out.push_back(hf::copy_mapping(n + "attention.qkv.bias", vec({QKV}), a + "linear_qkv.bias"));
     if (m.qk_layernorm) {
-      out.push_back(hf::copy_mapping(n + "attention.q_norm.weight", vec({Dh}), a + "q_layernorm.weight"));
-      out.push_back(hf::copy_mapping(n + "attention.k_norm.weight", vec({Dh}), a + "k_layernorm.weight"));
+      out.push_back(
+          hf::copy_mapping(n + "attention.q_norm.weight", vec({Dh}), a + "q_layernorm.weight"));
+      out.push_back(
+          hf::copy_mapping(n + "attention.k_norm.weight", vec({Dh}), a + "k_layernorm.weight"));
     }
-    out.push_back(hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "linear_proj.weight"));
+    out.push_back(
+        hf::copy_mapping(n + "attention.proj.weight", vec({D, H * Dh}), a + "linear_proj.weight"));
     if (m.add_bias)
       out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), a + "linear_proj.bias"));
     norm(n + "post_attention_norm", s + "pre_mlp_layernorm");
     // SwiGLU's fc1 is [gate; up] in both: native [2, F, D], Megatron [2F, D].
-    out.push_back(gated ? hf::stacked_mapping(n + "mlp.fc1.weight", vec({2, F, D}),
-                                              {{p + "linear_fc1.weight", vec({2 * F, D})}})
-                        : hf::copy_mapping(n + "mlp.fc1.weight", vec({F, D}), p + "linear_fc1.weight"));
+    out.push_back(
+        gated ? hf::stacked_mapping(n + "mlp.fc1.weight", vec({2, F, D}),
+                                    {{p + "linear_fc1.weight", vec({2 * F, D})}})
+              : hf::copy_mapping(n + "mlp.fc1.weight", vec({F, D}), p + "linear_fc1.weight"));
     if (m.add_bias)
       out.push_back(gated ? hf::stacked_mapping(n + "mlp.fc1.bias", vec({2, F}),
                                                 {{p + "linear_fc1.bias", vec({2 * F})}})
                           : hf::copy_mapping(n + "mlp.fc1.bias", vec({F}), p + "linear_fc1.bias"));
     out.push_back(hf::copy_mapping(n + "mlp.fc2.weight", vec({D, F}), p + "linear_fc2.weight"));
-    if (m.add_bias) out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), p + "linear_fc2.bias"));
+    if (m.add_bias)
+      out.push_back(hf::copy_mapping(n + "mlp.fc2.bias", vec({D}), p + "linear_fc2.bias"));
   }
   norm("final_norm", "decoder.final_layernorm");
   if (!m.tie_embeddings)
-    out.push_back(hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}), "output_layer.weight",
-                                          m.vocab_size));
+    out.push_back(hf::padded_rows_mapping("output_layer.weight", vec({Vp, D}),
+                                          "output_layer.weight", m.vocab_size));
   return out;
 }
 
@@ -316,7 +322,11 @@ MegatronImportResult import_megatron_checkpoint(const MegatronImportOptions& o) 
       {"consumed_samples", result.consumed_samples},
       {"model", {{"vocab_size", model.vocab_size}, {"padded_vocab_size", layout.padded_vocab}}},
       {"layout",
-       {{"tp", result.tp}, {"pp", result.pp}, {"dp", 1}, {"ep", 1}, {"distributed_optimizer", false}}},
+       {{"tp", result.tp},
+        {"pp", result.pp},
+        {"dp", 1},
+        {"ep", 1},
+        {"distributed_optimizer", false}}},
       {"recipe", recipe.to_json()},
       {"megatron",
        {{"format", result.format},

@@ -30,9 +30,9 @@ std::vector<hf::TensorMapping> megatron_mappings(const config::ModelConfig& mode
 
 struct MegatronImportOptions {
   std::string megatron_dir, out_dir;
-  std::optional<int64_t> iteration;   // default: the tracker file's
-  std::optional<int64_t> tp, pp;      // the target layout (default 1)
-  std::string recipe;                 // a recipe whose model must match args (its layout used)
+  std::optional<int64_t> iteration;  // default: the tracker file's
+  std::optional<int64_t> tp, pp;     // the target layout (default 1)
+  std::string recipe;                // a recipe whose model must match args (its layout used)
   std::vector<std::string> overrides;
 };
 struct MegatronImportResult {

@@ -48,9 +48,9 @@ std::vector<int64_t> size_of(const PickleValue& v, const std::string& where, con
 DType dtype_of(const PickleValue& properties, const std::string& where) {
   // TensorProperties pickles its state as a tuple (dtype, layout, requires_grad, ...).
   const PickleValue* state = properties.state.get();
-  MT_INPUT_CHECK(state && state->is(Kind::Tuple) && !state->items.empty() &&
-                     state->items[0]->is(Kind::Global),
-                 where, ": tensor properties without a dtype");
+  MT_INPUT_CHECK(
+      state && state->is(Kind::Tuple) && !state->items.empty() && state->items[0]->is(Kind::Global),
+      where, ": tensor properties without a dtype");
   const std::string& t = state->items[0]->text;
   if (t == "torch.float32") return DType::F32;
   if (t == "torch.bfloat16") return DType::BF16;
@@ -115,9 +115,9 @@ void DcpCheckpoint::read_metadata() {
     const PickleValue& fqn = field(*key, "fqn", where);
     MT_INPUT_CHECK(fqn.is(Kind::String), where, ": an index's fqn is ", fqn.describe());
     const PickleValue* off = key->state->get("offset");
-    const std::vector<int64_t> offsets =
-        off && !off->is(Kind::None) ? size_of(*off, where, "an index's offset")
-                                    : std::vector<int64_t>{};
+    const std::vector<int64_t> offsets = off && !off->is(Kind::None)
+                                             ? size_of(*off, where, "an index's offset")
+                                             : std::vector<int64_t>{};
     DcpChunk c;
     const PickleValue& file = field(*info, "relative_path", where);
     const PickleValue& at = field(*info, "offset", where);
@@ -158,8 +158,8 @@ void DcpCheckpoint::read_metadata() {
       const std::vector<int64_t> offsets = size_of(field(*ch, "offsets", what), what, "offsets");
       const std::vector<int64_t> sizes = size_of(field(*ch, "sizes", what), what, "sizes");
       const auto s = storage.find(chunk_key(t.name, offsets));
-      MT_INPUT_CHECK(s != storage.end(), what, ": the chunk at ",
-                     chunk_key("", offsets).substr(1), " has no storage entry");
+      MT_INPUT_CHECK(s != storage.end(), what, ": the chunk at ", chunk_key("", offsets).substr(1),
+                     " has no storage entry");
       DcpChunk c = s->second;
       c.offsets = offsets;
       c.sizes = sizes;
@@ -199,19 +199,19 @@ Tensor DcpCheckpoint::read_box(const std::string& name, const std::vector<int64_
     TorchFile archive(file, c.offset, c.length);
     const std::string what = concat("chunk of '", name, "'");
     const Tensor chunk = archive.tensor(archive.root(), what);
-    MT_INPUT_CHECK(chunk.dtype() == t->dtype &&
-                       std::equal(c.sizes.begin(), c.sizes.end(), chunk.shape().begin(),
-                                  chunk.shape().end()),
-                   archive.path(), ": ", what, " holds a ", dtype_name(chunk.dtype()), " tensor ",
-                   chunk.shape().str(), " where the metadata says ", dtype_name(t->dtype));
+    MT_INPUT_CHECK(
+        chunk.dtype() == t->dtype &&
+            std::equal(c.sizes.begin(), c.sizes.end(), chunk.shape().begin(), chunk.shape().end()),
+        archive.path(), ": ", what, " holds a ", dtype_name(chunk.dtype()), " tensor ",
+        chunk.shape().str(), " where the metadata says ", dtype_name(t->dtype));
     const auto* src = static_cast<const uint8_t*>(chunk.raw());
     for_each_overlap(want, have, [&](const Overlap& o) {
       std::memcpy(dst + o.a_pos * size, src + o.b_pos * size, static_cast<size_t>(o.length * size));
     });
     filled += overlap;
   }
-  MT_INPUT_CHECK(filled == want.box_numel(), metadata_path_, ": tensor '", name, "': ",
-                 want.box_numel() - filled, " elements of the part read are in no chunk");
+  MT_INPUT_CHECK(filled == want.box_numel(), metadata_path_, ": tensor '", name,
+                 "': ", want.box_numel() - filled, " elements of the part read are in no chunk");
   return out;
 }
 

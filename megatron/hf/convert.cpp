@@ -66,8 +66,8 @@ void check_sources(const TensorSource& src, const ImportRequest& req) {
     m.validate();
     for (const HfSource& s : m.sources) {
       if (!src.has(s.name))
-        throw InputError(concat(src.description(), " has no tensor '", s.name, "' (needed for ",
-                                m.native, ")"));
+        throw InputError(
+            concat(src.description(), " has no tensor '", s.name, "' (needed for ", m.native, ")"));
       if (src.shape(s.name) != s.shape)
         throw InputError(concat(src.where(s.name), ": tensor '", s.name, "' has shape ",
                                 json(src.shape(s.name)).dump(), ", the configuration needs ",

@@ -39,10 +39,10 @@ struct ImportRequest {
   nlohmann::json metadata = nlohmann::json::object();
 };
 
-// Checks the source tensors (a Hugging Face directory, a Megatron-LM checkpoint) against the mappings (every source present with its shape, no tensor
-// left over) before anything is written, then writes DIR/iter_NNNNNNN with checkpoint.h's
-// commit protocol (atomic: DIR/latest names it only when complete). InputError naming the file
-// and tensor on bad input.
+// Checks the source tensors (a Hugging Face directory, a Megatron-LM checkpoint) against the
+// mappings (every source present with its shape, no tensor left over) before anything is written,
+// then writes DIR/iter_NNNNNNN with checkpoint.h's commit protocol (atomic: DIR/latest names it
+// only when complete). InputError naming the file and tensor on bad input.
 void import_to_native(const TensorSource& source, const ImportRequest& request);
 
 struct ExportRequest {

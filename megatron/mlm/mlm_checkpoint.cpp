@@ -49,8 +49,8 @@ std::pair<fs::path, fs::path> locate(const fs::path& given, std::optional<int64_
   if (std::regex_match(base, m, std::regex("iter_([0-9]{7,})")) || base == "release") {
     out.release = base == "release";
     out.iteration = out.release ? 0 : std::stoll(m[1].str());
-    MT_INPUT_CHECK(!iteration || *iteration == out.iteration, given.string(),
-                   " is iteration ", out.iteration, ", not the ", *iteration, " asked for");
+    MT_INPUT_CHECK(!iteration || *iteration == out.iteration, given.string(), " is iteration ",
+                   out.iteration, ", not the ", *iteration, " asked for");
     return {given.parent_path(), given};
   }
   std::string which;
@@ -64,7 +64,8 @@ std::pair<fs::path, fs::path> locate(const fs::path& given, std::optional<int64_
   }
   out.release = which == "release";
   out.iteration = out.release ? 0 : std::stoll(which);
-  const fs::path dir = given / (out.release ? std::string("release") : iteration_dir_name(out.iteration));
+  const fs::path dir =
+      given / (out.release ? std::string("release") : iteration_dir_name(out.iteration));
   MT_INPUT_CHECK(fs::is_directory(dir, ec), "Megatron-LM checkpoint ", given.string(), " has no ",
                  dir.filename().string(), " directory");
   return {given, dir};
@@ -143,8 +144,8 @@ void read_layout(MlmCheckpoint& out) {
     for (int64_t e = 0; e < out.ep; ++e)
       for (int64_t t = 0; t < out.tp; ++t)
         MT_INPUT_CHECK(have.count({t, p, e}), out.dir, ": no file of tensor rank ", t,
-                       ", pipeline rank ", p, ", expert rank ", e, " (args say tp ", out.tp,
-                       " pp ", out.pp, " ep ", out.ep, ")");
+                       ", pipeline rank ", p, ", expert rank ", e, " (args say tp ", out.tp, " pp ",
+                       out.pp, " ep ", out.ep, ")");
   MT_INPUT_CHECK(static_cast<int64_t>(have.size()) == out.tp * out.pp * out.ep, out.dir, ": ",
                  have.size(), " mp_rank files where args say tp ", out.tp, " x pp ", out.pp,
                  " x ep ", out.ep);
@@ -178,7 +179,8 @@ bool MlmArgs::is_set(const std::string& key) const {
 
 void MlmArgs::fail(const std::string& key, const std::string& why) const {
   const PickleValue* v = find(key);
-  throw InputError(concat(where_, ": args.", key, " = ", v ? v->describe() : "(absent)", ": ", why));
+  throw InputError(
+      concat(where_, ": args.", key, " = ", v ? v->describe() : "(absent)", ": ", why));
 }
 
 int64_t MlmArgs::integer(const std::string& key) const {

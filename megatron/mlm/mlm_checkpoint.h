@@ -1,6 +1,7 @@
 #pragma once
-// Megatron-LM checkpoints read without Python: a save directory (`latest_checkpointed_iteration.txt`
-// naming `iter_NNNNNNN/`, or `release/`) in either of Megatron-LM's formats:
+// Megatron-LM checkpoints read without Python: a save directory
+// (`latest_checkpointed_iteration.txt` naming `iter_NNNNNNN/`, or `release/`) in either of
+// Megatron-LM's formats:
 //   torch_dist  iter_NNNNNNN/.metadata + __R_I.distcp (a PyTorch distributed checkpoint,
 //               megatron/checkpoint/distcp.h), common.pt (args, iteration, ...), metadata.json;
 //   torch       iter_NNNNNNN/mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt, one torch.save per
@@ -30,7 +31,7 @@ class MlmArgs {
   bool has(const std::string& key) const { return find(key) != nullptr; }
   // Unset keys and None read as the fallback; a value of another type is an InputError naming
   // the key.
-  bool is_set(const std::string& key) const;  // present and not None
+  bool is_set(const std::string& key) const;      // present and not None
   int64_t integer(const std::string& key) const;  // required
   int64_t integer_or(const std::string& key, int64_t fallback) const;
   double number_or(const std::string& key, double fallback) const;

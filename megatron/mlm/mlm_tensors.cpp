@@ -1,12 +1,12 @@
 #include "megatron/mlm/mlm_tensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <regex>
 #include <set>
 
 #include "megatron/core/error.h"
-#include <cmath>
 #include "megatron/hf/hf_dtype.h"
 
 namespace megatron::mlm {
@@ -20,7 +20,8 @@ using Kind = PickleValue::Kind;
 constexpr const char* kLayers = "decoder.layers.";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 const char* safetensors_dtype(DType d) {
@@ -40,18 +41,25 @@ const char* safetensors_dtype(DType d) {
 // parallel layers' rows (and the vocabulary), 1 for the row-parallel layers' columns, -1 for a
 // replicated tensor, -2 when not known here.
 int tp_split_dim(const std::string& name) {
-  static const std::vector<std::string> rows = {
-      "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
-      "mlp.linear_fc1.weight", "mlp.linear_fc1.bias", "embedding.word_embeddings.weight",
-      "output_layer.weight"};
+  static const std::vector<std::string> rows = {"self_attention.linear_qkv.weight",
+                                                "self_attention.linear_qkv.bias",
+                                                "mlp.linear_fc1.weight",
+                                                "mlp.linear_fc1.bias",
+                                                "embedding.word_embeddings.weight",
+                                                "output_layer.weight"};
   static const std::vector<std::string> columns = {"self_attention.linear_proj.weight",
                                                    "mlp.linear_fc2.weight"};
-  static const std::vector<std::string> replicated = {
-      "input_layernorm.weight", "input_layernorm.bias", "pre_mlp_layernorm.weight",
-      "pre_mlp_layernorm.bias", "self_attention.linear_proj.bias", "mlp.linear_fc2.bias",
-      "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight",
-      "decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
-      "embedding.position_embeddings.weight"};
+  static const std::vector<std::string> replicated = {"input_layernorm.weight",
+                                                      "input_layernorm.bias",
+                                                      "pre_mlp_layernorm.weight",
+                                                      "pre_mlp_layernorm.bias",
+                                                      "self_attention.linear_proj.bias",
+                                                      "mlp.linear_fc2.bias",
+                                                      "self_attention.q_layernorm.weight",
+                                                      "self_attention.k_layernorm.weight",
+                                                      "decoder.final_layernorm.weight",
+                                                      "decoder.final_layernorm.bias",
+                                                      "embedding.position_embeddings.weight"};
   for (const auto& s : rows)
     if (ends_with(name, s)) return 0;
   for (const auto& s : columns)
@@ -302,13 +310,14 @@ std::vector<float> MlmTensors::read(const std::string& name,
                  Shape(e.shape.begin(), e.shape.end()).str(), ", the model needs ",
                  Shape(shape.begin(), shape.end()).str());
   std::vector<float> out =
-      e.pieces.empty() ? to_fp32(dcp_->read_box(e.dcp_name, e.dcp_offset, e.dcp_extent), e.where,
-                                 name)
-                       : read_legacy(name, e);
+      e.pieces.empty()
+          ? to_fp32(dcp_->read_box(e.dcp_name, e.dcp_offset, e.dcp_extent), e.where, name)
+          : read_legacy(name, e);
   int64_t bad = 0;
   for (float v : out) bad += std::isfinite(v) ? 0 : 1;
-  MT_INPUT_CHECK(bad == 0, e.where, ": tensor '", name, "' holds ", bad,
-                 " non-finite values: the checkpoint is damaged or was saved after a diverged step");
+  MT_INPUT_CHECK(
+      bad == 0, e.where, ": tensor '", name, "' holds ", bad,
+      " non-finite values: the checkpoint is damaged or was saved after a diverged step");
   return out;
 }
 

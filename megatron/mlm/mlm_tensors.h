@@ -6,7 +6,8 @@
 // Names are Megatron-Core's, with the layer number in them and the norms under their own
 // modules whichever layer spec saved them: `embedding.word_embeddings.weight`,
 // `decoder.layers.3.input_layernorm.weight` (Transformer Engine's spec saves it as
-// `self_attention.linear_qkv.layer_norm_weight`), `decoder.layers.3.self_attention.linear_qkv.weight`
+// `self_attention.linear_qkv.layer_norm_weight`),
+// `decoder.layers.3.self_attention.linear_qkv.weight`
 // ([groups, heads/groups + 2, head_dim] x hidden rows), `decoder.layers.3.pre_mlp_layernorm.weight`
 // (TE: `mlp.linear_fc1.layer_norm_weight`), `decoder.layers.3.mlp.linear_fc1.weight` (with
 // SwiGLU the gate's rows, then the up projection's), `decoder.final_layernorm.weight`,

@@ -11,7 +11,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 runs=1000000 seconds=0 out="$root/build-fuzz/campaign" timeout=10
-targets="fuzz_idx_reader fuzz_safetensors fuzz_checkpoint_metadata fuzz_recipe fuzz_jsonl fuzz_tokenizer_files fuzz_tokenizer_json fuzz_sft_jsonl fuzz_local_shard fuzz_pickle fuzz_zip_reader"
+targets="fuzz_idx_reader fuzz_safetensors fuzz_checkpoint_metadata fuzz_recipe fuzz_jsonl fuzz_tokenizer_files fuzz_tokenizer_json fuzz_sft_jsonl fuzz_local_shard fuzz_pickle fuzz_zip_reader fuzz_distcp"
 while [ $# -gt 0 ]; do
   case "$1" in
     --runs) runs="$2"; shift 2 ;;

@@ -79,10 +79,14 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return bytes;
 }
 
+constexpr int64_t kMaxElements = int64_t{1} << 48;  // far beyond any tensor; no overflow below
+
+// Elements of a shape, saturated at kMaxElements + 1 (a shape past the limit is refused).
 int64_t numel_of(const std::vector<int64_t>& shape) {
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  for (int64_t d : shape) n = n > (kMaxElements + 1) / d ? kMaxElements + 1 : n * d;
+  return std::min(n, kMaxElements + 1);
 }
 
 PieceGeometry box_geometry(const std::vector<int64_t>& shape, const std::vector<int64_t>& offset,
@@ -150,6 +154,8 @@ void DcpCheckpoint::read_metadata() {
     t.name = name->text;
     t.dtype = dtype_of(field(*meta, "properties", what), what);
     t.shape = size_of(field(*meta, "size", what), what, "size");
+    MT_INPUT_CHECK(numel_of(t.shape) <= kMaxElements && t.shape.size() <= Shape::kMaxDims, what,
+                   ": shape of implausible size");
     const PickleValue& chunks = field(*meta, "chunks", what);
     MT_INPUT_CHECK(chunks.is(Kind::List), what, ": chunks is not a list");
     int64_t covered = 0;

@@ -27,6 +27,7 @@ class MlmArgs {
   MlmArgs() = default;
   MlmArgs(checkpoint::PickleRef namespace_, std::string where);
   const std::string& where() const { return where_; }
+  const checkpoint::PickleRef& namespace_value() const { return ns_; }
   std::vector<std::string> keys() const;  // in the order saved
   bool has(const std::string& key) const { return find(key) != nullptr; }
   // Unset keys and None read as the fallback; a value of another type is an InputError naming

@@ -4,6 +4,8 @@
 //     fine-tuning recipe for it when no --recipe is given.
 //   --from-megatron MEGATRON_DIR --to DIR: a native checkpoint (DIR/iter_NNNNNNN, Megatron's
 //     iteration) of a Megatron-LM checkpoint (torch_dist or torch), DIR/recipe.yaml from its args.
+//   --from DIR --to-megatron OUT: a Megatron-LM save directory (torch_dist or torch) of a native
+//     checkpoint's weights.
 //   --from DIR --to-hf HF_DIR: config.json and safetensors (sharded past --max-shard-size) from
 //     a native checkpoint of any layout.
 // Exit codes: 0 ok, 1 bad input (files, configs, recipes), 2 usage.
@@ -18,6 +20,7 @@
 #include "megatron/hf/hf_dtype.h"
 #include "models/hf_checkpoint.h"
 #include "models/hf_peft.h"
+#include "models/mlm_export.h"
 #include "models/mlm_import.h"
 #include "tools/cli_flags.h"
 
@@ -30,6 +33,9 @@ constexpr const char* kUsage = R"(usage:
                      [--tensor-parallel N] [--pipeline-parallel N] [--expert-parallel N]
   convert_checkpoint --from-megatron MEGATRON_DIR [--iteration N] --to DIR
                      [--recipe R [--set key=value ...]] [--tensor-parallel N] [--pipeline-parallel N]
+  convert_checkpoint --from DIR [--iteration N] --to-megatron OUT [--format torch_dist|torch]
+                     [--tensor-parallel N] [--pipeline-parallel N] [--dtype fp32|bf16|fp16]
+                     [--megatron-layer-spec transformer_engine|local]
   convert_checkpoint --from DIR [--iteration N] --to-hf HF_DIR [--dtype fp32|bf16|fp16]
                      [--architecture NAME] [--max-shard-size N[KB|MB|GB|KiB|MiB|GiB]]
                      [--no-merge-lora | --peft-adapter ADAPTER_DIR]
@@ -49,6 +55,11 @@ recipe.yaml (model, training, optimizer and schedule from the saved args; checkp
 with checkpoint.finetune, the optimizer's state not being imported yet) and megatron_args.txt
 (each arg mapped to a recipe key or ignored). Pickles are read by a restricted unpickler:
 nothing in the checkpoint is run.
+Megatron-LM export (--to-megatron): OUT (new or empty) gets latest_checkpointed_iteration.txt and
+iter_NNNNNNN in --format torch_dist (default: one data file, loadable into any layout) or torch
+(mp_rank files for --tensor-parallel x --pipeline-parallel, named for --megatron-layer-spec,
+default transformer_engine as Megatron-LM's default --transformer-impl), the args from the
+recipe. Weights only: load it with --no-load-optim --no-load-rng, or --finetune.
 Export (--to-hf): writes HF_DIR (which must not exist or be empty) with config.json and the
 weights in --dtype (default: the dtype the checkpoint was imported from, else fp32). The
 architecture is the imported one, or chosen from the model (gpt: GPT2LMHeadModel, llama:
@@ -64,7 +75,8 @@ Qwen2ForCausalLM, MixtralForCausalLM, BertForPreTraining, BertForMaskedLM.
 )";
 
 struct Args {
-  std::string from_hf, from_megatron, to, from, to_hf, recipe, dtype, architecture, peft_adapter;
+  std::string from_hf, from_megatron, to, from, to_hf, to_megatron, recipe, dtype, architecture,
+      peft_adapter, format, layer_spec;
   bool no_merge_lora = false;
   std::vector<std::string> sets;
   std::optional<int64_t> iteration, tp, pp, ep;
@@ -110,6 +122,12 @@ Args parse(int argc, char** argv) {
       a.from = flags.value();
     else if (f == "--to-hf")
       a.to_hf = flags.value();
+    else if (f == "--to-megatron")
+      a.to_megatron = flags.value();
+    else if (f == "--format")
+      a.format = flags.value();
+    else if (f == "--megatron-layer-spec")
+      a.layer_spec = flags.value();
     else if (f == "--recipe")
       a.recipe = flags.value();
     else if (f == "--set")
@@ -136,7 +154,7 @@ Args parse(int argc, char** argv) {
       flags.fail("unexpected argument '" + f + "'");
   }
   const bool import = !a.from_hf.empty() || !a.from_megatron.empty() || !a.to.empty();
-  const bool exp = !a.from.empty() || !a.to_hf.empty();
+  const bool exp = !a.from.empty() || !a.to_hf.empty() || !a.to_megatron.empty();
   if (import == exp)
     usage_error(
         "give either --from-hf HF_DIR --to DIR, --from-megatron MEGATRON_DIR --to DIR or --from "
@@ -151,7 +169,24 @@ Args parse(int argc, char** argv) {
     usage_error(
         "--from-megatron takes --iteration, --recipe, --set, --tensor-parallel and "
         "--pipeline-parallel");
-  if (exp && (a.from.empty() || a.to_hf.empty())) usage_error("--from and --to-hf go together");
+  if (!a.to_hf.empty() && !a.to_megatron.empty())
+    usage_error("--to-hf and --to-megatron are two exports: give one");
+  if (exp && (a.from.empty() || (a.to_hf.empty() && a.to_megatron.empty())))
+    usage_error("--from and --to-hf (or --to-megatron) go together");
+  if ((!a.format.empty() || !a.layer_spec.empty()) && a.to_megatron.empty())
+    usage_error("--format and --megatron-layer-spec are --to-megatron flags");
+  if (!a.format.empty() && a.format != "torch_dist" && a.format != "torch")
+    usage_error("--format must be torch_dist or torch, got '" + a.format + "'");
+  if (!a.layer_spec.empty() && a.layer_spec != "transformer_engine" && a.layer_spec != "local")
+    usage_error("--megatron-layer-spec must be transformer_engine or local, got '" + a.layer_spec +
+                "'");
+  if (!a.to_megatron.empty() && (!a.architecture.empty() || a.no_merge_lora ||
+                                 !a.peft_adapter.empty() || a.ep))
+    usage_error("--architecture, --no-merge-lora, --peft-adapter and --expert-parallel are not "
+                "--to-megatron flags");
+  if (!a.to_megatron.empty() && a.format != "torch" && (a.tp || a.pp))
+    usage_error("--tensor-parallel and --pipeline-parallel lay out --format torch's rank files "
+                "(torch_dist loads into any layout)");
   if (!a.from_hf.empty() && (!a.dtype.empty() || !a.architecture.empty() || a.iteration ||
                              a.no_merge_lora || !a.peft_adapter.empty()))
     usage_error(
@@ -159,7 +194,7 @@ Args parse(int argc, char** argv) {
         "flags");
   if (a.no_merge_lora && !a.peft_adapter.empty())
     usage_error("--peft-adapter already exports the base unmerged; drop --no-merge-lora");
-  if (exp && (!a.recipe.empty() || !a.sets.empty() || a.tp || a.pp || a.ep))
+  if (exp && (!a.recipe.empty() || !a.sets.empty() || (a.to_megatron.empty() && (a.tp || a.pp || a.ep))))
     usage_error("--recipe, --set and the layout flags are import flags");
   if (!a.sets.empty() && a.recipe.empty()) usage_error("--set needs --recipe");
   if (!a.dtype.empty() && hf::dtype_from_flag(a.dtype).empty())
@@ -211,6 +246,28 @@ int import_megatron(const Args& a) {
   return 0;
 }
 
+int export_megatron(const Args& a) {
+  const auto t0 = std::chrono::steady_clock::now();
+  models::MegatronExportOptions o;
+  o.native_dir = a.from, o.iteration = a.iteration, o.out_dir = a.to_megatron;
+  o.format = a.format == "torch" ? mlm::Format::Torch : mlm::Format::TorchDist;
+  o.tp = a.tp.value_or(1), o.pp = a.pp.value_or(1);
+  o.spec = a.layer_spec == "local" ? mlm::LayerSpec::Local : mlm::LayerSpec::TransformerEngine;
+  o.dtype = hf::dtype_from_flag(a.dtype);
+  const models::MegatronExportResult r = models::export_megatron_checkpoint(o);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("exported %s (iteration %lld, %zu tensors, padded vocabulary %lld) to %s as "
+              "Megatron-LM %s, %s\n",
+              r.checkpoint_path.c_str(), static_cast<long long>(r.iteration), r.tensors,
+              static_cast<long long>(r.padded_vocab), a.to_megatron.c_str(),
+              mlm::format_name(o.format), hf::torch_name(r.dtype).c_str());
+  std::printf("load it in Megatron-LM with --load %s --no-load-optim --no-load-rng%s\n",
+              a.to_megatron.c_str(),
+              o.format == mlm::Format::Torch ? "" : " (any --tensor/--pipeline-model-parallel-size)");
+  std::printf("time %.2f s, peak RSS %.1f MiB\n", secs, peak_rss_mib());
+  return 0;
+}
+
 int export_hf(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   models::HfExportOptions o;
@@ -246,6 +303,7 @@ int main(int argc, char** argv) {
   const Args a = parse(argc, argv);
   try {
     if (!a.from_megatron.empty()) return import_megatron(a);
+    if (!a.to_megatron.empty()) return export_megatron(a);
     return a.from_hf.empty() ? export_hf(a) : import_hf(a);
   } catch (const megatron::InputError& e) {
     std::fprintf(stderr, "convert_checkpoint: %s\n", e.what());

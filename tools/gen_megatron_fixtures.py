@@ -13,6 +13,16 @@ Run by hand (CPU, gloo; nothing here is used by the build or the tests):
         --out tests/fixtures/megatron/${model}_tp2_pp2_${fmt}
     done; done
 
+Checking an export of this project (convert_checkpoint --to-megatron) in Megatron-LM itself:
+
+    PYTHONPATH=/tmp/Megatron-LM /tmp/mc-venv/bin/torchrun --nproc-per-node 4 \
+      tools/gen_megatron_fixtures.py --model llama --format torch --tp 2 --pp 2 \
+      --check EXPORT_DIR --out tests/fixtures/megatron/llama_tp2_pp2_torch
+
+builds the same model, loads EXPORT_DIR with Megatron-LM's load_checkpoint (--load EXPORT_DIR
+--no-load-optim --no-load-rng; args checked against the checkpoint's as Megatron does) and
+prints the largest difference of its logits from the fixture's (`--out`) logits.bin.
+
 Each run builds a tiny GPT (LayerNorm, GeLU, biases, learned positions, tied embeddings) or
 LLaMA-style model (RMSNorm, SwiGLU, grouped-query attention, rope, untied, no biases) with
 Megatron-Core's GPTModel as Megatron-LM's pretrain_gpt.py builds it (the local layer spec:
@@ -43,6 +53,16 @@ torch.cuda.synchronize = lambda *a, **k: None
 torch.cuda.current_device = lambda: "cpu"
 torch.cuda.get_rng_state = torch.get_rng_state
 torch.Tensor.cuda = lambda self, *a, **k: self  # the tied embedding's first all-reduce
+_tensor = torch.tensor
+
+
+def _tensor_on_cpu(*args, **kwargs):  # Megatron-LM's load makes small tensors on "cuda"
+    if kwargs.get("device") == "cuda":
+        kwargs["device"] = "cpu"
+    return _tensor(*args, **kwargs)
+
+
+torch.tensor = _tensor_on_cpu
 
 
 def _no_fork(self, name=None):  # the CUDA RNG tracker's fork (dropout is off here)
@@ -174,6 +194,37 @@ def save(args, model, opts):
             f.write(str(ITERATION))
 
 
+def check(args, model, opts):
+    """Megatron-LM's own load of an exported checkpoint, then the fixture's logits."""
+    from megatron.core import parallel_state as ps
+    from megatron.training import checkpointing as ck
+
+    for p in model.parameters():  # what the load must overwrite
+        p.data.fill_(float("nan"))
+    args.load, args.no_load_optim, args.no_load_rng = opts.check, True, True
+    args.exit_on_missing_checkpoint = True
+    args.auto_detect_ckpt_format = True
+    from megatron.core.num_microbatches_calculator import init_num_microbatches_calculator
+
+    init_num_microbatches_calculator(dist.get_rank(), None, args.global_batch_size,
+                                     args.micro_batch_size, args.data_parallel_size)
+    iteration, _ = ck.load_checkpoint([model], None, None, strict=True)
+    with open(os.path.join(opts.out, "expected.json")) as f:
+        expected = json.load(f)
+    tokens = torch.tensor(expected["tokens"])
+    logits = pipeline_logits(model, tokens)
+    if logits is not None and ps.get_tensor_model_parallel_rank() == 0:
+        import numpy as np
+
+        ref = torch.from_numpy(np.fromfile(os.path.join(opts.out, "logits.bin"), dtype=np.float32))
+        ref = ref.reshape(logits.shape)
+        err = ((logits - ref).abs().max() / ref.abs().max()).item()
+        print(f"CHECK {opts.check}: Megatron-LM loaded iteration {iteration}; logits rel error "
+              f"{err:.3g} vs {opts.out}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--model", choices=["gpt", "llama"], required=True)
@@ -181,6 +232,7 @@ def main():
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--pp", type=int, default=2)
     p.add_argument("--out", required=True)
+    p.add_argument("--check", help="a checkpoint to load and compare with --out's logits")
     opts = p.parse_args()
     dist.init_process_group("gloo")
     from megatron.core.tensor_parallel import random as tp_random
@@ -193,6 +245,8 @@ def main():
     args = build_args(opts)
     torch.manual_seed(args.seed)
     model = build_model(args)
+    if opts.check:
+        return check(args, model, opts)
     generator = torch.Generator().manual_seed(7)
     tokens = torch.randint(0, args.vocab_size, (BATCH, SEQ), generator=generator)
     logits = pipeline_logits(model, tokens)

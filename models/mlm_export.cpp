@@ -34,7 +34,9 @@ const char* tokenizer_type(config::TokenizerType t) {
 }
 
 const char* decay_style(config::LrDecay d) {
-  return d == config::LrDecay::Cosine ? "cosine" : d == config::LrDecay::Linear ? "linear" : "constant";
+  return d == config::LrDecay::Cosine   ? "cosine"
+         : d == config::LrDecay::Linear ? "linear"
+                                        : "constant";
 }
 
 // The model keys a Megatron-LM run of this model is configured with; refuses what the import
@@ -125,12 +127,12 @@ Py megatron_args_for(const config::Recipe& r, int64_t padded_vocab, int64_t iter
   set("adam_eps", Py::real_value(o.eps));
   set("clip_grad", Py::real_value(o.clip_grad));
   set("lr_warmup_iters", Py::integer_value(o.schedule.warmup_iters));
-  set("lr_decay_iters", o.schedule.decay_iters ? Py::integer_value(*o.schedule.decay_iters)
-                                               : Py::none());
+  set("lr_decay_iters",
+      o.schedule.decay_iters ? Py::integer_value(*o.schedule.decay_iters) : Py::none());
   set("lr_decay_style", Py::str(decay_style(o.schedule.decay)));
   set("use_distributed_optimizer", Py::boolean_value(false));
-  set("tokenizer_type", Py::str(tokenizer_type(
-                                r.data.tokenizer.type.value_or(config::TokenizerType::Null))));
+  set("tokenizer_type",
+      Py::str(tokenizer_type(r.data.tokenizer.type.value_or(config::TokenizerType::Null))));
   set("ckpt_format", Py::str(mlm::format_name(format)));
   set("iteration", Py::integer_value(iteration));
   set("consumed_train_samples", Py::integer_value(consumed_samples));
@@ -143,8 +145,8 @@ MegatronExportResult export_megatron_checkpoint(const MegatronExportOptions& o) 
   const checkpoint::CheckpointIndex& index = native.index();
   const config::Recipe recipe = recipe_of_checkpoint(index);
   const config::ModelConfig& m = recipe.model;
-  MT_INPUT_CHECK(m.arch == config::Arch::GPT || m.arch == config::Arch::LLaMA,
-                 index.path, ": a ", config::option_name(m.arch),
+  MT_INPUT_CHECK(m.arch == config::Arch::GPT || m.arch == config::Arch::LLaMA, index.path, ": a ",
+                 config::option_name(m.arch),
                  " model; GPT-family decoders export to Megatron-LM here");
   MT_INPUT_CHECK(!m.moe.enabled() && !m.mla.enabled(), index.path,
                  ": mixture-of-experts and multi-latent attention models do not export to "
@@ -180,14 +182,13 @@ MegatronExportResult export_megatron_checkpoint(const MegatronExportOptions& o) 
   s.swiglu = m.activation == config::Activation::SwiGLU;
   s.tied_embeddings = m.tie_embeddings;
   s.spec = o.spec;
-  const std::string dtype = !o.dtype.empty() ? o.dtype
+  const std::string dtype = !o.dtype.empty()                                       ? o.dtype
                             : recipe.training.precision == config::Precision::BF16 ? "BF16"
                                                                                    : "F32";
   s.dtype = dtype == "BF16" ? DType::BF16 : dtype == "F16" ? DType::F16 : DType::F32;
-  MT_INPUT_CHECK(o.format == mlm::Format::TorchDist || (m.num_layers % o.pp == 0 &&
-                                                         m.num_attention_heads % o.tp == 0 &&
-                                                         m.query_groups() % o.tp == 0 &&
-                                                         m.ffn() % o.tp == 0 && Vp % o.tp == 0),
+  MT_INPUT_CHECK(o.format == mlm::Format::TorchDist ||
+                     (m.num_layers % o.pp == 0 && m.num_attention_heads % o.tp == 0 &&
+                      m.query_groups() % o.tp == 0 && m.ffn() % o.tp == 0 && Vp % o.tp == 0),
                  "--tensor-parallel ", o.tp, " --pipeline-parallel ", o.pp,
                  ": the model's layers, heads, query groups, ffn and vocabulary must divide");
   const int64_t consumed = index.metadata.value("consumed_samples", int64_t{0});

@@ -180,13 +180,15 @@ Args parse(int argc, char** argv) {
   if (!a.layer_spec.empty() && a.layer_spec != "transformer_engine" && a.layer_spec != "local")
     usage_error("--megatron-layer-spec must be transformer_engine or local, got '" + a.layer_spec +
                 "'");
-  if (!a.to_megatron.empty() && (!a.architecture.empty() || a.no_merge_lora ||
-                                 !a.peft_adapter.empty() || a.ep))
-    usage_error("--architecture, --no-merge-lora, --peft-adapter and --expert-parallel are not "
-                "--to-megatron flags");
+  if (!a.to_megatron.empty() &&
+      (!a.architecture.empty() || a.no_merge_lora || !a.peft_adapter.empty() || a.ep))
+    usage_error(
+        "--architecture, --no-merge-lora, --peft-adapter and --expert-parallel are not "
+        "--to-megatron flags");
   if (!a.to_megatron.empty() && a.format != "torch" && (a.tp || a.pp))
-    usage_error("--tensor-parallel and --pipeline-parallel lay out --format torch's rank files "
-                "(torch_dist loads into any layout)");
+    usage_error(
+        "--tensor-parallel and --pipeline-parallel lay out --format torch's rank files "
+        "(torch_dist loads into any layout)");
   if (!a.from_hf.empty() && (!a.dtype.empty() || !a.architecture.empty() || a.iteration ||
                              a.no_merge_lora || !a.peft_adapter.empty()))
     usage_error(
@@ -194,7 +196,8 @@ Args parse(int argc, char** argv) {
         "flags");
   if (a.no_merge_lora && !a.peft_adapter.empty())
     usage_error("--peft-adapter already exports the base unmerged; drop --no-merge-lora");
-  if (exp && (!a.recipe.empty() || !a.sets.empty() || (a.to_megatron.empty() && (a.tp || a.pp || a.ep))))
+  if (exp &&
+      (!a.recipe.empty() || !a.sets.empty() || (a.to_megatron.empty() && (a.tp || a.pp || a.ep))))
     usage_error("--recipe, --set and the layout flags are import flags");
   if (!a.sets.empty() && a.recipe.empty()) usage_error("--set needs --recipe");
   if (!a.dtype.empty() && hf::dtype_from_flag(a.dtype).empty())
@@ -256,14 +259,16 @@ int export_megatron(const Args& a) {
   o.dtype = hf::dtype_from_flag(a.dtype);
   const models::MegatronExportResult r = models::export_megatron_checkpoint(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("exported %s (iteration %lld, %zu tensors, padded vocabulary %lld) to %s as "
-              "Megatron-LM %s, %s\n",
-              r.checkpoint_path.c_str(), static_cast<long long>(r.iteration), r.tensors,
-              static_cast<long long>(r.padded_vocab), a.to_megatron.c_str(),
-              mlm::format_name(o.format), hf::torch_name(r.dtype).c_str());
-  std::printf("load it in Megatron-LM with --load %s --no-load-optim --no-load-rng%s\n",
-              a.to_megatron.c_str(),
-              o.format == mlm::Format::Torch ? "" : " (any --tensor/--pipeline-model-parallel-size)");
+  std::printf(
+      "exported %s (iteration %lld, %zu tensors, padded vocabulary %lld) to %s as "
+      "Megatron-LM %s, %s\n",
+      r.checkpoint_path.c_str(), static_cast<long long>(r.iteration), r.tensors,
+      static_cast<long long>(r.padded_vocab), a.to_megatron.c_str(), mlm::format_name(o.format),
+      hf::torch_name(r.dtype).c_str());
+  std::printf(
+      "load it in Megatron-LM with --load %s --no-load-optim --no-load-rng%s\n",
+      a.to_megatron.c_str(),
+      o.format == mlm::Format::Torch ? "" : " (any --tensor/--pipeline-model-parallel-size)");
   std::printf("time %.2f s, peak RSS %.1f MiB\n", secs, peak_rss_mib());
   return 0;
 }

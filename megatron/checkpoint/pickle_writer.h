@@ -12,15 +12,28 @@
 namespace megatron::checkpoint {
 
 struct Py {
-  enum class Kind { None, Bool, Int, Float, Str, Tuple, List, Dict, Global, Reduce, NewObj, PersId };
+  enum class Kind {
+    None,
+    Bool,
+    Int,
+    Float,
+    Str,
+    Tuple,
+    List,
+    Dict,
+    Global,
+    Reduce,
+    NewObj,
+    PersId
+  };
   Kind kind = Kind::None;
   bool boolean = false;
   int64_t integer = 0;
   double real = 0;
-  std::string text;                          // Str; Global: "module.name" split at the last '.'
-  std::vector<Py> items;                     // Tuple, List; Reduce: {callable, args tuple}
-  std::vector<std::pair<Py, Py>> dict;       // Dict; Reduce/NewObj: SETITEMS after building
-  std::vector<Py> state;                     // Reduce/NewObj: BUILD's argument (0 or 1)
+  std::string text;                     // Str; Global: "module.name" split at the last '.'
+  std::vector<Py> items;                // Tuple, List; Reduce: {callable, args tuple}
+  std::vector<std::pair<Py, Py>> dict;  // Dict; Reduce/NewObj: SETITEMS after building
+  std::vector<Py> state;                // Reduce/NewObj: BUILD's argument (0 or 1)
 
   static Py none() { return {}; }
   static Py boolean_value(bool b);

@@ -45,11 +45,10 @@ Py torch_tensor_reference(int64_t key, DType dtype, const std::vector<int64_t>& 
   for (size_t i = shape.size(); i-- > 0;) stride[i] = Py::integer_value(s), s *= shape[i];
   // ('storage', class, key, location, numel), as torch.save's persistent_id
   const Py id = Py::tuple({Py::str("storage"), Py::global("torch", storage_class(dtype)),
-                           Py::str(std::to_string(key)), Py::str("cpu"),
-                           Py::integer_value(numel)});
+                           Py::str(std::to_string(key)), Py::str("cpu"), Py::integer_value(numel)});
   return Py::reduce(Py::global("torch._utils", "_rebuild_tensor_v2"),
-                    {Py::persistent(id), Py::integer_value(0), Py::tuple(size),
-                     Py::tuple(stride), Py::boolean_value(false), Py::ordered_dict({})});
+                    {Py::persistent(id), Py::integer_value(0), Py::tuple(size), Py::tuple(stride),
+                     Py::boolean_value(false), Py::ordered_dict({})});
 }
 
 TorchArchiveWriter::TorchArchiveWriter(std::ofstream& out, std::string archive, std::string where)
@@ -91,7 +90,8 @@ void TorchArchiveWriter::begin_entry(const std::string& name, uint64_t size) {
 }
 
 void TorchArchiveWriter::write(const void* data, uint64_t bytes) {
-  MT_CHECK(open_ && written_ + bytes <= entries_.back().size, "torch archive: write past the entry");
+  MT_CHECK(open_ && written_ + bytes <= entries_.back().size,
+           "torch archive: write past the entry");
   out_.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   entries_.back().crc = zip_crc32(entries_.back().crc, data, bytes);
   written_ += bytes;
@@ -117,7 +117,9 @@ void TorchArchiveWriter::whole_entry(const std::string& name, const std::string&
   end_entry();
 }
 
-void TorchArchiveWriter::write_pickle(const std::string& pickle) { whole_entry("data.pkl", pickle); }
+void TorchArchiveWriter::write_pickle(const std::string& pickle) {
+  whole_entry("data.pkl", pickle);
+}
 
 void TorchArchiveWriter::begin_storage(int64_t key, uint64_t bytes) {
   begin_entry("data/" + std::to_string(key), bytes);

@@ -8,6 +8,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/hf/hf_dtype.h"
+#include "megatron/mlm/mlm_layout.h"
 
 namespace megatron::mlm {
 namespace {
@@ -35,42 +36,6 @@ const char* safetensors_dtype(DType d) {
     default:
       return "";
   }
-}
-
-// How Megatron-Core splits a (canonical) tensor over tensor parallelism: 0 for the column-
-// parallel layers' rows (and the vocabulary), 1 for the row-parallel layers' columns, -1 for a
-// replicated tensor, -2 when not known here.
-int tp_split_dim(const std::string& name) {
-  static const std::vector<std::string> rows = {"self_attention.linear_qkv.weight",
-                                                "self_attention.linear_qkv.bias",
-                                                "mlp.linear_fc1.weight",
-                                                "mlp.linear_fc1.bias",
-                                                "embedding.word_embeddings.weight",
-                                                "output_layer.weight"};
-  static const std::vector<std::string> columns = {"self_attention.linear_proj.weight",
-                                                   "mlp.linear_fc2.weight"};
-  static const std::vector<std::string> replicated = {"input_layernorm.weight",
-                                                      "input_layernorm.bias",
-                                                      "pre_mlp_layernorm.weight",
-                                                      "pre_mlp_layernorm.bias",
-                                                      "self_attention.linear_proj.bias",
-                                                      "mlp.linear_fc2.bias",
-                                                      "self_attention.q_layernorm.weight",
-                                                      "self_attention.k_layernorm.weight",
-                                                      "decoder.final_layernorm.weight",
-                                                      "decoder.final_layernorm.bias",
-                                                      "embedding.position_embeddings.weight"};
-  for (const auto& s : rows)
-    if (ends_with(name, s)) return 0;
-  for (const auto& s : columns)
-    if (ends_with(name, s)) return 1;
-  for (const auto& s : replicated)
-    if (ends_with(name, s)) return -1;
-  return -2;
-}
-
-bool gated_fc1(const std::string& name) {
-  return ends_with(name, "mlp.linear_fc1.weight") || ends_with(name, "mlp.linear_fc1.bias");
 }
 
 std::vector<float> to_fp32(const Tensor& t, const std::string& where, const std::string& name) {
@@ -113,15 +78,6 @@ std::set<int64_t> local_layers(const PickleValue& model) {
 }
 
 }  // namespace
-
-std::string canonical_layer_key(const std::string& key) {
-  static const std::vector<std::pair<std::string, std::string>> fused = {
-      {"self_attention.linear_qkv.layer_norm_", "input_layernorm."},
-      {"mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm."}};
-  for (const auto& [from, to] : fused)
-    if (key.rfind(from, 0) == 0) return to + key.substr(from.size());
-  return key;
-}
 
 MlmTensors::MlmTensors(const MlmCheckpoint& checkpoint) : ckpt_(checkpoint) {
   swiglu_ = ckpt_.args.boolean_or("swiglu", false);
@@ -289,11 +245,7 @@ std::vector<float> MlmTensors::read_legacy(const std::string& name, const Entry&
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t r = 0; r < local; ++r) {
         // SwiGLU's fc1: rank t's [gate_t | up_t] go to gate rows t and up rows t.
-        int64_t g = t * local + r;
-        if (e.gated) {
-          const int64_t half = local / 2;
-          g = r < half ? t * half + r : e.shape[d] / 2 + t * half + (r - half);
-        }
+        const int64_t g = global_row(t, r, local, e.shape[d], e.gated);
         std::copy_n(piece.begin() + (o * local + r) * inner, inner,
                     out.begin() + (o * e.shape[d] + g) * inner);
       }

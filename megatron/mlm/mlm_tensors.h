@@ -28,6 +28,7 @@
 #include "megatron/checkpoint/torch_file.h"
 #include "megatron/hf/tensor_source.h"
 #include "megatron/mlm/mlm_checkpoint.h"
+#include "megatron/mlm/mlm_layout.h"
 
 namespace megatron::mlm {
 
@@ -76,10 +77,5 @@ class MlmTensors : public hf::TensorSource {
   std::vector<std::unique_ptr<checkpoint::TorchFile>> files_;
   std::map<std::string, Entry> entries_;
 };
-
-// The layer-spec-independent name of a layer-relative key (`self_attention.linear_qkv.
-// layer_norm_weight` -> `input_layernorm.weight`, `mlp.linear_fc1.layer_norm_bias` ->
-// `pre_mlp_layernorm.bias`); others as they are.
-std::string canonical_layer_key(const std::string& key);
 
 }  // namespace megatron::mlm

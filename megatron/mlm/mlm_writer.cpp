@@ -11,6 +11,7 @@
 #include "megatron/checkpoint/torch_save.h"
 #include "megatron/core/error.h"
 #include "megatron/hf/hf_dtype.h"
+#include "megatron/mlm/mlm_layout.h"
 
 namespace megatron::mlm {
 namespace {
@@ -35,17 +36,6 @@ LayerName parse_name(const std::string& name) {
   return {std::stoll(m[1]), m[2]};
 }
 
-// Transformer Engine's spelling of the norms fused into the next linear layer (what
-// torch_dist keys use for dense layers with either spec).
-std::string te_key(const std::string& key) {
-  static const std::vector<std::pair<std::string, std::string>> fused = {
-      {"input_layernorm.", "self_attention.linear_qkv.layer_norm_"},
-      {"pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_"}};
-  for (const auto& [from, to] : fused)
-    if (key.rfind(from, 0) == 0) return to + key.substr(from.size());
-  return key;
-}
-
 const char* dtype_text(DType d) {
   return d == DType::BF16 ? "BF16" : d == DType::F16 ? "F16" : "F32";
 }
@@ -65,7 +55,9 @@ Py torch_size(const std::vector<int64_t>& v) {
   return Py::reduce(Py::global("torch", "Size"), {ints(v)});
 }
 Py torch_dtype(DType d) {
-  return Py::global("torch", d == DType::BF16 ? "bfloat16" : d == DType::F16 ? "float16" : "float32");
+  return Py::global("torch", d == DType::BF16  ? "bfloat16"
+                             : d == DType::F16 ? "float16"
+                                               : "float32");
 }
 
 // One torch.save archive appended to `out`: a tensor (or, for an extra-state object, [None]);
@@ -131,10 +123,10 @@ Py common_state(const MlmWriteSpec& s, bool with_content_metadata) {
       {Py::str("iteration"), Py::integer_value(s.iteration)},
       {Py::str("num_floating_point_operations_so_far"), Py::integer_value(0)}};
   if (with_content_metadata)
-    items.push_back({Py::str("content_metadata"),
-                     Py::dictionary({{Py::str("singleton_local_shards"), Py::boolean_value(false)},
-                                     {Py::str("chained_optim_avoid_prefix"),
-                                      Py::boolean_value(true)}})});
+    items.push_back(
+        {Py::str("content_metadata"),
+         Py::dictionary({{Py::str("singleton_local_shards"), Py::boolean_value(false)},
+                         {Py::str("chained_optim_avoid_prefix"), Py::boolean_value(true)}})});
   return Py::dictionary(items);
 }
 
@@ -152,19 +144,18 @@ struct DcpEntry {
 Py tensor_metadata(const DcpEntry& e, DType dtype) {
   const Py properties = dcp_class(
       "TensorProperties",
-      Py::tuple({torch_dtype(dtype),
-                 Py::reduce(Py::global("torch.serialization", "_get_layout"),
-                            {Py::str("torch.strided")}),
-                 Py::boolean_value(false),
-                 Py::reduce(Py::global("torch.distributed.checkpoint.metadata",
-                                       "_MEM_FORMAT_ENCODING"),
-                            {Py::integer_value(0)}),
-                 Py::boolean_value(false)}));
+      Py::tuple(
+          {torch_dtype(dtype),
+           Py::reduce(Py::global("torch.serialization", "_get_layout"), {Py::str("torch.strided")}),
+           Py::boolean_value(false),
+           Py::reduce(Py::global("torch.distributed.checkpoint.metadata", "_MEM_FORMAT_ENCODING"),
+                      {Py::integer_value(0)}),
+           Py::boolean_value(false)}));
   std::vector<Py> chunks;
   for (const auto& [offsets, sizes] : e.chunks)
-    chunks.push_back(dcp_class("ChunkStorageMetadata",
-                               Py::dictionary({{Py::str("offsets"), torch_size(offsets)},
-                                               {Py::str("sizes"), torch_size(sizes)}})));
+    chunks.push_back(
+        dcp_class("ChunkStorageMetadata", Py::dictionary({{Py::str("offsets"), torch_size(offsets)},
+                                                          {Py::str("sizes"), torch_size(sizes)}})));
   return dcp_class("TensorStorageMetadata",
                    Py::dictionary({{Py::str("properties"), properties},
                                    {Py::str("size"), torch_size(e.size)},
@@ -197,7 +188,7 @@ void write_distributed(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& t
   std::vector<std::pair<Py, Py>> storage;
   for (const MlmTensorOut& t : tensors) {
     const LayerName n = parse_name(t.name);
-    const std::string fqn = n.layer < 0 ? t.name : kLayers + te_key(n.key);
+    const std::string fqn = n.layer < 0 ? t.name : kLayers + te_layer_key(n.key);
     std::vector<int64_t> offsets(t.shape.size(), 0), sizes = t.shape;
     if (n.layer >= 0) {
       offsets.insert(offsets.begin(), n.layer);
@@ -227,14 +218,14 @@ void write_distributed(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& t
     }
   out.close();
   MT_INPUT_CHECK(out.good(), data_path.string(), ": cannot write (disk full?)");
-  const Py metadata = dcp_class("Metadata", Py::dictionary({
-                                                {Py::str("state_dict_metadata"),
-                                                 Py::dictionary(state_dict)},
-                                                {Py::str("planner_data"), Py::none()},
-                                                {Py::str("storage_data"), Py::dictionary(storage)},
-                                                {Py::str("storage_meta"), Py::none()},
-                                                {Py::str("version"), Py::str("1.0.0")},
-                                            }));
+  const Py metadata =
+      dcp_class("Metadata", Py::dictionary({
+                                {Py::str("state_dict_metadata"), Py::dictionary(state_dict)},
+                                {Py::str("planner_data"), Py::none()},
+                                {Py::str("storage_data"), Py::dictionary(storage)},
+                                {Py::str("storage_meta"), Py::none()},
+                                {Py::str("version"), Py::str("1.0.0")},
+                            }));
   write_small_file(dir / ".metadata", checkpoint::write_pickle(metadata));
   write_torch_file(dir / "common.pt", common_state(s, true));
   write_small_file(dir / "metadata.json",
@@ -248,27 +239,9 @@ void write_distributed(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& t
 
 namespace {
 
-// How a canonical tensor is split over tensor parallelism (as mlm_tensors.cpp joins it).
-int split_dim(const std::string& name) {
-  static const std::vector<std::string> rows = {
-      "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
-      "mlp.linear_fc1.weight", "mlp.linear_fc1.bias", "embedding.word_embeddings.weight",
-      "output_layer.weight"};
-  static const std::vector<std::string> columns = {"self_attention.linear_proj.weight",
-                                                   "mlp.linear_fc2.weight"};
-  auto ends = [&](const std::string& s) {
-    return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
-  };
-  for (const auto& s : rows)
-    if (ends(s)) return 0;
-  for (const auto& s : columns)
-    if (ends(s)) return 1;
-  return -1;
-}
-
 // Tensor rank t's piece of a global tensor split along `dim` (SwiGLU's fc1: [gate_t | up_t]).
-std::vector<float> tp_piece(const std::vector<float>& x, const std::vector<int64_t>& shape,
-                            int dim, int64_t t, int64_t tp, bool gated) {
+std::vector<float> tp_piece(const std::vector<float>& x, const std::vector<int64_t>& shape, int dim,
+                            int64_t t, int64_t tp, bool gated) {
   if (dim < 0) return x;
   const auto d = static_cast<size_t>(dim);
   int64_t outer = 1, inner = 1;
@@ -278,11 +251,7 @@ std::vector<float> tp_piece(const std::vector<float>& x, const std::vector<int64
   std::vector<float> out(static_cast<size_t>(outer * local * inner));
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t r = 0; r < local; ++r) {
-      int64_t g = t * local + r;
-      if (gated) {
-        const int64_t half = local / 2;
-        g = r < half ? t * half + r : shape[d] / 2 + t * half + (r - half);
-      }
+      const int64_t g = global_row(t, r, local, shape[d], gated);
       std::copy_n(x.begin() + (o * shape[d] + g) * inner, inner,
                   out.begin() + (o * local + r) * inner);
     }
@@ -304,7 +273,7 @@ std::vector<StageTensor> stage_tensors(const MlmWriteSpec& s, const std::vector<
     const LayerName n = parse_name(t.name);
     if (n.layer >= 0) {
       if (n.layer / per_stage != p) continue;
-      const std::string key = s.spec == LayerSpec::TransformerEngine ? te_key(n.key) : n.key;
+      const std::string key = s.spec == LayerSpec::TransformerEngine ? te_layer_key(n.key) : n.key;
       out.push_back({t.name, concat(kLayers, n.layer % per_stage, ".", key), t.shape});
       continue;
     }
@@ -317,7 +286,8 @@ std::vector<StageTensor> stage_tensors(const MlmWriteSpec& s, const std::vector<
       out.push_back({t.name, "output_layer.weight", t.shape});
   }
   for (int64_t l = 0; l < per_stage; ++l)
-    for (const char* m : kLinears) extra_state.push_back(concat(kLayers, l, ".", m, "._extra_state"));
+    for (const char* m : kLinears)
+      extra_state.push_back(concat(kLayers, l, ".", m, "._extra_state"));
   if (p == s.pp - 1) extra_state.push_back("output_layer._extra_state");
   return out;
 }
@@ -333,20 +303,23 @@ void write_rank_files(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& te
     std::vector<std::unique_ptr<TorchArchiveWriter>> writers;
     for (int64_t t = 0; t < s.tp; ++t) {
       const std::string name = s.pp > 1 ? concat("mp_rank_", t < 10 ? "0" : "", t, "_",
-                                                 p < 10 ? "00" : p < 100 ? "0" : "", p)
+                                                 p < 10    ? "00"
+                                                 : p < 100 ? "0"
+                                                           : "",
+                                                 p)
                                         : concat("mp_rank_", t < 10 ? "0" : "", t);
       fs::create_directories(dir / name);
       const fs::path path = dir / name / "model_optim_rng.pt";
       files.push_back(std::make_unique<std::ofstream>(path, std::ios::binary));
-      writers.push_back(std::make_unique<TorchArchiveWriter>(*files.back(), "model_optim_rng",
-                                                             path.string()));
+      writers.push_back(
+          std::make_unique<TorchArchiveWriter>(*files.back(), "model_optim_rng", path.string()));
       std::vector<std::pair<Py, Py>> model;
       for (size_t i = 0; i < stage.size(); ++i) {
         std::vector<int64_t> local = stage[i].shape;
-        const int d = split_dim(stage[i].local);
+        const int d = tp_split_dim(stage[i].global);
         if (d >= 0) local[static_cast<size_t>(d)] /= s.tp;
-        model.push_back({Py::str(stage[i].local),
-                         checkpoint::torch_tensor_reference(static_cast<int64_t>(i), s.dtype, local)});
+        model.push_back({Py::str(stage[i].local), checkpoint::torch_tensor_reference(
+                                                      static_cast<int64_t>(i), s.dtype, local)});
       }
       for (const std::string& k : extra) model.push_back({Py::str(k), Py::none()});
       Py top = common_state(s, false);
@@ -355,8 +328,8 @@ void write_rank_files(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& te
     }
     for (size_t i = 0; i < stage.size(); ++i) {
       const std::vector<float> x = read(stage[i].global);
-      const int d = split_dim(stage[i].local);
-      const bool gated = s.swiglu && stage[i].local.find("mlp.linear_fc1.") != std::string::npos;
+      const int d = tp_split_dim(stage[i].global);
+      const bool gated = s.swiglu && gated_fc1(stage[i].global);
       for (int64_t t = 0; t < s.tp; ++t) {
         const std::vector<char> bytes =
             encode(tp_piece(x, stage[i].shape, d, t, s.tp, gated), s.dtype);

@@ -35,8 +35,8 @@ struct MlmWriteSpec {
   std::string root;  // the save directory (created; must not hold a checkpoint)
   int64_t iteration = 0;
   int64_t num_layers = 0;
-  int64_t tp = 1, pp = 1;  // torch: the layout of the rank files
-  bool swiglu = false;     // torch: fc1 holds [gate | up] per tensor rank
+  int64_t tp = 1, pp = 1;        // torch: the layout of the rank files
+  bool swiglu = false;           // torch: fc1 holds [gate | up] per tensor rank
   bool tied_embeddings = false;  // torch, pp > 1: the last stage keeps a copy as output_layer
   LayerSpec spec = LayerSpec::TransformerEngine;  // torch: the state dict's names
   DType dtype = DType::F32;                       // of every tensor written

@@ -19,6 +19,7 @@
 #include "megatron/mlm/mlm_tensors.h"
 #include "models/mlm_import.h"
 #include "tests/support/test_paths.h"
+#include "tests/unit/mlm_test_util.h"
 
 namespace {
 
@@ -26,38 +27,9 @@ using namespace megatron;
 namespace fs = std::filesystem;
 using checkpoint::PickleValue;
 
-fs::path fixture(const std::string& name) {
-  return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "megatron" / name;
-}
-
-// A writable copy of a fixture (or an empty directory) for the test.
-class Scratch {
- public:
-  explicit Scratch(const std::string& copy_of = "") {
-    path_ = fs::temp_directory_path() /
-            ("mlm_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
-    fs::remove_all(path_);
-    if (copy_of.empty())
-      fs::create_directories(path_);
-    else
-      fs::copy(fixture(copy_of), path_, fs::copy_options::recursive);
-  }
-  ~Scratch() { fs::remove_all(path_); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-  static inline int counter_ = 0;
-};
-
-std::string refusal(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using mlm_test::fixture;
+using mlm_test::refusal;
+using mlm_test::Scratch;
 
 void expect_has(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
@@ -95,9 +67,9 @@ TEST(MegatronImport, BothFormatsHoldTheSameTensors) {
       EXPECT_EQ(a.read(n, a.shape(n)), b.read(n, b.shape(n))) << model << " " << n;
     }
     if (model == "gpt") {
-      EXPECT_EQ(b.read("output_layer.weight", b.shape("output_layer.weight")),
-                a.read("embedding.word_embeddings.weight",
-                       a.shape("embedding.word_embeddings.weight")));
+      EXPECT_EQ(
+          b.read("output_layer.weight", b.shape("output_layer.weight")),
+          a.read("embedding.word_embeddings.weight", a.shape("embedding.word_embeddings.weight")));
     }
   }
 }
@@ -218,8 +190,9 @@ TEST(MegatronImport, DamagedFilesAreRefused) {
   flip_byte(iter / c.file, c.offset + c.length / 2);
   const auto ck = mlm::open_checkpoint(dist.path().string(), {});
   const mlm::MlmTensors t(ck);
-  const std::string e = refusal(
-      [&] { t.read("embedding.word_embeddings.weight", t.shape("embedding.word_embeddings.weight")); });
+  const std::string e = refusal([&] {
+    t.read("embedding.word_embeddings.weight", t.shape("embedding.word_embeddings.weight"));
+  });
   expect_has(e, c.file);
   expect_has(e, "CRC-32");
   // A truncated .metadata.
@@ -267,9 +240,8 @@ TEST(MegatronImport, ModelsNotImportedYetAreRefusedNamingTheArg) {
                models::model_from_megatron_args(with("position_embedding_type", text("mrope")));
              }),
              "args.position_embedding_type");
-  expect_has(
-      refusal([&] { models::model_from_megatron_args(with("normalization", text("Foo"))); }),
-      "LayerNorm and RMSNorm are imported");
+  expect_has(refusal([&] { models::model_from_megatron_args(with("normalization", text("Foo"))); }),
+             "LayerNorm and RMSNorm are imported");
   expect_has(refusal([&] { models::model_from_megatron_args(with("hidden_size", text("32"))); }),
              "args.hidden_size = '32': an integer expected");
 }

@@ -28,9 +28,9 @@ TEST(PickleWriter, PlainValuesReadBack) {
        {Py::str("f"), Py::real_value(0.25)},
        {Py::str("t"), Py::tuple({Py::boolean_value(true), Py::none(), Py::str("é")})},
        {Py::str("l"), Py::list({Py::integer_value(1), Py::integer_value(2)})},
-       {Py::str("ns"), Py::new_object("argparse", "Namespace",
-                                      Py::dictionary({{Py::str("hidden_size"),
-                                                       Py::integer_value(32)}}))}});
+       {Py::str("ns"),
+        Py::new_object("argparse", "Namespace",
+                       Py::dictionary({{Py::str("hidden_size"), Py::integer_value(32)}}))}});
   const std::string bytes = write_pickle(v);
   const PickleRef r =
       read_pickle({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, "x.pkl");
@@ -57,9 +57,9 @@ TEST(TorchSave, ArchivesReadBackAtTheirOffsets) {
       starts.push_back(static_cast<uint64_t>(out.tellp()));
       TorchArchiveWriter w(out, "archive", path.string());
       const std::vector<float> x = {1, 2, 3, 4, 5, static_cast<float>(a)};
-      w.write_pickle(write_pickle(Py::ordered_dict(
-          {{Py::str("w"), torch_tensor_reference(0, DType::F32, {2, 3})},
-           {Py::str("step"), Py::integer_value(a)}})));
+      w.write_pickle(write_pickle(
+          Py::ordered_dict({{Py::str("w"), torch_tensor_reference(0, DType::F32, {2, 3})},
+                            {Py::str("step"), Py::integer_value(a)}})));
       w.begin_storage(0, x.size() * 4);
       w.write(x.data(), 8);  // in two pieces
       w.write(x.data() + 2, 16);

@@ -1,0 +1,72 @@
+#include "megatron/mlm/mlm_layout.h"
+
+#include <utility>
+#include <vector>
+
+namespace megatron::mlm {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string replace_prefix(const std::string& key,
+                           const std::vector<std::pair<std::string, std::string>>& pairs) {
+  for (const auto& [from, to] : pairs)
+    if (key.rfind(from, 0) == 0) return to + key.substr(from.size());
+  return key;
+}
+
+}  // namespace
+
+std::string canonical_layer_key(const std::string& key) {
+  return replace_prefix(key, {{"self_attention.linear_qkv.layer_norm_", "input_layernorm."},
+                              {"mlp.linear_fc1.layer_norm_", "pre_mlp_layernorm."}});
+}
+
+std::string te_layer_key(const std::string& key) {
+  return replace_prefix(key, {{"input_layernorm.", "self_attention.linear_qkv.layer_norm_"},
+                              {"pre_mlp_layernorm.", "mlp.linear_fc1.layer_norm_"}});
+}
+
+int tp_split_dim(const std::string& name) {
+  static const std::vector<std::string> rows = {"self_attention.linear_qkv.weight",
+                                                "self_attention.linear_qkv.bias",
+                                                "mlp.linear_fc1.weight",
+                                                "mlp.linear_fc1.bias",
+                                                "embedding.word_embeddings.weight",
+                                                "output_layer.weight"};
+  static const std::vector<std::string> columns = {"self_attention.linear_proj.weight",
+                                                   "mlp.linear_fc2.weight"};
+  static const std::vector<std::string> replicated = {"input_layernorm.weight",
+                                                      "input_layernorm.bias",
+                                                      "pre_mlp_layernorm.weight",
+                                                      "pre_mlp_layernorm.bias",
+                                                      "self_attention.linear_proj.bias",
+                                                      "mlp.linear_fc2.bias",
+                                                      "self_attention.q_layernorm.weight",
+                                                      "self_attention.k_layernorm.weight",
+                                                      "decoder.final_layernorm.weight",
+                                                      "decoder.final_layernorm.bias",
+                                                      "embedding.position_embeddings.weight"};
+  for (const auto& s : rows)
+    if (ends_with(name, s)) return 0;
+  for (const auto& s : columns)
+    if (ends_with(name, s)) return 1;
+  for (const auto& s : replicated)
+    if (ends_with(name, s)) return -1;
+  return -2;
+}
+
+bool gated_fc1(const std::string& name) {
+  return ends_with(name, "mlp.linear_fc1.weight") || ends_with(name, "mlp.linear_fc1.bias");
+}
+
+int64_t global_row(int64_t t, int64_t r, int64_t local, int64_t global_rows, bool gated) {
+  if (!gated) return t * local + r;
+  const int64_t half = local / 2;
+  return r < half ? t * half + r : global_rows / 2 + t * half + (r - half);
+}
+
+}  // namespace megatron::mlm

@@ -210,6 +210,7 @@ Tensor DcpCheckpoint::read_box(const std::string& name, const std::vector<int64_
             std::equal(c.sizes.begin(), c.sizes.end(), chunk.shape().begin(), chunk.shape().end()),
         archive.path(), ": ", what, " holds a ", dtype_name(chunk.dtype()), " tensor ",
         chunk.shape().str(), " where the metadata says ", dtype_name(t->dtype));
+    if (c.offsets == offset && c.sizes == extent) return chunk;  // the box is this chunk
     const auto* src = static_cast<const uint8_t*>(chunk.raw());
     for_each_overlap(want, have, [&](const Overlap& o) {
       std::memcpy(dst + o.a_pos * size, src + o.b_pos * size, static_cast<size_t>(o.length * size));

@@ -112,7 +112,6 @@ Tensor TorchFile::tensor(const PickleValue& v, const std::string& what) {
   MT_INPUT_CHECK(static_cast<int64_t>(entry->size) == t.storage_numel * size, path(), ": ", what,
                  ": storage '", t.storage, "' has ", entry->size, " bytes, its id says ",
                  t.storage_numel, " elements of ", dtype_name(t.dtype));
-  const std::vector<uint8_t> storage = zip_.read(*entry);  // whole: its CRC-32 is checked
   Tensor out = Tensor::empty(Shape(t.shape.begin(), t.shape.end()), t.dtype);
   const int64_t n = out.numel(), rank = static_cast<int64_t>(t.shape.size());
   auto* dst = static_cast<uint8_t*>(out.raw());
@@ -123,6 +122,12 @@ Tensor TorchFile::tensor(const PickleValue& v, const std::string& what) {
     contiguous = contiguous && (t.shape[du] == 1 || t.stride[du] == dense);
     dense *= t.shape[du];
   }
+  // The whole storage as the tensor (what a saved weight is): read straight into it.
+  if (contiguous && t.offset == 0 && n == t.storage_numel) {
+    zip_.read_into(*entry, dst);  // its CRC-32 checked
+    return out;
+  }
+  const std::vector<uint8_t> storage = zip_.read(*entry);  // whole: its CRC-32 is checked
   if (contiguous) {
     if (n > 0) std::memcpy(dst, storage.data() + t.offset * size, static_cast<size_t>(n * size));
     return out;

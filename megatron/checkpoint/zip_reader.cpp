@@ -173,10 +173,14 @@ const ZipArchive::Entry* ZipArchive::find_suffix(const std::string& suffix) cons
 
 std::vector<uint8_t> ZipArchive::read(const Entry& entry) {
   std::vector<uint8_t> out(entry.size);
-  read_at(entry.data_offset, out.data(), entry.size, concat("entry '", entry.name, "'"));
-  MT_INPUT_CHECK(zip_crc32(0, out.data(), out.size()) == entry.crc32, path_, ": entry '",
-                 entry.name, "' fails its CRC-32 (corrupted)");
+  read_into(entry, out.data());
   return out;
+}
+
+void ZipArchive::read_into(const Entry& entry, void* out) {
+  read_at(entry.data_offset, out, entry.size, concat("entry '", entry.name, "'"));
+  MT_INPUT_CHECK(zip_crc32(0, out, entry.size) == entry.crc32, path_, ": entry '", entry.name,
+                 "' fails its CRC-32 (corrupted)");
 }
 
 void ZipArchive::read_range(const Entry& entry, uint64_t offset, void* out, uint64_t bytes) {

@@ -35,6 +35,8 @@ class ZipArchive {
   const Entry* find_suffix(const std::string& suffix) const;
   // The whole entry, its CRC-32 checked.
   std::vector<uint8_t> read(const Entry& entry);
+  // The same into `out` (entry.size bytes), with no second copy.
+  void read_into(const Entry& entry, void* out);
   // `bytes` bytes of the entry from `offset` (not checked: a part of a storage).
   void read_range(const Entry& entry, uint64_t offset, void* out, uint64_t bytes);
 

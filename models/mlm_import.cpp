@@ -46,6 +46,21 @@ const std::map<std::string, std::string>& mapped_args() {
       {"add_qkv_bias", "model.add_qkv_bias"},
       {"untie_embeddings_and_output_weights", "model.tie_embeddings"},
       {"qk_layernorm", "model.qk_layernorm"},
+      {"num_experts", "model.moe.num_experts"},
+      {"moe_ffn_hidden_size", "model.moe.moe_ffn_hidden_size"},
+      {"moe_router_topk", "model.moe.moe_router_topk"},
+      {"moe_layer_freq", "model.moe.moe_layer_freq"},
+      {"moe_router_score_function", "model.moe.moe_router_score_function"},
+      {"moe_router_pre_softmax", "model.moe.moe_router_pre_softmax"},
+      {"moe_router_num_groups", "model.moe.moe_router_num_groups"},
+      {"moe_router_group_topk", "model.moe.moe_router_group_topk"},
+      {"moe_router_topk_scaling_factor", "model.moe.moe_router_topk_scaling_factor"},
+      {"moe_router_load_balancing_type", "model.moe.moe_router_load_balancing_type"},
+      {"moe_aux_loss_coeff", "model.moe.moe_aux_loss_coeff"},
+      {"moe_z_loss_coeff", "model.moe.moe_z_loss_coeff"},
+      {"moe_expert_capacity_factor", "model.moe.moe_expert_capacity_factor"},
+      {"moe_pad_expert_input_to_capacity", "model.moe.moe_pad_expert_input_to_capacity"},
+      {"moe_token_drop_policy", "model.moe.moe_token_drop_policy"},
       {"micro_batch_size", "training.micro_batch_size"},
       {"global_batch_size", "training.global_batch_size"},
       {"train_iters", "training.train_iters"},
@@ -77,7 +92,10 @@ const std::map<std::string, std::string>& mapped_args() {
 // Settings whose model this import does not build: set (true, non-zero, not None) is an error.
 void refuse_unsupported(const mlm::MlmArgs& a) {
   static const std::vector<std::pair<std::string, std::string>> refused = {
-      {"num_experts", "mixture-of-experts checkpoints are not imported yet"},
+      {"moe_shared_expert_intermediate_size", "shared experts are not imported yet"},
+      {"moe_router_enable_expert_bias", "aux-loss-free expert biases are not imported yet"},
+      {"moe_input_jitter_eps", "input jitter has no equivalent here"},
+      {"moe_use_upcycling", "has no equivalent here"},
       {"multi_latent_attention", "multi-latent attention checkpoints are not imported yet"},
       {"mtp_num_layers", "multi-token-prediction layers are not imported yet"},
       {"apply_residual_connection_post_layernorm", "has no equivalent here"},
@@ -93,6 +111,52 @@ void refuse_unsupported(const mlm::MlmArgs& a) {
     const bool off = (v->is(checkpoint::PickleValue::Kind::Bool) && !v->boolean) ||
                      (v->is(checkpoint::PickleValue::Kind::Int) && v->integer == 0);
     if (!off) a.fail(key, why);
+  }
+}
+
+// Megatron-Core's mixture-of-experts keys, which MoeConfig names alike.
+void read_moe(const mlm::MlmArgs& a, config::ModelConfig& m) {
+  if (!a.is_set("num_experts")) return;
+  config::MoeConfig& e = m.moe;
+  e.num_experts = a.integer("num_experts");
+  e.moe_ffn_hidden_size = a.integer_or("moe_ffn_hidden_size", 0);
+  e.moe_router_topk = a.integer_or("moe_router_topk", 2);
+  const checkpoint::PickleValue* freq = a.find("moe_layer_freq");
+  if (freq && !freq->is(checkpoint::PickleValue::Kind::Int))
+    a.fail("moe_layer_freq", "a per-layer pattern is not imported yet (an integer is)");
+  e.moe_layer_freq.every = a.integer_or("moe_layer_freq", 1);
+  const std::string score = a.string_or("moe_router_score_function", "softmax");
+  if (score != "softmax" && score != "sigmoid")
+    a.fail("moe_router_score_function", "softmax and sigmoid are routers here");
+  e.moe_router_score_function =
+      score == "softmax" ? config::MoeScoreFunction::Softmax : config::MoeScoreFunction::Sigmoid;
+  e.moe_router_pre_softmax = a.boolean_or("moe_router_pre_softmax", false);
+  e.moe_router_num_groups = a.integer_or("moe_router_num_groups", 0);
+  e.moe_router_group_topk = a.integer_or("moe_router_group_topk", 0);
+  if (a.is_set("moe_router_topk_scaling_factor"))
+    e.moe_router_topk_scaling_factor = a.number_or("moe_router_topk_scaling_factor", 1.0);
+  const std::string balance = a.string_or("moe_router_load_balancing_type", "aux_loss");
+  static const std::map<std::string, config::MoeLoadBalancing> balancing = {
+      {"aux_loss", config::MoeLoadBalancing::AuxLoss},
+      {"seq_aux_loss", config::MoeLoadBalancing::SeqAuxLoss},
+      {"global_aux_loss", config::MoeLoadBalancing::GlobalAuxLoss},
+      {"none", config::MoeLoadBalancing::None}};
+  if (!balancing.count(balance))
+    a.fail("moe_router_load_balancing_type", "aux_loss, seq_aux_loss, global_aux_loss and none");
+  e.moe_router_load_balancing_type = balancing.at(balance);
+  const checkpoint::PickleValue* aux = a.find("moe_aux_loss_coeff");
+  if (aux && aux->is(checkpoint::PickleValue::Kind::List))
+    a.fail("moe_aux_loss_coeff", "one coefficient per balancing type is not imported yet");
+  e.moe_aux_loss_coeff = a.number_or("moe_aux_loss_coeff", 0.0);
+  e.moe_z_loss_coeff = a.number_or("moe_z_loss_coeff", 0.0);
+  if (a.is_set("moe_expert_capacity_factor")) {
+    e.moe_expert_capacity_factor = a.number_or("moe_expert_capacity_factor", 1.0);
+    e.moe_pad_expert_input_to_capacity = a.boolean_or("moe_pad_expert_input_to_capacity", false);
+    const std::string drop = a.string_or("moe_token_drop_policy", "probs");
+    if (drop != "probs" && drop != "position")
+      a.fail("moe_token_drop_policy", "probs and position are policies here");
+    e.moe_token_drop_policy =
+        drop == "probs" ? config::MoeTokenDropPolicy::Probs : config::MoeTokenDropPolicy::Position;
   }
 }
 
@@ -147,6 +211,7 @@ config::ModelConfig model_from_megatron_args(const mlm::MlmArgs& a) {
   m.add_qkv_bias = a.boolean_or("add_qkv_bias", false);
   m.tie_embeddings = !a.boolean_or("untie_embeddings_and_output_weights", false);
   m.qk_layernorm = a.boolean_or("qk_layernorm", false);
+  read_moe(a, m);
   const bool llama = m.normalization == config::Normalization::RMSNorm &&
                      m.position_embedding == config::PositionEmbedding::Rope;
   m.arch = llama ? config::Arch::LLaMA : config::Arch::GPT;
@@ -196,6 +261,26 @@ std::string megatron_args_report(const mlm::MlmArgs& a) {
   return out;
 }
 
+namespace {
+
+// A routed layer: the router [E, D] and each expert's fc1 ([gate; up] with SwiGLU) and fc2.
+void moe_mappings(std::vector<TensorMapping>& out, const config::ModelConfig& m,
+                  const std::string& n, const std::string& p) {
+  const int64_t D = m.hidden_size, E = m.moe.num_experts, F = m.moe.expert_ffn(m.ffn());
+  const bool gated = m.activation == config::Activation::SwiGLU;
+  out.push_back(hf::copy_mapping(n + "router.weight", vec({E, D}), p + "router.weight"));
+  for (int64_t x = 0; x < E; ++x) {
+    const std::string nx = concat(n, "experts.", x, "."), px = concat(p, "experts.", x, ".");
+    out.push_back(gated
+                      ? hf::stacked_mapping(nx + "fc1.weight", vec({2, F, D}),
+                                            {{px + "linear_fc1.weight", vec({2 * F, D})}})
+                      : hf::copy_mapping(nx + "fc1.weight", vec({F, D}), px + "linear_fc1.weight"));
+    out.push_back(hf::copy_mapping(nx + "fc2.weight", vec({D, F}), px + "linear_fc2.weight"));
+  }
+}
+
+}  // namespace
+
 std::vector<TensorMapping> megatron_mappings(const config::ModelConfig& m, int64_t Vp) {
   const int64_t D = m.hidden_size, H = m.num_attention_heads, G = m.query_groups();
   const int64_t Dh = m.head_dim(), F = m.ffn(), QKV = (H + 2 * G) * Dh;
@@ -232,6 +317,10 @@ std::vector<TensorMapping> megatron_mappings(const config::ModelConfig& m, int64
     if (m.add_bias)
       out.push_back(hf::copy_mapping(n + "attention.proj.bias", vec({D}), a + "linear_proj.bias"));
     norm(n + "post_attention_norm", s + "pre_mlp_layernorm");
+    if (m.moe.enabled() && m.moe.moe_layer_freq.is_moe(l)) {
+      moe_mappings(out, m, n + "mlp.", p);
+      continue;
+    }
     // SwiGLU's fc1 is [gate; up] in both: native [2, F, D], Megatron [2F, D].
     out.push_back(
         gated ? hf::stacked_mapping(n + "mlp.fc1.weight", vec({2, F, D}),
@@ -274,6 +363,7 @@ config::Recipe recipe_for(const MegatronImportOptions& o, const mlm::MlmCheckpoi
   training_from_megatron_args(ck.args, r);
   r.parallel.tensor = o.tp.value_or(1);
   r.parallel.pipeline = o.pp.value_or(1);
+  r.parallel.expert = o.ep.value_or(1);
   r.data.mock = true;
   r.data.tokenizer.type = config::TokenizerType::Null;
   r.data.tokenizer.vocab_size = model.vocab_size;
@@ -298,9 +388,10 @@ MegatronImportResult import_megatron_checkpoint(const MegatronImportOptions& o) 
   MegatronImportResult result;
   recipe.parallel.tensor = result.tp = o.tp.value_or(recipe.parallel.tensor);
   recipe.parallel.pipeline = result.pp = o.pp.value_or(recipe.parallel.pipeline);
+  recipe.parallel.expert = result.ep = o.ep.value_or(recipe.parallel.expert);
   recipe.validate();
   const mlm::MlmTensors tensors(ck);
-  const NativeLayout layout = native_layout(recipe, result.tp, result.pp, 1);
+  const NativeLayout layout = native_layout(recipe, result.tp, result.pp, result.ep);
   hf::ImportRequest req;
   req.mappings = megatron_mappings(model, layout.padded_vocab);
   check_mappings(req.mappings, layout, "Megatron-LM GPT");
@@ -317,6 +408,7 @@ MegatronImportResult import_megatron_checkpoint(const MegatronImportOptions& o) 
   result.source_dir = ck.dir;
   result.source_tp = ck.tp;
   result.source_pp = ck.pp;
+  result.source_ep = ck.ep;
   req.metadata = {
       {"iteration", ck.iteration},
       {"consumed_samples", result.consumed_samples},

@@ -30,15 +30,15 @@ std::vector<hf::TensorMapping> megatron_mappings(const config::ModelConfig& mode
 
 struct MegatronImportOptions {
   std::string megatron_dir, out_dir;
-  std::optional<int64_t> iteration;  // default: the tracker file's
-  std::optional<int64_t> tp, pp;     // the target layout (default 1)
-  std::string recipe;                // a recipe whose model must match args (its layout used)
+  std::optional<int64_t> iteration;   // default: the tracker file's
+  std::optional<int64_t> tp, pp, ep;  // the target layout (default 1)
+  std::string recipe;                 // a recipe whose model must match args (its layout used)
   std::vector<std::string> overrides;
 };
 struct MegatronImportResult {
   std::string format, source_dir;
   int64_t iteration = 0, consumed_samples = 0;
-  int64_t source_tp = 1, source_pp = 1, tp = 1, pp = 1;
+  int64_t source_tp = 1, source_pp = 1, source_ep = 1, tp = 1, pp = 1, ep = 1;
   size_t tensors = 0;
   std::string recipe_path, args_report_path;
 };

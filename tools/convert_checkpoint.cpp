@@ -33,6 +33,7 @@ constexpr const char* kUsage = R"(usage:
                      [--tensor-parallel N] [--pipeline-parallel N] [--expert-parallel N]
   convert_checkpoint --from-megatron MEGATRON_DIR [--iteration N] --to DIR
                      [--recipe R [--set key=value ...]] [--tensor-parallel N] [--pipeline-parallel N]
+                     [--expert-parallel N]
   convert_checkpoint --from DIR [--iteration N] --to-megatron OUT [--format torch_dist|torch]
                      [--tensor-parallel N] [--pipeline-parallel N] [--dtype fp32|bf16|fp16]
                      [--megatron-layer-spec transformer_engine|local]
@@ -49,8 +50,8 @@ the model section from config.json, checkpoint.pretrained DIR.
 Megatron-LM (--from-megatron): MEGATRON_DIR is a --save directory (its
 latest_checkpointed_iteration.txt, or --iteration N) or an iter_NNNNNNN directory, in the
 torch_dist format (.metadata + .distcp files) or the legacy torch one (mp_rank_TT[_PPP]/
-model_optim_rng.pt), of any tensor/pipeline layout. Dense GPT-family models (GPT; LLaMA-style
-RMSNorm, SwiGLU, grouped-query attention, rope). DIR gets iter_NNNNNNN at Megatron's iteration,
+model_optim_rng.pt), of any tensor/pipeline/expert layout. GPT-family models (GPT; LLaMA-style
+RMSNorm, SwiGLU, grouped-query attention, rope; Mixtral-style routed experts). DIR gets iter_NNNNNNN at Megatron's iteration,
 recipe.yaml (model, training, optimizer and schedule from the saved args; checkpoint.load DIR
 with checkpoint.finetune, the optimizer's state not being imported yet) and megatron_args.txt
 (each arg mapped to a recipe key or ignored). Pickles are read by a restricted unpickler:
@@ -164,11 +165,11 @@ Args parse(int argc, char** argv) {
   if (import && (a.to.empty() || (a.from_hf.empty() && a.from_megatron.empty())))
     usage_error(a.from_megatron.empty() ? "--from-hf and --to go together"
                                         : "--from-megatron and --to go together");
-  if (!a.from_megatron.empty() && (a.ep || !a.dtype.empty() || !a.architecture.empty() ||
-                                   a.no_merge_lora || !a.peft_adapter.empty()))
+  if (!a.from_megatron.empty() &&
+      (!a.dtype.empty() || !a.architecture.empty() || a.no_merge_lora || !a.peft_adapter.empty()))
     usage_error(
-        "--from-megatron takes --iteration, --recipe, --set, --tensor-parallel and "
-        "--pipeline-parallel");
+        "--from-megatron takes --iteration, --recipe, --set, --tensor-parallel, "
+        "--pipeline-parallel and --expert-parallel");
   if (!a.to_hf.empty() && !a.to_megatron.empty())
     usage_error("--to-hf and --to-megatron are two exports: give one");
   if (exp && (a.from.empty() || (a.to_hf.empty() && a.to_megatron.empty())))
@@ -232,16 +233,17 @@ int import_megatron(const Args& a) {
   const auto t0 = std::chrono::steady_clock::now();
   models::MegatronImportOptions o;
   o.megatron_dir = a.from_megatron, o.out_dir = a.to, o.iteration = a.iteration;
-  o.recipe = a.recipe, o.overrides = a.sets, o.tp = a.tp, o.pp = a.pp;
+  o.recipe = a.recipe, o.overrides = a.sets, o.tp = a.tp, o.pp = a.pp, o.ep = a.ep;
   const models::MegatronImportResult r = models::import_megatron_checkpoint(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
-      "imported %s (Megatron-LM %s, tp %lld pp %lld, iteration %lld, %lld samples consumed, "
-      "%zu tensors) into %s (tp %lld, pp %lld)\n",
+      "imported %s (Megatron-LM %s, tp %lld pp %lld ep %lld, iteration %lld, %lld samples "
+      "consumed, %zu tensors) into %s (tp %lld, pp %lld, ep %lld)\n",
       r.source_dir.c_str(), r.format.c_str(), static_cast<long long>(r.source_tp),
-      static_cast<long long>(r.source_pp), static_cast<long long>(r.iteration),
-      static_cast<long long>(r.consumed_samples), r.tensors, a.to.c_str(),
-      static_cast<long long>(r.tp), static_cast<long long>(r.pp));
+      static_cast<long long>(r.source_pp), static_cast<long long>(r.source_ep),
+      static_cast<long long>(r.iteration), static_cast<long long>(r.consumed_samples), r.tensors,
+      a.to.c_str(), static_cast<long long>(r.tp), static_cast<long long>(r.pp),
+      static_cast<long long>(r.ep));
   if (!r.recipe_path.empty()) std::printf("recipe: %s\n", r.recipe_path.c_str());
   std::printf("args: %s\n", r.args_report_path.c_str());
   std::printf("left out: the optimizer's state (not imported yet)\n");

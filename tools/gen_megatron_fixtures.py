@@ -93,6 +93,16 @@ def megatron_argv(opts):
         "--no-gradient-accumulation-fusion", "--no-persist-layer-norm",
         "--attention-dropout", "0", "--hidden-dropout", "0",
     ]
+    if opts.model == "mixtral":
+        return common + [
+            "--ffn-hidden-size", "48", "--position-embedding-type", "rope", "--rotary-base",
+            "10000", "--normalization", "RMSNorm", "--norm-epsilon", "1e-5", "--swiglu",
+            "--disable-bias-linear", "--untie-embeddings-and-output-weights",
+            "--group-query-attention", "--num-query-groups", "2", "--num-experts", "4",
+            "--moe-router-topk", "2", "--moe-token-dispatcher-type", "allgather",
+            "--expert-model-parallel-size", str(opts.ep), "--moe-router-load-balancing-type",
+            "aux_loss", "--moe-aux-loss-coeff", "0.01",
+        ]
     if opts.model == "gpt":
         return common + ["--ffn-hidden-size", "128", "--position-embedding-type",
                          "learned_absolute", "--normalization", "LayerNorm"]
@@ -128,7 +138,8 @@ def build_model(args):
 
     config = core_transformer_config_from_args(args)
     config.use_cpu_initialization = True
-    spec = get_gpt_layer_local_spec(normalization=args.normalization)
+    spec = get_gpt_layer_local_spec(num_experts=args.num_experts, moe_grouped_gemm=False,
+                                    normalization=args.normalization)
     return GPTModel(
         config=config, transformer_layer_spec=spec, vocab_size=args.padded_vocab_size,
         max_sequence_length=args.max_position_embeddings,
@@ -137,6 +148,28 @@ def build_model(args):
         share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
         position_embedding_type=args.position_embedding_type,
         rotary_percent=args.rotary_percent, rotary_base=args.rotary_base)
+
+
+def distinct_experts(model, args):
+    """Each expert its own weights: CPU initialisation gives every expert rank the same ones,
+    which would hide a wrong expert numbering. Drawn from (global layer, global expert)."""
+    import re
+
+    from megatron.core import parallel_state as ps
+
+    per_stage = args.num_layers // args.pipeline_model_parallel_size
+    per_rank = args.num_experts // args.expert_model_parallel_size
+    pattern = re.compile(r"decoder\.layers\.(\d+)\.mlp\.experts\.local_experts\.(\d+)\.(.*)")
+    for name, p in model.named_parameters():
+        m = pattern.fullmatch(name)
+        if not m:
+            continue
+        layer = ps.get_pipeline_model_parallel_rank() * per_stage + int(m.group(1))
+        expert = ps.get_expert_model_parallel_rank() * per_rank + int(m.group(2))
+        which = 1 if "linear_fc1" in m.group(3) else 2
+        g = torch.Generator().manual_seed(10000 + 100 * layer + 10 * expert + which)
+        with torch.no_grad():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.05)
 
 
 def pipeline_logits(model, tokens):
@@ -227,10 +260,11 @@ def check(args, model, opts):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=["gpt", "llama"], required=True)
+    p.add_argument("--model", choices=["gpt", "llama", "mixtral"], required=True)
     p.add_argument("--format", choices=["torch_dist", "torch"], required=True)
     p.add_argument("--tp", type=int, default=2)
     p.add_argument("--pp", type=int, default=2)
+    p.add_argument("--ep", type=int, default=1)
     p.add_argument("--out", required=True)
     p.add_argument("--check", help="a checkpoint to load and compare with --out's logits")
     opts = p.parse_args()
@@ -238,13 +272,19 @@ def main():
     from megatron.core.tensor_parallel import random as tp_random
 
     tp_random.CudaRNGStatesTracker.fork = _no_fork
+    from megatron.core.transformer.moe import moe_utils
+
+    moe_utils.te_general_gemm = None  # left undefined when Transformer Engine is absent
     from megatron.core import parallel_state as ps
 
     ps.initialize_model_parallel(tensor_model_parallel_size=opts.tp,
-                                 pipeline_model_parallel_size=opts.pp)
+                                 pipeline_model_parallel_size=opts.pp,
+                                 expert_model_parallel_size=opts.ep)
     args = build_args(opts)
     torch.manual_seed(args.seed)
     model = build_model(args)
+    if args.num_experts:
+        distinct_experts(model, args)
     if opts.check:
         return check(args, model, opts)
     generator = torch.Generator().manual_seed(7)

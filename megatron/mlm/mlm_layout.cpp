@@ -60,7 +60,7 @@ int tp_split_dim(const std::string& name) {
 }
 
 bool gated_fc1(const std::string& name) {
-  return ends_with(name, "mlp.linear_fc1.weight") || ends_with(name, "mlp.linear_fc1.bias");
+  return ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias");
 }
 
 int64_t global_row(int64_t t, int64_t r, int64_t local, int64_t global_rows, bool gated) {

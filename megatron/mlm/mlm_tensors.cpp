@@ -19,6 +19,7 @@ using checkpoint::PickleValue;
 using Kind = PickleValue::Kind;
 
 constexpr const char* kLayers = "decoder.layers.";
+constexpr const char* kExperts = "mlp.experts.experts.";  // torch_dist: [layers, experts, ...]
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -109,20 +110,38 @@ void MlmTensors::index_distributed() {
       entries_[name] = e;
       continue;
     }
-    // Stacked over the layers: one entry per layer.
+    // Stacked over the layers (and the experts): one entry per layer (and expert).
     MT_INPUT_CHECK(!t.shape.empty() && t.shape[0] == layers, where, ": tensor '", name,
                    "' has shape ", Shape(t.shape.begin(), t.shape.end()).str(),
                    ", not one row per layer of the ", layers, " that args.num_layers says");
-    const std::string key = canonical_layer_key(name.substr(std::string(kLayers).size()));
-    e.shape.assign(t.shape.begin() + 1, t.shape.end());
+    std::string key = canonical_layer_key(name.substr(std::string(kLayers).size()));
+    const bool experts = key.rfind(kExperts, 0) == 0;
+    const size_t stacked = experts ? 2 : 1;
+    MT_INPUT_CHECK(t.shape.size() > stacked, where, ": tensor '", name, "' has too few dimensions");
+    if (experts) key = key.substr(std::string(kExperts).size());
+    e.shape.assign(t.shape.begin() + static_cast<std::ptrdiff_t>(stacked), t.shape.end());
     e.dcp_extent = t.shape;
     e.dcp_extent[0] = 1;
-    for (int64_t l = 0; l < layers; ++l) {
-      e.dcp_offset.assign(t.shape.size(), 0);
-      e.dcp_offset[0] = l;
-      entries_[concat(kLayers, l, ".", key)] = e;
-    }
+    if (experts) e.dcp_extent[1] = 1;
+    for (int64_t l = 0; l < layers; ++l)
+      for (int64_t x = 0; x < (experts ? t.shape[1] : 1); ++x) {
+        e.dcp_offset.assign(t.shape.size(), 0);
+        e.dcp_offset[0] = l;
+        if (experts) e.dcp_offset[1] = x;
+        entries_[experts ? concat(kLayers, l, ".mlp.experts.", x, ".", key)
+                         : concat(kLayers, l, ".", key)] = e;
+      }
   }
+}
+
+// A legacy rank file's layer-relative key with its global expert number: local expert j of
+// expert rank r is expert r * (experts / ep) + j.
+std::string MlmTensors::global_expert_key(const std::string& key, int64_t ep_rank) const {
+  static const std::regex local("mlp\\.experts\\.local_experts\\.([0-9]+)\\.(.*)");
+  std::smatch m;
+  if (!std::regex_match(key, m, local)) return key;
+  const int64_t per_rank = ckpt_.args.integer("num_experts") / ckpt_.ep;
+  return concat("mlp.experts.", ep_rank * per_rank + std::stoll(m[1]), ".", m[2].str());
 }
 
 void MlmTensors::index_legacy() {
@@ -147,8 +166,6 @@ void MlmTensors::index_legacy() {
   const std::regex layer("decoder\\.layers\\.([0-9]+)\\.(.*)");
   for (size_t f = 0; f < files_.size(); ++f) {
     const auto& rf = ckpt_.rank_files[f];
-    MT_INPUT_CHECK(rf.ep_rank == 0, rf.path,
-                   ": expert-parallel legacy checkpoints are not imported yet");
     const auto chunks = model_chunks(files_[f]->root(), ckpt_.vpp, rf.path);
     for (size_t v = 0; v < chunks.size(); ++v)
       for (const auto& [k, value] : chunks[v]->dict) {
@@ -156,10 +173,15 @@ void MlmTensors::index_legacy() {
         if (ends_with(k->text, "._extra_state")) continue;  // Transformer Engine's FP8 state
         std::string name = k->text;
         std::smatch m;
-        if (std::regex_match(k->text, m, layer))
+        bool expert = false;
+        if (std::regex_match(k->text, m, layer)) {
+          const std::string key = global_expert_key(canonical_layer_key(m[2]), rf.ep_rank);
+          expert = key.rfind("mlp.experts.", 0) == 0;
           name = concat(kLayers, std::stoll(m[1]) + offset[{static_cast<int64_t>(v), rf.pp_rank}],
-                        ".", canonical_layer_key(m[2]));
-        add_legacy_piece(name, f, value, rf.tp_rank);
+                        ".", key);
+        }
+        // Everything but the experts is the same on every expert rank: rank 0's copy.
+        if (expert || rf.ep_rank == 0) add_legacy_piece(name, f, value, rf.tp_rank);
       }
   }
   for (const auto& [name, e] : entries_)

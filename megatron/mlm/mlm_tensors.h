@@ -11,7 +11,9 @@
 // ([groups, heads/groups + 2, head_dim] x hidden rows), `decoder.layers.3.pre_mlp_layernorm.weight`
 // (TE: `mlp.linear_fc1.layer_norm_weight`), `decoder.layers.3.mlp.linear_fc1.weight` (with
 // SwiGLU the gate's rows, then the up projection's), `decoder.final_layernorm.weight`,
-// `output_layer.weight`.
+// `output_layer.weight`; a mixture-of-experts layer's `decoder.layers.3.mlp.router.weight` and
+// `decoder.layers.3.mlp.experts.5.linear_fc1.weight` (expert 5 of all, whichever expert rank
+// held it).
 //
 // torch_dist: the distributed checkpoint's tensors, whose first axis counts the layers, are read
 // a layer at a time. torch (legacy): each rank file's tensors, renumbered from the stage's (and
@@ -70,6 +72,7 @@ class MlmTensors : public hf::TensorSource {
   void add_legacy_piece(const std::string& name, size_t file, const checkpoint::PickleRef& value,
                         int64_t tp_rank);
   std::vector<float> read_legacy(const std::string& name, const Entry& e) const;
+  std::string global_expert_key(const std::string& key, int64_t ep_rank) const;
 
   const MlmCheckpoint& ckpt_;
   bool swiglu_ = false;

@@ -1,9 +1,9 @@
 // Megatron-LM checkpoints imported into native ones give Megatron-Core's logits: for every
 // fixture of tests/fixtures/megatron (tiny GPT and LLaMA-style models built and saved by
 // Megatron-Core itself at tp 2 x pp 2, in the torch_dist and the legacy torch format, with the
-// logits of its own forward on fixed tokens; tools/gen_megatron_fixtures.py), the import laid
-// out for tp = world size is loaded by inference::CausalLM and run on the same tokens: fp32
-// logits within 1e-5 of the largest.
+// logits of its own forward on fixed tokens; a Mixtral-style model at pp 2 x ep 2;
+// tools/gen_megatron_fixtures.py), the import laid out for tp = world size is loaded by
+// inference::CausalLM and run on the same tokens: fp32 logits within 1e-5 of the largest.
 // mpirun-np: 1 2
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@ std::vector<float> read_floats(const fs::path& path) {
   return out;
 }
 
-void check_logits(const std::string& name) {
+void check_logits(const std::string& name, int64_t source_tp = 2, int64_t source_ep = 1) {
   auto& world = mp::testing::world();
   const fs::path scratch = megatron::equivalence::shared_scratch_path("mlm_logits_" + name + "_");
   if (world.rank() == 0) {
@@ -48,8 +48,9 @@ void check_logits(const std::string& name) {
     const auto r = models::import_megatron_checkpoint(o);
     EXPECT_EQ(r.iteration, 10);
     EXPECT_EQ(r.consumed_samples, 80);
-    EXPECT_EQ(r.source_tp, 2);
+    EXPECT_EQ(r.source_tp, source_tp);
     EXPECT_EQ(r.source_pp, 2);
+    EXPECT_EQ(r.source_ep, source_ep);
   }
   world.barrier();
   std::ifstream in(fixture(name) / "expected.json");
@@ -87,5 +88,8 @@ TEST(MegatronLogits, GptTorchDist) { check_logits("gpt_tp2_pp2_torch_dist"); }
 TEST(MegatronLogits, GptLegacyTorch) { check_logits("gpt_tp2_pp2_torch"); }
 TEST(MegatronLogits, LlamaTorchDist) { check_logits("llama_tp2_pp2_torch_dist"); }
 TEST(MegatronLogits, LlamaLegacyTorch) { check_logits("llama_tp2_pp2_torch"); }
+// Mixtral-style experts saved at pp 2 x ep 2 (tp 1).
+TEST(MegatronLogits, MixtralTorchDist) { check_logits("mixtral_tp1_pp2_ep2_torch_dist", 1, 2); }
+TEST(MegatronLogits, MixtralLegacyTorch) { check_logits("mixtral_tp1_pp2_ep2_torch", 1, 2); }
 
 }  // namespace

@@ -46,18 +46,25 @@ void flip_byte(const fs::path& file, uint64_t at) {
 }
 
 TEST(MegatronImport, BothFormatsHoldTheSameTensors) {
-  for (const std::string model : {"gpt", "llama"}) {
-    const auto dist = mlm::open_checkpoint(fixture(model + "_tp2_pp2_torch_dist").string(), {});
-    const auto legacy = mlm::open_checkpoint(fixture(model + "_tp2_pp2_torch").string(), {});
+  for (const std::string model : {"gpt", "llama", "mixtral"}) {
+    const std::string layout = model == "mixtral" ? "_tp1_pp2_ep2" : "_tp2_pp2";
+    const auto dist = mlm::open_checkpoint(fixture(model + layout + "_torch_dist").string(), {});
+    const auto legacy = mlm::open_checkpoint(fixture(model + layout + "_torch").string(), {});
     EXPECT_EQ(dist.format, mlm::Format::TorchDist);
     EXPECT_EQ(legacy.format, mlm::Format::Torch);
     EXPECT_EQ(dist.iteration, 10);
     EXPECT_EQ(legacy.iteration, 10);
-    EXPECT_EQ(legacy.rank_files.size(), 4u);
-    EXPECT_EQ(dist.tp, 2);
+    EXPECT_EQ(legacy.rank_files.size(), 4u);  // tp 2 x pp 2, or pp 2 x ep 2
+    EXPECT_EQ(dist.tp, model == "mixtral" ? 1 : 2);
     EXPECT_EQ(dist.pp, 2);
+    EXPECT_EQ(legacy.ep, model == "mixtral" ? 2 : 1);
     const mlm::MlmTensors a(dist), b(legacy);
     std::vector<std::string> names = a.names();
+    if (model == "mixtral") {  // experts numbered over all expert ranks
+      EXPECT_TRUE(a.has("decoder.layers.3.mlp.experts.3.linear_fc1.weight"));
+      EXPECT_TRUE(b.has("decoder.layers.3.mlp.experts.3.linear_fc1.weight"));
+      EXPECT_EQ(b.shape("decoder.layers.0.mlp.router.weight"), (std::vector<int64_t>{4, 32}));
+    }
     // The legacy files keep the tied copy of the embedding on the last stage.
     std::vector<std::string> other = b.names();
     if (model == "gpt") std::erase(other, "output_layer.weight");
@@ -234,8 +241,16 @@ TEST(MegatronImport, ModelsNotImportedYetAreRefusedNamingTheArg) {
     p->text = v;
     return p;
   };
-  expect_has(refusal([&] { models::model_from_megatron_args(with("num_experts", integer(8))); }),
-             "args.pt: args.num_experts = 8: mixture-of-experts checkpoints are not imported yet");
+  expect_has(
+      refusal([&] {
+        models::model_from_megatron_args(with("moe_shared_expert_intermediate_size", integer(64)));
+      }),
+      "args.pt: args.moe_shared_expert_intermediate_size = 64: shared experts are not "
+      "imported yet");
+  expect_has(refusal([&] {
+               models::model_from_megatron_args(with("multi_latent_attention", integer(1)));
+             }),
+             "multi-latent attention checkpoints are not imported yet");
   expect_has(refusal([&] {
                models::model_from_megatron_args(with("position_embedding_type", text("mrope")));
              }),

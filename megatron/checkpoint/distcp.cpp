@@ -145,6 +145,8 @@ void DcpCheckpoint::read_metadata() {
     MT_INPUT_CHECK(name->is(Kind::String), where, ": a state dict key is ", name->describe());
     if (is_class(*meta, "BytesStorageMetadata")) {
       byte_items_.push_back(name->text);
+      const auto s = storage.find(chunk_key(name->text, {}));
+      if (s != storage.end()) byte_storage_[name->text] = s->second;
       continue;
     }
     const std::string what = concat(where, ": tensor '", name->text, "'");
@@ -220,6 +222,14 @@ Tensor DcpCheckpoint::read_box(const std::string& name, const std::vector<int64_
   MT_INPUT_CHECK(filled == want.box_numel(), metadata_path_, ": tensor '", name,
                  "': ", want.box_numel() - filled, " elements of the part read are in no chunk");
   return out;
+}
+
+PickleRef DcpCheckpoint::read_object(const std::string& name) const {
+  const auto it = byte_storage_.find(name);
+  MT_INPUT_CHECK(it != byte_storage_.end(), metadata_path_, ": no stored object '", name, "'");
+  TorchFile archive((fs::path(dir_) / it->second.file).string(), it->second.offset,
+                    it->second.length);
+  return std::make_shared<PickleValue>(archive.root());
 }
 
 Tensor DcpCheckpoint::read(const std::string& name) const {

@@ -4,7 +4,8 @@
 // every tensor's dtype, global shape and chunks, and where each chunk's bytes are) and the data
 // files `__R_I.distcp`, in which each tensor chunk is a torch.save archive of one tensor at the
 // offset and length the metadata gives. Byte items (pickled Python objects: Transformer Engine's
-// extra state, RNG states) are listed by name and never unpickled here.
+// extra state, RNG states, an optimizer's param groups) are listed by name and read, when asked
+// for, through the restricted unpickler.
 //
 // A box of a tensor is read from the chunks that overlap it, so a reader needs memory for the
 // box and one chunk, never the whole tensor (a layer of a stacked [layers, ...] tensor).
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "megatron/checkpoint/pickle.h"
 #include "megatron/core/tensor.h"
 
 namespace megatron::checkpoint {
@@ -46,6 +48,8 @@ class DcpCheckpoint {
   Tensor read_box(const std::string& name, const std::vector<int64_t>& offset,
                   const std::vector<int64_t>& extent) const;
   Tensor read(const std::string& name) const;  // the whole tensor
+  // A byte item's object (a torch.save of a Python value), through the restricted unpickler.
+  PickleRef read_object(const std::string& name) const;
 
  private:
   void read_metadata();
@@ -53,6 +57,7 @@ class DcpCheckpoint {
   std::string dir_, metadata_path_;
   std::map<std::string, DcpTensor> tensors_;
   std::vector<std::string> byte_items_;
+  std::map<std::string, DcpChunk> byte_storage_;  // where each byte item is
 };
 
 }  // namespace megatron::checkpoint

@@ -1,5 +1,6 @@
 #include "megatron/mlm/mlm_layout.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,51 @@ int64_t global_row(int64_t t, int64_t r, int64_t local, int64_t global_rows, boo
   if (!gated) return t * local + r;
   const int64_t half = local / 2;
   return r < half ? t * half + r : global_rows / 2 + t * half + (r - half);
+}
+
+namespace {
+
+// rows x inner blocks around the split dimension d.
+void split_extent(const std::vector<int64_t>& shape, size_t d, int64_t& outer, int64_t& inner) {
+  outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= shape[i];
+  for (size_t i = d + 1; i < shape.size(); ++i) inner *= shape[i];
+}
+
+}  // namespace
+
+std::vector<float> join_tp(const std::vector<std::vector<float>>& pieces,
+                           const std::vector<int64_t>& global, int dim, bool gated) {
+  if (dim < 0) return pieces.front();
+  const auto d = static_cast<size_t>(dim);
+  int64_t outer = 0, inner = 0;
+  split_extent(global, d, outer, inner);
+  const auto parts = static_cast<int64_t>(pieces.size());
+  const int64_t local = global[d] / parts;
+  std::vector<float> out(static_cast<size_t>(outer * global[d] * inner));
+  for (int64_t t = 0; t < parts; ++t) {
+    const std::vector<float>& piece = pieces[static_cast<size_t>(t)];
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t r = 0; r < local; ++r)
+        std::copy_n(piece.begin() + (o * local + r) * inner, inner,
+                    out.begin() + (o * global[d] + global_row(t, r, local, global[d], gated)) * inner);
+  }
+  return out;
+}
+
+std::vector<float> tp_piece(const std::vector<float>& x, const std::vector<int64_t>& global,
+                            int dim, int64_t t, int64_t tp, bool gated) {
+  if (dim < 0) return x;
+  const auto d = static_cast<size_t>(dim);
+  int64_t outer = 0, inner = 0;
+  split_extent(global, d, outer, inner);
+  const int64_t local = global[d] / tp;
+  std::vector<float> out(static_cast<size_t>(outer * local * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t r = 0; r < local; ++r)
+      std::copy_n(x.begin() + (o * global[d] + global_row(t, r, local, global[d], gated)) * inner,
+                  inner, out.begin() + (o * local + r) * inner);
+  return out;
 }
 
 }  // namespace megatron::mlm

@@ -4,6 +4,7 @@
 // the writer (mlm_writer.h, which cuts them), so the two cannot disagree.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace megatron::mlm {
 
@@ -23,5 +24,11 @@ int tp_split_dim(const std::string& name);
 bool gated_fc1(const std::string& name);
 // The global row (along the split dimension) of rank t's local row r, of `local` rows each.
 int64_t global_row(int64_t t, int64_t r, int64_t local, int64_t global_rows, bool gated);
+// The global tensor (shape `global`) from each tensor rank's piece, split along `dim`.
+std::vector<float> join_tp(const std::vector<std::vector<float>>& pieces,
+                           const std::vector<int64_t>& global, int dim, bool gated);
+// Tensor rank t's piece of a global tensor split along `dim` over tp ranks.
+std::vector<float> tp_piece(const std::vector<float>& x, const std::vector<int64_t>& global,
+                            int dim, int64_t t, int64_t tp, bool gated);
 
 }  // namespace megatron::mlm

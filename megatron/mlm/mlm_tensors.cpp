@@ -88,6 +88,13 @@ MlmTensors::MlmTensors(const MlmCheckpoint& checkpoint) : ckpt_(checkpoint) {
     index_legacy();
 }
 
+MlmTensors::MlmTensors(const MlmCheckpoint& checkpoint, const std::string& prefix)
+    : ckpt_(checkpoint), prefix_(prefix) {
+  MT_CHECK(ckpt_.format == Format::TorchDist && !prefix.empty(), "a prefix is for torch_dist");
+  swiglu_ = ckpt_.args.boolean_or("swiglu", false);
+  index_distributed();
+}
+
 MlmTensors::~MlmTensors() = default;
 
 std::string MlmTensors::description() const {
@@ -98,12 +105,15 @@ void MlmTensors::index_distributed() {
   dcp_ = std::make_unique<checkpoint::DcpCheckpoint>(ckpt_.dir);
   const int64_t layers = ckpt_.args.integer("num_layers");
   const std::string where = (fs::path(ckpt_.dir) / ".metadata").string();
-  for (const auto& [name, t] : dcp_->tensors()) {
-    if (name.rfind("optimizer.", 0) == 0) continue;  // the optimizer's state, not the model's
+  for (const auto& [stored, t] : dcp_->tensors()) {
+    // The model's tensors, or (with a prefix) the optimizer state's under it.
+    if (prefix_.empty() ? stored.rfind("optimizer.", 0) == 0 : stored.rfind(prefix_, 0) != 0)
+      continue;
+    const std::string name = stored.substr(prefix_.size());
     Entry e;
     e.dtype = t.dtype;
     e.where = where;
-    e.dcp_name = name;
+    e.dcp_name = stored;
     if (name.rfind(kLayers, 0) != 0) {
       e.shape = e.dcp_extent = t.shape;
       e.dcp_offset.assign(t.shape.size(), 0);
@@ -249,30 +259,10 @@ std::string MlmTensors::unreadable(const std::string& name) const {
 }
 
 std::vector<float> MlmTensors::read_legacy(const std::string& name, const Entry& e) const {
-  const int64_t parts = static_cast<int64_t>(e.pieces.size());
-  if (e.split_dim < 0) {
-    const Piece& p = e.pieces.front();
-    return to_fp32(files_[p.file]->tensor(*p.value, name), e.where, name);
-  }
-  // Joined over tensor ranks: rows x inner, where the split dimension's part is `width`.
-  const auto d = static_cast<size_t>(e.split_dim);
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < d; ++i) outer *= e.shape[i];
-  for (size_t i = d + 1; i < e.shape.size(); ++i) inner *= e.shape[i];
-  const int64_t local = e.shape[d] / parts;
-  std::vector<float> out(static_cast<size_t>(outer * e.shape[d] * inner));
-  for (int64_t t = 0; t < parts; ++t) {
-    const Piece& p = e.pieces[static_cast<size_t>(t)];
-    const std::vector<float> piece = to_fp32(files_[p.file]->tensor(*p.value, name), e.where, name);
-    for (int64_t o = 0; o < outer; ++o)
-      for (int64_t r = 0; r < local; ++r) {
-        // SwiGLU's fc1: rank t's [gate_t | up_t] go to gate rows t and up rows t.
-        const int64_t g = global_row(t, r, local, e.shape[d], e.gated);
-        std::copy_n(piece.begin() + (o * local + r) * inner, inner,
-                    out.begin() + (o * e.shape[d] + g) * inner);
-      }
-  }
-  return out;
+  std::vector<std::vector<float>> pieces;
+  for (const Piece& p : e.pieces)
+    pieces.push_back(to_fp32(files_[p.file]->tensor(*p.value, name), e.where, name));
+  return join_tp(pieces, e.shape, e.split_dim, e.gated);
 }
 
 std::vector<float> MlmTensors::read(const std::string& name,

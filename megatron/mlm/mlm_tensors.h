@@ -37,6 +37,9 @@ namespace megatron::mlm {
 class MlmTensors : public hf::TensorSource {
  public:
   explicit MlmTensors(const MlmCheckpoint& checkpoint);
+  // torch_dist only: the tensors under `prefix` (e.g. "optimizer.state.exp_avg.", the fully
+  // reshardable optimizer state, which has the model's names and layout), the prefix dropped.
+  MlmTensors(const MlmCheckpoint& checkpoint, const std::string& prefix);
   ~MlmTensors() override;
 
   std::string description() const override;
@@ -75,6 +78,7 @@ class MlmTensors : public hf::TensorSource {
   std::string global_expert_key(const std::string& key, int64_t ep_rank) const;
 
   const MlmCheckpoint& ckpt_;
+  std::string prefix_;
   bool swiglu_ = false;
   std::unique_ptr<checkpoint::DcpCheckpoint> dcp_;
   std::vector<std::unique_ptr<checkpoint::TorchFile>> files_;

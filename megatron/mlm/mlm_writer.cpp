@@ -239,25 +239,6 @@ void write_distributed(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& t
 
 namespace {
 
-// Tensor rank t's piece of a global tensor split along `dim` (SwiGLU's fc1: [gate_t | up_t]).
-std::vector<float> tp_piece(const std::vector<float>& x, const std::vector<int64_t>& shape, int dim,
-                            int64_t t, int64_t tp, bool gated) {
-  if (dim < 0) return x;
-  const auto d = static_cast<size_t>(dim);
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < d; ++i) outer *= shape[i];
-  for (size_t i = d + 1; i < shape.size(); ++i) inner *= shape[i];
-  const int64_t local = shape[d] / tp;
-  std::vector<float> out(static_cast<size_t>(outer * local * inner));
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t r = 0; r < local; ++r) {
-      const int64_t g = global_row(t, r, local, shape[d], gated);
-      std::copy_n(x.begin() + (o * shape[d] + g) * inner, inner,
-                  out.begin() + (o * local + r) * inner);
-    }
-  return out;
-}
-
 struct StageTensor {
   std::string global, local;  // canonical name; the rank file's key
   std::vector<int64_t> shape;

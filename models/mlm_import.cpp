@@ -1,12 +1,15 @@
 #include "models/mlm_import.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 
 #include "megatron/checkpoint/file_io.h"
 #include "megatron/core/error.h"
 #include "megatron/hf/convert.h"
+#include "megatron/mlm/mlm_optimizer.h"
 #include "megatron/mlm/mlm_tensors.h"
 #include "models/hf_checkpoint.h"
 #include "models/hf_models.h"
@@ -343,6 +346,96 @@ std::vector<TensorMapping> megatron_mappings(const config::ModelConfig& m, int64
 
 namespace {
 
+constexpr const char* kMoments[] = {"exp_avg", "exp_avg_sq"};
+
+// The model's tensors and, named optimizer.<moment>.<tensor>, the optimizer's moments of each.
+class WithOptimizerState final : public hf::TensorSource {
+ public:
+  WithOptimizerState(const mlm::MlmTensors& model, const mlm::MlmOptimizerState* state)
+      : model_(model), state_(state) {}
+  std::string description() const override { return model_.description(); }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out = model_.names();
+    if (state_)
+      for (const std::string& n : model_.names())
+        for (const char* m : kMoments) out.push_back(concat("optimizer.", m, ".", n));
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  bool has(const std::string& name) const override {
+    std::string kind;
+    return model_.has(base(name, kind)) && (kind.empty() || state_ != nullptr);
+  }
+  std::vector<int64_t> shape(const std::string& name) const override {
+    std::string kind;
+    return model_.shape(base(name, kind));
+  }
+  std::string where(const std::string& name) const override {
+    std::string kind;
+    return model_.where(base(name, kind));
+  }
+  std::string unreadable(const std::string& name) const override {
+    std::string kind;
+    return model_.unreadable(base(name, kind));
+  }
+  std::vector<float> read(const std::string& name,
+                          const std::vector<int64_t>& shape) const override {
+    std::string kind;
+    const std::string b = base(name, kind);
+    if (kind.empty()) return model_.read(b, shape);
+    MT_CHECK(model_.shape(b) == shape, "optimizer state of ", b, " asked for another shape");
+    return state_->read(kind, b);
+  }
+
+ private:
+  // The model tensor a name refers to; `kind` the moment, or empty for the tensor itself.
+  static std::string base(const std::string& name, std::string& kind) {
+    for (const char* m : kMoments) {
+      const std::string prefix = concat("optimizer.", m, ".");
+      if (name.rfind(prefix, 0) == 0) {
+        kind = m;
+        return name.substr(prefix.size());
+      }
+    }
+    kind.clear();
+    return name;
+  }
+  const mlm::MlmTensors& model_;
+  const mlm::MlmOptimizerState* state_;
+};
+
+// Adam's moments of every mapped parameter: optim/<moment>/<native> from the same rows as the
+// parameter, placed as it is.
+void add_moment_mappings(hf::ImportRequest& req) {
+  const size_t params = req.mappings.size();
+  for (const char* m : kMoments)
+    for (size_t i = 0; i < params; ++i) {
+      TensorMapping moment = req.mappings[i];
+      if (moment.native.rfind("moe/", 0) == 0) continue;  // not a parameter
+      const std::string native = concat("optim/", m, "/", moment.native);
+      for (hf::HfSource& src : moment.sources) src.name = concat("optimizer.", m, ".", src.name);
+      if (const auto it = req.layout.find(moment.native); it != req.layout.end())
+        req.layout[native] = it->second;
+      moment.native = native;
+      req.mappings.push_back(std::move(moment));
+    }
+}
+
+// The optimizer's state when the checkpoint has it and the import takes it; null otherwise.
+std::unique_ptr<mlm::MlmOptimizerState> optimizer_state(const MegatronImportOptions& o,
+                                                        const mlm::MlmCheckpoint& ck,
+                                                        const mlm::MlmTensors& tensors) {
+  if (o.weights_only || !mlm::has_optimizer_state(ck)) return nullptr;
+  const mlm::MlmArgs& a = ck.args;
+  if (a.boolean_or("bf16", false) || a.boolean_or("fp16", false))
+    a.fail(a.boolean_or("bf16", false) ? "bf16" : "fp16",
+           "the optimizer state of a 16-bit run is not imported yet (--weights-only takes the "
+           "weights alone)");
+  if (a.string_or("optimizer", "adam") != "adam")
+    a.fail("optimizer", "Adam's state is imported (--weights-only takes the weights alone)");
+  return std::make_unique<mlm::MlmOptimizerState>(ck, tensors);
+}
+
 void check_output_dir(const std::string& out_dir) {
   std::error_code ec;
   if (fs::is_directory(out_dir, ec) && !fs::is_empty(out_dir, ec))
@@ -352,7 +445,7 @@ void check_output_dir(const std::string& out_dir) {
 }
 
 config::Recipe recipe_for(const MegatronImportOptions& o, const mlm::MlmCheckpoint& ck,
-                          const config::ModelConfig& model, std::string& yaml) {
+                          const config::ModelConfig& model, bool resume, std::string& yaml) {
   if (!o.recipe.empty()) {
     config::Recipe r = config::load_recipe(o.recipe, o.overrides);
     check_recipe_matches(r, model, ck.args.where() + " (args)");
@@ -368,11 +461,14 @@ config::Recipe recipe_for(const MegatronImportOptions& o, const mlm::MlmCheckpoi
   r.data.tokenizer.type = config::TokenizerType::Null;
   r.data.tokenizer.vocab_size = model.vocab_size;
   r.checkpoint.load = fs::absolute(o.out_dir).lexically_normal().string();
-  r.checkpoint.finetune = true;  // the optimizer's state is not imported yet
+  // With the optimizer's state the run continues; without, it fine-tunes from the weights.
+  r.checkpoint.finetune = !resume;
   yaml = concat("# Written by convert_checkpoint from the Megatron-LM checkpoint ", ck.dir,
                 ".\n# Model, training, optimizer and schedule come from its args "
                 "(megatron_args.txt says\n# which); choose the data (data.mock trains on "
                 "synthetic tokens).\n",
+                resume ? "# checkpoint.load continues the run (the optimizer's state came along).\n"
+                       : "# checkpoint.finetune: the weights only.\n",
                 r.to_yaml());
   return config::parse_recipe_string(yaml, (fs::path(o.out_dir) / "recipe.yaml").string());
 }
@@ -383,14 +479,15 @@ MegatronImportResult import_megatron_checkpoint(const MegatronImportOptions& o) 
   const mlm::MlmCheckpoint ck = mlm::open_checkpoint(o.megatron_dir, o.iteration);
   const config::ModelConfig model = model_from_megatron_args(ck.args);
   check_output_dir(o.out_dir);
+  const mlm::MlmTensors tensors(ck);
+  const std::unique_ptr<mlm::MlmOptimizerState> state = optimizer_state(o, ck, tensors);
   std::string yaml;
-  config::Recipe recipe = recipe_for(o, ck, model, yaml);
+  config::Recipe recipe = recipe_for(o, ck, model, state != nullptr, yaml);
   MegatronImportResult result;
   recipe.parallel.tensor = result.tp = o.tp.value_or(recipe.parallel.tensor);
   recipe.parallel.pipeline = result.pp = o.pp.value_or(recipe.parallel.pipeline);
   recipe.parallel.expert = result.ep = o.ep.value_or(recipe.parallel.expert);
   recipe.validate();
-  const mlm::MlmTensors tensors(ck);
   const NativeLayout layout = native_layout(recipe, result.tp, result.pp, result.ep);
   hf::ImportRequest req;
   req.mappings = megatron_mappings(model, layout.padded_vocab);
@@ -400,6 +497,15 @@ MegatronImportResult import_megatron_checkpoint(const MegatronImportOptions& o) 
   // Tied embeddings under pipeline parallelism: the last stage keeps a copy of the embedding
   // as its output layer (the legacy format saves it; torch_dist saves it once).
   if (model.tie_embeddings) req.ignored.insert("output_layer.weight");
+  if (state) {
+    add_moment_mappings(req);
+    if (model.tie_embeddings)
+      for (const char* m : kMoments)
+        req.ignored.insert(concat("optimizer.", m, ".output_layer.weight"));
+    result.optimizer_state = true;
+    result.optimizer_sharding = mlm::sharding_name(state->sharding());
+    result.optimizer_steps = static_cast<int64_t>(state->step());
+  }
   req.out_dir = o.out_dir;
   req.iteration = ck.iteration;
   result.iteration = ck.iteration;
@@ -420,13 +526,15 @@ MegatronImportResult import_megatron_checkpoint(const MegatronImportOptions& o) 
         {"ep", 1},
         {"distributed_optimizer", false}}},
       {"recipe", recipe.to_json()},
+      {"optimizer_steps", result.optimizer_steps},
+      {"optimizer_type", std::string(config::option_name(recipe.optimizer.type))},
       {"megatron",
        {{"format", result.format},
         {"source", fs::absolute(ck.dir).lexically_normal().string()},
         {"tp", ck.tp},
         {"pp", ck.pp},
         {"dtype", tensors.common_dtype()}}}};
-  hf::import_to_native(tensors, req);
+  hf::import_to_native(WithOptimizerState(tensors, state.get()), req);
   result.tensors = req.mappings.size();
   result.args_report_path = (fs::path(o.out_dir) / "megatron_args.txt").string();
   checkpoint::io::write_file_atomic(result.args_report_path, megatron_args_report(ck.args), ".tmp");

@@ -33,7 +33,7 @@ constexpr const char* kUsage = R"(usage:
                      [--tensor-parallel N] [--pipeline-parallel N] [--expert-parallel N]
   convert_checkpoint --from-megatron MEGATRON_DIR [--iteration N] --to DIR
                      [--recipe R [--set key=value ...]] [--tensor-parallel N] [--pipeline-parallel N]
-                     [--expert-parallel N]
+                     [--expert-parallel N] [--weights-only]
   convert_checkpoint --from DIR [--iteration N] --to-megatron OUT [--format torch_dist|torch]
                      [--tensor-parallel N] [--pipeline-parallel N] [--dtype fp32|bf16|fp16]
                      [--megatron-layer-spec transformer_engine|local]
@@ -52,9 +52,12 @@ latest_checkpointed_iteration.txt, or --iteration N) or an iter_NNNNNNN director
 torch_dist format (.metadata + .distcp files) or the legacy torch one (mp_rank_TT[_PPP]/
 model_optim_rng.pt), of any tensor/pipeline/expert layout. GPT-family models (GPT; LLaMA-style
 RMSNorm, SwiGLU, grouped-query attention, rope; Mixtral-style routed experts). DIR gets iter_NNNNNNN at Megatron's iteration,
-recipe.yaml (model, training, optimizer and schedule from the saved args; checkpoint.load DIR
-with checkpoint.finetune, the optimizer's state not being imported yet) and megatron_args.txt
-(each arg mapped to a recipe key or ignored). Pickles are read by a restricted unpickler:
+recipe.yaml (model, training, optimizer and schedule from the saved args; checkpoint.load DIR)
+and megatron_args.txt (each arg mapped to a recipe key or ignored). The distributed optimizer's
+state (Adam's moments, its step count; dp_reshardable, fully_reshardable or distrib_optim.pt;
+fp32 runs of dense models at pp 1) comes along when the checkpoint has it, and the recipe
+continues the run; otherwise, or with --weights-only, the recipe fine-tunes
+(checkpoint.finetune). Pickles are read by a restricted unpickler:
 nothing in the checkpoint is run.
 Megatron-LM export (--to-megatron): OUT (new or empty) gets latest_checkpointed_iteration.txt and
 iter_NNNNNNN in --format torch_dist (default: one data file, loadable into any layout) or torch
@@ -78,7 +81,7 @@ Qwen2ForCausalLM, MixtralForCausalLM, BertForPreTraining, BertForMaskedLM.
 struct Args {
   std::string from_hf, from_megatron, to, from, to_hf, to_megatron, recipe, dtype, architecture,
       peft_adapter, format, layer_spec;
-  bool no_merge_lora = false;
+  bool no_merge_lora = false, weights_only = false;
   std::vector<std::string> sets;
   std::optional<int64_t> iteration, tp, pp, ep;
   uint64_t max_shard_bytes = uint64_t{5} << 30;
@@ -147,6 +150,8 @@ Args parse(int argc, char** argv) {
       a.ep = flags.integer(1);
     else if (f == "--no-merge-lora")
       a.no_merge_lora = true;
+    else if (f == "--weights-only")
+      a.weights_only = true;
     else if (f == "--peft-adapter")
       a.peft_adapter = flags.value();
     else if (f == "--max-shard-size")
@@ -176,6 +181,8 @@ Args parse(int argc, char** argv) {
     usage_error("--from and --to-hf (or --to-megatron) go together");
   if ((!a.format.empty() || !a.layer_spec.empty()) && a.to_megatron.empty())
     usage_error("--format and --megatron-layer-spec are --to-megatron flags");
+  if (a.weights_only && a.from_megatron.empty())
+    usage_error("--weights-only is a --from-megatron flag");
   if (!a.format.empty() && a.format != "torch_dist" && a.format != "torch")
     usage_error("--format must be torch_dist or torch, got '" + a.format + "'");
   if (!a.layer_spec.empty() && a.layer_spec != "transformer_engine" && a.layer_spec != "local")
@@ -234,6 +241,7 @@ int import_megatron(const Args& a) {
   models::MegatronImportOptions o;
   o.megatron_dir = a.from_megatron, o.out_dir = a.to, o.iteration = a.iteration;
   o.recipe = a.recipe, o.overrides = a.sets, o.tp = a.tp, o.pp = a.pp, o.ep = a.ep;
+  o.weights_only = a.weights_only;
   const models::MegatronImportResult r = models::import_megatron_checkpoint(o);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
@@ -246,7 +254,14 @@ int import_megatron(const Args& a) {
       static_cast<long long>(r.ep));
   if (!r.recipe_path.empty()) std::printf("recipe: %s\n", r.recipe_path.c_str());
   std::printf("args: %s\n", r.args_report_path.c_str());
-  std::printf("left out: the optimizer's state (not imported yet)\n");
+  if (r.optimizer_state)
+    std::printf(
+        "optimizer: Adam's moments and %lld steps (Megatron's %s state); the recipe "
+        "continues the run\n",
+        static_cast<long long>(r.optimizer_steps), r.optimizer_sharding.c_str());
+  else
+    std::printf("optimizer: none imported (%s); the recipe fine-tunes from the weights\n",
+                a.weights_only ? "--weights-only" : "the checkpoint has none");
   std::printf("time %.2f s, peak RSS %.1f MiB\n", secs, peak_rss_mib());
   return 0;
 }

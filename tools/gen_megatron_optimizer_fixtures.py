@@ -163,13 +163,38 @@ def wrap_ddp(args, config, model):
     return DDP(config=config, ddp_config=ddp_config, module=model), ddp_config
 
 
-def global_batch(step, gbs, vocab):
-    """Learnable synthetic sequences: token[i] = (start + i * stride) % vocab, start and stride
-    drawn per sample from a generator seeded by the step."""
-    g = torch.Generator().manual_seed(1000 + step)
-    start = torch.randint(0, vocab, (gbs, 1), generator=g)
-    stride = torch.randint(1, 4, (gbs, 1), generator=g)
-    return (start + stride * torch.arange(SEQ + 1).unsqueeze(0)) % vocab
+MASK64 = (1 << 64) - 1
+MOCK_VOCAB = 128  # the padded vocabulary: what megatron-cpp's imported recipe draws mock tokens from
+
+
+def _mix(x):
+    """SplitMix64's finaliser (megatron/training/mock_source.cpp)."""
+    x = (x + 0x9E3779B97F4A7C15) & MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def mock_sample(seed, index, vocab):
+    """megatron-cpp's MockTokenSource sample `index` (data.mock): a motif of 3..10 tokens
+    repeated over seq + 1 tokens, so that a run here and the continued run there see the same
+    data."""
+    state = _mix(seed ^ _mix(index))
+
+    def draw(n):
+        nonlocal state
+        v = _mix(state)
+        state = (state + 1) & MASK64
+        return v % n
+
+    period = 3 + draw(8)
+    motif = [draw(vocab) for _ in range(period)]
+    return [motif[s % period] for s in range(SEQ + 1)]
+
+
+def global_batch(step, gbs, seed):
+    """Samples step * gbs .. step * gbs + gbs - 1 of the mock data, in sample order."""
+    return torch.tensor([mock_sample(seed, step * gbs + i, MOCK_VOCAB) for i in range(gbs)])
 
 
 def data_iterator_for(step, args):
@@ -178,7 +203,7 @@ def data_iterator_for(step, args):
     from megatron.core import parallel_state as ps
 
     dp, d, mbs = ps.get_data_parallel_world_size(), ps.get_data_parallel_rank(), args.micro_batch_size
-    seq = global_batch(step, args.global_batch_size, args.vocab_size)
+    seq = global_batch(step, args.global_batch_size, args.seed)
     n_micro = args.global_batch_size // (mbs * dp)
     for m in range(n_micro):
         s = m * mbs * dp + d * mbs

@@ -19,9 +19,10 @@ constexpr const char* kModelPrefix = "model/";
 
 // The checkpoint key of a mapping's native tensor: a parameter's under model/; a name under moe/
 // (the experts' bias of aux-loss-free balancing, kept with the checkpoint but not a parameter)
-// as it is.
+// or optim/ (an imported optimizer's moments, optim/exp_avg/<parameter>) as it is.
 std::string checkpoint_key(const std::string& native) {
-  return native.rfind("moe/", 0) == 0 ? native : kModelPrefix + native;
+  const bool as_is = native.rfind("moe/", 0) == 0 || native.rfind("optim/", 0) == 0;
+  return as_is ? native : kModelPrefix + native;
 }
 
 std::vector<int64_t> local_shape(const std::vector<int64_t>& global, const ShardSpec& s) {

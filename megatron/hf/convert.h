@@ -27,7 +27,8 @@ struct NativePlacement {
 
 struct ImportRequest {
   // Every native parameter (checkpoint key model/<native>), and non-parameter tensors kept with
-  // the checkpoint under moe/ (the experts' bias), whose names are their keys.
+  // the checkpoint under moe/ (the experts' bias) or optim/ (Adam's moments of a parameter,
+  // optim/exp_avg/<parameter>), whose names are their keys.
   std::vector<TensorMapping> mappings;
   std::map<std::string, NativePlacement> layout;  // by native name; absent: whole on rank 0
   std::set<std::string> ignored;                  // HF tensors that are not parameters

@@ -94,8 +94,9 @@ std::vector<float> join_tp(const std::vector<std::vector<float>>& pieces,
     const std::vector<float>& piece = pieces[static_cast<size_t>(t)];
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t r = 0; r < local; ++r)
-        std::copy_n(piece.begin() + (o * local + r) * inner, inner,
-                    out.begin() + (o * global[d] + global_row(t, r, local, global[d], gated)) * inner);
+        std::copy_n(
+            piece.begin() + (o * local + r) * inner, inner,
+            out.begin() + (o * global[d] + global_row(t, r, local, global[d], gated)) * inner);
   }
   return out;
 }

@@ -17,17 +17,24 @@ using checkpoint::PickleRef;
 using checkpoint::PickleValue;
 using Kind = PickleValue::Kind;
 
-constexpr int64_t kParamAlign = 64;  // _ParamAndGradBuffer's start alignment (distributed optimizer)
+constexpr int64_t kParamAlign =
+    64;  // _ParamAndGradBuffer's start alignment (distributed optimizer)
 
 // Registration order of a dense layer's parameters in Megatron-Core's local layer spec.
-const char* const kLayerParams[] = {
-    "input_layernorm.weight",           "input_layernorm.bias",
-    "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
-    "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
-    "self_attention.q_layernorm.weight", "self_attention.k_layernorm.weight",
-    "pre_mlp_layernorm.weight",         "pre_mlp_layernorm.bias",
-    "mlp.linear_fc1.weight",            "mlp.linear_fc1.bias",
-    "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias"};
+const char* const kLayerParams[] = {"input_layernorm.weight",
+                                    "input_layernorm.bias",
+                                    "self_attention.linear_proj.weight",
+                                    "self_attention.linear_proj.bias",
+                                    "self_attention.linear_qkv.weight",
+                                    "self_attention.linear_qkv.bias",
+                                    "self_attention.q_layernorm.weight",
+                                    "self_attention.k_layernorm.weight",
+                                    "pre_mlp_layernorm.weight",
+                                    "pre_mlp_layernorm.bias",
+                                    "mlp.linear_fc1.weight",
+                                    "mlp.linear_fc1.bias",
+                                    "mlp.linear_fc2.weight",
+                                    "mlp.linear_fc2.bias"};
 
 PickleRef top_level(const std::string& path) {
   checkpoint::TorchFile f(path);
@@ -85,8 +92,8 @@ std::vector<FlatParam> flat_layout(const MlmArgs& args, const MlmTensors& model,
                                     "embedding.position_embeddings.weight"};
   for (int64_t l = 0; l < args.integer("num_layers"); ++l)
     for (const char* key : kLayerParams) names.push_back(concat("decoder.layers.", l, ".", key));
-  for (const char* n : {"decoder.final_layernorm.weight", "decoder.final_layernorm.bias",
-                        "output_layer.weight"})
+  for (const char* n :
+       {"decoder.final_layernorm.weight", "decoder.final_layernorm.bias", "output_layer.weight"})
     names.push_back(n);
   std::vector<FlatParam> out;
   int64_t at = 0;
@@ -107,11 +114,24 @@ std::vector<FlatParam> flat_layout(const MlmArgs& args, const MlmTensors& model,
   return out;
 }
 
+namespace {
+
+std::string top_level_path(const MlmCheckpoint& ck) {
+  return ck.format == Format::TorchDist ? (fs::path(ck.dir) / "common.pt").string()
+                                        : ck.rank_files.front().path;
+}
+
+}  // namespace
+
+bool has_optimizer_state(const MlmCheckpoint& ck) {
+  const PickleRef top = top_level(top_level_path(ck));
+  const PickleValue* optimizer = top->get("optimizer");
+  return optimizer != nullptr && optimizer->is(Kind::Dict);
+}
+
 MlmOptimizerState::MlmOptimizerState(const MlmCheckpoint& ck, const MlmTensors& model)
     : ckpt_(ck), model_(model) {
-  const std::string top_path = ck.format == Format::TorchDist
-                                   ? (fs::path(ck.dir) / "common.pt").string()
-                                   : ck.rank_files.front().path;
+  const std::string top_path = top_level_path(ck);
   const PickleRef top = top_level(top_path);
   const PickleValue* optimizer = top->get("optimizer");
   MT_INPUT_CHECK(optimizer && optimizer->is(Kind::Dict), top_path,
@@ -126,7 +146,8 @@ MlmOptimizerState::MlmOptimizerState(const MlmCheckpoint& ck, const MlmTensors& 
       sharding_ = OptimizerSharding::FullyReshardable;
       step_ = adam_step(*optimizer, top_path);
       for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
-        per_kind_.push_back(std::make_unique<MlmTensors>(ck, concat("optimizer.state.", kind, ".")));
+        per_kind_.push_back(
+            std::make_unique<MlmTensors>(ck, concat("optimizer.state.", kind, ".")));
       return;
     }
     MT_INPUT_CHECK(type->text == "dp_reshardable", top_path, ": optimizer sharding '", type->text,
@@ -157,7 +178,8 @@ void MlmOptimizerState::read_flat(const std::string& kind) const {
     std::vector<float> flat;
     std::string where;
     if (sharding_ == OptimizerSharding::DpReshardable) {
-      const std::string base = concat("optimizer.distributed.dp_group_idx_", t, ".gbuf_idx_0.dtype_");
+      const std::string base =
+          concat("optimizer.distributed.dp_group_idx_", t, ".gbuf_idx_0.dtype_");
       const std::string name = base + "(torch.float32, torch.float32).bucket_idx_0." + kind;
       MT_INPUT_CHECK(dcp_->find(name), ckpt_.dir, ": no '", name,
                      "' (an fp32 model's single-bucket optimizer state is read)");
@@ -178,8 +200,8 @@ void MlmOptimizerState::read_flat(const std::string& kind) const {
       flat = fp32_of(f.tensor(*v, kind), where);
     }
     // The layout must fill the buffer exactly: anything else is a model or layout not read here.
-    MT_INPUT_CHECK(static_cast<int64_t>(flat.size()) == size, where, ": ",
-                   flat.size(), " elements where this model's grad-buffer layout has ", size,
+    MT_INPUT_CHECK(static_cast<int64_t>(flat.size()) == size, where, ": ", flat.size(),
+                   " elements where this model's grad-buffer layout has ", size,
                    " (another layer spec's parameter order, or a layout not read here)");
     per_rank.push_back(std::move(flat));
   }

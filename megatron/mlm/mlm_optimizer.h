@@ -36,6 +36,9 @@ struct FlatParam {
 // them (local layer spec's registration order, reversed; starts aligned to 64).
 std::vector<FlatParam> flat_layout(const MlmArgs& args, const MlmTensors& model, int64_t tp);
 
+// Whether the checkpoint was saved with its optimizer's state (not --no-save-optim).
+bool has_optimizer_state(const MlmCheckpoint& checkpoint);
+
 class MlmOptimizerState {
  public:
   // InputError when the checkpoint holds no optimizer state (saved with --no-save-optim) or one

@@ -6,7 +6,8 @@
 
 namespace megatron::optim {
 
-double LRSchedule::lr(int64_t step) const {
+double LRSchedule::lr(int64_t update) const {
+  const int64_t step = std::max<int64_t>(update - 1, 0);  // updates completed before this one
   if (warmup_iters > 0 && step <= warmup_iters)
     return max_lr * static_cast<double>(step) / static_cast<double>(warmup_iters);
   if (decay == Decay::Constant) return max_lr;

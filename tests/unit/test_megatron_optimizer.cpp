@@ -47,7 +47,8 @@ TEST(MegatronOptimizer, TheGradBufferLayoutIsMegatronsOwn) {
       EXPECT_EQ(ours[i].name, params[i]["name"].get<std::string>()) << name << " " << i;
       EXPECT_EQ(ours[i].start, params[i]["start"].get<int64_t>()) << ours[i].name;
       EXPECT_EQ(ours[i].end, params[i]["end"].get<int64_t>()) << ours[i].name;
-      EXPECT_EQ(ours[i].local_shape, params[i]["shape"].get<std::vector<int64_t>>()) << ours[i].name;
+      EXPECT_EQ(ours[i].local_shape, params[i]["shape"].get<std::vector<int64_t>>())
+          << ours[i].name;
     }
     EXPECT_EQ(ours.back().end, layout[0]["buffers"][0]["numel_unpadded"].get<int64_t>());
   }
@@ -77,8 +78,8 @@ TEST(MegatronOptimizer, EveryWayOfStoringItGivesTheSameState) {
 }
 
 TEST(MegatronOptimizer, MainParametersAreTheWeightsOverTensorParallelism) {
-  for (const std::string name : {"llama_dp2_torch_dist", "llama_tp2_dp2_torch_dist",
-                                 "llama_tp2_dp2_torch"}) {
+  for (const std::string name :
+       {"llama_dp2_torch_dist", "llama_tp2_dp2_torch_dist", "llama_tp2_dp2_torch"}) {
     const Loaded l(name);
     for (const std::string& n : l.model->names())
       EXPECT_EQ(l.state->read("param", n), l.model->read(n, l.model->shape(n))) << name << " " << n;

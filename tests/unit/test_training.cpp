@@ -139,14 +139,17 @@ TEST(Metrics, JsonlWritesTheRoutingMarginOrNull) {
 }
 
 TEST(LRSchedule, WarmupThenCosineToMin) {
+  // Update k uses Megatron's schedule after k - 1 updates: the first update of a warmup has lr 0.
   optim::LRSchedule s{1.0, 0.1, 10, 110, optim::Decay::Cosine};
-  EXPECT_DOUBLE_EQ(s.lr(1), 0.1);
-  EXPECT_DOUBLE_EQ(s.lr(10), 1.0);
-  EXPECT_NEAR(s.lr(60), 0.55, 1e-12);  // halfway: min + (max - min) / 2
-  EXPECT_DOUBLE_EQ(s.lr(110), 0.1);
+  EXPECT_DOUBLE_EQ(s.lr(1), 0.0);
+  EXPECT_DOUBLE_EQ(s.lr(2), 0.1);
+  EXPECT_DOUBLE_EQ(s.lr(11), 1.0);
+  EXPECT_NEAR(s.lr(61), 0.55, 1e-12);  // halfway: min + (max - min) / 2
+  EXPECT_DOUBLE_EQ(s.lr(111), 0.1);
   EXPECT_DOUBLE_EQ(s.lr(500), 0.1);
   optim::LRSchedule lin{1.0, 0.0, 0, 100, optim::Decay::Linear};
-  EXPECT_NEAR(lin.lr(25), 0.75, 1e-12);
+  EXPECT_DOUBLE_EQ(lin.lr(1), 1.0);  // no warmup: the first update at max_lr
+  EXPECT_NEAR(lin.lr(26), 0.75, 1e-12);
   EXPECT_FALSE(config::parse_option<config::LrDecay>("exp"));  // the recipe refuses it by name
 }
 

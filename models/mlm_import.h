@@ -15,15 +15,9 @@
 #include "megatron/config/recipe.h"
 #include "megatron/hf/tensor_map.h"
 #include "megatron/mlm/mlm_checkpoint.h"
+#include "models/mlm_args.h"
 
 namespace megatron::models {
-
-// The model section args describe; InputError naming args.<key> for a setting not imported.
-config::ModelConfig model_from_megatron_args(const mlm::MlmArgs& args);
-// The training, optimizer and schedule keys a continued run takes from args.
-void training_from_megatron_args(const mlm::MlmArgs& args, config::Recipe& recipe);
-// Every arg with what became of it: "mapped to model.hidden_size" or "ignored", one per line.
-std::string megatron_args_report(const mlm::MlmArgs& args);
 
 // Native parameters from the canonical Megatron-Core names of mlm::MlmTensors. padded_vocab:
 // the native embedding rows (>= the saved padded vocabulary, model.vocab_size).

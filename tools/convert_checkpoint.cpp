@@ -111,6 +111,70 @@ uint64_t byte_size(tools::FlagReader& flags) {
   flags.fail("--max-shard-size: '" + v + "' is not a positive size (N, NKB, NMB, NGB, NKiB ...)");
 }
 
+// Exactly one direction: an import (--from-hf or --from-megatron, --to) or an export (--from,
+// --to-hf or --to-megatron).
+void check_directions(const Args& a) {
+  const bool import = !a.from_hf.empty() || !a.from_megatron.empty() || !a.to.empty();
+  const bool exp = !a.from.empty() || !a.to_hf.empty() || !a.to_megatron.empty();
+  if (import == exp)
+    usage_error(
+        "give either --from-hf HF_DIR --to DIR, --from-megatron MEGATRON_DIR --to DIR or --from "
+        "DIR --to-hf HF_DIR");
+  if (!a.from_hf.empty() && !a.from_megatron.empty())
+    usage_error("--from-hf and --from-megatron are two imports: give one");
+  if (import && (a.to.empty() || (a.from_hf.empty() && a.from_megatron.empty())))
+    usage_error(a.from_megatron.empty() ? "--from-hf and --to go together"
+                                        : "--from-megatron and --to go together");
+  if (!a.to_hf.empty() && !a.to_megatron.empty())
+    usage_error("--to-hf and --to-megatron are two exports: give one");
+  if (exp && (a.from.empty() || (a.to_hf.empty() && a.to_megatron.empty())))
+    usage_error("--from and --to-hf (or --to-megatron) go together");
+}
+
+void check_megatron_flags(const Args& a) {
+  if (!a.from_megatron.empty() &&
+      (!a.dtype.empty() || !a.architecture.empty() || a.no_merge_lora || !a.peft_adapter.empty()))
+    usage_error(
+        "--from-megatron takes --iteration, --recipe, --set, --tensor-parallel, "
+        "--pipeline-parallel, --expert-parallel and --weights-only");
+  if ((!a.format.empty() || !a.layer_spec.empty()) && a.to_megatron.empty())
+    usage_error("--format and --megatron-layer-spec are --to-megatron flags");
+  if (a.weights_only && a.from_megatron.empty())
+    usage_error("--weights-only is a --from-megatron flag");
+  if (!a.format.empty() && a.format != "torch_dist" && a.format != "torch")
+    usage_error("--format must be torch_dist or torch, got '" + a.format + "'");
+  if (!a.layer_spec.empty() && a.layer_spec != "transformer_engine" && a.layer_spec != "local")
+    usage_error("--megatron-layer-spec must be transformer_engine or local, got '" + a.layer_spec +
+                "'");
+  if (!a.to_megatron.empty() &&
+      (!a.architecture.empty() || a.no_merge_lora || !a.peft_adapter.empty() || a.ep))
+    usage_error(
+        "--architecture, --no-merge-lora, --peft-adapter and --expert-parallel are not "
+        "--to-megatron flags");
+  if (!a.to_megatron.empty() && a.format != "torch" && (a.tp || a.pp))
+    usage_error(
+        "--tensor-parallel and --pipeline-parallel lay out --format torch's rank files "
+        "(torch_dist loads into any layout)");
+}
+
+// Flags of one direction given with the other, and values out of range.
+void check_shared_flags(const Args& a) {
+  if (!a.from_hf.empty() && (!a.dtype.empty() || !a.architecture.empty() || a.iteration ||
+                             a.no_merge_lora || !a.peft_adapter.empty()))
+    usage_error(
+        "--dtype, --architecture, --iteration, --no-merge-lora and --peft-adapter are export "
+        "flags");
+  if (a.no_merge_lora && !a.peft_adapter.empty())
+    usage_error("--peft-adapter already exports the base unmerged; drop --no-merge-lora");
+  const bool exp = !a.from.empty() || !a.to_hf.empty() || !a.to_megatron.empty();
+  if (exp &&
+      (!a.recipe.empty() || !a.sets.empty() || (a.to_megatron.empty() && (a.tp || a.pp || a.ep))))
+    usage_error("--recipe, --set and the layout flags are import flags");
+  if (!a.sets.empty() && a.recipe.empty()) usage_error("--set needs --recipe");
+  if (!a.dtype.empty() && hf::dtype_from_flag(a.dtype).empty())
+    usage_error("--dtype must be fp32, bf16 or fp16, got '" + a.dtype + "'");
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   tools::FlagReader flags("convert_checkpoint", kUsage, argc, argv);
@@ -159,57 +223,9 @@ Args parse(int argc, char** argv) {
     else
       flags.fail("unexpected argument '" + f + "'");
   }
-  const bool import = !a.from_hf.empty() || !a.from_megatron.empty() || !a.to.empty();
-  const bool exp = !a.from.empty() || !a.to_hf.empty() || !a.to_megatron.empty();
-  if (import == exp)
-    usage_error(
-        "give either --from-hf HF_DIR --to DIR, --from-megatron MEGATRON_DIR --to DIR or --from "
-        "DIR --to-hf HF_DIR");
-  if (!a.from_hf.empty() && !a.from_megatron.empty())
-    usage_error("--from-hf and --from-megatron are two imports: give one");
-  if (import && (a.to.empty() || (a.from_hf.empty() && a.from_megatron.empty())))
-    usage_error(a.from_megatron.empty() ? "--from-hf and --to go together"
-                                        : "--from-megatron and --to go together");
-  if (!a.from_megatron.empty() &&
-      (!a.dtype.empty() || !a.architecture.empty() || a.no_merge_lora || !a.peft_adapter.empty()))
-    usage_error(
-        "--from-megatron takes --iteration, --recipe, --set, --tensor-parallel, "
-        "--pipeline-parallel and --expert-parallel");
-  if (!a.to_hf.empty() && !a.to_megatron.empty())
-    usage_error("--to-hf and --to-megatron are two exports: give one");
-  if (exp && (a.from.empty() || (a.to_hf.empty() && a.to_megatron.empty())))
-    usage_error("--from and --to-hf (or --to-megatron) go together");
-  if ((!a.format.empty() || !a.layer_spec.empty()) && a.to_megatron.empty())
-    usage_error("--format and --megatron-layer-spec are --to-megatron flags");
-  if (a.weights_only && a.from_megatron.empty())
-    usage_error("--weights-only is a --from-megatron flag");
-  if (!a.format.empty() && a.format != "torch_dist" && a.format != "torch")
-    usage_error("--format must be torch_dist or torch, got '" + a.format + "'");
-  if (!a.layer_spec.empty() && a.layer_spec != "transformer_engine" && a.layer_spec != "local")
-    usage_error("--megatron-layer-spec must be transformer_engine or local, got '" + a.layer_spec +
-                "'");
-  if (!a.to_megatron.empty() &&
-      (!a.architecture.empty() || a.no_merge_lora || !a.peft_adapter.empty() || a.ep))
-    usage_error(
-        "--architecture, --no-merge-lora, --peft-adapter and --expert-parallel are not "
-        "--to-megatron flags");
-  if (!a.to_megatron.empty() && a.format != "torch" && (a.tp || a.pp))
-    usage_error(
-        "--tensor-parallel and --pipeline-parallel lay out --format torch's rank files "
-        "(torch_dist loads into any layout)");
-  if (!a.from_hf.empty() && (!a.dtype.empty() || !a.architecture.empty() || a.iteration ||
-                             a.no_merge_lora || !a.peft_adapter.empty()))
-    usage_error(
-        "--dtype, --architecture, --iteration, --no-merge-lora and --peft-adapter are export "
-        "flags");
-  if (a.no_merge_lora && !a.peft_adapter.empty())
-    usage_error("--peft-adapter already exports the base unmerged; drop --no-merge-lora");
-  if (exp &&
-      (!a.recipe.empty() || !a.sets.empty() || (a.to_megatron.empty() && (a.tp || a.pp || a.ep))))
-    usage_error("--recipe, --set and the layout flags are import flags");
-  if (!a.sets.empty() && a.recipe.empty()) usage_error("--set needs --recipe");
-  if (!a.dtype.empty() && hf::dtype_from_flag(a.dtype).empty())
-    usage_error("--dtype must be fp32, bf16 or fp16, got '" + a.dtype + "'");
+  check_directions(a);
+  check_megatron_flags(a);
+  check_shared_flags(a);
   return a;
 }
 

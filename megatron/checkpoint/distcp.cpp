@@ -96,21 +96,10 @@ PieceGeometry box_geometry(const std::vector<int64_t>& shape, const std::vector<
   return g;
 }
 
-}  // namespace
-
-DcpCheckpoint::DcpCheckpoint(const std::string& dir)
-    : dir_(dir), metadata_path_((fs::path(dir) / ".metadata").string()) {
-  read_metadata();
-}
-
-void DcpCheckpoint::read_metadata() {
-  const std::string& where = metadata_path_;
-  const PickleRef root = read_pickle(read_file(where), where);
-  MT_INPUT_CHECK(is_class(*root, "Metadata"), where, ": not distributed-checkpoint metadata (",
-                 root->describe(), ")");
-  // Where each chunk's bytes are: MetadataIndex(fqn, offset) -> _StorageInfo.
+// Where each chunk's bytes are: MetadataIndex(fqn, offset) -> _StorageInfo, keyed by chunk_key.
+std::map<std::string, DcpChunk> storage_index(const PickleValue& root, const std::string& where) {
   std::map<std::string, DcpChunk> storage;
-  const PickleValue& data = field(*root, "storage_data", where);
+  const PickleValue& data = field(root, "storage_data", where);
   MT_INPUT_CHECK(data.is(Kind::Dict), where, ": storage_data is not a dict");
   for (const auto& [key, info] : data.dict) {
     MT_INPUT_CHECK(is_class(*key, "MetadataIndex") &&
@@ -139,6 +128,22 @@ void DcpCheckpoint::read_metadata() {
     c.length = static_cast<uint64_t>(length.integer);
     storage[chunk_key(fqn.text, offsets)] = c;
   }
+  return storage;
+}
+
+}  // namespace
+
+DcpCheckpoint::DcpCheckpoint(const std::string& dir)
+    : dir_(dir), metadata_path_((fs::path(dir) / ".metadata").string()) {
+  read_metadata();
+}
+
+void DcpCheckpoint::read_metadata() {
+  const std::string& where = metadata_path_;
+  const PickleRef root = read_pickle(read_file(where), where);
+  MT_INPUT_CHECK(is_class(*root, "Metadata"), where, ": not distributed-checkpoint metadata (",
+                 root->describe(), ")");
+  const std::map<std::string, DcpChunk> storage = storage_index(*root, where);
   const PickleValue& entries = field(*root, "state_dict_metadata", where);
   MT_INPUT_CHECK(entries.is(Kind::Dict), where, ": state_dict_metadata is not a dict");
   for (const auto& [name, meta] : entries.dict) {

@@ -4,9 +4,9 @@
 // the pickle into plain data and never calls anything: a REDUCE, NEWOBJ or BUILD of a class
 // becomes an Object node naming the class, its arguments and its state, for the caller to
 // interpret. Only the classes these files hold may appear (tensor and parameter rebuilds, torch
-// storages and dtypes, the distributed-checkpoint metadata classes, OrderedDict,
-// argparse.Namespace, ...); any other global, such as os.system, is refused with an InputError
-// naming it. Sizes, nesting and memo are bounded, so hostile input costs bounded memory.
+// storages and dtypes, the distributed-checkpoint metadata and save-plan classes, OrderedDict,
+// argparse.Namespace, Megatron's enums in its args, numpy's arrays in saved RNG states, ...);
+// any other global, such as os.system, is refused with an InputError naming it. Sizes, nesting and memo are bounded, so hostile input costs bounded memory.
 #include <cstdint>
 #include <memory>
 #include <span>

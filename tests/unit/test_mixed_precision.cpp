@@ -113,14 +113,20 @@ TEST(MixedPrecision, Fp16SkipsOverflowingStepsAndBacksOff) {
   EXPECT_FALSE(fp16.steps.back().skipped);
   EXPECT_LT(fp16.steps.back().loss_scale, fp16.steps.front().loss_scale);
   EXPECT_LT(fp16.steps.back().loss, 0.7 * fp16.steps.front().loss);
-  // Skipped steps do not advance the LR schedule: the first update runs at the first warmup
-  // LR (0.01 / 2), whatever iteration it happens at; fp32 (never skipping) at iteration 1.
-  const auto first =
-      std::find_if(fp16.steps.begin(), fp16.steps.end(), [](const auto& s) { return !s.skipped; });
+  // Skipped steps do not advance the LR schedule: the first update runs at the warmup's first
+  // LR (0, as Megatron's scheduler starts) and the next at its second (0.01 / 2), whatever
+  // iterations they happen at; fp32 (never skipping) at iterations 1 and 2.
+  const auto updated = [](const auto& s) { return !s.skipped; };
+  const auto first = std::find_if(fp16.steps.begin(), fp16.steps.end(), updated);
   ASSERT_NE(first, fp16.steps.end());
   EXPECT_GT(first->iteration, 1);
-  EXPECT_DOUBLE_EQ(first->lr, 0.005);
-  EXPECT_DOUBLE_EQ(train("fp32").steps.front().lr, 0.005);
+  EXPECT_DOUBLE_EQ(first->lr, 0.0);
+  const auto second = std::find_if(first + 1, fp16.steps.end(), updated);
+  ASSERT_NE(second, fp16.steps.end());
+  EXPECT_DOUBLE_EQ(second->lr, 0.005);
+  const auto fp32 = train("fp32");
+  EXPECT_DOUBLE_EQ(fp32.steps[0].lr, 0.0);
+  EXPECT_DOUBLE_EQ(fp32.steps[1].lr, 0.005);
 }
 
 // Gradients that overflow even at the minimum scale stop the run after

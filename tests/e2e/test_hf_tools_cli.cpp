@@ -98,8 +98,29 @@ TEST_F(HfTools, UsageAndInputErrors) {
     std::string message;
   };
   const std::string gpt2 = std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/hf/gpt2";
+  const std::string mlm =
+      std::string(MEGATRON_SOURCE_DIR) + "/tests/fixtures/megatron/llama_tp2_pp2_torch";
   const std::vector<std::pair<std::string, Case>> cases = {
       {"convert_checkpoint", {"", 2, "give either"}},
+      {"convert_checkpoint", {"--from-megatron " + mlm, 2, "--from-megatron and --to go together"}},
+      {"convert_checkpoint",
+       {"--from-megatron " + mlm + " --from-hf " + gpt2 + " --to z", 2, "two imports"}},
+      {"convert_checkpoint",
+       {"--from-megatron " + mlm + " --to z --dtype bf16", 2, "--from-megatron takes"}},
+      {"convert_checkpoint", {"--from x --to-megatron y --format zarr", 2, "torch_dist or torch"}},
+      {"convert_checkpoint",
+       {"--from x --to-megatron y --tensor-parallel 2", 2, "lay out --format torch's rank files"}},
+      {"convert_checkpoint", {"--from x --to-hf y --format torch", 2, "--to-megatron flags"}},
+      {"convert_checkpoint",
+       {"--from x --to-megatron y --megatron-layer-spec te", 2, "transformer_engine or local"}},
+      {"convert_checkpoint", {"--from x --to-hf y --to-megatron z", 2, "two exports"}},
+      {"convert_checkpoint", {"--from x --to-hf y --weights-only", 2, "a --from-megatron flag"}},
+      {"convert_checkpoint",
+       {"--from-megatron /nonexistent --to z", 1,
+        "Megatron-LM checkpoint /nonexistent is not a directory"}},
+      {"convert_checkpoint",
+       {"--from-megatron " + mlm + " --iteration 7 --to z", 1, "has no iter_0000007 directory"}},
+      {"convert_checkpoint", {"--from /nonexistent --to-megatron z", 1, "does not exist"}},
       {"convert_checkpoint", {"--from-hf " + gpt2, 2, "--from-hf and --to go together"}},
       {"convert_checkpoint", {"--from x --to-hf y --tensor-parallel 2", 2, "import flags"}},
       {"convert_checkpoint", {"--from x --to-hf y --dtype fp8", 2, "--dtype must be"}},

@@ -74,7 +74,6 @@ std::pair<fs::path, fs::path> locate(const fs::path& given, std::optional<int64_
 // mp_rank_TT[_PPP][_EEE]/model_optim_rng.pt files of a legacy checkpoint.
 void find_rank_files(const fs::path& dir, MlmCheckpoint& out) {
   const std::regex pattern("mp_rank_([0-9]{2})(_([0-9]{3}))?(_([0-9]{3}))?");
-  std::set<std::string> pipeline_forms;
   for (const auto& e : fs::directory_iterator(dir)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
@@ -86,7 +85,6 @@ void find_rank_files(const fs::path& dir, MlmCheckpoint& out) {
     f.tp_rank = std::stoll(m[1].str());
     f.pp_rank = m[3].matched ? std::stoll(m[3].str()) : 0;
     f.ep_rank = m[5].matched ? std::stoll(m[5].str()) : 0;
-    pipeline_forms.insert(m[3].matched ? "pp" : "");
     out.rank_files.push_back(f);
   }
   std::sort(out.rank_files.begin(), out.rank_files.end(), [](const auto& a, const auto& b) {

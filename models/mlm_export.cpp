@@ -15,6 +15,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using checkpoint::Py;
+using checkpoint::PyItem;
 
 const char* tokenizer_type(config::TokenizerType t) {
   switch (t) {
@@ -41,8 +42,7 @@ const char* decay_style(config::LrDecay d) {
 
 // The model keys a Megatron-LM run of this model is configured with; refuses what the import
 // would refuse (a model Megatron's GPT builder does not make the same way).
-void model_args(const config::ModelConfig& m, int64_t padded_vocab,
-                std::vector<std::pair<Py, Py>>& a) {
+void model_args(const config::ModelConfig& m, int64_t padded_vocab, std::vector<PyItem>& a) {
   auto set = [&](const char* k, Py v) { a.push_back({Py::str(k), std::move(v)}); };
   const bool rope = m.position_embedding == config::PositionEmbedding::Rope;
   MT_INPUT_CHECK(rope || m.position_embedding == config::PositionEmbedding::Learned,
@@ -99,7 +99,7 @@ config::ModelConfig padded_model(config::ModelConfig m, int64_t padded_vocab) {
 
 Py megatron_args_for(const config::Recipe& r, int64_t padded_vocab, int64_t iteration,
                      int64_t consumed_samples, int64_t tp, int64_t pp, mlm::Format format) {
-  std::vector<std::pair<Py, Py>> a;
+  std::vector<PyItem> a;
   model_args(r.model, padded_vocab, a);
   auto set = [&](const char* k, Py v) { a.push_back({Py::str(k), std::move(v)}); };
   const auto& t = r.training;

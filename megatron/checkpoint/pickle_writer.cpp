@@ -110,7 +110,7 @@ class Emitter {
     for (const Py& i : items) value(i);
     out += 't';
   }
-  void set_items(const std::vector<std::pair<Py, Py>>& items) {
+  void set_items(const std::vector<PyItem>& items) {
     if (items.empty()) return;
     out += '(';
     for (const auto& [k, v] : items) {
@@ -129,6 +129,8 @@ class Emitter {
 };
 
 }  // namespace
+
+Py Py::none() { return Py{}; }
 
 Py Py::boolean_value(bool b) {
   Py p;
@@ -165,7 +167,7 @@ Py Py::list(std::vector<Py> items) {
   p.kind = Kind::List;
   return p;
 }
-Py Py::dictionary(std::vector<std::pair<Py, Py>> items) {
+Py Py::dictionary(std::vector<PyItem> items) {
   Py p;
   p.kind = Kind::Dict;
   p.dict = std::move(items);
@@ -190,7 +192,7 @@ Py Py::new_object(const std::string& module, const std::string& name, Py state) 
   p.state = {std::move(state)};
   return p;
 }
-Py Py::ordered_dict(std::vector<std::pair<Py, Py>> items) {
+Py Py::ordered_dict(std::vector<PyItem> items) {
   Py p = reduce(global("collections", "OrderedDict"), {});
   p.dict = std::move(items);
   return p;

@@ -11,6 +11,8 @@
 
 namespace megatron::checkpoint {
 
+struct PyItem;  // a dict item: key, value
+
 struct Py {
   enum class Kind {
     None,
@@ -30,28 +32,32 @@ struct Py {
   bool boolean = false;
   int64_t integer = 0;
   double real = 0;
-  std::string text;                     // Str; Global: "module.name" split at the last '.'
-  std::vector<Py> items;                // Tuple, List; Reduce: {callable, args tuple}
-  std::vector<std::pair<Py, Py>> dict;  // Dict; Reduce/NewObj: SETITEMS after building
-  std::vector<Py> state;                // Reduce/NewObj: BUILD's argument (0 or 1)
+  std::string text;          // Str; Global: "module.name" split at the last '.'
+  std::vector<Py> items;     // Tuple, List; Reduce: {callable, args tuple}
+  std::vector<PyItem> dict;  // Dict; Reduce/NewObj: SETITEMS after building
+  std::vector<Py> state;     // Reduce/NewObj: BUILD's argument (0 or 1)
 
-  static Py none() { return {}; }
+  static Py none();
   static Py boolean_value(bool b);
   static Py integer_value(int64_t v);
   static Py real_value(double v);
   static Py str(std::string s);
   static Py tuple(std::vector<Py> items);
   static Py list(std::vector<Py> items);
-  static Py dictionary(std::vector<std::pair<Py, Py>> items);
+  static Py dictionary(std::vector<PyItem> items);
   static Py global(const std::string& module, const std::string& name);
   // callable(*args), then BUILD(state) when given.
   static Py reduce(Py callable, std::vector<Py> args);
   // module.name.__new__(module.name) given `state` by BUILD (dataclasses, argparse.Namespace).
   static Py new_object(const std::string& module, const std::string& name, Py state);
   // collections.OrderedDict with these items.
-  static Py ordered_dict(std::vector<std::pair<Py, Py>> items);
+  static Py ordered_dict(std::vector<PyItem> items);
   // A persistent id (torch.save's storage references).
   static Py persistent(Py id);
+};
+
+struct PyItem {
+  Py key, value;
 };
 
 // The pickle (protocol 2) of `value`.

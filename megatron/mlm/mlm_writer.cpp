@@ -18,6 +18,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using checkpoint::Py;
+using checkpoint::PyItem;
 using checkpoint::TorchArchiveWriter;
 
 constexpr const char* kLayers = "decoder.layers.";
@@ -117,7 +118,7 @@ void write_torch_file(const fs::path& path, const Py& top) {
 }
 
 Py common_state(const MlmWriteSpec& s, bool with_content_metadata) {
-  std::vector<std::pair<Py, Py>> items = {
+  std::vector<PyItem> items = {
       {Py::str("args"), s.args},
       {Py::str("checkpoint_version"), Py::real_value(3.0)},
       {Py::str("iteration"), Py::integer_value(s.iteration)},
@@ -163,7 +164,7 @@ Py tensor_metadata(const DcpEntry& e, DType dtype) {
 }
 
 Py storage_key(const std::string& fqn, const std::vector<int64_t>* offsets) {
-  std::vector<std::pair<Py, Py>> state = {{Py::str("fqn"), Py::str(fqn)}};
+  std::vector<PyItem> state = {{Py::str("fqn"), Py::str(fqn)}};
   if (offsets) state.push_back({Py::str("offset"), torch_size(*offsets)});
   state.push_back({Py::str("index"), Py::none()});
   return dcp_class("MetadataIndex", Py::dictionary(state));
@@ -185,7 +186,7 @@ void write_distributed(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& t
   std::ofstream out(data_path, std::ios::binary);
   std::map<std::string, DcpEntry> entries;
   std::vector<std::string> order;
-  std::vector<std::pair<Py, Py>> storage;
+  std::vector<PyItem> storage;
   for (const MlmTensorOut& t : tensors) {
     const LayerName n = parse_name(t.name);
     const std::string fqn = n.layer < 0 ? t.name : kLayers + te_layer_key(n.key);
@@ -204,7 +205,7 @@ void write_distributed(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& t
     entries[fqn].chunks.push_back({offsets, sizes});
     storage.push_back({storage_key(fqn, &offsets), storage_info(file, at)});
   }
-  std::vector<std::pair<Py, Py>> state_dict;
+  std::vector<PyItem> state_dict;
   for (const std::string& fqn : order)
     state_dict.push_back({Py::str(fqn), tensor_metadata(entries[fqn], s.dtype)});
   // The linear layers' extra state (Transformer Engine's FP8 metadata; None here), an object
@@ -294,7 +295,7 @@ void write_rank_files(const MlmWriteSpec& s, const std::vector<MlmTensorOut>& te
       files.push_back(std::make_unique<std::ofstream>(path, std::ios::binary));
       writers.push_back(
           std::make_unique<TorchArchiveWriter>(*files.back(), "model_optim_rng", path.string()));
-      std::vector<std::pair<Py, Py>> model;
+      std::vector<PyItem> model;
       for (size_t i = 0; i < stage.size(); ++i) {
         std::vector<int64_t> local = stage[i].shape;
         const int d = tp_split_dim(stage[i].global);

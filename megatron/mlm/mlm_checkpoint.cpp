@@ -94,29 +94,19 @@ void find_rank_files(const fs::path& dir, MlmCheckpoint& out) {
                  "mp_rank_* directories (torch): not a Megatron-LM checkpoint");
 }
 
-// The top-level dict of common.pt or a rank file.
-PickleRef top_level(checkpoint::TorchFile& file) {
-  PickleRef root = std::make_shared<PickleValue>(file.root());
-  MT_INPUT_CHECK(root->is(Kind::Dict), file.path(), ": holds ", root->describe(),
-                 ", not a Megatron-LM checkpoint dict");
-  return root;
-}
-
+// The top-level dict of common.pt (torch_dist) or of the first rank file (torch), read once.
 void read_common(MlmCheckpoint& out) {
-  std::string where;
-  PickleRef top;
-  if (out.format == Format::TorchDist) {
-    where = (fs::path(out.dir) / "common.pt").string();
-    std::error_code ec;
-    MT_INPUT_CHECK(fs::is_regular_file(where, ec), out.dir,
-                   ": no common.pt (Megatron-LM's args and iteration)");
-    checkpoint::TorchFile file(where);
-    top = top_level(file);
-  } else {
-    where = out.rank_files.front().path;
-    checkpoint::TorchFile file(where);
-    top = top_level(file);
-  }
+  const std::string where = out.format == Format::TorchDist
+                                ? (fs::path(out.dir) / "common.pt").string()
+                                : out.rank_files.front().path;
+  std::error_code ec;
+  MT_INPUT_CHECK(out.format != Format::TorchDist || fs::is_regular_file(where, ec), out.dir,
+                 ": no common.pt (Megatron-LM's args and iteration)");
+  checkpoint::TorchFile file(where);
+  out.top = std::make_shared<PickleValue>(file.root());
+  const PickleRef& top = out.top;
+  MT_INPUT_CHECK(top->is(Kind::Dict), where, ": holds ", top->describe(),
+                 ", not a Megatron-LM checkpoint dict");
   const PickleValue* args = top->get("args");
   MT_INPUT_CHECK(args && args->is(Kind::Object) && args->text == "argparse.Namespace", where,
                  ": no args (an argparse.Namespace) in the checkpoint: saved without "

@@ -53,6 +53,9 @@ struct MlmCheckpoint {
   int64_t iteration = 0;
   bool release = false;
   MlmArgs args;
+  // The top-level dict of common.pt (torch_dist) or of the first rank file (torch): args,
+  // iteration, and the optimizer's and scheduler's states when saved.
+  checkpoint::PickleRef top;
   int64_t tp = 1, pp = 1, ep = 1, vpp = 1;  // the layout it was saved in
   // Legacy format: each rank's file, with its ranks.
   struct RankFile {

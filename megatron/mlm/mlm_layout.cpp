@@ -7,11 +7,6 @@
 namespace megatron::mlm {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 std::string replace_prefix(const std::string& key,
                            const std::vector<std::pair<std::string, std::string>>& pairs) {
   for (const auto& [from, to] : pairs)
@@ -52,16 +47,16 @@ int tp_split_dim(const std::string& name) {
                                                       "decoder.final_layernorm.bias",
                                                       "embedding.position_embeddings.weight"};
   for (const auto& s : rows)
-    if (ends_with(name, s)) return 0;
+    if (name.ends_with(s)) return 0;
   for (const auto& s : columns)
-    if (ends_with(name, s)) return 1;
+    if (name.ends_with(s)) return 1;
   for (const auto& s : replicated)
-    if (ends_with(name, s)) return -1;
+    if (name.ends_with(s)) return -1;
   return -2;
 }
 
 bool gated_fc1(const std::string& name) {
-  return ends_with(name, ".linear_fc1.weight") || ends_with(name, ".linear_fc1.bias");
+  return name.ends_with(".linear_fc1.weight") || name.ends_with(".linear_fc1.bias");
 }
 
 int64_t global_row(int64_t t, int64_t r, int64_t local, int64_t global_rows, bool gated) {

@@ -36,12 +36,6 @@ const char* const kLayerParams[] = {"input_layernorm.weight",
                                     "mlp.linear_fc2.weight",
                                     "mlp.linear_fc2.bias"};
 
-PickleRef top_level(const std::string& path) {
-  checkpoint::TorchFile f(path);
-  MT_INPUT_CHECK(f.root().is(Kind::Dict), path, ": not a Megatron-LM checkpoint dict");
-  return std::make_shared<PickleValue>(f.root());
-}
-
 // param_groups[0]["step"] of an optimizer state dict {"optimizer": {"param_groups": [...]}} (or
 // of its inner dict).
 double adam_step(const PickleValue& state, const std::string& where) {
@@ -116,6 +110,7 @@ std::vector<FlatParam> flat_layout(const MlmArgs& args, const MlmTensors& model,
 
 namespace {
 
+// The file the checkpoint's top-level dict came from (what errors about it name).
 std::string top_level_path(const MlmCheckpoint& ck) {
   return ck.format == Format::TorchDist ? (fs::path(ck.dir) / "common.pt").string()
                                         : ck.rank_files.front().path;
@@ -124,15 +119,14 @@ std::string top_level_path(const MlmCheckpoint& ck) {
 }  // namespace
 
 bool has_optimizer_state(const MlmCheckpoint& ck) {
-  const PickleRef top = top_level(top_level_path(ck));
-  const PickleValue* optimizer = top->get("optimizer");
+  const PickleValue* optimizer = ck.top->get("optimizer");
   return optimizer != nullptr && optimizer->is(Kind::Dict);
 }
 
 MlmOptimizerState::MlmOptimizerState(const MlmCheckpoint& ck, const MlmTensors& model)
     : ckpt_(ck), model_(model) {
   const std::string top_path = top_level_path(ck);
-  const PickleRef top = top_level(top_path);
+  const PickleRef& top = ck.top;
   const PickleValue* optimizer = top->get("optimizer");
   MT_INPUT_CHECK(optimizer && optimizer->is(Kind::Dict), top_path,
                  ": no optimizer state (saved with --no-save-optim?)");
@@ -147,13 +141,13 @@ MlmOptimizerState::MlmOptimizerState(const MlmCheckpoint& ck, const MlmTensors& 
       step_ = adam_step(*optimizer, top_path);
       for (const char* kind : {"param", "exp_avg", "exp_avg_sq"})
         per_kind_.push_back(
-            std::make_unique<MlmTensors>(ck, concat("optimizer.state.", kind, ".")));
+            std::make_unique<MlmTensors>(model, concat("optimizer.state.", kind, ".")));
       return;
     }
     MT_INPUT_CHECK(type->text == "dp_reshardable", top_path, ": optimizer sharding '", type->text,
                    "' is not read (dp_reshardable and fully_reshardable are)");
     sharding_ = OptimizerSharding::DpReshardable;
-    dcp_ = std::make_unique<checkpoint::DcpCheckpoint>(ck.dir);
+    dcp_ = model.distributed();
     for (const std::string& item : dcp_->byte_items())
       if (item.rfind("optimizer.distributed.dp_group_idx_0.optimizer/", 0) == 0) {
         const PickleRef groups = dcp_->read_object(item);  // [{"param_groups": [...]}]

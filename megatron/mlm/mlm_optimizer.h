@@ -61,7 +61,7 @@ class MlmOptimizerState {
   double step_ = 0;
   checkpoint::PickleRef scheduler_;
   std::vector<FlatParam> layout_;
-  std::unique_ptr<checkpoint::DcpCheckpoint> dcp_;
+  const checkpoint::DcpCheckpoint* dcp_ = nullptr;     // the model's (torch_dist)
   std::vector<std::unique_ptr<MlmTensors>> per_kind_;  // fully_reshardable
   // flat buffers, read once per kind: kind -> per tp rank
   mutable std::map<std::string, std::vector<std::vector<float>>> flat_;

@@ -21,11 +21,6 @@ using Kind = PickleValue::Kind;
 constexpr const char* kLayers = "decoder.layers.";
 constexpr const char* kExperts = "mlp.experts.experts.";  // torch_dist: [layers, experts, ...]
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 const char* safetensors_dtype(DType d) {
   switch (d) {
     case DType::F32:
@@ -88,10 +83,9 @@ MlmTensors::MlmTensors(const MlmCheckpoint& checkpoint) : ckpt_(checkpoint) {
     index_legacy();
 }
 
-MlmTensors::MlmTensors(const MlmCheckpoint& checkpoint, const std::string& prefix)
-    : ckpt_(checkpoint), prefix_(prefix) {
-  MT_CHECK(ckpt_.format == Format::TorchDist && !prefix.empty(), "a prefix is for torch_dist");
-  swiglu_ = ckpt_.args.boolean_or("swiglu", false);
+MlmTensors::MlmTensors(const MlmTensors& model, const std::string& prefix)
+    : ckpt_(model.ckpt_), prefix_(prefix), swiglu_(model.swiglu_), dcp_(model.dcp_) {
+  MT_CHECK(dcp_ != nullptr && !prefix.empty(), "a prefix is for torch_dist");
   index_distributed();
 }
 
@@ -102,7 +96,7 @@ std::string MlmTensors::description() const {
 }
 
 void MlmTensors::index_distributed() {
-  dcp_ = std::make_unique<checkpoint::DcpCheckpoint>(ckpt_.dir);
+  if (!dcp_) dcp_ = std::make_shared<const checkpoint::DcpCheckpoint>(ckpt_.dir);
   const int64_t layers = ckpt_.args.integer("num_layers");
   const std::string where = (fs::path(ckpt_.dir) / ".metadata").string();
   for (const auto& [stored, t] : dcp_->tensors()) {
@@ -180,7 +174,7 @@ void MlmTensors::index_legacy() {
     for (size_t v = 0; v < chunks.size(); ++v)
       for (const auto& [k, value] : chunks[v]->dict) {
         MT_INPUT_CHECK(k->is(Kind::String), rf.path, ": a model key is ", k->describe());
-        if (ends_with(k->text, "._extra_state")) continue;  // Transformer Engine's FP8 state
+        if (k->text.ends_with("._extra_state")) continue;  // Transformer Engine's FP8 state
         std::string name = k->text;
         std::smatch m;
         bool expert = false;

@@ -37,9 +37,12 @@ namespace megatron::mlm {
 class MlmTensors : public hf::TensorSource {
  public:
   explicit MlmTensors(const MlmCheckpoint& checkpoint);
-  // torch_dist only: the tensors under `prefix` (e.g. "optimizer.state.exp_avg.", the fully
-  // reshardable optimizer state, which has the model's names and layout), the prefix dropped.
-  MlmTensors(const MlmCheckpoint& checkpoint, const std::string& prefix);
+  // torch_dist only: the tensors of `model`'s checkpoint under `prefix` (e.g.
+  // "optimizer.state.exp_avg.", the fully reshardable optimizer state, which has the model's
+  // names and layout), the prefix dropped; the metadata `model` read serves both.
+  MlmTensors(const MlmTensors& model, const std::string& prefix);
+  // torch_dist: the distributed checkpoint (its metadata parsed once); null for torch.
+  const checkpoint::DcpCheckpoint* distributed() const { return dcp_.get(); }
   ~MlmTensors() override;
 
   std::string description() const override;
@@ -80,7 +83,7 @@ class MlmTensors : public hf::TensorSource {
   const MlmCheckpoint& ckpt_;
   std::string prefix_;
   bool swiglu_ = false;
-  std::unique_ptr<checkpoint::DcpCheckpoint> dcp_;
+  std::shared_ptr<const checkpoint::DcpCheckpoint> dcp_;
   std::vector<std::unique_ptr<checkpoint::TorchFile>> files_;
   std::map<std::string, Entry> entries_;
 };

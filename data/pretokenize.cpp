@@ -155,12 +155,21 @@ size_t whitespace_end(const unsigned char* s, size_t n, size_t i) {
 
 }  // namespace
 
-void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSink& f) {
+void llama3_pretokenize(std::string_view text, const Llama3Pattern& pattern,
+                        const PretokenSink& f) {
   const auto* s = reinterpret_cast<const unsigned char*>(text.data());
   const size_t n = text.size();
+  // Qwen3.5's words are [\p{L}\p{M}]+ and its punctuation excludes \p{M}: marks count as letters.
+  auto at = [&](size_t j) {
+    CodePoint c = code_point(s, n, j);
+    if (pattern.marks_in_words && c.cls == CharClass::kOther && c.cp >= 0x80 &&
+        uc::is_mark(uc::general_category(c.cp)))
+      c.cls = CharClass::kLetter;
+    return c;
+  };
   auto run_of = [&](size_t j, CharClass cls) {  // end of the run of `cls` starting at j
     while (j < n) {
-      const CodePoint c = code_point(s, n, j);
+      const CodePoint c = at(j);
       if (c.cls != cls) break;
       j += c.len;
     }
@@ -185,8 +194,8 @@ void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSin
         }
       }
     }
-    const CodePoint c0 = code_point(s, n, i);
-    // [^\r\n\p{L}\p{N}]?\p{L}+
+    const CodePoint c0 = at(i);
+    // [^\r\n\p{L}\p{N}]?\p{L}+ (Qwen3.5: [\p{L}\p{M}]+)
     if (c0.cls == CharClass::kLetter) {
       const size_t j = run_of(i, CharClass::kLetter);
       f(i, j);
@@ -194,7 +203,7 @@ void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSin
       continue;
     }
     if (c0.cp != '\r' && c0.cp != '\n' && c0.cls != CharClass::kNumber && i + c0.len < n &&
-        code_point(s, n, i + c0.len).cls == CharClass::kLetter) {
+        at(i + c0.len).cls == CharClass::kLetter) {
       const size_t j = run_of(i + c0.len, CharClass::kLetter);
       f(i, j);
       i = j;
@@ -203,8 +212,8 @@ void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSin
     // \p{N}{1,max_digits}
     if (c0.cls == CharClass::kNumber) {
       size_t j = i;
-      for (int k = 0; k < max_digits && j < n; ++k) {
-        const CodePoint c = code_point(s, n, j);
+      for (int k = 0; k < pattern.max_digits && j < n; ++k) {
+        const CodePoint c = at(j);
         if (c.cls != CharClass::kNumber) break;
         j += c.len;
       }
@@ -214,7 +223,7 @@ void llama3_pretokenize(std::string_view text, int max_digits, const PretokenSin
     }
     //  ?[^\s\p{L}\p{N}]+[\r\n]*
     const size_t k = c0.cp == ' ' && i + 1 < n ? i + 1 : i;
-    if (code_point(s, n, k).cls == CharClass::kOther) {
+    if (at(k).cls == CharClass::kOther) {
       size_t j = run_of(k, CharClass::kOther);
       while (j < n && (s[j] == '\r' || s[j] == '\n')) ++j;
       f(i, j);

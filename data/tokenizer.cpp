@@ -13,6 +13,7 @@ namespace megatron::data {
 Tokenizer::~Tokenizer() = default;
 int32_t Tokenizer::pad() const { return -1; }
 int32_t Tokenizer::bos() const { return -1; }
+int32_t Tokenizer::prompt_bos() const { return -1; }
 int32_t Tokenizer::eos() const { return -1; }
 int32_t Tokenizer::cls() const { return -1; }
 int32_t Tokenizer::sep() const { return -1; }

@@ -42,6 +42,9 @@ class Tokenizer {
   // -1 when the tokenizer has no such token.
   virtual int32_t pad() const;
   virtual int32_t bos() const;
+  // The token that encoding with special tokens puts in front (transformers' `tok(text)`), -1
+  // when none; bos() stays the tokenizer's BOS token (chat templates write it themselves).
+  virtual int32_t prompt_bos() const;
   virtual int32_t eos() const;
   // BERT's special tokens; -1 when the tokenizer has no such token.
   virtual int32_t cls() const;

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -31,15 +32,27 @@ constexpr const char* kLlama3Pattern =
 constexpr const char* kQwen2Pattern =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+constexpr const char* kQwen35Pattern =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| "
+    "?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 // Mistral-NeMo's (tekken).
 constexpr const char* kTekkenPattern =
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+|"
     "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
-// kMetaspace and kNone: SentencePiece-style BPE over characters (data/char_bpe.h); the others
-// byte-level.
-enum class PreTokenizer { kGpt2, kLlama3, kQwen2, kTekken, kMetaspace, kNone };
+// kMetaspace, kLiteralSplit and kNone: SentencePiece-style BPE over characters
+// (data/char_bpe.h); the others byte-level.
+enum class PreTokenizer {
+  kGpt2,
+  kLlama3,
+  kQwen2,
+  kQwen35,
+  kTekken,
+  kMetaspace,
+  kLiteralSplit,
+  kNone
+};
 
 // One step of the normalizer; a Sequence is flattened into its steps.
 struct NormalizerStep {
@@ -255,7 +268,7 @@ class HfJsonTokenizer final : public Tokenizer {
       throw fail("decoder ", decoder.value("type", std::string("?")),
                  " is not supported with byte-level BPE (ByteLevel only)");
     }
-    read_eos(fs::path(path).parent_path() / "tokenizer_config.json");
+    read_config(fs::path(path).parent_path() / "tokenizer_config.json");
   } catch (const json::exception& e) {
     // A value of the wrong JSON type where no check above looks (e.g. a non-boolean flag).
     throw InputError(concat("'", path, "': a value has the wrong JSON type: ", e.what()));
@@ -275,6 +288,8 @@ class HfJsonTokenizer final : public Tokenizer {
         auto word = [&](std::string_view w) { char_bpe_->encode_word(w, ids); };
         if (pre_tokenizer_ == PreTokenizer::kMetaspace)
           metaspace_.apply(piece, at_start, word);
+        else if (pre_tokenizer_ == PreTokenizer::kLiteralSplit)
+          literal_split_.apply(piece, word);
         else
           word(piece);
         return;
@@ -285,10 +300,13 @@ class HfJsonTokenizer final : public Tokenizer {
           gpt2_pretokenize(piece, sink);
           break;
         case PreTokenizer::kLlama3:
-          llama3_pretokenize(piece, 3, sink);
+          llama3_pretokenize(piece, {3, false}, sink);
           break;
         case PreTokenizer::kQwen2:
-          llama3_pretokenize(piece, 1, sink);
+          llama3_pretokenize(piece, {1, false}, sink);
+          break;
+        case PreTokenizer::kQwen35:
+          llama3_pretokenize(piece, {1, true}, sink);
           break;
         case PreTokenizer::kTekken:
           tekken_pretokenize(piece, sink);
@@ -334,13 +352,16 @@ class HfJsonTokenizer final : public Tokenizer {
   int32_t eod() const override { return eos_; }
   int32_t eos() const override { return eos_; }
   int32_t bos() const override { return bos_; }
+  int32_t prompt_bos() const override { return prompt_bos_; }
   std::string describe() const override {
-    const char* pre = pre_tokenizer_ == PreTokenizer::kGpt2        ? "GPT-2"
-                      : pre_tokenizer_ == PreTokenizer::kLlama3    ? "LLaMA-3"
-                      : pre_tokenizer_ == PreTokenizer::kQwen2     ? "Qwen2"
-                      : pre_tokenizer_ == PreTokenizer::kMetaspace ? "Metaspace"
-                      : pre_tokenizer_ == PreTokenizer::kNone      ? "no"
-                                                                   : "Mistral-NeMo (tekken)";
+    const char* pre = pre_tokenizer_ == PreTokenizer::kGpt2           ? "GPT-2"
+                      : pre_tokenizer_ == PreTokenizer::kLlama3       ? "LLaMA-3"
+                      : pre_tokenizer_ == PreTokenizer::kQwen2        ? "Qwen2"
+                      : pre_tokenizer_ == PreTokenizer::kQwen35       ? "Qwen3.5"
+                      : pre_tokenizer_ == PreTokenizer::kMetaspace    ? "Metaspace"
+                      : pre_tokenizer_ == PreTokenizer::kLiteralSplit ? "Split(literal)"
+                      : pre_tokenizer_ == PreTokenizer::kNone         ? "no"
+                                                                      : "Mistral-NeMo (tekken)";
     return concat("HuggingFaceTokenizer(", path_,
                   sp_style() ? ", SentencePiece-style BPE, " : ", byte-level BPE, ",
                   normalizer_.empty() ? "" : concat(normalizer_name_, " normalizer, "), pre,
@@ -362,7 +383,8 @@ class HfJsonTokenizer final : public Tokenizer {
   }
 
   bool sp_style() const {
-    return pre_tokenizer_ == PreTokenizer::kMetaspace || pre_tokenizer_ == PreTokenizer::kNone;
+    return pre_tokenizer_ == PreTokenizer::kMetaspace ||
+           pre_tokenizer_ == PreTokenizer::kLiteralSplit || pre_tokenizer_ == PreTokenizer::kNone;
   }
   void add_merge(std::string_view a, std::string_view b, const std::string& where,
                  const std::string& vocab_name) {
@@ -381,6 +403,11 @@ class HfJsonTokenizer final : public Tokenizer {
     if (p.is_object() && p.value("type", std::string()) == "Metaspace") {
       metaspace_ = data::read_metaspace(p, path_);
       pre_tokenizer_ = PreTokenizer::kMetaspace;
+      return;
+    }
+    if (auto split = data::read_literal_split(p, path_)) {  // Gemma's Split(" ")
+      literal_split_ = std::move(*split);
+      pre_tokenizer_ = PreTokenizer::kLiteralSplit;
       return;
     }
     auto byte_level = [&](const json& b, bool use_regex) {
@@ -411,17 +438,21 @@ class HfJsonTokenizer final : public Tokenizer {
           pre_tokenizer_ = PreTokenizer::kQwen2;
           return;
         }
+        if (pattern == kQwen35Pattern) {
+          pre_tokenizer_ = PreTokenizer::kQwen35;
+          return;
+        }
         if (pattern == kTekkenPattern) {
           pre_tokenizer_ = PreTokenizer::kTekken;
           return;
         }
         throw fail("pre-tokenizer regex ", json(pattern).dump(),
                    " is not one this build implements (GPT-2's, LLaMA-3's, Qwen2's, "
-                   "Mistral-NeMo's)");
+                   "Qwen3.5's, Mistral-NeMo's)");
       }
     }
     throw fail("pre_tokenizer ", p.dump().substr(0, 200),
-               " is not supported (ByteLevel, Split(LLaMA-3/Qwen2/Mistral-NeMo regex) + "
+               " is not supported (ByteLevel, Split(LLaMA-3/Qwen2/Qwen3.5/Mistral-NeMo regex) + "
                "ByteLevel, Metaspace or none)");
   }
 
@@ -593,7 +624,7 @@ class HfJsonTokenizer final : public Tokenizer {
     if (single.is_array() && !single.empty() && single[0].contains("SpecialToken")) {
       const std::string token = single[0]["SpecialToken"].value("id", std::string());
       const auto it = added_.find(token);
-      if (it != added_.end()) bos_ = it->second;
+      if (it != added_.end()) bos_ = prompt_bos_ = it->second;
     }
   }
 
@@ -610,9 +641,21 @@ class HfJsonTokenizer final : public Tokenizer {
     return {};
   }
 
-  void read_eos(const fs::path& config) {
+  // An explicit add_bos_token makes transformers rebuild the post-processor: the BOS in front
+  // exactly when it is true (and the tokenizer has one).
+  static std::optional<bool> config_flag(const fs::path& config, const char* key) {
+    std::error_code ec;
+    if (!fs::is_regular_file(config, ec)) return std::nullopt;
+    const json c = parse_json(config.string());
+    if (!c.is_object() || !c.contains(key) || !c[key].is_boolean()) return std::nullopt;
+    return c[key].get<bool>();
+  }
+
+  void read_config(const fs::path& config) {
     const std::string bos = config_token(config, "bos_token");
     if (const auto it = added_.find(bos); !bos.empty() && it != added_.end()) bos_ = it->second;
+    if (const auto add_bos = config_flag(config, "add_bos_token"))
+      prompt_bos_ = *add_bos ? bos_ : -1;
     const std::string eos = config_token(config, "eos_token");
     for (const std::string& name :
          {eos, std::string("<|endoftext|>"), std::string("<|end_of_text|>"), std::string("</s>")}) {
@@ -629,6 +672,7 @@ class HfJsonTokenizer final : public Tokenizer {
   std::unique_ptr<ByteLevelBpe> bpe_;     // byte-level BPE, or
   std::unique_ptr<CharBpe> char_bpe_;     // SentencePiece-style (sp_style())
   Metaspace metaspace_;                   // kMetaspace's settings
+  LiteralSplit literal_split_;            // kLiteralSplit's
   SpDecoder sp_decoder_;                  // sp_style()'s decoder
   std::map<std::string, int32_t> added_;  // every added token, by content
   std::map<int32_t, std::string> added_by_id_;
@@ -639,7 +683,7 @@ class HfJsonTokenizer final : public Tokenizer {
   std::string normalizer_name_;             // the top-level normalizer's type
   bool ascii_identity_ = false;             // normalizer_ leaves ASCII text alone
   int64_t vocab_ = 0;
-  int32_t bos_ = -1, eos_ = -1;
+  int32_t bos_ = -1, prompt_bos_ = -1, eos_ = -1;
 };
 
 }  // namespace

@@ -19,7 +19,9 @@
 // with Unicode 9.0 data, so code points assigned after 9.0 may normalize differently). encode()
 // adds no special tokens (tokenizers' add_special_tokens=False); bos() is the post-processor
 // template's leading special token, or tokenizer_config.json's bos_token when that is an added
-// token. eod()/eos(): tokenizer_config.json's eos_token when present, else the first of
+// token; prompt_bos() is the template's leading special token, unless tokenizer_config.json sets
+// add_bos_token (true: bos(), false: none; transformers then rebuilds the template). eod()/eos():
+// tokenizer_config.json's eos_token when present, else the first of
 // <|endoftext|>, <|end_of_text|>, </s> that is a token; -1 when none.
 // Added tokens with lstrip / rstrip take the whitespace before / after them; single_word ones
 // match only with no word character (Rust regex's \w) next to them. Anything else

@@ -38,6 +38,22 @@ Metaspace read_metaspace(const json& p, const std::string& path) {
   return m;
 }
 
+std::optional<LiteralSplit> read_literal_split(const json& p, const std::string& path) {
+  if (!p.is_object() || p.value("type", std::string()) != "Split") return std::nullopt;
+  const json pattern = p.value("pattern", json());
+  MT_INPUT_CHECK(pattern.is_object() && pattern.contains("String") && pattern["String"].is_string(),
+                 "'", path, "': pre_tokenizer Split with pattern ", pattern.dump(),
+                 " is not supported without a byte-level pre-tokenizer (a literal String only)");
+  LiteralSplit split{pattern["String"].get<std::string>()};
+  MT_INPUT_CHECK(!split.delimiter.empty(), "'", path, "': pre_tokenizer Split on an empty string");
+  const std::string behavior = p.value("behavior", std::string());
+  MT_INPUT_CHECK(behavior == "MergedWithPrevious" && !p.value("invert", false), "'", path,
+                 "': pre_tokenizer Split behavior '", behavior, "'",
+                 p.value("invert", false) ? " with invert" : "",
+                 " is not supported on a literal string (MergedWithPrevious, not inverted)");
+  return split;
+}
+
 CharBpe::Options read_char_bpe_options(const json& model, const std::string& path) {
   CharBpe::Options o;
   o.byte_fallback = model.value("byte_fallback", false);

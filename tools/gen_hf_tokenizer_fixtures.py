@@ -148,6 +148,19 @@ def fnv1a64(ids):
     return f"{h:016x}"
 
 
+def write_corpus_digests(path, tokenizers_by_name):
+    """{"tokenizer", "file", "doc", "count", "fnv1a64"} for every document of data/corpus."""
+    with open(path, "w") as out:
+        for name, tok in tokenizers_by_name.items():
+            for fname in ("austen.jsonl", "kjv.jsonl"):
+                with open(os.path.join(ROOT, "data", "corpus", fname)) as f:
+                    docs = [json.loads(line)["text"] for line in f]
+                for i, enc in enumerate(tok.encode_batch(docs, add_special_tokens=False)):
+                    out.write(json.dumps({"tokenizer": name, "file": fname, "doc": i,
+                                          "count": len(enc.ids), "fnv1a64": fnv1a64(enc.ids)})
+                              + "\n")
+
+
 def corpus_texts(n_per_file=3):
     texts = []
     for name in ("austen.jsonl", "kjv.jsonl"):
@@ -335,15 +348,7 @@ def main():
             write_expected(out, name, tok, texts if name in tokenizers_by_name else new_texts)
             print(name, tok.get_vocab_size(), "tokens")
     tokenizers_by_name.update(new_tokenizers)
-    with open(os.path.join(OUT, "corpus_digests.jsonl"), "w") as out:
-        for name, tok in tokenizers_by_name.items():
-            for fname in ("austen.jsonl", "kjv.jsonl"):
-                with open(os.path.join(ROOT, "data", "corpus", fname)) as f:
-                    docs = [json.loads(line)["text"] for line in f]
-                for i, enc in enumerate(tok.encode_batch(docs, add_special_tokens=False)):
-                    out.write(json.dumps({"tokenizer": name, "file": fname, "doc": i,
-                                          "count": len(enc.ids), "fnv1a64": fnv1a64(enc.ids)})
-                              + "\n")
+    write_corpus_digests(os.path.join(OUT, "corpus_digests.jsonl"), tokenizers_by_name)
     print("tokenizers", tokenizers.__version__)
 
 

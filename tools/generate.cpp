@@ -309,10 +309,11 @@ int run(const Args& a, parallel::Communicator& world, int local_rank) {
                                        *tokenizer, end_of_turn);
       sampling.stop_ids.push_back(end_of_turn);
     } else {
-      // A Hugging Face tokenizer encodes as transformers does by default (its template's BOS
-      // first); the others as the training data was (no BOS).
-      if (recipe.data.tokenizer.type == config::TokenizerType::HuggingFace && tokenizer->bos() >= 0)
-        prompt.push_back(tokenizer->bos());
+      // A Hugging Face tokenizer encodes as transformers does by default (its BOS first, when
+      // it adds one); the others as the training data was (no BOS).
+      if (recipe.data.tokenizer.type == config::TokenizerType::HuggingFace &&
+          tokenizer->prompt_bos() >= 0)
+        prompt.push_back(tokenizer->prompt_bos());
       const auto ids = tokenizer->encode(a.prompt);
       prompt.insert(prompt.end(), ids.begin(), ids.end());
     }

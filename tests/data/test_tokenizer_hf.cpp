@@ -19,8 +19,10 @@
 #include "data/pretokenize.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_hf.h"
+#include "data/tokenizer_hf_sp.h"
 #include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
+#include "tests/data/hf_tokenizer_checks.h"
 #include "tests/support/test_paths.h"
 
 namespace megatron::data {
@@ -42,28 +44,9 @@ fs::path fixtures() {
 }
 
 TEST(HuggingFaceTokenizer, IdsMatchTokenizersOnCorpusAndEdgeCases) {
-  std::map<std::string, std::unique_ptr<Tokenizer>> toks;
-  for (const char* name : kFixtureTokenizers)
-    toks[name] =
-        make_tokenizer({config::TokenizerType::HuggingFace, "", "", (fixtures() / name).string()});
-  std::ifstream in(fixtures() / "expected.jsonl");
-  std::string line;
-  int checked = 0;
-  while (std::getline(in, line)) {
-    const auto e = nlohmann::json::parse(line);
-    const Tokenizer& tok = *toks.at(e["tokenizer"].get<std::string>());
-    const std::string text = e["text"].get<std::string>();
-    const auto ids = e["ids"].get<std::vector<int32_t>>();
-    EXPECT_EQ(tok.encode(text), ids) << e["tokenizer"] << ": " << text.substr(0, 80);
-    // The post-processor's special tokens: LLaMA-3's BOS in front, nothing for GPT-2.
-    std::vector<int32_t> with_special = ids;
-    if (tok.bos() >= 0) with_special.insert(with_special.begin(), tok.bos());
-    EXPECT_EQ(with_special, e["ids_with_special"].get<std::vector<int32_t>>())
-        << text.substr(0, 80);
-    EXPECT_EQ(tok.decode(e["ids_with_special"].get<std::vector<int32_t>>()),
-              e["decoded"].get<std::string>());
-    ++checked;
-  }
+  auto toks = testing::load_hf_tokenizers(
+      fixtures(), {std::begin(kFixtureTokenizers), std::end(kFixtureTokenizers)});
+  const int checked = testing::check_expected_ids(toks, fixtures() / "expected.jsonl").rows;
   EXPECT_GE(checked, 40);
   EXPECT_EQ(toks["gpt2"]->vocab_size(), 50257);
   EXPECT_EQ(toks["gpt2"]->eod(), 50256);
@@ -114,35 +97,11 @@ TEST(HuggingFaceTokenizer, SingleWordAddedTokensMatchWholeWordsOnly) {
 // Every document of the shipped corpus: the same number of ids and the same FNV-1a digest of them
 // as `tokenizers` gives (tests/fixtures/hf_tokenizers/corpus_digests.jsonl).
 TEST(HuggingFaceTokenizer, WholeCorpusMatchesTokenizers) {
-  std::map<std::string, std::unique_ptr<Tokenizer>> toks;
-  for (const char* name : kFixtureTokenizers)
-    toks[name] =
-        make_tokenizer({config::TokenizerType::HuggingFace, "", "", (fixtures() / name).string()});
-  std::map<std::string, std::vector<std::string>> docs;
-  for (const char* file : {"austen.jsonl", "kjv.jsonl"}) {
-    std::ifstream in(fs::path(MEGATRON_SOURCE_DIR) / "data" / "corpus" / file);
-    std::string line;
-    while (std::getline(in, line))
-      docs[file].push_back(nlohmann::json::parse(line)["text"].get<std::string>());
-  }
-  std::ifstream in(fixtures() / "corpus_digests.jsonl");
-  std::string line;
-  int64_t checked = 0, tokens = 0;
-  while (std::getline(in, line)) {
-    const auto e = nlohmann::json::parse(line);
-    const auto& doc = docs.at(e["file"].get<std::string>()).at(e["doc"].get<size_t>());
-    const auto ids = toks.at(e["tokenizer"].get<std::string>())->encode(doc);
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (int32_t id : ids)
-      for (int k = 0; k < 4; ++k)
-        h = (h ^ ((static_cast<uint32_t>(id) >> (8 * k)) & 0xffu)) * 0x100000001b3ull;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-    ASSERT_EQ(static_cast<int64_t>(ids.size()), e["count"].get<int64_t>()) << line;
-    ASSERT_EQ(std::string(hex), e["fnv1a64"].get<std::string>()) << line;
-    ++checked;
-    tokens += static_cast<int64_t>(ids.size());
-  }
+  const auto toks = testing::load_hf_tokenizers(
+      fixtures(), {std::begin(kFixtureTokenizers), std::end(kFixtureTokenizers)});
+  int64_t tokens = 0;
+  const int64_t checked =
+      testing::check_corpus_digests(toks, fixtures() / "corpus_digests.jsonl", &tokens);
   EXPECT_EQ(checked, 9 * 1460);
   EXPECT_GT(tokens, 1000000);
 }
@@ -170,6 +129,26 @@ TEST(HuggingFaceTokenizer, TekkenPreTokenizerSplitsLikeTokenizers) {
               ElementsAre(" ./\n\n/", "x", " a", "//", "b", " ", "1", "2", "3", "4"));
   EXPECT_THAT(pieces("  \n\t x  "), ElementsAre("  \n", "\t", " x", "  "));
   EXPECT_THAT(pieces(""), ElementsAre());
+}
+
+// Gemma's pre-tokenizer, Split on a literal string with MergedWithPrevious: the pieces
+// `tokenizers`' pre_tokenize_str gives (tokenizers 0.23.3): a delimiter joins the piece before
+// it unless that piece is itself a delimiter.
+TEST(HuggingFaceTokenizer, LiteralSplitMergesLikeTokenizers) {
+  auto pieces = [](const std::string& delimiter, std::string_view text) {
+    std::vector<std::string> out;
+    LiteralSplit{delimiter}.apply(text, [&](std::string_view w) { out.emplace_back(w); });
+    return out;
+  };
+  EXPECT_THAT(pieces(" ", "a b"), ElementsAre("a ", "b"));
+  EXPECT_THAT(pieces(" ", "a  b"), ElementsAre("a ", " ", "b"));
+  EXPECT_THAT(pieces(" ", "  lead"), ElementsAre(" ", " ", "lead"));
+  EXPECT_THAT(pieces(" ", "trail  "), ElementsAre("trail ", " "));
+  EXPECT_THAT(pieces(" ", " "), ElementsAre(" "));
+  EXPECT_THAT(pieces(" ", ""), ElementsAre());
+  EXPECT_THAT(pieces(" ", "x   y z"), ElementsAre("x ", " ", " ", "y ", "z"));
+  EXPECT_THAT(pieces("ab", "xabyab"), ElementsAre("xab", "yab"));
+  EXPECT_THAT(pieces("ab", "ababx"), ElementsAre("ab", "ab", "x"));
 }
 
 // The Unicode pieces the normalizers add: NFKC / NFKD and the per-character lowercase of
@@ -289,6 +268,20 @@ TEST_F(HuggingFaceTokenizerFiles, UnsupportedSentencePieceSettingsAreNamed) {
               HasSubstr("decoder ByteLevel is not supported with SentencePiece-style BPE"));
   EXPECT_THAT(sp([](nlohmann::json& j) { j["model"]["unk_token"] = "<nope>"; }),
               HasSubstr("the unk_token '<nope>' is not in the vocabulary"));
+  // Gemma's Split(" ", MergedWithPrevious) is read; other Split forms are named.
+  auto split = [](nlohmann::json pattern, const char* behavior) {
+    return [=](nlohmann::json& j) {
+      j["pre_tokenizer"] = {
+          {"type", "Split"}, {"pattern", pattern}, {"behavior", behavior}, {"invert", false}};
+    };
+  };
+  EXPECT_THAT(
+      sp(split({{"Regex", "\\s+"}}, "MergedWithPrevious")),
+      HasSubstr("pre_tokenizer Split with pattern {\"Regex\":\"\\\\s+\"} is not supported"));
+  EXPECT_THAT(sp(split({{"String", " "}}, "Isolated")),
+              HasSubstr("pre_tokenizer Split behavior 'Isolated' is not supported"));
+  EXPECT_THAT(sp(split({{"String", ""}}, "MergedWithPrevious")),
+              HasSubstr("pre_tokenizer Split on an empty string"));
   // Byte fallback with a byte-level pre-tokenizer has no meaning here.
   EXPECT_THAT(error_of(edited([](nlohmann::json& j) { j["model"]["byte_fallback"] = true; })),
               HasSubstr("model.byte_fallback with a byte-level pre-tokenizer is not supported"));

@@ -93,7 +93,13 @@ namespace megatron::ops {
      (const Tensor& out, const Tensor& lse, Tensor& acc_out, Tensor& acc_lse, int64_t acc_row))    \
   OP(void, kv_cache_attention,                                                                     \
      (const kernels::AttentionShape& shape, float scale, const Tensor& qkv, Tensor& keys,          \
-      Tensor& values, int64_t past, Tensor& out, int64_t window, float softcap))                   \
+      Tensor& values, int64_t past, Tensor& out, int64_t window, float softcap,                    \
+      const Tensor* sinks))                                                                        \
+  OP(void, attention_sinks_forward,                                                                \
+     (const kernels::AttentionShape& shape, const Tensor& sinks, const Tensor& lse, Tensor& out))  \
+  OP(void, attention_sinks_backward,                                                               \
+     (const kernels::AttentionShape& shape, const Tensor& sinks, const Tensor& lse,                \
+      const Tensor& out, const Tensor& dout, Tensor& dout_scaled, Tensor* dsinks))                 \
   OP(void, rope_forward,                                                                           \
      (const kernels::AttentionShape& shape, Tensor& qkv, const math::RopeFrequencies& rope,        \
       int64_t position_offset, const Tensor* positions))                                           \

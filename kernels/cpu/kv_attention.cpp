@@ -1,6 +1,7 @@
 #include "kernels/cpu/kv_attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -11,7 +12,7 @@ namespace megatron::kernels::cpu {
 
 void kv_cache_attention(const AttentionShape& sh, float scale, const float* qkv, float* keys,
                         float* values, int64_t past, int64_t capacity, float* out, int64_t window,
-                        float softcap) {
+                        float softcap, const float* sinks) {
   const int64_t S = sh.S, B = sh.B, H = sh.H, G = sh.G, Dh = sh.Dh, per = H / G;
   const int64_t slots = per + 2, total = past + S;
   // Append the new keys and values.
@@ -45,6 +46,7 @@ void kv_cache_attention(const AttentionShape& sh, float scale, const float* qkv,
           }
           float sum = 0.0f;
           for (int64_t j = first; j < lim; ++j) sum += scores[j] = math::exp_approx(scores[j] - mx);
+          if (sinks != nullptr) sum += std::exp(sinks[h] - mx);
           const float inv = 1.0f / sum;
           float* o = out + ((i * B + b) * H + h) * Dh;
           std::fill(o, o + Dh, 0.0f);

@@ -12,8 +12,10 @@
 
 namespace megatron::kernels::cpu {
 
+// sinks [H] (optional): attention sinks' logits in each row's denominator
+// (kernels/cpu/attention_sinks.h).
 void kv_cache_attention(const AttentionShape& shape, float scale, const float* qkv, float* keys,
                         float* values, int64_t past, int64_t capacity, float* out,
-                        int64_t window = 0, float softcap = 0.0f);
+                        int64_t window = 0, float softcap = 0.0f, const float* sinks = nullptr);
 
 }  // namespace megatron::kernels::cpu

@@ -102,14 +102,46 @@ void CpuOps::flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor&
 
 void CpuOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                                 Tensor& keys, Tensor& values, int64_t past, Tensor& out,
-                                int64_t window, float softcap) const {
+                                int64_t window, float softcap, const Tensor* sinks) const {
   // The CPU kernel is fp32 only; CUDA takes fp32, bf16 or fp16 (one dtype for all four).
   for (const Tensor* t : std::initializer_list<const Tensor*>{&qkv, &keys, &values, &out})
     MT_INPUT_CHECK(t->dtype() == DType::F32, "KV-cache decoding on the CPU runs in fp32 (got a ",
                    dtype_name(t->dtype()), " tensor; on cuda fp32, bf16 and fp16 run)");
   const int64_t capacity = keys.dim(2);
   cpu::kv_cache_attention(s, scale, qkv.data<float>(), keys.data<float>(), values.data<float>(),
-                          past, capacity, out.data<float>(), window, softcap);
+                          past, capacity, out.data<float>(), window, softcap,
+                          sinks != nullptr ? sinks->data<float>() : nullptr);
+}
+
+void CpuOps::attention_sinks_forward(const kernels::AttentionShape& s, const Tensor& sinks,
+                                     const Tensor& lse, Tensor& out) const {
+  const char* op = "attention_sinks_forward";
+  const FloatArgs fa(
+      op,
+      {{&sinks, "sinks", Role::F32}, {&lse, "lse", Role::F32}, {&out, "out", Role::T, kUpdated}});
+  Fp32OnCpu f(fa);
+  cpu::attention_sinks_forward(s, f.in(sinks), f.in(lse), f.out(out));
+  f.finish();
+}
+
+void CpuOps::attention_sinks_backward(const kernels::AttentionShape& s, const Tensor& sinks,
+                                      const Tensor& lse, const Tensor& out, const Tensor& dout,
+                                      Tensor& dout_scaled, Tensor* dsinks) const {
+  const char* op = "attention_sinks_backward";
+  const FloatArgs fa(op, {{&sinks, "sinks", Role::F32},
+                          {&lse, "lse", Role::F32},
+                          {&out, "out"},
+                          {&dout, "dout"},
+                          {&dout_scaled, "dout_scaled", Role::T, kWritten}});
+  Fp32OnCpu f(fa);
+  float* ds = nullptr;
+  if (dsinks != nullptr) {
+    MT_CHECK(dsinks->dtype() == DType::F32, op, ": dsinks must be F32");
+    ds = dsinks->data<float>();
+  }
+  cpu::attention_sinks_backward(s, f.in(sinks), f.in(lse), f.in(out), f.in(dout),
+                                f.out(dout_scaled), ds);
+  f.finish();
 }
 
 void CpuOps::rope_forward(const kernels::AttentionShape& s, Tensor& qkv,

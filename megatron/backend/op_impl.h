@@ -6,6 +6,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cpu/attention_sinks.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/dropout.h"
 #include "kernels/cpu/elementwise.h"

@@ -120,10 +120,20 @@ void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
 // [B, G, capacity, Dh] and attends each new query causally over the cache (the last `window`
 // positions with a sliding window > 0). CPU: fp32 only (InputError otherwise); CUDA: fp32,
 // bf16 or fp16 (one dtype for all four tensors, fp32 math, Dh <= 256). softcap > 0: scores
-// soft-capped as AttentionOptions::softcap.
+// soft-capped as AttentionOptions::softcap. sinks: F32 [H] attention sinks' logits, or null
+// (CPU only).
 void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
                         Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window = 0,
-                        float softcap = 0.0f);
+                        float softcap = 0.0f, const Tensor* sinks = nullptr);
+// Attention sinks around the flash kernels (kernels/cpu/attention_sinks.h): sinks F32 [H], lse
+// F32 [B, H, S] (the flash forward's), out [S, B, H * Dh] scaled in place; backward writes
+// dout_scaled (may be dout) and adds into dsinks F32 [H] (null: fixed sinks). CPU only so far
+// (fp32 or the activations' dtype); the CUDA backend refuses them by name.
+void attention_sinks_forward(const kernels::AttentionShape& shape, const Tensor& sinks,
+                             const Tensor& lse, Tensor& out);
+void attention_sinks_backward(const kernels::AttentionShape& shape, const Tensor& sinks,
+                              const Tensor& lse, const Tensor& out, const Tensor& dout,
+                              Tensor& dout_scaled, Tensor* dsinks);
 
 // Inverted dropout (kernels/cpu/dropout.h): element i uses Philox(seed, stream) at
 // index_offset + i; backward regenerates the same mask.

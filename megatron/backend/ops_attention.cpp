@@ -111,7 +111,7 @@ void flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor& acc_out
 
 void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                         Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window,
-                        float softcap) {
+                        float softcap, const Tensor* sinks) {
   const char* op = "kv_cache_attention";
   const Device dev =
       device_of(op, {{&qkv, "qkv"}, {&keys, "keys"}, {&values, "values"}, {&out, "out"}});
@@ -124,7 +124,48 @@ void kv_cache_attention(const kernels::AttentionShape& s, float scale, const Ten
   MT_CHECK(past >= 0 && past + s.S <= capacity, "kv_cache_attention: positions ", past, "..",
            past + s.S, " past the cache capacity ", capacity);
   MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, "kv_cache_attention: out ", out.shape().str());
-  device_call(dev, op)->kv_cache_attention(s, scale, qkv, keys, values, past, out, window, softcap);
+  if (sinks != nullptr)
+    MT_CHECK(sinks->dtype() == DType::F32 && sinks->numel() == s.H && sinks->device() == dev,
+             "kv_cache_attention: sinks must be F32 [", s.H, "] on the qkv's device");
+  device_call(dev, op)->kv_cache_attention(s, scale, qkv, keys, values, past, out, window, softcap,
+                                           sinks);
+}
+
+namespace {
+void check_sinks(const char* op, const kernels::AttentionShape& s, Device dev, const Tensor& sinks,
+                 const Tensor& lse) {
+  MT_CHECK(sinks.dtype() == DType::F32 && sinks.numel() == s.H && sinks.device() == dev, op,
+           ": sinks must be F32 [", s.H, "] on the output's device, got ",
+           dtype_name(sinks.dtype()), " ", sinks.shape().str());
+  MT_CHECK(lse.dtype() == DType::F32 && lse.numel() == s.B * s.H * s.S && lse.device() == dev, op,
+           ": lse must be F32 [", s.B, ", ", s.H, ", ", s.S, "], got ", dtype_name(lse.dtype()),
+           " ", lse.shape().str());
+}
+}  // namespace
+
+void attention_sinks_forward(const kernels::AttentionShape& s, const Tensor& sinks,
+                             const Tensor& lse, Tensor& out) {
+  const char* op = "attention_sinks_forward";
+  const Device dev = device_of(op, {{&out, "out"}});
+  check_sinks(op, s, dev, sinks, lse);
+  MT_CHECK(out.numel() == s.S * s.B * s.H * s.Dh, op, ": out ", out.shape().str());
+  device_call(dev, op)->attention_sinks_forward(s, sinks, lse, out);
+}
+
+void attention_sinks_backward(const kernels::AttentionShape& s, const Tensor& sinks,
+                              const Tensor& lse, const Tensor& out, const Tensor& dout,
+                              Tensor& dout_scaled, Tensor* dsinks) {
+  const char* op = "attention_sinks_backward";
+  const Device dev = device_of(op, {{&out, "out"}, {&dout, "dout"}, {&dout_scaled, "dout_scaled"}});
+  check_sinks(op, s, dev, sinks, lse);
+  MT_CHECK(out.shape() == dout.shape() && dout.shape() == dout_scaled.shape() &&
+               out.numel() == s.S * s.B * s.H * s.Dh,
+           op, ": out ", out.shape().str(), ", dout ", dout.shape().str(), ", dout_scaled ",
+           dout_scaled.shape().str());
+  if (dsinks != nullptr)
+    MT_CHECK(dsinks->dtype() == DType::F32 && dsinks->numel() == s.H && dsinks->device() == dev, op,
+             ": dsinks must be F32 [", s.H, "]");
+  device_call(dev, op)->attention_sinks_backward(s, sinks, lse, out, dout, dout_scaled, dsinks);
 }
 
 namespace {

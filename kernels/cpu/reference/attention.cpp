@@ -54,8 +54,8 @@ double keep_factor(const AttentionShape& sh, const AttentionOptions& opt, int64_
 
 }  // namespace
 
-void attention_forward(const AttentionShape& sh, const AttentionOptions& opt, const float* qkv,
-                       float* out, float* probs) {
+void attention_forward_with_sinks(const AttentionShape& sh, const AttentionOptions& opt,
+                                  const float* qkv, const float* sinks, float* out, float* probs) {
   const Index ix{sh};
   std::vector<double> p(sh.S);
   for (int64_t b = 0; b < sh.B; ++b) {
@@ -75,6 +75,7 @@ void attention_forward(const AttentionShape& sh, const AttentionOptions& opt, co
           p[j] = visible(sh, opt, b, i, j) ? std::exp(p[j] - mx) : 0.0;
           sum += p[j];
         }
+        if (sinks != nullptr && sum > 0.0) sum += std::exp(double(sinks[h]) - mx);
         for (int64_t j = 0; j < sh.S; ++j) {
           if (sum > 0.0) p[j] /= sum;  // sum == 0: fully masked row, all zeros
           probs[ix.prob(b, h, i, j)] = float(p[j]);
@@ -93,11 +94,13 @@ void attention_forward(const AttentionShape& sh, const AttentionOptions& opt, co
 // out = (P * keep) @ V with P = softmax(scale * Q K^T):
 //   dV += (P * keep)^T dO;  dP = keep * (dO V^T);  dS = P * (dP - rowsum(P * dP));
 //   dQ = scale * dS K;  dK += scale * dS^T Q   (K and V shared by the heads of a group)
-void attention_backward(const AttentionShape& sh, const AttentionOptions& opt, const float* qkv,
-                        const float* probs, const float* dout, float* dqkv) {
+// With sinks the rows of P sum to 1 - p_sink: d sink = -sum_i p_sink(i) rowsum(P * dP)(i).
+void attention_backward_with_sinks(const AttentionShape& sh, const AttentionOptions& opt,
+                                   const float* qkv, const float* probs, const float* dout,
+                                   float* dqkv, float* dsinks) {
   const Index ix{sh};
   const int64_t total = sh.S * sh.B * (sh.H + 2 * sh.G) * sh.Dh;
-  std::vector<double> acc(total, 0.0), dp(sh.S), keep(sh.S);
+  std::vector<double> acc(total, 0.0), dp(sh.S), keep(sh.S), dsink(sh.H, 0.0);
   for (int64_t b = 0; b < sh.B; ++b) {
     for (int64_t h = 0; h < sh.H; ++h) {
       for (int64_t i = 0; i < sh.S; ++i) {
@@ -110,6 +113,9 @@ void attention_backward(const AttentionShape& sh, const AttentionOptions& opt, c
           dp[j] = keep[j] * dpv;
           dot += double(probs[ix.prob(b, h, i, j)]) * dp[j];
         }
+        double row = 0.0;
+        for (int64_t j = 0; j < sh.S; ++j) row += probs[ix.prob(b, h, i, j)];
+        if (row > 0.0) dsink[h] -= (1.0 - row) * dot;
         for (int64_t j = 0; j < sh.S; ++j) {
           const double P = probs[ix.prob(b, h, i, j)];
           double ds = P * (dp[j] - dot);
@@ -130,6 +136,18 @@ void attention_backward(const AttentionShape& sh, const AttentionOptions& opt, c
     }
   }
   for (int64_t e = 0; e < total; ++e) dqkv[e] = float(acc[e]);
+  if (dsinks != nullptr)
+    for (int64_t h = 0; h < sh.H; ++h) dsinks[h] = float(dsink[h]);
+}
+
+void attention_forward(const AttentionShape& sh, const AttentionOptions& opt, const float* qkv,
+                       float* out, float* probs) {
+  attention_forward_with_sinks(sh, opt, qkv, nullptr, out, probs);
+}
+
+void attention_backward(const AttentionShape& sh, const AttentionOptions& opt, const float* qkv,
+                        const float* probs, const float* dout, float* dqkv) {
+  attention_backward_with_sinks(sh, opt, qkv, probs, dout, dqkv, nullptr);
 }
 
 }  // namespace megatron::kernels::ref

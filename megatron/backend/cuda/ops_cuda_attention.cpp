@@ -60,6 +60,10 @@ void require_device_pointer(const void* p, const char* op, const char* what) {
 constexpr const char* kNoUnfusedSoftcap =
     "model.attn_logit_softcapping runs the flash kernels (model.attention_backend auto or flash), "
     "not unfused attention";
+// Attention sinks (model.softmax_type) have CPU kernels only so far.
+constexpr const char* kSinksCpuOnly =
+    "model.softmax_type learnable / off-by-one (attention sinks) runs on the CPU backend only so "
+    "far (training.device: cpu)";
 
 namespace {
 // Whether fused attention runs on cuDNN: never for soft-capped scores (refused under `fused`).
@@ -272,13 +276,24 @@ void CudaOps::flash_attention_merge(const Tensor& out, const Tensor& lse, Tensor
 
 void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, const Tensor& qkv,
                                  Tensor& keys, Tensor& values, int64_t past, Tensor& out,
-                                 int64_t window, float softcap) const {
+                                 int64_t window, float softcap, const Tensor* sinks) const {
   const char* op = "kv_cache_attention";
+  MT_INPUT_CHECK(sinks == nullptr, kSinksCpuOnly);
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
     kc::kv_cache_attention<T>(s, scale, ptr<T>(qkv), ptr<T>(keys), ptr<T>(values), past,
                               keys.dim(2), ptr<T>(out), window, softcap, stream());
   });
+}
+
+void CudaOps::attention_sinks_forward(const kernels::AttentionShape&, const Tensor&, const Tensor&,
+                                      Tensor&) const {
+  throw InputError(kSinksCpuOnly);
+}
+
+void CudaOps::attention_sinks_backward(const kernels::AttentionShape&, const Tensor&, const Tensor&,
+                                       const Tensor&, const Tensor&, Tensor&, Tensor*) const {
+  throw InputError(kSinksCpuOnly);
 }
 
 }  // namespace megatron::ops::cuda_backend

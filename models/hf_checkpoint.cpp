@@ -367,6 +367,9 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   if (std::find(supported.begin(), supported.end(), result.architecture) == supported.end())
     throw InputError(
         concat("architecture '", result.architecture, "' is not one this build exports"));
+  MT_INPUT_CHECK(model.softmax_type == config::SoftmaxType::Vanilla, meta_path,
+                 ": model.softmax_type ", config::option_name(model.softmax_type),
+                 ": attention sinks export to no Hugging Face architecture here yet");
   result.dtype = o.dtype;
   if (result.dtype.empty() && hf_meta.contains("dtype") && hf_meta["dtype"].is_string())
     result.dtype = hf_meta["dtype"].get<std::string>();

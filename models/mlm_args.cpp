@@ -170,6 +170,8 @@ void read_positions(const mlm::MlmArgs& a, config::ModelConfig& m) {
 
 config::ModelConfig model_from_megatron_args(const mlm::MlmArgs& a) {
   refuse_unsupported(a);
+  if (a.string_or("softmax_type", "vanilla") != "vanilla")
+    a.fail("softmax_type", "attention sinks (off-by-one, learnable) are not imported yet");
   config::ModelConfig m;
   m.num_layers = a.integer("num_layers");
   m.hidden_size = a.integer("hidden_size");

@@ -151,6 +151,9 @@ MegatronExportResult export_megatron_checkpoint(const MegatronExportOptions& o) 
   MT_INPUT_CHECK(!m.moe.enabled() && !m.mla.enabled(), index.path,
                  ": mixture-of-experts and multi-latent attention models do not export to "
                  "Megatron-LM yet");
+  MT_INPUT_CHECK(m.softmax_type == config::SoftmaxType::Vanilla, index.path,
+                 ": model.softmax_type ", config::option_name(m.softmax_type),
+                 ": attention sinks do not export to Megatron-LM here yet");
   const NativeLayout layout = native_layout(recipe, 1, 1, 1);
   const int64_t Vp = layout.padded_vocab;
   std::vector<hf::TensorMapping> mappings = megatron_mappings(padded_model(m, Vp), Vp);

@@ -49,6 +49,10 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.norm_zero_centered_gamma = m.layernorm_zero_centered_gamma;
   t.softmax_scale = m.softmax_scale ? static_cast<float>(*m.softmax_scale) : 0.0f;
   t.attn_logit_softcap = static_cast<float>(m.attn_logit_softcapping);
+  t.attention_sinks =
+      m.softmax_type == config::SoftmaxType::Learnable  ? TransformerSpec::Sinks::Learned
+      : m.softmax_type == config::SoftmaxType::OffByOne ? TransformerSpec::Sinks::Fixed
+                                                        : TransformerSpec::Sinks::None;
   t.rope_local_theta = static_cast<float>(m.rope_local_base_freq);
   t.gelu = m.activation == config::Activation::GeLUExact ? math::Gelu::Erf : math::Gelu::Tanh;
   t.rope = m.rotary();
@@ -134,10 +138,11 @@ TransformerSpec transformer_spec_from_recipe(const config::Recipe& r, int64_t tp
   t.sequence_parallel = r.parallel.sequence_parallel && tp_size > 1;
   t.recompute = recompute_of(r.training.recompute);
   t.unit_layers = r.parallel.fsdp_unit_layers;
-  // Context parallelism and soft-capped scores run the flash kernels (validation refuses an
-  // explicit unfused).
+  // Context parallelism, soft-capped scores and attention sinks run the flash kernels
+  // (validation refuses an explicit unfused).
   t.flash_attention = m.flash_attention(r.training.device) || r.parallel.context > 1 ||
-                      m.attn_logit_softcapping > 0;
+                      m.attn_logit_softcapping > 0 ||
+                      m.softmax_type != config::SoftmaxType::Vanilla;
   t.cudnn_attention = cudnn_attention_of(r);
   t.activation_dtype = model_dtype_of(r.training);
   if (r.peft.lora()) {

@@ -37,6 +37,8 @@ void MlaConfig::validate(const KeyOrigins& origins, const ModelConfig& m) const 
           "multi-latent attention turns its rope dimensions in every layer");
   c.check(m.attn_logit_softcapping == 0, "model.attn_logit_softcapping",
           "is not implemented with multi_latent_attention");
+  c.check(m.softmax_type == SoftmaxType::Vanilla, "model.softmax_type",
+          "attention sinks are not implemented with multi_latent_attention");
 }
 
 }  // namespace megatron::config

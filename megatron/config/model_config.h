@@ -120,6 +120,10 @@ struct ModelConfig {
   // Soft-capping, cap * tanh(x / cap), of the attention scores before masking and softmax and of
   // the output logits (Gemma 2's attn_logit_softcapping / final_logit_softcapping); 0: none.
   double attn_logit_softcapping = 0, final_logit_softcapping = 0;
+  // Attention sinks (Megatron-Core's softmax_type; kernels/cpu/attention_sinks.h): off-by-one
+  // adds exp(0) to every softmax denominator, learnable a learned per-head logit (the parameter
+  // layers.L.attention.softmax_offset, split over tp with the heads). Runs the flash kernels.
+  SoftmaxType softmax_type = SoftmaxType::Vanilla;
   // Embeddings multiplied by sqrt(hidden_size), rounded to the activation dtype (Gemma).
   bool scale_embeddings_by_sqrt_hidden = false;
   // The rope base of layers with a sliding window, which then take no rope scaling either
@@ -238,6 +242,7 @@ struct ModelConfig {
     v("layernorm_zero_centered_gamma", s.layernorm_zero_centered_gamma);
     v("softmax_scale", s.softmax_scale);
     v("attn_logit_softcapping", s.attn_logit_softcapping);
+    v("softmax_type", s.softmax_type);
     v("final_logit_softcapping", s.final_logit_softcapping);
     v("scale_embeddings_by_sqrt_hidden", s.scale_embeddings_by_sqrt_hidden);
     v("rope_local_base_freq", s.rope_local_base_freq);

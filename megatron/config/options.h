@@ -22,6 +22,9 @@ enum class PositionEmbedding : uint8_t { Learned, Rope, Yarn };
 // auto: on cuda cuDNN's where it runs, our flash kernels elsewhere; on the cpu unfused below
 // 1024 positions (a few % faster there), flash from 1024 on (ModelConfig::flash_attention).
 enum class AttentionBackend : uint8_t { Auto, Unfused, Flash, Fused };
+// The attention softmax (Megatron-Core's softmax_type): vanilla, off-by-one (a zero logit in
+// every row's denominator) or learnable (a learned logit per head: attention sinks, GPT-OSS's).
+enum class SoftmaxType : uint8_t { Vanilla, OffByOne, Learnable };
 enum class TrainingDevice : uint8_t { CPU, CUDA };
 enum class Precision : uint8_t { FP32, BF16, FP16 };
 enum class RecomputeGranularity : uint8_t { None, Full, Selective };
@@ -75,6 +78,7 @@ MT_OPTION_NAMES(Normalization, "layernorm", "rmsnorm");
 MT_OPTION_NAMES(Activation, "gelu", "swiglu", "gelu_exact", "geglu");
 MT_OPTION_NAMES(PositionEmbedding, "learned", "rope", "yarn");
 MT_OPTION_NAMES(AttentionBackend, "auto", "unfused", "flash", "fused");
+MT_OPTION_NAMES(SoftmaxType, "vanilla", "off-by-one", "learnable");
 MT_OPTION_NAMES(TrainingDevice, "cpu", "cuda");
 MT_OPTION_NAMES(Precision, "fp32", "bf16", "fp16");
 MT_OPTION_NAMES(RecomputeGranularity, "none", "full", "selective");

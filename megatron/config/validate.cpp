@@ -256,6 +256,11 @@ void Recipe::validate_context_parallel(Checker& c) const {
           concat("context parallelism runs its own flash attention kernels: use flash or auto "
                  "(got ",
                  option_name(model.attention_backend), " with parallel.context ", cp, ")"));
+  c.check(model.softmax_type == SoftmaxType::Vanilla, "model.softmax_type",
+          concat(option_name(model.softmax_type),
+                 " (attention sinks) is not implemented with context parallelism (got "
+                 "parallel.context ",
+                 cp, ")"));
   // MoE: ep is carved out of cp x dp, not out of tp x cp x dp.
   c.check(parallel.expert_tensor != 1 || parallel.tensor == 1, "parallel.expert_tensor",
           concat("1 below parallel.tensor ", parallel.tensor,
@@ -373,6 +378,10 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
                    parallel.num_distributed_optimizer_instances,
                    " instances with model.num_experts ", model.moe.num_experts));
   }
+  c.check(model.softmax_type == SoftmaxType::Vanilla || training.device == TrainingDevice::CPU,
+          "model.softmax_type",
+          concat(option_name(model.softmax_type),
+                 " (attention sinks) runs on the CPU backend only so far (training.device: cpu)"));
   c.check(
       model.attention_backend != AttentionBackend::Fused || training.device == TrainingDevice::CUDA,
       "model.attention_backend",

@@ -129,6 +129,11 @@ void validate_block_options(const ModelConfig& m, const Checker& c) {
           concat(option_name(m.attention_backend),
                  " has no soft-capping: model.attn_logit_softcapping runs the flash kernels (use "
                  "flash or auto)"));
+  c.check(m.softmax_type == SoftmaxType::Vanilla || m.attention_backend == AttentionBackend::Auto ||
+              m.attention_backend == AttentionBackend::Flash,
+          "model.attention_backend",
+          concat(option_name(m.attention_backend), " has no attention sinks: model.softmax_type ",
+                 option_name(m.softmax_type), " runs the flash kernels (use flash or auto)"));
   c.non_negative("model.final_logit_softcapping", m.final_logit_softcapping);
   c.non_negative("model.rope_local_base_freq", m.rope_local_base_freq);
   if (m.softmax_scale) c.positive("model.softmax_scale", *m.softmax_scale);

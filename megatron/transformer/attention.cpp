@@ -57,6 +57,7 @@ SelfAttention::SelfAttention(const SubmoduleArgs& a,
 
 void SelfAttention::collect_params(std::vector<Parameter*>& out) const {
   qkv_->collect_params(out);
+  core_.collect_params(out);
   if (qk_norm_) qk_norm_->collect_params(out);
   proj_->collect_params(out);
 }
@@ -105,7 +106,8 @@ Tensor& SelfAttention::cached_forward(State& s, const Tensor& in, KvCache& cache
   }
   Tensor& out = ensure(s.attn_out, {S, B, local_heads_ * Dh}, act(), device_);
   ops::kv_cache_attention(as, core_.scale(), s.qkv_out, cache.keys[l], cache.values[l],
-                          cache.length, out, spec_.window, spec_.attn_logit_softcap);
+                          cache.length, out, spec_.window, spec_.attn_logit_softcap,
+                          core_.sink_logits(s.core.sink_logits));
   proj_->forward(s.proj, s.attn_out, ensure(s.out, {S, B, D}, act(), device_));
   return s.out;
 }

@@ -17,6 +17,16 @@ AttentionCore::AttentionCore(const SubmoduleArgs& a, float scale,
            "selective recompute needs the shared probabilities buffer");
   const auto& full = a.spec.full_attention_layers;  // (model.window_attn_skip_freq)
   if (std::find(full.begin(), full.end(), a.layer) != full.end()) spec_.window = 0;
+  if (a.spec.attention_sinks != TransformerSpec::Sinks::None) {
+    MT_CHECK(flash_ && !cp_, "attention sinks wrap the flash kernels without context parallelism");
+    sinks_ = std::make_unique<AttentionSinks>(
+        a.store, a.prefix, a.spec.heads, a.spec.attention_sinks == TransformerSpec::Sinks::Learned,
+        a.spec.init_std, a.tp);
+  }
+}
+
+void AttentionCore::collect_params(std::vector<Parameter*>& out) const {
+  if (sinks_) sinks_->collect_params(out);
 }
 
 kernels::AttentionShape AttentionCore::shape(int64_t S, int64_t B, int64_t batch_offset, int64_t H,
@@ -57,12 +67,14 @@ void AttentionCore::forward(State& s, const kernels::AttentionShape& as,
     cp_->forward(s.cp, as, ao, mb, qkv, out);
     return;
   }
-  if (flash_)
+  if (flash_) {
     ops::flash_attention_forward(as, ao, qkv, out,
                                  ensure(s.lse, {as.B, as.H, as.S}, DType::F32, device_));
-  else
+    if (sinks_) sinks_->forward(as, s.lse, s.sink_logits, out);
+  } else {
     ops::attention_forward(as, ao, qkv, out,
                            ensure(probs_of(s), {as.B, as.H, as.S, as.S}, DType::F32, device_));
+  }
 }
 
 void AttentionCore::recompute(State& s, const kernels::AttentionShape& as,
@@ -79,6 +91,12 @@ void AttentionCore::backward(State& s, const kernels::AttentionShape& as,
                              Tensor& d_qkv) const {
   if (cp_) {
     cp_->backward(s.cp, as, ao, mb, qkv, out, d_out, d_qkv);
+    return;
+  }
+  if (flash_ && sinks_) {  // the flash backward of the scaled output with the scaled gradient
+    Tensor& d_sinked = ensure(s.d_sinked, d_out.shape(), d_out.dtype(), device_);
+    sinks_->backward(as, s.lse, out, d_out, s.sink_logits, d_sinked);
+    ops::flash_attention_backward(as, ao, qkv, out, s.lse, d_sinked, d_qkv);
     return;
   }
   if (flash_) {

@@ -178,6 +178,7 @@ void MultiLatentAttention::collect_params(std::vector<Parameter*>& out) const {
   kv_down_->collect_params(out);
   kv_norm_->collect_params(out);
   kv_up_->collect_params(out);
+  core_.collect_params(out);
   proj_->collect_params(out);
 }
 

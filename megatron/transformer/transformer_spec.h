@@ -35,6 +35,10 @@ struct TransformerSpec {
   // Attention scores soft-capped to cap * tanh(score / cap) before masking and softmax
   // (model.attn_logit_softcapping; Gemma 2); 0: none.
   float attn_logit_softcap = 0.0f;
+  // Attention sinks (model.softmax_type; attention_sinks.h): none, a fixed zero logit
+  // (off-by-one) or a learned one per head.
+  enum class Sinks : uint8_t { None, Fixed, Learned };
+  Sinks attention_sinks = Sinks::None;
   // The rope base of the layers with a sliding window (model.rope_local_base_freq; Gemma 3's
   // local layers, which take no rope scaling either); 0: rope_theta everywhere.
   float rope_local_theta = 0.0f;

@@ -1,6 +1,7 @@
 // Whole-model checks: finite-difference gradients of every parameter tensor for several GPT
 // variants (one with model.kv_channels != hidden / heads, GPT-NeoX's parallel residual, OLMo-2's
-// output norms and whole-projection q/k norms, a sandwich of input and output norms), and that the
+// output norms and whole-projection q/k norms, a sandwich of input and output norms, GPT-OSS's
+// attention sinks), and that the
 // residual/tied/untied wiring gives the loss a hand computation expects.
 #include <gtest/gtest.h>
 
@@ -26,6 +27,8 @@ struct Variant {
   // Gemma's features: GeGLU, 1 + w norms (q/k norms too), a softmax scale, soft-capped scores
   // (flash) and logits, scaled embeddings, a local rope base on sliding-window layers.
   bool gemma = false;
+  // GPT-OSS's attention: learned sinks (flash), sliding-window and full layers.
+  bool sinks = false;
 };
 
 void make_gemma(GPTSpec& s) {
@@ -72,6 +75,12 @@ GPTSpec tiny_spec(const Variant& v) {
   s.tie_embeddings = v.tie;
   s.embedding_dropout = v.hidden_dropout;
   if (v.gemma) make_gemma(s);
+  if (v.sinks) {
+    t.attention_sinks = TransformerSpec::Sinks::Learned;
+    t.flash_attention = true;
+    t.window = 3;
+    t.full_attention_layers = {1};
+  }
   return s;
 }
 
@@ -143,7 +152,10 @@ INSTANTIATE_TEST_SUITE_P(
                               false, 0, false, true, true},
                       // Gemma 2/3: sandwich norms and the make_gemma features, attention dropout
                       Variant{"gemma", true, true, true, true, false, 2, 0.0f, 0.1f, 0, false, 0,
-                              false, true, true, true}),
+                              false, true, true, true},
+                      // GPT-OSS: attention sinks, biases, a sliding window, attention dropout
+                      Variant{"gpt_oss_sinks", true, true, true, false, true, 2, 0.0f, 0.1f, 0,
+                              false, 0, false, true, false, false, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(GPTModel, InitialLossIsNearUniform) {

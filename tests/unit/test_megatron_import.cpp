@@ -259,6 +259,11 @@ TEST(MegatronImport, ModelsNotImportedYetAreRefusedNamingTheArg) {
              "LayerNorm and RMSNorm are imported");
   expect_has(refusal([&] { models::model_from_megatron_args(with("hidden_size", text("32"))); }),
              "args.hidden_size = '32': an integer expected");
+  expect_has(refusal([&] {
+               models::model_from_megatron_args(with("softmax_type", text("learnable")));
+             }),
+             "args.softmax_type = 'learnable': attention sinks (off-by-one, learnable) are not "
+             "imported yet");
 }
 
 }  // namespace

@@ -1,0 +1,75 @@
+// mpirun-np: 2 4
+// Attention sinks (model.softmax_type; megatron/transformer/attention_sinks.h) in a GPT-OSS-like
+// tiny model: learned per-head sink logits (split over tp with the heads), biased projections,
+// sliding-window layers alternating with full ones, with or without dropout; and the fixed
+// off-by-one sink. Every model layout (tp + sp, pp 1F1B and interleaved, dp with the distributed
+// optimizer), recompute, ZeRO-3, LoRA and a mixture of experts with ep must give the
+// single-process loss and gradient-norm curve.
+#include "equivalence_fixture.h"
+
+namespace megatron {
+namespace {
+
+namespace eq = megatron::equivalence;
+namespace mp = megatron::parallel;
+
+// (init std 0.1 so that the sinks, drawn with it, and the scores are of one size.)
+eq::RecipeSpec learned_sinks() {
+  eq::RecipeSpec m{.arch = "llama", .layers = 4, .hidden = 32, .heads = 4, .groups = 2, .ffn = 48};
+  m.model_extra =
+      "softmax_type: learnable, add_qkv_bias: true, window_size: [5, 0], "
+      "window_attn_skip_freq: 2, init_method_std: 0.1";
+  m.dropout = 0.1;
+  m.micro = 4;
+  m.iters = 10;
+  m.seed = 47;
+  m.lr = 0.01;
+  return m;
+}
+
+eq::RecipeSpec off_by_one() {
+  eq::RecipeSpec m = learned_sinks();
+  m.model_extra = "softmax_type: off-by-one, init_method_std: 0.1";
+  m.dropout = 0;
+  m.seed = 49;
+  return m;
+}
+
+std::shared_ptr<eq::SyntheticTokens> tokens() {
+  return std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5}, 16);
+}
+
+TEST(AttentionSinksEquivalence, ModelLayoutsMatchSingleProcess) {
+  for (const eq::RecipeSpec& m : {learned_sinks(), off_by_one()})
+    EXPECT_GT(eq::expect_layouts_match(m, tokens(), eq::model_layouts()), 0)
+        << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("attention sinks layouts");
+}
+
+TEST(AttentionSinksEquivalence, RecomputeShardingLoraAndExperts) {
+  const std::vector<eq::Layout> layouts = {
+      {.tp = 2, .micro = 2, .sp = true, .recompute = "selective"},
+      {.pp = 2, .micro = 2, .recompute = "full"},
+      {.dp = 2, .micro = 2, .sharding = "optim_grads_params"},
+      {.tp = 2, .dp = 2, .micro = 2, .sp = true, .sharding = "optim_grads_params"},
+  };
+  EXPECT_GT(eq::expect_layouts_match(learned_sinks(), tokens(), layouts), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::RecipeSpec lora = learned_sinks();
+  lora.extra_sections = "peft: {type: lora, dim: 4, alpha: 8}\n";
+  EXPECT_GT(eq::expect_layouts_match(lora, tokens(), eq::family_lora_layouts()), 0);
+  // GPT-OSS's experts with the sinks: ep 2 (and 4) out of dp, tp 2 x ep 2.
+  eq::RecipeSpec moe = learned_sinks();
+  moe.model_extra += ", num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 24";
+  moe.dropout = 0;
+  const std::vector<eq::Layout> moe_layouts = {
+      {.dp = 2, .micro = 2, .distributed = true, .ep = 2},
+      {.tp = 2, .dp = 2, .micro = 2, .sp = true, .ep = 2},
+      {.dp = 4, .micro = 1, .distributed = true, .ep = 4},
+  };
+  EXPECT_GT(eq::expect_layouts_match(moe, tokens(), moe_layouts), 0);
+  eq::report_max_diff("attention sinks recompute, sharding, lora, experts");
+}
+
+}  // namespace
+}  // namespace megatron

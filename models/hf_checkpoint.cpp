@@ -347,6 +347,18 @@ std::map<std::string, std::string> tokenizer_files_of(const config::Recipe& reci
 }
 }  // namespace
 
+namespace {
+// GPT-OSS's block features, which no Hugging Face family here converts yet.
+std::string gpt_oss_feature(const config::ModelConfig& m) {
+  if (m.softmax_type != config::SoftmaxType::Vanilla)
+    return concat("model.softmax_type ", config::option_name(m.softmax_type), " (attention sinks)");
+  if (m.activation == config::Activation::QuickGeGLU) return "model.activation quick_geglu";
+  if (m.glu_linear_offset != 0) return "model.glu_linear_offset";
+  if (m.activation_func_clamp_value != 0) return "model.activation_func_clamp_value";
+  return {};
+}
+}  // namespace
+
 HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   checkpoint::Reader reader(o.native_dir, o.iteration);
   const auto& index = reader.index();
@@ -367,9 +379,10 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   if (std::find(supported.begin(), supported.end(), result.architecture) == supported.end())
     throw InputError(
         concat("architecture '", result.architecture, "' is not one this build exports"));
-  MT_INPUT_CHECK(model.softmax_type == config::SoftmaxType::Vanilla, meta_path,
-                 ": model.softmax_type ", config::option_name(model.softmax_type),
-                 ": attention sinks export to no Hugging Face architecture here yet");
+  const std::string unexported = gpt_oss_feature(model);
+  MT_INPUT_CHECK(unexported.empty(), meta_path, ": ", unexported,
+                 " exports to no Hugging Face architecture here yet (GptOssForCausalLM's "
+                 "conversion is not implemented)");
   result.dtype = o.dtype;
   if (result.dtype.empty() && hf_meta.contains("dtype") && hf_meta["dtype"].is_string())
     result.dtype = hf_meta["dtype"].get<std::string>();

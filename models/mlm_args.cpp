@@ -92,12 +92,16 @@ void refuse_unsupported(const mlm::MlmArgs& a) {
       {"squared_relu", "squared ReLU is not an activation here"},
       {"window_size", "sliding-window checkpoints are not imported yet"},
       {"mrope_section", "multimodal rope is not supported"},
+      {"quick_geglu", "GPT-OSS's gated unit is not imported yet"},
+      {"glu_linear_offset", "GPT-OSS's gated unit is not imported yet"},
+      {"activation_func_clamp_value", "GPT-OSS's gated unit is not imported yet"},
   };
   for (const auto& [key, why] : refused) {
     const checkpoint::PickleValue* v = a.find(key);
     if (!v || v->is(checkpoint::PickleValue::Kind::None)) continue;
     const bool off = (v->is(checkpoint::PickleValue::Kind::Bool) && !v->boolean) ||
-                     (v->is(checkpoint::PickleValue::Kind::Int) && v->integer == 0);
+                     (v->is(checkpoint::PickleValue::Kind::Int) && v->integer == 0) ||
+                     (v->is(checkpoint::PickleValue::Kind::Float) && v->real == 0.0);
     if (!off) a.fail(key, why);
   }
 }

@@ -42,10 +42,12 @@ TransformerSpec transformer_spec_from_model(const config::ModelConfig& m) {
   t.seq_length = m.seq_length;
   t.norm = m.normalization == config::Normalization::RMSNorm ? Norm::Kind::RMSNorm
                                                              : Norm::Kind::LayerNorm;
-  t.swiglu =
-      m.activation == config::Activation::SwiGLU || m.activation == config::Activation::GeGLU;
-  t.glu_gate =
-      m.activation == config::Activation::GeGLU ? math::GluGate::GeluTanh : math::GluGate::Silu;
+  t.swiglu = m.gated_activation();
+  t.glu_gate = m.activation == config::Activation::GeGLU        ? math::GluGate::GeluTanh
+               : m.activation == config::Activation::QuickGeGLU ? math::GluGate::QuickGelu
+                                                                : math::GluGate::Silu;
+  t.glu_limit = static_cast<float>(m.activation_func_clamp_value);
+  t.glu_offset = static_cast<float>(m.glu_linear_offset);
   t.norm_zero_centered_gamma = m.layernorm_zero_centered_gamma;
   t.softmax_scale = m.softmax_scale ? static_cast<float>(*m.softmax_scale) : 0.0f;
   t.attn_logit_softcap = static_cast<float>(m.attn_logit_softcapping);

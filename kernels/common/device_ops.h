@@ -63,8 +63,8 @@ namespace megatron::ops {
   OP(void, gelu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx, math::Gelu kind))        \
   OP(void, tanh_forward, (const Tensor& x, Tensor& y))                                             \
   OP(void, tanh_backward, (const Tensor& y, const Tensor& dy, Tensor& dx))                         \
-  OP(void, glu_forward, (const Tensor& x, Tensor& y, math::GluGate gate))                          \
-  OP(void, glu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx, math::GluGate gate))      \
+  OP(void, glu_forward, (const Tensor& x, Tensor& y, math::Glu glu))                               \
+  OP(void, glu_backward, (const Tensor& x, const Tensor& dy, Tensor& dx, math::Glu glu))           \
   OP(void, embedding_forward,                                                                      \
      (const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out))                   \
   OP(void, embedding_backward,                                                                     \

@@ -92,13 +92,37 @@ MT_HD float softcap_grad_from_output(float y, float cap) {
   return 1.0f - t * t;
 }
 
-// The gate activation of a gated linear unit: act(gate) * up. SwiGLU's SiLU (LLaMA) or GeGLU's
-// tanh-approximated GELU (Gemma's gelu_pytorch_tanh).
-enum class GluGate : uint8_t { Silu, GeluTanh };
-MT_HD float glu_gate(float x, GluGate g) { return g == GluGate::Silu ? silu(x) : gelu_tanh(x); }
-MT_HD float glu_gate_grad(float x, GluGate g) {
-  return g == GluGate::Silu ? silu_grad(x) : gelu_tanh_grad(x);
+// Quick GELU, x sigmoid(1.702 x) (Megatron-Core's quick_gelu; GPT-OSS's gate with alpha 1.702).
+constexpr float kQuickGeluAlpha = 1.702f;
+MT_HD float quick_gelu(float x) { return x * sigmoid(kQuickGeluAlpha * x); }
+MT_HD float quick_gelu_grad(float x) {
+  const float s = sigmoid(kQuickGeluAlpha * x);
+  return s + kQuickGeluAlpha * x * s * (1.0f - s);
 }
+
+// The gate activation of a gated linear unit: act(gate) * up. SwiGLU's SiLU (LLaMA), GeGLU's
+// tanh-approximated GELU (Gemma's gelu_pytorch_tanh) or quick GELU (GPT-OSS's).
+enum class GluGate : uint8_t { Silu, GeluTanh, QuickGelu };
+MT_HD float glu_gate(float x, GluGate g) {
+  return g == GluGate::Silu ? silu(x) : g == GluGate::GeluTanh ? gelu_tanh(x) : quick_gelu(x);
+}
+MT_HD float glu_gate_grad(float x, GluGate g) {
+  return g == GluGate::Silu       ? silu_grad(x)
+         : g == GluGate::GeluTanh ? gelu_tanh_grad(x)
+                                  : quick_gelu_grad(x);
+}
+// A gated linear unit: act(min(gate, limit)) * (clamp(up, -limit, limit) + offset); limit 0: no
+// clamps (Megatron-Core's activation_func_clamp_value and glu_linear_offset; GPT-OSS: quick
+// GELU, limit 7, offset 1). The clamps pass the gradient where the value is within them
+// (bounds included, as torch.clamp).
+struct Glu {
+  GluGate gate = GluGate::Silu;
+  float limit = 0.0f, offset = 0.0f;
+  constexpr Glu() = default;
+  constexpr Glu(GluGate g, float clamp_limit = 0.0f, float linear_offset = 0.0f)  // NOLINT
+      : gate(g), limit(clamp_limit), offset(linear_offset) {}
+  constexpr bool plain() const { return limit == 0.0f && offset == 0.0f; }
+};
 
 // One AdamW step for one element (decoupled weight decay, bias-corrected moments).
 struct AdamWParams {

@@ -1,5 +1,6 @@
 #include "kernels/cpu/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/common/numeric.h"
@@ -78,23 +79,23 @@ int64_t count_outside(const float* x, int64_t n, float limit) {
 }
 
 namespace {
-// The gated linear unit with the gate activation a compile-time functor, so that the loops
-// vectorize (a branch per element would not).
-template <typename T, typename Act>
-void glu_rows_forward(const T* x, T* y, int64_t rows, int64_t F, Act act) {
+// The gated linear unit row by row with the element function a compile-time functor, so that
+// the plain units' loops vectorize (a branch per element would not): forward y = f(gate, up);
+// backward f(gate, up, dy, dgate, dup).
+template <typename T, typename Elem>
+void glu_rows_forward(const T* x, T* y, int64_t rows, int64_t F, Elem f) {
 #pragma omp parallel for schedule(static) if (rows * F > kActivationGrain)
   for (int64_t r = 0; r < rows; ++r) {
     const T* gate = x + r * 2 * F;
     const T* up = gate + F;
     T* yr = y + r * F;
 #pragma omp simd
-    for (int64_t j = 0; j < F; ++j) yr[j] = from_f32<T>(act(to_f32(gate[j])) * to_f32(up[j]));
+    for (int64_t j = 0; j < F; ++j) yr[j] = from_f32<T>(f(to_f32(gate[j]), to_f32(up[j])));
   }
 }
 
-template <typename T, typename Act, typename Grad>
-void glu_rows_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, Act act,
-                       Grad grad) {
+template <typename T, typename Elem>
+void glu_rows_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, Elem f) {
 #pragma omp parallel for schedule(static) if (rows * F > kActivationGrain)
   for (int64_t r = 0; r < rows; ++r) {
     const T* gate = x + r * 2 * F;
@@ -104,32 +105,82 @@ void glu_rows_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, 
     T* dup = dgate + F;
 #pragma omp simd
     for (int64_t j = 0; j < F; ++j) {
-      const float g = to_f32(gate[j]), d = to_f32(dyr[j]);
-      dgate[j] = from_f32<T>(d * to_f32(up[j]) * grad(g));
-      dup[j] = from_f32<T>(d * act(g));
+      float dg, du;
+      f(to_f32(gate[j]), to_f32(up[j]), to_f32(dyr[j]), dg, du);
+      dgate[j] = from_f32<T>(dg);
+      dup[j] = from_f32<T>(du);
     }
   }
+}
+
+// act(gate) * up and its gradients, act a compile-time functor.
+template <typename T, typename Act>
+void plain_glu_forward(const T* x, T* y, int64_t rows, int64_t F, Act act) {
+  glu_rows_forward(x, y, rows, F, [=](float g, float u) { return act(g) * u; });
+}
+
+template <typename T, typename Act, typename Grad>
+void plain_glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, Act act,
+                        Grad grad) {
+  glu_rows_backward(x, dy, dx, rows, F, [=](float g, float u, float d, float& dg, float& du) {
+    dg = d * u * grad(g);
+    du = d * act(g);
+  });
+}
+
+// The clamped, offset unit (math::Glu not plain): the gate's activation a runtime choice.
+template <typename T>
+void clamped_glu_forward(const T* x, T* y, int64_t rows, int64_t F, const math::Glu& glu) {
+  const float lim = glu.limit, off = glu.offset;
+  glu_rows_forward(x, y, rows, F, [=](float g, float u) {
+    if (lim > 0.0f) g = std::min(g, lim), u = std::clamp(u, -lim, lim);
+    return math::glu_gate(g, glu.gate) * (u + off);
+  });
+}
+
+template <typename T>
+void clamped_glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F,
+                          const math::Glu& glu) {
+  const float lim = glu.limit, off = glu.offset;
+  const bool clamp = lim > 0.0f;
+  glu_rows_backward(x, dy, dx, rows, F, [=](float g0, float u0, float d, float& dg, float& du) {
+    const float g = clamp ? std::min(g0, lim) : g0, u = clamp ? std::clamp(u0, -lim, lim) : u0;
+    const float pass_g = !clamp || g0 <= lim ? 1.0f : 0.0f;
+    const float pass_u = !clamp || std::abs(u0) <= lim ? 1.0f : 0.0f;
+    dg = d * (u + off) * math::glu_gate_grad(g, glu.gate) * pass_g;
+    du = d * math::glu_gate(g, glu.gate) * pass_u;
+  });
 }
 }  // namespace
 
 template <typename T>
-void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::GluGate gate) {
-  if (gate == math::GluGate::Silu)
-    glu_rows_forward(x, y, rows, F, [](float v) { return math::silu(v); });
+void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::Glu glu) {
+  if (!glu.plain())
+    clamped_glu_forward(x, y, rows, F, glu);
+  else if (glu.gate == math::GluGate::Silu)
+    plain_glu_forward(x, y, rows, F, [](float v) { return math::silu(v); });
+  else if (glu.gate == math::GluGate::GeluTanh)
+    plain_glu_forward(x, y, rows, F, [](float v) { return math::gelu_tanh(v); });
   else
-    glu_rows_forward(x, y, rows, F, [](float v) { return math::gelu_tanh(v); });
+    plain_glu_forward(x, y, rows, F, [](float v) { return math::quick_gelu(v); });
 }
 
 template <typename T>
-void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::GluGate gate) {
-  if (gate == math::GluGate::Silu)
-    glu_rows_backward(
+void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::Glu glu) {
+  if (!glu.plain())
+    clamped_glu_backward(x, dy, dx, rows, F, glu);
+  else if (glu.gate == math::GluGate::Silu)
+    plain_glu_backward(
         x, dy, dx, rows, F, [](float v) { return math::silu(v); },
         [](float v) { return math::silu_grad(v); });
-  else
-    glu_rows_backward(
+  else if (glu.gate == math::GluGate::GeluTanh)
+    plain_glu_backward(
         x, dy, dx, rows, F, [](float v) { return math::gelu_tanh(v); },
         [](float v) { return math::gelu_tanh_grad(v); });
+  else
+    plain_glu_backward(
+        x, dy, dx, rows, F, [](float v) { return math::quick_gelu(v); },
+        [](float v) { return math::quick_gelu_grad(v); });
 }
 
 // The storage types the ops layer passes as stored: fp32, and bf16 (widened in registers).
@@ -139,8 +190,8 @@ void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math:
   template void scale_inplace<T>(T*, float, int64_t);                          \
   template void gelu_forward<T>(const T*, T*, int64_t, math::Gelu);            \
   template void gelu_backward<T>(const T*, const T*, T*, int64_t, math::Gelu); \
-  template void glu_forward<T>(const T*, T*, int64_t, int64_t, math::GluGate); \
-  template void glu_backward<T>(const T*, const T*, T*, int64_t, int64_t, math::GluGate);
+  template void glu_forward<T>(const T*, T*, int64_t, int64_t, math::Glu);     \
+  template void glu_backward<T>(const T*, const T*, T*, int64_t, int64_t, math::Glu);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(bf16_t)
 #undef MT_INSTANTIATE

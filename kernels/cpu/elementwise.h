@@ -33,10 +33,10 @@ void tanh_backward(const float* y, const float* dy, float* dx, int64_t n);
 int64_t count_outside(const float* x, int64_t n, float limit);
 
 // Gated linear unit over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = act(gate) * up
-// (SwiGLU: silu; GeGLU: tanh GELU).
+// (SwiGLU: silu; GeGLU: tanh GELU; quick GELU), with math::Glu's clamps and offset.
 template <typename T>
-void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::GluGate gate);
+void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::Glu glu);
 template <typename T>
-void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::GluGate gate);
+void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::Glu glu);
 
 }  // namespace megatron::kernels::cpu

@@ -272,7 +272,7 @@ void CpuOps::tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) const 
   f.finish();
 }
 
-void CpuOps::glu_forward(const Tensor& x, Tensor& y, math::GluGate gate) const {
+void CpuOps::glu_forward(const Tensor& x, Tensor& y, math::Glu gate) const {
   const char* op = "glu_forward";
   const int64_t fdim = last_dim(y), n = rows_of(y, fdim);
   const FloatArgs fa(op, {{&x, "x"}, {&y, "y", Role::T, kWritten}});
@@ -284,7 +284,7 @@ void CpuOps::glu_forward(const Tensor& x, Tensor& y, math::GluGate gate) const {
   f.finish();
 }
 
-void CpuOps::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::GluGate gate) const {
+void CpuOps::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Glu gate) const {
   const char* op = "glu_backward";
   const int64_t fdim = last_dim(dy), n = rows_of(dy, fdim);
   const FloatArgs fa(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx", Role::T, kWritten}});

@@ -208,7 +208,7 @@ void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   device_call(dev, op)->tanh_backward(y, dy, dx);
 }
 
-void glu_forward(const Tensor& x, Tensor& y, math::GluGate gate) {
+void glu_forward(const Tensor& x, Tensor& y, math::Glu gate) {
   const char* op = "glu_forward";
   const Device dev = device_of(op, {{&x, "x"}, {&y, "y"}});
   rows_of(y, last_dim(y));
@@ -216,7 +216,7 @@ void glu_forward(const Tensor& x, Tensor& y, math::GluGate gate) {
   device_call(dev, op)->glu_forward(x, y, gate);
 }
 
-void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::GluGate gate) {
+void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Glu gate) {
   const char* op = "glu_backward";
   const Device dev = device_of(op, {{&x, "x"}, {&dy, "dy"}, {&dx, "dx"}});
   rows_of(dy, last_dim(dy));

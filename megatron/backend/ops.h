@@ -68,10 +68,9 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,
 void tanh_forward(const Tensor& x, Tensor& y);
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 // Gated linear unit: x [N, 2F] = [gate | up] -> y [N, F] = act(gate) * up (SwiGLU: SiLU;
-// GeGLU: tanh GELU).
-void glu_forward(const Tensor& x, Tensor& y, math::GluGate gate = math::GluGate::Silu);
-void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,
-                  math::GluGate gate = math::GluGate::Silu);
+// GeGLU: tanh GELU; quick GELU), with math::Glu's clamps and offset (GPT-OSS's; CPU only so far).
+void glu_forward(const Tensor& x, Tensor& y, math::Glu glu = {});
+void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Glu glu = {});
 
 // ids int32 [n]; table [vocab_rows, D] holding rows from vocab_start; out [n, D]
 void embedding_forward(const Tensor& ids, const Tensor& table, int64_t vocab_start, Tensor& out);

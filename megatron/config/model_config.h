@@ -36,6 +36,14 @@ struct ModelConfig {
   int64_t kv_channels = 0;
   Normalization normalization = Normalization::LayerNorm;
   Activation activation = Activation::GeLU;
+  // The gated unit's offset and clamps (Megatron-Core's glu_linear_offset and
+  // activation_func_clamp_value; GPT-OSS: 1 and 7): act(min(gate, c)) * (clamp(up, -c, c) +
+  // offset); 0: none.
+  double glu_linear_offset = 0, activation_func_clamp_value = 0;
+  bool gated_activation() const {
+    return activation == Activation::SwiGLU || activation == Activation::GeGLU ||
+           activation == Activation::QuickGeGLU;
+  }
   PositionEmbedding position_embedding = PositionEmbedding::Learned;
   AttentionBackend attention_backend = AttentionBackend::Auto;
   double rope_theta = 10000;
@@ -207,6 +215,8 @@ struct ModelConfig {
       noted(auto_note(s.max_position_embeddings, s.max_positions())));
     v("normalization", s.normalization);
     v("activation", s.activation);
+    v("glu_linear_offset", s.glu_linear_offset);
+    v("activation_func_clamp_value", s.activation_func_clamp_value);
     v("position_embedding", s.position_embedding);
     v("attention_backend", s.attention_backend);
     v("rope_theta", s.rope_theta);

@@ -13,7 +13,10 @@ namespace megatron::config {
 enum class Arch : uint8_t { GPT, LLaMA, BERT };
 enum class Normalization : uint8_t { LayerNorm, RMSNorm };
 // gelu: tanh-approximated (GPT-2's gelu_new); gelu_exact: x Phi(x) (BERT's, PyTorch's F.gelu).
-enum class Activation : uint8_t { GeLU, SwiGLU, GeLUExact, GeGLU };
+// quick_geglu: quick GELU, x sigmoid(1.702 x), as the gate of a gated unit (Megatron-Core's
+// quick_gelu with gated_linear_unit; GPT-OSS's experts with glu_linear_offset 1 and
+// activation_func_clamp_value 7).
+enum class Activation : uint8_t { GeLU, SwiGLU, GeLUExact, GeGLU, QuickGeGLU };
 enum class PositionEmbedding : uint8_t { Learned, Rope, Yarn };
 // unfused: probabilities [B, H, S, S] saved for backward (kernels/cpu/attention.h);
 // flash: fused kernels saving only the row log-sum-exp (kernels/*/flash_attention.h);
@@ -75,7 +78,7 @@ struct OptionNames;
   }
 MT_OPTION_NAMES(Arch, "gpt", "llama", "bert");
 MT_OPTION_NAMES(Normalization, "layernorm", "rmsnorm");
-MT_OPTION_NAMES(Activation, "gelu", "swiglu", "gelu_exact", "geglu");
+MT_OPTION_NAMES(Activation, "gelu", "swiglu", "gelu_exact", "geglu", "quick_geglu");
 MT_OPTION_NAMES(PositionEmbedding, "learned", "rope", "yarn");
 MT_OPTION_NAMES(AttentionBackend, "auto", "unfused", "flash", "fused");
 MT_OPTION_NAMES(SoftmaxType, "vanilla", "off-by-one", "learnable");

@@ -137,6 +137,12 @@ void validate_block_options(const ModelConfig& m, const Checker& c) {
   c.non_negative("model.final_logit_softcapping", m.final_logit_softcapping);
   c.non_negative("model.rope_local_base_freq", m.rope_local_base_freq);
   if (m.softmax_scale) c.positive("model.softmax_scale", *m.softmax_scale);
+  c.non_negative("model.activation_func_clamp_value", m.activation_func_clamp_value);
+  c.check((m.glu_linear_offset == 0 && m.activation_func_clamp_value == 0) || m.gated_activation(),
+          "model.activation",
+          concat(option_name(m.activation),
+                 " is not gated: model.glu_linear_offset and activation_func_clamp_value apply to "
+                 "swiglu, geglu and quick_geglu"));
   c.check(m.activation != Activation::GeGLU || !m.moe.enabled(), "model.activation",
           "geglu experts are not implemented (the routed experts are SwiGLU or GeLU)");
   c.check(m.rope_local_base_freq == 0 || (m.rotary() && m.attention_window() > 0),

@@ -35,7 +35,7 @@ Tensor& DenseMLP::forward(LayerState& state, const Tensor& in, const MicroBatchI
   fc1_->forward(s.fc1, in, ensure(s.fc1_out, {S, B, fc1_->local_out()}, act(), device_), &mb);
   ensure(s.act_out, {S, B, fc2_->local_in()}, act(), device_);
   if (spec_.swiglu)
-    ops::glu_forward(s.fc1_out, s.act_out, spec_.glu_gate);
+    ops::glu_forward(s.fc1_out, s.act_out, spec_.glu());
   else
     ops::gelu_forward(s.fc1_out, s.act_out, spec_.gelu);
   fc2_->forward(s.fc2, s.act_out, ensure(s.out, {Sl, B, D}, act(), device_), &mb);
@@ -48,7 +48,7 @@ void DenseMLP::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   fc2_->backward(s.fc2, d_out, &ensure(s.d_act, s.act_out.shape(), act(), device_), &mb);
   ensure(s.d_fc1, s.fc1_out.shape(), act(), device_);
   if (spec_.swiglu)
-    ops::glu_backward(s.fc1_out, s.d_act, s.d_fc1, spec_.glu_gate);
+    ops::glu_backward(s.fc1_out, s.d_act, s.d_fc1, spec_.glu());
   else
     ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1, spec_.gelu);
   fc1_->backward(s.fc1, s.d_fc1, &d_in, &mb);

@@ -27,6 +27,8 @@ struct TransformerSpec {
   Norm::Kind norm = Norm::Kind::LayerNorm;
   bool swiglu = false;  // a gated linear unit MLP (fc1 [2, F, D]: gate and up)
   math::GluGate glu_gate = math::GluGate::Silu;  // its gate: SwiGLU's SiLU or GeGLU's tanh GELU
+  float glu_limit = 0.0f, glu_offset = 0.0f;     // its clamps and offset (math::Glu)
+  math::Glu glu() const { return {glu_gate, glu_limit, glu_offset}; }
   // Norms scale by 1 + weight, the weights starting at 0 (layernorm_zero_centered_gamma; Gemma).
   bool norm_zero_centered_gamma = false;
   // The attention softmax scale (model.softmax_scale; Gemma's query_pre_attn_scalar^-1/2);

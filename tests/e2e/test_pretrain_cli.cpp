@@ -88,7 +88,8 @@ TEST_F(PretrainE2E, DefaultRecipeLearnsAndLogs) {
   EXPECT_LT(val.back(), 0.8 * val.front()) << r.output;
 }
 
-// GPT-OSS's attention sinks (model.softmax_type learnable) on llama_tiny: the logged loss falls
+// GPT-OSS's blocks on llama_tiny (attention sinks, model.softmax_type learnable; the clamped
+// quick-GELU unit with offset 1; q/k/v biases): the logged loss falls
 // and the checkpoint holds the sinks; generate decodes through the KV cache with them (the same
 // tokens as decoding without the cache, which recomputes every prefix in full); the exports,
 // which map no sinks yet, refuse by the key's name.
@@ -96,6 +97,8 @@ TEST_F(PretrainE2E, AttentionSinksLearnDecodeAndAreNotExportedSilently) {
   const fs::path log = dir_ / "sinks.jsonl", ckpt = dir_ / "sinks_ckpt";
   Result r = run(kBin + "pretrain --recipe " + kSrc + "/recipes/llama_tiny.yaml --set data.train=" +
                  data_prefix() + " --set model.softmax_type=learnable" +
+                 " --set model.activation=quick_geglu --set model.glu_linear_offset=1" +
+                 " --set model.activation_func_clamp_value=7 --set model.add_qkv_bias=true" +
                  " --set training.train_iters=30 --set training.eval_interval=30" +
                  " --set training.eval_iters=1 --set optimizer.schedule.warmup_iters=3" +
                  " --set checkpoint.save=" + ckpt.string() + " --set checkpoint.save_interval=30" +
@@ -132,7 +135,8 @@ TEST_F(PretrainE2E, AttentionSinksLearnDecodeAndAreNotExportedSilently) {
   r = run(kBin + "convert_checkpoint --from " + ckpt.string() + " --to-hf " +
           (dir_ / "sinks_hf").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("model.softmax_type learnable: attention sinks export"));
+  EXPECT_THAT(r.output, HasSubstr("model.softmax_type learnable (attention sinks) exports to no "
+                                  "Hugging Face architecture here yet"));
   r = run(kBin + "convert_checkpoint --from " + ckpt.string() + " --to-megatron " +
           (dir_ / "sinks_mlm").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -126,10 +126,52 @@ TEST_P(Glu, BackwardMatchesFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gates, Glu,
-                         ::testing::Values(math::GluGate::Silu, math::GluGate::GeluTanh),
+                         ::testing::Values(math::GluGate::Silu, math::GluGate::GeluTanh,
+                                           math::GluGate::QuickGelu),
                          [](const auto& info) {
-                           return info.param == math::GluGate::Silu ? "swiglu" : "geglu";
+                           return info.param == math::GluGate::Silu       ? "swiglu"
+                                  : info.param == math::GluGate::GeluTanh ? "geglu"
+                                                                          : "quick_geglu";
                          });
+
+// GPT-OSS's unit: quick GELU of min(gate, limit) times clamp(up, -limit, limit) + 1, against the
+// reference (values on both sides of the clamps) and finite differences; the clamps and the
+// offset change the result.
+TEST(Glu, ClampedOffsetUnitMatchesReferenceAndFiniteDifferences) {
+  const math::Glu glu{math::GluGate::QuickGelu, 1.5f, 1.0f};
+  for (int64_t rows : {1, 5}) {
+    for (int64_t F : {3, 65}) {
+      const auto x = random_vector(rows * 2 * F, uint32_t(rows + F), -4.0f, 4.0f);
+      const auto dy = random_vector(rows * F, 3);
+      auto y = nan_vector(rows * F), y_ref = y;
+      auto dx = nan_vector(rows * 2 * F), dx_ref = dx;
+      cpu::glu_forward(x.data(), y.data(), rows, F, glu);
+      ref::glu_forward(x.data(), y_ref.data(), rows, F, glu);
+      EXPECT_TRUE(all_close(y, y_ref, 1e-6)) << rows << "x" << F;
+      cpu::glu_backward(x.data(), dy.data(), dx.data(), rows, F, glu);
+      ref::glu_backward(x.data(), dy.data(), dx_ref.data(), rows, F, glu);
+      EXPECT_TRUE(all_close(dx, dx_ref, 1e-6)) << rows << "x" << F;
+      auto plain = nan_vector(rows * F);
+      cpu::glu_forward(x.data(), plain.data(), rows, F, math::GluGate::QuickGelu);
+      EXPECT_FALSE(all_close(y, plain, 1e-3));
+    }
+  }
+  const int64_t rows = 3, F = 7;
+  const auto x = random_vector(rows * 2 * F, 15, -3.0f, 3.0f), w = random_vector(rows * F, 16);
+  auto dx = nan_vector(rows * 2 * F);
+  cpu::glu_backward(x.data(), w.data(), dx.data(), rows, F, glu);
+  int clamped = 0;
+  for (float v : x) clamped += std::abs(v) > glu.limit;
+  EXPECT_GT(clamped, 5);  // both sides of the clamps are checked
+  EXPECT_TRUE(check_gradient(
+      x, dx,
+      [&](const std::vector<float>& v) {
+        std::vector<float> y(rows * F);
+        ref::glu_forward(v.data(), y.data(), rows, F, glu);
+        return testing::weighted_sum(w, y);
+      },
+      1e-2f, 2e-3, int(x.size())));
+}
 
 // The two gates differ (the op honours its argument).
 TEST(Glu, GatesDiffer) {

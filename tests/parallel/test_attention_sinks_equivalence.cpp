@@ -1,9 +1,10 @@
 // mpirun-np: 2 4
-// Attention sinks (model.softmax_type; megatron/transformer/attention_sinks.h) in a GPT-OSS-like
-// tiny model: learned per-head sink logits (split over tp with the heads), biased projections,
-// sliding-window layers alternating with full ones, with or without dropout; and the fixed
-// off-by-one sink. Every model layout (tp + sp, pp 1F1B and interleaved, dp with the distributed
-// optimizer), recompute, ZeRO-3, LoRA and a mixture of experts with ep must give the
+// GPT-OSS-like tiny models: attention sinks (model.softmax_type; megatron/transformer/
+// attention_sinks.h; learned per-head logits split over tp with the heads), the quick-GELU gated
+// unit with clamps and offset (model.activation quick_geglu, dense and in the experts), q/k/v
+// biases, sliding-window layers alternating with full ones, with or without dropout; and the
+// fixed off-by-one sink in a GPT. Every model layout (tp + sp, pp 1F1B and interleaved, dp with the
+// distributed optimizer), recompute, ZeRO-3, LoRA and a mixture of experts with ep must give the
 // single-process loss and gradient-norm curve.
 #include "equivalence_fixture.h"
 
@@ -13,11 +14,16 @@ namespace {
 namespace eq = megatron::equivalence;
 namespace mp = megatron::parallel;
 
-// (init std 0.1 so that the sinks, drawn with it, and the scores are of one size.)
+// GPT-OSS's blocks (arch gpt with the keys spelled out: the fixture's llama preset sets its own
+// activation): quick-GELU gated units with offset 1 and clamps at 1 (small enough to bite at
+// these sizes), q/k/v biases, learned sinks, sliding and full layers. (init std 0.1 so that the
+// sinks, drawn with it, and the scores are of one size.)
 eq::RecipeSpec learned_sinks() {
-  eq::RecipeSpec m{.arch = "llama", .layers = 4, .hidden = 32, .heads = 4, .groups = 2, .ffn = 48};
+  eq::RecipeSpec m{.arch = "gpt", .layers = 4, .hidden = 32, .heads = 4, .groups = 2, .ffn = 48};
   m.model_extra =
-      "softmax_type: learnable, add_qkv_bias: true, window_size: [5, 0], "
+      "normalization: rmsnorm, position_embedding: rope, add_bias: false, add_qkv_bias: true, "
+      "tie_embeddings: false, activation: quick_geglu, glu_linear_offset: 1.0, "
+      "activation_func_clamp_value: 1.0, softmax_type: learnable, window_size: [5, 0], "
       "window_attn_skip_freq: 2, init_method_std: 0.1";
   m.dropout = 0.1;
   m.micro = 4;

@@ -23,6 +23,10 @@ struct Variant {
   bool swiglu;
   moe::MoeSpec moe;
   uint32_t batch_seed = 7;  // a batch without near-ties in routing (see the kink check)
+  // GPT-OSS's blocks: quick-GELU gated experts (and MLP) with clamps and offset 1, attention
+  // sinks.
+  bool gpt_oss = false;
+  float glu_limit = 1.0f;  // small enough that some of the tiny model's values are clamped
 };
 
 moe::MoeSpec base_moe(int64_t E, int64_t k) {
@@ -57,6 +61,7 @@ std::vector<Variant> variants() {
   qwen.shared_ffn = 8;
   qwen.shared_gate = true;
   v.push_back({"pre_softmax_gated_shared_swiglu", true, qwen});
+  v.push_back({"gpt_oss_clamped_quick_geglu_sinks", true, base_moe(4, 2), 7, true});
   return v;
 }
 
@@ -92,7 +97,16 @@ struct MoeModel {
   std::unique_ptr<GPTModel> model;
   MoeModel(const Variant& v) {
     state = std::make_shared<moe::MoeState>(v.moe);
-    model = std::make_unique<GPTModel>(tiny_spec(v.swiglu), store, *tp, GPTStage{}, nullptr,
+    GPTSpec spec = tiny_spec(v.swiglu);
+    if (v.gpt_oss) {
+      auto& t = spec.transformer;
+      t.glu_gate = math::GluGate::QuickGelu;
+      t.glu_limit = v.glu_limit;
+      t.glu_offset = 1.0f;
+      t.attention_sinks = TransformerSpec::Sinks::Learned;
+      t.flash_attention = true;
+    }
+    model = std::make_unique<GPTModel>(spec, store, *tp, GPTStage{}, nullptr,
                                        moe::moe_submodules({ep.get(), tp.get()}, state));
     store.finalize();
     store.initialize(42);
@@ -157,6 +171,20 @@ TEST_P(MoeGradientCheck, EveryParameterMatchesFiniteDifferences) {
   EXPECT_LT(kinks, checked / 10 + 1) << checked << " checked";
   EXPECT_TRUE(saw_router && saw_expert);
   EXPECT_EQ(saw_gate, v.moe.shared_gate);
+}
+
+// The gradient check's GPT-OSS clamps bite: the same weights give another loss without them.
+TEST(MoeGptOss, TheClampsOfTheGradientCheckBite) {
+  Variant v = variants().back();
+  ASSERT_TRUE(v.gpt_oss);
+  const MicroBatch mb = random_batch(6, 3, 29, v.batch_seed);
+  GPTModel::Activations act;
+  MoeModel clamped(v);
+  const double with = clamped.model->forward(act, mb).lm;
+  v.glu_limit = 1e6f;
+  MoeModel free(v);
+  const double without = free.model->forward(act, mb).lm;
+  EXPECT_GT(std::abs(with - without), 1e-4 * std::abs(with)) << with << " vs " << without;
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, MoeGradientCheck, ::testing::ValuesIn(variants()),

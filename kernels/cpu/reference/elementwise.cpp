@@ -53,6 +53,7 @@ namespace {
 // The gate activation and its derivative in double.
 double glu_act(double g, math::GluGate gate) {
   if (gate == math::GluGate::Silu) return g * sigmoid(g);
+  if (gate == math::GluGate::QuickGelu) return g * sigmoid(1.702 * g);
   const double u = kSqrt2OverPi * (g + 0.044715 * g * g * g);
   return 0.5 * g * (1.0 + std::tanh(u));
 }
@@ -61,6 +62,10 @@ double glu_act_grad(double g, math::GluGate gate) {
     const double s = sigmoid(g);
     return s + g * s * (1.0 - s);
   }
+  if (gate == math::GluGate::QuickGelu) {
+    const double s = sigmoid(1.702 * g);
+    return s + 1.702 * g * s * (1.0 - s);
+  }
   const double u = kSqrt2OverPi * (g + 0.044715 * g * g * g);
   const double du = kSqrt2OverPi * (1.0 + 3.0 * 0.044715 * g * g);
   const double t = std::tanh(u);
@@ -68,22 +73,31 @@ double glu_act_grad(double g, math::GluGate gate) {
 }
 }  // namespace
 
-void glu_forward(const float* x, float* y, int64_t rows, int64_t F, math::GluGate gate) {
+void glu_forward(const float* x, float* y, int64_t rows, int64_t F, math::Glu glu) {
+  const double lim = glu.limit;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < F; ++j) {
-      const double g = x[r * 2 * F + j], up = x[r * 2 * F + F + j];
-      y[r * F + j] = float(glu_act(g, gate) * up);
+      double g = x[r * 2 * F + j], up = x[r * 2 * F + F + j];
+      if (lim > 0) g = std::min(g, lim), up = std::max(-lim, std::min(up, lim));
+      y[r * F + j] = float(glu_act(g, glu.gate) * (up + glu.offset));
     }
   }
 }
 
 void glu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F,
-                  math::GluGate gate) {
+                  math::Glu glu) {
+  const double lim = glu.limit;
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < F; ++j) {
-      const double g = x[r * 2 * F + j], up = x[r * 2 * F + F + j], d = dy[r * F + j];
-      dx[r * 2 * F + j] = float(d * up * glu_act_grad(g, gate));
-      dx[r * 2 * F + F + j] = float(d * glu_act(g, gate));
+      const double g0 = x[r * 2 * F + j], up0 = x[r * 2 * F + F + j], d = dy[r * F + j];
+      double g = g0, up = up0, pass_g = 1, pass_up = 1;
+      if (lim > 0) {
+        g = std::min(g0, lim), up = std::max(-lim, std::min(up0, lim));
+        pass_g = g0 <= lim ? 1 : 0;
+        pass_up = std::abs(up0) <= lim ? 1 : 0;
+      }
+      dx[r * 2 * F + j] = float(d * (up + glu.offset) * glu_act_grad(g, glu.gate) * pass_g);
+      dx[r * 2 * F + F + j] = float(d * glu_act(g, glu.gate) * pass_up);
     }
   }
 }

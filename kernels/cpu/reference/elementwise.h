@@ -16,9 +16,11 @@ void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
 // The exact GELU, x Phi(x), through std::erf in double.
 void gelu_erf_forward(const float* x, float* y, int64_t n);
 void gelu_erf_backward(const float* x, const float* dy, float* dx, int64_t n);
-// Gated linear units in double: SwiGLU (silu gate) or GeGLU (tanh-GELU gate, through std::tanh).
-void glu_forward(const float* x, float* y, int64_t rows, int64_t F, math::GluGate gate);
+// Gated linear units in double: SwiGLU (silu gate), GeGLU (tanh-GELU gate, through std::tanh)
+// or quick GELU, with math::Glu's clamps (gradient passed within the bounds, included) and
+// offset.
+void glu_forward(const float* x, float* y, int64_t rows, int64_t F, math::Glu glu);
 void glu_backward(const float* x, const float* dy, float* dx, int64_t rows, int64_t F,
-                  math::GluGate gate);
+                  math::Glu glu);
 
 }  // namespace megatron::kernels::ref

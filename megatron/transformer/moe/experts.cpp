@@ -8,8 +8,8 @@ namespace megatron::moe {
 GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
                                int64_t num_local, int64_t hidden, int64_t ffn, bool swiglu,
                                parallel::Communicator& tp, float init_std, float output_init_std,
-                               math::Gelu gelu)
-    : hidden_(hidden), swiglu_(swiglu), gelu_(gelu), device_(store.device()) {
+                               math::Gelu gelu, math::Glu glu)
+    : hidden_(hidden), swiglu_(swiglu), gelu_(gelu), glu_(glu), device_(store.device()) {
   const int64_t p = tp.size();
   MT_CHECK(ffn % p == 0, "experts '", prefix, "': ffn ", ffn,
            " is not divisible by tensor parallel size ", p);
@@ -62,7 +62,7 @@ void GroupedExperts::forward(State& s, const Tensor& rows,
   MT_CHECK(at == R, "experts: row counts sum to ", at, ", rows ", R);
   if (R > 0) {
     if (swiglu_)
-      ops::glu_forward(s.fc1_out, s.act_out);
+      ops::glu_forward(s.fc1_out, s.act_out, glu_);
     else
       ops::gelu_forward(s.fc1_out, s.act_out, gelu_);
   }
@@ -99,7 +99,7 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
   }
   if (R > 0) {
     if (swiglu_)
-      ops::glu_backward(s.fc1_out, s.d_act, s.d_fc1);
+      ops::glu_backward(s.fc1_out, s.d_act, s.d_fc1, glu_);
     else
       ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1, gelu_);
   }

@@ -26,7 +26,7 @@ class GroupedExperts {
   GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
                  int64_t num_local, int64_t hidden, int64_t ffn, bool swiglu,
                  parallel::Communicator& tp, float init_std, float output_init_std,
-                 math::Gelu gelu = math::Gelu::Tanh);
+                 math::Gelu gelu = math::Gelu::Tanh, math::Glu glu = {});
 
   // rows [R, D] expert-major (rows_per_expert[j] rows of local expert j, in order) -> out [R, D].
   void forward(State& s, const Tensor& rows, const std::vector<int64_t>& rows_per_expert,
@@ -44,6 +44,7 @@ class GroupedExperts {
   int64_t hidden_, local_ffn_;
   bool swiglu_;
   math::Gelu gelu_;
+  math::Glu glu_;  // the gated unit's gate, clamps and offset (swiglu_)
   Device device_;
 };
 

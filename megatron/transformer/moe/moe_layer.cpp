@@ -35,9 +35,10 @@ MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_
                          {ParamInit::Kind::Normal, spec_.init_std}, true);
   router_->tp_partial_grad = sp_;
   dispatcher_ = std::make_unique<TokenDispatcher>(ep, E, device_);
-  experts_ = std::make_unique<GroupedExperts>(
-      a.store, a.prefix, dispatcher_->first_local_expert(), dispatcher_->local_experts(), D,
-      m.expert_ffn, spec_.swiglu, expert_tp, spec_.init_std, spec_.output_init_std(), spec_.gelu);
+  experts_ = std::make_unique<GroupedExperts>(a.store, a.prefix, dispatcher_->first_local_expert(),
+                                              dispatcher_->local_experts(), D, m.expert_ffn,
+                                              spec_.swiglu, expert_tp, spec_.init_std,
+                                              spec_.output_init_std(), spec_.gelu, spec_.glu());
   if (m.shared_ffn > 0)
     shared_ = std::make_unique<SharedExpert>(a, m.shared_ffn, m.shared_gate, sp_);
   // The bias exists from construction on, so a checkpoint load finds this layer's.

@@ -31,8 +31,8 @@ struct MoeGroups {
 
 struct MoeSpec {
   RouterOptions router;
-  int64_t expert_ffn = 0;  // each expert's MLP width (all tensor-parallel ranks together)
-  int64_t shared_ffn = 0;  // shared expert width; 0 = none
+  int64_t expert_ffn = 0;    // each expert's MLP width (all tensor-parallel ranks together)
+  int64_t shared_ffn = 0;    // shared expert width; 0 = none
   bool shared_gate = false;  // the shared expert's output scaled by a per-token sigmoid gate
   config::LayerFrequency layers;
   std::optional<double> capacity_factor;  // unset: dropless

@@ -256,7 +256,7 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
   BlockSubmodules submodules = dense_submodules();
   if (recipe.model.moe.enabled()) {
     out.moe = std::make_shared<moe::MoeState>(
-        moe::moe_spec_from_config(recipe.model.moe, recipe.model.ffn()));
+        moe::moe_spec_from_config(recipe.model.moe, recipe.model.ffn(), recipe.model.add_bias));
     moe::MoeGroups groups = moe_groups;
     if (groups.ep == nullptr) {
       out.single_ep = parallel::make_single_process_communicator("ep");

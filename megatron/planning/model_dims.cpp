@@ -64,8 +64,11 @@ Dims dims_of(const config::ModelConfig& m, bool bert_binary_head) {
   return dims_of_spec(models::transformer_spec_from_model(m), m, bert_binary_head);
 }
 
-// A routed expert's weights on one tensor-parallel rank (no biases).
-int64_t expert_params(const Dims& d, int64_t tp) { return (d.moe_fc1 + d.moe_ffn) * d.D / tp; }
+// A routed expert's weights on one tensor-parallel rank (with model.add_bias its fc1 bias, split
+// like the rows, and its fc2 bias, whole).
+int64_t expert_params(const Dims& d, int64_t tp) {
+  return (d.moe_fc1 + d.moe_ffn) * d.D / tp + (d.bias ? d.moe_fc1 / tp + d.D : 0);
+}
 
 // One layer's LoRA adapters per tp rank (megatron/transformer/lora.h): a column-parallel base
 // has A [r, in] whole and B [out / tp, r]; a row-parallel one A [r, in / tp] and B [out, r] whole.
@@ -108,8 +111,8 @@ int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool mo
     return fc1 * d.D / tp + (d.bias ? fc1 / tp : 0) + F * d.D / tp + (d.bias ? d.D : 0);
   };
   if (!moe) return n + dense_mlp(d.fc1, d.F) + lora_layer_params(d, tp);
-  // The router, this rank's experts, the shared expert.
-  n += d.E * d.D + (d.E / ep) * expert_params(d, etp);
+  // The router (and its bias), this rank's experts, the shared expert.
+  n += d.E * d.D + (d.bias ? d.E : 0) + (d.E / ep) * expert_params(d, etp);
   if (d.shared_ffn > 0) n += dense_mlp(d.shared_fc1, d.shared_ffn);
   if (d.shared_gate) n += d.D;
   return n;

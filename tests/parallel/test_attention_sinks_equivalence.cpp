@@ -64,8 +64,11 @@ TEST(AttentionSinksEquivalence, RecomputeShardingLoraAndExperts) {
   eq::RecipeSpec lora = learned_sinks();
   lora.extra_sections = "peft: {type: lora, dim: 4, alpha: 8}\n";
   EXPECT_GT(eq::expect_layouts_match(lora, tokens(), eq::family_lora_layouts()), 0);
-  // GPT-OSS's experts with the sinks: ep 2 (and 4) out of dp, tp 2 x ep 2.
+  // GPT-OSS's experts with the sinks, biases everywhere (the router's and the experts' too):
+  // ep 2 (and 4) out of dp, tp 2 x ep 2 (the experts split over tp: fc2's bias added once).
   eq::RecipeSpec moe = learned_sinks();
+  const size_t at = moe.model_extra.find("add_bias: false");
+  moe.model_extra.replace(at, 15, "add_bias: true");
   moe.model_extra += ", num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 24";
   moe.dropout = 0;
   const std::vector<eq::Layout> moe_layouts = {

@@ -24,9 +24,9 @@ struct Variant {
   moe::MoeSpec moe;
   uint32_t batch_seed = 7;  // a batch without near-ties in routing (see the kink check)
   // GPT-OSS's blocks: quick-GELU gated experts (and MLP) with clamps and offset 1, attention
-  // sinks.
+  // sinks, biases everywhere (router and experts too).
   bool gpt_oss = false;
-  float glu_limit = 1.0f;  // small enough that some of the tiny model's values are clamped
+  float glu_limit = 2.0f;  // some values are clamped, few close enough to the clamps for kinks
 };
 
 moe::MoeSpec base_moe(int64_t E, int64_t k) {
@@ -61,7 +61,9 @@ std::vector<Variant> variants() {
   qwen.shared_ffn = 8;
   qwen.shared_gate = true;
   v.push_back({"pre_softmax_gated_shared_swiglu", true, qwen});
-  v.push_back({"gpt_oss_clamped_quick_geglu_sinks", true, base_moe(4, 2), 7, true});
+  moe::MoeSpec oss = base_moe(4, 2);
+  oss.linear_bias = true;  // GPT-OSS's router and expert biases
+  v.push_back({"gpt_oss_clamped_quick_geglu_sinks_biases", true, oss, 7, true});
   return v;
 }
 
@@ -103,6 +105,7 @@ struct MoeModel {
       t.glu_gate = math::GluGate::QuickGelu;
       t.glu_limit = v.glu_limit;
       t.glu_offset = 1.0f;
+      t.bias = true;
       t.attention_sinks = TransformerSpec::Sinks::Learned;
       t.flash_attention = true;
     }
@@ -110,6 +113,13 @@ struct MoeModel {
                                        moe::moe_submodules({ep.get(), tp.get()}, state));
     store.finalize();
     store.initialize(42);
+    if (v.gpt_oss) {  // non-zero biases (they start at zero), so that a misplaced one shows
+      std::mt19937 rng(5);
+      std::normal_distribution<float> dist(0.0f, 0.05f);
+      for (Parameter* p : store.params())
+        if (p->name.find(".bias") != std::string::npos)
+          for (int64_t i = 0; i < p->weight.numel(); ++i) p->weight.data<float>()[i] = dist(rng);
+    }
     if (v.moe.expert_bias) {
       std::vector<float>& b = state->expert_bias(0);
       for (size_t e = 0; e < b.size(); ++e) b[e] = 0.05f * static_cast<float>(e);

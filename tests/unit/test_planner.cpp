@@ -108,8 +108,8 @@ TEST(PlannerParams, MultiLatentAttentionMatchesTheModel) {
       models::transformer_spec_from_recipe(r, 1), r.model.padded_vocab_size(r.model.vocab_size, 1));
   const double h = double(r.model.hidden_size), H = double(r.model.num_attention_heads),
                S = double(r.model.seq_length), L = double(r.model.num_layers);
-  const double attention = 6 * (24 * (h + H * 12 + 1) + 16 * (h + H * 14 + 1) + h * 4 +
-                                H * 6 * h + S * H * 12 / 2 + S * H * 6 / 2);
+  const double attention = 6 * (24 * (h + H * 12 + 1) + 16 * (h + H * 14 + 1) + h * 4 + H * 6 * h +
+                                S * H * 12 / 2 + S * H * 6 / 2);
   f.mla = {};
   const double dense = planning::megatron_flops_per_step(f, 2);
   f.mla = {24, 16, 8, 4, 6};
@@ -130,14 +130,19 @@ TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {
   r.model.moe.moe_shared_expert_gate = true;
   r.model.moe.moe_layer_freq.every = 2;
   // etp 1: whole experts under tp (expert_tensor 1, ep folded over tp x dp), built with an
-  // expert tp group of one; etp 0: the experts split over tp.
-  for (auto [tp, pp, ep, etp] : {std::tuple{1, 1, 1, 0},
-                                 {2, 1, 2, 0},
-                                 {1, 2, 4, 0},
-                                 {2, 2, 2, 0},
-                                 {2, 1, 2, 1},
-                                 {2, 2, 4, 1},
-                                 {2, 1, 1, 1}}) {
+  // expert tp group of one; etp 0: the experts split over tp. add_bias: the router's and the
+  // experts' biases too (GPT-OSS's).
+  for (auto [tp, pp, ep, etp, bias] : {std::tuple{1, 1, 1, 0, false},
+                                       {2, 1, 2, 0, false},
+                                       {1, 2, 4, 0, false},
+                                       {2, 2, 2, 0, false},
+                                       {2, 1, 2, 1, false},
+                                       {2, 2, 4, 1, false},
+                                       {2, 1, 1, 1, false},
+                                       {1, 1, 1, 0, true},
+                                       {2, 1, 2, 0, true},
+                                       {2, 2, 4, 1, true}}) {
+    r.model.add_bias = bias;
     r.parallel.tensor = tp;
     r.parallel.pipeline = pp;
     r.parallel.expert_tensor = etp;
@@ -157,11 +162,13 @@ TEST(PlannerParams, MixtureOfExpertsShardsMatchTheModel) {
                                        {&ep_comm, etp == 1 ? &etp_comm : nullptr});
         store.finalize();
         EXPECT_EQ(planning::stage_parameters(r, V, lay, stage), store.numel())
-            << "tp" << tp << " pp" << pp << " ep" << ep << " etp" << etp << " stage " << stage;
+            << "tp" << tp << " pp" << pp << " ep" << ep << " etp" << etp << " bias " << bias
+            << " stage " << stage;
       }
   }
   r.parallel.expert_tensor = 0;
   r.parallel.sequence_parallel = false;
+  r.model.add_bias = false;
   // Active parameters: the whole model less, per MoE layer, the experts a token skips.
   const planning::ParamCounts c =
       planning::count_parameters(r.model, r.model.padded_vocab_size(r.model.vocab_size, 1));

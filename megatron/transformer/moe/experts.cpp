@@ -5,11 +5,22 @@
 
 namespace megatron::moe {
 
+namespace {
+// A bias (or its gradient) as the flat [n] the linear ops take; empty without one.
+Tensor bias_view(const Parameter* p, int64_t n) { return p ? p->weight.view({n}) : Tensor(); }
+Tensor grad_view(Parameter* p, int64_t n) { return p ? p->grad.view({n}) : Tensor(); }
+}  // namespace
+
 GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
                                int64_t num_local, int64_t hidden, int64_t ffn, bool swiglu,
                                parallel::Communicator& tp, float init_std, float output_init_std,
-                               math::Gelu gelu, math::Glu glu)
-    : hidden_(hidden), swiglu_(swiglu), gelu_(gelu), glu_(glu), device_(store.device()) {
+                               math::Gelu gelu, math::Glu glu, bool bias)
+    : adds_fc2_bias_(bias && tp.rank() == 0),
+      hidden_(hidden),
+      swiglu_(swiglu),
+      gelu_(gelu),
+      glu_(glu),
+      device_(store.device()) {
   const int64_t p = tp.size();
   MT_CHECK(ffn % p == 0, "experts '", prefix, "': ffn ", ffn,
            " is not divisible by tensor parallel size ", p);
@@ -27,13 +38,23 @@ GroupedExperts::GroupedExperts(ParamStore& store, const std::string& prefix, int
                                {ParamInit::Kind::Normal, output_init_std}, true, shard(1));
     fc1.expert = fc2.expert = true;
     experts_.push_back({&fc1, &fc2});
+    if (!bias) continue;
+    const Shape b1_shape = swiglu ? Shape{2, ffn} : Shape{ffn};
+    Expert& e = experts_.back();
+    e.fc1_bias = &store.add(name + ".fc1.bias", b1_shape, {ParamInit::Kind::Zeros, 0.0f}, false,
+                            shard(swiglu ? 1 : 0));
+    e.fc2_bias =
+        &store.add(name + ".fc2.bias", Shape{hidden}, {ParamInit::Kind::Zeros, 0.0f}, false);
+    e.fc1_bias->expert = e.fc2_bias->expert = true;
   }
 }
 
 void GroupedExperts::collect_params(std::vector<Parameter*>& out) const {
   for (const Expert& e : experts_) {
     out.push_back(e.fc1);
+    if (e.fc1_bias) out.push_back(e.fc1_bias);
     out.push_back(e.fc2);
+    if (e.fc2_bias) out.push_back(e.fc2_bias);
   }
 }
 
@@ -54,8 +75,9 @@ void GroupedExperts::forward(State& s, const Tensor& rows,
     const int64_t n = rows_per_expert[j];
     if (n > 0) {
       Tensor h = s.fc1_out.flat_view(at * F1, {n, F1});
+      const Tensor b1 = bias_view(experts_[j].fc1_bias, F1);
       ops::linear_forward(rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
-                          nullptr, h);
+                          experts_[j].fc1_bias ? &b1 : nullptr, h);
     }
     at += n;
   }
@@ -71,8 +93,9 @@ void GroupedExperts::forward(State& s, const Tensor& rows,
     const int64_t n = rows_per_expert[j];
     if (n > 0) {
       Tensor y = out.flat_view(at * D, {n, D});
+      const Tensor b2 = bias_view(experts_[j].fc2_bias, D);
       ops::linear_forward(s.act_out.flat_view(at * F, {n, F}), experts_[j].fc2->weight.view({D, F}),
-                          nullptr, y);
+                          adds_fc2_bias_ ? &b2 : nullptr, y);
     }
     at += n;
   }
@@ -91,9 +114,10 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
     if (n > 0) {
       Tensor d_act = s.d_act.flat_view(at * F, {n, F});
       Tensor dw = experts_[j].fc2->grad.view({D, F});
+      Tensor db = grad_view(experts_[j].fc2_bias, D);
       ops::linear_backward(s.act_out.flat_view(at * F, {n, F}),
                            experts_[j].fc2->weight.view({D, F}), d_out.flat_view(at * D, {n, D}),
-                           &d_act, &dw, nullptr);
+                           &d_act, &dw, experts_[j].fc2_bias ? &db : nullptr);
     }
     at += n;
   }
@@ -109,8 +133,10 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
     if (n > 0) {
       Tensor dx = d_rows.flat_view(at * D, {n, D});
       Tensor dw = experts_[j].fc1->grad.view({F1, D});
+      Tensor db = grad_view(experts_[j].fc1_bias, F1);
       ops::linear_backward(s.rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
-                           s.d_fc1.flat_view(at * F1, {n, F1}), &dx, &dw, nullptr);
+                           s.d_fc1.flat_view(at * F1, {n, F1}), &dx, &dw,
+                           experts_[j].fc1_bias ? &db : nullptr);
     }
     at += n;
   }

@@ -26,7 +26,7 @@ class GroupedExperts {
   GroupedExperts(ParamStore& store, const std::string& prefix, int64_t first_expert,
                  int64_t num_local, int64_t hidden, int64_t ffn, bool swiglu,
                  parallel::Communicator& tp, float init_std, float output_init_std,
-                 math::Gelu gelu = math::Gelu::Tanh, math::Glu glu = {});
+                 math::Gelu gelu = math::Gelu::Tanh, math::Glu glu = {}, bool bias = false);
 
   // rows [R, D] expert-major (rows_per_expert[j] rows of local expert j, in order) -> out [R, D].
   void forward(State& s, const Tensor& rows, const std::vector<int64_t>& rows_per_expert,
@@ -36,10 +36,15 @@ class GroupedExperts {
   void collect_params(std::vector<Parameter*>& out) const;
 
  private:
+  // bias: fc1's [(2,) F] split over tp like its rows, fc2's [D] whole on every tp rank but added
+  // on rank 0 only (the ranks' outputs are summed); its gradient is whole on each.
   struct Expert {
     Parameter* fc1;
     Parameter* fc2;
+    Parameter* fc1_bias = nullptr;
+    Parameter* fc2_bias = nullptr;
   };
+  bool adds_fc2_bias_ = false;
   std::vector<Expert> experts_;
   int64_t hidden_, local_ffn_;
   bool swiglu_;

@@ -34,11 +34,16 @@ MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_
   router_ = &a.store.add(a.prefix + ".mlp.router.weight", Shape{E, D},
                          {ParamInit::Kind::Normal, spec_.init_std}, true);
   router_->tp_partial_grad = sp_;
+  if (m.linear_bias) {
+    router_bias_ = &a.store.add(a.prefix + ".mlp.router.bias", Shape{E},
+                                {ParamInit::Kind::Zeros, 0.0f}, false);
+    router_bias_->tp_partial_grad = sp_;
+  }
   dispatcher_ = std::make_unique<TokenDispatcher>(ep, E, device_);
-  experts_ = std::make_unique<GroupedExperts>(a.store, a.prefix, dispatcher_->first_local_expert(),
-                                              dispatcher_->local_experts(), D, m.expert_ffn,
-                                              spec_.swiglu, expert_tp, spec_.init_std,
-                                              spec_.output_init_std(), spec_.gelu, spec_.glu());
+  experts_ = std::make_unique<GroupedExperts>(
+      a.store, a.prefix, dispatcher_->first_local_expert(), dispatcher_->local_experts(), D,
+      m.expert_ffn, spec_.swiglu, expert_tp, spec_.init_std, spec_.output_init_std(), spec_.gelu,
+      spec_.glu(), m.linear_bias);
   if (m.shared_ffn > 0)
     shared_ = std::make_unique<SharedExpert>(a, m.shared_ffn, m.shared_gate, sp_);
   // The bias exists from construction on, so a checkpoint load finds this layer's.
@@ -47,6 +52,7 @@ MoELayer::MoELayer(const SubmoduleArgs& a, const MoeGroups& groups, std::shared_
 
 void MoELayer::collect_params(std::vector<Parameter*>& out) const {
   out.push_back(router_);
+  if (router_bias_) out.push_back(router_bias_);
   experts_->collect_params(out);
   if (shared_) shared_->collect_params(out);
 }
@@ -90,7 +96,8 @@ void MoELayer::route_tokens(State& s, const Tensor& in, const MicroBatchInfo& mb
   f32_copy(in, s.x32, {Tl, D});
   f32_copy(router_->weight, s.router_w32, {E, D});
   ensure(s.logits, {Tl, E}, DType::F32, device_);
-  ops::linear_forward(s.x32, s.router_w32, nullptr, s.logits);
+  if (router_bias_) f32_copy(router_bias_->weight, s.router_b32, {E});
+  ops::linear_forward(s.x32, s.router_w32, router_bias_ ? &s.router_b32 : nullptr, s.logits);
   const float* bias = m.expert_bias ? moe_->expert_bias(layer_).data() : nullptr;
   const Tensor logits = s.logits.to(Device::CPU);  // the routing runs on the host
   s.routing = route(logits.data<float>(), Tl, ro, bias);
@@ -312,7 +319,8 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
                   dlogits.data<float>());
   s.dlogits = dlogits.to(device_);
   Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
-  ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, &router_->grad, nullptr);
+  ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, &router_->grad,
+                       router_bias_ ? &router_bias_->grad : nullptr);
   ops::add_inplace(s.dx32, dx_router);
   lap.to(times.router);
   // The shared expert's gate adds to the fp32 input gradient, its MLP to the cast one.

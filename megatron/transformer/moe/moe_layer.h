@@ -48,6 +48,7 @@ class MoELayer final : public MlpLayer {
     DispatchPlan plan;
     Tensor x32, logits;                  // [Tl, D], [Tl, E] fp32
     Tensor router_w32;                   // the router weight in fp32 (forward and backward)
+    Tensor router_b32;                   // its bias in fp32 (MoeSpec::linear_bias)
     Tensor rows, expert_out, slot_rows;  // expert-major in/out, [T*k, D] returned rows
     Tensor slot32;                       // [Tl*k, D] fp32 expert outputs (tp-reduced)
     Tensor gates;                        // [Tl*k] fp32 on the device (0 where dropped)
@@ -96,6 +97,7 @@ class MoELayer final : public MlpLayer {
   parallel::Communicator* dp_;  // global_aux_loss's counts are summed over it (null: none)
   parallel::Communicator* cp_;  // context parallel (null: none): counts summed over it too
   Parameter* router_ = nullptr;
+  Parameter* router_bias_ = nullptr;  // MoeSpec::linear_bias
   std::unique_ptr<TokenDispatcher> dispatcher_;
   std::unique_ptr<GroupedExperts> experts_;
   std::unique_ptr<SharedExpert> shared_;

@@ -2,7 +2,7 @@
 
 namespace megatron::moe {
 
-MoeSpec moe_spec_from_config(const config::MoeConfig& c, int64_t dense_ffn) {
+MoeSpec moe_spec_from_config(const config::MoeConfig& c, int64_t dense_ffn, bool linear_bias) {
   MoeSpec s;
   s.router.num_experts = c.num_experts;
   s.router.topk = c.moe_router_topk;
@@ -23,6 +23,7 @@ MoeSpec moe_spec_from_config(const config::MoeConfig& c, int64_t dense_ffn) {
   s.pad_to_capacity = c.moe_pad_expert_input_to_capacity;
   s.expert_bias = c.moe_router_enable_expert_bias;
   s.bias_update_rate = static_cast<float>(c.moe_router_bias_update_rate);
+  s.linear_bias = linear_bias;
   return s;
 }
 

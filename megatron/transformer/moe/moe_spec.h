@@ -40,12 +40,16 @@ struct MoeSpec {
   bool pad_to_capacity = false;
   bool expert_bias = false;
   float bias_update_rate = 0.0f;
+  // Linear biases (model.add_bias; Megatron-Core's add_bias_linear): the router's logits and each
+  // expert's fc1 and fc2 (GPT-OSS's router and experts).
+  bool linear_bias = false;
 
   bool is_moe_layer(int64_t layer) const { return layers.is_moe(layer); }
 };
 
-// From the model section (num_experts > 0).
-MoeSpec moe_spec_from_config(const config::MoeConfig& c, int64_t dense_ffn);
+// From the model section (num_experts > 0); linear_bias: model.add_bias.
+MoeSpec moe_spec_from_config(const config::MoeConfig& c, int64_t dense_ffn,
+                             bool linear_bias = false);
 
 // One layer's routing statistics summed over this rank's training micro-batches of a step
 // (tokens of this rank: with sequence parallelism its sequence slices, else every token).

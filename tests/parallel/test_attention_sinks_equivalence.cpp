@@ -80,5 +80,24 @@ TEST(AttentionSinksEquivalence, RecomputeShardingLoraAndExperts) {
   eq::report_max_diff("attention sinks recompute, sharding, lora, experts");
 }
 
+// bf16: the sinks' logits cast to fp32 for the kernels, the gated unit on bf16 activations,
+// with GPT-OSS's clamps at 7 (at 1 the layouts' bf16 roundings move values across the clamps:
+// 2.4e-3 apart in loss where the tolerance is 2e-3, with or without the sinks).
+TEST(AttentionSinksEquivalence, Bf16LayoutsTrackSingleProcess) {
+  eq::RecipeSpec m = learned_sinks();
+  const size_t at = m.model_extra.find("activation_func_clamp_value: 1.0");
+  m.model_extra.replace(at, 32, "activation_func_clamp_value: 7.0");
+  m.dropout = 0;
+  m.precision = "bf16";
+  const std::vector<eq::Layout> layouts = {
+      {.tp = 2, .micro = 2, .sp = true},
+      {.pp = 2, .micro = 2},
+      {.tp = 2, .dp = 2, .micro = 2, .sp = true, .distributed = true},
+  };
+  EXPECT_GT(eq::expect_layouts_match(m, tokens(), layouts, eq::Tolerance{2e-3, 3e-2}), 0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("attention sinks bf16");
+}
+
 }  // namespace
 }  // namespace megatron

@@ -113,10 +113,14 @@ void read_moe(const mlm::MlmArgs& a, config::ModelConfig& m) {
   e.num_experts = a.integer("num_experts");
   e.moe_ffn_hidden_size = a.integer_or("moe_ffn_hidden_size", 0);
   e.moe_router_topk = a.integer_or("moe_router_topk", 2);
+  // An integer N (every N-th layer) or, as Megatron-LM evaluates "([0]*1+[1]*3)", one 0/1 a
+  // layer (the recipe's validation checks its length and values).
   const checkpoint::PickleValue* freq = a.find("moe_layer_freq");
-  if (freq && !freq->is(checkpoint::PickleValue::Kind::Int))
-    a.fail("moe_layer_freq", "a per-layer pattern is not imported yet (an integer is)");
-  e.moe_layer_freq.every = a.integer_or("moe_layer_freq", 1);
+  if (freq && (freq->is(checkpoint::PickleValue::Kind::List) ||
+               freq->is(checkpoint::PickleValue::Kind::Tuple)))
+    e.moe_layer_freq.pattern = a.integer_list("moe_layer_freq");
+  else
+    e.moe_layer_freq.every = a.integer_or("moe_layer_freq", 1);
   const std::string score = a.string_or("moe_router_score_function", "softmax");
   if (score != "softmax" && score != "sigmoid")
     a.fail("moe_router_score_function", "softmax and sigmoid are routers here");

@@ -205,6 +205,18 @@ std::string MlmArgs::string_or(const std::string& key, const std::string& fallba
   return v->text;
 }
 
+std::vector<int64_t> MlmArgs::integer_list(const std::string& key) const {
+  if (!is_set(key)) fail(key, "required");
+  const PickleValue* v = find(key);
+  if (!v->is(Kind::List) && !v->is(Kind::Tuple)) fail(key, "a list of integers expected");
+  std::vector<int64_t> out;
+  for (const PickleRef& item : v->items) {
+    if (!item || !item->is(Kind::Int)) fail(key, "a list of integers expected");
+    out.push_back(item->integer);
+  }
+  return out;
+}
+
 MlmCheckpoint open_checkpoint(const std::string& dir, std::optional<int64_t> iteration) {
   MlmCheckpoint out;
   fs::path given = fs::path(dir).lexically_normal();

@@ -38,6 +38,8 @@ class MlmArgs {
   double number_or(const std::string& key, double fallback) const;
   bool boolean_or(const std::string& key, bool fallback) const;
   std::string string_or(const std::string& key, const std::string& fallback) const;
+  // A list (or tuple) of integers, e.g. a per-layer moe_layer_freq; required.
+  std::vector<int64_t> integer_list(const std::string& key) const;
   const checkpoint::PickleValue* find(const std::string& key) const;
   [[noreturn]] void fail(const std::string& key, const std::string& why) const;
 

@@ -218,22 +218,28 @@ TEST(MegatronImport, ARankFileThatRunsCodeIsRefused) {
   EXPECT_FALSE(fs::exists("/tmp/megatron_pickle_pwned"));
 }
 
+// The saved args with one setting changed, as a checkpoint of such a model would have them.
+mlm::MlmArgs args_with(const mlm::MlmCheckpoint& ck, const std::string& key,
+                       checkpoint::PickleRef value) {
+  auto ns = std::make_shared<PickleValue>(*ck.args.namespace_value());
+  auto state = std::make_shared<PickleValue>(*ns->state);
+  for (auto& [k, v] : state->dict)
+    if (k->text == key) v = value;
+  ns->state = state;
+  return mlm::MlmArgs(ns, "args.pt");
+}
+
+checkpoint::PickleRef integer(int64_t v) {
+  auto p = std::make_shared<PickleValue>();
+  p->kind = PickleValue::Kind::Int;
+  p->integer = v;
+  return p;
+}
+
 TEST(MegatronImport, ModelsNotImportedYetAreRefusedNamingTheArg) {
   const auto ck = mlm::open_checkpoint(fixture("llama_tp2_pp2_torch").string(), {});
-  // The saved args with one setting changed, as a checkpoint of such a model would have them.
   auto with = [&](const std::string& key, checkpoint::PickleRef value) {
-    auto ns = std::make_shared<PickleValue>(*ck.args.namespace_value());
-    auto state = std::make_shared<PickleValue>(*ns->state);
-    for (auto& [k, v] : state->dict)
-      if (k->text == key) v = value;
-    ns->state = state;
-    return mlm::MlmArgs(ns, "args.pt");
-  };
-  auto integer = [](int64_t v) {
-    auto p = std::make_shared<PickleValue>();
-    p->kind = PickleValue::Kind::Int;
-    p->integer = v;
-    return p;
+    return args_with(ck, key, std::move(value));
   };
   auto text = [](const std::string& v) {
     auto p = std::make_shared<PickleValue>();
@@ -259,11 +265,34 @@ TEST(MegatronImport, ModelsNotImportedYetAreRefusedNamingTheArg) {
              "LayerNorm and RMSNorm are imported");
   expect_has(refusal([&] { models::model_from_megatron_args(with("hidden_size", text("32"))); }),
              "args.hidden_size = '32': an integer expected");
-  expect_has(refusal([&] {
-               models::model_from_megatron_args(with("softmax_type", text("learnable")));
-             }),
-             "args.softmax_type = 'learnable': attention sinks (off-by-one, learnable) are not "
-             "imported yet");
+  expect_has(
+      refusal([&] { models::model_from_megatron_args(with("softmax_type", text("learnable"))); }),
+      "args.softmax_type = 'learnable': attention sinks (off-by-one, learnable) are not "
+      "imported yet");
+}
+
+// A per-layer moe_layer_freq (Megatron-LM evaluates "([0]*1+[1]*3)" into a list before saving
+// its args): one 0/1 a layer; elements that are not integers are refused naming the arg.
+TEST(MegatronImport, PerLayerMoeFrequencyIsAPattern) {
+  const auto ck = mlm::open_checkpoint(fixture("mixtral_tp1_pp2_ep2_torch").string(), {});
+  auto with_list = [&](std::vector<checkpoint::PickleRef> items) {
+    auto list = std::make_shared<PickleValue>();
+    list->kind = PickleValue::Kind::List;
+    list->items = std::move(items);
+    return args_with(ck, "moe_layer_freq", list);
+  };
+  const int64_t L = ck.args.integer("num_layers");
+  std::vector<checkpoint::PickleRef> pattern;
+  for (int64_t l = 0; l < L; ++l) pattern.push_back(integer(l == 0 ? 0 : 1));
+  const config::ModelConfig m = models::model_from_megatron_args(with_list(pattern));
+  std::vector<int64_t> want(static_cast<size_t>(L), 1);
+  want[0] = 0;
+  EXPECT_EQ(m.moe.moe_layer_freq.pattern, want);
+  EXPECT_FALSE(m.moe.moe_layer_freq.is_moe(0));
+  EXPECT_TRUE(m.moe.moe_layer_freq.is_moe(L - 1));
+  pattern.back() = std::make_shared<PickleValue>();  // None
+  expect_has(refusal([&] { models::model_from_megatron_args(with_list(pattern)); }),
+             "args.moe_layer_freq");
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -628,12 +627,17 @@ class HfJsonTokenizer final : public Tokenizer {
     }
   }
 
-  // tokenizer_config.json's bos_token / eos_token (a string or {"content": ...}); "" when absent.
-  static std::string config_token(const fs::path& config, const char* key) {
+  // tokenizer_config.json as an object; empty when there is none.
+  static json read_config_json(const fs::path& config) {
     std::error_code ec;
-    if (!fs::is_regular_file(config, ec)) return {};
-    const json c = parse_json(config.string());
-    if (!c.is_object() || !c.contains(key)) return {};
+    if (!fs::is_regular_file(config, ec)) return json::object();
+    json c = parse_json(config.string());
+    return c.is_object() ? c : json::object();
+  }
+
+  // Its bos_token / eos_token (a string or {"content": ...}); "" when absent.
+  static std::string config_token(const json& c, const char* key) {
+    if (!c.contains(key)) return {};
     const json& e = c[key];
     if (e.is_string()) return e.get<std::string>();
     if (e.is_object() && e.contains("content") && e["content"].is_string())
@@ -643,19 +647,12 @@ class HfJsonTokenizer final : public Tokenizer {
 
   // An explicit add_bos_token makes transformers rebuild the post-processor: the BOS in front
   // exactly when it is true (and the tokenizer has one).
-  static std::optional<bool> config_flag(const fs::path& config, const char* key) {
-    std::error_code ec;
-    if (!fs::is_regular_file(config, ec)) return std::nullopt;
-    const json c = parse_json(config.string());
-    if (!c.is_object() || !c.contains(key) || !c[key].is_boolean()) return std::nullopt;
-    return c[key].get<bool>();
-  }
-
-  void read_config(const fs::path& config) {
+  void read_config(const fs::path& path) {
+    const json config = read_config_json(path);
     const std::string bos = config_token(config, "bos_token");
     if (const auto it = added_.find(bos); !bos.empty() && it != added_.end()) bos_ = it->second;
-    if (const auto add_bos = config_flag(config, "add_bos_token"))
-      prompt_bos_ = *add_bos ? bos_ : -1;
+    if (config.contains("add_bos_token") && config["add_bos_token"].is_boolean())
+      prompt_bos_ = config["add_bos_token"].get<bool>() ? bos_ : -1;
     const std::string eos = config_token(config, "eos_token");
     for (const std::string& name :
          {eos, std::string("<|endoftext|>"), std::string("<|end_of_text|>"), std::string("</s>")}) {

@@ -202,6 +202,28 @@ class HuggingFaceTokenizerFiles : public ::testing::Test {
   int n_ = 0;
 };
 
+// tokenizer_config.json's add_bos_token, as transformers honours it (it rebuilds the template):
+// false drops the template's BOS from prompt_bos() (bos() stays, for chat templates), true adds
+// the config's bos_token to a template without one; absent, the template decides.
+TEST_F(HuggingFaceTokenizerFiles, AddBosTokenDecidesWhatEncodingPutsFirst) {
+  auto load = [&](const std::string& fixture, const std::string& config) {
+    const std::string path = edited([](nlohmann::json&) {}, fixture);
+    std::ofstream(dir_ / "tokenizer_config.json") << config;
+    return make_huggingface_tokenizer(path);
+  };
+  auto tok = load("llama3_style", "{}");
+  EXPECT_EQ(tok->bos(), 0);  // <|begin_of_text|>, the template's
+  EXPECT_EQ(tok->prompt_bos(), 0);
+  tok = load("llama3_style", R"({"add_bos_token": false})");
+  EXPECT_EQ(tok->bos(), 0);
+  EXPECT_EQ(tok->prompt_bos(), -1);
+  tok = load("qwen2_style", R"({"bos_token": "<|im_start|>"})");
+  EXPECT_EQ(tok->bos(), 1);
+  EXPECT_EQ(tok->prompt_bos(), -1);  // no template BOS, no add_bos_token
+  tok = load("qwen2_style", R"({"bos_token": "<|im_start|>", "add_bos_token": true})");
+  EXPECT_EQ(tok->prompt_bos(), 1);
+}
+
 TEST_F(HuggingFaceTokenizerFiles, TokenizerModelDirectoriesUseSentencePiece) {
   const fs::path spm = fs::path(MEGATRON_SOURCE_DIR) / "tokenizers" / "corpus_spm_8k.model";
   fs::copy_file(spm, dir_ / "tokenizer.model");

@@ -83,4 +83,9 @@ class Communicator {
 std::unique_ptr<Communicator> make_single_process_communicator(std::string name = "single",
                                                                int world_rank = 0);
 
+// Every rank's `mine` (e.g. its node name), in rank order: one all-gather of fixed-width records
+// of `width` bytes; InputError naming `what` for a string that does not fit.
+std::vector<std::string> all_gather_strings(Communicator& comm, const std::string& mine,
+                                            const char* what, int64_t width = 256);
+
 }  // namespace megatron::parallel

@@ -516,19 +516,9 @@ Mesh::Mesh(const MeshSizes& sizes_in, Communicator& world, const LaunchInfo& lau
   const MeshSizes sizes = sizes_in.resolved(n);
   sizes.validate(n);
 
-  // Every rank's node name (fixed-width records; the gather also proves all ranks are here,
-  // under the communicator's watchdog, before the group splits below block).
-  constexpr int64_t kName = 256;
-  MT_INPUT_CHECK(static_cast<int64_t>(launch.node_name.size()) < kName, "node name '",
-                 launch.node_name, "' longer than ", kName - 1, " bytes");
-  Tensor mine = Tensor::zeros(Shape{kName}, DType::U8);
-  std::memcpy(mine.raw(), launch.node_name.data(), launch.node_name.size());
-  Tensor all = Tensor::zeros(Shape{kName * n}, DType::U8);
-  world.all_gather(mine, all);
-  std::vector<std::string> names(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    names[static_cast<size_t>(r)] = std::string(static_cast<const char*>(all.raw()) + r * kName);
-  placement_ = plan_placement(sizes, names);
+  // Every rank's node name (the gather also proves all ranks are here, under the communicator's
+  // watchdog, before the group splits below block).
+  placement_ = plan_placement(sizes, all_gather_strings(world, launch.node_name, "node name"));
 
   const int me = world.rank();
   if (n == 1) {

@@ -31,20 +31,6 @@ std::string replace_node(std::string dir, const std::string& node) {
   return dir;
 }
 
-std::vector<std::string> gather_node_names(parallel::Communicator& world) {
-  constexpr int64_t kName = 256;
-  const std::string me = parallel::local_node_name();
-  MT_INPUT_CHECK(static_cast<int64_t>(me.size()) < kName, "node name '", me, "' too long");
-  Tensor mine = Tensor::zeros(Shape{kName}, DType::U8);
-  std::memcpy(mine.raw(), me.data(), me.size());
-  Tensor all = Tensor::zeros(Shape{kName * world.size()}, DType::U8);
-  world.all_gather(mine, all);
-  std::vector<std::string> names;
-  for (int r = 0; r < world.size(); ++r)
-    names.emplace_back(static_cast<const char*>(all.raw()) + r * kName);
-  return names;
-}
-
 // Replica holders: owner at position i on node a keeps copies on nodes a+1 .. a+k (cyclically),
 // with the rank at the same position there (modulo that node's ranks).
 std::vector<std::vector<int>> plan_holders(const std::vector<std::string>& node_of_rank,
@@ -77,7 +63,7 @@ LocalCheckpoints::LocalCheckpoints(const config::Recipe& recipe, parallel::Commu
                                    const TrainingState& state, std::ostream* log)
     : recipe_(recipe), world_(world), state_(state), log_(log) {
   const config::CheckpointConfig& c = recipe.checkpoint;
-  node_of_rank_ = gather_node_names(world);
+  node_of_rank_ = parallel::all_gather_strings(world, parallel::local_node_name(), "node name");
   const auto nodes = static_cast<int64_t>(
       std::set<std::string>(node_of_rank_.begin(), node_of_rank_.end()).size());
   MT_INPUT_CHECK(c.local_replication < nodes, recipe.source_path, ": checkpoint.local_replication ",

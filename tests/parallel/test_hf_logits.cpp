@@ -18,6 +18,7 @@
 #include "models/hf_checkpoint.h"
 #include "models/model.h"
 #include "parallel_test.h"
+#include "tests/support/gpt_model_test_util.h"
 #include "tests/support/rel_error.h"
 #include "tests/support/test_paths.h"
 
@@ -55,12 +56,7 @@ void check_logits(const std::string& name) {
   const auto tokens = expected["tokens"].get<std::vector<std::vector<int32_t>>>();
   const int64_t B = static_cast<int64_t>(tokens.size()), S = static_cast<int64_t>(tokens[0].size());
   const inference::CausalLM lm(scratch.string(), std::nullopt, world, S);
-  Tensor tok = Tensor::empty({S, B}, DType::I32), lab = Tensor::empty({S, B}, DType::I32);
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < B; ++b) {
-      tok.data<int32_t>()[s * B + b] = tokens[b][s];
-      lab.data<int32_t>()[s * B + b] = s + 1 < S ? tokens[b][s + 1] : models::kIgnoreIndex;
-    }
+  const auto [tok, lab] = models::testing::next_token_batch(tokens);
   const auto out = lm.forward(tok, lab);
   const int64_t V = lm.vocab_size();
   const auto ref = expected["logits"].get<std::vector<std::vector<std::vector<float>>>>();
@@ -68,12 +64,9 @@ void check_logits(const std::string& name) {
   const int64_t columns = expected.value("logits_columns", V);
   ASSERT_EQ(static_cast<int64_t>(ref[0][0].size()), columns);
   std::vector<float> ours, theirs;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t v = 0; v < columns; ++v) {
-        ours.push_back(out.logits.data<float>()[(s * B + b) * V + v]);
-        theirs.push_back(ref[b][s][v]);
-      }
+  models::testing::paired_logits(
+      out.logits, S, B, V, columns, [&](int64_t b, int64_t s, int64_t v) { return ref[b][s][v]; },
+      &ours, &theirs);
   const double err = megatron::testing::rel_error(ours, theirs);
   const double loss = out.loss_sum / static_cast<double>(out.targets);
   std::printf("%s tp %d: logits rel error %.3g, loss %.7f vs transformers %.7f\n", name.c_str(),

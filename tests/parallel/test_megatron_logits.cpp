@@ -16,6 +16,7 @@
 #include "models/mlm_import.h"
 #include "models/model.h"
 #include "parallel_test.h"
+#include "tests/support/gpt_model_test_util.h"
 #include "tests/support/rel_error.h"
 #include "tests/support/test_paths.h"
 
@@ -58,24 +59,19 @@ void check_logits(const std::string& name, int64_t source_tp = 2, int64_t source
   const auto tokens = expected["tokens"].get<std::vector<std::vector<int32_t>>>();
   const int64_t B = static_cast<int64_t>(tokens.size()), S = static_cast<int64_t>(tokens[0].size());
   const inference::CausalLM lm(scratch.string(), std::nullopt, world, S);
-  Tensor tok = Tensor::empty({S, B}, DType::I32), lab = Tensor::empty({S, B}, DType::I32);
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < B; ++b) {
-      tok.data<int32_t>()[s * B + b] = tokens[b][s];
-      lab.data<int32_t>()[s * B + b] = s + 1 < S ? tokens[b][s + 1] : models::kIgnoreIndex;
-    }
+  const auto [tok, lab] = models::testing::next_token_batch(tokens);
   const auto out = lm.forward(tok, lab);
   const int64_t V = lm.vocab_size();
   ASSERT_EQ(V, expected["padded_vocab_size"].get<int64_t>());
   const std::vector<float> theirs = read_floats(fixture(name) / "logits.bin");  // [B, S, V]
   ASSERT_EQ(static_cast<int64_t>(theirs.size()), B * S * V);
   std::vector<float> ours, ref;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t v = 0; v < V; ++v) {
-        ours.push_back(out.logits.data<float>()[(s * B + b) * V + v]);
-        ref.push_back(theirs[static_cast<size_t>((b * S + s) * V + v)]);
-      }
+  models::testing::paired_logits(
+      out.logits, S, B, V, V,
+      [&](int64_t b, int64_t s, int64_t v) {
+        return theirs[static_cast<size_t>((b * S + s) * V + v)];
+      },
+      &ours, &ref);
   const double err = megatron::testing::rel_error(ours, ref);
   std::printf("%s tp %d: logits rel error %.3g vs Megatron-Core\n", name.c_str(), world.size(),
               err);

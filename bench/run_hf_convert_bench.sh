@@ -7,27 +7,7 @@
 # Needs ~45 GB free under DIR (default /tmp/hf_convert_bench); removes what it wrote.
 set -euo pipefail
 build=build work=/tmp/hf_convert_bench layers=32
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build-dir) build="$2"; shift 2 ;;
-    --work) work="$2"; shift 2 ;;
-    --layers) layers="$2"; shift 2 ;;
-    *) echo "unknown flag $1" >&2; exit 2 ;;
-  esac
-done
-command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
-[ -x "$build/bin/bench_hf_random_checkpoint" ] ||
-  { echo "needs $build/bin/bench_hf_random_checkpoint (tools/build.sh --tests)" >&2; exit 2; }
-rm -rf "$work" && mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-measure() {  # label, command...
-  local label="$1"; shift
-  /usr/bin/time -v "$@" > "$work/$label.out" 2> "$work/$label.time"
-  local rss secs
-  rss=$(awk -F': ' '/Maximum resident/ {print $2}' "$work/$label.time")
-  secs=$(awk -F': ' '/Elapsed/ {print $2}' "$work/$label.time")
-  printf '%-8s wall %s, peak RSS %.0f MiB\n' "$label" "$secs" "$(echo "$rss / 1024" | bc -l)"
-}
+source "$(dirname "$0")/convert_bench_common.sh"
 measure write "$build/bin/bench_hf_random_checkpoint" "$work/hf" --layers "$layers"
 cat "$work/write.out"
 (cd "$work/hf" && sha256sum ./*) > "$work/sha.src"

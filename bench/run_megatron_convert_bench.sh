@@ -12,27 +12,8 @@
 # Needs ~6 GB per 4 layers free under DIR (default /tmp/mlm_convert_bench); removes what it wrote.
 set -euo pipefail
 build=build work=/tmp/mlm_convert_bench layers=4
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --build-dir) build="$2"; shift 2 ;;
-    --work) work="$2"; shift 2 ;;
-    --layers) layers="$2"; shift 2 ;;
-    *) echo "unknown flag $1" >&2; exit 2 ;;
-  esac
-done
-command -v /usr/bin/time >/dev/null || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 2; }
-[ -x "$build/bin/bench_hf_random_checkpoint" ] ||
-  { echo "needs $build/bin/bench_hf_random_checkpoint (tools/build.sh --tests)" >&2; exit 2; }
-rm -rf "$work" && mkdir -p "$work"
-trap 'rm -rf "$work"' EXIT
-measure() {  # label, command...
-  local label="$1"; shift
-  /usr/bin/time -v "$@" > "$work/$label.out" 2> "$work/$label.time"
-  local rss secs
-  rss=$(awk -F': ' '/Maximum resident/ {print $2}' "$work/$label.time")
-  secs=$(awk -F': ' '/Elapsed/ {print $2}' "$work/$label.time")
-  printf '%-16s wall %s, peak RSS %.0f MiB\n' "$label" "$secs" "$(echo "$rss / 1024" | bc -l)"
-}
+label_width=16
+source "$(dirname "$0")/convert_bench_common.sh"
 cc="$build/bin/convert_checkpoint"
 "$build/bin/bench_hf_random_checkpoint" "$work/hf" --layers "$layers" > /dev/null
 (cd "$work/hf" && sha256sum ./*) > "$work/sha.src"

@@ -256,11 +256,11 @@ void Recipe::validate_context_parallel(Checker& c) const {
           concat("context parallelism runs its own flash attention kernels: use flash or auto "
                  "(got ",
                  option_name(model.attention_backend), " with parallel.context ", cp, ")"));
-  c.check(model.softmax_type == SoftmaxType::Vanilla, "model.softmax_type",
-          concat(option_name(model.softmax_type),
-                 " (attention sinks) is not implemented with context parallelism (got "
-                 "parallel.context ",
-                 cp, ")"));
+  c.check(model.softmax_type == SoftmaxType::Vanilla || parallel.cp_comm_type != CpCommType::A2A,
+          "parallel.cp_comm_type",
+          concat("a2a keeps no row statistics of a rank's own heads, which attention sinks (model."
+                 "softmax_type ",
+                 option_name(model.softmax_type), ") scale by: use p2p or all_gather"));
   // MoE: ep is carved out of cp x dp, not out of tp x cp x dp.
   c.check(parallel.expert_tensor != 1 || parallel.tensor == 1, "parallel.expert_tensor",
           concat("1 below parallel.tensor ", parallel.tensor,

@@ -18,7 +18,9 @@ AttentionCore::AttentionCore(const SubmoduleArgs& a, float scale,
   const auto& full = a.spec.full_attention_layers;  // (model.window_attn_skip_freq)
   if (std::find(full.begin(), full.end(), a.layer) != full.end()) spec_.window = 0;
   if (a.spec.attention_sinks != TransformerSpec::Sinks::None) {
-    MT_CHECK(flash_ && !cp_, "attention sinks wrap the flash kernels without context parallelism");
+    // (Ulysses' all-to-all keeps no row lse of this rank's heads; ring and all-gather do.)
+    MT_CHECK(flash_ && (!cp_ || cp_->comm() != ContextParallelComm::AllToAll),
+             "attention sinks wrap the flash kernels or ring / all-gather context parallelism");
     sinks_ = std::make_unique<AttentionSinks>(
         a.store, a.prefix, a.spec.heads, a.spec.attention_sinks == TransformerSpec::Sinks::Learned,
         a.spec.init_std, a.tp);
@@ -65,6 +67,7 @@ void AttentionCore::forward(State& s, const kernels::AttentionShape& as,
                             const Tensor& qkv, Tensor& out) const {
   if (cp_) {
     cp_->forward(s.cp, as, ao, mb, qkv, out);
+    if (sinks_) sinks_->forward(as, s.cp.lse, s.sink_logits, out);  // the merged rows' lse
     return;
   }
   if (flash_) {
@@ -89,14 +92,17 @@ void AttentionCore::backward(State& s, const kernels::AttentionShape& as,
                              const kernels::AttentionOptions& ao, const MicroBatchInfo& mb,
                              const Tensor& qkv, const Tensor& out, const Tensor& d_out,
                              Tensor& d_qkv) const {
-  if (cp_) {
-    cp_->backward(s.cp, as, ao, mb, qkv, out, d_out, d_qkv);
+  if (sinks_) {  // the backward of the scaled output with the scaled gradient
+    Tensor& d_sinked = ensure(s.d_sinked, d_out.shape(), d_out.dtype(), device_);
+    sinks_->backward(as, cp_ ? s.cp.lse : s.lse, out, d_out, s.sink_logits, d_sinked);
+    if (cp_)
+      cp_->backward(s.cp, as, ao, mb, qkv, out, d_sinked, d_qkv);
+    else
+      ops::flash_attention_backward(as, ao, qkv, out, s.lse, d_sinked, d_qkv);
     return;
   }
-  if (flash_ && sinks_) {  // the flash backward of the scaled output with the scaled gradient
-    Tensor& d_sinked = ensure(s.d_sinked, d_out.shape(), d_out.dtype(), device_);
-    sinks_->backward(as, s.lse, out, d_out, s.sink_logits, d_sinked);
-    ops::flash_attention_backward(as, ao, qkv, out, s.lse, d_sinked, d_qkv);
+  if (cp_) {
+    cp_->backward(s.cp, as, ao, mb, qkv, out, d_out, d_qkv);
     return;
   }
   if (flash_) {

@@ -80,6 +80,23 @@ TEST(AttentionSinksEquivalence, RecomputeShardingLoraAndExperts) {
   eq::report_max_diff("attention sinks recompute, sharding, lora, experts");
 }
 
+// Context parallelism's ring and all-gather: the sinks scale the merged rows by their merged lse
+// (Ulysses' a2a is refused: it keeps no lse of a rank's own heads).
+TEST(AttentionSinksEquivalence, ContextParallelLayoutsMatchSingleProcess) {
+  eq::RecipeSpec m = learned_sinks();
+  m.dropout = 0;
+  m.seq = 32;
+  std::vector<eq::Layout> layouts;
+  for (const eq::Layout& l : eq::context_parallel_layouts())
+    if (l.cp_comm != "a2a") layouts.push_back(l);
+  EXPECT_GT(
+      eq::expect_layouts_match(
+          m, std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5}, m.seq), layouts),
+      0)
+      << "no layout for " << mp::testing::world().size() << " ranks";
+  eq::report_max_diff("attention sinks context parallel");
+}
+
 // bf16: the sinks' logits cast to fp32 for the kernels, the gated unit on bf16 activations,
 // with GPT-OSS's clamps at 7 (at 1 the layouts' bf16 roundings move values across the clamps:
 // 2.4e-3 apart in loss where the tolerance is 2e-3, with or without the sinks).

@@ -13,6 +13,7 @@
 #include "data/char_bpe.h"
 #include "data/pretokenize.h"
 #include "data/read_file.h"
+#include "data/tokenizer_hf_added.h"
 #include "data/tokenizer_hf_sp.h"
 #include "data/tokenizer_unicode.h"
 #include "megatron/core/error.h"
@@ -72,130 +73,6 @@ const std::string* string_at(const json& obj, const char* key) {
 std::string type_of(const json& obj) {
   const std::string* t = string_at(obj, "type");
   return t != nullptr ? *t : std::string("?");
-}
-
-// The added tokens matched in one pass: content -> id.
-struct AddedSet {
-  struct Token {
-    int32_t id;
-    bool lstrip = false, rstrip = false;  // the match takes the whitespace before / after it
-    bool single_word = false;  // matches only with no word character right before or after it
-  };
-  std::map<std::string, Token> tokens;
-  std::array<bool, 256> first_bytes{};  // which bytes start a token
-  void add(const std::string& content, Token token) {
-    tokens[content] = token;
-    first_bytes[static_cast<unsigned char>(content[0])] = true;
-  }
-};
-
-// The code point ending at byte `end` of text (not starting before `floor`; its first byte in
-// *start) and the one starting at `begin` (its end in *end); kNoCodePoint for a byte sequence
-// that is not one valid code point. Callers keep floor < end and begin < text.size().
-constexpr char32_t kNoCodePoint = 0xFFFFFFFF;
-char32_t code_point_before(std::string_view text, size_t floor, size_t end, size_t* start) {
-  size_t b = end - 1;
-  while (b > floor && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
-  *start = b;
-  const std::u32string cp = uc::decode_utf8_lossy(text.substr(b, end - b));
-  return cp.size() == 1 ? cp[0] : kNoCodePoint;
-}
-char32_t code_point_at(std::string_view text, size_t begin, size_t* end) {
-  size_t e = begin + 1;
-  while (e < text.size() && (static_cast<unsigned char>(text[e]) & 0xC0) == 0x80) ++e;
-  *end = e;
-  const std::u32string cp = uc::decode_utf8_lossy(text.substr(begin, e - begin));
-  return cp.size() == 1 ? cp[0] : kNoCodePoint;
-}
-
-// The length of the White_Space run (Rust's char::is_whitespace) ending at `end` of text, not
-// reaching before `floor`; and of the one starting at `begin`.
-size_t whitespace_before(std::string_view text, size_t floor, size_t end) {
-  size_t at = end, b = 0;
-  while (at > floor) {
-    const char32_t cp = code_point_before(text, floor, at, &b);
-    if (cp == kNoCodePoint || !uc::is_white_space(cp)) break;
-    at = b;
-  }
-  return end - at;
-}
-size_t whitespace_after(std::string_view text, size_t begin) {
-  size_t at = begin, e = 0;
-  while (at < text.size()) {
-    const char32_t cp = code_point_at(text, at, &e);
-    if (cp == kNoCodePoint || !uc::is_white_space(cp)) break;
-    at = e;
-  }
-  return at - begin;
-}
-
-// Rust regex's \w (what `tokenizers` tests single_word tokens' neighbours with): Alphabetic
-// (letters, letter numbers, and the enclosed letters of Other_Alphabetic; its marks are marks),
-// marks, decimal digits, connector punctuation and the joiners U+200C/U+200D.
-bool is_word_char(char32_t cp) {
-  using uc::GeneralCategory;
-  const GeneralCategory g = uc::general_category(cp);
-  if (uc::is_letter(g) || uc::is_mark(g) || g == GeneralCategory::Nd || g == GeneralCategory::Nl ||
-      g == GeneralCategory::Pc)
-    return true;
-  return cp == 0x200C || cp == 0x200D || (cp >= 0x24B6 && cp <= 0x24E9) ||
-         (cp >= 0x1F130 && cp <= 0x1F149) || (cp >= 0x1F150 && cp <= 0x1F169) ||
-         (cp >= 0x1F170 && cp <= 0x1F189);
-}
-
-// Whether the code point ending at byte `end` of text (none at 0) / starting at `begin` (none
-// at the end) is a word character.
-bool word_char_before(std::string_view text, size_t end) {
-  size_t start = 0;
-  if (end == 0) return false;
-  const char32_t cp = code_point_before(text, 0, end, &start);
-  return cp != kNoCodePoint && is_word_char(cp);
-}
-bool word_char_after(std::string_view text, size_t begin) {
-  size_t end = 0;
-  if (begin >= text.size()) return false;
-  const char32_t cp = code_point_at(text, begin, &end);
-  return cp != kNoCodePoint && is_word_char(cp);
-}
-
-// Calls on_text(piece) for each non-empty stretch of `text` between the added tokens of `set`
-// and on_token(id) for each token, in order; a token is the longest one starting at the
-// earliest position (`tokenizers`' leftmost-longest match).
-template <typename OnText, typename OnToken>
-void split_added(std::string_view text, const AddedSet& set, OnText&& on_text, OnToken&& on_token) {
-  size_t i = 0, start = 0;
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    const std::pair<const std::string, AddedSet::Token>* hit = nullptr;
-    if (set.first_bytes[c]) {
-      // The map is sorted: the tokens starting with byte c are one range.
-      for (auto it = set.tokens.lower_bound(std::string(1, static_cast<char>(c)));
-           it != set.tokens.end() && static_cast<unsigned char>(it->first[0]) == c; ++it)
-        if (text.compare(i, it->first.size(), it->first) == 0 &&
-            (hit == nullptr || it->first.size() > hit->first.size()))
-          hit = &*it;
-    }
-    if (hit == nullptr) {
-      ++i;
-      continue;
-    }
-    // A single_word token inside a word is no match; the search goes on after it, as
-    // `tokenizers`' leftmost-longest iterator does.
-    if (hit->second.single_word &&
-        (word_char_before(text, i) || word_char_after(text, i + hit->first.size()))) {
-      i += hit->first.size();
-      continue;
-    }
-    // lstrip / rstrip: the whitespace next to the token is part of the match (dropped), as
-    // `tokenizers`' AddedVocabulary extends it (not past the previous match).
-    const size_t before = hit->second.lstrip ? whitespace_before(text, start, i) : 0;
-    if (i - before > start) on_text(text.substr(start, i - before - start));
-    on_token(hit->second.id);
-    i += hit->first.size();
-    if (hit->second.rstrip) i += whitespace_after(text, i);
-    start = i;
-  }
-  if (start < text.size()) on_text(text.substr(start));
 }
 
 json parse_json(const std::string& path) {

@@ -17,7 +17,7 @@ args=(--recipe "recipes/$recipe.yaml" --set training.train_iters=$iters
       --set "logging.jsonl=$work/log.jsonl")
 ratio=0.8  # last validation loss < ratio * first
 case "$recipe" in
-  llama_tiny|mixtral_tiny|qwen3_moe_tiny|deepseek_tiny)
+  llama_tiny|mixtral_tiny|qwen3_moe_tiny|deepseek_tiny|gpt_oss_tiny)
     args+=(--set training.micro_batch_size=4 --set training.global_batch_size=4) ;;
   # The 30k WordPiece vocabulary makes the masked-LM head the bulk of the work: shorter
   # sequences and smaller batches keep the run short.
@@ -55,7 +55,8 @@ if [ "$recipe" = bert_tiny ]; then
     echo "FAIL: bert_tiny sentence-pair validation losses off: $(echo $nsp | tr '\n' ' ')"; status=1
   fi
 fi
-if [[ $recipe == mixtral_tiny || $recipe == qwen3_moe_tiny || $recipe == deepseek_tiny ]]; then
+if [[ $recipe == mixtral_tiny || $recipe == qwen3_moe_tiny || $recipe == deepseek_tiny ||
+      $recipe == gpt_oss_tiny ]]; then
   # The router's losses and the routing statistics are logged every step.
   for key in moe_aux_loss moe_z_loss moe_load_imbalance moe_dropped_fraction; do
     [ "$(field $key | wc -l)" -eq "$iters" ] || { echo "FAIL: $key missing in steps"; status=1; }

@@ -36,6 +36,7 @@ Dims dims_of_spec(const TransformerSpec& t, const config::ModelConfig& m, bool b
   d.qkv_bias = t.bias || t.qkv_bias;
   d.qk_norm = t.qk_norm;
   d.qk_norm_projection = t.qk_norm && t.qk_norm_whole_projection;
+  d.attention_sinks = t.attention_sinks == TransformerSpec::Sinks::Learned;
   d.mla = t.mla;
   d.block_norms = (t.input_norms ? 2 : 0) + (t.output_norms ? 2 : 0);
   d.rope = t.rope;
@@ -100,7 +101,7 @@ int64_t layer_params(const Dims& d, int64_t tp, int64_t ep, int64_t etp, bool mo
   const int64_t qk_norms = !d.qk_norm             ? 0
                            : d.qk_norm_projection ? (d.H + d.G) * d.Dh / tp
                                                   : 2 * d.Dh;
-  int64_t n = d.block_norms * d.norm() + qk_norms;
+  int64_t n = d.block_norms * d.norm() + qk_norms + (d.attention_sinks ? d.H / tp : 0);
   if (d.mla.enabled()) {
     n += mla_params(d, tp);
   } else {

@@ -19,6 +19,7 @@ struct Dims {
   double imbalance = 1;  // tokens of the busiest expert-parallel rank / mean (see moe_imbalance)
   bool layernorm, swiglu, bias, qkv_bias, qk_norm, rope, tied, bert, binary_head;
   bool qk_norm_projection = false;  // q/k norm weights [H x Dh] and [G x Dh], split over tp
+  bool attention_sinks = false;     // learned sink logits [H], split over tp
   int64_t block_norms = 2;          // per layer: input norms and/or sub-layer output norms
   TransformerSpec::Mla mla;         // multi-latent attention (kv_lora_rank > 0)
   double hidden_dropout, attention_dropout;

@@ -90,6 +90,18 @@ TEST(PlannerParams, TensorAndPipelineShardsMatchTheModel) {
   }
 }
 
+// GPT-OSS's blocks: learned attention sinks (a logit per head, split over tp) and, with experts,
+// the router's and the experts' biases.
+TEST(PlannerParams, GptOssBlocksMatchTheModel) {
+  config::Recipe r = llama_small();
+  r.model.softmax_type = config::SoftmaxType::Learnable;
+  r.model.add_bias = r.model.add_qkv_bias = true;
+  r.model.activation = config::Activation::QuickGeGLU;
+  r.model.glu_linear_offset = 1.0;
+  r.model.activation_func_clamp_value = 7.0;
+  expect_stages_match_the_model(r, {{1, 1}, {2, 2}, {1, 4}});
+}
+
 // Multi-latent attention: the replicated down projections and latent norms, the head-split up
 // projections (with and without the query low-rank path); its FLOPs by Megatron's MLA formula.
 TEST(PlannerParams, MultiLatentAttentionMatchesTheModel) {

@@ -74,7 +74,10 @@ Outcome train(const Options& o) {
   return run;
 }
 
+// (Barriers on both sides: every rank is done with the files, e.g. deleting its older local
+// copies, before rank 0 touches them; a CI run once saw rank 0's clean-up race another rank's.)
 void on_rank0(const std::function<void()>& f) {
+  world().barrier();
   if (world().rank() == 0) f();
   world().barrier();
 }
@@ -100,10 +103,17 @@ class LocalCheckpointsMpi : public ::testing::Test {
   void SetUp() override {
     if (world().size() < 2) GTEST_SKIP() << "needs two nodes' worth of ranks";
     dir_ = eq::shared_scratch_path("megatron_local_ckpt_");
+    on_rank0([&] {  // a folder of an earlier run with the same pid is not this test's
+      std::error_code ec;
+      fs::remove_all(dir_, ec);
+    });
     reference_ = train({.iters = 12});
   }
   void TearDown() override {
-    on_rank0([&] { fs::remove_all(dir_); });
+    on_rank0([&] {
+      std::error_code ec;  // a failed clean-up must not throw out of TearDown
+      fs::remove_all(dir_, ec);
+    });
     ::unsetenv("SLURMD_NODENAME");
   }
   fs::path dir_;

@@ -41,6 +41,8 @@ OpProfiler::OpProfiler(std::unique_ptr<OpClock> clock)
 void OpProfiler::begin(const char* op) {
   if (std::this_thread::get_id() != thread_ || depth_++ > 0) return;
   names_.push_back(op);
+  segment_starts_.push_back(segment_break_);
+  segment_break_ = false;
   clock_->mark();
 }
 
@@ -64,7 +66,7 @@ OpProfileReport OpProfiler::report() {
     ++o.calls;
     o.seconds += s;
     r.op_seconds += s;
-    if (i > 0) r.between_seconds += std::max(0.0, t[2 * i] - t[2 * i - 1]);
+    if (i > 0 && !segment_starts_[i]) r.between_seconds += std::max(0.0, t[2 * i] - t[2 * i - 1]);
   }
   for (const auto& [name, o] : by_op) {
     OpTime& k = by_kind[o.kind];
@@ -78,6 +80,8 @@ OpProfileReport OpProfiler::report() {
   std::sort(r.ops.begin(), r.ops.end(), longest);
   std::sort(r.kinds.begin(), r.kinds.end(), longest);
   names_.clear();
+  segment_starts_.clear();
+  segment_break_ = false;
   return r;
 }
 

@@ -29,10 +29,11 @@ struct OpTime {
 };
 
 struct OpProfileReport {
-  std::vector<OpTime> ops;     // by time, longest first
-  std::vector<OpTime> kinds;   // the same added up by kind (calls summed), longest first
-  double op_seconds = 0;       // the ops' own time
-  double between_seconds = 0;  // from the first op's start to the last op's end, not in an op
+  std::vector<OpTime> ops;    // by time, longest first
+  std::vector<OpTime> kinds;  // the same added up by kind (calls summed), longest first
+  double op_seconds = 0;      // the ops' own time
+  double between_seconds =
+      0;  // from each segment's first op start to its last op end, not in an op
 };
 
 // The kind of an op, by its name: gemm (linear_*), attention, norm, loss, optimizer, moe,
@@ -45,6 +46,10 @@ class OpProfiler {
   // Only the outermost op of the calling thread is timed (the thread that made the profiler).
   void begin(const char* op);
   void end();
+  // The time from the last op so far to the next one is not counted between ops: the trainer
+  // calls it after each profiled step, whose host work until the next step is outside the steps'
+  // wall time (counting it made "outside the ops" negative under load).
+  void end_segment() { segment_break_ = true; }
   // Waits for the device, adds the marks up and starts afresh.
   OpProfileReport report();
 
@@ -52,7 +57,9 @@ class OpProfiler {
   std::unique_ptr<OpClock> clock_;
   std::thread::id thread_;
   int depth_ = 0;
-  std::vector<const char*> names_;  // one per timed op: its marks are 2i and 2i + 1
+  std::vector<const char*> names_;    // one per timed op: its marks are 2i and 2i + 1
+  std::vector<bool> segment_starts_;  // per timed op: the first after an end_segment()
+  bool segment_break_ = false;
 };
 
 // The profiler of `device`'s ops, or nullptr (the usual case: no op is timed).

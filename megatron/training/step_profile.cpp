@@ -21,7 +21,10 @@ void StepProfile::before_step(int64_t iteration) {
 std::string StepProfile::after_step(int64_t iteration, double step_seconds) {
   if (!profiler_) return {};
   wall_seconds_ += step_seconds;
-  if (iteration != end_ - 1) return {};
+  if (iteration != end_ - 1) {
+    profiler_->end_segment();
+    return {};
+  }
   backend::set_op_profiler(device_, nullptr);
   const backend::OpProfileReport r = profiler_->report();
   profiler_.reset();

@@ -58,6 +58,27 @@ TEST(OpProfiler, AddsOpsUpByNameAndKindWithTheGapsApart) {
   EXPECT_NE(text.find("between ops 1500.0 ms"), std::string::npos) << text;
 }
 
+// The trainer ends a segment after each profiled step: the host work until the next step is
+// outside the steps' wall time, so it is not time between ops.
+TEST(OpProfiler, TheGapAfterASegmentIsNotBetweenOps) {
+  // step 1: linear_forward 0-2, (gap 1) cast 3-4; step 2 (after 96 of host work): cast 100-101,
+  // (gap 2) linear_forward 103-105.
+  backend::OpProfiler p(
+      std::make_unique<ScriptedClock>(std::vector<double>{0, 2, 3, 4, 100, 101, 103, 105}));
+  p.begin("linear_forward");
+  p.end();
+  p.begin("cast");
+  p.end();
+  p.end_segment();
+  p.begin("cast");
+  p.end();
+  p.begin("linear_forward");
+  p.end();
+  const backend::OpProfileReport r = p.report();
+  EXPECT_DOUBLE_EQ(r.op_seconds, 6.0);
+  EXPECT_DOUBLE_EQ(r.between_seconds, 3.0);
+}
+
 TEST(OpProfiler, KindsByOpName) {
   EXPECT_EQ(backend::op_kind("linear_backward"), "gemm");
   EXPECT_EQ(backend::op_kind("attention_backward"), "attention");

@@ -29,6 +29,7 @@ std::string op_kind(const std::string& op) {
   if (contains(op, "cross_entropy") || contains(op, "loss")) return "loss";
   if (contains(op, "adamw") || contains(op, "count_outside") || contains(op, "sum_squares"))
     return "optimizer";
+  if (contains(op, "dropout")) return "elementwise";  // dropout_rows is not an MoE row move
   if (contains(op, "moe") || contains(op, "rows")) return "moe";
   return "elementwise";
 }

@@ -88,6 +88,7 @@ TEST(OpProfiler, KindsByOpName) {
   EXPECT_EQ(backend::op_kind("adamw_step"), "optimizer");
   EXPECT_EQ(backend::op_kind("gather_rows"), "moe");
   EXPECT_EQ(backend::op_kind("gelu_forward"), "elementwise");
+  EXPECT_EQ(backend::op_kind("dropout_rows"), "elementwise");
 }
 
 TEST(OpProfiler, OnlyTheInstallingThreadsOpsAreTimed) {

@@ -123,6 +123,22 @@ struct Glu {
       : gate(g), limit(clamp_limit), offset(linear_offset) {}
   constexpr bool plain() const { return limit == 0.0f && offset == 0.0f; }
 };
+// One element of a (possibly clamped, offset) gated linear unit, shared by the CPU and CUDA
+// kernels: the value and, from the inputs g0, u0 and the output's gradient d, the two input
+// gradients.
+MT_HD float glu_value(float g, float u, const Glu& glu) {
+  if (glu.limit > 0.0f) g = fminf(g, glu.limit), u = fminf(fmaxf(u, -glu.limit), glu.limit);
+  return glu_gate(g, glu.gate) * (u + glu.offset);
+}
+MT_HD void glu_grads(float g0, float u0, float d, const Glu& glu, float& dg, float& du) {
+  const bool clamp = glu.limit > 0.0f;
+  const float g = clamp ? fminf(g0, glu.limit) : g0;
+  const float u = clamp ? fminf(fmaxf(u0, -glu.limit), glu.limit) : u0;
+  const float pass_g = !clamp || g0 <= glu.limit ? 1.0f : 0.0f;
+  const float pass_u = !clamp || fabsf(u0) <= glu.limit ? 1.0f : 0.0f;
+  dg = d * (u + glu.offset) * glu_gate_grad(g, glu.gate) * pass_g;
+  du = d * glu_gate(g, glu.gate) * pass_u;
+}
 
 // One AdamW step for one element (decoupled weight decay, bias-corrected moments).
 struct AdamWParams {

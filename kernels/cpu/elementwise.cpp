@@ -131,24 +131,14 @@ void plain_glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F,
 // The clamped, offset unit (math::Glu not plain): the gate's activation a runtime choice.
 template <typename T>
 void clamped_glu_forward(const T* x, T* y, int64_t rows, int64_t F, const math::Glu& glu) {
-  const float lim = glu.limit, off = glu.offset;
-  glu_rows_forward(x, y, rows, F, [=](float g, float u) {
-    if (lim > 0.0f) g = std::min(g, lim), u = std::clamp(u, -lim, lim);
-    return math::glu_gate(g, glu.gate) * (u + off);
-  });
+  glu_rows_forward(x, y, rows, F, [=](float g, float u) { return math::glu_value(g, u, glu); });
 }
 
 template <typename T>
 void clamped_glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F,
                           const math::Glu& glu) {
-  const float lim = glu.limit, off = glu.offset;
-  const bool clamp = lim > 0.0f;
-  glu_rows_backward(x, dy, dx, rows, F, [=](float g0, float u0, float d, float& dg, float& du) {
-    const float g = clamp ? std::min(g0, lim) : g0, u = clamp ? std::clamp(u0, -lim, lim) : u0;
-    const float pass_g = !clamp || g0 <= lim ? 1.0f : 0.0f;
-    const float pass_u = !clamp || std::abs(u0) <= lim ? 1.0f : 0.0f;
-    dg = d * (u + off) * math::glu_gate_grad(g, glu.gate) * pass_g;
-    du = d * math::glu_gate(g, glu.gate) * pass_u;
+  glu_rows_backward(x, dy, dx, rows, F, [=](float g, float u, float d, float& dg, float& du) {
+    math::glu_grads(g, u, d, glu, dg, du);
   });
 }
 }  // namespace

@@ -78,23 +78,24 @@ __global__ void count_outside_kernel(const T* x, int64_t n, float limit,
 }
 
 template <typename T>
-__global__ void glu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F, math::GluGate act) {
+__global__ void glu_forward_kernel(const T* x, T* y, int64_t rows, int64_t F, math::Glu glu) {
   MT_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i - r * F;
     const T* gate = x + r * 2 * F;
-    y[i] = from_float<T>(math::glu_gate(to_float(gate[j]), act) * to_float(gate[F + j]));
+    y[i] = from_float<T>(math::glu_value(to_float(gate[j]), to_float(gate[F + j]), glu));
   }
 }
 
 template <typename T>
 __global__ void glu_backward_kernel(const T* x, const T* dy, T* dx, int64_t rows, int64_t F,
-                                    math::GluGate act) {
+                                    math::Glu glu) {
   MT_GRID_STRIDE(i, rows * F) {
     const int64_t r = i / F, j = i - r * F;
     const float g = to_float(x[r * 2 * F + j]), u = to_float(x[r * 2 * F + F + j]);
-    const float d = to_float(dy[i]);
-    dx[r * 2 * F + j] = from_float<T>(d * u * math::glu_gate_grad(g, act));
-    dx[r * 2 * F + F + j] = from_float<T>(d * math::glu_gate(g, act));
+    float dg, du;
+    math::glu_grads(g, u, to_float(dy[i]), glu, dg, du);
+    dx[r * 2 * F + j] = from_float<T>(dg);
+    dx[r * 2 * F + F + j] = from_float<T>(du);
   }
 }
 
@@ -268,18 +269,17 @@ void count_outside(const T* x, int64_t n, float limit, unsigned long long* count
 }
 
 template <typename T>
-void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::GluGate gate,
-                 cudaStream_t stream) {
+void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::Glu glu, cudaStream_t stream) {
   if (rows <= 0 || F <= 0) return;
-  glu_forward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, y, rows, F, gate);
+  glu_forward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, y, rows, F, glu);
   MT_CUDA_LAUNCH_CHECK();
 }
 
 template <typename T>
-void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::GluGate gate,
+void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::Glu glu,
                   cudaStream_t stream) {
   if (rows <= 0 || F <= 0) return;
-  glu_backward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, dy, dx, rows, F, gate);
+  glu_backward_kernel<<<blocks_for(rows * F), kThreads, 0, stream>>>(x, dy, dx, rows, F, glu);
   MT_CUDA_LAUNCH_CHECK();
 }
 
@@ -293,8 +293,8 @@ void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math:
   template void tanh_forward<T>(const T*, T*, int64_t, cudaStream_t);                          \
   template void count_outside<T>(const T*, int64_t, float, unsigned long long*, cudaStream_t); \
   template void tanh_backward<T>(const T*, const T*, T*, int64_t, cudaStream_t);               \
-  template void glu_forward<T>(const T*, T*, int64_t, int64_t, math::GluGate, cudaStream_t);   \
-  template void glu_backward<T>(const T*, const T*, T*, int64_t, int64_t, math::GluGate,       \
+  template void glu_forward<T>(const T*, T*, int64_t, int64_t, math::Glu, cudaStream_t);       \
+  template void glu_backward<T>(const T*, const T*, T*, int64_t, int64_t, math::Glu,           \
                                 cudaStream_t);                                                 \
   template void add_inplace<T, T>(T*, const T*, int64_t, cudaStream_t);                        \
   template void cast<T, float>(const T*, float*, int64_t, cudaStream_t);                       \

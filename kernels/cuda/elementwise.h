@@ -48,12 +48,13 @@ template <typename T>
 void count_outside(const T* x, int64_t n, float limit, unsigned long long* count,
                    cudaStream_t stream);
 
-// SwiGLU over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = silu(gate) * up.
+// Gated linear units over rows: x is [rows, 2F] = [gate | up]; y[rows, F] = act(gate) * up, with
+// math::Glu's clamps and offset (GPT-OSS's unit) where set; the element math is math::glu_value
+// and math::glu_grads, as on the CPU.
 template <typename T>
-void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::GluGate gate,
-                 cudaStream_t stream);
+void glu_forward(const T* x, T* y, int64_t rows, int64_t F, math::Glu glu, cudaStream_t stream);
 template <typename T>
-void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::GluGate gate,
+void glu_backward(const T* x, const T* dy, T* dx, int64_t rows, int64_t F, math::Glu glu,
                   cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

@@ -44,7 +44,8 @@ __global__ void kv_append_kernel(KvGeo L, const T* qkv, T* keys, T* values) {
 // its running max m, sum l and output acc; the warps' partial results merge through shared memory.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    kv_attention_kernel(KvGeo L, const T* qkv, const T* keys, const T* values, T* out) {
+    kv_attention_kernel(KvGeo L, const T* qkv, const T* keys, const T* values, const float* sinks,
+                        T* out) {
   __shared__ float q[kKvMaxHeadDim];
   __shared__ float part_acc[kWarps][kKvMaxHeadDim];
   __shared__ float part_m[kWarps], part_l[kWarps];
@@ -106,7 +107,8 @@ __global__ void __launch_bounds__(kThreads)
       weight[w] = part_m[w] == -INFINITY ? 0.0f : math::exp_approx(part_m[w] - M);
       sum += weight[w] * part_l[w];
     }
-    const float inv = 1.0f / sum;  // > 0: every query sees at least its own key
+    if (sinks != nullptr) sum += expf(sinks[h] - M);  // a sink: in the denominator, no value
+    const float inv = 1.0f / sum;                     // > 0: every query sees at least its own key
     T* O = out + ((i * L.B + b) * L.H + h) * L.Dh;
     for (int d = threadIdx.x; d < Dh; d += kThreads) {
       float o = 0.0f;
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 void kv_cache_attention(const AttentionShape& s, float scale, const T* qkv, T* keys, T* values,
                         int64_t past, int64_t capacity, T* out, int64_t window, float softcap,
-                        cudaStream_t stream) {
+                        const float* sinks, cudaStream_t stream) {
   MT_CHECK(s.G > 0 && s.H % s.G == 0, "kv_cache_attention (CUDA): heads ", s.H,
            " not divisible by groups ", s.G);
   MT_CHECK(s.Dh >= 1 && s.Dh <= kKvMaxHeadDim, "kv_cache_attention (CUDA): head dim ", s.Dh,
@@ -136,13 +138,13 @@ void kv_cache_attention(const AttentionShape& s, float scale, const T* qkv, T* k
   MT_CUDA_LAUNCH_CHECK();
   const dim3 grid(static_cast<unsigned>(s.B * s.H),
                   static_cast<unsigned>(s.S < kMaxGridY ? s.S : kMaxGridY));
-  kv_attention_kernel<T><<<grid, kThreads, 0, stream>>>(L, qkv, keys, values, out);
+  kv_attention_kernel<T><<<grid, kThreads, 0, stream>>>(L, qkv, keys, values, sinks, out);
   MT_CUDA_LAUNCH_CHECK();
 }
 
 #define MT_INSTANTIATE(T)                                                                      \
   template void kv_cache_attention<T>(const AttentionShape&, float, const T*, T*, T*, int64_t, \
-                                      int64_t, T*, int64_t, float, cudaStream_t);
+                                      int64_t, T*, int64_t, float, const float*, cudaStream_t);
 MT_INSTANTIATE(float)
 MT_INSTANTIATE(__nv_bfloat16)
 MT_INSTANTIATE(__half)

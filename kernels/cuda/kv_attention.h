@@ -5,7 +5,8 @@
 // applied) are appended to the caches [B, G, capacity, Dh], then each new query i attends to
 // cached positions 0..past+i (only the last `window` of them with a sliding window > 0):
 // scale, soft-capping (softcap > 0: cap * tanh(score / cap), Gemma 2), max-subtracted softmax,
-// weighted sum of the values. out is [S, B, H, Dh].
+// weighted sum of the values. out is [S, B, H, Dh]. sinks (device, fp32 [H], or null): attention
+// sinks' logits, one per head, in every row's softmax denominator (GPT-OSS).
 //
 // T in {float, __nv_bfloat16, __half} is the storage type of qkv, the caches and out; the math
 // is fp32. Dh <= 256. One block per (b, h, query): its warps split the visible keys, each keeps
@@ -25,6 +26,6 @@ inline constexpr int64_t kKvMaxHeadDim = 256;
 template <typename T>
 void kv_cache_attention(const AttentionShape& shape, float scale, const T* qkv, T* keys, T* values,
                         int64_t past, int64_t capacity, T* out, int64_t window, float softcap,
-                        cudaStream_t stream);
+                        const float* sinks, cudaStream_t stream);
 
 }  // namespace megatron::kernels::cuda

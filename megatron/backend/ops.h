@@ -68,7 +68,7 @@ void gelu_backward(const Tensor& x, const Tensor& dy, Tensor& dx,
 void tanh_forward(const Tensor& x, Tensor& y);
 void tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx);
 // Gated linear unit: x [N, 2F] = [gate | up] -> y [N, F] = act(gate) * up (SwiGLU: SiLU;
-// GeGLU: tanh GELU; quick GELU), with math::Glu's clamps and offset (GPT-OSS's; CPU only so far).
+// GeGLU: tanh GELU; quick GELU), with math::Glu's clamps and offset (GPT-OSS's).
 void glu_forward(const Tensor& x, Tensor& y, math::Glu glu = {});
 void glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Glu glu = {});
 
@@ -119,15 +119,14 @@ void rope_backward(const kernels::AttentionShape& shape, Tensor& dqkv,
 // [B, G, capacity, Dh] and attends each new query causally over the cache (the last `window`
 // positions with a sliding window > 0). CPU: fp32 only (InputError otherwise); CUDA: fp32,
 // bf16 or fp16 (one dtype for all four tensors, fp32 math, Dh <= 256). softcap > 0: scores
-// soft-capped as AttentionOptions::softcap. sinks: F32 [H] attention sinks' logits, or null
-// (CPU only).
+// soft-capped as AttentionOptions::softcap. sinks: F32 [H] attention sinks' logits, or null.
 void kv_cache_attention(const kernels::AttentionShape& shape, float scale, const Tensor& qkv,
                         Tensor& keys, Tensor& values, int64_t past, Tensor& out, int64_t window = 0,
                         float softcap = 0.0f, const Tensor* sinks = nullptr);
 // Attention sinks around the flash kernels (kernels/cpu/attention_sinks.h): sinks F32 [H], lse
 // F32 [B, H, S] (the flash forward's), out [S, B, H * Dh] scaled in place; backward writes
-// dout_scaled (may be dout) and adds into dsinks F32 [H] (null: fixed sinks). CPU only so far
-// (fp32 or the activations' dtype); the CUDA backend refuses them by name.
+// dout_scaled (may be dout) and adds into dsinks F32 [H] (null: fixed sinks). out, dout and
+// dout_scaled in the activations' dtype (kernels/cuda/attention_sinks.h on CUDA).
 void attention_sinks_forward(const kernels::AttentionShape& shape, const Tensor& sinks,
                              const Tensor& lse, Tensor& out);
 void attention_sinks_backward(const kernels::AttentionShape& shape, const Tensor& sinks,

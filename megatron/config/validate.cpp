@@ -378,17 +378,6 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
                    parallel.num_distributed_optimizer_instances,
                    " instances with model.num_experts ", model.moe.num_experts));
   }
-  c.check((model.activation != Activation::QuickGeGLU && model.glu_linear_offset == 0 &&
-           model.activation_func_clamp_value == 0) ||
-              training.device == TrainingDevice::CPU,
-          "model.activation",
-          concat(option_name(model.activation),
-                 " with glu_linear_offset / activation_func_clamp_value runs on the CPU backend "
-                 "only so far (training.device: cpu)"));
-  c.check(model.softmax_type == SoftmaxType::Vanilla || training.device == TrainingDevice::CPU,
-          "model.softmax_type",
-          concat(option_name(model.softmax_type),
-                 " (attention sinks) runs on the CPU backend only so far (training.device: cpu)"));
   c.check(
       model.attention_backend != AttentionBackend::Fused || training.device == TrainingDevice::CUDA,
       "model.attention_backend",

@@ -276,8 +276,6 @@ const Rule kRules[] = {
     {"sinks_context_a2a",
      "model: {softmax_type: off-by-one}\nparallel: {context: 2, cp_comm_type: a2a}",
      "parallel.cp_comm_type", "a2a keeps no row statistics of a rank's own heads"},
-    {"sinks_cuda", "model: {softmax_type: learnable}\ntraining: {device: cuda}",
-     "model.softmax_type", "CPU backend only so far"},
     {"sinks_name", "model: {softmax_type: sinks}", "model.softmax_type", "'sinks'"},
     {"glu_offset_not_gated", "model: {activation: gelu, glu_linear_offset: 1.0}",
      "model.activation",
@@ -285,10 +283,6 @@ const Rule kRules[] = {
      "activation_func_clamp_value apply to swiglu, geglu and quick_geglu"},
     {"glu_clamp_negative", "model: {activation: quick_geglu, activation_func_clamp_value: -7}",
      "model.activation_func_clamp_value", "got -7"},
-    {"quick_geglu_cuda", "model: {activation: quick_geglu}\ntraining: {device: cuda}",
-     "model.activation",
-     "quick_geglu with glu_linear_offset / activation_func_clamp_value runs on "
-     "the CPU backend only so far"},
     {"context_moe_etp",
      "model: {num_experts: 4}\nparallel: {context: 2, tensor: 2, expert_tensor: 1, "
      "sequence_parallel: true}",

@@ -2,7 +2,9 @@
 // rank (GPT-2: learned positions and LayerNorm; Mistral: sliding window and GQA; a trained
 // LLaMA) give the same greedy tokens on the GPU as on the CPU, through the KV cache and by full
 // recompute, and their logits (a full forward, then a cached prefill and decode step) agree
-// within 1e-4 norm-relative. These are SKIPPED without a usable GPU. Asking for CUDA where
+// within 1e-4 norm-relative; a tiny model of GPT-OSS's blocks (learned attention sinks, biases,
+// alternating windows, clamped quick-GELU experts), trained a few steps here, decodes alike.
+// These are SKIPPED without a usable GPU. Asking for CUDA where
 // there is none is an InputError that says so (that part runs here).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,13 +12,17 @@
 
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "megatron/core/device_memory.h"
 #include "megatron/inference/causal_lm.h"
 #include "megatron/inference/generate.h"
+#include "megatron/training/mock_source.h"
+#include "megatron/training/trainer.h"
 #include "models/hf_checkpoint.h"
 #include "tests/support/rel_error.h"
 #include "tests/support/test_paths.h"
@@ -109,6 +115,50 @@ TEST_F(CudaInference, GreedyGenerationOnTheGpuMatchesTheCpu) {
     o.use_cache = false;
     EXPECT_EQ(inference::generate(gpu, prompt, o).tokens, on_cpu.tokens);
   }
+}
+
+// GPT-OSS's blocks, trained 3 steps on the CPU (so the sinks and biases are not their
+// initial values) and saved; the GPU decodes the checkpoint as the CPU does.
+TEST_F(CudaInference, GptOssBlocksDecodeOnTheGpuAsOnTheCpu) {
+  if (!device_available(Device::CUDA)) GTEST_SKIP() << "no usable CUDA device (or no CUDA build)";
+  const std::string ckpt = (dir_ / "gpt_oss").string();
+  const std::string recipe =
+      "model: {arch: llama, num_layers: 2, hidden_size: 64, num_attention_heads: 4,"
+      " num_query_groups: 2, seq_length: 32, vocab_size: 96, make_vocab_size_divisible_by: 32,"
+      " normalization: rmsnorm, position_embedding: rope, tie_embeddings: false,"
+      " activation: quick_geglu, glu_linear_offset: 1.0, activation_func_clamp_value: 7.0,"
+      " add_bias: true, add_qkv_bias: true, softmax_type: learnable, window_size: [7, 0],"
+      " window_attn_skip_freq: 2, num_experts: 4, moe_router_topk: 2, moe_ffn_hidden_size: 48}\n"
+      "training: {device: cpu, micro_batch_size: 2, global_batch_size: 2, train_iters: 3,"
+      " eval_interval: 0, eval_iters: 0, seed: 7, peak_tflops: 1.0}\n"
+      "optimizer: {lr: 0.01, schedule: {warmup_iters: 1}}\n"
+      "data: {mock: true, tokenizer: {type: NullTokenizer, vocab_size: 96}}\n"
+      "checkpoint: {save: " +
+      ckpt + ", save_interval: 3}\nlogging: {interval: 100}\n";
+  auto tp = parallel::make_single_process_communicator();
+  {
+    std::ostringstream log;
+    training::Trainer t(config::parse_recipe_string(recipe, "gpt_oss_decode.yaml"), 96,
+                        std::make_shared<training::MockTokenSource>(32, 96, 5), nullptr, *tp, log);
+    (void)t.run();
+  }
+  const std::vector<int32_t> prompt = {3, 17, 42, 8, 8, 61, 5, 90, 12, 33, 7};
+  const int64_t steps = 12, length = static_cast<int64_t>(prompt.size()) + steps;
+  const inference::CausalLM cpu(ckpt, std::nullopt, *tp, length);
+  const inference::CausalLM gpu(ckpt, std::nullopt, *tp, length, Device::CUDA);
+  EXPECT_LE(megatron::testing::rel_error(values(gpu.forward(column(prompt)).logits),
+                                         values(cpu.forward(column(prompt)).logits)),
+            1e-4);
+  KvCache cc = cpu.make_cache(), gc = gpu.make_cache();
+  for (const std::vector<int32_t>& chunk :
+       {std::vector<int32_t>(prompt.begin(), prompt.end() - 1), std::vector<int32_t>{9}}) {
+    const auto a = gpu.forward(column(chunk), Tensor(), &gc);
+    const auto b = cpu.forward(column(chunk), Tensor(), &cc);
+    EXPECT_LE(megatron::testing::rel_error(values(a.logits), values(b.logits)), 1e-4);
+  }
+  inference::SamplingOptions o;
+  o.max_new_tokens = steps;  // past the window of 7: the cache's window and sinks both matter
+  EXPECT_EQ(inference::generate(gpu, prompt, o).tokens, inference::generate(cpu, prompt, o).tokens);
 }
 
 }  // namespace

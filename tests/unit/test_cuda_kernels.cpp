@@ -120,12 +120,22 @@ TYPED_TEST(CudaOps, Elementwise) {
   const auto x = rounded<T>(randn(rows * 2 * F, 3, 2.0f)), dy = rounded<T>(randn(rows * F, 4));
   std::vector<float> y(rows * F), dx(rows * 2 * F);
   Dev<T> dx_in(x), ddy(dy), dy_out(rows * F), ddx(rows * 2 * F);
-  for (const math::GluGate gate : {math::GluGate::Silu, math::GluGate::GeluTanh}) {
-    kp::glu_forward(x.data(), y.data(), rows, F, gate);
-    kc::glu_forward(dx_in.p(), dy_out.p(), rows, F, gate, nullptr);
+  // GPT-OSS's unit clamps at 7 with an offset of 1; at limit 1.5 about a third of the N(0, 2)
+  // inputs fall outside the clamps, so the gradients' pass-through masks are exercised.
+  const math::Glu glus[] = {math::GluGate::Silu,
+                            math::GluGate::GeluTanh,
+                            math::GluGate::QuickGelu,
+                            math::Glu(math::GluGate::QuickGelu, 7.0f, 1.0f),
+                            math::Glu(math::GluGate::QuickGelu, 1.5f, 1.0f),
+                            math::Glu(math::GluGate::Silu, 0.0f, 0.5f)};
+  for (const math::Glu& glu : glus) {
+    SCOPED_TRACE(::testing::Message()
+                 << "gate " << int(glu.gate) << " limit " << glu.limit << " offset " << glu.offset);
+    kp::glu_forward(x.data(), y.data(), rows, F, glu);
+    kc::glu_forward(dx_in.p(), dy_out.p(), rows, F, glu, nullptr);
     EXPECT_CLOSE(dy_out.get(), y, tol<T>());
-    kp::glu_backward(x.data(), dy.data(), dx.data(), rows, F, gate);
-    kc::glu_backward(dx_in.p(), ddy.p(), ddx.p(), rows, F, gate, nullptr);
+    kp::glu_backward(x.data(), dy.data(), dx.data(), rows, F, glu);
+    kc::glu_backward(dx_in.p(), ddy.p(), ddx.p(), rows, F, glu, nullptr);
     EXPECT_CLOSE(ddx.get(), dx, tol<T>());
   }
 }

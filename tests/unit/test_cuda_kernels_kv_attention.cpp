@@ -2,7 +2,8 @@
 // (kernels/cpu/kv_attention.h) on the same rounded inputs, for each storage type: decode steps
 // (S = 1) and prefills (S > 1), with and without earlier cached positions, sliding windows,
 // GQA/MQA, head dims up to 256, caches longer than one block's first pass of tiles, with and
-// without soft-capped scores; then a whole decode (prefill and steps, soft-capped) chained
+// without soft-capped scores, with and without attention sinks (GPT-OSS); then a whole decode
+// (prefill and steps, soft-capped, with sinks) chained
 // through device-resident caches. Outputs compare by
 // norm-relative error (per-dtype tolerances), the appended cache rows exactly. Without a CUDA
 // build or a GPU every test reports SKIPPED (never passed).
@@ -72,25 +73,33 @@ TYPED_TEST(CudaOps, KvCacheAttentionMatchesTheCpu) {
       {64, 200, 0, 1, 4, 1, 96, 264},  // a long chunk, MQA
   };
   for (const float cap : {0.0f, 1.5f})  // soft-capped scores (Gemma 2) too
-    for (const Case& c : cases) {
-      const AttentionShape s{c.S, c.B, c.H, c.G, c.Dh};
-      const float scale = 1.0f / std::sqrt(float(c.Dh));
-      const int64_t n_qkv = c.S * c.B * (c.H + 2 * c.G) * c.Dh,
-                    n_cache = c.B * c.G * c.capacity * c.Dh;
-      const auto qkv = rounded<T>(randn(n_qkv, 71, 1.0f));
-      // Earlier positions hold what earlier steps appended; the rest of the cache is untouched.
-      auto keys = rounded<T>(randn(n_cache, 72)), values = rounded<T>(randn(n_cache, 73));
-      Dev<T> dq(qkv), dk(keys), dv(values), dout(c.S * c.B * c.H * c.Dh);
-      std::vector<float> out(static_cast<size_t>(c.S * c.B * c.H * c.Dh));
-      kp::kv_cache_attention(s, scale, qkv.data(), keys.data(), values.data(), c.past, c.capacity,
-                             out.data(), c.window, cap);
-      kc::kv_cache_attention<T>(s, scale, dq.p(), dk.p(), dv.p(), c.past, c.capacity, dout.p(),
-                                c.window, cap, nullptr);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << c.str() << " softcap " << cap;
-      EXPECT_CLOSE(dout.get(), out, tol<T>()) << c.str() << " softcap " << cap;
-      EXPECT_EQ(dk.get(), keys) << c.str();
-      EXPECT_EQ(dv.get(), values) << c.str();
-    }
+    for (const bool with_sinks : {false, true})
+      for (const Case& c : cases) {
+        // Sinks around the scores' size: each takes a visible share of the denominator.
+        const std::vector<float> sinks = randn(c.H, 74, 2.0f);
+        Dev<float> dsinks(sinks);
+        const float* cpu_sinks = with_sinks ? sinks.data() : nullptr;
+        const float* gpu_sinks = with_sinks ? dsinks.p() : nullptr;
+        const AttentionShape s{c.S, c.B, c.H, c.G, c.Dh};
+        const float scale = 1.0f / std::sqrt(float(c.Dh));
+        const int64_t n_qkv = c.S * c.B * (c.H + 2 * c.G) * c.Dh,
+                      n_cache = c.B * c.G * c.capacity * c.Dh;
+        const auto qkv = rounded<T>(randn(n_qkv, 71, 1.0f));
+        // Earlier positions hold what earlier steps appended; the rest of the cache is untouched.
+        auto keys = rounded<T>(randn(n_cache, 72)), values = rounded<T>(randn(n_cache, 73));
+        Dev<T> dq(qkv), dk(keys), dv(values), dout(c.S * c.B * c.H * c.Dh);
+        std::vector<float> out(static_cast<size_t>(c.S * c.B * c.H * c.Dh));
+        kp::kv_cache_attention(s, scale, qkv.data(), keys.data(), values.data(), c.past, c.capacity,
+                               out.data(), c.window, cap, cpu_sinks);
+        kc::kv_cache_attention<T>(s, scale, dq.p(), dk.p(), dv.p(), c.past, c.capacity, dout.p(),
+                                  c.window, cap, gpu_sinks, nullptr);
+        const std::string what =
+            c.str() + " softcap " + std::to_string(cap) + (with_sinks ? " sinks" : "");
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+        EXPECT_CLOSE(dout.get(), out, tol<T>()) << what;
+        EXPECT_EQ(dk.get(), keys) << c.str();
+        EXPECT_EQ(dv.get(), values) << c.str();
+      }
 }
 
 // A prompt of 11 positions, then 6 single-token steps, the caches never leaving the device:
@@ -100,6 +109,8 @@ TYPED_TEST(CudaOps, KvCacheDecodeStepsChainOnTheDevice) {
   using T = TypeParam;
   const int64_t B = 2, H = 6, G = 2, Dh = 48, prompt = 11, steps = 6, window = 8;
   const float softcap = 2.0f;
+  const std::vector<float> sinks = randn(H, 82, 1.0f);
+  Dev<float> dsinks(sinks);
   const int64_t capacity = prompt + steps, row = B * (H + 2 * G) * Dh;
   const float scale = 1.0f / std::sqrt(float(Dh));
   const auto qkv = rounded<T>(randn(capacity * row, 81));
@@ -111,10 +122,10 @@ TYPED_TEST(CudaOps, KvCacheDecodeStepsChainOnTheDevice) {
     const std::vector<float> chunk(qkv.begin() + past * row, qkv.begin() + (past + S) * row);
     std::vector<float> out(static_cast<size_t>(S * B * H * Dh));
     kp::kv_cache_attention(s, scale, chunk.data(), keys.data(), values.data(), past, capacity,
-                           out.data(), window, softcap);
+                           out.data(), window, softcap, sinks.data());
     Dev<T> dq(chunk), dout(out.size());
     kc::kv_cache_attention<T>(s, scale, dq.p(), dk.p(), dv.p(), past, capacity, dout.p(), window,
-                              softcap, nullptr);
+                              softcap, dsinks.p(), nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << "past " << past;
     EXPECT_CLOSE(dout.get(), out, tol<T>()) << "past " << past << " S " << S;
     past += S;
@@ -127,11 +138,12 @@ TEST(CudaKernelsKvAttention, RefusesWhatItDoesNotRun) {
   REQUIRE_GPU();
   Dev<float> buf(64);
   // Dh over 256 and positions past the capacity are errors, not silent overruns.
-  EXPECT_THROW(kc::kv_cache_attention<float>(AttentionShape{1, 1, 1, 1, 512}, 1.0f, buf.p(),
-                                             buf.p(), buf.p(), 0, 1, buf.p(), 0, 0.0f, nullptr),
-               megatron::Error);
+  EXPECT_THROW(
+      kc::kv_cache_attention<float>(AttentionShape{1, 1, 1, 1, 512}, 1.0f, buf.p(), buf.p(),
+                                    buf.p(), 0, 1, buf.p(), 0, 0.0f, nullptr, nullptr),
+      megatron::Error);
   EXPECT_THROW(kc::kv_cache_attention<float>(AttentionShape{2, 1, 1, 1, 4}, 1.0f, buf.p(), buf.p(),
-                                             buf.p(), 3, 4, buf.p(), 0, 0.0f, nullptr),
+                                             buf.p(), 3, 4, buf.p(), 0, 0.0f, nullptr, nullptr),
                megatron::Error);
 }
 

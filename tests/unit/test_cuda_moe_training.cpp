@@ -1,6 +1,8 @@
 // training.device: cuda with mixture-of-experts layers (megatron/transformer/moe): a tiny
 // Mixtral-style model (LLaMA blocks, routed SwiGLU experts, aux and z losses; a second variant
-// with sigmoid routing, a shared expert, expert bias and capacity drops with padding) trains a
+// with sigmoid routing, a shared expert, expert bias and capacity drops with padding; GPT-OSS's
+// blocks: learned attention sinks, biases, alternating windows, the clamped quick-GELU unit in
+// biased experts behind a biased router) trains a
 // few steps on the GPU and on the CPU from the same seed and data, as test_cuda_training.cpp:
 // losses, gradient norms and the router statistics agree within a per-dtype tolerance. The CPU
 // runs everywhere (they check the recipes and the device-generic MoE path the GPU shares); the
@@ -17,10 +19,18 @@
 namespace megatron {
 namespace {
 
+// LLaMA's blocks (the first cases); the model section's keys that replace them.
+const char* const kLlamaBlock = ", activation: swiglu, add_bias: false";
+const char* const kGptOssBlock =
+    ", activation: quick_geglu, glu_linear_offset: 1.0, activation_func_clamp_value: 7.0,"
+    " add_bias: true, add_qkv_bias: true, softmax_type: learnable, window_size: [7, 0],"
+    " window_attn_skip_freq: 2";
+
 struct Case {
   std::string name;
   std::string precision;  // fp32 | bf16
   std::string moe_keys;   // the model section's moe_* keys
+  std::string block_keys = kLlamaBlock;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name << "/" << c.precision; }
@@ -42,8 +52,8 @@ config::Recipe moe_recipe(const Case& c, const std::string& device) {
   y << "model: {arch: llama, num_layers: 2, hidden_size: 64, num_attention_heads: 4,"
     << " num_query_groups: 2, ffn_hidden_size: 176, seq_length: " << kSeq
     << ", vocab_size: " << kVocab << ", make_vocab_size_divisible_by: 32,"
-    << " normalization: rmsnorm, activation: swiglu, position_embedding: rope,"
-    << " tie_embeddings: false, add_bias: false" << c.moe_keys << "}\n"
+    << " normalization: rmsnorm, position_embedding: rope, tie_embeddings: false" << c.block_keys
+    << c.moe_keys << "}\n"
     << "training: {device: " << device << ", precision: " << c.precision
     << ", micro_batch_size: 2, global_batch_size: 4, train_iters: 4, eval_interval: 0,"
     << " eval_iters: 0, seed: 7, peak_tflops: 1.0}\n"
@@ -95,7 +105,9 @@ TEST_P(CudaMoeTraining, LossesAndRouterStatisticsMatchTheCpuRun) {
 INSTANTIATE_TEST_SUITE_P(Models, CudaMoeTraining,
                          testing::Values(Case{"top2", "fp32", kTop2}, Case{"top2", "bf16", kTop2},
                                          Case{"capacity", "fp32", kCapacity},
-                                         Case{"capacity", "bf16", kCapacity}),
+                                         Case{"capacity", "bf16", kCapacity},
+                                         Case{"gpt_oss", "fp32", kTop2, kGptOssBlock},
+                                         Case{"gpt_oss", "bf16", kTop2, kGptOssBlock}),
                          [](const testing::TestParamInfo<Case>& info) {
                            return info.param.name + "_" + info.param.precision;
                          });

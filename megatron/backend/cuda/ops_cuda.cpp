@@ -183,32 +183,21 @@ void CudaOps::tanh_backward(const Tensor& y, const Tensor& dy, Tensor& dx) const
   });
 }
 
-// GPT-OSS's gated unit (quick GELU, clamps, offset) has CPU kernels only so far.
-static void require_cuda_glu(const char* op, const math::Glu& glu) {
-  MT_INPUT_CHECK(glu.plain() && glu.gate != math::GluGate::QuickGelu, op,
-                 ": the quick-GELU gated unit with clamps and offset (model.activation "
-                 "quick_geglu) runs on the CPU backend only so far");
-}
-
 void CudaOps::glu_forward(const Tensor& x, Tensor& y, math::Glu glu) const {
   const char* op = "glu_forward";
-  require_cuda_glu(op, glu);
-  const math::GluGate gate = glu.gate;
   const int64_t f = y.dim(y.ndim() - 1), n = y.numel() / f;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&y, "y"}});
-    kc::glu_forward<T>(ptr<T>(x), ptr<T>(y), n, f, gate, stream());
+    kc::glu_forward<T>(ptr<T>(x), ptr<T>(y), n, f, glu, stream());
   });
 }
 
 void CudaOps::glu_backward(const Tensor& x, const Tensor& dy, Tensor& dx, math::Glu glu) const {
   const char* op = "glu_backward";
-  require_cuda_glu(op, glu);
-  const math::GluGate gate = glu.gate;
   const int64_t f = dy.dim(dy.ndim() - 1), n = dy.numel() / f;
   with_storage_type(x.dtype(), op, "x", [&]<typename T>() {
     expect_all<T>(op, {{&dy, "dy"}, {&dx, "dx"}});
-    kc::glu_backward<T>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), n, f, gate, stream());
+    kc::glu_backward<T>(ptr<T>(x), ptr<T>(dy), ptr<T>(dx), n, f, glu, stream());
   });
 }
 

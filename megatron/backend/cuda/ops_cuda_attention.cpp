@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_sinks.h"
 #include "kernels/cuda/flash_attention.h"
 #include "kernels/cuda/flash_block.h"
 #include "kernels/cuda/kv_attention.h"
@@ -60,11 +61,6 @@ void require_device_pointer(const void* p, const char* op, const char* what) {
 constexpr const char* kNoUnfusedSoftcap =
     "model.attn_logit_softcapping runs the flash kernels (model.attention_backend auto or flash), "
     "not unfused attention";
-// Attention sinks (model.softmax_type) have CPU kernels only so far.
-constexpr const char* kSinksCpuOnly =
-    "model.softmax_type learnable / off-by-one (attention sinks) runs on the CPU backend only so "
-    "far (training.device: cpu)";
-
 namespace {
 // Whether fused attention runs on cuDNN: never for soft-capped scores (refused under `fused`).
 bool fused_on_cudnn(const kernels::AttentionShape& s, const kernels::AttentionOptions& opt,
@@ -278,22 +274,38 @@ void CudaOps::kv_cache_attention(const kernels::AttentionShape& s, float scale, 
                                  Tensor& keys, Tensor& values, int64_t past, Tensor& out,
                                  int64_t window, float softcap, const Tensor* sinks) const {
   const char* op = "kv_cache_attention";
-  MT_INPUT_CHECK(sinks == nullptr, kSinksCpuOnly);
+  if (sinks != nullptr) expect(op, *sinks, "sinks", DType::F32);
   with_storage_type(qkv.dtype(), op, "qkv", [&]<typename T>() {
     expect_all<T>(op, {{&keys, "keys"}, {&values, "values"}, {&out, "out"}});
     kc::kv_cache_attention<T>(s, scale, ptr<T>(qkv), ptr<T>(keys), ptr<T>(values), past,
-                              keys.dim(2), ptr<T>(out), window, softcap, stream());
+                              keys.dim(2), ptr<T>(out), window, softcap,
+                              sinks != nullptr ? ptr<float>(*sinks) : nullptr, stream());
   });
 }
 
-void CudaOps::attention_sinks_forward(const kernels::AttentionShape&, const Tensor&, const Tensor&,
-                                      Tensor&) const {
-  throw InputError(kSinksCpuOnly);
+void CudaOps::attention_sinks_forward(const kernels::AttentionShape& s, const Tensor& sinks,
+                                      const Tensor& lse, Tensor& out) const {
+  const char* op = "attention_sinks_forward";
+  expect(op, sinks, "sinks", DType::F32);
+  expect(op, lse, "lse", DType::F32);
+  with_storage_type(out.dtype(), op, "out", [&]<typename T>() {
+    kc::attention_sinks_forward<T>(s, ptr<float>(sinks), ptr<float>(lse), ptr<T>(out), stream());
+  });
 }
 
-void CudaOps::attention_sinks_backward(const kernels::AttentionShape&, const Tensor&, const Tensor&,
-                                       const Tensor&, const Tensor&, Tensor&, Tensor*) const {
-  throw InputError(kSinksCpuOnly);
+void CudaOps::attention_sinks_backward(const kernels::AttentionShape& s, const Tensor& sinks,
+                                       const Tensor& lse, const Tensor& out, const Tensor& dout,
+                                       Tensor& dout_scaled, Tensor* dsinks) const {
+  const char* op = "attention_sinks_backward";
+  expect(op, sinks, "sinks", DType::F32);
+  expect(op, lse, "lse", DType::F32);
+  if (dsinks != nullptr) expect(op, *dsinks, "dsinks", DType::F32);
+  with_storage_type(out.dtype(), op, "out", [&]<typename T>() {
+    expect_all<T>(op, {{&dout, "dout"}, {&dout_scaled, "dout_scaled"}});
+    kc::attention_sinks_backward<T>(s, ptr<float>(sinks), ptr<float>(lse), ptr<T>(out),
+                                    ptr<T>(dout), ptr<T>(dout_scaled),
+                                    dsinks != nullptr ? ptr<float>(*dsinks) : nullptr, stream());
+  });
 }
 
 }  // namespace megatron::ops::cuda_backend

@@ -10,6 +10,7 @@
 #include "megatron/hf/convert.h"
 #include "megatron/hf/hf_dtype.h"
 #include "models/gpt/hf_gemma3_multimodal.h"
+#include "models/gpt/hf_gpt_oss.h"
 #include "models/hf_models.h"
 #include "models/registry.h"
 
@@ -133,7 +134,7 @@ namespace {
 
 // DeepSeek-V3's multi-token-prediction layers (model.layers.{num_hidden_layers + k}.*, as
 // released) are left out, as transformers does: multi-token prediction is not built here yet.
-void leave_out_mtp_layers(const hf::ConfigJson& c, const hf::HfTensors& tensors,
+void leave_out_mtp_layers(const hf::ConfigJson& c, const hf::TensorSource& tensors,
                           const config::ModelConfig& m, hf::ImportRequest& req,
                           HfImportResult& result) {
   const int64_t mtp = c.integer_or("num_nextn_predict_layers", 0);
@@ -221,8 +222,11 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
   const config::ModelConfig model = model_from_hf_config(cfg);
   HfImportResult result;
   result.architecture = cfg.architecture();
-  hf::HfTensors tensors(o.hf_dir);
-  tensors.set_fp8_blocks(hf::fp8_blocks_of(loaded));
+  hf::HfTensors files(o.hf_dir);
+  // (GPT-OSS's quantization_config, mxfp4, is its fused experts' business)
+  const std::vector<hf::FusedExperts> fused = hf_fused_experts(result.architecture, model);
+  if (fused.empty()) files.set_fp8_blocks(hf::fp8_blocks_of(loaded));
+  const hf::FusedExpertSource tensors(files, fused);
   if (fs::exists(fs::path(o.out_dir) / "latest", ec) ||
       fs::exists(fs::path(o.out_dir) / "iter_0000000", ec))
     throw InputError(concat(o.out_dir, " already holds a checkpoint (nothing is overwritten)"));
@@ -274,7 +278,7 @@ HfImportResult import_hf_checkpoint(const HfImportOptions& o) {
       {"recipe", recipe.to_json()},
       {"hf",
        {{"architecture", result.architecture},
-        {"dtype", tensors.common_dtype()},
+        {"dtype", files.common_dtype()},
         {"source", fs::absolute(o.hf_dir).lexically_normal().string()},
         {"config", cfg.json()}}}};
   hf::import_to_native(tensors, req);
@@ -348,7 +352,7 @@ std::map<std::string, std::string> tokenizer_files_of(const config::Recipe& reci
 }  // namespace
 
 namespace {
-// GPT-OSS's block features, which no Hugging Face family here converts yet.
+// GPT-OSS's block features, which only GptOssForCausalLM holds.
 std::string gpt_oss_feature(const config::ModelConfig& m) {
   if (m.softmax_type != config::SoftmaxType::Vanilla)
     return concat("model.softmax_type ", config::option_name(m.softmax_type), " (attention sinks)");
@@ -380,9 +384,8 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
     throw InputError(
         concat("architecture '", result.architecture, "' is not one this build exports"));
   const std::string unexported = gpt_oss_feature(model);
-  MT_INPUT_CHECK(unexported.empty(), meta_path, ": ", unexported,
-                 " exports to no Hugging Face architecture here yet (GptOssForCausalLM's "
-                 "conversion is not implemented)");
+  MT_INPUT_CHECK(unexported.empty() || result.architecture == kGptOss, meta_path, ": ", unexported,
+                 " exports as ", kGptOss, " only (not ", result.architecture, ")");
   result.dtype = o.dtype;
   if (result.dtype.empty() && hf_meta.contains("dtype") && hf_meta["dtype"].is_string())
     result.dtype = hf_meta["dtype"].get<std::string>();
@@ -398,6 +401,7 @@ HfExportResult export_hf_checkpoint(const HfExportOptions& o) {
   if (recipe.peft.lora() && o.merge_lora)
     req.lora_scale = static_cast<float>(recipe.peft.alpha / static_cast<double>(recipe.peft.dim));
   req.drop_lora = recipe.peft.lora() && !o.merge_lora;
+  req.fused = hf_fused_experts(result.architecture, model);
   req.files["config.json"] =
       hf_config_for(model, result.architecture, result.dtype, original).dump(2) + "\n";
   for (auto& [name, bytes] : tokenizer_files(recipe)) req.files[name] = std::move(bytes);

@@ -5,6 +5,7 @@
 #include "models/gpt/hf_deepseek.h"
 #include "models/gpt/hf_gemma.h"
 #include "models/gpt/hf_gemma3_multimodal.h"
+#include "models/gpt/hf_gpt_oss.h"
 #include "models/gpt/hf_neox.h"
 #include "models/gpt/hf_olmo2.h"
 #include "models/registry.h"
@@ -70,6 +71,7 @@ std::vector<std::string> hf_architectures() {
           kGemma2,
           kGemma3,
           kDeepseekV3,
+          kGptOss,
           "BertForPreTraining",
           "BertForMaskedLM"};
 }
@@ -79,7 +81,7 @@ config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
   if (c.architecture() == kGemma3Multimodal) return model_from_hf_config(gemma3_text_config(c));
   const std::string arch = c.architecture();
   if (!is_hf_decoder(arch) && !is_hf_bert(arch) && !is_hf_neox(arch) && !is_hf_olmo2(arch) &&
-      !is_hf_gemma(arch) && !is_hf_deepseek(arch)) {
+      !is_hf_gemma(arch) && !is_hf_deepseek(arch) && !is_hf_gpt_oss(arch)) {
     std::string names;
     for (const auto& a : hf_architectures()) names += (names.empty() ? "" : ", ") + a;
     c.fail("architectures", concat("'", arch, "' is not one this build converts (", names, "; ",
@@ -90,6 +92,7 @@ config::ModelConfig model_from_hf_config(const hf::ConfigJson& c) {
                                 : is_hf_olmo2(arch)    ? olmo2_model_from_hf(c)
                                 : is_hf_gemma(arch)    ? gemma_model_from_hf(c, arch)
                                 : is_hf_deepseek(arch) ? deepseek_model_from_hf(c)
+                                : is_hf_gpt_oss(arch)  ? gpt_oss_model_from_hf(c)
                                                        : decoder_model_from_hf(c, arch);
   try {
     m.validate();
@@ -104,6 +107,7 @@ std::string hf_architecture_for(const config::Recipe& r) {
   if (is_neox_model(r.model)) return kGptNeoX;
   if (is_olmo2_model(r.model)) return kOlmo2;
   if (r.model.mla.enabled()) return kDeepseekV3;
+  if (is_gpt_oss_model(r.model)) return kGptOss;
   if (const std::string gemma = gemma_architecture_for(r.model); !gemma.empty()) return gemma;
   return decoder_architecture_for(r.model);
 }
@@ -117,6 +121,7 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& m, const std::st
   if (is_hf_olmo2(arch)) return olmo2_hf_config(m, dtype, original);
   if (is_hf_gemma(arch)) return gemma_hf_config(m, arch, dtype, original);
   if (is_hf_deepseek(arch)) return deepseek_hf_config(m, dtype, original);
+  if (is_hf_gpt_oss(arch)) return gpt_oss_hf_config(m, dtype, original);
   return decoder_hf_config(m, arch, dtype, original);
 }
 
@@ -127,6 +132,7 @@ std::vector<hf::TensorMapping> hf_mappings(const std::string& arch, const config
   if (is_hf_olmo2(arch)) return olmo2_mappings(m, padded_vocab);
   if (is_hf_gemma(arch)) return gemma_mappings(m, arch, padded_vocab);
   if (is_hf_deepseek(arch)) return deepseek_mappings(m, padded_vocab, hf_config);
+  if (is_hf_gpt_oss(arch)) return gpt_oss_mappings(m, padded_vocab);
   MT_INPUT_CHECK(!m.mla.enabled(), arch, " has no multi-latent attention (", kDeepseekV3, " does)");
   return decoder_mappings(arch, m, padded_vocab);
 }
@@ -137,7 +143,14 @@ std::set<std::string> hf_ignored_tensors(const std::string& arch, const config::
   if (is_hf_olmo2(arch)) return olmo2_ignored_tensors(m);
   if (is_hf_gemma(arch)) return gemma_ignored_tensors(m);
   if (is_hf_deepseek(arch)) return deepseek_ignored_tensors(m);
+  if (is_hf_gpt_oss(arch)) return gpt_oss_ignored_tensors(m);
   return decoder_ignored_tensors(arch, m);
+}
+
+std::vector<hf::FusedExperts> hf_fused_experts(const std::string& arch,
+                                               const config::ModelConfig& m) {
+  if (is_hf_gpt_oss(arch)) return gpt_oss_fused_experts(m);
+  return {};
 }
 
 std::string hf_alternative_name(const std::string& arch, const std::string& name) {

@@ -12,6 +12,7 @@
 
 #include "megatron/config/recipe.h"
 #include "megatron/hf/convert.h"
+#include "megatron/hf/fused_experts.h"
 #include "megatron/hf/hf_config.h"
 
 namespace megatron::models {
@@ -31,6 +32,10 @@ nlohmann::ordered_json hf_config_for(const config::ModelConfig& model,
 std::vector<hf::TensorMapping> hf_mappings(const std::string& architecture,
                                            const config::ModelConfig& model, int64_t padded_vocab,
                                            const nlohmann::json& hf_config = nlohmann::json());
+// The tensors of `architecture` that hold every expert of a layer (GPT-OSS's), which the
+// mappings name slab by slab (hf/fused_experts.h); empty for the others.
+std::vector<hf::FusedExperts> hf_fused_experts(const std::string& architecture,
+                                               const config::ModelConfig& model);
 // Another name a checkpoint of `architecture` may store the HF tensor `name` under (empty: none).
 std::string hf_alternative_name(const std::string& architecture, const std::string& name);
 std::set<std::string> hf_ignored_tensors(const std::string& architecture,

@@ -273,7 +273,13 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
     if (req.lora_scale != 0.0f || req.drop_lora)
       for (const std::string& adapter : lora_names(m.native))
         if (index.tensors.count(kModelPrefix + adapter)) mapped.insert(kModelPrefix + adapter);
-    for (const HfSource& s : m.sources) out.push_back({s.name, s.shape, req.dtype});
+    for (const HfSource& s : m.sources) {
+      const auto [fused, e] = find_expert_slab(req.fused, s.name);
+      if (fused == nullptr)
+        out.push_back({s.name, s.shape, req.dtype});
+      else if (e == 0)
+        out.push_back({fused->name, fused->shape(), req.dtype});
+    }
   }
   for (const auto& [name, t] : index.tensors)
     if (name.rfind(kModelPrefix, 0) == 0 && !mapped.count(name) &&
@@ -286,7 +292,13 @@ void export_to_hf(checkpoint::Reader& native, const ExportRequest& req,
     merge_lora(native, m, req.lora_scale, full);
     const auto sources = m.export_sources(full);
     full = {};
-    for (size_t s = 0; s < sources.size(); ++s) writer.write(m.sources[s].name, sources[s].data());
+    for (size_t s = 0; s < sources.size(); ++s) {
+      const auto [fused, e] = find_expert_slab(req.fused, m.sources[s].name);
+      if (fused == nullptr)
+        writer.write(m.sources[s].name, sources[s].data());
+      else
+        writer.write_slab(fused->name, e, fused->experts, sources[s].data());
+    }
   }
   for (const auto& [name, contents] : req.files) writer.add_file(name, contents);
   writer.commit();

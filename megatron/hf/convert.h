@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "megatron/checkpoint/checkpoint.h"
+#include "megatron/hf/fused_experts.h"
 #include "megatron/hf/hf_directory.h"
 #include "megatron/hf/tensor_map.h"
 #include "megatron/params/parameter.h"
@@ -58,6 +59,8 @@ struct ExportRequest {
   float lora_scale = 0.0f;
   // Export the weights without their adapters instead (the base of a PEFT adapter).
   bool drop_lora = false;
+  // Tensors the mappings fill slab by slab (`<fused>[e]`, hf/fused_experts.h): written whole.
+  std::vector<FusedExperts> fused;
 };
 
 // Reads each mapped tensor whole from the native checkpoint (any layout) and writes the HF

@@ -191,6 +191,51 @@ std::vector<float> HfTensors::read(const std::string& name,
   return out;
 }
 
+namespace {
+// The byte range of slab `index` of `count` along t's first dimension.
+std::pair<uint64_t, uint64_t> slab_bytes(const std::string& path, const st::TensorInfo& t,
+                                         int64_t index, int64_t count) {
+  if (t.shape.empty() || count <= 0 || t.shape[0] % count != 0 || index < 0 || index >= count)
+    throw InputError(concat(path, ": tensor '", t.name, "' of shape ", shape_text(t.shape),
+                            " cannot be cut into ", count, " slabs along its first dimension"));
+  const uint64_t per = t.nbytes() / static_cast<uint64_t>(count);
+  return {per * static_cast<uint64_t>(index), per};
+}
+}  // namespace
+
+std::vector<float> HfTensors::read_slab(const std::string& name, int64_t index,
+                                        int64_t count) const {
+  const st::TensorInfo& t = info(name);
+  const st::File& file = files_[where_.at(name).first];
+  if (!float_dtype(t.dtype))
+    throw InputError(concat(file.path(), ": tensor '", name, "' has dtype ", t.dtype,
+                            " (F32, BF16 or F16 convert)"));
+  const auto [offset, bytes] = slab_bytes(file.path(), t, index, count);
+  const int64_t n = static_cast<int64_t>(bytes / t.element_size);
+  std::vector<char> raw(bytes);
+  file.read_bytes(t, offset, bytes, raw.data());
+  std::vector<float> out(static_cast<size_t>(n));
+  to_float(t.dtype, raw.data(), out.data(), n);
+  if (const int64_t bad = count_non_finite(out.data(), n); bad > 0)
+    throw InputError(concat(file.path(), ": tensor '", name, "' holds ", non_finite_text(bad),
+                            " in slab ", index, " of ", count,
+                            "; the checkpoint is damaged or was saved after a diverged step"));
+  return out;
+}
+
+std::vector<uint8_t> HfTensors::read_slab_bytes(const std::string& name, int64_t index,
+                                                int64_t count) const {
+  const st::TensorInfo& t = info(name);
+  const st::File& file = files_[where_.at(name).first];
+  if (t.dtype != "U8")
+    throw InputError(concat(file.path(), ": tensor '", name, "' has dtype ", t.dtype,
+                            " (MXFP4 blocks and scales are U8)"));
+  const auto [offset, bytes] = slab_bytes(file.path(), t, index, count);
+  std::vector<uint8_t> out(bytes);
+  file.read_bytes(t, offset, bytes, out.data());
+  return out;
+}
+
 std::string HfTensors::common_dtype() const {
   std::map<std::string, uint64_t> bytes;
   for (const auto& [name, w] : where_) bytes[w.second->dtype] += w.second->nbytes();
@@ -251,20 +296,26 @@ HfWriter::~HfWriter() {
   fs::remove_all(tmp_, ec);
 }
 
-void HfWriter::write(const std::string& name, const float* data) {
+void HfWriter::write(const std::string& name, const float* data) { write_slab(name, 0, 1, data); }
+
+void HfWriter::write_slab(const std::string& name, int64_t index, int64_t count,
+                          const float* data) {
   const auto it = where_.find(name);
   MT_CHECK(it != where_.end(), "HfWriter: no tensor ", name);
   const auto [f, e] = it->second;
   const auto [begin, end] = streams_[f]->layout().data_offsets(e);
   const std::string& dtype = streams_[f]->layout().dtype_of(e);
   const uint64_t esize = *st::dtype_size(dtype);
-  const int64_t numel = static_cast<int64_t>((end - begin) / esize);
+  const int64_t total = static_cast<int64_t>((end - begin) / esize);
+  MT_CHECK(count > 0 && total % count == 0 && index >= 0 && index < count, "HfWriter: slab ", index,
+           " of ", count, " of ", name);
+  const int64_t numel = total / count, first = index * numel;
   constexpr int64_t kChunk = int64_t{1} << 22;
   std::vector<char> raw(static_cast<size_t>(std::min(numel, kChunk) * esize));
   for (int64_t at = 0; at < numel; at += kChunk) {
     const int64_t m = std::min(kChunk, numel - at);
     from_float(dtype, data + at, raw.data(), m);
-    streams_[f]->write_at(e, static_cast<uint64_t>(at) * esize, raw.data(),
+    streams_[f]->write_at(e, static_cast<uint64_t>(first + at) * esize, raw.data(),
                           static_cast<uint64_t>(m) * esize);
   }
 }

@@ -40,6 +40,11 @@ class HfTensors : public TensorSource {
   // dequantized by its `<name>_scale_inv`, fp8_blocks.h).
   std::vector<float> read(const std::string& name,
                           const std::vector<int64_t>& shape) const override;
+  // Slab `index` of `count` equal slabs along the first dimension (one expert of a fused
+  // [experts, ...] tensor) without reading the rest: in fp32 (F32, BF16, F16; non-finite values
+  // refused as read() does), or as raw bytes (U8: MXFP4 blocks and scales).
+  std::vector<float> read_slab(const std::string& name, int64_t index, int64_t count) const;
+  std::vector<uint8_t> read_slab_bytes(const std::string& name, int64_t index, int64_t count) const;
   // config.json's block-quantized FP8 weights (quantization_config), which read() dequantizes.
   void set_fp8_blocks(const Fp8Blocks& blocks) { fp8_ = blocks; }
   // Whether `name` is an FP8 weight read() dequantizes (its scale tensor is then part of it).
@@ -79,6 +84,8 @@ class HfWriter {
 
   // The tensor's elements (fp32, converted to its dtype on the way, in bounded chunks).
   void write(const std::string& name, const float* data);
+  // Slab `index` of `count` equal slabs along the first dimension (one expert of a fused tensor).
+  void write_slab(const std::string& name, int64_t index, int64_t count, const float* data);
   // Another file of the directory (config.json, ...).
   void add_file(const std::string& name, const std::string& contents);
   // Checks every tensor was written whole (StreamWriter::finish), writes the index, fsyncs and

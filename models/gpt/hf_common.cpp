@@ -90,6 +90,46 @@ namespace {
 std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 }  // namespace
 
+void write_decoder_sizes(const config::ModelConfig& m, int64_t ffn, nlohmann::ordered_json& j) {
+  j["vocab_size"] = m.vocab_size;
+  j["hidden_size"] = m.hidden_size;
+  j["intermediate_size"] = ffn;
+  j["num_hidden_layers"] = m.num_layers;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["num_key_value_heads"] = m.query_groups();
+  j["head_dim"] = m.head_dim();
+  j["max_position_embeddings"] = m.max_positions();
+  j["rms_norm_eps"] = m.layernorm_epsilon;
+}
+
+std::vector<int64_t> read_layer_types(const hf::ConfigJson& c, int64_t layers,
+                                      std::vector<int64_t> slides) {
+  if (!c.has("layer_types") || c.json()["layer_types"].is_null()) return slides;
+  const auto& types = c.json()["layer_types"];
+  if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
+    c.fail("layer_types", concat("must list num_hidden_layers (", layers, ") entries"));
+  slides.assign(static_cast<size_t>(layers), 0);
+  for (int64_t l = 0; l < layers; ++l) {
+    const auto& t = types[static_cast<size_t>(l)];
+    if (t != "full_attention" && t != "sliding_attention")
+      c.fail("layer_types", concat("has ", t.dump(), " (full_attention or sliding_attention)"));
+    slides[static_cast<size_t>(l)] = t == "sliding_attention" ? 1 : 0;
+  }
+  return slides;
+}
+
+void set_layer_windows(const hf::ConfigJson& c, const std::vector<int64_t>& slides,
+                       config::ModelConfig& m) {
+  if (!c.has("sliding_window") || c.json()["sliding_window"].is_null()) return;
+  const int64_t window = c.integer("sliding_window");
+  if (window <= 0) c.fail("sliding_window", concat("must be > 0 (got ", window, ")"));
+  if (window >= m.max_positions() || std::find(slides.begin(), slides.end(), 1) == slides.end())
+    return;  // no layer's window limits anything
+  m.window_size = {window - 1, 0};
+  if (std::find(slides.begin(), slides.end(), 0) != slides.end())
+    m.window_attn_skip_freq = {0, slides};
+}
+
 hf::TensorMapping llama_qkv_weight(const std::string& n, const std::string& a, int64_t D, int64_t H,
                                    int64_t G, int64_t Dh) {
   return hf::qkv_mapping(n + "attention.qkv.weight", vec({(H + 2 * G) * Dh, D}),

@@ -32,9 +32,23 @@ config::ModelConfig llama_style_model(const hf::ConfigJson& c, double eps);
 void write_dtype_and_pad(const config::ModelConfig& m, const std::string& dtype,
                          nlohmann::ordered_json& j);
 
+// vocab_size, hidden_size, intermediate_size (= ffn), num_hidden_layers, num_attention_heads,
+// num_key_value_heads, head_dim, max_position_embeddings and rms_norm_eps of config.json.
+void write_decoder_sizes(const config::ModelConfig& m, int64_t ffn, nlohmann::ordered_json& j);
+
 // The first of Gemma's features the model has (the model key that names it), or empty: the
 // other architectures refuse to export such a model rather than drop it.
 std::string gemma_only_feature(const config::ModelConfig& m);
+
+// Which layers slide (1) or attend fully (0): config.json's layer_types ("sliding_attention" /
+// "full_attention", one per layer) where present, else `fallback`.
+std::vector<int64_t> read_layer_types(const hf::ConfigJson& c, int64_t layers,
+                                      std::vector<int64_t> fallback);
+// sliding_window (keys i - W < j <= i) on the sliding layers: model.window_size [W - 1, 0] and
+// window_attn_skip_freq listing the full ones; nothing where no layer's window limits anything
+// (no sliding_window, or one as long as the context).
+void set_layer_windows(const hf::ConfigJson& c, const std::vector<int64_t>& slides,
+                       config::ModelConfig& m);
 
 // Native layer prefix `n` ("layers.L."), HF attention prefix `a` ("model.layers.L.self_attn."):
 // q_proj / k_proj / v_proj as the fused QKV weight, interleaved per query group.

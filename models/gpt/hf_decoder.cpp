@@ -153,15 +153,7 @@ void read_layer_windows(const hf::ConfigJson& c, const std::string& arch, config
   const bool sliding = c.boolean_or("use_sliding_window", false);
   std::vector<int64_t> slides(static_cast<size_t>(m.num_layers), 0);
   if (c.has("layer_types")) {
-    const auto& types = c.json()["layer_types"];
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != m.num_layers)
-      c.fail("layer_types", concat("must list num_hidden_layers (", m.num_layers, ") entries"));
-    for (int64_t l = 0; l < m.num_layers; ++l) {
-      const auto& t = types[static_cast<size_t>(l)];
-      if (t != "full_attention" && t != "sliding_attention")
-        c.fail("layer_types", concat("has ", t.dump(), " (full_attention or sliding_attention)"));
-      slides[static_cast<size_t>(l)] = t == "sliding_attention" ? 1 : 0;
-    }
+    slides = read_layer_types(c, m.num_layers, slides);
     if (!sliding && std::find(slides.begin(), slides.end(), 1) != slides.end())
       c.fail("layer_types", "has sliding_attention layers without use_sliding_window: true");
   } else {
@@ -170,13 +162,8 @@ void read_layer_windows(const hf::ConfigJson& c, const std::string& arch, config
       slides[static_cast<size_t>(l)] = arch == kSmolLM3 ? (m.skips_rope(l) ? 1 : 0) : 1;
   }
   if (!sliding) return;
-  const int64_t window = c.integer("sliding_window");
-  if (window <= 0) c.fail("sliding_window", concat("must be > 0 (got ", window, ")"));
-  if (window >= m.max_positions() || std::find(slides.begin(), slides.end(), 1) == slides.end())
-    return;  // no layer's window limits anything
-  m.window_size = {window - 1, 0};
-  if (std::find(slides.begin(), slides.end(), 0) != slides.end())
-    m.window_attn_skip_freq = {0, slides};
+  (void)c.integer("sliding_window");  // required with use_sliding_window (null is an error)
+  set_layer_windows(c, slides, m);
 }
 
 // What sets the families apart: Qwen's sliding keys, q/k/v biases and q/k norms, the sliding

@@ -34,39 +34,21 @@ double optional_number(const hf::ConfigJson& c, const char* key) {
 // sliding_window_pattern (every 6th layer full).
 std::vector<int64_t> sliding_layers(const hf::ConfigJson& c, const std::string& arch,
                                     int64_t layers) {
-  std::vector<int64_t> slides(static_cast<size_t>(layers), 0);
-  if (c.has("layer_types") && !c.json()["layer_types"].is_null()) {
-    const auto& types = c.json()["layer_types"];
-    if (!types.is_array() || static_cast<int64_t>(types.size()) != layers)
-      c.fail("layer_types", concat("must list num_hidden_layers (", layers, ") entries"));
-    for (int64_t l = 0; l < layers; ++l) {
-      const auto& t = types[static_cast<size_t>(l)];
-      if (t != "full_attention" && t != "sliding_attention")
-        c.fail("layer_types", concat("has ", t.dump(), " (full_attention or sliding_attention)"));
-      slides[static_cast<size_t>(l)] = t == "sliding_attention" ? 1 : 0;
-    }
-    return slides;
-  }
-  const int64_t every = arch == kGemma2 ? 2
-                                        : c.integer_or("sliding_window_pattern",
-                                                       c.integer_or("_sliding_window_pattern", 6));
+  const bool listed = c.has("layer_types") && !c.json()["layer_types"].is_null();
+  const int64_t every =
+      arch == kGemma2 || listed
+          ? 2
+          : c.integer_or("sliding_window_pattern", c.integer_or("_sliding_window_pattern", 6));
   if (every <= 0) c.fail("sliding_window_pattern", concat("must be > 0 (got ", every, ")"));
+  std::vector<int64_t> slides(static_cast<size_t>(layers), 0);
   for (int64_t l = 0; l < layers; ++l) slides[static_cast<size_t>(l)] = (l + 1) % every != 0;
-  return slides;
+  return read_layer_types(c, layers, slides);
 }
 
 // Keys i - W < j <= i on the sliding layers: window_size (W - 1, 0), the full ones listed by
 // window_attn_skip_freq (1 = sliding).
 void read_windows(const hf::ConfigJson& c, const std::string& arch, config::ModelConfig& m) {
-  const std::vector<int64_t> slides = sliding_layers(c, arch, m.num_layers);
-  if (!c.has("sliding_window") || c.json()["sliding_window"].is_null()) return;
-  const int64_t window = c.integer("sliding_window");
-  if (window <= 0) c.fail("sliding_window", concat("must be > 0 (got ", window, ")"));
-  if (window >= m.max_positions() || std::find(slides.begin(), slides.end(), 1) == slides.end())
-    return;  // no layer's window limits anything
-  m.window_size = {window - 1, 0};
-  if (std::find(slides.begin(), slides.end(), 0) != slides.end())
-    m.window_attn_skip_freq = {0, slides};
+  set_layer_windows(c, sliding_layers(c, arch, m.num_layers), m);
 }
 
 // Gemma 3's two rope settings: transformers 5's rope_parameters per layer type, or 4's global
@@ -207,15 +189,7 @@ Json gemma_hf_config(const config::ModelConfig& m, const std::string& arch,
   Json j = original.is_object() ? Json(original) : Json::object();
   j["architectures"] = {arch};
   j["model_type"] = arch == kGemma2 ? "gemma2" : "gemma3_text";
-  j["vocab_size"] = m.vocab_size;
-  j["hidden_size"] = m.hidden_size;
-  j["intermediate_size"] = m.ffn();
-  j["num_hidden_layers"] = m.num_layers;
-  j["num_attention_heads"] = m.num_attention_heads;
-  j["num_key_value_heads"] = m.query_groups();
-  j["head_dim"] = m.head_dim();
-  j["max_position_embeddings"] = m.max_positions();
-  j["rms_norm_eps"] = m.layernorm_epsilon;
+  write_decoder_sizes(m, m.ffn(), j);
   j["hidden_activation"] = "gelu_pytorch_tanh";
   if (j.contains("hidden_act")) j["hidden_act"] = "gelu_pytorch_tanh";
   j["attention_bias"] = false;

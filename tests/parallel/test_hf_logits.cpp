@@ -205,6 +205,10 @@ TEST(HfLogits, DeepseekV3YarnBf16) { check_logits("deepseek_v3_yarn_bf16"); }
 // (partial ones too), dequantized as they stream in; transformers' outputs on the dequantized
 // weights.
 TEST(HfLogits, DeepseekV3Fp8Blocks) { check_logits("deepseek_v3_fp8"); }
+// GPT-OSS: learned sinks, biases, alternating windows, fused interleaved experts with the clamped
+// unit; and its released form, MXFP4 experts dequantized expert by expert.
+TEST(HfLogits, GptOss) { check_logits("gpt_oss"); }
+TEST(HfLogits, GptOssMxfp4) { check_logits("gpt_oss_mxfp4"); }
 // Per-head q_norm / k_norm before rope (qk_layernorm), head_dim 16 != 32 / 4; and a tied bf16
 // one without grouped queries.
 TEST(HfLogits, Qwen3) { check_logits("qwen3"); }

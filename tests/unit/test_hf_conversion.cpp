@@ -44,7 +44,7 @@ const std::vector<std::string> kFixtures = {
     "smollm3_list_bf16", "phi3_partial_longrope", "qwen2_window_layers", "smollm3_sliding",
     "gpt_neox", "gpt_neox_sequential_bf16", "olmo2", "olmo2_head_dim_bf16", "gemma2",
     "gemma2_tied_bf16", "gemma3", "gemma3_pattern_bf16", "qwen2_moe", "qwen3_moe", "deepseek_v3",
-    "deepseek_v3_yarn_bf16"};
+    "deepseek_v3_yarn_bf16", "gpt_oss"};
 // clang-format on
 
 TEST(HfTensorMap, EveryMappingInvertsExactly) {
@@ -260,7 +260,8 @@ TEST_F(HfConversion, TrainedModelsGoOutAndBackExactly) {
       EXPECT_EQ(config["first_k_dense_replace"], 1);
       EXPECT_EQ(config["n_shared_experts"], 1);
       // The expert bias went out as e_score_correction_bias and came back.
-      const checkpoint::CheckpointIndex back = checkpoint::read_index((dir_ / (name + "_back")).string());
+      const checkpoint::CheckpointIndex back =
+          checkpoint::read_index((dir_ / (name + "_back")).string());
       EXPECT_TRUE(back.tensors.count("moe/expert_bias/layers.1"));
     }
     if (name == "qwen2_moe") {
@@ -471,9 +472,8 @@ TEST_F(HfConversion, FineTunedExportCarriesItsChatTemplate) {
   const std::string mock = "data: {tokenizer: {type: NullTokenizer, vocab_size: 61}, mock: true}";
   yaml.replace(yaml.find(mock), mock.size(),
                concat("data: {tokenizer: {type: HuggingFaceTokenizer, model: ",
-                      (chatml / "chatml").string(), "}, sft: {train: [{path: ",
-                      MEGATRON_SOURCE_DIR, "/data/finetune/book_id_train.jsonl}], ",
-                      "chat_template: chatml}}"));
+                      (chatml / "chatml").string(), "}, sft: {train: [{path: ", MEGATRON_SOURCE_DIR,
+                      "/data/finetune/book_id_train.jsonl}], ", "chat_template: chatml}}"));
   {
     auto src = std::make_shared<CountingSource>();
     auto world = parallel::make_single_process_communicator();
@@ -482,7 +482,8 @@ TEST_F(HfConversion, FineTunedExportCarriesItsChatTemplate) {
     t.run();
   }
   export_to("sft", "sft_hf");
-  const auto config = nlohmann::json::parse(std::ifstream(dir_ / "sft_hf" / "tokenizer_config.json"));
+  const auto config =
+      nlohmann::json::parse(std::ifstream(dir_ / "sft_hf" / "tokenizer_config.json"));
   const auto templates = nlohmann::json::parse(std::ifstream(chatml / "templates.json"));
   ASSERT_TRUE(config.contains("chat_template"));
   EXPECT_EQ(config["chat_template"], templates["chatml"]);

@@ -164,6 +164,11 @@ Json gpt_oss_hf_config(const config::ModelConfig& m, const std::string& dtype,
     types.push_back(m.layer_window(l) > 0 ? "sliding_attention" : "full_attention");
   j["layer_types"] = types;
   write_dtype_and_pad(m, dtype, j);
+  // transformers 5's spelling with the rope type always written: GptOssConfig takes YaRN for a
+  // config.json that names no rope type (rope_scaling null), which this model may not have.
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = Json::object();
   write_rope(m, j);
   return j;
 }

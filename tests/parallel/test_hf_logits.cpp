@@ -189,6 +189,7 @@ TEST(HfLogits, TrainedQwen3MoeExport) { check_logits("trained_qwen3_moe"); }
 TEST(HfLogits, TrainedQwen2MoeExport) { check_logits("trained_qwen2_moe"); }
 // (its expert bias trained away from zero goes out as e_score_correction_bias)
 TEST(HfLogits, TrainedDeepseekV3Export) { check_logits("trained_deepseek_v3"); }
+TEST(HfLogits, TrainedGptOssExport) { check_logits("trained_gpt_oss"); }
 TEST(HfLogits, Mixtral) { check_logits("mixtral"); }
 // Qwen2-MoE: top-2 of the softmax over all experts (not renormalized), the shared expert scaled
 // by its sigmoid gate, q/k/v biases, a dense layer between routed ones (mlp_only_layers).

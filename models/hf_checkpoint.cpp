@@ -61,6 +61,23 @@ void same_attention_and_experts(const Same& same, const config::ModelConfig& m,
        h.moe_router_topk_scaling_factor.value_or(1.0));
 }
 
+// GPT-OSS's block keys and the per-layer windows of check_recipe_matches.
+template <typename Same>
+void same_block_features(const Same& same, const config::ModelConfig& m,
+                         const config::ModelConfig& hf) {
+  same("softmax_type", std::string(config::option_name(m.softmax_type)),
+       std::string(config::option_name(hf.softmax_type)));
+  same("glu_linear_offset", m.glu_linear_offset, hf.glu_linear_offset);
+  same("activation_func_clamp_value", m.activation_func_clamp_value,
+       hf.activation_func_clamp_value);
+  std::string ours, theirs;  // the window of each layer
+  for (int64_t l = 0; l < std::min(m.num_layers, hf.num_layers); ++l) {
+    ours += concat(l == 0 ? "" : " ", m.layer_window(l));
+    theirs += concat(l == 0 ? "" : " ", hf.layer_window(l));
+  }
+  same("window_attn_skip_freq (each layer's window)", ours, theirs);
+}
+
 }  // namespace
 
 void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf,
@@ -128,6 +145,7 @@ void check_recipe_matches(const config::Recipe& r, const config::ModelConfig& hf
   same("vocab_size", m.vocab_size, hf.vocab_size);
   same("softmax_scale", m.softmax_scale.value_or(0.0), hf.softmax_scale.value_or(0.0));
   same_attention_and_experts(same, m, hf);
+  same_block_features(same, m, hf);
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "megatron/hf/hf_config.h"
+#include "megatron/planning/planner.h"
 #include "models/gpt/hf_gpt_oss.h"
 #include "tests/unit/hf_test_util.h"
 
@@ -57,6 +58,41 @@ TEST_F(HfGptOss, ConfigIsTheRecipeModel) {
               return r;
             }()),
             models::kGptOss);
+}
+
+// openai/gpt-oss-20b and -120b (tests/fixtures/hf_configs): read as the model, sized by the
+// planner as transformers 5.24 builds them (20,914,757,184 and 116,829,156,672 parameters, the
+// model cards' 20.91B and 116.83B); recipes/gpt_oss_120b.yaml is the 120b's model and fits its
+// cluster.
+TEST_F(HfGptOss, ReleasedConfigsAreSizedAsTransformersCountsThem) {
+  for (const auto& [name, params] : {std::pair<std::string, int64_t>{"gpt_oss_20b", 20914757184},
+                                     {"gpt_oss_120b", 116829156672}}) {
+    SCOPED_TRACE(name);
+    const config::ModelConfig hf = model_of(released(name));
+    EXPECT_EQ(hf.attention_window(), 128);
+    EXPECT_EQ(hf.layer_window(1), 0);
+    EXPECT_EQ(hf.position_embedding, config::PositionEmbedding::Yarn);
+    EXPECT_EQ(hf.moe.moe_router_topk, 4);
+    config::Recipe r = recipe("gpt_oss_120b.yaml");
+    if (name == "gpt_oss_120b") {
+      EXPECT_NO_THROW(models::check_recipe_matches(r, hf, released(name).string()));
+    } else {
+      r.model = hf;
+      r.model.seq_length = 4096;
+      r.model.make_vocab_size_divisible_by = 64;
+    }
+    const auto report = planning::plan(r, planning::cluster_from_recipe(r), r.model.vocab_size);
+    EXPECT_EQ(r.model.padded_vocab_size(r.model.vocab_size, r.parallel.tensor), 201088);
+    EXPECT_EQ(report.params.total, params);
+    if (name == "gpt_oss_120b") {
+      EXPECT_TRUE(report.fits);
+    }
+  }
+  // A recipe whose sinks or unit differ from the checkpoint's is named.
+  config::Recipe r = recipe("gpt_oss_120b.yaml");
+  r.model.glu_linear_offset = 0;
+  EXPECT_THAT([&] { models::check_recipe_matches(r, model_of(released("gpt_oss_120b")), "c"); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("model.glu_linear_offset is 0")));
 }
 
 TEST_F(HfGptOss, KeysItCannotRepresentAreNamed) {

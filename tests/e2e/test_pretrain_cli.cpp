@@ -91,8 +91,8 @@ TEST_F(PretrainE2E, DefaultRecipeLearnsAndLogs) {
 // GPT-OSS's blocks on llama_tiny (attention sinks, model.softmax_type learnable; the clamped
 // quick-GELU unit with offset 1; q/k/v biases): the logged loss falls
 // and the checkpoint holds the sinks; generate decodes through the KV cache with them (the same
-// tokens as decoding without the cache, which recomputes every prefix in full); the exports,
-// which map no sinks yet, refuse by the key's name.
+// tokens as decoding without the cache, which recomputes every prefix in full); the exports
+// refuse it by name (GPT-OSS's has experts in every layer; Megatron-LM's has no sinks here).
 TEST_F(PretrainE2E, AttentionSinksLearnDecodeAndAreNotExportedSilently) {
   const fs::path log = dir_ / "sinks.jsonl", ckpt = dir_ / "sinks_ckpt";
   Result r = run(kBin + "pretrain --recipe " + kSrc + "/recipes/llama_tiny.yaml --set data.train=" +
@@ -132,11 +132,19 @@ TEST_F(PretrainE2E, AttentionSinksLearnDecodeAndAreNotExportedSilently) {
   const std::string generated = ids(cached.output);
   EXPECT_EQ(generated, ids(full.output));
   EXPECT_EQ(std::count(generated.begin(), generated.end(), ' '), 7) << generated;
+  // Sinks on a dense MLP: GptOssForCausalLM (the default for sinks) routes every layer, and no
+  // other architecture has sinks.
   r = run(kBin + "convert_checkpoint --from " + ckpt.string() + " --to-hf " +
           (dir_ / "sinks_hf").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("model.softmax_type learnable (attention sinks) exports to no "
-                                  "Hugging Face architecture here yet"));
+  EXPECT_THAT(r.output, HasSubstr("GptOssForCausalLM has learned attention sinks"));
+  EXPECT_THAT(r.output, HasSubstr("this model is not one"));
+  r = run(kBin + "convert_checkpoint --from " + ckpt.string() + " --to-hf " +
+          (dir_ / "sinks_llama").string() + " --architecture LlamaForCausalLM");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("model.softmax_type learnable (attention sinks) exports as "
+                                  "GptOssForCausalLM only (not LlamaForCausalLM)"));
+  EXPECT_FALSE(fs::exists(dir_ / "sinks_hf") || fs::exists(dir_ / "sinks_llama"));
   r = run(kBin + "convert_checkpoint --from " + ckpt.string() + " --to-megatron " +
           (dir_ / "sinks_mlm").string());
   EXPECT_EQ(r.exit_code, 1) << r.output;

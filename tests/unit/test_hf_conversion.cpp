@@ -141,7 +141,8 @@ TEST_F(HfConversion, ImportsIntoLayoutsHoldTheSameWeights) {
         Case{"phi3_longrope", 2, 2, 1}, Case{"gpt_neox", 2, 2, 1}, Case{"olmo2", 2, 2, 1},
         Case{"gemma2", 2, 2, 1}, Case{"gemma3", 2, 1, 1}, Case{"qwen2_moe", 2, 1, 2},
         Case{"qwen3_moe", 2, 2, 2}, Case{"qwen3_moe", 1, 1, 4}, Case{"deepseek_v3", 2, 1, 2},
-        Case{"deepseek_v3", 1, 1, 4}, Case{"deepseek_v3_yarn_bf16", 2, 2, 1}}) {
+        Case{"deepseek_v3", 1, 1, 4}, Case{"deepseek_v3_yarn_bf16", 2, 2, 1},
+        Case{"gpt_oss", 2, 3, 2}, Case{"gpt_oss", 1, 1, 4}}) {
     SCOPED_TRACE(concat(c.fixture, " tp", c.tp, " pp", c.pp, " ep", c.ep));
     const std::string one = c.fixture + "_one", laid = concat(c.fixture, c.tp, c.pp, c.ep);
     if (!fs::exists(dir_ / one)) import(fixture(c.fixture), one);

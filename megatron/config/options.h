@@ -45,6 +45,10 @@ enum class ShardingStrategy : uint8_t { NoShard, Optim, OptimGrads, OptimGradsPa
 // cp_comm_type; megatron/transformer/context_parallel.h): a ring of point-to-point block
 // transfers, one all-gather, or Ulysses all-to-alls.
 enum class CpCommType : uint8_t { P2P, AllGather, A2A };
+// How data-parallel gradients travel (parallel.grad_compression; optimizer/topk_compression.h):
+// whole (an all-reduce), or each rank's largest entries per bucket with the rest kept as an
+// error-feedback residual for the next step.
+enum class GradCompression : uint8_t { None, Topk };
 // What a suspicious step (non-finite or spiking loss or gradient norm) triggers
 // (training.rerun_mode; megatron/training/rerun.h): nothing, a re-run that stops the run (or
 // skips the batch) when the fault repeats, or a re-run whose verdict is only reported.
@@ -93,6 +97,7 @@ MT_OPTION_NAMES(MoeTokenDropPolicy, "probs", "position");
 MT_OPTION_NAMES(ShardingStrategy, "no_shard", "optim", "optim_grads", "optim_grads_params");
 MT_OPTION_NAMES(OptimizerOffload, "none", "cpu");
 MT_OPTION_NAMES(CpCommType, "p2p", "all_gather", "a2a");
+MT_OPTION_NAMES(GradCompression, "none", "topk");
 MT_OPTION_NAMES(RerunMode, "disabled", "validate", "report");
 MT_OPTION_NAMES(ErrorInjection, "none", "transient_error", "persistent_error");
 MT_OPTION_NAMES(QkNormSpan, "head", "projection");

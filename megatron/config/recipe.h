@@ -64,6 +64,10 @@ struct ParallelConfig {
   // Sharded gradients / weights: consecutive layers gathered and reduced together as one unit
   // (fewer, larger collectives; more transient memory).
   int64_t fsdp_unit_layers = 1;
+  // Data-parallel gradient compression: topk sends each rank's topk_ratio largest entries of
+  // every bucket (values and indices), the rest kept and added to the next step's gradient.
+  GradCompression grad_compression = GradCompression::None;
+  double topk_ratio = 0.01;
 
   int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
   void validate() const { validate(KeyOrigins{}); }
@@ -89,6 +93,8 @@ struct ParallelConfig {
       noted(s.data_parallel_sharding_strategy ? "" : "auto: optim with the distributed optimizer"));
     v("num_distributed_optimizer_instances", s.num_distributed_optimizer_instances);
     v("fsdp_unit_layers", s.fsdp_unit_layers, noted("optim_grads, optim_grads_params"));
+    v("grad_compression", s.grad_compression, noted("none, topk (no_shard)"));
+    v("topk_ratio", s.topk_ratio, noted("grad_compression topk: the share of entries sent"));
   }
 };
 

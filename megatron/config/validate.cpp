@@ -36,6 +36,8 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
           concat("must be >= 1 (got ", num_distributed_optimizer_instances, ")"));
   c.check(fsdp_unit_layers >= 1, "parallel.fsdp_unit_layers",
           concat("must be >= 1 (got ", fsdp_unit_layers, ")"));
+  c.check(topk_ratio > 0 && topk_ratio <= 1, "parallel.topk_ratio",
+          concat("must be in (0, 1] (got ", topk_ratio, ")"));
   c.non_negative("parallel.comm_warn_s", comm_warn_s);
   c.non_negative("parallel.comm_timeout_s", comm_timeout_s);
   if (virtual_pipeline) {
@@ -365,6 +367,18 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
                    optimizer.distributed ? "optimizer.distributed"
                                          : "training.use_distributed_optimizer",
                    ": true (which asks for the distributed optimizer, strategy optim)"));
+  c.check(parallel.grad_compression == GradCompression::None ||
+              sharding_strategy() == ShardingStrategy::NoShard,
+          "parallel.grad_compression",
+          concat("topk sums every rank's sparse gradients into the whole bucket, which the "
+                 "sharding strategy ",
+                 option_name(sharding_strategy()),
+                 " reduce-scatters instead: use parallel.data_parallel_sharding_strategy: "
+                 "no_shard"));
+  c.check(
+      parallel.grad_compression == GradCompression::None || training.device == TrainingDevice::CPU,
+      "parallel.grad_compression",
+      "topk runs on the CPU backend only so far (training.device: cpu)");
   if (parallel.num_distributed_optimizer_instances > 1) {
     c.check(sharding_strategy() != ShardingStrategy::NoShard,
             "parallel.num_distributed_optimizer_instances",

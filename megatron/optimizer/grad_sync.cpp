@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "megatron/optimizer/topk_compression.h"
+
 namespace megatron::optim {
 
 DataParallelGrads::DataParallelGrads(ParamStore& store, BufferRegion region,
@@ -41,8 +43,32 @@ void DataParallelGrads::grads_ready_below(int64_t watermark) {
     launch(next_bucket_++);
 }
 
+void DataParallelGrads::compress_topk(double ratio) {
+  MT_CHECK(!distributed_ && !replicas_, "top-k gradient compression needs no_shard");
+  MT_INPUT_CHECK(store_->device() == Device::CPU,
+                 "parallel.grad_compression topk runs on the CPU backend only so far");
+  topk_ratio_ = ratio;
+  residual_.clear();
+  packed_.clear();
+  gathered_.clear();
+  for (const BufferRange& b : buckets_) {
+    const int64_t k = topk_keep(b.size(), ratio);
+    residual_.push_back(Tensor::zeros({b.size()}, DType::F32));
+    packed_.push_back(Tensor::empty({2 * k}, DType::I32));
+    gathered_.push_back(Tensor::empty({group_->size() * 2 * k}, DType::I32));
+  }
+}
+
 void DataParallelGrads::launch(size_t i) {
   Tensor grads = store_->grads().flat_view(buckets_[i].begin, {buckets_[i].size()});
+  if (topk_ratio_ > 0) {  // this rank's sparse set, gathered from every rank
+    const int64_t k = packed_[i].numel() / 2;
+    topk_compress(grads.data<float>(), residual_[i].data<float>(), grads.numel(), k,
+                  packed_[i].data<int32_t>());
+    bytes_ += static_cast<int64_t>(packed_[i].nbytes());
+    pending_.push_back(group_->all_gather_async(packed_[i], gathered_[i]));
+    return;
+  }
   bytes_ += static_cast<int64_t>(grads.nbytes());
   if (distributed_) {
     // Reduced into scratch: the input bucket must not alias the output.
@@ -59,6 +85,10 @@ void DataParallelGrads::finish() {
   while (next_bucket_ < buckets_.size()) launch(next_bucket_++);
   for (auto& w : pending_) w->wait();
   pending_.clear();
+  if (topk_ratio_ > 0)
+    for (size_t i = 0; i < buckets_.size(); ++i)
+      topk_decompress(gathered_[i].data<int32_t>(), group_->size(), packed_[i].numel() / 2,
+                      store_->grads().data<float>() + buckets_[i].begin, buckets_[i].size());
   if (distributed_) {
     for (size_t i = 0; i < buckets_.size(); ++i) {
       Tensor owned = store_->grads().flat_view(owned_[i].begin, {owned_[i].size()});

@@ -50,6 +50,11 @@ class DataParallelGrads {
   bool distributed() const { return distributed_; }
   // Bytes this rank handed to collectives since the last call (payload, per step).
   int64_t take_bytes();
+  // parallel.grad_compression topk (no_shard only; optimizer/topk_compression.h): each bucket
+  // leaves as its topk_ratio largest entries, the rest kept in residuals() for the next step.
+  void compress_topk(double ratio);
+  // The error-feedback residual of each bucket (fp32, this rank's own; empty without topk).
+  const std::vector<Tensor>& residuals() const { return residual_; }
 
  private:
   void launch(size_t bucket);
@@ -60,6 +65,8 @@ class DataParallelGrads {
   std::vector<BufferRange> buckets_, owned_;
   std::vector<std::unique_ptr<parallel::Work>> pending_;
   std::vector<Tensor> shard_scratch_;  // fp32 gradient slices (reduce-scatter output)
+  double topk_ratio_ = 0;              // 0: no compression
+  std::vector<Tensor> residual_, packed_, gathered_;  // per bucket (topk)
   size_t next_bucket_ = 0;
   bool armed_ = false;
   int64_t bytes_ = 0;

@@ -88,7 +88,22 @@ ckpt::TensorPiece expert_bias_piece(int64_t layer, std::vector<float>& bias) {
   return piece;
 }
 
+// A top-k error-feedback residual (parallel.grad_compression), this rank's own: its name says
+// the layout and world rank, so only a resume on the same layout finds it.
+ckpt::TensorPiece residual_piece(const std::string& key, Tensor& residual) {
+  ckpt::TensorPiece piece;
+  piece.name = key;
+  piece.global_shape = piece.local_shape = residual.shape();
+  piece.data = piece.dest = residual.data<float>();
+  return piece;
+}
+
 }  // namespace
+
+std::string Checkpointer::residual_key(const std::string& name) const {
+  return concat("grad_compression/tp", tp_->size(), ".pp", pp_->size(), ".dp", dp_->size(),
+                ".world", world_->size(), "/rank", world_->rank(), ".", name);
+}
 
 Checkpointer::Checkpointer(const config::Recipe& recipe, const TrainerGroups& groups,
                            const TrainingState& state, int64_t vocab_size, int64_t padded_vocab,
@@ -306,6 +321,8 @@ ckpt::SaveRequest Checkpointer::save_request(int64_t iteration, int64_t sample_o
   if (moe_ != nullptr && dp_->rank() == 0 && tp_->rank() == 0)
     for (auto& [layer, bias] : moe_->all_expert_bias())
       req.pieces.push_back(expert_bias_piece(layer, bias));
+  for (auto [name, residual] : grad_sync_->compression_residuals())
+    req.pieces.push_back(residual_piece(residual_key(name), residual));
   for (const optim::Segment& s : optimizer_->segments()) {
     if (!writes_segment(s)) continue;
     if (mixed) req.pieces.push_back(segment_piece(s, "master/", host.master_of(s)));
@@ -408,6 +425,11 @@ class LoadPieces {
       saved_vocab_ = m["model"]["vocab_size"].get<int64_t>();
   }
   bool has(const std::string& name) const { return index_.tensors.count(name) > 0; }
+  bool has(const std::string& name, const Shape& shape) const {
+    const auto it = index_.tensors.find(name);
+    return it != index_.tensors.end() &&
+           it->second.shape == std::vector<int64_t>(shape.begin(), shape.end());
+  }
   void add(ckpt::TensorPiece piece) {
     auto it = index_.tensors.find(piece.name);
     if (piece.name.rfind("model/", 0) == 0) used_.insert(piece.name);
@@ -509,6 +531,7 @@ void Checkpointer::request_pieces(LoadPieces& pieces, const HostBuffers& host,
     for (auto& [layer, bias] : moe_->all_expert_bias())
       if (ckpt::TensorPiece piece = expert_bias_piece(layer, bias); pieces.has(piece.name))
         pieces.add(std::move(piece));
+  if (!weights_only) request_residuals(pieces);
   for (const optim::Segment& s : optimizer_->segments()) {
     if (!loaded(*s.param)) continue;
     if (store_.mixed_precision() || s.offloaded) {  // offloaded fp32 masters: a host copy
@@ -526,6 +549,24 @@ void Checkpointer::request_pieces(LoadPieces& pieces, const HostBuffers& host,
 // Tensors of the checkpoint no rank uses (e.g. a 2-layer checkpoint loaded into a 1-layer
 // model): an error listing them, or with checkpoint.strict: false, named and skipped; then what
 // a partial load left out, named.
+// Top-k residuals saved by this layout and rank; where there are none (another layout, a run
+// without compression) error feedback starts from zero, which rank 0 says.
+void Checkpointer::request_residuals(LoadPieces& pieces) const {
+  int64_t missing = 0;
+  for (auto [name, residual] : grad_sync_->compression_residuals()) {
+    ckpt::TensorPiece piece = residual_piece(residual_key(name), residual);
+    if (pieces.has(piece.name, residual.shape())) {
+      pieces.add(std::move(piece));
+    } else {
+      residual.zero_();
+      ++missing;
+    }
+  }
+  if (missing > 0 && log_ != nullptr)
+    *log_ << "checkpoint: no top-k gradient residuals of this layout and rank (another layout, or "
+             "saved without parallel.grad_compression): error feedback restarts from zero\n";
+}
+
 void Checkpointer::report_partial_load(const Coverage& coverage, const LoadPieces& pieces,
                                        const ckpt::CheckpointIndex& index) const {
   const std::vector<std::string> unused = unused_model_tensors(index, pieces.used(), *world_);

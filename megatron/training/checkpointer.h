@@ -91,6 +91,10 @@ class Checkpointer {
                       bool weights_only) const;
   void report_partial_load(const Coverage& coverage, const LoadPieces& pieces,
                            const checkpoint::CheckpointIndex& index) const;
+  // parallel.grad_compression topk: the checkpoint key of this rank's residual `name`, and the
+  // residuals a load reads (zeroed where the checkpoint has none of this layout).
+  std::string residual_key(const std::string& name) const;
+  void request_residuals(LoadPieces& pieces) const;
   Resume resume_from(const nlohmann::json& meta, const std::string& path);
   // The recipe saved in the metadata (tokenizer paths made absolute).
   nlohmann::json recipe_for_metadata() const;

@@ -52,6 +52,21 @@ void GradientSync::finish() {
   if (experts_) experts_->finish();
 }
 
+void GradientSync::compress_topk(double ratio) {
+  MT_CHECK(dense_ != nullptr && !units_, "top-k compression needs the bucketed reductions");
+  dense_->compress_topk(ratio);
+  if (experts_) experts_->compress_topk(ratio);
+}
+
+std::vector<std::pair<std::string, Tensor>> GradientSync::compression_residuals() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto [region, grads] : {std::pair{"dense.", dense_.get()}, {"expert.", experts_.get()}})
+    if (grads != nullptr)
+      for (size_t b = 0; b < grads->residuals().size(); ++b)
+        out.emplace_back(concat(region, b), grads->residuals()[b]);
+  return out;
+}
+
 void GradientSync::gather_params() {
   if (dense_) dense_->gather_params();
   if (experts_) experts_->gather_params();

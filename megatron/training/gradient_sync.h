@@ -58,6 +58,11 @@ class GradientSync {
   optim::ExpertNormGroups expert_norm_groups() const;
   // Payload bytes this rank handed to data-parallel collectives since the last call.
   int64_t take_bytes();
+  // parallel.grad_compression topk on the bucketed reductions (optim/grad_sync.h).
+  void compress_topk(double ratio);
+  // Its error-feedback residuals, this rank's own, by name ("dense.B", "expert.B": region and
+  // bucket); empty without compression.
+  std::vector<std::pair<std::string, Tensor>> compression_residuals() const;
 
  private:
   ParamStore* store_;

@@ -133,6 +133,8 @@ void Trainer::build_optimizer() {
   scaling.clipping = o.clip_grad > 0.0;
   scaler_ = std::make_unique<optim::LossScaler>(store_.model_dtype() == DType::F16, scaling);
   grad_sync_ = std::make_unique<GradientSync>(store_, replicas_);
+  if (recipe_.parallel.grad_compression == config::GradCompression::Topk)
+    grad_sync_->compress_topk(recipe_.parallel.topk_ratio);
   for (const auto& c : model_.chunks) c->set_unit_hooks(grad_sync_->unit_hooks());
   optimizer_ = std::make_unique<optim::Optimizer>(
       store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay});

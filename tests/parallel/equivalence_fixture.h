@@ -198,8 +198,9 @@ struct RecipeSpec {
   std::string sharding = {};
   int64_t dp_instances = 1;
   int64_t fsdp_unit_layers = 1;
-  int64_t cp = 1;            // parallel.context
-  std::string cp_comm = {};  // parallel.cp_comm_type (empty: unset)
+  int64_t cp = 1;                   // parallel.context
+  std::string cp_comm = {};         // parallel.cp_comm_type (empty: unset)
+  std::string parallel_extra = {};  // more parallel keys, e.g. "grad_compression: topk"
   // training
   int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
   uint64_t seed = 1;
@@ -239,6 +240,7 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
   if (s.fsdp_unit_layers > 1) y << ", fsdp_unit_layers: " << s.fsdp_unit_layers;
   if (s.cp > 1) y << ", context: " << s.cp;
   if (!s.cp_comm.empty()) y << ", cp_comm_type: " << s.cp_comm;
+  if (!s.parallel_extra.empty()) y << ", " << s.parallel_extra;
   if (!s.stage_layers.empty()) {
     y << ", pipeline_layers: [";
     for (size_t i = 0; i < s.stage_layers.size(); ++i) y << (i ? ", " : "") << s.stage_layers[i];

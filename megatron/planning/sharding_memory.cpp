@@ -167,6 +167,14 @@ DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallel
   DataParallelComm c;
   switch (in.strategy) {
     case ShardingStrategy::NoShard: {
+      if (in.topk_ratio > 0) {  // each rank's sparse set, gathered from every rank
+        const double sd = 8 * in.topk_ratio * dense, se = 8 * in.topk_ratio * expert;
+        c.bytes = over(sd, nd) + over(se, ne);
+        c.grads_exposed = exposed(ring_gather(sd * static_cast<double>(nd), nd, links.shard) +
+                                      ring_gather(se * static_cast<double>(ne), ne, links.experts),
+                                  backward);
+        break;
+      }
       const double ar = ring_all_reduce(4 * dense, nd, links.shard) +
                         ring_all_reduce(4 * expert, ne, links.experts);
       c.bytes = rs_bytes;

@@ -34,6 +34,9 @@ struct ShardingInputs {
   double moment_bytes = 8;  // Adam 8, SGD 4 per trainable element
   bool mixed = false;       // fp32 masters apart from the model weights
   double offload = 0;       // fraction of masters + moments in host memory (optimizer.offload)
+  // parallel.grad_compression topk (no_shard): the share of gradient entries each rank sends,
+  // as (int32 index, fp32 value) pairs all-gathered instead of the all-reduce; 0: none.
+  double topk_ratio = 0;
   std::vector<UnitParams> units;
   int64_t shard_group() const;  // dp / instances (dense and frozen regions)
 };

@@ -171,6 +171,21 @@ TEST(PlannerSharding, StrategiesOrderAndDescribe) {
   EXPECT_DOUBLE_EQ(j["time"]["dp_bytes_per_step"].get<double>(), z3.time.dp_bytes_per_step);
 }
 
+// parallel.grad_compression topk: each rank hands 8 r P bytes of (index, value) pairs to the
+// all-gather instead of the 4 P of the all-reduce, and less of the step waits on it.
+TEST(PlannerSharding, TopkCompressionSendsItsSparseSets) {
+  const double P = 8192 + 2048 + 8 * 49984 + 128;
+  config::Recipe r = formula_gpt("fp32");
+  r.training.device = config::TrainingDevice::CPU;
+  const PlanReport dense = planning::plan(r, devices(4), 128);
+  r.parallel.grad_compression = config::GradCompression::Topk;
+  r.parallel.topk_ratio = 0.01;
+  const PlanReport sparse = planning::plan(r, devices(4), 128);
+  EXPECT_DOUBLE_EQ(dense.time.dp_bytes_per_step, 4 * P);
+  EXPECT_NEAR(sparse.time.dp_bytes_per_step, 8 * 0.01 * P, 1e-6 * P);
+  EXPECT_LT(sparse.time.dp_comm_exposed, dense.time.dp_comm_exposed);
+}
+
 // On a GPU the trainer's memory check (training/memory_check.h) compares the offloaded optimizer
 // state with the host's memory: 12 bytes per offloaded parameter.
 TEST(PlannerSharding, MemoryCheckCountsOffloadedHostBytes) {

@@ -7,23 +7,25 @@
 # validation loss, step time; then per pair the traffic reduction and the validation-loss
 # difference.
 #
-#   bench/run_compression_bench.sh [--steps N] [--dp "2 4"] [--ratio R] [--models "gpt_tiny llama_tiny"]
-#                                  [--build-dir DIR] [--out DIR]
+#   bench/run_compression_bench.sh [--steps N] [--dp "2 4"] [--ratio R] [--warmup W]
+#                                  [--models "gpt_tiny llama_tiny"] [--build-dir DIR] [--out DIR]
+# --warmup: parallel.topk_warmup_iters (the share falls from 1 to R over W steps; default 0).
 # Defaults: 300 steps, dp 2, ratio 0.01, gpt_tiny and llama_tiny (about 12 minutes on 2 cores).
 # Needs the corpus (tools/prepare_corpus.sh), a build (tools/build.sh) and mpirun.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-steps=300 dps="2" ratio=0.01 models="gpt_tiny llama_tiny" build_dir="$root/build" out_dir=""
+steps=300 dps="2" ratio=0.01 warmup=0 models="gpt_tiny llama_tiny" build_dir="$root/build" out_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps) steps="$2"; shift 2 ;;
     --dp) dps="$2"; shift 2 ;;
     --ratio) ratio="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
     --models) models="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --out) out_dir="$2"; shift 2 ;;
-    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run_compression_bench.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -34,7 +36,7 @@ pretrain="$build_dir/bin/pretrain"
 cd "$root"
 rm -f "$out_dir"/*.jsonl "$out_dir"/*.out
 echo "# $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; $(date -u +%FT%TZ)"
-echo "# $steps steps, top-k ratio $ratio"
+echo "# $steps steps, top-k ratio $ratio, warm-up $warmup steps"
 
 run() {  # name, ranks, recipe, extra --set flags...
   local name="$1" ranks="$2" recipe="$3"; shift 3
@@ -66,7 +68,8 @@ for model in $models; do
   for dp in $dps; do
     run "${model}_dp${dp}" "$dp" "recipes/$model.yaml"
     run "${model}_dp${dp}_topk" "$dp" "recipes/$model.yaml" \
-      --set parallel.grad_compression=topk --set parallel.topk_ratio="$ratio"
+      --set parallel.grad_compression=topk --set parallel.topk_ratio="$ratio" \
+      --set parallel.topk_warmup_iters="$warmup"
     read -r b0 v0 t0 <<< "$(summary "$out_dir/${model}_dp${dp}.jsonl")"
     read -r b1 v1 t1 <<< "$(summary "$out_dir/${model}_dp${dp}_topk.jsonl")"
     printf '%-28s %14.0f %10.4f %9.1f\n' "${model}_dp${dp}" "$b0" "$v0" "$(python3 -c "print($t0*1e3)")"

@@ -68,6 +68,9 @@ struct ParallelConfig {
   // every bucket (values and indices), the rest kept and added to the next step's gradient.
   GradCompression grad_compression = GradCompression::None;
   double topk_ratio = 0.01;
+  // The sent share falls from 1 to topk_ratio geometrically over the first this many iterations
+  // (deep gradient compression's warm-up); buckets it leaves at half or more go whole.
+  int64_t topk_warmup_iters = 0;
 
   int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
   void validate() const { validate(KeyOrigins{}); }
@@ -95,6 +98,7 @@ struct ParallelConfig {
     v("fsdp_unit_layers", s.fsdp_unit_layers, noted("optim_grads, optim_grads_params"));
     v("grad_compression", s.grad_compression, noted("none, topk (no_shard)"));
     v("topk_ratio", s.topk_ratio, noted("grad_compression topk: the share of entries sent"));
+    v("topk_warmup_iters", s.topk_warmup_iters, noted("from all entries down to topk_ratio"));
   }
 };
 

@@ -38,6 +38,8 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
           concat("must be >= 1 (got ", fsdp_unit_layers, ")"));
   c.check(topk_ratio > 0 && topk_ratio <= 1, "parallel.topk_ratio",
           concat("must be in (0, 1] (got ", topk_ratio, ")"));
+  c.check(topk_warmup_iters >= 0, "parallel.topk_warmup_iters",
+          concat("must be >= 0 (got ", topk_warmup_iters, ")"));
   c.non_negative("parallel.comm_warn_s", comm_warn_s);
   c.non_negative("parallel.comm_timeout_s", comm_timeout_s);
   if (virtual_pipeline) {
@@ -379,6 +381,13 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
       parallel.grad_compression == GradCompression::None || training.device == TrainingDevice::CPU,
       "parallel.grad_compression",
       "topk runs on the CPU backend only so far (training.device: cpu)");
+  // A re-run would send the step's gradients again and move the residuals twice.
+  c.check(parallel.grad_compression == GradCompression::None ||
+              training.rerun_mode == RerunMode::Disabled,
+          "parallel.grad_compression",
+          concat("topk keeps error-feedback residuals that a re-run of the step would change; "
+                 "training.rerun_mode ",
+                 option_name(training.rerun_mode), " needs grad_compression: none"));
   if (parallel.num_distributed_optimizer_instances > 1) {
     c.check(sharding_strategy() != ShardingStrategy::NoShard,
             "parallel.num_distributed_optimizer_instances",

@@ -47,28 +47,39 @@ void DataParallelGrads::compress_topk(double ratio) {
   MT_CHECK(!distributed_ && !replicas_, "top-k gradient compression needs no_shard");
   MT_INPUT_CHECK(store_->device() == Device::CPU,
                  "parallel.grad_compression topk runs on the CPU backend only so far");
-  topk_ratio_ = ratio;
+  topk_ratio_ = topk_density_ = ratio;
   residual_.clear();
-  packed_.clear();
-  gathered_.clear();
-  for (const BufferRange& b : buckets_) {
-    const int64_t k = topk_keep(b.size(), ratio);
-    residual_.push_back(Tensor::zeros({b.size()}, DType::F32));
-    packed_.push_back(Tensor::empty({2 * k}, DType::I32));
-    gathered_.push_back(Tensor::empty({group_->size() * 2 * k}, DType::I32));
+  for (const BufferRange& b : buckets_) residual_.push_back(Tensor::zeros({b.size()}, DType::F32));
+  packed_.assign(buckets_.size(), Tensor());
+  gathered_.assign(buckets_.size(), Tensor());
+  sparse_.assign(buckets_.size(), 0);
+}
+
+// Bucket i leaves as this rank's sparse set (all-gathered), or whole where the set would carry
+// half of the bucket or more (then the residual goes with it and restarts from zero).
+void DataParallelGrads::launch_topk(size_t i, Tensor& grads) {
+  const int64_t n = grads.numel(), k = topk_keep(n, topk_density_);
+  float* g = grads.data<float>();
+  float* r = residual_[i].data<float>();
+  sparse_[i] = 2 * k < n;
+  if (!sparse_[i]) {
+    for (int64_t j = 0; j < n; ++j) g[j] += r[j], r[j] = 0.0f;
+    bytes_ += static_cast<int64_t>(grads.nbytes());
+    pending_.push_back(group_->all_reduce_async(grads, parallel::ReduceOp::Sum));
+    return;
   }
+  if (packed_[i].numel() != 2 * k) {
+    packed_[i] = Tensor::empty({2 * k}, DType::I32);
+    gathered_[i] = Tensor::empty({group_->size() * 2 * k}, DType::I32);
+  }
+  topk_compress(g, r, n, k, packed_[i].data<int32_t>());
+  bytes_ += static_cast<int64_t>(packed_[i].nbytes());
+  pending_.push_back(group_->all_gather_async(packed_[i], gathered_[i]));
 }
 
 void DataParallelGrads::launch(size_t i) {
   Tensor grads = store_->grads().flat_view(buckets_[i].begin, {buckets_[i].size()});
-  if (topk_ratio_ > 0) {  // this rank's sparse set, gathered from every rank
-    const int64_t k = packed_[i].numel() / 2;
-    topk_compress(grads.data<float>(), residual_[i].data<float>(), grads.numel(), k,
-                  packed_[i].data<int32_t>());
-    bytes_ += static_cast<int64_t>(packed_[i].nbytes());
-    pending_.push_back(group_->all_gather_async(packed_[i], gathered_[i]));
-    return;
-  }
+  if (topk_ratio_ > 0) return launch_topk(i, grads);
   bytes_ += static_cast<int64_t>(grads.nbytes());
   if (distributed_) {
     // Reduced into scratch: the input bucket must not alias the output.
@@ -87,8 +98,9 @@ void DataParallelGrads::finish() {
   pending_.clear();
   if (topk_ratio_ > 0)
     for (size_t i = 0; i < buckets_.size(); ++i)
-      topk_decompress(gathered_[i].data<int32_t>(), group_->size(), packed_[i].numel() / 2,
-                      store_->grads().data<float>() + buckets_[i].begin, buckets_[i].size());
+      if (sparse_[i])
+        topk_decompress(gathered_[i].data<int32_t>(), group_->size(), packed_[i].numel() / 2,
+                        store_->grads().data<float>() + buckets_[i].begin, buckets_[i].size());
   if (distributed_) {
     for (size_t i = 0; i < buckets_.size(); ++i) {
       Tensor owned = store_->grads().flat_view(owned_[i].begin, {owned_[i].size()});

@@ -15,6 +15,7 @@
 // shard group owns slice r of every bucket, steps only the parameters in its slices, then
 // all-gathers the updated weights. Hybrid sharding adds an all-reduce of the owned slices over
 // the replica group (the same shard of the other instances).
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -53,11 +54,15 @@ class DataParallelGrads {
   // parallel.grad_compression topk (no_shard only; optimizer/topk_compression.h): each bucket
   // leaves as its topk_ratio largest entries, the rest kept in residuals() for the next step.
   void compress_topk(double ratio);
+  // The share of entries the next reduction sends (the warm-up's; at most 1): a bucket whose
+  // sparse set would carry half of its entries or more goes whole, its residual with it.
+  void set_topk_density(double density) { topk_density_ = std::min(1.0, density); }
   // The error-feedback residual of each bucket (fp32, this rank's own; empty without topk).
   const std::vector<Tensor>& residuals() const { return residual_; }
 
  private:
   void launch(size_t bucket);
+  void launch_topk(size_t bucket, Tensor& grads);
 
   ParamStore* store_;
   parallel::Communicator *group_, *replicas_;
@@ -66,6 +71,8 @@ class DataParallelGrads {
   std::vector<std::unique_ptr<parallel::Work>> pending_;
   std::vector<Tensor> shard_scratch_;  // fp32 gradient slices (reduce-scatter output)
   double topk_ratio_ = 0;              // 0: no compression
+  double topk_density_ = 0;            // this step's share (topk_ratio_ after the warm-up)
+  std::vector<uint8_t> sparse_;        // per bucket: sent as a sparse set this step
   std::vector<Tensor> residual_, packed_, gathered_;  // per bucket (topk)
   size_t next_bucket_ = 0;
   bool armed_ = false;

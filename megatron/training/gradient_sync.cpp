@@ -58,6 +58,11 @@ void GradientSync::compress_topk(double ratio) {
   if (experts_) experts_->compress_topk(ratio);
 }
 
+void GradientSync::set_topk_density(double density) {
+  if (dense_) dense_->set_topk_density(density);
+  if (experts_) experts_->set_topk_density(density);
+}
+
 std::vector<std::pair<std::string, Tensor>> GradientSync::compression_residuals() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto [region, grads] : {std::pair{"dense.", dense_.get()}, {"expert.", experts_.get()}})

@@ -60,6 +60,7 @@ class GradientSync {
   int64_t take_bytes();
   // parallel.grad_compression topk on the bucketed reductions (optim/grad_sync.h).
   void compress_topk(double ratio);
+  void set_topk_density(double density);
   // Its error-feedback residuals, this rank's own, by name ("dense.B", "expert.B": region and
   // bucket); empty without compression.
   std::vector<std::pair<std::string, Tensor>> compression_residuals() const;

@@ -272,6 +272,13 @@ StepMetrics Trainer::step_losses(int64_t iteration, const models::LossSums& sums
 }
 
 models::LossSums Trainer::compute_step(const StepBatch& batch, int64_t iteration, bool rerun) {
+  const auto& par = recipe_.parallel;
+  if (par.grad_compression == config::GradCompression::Topk && par.topk_warmup_iters > 0) {
+    // Geometric from every entry (iteration 1) down to topk_ratio (after the warm-up).
+    const double t = std::min(
+        1.0, static_cast<double>(iteration - 1) / static_cast<double>(par.topk_warmup_iters));
+    grad_sync_->set_topk_density(std::pow(par.topk_ratio, t));
+  }
   models::LossSums sums = run_micro_batches(batch);
   if (rerun_->inject(iteration, rerun)) {  // training.error_injection_*: NaN loss and gradients
     sums.lm = std::numeric_limits<double>::quiet_NaN();

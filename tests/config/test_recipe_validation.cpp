@@ -287,6 +287,10 @@ const Rule kRules[] = {
      "parallel.grad_compression", "topk runs on the CPU backend only so far"},
     {"compression_name", "parallel: {grad_compression: onebit}", "parallel.grad_compression",
      "'onebit'"},
+    {"topk_warmup_negative", "parallel: {grad_compression: topk, topk_warmup_iters: -1}",
+     "parallel.topk_warmup_iters", "must be >= 0 (got -1)"},
+    {"topk_rerun", "parallel: {grad_compression: topk}\ntraining: {rerun_mode: validate}",
+     "parallel.grad_compression", "training.rerun_mode validate needs grad_compression: none"},
     {"glu_offset_not_gated", "model: {activation: gelu, glu_linear_offset: 1.0}",
      "model.activation",
      "gelu is not gated: model.glu_linear_offset and "

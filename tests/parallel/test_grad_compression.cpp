@@ -6,6 +6,7 @@
 // payload per step is the sets' (indices and values), not the buckets'. In training: ratio 1
 // follows the uncompressed curve; a checkpoint resumes the compressed run bit for bit (the
 // residuals saved per rank); every rank stays in step.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -54,18 +55,32 @@ TEST(GradCompression, EveryRankSumsEveryRanksSetAndKeepsItsOwnResidual) {
     int64_t bytes = 0;
     for (size_t b = 0; b < buckets.size(); ++b) {
       const int64_t n = buckets[b].size(), k = optim::topk_keep(n, ratio);
-      bytes += 2 * k * 4;
+      std::vector<float> want(static_cast<size_t>(n), 0.0f);
+      const bool sparse = 2 * k < n;  // else the bucket goes whole, residual and all
+      bytes += sparse ? 2 * k * 4 : n * 4;
       std::vector<int32_t> gathered(static_cast<size_t>(dp * 2 * k));
       for (int r = 0; r < dp; ++r) {
         std::vector<float> gr(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) gr[size_t(i)] = gradient(r, step, buckets[b].begin + i);
-        optim::topk_compress(gr.data(), residual[size_t(r)][b].data(), n, k,
-                             gathered.data() + r * 2 * k);
+        auto& res = residual[size_t(r)][b];
+        if (sparse) {
+          optim::topk_compress(gr.data(), res.data(), n, k, gathered.data() + r * 2 * k);
+        } else {
+          for (int64_t i = 0; i < n; ++i) want[size_t(i)] += gr[size_t(i)] + res[size_t(i)];
+          std::fill(res.begin(), res.end(), 0.0f);
+        }
       }
-      std::vector<float> want(static_cast<size_t>(n));
-      optim::topk_decompress(gathered.data(), dp, k, want.data(), n);
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(g[buckets[b].begin + i], want[size_t(i)]) << "step " << step << " bucket " << b;
+      if (sparse) optim::topk_decompress(gathered.data(), dp, k, want.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        // The sparse sets add in rank order on every rank (exact); a whole bucket is the
+        // all-reduce's sum (its order the library's).
+        const float got = g[buckets[b].begin + i], w = want[size_t(i)];
+        if (sparse) {
+          ASSERT_EQ(got, w) << "step " << step << " bucket " << b;
+        } else {
+          ASSERT_NEAR(got, w, 1e-5f * (1 + std::fabs(w))) << "step " << step << " bucket " << b;
+        }
+      }
       const Tensor& mine = sync.residuals()[b];
       for (int64_t i = 0; i < n; ++i)
         ASSERT_EQ(mine.data<float>()[i], residual[size_t(me)][b][size_t(i)])
@@ -97,13 +112,29 @@ TEST(GradCompression, RatioOneFollowsTheUncompressedCurveWithFewerBytesBelowIt) 
   const auto sparse = eq::train_on_world(eq::make_recipe(model(0.05, 8)), tokens(), nullptr);
   ASSERT_EQ(all.steps.size(), dense.steps.size());
   for (size_t i = 0; i < dense.steps.size(); ++i) {
-    // Every entry sent: the same sums, added in rank order instead of the all-reduce's.
-    EXPECT_NEAR(all.steps[i].loss, dense.steps[i].loss, 1e-5 * dense.steps[i].loss) << i;
+    // Every entry sent: the buckets go whole with a zero residual, the uncompressed run's bits.
+    EXPECT_EQ(all.steps[i].loss, dense.steps[i].loss) << i;
+    EXPECT_EQ(all.steps[i].dp_comm_bytes, dense.steps[i].dp_comm_bytes) << i;
     // 5% of the entries as (index, value) pairs: a tenth of the dense payload, or less.
     EXPECT_LT(sparse.steps[i].dp_comm_bytes * 9, dense.steps[i].dp_comm_bytes) << i;
     EXPECT_TRUE(std::isfinite(sparse.steps[i].loss));
   }
   EXPECT_LT(sparse.steps.back().loss, sparse.steps.front().loss) << "the compressed run learns";
+}
+
+// The warm-up: every entry at iteration 1 (whole buckets), the share falling geometrically to
+// topk_ratio at iteration 1 + topk_warmup_iters, the payload with it.
+TEST(GradCompression, WarmupGoesFromWholeBucketsToTheRatio) {
+  eq::RecipeSpec s = model(0.01, 8);
+  s.parallel_extra += ", topk_warmup_iters: 4";
+  const auto dense = eq::train_on_world(eq::make_recipe(model(0, 8)), tokens(), nullptr);
+  const auto warm = eq::train_on_world(eq::make_recipe(s), tokens(), nullptr);
+  EXPECT_EQ(warm.steps[0].loss, dense.steps[0].loss);
+  EXPECT_EQ(warm.steps[0].dp_comm_bytes, dense.steps[0].dp_comm_bytes);
+  for (size_t i = 1; i < 5; ++i)
+    EXPECT_LT(warm.steps[i].dp_comm_bytes, warm.steps[i - 1].dp_comm_bytes) << "step " << i + 1;
+  for (size_t i = 5; i < 8; ++i)  // 1% as index/value pairs: 2% of the whole payload
+    EXPECT_LT(warm.steps[i].dp_comm_bytes * 40, dense.steps[i].dp_comm_bytes) << "step " << i + 1;
 }
 
 // A checkpoint in the middle of a compressed run: resuming it gives the uninterrupted curve
@@ -112,12 +143,16 @@ TEST(GradCompression, ResumingTheCompressedRunIsBitExact) {
   const fs::path dir = eq::shared_scratch_path("megatron_topk_ckpt_");
   if (world().rank() == 0) fs::remove_all(dir);
   world().barrier();
-  const auto straight = eq::train_on_world(eq::make_recipe(model(0.05, 10)), tokens(), nullptr);
-  eq::RecipeSpec first = model(0.05, 5);
+  // (with a warm-up: the share follows the iteration across the resume)
+  eq::RecipeSpec run = model(0.05, 10);
+  run.parallel_extra += ", topk_warmup_iters: 7";
+  const auto straight = eq::train_on_world(eq::make_recipe(run), tokens(), nullptr);
+  eq::RecipeSpec first = run;
+  first.iters = 5;
   first.save = dir.string();
   first.checkpoint_extra = ", save_interval: 5";
   (void)eq::train_on_world(eq::make_recipe(first), tokens(), nullptr);
-  eq::RecipeSpec second = model(0.05, 10);
+  eq::RecipeSpec second = run;
   second.load = dir.string();
   const auto resumed = eq::train_on_world(eq::make_recipe(second), tokens(), nullptr);
   ASSERT_EQ(resumed.steps.size(), 5u);

@@ -3,33 +3,16 @@ bench/run_hf_fp8_import_bench.sh: one dense and one MoE layer (16 of the 256 exp
 shared one), FP8 e4m3 weights with [128, 128] weight_scale_inv blocks (as the release stores
 them), bf16 embeddings, head and norms; sharded with an index.
     python deepseek_fp8_checkpoint.py OUT_DIR DEEPSEEK_V3_CONFIG_JSON
-Uses torch only (the safetensors files are written here: a JSON header and the raw bytes)."""
+Uses torch only (the files are written by hf_bench_writer.py)."""
 import json
 import os
-import struct
 import sys
 
 import torch
 
+from hf_bench_writer import write_sharded
+
 D, V, H, RQ, RKV, DN, DR, DV, F, FE, E = 7168, 129280, 128, 1536, 512, 128, 64, 128, 18432, 2048, 16
-DTYPES = {torch.float8_e4m3fn: "F8_E4M3", torch.bfloat16: "BF16", torch.float32: "F32"}
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, t in tensors.items():
-        raw = t.contiguous().view(torch.uint8).numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-        blobs.append(raw)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for b in blobs:
-            f.write(b)
 
 
 def main(out, config_path):
@@ -70,13 +53,7 @@ def main(out, config_path):
             t[m + "gate.weight"] = bf16(E, D)
             t[m + "gate.e_score_correction_bias"] = torch.zeros(E)
         shards.append(t)
-    weight_map = {}
-    for i, t in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_safetensors(os.path.join(out, name), t)
-        weight_map.update({k: name for k in t})
-    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    write_sharded(out, shards)
     config = json.load(open(config_path))
     config.update({"num_hidden_layers": 2, "first_k_dense_replace": 1, "n_routed_experts": E,
                    "num_nextn_predict_layers": 0})

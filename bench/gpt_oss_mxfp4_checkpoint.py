@@ -5,33 +5,16 @@ FP4 values a byte) and `_scales` (uint8 exponents), everything else bf16 (attent
 biases and sinks, router, norms, embeddings and head at vocabulary 201088); sharded with an
 index.
     python gpt_oss_mxfp4_checkpoint.py OUT_DIR GPT_OSS_120B_CONFIG_JSON
-Uses torch only (the safetensors files are written here: a JSON header and the raw bytes)."""
+Uses torch only (the files are written by hf_bench_writer.py)."""
 import json
 import os
-import struct
 import sys
 
 import torch
 
+from hf_bench_writer import write_sharded
+
 D, V, H, G, DH, F, E = 2880, 201088, 64, 8, 64, 2880, 16
-DTYPES = {torch.uint8: "U8", torch.bfloat16: "BF16"}
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name, t in tensors.items():
-        raw = t.contiguous().view(torch.uint8).numpy().tobytes()
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-        blobs.append(raw)
-    head = json.dumps(header).encode()
-    head += b" " * (-len(head) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for b in blobs:
-            f.write(b)
 
 
 def bf16(*shape, scale=0.02):
@@ -64,13 +47,7 @@ def main(out, config_path):
         experts[x + "_scales"] = torch.randint(118, 122, (E, rows, cols // 32), generator=g,
                                                dtype=torch.uint8)
     shards.append(experts)
-    weight_map = {}
-    for i, tensors in enumerate(shards):
-        file = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-        write_safetensors(os.path.join(out, file), tensors)
-        weight_map.update({name: file for name in tensors})
-    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    write_sharded(out, shards)
     config = json.load(open(config_path))
     config.update(num_hidden_layers=1, num_local_experts=E, layer_types=["sliding_attention"])
     with open(os.path.join(out, "config.json"), "w") as f:

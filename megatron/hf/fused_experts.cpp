@@ -1,6 +1,7 @@
 #include "megatron/hf/fused_experts.h"
 
 #include <algorithm>
+#include <charconv>
 #include <nlohmann/json.hpp>
 
 #include "megatron/core/error.h"
@@ -32,12 +33,13 @@ std::pair<const FusedExperts*, int64_t> find_expert_slab(const std::vector<Fused
                                                          const std::string& name) {
   const size_t open = name.rfind('[');
   if (open == std::string::npos || name.back() != ']') return {nullptr, -1};
-  const std::string base = name.substr(0, open), digits = name.substr(open + 1);
-  for (const FusedExperts& f : fused) {
-    if (f.name != base) continue;
-    for (int64_t e = 0; e < f.experts; ++e)
-      if (expert_slab_name(base, e) == name) return {&f, e};
-  }
+  int64_t e = -1;
+  const char *first = name.data() + open + 1, *last = name.data() + name.size() - 1;
+  if (std::from_chars(first, last, e).ptr != last) return {nullptr, -1};
+  const std::string base = name.substr(0, open);
+  for (const FusedExperts& f : fused)  // (the canonical spelling only: no "[03]")
+    if (f.name == base && e >= 0 && e < f.experts && expert_slab_name(base, e) == name)
+      return {&f, e};
   return {nullptr, -1};
 }
 

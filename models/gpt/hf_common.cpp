@@ -90,6 +90,12 @@ namespace {
 std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 }  // namespace
 
+bool every_layer_routed(const config::ModelConfig& m) {
+  for (int64_t l = 0; l < m.num_layers; ++l)
+    if (!m.moe.moe_layer_freq.is_moe(l)) return false;
+  return true;
+}
+
 void write_decoder_sizes(const config::ModelConfig& m, int64_t ffn, nlohmann::ordered_json& j) {
   j["vocab_size"] = m.vocab_size;
   j["hidden_size"] = m.hidden_size;

@@ -36,6 +36,9 @@ void write_dtype_and_pad(const config::ModelConfig& m, const std::string& dtype,
 // num_key_value_heads, head_dim, max_position_embeddings and rms_norm_eps of config.json.
 void write_decoder_sizes(const config::ModelConfig& m, int64_t ffn, nlohmann::ordered_json& j);
 
+// Whether every layer of the model routes its MLP through experts (model.moe_layer_freq).
+bool every_layer_routed(const config::ModelConfig& m);
+
 // The first of Gemma's features the model has (the model key that names it), or empty: the
 // other architectures refuse to export such a model rather than drop it.
 std::string gemma_only_feature(const config::ModelConfig& m);

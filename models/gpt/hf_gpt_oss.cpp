@@ -105,12 +105,6 @@ void experts(std::vector<TensorMapping>& out, const config::ModelConfig& m, int6
   }
 }
 
-bool every_layer_routed(const config::ModelConfig& m) {
-  for (int64_t l = 0; l < m.num_layers; ++l)
-    if (!m.moe.moe_layer_freq.is_moe(l)) return false;
-  return true;
-}
-
 }  // namespace
 
 bool is_hf_gpt_oss(const std::string& architecture) { return architecture == kGptOss; }

@@ -15,12 +15,6 @@ std::vector<int64_t> vec(std::initializer_list<int64_t> v) { return v; }
 
 bool is_qwen_moe(const std::string& a) { return a == kQwen2Moe || a == kQwen3Moe; }
 
-bool every_layer_routed(const config::ModelConfig& m) {
-  for (int64_t l = 0; l < m.num_layers; ++l)
-    if (!m.moe.moe_layer_freq.is_moe(l)) return false;
-  return true;
-}
-
 // Qwen's routed layers: l + 1 a multiple of decoder_sparse_step and l not in mlp_only_layers.
 config::LayerFrequency read_qwen_moe_layers(const hf::ConfigJson& c, int64_t layers) {
   const int64_t step = c.integer_or("decoder_sparse_step", 1);

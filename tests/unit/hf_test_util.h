@@ -37,6 +37,11 @@ inline fs::path released(const std::string& name) {
   return fs::path(MEGATRON_SOURCE_DIR) / "tests" / "fixtures" / "hf_configs" / (name + ".json");
 }
 
+// The model section a config.json describes (the converter's config reader).
+inline config::ModelConfig model_of(const fs::path& config_json) {
+  return models::model_from_hf_config(hf::ConfigJson::load(config_json.string()));
+}
+
 // A shipped recipe, recipes/<name>.
 inline config::Recipe recipe(const std::string& name) {
   return config::load_recipe((fs::path(MEGATRON_SOURCE_DIR) / "recipes" / name).string());

@@ -33,10 +33,6 @@ class HfGptOss : public HfScratch {
   int bad_ = 0;
 };
 
-config::ModelConfig model_of(const fs::path& config_json) {
-  return models::model_from_hf_config(hf::ConfigJson::load(config_json.string()));
-}
-
 TEST_F(HfGptOss, ConfigIsTheRecipeModel) {
   const config::ModelConfig m = model_of(fixture("gpt_oss") / "config.json");
   EXPECT_EQ(m.softmax_type, config::SoftmaxType::Learnable);

@@ -25,10 +25,6 @@ using ::testing::ThrowsMessage;
 
 class HfMoe : public HfScratch {};
 
-config::ModelConfig model_of(const fs::path& config_json) {
-  return models::model_from_hf_config(hf::ConfigJson::load(config_json.string()));
-}
-
 std::vector<int64_t> routed_layers(const config::ModelConfig& m) {
   std::vector<int64_t> out;
   for (int64_t l = 0; l < m.num_layers; ++l) out.push_back(m.moe.moe_layer_freq.is_moe(l));

@@ -49,6 +49,11 @@ enum class CpCommType : uint8_t { P2P, AllGather, A2A };
 // whole (an all-reduce), or each rank's largest entries per bucket with the rest kept as an
 // error-feedback residual for the next step.
 enum class GradCompression : uint8_t { None, Topk };
+// The pipeline schedule (parallel.pipeline_schedule; megatron/pipeline): Megatron's 1F1B, its
+// interleaved 1F1B (parallel.virtual_pipeline chunks), or zero-bubble ZB-H1 (backward split
+// into input and weight gradients, pipeline/zero_bubble.h). zb_v and dualpipe_v are named so a
+// recipe asking for them gets a clear refusal.
+enum class PipelineSchedule : uint8_t { OneFOneB, Interleaved, ZbH1, ZbV, DualPipeV };
 // What a suspicious step (non-finite or spiking loss or gradient norm) triggers
 // (training.rerun_mode; megatron/training/rerun.h): nothing, a re-run that stops the run (or
 // skips the batch) when the fault repeats, or a re-run whose verdict is only reported.
@@ -98,6 +103,7 @@ MT_OPTION_NAMES(ShardingStrategy, "no_shard", "optim", "optim_grads", "optim_gra
 MT_OPTION_NAMES(OptimizerOffload, "none", "cpu");
 MT_OPTION_NAMES(CpCommType, "p2p", "all_gather", "a2a");
 MT_OPTION_NAMES(GradCompression, "none", "topk");
+MT_OPTION_NAMES(PipelineSchedule, "1f1b", "interleaved", "zb_h1", "zb_v", "dualpipe_v");
 MT_OPTION_NAMES(RerunMode, "disabled", "validate", "report");
 MT_OPTION_NAMES(ErrorInjection, "none", "transient_error", "persistent_error");
 MT_OPTION_NAMES(QkNormSpan, "head", "projection");

@@ -46,6 +46,8 @@ struct ParallelConfig {
   CpCommType cp_comm_type = CpCommType::P2P;  // context > 1: how attention crosses the cp group
   int64_t expert_tensor = 0;                  // 0 = auto ("auto" in YAML): parallel.tensor
   std::optional<int64_t> virtual_pipeline;    // model chunks per pipeline stage (interleaved 1F1B)
+  // Unset: 1f1b, or interleaved with virtual_pipeline > 1 (pipeline_schedule_kind()).
+  std::optional<PipelineSchedule> pipeline_schedule;
   bool sequence_parallel = false;
   std::string order = "tp-cp-ep-dp-pp";  // rank order, innermost first; a permutation of the five
   // Layers per pipeline stage (per virtual stage, in layer order, when virtual_pipeline > 1);
@@ -73,9 +75,14 @@ struct ParallelConfig {
   int64_t topk_warmup_iters = 0;
 
   int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
+  PipelineSchedule pipeline_schedule_kind() const {
+    if (pipeline_schedule) return *pipeline_schedule;
+    return virtual_stages() > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
+  }
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const ParallelConfig&) const = default;
+  void validate_pipeline_schedule(Checker& c) const;
 
   template <typename Self, typename V>
   static void fields(Self& s, V& v) {
@@ -87,6 +94,8 @@ struct ParallelConfig {
     v("context", s.context);
     v("cp_comm_type", s.cp_comm_type, noted("p2p (ring), all_gather, a2a (Ulysses)"));
     v("virtual_pipeline", s.virtual_pipeline);
+    v("pipeline_schedule", s.pipeline_schedule,
+      noted(s.pipeline_schedule ? "" : "auto: 1f1b, or interleaved with virtual_pipeline > 1"));
     v("sequence_parallel", s.sequence_parallel);
     v("order", s.order);
     v("pipeline_layers", s.pipeline_layers);

@@ -49,6 +49,7 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
             concat("needs parallel.pipeline >= 2 (got virtual_pipeline ", *virtual_pipeline,
                    " with pipeline ", pipeline, ")"));
   }
+  validate_pipeline_schedule(c);
   // order: a permutation of tp, cp, ep, dp, pp joined by '-'.
   std::vector<std::string> parts;
   std::stringstream ss(order);
@@ -68,6 +69,34 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
       c.check(pipeline_layers[i] >= 0, concat("parallel.pipeline_layers"),
               concat("entries must be >= 0 (got ", pipeline_layers[i], " at index ", i, ")"));
   }
+}
+
+void ParallelConfig::validate_pipeline_schedule(Checker& c) const {
+  if (!pipeline_schedule) return;
+  const std::string name(option_name(*pipeline_schedule));
+  switch (*pipeline_schedule) {
+    case PipelineSchedule::ZbV:
+    case PipelineSchedule::DualPipeV:
+      c.check(false, "parallel.pipeline_schedule",
+              concat(name, " is not implemented yet: use 1f1b, interleaved or zb_h1"));
+      return;
+    case PipelineSchedule::OneFOneB:
+    case PipelineSchedule::ZbH1:
+      c.check(virtual_stages() == 1, "parallel.pipeline_schedule",
+              concat(name,
+                     " runs one model chunk per stage: parallel.virtual_pipeline must be "
+                     "unset or 1 (got ",
+                     virtual_stages(), ")"));
+      break;
+    case PipelineSchedule::Interleaved:
+      c.check(
+          virtual_stages() > 1, "parallel.pipeline_schedule",
+          concat("interleaved needs parallel.virtual_pipeline >= 2 (got ", virtual_stages(), ")"));
+      break;
+  }
+  if (*pipeline_schedule == PipelineSchedule::ZbH1)
+    c.check(pipeline >= 2, "parallel.pipeline_schedule",
+            concat("zb_h1 needs parallel.pipeline >= 2 (got ", pipeline, ")"));
 }
 
 void TrainingConfig::validate(const KeyOrigins& origins) const {
@@ -381,6 +410,17 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
       parallel.grad_compression == GradCompression::None || training.device == TrainingDevice::CPU,
       "parallel.grad_compression",
       "topk runs on the CPU backend only so far (training.device: cpu)");
+  // Sharded gradients are reduce-scattered as each unit's backward ends, before a deferred W.
+  if (parallel.pipeline_schedule_kind() == PipelineSchedule::ZbH1) {
+    c.check(sharding_strategy() == ShardingStrategy::NoShard ||
+                sharding_strategy() == ShardingStrategy::Optim,
+            "parallel.pipeline_schedule",
+            concat("zb_h1 defers weight gradients past the backward, which the sharding strategy ",
+                   option_name(sharding_strategy()),
+                   " reduce-scatters at once: use no_shard or optim (ZeRO-1)"));
+    c.check(training.device == TrainingDevice::CPU, "parallel.pipeline_schedule",
+            "zb_h1 runs on the CPU backend only so far (training.device: cpu)");
+  }
   // A re-run would send the step's gradients again and move the residuals twice.
   c.check(parallel.grad_compression == GradCompression::None ||
               training.rerun_mode == RerunMode::Disabled,

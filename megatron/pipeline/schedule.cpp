@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "megatron/core/error.h"
+#include "megatron/pipeline/zero_bubble.h"
 
 namespace megatron::pipeline {
 
@@ -14,6 +15,8 @@ const char* action_kind_name(ActionKind k) {
       return "forward";
     case ActionKind::Backward:
       return "backward";
+    case ActionKind::WeightGrad:
+      return "weight_grad";
     case ActionKind::SendActivation:
       return "send_activation";
     case ActionKind::RecvActivation:
@@ -29,12 +32,13 @@ const char* action_kind_name(ActionKind k) {
 }
 
 ActionKind parse_action_kind(const std::string& name) {
-  for (ActionKind k : {ActionKind::Forward, ActionKind::Backward, ActionKind::SendActivation,
-                       ActionKind::RecvActivation, ActionKind::SendGrad, ActionKind::RecvGrad,
-                       ActionKind::CpExchange})
+  for (ActionKind k : {ActionKind::Forward, ActionKind::Backward, ActionKind::WeightGrad,
+                       ActionKind::SendActivation, ActionKind::RecvActivation, ActionKind::SendGrad,
+                       ActionKind::RecvGrad, ActionKind::CpExchange})
     if (name == action_kind_name(k)) return k;
   throw InputError(concat("unknown pipeline action kind '", name,
-                          "' (expected forward, backward, send_activation, recv_activation, "
+                          "' (expected forward, backward, weight_grad, send_activation, "
+                          "recv_activation, "
                           "send_grad, recv_grad or cp_exchange)"));
 }
 
@@ -46,6 +50,9 @@ std::string format_action(const Action& a, bool show_chunks) {
       break;
     case ActionKind::Backward:
       os << "B";
+      break;
+    case ActionKind::WeightGrad:
+      os << "W";
       break;
     case ActionKind::SendActivation:
       os << "SA";
@@ -311,6 +318,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "1f1b";
     case ScheduleKind::Interleaved:
       return "interleaved_1f1b";
+    case ScheduleKind::ZeroBubbleH1:
+      return "zb_h1";
   }
   return "?";
 }
@@ -348,6 +357,9 @@ Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp, int
       for (int st = 0; st < pp; ++st)
         s.ranks.push_back(interleaved_one_f_one_b(pp, st, microbatches, vpp, group_size));
       break;
+    case ScheduleKind::ZeroBubbleH1:
+      MT_INPUT_CHECK(vpp == 1, "pipeline schedule: zb_h1 needs vpp = 1 (got ", vpp, ")");
+      return zero_bubble_h1(pp, microbatches);
   }
   return s;
 }

@@ -8,6 +8,9 @@
 //
 // Each rank executes its list in order:
 //  - Forward / Backward: run that micro-batch's forward or backward through local chunk `chunk`.
+//    WeightGrad (zero-bubble schedules): a Backward whose (micro-batch, chunk) also has a
+//    WeightGrad computes only the input gradient (B) and leaves the weight gradients queued;
+//    the WeightGrad (W), later in the list, runs them.
 //    A forward on virtual stage v > 0 takes its input from the RecvActivation (same micro-batch,
 //    same chunk) completed earlier in the list; v = 0 reads the micro-batch from the data. A
 //    backward on v < last takes the output gradient from the earlier RecvGrad; the last virtual
@@ -40,6 +43,7 @@ namespace megatron::pipeline {
 enum class ActionKind {
   Forward,
   Backward,
+  WeightGrad,
   SendActivation,
   RecvActivation,
   SendGrad,
@@ -56,7 +60,7 @@ struct Action {
 };
 
 inline bool is_compute(ActionKind k) {
-  return k == ActionKind::Forward || k == ActionKind::Backward;
+  return k == ActionKind::Forward || k == ActionKind::Backward || k == ActionKind::WeightGrad;
 }
 inline bool is_send(ActionKind k) {
   return k == ActionKind::SendActivation || k == ActionKind::SendGrad;
@@ -70,16 +74,17 @@ inline bool carries_activation(ActionKind k) {
 // The P2POp tag for a send/recv: 0 for activations, 1 for gradients.
 inline int p2p_tag(ActionKind k) { return carries_activation(k) ? 0 : 1; }
 
-// "forward", "backward", "send_activation", "recv_activation", "send_grad", "recv_grad".
+// "forward", "backward", "weight_grad", "send_activation", "recv_activation", "send_grad",
+// "recv_grad".
 const char* action_kind_name(ActionKind k);
 // Inverse of action_kind_name; throws InputError naming the text otherwise.
 ActionKind parse_action_kind(const std::string& name);
 
 inline int virtual_stage(int pp, int stage, int chunk) { return chunk * pp + stage; }
 
-// Compact text, used by tests and error messages: F3 / B3 (micro-batch 3, chunk 0), F3.1 (chunk
-// 1), SA3->1 (send activation of micro-batch 3 to stage 1), RA3<-0, SG3->0, RG3<-2. Chunks are
-// printed when `show_chunks` (then also ".0"). format_actions separates actions by spaces and
+// Compact text, used by tests and error messages: F3 / B3 / W3 (micro-batch 3, chunk 0), F3.1
+// (chunk 1), SA3->1 (send activation of micro-batch 3 to stage 1), RA3<-0, SG3->0, RG3<-2. Chunks
+// are printed when `show_chunks` (then also ".0"). format_actions separates actions by spaces and
 // wraps every communication batch in brackets: "F0 [SA0->1] F1 [SA1->1 RG0<-1] B0 ...".
 std::string format_action(const Action& a, bool show_chunks = false);
 std::string format_actions(const std::vector<Action>& actions, bool show_chunks = false);
@@ -111,18 +116,23 @@ std::vector<Action> interleaved_one_f_one_b(int pp, int stage, int microbatches,
                                             int group_size = 0);
 
 // --- whole pipelines -------------------------------------------------------------------------
-enum class ScheduleKind { NoPipelining, OneFOneB, Interleaved };
-const char* schedule_kind_name(ScheduleKind k);  // "no_pipelining", "1f1b", "interleaved_1f1b"
+enum class ScheduleKind { NoPipelining, OneFOneB, Interleaved, ZeroBubbleH1 };
+// "no_pipelining", "1f1b", "interleaved_1f1b", "zb_h1"
+const char* schedule_kind_name(ScheduleKind k);
 
 struct Schedule {
   ScheduleKind kind = ScheduleKind::OneFOneB;
   int pp = 1, vpp = 1, microbatches = 0;
   std::vector<std::vector<Action>> ranks;  // ranks[stage]: that stage's action list
-  std::string describe() const;            // e.g. "interleaved_1f1b pp=4 vpp=2 m=8"
+  // The lists are deadlock-free only when a send does not wait for its receive (the runtime
+  // posts such sends and waits for them later; simulate() then models buffered sends). The
+  // zero-bubble schedules place each send right after the compute that produces it.
+  bool buffered_sends = false;
+  std::string describe() const;  // e.g. "interleaved_1f1b pp=4 vpp=2 m=8"
 };
 
 // NoPipelining needs pp == 1 and vpp == 1; OneFOneB needs vpp == 1; Interleaved with vpp == 1
-// is OneFOneB.
+// is OneFOneB. ZeroBubbleH1 (pipeline/zero_bubble.h, with its default costs) needs vpp == 1.
 Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp = 1,
                        int group_size = 0);
 // The natural schedule for a layout: no pipelining for pp = 1, 1F1B for vpp = 1, else

@@ -34,7 +34,8 @@ struct Message {
 
 // Per (micro-batch, virtual stage) compute record.
 struct Work {
-  int forwards = 0, backwards = 0;
+  int forwards = 0, backwards = 0, weights = 0;
+  bool split = false;  // the schedule has a WeightGrad for it
   double f_start = kUnset, f_end = kUnset, b_start = kUnset, b_end = kUnset;
 };
 
@@ -48,17 +49,21 @@ struct RankState {
 class Simulator {
  public:
   Simulator(const Schedule& s, const CostModel& cost)
-      : s_(s), cost_(cost), pp_(s.pp), vpp_(s.vpp), m_(s.microbatches), nv_(s.pp * s.vpp) {}
+      : s_(s), cost_(cost), pp_(s.pp), vpp_(s.vpp), m_(s.microbatches), nv_(s.pp * s.vpp) {
+    if (s.buffered_sends) cost_.send_mode = CostModel::SendMode::Buffered;
+  }
 
   SimulationResult run() {
     MT_INPUT_CHECK(pp_ >= 1 && vpp_ >= 1 && m_ >= 0, "simulate: bad schedule shape pp=", pp_,
                    " vpp=", vpp_, " m=", m_);
     MT_INPUT_CHECK(static_cast<int>(s_.ranks.size()) == pp_, "simulate: the schedule has ",
                    s_.ranks.size(), " rank lists for pp=", pp_);
-    MT_INPUT_CHECK(cost_.forward_s >= 0 && cost_.backward_s >= 0 && cost_.p2p_s >= 0,
-                   "simulate: costs must be >= 0");
+    MT_INPUT_CHECK(cost_.forward_s >= 0 && cost_.backward_s >= 0 && cost_.p2p_s >= 0 &&
+                       cost_.weight_s >= 0 && cost_.weight_s <= cost_.backward_s,
+                   "simulate: costs must be >= 0 and weight_s <= backward_s");
     messages_.assign(static_cast<size_t>(2 * m_ * nv_), Message{});
     work_.assign(static_cast<size_t>(m_ * nv_), Work{});
+    mark_split();
     ranks_.assign(static_cast<size_t>(pp_), RankState{});
     res_.busy_s.assign(static_cast<size_t>(pp_), 0.0);
     res_.peak_in_flight.assign(static_cast<size_t>(pp_), 0);
@@ -170,18 +175,46 @@ class Simulator {
     return try_complete_batch(r, st.pc, end);
   }
 
+  // Which (micro-batch, virtual stage) backwards have their W split off.
+  void mark_split() {
+    for (int r = 0; r < pp_; ++r)
+      for (const Action& a : list(r))
+        if (a.kind == ActionKind::WeightGrad && a.microbatch >= 0 && a.microbatch < m_ &&
+            a.chunk >= 0 && a.chunk < vpp_)
+          work(a.microbatch, virtual_stage(pp_, r, a.chunk)).split = true;
+  }
+
+  double duration(const Action& a, int v) {
+    const bool split = v >= 0 && work(a.microbatch, v).split;
+    switch (a.kind) {
+      case ActionKind::Forward:
+        return cost_.forward_s / vpp_;
+      case ActionKind::Backward:
+        return (split ? cost_.backward_s - cost_.weight_s : cost_.backward_s) / vpp_;
+      default:
+        return cost_.weight_s / vpp_;
+    }
+  }
+
+  void run_weight_grad(int r, size_t i, Work& w) {
+    if (++w.weights > 1) error(where(r, i), ": weight gradient runs a second time");
+    if (w.backwards == 0) error(where(r, i), ": weight gradient before its backward");
+    --ranks_[static_cast<size_t>(r)].in_flight;
+  }
+
   void run_compute(int r, size_t i) {
     RankState& st = ranks_[static_cast<size_t>(r)];
     const Action& a = list(r)[i];
     const int v = validate(r, i);
     const bool fwd = a.kind == ActionKind::Forward;
-    const double dur = (fwd ? cost_.forward_s : cost_.backward_s) / vpp_;
+    const double dur = duration(a, v);
     const double start = st.clock, end = start + dur;
     st.clock = end;
     res_.busy_s[static_cast<size_t>(r)] += dur;
     res_.timeline.push_back({r, a.kind, a.microbatch, a.chunk, start, end});
     if (v < 0) return;
     Work& w = work(a.microbatch, v);
+    if (a.kind == ActionKind::WeightGrad) return run_weight_grad(r, i, w);
     if (fwd) {
       if (++w.forwards > 1) error(where(r, i), ": forward runs a second time");
       // Input: the received activation, or the local previous virtual stage when it is here.
@@ -199,7 +232,7 @@ class Simulator {
         error(where(r, i), ": backward before its output gradient was received");
       w.b_start = start;
       w.b_end = end;
-      --st.in_flight;
+      if (!w.split) --st.in_flight;
     }
   }
 

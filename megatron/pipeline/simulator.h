@@ -28,6 +28,9 @@ struct CostModel {
     // (NCCL-like). Stricter: it exposes schedules that rely on buffering.
     Rendezvous,
   } send_mode = SendMode::Rendezvous;
+  // The weight-gradient part of backward_s: a backward split off its W (a WeightGrad action of
+  // the same micro-batch and chunk) takes backward_s - weight_s, the W weight_s.
+  double weight_s = 0.0;
 };
 
 struct SimulationResult {
@@ -36,9 +39,9 @@ struct SimulationResult {
   std::vector<std::string> errors;      // dependency, matching and ordering violations
   std::vector<TimelineEvent> timeline;  // compute events, and one event per send/recv
   double makespan_s = 0;
-  std::vector<double> busy_s;       // per rank: forward + backward time
+  std::vector<double> busy_s;       // per rank: forward + backward (+ weight-gradient) time
   std::vector<int> peak_in_flight;  // per rank: most (micro-batch, chunk) forwards whose
-                                    // backward had not finished (activations held)
+                                    // backward (W when split) had not finished
   // Idle over total rank-time: 1 - sum(busy_s) / (pp * makespan_s). Communication is idle.
   double bubble_fraction = 0;
 
@@ -46,12 +49,14 @@ struct SimulationResult {
   std::string report() const;  // errors and stuck ranks, one per line ("ok" when none)
 };
 
+// Schedules with buffered_sends are simulated with SendMode::Buffered whatever `cost` says.
 // Checks done:
 //  - structure: micro-batches, chunks and peers in range; a send's peer is the rank of the
 //    neighbouring virtual stage; every forward/backward of every (micro-batch, virtual stage)
-//    runs exactly once; a forward on v > 0 comes after its RecvActivation completed on this rank,
-//    a backward after this rank's forward of it and (v < last) after its RecvGrad; a send after
-//    the compute that produces it; every message sent is received and vice versa;
+//    runs exactly once, and a W at most once, after its backward; a forward on v > 0 comes after
+//    its RecvActivation completed on this rank, a backward after this rank's forward of it and (v <
+//    last) after its RecvGrad; a send after the compute that produces it; every message sent is
+//    received and vice versa;
 //  - order: per (sender, receiver, direction) the sends are posted in the order of the receives
 //    (what tag-per-direction FIFO matching needs);
 //  - time: forward of v + 1 starts after forward of v ended, backward of v after backward of

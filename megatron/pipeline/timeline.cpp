@@ -175,6 +175,11 @@ std::string hsl(double h, double s, double l) {  // h in degrees, s and l in [0,
 double hue_of(int mb) { return std::fmod(mb * 137.508 + 210.0, 360.0); }  // golden angle
 std::string forward_colour(int mb) { return hsl(hue_of(mb), 0.70, 0.78); }
 std::string backward_colour(int mb) { return hsl(hue_of(mb), 0.65, 0.36); }
+std::string weight_colour(int mb) { return hsl(hue_of(mb), 0.45, 0.57); }
+std::string compute_colour(ActionKind k, int mb) {
+  if (k == ActionKind::Forward) return forward_colour(mb);
+  return k == ActionKind::Backward ? backward_colour(mb) : weight_colour(mb);
+}
 
 std::string num(double v) {
   char buf[32];
@@ -209,9 +214,11 @@ std::string render_timeline_svg(const std::vector<TimelineEvent>& events, const 
   const double scale = width / span;
   const double rows_bottom = top + rows * (rh + gap) - gap;
   const double axis_y = rows_bottom + 6;
-  bool any_comm = false;
-  for (const TimelineEvent& e : events)
+  bool any_comm = false, any_weight = false;
+  for (const TimelineEvent& e : events) {
     if (!is_compute(e.kind) && e.end_s > e.start_s) any_comm = true;
+    if (e.kind == ActionKind::WeightGrad) any_weight = true;
+  }
   any_comm = any_comm && opt.show_communication;
 
   // Legend layout: the key line, then the micro-batch chips wrapped to the width.
@@ -260,11 +267,10 @@ std::string render_timeline_svg(const std::vector<TimelineEvent>& events, const 
            << "\" height=\"" << num(comm_h) << "\" fill=\"#555\" opacity=\"0.55\"/>\n";
       continue;
     }
-    const bool fwd = e.kind == ActionKind::Forward;
+    const bool dark = e.kind == ActionKind::Backward;
     const double bh = any_comm ? rh - comm_h - 1 : rh;
     os << "<rect x=\"" << num(x) << "\" y=\"" << num(y) << "\" width=\"" << num(w) << "\" height=\""
-       << num(bh) << "\" fill=\""
-       << (fwd ? forward_colour(e.microbatch) : backward_colour(e.microbatch))
+       << num(bh) << "\" fill=\"" << compute_colour(e.kind, e.microbatch)
        << "\" stroke=\"white\" stroke-width=\"1\"><title>" << action_kind_name(e.kind)
        << " micro-batch " << e.microbatch << " chunk " << e.chunk << " [" << fmt_time(e.start_s)
        << ", " << fmt_time(e.end_s) << ")</title></rect>\n";
@@ -274,7 +280,7 @@ std::string render_timeline_svg(const std::vector<TimelineEvent>& events, const 
     if (fs >= 6)
       os << "<text x=\"" << num(x + w / 2) << "\" y=\"" << num(y + bh / 2 + fs * 0.36)
          << "\" font-size=\"" << num(fs) << "\" text-anchor=\"middle\" fill=\""
-         << (fwd ? "#1a1a1a" : "white") << "\">" << label << "</text>\n";
+         << (dark ? "white" : "#1a1a1a") << "\">" << label << "</text>\n";
   }
 
   // Time axis.
@@ -301,7 +307,8 @@ std::string render_timeline_svg(const std::vector<TimelineEvent>& events, const 
     lx += 28 + 7.2 * static_cast<double>(text.size()) + 18;
   };
   swatch(forward_colour(0), "forward (light)");
-  swatch(backward_colour(0), "backward (dark)");
+  swatch(backward_colour(0), any_weight ? "backward B (dark)" : "backward (dark)");
+  if (any_weight) swatch(weight_colour(0), "weight gradients W (medium)");
   swatch("url(#idle)", "idle (bubble)");
   if (any_comm) swatch("#8a8a8a", "p2p wait");
   os << "<text x=\"" << num(lx) << "\" y=\"" << num(legend_y) << "\" font-size=\"12\">"

@@ -21,6 +21,7 @@ models::ModelActivations& PipelineRuntime::acquire(const Key& k) {
 }
 
 void PipelineRuntime::release(const Key& k) {
+  wait_sends(&k);  // its output may still be on its way (buffered sends)
   auto it = live_.find(k);
   MT_CHECK(it != live_.end(), "release of micro-batch ", k.first, " chunk ", k.second,
            " not in flight");
@@ -56,15 +57,19 @@ void PipelineRuntime::exchange(const std::vector<pipeline::Action>& actions, siz
     const int tag = pipeline::p2p_tag(a.kind);
     switch (a.kind) {
       case ActionKind::SendActivation:
-        ops.push_back(
-            {parallel::P2POp::Send, chunks_[a.chunk]->output(*live_.at(k)), a.peer_stage, tag});
+      case ActionKind::SendGrad: {
+        const Tensor& buffer = a.kind == ActionKind::SendGrad
+                                   ? grad_in_.at(k)
+                                   : chunks_[a.chunk]->output(*live_.at(k));
+        if (buffered_sends_)
+          post_send(a, buffer);
+        else
+          ops.push_back({parallel::P2POp::Send, buffer, a.peer_stage, tag});
         break;
+      }
       case ActionKind::RecvActivation:
         act_in_[k] = hidden_buffer(k.first);
         ops.push_back({parallel::P2POp::Recv, act_in_[k], a.peer_stage, tag});
-        break;
-      case ActionKind::SendGrad:
-        ops.push_back({parallel::P2POp::Send, grad_in_.at(k), a.peer_stage, tag});
         break;
       case ActionKind::RecvGrad:
         grad_out_[k] = hidden_buffer(k.first);
@@ -74,10 +79,47 @@ void PipelineRuntime::exchange(const std::vector<pipeline::Action>& actions, siz
         MT_CHECK(false, "compute action inside a communication batch");
     }
   }
-  pp_->batch_isend_irecv(std::move(ops))->wait();
-  for (size_t i = begin; i < end; ++i)  // a sent gradient is no longer needed
+  if (!ops.empty()) pp_->batch_isend_irecv(std::move(ops))->wait();
+  for (size_t i = begin; i < end; ++i)  // a sent gradient is no longer needed here
     if (actions[i].kind == ActionKind::SendGrad)
       grad_in_.erase({actions[i].microbatch, actions[i].chunk});
+}
+
+void PipelineRuntime::post_send(const pipeline::Action& a, const Tensor& buffer) {
+  auto work = pp_->batch_isend_irecv(
+      {{parallel::P2POp::Send, buffer, a.peer_stage, pipeline::p2p_tag(a.kind)}});
+  pending_sends_.push_back({std::move(work), a.kind, {a.microbatch, a.chunk}, buffer});
+}
+
+void PipelineRuntime::wait_sends(const Key* of_activation) {
+  for (auto it = pending_sends_.begin(); it != pending_sends_.end();) {
+    if (of_activation && !(it->kind == ActionKind::SendActivation && it->key == *of_activation)) {
+      ++it;
+      continue;
+    }
+    it->work->wait();
+    it = pending_sends_.erase(it);
+  }
+}
+
+void PipelineRuntime::run_backward(const pipeline::Action& a, const models::LossWeights& weights,
+                                   const models::Model::GradsReady& grads_ready) {
+  const Key k{a.microbatch, a.chunk};
+  const models::Model& chunk = *chunks_[a.chunk];
+  models::MicroBatch mb = batch(a.microbatch);  // a shallow copy: tensors are shared
+  if (split_.count(k)) mb.info.weight_grads = &weight_grads_[k];
+  models::ModelActivations& act = *live_.at(k);
+  const Tensor* d_out = chunk.stage().post_process ? nullptr : &grad_out_.at(k);
+  Tensor* d_in = nullptr;
+  if (!chunk.stage().pre_process) {
+    grad_in_[k] = hidden_buffer(k.first);
+    d_in = &grad_in_[k];
+  }
+  chunk.backward(act, mb, weights, grads_ready, d_out, d_in);
+  // The queued weight gradients hold copies of what they read: the activations can go.
+  release(k);
+  act_in_.erase(k);
+  grad_out_.erase(k);
 }
 
 models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actions,
@@ -89,8 +131,15 @@ models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actio
   batches_.clear();
   fill_ = &fill;
   size_t last_backward_at = actions.size();
-  for (size_t i = 0; i < actions.size(); ++i)
+  split_.clear();
+  for (size_t i = 0; i < actions.size(); ++i) {
     if (actions[i].kind == ActionKind::Backward) last_backward_at = i;
+    if (actions[i].kind == ActionKind::WeightGrad)
+      split_.insert({actions[i].microbatch, actions[i].chunk});
+  }
+  MT_CHECK(split_.empty() || last_backward == nullptr,
+           "pipeline runtime: the last-backward hooks need every weight gradient computed in the "
+           "backward (no WeightGrad actions)");
   for (size_t i = 0; i < actions.size();) {
     const pipeline::Action& a = actions[i];
     if (!pipeline::is_compute(a.kind)) {
@@ -101,33 +150,29 @@ models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actio
       continue;
     }
     const Key k{a.microbatch, a.chunk};
-    const models::Model& chunk = *chunks_[a.chunk];
-    const models::MicroBatch& mb = batch(a.microbatch);
     std::optional<pipeline::TimelineRecorder::Scope> scope;
     if (timeline) scope.emplace(*timeline, a.kind, a.microbatch, a.chunk);
     if (a.kind == ActionKind::Forward) {
+      const models::Model& chunk = *chunks_[a.chunk];
       models::ModelActivations& act = acquire(k);
       const Tensor* in = chunk.stage().pre_process ? nullptr : &act_in_.at(k);
-      loss += chunk.forward(act, mb, in);
-    } else {
-      models::ModelActivations& act = *live_.at(k);
-      const Tensor* d_out = chunk.stage().post_process ? nullptr : &grad_out_.at(k);
-      Tensor* d_in = nullptr;
-      if (!chunk.stage().pre_process) {
-        grad_in_[k] = hidden_buffer(k.first);
-        d_in = &grad_in_[k];
-      }
+      loss += chunk.forward(act, batch(a.microbatch), in);
+    } else if (a.kind == ActionKind::Backward) {
       const bool hooked = last_backward != nullptr && i == last_backward_at;
       if (hooked && last_backward->before) last_backward->before();
-      chunk.backward(act, mb, weights,
-                     hooked ? last_backward->grads_ready : models::Model::GradsReady{}, d_out,
-                     d_in);
-      release(k);
-      act_in_.erase(k);
-      grad_out_.erase(k);
+      run_backward(a, weights, hooked ? last_backward->grads_ready : models::Model::GradsReady{});
+    } else {
+      auto q = weight_grads_.find(k);
+      MT_CHECK(q != weight_grads_.end(), "pipeline runtime: weight gradients of micro-batch ",
+               k.first, " chunk ", k.second, " before its backward");
+      q->second.drain();
+      weight_grads_.erase(q);
     }
     ++i;
   }
+  wait_sends(nullptr);
+  MT_CHECK(weight_grads_.empty(), "pipeline step ended with ", weight_grads_.size(),
+           " backwards whose weight gradients never ran");
   MT_CHECK(live_.empty() && grad_in_.empty(), "pipeline step ended with ", live_.size(),
            " micro-batches in flight");
   return loss;

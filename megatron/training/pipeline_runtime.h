@@ -8,12 +8,14 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "megatron/parallel/communicator.h"
 #include "megatron/pipeline/schedule.h"
 #include "megatron/pipeline/timeline.h"
+#include "megatron/transformer/weight_grads.h"
 #include "models/model.h"
 
 namespace megatron::training {
@@ -33,7 +35,13 @@ class PipelineRuntime {
     std::function<void()> before;
     models::Model::GradsReady grads_ready;
   };
+  // Sends that do not wait for their receives (pipeline::Schedule::buffered_sends): each send is
+  // posted on its own and waited for when its buffer is released or at the end of the step;
+  // only receives are waited for before the next compute.
+  void set_buffered_sends(bool on) { buffered_sends_ = on; }
   // Runs the actions; returns the summed losses (non-zero only where the last virtual stage is).
+  // A Backward whose (micro-batch, chunk) has a WeightGrad later in the list queues its weight
+  // gradients (megatron/transformer/weight_grads.h); the WeightGrad runs them.
   models::LossSums run(const std::vector<pipeline::Action>& actions, const FillMicroBatch& fill,
                        const models::LossWeights& weights, pipeline::TimelineRecorder* timeline,
                        const LastBackwardHooks* last_backward = nullptr);
@@ -46,6 +54,10 @@ class PipelineRuntime {
   void release(const Key& k);
   Tensor hidden_buffer(int mb);
   void exchange(const std::vector<pipeline::Action>& actions, size_t begin, size_t end);
+  void post_send(const pipeline::Action& a, const Tensor& buffer);
+  void wait_sends(const Key* of_activation);  // null: every pending send
+  void run_backward(const pipeline::Action& a, const models::LossWeights& weights,
+                    const models::Model::GradsReady& grads_ready);
   const models::MicroBatch& batch(int mb);
 
   std::vector<const models::Model*> chunks_;
@@ -56,6 +68,16 @@ class PipelineRuntime {
   std::map<Key, models::ModelActivations*> live_;
   std::vector<std::unique_ptr<models::ModelActivations>> pool_, free_;
   std::map<Key, Tensor> act_in_, grad_out_, grad_in_;
+  std::map<Key, WeightGradQueue> weight_grads_;  // backwards whose W is still to run
+  std::set<Key> split_;                          // (micro-batch, chunk) with a WeightGrad
+  bool buffered_sends_ = false;
+  struct PendingSend {
+    std::unique_ptr<parallel::Work> work;
+    pipeline::ActionKind kind;
+    Key key;
+    Tensor buffer;  // kept alive until the send completes
+  };
+  std::vector<PendingSend> pending_sends_;
 };
 
 }  // namespace megatron::training

@@ -92,8 +92,9 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
   store_.initialize(recipe_.training.seed);
 }
 
-// The pipeline runtime over this rank's chunks and its actions of the step's schedule: 1F1B
-// (one stage without pipelining) or interleaved over virtual stages.
+// The pipeline runtime over this rank's chunks and its actions of the step's schedule
+// (parallel.pipeline_schedule): 1F1B (one stage without pipelining), interleaved over virtual
+// stages, or ZB-H1.
 void Trainer::build_schedule() {
   const TransformerSpec& t = model_.transformer;
   const int64_t pp = groups_.pp->size(), vpp = recipe_.parallel.virtual_stages();
@@ -103,12 +104,21 @@ void Trainer::build_schedule() {
   std::vector<const models::Model*> chunks;
   for (const auto& c : model_.chunks) chunks.push_back(c.get());
   pipeline_ = std::make_unique<PipelineRuntime>(chunks, *groups_.pp, rows, t.hidden);
-  const auto kind = recipe_.parallel.virtual_pipeline && vpp > 1
-                        ? pipeline::ScheduleKind::Interleaved
-                        : pipeline::ScheduleKind::OneFOneB;
-  schedule_actions_ = pipeline::make_schedule(kind, static_cast<int>(pp),
-                                              static_cast<int>(num_micro_), static_cast<int>(vpp))
-                          .ranks[static_cast<size_t>(groups_.pp->rank())];
+  pipeline::ScheduleKind kind = pipeline::ScheduleKind::OneFOneB;
+  switch (recipe_.parallel.pipeline_schedule_kind()) {
+    case config::PipelineSchedule::Interleaved:
+      kind = pipeline::ScheduleKind::Interleaved;
+      break;
+    case config::PipelineSchedule::ZbH1:
+      kind = pipeline::ScheduleKind::ZeroBubbleH1;
+      break;
+    default:  // 1f1b (validation refuses the others)
+      break;
+  }
+  pipeline::Schedule schedule = pipeline::make_schedule(
+      kind, static_cast<int>(pp), static_cast<int>(num_micro_), static_cast<int>(vpp));
+  pipeline_->set_buffered_sends(schedule.buffered_sends);
+  schedule_actions_ = std::move(schedule.ranks[static_cast<size_t>(groups_.pp->rank())]);
   // The last stage's tied LM-head copy is not counted again in the gradient norm.
   if (pp > 1)
     for (const auto& c : model_.chunks)

@@ -28,7 +28,8 @@ struct DropoutSite {
   }
 };
 
-struct KvCache;  // kv_cache.h
+struct KvCache;         // kv_cache.h
+class WeightGradQueue;  // weight_grads.h
 namespace pipeline {
 class TimelineRecorder;  // megatron/pipeline/timeline.h
 }
@@ -54,6 +55,9 @@ struct MicroBatchInfo {
   // context-parallel exchanges are recorded there. Null: none.
   pipeline::TimelineRecorder* timeline = nullptr;
   int microbatch = 0;
+  // Zero-bubble schedules: where the backward queues its weight gradients (null: computed in
+  // the backward).
+  WeightGradQueue* weight_grads = nullptr;
 };
 
 }  // namespace megatron

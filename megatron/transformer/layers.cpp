@@ -4,6 +4,7 @@
 
 #include "megatron/backend/ops.h"
 #include "megatron/tensor_parallel/mappings.h"
+#include "megatron/transformer/weight_grads.h"
 
 namespace megatron {
 
@@ -99,39 +100,48 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo*
 }
 
 void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb) const {
-  // A frozen weight (or bias) gets no gradient: only dx is computed for it.
-  Tensor dw_view = weight_->frozen ? Tensor() : weight_2d(weight_->grad);
-  Tensor* dw = weight_->frozen ? nullptr : &dw_view;
+  // B here; the weight and bias gradients go through weight_grads (now, or queued for W).
   const Tensor w = weight_2d(weight_->weight);
-  Tensor* d_bias = bias_ ? bias_->grad_or_null() : nullptr;
   if (sp_ && mode_ == TPMode::Row) {
     // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
     // the gathered gradient for the bias too makes its gradient complete on every rank.
     Tensor dy_full =
         Tensor::empty(tp::full_sequence_shape(dy.shape(), *tp_), dy.dtype(), dy.device());
     tp::reduce_scatter_to_sequence_backward(*tp_, dy, dy_full);
-    ops::linear_backward(ctx.input, w, dy_full, dx, dw, d_bias);
+    ops::linear_backward(ctx.input, w, dy_full, dx, nullptr, nullptr);
     if (lora_)
       lora_->backward(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch, mb, ctx.lora_x);
-    return;
+    return weight_grads(ctx.input, dy_full, mb);
   }
   if (sp_ && mode_ == TPMode::Column) {
     const Tensor x_full = tp::gathered_sequence(*tp_, ctx.input);
     if (!dx) {
-      ops::linear_backward(x_full, w, dy, nullptr, dw, d_bias);
       if (lora_) lora_->backward(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch, mb, ctx.lora_x);
-      return;
+      return weight_grads(x_full, dy, mb);
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
     Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
-    ops::linear_backward(x_full, w, dy, &partial, dw, d_bias);
+    ops::linear_backward(x_full, w, dy, &partial, nullptr, nullptr);
     if (lora_) lora_->backward(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch, mb, ctx.lora_x);
     tp::gather_from_sequence_backward(*tp_, partial, *dx);
-    return;
+    return weight_grads(x_full, dy, mb);
   }
-  ops::linear_backward(ctx.input, w, tp::reduce_from_region_backward(dy), dx, dw, d_bias);
+  const Tensor& dy_in = tp::reduce_from_region_backward(dy);
+  if (dx) ops::linear_backward(ctx.input, w, dy_in, dx, nullptr, nullptr);
   if (lora_) lora_->backward(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
   if (dx && mode_ == TPMode::Column) tp::copy_to_region_backward(*tp_, *dx);
+  weight_grads(ctx.input, dy_in, mb);
+}
+
+void Linear::weight_grads(const Tensor& x, const Tensor& dy, const MicroBatchInfo* mb) const {
+  // A frozen weight (or bias) gets no gradient.
+  const bool weight = !weight_->frozen, bias = bias_ && bias_->grad_or_null();
+  if (!weight && !bias) return;
+  run_weight_grads(mb, {x, dy}, [this, weight](const std::vector<Tensor>& in) {
+    Tensor dw_view = weight ? weight_2d(weight_->grad) : Tensor();
+    ops::linear_backward(in[0], weight_2d(weight_->weight), in[1], nullptr,
+                         weight ? &dw_view : nullptr, bias_ ? bias_->grad_or_null() : nullptr);
+  });
 }
 
 void Linear::collect_params(std::vector<Parameter*>& out) const {
@@ -229,16 +239,18 @@ void Embedding::forward(Ctx& ctx, const Tensor& ids, Tensor& out) const {
   tp::reduce_from_region_forward(*tp_, out);
 }
 
-void Embedding::backward(Ctx& ctx, const Tensor& dout) const {
+void Embedding::backward(Ctx& ctx, const Tensor& dout, const MicroBatchInfo* mb) const {
   if (table_->frozen) return;  // nothing flows further back than the table
+  // All of it is weight gradient: the collective in B, the scatter-add through weight_grads.
+  const auto scatter_add = [this](const std::vector<Tensor>& in) {
+    ops::embedding_backward(in[0], in[1], vocab_start_, table_->grad);
+  };
   if (sp_) {
     ensure(scratch_, tp::full_sequence_shape(dout.shape(), *tp_), dout.dtype(), device_);
     tp::reduce_scatter_to_sequence_backward(*tp_, dout, scratch_);
-    ops::embedding_backward(ctx.ids, scratch_, vocab_start_, table_->grad);
-    return;
+    return run_weight_grads(mb, {ctx.ids, scratch_}, scatter_add);
   }
-  ops::embedding_backward(ctx.ids, tp::reduce_from_region_backward(dout), vocab_start_,
-                          table_->grad);
+  run_weight_grads(mb, {ctx.ids, tp::reduce_from_region_backward(dout)}, scatter_add);
 }
 
 namespace {

@@ -44,7 +44,8 @@ class Linear {
   int64_t local_out() const { return local_out_; }
   // mb: the micro-batch (its LoRA dropout mask); null: no dropout.
   void forward(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb = nullptr) const;
-  // dx may be null (first layer); writes dx, accumulates weight/bias grads.
+  // dx may be null (first layer); writes dx, accumulates weight/bias grads (queued for the
+  // schedule's W when mb carries a weight-gradient queue: megatron/transformer/weight_grads.h).
   void backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb = nullptr) const;
   void collect_params(std::vector<Parameter*>& out) const;
 
@@ -53,6 +54,8 @@ class Linear {
   // Row-parallel LoRA: the full update of rows h, added to y (all rows, or this rank's
   // sequence slice under sequence parallelism).
   void add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb) const;
+  // The weight and bias gradients of input x and output gradient dy (full sequence).
+  void weight_grads(const Tensor& x, const Tensor& dy, const MicroBatchInfo* mb) const;
   std::unique_ptr<LoRAAdapter> lora_;
   Parameter* weight_ = nullptr;
   Parameter* bias_ = nullptr;
@@ -109,7 +112,8 @@ class Embedding {
   Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,
             parallel::Communicator& tp, float init_std, bool sequence_parallel = false);
   void forward(Ctx& ctx, const Tensor& ids, Tensor& out) const;
-  void backward(Ctx& ctx, const Tensor& dout) const;
+  // The table's gradient (queued for W when mb carries a weight-gradient queue).
+  void backward(Ctx& ctx, const Tensor& dout, const MicroBatchInfo* mb = nullptr) const;
   Parameter& table() const { return *table_; }
   int64_t vocab_start() const { return vocab_start_; }
   int64_t local_vocab() const { return local_vocab_; }

@@ -297,12 +297,12 @@ void MultiLatentAttention::project_backward(State& s, const Rows& r, Tensor& d_i
   // Every rank holds the whole latent's gradient: under sequence parallelism its own slice.
   const int64_t Sl = s.ckv.dim(0);
   const Tensor d_ckv_local = sp_ ? d_ckv.slice(tp_->rank() * Sl, (tp_->rank() + 1) * Sl) : d_ckv;
-  kv_down_->backward(s.kv_down, d_ckv_local, &d_in);
+  kv_down_->backward(s.kv_down, d_ckv_local, &d_in, &mb);
   Tensor& d_x = ensure(s.d_x, d_in.shape(), act(), device_);
   if (q_down_) {
     q_up_->backward(s.q_up, s.d_q, &ensure(s.d_cq_n, s.cq_n.shape(), act(), device_), &mb);
     q_norm_->backward(s.q_norm, s.d_cq_n, ensure(s.d_cq, s.cq.shape(), act(), device_));
-    q_down_->backward(s.q_down, s.d_cq, &d_x);
+    q_down_->backward(s.q_down, s.d_cq, &d_x, &mb);
   } else {
     q_up_->backward(s.q_up, s.d_q, &d_x, &mb);
   }

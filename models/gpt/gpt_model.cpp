@@ -6,6 +6,7 @@
 #include "megatron/tensor_parallel/mappings.h"
 #include "megatron/transformer/kv_cache.h"
 #include "megatron/transformer/vocab_parallel.h"
+#include "megatron/transformer/weight_grads.h"
 
 namespace megatron::models {
 
@@ -195,6 +196,27 @@ LossSums GPTModel::forward(ModelActivations& act, const MicroBatch& mb,
   return total;
 }
 
+// The output layer tied to the word embeddings: d_final now, the table's gradient through
+// run_weight_grads (now, or at the schedule's W).
+void GPTModel::tied_head_backward(Activations& a, int64_t S, int64_t B, Tensor& d_final,
+                                  const MicroBatchInfo& info) const {
+  Parameter& table = tok_embed_->table();
+  const Tensor& x = sp() ? a.final_full : a.final_out;
+  if (sp()) {
+    // Each rank's vocab slice gives a partial gradient for every position: sum and split.
+    Tensor& full = ensure(a.d_final_full, {S, B, spec_.transformer.hidden}, act_dtype(), device_);
+    ops::linear_backward(x, table.weight, a.logits, &full, nullptr, nullptr);
+    tensor_parallel::gather_from_sequence_backward(*tp_, full, d_final);
+  } else {
+    ops::linear_backward(x, table.weight, a.logits, &d_final, nullptr, nullptr);
+    tensor_parallel::copy_to_region_backward(*tp_, d_final);
+  }
+  if (!table.grad_or_null()) return;
+  run_weight_grads(&info, {x, a.logits}, [&table](const std::vector<Tensor>& in) {
+    ops::linear_backward(in[0], table.weight, in[1], nullptr, table.grad_or_null(), nullptr);
+  });
+}
+
 void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossWeights& weights,
                         const GradsReady& grads_ready, const Tensor* d_hidden_out,
                         Tensor* d_hidden_in) const {
@@ -215,6 +237,7 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
   // then the embeddings (which the tied LM head also feeds), so watermarks only grow.
   Tensor* grad = &ensure(a.grad_a, {Sl, B, D}, act_dtype(), device_);
   Tensor* other = &ensure(a.grad_b, {Sl, B, D}, act_dtype(), device_);
+  const MicroBatchInfo info = mb.layer_info();
   if (stage_.post_process) {
     UnitUse use(unit_hooks_, {units_.head, lm_head_ ? -1 : units_.word}, true);
     const kernels::VocabSlice vs = vocab_slice();
@@ -226,20 +249,9 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
       ops::tanh_backward(a.logits_tanh, a.logits, a.logits);
     Tensor& d_final = *other;
     if (lm_head_) {
-      lm_head_->backward(a.lm_head, a.logits, &d_final);
+      lm_head_->backward(a.lm_head, a.logits, &d_final, &info);
     } else {
-      Parameter& table = tok_embed_->table();
-      if (sp()) {
-        // Each rank's vocab slice gives a partial gradient for every position: sum and split.
-        Tensor& full = ensure(a.d_final_full, {S, B, D}, act_dtype(), device_);
-        ops::linear_backward(a.final_full, table.weight, a.logits, &full, table.grad_or_null(),
-                             nullptr);
-        tensor_parallel::gather_from_sequence_backward(*tp_, full, d_final);
-      } else {
-        ops::linear_backward(a.final_out, table.weight, a.logits, &d_final, table.grad_or_null(),
-                             nullptr);
-        tensor_parallel::copy_to_region_backward(*tp_, d_final);
-      }
+      tied_head_backward(a, S, B, d_final, info);
     }
     final_norm_->backward(a.final_norm, d_final, *grad);
     use.end();
@@ -252,7 +264,6 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
              "stage backward needs the gradient of its output [", Sl, ", ", B, ", ", D, "]");
     grad->copy_from(*d_hidden_out);
   }
-  const MicroBatchInfo info = mb.layer_info();
   for (size_t l = blocks_.size(); l-- > 0;) {
     layer_unit_begins(l, true);
     blocks_[l]->backward(a.blocks[l], *grad, *other, info);
@@ -272,9 +283,9 @@ void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossW
     std::swap(grad, other);
   }
   UnitUse use(unit_hooks_, {units_.word, units_.embeddings}, true);
-  if (pos_embed_) pos_embed_->backward(a.pos, *grad);
+  if (pos_embed_) pos_embed_->backward(a.pos, *grad, &info);
   if (spec_.embedding_scale != 1.0f) ops::scale_inplace(*grad, spec_.embedding_scale);
-  tok_embed_->backward(a.tok, *grad);
+  tok_embed_->backward(a.tok, *grad, &info);
   use.end();
   if (grads_ready) grads_ready(std::numeric_limits<int64_t>::max());
 }

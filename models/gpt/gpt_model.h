@@ -80,6 +80,8 @@ class GPTModel final : public Model {
   bool sp() const { return spec_.transformer.sequence_parallel && tp_->size() > 1; }
   DType act_dtype() const { return spec_.transformer.activation_dtype; }
   ActivationSlice slice(const MicroBatch& mb, int64_t local_seq) const;
+  void tied_head_backward(Activations& a, int64_t S, int64_t B, Tensor& d_final,
+                          const MicroBatchInfo& info) const;
 
   GPTSpec spec_;
   Device device_;  // the store's: where the activations live

@@ -201,6 +201,7 @@ struct RecipeSpec {
   int64_t cp = 1;                   // parallel.context
   std::string cp_comm = {};         // parallel.cp_comm_type (empty: unset)
   std::string parallel_extra = {};  // more parallel keys, e.g. "grad_compression: topk"
+  std::string schedule = {};        // parallel.pipeline_schedule (empty: unset)
   // training
   int64_t micro = 8, global = 8, iters = 20, eval_interval = 10, eval_iters = 1;
   uint64_t seed = 1;
@@ -241,6 +242,7 @@ inline config::Recipe make_recipe(const RecipeSpec& s,
   if (s.cp > 1) y << ", context: " << s.cp;
   if (!s.cp_comm.empty()) y << ", cp_comm_type: " << s.cp_comm;
   if (!s.parallel_extra.empty()) y << ", " << s.parallel_extra;
+  if (!s.schedule.empty()) y << ", pipeline_schedule: " << s.schedule;
   if (!s.stage_layers.empty()) {
     y << ", pipeline_layers: [";
     for (size_t i = 0; i < s.stage_layers.size(); ++i) y << (i ? ", " : "") << s.stage_layers[i];
@@ -273,11 +275,13 @@ struct Layout {
   int64_t ep = 1;
   std::string recompute = "none";
   std::vector<int64_t> stage_layers = {};
-  std::string sharding = {};  // parallel.data_parallel_sharding_strategy (empty: unset)
-  int64_t dp_instances = 1;   // hybrid sharding
-  int64_t etp = 0;            // parallel.expert_tensor (0: auto)
-  int64_t cp = 1;             // parallel.context
-  std::string cp_comm = {};   // parallel.cp_comm_type
+  std::string sharding = {};   // parallel.data_parallel_sharding_strategy (empty: unset)
+  int64_t dp_instances = 1;    // hybrid sharding
+  int64_t etp = 0;             // parallel.expert_tensor (0: auto)
+  int64_t cp = 1;              // parallel.context
+  std::string cp_comm = {};    // parallel.cp_comm_type
+  std::string schedule = {};   // parallel.pipeline_schedule
+  std::string precision = {};  // training.precision (empty: the model's)
   int64_t ranks() const { return tp * pp * dp * cp; }
   std::string name() const {
     std::ostringstream o;
@@ -290,6 +294,8 @@ struct Layout {
     if (!sharding.empty()) o << " " << sharding;
     if (dp_instances > 1) o << " x" << dp_instances << " instances";
     if (cp > 1) o << " cp" << cp << " " << (cp_comm.empty() ? "p2p" : cp_comm);
+    if (!schedule.empty()) o << " " << schedule;
+    if (!precision.empty()) o << " " << precision;
     return o.str();
   }
   RecipeSpec applied_to(RecipeSpec s) const {
@@ -308,6 +314,8 @@ struct Layout {
     s.dp_instances = dp_instances;
     s.cp = cp;
     s.cp_comm = cp_comm;
+    if (!schedule.empty()) s.schedule = schedule;
+    if (!precision.empty()) s.precision = precision;
     return s;
   }
 };

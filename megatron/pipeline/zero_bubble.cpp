@@ -1,0 +1,176 @@
+#include "megatron/pipeline/zero_bubble.h"
+
+#include <cmath>
+#include <deque>
+#include <limits>
+
+#include "megatron/core/error.h"
+
+namespace megatron::pipeline {
+
+void PassCosts::validate() const {
+  for (auto [value, name] : {std::pair{forward, "forward"}, std::pair{backward_input, "backward"},
+                             std::pair{weight, "weight-gradient"}})
+    MT_INPUT_CHECK(std::isfinite(value) && value > 0, "zero-bubble schedule: the ", name,
+                   " pass time must be finite and > 0, got ", value);
+}
+
+namespace {
+
+constexpr double kUnknown = -1;
+
+// One stage while the greedy plays the pipeline out.
+struct StagePlay {
+  double free_at = 0;
+  int next_forward = 0, next_backward = 0, in_flight = 0, limit = 0;
+  bool last_was_forward = false;    // of its forwards and B's
+  std::deque<int> pending_weights;  // micro-batches whose B ran and W did not
+  ComputeOrder order;
+};
+
+// What a stage would do next, and when.
+struct Choice {
+  ActionKind kind = ActionKind::Forward;
+  int microbatch = -1;
+  double start = std::numeric_limits<double>::infinity();
+  bool valid() const { return microbatch >= 0; }
+};
+
+class H1Player {
+ public:
+  H1Player(int pp, int m, const PassCosts& costs)
+      : pp_(pp),
+        m_(m),
+        costs_(costs),
+        stages_(static_cast<size_t>(pp)),
+        f_end_(static_cast<size_t>(pp * m), kUnknown),
+        b_end_(static_cast<size_t>(pp * m), kUnknown) {
+    for (auto& st : stages_) st.limit = std::min(pp, m);
+  }
+
+  std::vector<ComputeOrder> play() {
+    for (int left = 3 * pp_ * m_; left > 0; --left) {
+      int best = -1;
+      Choice pick;
+      for (int s = 0; s < pp_; ++s) {
+        const Choice c = choose(s);
+        if (c.valid() && c.start < pick.start) best = s, pick = c;
+      }
+      MT_CHECK(best >= 0, "zero-bubble H1: no stage can proceed with ", left, " passes left");
+      commit(best, pick);
+    }
+    std::vector<ComputeOrder> out;
+    for (auto& st : stages_) out.push_back(std::move(st.order));
+    return out;
+  }
+
+ private:
+  double& f_end(int s, int mb) { return f_end_[static_cast<size_t>(s * m_ + mb)]; }
+  double& b_end(int s, int mb) { return b_end_[static_cast<size_t>(s * m_ + mb)]; }
+
+  // When the next B of stage s could start (its forward ran and its output gradient is
+  // there), or kUnknown.
+  double backward_ready(int s) {
+    const StagePlay& st = stages_[static_cast<size_t>(s)];
+    const int mb = st.next_backward;
+    if (mb >= m_ || mb >= st.next_forward) return kUnknown;
+    return s == pp_ - 1 ? f_end(s, mb) : b_end(s + 1, mb);
+  }
+  double forward_ready(int s) {
+    const StagePlay& st = stages_[static_cast<size_t>(s)];
+    const int mb = st.next_forward;
+    if (mb >= m_ || st.in_flight >= st.limit) return kUnknown;
+    return s == 0 ? 0.0 : f_end(s - 1, mb);
+  }
+
+  Choice choose(int s) {
+    const StagePlay& st = stages_[static_cast<size_t>(s)];
+    const double t = st.free_at;
+    double rb = backward_ready(s), rf = forward_ready(s);
+    // After the warm-up (pp - s forwards) forwards and B's alternate, as in 1F1B.
+    const bool warm = st.next_forward < std::min(pp_ - s, m_);
+    if (!warm && st.next_forward < m_ && st.next_backward < m_)
+      (st.last_was_forward ? rf : rb) = kUnknown;
+    if (rb != kUnknown && rb <= t) return {ActionKind::Backward, st.next_backward, t};
+    if (rf != kUnknown && rf <= t) return {ActionKind::Forward, st.next_forward, t};
+    if (!st.pending_weights.empty()) return {ActionKind::WeightGrad, st.pending_weights.front(), t};
+    Choice c;
+    if (rb != kUnknown) c = {ActionKind::Backward, st.next_backward, rb};
+    if (rf != kUnknown && rf < c.start) c = {ActionKind::Forward, st.next_forward, rf};
+    return c;
+  }
+
+  void commit(int s, const Choice& c) {
+    StagePlay& st = stages_[static_cast<size_t>(s)];
+    double end = c.start;
+    switch (c.kind) {
+      case ActionKind::Forward:
+        end += costs_.forward;
+        f_end(s, c.microbatch) = end;
+        ++st.next_forward;
+        ++st.in_flight;
+        break;
+      case ActionKind::Backward:
+        end += costs_.backward_input;
+        b_end(s, c.microbatch) = end;
+        ++st.next_backward;
+        st.pending_weights.push_back(c.microbatch);
+        break;
+      default:
+        end += costs_.weight;
+        st.pending_weights.pop_front();
+        --st.in_flight;
+        break;
+    }
+    st.free_at = end;
+    if (c.kind != ActionKind::WeightGrad) st.last_was_forward = c.kind == ActionKind::Forward;
+    st.order.push_back({c.kind, c.microbatch, 0, -1});
+  }
+
+  int pp_, m_;
+  PassCosts costs_;
+  std::vector<StagePlay> stages_;
+  std::vector<double> f_end_, b_end_;
+};
+
+}  // namespace
+
+std::vector<ComputeOrder> zero_bubble_h1_order(int pp, int microbatches, const PassCosts& costs) {
+  MT_INPUT_CHECK(pp >= 2, "zero-bubble H1 schedule: needs a pipeline-parallel size >= 2, got ", pp);
+  MT_INPUT_CHECK(microbatches >= 1,
+                 "zero-bubble H1 schedule: the number of micro-batches must be >= 1, got ",
+                 microbatches);
+  costs.validate();
+  return H1Player(pp, microbatches, costs).play();
+}
+
+std::vector<Action> with_point_to_point(int pp, int stage, const ComputeOrder& order) {
+  const bool first = stage == 0, last = stage == pp - 1;
+  std::vector<Action> out;
+  for (const Action& a : order) {
+    if (a.kind == ActionKind::Forward && !first)
+      out.push_back({ActionKind::RecvActivation, a.microbatch, a.chunk, stage - 1});
+    if (a.kind == ActionKind::Backward && !last)
+      out.push_back({ActionKind::RecvGrad, a.microbatch, a.chunk, stage + 1});
+    out.push_back(a);
+    if (a.kind == ActionKind::Forward && !last)
+      out.push_back({ActionKind::SendActivation, a.microbatch, a.chunk, stage + 1});
+    if (a.kind == ActionKind::Backward && !first)
+      out.push_back({ActionKind::SendGrad, a.microbatch, a.chunk, stage - 1});
+  }
+  return out;
+}
+
+Schedule zero_bubble_h1(int pp, int microbatches, const PassCosts& costs) {
+  const std::vector<ComputeOrder> orders = zero_bubble_h1_order(pp, microbatches, costs);
+  Schedule s;
+  s.kind = ScheduleKind::ZeroBubbleH1;
+  s.pp = pp;
+  s.microbatches = microbatches;
+  s.buffered_sends = true;
+  for (int st = 0; st < pp; ++st)
+    s.ranks.push_back(with_point_to_point(pp, st, orders[static_cast<size_t>(st)]));
+  return s;
+}
+
+}  // namespace megatron::pipeline

@@ -1,0 +1,42 @@
+#pragma once
+// Zero-bubble pipeline schedules (Qi et al., 2024, "Zero Bubble Pipeline Parallelism"): each
+// backward split into B (the input gradient, on the critical path between stages) and W (the
+// weight gradients, needed only by the optimizer step), the W's moved into what 1F1B leaves
+// idle. The lists are made by playing the stages out on relative pass times (the paper's greedy
+// heuristic), so measured F/B/W times give the schedule for the machine at hand.
+#include <vector>
+
+#include "megatron/pipeline/schedule.h"
+
+namespace megatron::pipeline {
+
+// Relative times of one micro-batch's passes through one stage.
+struct PassCosts {
+  double forward = 1, backward_input = 1, weight = 1;
+  // Each finite and > 0; InputError naming the pass otherwise.
+  void validate() const;
+};
+
+// The compute order of one stage: Forward, Backward (B only) and WeightGrad actions.
+using ComputeOrder = std::vector<Action>;
+
+// ZB-H1 (the paper's schedule at 1F1B's peak activation memory): every stage holds at most
+// min(pp, m) micro-batches whose W has not run (1F1B's peak, stage 0's). Stage s warms up with
+// min(pp - s, m) forwards; then forwards and B's alternate as in 1F1B's steady state, in
+// micro-batch order. When the pass due is not ready (its input or output gradient is not there,
+// or memory is full) the stage runs its oldest pending W instead, or waits when there is none;
+// the W's left run at the end. With F = B = W this gives the paper's makespan m(F+B+W) +
+// (pp-1)(F+B-W), a third of 1F1B's bubble. Ties between stages go to the lower stage.
+std::vector<ComputeOrder> zero_bubble_h1_order(int pp, int microbatches,
+                                               const PassCosts& costs = {});
+
+// A stage's list from its compute order: each receive right before the compute that consumes
+// it, each send right after the compute that produces it. The sends must not wait for their
+// receives (Schedule::buffered_sends): the order follows a feasible timeline, so then every
+// receive's send has been posted by the time a rank waits for it.
+std::vector<Action> with_point_to_point(int pp, int stage, const ComputeOrder& order);
+
+// The whole ZB-H1 pipeline (pp >= 2; m >= 1).
+Schedule zero_bubble_h1(int pp, int microbatches, const PassCosts& costs = {});
+
+}  // namespace megatron::pipeline

@@ -1,0 +1,125 @@
+// Zero-bubble ZB-H1 (pipeline/zero_bubble.h): the greedy's lists through the simulator over many
+// layouts (deadlock-free with buffered sends, every pass once, W after its B, 1F1B's activation
+// memory), its bubble against 1F1B's and the paper's (p-1)(F+B-W), hand-checked small lists, and
+// the simulator's W checks.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "megatron/core/error.h"
+#include "megatron/pipeline/simulator.h"
+#include "megatron/pipeline/zero_bubble.h"
+
+namespace megatron::pipeline {
+namespace {
+
+using ::testing::HasSubstr;
+
+CostModel equal_passes() {  // F = B = W = 1, as the paper's analysis
+  CostModel c;
+  c.forward_s = 1;
+  c.backward_s = 2;
+  c.weight_s = 1;
+  return c;
+}
+
+TEST(ZeroBubbleH1, TwoStagesThreeMicrobatches) {
+  const Schedule s = zero_bubble_h1(2, 3);
+  EXPECT_EQ(format_actions(s.ranks[0]),
+            "F0 [SA0->1] F1 [SA1->1 RG0<-1] B0 W0 F2 [SA2->1 RG1<-1] B1 W1 [RG2<-1] B2 W2");
+  // The last stage defers its W's by one micro-batch: its B's reach stage 0 sooner.
+  EXPECT_EQ(format_actions(s.ranks[1]),
+            "[RA0<-0] F0 B0 [SG0->0 RA1<-0] F1 B1 [SG1->0] W0 [RA2<-0] F2 B2 [SG2->0] W1 W2");
+  EXPECT_TRUE(s.buffered_sends);
+}
+
+TEST(ZeroBubbleH1, EveryLayoutIsDeadlockFreeAtOneFOneBMemory) {
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int m = 1; m <= 24; ++m) {
+      const Schedule s = zero_bubble_h1(pp, m);
+      const SimulationResult r = simulate(s, equal_passes());
+      ASSERT_TRUE(r.ok()) << "pp=" << pp << " m=" << m << "\n" << r.report();
+      const SimulationResult base = simulate(make_schedule(ScheduleKind::OneFOneB, pp, m));
+      const int peak = *std::max_element(base.peak_in_flight.begin(), base.peak_in_flight.end());
+      ASSERT_EQ(peak, std::min(pp, m));
+      for (int st = 0; st < pp; ++st) {
+        EXPECT_LE(r.peak_in_flight[static_cast<size_t>(st)], peak)
+            << "pp=" << pp << " m=" << m << " stage " << st;
+        int weights = 0;
+        for (const Action& a : s.ranks[static_cast<size_t>(st)])
+          weights += a.kind == ActionKind::WeightGrad;
+        EXPECT_EQ(weights, m) << "pp=" << pp << " m=" << m << " stage " << st;
+      }
+    }
+}
+
+TEST(ZeroBubbleH1, IsDeadlockFreeOnUnequalPassTimes) {
+  for (const PassCosts c : {PassCosts{1, 2, 0.5}, PassCosts{2, 1, 1}, PassCosts{1, 1, 3}})
+    for (int pp : {2, 4, 5})
+      for (int m : {1, 3, 8, 13}) {
+        CostModel cost;
+        cost.forward_s = c.forward;
+        cost.backward_s = c.backward_input + c.weight;
+        cost.weight_s = c.weight;
+        const SimulationResult r = simulate(zero_bubble_h1(pp, m, c), cost);
+        ASSERT_TRUE(r.ok()) << "pp=" << pp << " m=" << m << "\n" << r.report();
+      }
+}
+
+TEST(ZeroBubbleH1, BubbleIsAThirdOfOneFOneBs) {
+  // The paper: 1F1B idles (p-1)(F+B+W) per stage, ZB-H1 (p-1)(F+B-W); with F = B = W that is a
+  // third, so the bubble fraction falls below 0.4x of 1F1B's once m is large enough.
+  for (int pp : {2, 4, 8})
+    for (int m : {2 * pp, 3 * pp, 24}) {
+      const SimulationResult zb = simulate(zero_bubble_h1(pp, m), equal_passes());
+      const SimulationResult base =
+          simulate(make_schedule(ScheduleKind::OneFOneB, pp, m), equal_passes());
+      ASSERT_TRUE(zb.ok() && base.ok());
+      EXPECT_DOUBLE_EQ(base.makespan_s, 3.0 * m + 3.0 * (pp - 1)) << "pp=" << pp << " m=" << m;
+      EXPECT_DOUBLE_EQ(zb.makespan_s, 3.0 * m + 1.0 * (pp - 1)) << "pp=" << pp << " m=" << m;
+      if (m >= 3 * pp) {
+        EXPECT_LE(zb.bubble_fraction, 0.4 * base.bubble_fraction);
+      }
+    }
+}
+
+TEST(ZeroBubbleH1, BadArgumentsAreInputErrors) {
+  EXPECT_THROW(zero_bubble_h1(1, 4), InputError);
+  EXPECT_THROW(zero_bubble_h1(2, 0), InputError);
+  EXPECT_THROW(zero_bubble_h1(2, 4, PassCosts{1, 0, 1}), InputError);
+  EXPECT_THROW(zero_bubble_h1(2, 4, PassCosts{1, 1, -1}), InputError);
+  EXPECT_THROW(make_schedule(ScheduleKind::ZeroBubbleH1, 2, 4, 2), InputError);
+  try {
+    zero_bubble_h1(2, 4, PassCosts{1, 1, 0});
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("weight-gradient"));
+  }
+}
+
+TEST(ZeroBubbleSimulator, DetectsWeightGradientsOutOfPlace) {
+  Schedule s = make_schedule(ScheduleKind::NoPipelining, 1, 2);
+  s.ranks[0] = {{ActionKind::Forward, 0},   {ActionKind::WeightGrad, 0},
+                {ActionKind::Backward, 0},  {ActionKind::Forward, 1},
+                {ActionKind::Backward, 1},  {ActionKind::WeightGrad, 1},
+                {ActionKind::WeightGrad, 1}};
+  const SimulationResult r = simulate(s, equal_passes());
+  EXPECT_THAT(r.report(), HasSubstr("W0): weight gradient before its backward"));
+  EXPECT_THAT(r.report(), HasSubstr("W1): weight gradient runs a second time"));
+}
+
+TEST(ZeroBubbleSimulator, SplitBackwardTakesItsShareAndHoldsMemoryUntilW) {
+  Schedule s = make_schedule(ScheduleKind::NoPipelining, 1, 2);
+  s.ranks[0] = {{ActionKind::Forward, 0},    {ActionKind::Backward, 0},
+                {ActionKind::Forward, 1},    {ActionKind::Backward, 1},
+                {ActionKind::WeightGrad, 0}, {ActionKind::WeightGrad, 1}};
+  const SimulationResult r = simulate(s, equal_passes());
+  ASSERT_TRUE(r.ok()) << r.report();
+  EXPECT_DOUBLE_EQ(r.makespan_s, 6.0);  // 2 x (F 1 + B 1 + W 1)
+  EXPECT_EQ(r.peak_in_flight[0], 2);    // micro-batch 0 held until its W
+  EXPECT_DOUBLE_EQ(r.bubble_fraction, 0.0);
+}
+
+}  // namespace
+}  // namespace megatron::pipeline

@@ -1,11 +1,13 @@
 // mpirun-np: 2 4
 // Each tensor-parallel layer against its unsplit version: outputs, input gradients and every
 // weight-gradient shard equal the matching slice of the single-process layer's results, with
-// and without sequence parallelism.
+// and without sequence parallelism; the split (zero-bubble) backward against the joint one.
+#include <cstring>
 #include <random>
 
 #include "megatron/backend/ops.h"
 #include "megatron/transformer/layers.h"
+#include "megatron/transformer/weight_grads.h"
 #include "parallel_test.h"
 #include "tests/support/random_tensor.h"
 
@@ -155,6 +157,98 @@ TEST(TensorParallelLayers, VocabParallelEmbeddingMatchesUnsplit) {
     expect_close(y, y_want, "embedding output");
     split.backward(sc, sp ? slice_dim0(dy, r, tp).clone() : dy);
     expect_grad_shards(tp_store, full_store);
+  }
+}
+
+// Every element of a equals b's, bit for bit.
+void expect_bitwise(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.numel(), b.numel()) << what;
+  ASSERT_EQ(std::memcmp(a.raw(), b.raw(), static_cast<size_t>(a.numel()) * sizeof(float)), 0)
+      << what;
+}
+
+void expect_zero(const Tensor& t, const std::string& what) {
+  for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data<float>()[i], 0.0f) << what << " " << i;
+}
+
+// Zero-bubble's split backward (transformer/weight_grads.h): with a queue on the micro-batch a
+// layer's backward writes the same input gradient, leaves its weight gradients untouched, and
+// the drained queue then gives the joint backward's gradients bit for bit, even after the
+// caller reused its input and output-gradient buffers (the queue keeps copies).
+TEST(TensorParallelLayers, DeferredWeightGradientsEqualTheJointBackward) {
+  const int tp = world().size();
+  auto self = mp::make_single_process_communicator();
+  const int64_t S = 4 * tp, B = 3, in = 8 * tp, out = 4 * tp;
+  for (const LayerCase c : {LayerCase{TPMode::None, false}, LayerCase{TPMode::Column, false},
+                            LayerCase{TPMode::Column, true}, LayerCase{TPMode::Row, false},
+                            LayerCase{TPMode::Row, true}}) {
+    SCOPED_TRACE(concat(static_cast<int>(c.mode), c.sp ? " sequence-parallel" : ""));
+    ParamStore joint_store, split_store;
+    parallel::Communicator& comm = c.mode == TPMode::None ? *self : world();
+    Linear joint(joint_store, "l", in, out, true, c.mode, comm, 0.5f, Shape{}, c.sp);
+    Linear split(split_store, "l", in, out, true, c.mode, comm, 0.5f, Shape{}, c.sp);
+    for (ParamStore* s : {&joint_store, &split_store}) {
+      s->finalize();
+      s->initialize(3);
+    }
+    const int64_t in_local = c.mode == TPMode::Row ? in / tp : in;
+    const int64_t out_local = c.mode == TPMode::Column ? out / tp : out;
+    const int64_t s_in = c.sp && c.mode == TPMode::Column ? S / tp : S;
+    const int64_t s_out = c.sp && c.mode == TPMode::Row ? S / tp : S;
+    Tensor x = random_tensor({s_in, B, in_local}, 11),
+           dy = random_tensor({s_out, B, out_local}, 12);
+    Tensor y = Tensor::empty({s_out, B, out_local}, DType::F32);
+    Linear::Ctx jc, sc;
+    joint.forward(jc, x, y);
+    Tensor dx_joint = Tensor::empty(x.shape(), DType::F32);
+    joint.backward(jc, dy, &dx_joint);
+
+    split.forward(sc, x, y);
+    WeightGradQueue queue;
+    MicroBatchInfo mb;
+    mb.weight_grads = &queue;
+    Tensor dx_split = Tensor::empty(x.shape(), DType::F32);
+    split.backward(sc, dy, &dx_split, &mb);
+    expect_bitwise(dx_split, dx_joint, "input gradient");
+    expect_zero(split_store.get("l.weight").grad, "weight gradient before W");
+    ASSERT_EQ(queue.size(), 1u);
+    ops::fill(x, 7.0f);  // the caller reuses its buffers before W
+    ops::fill(dy, -3.0f);
+    queue.drain();
+    EXPECT_TRUE(queue.empty());
+    for (const char* name : {"l.weight", "l.bias"})
+      expect_bitwise(split_store.get(name).grad, joint_store.get(name).grad, name);
+  }
+}
+
+TEST(TensorParallelLayers, DeferredEmbeddingGradientEqualsTheJointBackward) {
+  const int tp = world().size();
+  const int64_t S = 2 * tp, B = 3, V = 8 * tp, D = 5;
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "sequence-parallel" : "plain");
+    ParamStore joint_store, split_store;
+    Embedding joint(joint_store, "e", V, D, world(), 1.0f, sp);
+    Embedding split(split_store, "e", V, D, world(), 1.0f, sp);
+    for (ParamStore* s : {&joint_store, &split_store}) {
+      s->finalize();
+      s->initialize(5);
+    }
+    Tensor ids = Tensor::empty({S, B}, DType::I32);
+    for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int32_t>()[i] = (i * 7 + 3) % V;
+    Embedding::Ctx jc, sc;
+    Tensor y = Tensor::empty({sp ? S / tp : S, B, D}, DType::F32);
+    joint.forward(jc, ids, y);
+    split.forward(sc, ids, y);
+    Tensor dy = random_tensor(y.shape(), 9);
+    joint.backward(jc, dy);
+    WeightGradQueue queue;
+    MicroBatchInfo mb;
+    mb.weight_grads = &queue;
+    split.backward(sc, dy, &mb);
+    expect_zero(split_store.get("e.weight").grad, "table gradient before W");
+    ops::fill(dy, 5.0f);
+    queue.drain();
+    expect_bitwise(split_store.get("e.weight").grad, joint_store.get("e.weight").grad, "table");
   }
 }
 

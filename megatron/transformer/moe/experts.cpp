@@ -2,6 +2,7 @@
 
 #include "megatron/backend/ops.h"
 #include "megatron/transformer/context.h"
+#include "megatron/transformer/weight_grads.h"
 
 namespace megatron::moe {
 
@@ -101,7 +102,8 @@ void GroupedExperts::forward(State& s, const Tensor& rows,
   }
 }
 
-void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) const {
+void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows,
+                              const MicroBatchInfo* mb) const {
   const int64_t D = hidden_, F = local_ffn_, F1 = swiglu_ ? 2 * F : F;
   const int64_t R = s.rows.numel() / D;
   const DType dt = s.rows.dtype();
@@ -113,11 +115,9 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
     const int64_t n = s.rows_per_expert[j];
     if (n > 0) {
       Tensor d_act = s.d_act.flat_view(at * F, {n, F});
-      Tensor dw = experts_[j].fc2->grad.view({D, F});
-      Tensor db = grad_view(experts_[j].fc2_bias, D);
       ops::linear_backward(s.act_out.flat_view(at * F, {n, F}),
                            experts_[j].fc2->weight.view({D, F}), d_out.flat_view(at * D, {n, D}),
-                           &d_act, &dw, experts_[j].fc2_bias ? &db : nullptr);
+                           &d_act, nullptr, nullptr);
     }
     at += n;
   }
@@ -132,11 +132,35 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows) con
     const int64_t n = s.rows_per_expert[j];
     if (n > 0) {
       Tensor dx = d_rows.flat_view(at * D, {n, D});
-      Tensor dw = experts_[j].fc1->grad.view({F1, D});
-      Tensor db = grad_view(experts_[j].fc1_bias, F1);
       ops::linear_backward(s.rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
-                           s.d_fc1.flat_view(at * F1, {n, F1}), &dx, &dw,
-                           experts_[j].fc1_bias ? &db : nullptr);
+                           s.d_fc1.flat_view(at * F1, {n, F1}), &dx, nullptr, nullptr);
+    }
+    at += n;
+  }
+  if (R == 0) return;
+  // The weight gradients (now, or at the zero-bubble schedule's W), expert by expert.
+  run_weight_grads(mb, {s.act_out, d_out, s.rows, s.d_fc1},
+                   [this, counts = s.rows_per_expert](const std::vector<Tensor>& in) {
+                     weight_grads(counts, in[0], in[1], in[2], in[3]);
+                   });
+}
+
+void GroupedExperts::weight_grads(const std::vector<int64_t>& rows_per_expert,
+                                  const Tensor& act_out, const Tensor& d_out, const Tensor& rows,
+                                  const Tensor& d_fc1) const {
+  const int64_t D = hidden_, F = local_ffn_, F1 = swiglu_ ? 2 * F : F;
+  int64_t at = 0;
+  for (size_t j = 0; j < experts_.size(); ++j) {
+    const int64_t n = rows_per_expert[j];
+    if (n > 0) {
+      Tensor dw2 = experts_[j].fc2->grad.view({D, F}), db2 = grad_view(experts_[j].fc2_bias, D);
+      ops::linear_backward(act_out.flat_view(at * F, {n, F}), experts_[j].fc2->weight.view({D, F}),
+                           d_out.flat_view(at * D, {n, D}), nullptr, &dw2,
+                           experts_[j].fc2_bias ? &db2 : nullptr);
+      Tensor dw1 = experts_[j].fc1->grad.view({F1, D}), db1 = grad_view(experts_[j].fc1_bias, F1);
+      ops::linear_backward(rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
+                           d_fc1.flat_view(at * F1, {n, F1}), nullptr, &dw1,
+                           experts_[j].fc1_bias ? &db1 : nullptr);
     }
     at += n;
   }

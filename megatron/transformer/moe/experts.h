@@ -12,6 +12,7 @@
 #include "kernels/common/numeric.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
+#include "megatron/transformer/context.h"
 
 namespace megatron::moe {
 
@@ -31,11 +32,15 @@ class GroupedExperts {
   // rows [R, D] expert-major (rows_per_expert[j] rows of local expert j, in order) -> out [R, D].
   void forward(State& s, const Tensor& rows, const std::vector<int64_t>& rows_per_expert,
                Tensor& out) const;
-  // d_rows [R, D] written; weight gradients accumulated.
-  void backward(State& s, const Tensor& d_out, Tensor& d_rows) const;
+  // d_rows [R, D] written; weight gradients accumulated (queued for the zero-bubble schedule's
+  // W when mb carries a weight-gradient queue: transformer/weight_grads.h).
+  void backward(State& s, const Tensor& d_out, Tensor& d_rows,
+                const MicroBatchInfo* mb = nullptr) const;
   void collect_params(std::vector<Parameter*>& out) const;
 
  private:
+  void weight_grads(const std::vector<int64_t>& rows_per_expert, const Tensor& act_out,
+                    const Tensor& d_out, const Tensor& rows, const Tensor& d_fc1) const;
   // bias: fc1's [(2,) F] split over tp like its rows, fc2's [D] whole on every tp rank but added
   // on rank 0 only (the ranks' outputs are summed); its gradient is whole on each.
   struct Expert {

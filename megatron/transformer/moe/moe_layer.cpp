@@ -8,6 +8,7 @@
 #include "megatron/tensor_parallel/mappings.h"
 #include "megatron/transformer/attention.h"
 #include "megatron/transformer/moe/host_collectives.h"
+#include "megatron/transformer/weight_grads.h"
 
 namespace megatron::moe {
 
@@ -298,7 +299,7 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   ops::cast(d_slot_full32, s.d_slot);
   dispatcher_->combine_backward(s.plan, s.d_slot, s.d_expert_out);
   lap.to(times.combine);
-  experts_->backward(s.experts, s.d_expert_out, s.d_rows);
+  experts_->backward(s.experts, s.d_expert_out, s.d_rows, &mb);
   lap.to(times.experts);
   dispatcher_->dispatch_backward(s.plan, s.d_rows, s.dx_full32);
   if (fold_) {
@@ -319,8 +320,11 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
                   dlogits.data<float>());
   s.dlogits = dlogits.to(device_);
   Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
-  ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, &router_->grad,
-                       router_bias_ ? &router_bias_->grad : nullptr);
+  ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, nullptr, nullptr);
+  run_weight_grads(&mb, {s.x32, s.router_w32, s.dlogits}, [this](const std::vector<Tensor>& in) {
+    ops::linear_backward(in[0], in[1], in[2], nullptr, &router_->grad,
+                         router_bias_ ? &router_bias_->grad : nullptr);
+  });
   ops::add_inplace(s.dx32, dx_router);
   lap.to(times.router);
   // The shared expert's gate adds to the fp32 input gradient, its MLP to the cast one.

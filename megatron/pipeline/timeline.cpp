@@ -128,6 +128,39 @@ TimelineStats timeline_stats(const std::vector<TimelineEvent>& events) {
   return st;
 }
 
+std::vector<std::vector<TimelineEvent>> split_steps(const std::vector<TimelineEvent>& events) {
+  std::vector<TimelineEvent> passes;
+  for (const TimelineEvent& e : events)
+    if (is_compute(e.kind)) passes.push_back(e);
+  std::stable_sort(
+      passes.begin(), passes.end(),
+      [](const TimelineEvent& a, const TimelineEvent& b) { return a.start_s < b.start_s; });
+  std::vector<std::vector<TimelineEvent>> steps;
+  for (const TimelineEvent& e : passes) {
+    const bool starts_step =
+        e.rank == 0 && e.kind == ActionKind::Forward && e.microbatch == 0 && e.chunk == 0;
+    if (starts_step || steps.empty()) steps.emplace_back();
+    steps.back().push_back(e);
+  }
+  return steps;
+}
+
+PassTimes mean_pass_times(const std::vector<TimelineEvent>& events) {
+  double sum[3] = {0, 0, 0};
+  int64_t count[3] = {0, 0, 0};
+  for (const TimelineEvent& e : events) {
+    const int k = e.kind == ActionKind::Forward      ? 0
+                  : e.kind == ActionKind::Backward   ? 1
+                  : e.kind == ActionKind::WeightGrad ? 2
+                                                     : -1;
+    if (k < 0) continue;
+    sum[k] += e.end_s - e.start_s;
+    ++count[k];
+  }
+  auto mean = [&](int k) { return count[k] ? sum[k] / static_cast<double>(count[k]) : 0.0; };
+  return {mean(0), mean(1), mean(2)};
+}
+
 // ---- recorder ---------------------------------------------------------------------------------
 
 TimelineRecorder::TimelineRecorder(int rank)

@@ -41,6 +41,19 @@ struct TimelineStats {
 };
 TimelineStats timeline_stats(const std::vector<TimelineEvent>& events);
 
+// A recorded run's compute events (forward, backward, weight gradients) split into its training
+// steps, in order: each step starts with stage 0's forward of micro-batch 0 (chunk 0). A step's
+// timeline_stats then span its first to its last pass (what the pipeline takes; the optimizer
+// and the communication after the last pass are outside).
+std::vector<std::vector<TimelineEvent>> split_steps(const std::vector<TimelineEvent>& events);
+
+// Mean time of one pass of each kind through one chunk (0 where there is none): what the
+// simulator's CostModel takes per stage after multiplying by the chunks per stage.
+struct PassTimes {
+  double forward_s = 0, backward_s = 0, weight_s = 0;
+};
+PassTimes mean_pass_times(const std::vector<TimelineEvent>& events);
+
 // Records a runtime's events on one rank. Times are seconds since construction (steady clock):
 // construct the recorders of all ranks right after a barrier so their origins agree.
 class TimelineRecorder {

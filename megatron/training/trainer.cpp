@@ -125,8 +125,10 @@ void Trainer::build_schedule() {
       if (Parameter* w = c->word_embeddings();
           w && !c->stage().pre_process && model_.tied_embeddings)
         w->shared_copy = true;
-  if (!recipe_.logging.timeline.empty())
+  if (!recipe_.logging.timeline.empty()) {
+    groups_.world->barrier();  // the ranks' clocks start together (one step spans all ranks)
     timeline_ = std::make_unique<pipeline::TimelineRecorder>(groups_.world->rank());
+  }
   if (recipe_.logging.profile) profile_ = std::make_unique<StepProfile>(recipe_.logging, device_);
 }
 

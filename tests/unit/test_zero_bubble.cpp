@@ -9,6 +9,7 @@
 
 #include "megatron/core/error.h"
 #include "megatron/pipeline/simulator.h"
+#include "megatron/pipeline/timeline.h"
 #include "megatron/pipeline/zero_bubble.h"
 
 namespace megatron::pipeline {
@@ -119,6 +120,38 @@ TEST(ZeroBubbleSimulator, SplitBackwardTakesItsShareAndHoldsMemoryUntilW) {
   EXPECT_DOUBLE_EQ(r.makespan_s, 6.0);  // 2 x (F 1 + B 1 + W 1)
   EXPECT_EQ(r.peak_in_flight[0], 2);    // micro-batch 0 held until its W
   EXPECT_DOUBLE_EQ(r.bubble_fraction, 0.0);
+}
+
+TEST(ZeroBubbleTimeline, WeightPassesDrawnInTheirOwnShade) {
+  const SimulationResult r = simulate(zero_bubble_h1(2, 3), equal_passes());
+  const std::string svg = render_timeline_svg(r.timeline);
+  EXPECT_THAT(svg, HasSubstr("weight gradients W (medium)"));
+  EXPECT_THAT(svg, HasSubstr("<title>weight_grad micro-batch 2 chunk 0"));
+  const std::string plain = render_timeline_svg(
+      simulate(make_schedule(ScheduleKind::OneFOneB, 2, 3), equal_passes()).timeline);
+  EXPECT_THAT(plain, ::testing::Not(HasSubstr("weight gradients W")));
+}
+
+TEST(ZeroBubbleTimeline, RecordedStepsSplitAndPassTimesAverage) {
+  const SimulationResult r = simulate(zero_bubble_h1(4, 8), equal_passes());
+  std::vector<TimelineEvent> run = r.timeline;
+  for (TimelineEvent e : r.timeline) {  // a second step after an optimizer gap of 5
+    e.start_s += r.makespan_s + 5;
+    e.end_s += r.makespan_s + 5;
+    run.push_back(e);
+  }
+  const auto steps = split_steps(run);
+  ASSERT_EQ(steps.size(), 2u);
+  for (const auto& step : steps) {
+    EXPECT_EQ(step.size(), 3u * 4 * 8);  // compute events only
+    const TimelineStats st = timeline_stats(step);
+    EXPECT_DOUBLE_EQ(st.makespan_s, r.makespan_s);
+    EXPECT_NEAR(st.bubble_fraction, r.bubble_fraction, 1e-12);
+  }
+  const PassTimes t = mean_pass_times(run);
+  EXPECT_DOUBLE_EQ(t.forward_s, 1.0);
+  EXPECT_DOUBLE_EQ(t.backward_s, 1.0);
+  EXPECT_DOUBLE_EQ(t.weight_s, 1.0);
 }
 
 }  // namespace

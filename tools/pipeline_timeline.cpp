@@ -5,6 +5,7 @@
 #include <fstream>
 #include <iostream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,8 @@ makespan) in the title.
                    time of one micro-batch through a whole stage (defaults 1 and 2); a chunk
                    takes 1/V of it
   --weight-time    the weight-gradient part of the backward time (zb_h1; default 1/2 of it)
+                   Each time flag takes one value, or one per stage separated by commas (the
+                   zb_h1 list is then made on their means)
   --p2p-time       time of one activation/gradient message (default 0)
   --buffered       sends complete at once (default: rendezvous, a send waits for its receive)
   --events-out     also write the simulated events as JSONL
@@ -71,12 +74,36 @@ pl::Schedule simulated_schedule(const Args& args, const pl::CostModel& cost) {
   return pl::make_schedule(pp, m, vpp);
 }
 
+// A time flag: one value for every stage, or a comma-separated value per stage (kept in
+// per_stage; `common` gets their mean).
+void read_times(const Args& args, const std::string& flag, double fallback, double& common,
+                std::vector<double>& per_stage) {
+  common = fallback;
+  if (!args.has(flag)) return;
+  std::stringstream ss(args.get(flag, ""));
+  std::vector<double> values;
+  for (std::string part; std::getline(ss, part, ',');) {
+    try {
+      size_t used = 0;
+      values.push_back(std::stod(part, &used));
+      if (used != part.size()) throw std::invalid_argument(part);
+    } catch (const std::exception&) {
+      throw UsageError("--" + flag + ": '" + part + "' is not a number");
+    }
+  }
+  if (values.empty()) throw UsageError("--" + flag + " needs a value");
+  double sum = 0;
+  for (double v : values) sum += v;
+  common = sum / static_cast<double>(values.size());
+  if (values.size() > 1) per_stage = std::move(values);
+}
+
 // --simulate: the schedule's events, or nothing (after the report) when it fails the checks.
 std::optional<std::vector<pl::TimelineEvent>> simulate(const Args& args, pl::SvgOptions& svg) {
   pl::CostModel cost;
-  cost.forward_s = args.get_double("forward-time", 1.0);
-  cost.backward_s = args.get_double("backward-time", 2.0);
-  cost.weight_s = args.get_double("weight-time", cost.backward_s / 2);
+  read_times(args, "forward-time", 1.0, cost.forward_s, cost.stage_forward_s);
+  read_times(args, "backward-time", 2.0, cost.backward_s, cost.stage_backward_s);
+  read_times(args, "weight-time", cost.backward_s / 2, cost.weight_s, cost.stage_weight_s);
   cost.p2p_s = args.get_double("p2p-time", 0.0);
   if (args.has("buffered")) cost.send_mode = pl::CostModel::SendMode::Buffered;
   const pl::Schedule schedule = simulated_schedule(args, cost);

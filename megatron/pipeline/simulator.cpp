@@ -63,6 +63,7 @@ class Simulator {
                    "simulate: costs must be >= 0 and weight_s <= backward_s");
     messages_.assign(static_cast<size_t>(2 * m_ * nv_), Message{});
     work_.assign(static_cast<size_t>(m_ * nv_), Work{});
+    check_stage_costs();
     mark_split();
     ranks_.assign(static_cast<size_t>(pp_), RankState{});
     res_.busy_s.assign(static_cast<size_t>(pp_), 0.0);
@@ -175,6 +176,17 @@ class Simulator {
     return try_complete_batch(r, st.pc, end);
   }
 
+  void check_stage_costs() const {
+    for (const auto* v : {&cost_.stage_forward_s, &cost_.stage_backward_s, &cost_.stage_weight_s})
+      MT_INPUT_CHECK(v->empty() || static_cast<int>(v->size()) == pp_,
+                     "simulate: per-stage costs need one entry per stage (", pp_, "), got ",
+                     v->size());
+    for (int r = 0; r < pp_; ++r)
+      MT_INPUT_CHECK(of_stage(cost_.stage_weight_s, r, cost_.weight_s) <=
+                         of_stage(cost_.stage_backward_s, r, cost_.backward_s),
+                     "simulate: stage ", r, "'s weight_s exceeds its backward_s");
+  }
+
   // Which (micro-batch, virtual stage) backwards have their W split off.
   void mark_split() {
     for (int r = 0; r < pp_; ++r)
@@ -184,15 +196,23 @@ class Simulator {
           work(a.microbatch, virtual_stage(pp_, r, a.chunk)).split = true;
   }
 
-  double duration(const Action& a, int v) {
+  // A stage's own time when given, else the common one.
+  static double of_stage(const std::vector<double>& per_stage, int r, double common) {
+    return per_stage.empty() ? common : per_stage[static_cast<size_t>(r)];
+  }
+
+  double duration(int r, const Action& a, int v) {
     const bool split = v >= 0 && work(a.microbatch, v).split;
+    const double f = of_stage(cost_.stage_forward_s, r, cost_.forward_s);
+    const double b = of_stage(cost_.stage_backward_s, r, cost_.backward_s);
+    const double w = of_stage(cost_.stage_weight_s, r, cost_.weight_s);
     switch (a.kind) {
       case ActionKind::Forward:
-        return cost_.forward_s / vpp_;
+        return f / vpp_;
       case ActionKind::Backward:
-        return (split ? cost_.backward_s - cost_.weight_s : cost_.backward_s) / vpp_;
+        return (split ? b - w : b) / vpp_;
       default:
-        return cost_.weight_s / vpp_;
+        return w / vpp_;
     }
   }
 
@@ -207,7 +227,7 @@ class Simulator {
     const Action& a = list(r)[i];
     const int v = validate(r, i);
     const bool fwd = a.kind == ActionKind::Forward;
-    const double dur = duration(a, v);
+    const double dur = duration(r, a, v);
     const double start = st.clock, end = start + dur;
     st.clock = end;
     res_.busy_s[static_cast<size_t>(r)] += dur;

@@ -31,6 +31,9 @@ struct CostModel {
   // The weight-gradient part of backward_s: a backward split off its W (a WeightGrad action of
   // the same micro-batch and chunk) takes backward_s - weight_s, the W weight_s.
   double weight_s = 0.0;
+  // Per stage, when set (one entry per stage): forward_s, backward_s and weight_s of each stage
+  // (unequal stages, e.g. measured from a run). Empty: every stage takes the values above.
+  std::vector<double> stage_forward_s = {}, stage_backward_s = {}, stage_weight_s = {};
 };
 
 struct SimulationResult {

@@ -107,7 +107,8 @@ void PipelineRuntime::run_backward(const pipeline::Action& a, const models::Loss
   const Key k{a.microbatch, a.chunk};
   const models::Model& chunk = *chunks_[a.chunk];
   models::MicroBatch mb = batch(a.microbatch);  // a shallow copy: tensors are shared
-  if (split_.count(k)) mb.info.weight_grads = &weight_grads_[k];
+  if (split_.count(k))
+    mb.info.weight_grads = &weight_grads_.try_emplace(k, &weight_grad_buffers_).first->second;
   models::ModelActivations& act = *live_.at(k);
   const Tensor* d_out = chunk.stage().post_process ? nullptr : &grad_out_.at(k);
   Tensor* d_in = nullptr;
@@ -116,8 +117,9 @@ void PipelineRuntime::run_backward(const pipeline::Action& a, const models::Loss
     d_in = &grad_in_[k];
   }
   chunk.backward(act, mb, weights, grads_ready, d_out, d_in);
-  // The queued weight gradients hold copies of what they read: the activations can go.
-  release(k);
+  // Queued weight gradients read copies, or this micro-batch's activations: those stay until
+  // its W (WeightGradInputs::Stable).
+  if (!split_.count(k)) release(k);
   act_in_.erase(k);
   grad_out_.erase(k);
 }
@@ -167,6 +169,7 @@ models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actio
                k.first, " chunk ", k.second, " before its backward");
       q->second.drain();
       weight_grads_.erase(q);
+      release(k);
     }
     ++i;
   }

@@ -68,6 +68,7 @@ class PipelineRuntime {
   std::map<Key, models::ModelActivations*> live_;
   std::vector<std::unique_ptr<models::ModelActivations>> pool_, free_;
   std::map<Key, Tensor> act_in_, grad_out_, grad_in_;
+  WeightGradBuffers weight_grad_buffers_;        // the queues' copies, kept between steps
   std::map<Key, WeightGradQueue> weight_grads_;  // backwards whose W is still to run
   std::set<Key> split_;                          // (micro-batch, chunk) with a WeightGrad
   bool buffered_sends_ = false;

@@ -24,6 +24,15 @@ struct Activations {
   double t;    // tensor parallel
   double spd;  // sequence-parallel divisor (t or 1)
 
+  // What a deferred weight-gradient pass (zero-bubble schedules) keeps copied for one layer: the
+  // inputs and output gradients of its QKV, projection, fc1 and fc2 GEMMs (full sequence).
+  double layer_weight_grad_copies() const {
+    const double D = static_cast<double>(d.D), H = static_cast<double>(d.H),
+                 G = static_cast<double>(d.G), Dh = static_cast<double>(d.Dh),
+                 F = static_cast<double>(d.F), fc1 = static_cast<double>(d.fc1);
+    return s * b * a * (4 * D + ((H + 2 * G) * Dh + H * Dh + fc1 + F) / t);
+  }
+
   // One layer with every activation kept (no recompute), split as (rest, attention core).
   std::pair<double, double> layer() const {
     const double D = static_cast<double>(d.D), H = static_cast<double>(d.H),

@@ -166,9 +166,18 @@ int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const La
   return n;
 }
 
-int64_t live_chunk_activations(int64_t pp, int64_t vpp, int64_t m, int64_t stage) {
+int64_t live_chunk_activations(int64_t pp, int64_t vpp, int64_t m, int64_t stage,
+                               config::PipelineSchedule schedule) {
+  if (schedule == config::PipelineSchedule::ZbH1) return std::min(pp, m);
   if (vpp <= 1) return std::min(pp - stage, m);
   return std::min(vpp * m, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1);
+}
+
+double bubble_microbatches(const Layout& lay) {
+  const double p1 = static_cast<double>(lay.pp - 1);
+  if (lay.schedule != config::PipelineSchedule::ZbH1) return p1 / static_cast<double>(lay.vpp);
+  const double f = 1, w = 1, b = lay.recompute == config::RecomputeGranularity::Full ? 2 : 1;
+  return p1 * (f + b - w) / (f + b + w);
 }
 
 namespace {
@@ -197,6 +206,7 @@ Layout layout_of(const config::Recipe& r, int64_t world) {
   lay.ep = r.parallel.expert;
   lay.etp = r.parallel.expert_tensor;
   lay.vpp = r.parallel.virtual_stages();
+  lay.schedule = r.parallel.pipeline_schedule_kind();
   lay.dp = r.data_parallel_size(world);  // validates the recipe against the world size
   lay.micro_batch = tr.micro_batch_size;
   lay.num_microbatches = tr.global_batch_size / (tr.micro_batch_size * lay.dp);
@@ -308,9 +318,13 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
       tr.recompute == config::RecomputeGranularity::Full        ? m.activations_full
       : tr.recompute == config::RecomputeGranularity::Selective ? m.activations_selective
                                                                 : m.activations_none;
-  const int64_t live = live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage);
+  const int64_t live =
+      live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage, lay.schedule);
   m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
   m.activations = m.activations_per_microbatch * m.in_flight;
+  // Zero-bubble: the W's input copies, for up to every micro-batch in flight.
+  if (lay.schedule == config::PipelineSchedule::ZbH1)
+    m.activations += m.in_flight * static_cast<double>(sp.layers) * act.layer_weight_grad_copies();
 
   // Workspace: transient buffers, held once.
   const double D = static_cast<double>(d.D), full_tokens = act.s * act.b;
@@ -412,7 +426,7 @@ void estimate_time(PlanReport& rep, const PlanInputs& pin, const detail::Shardin
   t.tp_comm = tp_mb * m_count;
   t.ep_comm = ep_mb * m_count;
   t.pp_comm = pp_mb * m_count;
-  t.bubble = per_mb * static_cast<double>(lay.pp - 1) / static_cast<double>(lay.vpp);
+  t.bubble = per_mb * bubble_microbatches(lay);
   // Data-parallel traffic and the optimizer step of the device stage's trainable parameters
   // (LoRA: the adapters; experts over expert data parallelism).
   const auto group_bw = [&](int64_t ranks) {

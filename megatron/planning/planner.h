@@ -132,6 +132,8 @@ struct Layout {
   int64_t etp = 0;  // parallel.expert_tensor: 0 = tp, or 1 (whole experts)
   config::CpCommType cp_comm = config::CpCommType::P2P;  // parallel.cp_comm_type (cp > 1)
   int64_t micro_batch = 1, num_microbatches = 1;
+  // parallel.pipeline_schedule as the trainer runs it (pipeline_schedule_kind()).
+  config::PipelineSchedule schedule = config::PipelineSchedule::OneFOneB;
   bool sequence_parallel = false;  // effective (tp > 1)
   config::RecomputeGranularity recompute = config::RecomputeGranularity::None;
   // Recipe::sharding_strategy(), as the trainer runs it (at dp 1 too).
@@ -244,8 +246,15 @@ int64_t stage_parameters(const config::Recipe& recipe, int64_t padded_vocab, con
 std::vector<int64_t> virtual_stage_layers(const config::Recipe& recipe, int64_t pp, int64_t vpp);
 
 // Activation sets (model chunks' worth) live at once on pipeline stage `stage`: 1F1B min(p - r,
-// m); interleaved min(v m, 2 (p - r - 1) + (v - 1) p + 1).
-int64_t live_chunk_activations(int64_t pp, int64_t vpp, int64_t microbatches, int64_t stage);
+// m); interleaved min(v m, 2 (p - r - 1) + (v - 1) p + 1); ZB-H1 min(p, m) on every stage (a
+// micro-batch's activations stay until its W).
+int64_t live_chunk_activations(
+    int64_t pp, int64_t vpp, int64_t microbatches, int64_t stage,
+    config::PipelineSchedule schedule = config::PipelineSchedule::OneFOneB);
+// The pipeline bubble of one step in units of one micro-batch's pass through a stage: 1F1B
+// (p - 1), interleaved (p - 1) / v, ZB-H1 (p - 1)(F + B - W)/(F + B + W) with the pass times
+// in GEMM work (F = B = W; full recompute adds a forward to B).
+double bubble_microbatches(const Layout& layout);
 
 // The recipe's layout on `cluster` (dp = world / (tp pp cp)). Throws InputError when the recipe
 // does not fit the world size (parallel sizes, global batch).

@@ -21,6 +21,7 @@ std::string Layout::describe() const {
   if (ep > 1) os << " ep" << ep;
   if (experts_fold_tp()) os << " etp" << expert_tp();
   if (vpp > 1) os << " vpp" << vpp;
+  if (schedule == config::PipelineSchedule::ZbH1) os << " zb_h1";
   os << " mb" << micro_batch << "x" << num_microbatches;
   if (sequence_parallel) os << " sp";
   os << " recompute=" << config::option_name(recompute)
@@ -75,6 +76,7 @@ nlohmann::json PlanReport::to_json() const {
             {"ep", layout.ep},
             {"etp", layout.expert_tp()},
             {"vpp", layout.vpp},
+            {"pipeline_schedule", std::string(config::option_name(layout.schedule))},
             {"micro_batch", layout.micro_batch},
             {"num_microbatches", layout.num_microbatches},
             {"sequence_parallel", layout.sequence_parallel},

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -81,8 +82,15 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
   const std::vector<config::RecomputeGranularity> recomputes = {
       config::RecomputeGranularity::None, config::RecomputeGranularity::Selective,
       config::RecomputeGranularity::Full};
-  std::vector<int64_t> vpps = {1};
-  if (recipe.parallel.virtual_stages() > 1) vpps.push_back(recipe.parallel.virtual_stages());
+  // Pipeline variants: 1F1B, ZB-H1 (where the recipe's device runs it: validation decides) and
+  // the recipe's interleaving.
+  struct Variant {
+    int64_t vpp;
+    std::optional<config::PipelineSchedule> schedule;
+  };
+  std::vector<Variant> variants = {{1, std::nullopt}, {1, config::PipelineSchedule::ZbH1}};
+  if (recipe.parallel.virtual_stages() > 1)
+    variants.push_back({recipe.parallel.virtual_stages(), std::nullopt});
   for (int64_t tp = 1; tp <= std::min(cluster.gpus_per_node, world); ++tp) {
     if (cluster.gpus_per_node % tp != 0 || m.num_attention_heads % tp != 0 ||
         m.query_groups() % tp != 0 || m.ffn() % tp != 0)
@@ -100,8 +108,9 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
       for (int64_t ep = 1; ep <= tp * dp && can_fold; ++ep)
         if ((tp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, 1});
       for (const auto& [ep, etp] : eps)
-        for (int64_t vpp : vpps) {
+        for (const auto& [vpp, schedule] : variants) {
           if (vpp > 1 && (pp == 1 || m.num_layers % (pp * vpp) != 0)) continue;
+          if (schedule && pp == 1) continue;
           for (int64_t micro : micros) {
             if (tr.global_batch_size % (micro * dp) != 0) continue;
             for (const config::RecomputeGranularity rc : recomputes) {
@@ -114,6 +123,7 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
                 c.parallel.expert_tensor = etp == tp ? 0 : etp;
                 c.parallel.virtual_pipeline =
                     vpp > 1 ? std::optional<int64_t>(vpp) : std::optional<int64_t>();
+                c.parallel.pipeline_schedule = schedule;
                 c.parallel.pipeline_layers.clear();
                 c.parallel.sequence_parallel = tp > 1 && m.seq_length % tp == 0;
                 c.training.micro_batch_size = micro;
@@ -169,10 +179,10 @@ std::string search_table(const SearchResult& result, size_t top) {
   os << "; fastest " << std::min(top, result.fitting.size()) << " by estimated step time:\n";
   os << std::right << std::setw(4) << "#" << std::setw(4) << "tp" << std::setw(4) << "pp"
      << std::setw(6) << "dp" << std::setw(14) << "cp" << std::setw(4) << "ep" << std::setw(4)
-     << "etp" << std::setw(4) << "vpp" << std::setw(5) << "mb" << std::setw(6) << "m"
-     << std::setw(4) << "sp" << std::setw(11) << "recompute" << std::setw(20) << "sharding"
-     << std::setw(10) << "mem GB" << std::setw(10) << "step s" << std::setw(8) << "MFU %"
-     << std::setw(12) << "tokens/s"
+     << "etp" << std::setw(4) << "vpp" << std::setw(12) << "schedule" << std::setw(5) << "mb"
+     << std::setw(6) << "m" << std::setw(4) << "sp" << std::setw(11) << "recompute" << std::setw(20)
+     << "sharding" << std::setw(10) << "mem GB" << std::setw(10) << "step s" << std::setw(8)
+     << "MFU %" << std::setw(12) << "tokens/s"
      << "\n";
   for (size_t i = 0; i < result.fitting.size() && i < top; ++i) {
     const PlanReport& p = result.fitting[i];
@@ -181,6 +191,7 @@ std::string search_table(const SearchResult& result, size_t top) {
        << l.dp << std::setw(14)
        << (l.cp > 1 ? concat(l.cp, " ", config::option_name(l.cp_comm)) : std::string("1"))
        << std::setw(4) << l.ep << std::setw(4) << l.expert_tp() << std::setw(4) << l.vpp
+       << std::setw(12) << (l.pp > 1 ? config::option_name(l.schedule) : std::string_view("-"))
        << std::setw(5) << l.micro_batch << std::setw(6) << l.num_microbatches << std::setw(4)
        << (l.sequence_parallel ? "on" : "-") << std::setw(11) << config::option_name(l.recompute)
        << std::setw(20) << sharding_name(l) << std::setw(10) << gb(p.memory().total, 2)

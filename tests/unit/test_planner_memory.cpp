@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "megatron/pipeline/schedule.h"
+#include "megatron/pipeline/simulator.h"
+#include "megatron/pipeline/zero_bubble.h"
 #include "megatron/planning/planner.h"
 #include "megatron/training/trainer.h"
 #include "tests/support/planner_test_util.h"
@@ -299,6 +301,48 @@ TEST(PlannerPipeline, FirstStageHoldsTheMostActivations) {
   r.model.num_layers = 8;
   const PlanReport v = planning::plan(r, c, 8000);
   EXPECT_DOUBLE_EQ(v.stages[0].memory.in_flight, 4 * (1 + 3.0 / 8));
+}
+
+// ZB-H1: every stage holds min(p, m) micro-batches until their W (the schedule's own peak), the
+// bubble is a third of 1F1B's in micro-batch passes (a half with full recompute) as the
+// simulator finds with F = B = W, and the W's copies add to the activations.
+TEST(PlannerPipeline, ZeroBubbleMemoryAndBubbleFollowTheSchedule) {
+  for (int pp : {2, 4})
+    for (int m : {1, 2, 4, 8, 12}) {
+      const auto schedule = pipeline::zero_bubble_h1(pp, m);
+      for (int stage = 0; stage < pp; ++stage) {
+        int live = 0, peak = 0;
+        for (const auto& a : schedule.ranks[static_cast<size_t>(stage)]) {
+          if (a.kind == pipeline::ActionKind::Forward) peak = std::max(peak, ++live);
+          if (a.kind == pipeline::ActionKind::WeightGrad) --live;
+        }
+        EXPECT_EQ(planning::live_chunk_activations(pp, 1, m, stage, config::PipelineSchedule::ZbH1),
+                  peak)
+            << "pp " << pp << " m " << m << " stage " << stage;
+      }
+    }
+  planning::Layout lay;
+  lay.pp = 4;
+  EXPECT_DOUBLE_EQ(planning::bubble_microbatches(lay), 3.0);
+  lay.schedule = config::PipelineSchedule::ZbH1;
+  pipeline::CostModel equal;
+  equal.forward_s = 1, equal.backward_s = 2, equal.weight_s = 1;
+  const auto sim = pipeline::simulate(pipeline::zero_bubble_h1(4, 8), equal);
+  EXPECT_DOUBLE_EQ(planning::bubble_microbatches(lay), (sim.makespan_s - 8 * 3.0) / 3.0);
+  lay.recompute = config::RecomputeGranularity::Full;
+  EXPECT_DOUBLE_EQ(planning::bubble_microbatches(lay), 1.5);
+
+  config::Recipe r = gpt_small("");
+  r.training.global_batch_size = 64;
+  r.parallel.pipeline = 4;
+  ClusterSpec c = one_device();
+  c.gpus_per_node = 4;
+  const PlanReport base = planning::plan(r, c, 8000);
+  r.parallel.pipeline_schedule = config::PipelineSchedule::ZbH1;
+  const PlanReport zb = planning::plan(r, c, 8000);
+  EXPECT_NEAR(zb.time.bubble, base.time.bubble / 3, 1e-9 * base.time.bubble);
+  EXPECT_EQ(zb.stages[3].memory.in_flight, 4);
+  EXPECT_GT(zb.stages[0].memory.activations, base.stages[0].memory.activations);
 }
 
 }  // namespace

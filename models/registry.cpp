@@ -239,8 +239,8 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
   out.vocab_size = bert ? bert_spec->vocab_size : gpt->vocab_size;
   out.padded_vocab = bert ? bert_spec->padded_vocab_size : gpt->padded_vocab_size;
   out.tied_embeddings = bert || gpt->tie_embeddings;
-  // Virtual stage v = chunk * pp + stage holds the v-th group of layers: an even split or
-  // parallel.pipeline_layers (one count per virtual stage, in layer order).
+  // Virtual stage v holds the v-th group of layers: an even split or parallel.pipeline_layers
+  // (one count per virtual stage, in layer order).
   const int64_t vpp = recipe.parallel.virtual_stages();
   const int64_t stages = pp_size * vpp, L = out.transformer.num_layers;
   std::vector<int64_t> counts = recipe.parallel.pipeline_layers;
@@ -281,8 +281,12 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
   std::shared_ptr<RecomputeWorkspace> workspace;
   if (out.transformer.recompute != Recompute::None)
     workspace = std::make_shared<RecomputeWorkspace>();
+  // ZB-V places its two chunks in a V: chunk 0 of stage s is virtual stage s, chunk 1 is
+  // 2 pp - 1 - s (pipeline/schedule.h).
+  const bool v_shape = recipe.parallel.pipeline_schedule_kind() == config::PipelineSchedule::ZbV;
   for (int64_t c = 0; c < vpp; ++c) {
-    const int64_t v = c * pp_size + pp_rank;
+    const int64_t v =
+        v_shape ? (c == 0 ? pp_rank : 2 * pp_size - 1 - pp_rank) : c * pp_size + pp_rank;
     ModelStage stage;
     for (int64_t i = 0; i < v; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
     stage.num_layers = counts[static_cast<size_t>(v)];

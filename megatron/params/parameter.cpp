@@ -140,6 +140,11 @@ std::vector<const Parameter*> ParamStore::params() const {
   return out;
 }
 
+Parameter* ParamStore::find(const std::string& name) {
+  const auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : params_[it->second].get();
+}
+
 Parameter& ParamStore::get(const std::string& name) {
   const auto it = by_name_.find(name);
   MT_CHECK(it != by_name_.end(), "no parameter named '", name, "'");

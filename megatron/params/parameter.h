@@ -135,7 +135,8 @@ class ParamStore {
   std::vector<Parameter*> params();
   std::vector<const Parameter*> params() const;
   Parameter& get(const std::string& name);
-  int64_t numel() const { return total_; }  // parameters (without padding)
+  Parameter* find(const std::string& name);  // null when there is none
+  int64_t numel() const { return total_; }   // parameters (without padding)
   // The virtual buffer's size (buffer coordinates; padding included).
   int64_t buffer_numel() const { return buffer_end_; }
   Tensor& grads() { return grads_; }

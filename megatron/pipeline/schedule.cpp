@@ -320,6 +320,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "interleaved_1f1b";
     case ScheduleKind::ZeroBubbleH1:
       return "zb_h1";
+    case ScheduleKind::ZeroBubbleV:
+      return "zb_v";
   }
   return "?";
 }
@@ -360,6 +362,9 @@ Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp, int
     case ScheduleKind::ZeroBubbleH1:
       MT_INPUT_CHECK(vpp == 1, "pipeline schedule: zb_h1 needs vpp = 1 (got ", vpp, ")");
       return zero_bubble_h1(pp, microbatches);
+    case ScheduleKind::ZeroBubbleV:
+      MT_INPUT_CHECK(vpp == 2, "pipeline schedule: zb_v needs vpp = 2 (got ", vpp, ")");
+      return zero_bubble_v(pp, microbatches);
   }
   return s;
 }

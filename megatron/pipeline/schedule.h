@@ -82,6 +82,25 @@ ActionKind parse_action_kind(const std::string& name);
 
 inline int virtual_stage(int pp, int stage, int chunk) { return chunk * pp + stage; }
 
+// Where the chunks sit. Interleaved: chunk c of stage s is virtual stage c * pp + s. V (ZB-V's,
+// two chunks): chunk 0 of stage s is virtual stage s, chunk 1 is 2 pp - 1 - s, so stage 0 holds
+// the first and the last virtual stage and stage pp - 1 hands its chunk 0's output to its own
+// chunk 1 (no message: the runtime copies it).
+enum class Placement { Interleaved, V };
+inline int virtual_stage(int pp, int stage, int chunk, Placement placement) {
+  if (placement == Placement::V) return chunk == 0 ? stage : 2 * pp - 1 - stage;
+  return virtual_stage(pp, stage, chunk);
+}
+// The stage holding virtual stage v, and its chunk there.
+inline int stage_of(int pp, int v, Placement placement) {
+  if (placement == Placement::V) return v < pp ? v : 2 * pp - 1 - v;
+  return v % pp;
+}
+inline int chunk_of(int pp, int v, Placement placement) {
+  if (placement == Placement::V) return v < pp ? 0 : 1;
+  return v / pp;
+}
+
 // Compact text, used by tests and error messages: F3 / B3 / W3 (micro-batch 3, chunk 0), F3.1
 // (chunk 1), SA3->1 (send activation of micro-batch 3 to stage 1), RA3<-0, SG3->0, RG3<-2. Chunks
 // are printed when `show_chunks` (then also ".0"). format_actions separates actions by spaces and
@@ -116,8 +135,8 @@ std::vector<Action> interleaved_one_f_one_b(int pp, int stage, int microbatches,
                                             int group_size = 0);
 
 // --- whole pipelines -------------------------------------------------------------------------
-enum class ScheduleKind { NoPipelining, OneFOneB, Interleaved, ZeroBubbleH1 };
-// "no_pipelining", "1f1b", "interleaved_1f1b", "zb_h1"
+enum class ScheduleKind { NoPipelining, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };
+// "no_pipelining", "1f1b", "interleaved_1f1b", "zb_h1", "zb_v"
 const char* schedule_kind_name(ScheduleKind k);
 
 struct Schedule {
@@ -128,11 +147,13 @@ struct Schedule {
   // posts such sends and waits for them later; simulate() then models buffered sends). The
   // zero-bubble schedules place each send right after the compute that produces it.
   bool buffered_sends = false;
+  Placement placement = Placement::Interleaved;
   std::string describe() const;  // e.g. "interleaved_1f1b pp=4 vpp=2 m=8"
 };
 
 // NoPipelining needs pp == 1 and vpp == 1; OneFOneB needs vpp == 1; Interleaved with vpp == 1
-// is OneFOneB. ZeroBubbleH1 (pipeline/zero_bubble.h, with its default costs) needs vpp == 1.
+// is OneFOneB. ZeroBubbleH1 (pipeline/zero_bubble.h, with its default costs) needs vpp == 1,
+// ZeroBubbleV vpp == 2.
 Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp = 1,
                        int group_size = 0);
 // The natural schedule for a layout: no pipelining for pp = 1, 1F1B for vpp = 1, else

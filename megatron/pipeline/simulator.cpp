@@ -114,7 +114,7 @@ class Simulator {
       error(where(r, i), ": chunk outside [0, ", vpp_, ")");
       return -1;
     }
-    return virtual_stage(pp_, r, a.chunk);
+    return virtual_stage(pp_, r, a.chunk, s_.placement);
   }
 
   Work& work(int mb, int v) { return work_[static_cast<size_t>(mb * nv_ + v)]; }
@@ -149,8 +149,13 @@ class Simulator {
       return npos;
     }
     const int other = is_send(a.kind) ? v_to : v_from;
-    if (a.peer_stage != other % pp_) {
-      error(where(r, i), ": peer should be stage ", other % pp_, " (virtual stage ", other, ")");
+    const int peer = stage_of(pp_, other, s_.placement);
+    if (peer == r) {
+      error(where(r, i), ": virtual stage ", other, " is on this stage: nothing to send");
+      return npos;
+    }
+    if (a.peer_stage != peer) {
+      error(where(r, i), ": peer should be stage ", peer, " (virtual stage ", other, ")");
       return npos;
     }
     return message_index(carries_activation(a.kind) ? 0 : 1, a.microbatch, v_from);
@@ -193,7 +198,7 @@ class Simulator {
       for (const Action& a : list(r))
         if (a.kind == ActionKind::WeightGrad && a.microbatch >= 0 && a.microbatch < m_ &&
             a.chunk >= 0 && a.chunk < vpp_)
-          work(a.microbatch, virtual_stage(pp_, r, a.chunk)).split = true;
+          work(a.microbatch, virtual_stage(pp_, r, a.chunk, s_.placement)).split = true;
   }
 
   // A stage's own time when given, else the common one.
@@ -258,7 +263,7 @@ class Simulator {
 
   // Whether rank r has the input of direction `dir` coming from virtual stage v_from.
   bool input_ready(int r, int dir, int mb, int v_from) {
-    if (v_from % pp_ == r) {  // on this rank (pp = 1): the local compute ran
+    if (stage_of(pp_, v_from, s_.placement) == r) {  // on this rank: the local compute ran
       const Work& w = work(mb, v_from);
       return dir == 0 ? w.forwards > 0 : w.backwards > 0;
     }
@@ -300,7 +305,7 @@ class Simulator {
     for (size_t i = first; i < end; ++i) {
       const Action& a = list(r)[i];
       const int v = a.microbatch >= 0 && a.microbatch < m_ && a.chunk >= 0 && a.chunk < vpp_
-                        ? virtual_stage(pp_, r, a.chunk)
+                        ? virtual_stage(pp_, r, a.chunk, s_.placement)
                         : -1;
       const size_t k = v < 0 ? npos : quiet_message_of(r, i, v);
       if (k == npos) {  // malformed: already reported, completes at once
@@ -327,7 +332,7 @@ class Simulator {
       finish = std::max(finish, t);
       res_.timeline.push_back({r, a.kind, a.microbatch, a.chunk, st.clock, t});
       if (is_recv(a.kind)) {
-        const int v = virtual_stage(pp_, r, a.chunk);
+        const int v = virtual_stage(pp_, r, a.chunk, s_.placement);
         const size_t k = quiet_message_of(r, i, v);
         if (k != npos) messages_[k].received = true;
       }
@@ -358,7 +363,7 @@ class Simulator {
       const Action& a = acts[i];
       os << (i > st.pc ? " " : "") << format_action(a, vpp_ > 1);
       const int v = a.microbatch >= 0 && a.microbatch < m_ && a.chunk >= 0 && a.chunk < vpp_
-                        ? virtual_stage(pp_, r, a.chunk)
+                        ? virtual_stage(pp_, r, a.chunk, s_.placement)
                         : -1;
       const size_t k = v < 0 ? npos : quiet_message_of(r, i, v);
       if (k == npos) continue;
@@ -385,7 +390,7 @@ class Simulator {
       for (const Action& a : list(r)) {
         if (is_compute(a.kind)) continue;
         const int dir = carries_activation(a.kind) ? 0 : 1;
-        const int v = virtual_stage(pp_, r, a.chunk);
+        const int v = virtual_stage(pp_, r, a.chunk, s_.placement);
         if (is_send(a.kind)) {
           sends[{r, a.peer_stage, dir}].emplace_back(a.microbatch, v);
         } else {
@@ -415,8 +420,9 @@ class Simulator {
     for (int mb = 0; mb < m_; ++mb) {
       for (int v = 0; v < nv_; ++v) {
         const Work& w = work(mb, v);
-        const std::string name = concat("micro-batch ", mb, " virtual stage ", v, " (stage ",
-                                        v % pp_, " chunk ", v / pp_, ")");
+        const std::string name =
+            concat("micro-batch ", mb, " virtual stage ", v, " (stage ",
+                   stage_of(pp_, v, s_.placement), " chunk ", chunk_of(pp_, v, s_.placement), ")");
         if (w.forwards != 1) error(name, ": ", w.forwards, " forwards, expected 1");
         if (w.backwards != 1) error(name, ": ", w.backwards, " backwards, expected 1");
         if (w.forwards == 0 || w.backwards == 0) continue;

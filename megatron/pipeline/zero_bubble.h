@@ -30,13 +30,27 @@ using ComputeOrder = std::vector<Action>;
 std::vector<ComputeOrder> zero_bubble_h1_order(int pp, int microbatches,
                                                const PassCosts& costs = {});
 
+// ZB-V (the paper's V-shaped schedule): two chunks per stage in the V placement (Placement::V:
+// chunk 0 of stage s is virtual stage s, chunk 1 is 2 pp - 1 - s), each pass through a chunk
+// half a stage's. Every stage holds at most 2 min(pp, m) chunk activations until their W (1F1B's
+// peak memory); a new micro-batch's forward (chunk 0) leaves room for one chunk-1 forward, so
+// the oldest micro-batch can always reach the loss. Whenever free a stage runs, in this order,
+// the oldest ready B (chunk 1 first), a chunk-1 forward, a chunk-0 forward, its oldest pending
+// W; otherwise it waits. With F = B = W the bubble is about (pp - 1) W / 2 per stage.
+std::vector<ComputeOrder> zero_bubble_v_order(int pp, int microbatches,
+                                              const PassCosts& costs = {});
+
 // A stage's list from its compute order: each receive right before the compute that consumes
-// it, each send right after the compute that produces it. The sends must not wait for their
-// receives (Schedule::buffered_sends): the order follows a feasible timeline, so then every
-// receive's send has been posted by the time a rank waits for it.
-std::vector<Action> with_point_to_point(int pp, int stage, const ComputeOrder& order);
+// it, each send right after the compute that produces it (none between two virtual stages of
+// this stage). The sends must not wait for their receives (Schedule::buffered_sends): the order
+// follows a feasible timeline, so then every receive's send has been posted by the time a rank
+// waits for it.
+std::vector<Action> with_point_to_point(int pp, int stage, const ComputeOrder& order,
+                                        Placement placement = Placement::Interleaved, int vpp = 1);
 
 // The whole ZB-H1 pipeline (pp >= 2; m >= 1).
 Schedule zero_bubble_h1(int pp, int microbatches, const PassCosts& costs = {});
+// The whole ZB-V pipeline (pp >= 2; m >= 1; vpp 2 in the V placement).
+Schedule zero_bubble_v(int pp, int microbatches, const PassCosts& costs = {});
 
 }  // namespace megatron::pipeline

@@ -34,7 +34,8 @@ using detail::ring_all_reduce;
 struct ChunkShape {
   int64_t layers;
   bool pre, post;
-  int64_t first = 0;  // its first layer
+  int64_t first = 0;          // its first layer
+  bool shares_table = false;  // a tied head using its stage's own table (ZB-V's stage 0)
 };
 
 }  // namespace
@@ -93,18 +94,24 @@ std::vector<int64_t> virtual_stage_layers(const config::Recipe& r, int64_t pp, i
 
 namespace {
 
+// The chunks of `stage` (interleaved, or ZB-V's V: chunk 1 is virtual stage 2 pp - 1 - stage).
 std::vector<ChunkShape> stage_chunks(const std::vector<int64_t>& counts, int64_t pp, int64_t vpp,
-                                     int64_t stage) {
+                                     int64_t stage, bool v_shape) {
   std::vector<ChunkShape> out;
   const int64_t stages = pp * vpp;
   for (int64_t c = 0; c < vpp; ++c) {
-    const int64_t v = c * pp + stage;
+    const int64_t v = v_shape ? (c == 0 ? stage : 2 * pp - 1 - stage) : c * pp + stage;
     int64_t first = 0;
     for (int64_t i = 0; i < v; ++i) first += counts[static_cast<size_t>(i)];
     out.push_back({counts[static_cast<size_t>(v)], v == 0, v == stages - 1, first});
   }
+  for (ChunkShape& c : out)
+    c.shares_table = c.post && !c.pre &&
+                     std::any_of(out.begin(), out.end(), [](const auto& o) { return o.pre; });
   return out;
 }
+
+bool v_shape(const Layout& lay) { return lay.schedule == config::PipelineSchedule::ZbV; }
 
 int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkShape& c) {
   int64_t n = 0;
@@ -114,7 +121,7 @@ int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkSha
   if (c.post) {
     n += head_params(d, V, lay.tp);
     // The last stage's copy of the tied word embeddings (when another stage holds the table).
-    if (d.tied && !c.pre) n += V * d.D / lay.tp;
+    if (d.tied && !c.pre && !c.shares_table) n += V * d.D / lay.tp;
   }
   return n;
 }
@@ -132,7 +139,7 @@ std::vector<detail::UnitParams> stage_units(const Dims& d, int64_t V, const Layo
   };
   for (const ChunkShape& c : chunks) {
     const int64_t word = V * d.D / lay.tp;
-    if (c.pre || (c.post && d.tied)) add(word);
+    if (c.pre || (c.post && d.tied && !c.shares_table)) add(word);
     if (c.pre) add(embedding_params(d, V, lay.tp) - word);
     for (int64_t l = c.first; l < c.first + c.layers; ++l) {
       const bool moe = d.is_moe(l);
@@ -161,7 +168,7 @@ int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const La
   const Dims d = dims_of(r);
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
   int64_t n = 0;
-  for (const ChunkShape& c : stage_chunks(counts, lay.pp, lay.vpp, stage))
+  for (const ChunkShape& c : stage_chunks(counts, lay.pp, lay.vpp, stage, v_shape(lay)))
     n += chunk_params(d, padded_vocab, lay, c);
   return n;
 }
@@ -169,15 +176,22 @@ int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const La
 int64_t live_chunk_activations(int64_t pp, int64_t vpp, int64_t m, int64_t stage,
                                config::PipelineSchedule schedule) {
   if (schedule == config::PipelineSchedule::ZbH1) return std::min(pp, m);
+  if (schedule == config::PipelineSchedule::ZbV) return 2 * std::min(pp, m);
   if (vpp <= 1) return std::min(pp - stage, m);
   return std::min(vpp * m, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1);
 }
 
 double bubble_microbatches(const Layout& lay) {
   const double p1 = static_cast<double>(lay.pp - 1);
-  if (lay.schedule != config::PipelineSchedule::ZbH1) return p1 / static_cast<double>(lay.vpp);
   const double f = 1, w = 1, b = lay.recompute == config::RecomputeGranularity::Full ? 2 : 1;
-  return p1 * (f + b - w) / (f + b + w);
+  switch (lay.schedule) {
+    case config::PipelineSchedule::ZbH1:
+      return p1 * (f + b - w) / (f + b + w);
+    case config::PipelineSchedule::ZbV:  // each stage waits (p - 1) half forwards to start
+      return p1 * (f / 2) / (f + b + w);
+    default:
+      return p1 / static_cast<double>(lay.vpp);
+  }
 }
 
 namespace {
@@ -267,7 +281,7 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   const double wbytes = pin.wbytes, moment_bytes = pin.moment_bytes, cp_kept = pin.cp_kept;
   StagePlan sp;
   sp.stage = stage;
-  const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage);
+  const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage, v_shape(lay));
   for (const ChunkShape& c : chunks) {
     sp.layers += c.layers;
     sp.parameters += chunk_params(d, V, lay, c);
@@ -323,7 +337,8 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
   m.activations = m.activations_per_microbatch * m.in_flight;
   // Zero-bubble: the W's input copies, for up to every micro-batch in flight.
-  if (lay.schedule == config::PipelineSchedule::ZbH1)
+  if (lay.schedule == config::PipelineSchedule::ZbH1 ||
+      lay.schedule == config::PipelineSchedule::ZbV)
     m.activations += m.in_flight * static_cast<double>(sp.layers) * act.layer_weight_grad_copies();
 
   // Workspace: transient buffers, held once.

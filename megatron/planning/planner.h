@@ -247,13 +247,14 @@ std::vector<int64_t> virtual_stage_layers(const config::Recipe& recipe, int64_t 
 
 // Activation sets (model chunks' worth) live at once on pipeline stage `stage`: 1F1B min(p - r,
 // m); interleaved min(v m, 2 (p - r - 1) + (v - 1) p + 1); ZB-H1 min(p, m) on every stage (a
-// micro-batch's activations stay until its W).
+// micro-batch's activations stay until its W), ZB-V 2 min(p, m) chunks.
 int64_t live_chunk_activations(
     int64_t pp, int64_t vpp, int64_t microbatches, int64_t stage,
     config::PipelineSchedule schedule = config::PipelineSchedule::OneFOneB);
 // The pipeline bubble of one step in units of one micro-batch's pass through a stage: 1F1B
-// (p - 1), interleaved (p - 1) / v, ZB-H1 (p - 1)(F + B - W)/(F + B + W) with the pass times
-// in GEMM work (F = B = W; full recompute adds a forward to B).
+// (p - 1), interleaved (p - 1) / v, ZB-H1 (p - 1)(F + B - W)/(F + B + W), ZB-V
+// (p - 1)(F / 2)/(F + B + W), with the pass times in GEMM work (F = B = W; full recompute adds a
+// forward to B).
 double bubble_microbatches(const Layout& layout);
 
 // The recipe's layout on `cluster` (dp = world / (tp pp cp)). Throws InputError when the recipe

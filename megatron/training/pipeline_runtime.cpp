@@ -1,5 +1,7 @@
 #include "megatron/training/pipeline_runtime.h"
 
+#include <algorithm>
+
 namespace megatron::training {
 
 using pipeline::ActionKind;
@@ -102,6 +104,32 @@ void PipelineRuntime::wait_sends(const Key* of_activation) {
   }
 }
 
+int PipelineRuntime::virtual_stage_of(int chunk) const {
+  return pipeline::virtual_stage(pp_->size(), pp_->rank(), chunk, placement_);
+}
+
+int PipelineRuntime::local_chunk(int v) const {
+  const int pp = pp_->size(), vpp = static_cast<int>(chunks_.size());
+  if (v < 0 || v >= pp * vpp || pipeline::stage_of(pp, v, placement_) != pp_->rank()) return -1;
+  return pipeline::chunk_of(pp, v, placement_);
+}
+
+void PipelineRuntime::run_forward(const pipeline::Action& a, models::LossSums& loss) {
+  const Key k{a.microbatch, a.chunk};
+  const models::Model& chunk = *chunks_[a.chunk];
+  const Tensor* in = nullptr;
+  if (!chunk.stage().pre_process) {
+    // The previous virtual stage on this rank (V placement): its output, copied.
+    if (const int prev = local_chunk(virtual_stage_of(a.chunk) - 1); prev >= 0) {
+      act_in_[k] = hidden_buffer(k.first);
+      act_in_[k].copy_from(chunks_[prev]->output(*live_.at({a.microbatch, prev})));
+    }
+    in = &act_in_.at(k);
+  }
+  models::ModelActivations& act = acquire(k);
+  loss += chunk.forward(act, batch(a.microbatch), in);
+}
+
 void PipelineRuntime::run_backward(const pipeline::Action& a, const models::LossWeights& weights,
                                    const models::Model::GradsReady& grads_ready) {
   const Key k{a.microbatch, a.chunk};
@@ -110,6 +138,15 @@ void PipelineRuntime::run_backward(const pipeline::Action& a, const models::Loss
   if (split_.count(k))
     mb.info.weight_grads = &weight_grads_.try_emplace(k, &weight_grad_buffers_).first->second;
   models::ModelActivations& act = *live_.at(k);
+  // The next virtual stage on this rank (V placement): its input gradient is this output's.
+  if (const int next = local_chunk(virtual_stage_of(a.chunk) + 1);
+      next >= 0 && !chunk.stage().post_process) {
+    auto it = grad_in_.find({a.microbatch, next});
+    MT_CHECK(it != grad_in_.end(), "pipeline runtime: backward of micro-batch ", a.microbatch,
+             " chunk ", a.chunk, " before the backward of its next chunk on this stage");
+    grad_out_[k] = std::move(it->second);
+    grad_in_.erase(it);
+  }
   const Tensor* d_out = chunk.stage().post_process ? nullptr : &grad_out_.at(k);
   Tensor* d_in = nullptr;
   if (!chunk.stage().pre_process) {
@@ -155,10 +192,7 @@ models::LossSums PipelineRuntime::run(const std::vector<pipeline::Action>& actio
     std::optional<pipeline::TimelineRecorder::Scope> scope;
     if (timeline) scope.emplace(*timeline, a.kind, a.microbatch, a.chunk);
     if (a.kind == ActionKind::Forward) {
-      const models::Model& chunk = *chunks_[a.chunk];
-      models::ModelActivations& act = acquire(k);
-      const Tensor* in = chunk.stage().pre_process ? nullptr : &act_in_.at(k);
-      loss += chunk.forward(act, batch(a.microbatch), in);
+      run_forward(a, loss);
     } else if (a.kind == ActionKind::Backward) {
       const bool hooked = last_backward != nullptr && i == last_backward_at;
       if (hooked && last_backward->before) last_backward->before();
@@ -189,19 +223,29 @@ models::LossSums PipelineRuntime::forward_only(int num_microbatches, const FillM
   fill_ = &fill;
   for (int mb = 0; mb < num_microbatches; ++mb) {
     const models::MicroBatch& b = batch(mb);
+    Tensor local;  // the previous virtual stage's output when it ran here
     for (int v = 0; v < virtual_stages; ++v) {
-      if (v % pp != stage) continue;
-      const int c = v / pp;
+      const int c = local_chunk(v);
+      if (c < 0) continue;
       const Key k{mb, c};
-      models::ModelActivations& act = acquire(k);
-      const int prev = (v - 1) % pp, next = (v + 1) % pp;
+      const int prev = pipeline::stage_of(pp, std::max(v - 1, 0), placement_);
+      const int next = pipeline::stage_of(pp, std::min(v + 1, virtual_stages - 1), placement_);
       if (v > 0) {
         act_in_[k] = hidden_buffer(k.first);
-        pp_->batch_isend_irecv({{parallel::P2POp::Recv, act_in_[k], prev, 0}})->wait();
+        if (prev == stage)
+          act_in_[k].copy_from(local);
+        else
+          pp_->batch_isend_irecv({{parallel::P2POp::Recv, act_in_[k], prev, 0}})->wait();
       }
+      models::ModelActivations& act = acquire(k);
       loss += chunks_[c]->forward(act, b, v > 0 ? &act_in_[k] : nullptr);
-      if (v + 1 < virtual_stages)
-        pp_->batch_isend_irecv({{parallel::P2POp::Send, chunks_[c]->output(act), next, 0}})->wait();
+      if (v + 1 < virtual_stages) {
+        if (next == stage)
+          local = chunks_[c]->output(act).clone();
+        else
+          pp_->batch_isend_irecv({{parallel::P2POp::Send, chunks_[c]->output(act), next, 0}})
+              ->wait();
+      }
       release(k);
       act_in_.erase(k);
     }

@@ -22,7 +22,7 @@ namespace megatron::training {
 
 class PipelineRuntime {
  public:
-  // chunks[c] is this rank's model chunk c (virtual stage c * pp + stage).
+  // chunks[c] is this rank's model chunk c (virtual stage c * pp + stage, or see set_placement).
   PipelineRuntime(std::vector<const models::Model*> chunks, parallel::Communicator& pp,
                   int64_t hidden_rows_per_sample_seq /* Sl */, int64_t hidden);
 
@@ -39,6 +39,10 @@ class PipelineRuntime {
   // posted on its own and waited for when its buffer is released or at the end of the step;
   // only receives are waited for before the next compute.
   void set_buffered_sends(bool on) { buffered_sends_ = on; }
+  // Where this rank's chunks sit among the virtual stages (default interleaved: chunk c is
+  // virtual stage c * pp + stage). With the V placement a chunk whose neighbouring virtual stage
+  // is on this rank takes its input (or output gradient) from it by a copy, not a message.
+  void set_placement(pipeline::Placement placement) { placement_ = placement; }
   // Runs the actions; returns the summed losses (non-zero only where the last virtual stage is).
   // A Backward whose (micro-batch, chunk) has a WeightGrad later in the list queues its weight
   // gradients (megatron/transformer/weight_grads.h); the WeightGrad runs them.
@@ -56,8 +60,12 @@ class PipelineRuntime {
   void exchange(const std::vector<pipeline::Action>& actions, size_t begin, size_t end);
   void post_send(const pipeline::Action& a, const Tensor& buffer);
   void wait_sends(const Key* of_activation);  // null: every pending send
+  void run_forward(const pipeline::Action& a, models::LossSums& loss);
   void run_backward(const pipeline::Action& a, const models::LossWeights& weights,
                     const models::Model::GradsReady& grads_ready);
+  // The chunk of this rank holding virtual stage v, or -1 when another rank holds it.
+  int local_chunk(int v) const;
+  int virtual_stage_of(int chunk) const;
   const models::MicroBatch& batch(int mb);
 
   std::vector<const models::Model*> chunks_;
@@ -72,6 +80,7 @@ class PipelineRuntime {
   std::map<Key, WeightGradQueue> weight_grads_;  // backwards whose W is still to run
   std::set<Key> split_;                          // (micro-batch, chunk) with a WeightGrad
   bool buffered_sends_ = false;
+  pipeline::Placement placement_ = pipeline::Placement::Interleaved;
   struct PendingSend {
     std::unique_ptr<parallel::Work> work;
     pipeline::ActionKind kind;

@@ -112,15 +112,20 @@ void Trainer::build_schedule() {
     case config::PipelineSchedule::ZbH1:
       kind = pipeline::ScheduleKind::ZeroBubbleH1;
       break;
+    case config::PipelineSchedule::ZbV:
+      kind = pipeline::ScheduleKind::ZeroBubbleV;
+      break;
     default:  // 1f1b (validation refuses the others)
       break;
   }
   pipeline::Schedule schedule = pipeline::make_schedule(
       kind, static_cast<int>(pp), static_cast<int>(num_micro_), static_cast<int>(vpp));
   pipeline_->set_buffered_sends(schedule.buffered_sends);
+  pipeline_->set_placement(schedule.placement);
   schedule_actions_ = std::move(schedule.ranks[static_cast<size_t>(groups_.pp->rank())]);
-  // The last stage's tied LM-head copy is not counted again in the gradient norm.
-  if (pp > 1)
+  // The last stage's tied LM-head copy is not counted again in the gradient norm (with the V
+  // placement the last virtual stage shares stage 0's table: no copy).
+  if (pp > 1 && !v_placement())
     for (const auto& c : model_.chunks)
       if (Parameter* w = c->word_embeddings();
           w && !c->stage().pre_process && model_.tied_embeddings)
@@ -256,7 +261,7 @@ models::LossSums Trainer::run_micro_batches(const StepBatch& b) {
   for (const bool after_dp : {false, true}) {
     if (after_dp) grad_sync_->finish();
     reduce_tied_embedding_grads(model_.chunks, store_, *groups_.pp, *groups_.embedding,
-                                model_.tied_embeddings, after_dp);
+                                model_.tied_embeddings && !v_placement(), after_dp);
   }
   reduce_sequence_parallel_grads(store_, optimizer_->segments(), *groups_.tp, sp_grad_scratch_);
   return sums;

@@ -216,12 +216,14 @@ void Norm::backward(Ctx& ctx, const Tensor& dy, Tensor& dx) const {
 }
 
 Embedding::Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,
-                     parallel::Communicator& tp, float init_std, bool sequence_parallel)
+                     parallel::Communicator& tp, float init_std, bool sequence_parallel,
+                     bool share_existing)
     : tp_(&tp), sp_(sequence_parallel && tp.size() > 1), device_(store.device()) {
   MT_CHECK(vocab % tp.size() == 0, "embedding '", name, "': vocabulary ", vocab,
            " is not divisible by tensor parallel size ", tp.size());
   local_vocab_ = vocab / tp.size();
   vocab_start_ = local_vocab_ * tp.rank();
+  if (share_existing && (table_ = store.find(name + ".weight")) != nullptr) return;
   table_ = &store.add(name + ".weight", Shape{vocab, dim}, {ParamInit::Kind::Normal, init_std},
                       true, tp_shard(0, tp));
 }

@@ -109,8 +109,11 @@ class Embedding {
   };
   // sequence_parallel: forward reduce-scatters the vocab-partial lookups into [S/tp, B, D]
   // slices (instead of all-reducing), backward all-gathers the slice gradients.
+  // share_existing: when the store already holds the table (a tied output layer in a later
+  // chunk of the same rank: ZB-V's V placement), use that one (gradients sum in place).
   Embedding(ParamStore& store, const std::string& name, int64_t vocab, int64_t dim,
-            parallel::Communicator& tp, float init_std, bool sequence_parallel = false);
+            parallel::Communicator& tp, float init_std, bool sequence_parallel = false,
+            bool share_existing = false);
   void forward(Ctx& ctx, const Tensor& ids, Tensor& out) const;
   // The table's gradient (queued for W when mb carries a weight-gradient queue).
   void backward(Ctx& ctx, const Tensor& dout, const MicroBatchInfo* mb = nullptr) const;

@@ -39,10 +39,14 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
   const bool sp = t.sequence_parallel && tp.size() > 1;
   // The word embeddings live on the first stage; with tied embeddings the last stage holds a
   // copy (same name, so the same initial values) whose gradient is summed with the first's.
+  // (A tied head in the same store as the first stage's table, ZB-V's last virtual stage on
+  // stage 0, shares it instead.)
   if (stage_.pre_process || (stage_.post_process && spec.tie_embeddings)) {
-    units_.word = store.begin_unit();
+    const bool shared = !stage_.pre_process && store.find("embedding.word_embeddings.weight");
+    if (!shared) units_.word = store.begin_unit();
     tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
-                                             spec.padded_vocab_size, t.hidden, tp, t.init_std, sp);
+                                             spec.padded_vocab_size, t.hidden, tp, t.init_std, sp,
+                                             /*share_existing=*/!stage_.pre_process);
   }
   if (stage_.pre_process && !t.rope) {
     units_.embeddings = store.begin_unit();

@@ -49,6 +49,33 @@ TEST(ZeroBubbleH1, MatchesSingleProcess) {
   eq::report_max_diff("zb_h1 equivalence");
 }
 
+// ZB-V: two chunks per stage in a V (stage 0 holds the embeddings and the tied head, stage
+// pp - 1 hands its first chunk's output to its second by a copy).
+TEST(ZeroBubbleV, MatchesSingleProcess) {
+  const std::string zb = "zb_v";
+  const std::vector<eq::Layout> layouts = {
+      // 2 ranks
+      {.pp = 2, .vpp = 2, .micro = 2, .schedule = zb},
+      {.pp = 2, .vpp = 2, .micro = 1, .recompute = "full", .schedule = zb},
+      // 4 ranks
+      {.pp = 4, .vpp = 2, .micro = 1, .schedule = zb},
+      {.tp = 2, .pp = 2, .vpp = 2, .micro = 2, .sp = true, .schedule = zb},
+      {.pp = 2, .dp = 2, .vpp = 2, .micro = 2, .distributed = true, .schedule = zb},
+      // 8 ranks
+      {.tp = 2,
+       .pp = 2,
+       .dp = 2,
+       .vpp = 2,
+       .micro = 1,
+       .sp = true,
+       .distributed = true,
+       .schedule = zb},
+  };
+  EXPECT_GT(eq::expect_layouts_match(dense_model(), tokens(), layouts), 0)
+      << "no layout for " << world().size() << " ranks";
+  eq::report_max_diff("zb_v equivalence");
+}
+
 TEST(ZeroBubbleH1, EqualsOneFOneBBitForBit) {
   const int n = world().size();
   eq::Layout layout = n == 2   ? eq::Layout{.pp = 2, .micro = 1}

@@ -99,6 +99,75 @@ TEST(ZeroBubbleH1, BadArgumentsAreInputErrors) {
   }
 }
 
+TEST(ZeroBubbleV, TwoStagesThreeMicrobatches) {
+  const Schedule s = zero_bubble_v(2, 3);
+  EXPECT_EQ(s.placement, Placement::V);
+  EXPECT_EQ(s.vpp, 2);
+  // Stage 0 holds virtual stages 0 and 3 (the loss), stage 1 virtual stages 1 and 2, handing
+  // its chunk 0's output to its chunk 1 without a message.
+  EXPECT_EQ(format_actions(s.ranks[0], true),
+            "F0.0 [SA0.0->1] F1.0 [SA1.0->1] F2.0 [SA2.0->1 RA0.1<-1] F0.1 B0.1 [SG0.1->1] W0.1 "
+            "[RA1.1<-1] F1.1 [RG0.0<-1] B0.0 B1.1 [SG1.1->1] W0.0 W1.1 [RG1.0<-1] B1.0 W1.0 "
+            "[RA2.1<-1] F2.1 B2.1 [SG2.1->1] W2.1 [RG2.0<-1] B2.0 W2.0");
+  EXPECT_EQ(format_actions(s.ranks[1], true),
+            "[RA0.0<-0] F0.0 F0.1 [SA0.1->0 RA1.0<-0] F1.0 F1.1 [SA1.1->0 RG0.1<-0] B0.1 B0.0 "
+            "[SG0.0->0] W0.1 W0.0 [RG1.1<-0] B1.1 B1.0 [SG1.0->0 RA2.0<-0] F2.0 F2.1 [SA2.1->0] "
+            "W1.1 W1.0 [RG2.1<-0] B2.1 B2.0 [SG2.0->0] W2.1 W2.0");
+}
+
+TEST(ZeroBubbleV, EveryLayoutIsDeadlockFreeAtOneFOneBMemory) {
+  for (int pp = 2; pp <= 8; ++pp)
+    for (int m = 1; m <= 24; ++m) {
+      const Schedule s = zero_bubble_v(pp, m);
+      const SimulationResult r = simulate(s, equal_passes());
+      ASSERT_TRUE(r.ok()) << "pp=" << pp << " m=" << m << "\n" << r.report();
+      for (int st = 0; st < pp; ++st) {
+        // Chunk activations, each half a stage's: 1F1B's peak of min(pp, m) micro-batches.
+        EXPECT_LE(r.peak_in_flight[static_cast<size_t>(st)], 2 * std::min(pp, m))
+            << "pp=" << pp << " m=" << m << " stage " << st;
+        int weights = 0;
+        for (const Action& a : s.ranks[static_cast<size_t>(st)])
+          weights += a.kind == ActionKind::WeightGrad;
+        EXPECT_EQ(weights, 2 * m);
+      }
+      // Stage pp - 1 cannot start before (pp - 1) half forwards: the makespan's lower bound.
+      EXPECT_GE(r.makespan_s, 3.0 * m + 0.5 * (pp - 1) - 1e-9);
+      if (m >= 2 * pp) {
+        EXPECT_LE(r.makespan_s, 3.0 * m + 0.5 * (pp - 1) + 1.0) << "pp=" << pp << " m=" << m;
+        const SimulationResult base =
+            simulate(make_schedule(ScheduleKind::OneFOneB, pp, m), equal_passes());
+        EXPECT_LE(r.bubble_fraction, 0.3 * base.bubble_fraction) << "pp=" << pp << " m=" << m;
+      }
+    }
+}
+
+TEST(ZeroBubbleV, IsDeadlockFreeOnUnequalPassTimes) {
+  for (const PassCosts c : {PassCosts{1, 2, 0.5}, PassCosts{2, 1, 1}, PassCosts{1, 1, 3}})
+    for (int pp : {2, 3, 4})
+      for (int m : {1, 3, 8, 13}) {
+        CostModel cost;
+        cost.forward_s = c.forward;
+        cost.backward_s = c.backward_input + c.weight;
+        cost.weight_s = c.weight;
+        const SimulationResult r = simulate(zero_bubble_v(pp, m, c), cost);
+        ASSERT_TRUE(r.ok()) << "pp=" << pp << " m=" << m << "\n" << r.report();
+      }
+}
+
+TEST(ZeroBubbleSimulator, VPlacementHasNoMessagesWithinAStage) {
+  Schedule s = zero_bubble_v(2, 1);
+  // A message from stage 1's chunk 0 to its own chunk 1 is refused.
+  auto& list = s.ranks[1];
+  for (size_t i = 0; i < list.size(); ++i)
+    if (list[i].kind == ActionKind::Forward && list[i].chunk == 0) {
+      list.insert(list.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                  {ActionKind::SendActivation, 0, 0, 1});
+      break;
+    }
+  EXPECT_THAT(simulate(s, equal_passes()).report(),
+              HasSubstr("virtual stage 2 is on this stage: nothing to send"));
+}
+
 TEST(ZeroBubbleSimulator, DetectsWeightGradientsOutOfPlace) {
   Schedule s = make_schedule(ScheduleKind::NoPipelining, 1, 2);
   s.ranks[0] = {{ActionKind::Forward, 0},   {ActionKind::WeightGrad, 0},

@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Pipeline schedules on this CPU, side by side in one run: a GPT of 9 layers (hidden 256, seq
 # 128, tied embeddings) trained at pp 2 (mpirun -np 2, one thread per rank) under 1F1B,
-# interleaved 1F1B (2 chunks per stage) and ZB-H1, 8 micro-batches a step. For each: the median
+# interleaved 1F1B (2 chunks per stage), ZB-H1 and ZB-V (2 chunks in a V), 8 micro-batches a
+# step. For each: the median
 # step time and pipeline time (first to last pass of the step, from the recorded timeline) and
 # the measured bubble fraction of the steps after the first two; the mean forward, backward and
 # weight-gradient pass times; the simulator's bubble for the same schedule on those pass times
-# (how far the model is from the measurement), and its prediction for pp 4 and 8. ZB-V and
-# DualPipeV are not implemented (parallel.pipeline_schedule refuses them).
+# (how far the model is from the measurement), and its prediction for pp 4 and 8. DualPipeV is
+# not implemented (parallel.pipeline_schedule refuses it).
 #
-#   bench/run_pipeline_bench.sh [--iters N] [--build-dir DIR] [--out DIR]
-# Defaults: 10 iterations per schedule (about a minute in all on 2 cores). Needs a build
+#   bench/run_pipeline_bench.sh [--iters N] [--rounds R] [--build-dir DIR] [--out DIR]
+# Defaults: 10 iterations per schedule, the schedules run in turn 2 times (rounds: the machine's
+# speed drifts; medians over all rounds), about 2 minutes in all on 2 cores. Needs a build
 # (tools/build.sh) and the tokenized corpus (tools/prepare_corpus.sh). Timeline pictures of the
 # last step of each run are written to the output directory (default build/bench_results/pipeline).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-iters=10 build_dir="$root/build" out_dir=""
+iters=10 rounds=2 build_dir="$root/build" out_dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --iters) iters="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     --out) out_dir="$2"; shift 2 ;;
     -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
@@ -41,42 +44,48 @@ common=(--recipe recipes/gpt_tiny.yaml --set model.num_layers=9 --set parallel.p
         --set training.micro_batch_size=2 --set training.global_batch_size=16
         --set "training.train_iters=$iters" --set training.eval_interval=1000
         --set training.eval_iters=1 --set logging.interval=1 --set optimizer.schedule.warmup_iters=1)
-for sched in 1f1b interleaved zb_h1; do
+for round in $(seq 1 "$rounds"); do
+for sched in 1f1b interleaved zb_h1 zb_v; do
   extra=(--set "parallel.pipeline_schedule=$sched" --set "parallel.pipeline_layers=[6,3]")
-  [ "$sched" = interleaved ] &&
+  # Two chunks: 3 layers in each but the last virtual stage's, which has the head (V: on stage 0).
+  case "$sched" in interleaved|zb_v)
     extra=(--set "parallel.pipeline_schedule=$sched" --set parallel.virtual_pipeline=2
-           --set "parallel.pipeline_layers=[3,3,3,0]")
-  rm -f "$out_dir/$sched".timeline.rank*.jsonl
+           --set "parallel.pipeline_layers=[3,3,3,0]") ;;
+  esac
+  run="$out_dir/$sched.r$round"
+  rm -f "$run".timeline.rank*.jsonl
   OMP_NUM_THREADS=1 mpirun "${mpirun_flags[@]}" -np 2 -x OMP_NUM_THREADS "$bin/pretrain" \
-    "${common[@]}" "${extra[@]}" --set "logging.jsonl=$out_dir/$sched.log.jsonl" \
-    --set "logging.timeline=$out_dir/$sched.timeline" > "$out_dir/$sched.out" 2>&1 ||
-    { cat "$out_dir/$sched.out"; exit 1; }
-  "$bin/pipeline_timeline" --events "$out_dir/$sched".timeline.rank*.jsonl \
-    --output "$out_dir/$sched.svg" --title "$sched pp=2 m=8 (measured, all steps)" \
-    > "$out_dir/$sched.timeline.txt"
+    "${common[@]}" "${extra[@]}" --set "logging.jsonl=$run.log.jsonl" \
+    --set "logging.timeline=$run.timeline" > "$run.out" 2>&1 || { cat "$run.out"; exit 1; }
+  "$bin/pipeline_timeline" --events "$run".timeline.rank*.jsonl --output "$run.svg" \
+    --title "$sched pp=2 m=8 (measured, all steps)" > "$run.timeline.txt"
 done
-python3 - "$out_dir" "$bin/pipeline_timeline" <<'PY'
+done
+python3 - "$out_dir" "$bin/pipeline_timeline" "$rounds" <<'PY'
 import collections, json, re, statistics, subprocess, sys
-out, tool = sys.argv[1], sys.argv[2]
-vpp = {"1f1b": 1, "interleaved": 2, "zb_h1": 1}
+out, tool, rounds = sys.argv[1], sys.argv[2], range(1, int(sys.argv[3]) + 1)
+vpp = {"1f1b": 1, "interleaved": 2, "zb_h1": 1, "zb_v": 2}
 kinds = ("forward", "backward", "weight_grad")
 rows, stage_times = {}, {}
 for s in vpp:
-    text = open(f"{out}/{s}.timeline.txt").read()
-    steps = [(float(a), float(b)) for a, b in
-             re.findall(r"step \d+: pipeline ([0-9.e+-]+) s, bubble ([0-9.e+-]+)", text)][2:]
-    log = [json.loads(l) for l in open(f"{out}/{s}.log.jsonl") if '"step_seconds"' in l][2:]
+    steps, log = [], []
+    per = collections.defaultdict(list)
+    for n in rounds:
+        text = open(f"{out}/{s}.r{n}.timeline.txt").read()
+        steps += [(float(a), float(b)) for a, b in re.findall(
+            r"step \d+: pipeline ([0-9.e+-]+) s, bubble ([0-9.e+-]+)", text)][2:]
+        log += [json.loads(l) for l in open(f"{out}/{s}.r{n}.log.jsonl")
+                if '"step_seconds"' in l][2:]
+        # Per stage: the mean pass through the stage's chunks (all of them), by kind.
+        for r in (0, 1):
+            for line in open(f"{out}/{s}.r{n}.timeline.rank{r}.jsonl"):
+                e = json.loads(line)
+                if e["kind"] in kinds:
+                    per[(r, e["kind"])].append(e["end_s"] - e["start_s"])
     rows[s] = dict(step=statistics.median(r["step_seconds"] for r in log),
                    tokens=statistics.median(r["tokens_per_s"] for r in log),
                    pipe=statistics.median(p for p, _ in steps),
                    bubble=statistics.median(x for _, x in steps))
-    # Per stage: the mean pass through the stage's chunks (all of them), by kind.
-    per = collections.defaultdict(list)
-    for r in (0, 1):
-        for line in open(f"{out}/{s}.timeline.rank{r}.jsonl"):
-            e = json.loads(line)
-            if e["kind"] in kinds:
-                per[(r, e["kind"])].append(e["end_s"] - e["start_s"])
     mean = lambda r, k: statistics.mean(per[(r, k)]) * vpp[s] if per[(r, k)] else 0.0
     stage_times[s] = [[mean(r, k) for k in kinds] for r in (0, 1)]
 
@@ -93,7 +102,7 @@ def stage_costs(s):
     t = stage_times[s]
     f = [x[0] for x in t]
     b = [x[1] + x[2] for x in t]  # a split B plus its W is the whole backward
-    w = [x[2] for x in t] if s == "zb_h1" else [x[1] / 2 for x in t]
+    w = [x[2] for x in t] if s.startswith("zb") else [x[1] / 2 for x in t]
     return f, b, w
 
 for s, t in stage_times.items():
@@ -106,14 +115,16 @@ for s, r in rows.items():
     sim = simulate(s, 2, 8, *stage_costs(s))
     print(f"{s:<20} {r['step']:6.3f}   {r['tokens']:8.0f}   {r['pipe']:10.3f}   {r['bubble']:6.3f}"
           f"   {r['bubble']/base:6.2f}x   {sim:9.3f}   {sim/r['bubble']:6.2f}x")
-print("zb_v, dualpipe_v     not implemented")
+print("dualpipe_v           not implemented")
 t = stage_times["zb_h1"]
 f, b, w = (statistics.mean(x[i] for x in t) for i in range(3))
 print(f"\npredicted bubble (simulator) on the zb_h1 run's mean passes: F {f*1e3:.1f} ms, "
       f"B {b*1e3:.1f} ms, W {w*1e3:.1f} ms")
-print("pp   m    1f1b   interleaved(vpp2)   zb_h1   zb_h1/1f1b")
+print("pp   m    1f1b   interleaved(vpp2)   zb_h1   zb_v   zb_h1/1f1b   zb_v/1f1b")
 for pp in (4, 8):
     for m in (pp * 2, pp * 4):
-        one, inter, zb = (simulate(s, pp, m, f, b + w, w) for s in ("1f1b", "interleaved", "zb_h1"))
-        print(f"{pp:<4} {m:<4} {one:6.3f}   {inter:17.3f}   {zb:6.3f}   {zb/one:8.2f}x")
+        one, inter, h1, v = (simulate(s, pp, m, f, b + w, w)
+                             for s in ("1f1b", "interleaved", "zb_h1", "zb_v"))
+        print(f"{pp:<4} {m:<4} {one:6.3f}   {inter:17.3f}   {h1:6.3f}   {v:5.3f}"
+              f"   {h1/one:9.2f}x   {v/one:8.2f}x")
 PY

@@ -37,6 +37,23 @@ struct Choice {
   bool valid() const { return microbatch >= 0; }
 };
 
+// Plays a pipeline out: `passes` times, the stage whose next pass (Player::choose) starts first
+// runs it (Player::commit); ties go to the lower stage. Returns each stage's compute order.
+template <typename Player>
+std::vector<ComputeOrder> play_out(Player& player, int stages, int passes, const char* what) {
+  for (int left = passes; left > 0; --left) {
+    int best = -1;
+    Choice pick;
+    for (int s = 0; s < stages; ++s) {
+      const Choice c = player.choose(s);
+      if (c.valid() && c.start < pick.start) best = s, pick = c;
+    }
+    MT_CHECK(best >= 0, what, ": no stage can proceed with ", left, " passes left");
+    player.commit(best, pick);
+  }
+  return player.orders();
+}
+
 class H1Player {
  public:
   H1Player(int pp, int m, const PassCosts& costs)
@@ -49,23 +66,15 @@ class H1Player {
     for (auto& st : stages_) st.limit = std::min(pp, m);
   }
 
-  std::vector<ComputeOrder> play() {
-    for (int left = 3 * pp_ * m_; left > 0; --left) {
-      int best = -1;
-      Choice pick;
-      for (int s = 0; s < pp_; ++s) {
-        const Choice c = choose(s);
-        if (c.valid() && c.start < pick.start) best = s, pick = c;
-      }
-      MT_CHECK(best >= 0, "zero-bubble H1: no stage can proceed with ", left, " passes left");
-      commit(best, pick);
-    }
+  std::vector<ComputeOrder> orders() {
     std::vector<ComputeOrder> out;
     for (auto& st : stages_) out.push_back(std::move(st.order));
     return out;
   }
 
  private:
+  template <typename Player>
+  friend std::vector<ComputeOrder> play_out(Player&, int, int, const char*);
   double& f_end(int s, int mb) { return f_end_[static_cast<size_t>(s * m_ + mb)]; }
   double& b_end(int s, int mb) { return b_end_[static_cast<size_t>(s * m_ + mb)]; }
 
@@ -147,23 +156,15 @@ class VPlayer {
     for (auto& st : stages_) st.limit = 2 * std::min(pp, m);
   }
 
-  std::vector<ComputeOrder> play() {
-    for (int left = 6 * pp_ * m_; left > 0; --left) {
-      int best = -1;
-      Choice pick;
-      for (int s = 0; s < pp_; ++s) {
-        const Choice c = choose(s);
-        if (c.valid() && c.start < pick.start) best = s, pick = c;
-      }
-      MT_CHECK(best >= 0, "zero-bubble V: no stage can proceed with ", left, " passes left");
-      commit(best, pick);
-    }
+  std::vector<ComputeOrder> orders() {
     std::vector<ComputeOrder> out;
     for (auto& st : stages_) out.push_back(std::move(st.order));
     return out;
   }
 
  private:
+  template <typename Player>
+  friend std::vector<ComputeOrder> play_out(Player&, int, int, const char*);
   struct Stage {
     double free_at = 0;
     int next_forward[2] = {0, 0}, next_backward[2] = {0, 0};
@@ -254,7 +255,8 @@ std::vector<ComputeOrder> zero_bubble_v_order(int pp, int microbatches, const Pa
                  "zero-bubble V schedule: the number of micro-batches must be >= 1, got ",
                  microbatches);
   costs.validate();
-  return VPlayer(pp, microbatches, costs).play();
+  VPlayer player(pp, microbatches, costs);
+  return play_out(player, pp, 6 * pp * microbatches, "zero-bubble V");
 }
 
 std::vector<ComputeOrder> zero_bubble_h1_order(int pp, int microbatches, const PassCosts& costs) {
@@ -263,7 +265,8 @@ std::vector<ComputeOrder> zero_bubble_h1_order(int pp, int microbatches, const P
                  "zero-bubble H1 schedule: the number of micro-batches must be >= 1, got ",
                  microbatches);
   costs.validate();
-  return H1Player(pp, microbatches, costs).play();
+  H1Player player(pp, microbatches, costs);
+  return play_out(player, pp, 3 * pp * microbatches, "zero-bubble H1");
 }
 
 std::vector<Action> with_point_to_point(int pp, int stage, const ComputeOrder& order,

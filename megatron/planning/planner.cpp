@@ -267,6 +267,48 @@ void add_notes(PlanReport& rep, const PlanInputs& in) {
                                "but counted in the FLOPs estimate)"));
 }
 
+// The activations of `stage`: one micro-batch through every chunk of it per recompute mode, the
+// micro-batches in flight under the schedule (and, zero-bubble, the W's input copies).
+void stage_activations(const PlanInputs& pin, const std::vector<ChunkShape>& chunks, int64_t stage,
+                       StagePlan& sp) {
+  const auto& tr = pin.r.training;
+  const Dims& d = pin.d;
+  const Layout& lay = pin.lay;
+  const Activations& act = pin.act;
+  const bool cuda = pin.cuda, flash = pin.flash;
+  const double cp_kept = pin.cp_kept;
+  MemoryBreakdown& m = sp.memory;
+  const auto [layer_rest, layer_core] = act.layer();
+  double extras = 0, none = 0, selective = 0, full = 0;
+  for (const ChunkShape& c : chunks) {
+    const double n = static_cast<double>(c.layers);
+    const double moe = d.E > 0 ? static_cast<double>(d.moe_layers(c.first, c.layers)) : 0.0;
+    const double moe_extra = moe > 0 ? moe * act.moe_delta() : 0.0;
+    extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
+    none += n * (layer_rest + layer_core + cp_kept) + moe_extra;
+    // CPU flash attention keeps no probabilities to drop: selective keeps what none does (the
+    // cuda model follows Megatron, where selective drops the softmax stats too).
+    selective +=
+        n * (flash && !cuda ? layer_rest + layer_core : layer_rest) + n * cp_kept + moe_extra;
+    full += n * act.layer_input();
+  }
+  m.activations_none = none + extras;
+  m.activations_selective = selective + extras;
+  m.activations_full = full + extras;
+  m.activations_per_microbatch =
+      tr.recompute == config::RecomputeGranularity::Full        ? m.activations_full
+      : tr.recompute == config::RecomputeGranularity::Selective ? m.activations_selective
+                                                                : m.activations_none;
+  const int64_t live =
+      live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage, lay.schedule);
+  m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
+  m.activations = m.activations_per_microbatch * m.in_flight;
+  // Zero-bubble: the W's input copies, for up to every micro-batch in flight.
+  if (lay.schedule == config::PipelineSchedule::ZbH1 ||
+      lay.schedule == config::PipelineSchedule::ZbV)
+    m.activations += m.in_flight * static_cast<double>(sp.layers) * act.layer_weight_grad_copies();
+}
+
 // One pipeline stage: its parameters, what the store keeps, its activations and workspace; `in`
 // and `st` receive what the time model needs of it.
 StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, int64_t stage,
@@ -278,7 +320,7 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   const Activations& act = pin.act;
   const int64_t V = pin.V;
   const bool cuda = pin.cuda, mixed = pin.mixed, flash = pin.flash;
-  const double wbytes = pin.wbytes, moment_bytes = pin.moment_bytes, cp_kept = pin.cp_kept;
+  const double wbytes = pin.wbytes, moment_bytes = pin.moment_bytes;
   StagePlan sp;
   sp.stage = stage;
   const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage, v_shape(lay));
@@ -310,36 +352,8 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   MemoryBreakdown& m = sp.memory;
   st = detail::fill_state(in, m);
 
-  // Activations of one micro-batch through every chunk of this stage, per recompute mode.
+  stage_activations(pin, chunks, stage, sp);
   const auto [layer_rest, layer_core] = act.layer();
-  double extras = 0, none = 0, selective = 0, full = 0;
-  for (const ChunkShape& c : chunks) {
-    const double n = static_cast<double>(c.layers);
-    const double moe = d.E > 0 ? static_cast<double>(d.moe_layers(c.first, c.layers)) : 0.0;
-    const double moe_extra = moe > 0 ? moe * act.moe_delta() : 0.0;
-    extras += (c.pre ? act.pre() : 0) + (c.post ? act.post() : 0) + act.common(c.pre, c.post);
-    none += n * (layer_rest + layer_core + cp_kept) + moe_extra;
-    // CPU flash attention keeps no probabilities to drop: selective keeps what none does (the
-    // cuda model follows Megatron, where selective drops the softmax stats too).
-    selective +=
-        n * (flash && !cuda ? layer_rest + layer_core : layer_rest) + n * cp_kept + moe_extra;
-    full += n * act.layer_input();
-  }
-  m.activations_none = none + extras;
-  m.activations_selective = selective + extras;
-  m.activations_full = full + extras;
-  m.activations_per_microbatch =
-      tr.recompute == config::RecomputeGranularity::Full        ? m.activations_full
-      : tr.recompute == config::RecomputeGranularity::Selective ? m.activations_selective
-                                                                : m.activations_none;
-  const int64_t live =
-      live_chunk_activations(lay.pp, lay.vpp, lay.num_microbatches, stage, lay.schedule);
-  m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
-  m.activations = m.activations_per_microbatch * m.in_flight;
-  // Zero-bubble: the W's input copies, for up to every micro-batch in flight.
-  if (lay.schedule == config::PipelineSchedule::ZbH1 ||
-      lay.schedule == config::PipelineSchedule::ZbV)
-    m.activations += m.in_flight * static_cast<double>(sp.layers) * act.layer_weight_grad_copies();
 
   // Workspace: transient buffers, held once.
   const double D = static_cast<double>(d.D), full_tokens = act.s * act.b;

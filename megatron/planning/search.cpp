@@ -68,7 +68,72 @@ SearchResult search(const config::Recipe& recipe, const ClusterSpec& cluster,
 
 namespace {
 
-// Every (tp, pp, ep, vpp, micro-batch, recompute, sharding) layout at the recipe's cp.
+// One point of the search space (tp, pp and the recipe's cp fix dp).
+struct Candidate {
+  int64_t tp, pp, ep, etp, vpp;
+  std::optional<config::PipelineSchedule> schedule;
+  int64_t micro;
+  config::RecomputeGranularity recompute;
+  config::ShardingStrategy strategy;
+};
+
+// The recipe with the candidate's layout.
+config::Recipe with_layout(const config::Recipe& recipe, const Candidate& k) {
+  config::Recipe c = recipe;
+  c.parallel.tensor = k.tp;
+  c.parallel.pipeline = k.pp;
+  c.parallel.data = 0;
+  c.parallel.expert = k.ep;
+  c.parallel.expert_tensor = k.etp == k.tp ? 0 : k.etp;
+  c.parallel.virtual_pipeline =
+      k.vpp > 1 ? std::optional<int64_t>(k.vpp) : std::optional<int64_t>();
+  c.parallel.pipeline_schedule = k.schedule;
+  c.parallel.pipeline_layers.clear();
+  c.parallel.sequence_parallel = k.tp > 1 && recipe.model.seq_length % k.tp == 0;
+  c.training.micro_batch_size = k.micro;
+  c.training.recompute = k.recompute;
+  // The strategy alone decides (its aliases would contradict no_shard).
+  c.parallel.data_parallel_sharding_strategy = k.strategy;
+  c.optimizer.distributed = false;
+  c.training.use_distributed_optimizer = false;
+  return c;
+}
+
+// Plans the candidate when the recipe accepts it on this world; counts it.
+void try_candidate(const config::Recipe& recipe, const Candidate& k, const ClusterSpec& cluster,
+                   int64_t tokenizer_vocab, SearchResult& result) {
+  config::Recipe c = with_layout(recipe, k);
+  PlanReport p;
+  try {
+    c.validate_for_world(cluster.world());
+    p = plan(c, cluster, tokenizer_vocab);
+  } catch (const InputError&) {
+    return;  // not a valid layout for this world / batch
+  }
+  ++result.candidates;
+  if (!p.fits) {
+    ++result.too_big;
+    return;
+  }
+  result.fitting.push_back(std::move(p));
+}
+
+// Expert parallelism (MoE) at tp x pp: every ep dividing cp x dp with the experts split over tp
+// (etp = tp); with whole experts (etp 1 under tp, sequence parallel, cp 1) every ep dividing
+// tp x dp. Dense models: ep 1.
+std::vector<std::pair<int64_t, int64_t>> expert_layouts(const config::ModelConfig& m, int64_t tp,
+                                                        int64_t cp, int64_t dp) {
+  std::vector<std::pair<int64_t, int64_t>> eps = {{1, tp}};  // (ep, etp)
+  const bool can_fold = m.moe.enabled() && tp > 1 && cp == 1 && m.seq_length % tp == 0;
+  for (int64_t ep = 2; ep <= cp * dp && m.moe.enabled(); ++ep)
+    if ((cp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, tp});
+  for (int64_t ep = 1; ep <= tp * dp && can_fold; ++ep)
+    if ((tp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, 1});
+  return eps;
+}
+
+// Every (tp, pp, ep, vpp / schedule, micro-batch, recompute, sharding) layout at the recipe's
+// cp.
 void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
                     int64_t tokenizer_vocab, SearchResult& result) {
   const int64_t world = cluster.world();
@@ -84,11 +149,7 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
       config::RecomputeGranularity::Full};
   // Pipeline variants: 1F1B, ZB-H1 and ZB-V (where the recipe's device runs them: validation
   // decides) and the recipe's interleaving.
-  struct Variant {
-    int64_t vpp;
-    std::optional<config::PipelineSchedule> schedule;
-  };
-  std::vector<Variant> variants = {
+  std::vector<std::pair<int64_t, std::optional<config::PipelineSchedule>>> variants = {
       {1, std::nullopt}, {1, config::PipelineSchedule::ZbH1}, {2, config::PipelineSchedule::ZbV}};
   if (recipe.parallel.virtual_stages() > 1)
     variants.push_back({recipe.parallel.virtual_stages(), std::nullopt});
@@ -99,55 +160,16 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
     for (int64_t pp = 1; pp <= m.num_layers; ++pp) {
       if (m.num_layers % pp != 0 || world % (tp * pp * cp) != 0) continue;
       const int64_t dp = world / (tp * pp * cp);
-      // Expert parallelism (MoE): every ep dividing cp x dp and the experts with experts split
-      // over tp; with whole experts (etp 1 under tp, sequence parallel, cp 1) every ep dividing
-      // tp x dp.
-      std::vector<std::pair<int64_t, int64_t>> eps = {{1, tp}};  // (ep, etp)
-      const bool can_fold = m.moe.enabled() && tp > 1 && cp == 1 && m.seq_length % tp == 0;
-      for (int64_t ep = 2; ep <= cp * dp && m.moe.enabled(); ++ep)
-        if ((cp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, tp});
-      for (int64_t ep = 1; ep <= tp * dp && can_fold; ++ep)
-        if ((tp * dp) % ep == 0 && m.moe.num_experts % ep == 0) eps.push_back({ep, 1});
-      for (const auto& [ep, etp] : eps)
+      for (const auto& [ep, etp] : expert_layouts(m, tp, cp, dp))
         for (const auto& [vpp, schedule] : variants) {
           if (vpp > 1 && (pp == 1 || m.num_layers % (pp * vpp) != 0)) continue;
           if (schedule && pp == 1) continue;
           for (int64_t micro : micros) {
             if (tr.global_batch_size % (micro * dp) != 0) continue;
-            for (const config::RecomputeGranularity rc : recomputes) {
-              for (const config::ShardingStrategy strategy : strategies(dp * cp)) {
-                config::Recipe c = recipe;
-                c.parallel.tensor = tp;
-                c.parallel.pipeline = pp;
-                c.parallel.data = 0;
-                c.parallel.expert = ep;
-                c.parallel.expert_tensor = etp == tp ? 0 : etp;
-                c.parallel.virtual_pipeline =
-                    vpp > 1 ? std::optional<int64_t>(vpp) : std::optional<int64_t>();
-                c.parallel.pipeline_schedule = schedule;
-                c.parallel.pipeline_layers.clear();
-                c.parallel.sequence_parallel = tp > 1 && m.seq_length % tp == 0;
-                c.training.micro_batch_size = micro;
-                c.training.recompute = rc;
-                // The strategy alone decides (its aliases would contradict no_shard).
-                c.parallel.data_parallel_sharding_strategy = strategy;
-                c.optimizer.distributed = false;
-                c.training.use_distributed_optimizer = false;
-                PlanReport p;
-                try {
-                  c.validate_for_world(world);
-                  p = plan(c, cluster, tokenizer_vocab);
-                } catch (const InputError&) {
-                  continue;  // not a valid layout for this world / batch
-                }
-                ++result.candidates;
-                if (!p.fits) {
-                  ++result.too_big;
-                  continue;
-                }
-                result.fitting.push_back(std::move(p));
-              }
-            }
+            for (const config::RecomputeGranularity rc : recomputes)
+              for (const config::ShardingStrategy strategy : strategies(dp * cp))
+                try_candidate(recipe, {tp, pp, ep, etp, vpp, schedule, micro, rc, strategy},
+                              cluster, tokenizer_vocab, result);
           }
         }
     }

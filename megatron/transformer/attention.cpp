@@ -149,7 +149,7 @@ void SelfAttention::backward(LayerState& state, const Tensor& d_out, Tensor& d_i
   if (spec_.rope)
     ops::rope_backward(as, s.d_qkv, rope_frequencies(rope_span(S, mb)), 0, mb.position_ids);
   if (qk_norm_) qk_norm_->backward(s.qk_norm, s.qkv_raw, s.d_qkv, s.d_qkv);
-  qkv_->backward(s.qkv, s.d_qkv, &d_in, &mb);
+  qkv_->backward(s.qkv, s.d_qkv, &d_in, &mb, /*dy_is_state=*/true);
 }
 
 }  // namespace megatron

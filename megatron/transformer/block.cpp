@@ -135,7 +135,10 @@ void TransformerBlock::backward(Ctx& c, const Tensor& d_out, Tensor& dx, const M
     run_backward(w, d_out, dx, mb, key_mask);
     return;
   }
-  run_backward(c, d_out, dx, mb, key_mask);
+  // This micro-batch's own states: queued weight gradients may read them in place.
+  MicroBatchInfo kept = mb;
+  kept.layer_states_kept = true;
+  run_backward(c, d_out, dx, kept, key_mask);
 }
 
 // The two residual branches, shared by the pre-LN and post-LN arrangements. `in` is the branch

@@ -58,6 +58,10 @@ struct MicroBatchInfo {
   // Zero-bubble schedules: where the backward queues its weight gradients (null: computed in
   // the backward).
   WeightGradQueue* weight_grads = nullptr;
+  // Set by a block's backward when its layers' per-micro-batch states (not a recompute
+  // workspace) hold what they computed: the pipeline keeps those until the micro-batch's W, so
+  // queued weight gradients may read them in place instead of copying.
+  bool layer_states_kept = false;
 };
 
 }  // namespace megatron

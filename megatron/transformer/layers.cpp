@@ -99,8 +99,12 @@ void Linear::forward(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo*
   if (lora_ && mode_ != TPMode::Row) lora_->forward_column(ctx.lora_h, x, y, mb, ctx.lora_x);
 }
 
-void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb) const {
-  // B here; the weight and bias gradients go through weight_grads (now, or queued for W).
+void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb,
+                      bool dy_is_state) const {
+  // B here; the weight and bias gradients go through weight_grads (now, or queued for W). The
+  // gathered and reduce-scattered full-sequence tensors are this call's own: read in place.
+  const WeightGradInputs own = WeightGradInputs::Stable, state = state_input(mb);
+  const WeightGradInputs dy_state = dy_is_state ? state : WeightGradInputs::Copy;
   const Tensor w = weight_2d(weight_->weight);
   if (sp_ && mode_ == TPMode::Row) {
     // The output gradient arrives as sequence slices; the GEMMs need the full sequence. Using
@@ -111,37 +115,41 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchIn
     ops::linear_backward(ctx.input, w, dy_full, dx, nullptr, nullptr);
     if (lora_)
       lora_->backward(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch, mb, ctx.lora_x);
-    return weight_grads(ctx.input, dy_full, mb);
+    return weight_grads(ctx.input, dy_full, mb, state, own);
   }
   if (sp_ && mode_ == TPMode::Column) {
     const Tensor x_full = tp::gathered_sequence(*tp_, ctx.input);
     if (!dx) {
       if (lora_) lora_->backward(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch, mb, ctx.lora_x);
-      return weight_grads(x_full, dy, mb);
+      return weight_grads(x_full, dy, mb, own, dy_state);
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
     Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
     ops::linear_backward(x_full, w, dy, &partial, nullptr, nullptr);
     if (lora_) lora_->backward(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch, mb, ctx.lora_x);
     tp::gather_from_sequence_backward(*tp_, partial, *dx);
-    return weight_grads(x_full, dy, mb);
+    return weight_grads(x_full, dy, mb, own, dy_state);
   }
   const Tensor& dy_in = tp::reduce_from_region_backward(dy);
   if (dx) ops::linear_backward(ctx.input, w, dy_in, dx, nullptr, nullptr);
   if (lora_) lora_->backward(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
   if (dx && mode_ == TPMode::Column) tp::copy_to_region_backward(*tp_, *dx);
-  weight_grads(ctx.input, dy_in, mb);
+  weight_grads(ctx.input, dy_in, mb, state, dy_state);
 }
 
-void Linear::weight_grads(const Tensor& x, const Tensor& dy, const MicroBatchInfo* mb) const {
+void Linear::weight_grads(const Tensor& x, const Tensor& dy, const MicroBatchInfo* mb,
+                          WeightGradInputs x_kind, WeightGradInputs dy_kind) const {
   // A frozen weight (or bias) gets no gradient.
   const bool weight = !weight_->frozen, bias = bias_ && bias_->grad_or_null();
   if (!weight && !bias) return;
-  run_weight_grads(mb, {x, dy}, [this, weight](const std::vector<Tensor>& in) {
-    Tensor dw_view = weight ? weight_2d(weight_->grad) : Tensor();
-    ops::linear_backward(in[0], weight_2d(weight_->weight), in[1], nullptr,
-                         weight ? &dw_view : nullptr, bias_ ? bias_->grad_or_null() : nullptr);
-  });
+  run_weight_grads(mb, {x, dy},
+                   [this, weight](const std::vector<Tensor>& in) {
+                     Tensor dw_view = weight ? weight_2d(weight_->grad) : Tensor();
+                     ops::linear_backward(in[0], weight_2d(weight_->weight), in[1], nullptr,
+                                          weight ? &dw_view : nullptr,
+                                          bias_ ? bias_->grad_or_null() : nullptr);
+                   },
+                   {x_kind, dy_kind});
 }
 
 void Linear::collect_params(std::vector<Parameter*>& out) const {

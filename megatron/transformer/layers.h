@@ -10,6 +10,7 @@
 #include "megatron/params/parameter.h"
 #include "megatron/transformer/context.h"
 #include "megatron/transformer/lora.h"
+#include "megatron/transformer/weight_grads.h"
 
 namespace megatron {
 
@@ -46,7 +47,10 @@ class Linear {
   void forward(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb = nullptr) const;
   // dx may be null (first layer); writes dx, accumulates weight/bias grads (queued for the
   // schedule's W when mb carries a weight-gradient queue: megatron/transformer/weight_grads.h).
-  void backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb = nullptr) const;
+  // dy_is_state: dy is a buffer of the caller's per-micro-batch state, not rewritten before
+  // the W (with MicroBatchInfo::layer_states_kept the queue then reads it in place).
+  void backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchInfo* mb = nullptr,
+                bool dy_is_state = false) const;
   void collect_params(std::vector<Parameter*>& out) const;
 
  private:
@@ -54,8 +58,10 @@ class Linear {
   // Row-parallel LoRA: the full update of rows h, added to y (all rows, or this rank's
   // sequence slice under sequence parallelism).
   void add_row_lora(Ctx& ctx, const Tensor& x, Tensor& y, const MicroBatchInfo* mb) const;
-  // The weight and bias gradients of input x and output gradient dy (full sequence).
-  void weight_grads(const Tensor& x, const Tensor& dy, const MicroBatchInfo* mb) const;
+  // The weight and bias gradients of input x and output gradient dy (full sequence), each read
+  // in place or copied when queued.
+  void weight_grads(const Tensor& x, const Tensor& dy, const MicroBatchInfo* mb,
+                    WeightGradInputs x_kind, WeightGradInputs dy_kind) const;
   std::unique_ptr<LoRAAdapter> lora_;
   Parameter* weight_ = nullptr;
   Parameter* bias_ = nullptr;

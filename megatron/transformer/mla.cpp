@@ -287,7 +287,7 @@ void MultiLatentAttention::project_backward(State& s, const Rows& r, Tensor& d_i
   ops::moe_combine(rows_of(s.d_qkv, w), &r.kr_sum, nullptr, heads_, d_kr32);
   if (tp_->size() > 1) tp_->all_reduce(d_kr32, parallel::ReduceOp::Sum);
   ops::cast(d_kr32, ensure(s.d_kr, d_kr32.shape(), act(), device_));
-  kv_up_->backward(s.kv_up, s.d_kv, &ensure(s.d_c_n, s.c_n.shape(), act(), device_), &mb);
+  kv_up_->backward(s.kv_up, s.d_kv, &ensure(s.d_c_n, s.c_n.shape(), act(), device_), &mb, true);
   kv_norm_->backward(s.kv_norm, s.d_c_n, ensure(s.d_c, s.c.shape(), act(), device_));
   Tensor& d_ckv = ensure(s.d_ckv_full, s.ckv_full.shape(), act(), device_);
   Tensor& tmp = ensure(s.scratch, d_ckv.shape(), act(), device_);
@@ -297,14 +297,14 @@ void MultiLatentAttention::project_backward(State& s, const Rows& r, Tensor& d_i
   // Every rank holds the whole latent's gradient: under sequence parallelism its own slice.
   const int64_t Sl = s.ckv.dim(0);
   const Tensor d_ckv_local = sp_ ? d_ckv.slice(tp_->rank() * Sl, (tp_->rank() + 1) * Sl) : d_ckv;
-  kv_down_->backward(s.kv_down, d_ckv_local, &d_in, &mb);
+  kv_down_->backward(s.kv_down, d_ckv_local, &d_in, &mb, /*dy_is_state=*/true);
   Tensor& d_x = ensure(s.d_x, d_in.shape(), act(), device_);
   if (q_down_) {
-    q_up_->backward(s.q_up, s.d_q, &ensure(s.d_cq_n, s.cq_n.shape(), act(), device_), &mb);
+    q_up_->backward(s.q_up, s.d_q, &ensure(s.d_cq_n, s.cq_n.shape(), act(), device_), &mb, true);
     q_norm_->backward(s.q_norm, s.d_cq_n, ensure(s.d_cq, s.cq.shape(), act(), device_));
-    q_down_->backward(s.q_down, s.d_cq, &d_x, &mb);
+    q_down_->backward(s.q_down, s.d_cq, &d_x, &mb, /*dy_is_state=*/true);
   } else {
-    q_up_->backward(s.q_up, s.d_q, &d_x, &mb);
+    q_up_->backward(s.q_up, s.d_q, &d_x, &mb, /*dy_is_state=*/true);
   }
   ops::add_inplace(d_in, d_x);
 }

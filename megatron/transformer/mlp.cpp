@@ -51,7 +51,7 @@ void DenseMLP::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
     ops::glu_backward(s.fc1_out, s.d_act, s.d_fc1, spec_.glu());
   else
     ops::gelu_backward(s.fc1_out, s.d_act, s.d_fc1, spec_.gelu);
-  fc1_->backward(s.fc1, s.d_fc1, &d_in, &mb);
+  fc1_->backward(s.fc1, s.d_fc1, &d_in, &mb, /*dy_is_state=*/true);
 }
 
 }  // namespace megatron

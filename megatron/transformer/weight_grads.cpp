@@ -49,13 +49,17 @@ void WeightGradQueue::drain() {
 }
 
 void run_weight_grads(const MicroBatchInfo* mb, std::vector<Tensor> inputs, WeightGradWork work,
-                      WeightGradInputs kind) {
+                      std::vector<WeightGradInputs> kinds) {
   if (mb == nullptr || mb->weight_grads == nullptr) return work(inputs);
+  MT_CHECK(kinds.empty() || kinds.size() == inputs.size(), "run_weight_grads: ", kinds.size(),
+           " input kinds for ", inputs.size(), " inputs");
   WeightGradQueue& queue = *mb->weight_grads;
   std::vector<Tensor> kept;
   kept.reserve(inputs.size());
-  for (const Tensor& t : inputs)
-    kept.push_back(kind == WeightGradInputs::Stable ? t : queue.keep(t));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const bool stable = !kinds.empty() && kinds[i] == WeightGradInputs::Stable;
+    kept.push_back(stable ? inputs[i] : queue.keep(inputs[i]));
+  }
   queue.push([kept = std::move(kept), work = std::move(work)] { work(kept); });
 }
 

@@ -58,8 +58,13 @@ using WeightGradWork = std::function<void(const std::vector<Tensor>& inputs)>;
 // keeps until the W has run.
 enum class WeightGradInputs : uint8_t { Copy, Stable };
 
-// work(inputs) now when mb (or its queue) is null; else queued.
+// work(inputs) now when mb (or its queue) is null; else queued. kinds: one per input (empty: all
+// copied).
 void run_weight_grads(const MicroBatchInfo* mb, std::vector<Tensor> inputs, WeightGradWork work,
-                      WeightGradInputs kind = WeightGradInputs::Copy);
+                      std::vector<WeightGradInputs> kinds = {});
+// Stable where mb says the layers' states stay until W (MicroBatchInfo::layer_states_kept).
+inline WeightGradInputs state_input(const MicroBatchInfo* mb) {
+  return mb && mb->layer_states_kept ? WeightGradInputs::Stable : WeightGradInputs::Copy;
+}
 
 }  // namespace megatron

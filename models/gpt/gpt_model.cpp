@@ -218,12 +218,12 @@ void GPTModel::tied_head_backward(Activations& a, int64_t S, int64_t B, Tensor& 
   if (!table.grad_or_null()) return;
   // Both are this micro-batch's activation buffers, kept until its W: no copies (the logits'
   // gradient is the largest tensor of the step).
-  run_weight_grads(
-      &info, {x, a.logits},
-      [&table](const std::vector<Tensor>& in) {
-        ops::linear_backward(in[0], table.weight, in[1], nullptr, table.grad_or_null(), nullptr);
-      },
-      WeightGradInputs::Stable);
+  run_weight_grads(&info, {x, a.logits},
+                   [&table](const std::vector<Tensor>& in) {
+                     ops::linear_backward(in[0], table.weight, in[1], nullptr, table.grad_or_null(),
+                                          nullptr);
+                   },
+                   {WeightGradInputs::Stable, WeightGradInputs::Stable});
 }
 
 void GPTModel::backward(ModelActivations& act, const MicroBatch& mb, const LossWeights& weights,

@@ -207,6 +207,27 @@ TEST(ZeroBubbleH1, LoraBertAndContextParallel) {
   eq::report_max_diff("zb_h1 lora, bert, context parallel");
 }
 
+// Multi-latent attention: its five projections' weight gradients read the layer's states in place.
+TEST(ZeroBubbleH1, MultiLatentAttention) {
+  if (world().size() > 4) GTEST_SKIP() << "these zb_h1 layouts are for 2 and 4 ranks";
+  eq::RecipeSpec m{.arch = "llama", .layers = 4, .ffn = 48};
+  m.model_extra =
+      "multi_latent_attention: true, q_lora_rank: 12, kv_lora_rank: 8, qk_head_dim: 8, "
+      "qk_pos_emb_head_dim: 4, v_head_dim: 6, layernorm_epsilon: 1.0e-6";
+  m.micro = 4;
+  m.iters = 10;
+  m.seed = 31;
+  m.lr = 0.01;
+  const auto source = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  EXPECT_GT(eq::expect_layouts_match(
+                m, source,
+                {{.pp = 2, .micro = 2, .schedule = "zb_h1"},
+                 {.pp = 2, .vpp = 2, .micro = 2, .recompute = "full", .schedule = "zb_v"},
+                 {.tp = 2, .pp = 2, .micro = 2, .sp = true, .schedule = "zb_h1"}}),
+            0);
+  eq::report_max_diff("zb mla");
+}
+
 // Forwards everything to `inner` and records each posted send and receive (kind, peer, tag) in
 // posting order.
 class RecordingCommunicator final : public mp::Communicator {

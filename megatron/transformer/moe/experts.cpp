@@ -139,10 +139,13 @@ void GroupedExperts::backward(State& s, const Tensor& d_out, Tensor& d_rows,
   }
   if (R == 0) return;
   // The weight gradients (now, or at the zero-bubble schedule's W), expert by expert.
+  // All four are the layer's per-micro-batch state (read in place when the block keeps them).
+  const WeightGradInputs state = state_input(mb);
   run_weight_grads(mb, {s.act_out, d_out, s.rows, s.d_fc1},
                    [this, counts = s.rows_per_expert](const std::vector<Tensor>& in) {
                      weight_grads(counts, in[0], in[1], in[2], in[3]);
-                   });
+                   },
+                   {state, state, state, state});
 }
 
 void GroupedExperts::weight_grads(const std::vector<int64_t>& rows_per_expert,

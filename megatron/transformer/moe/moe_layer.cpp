@@ -321,10 +321,13 @@ void MoELayer::backward(LayerState& state, const Tensor& d_out, Tensor& d_in,
   s.dlogits = dlogits.to(device_);
   Tensor dx_router = Tensor::empty({Tl, D}, DType::F32, device_);
   ops::linear_backward(s.x32, s.router_w32, s.dlogits, &dx_router, nullptr, nullptr);
-  run_weight_grads(&mb, {s.x32, s.router_w32, s.dlogits}, [this](const std::vector<Tensor>& in) {
-    ops::linear_backward(in[0], in[1], in[2], nullptr, &router_->grad,
-                         router_bias_ ? &router_bias_->grad : nullptr);
-  });
+  const WeightGradInputs kept = state_input(&mb);
+  run_weight_grads(&mb, {s.x32, s.router_w32, s.dlogits},
+                   [this](const std::vector<Tensor>& in) {
+                     ops::linear_backward(in[0], in[1], in[2], nullptr, &router_->grad,
+                                          router_bias_ ? &router_bias_->grad : nullptr);
+                   },
+                   {kept, kept, kept});
   ops::add_inplace(s.dx32, dx_router);
   lap.to(times.router);
   // The shared expert's gate adds to the fp32 input gradient, its MLP to the cast one.

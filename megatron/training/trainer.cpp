@@ -94,7 +94,7 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
 
 // The pipeline runtime over this rank's chunks and its actions of the step's schedule
 // (parallel.pipeline_schedule): 1F1B (one stage without pipelining), interleaved over virtual
-// stages, or ZB-H1.
+// stages, or the zero-bubble ZB-H1 and ZB-V.
 void Trainer::build_schedule() {
   const TransformerSpec& t = model_.transformer;
   const int64_t pp = groups_.pp->size(), vpp = recipe_.parallel.virtual_stages();

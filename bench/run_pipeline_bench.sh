@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Pipeline schedules on this CPU, side by side in one run: a GPT of 9 layers (hidden 256, seq
 # 128, tied embeddings) trained at pp 2 (mpirun -np 2, one thread per rank) under 1F1B,
-# interleaved 1F1B (2 chunks per stage), ZB-H1 and ZB-V (2 chunks in a V), 8 micro-batches a
-# step. For each: the median
+# interleaved 1F1B (2 chunks per stage), ZB-H1, ZB-V and DualPipeV (2 chunks in a V), 8
+# micro-batches a step. For each: the median
 # step time and pipeline time (first to last pass of the step, from the recorded timeline) and
 # the measured bubble fraction of the steps after the first two; the mean forward, backward and
 # weight-gradient pass times; the simulator's bubble for the same schedule on those pass times
-# (how far the model is from the measurement), and its prediction for pp 4 and 8. DualPipeV is
-# not implemented (parallel.pipeline_schedule refuses it).
+# (how far the model is from the measurement), and its prediction for pp 4 and 8.
 #
 #   bench/run_pipeline_bench.sh [--iters N] [--rounds R] [--build-dir DIR] [--out DIR]
 # Defaults: 10 iterations per schedule, the schedules run in turn 2 times (rounds: the machine's
@@ -45,15 +44,15 @@ common=(--recipe recipes/gpt_tiny.yaml --set model.num_layers=9 --set parallel.p
         --set "training.train_iters=$iters" --set training.eval_interval=1000
         --set training.eval_iters=1 --set logging.interval=1 --set optimizer.schedule.warmup_iters=1)
 for round in $(seq 1 "$rounds"); do
-for sched in 1f1b interleaved zb_h1 zb_v; do
+for sched in 1f1b interleaved zb_h1 zb_v dualpipe_v; do
   extra=(--set "parallel.pipeline_schedule=$sched" --set "parallel.pipeline_layers=[6,3]")
   # Two chunks: 3 layers in each but the last virtual stage's, which has the head (V: on stage 0).
-  case "$sched" in interleaved|zb_v)
+  case "$sched" in interleaved|zb_v|dualpipe_v)
     extra=(--set "parallel.pipeline_schedule=$sched" --set parallel.virtual_pipeline=2
            --set "parallel.pipeline_layers=[3,3,3,0]") ;;
   esac
   run="$out_dir/$sched.r$round"
-  rm -f "$run".timeline.rank*.jsonl
+  rm -f "$run".timeline.rank*.jsonl "$run.log.jsonl"  # the log appends
   OMP_NUM_THREADS=1 mpirun "${mpirun_flags[@]}" -np 2 -x OMP_NUM_THREADS "$bin/pretrain" \
     "${common[@]}" "${extra[@]}" --set "logging.jsonl=$run.log.jsonl" \
     --set "logging.timeline=$run.timeline" > "$run.out" 2>&1 || { cat "$run.out"; exit 1; }
@@ -64,7 +63,7 @@ done
 python3 - "$out_dir" "$bin/pipeline_timeline" "$rounds" <<'PY'
 import collections, json, re, statistics, subprocess, sys
 out, tool, rounds = sys.argv[1], sys.argv[2], range(1, int(sys.argv[3]) + 1)
-vpp = {"1f1b": 1, "interleaved": 2, "zb_h1": 1, "zb_v": 2}
+vpp = {"1f1b": 1, "interleaved": 2, "zb_h1": 1, "zb_v": 2, "dualpipe_v": 2}
 kinds = ("forward", "backward", "weight_grad")
 rows, stage_times = {}, {}
 for s in vpp:
@@ -102,7 +101,7 @@ def stage_costs(s):
     t = stage_times[s]
     f = [x[0] for x in t]
     b = [x[1] + x[2] for x in t]  # a split B plus its W is the whole backward
-    w = [x[2] for x in t] if s.startswith("zb") else [x[1] / 2 for x in t]
+    w = [x[2] for x in t] if s != "1f1b" and s != "interleaved" else [x[1] / 2 for x in t]
     return f, b, w
 
 for s, t in stage_times.items():
@@ -112,19 +111,20 @@ for s, t in stage_times.items():
 base = rows["1f1b"]["bubble"]
 print("\npp=2 m=8 (measured)  step s   tokens/s   pipeline s   bubble   vs 1f1b   simulated   sim/measured")
 for s, r in rows.items():
-    sim = simulate(s, 2, 8, *stage_costs(s))
+    # DualPipeV mixes whole and split B's: its passes are ZB-V's (same chunks, same V).
+    sim = simulate(s, 2, 8, *stage_costs("zb_v" if s == "dualpipe_v" else s))
     print(f"{s:<20} {r['step']:6.3f}   {r['tokens']:8.0f}   {r['pipe']:10.3f}   {r['bubble']:6.3f}"
           f"   {r['bubble']/base:6.2f}x   {sim:9.3f}   {sim/r['bubble']:6.2f}x")
-print("dualpipe_v           not implemented")
 t = stage_times["zb_h1"]
 f, b, w = (statistics.mean(x[i] for x in t) for i in range(3))
 print(f"\npredicted bubble (simulator) on the zb_h1 run's mean passes: F {f*1e3:.1f} ms, "
       f"B {b*1e3:.1f} ms, W {w*1e3:.1f} ms")
-print("pp   m    1f1b   interleaved(vpp2)   zb_h1   zb_v   zb_h1/1f1b   zb_v/1f1b")
+print("pp   m    1f1b   interleaved(vpp2)   zb_h1   zb_v   dualpipe_v   zb_h1/1f1b   zb_v/1f1b"
+      "   dualpipe_v/1f1b")
 for pp in (4, 8):
     for m in (pp * 2, pp * 4):
-        one, inter, h1, v = (simulate(s, pp, m, f, b + w, w)
-                             for s in ("1f1b", "interleaved", "zb_h1", "zb_v"))
-        print(f"{pp:<4} {m:<4} {one:6.3f}   {inter:17.3f}   {h1:6.3f}   {v:5.3f}"
-              f"   {h1/one:9.2f}x   {v/one:8.2f}x")
+        one, inter, h1, v, dv = (simulate(s, pp, m, f, b + w, w)
+                                 for s in ("1f1b", "interleaved", "zb_h1", "zb_v", "dualpipe_v"))
+        print(f"{pp:<4} {m:<4} {one:6.3f}   {inter:17.3f}   {h1:6.3f}   {v:5.3f}   {dv:10.3f}"
+              f"   {h1/one:9.2f}x   {v/one:8.2f}x   {dv/one:14.2f}x")
 PY

@@ -281,9 +281,9 @@ ModelChunks build_model_chunks(const config::Recipe& recipe, int64_t tokenizer_v
   std::shared_ptr<RecomputeWorkspace> workspace;
   if (out.transformer.recompute != Recompute::None)
     workspace = std::make_shared<RecomputeWorkspace>();
-  // ZB-V places its two chunks in a V: chunk 0 of stage s is virtual stage s, chunk 1 is
-  // 2 pp - 1 - s (pipeline/schedule.h).
-  const bool v_shape = recipe.parallel.pipeline_schedule_kind() == config::PipelineSchedule::ZbV;
+  // ZB-V and DualPipeV place their two chunks in a V: chunk 0 of stage s is virtual stage s,
+  // chunk 1 is 2 pp - 1 - s (pipeline/schedule.h).
+  const bool v_shape = recipe.parallel.v_placement();
   for (int64_t c = 0; c < vpp; ++c) {
     const int64_t v =
         v_shape ? (c == 0 ? pp_rank : 2 * pp_size - 1 - pp_rank) : c * pp_size + pp_rank;

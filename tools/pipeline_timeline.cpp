@@ -11,6 +11,7 @@
 
 #include "data/cli.h"
 #include "megatron/core/error.h"
+#include "megatron/pipeline/dualpipe_v.h"
 #include "megatron/pipeline/schedule.h"
 #include "megatron/pipeline/simulator.h"
 #include "megatron/pipeline/timeline.h"
@@ -35,15 +36,17 @@ makespan) in the title.
                    its last pass) and the mean forward, backward and W pass times
   --simulate       simulate a schedule instead: by default no pipelining (pp 1), 1F1B (vpp 1)
                    or interleaved 1F1B (vpp > 1; M a multiple of P)
-  --schedule       1f1b, interleaved, zb_h1 or zb_v (backward split into B and W; zb_v runs
-                   two chunks per stage in a V)
+  --schedule       1f1b, interleaved, zb_h1, zb_v or dualpipe_v (backward split into B and
+                   W; zb_v and dualpipe_v run two chunks per stage in a V, dualpipe_v needs
+                   M >= 2P)
   --pp, --microbatches, --vpp, --group-size
                    pipeline size, micro-batches, model chunks per stage (default 1), and the
                    interleaved micro-batch group size per chunk (default P)
   --forward-time, --backward-time
                    time of one micro-batch through a whole stage (defaults 1 and 2); a chunk
                    takes 1/V of it
-  --weight-time    the weight-gradient part of the backward time (zb_h1, zb_v; default 1/2)
+  --weight-time    the weight-gradient part of the backward time (zb_h1, zb_v, dualpipe_v;
+                   default 1/2)
                    Each time flag takes one value, or one per stage separated by commas (the
                    zero-bubble lists are then made on their means)
   --p2p-time       time of one activation/gradient message (default 0)
@@ -67,11 +70,13 @@ pl::Schedule simulated_schedule(const Args& args, const pl::CostModel& cost) {
   const pl::PassCosts passes{cost.forward_s, cost.backward_s - cost.weight_s, cost.weight_s};
   if (kind == "zb_h1") return pl::zero_bubble_h1(pp, m, passes);
   if (kind == "zb_v") return pl::zero_bubble_v(pp, m, passes);
+  if (kind == "dualpipe_v") return pl::dualpipe_v(pp, m);
   if (kind == "1f1b") return pl::make_schedule(pl::ScheduleKind::OneFOneB, pp, m, vpp);
   if (kind == "interleaved" || group != 0)
     return pl::make_schedule(pl::ScheduleKind::Interleaved, pp, m, vpp, group);
   if (!kind.empty())
-    throw UsageError("--schedule must be 1f1b, interleaved, zb_h1 or zb_v, got '" + kind + "'");
+    throw UsageError("--schedule must be 1f1b, interleaved, zb_h1, zb_v or dualpipe_v, got '" +
+                     kind + "'");
   return pl::make_schedule(pp, m, vpp);
 }
 

@@ -32,6 +32,22 @@ void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor*
   device_call(dev, op)->linear_backward(x, w, dy, dx, dw, db);
 }
 
+void linear_weight_grad(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dw,
+                        Tensor* db) {
+  MT_CHECK(dw || db, "linear_weight_grad: neither a weight nor a bias gradient");
+  const int64_t out = dw ? dw->dim(0) : db->numel();
+  MT_CHECK(out > 0 && dy.numel() % out == 0, "linear_weight_grad: dy ", dy.shape().str(),
+           " does not split into rows of ", out);
+  const int64_t rows = dy.numel() / out, in = rows > 0 ? x.numel() / rows : 0;
+  MT_CHECK(!dw || (dw->ndim() == 2 && dw->dim(1) == in), "linear_weight_grad: dw ",
+           dw ? dw->shape().str() : "", " for x ", x.shape().str());
+  // Without dx the devices read only the weight's shape and dtype: a released weight gets a
+  // stand-in that nothing touches.
+  const Tensor w2 =
+      w.raw() != nullptr ? w.view({out, in}) : Tensor::empty({out, in}, x.dtype(), x.device());
+  linear_backward(x, w2, dy, nullptr, dw, db);
+}
+
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,
                        Tensor& mean, Tensor& rstd) {
   const char* op = "layernorm_forward";

@@ -27,6 +27,11 @@ void linear_forward(const Tensor& x, const Tensor& w, const Tensor* b, Tensor& y
 // frozen weight); db += colsum(dy) (if db).
 void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dx, Tensor* dw,
                      Tensor* db);
+// linear_backward's weight-gradient half: dw += dy^T @ x (dw [out, in], or null when frozen),
+// db += colsum(dy). The weight gives only its dtype and is not read: it may be unset (a weight
+// that sharding released before a deferred W), else of out * in elements in any shape.
+void linear_weight_grad(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor* dw,
+                        Tensor* db);
 
 void layernorm_forward(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& y,
                        Tensor& mean, Tensor& rstd);

@@ -50,9 +50,9 @@ enum class CpCommType : uint8_t { P2P, AllGather, A2A };
 // error-feedback residual for the next step.
 enum class GradCompression : uint8_t { None, Topk };
 // The pipeline schedule (parallel.pipeline_schedule; megatron/pipeline): Megatron's 1F1B, its
-// interleaved 1F1B (parallel.virtual_pipeline chunks), or zero-bubble ZB-H1 (backward split
-// into input and weight gradients, pipeline/zero_bubble.h). zb_v and dualpipe_v are named so a
-// recipe asking for them gets a clear refusal.
+// interleaved 1F1B (parallel.virtual_pipeline chunks), or the schedules that split backwards into
+// input and weight gradients: zero-bubble ZB-H1 and ZB-V (pipeline/zero_bubble.h) and DeepSeek's
+// DualPipeV (pipeline/dualpipe_v.h).
 enum class PipelineSchedule : uint8_t { OneFOneB, Interleaved, ZbH1, ZbV, DualPipeV };
 // What a suspicious step (non-finite or spiking loss or gradient norm) triggers
 // (training.rerun_mode; megatron/training/rerun.h): nothing, a re-run that stops the run (or

@@ -79,6 +79,16 @@ struct ParallelConfig {
     if (pipeline_schedule) return *pipeline_schedule;
     return virtual_stages() > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
   }
+  // The schedules that split backwards into input and weight gradients (zb_h1, zb_v,
+  // dualpipe_v), and those of them with ZB-V's V placement of two chunks (zb_v, dualpipe_v).
+  bool splits_backward() const {
+    const PipelineSchedule s = pipeline_schedule_kind();
+    return s == PipelineSchedule::ZbH1 || v_placement();
+  }
+  bool v_placement() const {
+    const PipelineSchedule s = pipeline_schedule_kind();
+    return s == PipelineSchedule::ZbV || s == PipelineSchedule::DualPipeV;
+  }
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const ParallelConfig&) const = default;
@@ -433,6 +443,10 @@ struct Recipe {
   void validate_experts(Checker& c) const;
   void validate_sharding_and_device(Checker& c) const;
   void validate_schedule_and_data(Checker& c) const;
+  // The pipeline schedule against the model and device, and its micro-batch count against the
+  // data-parallel size (validate_pipeline.cpp).
+  void validate_pipeline(Checker& c) const;
+  void validate_pipeline_for_world(Checker& c, int64_t dp) const;
   // Checks against a world size: world % (tensor*pipeline*context) == 0, parallel.data (if not
   // auto) == world / (tensor*pipeline*context), global_batch % (micro*dp) == 0, dp % expert == 0.
   void validate_for_world(int64_t world_size) const;

@@ -71,39 +71,6 @@ void ParallelConfig::validate(const KeyOrigins& origins) const {
   }
 }
 
-void ParallelConfig::validate_pipeline_schedule(Checker& c) const {
-  if (!pipeline_schedule) return;
-  const std::string name(option_name(*pipeline_schedule));
-  switch (*pipeline_schedule) {
-    case PipelineSchedule::DualPipeV:
-      c.check(false, "parallel.pipeline_schedule",
-              concat(name, " is not implemented yet: use 1f1b, interleaved, zb_h1 or zb_v"));
-      return;
-    case PipelineSchedule::OneFOneB:
-    case PipelineSchedule::ZbH1:
-      c.check(virtual_stages() == 1, "parallel.pipeline_schedule",
-              concat(name,
-                     " runs one model chunk per stage: parallel.virtual_pipeline must be "
-                     "unset or 1 (got ",
-                     virtual_stages(), ")"));
-      break;
-    case PipelineSchedule::ZbV:
-      c.check(virtual_stages() == 2, "parallel.pipeline_schedule",
-              concat("zb_v places two model chunks per stage in a V: set "
-                     "parallel.virtual_pipeline: 2 (got ",
-                     virtual_stages(), ")"));
-      break;
-    case PipelineSchedule::Interleaved:
-      c.check(
-          virtual_stages() > 1, "parallel.pipeline_schedule",
-          concat("interleaved needs parallel.virtual_pipeline >= 2 (got ", virtual_stages(), ")"));
-      break;
-  }
-  if (*pipeline_schedule == PipelineSchedule::ZbH1 || *pipeline_schedule == PipelineSchedule::ZbV)
-    c.check(pipeline >= 2, "parallel.pipeline_schedule",
-            concat(name, " needs parallel.pipeline >= 2 (got ", pipeline, ")"));
-}
-
 void TrainingConfig::validate(const KeyOrigins& origins) const {
   Checker c(origins);
   c.positive("training.micro_batch_size", micro_batch_size);
@@ -328,6 +295,7 @@ void Recipe::validate() const {
   validate_experts(c);
   validate_sharding_and_device(c);
   validate_schedule_and_data(c);
+  validate_pipeline(c);
 }
 
 // Sizes that must divide over tensor, context and pipeline parallelism.
@@ -415,22 +383,6 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
       parallel.grad_compression == GradCompression::None || training.device == TrainingDevice::CPU,
       "parallel.grad_compression",
       "topk runs on the CPU backend only so far (training.device: cpu)");
-  // Sharded gradients are reduce-scattered as each unit's backward ends, before a deferred W.
-  const PipelineSchedule schedule = parallel.pipeline_schedule_kind();
-  if (schedule == PipelineSchedule::ZbH1 || schedule == PipelineSchedule::ZbV) {
-    const std::string name(option_name(schedule));
-    c.check(sharding_strategy() == ShardingStrategy::NoShard ||
-                sharding_strategy() == ShardingStrategy::Optim,
-            "parallel.pipeline_schedule",
-            concat(name, " defers weight gradients past the backward, which the sharding strategy ",
-                   option_name(sharding_strategy()),
-                   " reduce-scatters at once: use no_shard or optim (ZeRO-1)"));
-    c.check(training.device == TrainingDevice::CPU, "parallel.pipeline_schedule",
-            concat(name, " runs on the CPU backend only so far (training.device: cpu)"));
-  }
-  // ZB-V's last virtual stage shares stage 0's tied table: the decoders' tied head does.
-  c.check(schedule != PipelineSchedule::ZbV || model.arch != Arch::BERT,
-          "parallel.pipeline_schedule", "zb_v runs the decoder models (arch gpt, llama) so far");
   // A re-run would send the step's gradients again and move the residuals twice.
   c.check(parallel.grad_compression == GradCompression::None ||
               training.rerun_mode == RerunMode::Disabled,
@@ -530,6 +482,7 @@ void Recipe::validate_for_world(int64_t world) const {
     c.check(dp % p.expert == 0, "parallel.expert",
             concat("must divide the data-parallel size (got dp ", dp, " % expert ", p.expert, " = ",
                    dp % p.expert, ")"));
+  validate_pipeline_for_world(c, dp);
   c.check(dp % p.num_distributed_optimizer_instances == 0,
           "parallel.num_distributed_optimizer_instances",
           concat("must divide the data-parallel size (got dp ", dp, " % ",

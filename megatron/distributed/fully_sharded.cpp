@@ -85,7 +85,7 @@ void FullyShardedUnits::acquire(int64_t id, bool backward) {
     ++u.users;
   }
   if (backward) {
-    if (u.grad_users == 0) bind_grads(u);
+    if (!u.grads_bound) bind_grads(u);
     ++u.grad_users;
   }
 }
@@ -94,7 +94,7 @@ void FullyShardedUnits::release(int64_t id, bool backward) {
   Unit& u = unit_at(id);
   if (backward) {
     MT_CHECK(u.grad_users > 0, "unit ", id, " released from a backward it did not begin");
-    if (--u.grad_users == 0) reduce_grads(u);
+    if (--u.grad_users == 0 && !deferred_) reduce_grads(u);
   }
   if (!weights_sharded_) return;
   MT_CHECK(u.users > 0, "unit ", id, " released more often than acquired");
@@ -146,9 +146,11 @@ void FullyShardedUnits::bind_grads(Unit& u) {
     for (Parameter* p : piece.params)
       p->grad = u.grads[i].flat_view(p->offset - piece.layout.range.begin, p->local_shape);
   }
+  u.grads_bound = true;
 }
 
 void FullyShardedUnits::reduce_grads(Unit& u) {
+  u.grads_bound = false;
   for (size_t i = 0; i < u.pieces.size(); ++i) {
     const Piece& piece = pieces_[u.pieces[i]];
     if (piece.layout.region == BufferRegion::Frozen) continue;
@@ -181,6 +183,12 @@ void FullyShardedUnits::release_idle() {
 }
 
 void FullyShardedUnits::finish_step() {
+  // Deferred weight gradients: every unit's, in unit order (the same on every rank of a group).
+  for (Unit& u : units_)
+    if (u.grads_bound) {
+      MT_CHECK(u.grad_users == 0, "a unit's backward is still running at the step's end");
+      reduce_grads(u);
+    }
   while (!reducing_.empty()) complete_oldest_reduce();
   if (groups_.replicas) {
     Tensor& shards = store_->grads();

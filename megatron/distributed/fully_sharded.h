@@ -14,6 +14,11 @@
 //    micro-batch's gradients are reduced as their backward ends, so no full-size gradient buffer
 //    exists. Hybrid sharding all-reduces the accumulated shards over the replica group once per
 //    step.
+//  - weight gradients deferred (a pipeline schedule with W passes, set_deferred_weight_grads):
+//    a unit's gradient storage stays bound from its first backward to the end of the step, since
+//    W's after its backward still add into it; the step's end (finish_step, after the stage's
+//    last W) reduce-scatters every unit. The stage then holds its whole fp32 gradient during the
+//    step, as Megatron's distributed optimizer does.
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -41,6 +46,8 @@ class FullyShardedUnits final : public UnitHooks {
   // The step's backward is over: completes every gradient reduction (into the shards, then over
   // the replicas) and frees whatever is still gathered.
   void finish_step();
+  // Whether weight gradients may be computed after their unit's backward (see above).
+  void set_deferred_weight_grads(bool deferred) { deferred_ = deferred; }
 
   void before_forward(int64_t unit) override { acquire(unit, false); }
   void after_forward(int64_t unit) override { release(unit, false); }
@@ -66,6 +73,7 @@ class FullyShardedUnits final : public UnitHooks {
     std::vector<Tensor> gathered;  // per piece (weights sharded)
     std::vector<std::unique_ptr<parallel::Work>> gathers;
     std::vector<Tensor> grads;  // per piece (trainable pieces; during backward)
+    bool grads_bound = false;
   };
   struct PendingReduce {
     size_t piece;
@@ -93,6 +101,7 @@ class FullyShardedUnits final : public UnitHooks {
   // The acquisition order of a training step (recorded once, replayed to prefetch).
   std::vector<int64_t> trace_;
   bool recording_ = false, recorded_ = false, replaying_ = false;
+  bool deferred_ = false;
   size_t cursor_ = 0;
   int64_t bytes_ = 0;
 };

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "megatron/core/error.h"
+#include "megatron/pipeline/dualpipe_v.h"
 #include "megatron/pipeline/zero_bubble.h"
 
 namespace megatron::pipeline {
@@ -322,6 +323,8 @@ const char* schedule_kind_name(ScheduleKind k) {
       return "zb_h1";
     case ScheduleKind::ZeroBubbleV:
       return "zb_v";
+    case ScheduleKind::DualPipeV:
+      return "dualpipe_v";
   }
   return "?";
 }
@@ -365,6 +368,9 @@ Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp, int
     case ScheduleKind::ZeroBubbleV:
       MT_INPUT_CHECK(vpp == 2, "pipeline schedule: zb_v needs vpp = 2 (got ", vpp, ")");
       return zero_bubble_v(pp, microbatches);
+    case ScheduleKind::DualPipeV:
+      MT_INPUT_CHECK(vpp == 2, "pipeline schedule: dualpipe_v needs vpp = 2 (got ", vpp, ")");
+      return dualpipe_v(pp, microbatches);
   }
   return s;
 }

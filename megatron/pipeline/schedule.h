@@ -135,8 +135,15 @@ std::vector<Action> interleaved_one_f_one_b(int pp, int stage, int microbatches,
                                             int group_size = 0);
 
 // --- whole pipelines -------------------------------------------------------------------------
-enum class ScheduleKind { NoPipelining, OneFOneB, Interleaved, ZeroBubbleH1, ZeroBubbleV };
-// "no_pipelining", "1f1b", "interleaved_1f1b", "zb_h1", "zb_v"
+enum class ScheduleKind {
+  NoPipelining,
+  OneFOneB,
+  Interleaved,
+  ZeroBubbleH1,
+  ZeroBubbleV,
+  DualPipeV
+};
+// "no_pipelining", "1f1b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipe_v"
 const char* schedule_kind_name(ScheduleKind k);
 
 struct Schedule {
@@ -153,7 +160,7 @@ struct Schedule {
 
 // NoPipelining needs pp == 1 and vpp == 1; OneFOneB needs vpp == 1; Interleaved with vpp == 1
 // is OneFOneB. ZeroBubbleH1 (pipeline/zero_bubble.h, with its default costs) needs vpp == 1,
-// ZeroBubbleV vpp == 2.
+// ZeroBubbleV and DualPipeV (pipeline/dualpipe_v.h; m >= 2 pp) vpp == 2.
 Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp = 1,
                        int group_size = 0);
 // The natural schedule for a layout: no pipelining for pp = 1, 1F1B for vpp = 1, else

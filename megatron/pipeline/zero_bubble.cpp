@@ -205,21 +205,6 @@ void check_arguments(const char* what, int pp, int microbatches, const PassCosts
   costs.validate();
 }
 
-// The whole pipeline of per-stage compute orders, with its sends and receives.
-Schedule whole_pipeline(ScheduleKind kind, int pp, int microbatches, int vpp, Placement placement,
-                        const std::vector<ComputeOrder>& orders) {
-  Schedule s;
-  s.kind = kind;
-  s.pp = pp;
-  s.vpp = vpp;
-  s.microbatches = microbatches;
-  s.buffered_sends = true;
-  s.placement = placement;
-  for (int st = 0; st < pp; ++st)
-    s.ranks.push_back(with_point_to_point(pp, st, orders[static_cast<size_t>(st)], placement, vpp));
-  return s;
-}
-
 }  // namespace
 
 std::vector<ComputeOrder> zero_bubble_v_order(int pp, int microbatches, const PassCosts& costs) {
@@ -260,14 +245,28 @@ std::vector<Action> with_point_to_point(int pp, int stage, const ComputeOrder& o
   return out;
 }
 
+Schedule buffered_pipeline(ScheduleKind kind, int pp, int microbatches, int vpp,
+                           Placement placement, const std::vector<ComputeOrder>& orders) {
+  Schedule s;
+  s.kind = kind;
+  s.pp = pp;
+  s.vpp = vpp;
+  s.microbatches = microbatches;
+  s.buffered_sends = true;
+  s.placement = placement;
+  for (int st = 0; st < pp; ++st)
+    s.ranks.push_back(with_point_to_point(pp, st, orders[static_cast<size_t>(st)], placement, vpp));
+  return s;
+}
+
 Schedule zero_bubble_v(int pp, int microbatches, const PassCosts& costs) {
-  return whole_pipeline(ScheduleKind::ZeroBubbleV, pp, microbatches, 2, Placement::V,
-                        zero_bubble_v_order(pp, microbatches, costs));
+  return buffered_pipeline(ScheduleKind::ZeroBubbleV, pp, microbatches, 2, Placement::V,
+                           zero_bubble_v_order(pp, microbatches, costs));
 }
 
 Schedule zero_bubble_h1(int pp, int microbatches, const PassCosts& costs) {
-  return whole_pipeline(ScheduleKind::ZeroBubbleH1, pp, microbatches, 1, Placement::Interleaved,
-                        zero_bubble_h1_order(pp, microbatches, costs));
+  return buffered_pipeline(ScheduleKind::ZeroBubbleH1, pp, microbatches, 1, Placement::Interleaved,
+                           zero_bubble_h1_order(pp, microbatches, costs));
 }
 
 }  // namespace megatron::pipeline

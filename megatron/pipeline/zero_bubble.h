@@ -48,6 +48,11 @@ std::vector<ComputeOrder> zero_bubble_v_order(int pp, int microbatches,
 std::vector<Action> with_point_to_point(int pp, int stage, const ComputeOrder& order,
                                         Placement placement = Placement::Interleaved, int vpp = 1);
 
+// The whole pipeline of per-stage compute orders (one per stage), with their sends and receives
+// (with_point_to_point): buffered sends.
+Schedule buffered_pipeline(ScheduleKind kind, int pp, int microbatches, int vpp,
+                           Placement placement, const std::vector<ComputeOrder>& orders);
+
 // The whole ZB-H1 pipeline (pp >= 2; m >= 1).
 Schedule zero_bubble_h1(int pp, int microbatches, const PassCosts& costs = {});
 // The whole ZB-V pipeline (pp >= 2; m >= 1; vpp 2 in the V placement).

@@ -111,7 +111,10 @@ std::vector<ChunkShape> stage_chunks(const std::vector<int64_t>& counts, int64_t
   return out;
 }
 
-bool v_shape(const Layout& lay) { return lay.schedule == config::PipelineSchedule::ZbV; }
+bool v_shape(const Layout& lay) {
+  return lay.schedule == config::PipelineSchedule::ZbV ||
+         lay.schedule == config::PipelineSchedule::DualPipeV;
+}
 
 int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkShape& c) {
   int64_t n = 0;
@@ -177,6 +180,8 @@ int64_t live_chunk_activations(int64_t pp, int64_t vpp, int64_t m, int64_t stage
                                config::PipelineSchedule schedule) {
   if (schedule == config::PipelineSchedule::ZbH1) return std::min(pp, m);
   if (schedule == config::PipelineSchedule::ZbV) return 2 * std::min(pp, m);
+  // DualPipeV: stage 0 runs a new forward before its first whole backward (dualpipe_v.h).
+  if (schedule == config::PipelineSchedule::DualPipeV) return 2 * std::min(pp, m) + 1;
   if (vpp <= 1) return std::min(pp - stage, m);
   return std::min(vpp * m, 2 * (pp - stage - 1) + (vpp - 1) * pp + 1);
 }
@@ -187,7 +192,8 @@ double bubble_microbatches(const Layout& lay) {
   switch (lay.schedule) {
     case config::PipelineSchedule::ZbH1:
       return p1 * (f + b - w) / (f + b + w);
-    case config::PipelineSchedule::ZbV:  // each stage waits (p - 1) half forwards to start
+    case config::PipelineSchedule::ZbV:        // each stage waits (p - 1) half forwards to start
+    case config::PipelineSchedule::DualPipeV:  // the same with equal passes (simulated)
       return p1 * (f / 2) / (f + b + w);
     default:
       return p1 / static_cast<double>(lay.vpp);
@@ -304,8 +310,7 @@ void stage_activations(const PlanInputs& pin, const std::vector<ChunkShape>& chu
   m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
   m.activations = m.activations_per_microbatch * m.in_flight;
   // Zero-bubble: the W's input copies, for up to every micro-batch in flight.
-  if (lay.schedule == config::PipelineSchedule::ZbH1 ||
-      lay.schedule == config::PipelineSchedule::ZbV)
+  if (lay.schedule == config::PipelineSchedule::ZbH1 || v_shape(lay))
     m.activations += m.in_flight * static_cast<double>(sp.layers) * act.layer_weight_grad_copies();
 }
 
@@ -341,6 +346,7 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   in.instances = lay.instances;
   in.expert_dp = lay.expert_dp();
   in.microbatches = lay.num_microbatches;
+  in.deferred_weight_grads = lay.schedule == config::PipelineSchedule::ZbH1 || v_shape(lay);
   in.wbytes = wbytes;
   in.moment_bytes = moment_bytes;
   in.mixed = mixed;

@@ -147,10 +147,13 @@ void search_layouts(const config::Recipe& recipe, const ClusterSpec& cluster,
   const std::vector<config::RecomputeGranularity> recomputes = {
       config::RecomputeGranularity::None, config::RecomputeGranularity::Selective,
       config::RecomputeGranularity::Full};
-  // Pipeline variants: 1F1B, ZB-H1 and ZB-V (where the recipe's device runs them: validation
-  // decides) and the recipe's interleaving.
+  // Pipeline variants: 1F1B, ZB-H1, ZB-V and DualPipeV (where the recipe's device and batch run
+  // them: validation decides) and the recipe's interleaving.
   std::vector<std::pair<int64_t, std::optional<config::PipelineSchedule>>> variants = {
-      {1, std::nullopt}, {1, config::PipelineSchedule::ZbH1}, {2, config::PipelineSchedule::ZbV}};
+      {1, std::nullopt},
+      {1, config::PipelineSchedule::ZbH1},
+      {2, config::PipelineSchedule::ZbV},
+      {2, config::PipelineSchedule::DualPipeV}};
   if (recipe.parallel.virtual_stages() > 1)
     variants.push_back({recipe.parallel.virtual_stages(), std::nullopt});
   for (int64_t tp = 1; tp <= std::min(cluster.gpus_per_node, world); ++tp) {

@@ -96,7 +96,10 @@ ShardedState sharded_state(const ShardingInputs& in) {
     s.grad_scratch = 4.0 * static_cast<double>((nd > 1 ? own_d : 0) + (ne > 1 ? own_e : 0));
   // The unit in backward plus the reductions in flight: at most kMaxReducesInFlight + 1 units'
   // gradients and slices at the peak (the largest units bound it).
-  if (grads) s.transient += sum_largest(grad_pieces, kMaxReducesInFlight + 1);
+  // Deferred weight gradients: every unit's gradient is whole until the step's end.
+  if (grads)
+    s.transient += sum_largest(
+        grad_pieces, in.deferred_weight_grads ? grad_pieces.size() : kMaxReducesInFlight + 1);
   if (weights) s.transient += sum_largest(gathered, kGatheredUnits);
   // Offload (ParamStore::offload_masters, optimizer/offload.h): the first segments holding this
   // fraction of the owned elements keep fp32 masters and moments in host memory; in fp32 too,
@@ -187,6 +190,12 @@ DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallel
       c.gather_exposed = gather;
       break;
     case ShardingStrategy::OptimGrads:
+      if (in.deferred_weight_grads) {  // once, after the last W: nothing left to overlap
+        c.bytes = rs_bytes + gather_bytes + replica_bytes;
+        c.grads_exposed = rs + replicas;
+        c.gather_exposed = gather;
+        break;
+      }
       // Every micro-batch reduces its own gradients; the earlier ones also overlap the next
       // micro-batch's forward.
       c.bytes = m * rs_bytes + gather_bytes + replica_bytes;
@@ -198,12 +207,19 @@ DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallel
       // too), prefetched behind compute, and its gradients reduce-scattered.
       const double gathers = ring_gather(2 * w * (dense + frozen), nd, links.shard) +
                              ring_gather(2 * w * expert, ne, links.experts);
-      const double per_mb = gathers + rs;
-      const double share = per_mb > 0 ? exposed(per_mb, compute_mb) / per_mb : 0.0;
-      c.bytes = m * (rs_bytes + over(2 * w * (dense + frozen), nd) + over(2 * w * expert, ne)) +
-                replica_bytes;
-      c.grads_exposed = m * rs * share + replicas;
+      const double share = gathers > 0 ? exposed(gathers, compute_mb) / gathers : 0.0;
+      const double gather_bytes_mb = over(2 * w * (dense + frozen), nd) + over(2 * w * expert, ne);
       c.gather_exposed = m * gathers * share;
+      if (in.deferred_weight_grads) {  // the reductions once, after the last W
+        c.bytes = rs_bytes + m * gather_bytes_mb + replica_bytes;
+        c.grads_exposed = rs + replicas;
+        break;
+      }
+      const double per_mb = gathers + rs;
+      const double mb_share = per_mb > 0 ? exposed(per_mb, compute_mb) / per_mb : 0.0;
+      c.bytes = m * (rs_bytes + gather_bytes_mb) + replica_bytes;
+      c.grads_exposed = m * rs * mb_share + replicas;
+      c.gather_exposed = m * gathers * mb_share;
       break;
     }
   }

@@ -37,6 +37,9 @@ struct ShardingInputs {
   // parallel.grad_compression topk (no_shard): the share of gradient entries each rank sends,
   // as (int32 index, fp32 value) pairs all-gathered instead of the all-reduce; 0: none.
   double topk_ratio = 0;
+  // A pipeline schedule with W passes (zb_h1, zb_v, dualpipe_v): sharded gradients stay whole
+  // until the step's end and are reduce-scattered once then (distributed/fully_sharded.h).
+  bool deferred_weight_grads = false;
   std::vector<UnitParams> units;
   int64_t shard_group() const;  // dp / instances (dense and frozen regions)
 };

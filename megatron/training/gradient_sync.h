@@ -41,6 +41,11 @@ class GradientSync {
   }
   // Every gradient reduced into this rank's owned segments.
   void finish();
+  // The pipeline computes weight gradients after their backward (W passes): sharded gradients
+  // are reduce-scattered at the step's end, after the last W (distributed/fully_sharded.h).
+  void defer_weight_grads(bool deferred) {
+    if (units_) units_->set_deferred_weight_grads(deferred);
+  }
   // After the step: every rank's updated weights where the layers read them.
   void gather_params();
   // The hooks the models announce their units to (null unless gradients are sharded).

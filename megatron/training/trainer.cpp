@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iomanip>
@@ -94,7 +95,7 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
 
 // The pipeline runtime over this rank's chunks and its actions of the step's schedule
 // (parallel.pipeline_schedule): 1F1B (one stage without pipelining), interleaved over virtual
-// stages, or the zero-bubble ZB-H1 and ZB-V.
+// stages, the zero-bubble ZB-H1 and ZB-V, or DualPipeV.
 void Trainer::build_schedule() {
   const TransformerSpec& t = model_.transformer;
   const int64_t pp = groups_.pp->size(), vpp = recipe_.parallel.virtual_stages();
@@ -115,7 +116,10 @@ void Trainer::build_schedule() {
     case config::PipelineSchedule::ZbV:
       kind = pipeline::ScheduleKind::ZeroBubbleV;
       break;
-    default:  // 1f1b (validation refuses the others)
+    case config::PipelineSchedule::DualPipeV:
+      kind = pipeline::ScheduleKind::DualPipeV;
+      break;
+    default:  // 1f1b
       break;
   }
   pipeline::Schedule schedule = pipeline::make_schedule(
@@ -153,6 +157,10 @@ void Trainer::build_optimizer() {
   if (recipe_.parallel.grad_compression == config::GradCompression::Topk)
     grad_sync_->compress_topk(recipe_.parallel.topk_ratio);
   for (const auto& c : model_.chunks) c->set_unit_hooks(grad_sync_->unit_hooks());
+  // A schedule with W passes adds weight gradients after their backward.
+  grad_sync_->defer_weight_grads(std::any_of(
+      schedule_actions_.begin(), schedule_actions_.end(),
+      [](const pipeline::Action& a) { return a.kind == pipeline::ActionKind::WeightGrad; }));
   optimizer_ = std::make_unique<optim::Optimizer>(
       store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay});
   schedule_.max_lr = o.lr;

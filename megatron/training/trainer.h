@@ -86,10 +86,9 @@ class Trainer {
   void check_groups(TrainerGroups groups);
   void build_model(int64_t tokenizer_vocab);
   void build_schedule();
-  // ZB-V's V placement: stage 0 holds the first and the last virtual stage (one tied table).
-  bool v_placement() const {
-    return recipe_.parallel.pipeline_schedule_kind() == config::PipelineSchedule::ZbV;
-  }
+  // The V placement (zb_v, dualpipe_v): stage 0 holds the first and the last virtual stage (one
+  // tied table).
+  bool v_placement() const { return recipe_.parallel.v_placement(); }
   void build_optimizer();
   void build_logging(std::ostream& log);
   void report_start();

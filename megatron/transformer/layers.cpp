@@ -145,9 +145,9 @@ void Linear::weight_grads(const Tensor& x, const Tensor& dy, const MicroBatchInf
   run_weight_grads(mb, {x, dy},
                    [this, weight](const std::vector<Tensor>& in) {
                      Tensor dw_view = weight ? weight_2d(weight_->grad) : Tensor();
-                     ops::linear_backward(in[0], weight_2d(weight_->weight), in[1], nullptr,
-                                          weight ? &dw_view : nullptr,
-                                          bias_ ? bias_->grad_or_null() : nullptr);
+                     ops::linear_weight_grad(in[0], weight_->weight, in[1],
+                                             weight ? &dw_view : nullptr,
+                                             bias_ ? bias_->grad_or_null() : nullptr);
                    },
                    {x_kind, dy_kind});
 }

@@ -47,6 +47,8 @@ GPTModel::GPTModel(const GPTSpec& spec, ParamStore& store, parallel::Communicato
     tok_embed_ = std::make_unique<Embedding>(store, "embedding.word_embeddings",
                                              spec.padded_vocab_size, t.hidden, tp, t.init_std, sp,
                                              /*share_existing=*/!stage_.pre_process);
+    // The shared table's unit is gathered for the head too (sharded weights).
+    if (shared) units_.word = tok_embed_->table().unit;
   }
   if (stage_.pre_process && !t.rope) {
     units_.embeddings = store.begin_unit();
@@ -220,8 +222,8 @@ void GPTModel::tied_head_backward(Activations& a, int64_t S, int64_t B, Tensor& 
   // gradient is the largest tensor of the step).
   run_weight_grads(&info, {x, a.logits},
                    [&table](const std::vector<Tensor>& in) {
-                     ops::linear_backward(in[0], table.weight, in[1], nullptr, table.grad_or_null(),
-                                          nullptr);
+                     ops::linear_weight_grad(in[0], table.weight, in[1], table.grad_or_null(),
+                                             nullptr);
                    },
                    {WeightGradInputs::Stable, WeightGradInputs::Stable});
 }

@@ -300,10 +300,22 @@ const Rule kRules[] = {
     {"zb_v_bert",
      "model: {arch: bert}\nparallel: {pipeline: 2, virtual_pipeline: 2, pipeline_schedule: zb_v}",
      "parallel.pipeline_schedule", "zb_v runs the decoder models (arch gpt, llama) so far"},
-    {"dualpipe_v", "parallel: {pipeline: 2, pipeline_schedule: dualpipe_v}",
+    {"dualpipe_v_one_chunk", "parallel: {pipeline: 2, pipeline_schedule: dualpipe_v}",
      "parallel.pipeline_schedule",
-     "dualpipe_v is not implemented yet: use 1f1b, interleaved, "
-     "zb_h1 or zb_v"},
+     "dualpipe_v places two model chunks per stage in a V: set parallel.virtual_pipeline: 2 (got "
+     "1)"},
+    {"dualpipe_v_bert",
+     "model: {arch: bert}\nparallel: {pipeline: 2, virtual_pipeline: 2, pipeline_schedule: "
+     "dualpipe_v}",
+     "parallel.pipeline_schedule", "dualpipe_v runs the decoder models (arch gpt, llama) so far"},
+    {"dualpipe_v_one_stage", "parallel: {virtual_pipeline: 2, pipeline_schedule: dualpipe_v}",
+     "parallel.virtual_pipeline",
+     "needs parallel.pipeline >= 2 (got virtual_pipeline 2 with "
+     "pipeline 1)"},
+    {"dualpipe_v_cuda",
+     "parallel: {pipeline: 2, virtual_pipeline: 2, pipeline_schedule: dualpipe_v}\ntraining: "
+     "{device: cuda}",
+     "parallel.pipeline_schedule", "dualpipe_v runs on the CPU backend only so far"},
     {"schedule_name", "parallel: {pipeline: 2, pipeline_schedule: zb_h2}",
      "parallel.pipeline_schedule", "'zb_h2'"},
     {"zb_h1_one_stage", "parallel: {pipeline_schedule: zb_h1}", "parallel.pipeline_schedule",
@@ -315,10 +327,6 @@ const Rule kRules[] = {
      "parallel.pipeline_schedule", "1f1b runs one model chunk per stage"},
     {"interleaved_one_chunk", "parallel: {pipeline: 2, pipeline_schedule: interleaved}",
      "parallel.pipeline_schedule", "interleaved needs parallel.virtual_pipeline >= 2 (got 1)"},
-    {"zb_h1_zero2",
-     "parallel: {pipeline: 2, pipeline_schedule: zb_h1, data_parallel_sharding_strategy: "
-     "optim_grads}",
-     "parallel.pipeline_schedule", "optim_grads reduce-scatters at once: use no_shard or optim"},
     {"zb_h1_cuda", "parallel: {pipeline: 2, pipeline_schedule: zb_h1}\ntraining: {device: cuda}",
      "parallel.pipeline_schedule", "zb_h1 runs on the CPU backend only so far"},
     {"topk_rerun", "parallel: {grad_compression: topk}\ntraining: {rerun_mode: validate}",
@@ -684,6 +692,18 @@ TEST(ValidateForWorld, ExpertMustDivideDataParallel) {
       msg,
       HasSubstr("(--set parallel.expert=4): parallel.expert: must divide the data-parallel size"));
   EXPECT_THAT(msg, HasSubstr("dp 2 % expert 4"));
+}
+
+// DualPipeV needs 2 pp micro-batches per step; the error names the smallest global batch.
+TEST(ValidateForWorld, DualPipeVNeedsTwiceThePipelineInMicroBatches) {
+  Recipe r = base({"parallel.pipeline=2", "parallel.virtual_pipeline=2",
+                   "parallel.pipeline_schedule=dualpipe_v"});  // global 8, micro 2
+  r.validate_for_world(2);                                     // dp 1: 4 micro-batches
+  std::string msg = input_error([&] { r.validate_for_world(4); });
+  EXPECT_THAT(msg, HasSubstr("valid_base.yaml:9: training.global_batch_size: dualpipe_v needs at "
+                             "least 2 * parallel.pipeline = 4 micro-batches per step, got 8 / "
+                             "(training.micro_batch_size 2 * data-parallel size 2) = 2: the "
+                             "smallest valid training.global_batch_size is 16"));
 }
 
 // Whole experts under tp (expert_tensor 1): ep is carved out of tp x dp, not dp alone.

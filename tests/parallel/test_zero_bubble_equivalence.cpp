@@ -1,12 +1,15 @@
 // mpirun-np: 2 4 8
-// ZB-H1 (parallel.pipeline_schedule: zb_h1; every backward split into B and a deferred W)
-// reproduces the single-process loss curve over 20 steps in fp32 at pp 2, 4 and 8, alone and with
-// tp + sp, dp under no_shard and the distributed optimizer, full recompute, MoE with expert
-// parallelism, and in bf16. On one layout its losses and gradient norms equal 1F1B's bit for
-// bit: a stage runs its W's in micro-batch order, so every gradient sums in the same order.
+// The schedules that split backwards into B and a deferred W (parallel.pipeline_schedule zb_h1,
+// zb_v, dualpipe_v) reproduce the single-process loss curve over 20 steps in fp32 at pp 2, 4 and
+// 8, alone and with tp + sp, dp under every sharding strategy (ZeRO-2/3 reduce-scatter after the
+// last W), full recompute, MoE with expert parallelism, and in bf16; the runtime posts their
+// messages in the simulated order. On one layout ZB-H1's losses and gradient norms equal 1F1B's
+// bit for bit: a stage runs its W's in micro-batch order, so every gradient sums in the same
+// order.
 #include <filesystem>
 
 #include "equivalence_fixture.h"
+#include "megatron/pipeline/dualpipe_v.h"
 #include "megatron/pipeline/zero_bubble.h"
 #include "megatron/training/pipeline_runtime.h"
 #include "models/registry.h"
@@ -42,6 +45,9 @@ TEST(ZeroBubbleH1, MatchesSingleProcess) {
       {.tp = 2, .pp = 2, .micro = 2, .sp = true, .schedule = zb},
       {.pp = 2, .dp = 2, .micro = 1, .schedule = zb},
       {.pp = 2, .dp = 2, .micro = 2, .distributed = true, .schedule = zb},
+      // ZeRO-2 and -3: the gradients reduce-scattered after the last W
+      {.pp = 2, .dp = 2, .micro = 1, .sharding = "optim_grads", .schedule = zb},
+      {.pp = 2, .dp = 2, .micro = 2, .sharding = "optim_grads_params", .schedule = zb},
       // 8 ranks
       {.pp = 8, .micro = 1, .schedule = zb},
       {.tp = 2, .pp = 2, .dp = 2, .micro = 1, .sp = true, .distributed = true, .schedule = zb},
@@ -51,18 +57,27 @@ TEST(ZeroBubbleH1, MatchesSingleProcess) {
   eq::report_max_diff("zb_h1 equivalence");
 }
 
-// ZB-V: two chunks per stage in a V (stage 0 holds the embeddings and the tied head, stage
-// pp - 1 hands its first chunk's output to its second by a copy).
-TEST(ZeroBubbleV, MatchesSingleProcess) {
-  const std::string zb = "zb_v";
-  const std::vector<eq::Layout> layouts = {
-      // 2 ranks
-      {.pp = 2, .vpp = 2, .micro = 2, .schedule = zb},
-      {.pp = 2, .vpp = 2, .micro = 1, .recompute = "full", .schedule = zb},
+// The layouts of the V schedules (two chunks per stage in a V: stage 0 holds the embeddings and
+// the tied head, stage pp - 1 hands its first chunk's output to its second by a copy), each with
+// at least 2 pp micro-batches (DualPipeV's minimum): pp 2 and 4, recompute, tp + sp, dp under
+// every sharding strategy.
+std::vector<eq::Layout> v_layouts(const std::string& schedule) {
+  return {
+      // 2 ranks (4 and 8 micro-batches)
+      {.pp = 2, .vpp = 2, .micro = 2, .schedule = schedule},
+      {.pp = 2, .vpp = 2, .micro = 1, .recompute = "full", .schedule = schedule},
       // 4 ranks
-      {.pp = 4, .vpp = 2, .micro = 1, .schedule = zb},
-      {.tp = 2, .pp = 2, .vpp = 2, .micro = 2, .sp = true, .schedule = zb},
-      {.pp = 2, .dp = 2, .vpp = 2, .micro = 2, .distributed = true, .schedule = zb},
+      {.pp = 4, .vpp = 2, .micro = 1, .schedule = schedule},
+      {.tp = 2, .pp = 2, .vpp = 2, .micro = 2, .sp = true, .schedule = schedule},
+      {.pp = 2, .dp = 2, .vpp = 2, .micro = 1, .schedule = schedule},
+      {.pp = 2, .dp = 2, .vpp = 2, .micro = 1, .distributed = true, .schedule = schedule},
+      {.pp = 2, .dp = 2, .vpp = 2, .micro = 1, .sharding = "optim_grads", .schedule = schedule},
+      {.pp = 2,
+       .dp = 2,
+       .vpp = 2,
+       .micro = 1,
+       .sharding = "optim_grads_params",
+       .schedule = schedule},
       // 8 ranks
       {.tp = 2,
        .pp = 2,
@@ -71,9 +86,12 @@ TEST(ZeroBubbleV, MatchesSingleProcess) {
        .micro = 1,
        .sp = true,
        .distributed = true,
-       .schedule = zb},
+       .schedule = schedule},
   };
-  EXPECT_GT(eq::expect_layouts_match(dense_model(), tokens(), layouts), 0)
+}
+
+TEST(ZeroBubbleV, MatchesSingleProcess) {
+  EXPECT_GT(eq::expect_layouts_match(dense_model(), tokens(), v_layouts("zb_v")), 0)
       << "no layout for " << world().size() << " ranks";
   eq::report_max_diff("zb_v equivalence");
 }
@@ -274,13 +292,11 @@ class RecordingCommunicator final : public mp::Communicator {
   mp::Communicator& inner_;
 };
 
-// The runtime posts ZB-H1's sends and receives in the order of the schedule's list (what the
-// simulator checked), every send without waiting for its receive.
-TEST(ZeroBubbleH1, RuntimePostsTheSimulatedMessagesInOrder) {
-  const int pp = world().size(), stage = world().rank(), m = 6;
-  eq::RecipeSpec spec =
-      eq::Layout{.pp = pp, .micro = 2, .schedule = "zb_h1"}.applied_to(dense_model());
-  const config::Recipe r = eq::make_recipe(spec);
+// The runtime posts a schedule's sends and receives in the order of its list (what the simulator
+// checked), every send without waiting for its receive.
+void expect_runtime_posts_in_order(const eq::Layout& layout, const pipeline::Schedule& schedule) {
+  const int pp = world().size(), stage = world().rank(), m = schedule.microbatches;
+  const config::Recipe r = eq::make_recipe(layout.applied_to(dense_model()));
   RecordingCommunicator rec(world());
   auto self = mp::make_single_process_communicator();
   ParamStore store;
@@ -291,8 +307,8 @@ TEST(ZeroBubbleH1, RuntimePostsTheSimulatedMessagesInOrder) {
   std::vector<const models::Model*> chunks;
   for (const auto& c : model.chunks) chunks.push_back(c.get());
   training::PipelineRuntime runtime(chunks, rec, r.model.seq_length, r.model.hidden_size);
-  const pipeline::Schedule schedule = pipeline::zero_bubble_h1(pp, m);
   runtime.set_buffered_sends(schedule.buffered_sends);
+  runtime.set_placement(schedule.placement);
   const auto fill = [&](int mb, models::MicroBatch& out) {
     const int64_t S = r.model.seq_length, B = 2;
     out.tokens = Tensor::empty({S, B}, DType::I32);
@@ -317,6 +333,53 @@ TEST(ZeroBubbleH1, RuntimePostsTheSimulatedMessagesInOrder) {
   for (Parameter* p : store.params())
     for (int64_t i = 0; i < p->grad.numel(); ++i) norm += std::abs(p->grad.data<float>()[i]);
   EXPECT_GT(norm, 0.0);
+}
+
+TEST(ZeroBubbleH1, RuntimePostsTheSimulatedMessagesInOrder) {
+  const int pp = world().size();
+  expect_runtime_posts_in_order({.pp = pp, .micro = 2, .schedule = "zb_h1"},
+                                pipeline::zero_bubble_h1(pp, 6));
+}
+
+TEST(DualPipeV, RuntimePostsTheSimulatedMessagesInOrder) {
+  const int pp = world().size();
+  if (pp > 4) GTEST_SKIP() << "8 layers make at most 4 stages of two chunks";
+  expect_runtime_posts_in_order({.pp = pp, .vpp = 2, .micro = 2, .schedule = "dualpipe_v"},
+                                pipeline::dualpipe_v(pp, 2 * pp + 2));
+}
+
+// DualPipeV (pipeline/dualpipe_v.h): the V placement of ZB-V, whole backwards in its middle
+// phases and split ones at its ends, 2 pp micro-batches or more.
+TEST(DualPipeV, MatchesSingleProcess) {
+  EXPECT_GT(eq::expect_layouts_match(dense_model(), tokens(), v_layouts("dualpipe_v")), 0)
+      << "no layout for " << world().size() << " ranks";
+  eq::report_max_diff("dualpipe_v equivalence");
+}
+
+TEST(DualPipeV, MoeWithExpertParallelismAndBf16) {
+  if (world().size() > 4) GTEST_SKIP() << "these dualpipe_v layouts are for 2 and 4 ranks";
+  eq::RecipeSpec moe{.arch = "llama", .layers = 4, .groups = 2, .ffn = 48};
+  moe.model_extra =
+      "num_experts: 4, moe_ffn_hidden_size: 24, moe_router_topk: 2, moe_aux_loss_coeff: 0.01";
+  // One sequence per micro-batch everywhere: the balancing loss is a per-micro-batch statistic.
+  moe.micro = 1;
+  moe.seed = 13;
+  const auto source = std::make_shared<eq::SyntheticTokens>(eq::TokenRule{6151, 7, 11, 5});
+  EXPECT_GT(eq::expect_layouts_match(
+                moe, source,
+                {{.pp = 2, .vpp = 2, .micro = 1, .schedule = "dualpipe_v"},
+                 {.pp = 2, .dp = 2, .vpp = 2, .micro = 1, .ep = 2, .schedule = "dualpipe_v"}}),
+            0);
+  eq::RecipeSpec bf16 = dense_model();
+  bf16.precision = "bf16";
+  bf16.iters = 10;
+  EXPECT_GT(eq::expect_layouts_match(
+                bf16, tokens(),
+                {{.pp = 2, .vpp = 2, .micro = 2, .schedule = "dualpipe_v"},
+                 {.tp = 2, .pp = 2, .vpp = 2, .micro = 2, .sp = true, .schedule = "dualpipe_v"}},
+                eq::Tolerance{2e-3, 3e-2}),
+            0);
+  eq::report_max_diff("dualpipe_v moe, bf16");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // The planner's memory prediction (megatron/planning/planner.h) against the measured peak of real
 // CPU training steps (recompute modes, flash attention), a hand-checked breakdown, activations
 // with tensor and sequence parallelism, and the pipeline in-flight count against the schedules.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <optional>
 #include <sstream>
 
+#include "megatron/pipeline/dualpipe_v.h"
 #include "megatron/pipeline/schedule.h"
 #include "megatron/pipeline/simulator.h"
 #include "megatron/pipeline/zero_bubble.h"
@@ -350,6 +352,39 @@ TEST(PlannerPipeline, ZeroBubbleMemoryAndBubbleFollowTheSchedule) {
   EXPECT_NEAR(zb.time.bubble, base.time.bubble / 3, 1e-9 * base.time.bubble);
   EXPECT_EQ(zb.stages[3].memory.in_flight, 4);
   EXPECT_GT(zb.stages[0].memory.activations, base.stages[0].memory.activations);
+}
+
+// DualPipeV: 2 pp + 1 chunk activations on stage 0 (the simulator's peak, whole and split
+// backwards mixed), and ZB-V's bubble with equal passes.
+TEST(PlannerPipeline, DualPipeVMemoryAndBubbleFollowTheSchedule) {
+  pipeline::CostModel equal;
+  equal.forward_s = 1, equal.backward_s = 2, equal.weight_s = 1;
+  for (int pp : {2, 4})
+    for (int m : {2 * pp, 3 * pp, 4 * pp}) {
+      const auto sim = pipeline::simulate(pipeline::dualpipe_v(pp, m), equal);
+      ASSERT_TRUE(sim.ok()) << sim.report();
+      EXPECT_EQ(planning::live_chunk_activations(pp, 2, m, 0, config::PipelineSchedule::DualPipeV),
+                *std::max_element(sim.peak_in_flight.begin(), sim.peak_in_flight.end()))
+          << "pp " << pp << " m " << m;
+    }
+  planning::Layout lay;
+  lay.pp = 4;
+  lay.vpp = 2;
+  lay.schedule = config::PipelineSchedule::DualPipeV;
+  const auto sim = pipeline::simulate(pipeline::dualpipe_v(4, 8), equal);
+  EXPECT_DOUBLE_EQ(planning::bubble_microbatches(lay), (sim.makespan_s - 8 * 3.0) / 3.0);
+
+  config::Recipe r = gpt_small("");
+  r.training.global_batch_size = 64;
+  r.model.num_layers = 8;
+  r.parallel.pipeline = 4;
+  r.parallel.virtual_pipeline = 2;
+  r.parallel.pipeline_schedule = config::PipelineSchedule::DualPipeV;
+  ClusterSpec c = one_device();
+  c.gpus_per_node = 4;
+  const PlanReport dv = planning::plan(r, c, 8000);
+  EXPECT_DOUBLE_EQ(dv.stages[0].memory.in_flight, 4.5);  // 9 half-stage chunks
+  EXPECT_THAT(dv.layout.describe(), ::testing::HasSubstr(" dualpipe_v"));
 }
 
 }  // namespace

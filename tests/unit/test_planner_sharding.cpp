@@ -186,6 +186,49 @@ TEST(PlannerSharding, TopkCompressionSendsItsSparseSets) {
   EXPECT_LT(sparse.time.dp_comm_exposed, dense.time.dp_comm_exposed);
 }
 
+// Under a schedule with W passes ZeRO-2/3 keep a stage's whole gradient until the step's end and
+// reduce-scatter it once then (distributed/fully_sharded.h): every unit's gradient and slice at
+// the peak, (m - 1) fewer gradient reduce-scatters per step.
+TEST(PlannerSharding, DeferredWeightGradientsReduceOnceAtTheStepsEnd) {
+  for (const ShardingStrategy s :
+       {ShardingStrategy::OptimGrads, ShardingStrategy::OptimGradsParams}) {
+    config::Recipe r = formula_gpt("fp32");
+    r.training.device = config::TrainingDevice::CPU;
+    r.parallel.pipeline = 2;
+    r.parallel.data_parallel_sharding_strategy = s;
+    const PlanReport base = planning::plan(r, devices(4), 128);
+    r.parallel.pipeline_schedule = config::PipelineSchedule::ZbH1;
+    const PlanReport zb = planning::plan(r, devices(4), 128);
+    const std::string what(config::option_name(s));
+    ASSERT_EQ(zb.layout.dp, 2) << what;
+    const double m = static_cast<double>(zb.layout.num_microbatches);
+    ASSERT_EQ(m, 4) << what;
+    for (size_t st = 0; st < zb.stages.size(); ++st) {
+      // Every trainable element's fp32 gradient, and its half-size slice, at once.
+      const double P = static_cast<double>(zb.stages[st].trainable_parameters);
+      const double gathered = s == ShardingStrategy::OptimGradsParams
+                                  ? 3 * 4.0 * 49984  // three gathered layer units (fp32)
+                                  : 0.0;
+      EXPECT_DOUBLE_EQ(zb.stages[st].memory.sharding_transient, 4 * P * 1.5 + gathered)
+          << what << " stage " << st;
+      EXPECT_LT(base.stages[st].memory.sharding_transient, zb.stages[st].memory.sharding_transient)
+          << what << " stage " << st;
+    }
+    // The gradients reduce-scattered once a step, as with one micro-batch: ZeRO-2's payload is
+    // the one-micro-batch step's; ZeRO-3 still gathers the weights every micro-batch.
+    r.parallel.pipeline_schedule.reset();
+    r.training.global_batch_size = 4;
+    const PlanReport one = planning::plan(r, devices(4), 128);
+    ASSERT_EQ(one.layout.num_microbatches, 1) << what;
+    if (s == ShardingStrategy::OptimGrads) {
+      EXPECT_DOUBLE_EQ(zb.time.dp_bytes_per_step, one.time.dp_bytes_per_step) << what;
+    } else {
+      EXPECT_GT(zb.time.dp_bytes_per_step, one.time.dp_bytes_per_step) << what;
+    }
+    EXPECT_LT(zb.time.dp_bytes_per_step, base.time.dp_bytes_per_step) << what;
+  }
+}
+
 // On a GPU the trainer's memory check (training/memory_check.h) compares the offloaded optimizer
 // state with the host's memory: 12 bytes per offloaded parameter.
 TEST(PlannerSharding, MemoryCheckCountsOffloadedHostBytes) {

@@ -157,13 +157,13 @@ void GroupedExperts::weight_grads(const std::vector<int64_t>& rows_per_expert,
     const int64_t n = rows_per_expert[j];
     if (n > 0) {
       Tensor dw2 = experts_[j].fc2->grad.view({D, F}), db2 = grad_view(experts_[j].fc2_bias, D);
-      ops::linear_backward(act_out.flat_view(at * F, {n, F}), experts_[j].fc2->weight.view({D, F}),
-                           d_out.flat_view(at * D, {n, D}), nullptr, &dw2,
-                           experts_[j].fc2_bias ? &db2 : nullptr);
+      ops::linear_weight_grad(act_out.flat_view(at * F, {n, F}), experts_[j].fc2->weight,
+                              d_out.flat_view(at * D, {n, D}), &dw2,
+                              experts_[j].fc2_bias ? &db2 : nullptr);
       Tensor dw1 = experts_[j].fc1->grad.view({F1, D}), db1 = grad_view(experts_[j].fc1_bias, F1);
-      ops::linear_backward(rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight.view({F1, D}),
-                           d_fc1.flat_view(at * F1, {n, F1}), nullptr, &dw1,
-                           experts_[j].fc1_bias ? &db1 : nullptr);
+      ops::linear_weight_grad(rows.flat_view(at * D, {n, D}), experts_[j].fc1->weight,
+                              d_fc1.flat_view(at * F1, {n, F1}), &dw1,
+                              experts_[j].fc1_bias ? &db1 : nullptr);
     }
     at += n;
   }

@@ -38,11 +38,10 @@ void ParallelConfig::validate_pipeline_schedule(Checker& c) const {
             concat(name, " needs parallel.pipeline >= 2 (got ", pipeline, ")"));
 }
 
+// (On CUDA the trainer refuses them: the planner sizes them for GPU clusters all the same.)
 void Recipe::validate_pipeline(Checker& c) const {
   if (!parallel.splits_backward()) return;
   const std::string name(option_name(parallel.pipeline_schedule_kind()));
-  c.check(training.device == TrainingDevice::CPU, "parallel.pipeline_schedule",
-          concat(name, " runs on the CPU backend only so far (training.device: cpu)"));
   // The V's last virtual stage shares stage 0's tied table: the decoders' tied head does.
   c.check(!parallel.v_placement() || model.arch != Arch::BERT, "parallel.pipeline_schedule",
           concat(name, " runs the decoder models (arch gpt, llama) so far"));

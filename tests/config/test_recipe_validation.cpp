@@ -312,10 +312,6 @@ const Rule kRules[] = {
      "parallel.virtual_pipeline",
      "needs parallel.pipeline >= 2 (got virtual_pipeline 2 with "
      "pipeline 1)"},
-    {"dualpipe_v_cuda",
-     "parallel: {pipeline: 2, virtual_pipeline: 2, pipeline_schedule: dualpipe_v}\ntraining: "
-     "{device: cuda}",
-     "parallel.pipeline_schedule", "dualpipe_v runs on the CPU backend only so far"},
     {"schedule_name", "parallel: {pipeline: 2, pipeline_schedule: zb_h2}",
      "parallel.pipeline_schedule", "'zb_h2'"},
     {"zb_h1_one_stage", "parallel: {pipeline_schedule: zb_h1}", "parallel.pipeline_schedule",
@@ -327,8 +323,6 @@ const Rule kRules[] = {
      "parallel.pipeline_schedule", "1f1b runs one model chunk per stage"},
     {"interleaved_one_chunk", "parallel: {pipeline: 2, pipeline_schedule: interleaved}",
      "parallel.pipeline_schedule", "interleaved needs parallel.virtual_pipeline >= 2 (got 1)"},
-    {"zb_h1_cuda", "parallel: {pipeline: 2, pipeline_schedule: zb_h1}\ntraining: {device: cuda}",
-     "parallel.pipeline_schedule", "zb_h1 runs on the CPU backend only so far"},
     {"topk_rerun", "parallel: {grad_compression: topk}\ntraining: {rerun_mode: validate}",
      "parallel.grad_compression", "training.rerun_mode validate needs grad_compression: none"},
     {"glu_offset_not_gated", "model: {activation: gelu, glu_linear_offset: 1.0}",

@@ -4,7 +4,6 @@
 // device-agnostic pieces the CUDA path uses (ops::cast for the model weights, the host helpers
 // of the models) are checked against the CPU loops they replace.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
@@ -285,6 +284,31 @@ TEST(CudaTrainingNoGpu, DeviceCudaWithoutAGpuIsAClearError) {
   EXPECT_EQ(t.model().device(), Device::CPU);
   EXPECT_EQ(t.params().weights().device(), Device::CPU);
   EXPECT_TRUE(std::isfinite(t.run().steps.back().loss));
+}
+
+// The split-backward pipeline schedules run on the CPU backend only: the trainer says so before
+// anything else (the recipe itself is valid: the planner sizes it for a GPU cluster).
+TEST(CudaTrainingNoGpu, SplitBackwardSchedulesAreRefusedOnCuda) {
+  const Case c{"gpt", "fp32"};
+  auto src = mock_source(c);
+  auto world = parallel::make_single_process_communicator();
+  std::ostringstream log;
+  for (const auto schedule : {config::PipelineSchedule::ZbH1, config::PipelineSchedule::ZbV,
+                              config::PipelineSchedule::DualPipeV}) {
+    config::Recipe r = tiny_recipe(c, "cuda");
+    r.parallel.pipeline = 2;
+    r.parallel.pipeline_schedule = schedule;
+    if (schedule != config::PipelineSchedule::ZbH1) r.parallel.virtual_pipeline = 2;
+    const std::string want = std::string("parallel.pipeline_schedule: ") +
+                             std::string(config::option_name(schedule)) +
+                             " runs on the CPU backend only so far";
+    try {
+      training::Trainer t(r, kVocab, src, nullptr, *world, log);
+      FAIL() << "the trainer accepted " << want;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CudaTrainingNoGpu, UnknownDeviceIsAnError) {

@@ -2,15 +2,17 @@
 # Pipeline schedules on this CPU, side by side in one run: a GPT of 9 layers (hidden 256, seq
 # 128, tied embeddings) trained at pp 2 (mpirun -np 2, one thread per rank) under 1F1B,
 # interleaved 1F1B (2 chunks per stage), ZB-H1, ZB-V and DualPipeV (2 chunks in a V), 8
-# micro-batches a step. For each: the median
-# step time and pipeline time (first to last pass of the step, from the recorded timeline) and
-# the measured bubble fraction of the steps after the first two; the mean forward, backward and
-# weight-gradient pass times; the simulator's bubble for the same schedule on those pass times
-# (how far the model is from the measurement), and its prediction for pp 4 and 8.
+# micro-batches a step; ZB-H1 and ZB-V once more with their lists planned on the pass times
+# their first run measured (parallel.zero_bubble_pass_times: zb_h1_timed, zb_v_timed). For each:
+# the median step time and pipeline time (first to last pass of the step, from the recorded
+# timeline) and the measured bubble fraction of the steps after the first two; the mean
+# forward, backward and weight-gradient pass times; the simulator's bubble for the same lists
+# on those pass times (how far the model is from the measurement), and its prediction for pp 4
+# and 8.
 #
 #   bench/run_pipeline_bench.sh [--iters N] [--rounds R] [--build-dir DIR] [--out DIR]
 # Defaults: 10 iterations per schedule, the schedules run in turn 2 times (rounds: the machine's
-# speed drifts; medians over all rounds), about 2 minutes in all on 2 cores. Needs a build
+# speed drifts; medians over all rounds), about 4 minutes in all on 2 cores. Needs a build
 # (tools/build.sh) and the tokenized corpus (tools/prepare_corpus.sh). Timeline pictures of the
 # last step of each run are written to the output directory (default build/bench_results/pipeline).
 set -euo pipefail
@@ -44,13 +46,30 @@ common=(--recipe recipes/gpt_tiny.yaml --set model.num_layers=9 --set parallel.p
         --set "training.train_iters=$iters" --set training.eval_interval=1000
         --set training.eval_iters=1 --set logging.interval=1 --set optimizer.schedule.warmup_iters=1)
 for round in $(seq 1 "$rounds"); do
-for sched in 1f1b interleaved zb_h1 zb_v dualpipe_v; do
-  extra=(--set "parallel.pipeline_schedule=$sched" --set "parallel.pipeline_layers=[6,3]")
+for sched in 1f1b interleaved zb_h1 zb_v dualpipe_v zb_h1_timed zb_v_timed; do
+  kind="${sched%_timed}"
+  extra=(--set "parallel.pipeline_schedule=$kind" --set "parallel.pipeline_layers=[6,3]")
   # Two chunks: 3 layers in each but the last virtual stage's, which has the head (V: on stage 0).
-  case "$sched" in interleaved|zb_v|dualpipe_v)
-    extra=(--set "parallel.pipeline_schedule=$sched" --set parallel.virtual_pipeline=2
+  case "$kind" in interleaved|zb_v|dualpipe_v)
+    extra=(--set "parallel.pipeline_schedule=$kind" --set parallel.virtual_pipeline=2
            --set "parallel.pipeline_layers=[3,3,3,0]") ;;
   esac
+  # *_timed: the greedy plans on the pass times this round's run of the schedule measured.
+  if [ "$kind" != "$sched" ]; then
+    times=$(python3 - "$out_dir/$kind.r$round".timeline.rank*.jsonl <<'PY'
+import json, statistics, sys
+t = {k: [] for k in ("forward", "backward", "weight_grad")}
+for path in sys.argv[1:]:
+    for line in open(path):
+        e = json.loads(line)
+        if e["kind"] in t:
+            t[e["kind"]].append(e["end_s"] - e["start_s"])
+print("[" + ",".join("%.3g" % (statistics.mean(t[k]) * 1e3) for k in t) + "]")
+PY
+)
+    extra+=(--set "parallel.zero_bubble_pass_times=$times")
+    echo "$times" > "$out_dir/$sched.r$round.plan_times"  # the simulator plans on them too
+  fi
   run="$out_dir/$sched.r$round"
   rm -f "$run".timeline.rank*.jsonl "$run.log.jsonl"  # the log appends
   OMP_NUM_THREADS=1 mpirun "${mpirun_flags[@]}" -np 2 -x OMP_NUM_THREADS "$bin/pretrain" \
@@ -63,7 +82,8 @@ done
 python3 - "$out_dir" "$bin/pipeline_timeline" "$rounds" <<'PY'
 import collections, json, re, statistics, subprocess, sys
 out, tool, rounds = sys.argv[1], sys.argv[2], range(1, int(sys.argv[3]) + 1)
-vpp = {"1f1b": 1, "interleaved": 2, "zb_h1": 1, "zb_v": 2, "dualpipe_v": 2}
+vpp = {"1f1b": 1, "interleaved": 2, "zb_h1": 1, "zb_v": 2, "dualpipe_v": 2, "zb_h1_timed": 1,
+       "zb_v_timed": 2}
 kinds = ("forward", "backward", "weight_grad")
 rows, stage_times = {}, {}
 for s in vpp:
@@ -88,12 +108,15 @@ for s in vpp:
     mean = lambda r, k: statistics.mean(per[(r, k)]) * vpp[s] if per[(r, k)] else 0.0
     stage_times[s] = [[mean(r, k) for k in kinds] for r in (0, 1)]
 
-def simulate(sched, pp, m, f, b, w):
-    """f, b, w: one value or one per stage; b is the whole backward, w its weight part."""
+def simulate(sched, pp, m, f, b, w, plan=None):
+    """f, b, w: one value or one per stage; b is the whole backward, w its weight part. plan:
+    the F,B,W times the zero-bubble greedy plans on (None: the simulated ones)."""
     j = lambda v: ",".join(str(x) for x in v) if isinstance(v, list) else str(v)
     args = [tool, "--simulate", "--pp", str(pp), "--microbatches", str(m), "--forward-time",
             j(f), "--backward-time", j(b), "--weight-time", j(w), "--output", "/dev/null"]
-    args += ["--vpp", "2"] if sched == "interleaved" else ["--schedule", sched]
+    args += ["--vpp", "2"] if sched == "interleaved" else ["--schedule", sched.replace("_timed", "")]
+    if plan:
+        args += ["--plan-times", plan]
     line = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     return float(re.search(r"bubble ([0-9.e+-]+)", line).group(1))
 
@@ -105,20 +128,25 @@ def stage_costs(s):
     return f, b, w
 
 for s, t in stage_times.items():
-    print(f"{s:<12} pass times per stage (ms): " + "; ".join(
+    print(f"{s:<13} pass times per stage (ms): " + "; ".join(
         f"stage {r}: F {x[0]*1e3:.1f} B {x[1]*1e3:.1f}" + (f" W {x[2]*1e3:.1f}" if x[2] else "")
         for r, x in enumerate(t)))
 base = rows["1f1b"]["bubble"]
 print("\npp=2 m=8 (measured)  step s   tokens/s   pipeline s   bubble   vs 1f1b   simulated   sim/measured")
 for s, r in rows.items():
-    # DualPipeV mixes whole and split B's: its passes are ZB-V's (same chunks, same V).
-    sim = simulate(s, 2, 8, *stage_costs("zb_v" if s == "dualpipe_v" else s))
+    # DualPipeV mixes whole and split B's: its passes are ZB-V's (same chunks, same V). The
+    # zero-bubble lists as the runs made them: on equal times, or (_timed) on the measured ones.
+    costs = stage_costs("zb_v" if s == "dualpipe_v" else s)
+    plan = "1,1,1" if s in ("zb_h1", "zb_v") else None
+    if s.endswith("_timed"):
+        plan = open(f"{out}/{s}.r{rounds[-1]}.plan_times").read().strip().strip("[]")
+    sim = simulate(s, 2, 8, *costs, plan)
     print(f"{s:<20} {r['step']:6.3f}   {r['tokens']:8.0f}   {r['pipe']:10.3f}   {r['bubble']:6.3f}"
           f"   {r['bubble']/base:6.2f}x   {sim:9.3f}   {sim/r['bubble']:6.2f}x")
 t = stage_times["zb_h1"]
 f, b, w = (statistics.mean(x[i] for x in t) for i in range(3))
-print(f"\npredicted bubble (simulator) on the zb_h1 run's mean passes: F {f*1e3:.1f} ms, "
-      f"B {b*1e3:.1f} ms, W {w*1e3:.1f} ms")
+print(f"\npredicted bubble (simulator; zero-bubble lists planned on these times) on the zb_h1 "
+      f"run's mean passes: F {f*1e3:.1f} ms, B {b*1e3:.1f} ms, W {w*1e3:.1f} ms")
 print("pp   m    1f1b   interleaved(vpp2)   zb_h1   zb_v   dualpipe_v   zb_h1/1f1b   zb_v/1f1b"
       "   dualpipe_v/1f1b")
 for pp in (4, 8):

@@ -23,7 +23,8 @@ constexpr const char* kUsage =
     R"(usage: pipeline_timeline --events FILE.jsonl [FILE.jsonl ...] --output FILE.svg [--title T]
        pipeline_timeline --simulate --pp P --microbatches M [--vpp V] [--group-size G]
                          [--schedule S] [--forward-time TF] [--backward-time TB]
-                         [--weight-time TW] [--p2p-time TP] [--buffered]
+                         [--weight-time TW] [--plan-times F,B,W] [--p2p-time TP]
+                         [--buffered]
                          [--events-out FILE.jsonl] --output FILE.svg [--title T]
 
 Renders a pipeline timeline as SVG: one row per stage, forward blocks in a light, backward
@@ -49,6 +50,9 @@ makespan) in the title.
                    default 1/2)
                    Each time flag takes one value, or one per stage separated by commas (the
                    zero-bubble lists are then made on their means)
+  --plan-times     F,B,W: the relative forward, input-gradient and weight-gradient times
+                   the zb_h1 / zb_v greedy plans its lists on (default: the simulated times;
+                   1,1,1 gives the lists the trainer runs)
   --p2p-time       time of one activation/gradient message (default 0)
   --buffered       sends complete at once (default: rendezvous, a send waits for its receive)
   --events-out     also write the simulated events as JSONL
@@ -60,6 +64,17 @@ namespace pl = megatron::pipeline;
 using megatron::data::cli::Args;
 using megatron::data::cli::UsageError;
 
+double parse_time(const std::string& flag, const std::string& text) {
+  try {
+    size_t used = 0;
+    const double v = std::stod(text, &used);
+    if (used != text.size()) throw std::invalid_argument(text);
+    return v;
+  } catch (const std::exception&) {
+    throw UsageError("--" + flag + ": '" + text + "' is not a number");
+  }
+}
+
 pl::Schedule simulated_schedule(const Args& args, const pl::CostModel& cost) {
   const int pp = static_cast<int>(args.get_int("pp", 1, 1));
   if (!args.has("microbatches")) throw UsageError("--simulate needs --microbatches");
@@ -67,7 +82,15 @@ pl::Schedule simulated_schedule(const Args& args, const pl::CostModel& cost) {
   const int vpp = static_cast<int>(args.get_int("vpp", 1, 1));
   const int group = static_cast<int>(args.get_int("group-size", 0, 0));
   const std::string kind = args.get("schedule", "");
-  const pl::PassCosts passes{cost.forward_s, cost.backward_s - cost.weight_s, cost.weight_s};
+  pl::PassCosts passes{cost.forward_s, cost.backward_s - cost.weight_s, cost.weight_s};
+  if (args.has("plan-times")) {  // what the greedy plans on, apart from what is simulated
+    std::vector<double> t;
+    std::stringstream ss(args.get("plan-times", ""));
+    for (std::string part; std::getline(ss, part, ',');)
+      t.push_back(parse_time("plan-times", part));
+    if (t.size() != 3) throw UsageError("--plan-times needs three values F,B,W");
+    passes = {t[0], t[1], t[2]};
+  }
   if (kind == "zb_h1") return pl::zero_bubble_h1(pp, m, passes);
   if (kind == "zb_v") return pl::zero_bubble_v(pp, m, passes);
   if (kind == "dualpipe_v") return pl::dualpipe_v(pp, m);
@@ -89,13 +112,7 @@ void read_times(const Args& args, const std::string& flag, double fallback, doub
   std::stringstream ss(args.get(flag, ""));
   std::vector<double> values;
   for (std::string part; std::getline(ss, part, ',');) {
-    try {
-      size_t used = 0;
-      values.push_back(std::stod(part, &used));
-      if (used != part.size()) throw std::invalid_argument(part);
-    } catch (const std::exception&) {
-      throw UsageError("--" + flag + ": '" + part + "' is not a number");
-    }
+    values.push_back(parse_time(flag, part));
   }
   if (values.empty()) throw UsageError("--" + flag + " needs a value");
   double sum = 0;
@@ -171,6 +188,7 @@ int main(int argc, char** argv) {
                      {"forward-time", Arity::One},
                      {"backward-time", Arity::One},
                      {"weight-time", Arity::One},
+                     {"plan-times", Arity::One},
                      {"p2p-time", Arity::One},
                      {"buffered", Arity::Flag},
                      {"events-out", Arity::One},

@@ -53,6 +53,10 @@ struct ParallelConfig {
   // Layers per pipeline stage (per virtual stage, in layer order, when virtual_pipeline > 1);
   // empty -> even split. Length must be pipeline * virtual_pipeline and the sum num_layers.
   std::vector<int64_t> pipeline_layers;
+  // zb_h1 / zb_v: the relative forward, input-gradient (B) and weight-gradient (W) pass times
+  // their greedy plans the lists on (pipeline/zero_bubble.h), e.g. measured ones from a timeline
+  // (pipeline_timeline prints them); empty: equal times.
+  std::vector<double> zero_bubble_pass_times;
   // Communication watchdog (MPI groups): a "waiting" line every comm_warn_s seconds of one wait,
   // the job aborted naming the group after comm_timeout_s (0 disables either;
   // MEGATRON_COMM_TIMEOUT_S overrides the timeout).
@@ -93,6 +97,7 @@ struct ParallelConfig {
   void validate(const KeyOrigins& origins) const;
   bool operator==(const ParallelConfig&) const = default;
   void validate_pipeline_schedule(Checker& c) const;
+  void validate_pass_times(Checker& c) const;
 
   template <typename Self, typename V>
   static void fields(Self& s, V& v) {
@@ -109,6 +114,8 @@ struct ParallelConfig {
     v("sequence_parallel", s.sequence_parallel);
     v("order", s.order);
     v("pipeline_layers", s.pipeline_layers);
+    v("zero_bubble_pass_times", s.zero_bubble_pass_times,
+      noted("[forward, input gradient, weight gradient] (zb_h1, zb_v); unset: equal"));
     v("comm_warn_s", s.comm_warn_s);
     v("comm_timeout_s", s.comm_timeout_s);
     v("data_parallel_sharding_strategy", s.data_parallel_sharding_strategy,

@@ -1,5 +1,6 @@
 // The pipeline schedule's checks: against the pipeline and chunk sizes (ParallelConfig), the
 // model and the device (Recipe), and the micro-batches of a step (against a world size).
+#include <cmath>
 #include <string>
 
 #include "megatron/config/checker.h"
@@ -8,6 +9,7 @@
 namespace megatron::config {
 
 void ParallelConfig::validate_pipeline_schedule(Checker& c) const {
+  validate_pass_times(c);
   if (!pipeline_schedule) return;
   const std::string name(option_name(*pipeline_schedule));
   switch (*pipeline_schedule) {
@@ -36,6 +38,22 @@ void ParallelConfig::validate_pipeline_schedule(Checker& c) const {
   if (splits_backward())
     c.check(pipeline >= 2, "parallel.pipeline_schedule",
             concat(name, " needs parallel.pipeline >= 2 (got ", pipeline, ")"));
+}
+
+void ParallelConfig::validate_pass_times(Checker& c) const {
+  if (zero_bubble_pass_times.empty()) return;
+  const PipelineSchedule s = pipeline_schedule_kind();
+  c.check(
+      s == PipelineSchedule::ZbH1 || s == PipelineSchedule::ZbV, "parallel.zero_bubble_pass_times",
+      concat("plans the lists of zb_h1 and zb_v; parallel.pipeline_schedule is ", option_name(s)));
+  c.check(zero_bubble_pass_times.size() == 3, "parallel.zero_bubble_pass_times",
+          concat("needs three times [forward, input gradient, weight gradient] (got ",
+                 zero_bubble_pass_times.size(), " values)"));
+  for (size_t i = 0; i < zero_bubble_pass_times.size(); ++i)
+    c.check(std::isfinite(zero_bubble_pass_times[i]) && zero_bubble_pass_times[i] > 0,
+            "parallel.zero_bubble_pass_times",
+            concat("entries must be finite and > 0 (got ", zero_bubble_pass_times[i], " at index ",
+                   i, ")"));
 }
 
 // (On CUDA the trainer refuses them: the planner sizes them for GPU clusters all the same.)

@@ -11,6 +11,7 @@
 
 #include "megatron/backend/ops.h"
 #include "megatron/core/format.h"
+#include "megatron/pipeline/zero_bubble.h"
 #include "megatron/planning/flops.h"
 #include "megatron/training/grad_reductions.h"
 #include "megatron/training/memory_check.h"
@@ -31,11 +32,11 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
     : recipe_(recipe), train_(std::move(train)), valid_(std::move(valid)) {
   // The split-backward schedules post sends that are waited for later (buffered): over NCCL
   // that needs a send stream of their own, not written yet. (The planner sizes them anyway.)
-  MT_INPUT_CHECK(recipe_.training.device == config::TrainingDevice::CPU ||
-                     !recipe_.parallel.splits_backward(),
-                 recipe_.source_path, ": parallel.pipeline_schedule: ",
-                 config::option_name(recipe_.parallel.pipeline_schedule_kind()),
-                 " runs on the CPU backend only so far (training.device: cpu)");
+  MT_INPUT_CHECK(
+      recipe_.training.device == config::TrainingDevice::CPU || !recipe_.parallel.splits_backward(),
+      recipe_.source_path, ": parallel.pipeline_schedule: ",
+      config::option_name(recipe_.parallel.pipeline_schedule_kind()),
+      " runs on the CPU backend only so far (training.device: cpu)");
   recipe_.resolve_for_world(groups.world->size());
   check_groups(groups);
   build_model(tokenizer_vocab);
@@ -107,6 +108,18 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
   store_.initialize(recipe_.training.seed);
 }
 
+// The step's schedule: the zero-bubble greedy plans on parallel.zero_bubble_pass_times when set.
+pipeline::Schedule Trainer::schedule_for(pipeline::ScheduleKind kind, int pp, int vpp) const {
+  const std::vector<double>& t = recipe_.parallel.zero_bubble_pass_times;
+  const int m = static_cast<int>(num_micro_);
+  if (t.size() == 3) {
+    const pipeline::PassCosts costs{t[0], t[1], t[2]};
+    if (kind == pipeline::ScheduleKind::ZeroBubbleH1) return pipeline::zero_bubble_h1(pp, m, costs);
+    if (kind == pipeline::ScheduleKind::ZeroBubbleV) return pipeline::zero_bubble_v(pp, m, costs);
+  }
+  return pipeline::make_schedule(kind, pp, m, vpp);
+}
+
 // The pipeline runtime over this rank's chunks and its actions of the step's schedule
 // (parallel.pipeline_schedule): 1F1B (one stage without pipelining), interleaved over virtual
 // stages, the zero-bubble ZB-H1 and ZB-V, or DualPipeV.
@@ -136,8 +149,7 @@ void Trainer::build_schedule() {
     default:  // 1f1b
       break;
   }
-  pipeline::Schedule schedule = pipeline::make_schedule(
-      kind, static_cast<int>(pp), static_cast<int>(num_micro_), static_cast<int>(vpp));
+  pipeline::Schedule schedule = schedule_for(kind, static_cast<int>(pp), static_cast<int>(vpp));
   pipeline_->set_buffered_sends(schedule.buffered_sends);
   pipeline_->set_placement(schedule.placement);
   schedule_actions_ = std::move(schedule.ranks[static_cast<size_t>(groups_.pp->rank())]);

@@ -76,6 +76,8 @@ class Trainer {
   ParamStore& store() { return store_; }
   const optim::LossScaler& loss_scaler() const { return *scaler_; }
   const models::Model& model() const { return *model_.chunks.front(); }
+  // This rank's action list of the step's pipeline schedule.
+  const std::vector<pipeline::Action>& schedule_actions() const { return schedule_actions_; }
   double flops_per_step() const { return flops_per_step_; }
   double peak_flops() const { return peak_.peak_flops; }
   const ComputePeak& compute_peak() const { return peak_; }
@@ -86,6 +88,7 @@ class Trainer {
   void check_groups(TrainerGroups groups);
   void build_model(int64_t tokenizer_vocab);
   void build_schedule();
+  pipeline::Schedule schedule_for(pipeline::ScheduleKind kind, int pp, int vpp) const;
   // The V placement (zb_v, dualpipe_v): stage 0 holds the first and the last virtual stage (one
   // tied table).
   bool v_placement() const { return recipe_.parallel.v_placement(); }

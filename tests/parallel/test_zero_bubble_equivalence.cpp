@@ -7,6 +7,7 @@
 // bit for bit: a stage runs its W's in micro-batch order, so every gradient sums in the same
 // order.
 #include <filesystem>
+#include <sstream>
 
 #include "equivalence_fixture.h"
 #include "megatron/pipeline/dualpipe_v.h"
@@ -94,6 +95,27 @@ TEST(ZeroBubbleV, MatchesSingleProcess) {
   EXPECT_GT(eq::expect_layouts_match(dense_model(), tokens(), v_layouts("zb_v")), 0)
       << "no layout for " << world().size() << " ranks";
   eq::report_max_diff("zb_v equivalence");
+}
+
+// parallel.zero_bubble_pass_times: the trainer runs the lists its greedy makes on those times
+// (other lists than with equal times), and they reproduce the single process too.
+TEST(ZeroBubbleV, PlansOnTheRecipesPassTimes) {
+  if (world().size() != 2) GTEST_SKIP() << "written for 2 ranks";
+  eq::RecipeSpec spec =
+      eq::Layout{.pp = 2, .vpp = 2, .micro = 1, .schedule = "zb_v"}.applied_to(dense_model());
+  spec.parallel_extra = "zero_bubble_pass_times: [1.0, 3.0, 0.25]";
+  const config::Recipe r = eq::make_recipe(spec);
+  mp::MeshSizes sizes;
+  sizes.pp = 2;
+  mp::Mesh mesh(sizes, world(), mp::testing::launch());
+  std::ostringstream log;
+  training::Trainer trainer(r, eq::kVocab, tokens(), nullptr,
+                            training::TrainerGroups::from_mesh(mesh), log);
+  const auto planned = pipeline::zero_bubble_v(2, 8, {1.0, 3.0, 0.25});
+  EXPECT_EQ(trainer.schedule_actions(), planned.ranks[static_cast<size_t>(world().rank())]);
+  EXPECT_NE(planned.ranks, pipeline::zero_bubble_v(2, 8).ranks);
+  eq::expect_same_curve(eq::train_on_world(r, tokens(), tokens()),
+                        eq::train_single(eq::make_recipe(dense_model()), tokens(), tokens()), {});
 }
 
 // A ZB-V checkpoint (stage 0 saves the one tied table of its two chunks) loads into a single

@@ -95,18 +95,31 @@ for s in vpp:
             r"step \d+: pipeline ([0-9.e+-]+) s, bubble ([0-9.e+-]+)", text)][2:]
         log += [json.loads(l) for l in open(f"{out}/{s}.r{n}.log.jsonl")
                 if '"step_seconds"' in l][2:]
-        # Per stage: the mean pass through the stage's chunks (all of them), by kind.
+        # Per stage: the mean pass through the stage's chunks (all of them), by kind; and the
+        # backwards without a W of their own in the step (DualPipeV's whole ones).
         for r in (0, 1):
+            step = []
+            def close(step):
+                split = {(e["microbatch"], e["chunk"]) for e in step if e["kind"] == "weight_grad"}
+                per[(r, "whole")] += [e["end_s"] - e["start_s"] for e in step
+                                      if e["kind"] == "backward"
+                                      and (e["microbatch"], e["chunk"]) not in split]
             for line in open(f"{out}/{s}.r{n}.timeline.rank{r}.jsonl"):
                 e = json.loads(line)
-                if e["kind"] in kinds:
-                    per[(r, e["kind"])].append(e["end_s"] - e["start_s"])
+                if e["kind"] not in kinds:
+                    continue
+                if e["kind"] == "forward" and e["microbatch"] == 0 and e["chunk"] == 0 and step:
+                    close(step)
+                    step = []
+                step.append(e)
+                per[(r, e["kind"])].append(e["end_s"] - e["start_s"])
+            close(step)
     rows[s] = dict(step=statistics.median(r["step_seconds"] for r in log),
                    tokens=statistics.median(r["tokens_per_s"] for r in log),
                    pipe=statistics.median(p for p, _ in steps),
                    bubble=statistics.median(x for _, x in steps))
     mean = lambda r, k: statistics.mean(per[(r, k)]) * vpp[s] if per[(r, k)] else 0.0
-    stage_times[s] = [[mean(r, k) for k in kinds] for r in (0, 1)]
+    stage_times[s] = [[mean(r, k) for k in kinds + ("whole",)] for r in (0, 1)]
 
 def simulate(sched, pp, m, f, b, w, plan=None):
     """f, b, w: one value or one per stage; b is the whole backward, w its weight part. plan:
@@ -123,6 +136,8 @@ def simulate(sched, pp, m, f, b, w, plan=None):
 def stage_costs(s):
     t = stage_times[s]
     f = [x[0] for x in t]
+    if s == "dualpipe_v":  # its whole backwards measured, and its W's (a split B: the rest)
+        return f, [x[3] for x in t], [x[2] for x in t]
     b = [x[1] + x[2] for x in t]  # a split B plus its W is the whole backward
     w = [x[2] for x in t] if s != "1f1b" and s != "interleaved" else [x[1] / 2 for x in t]
     return f, b, w
@@ -130,13 +145,14 @@ def stage_costs(s):
 for s, t in stage_times.items():
     print(f"{s:<13} pass times per stage (ms): " + "; ".join(
         f"stage {r}: F {x[0]*1e3:.1f} B {x[1]*1e3:.1f}" + (f" W {x[2]*1e3:.1f}" if x[2] else "")
+        + (f" (whole B {x[3]*1e3:.1f})" if x[2] and x[3] else "")
         for r, x in enumerate(t)))
 base = rows["1f1b"]["bubble"]
 print("\npp=2 m=8 (measured)  step s   tokens/s   pipeline s   bubble   vs 1f1b   simulated   sim/measured")
 for s, r in rows.items():
-    # DualPipeV mixes whole and split B's: its passes are ZB-V's (same chunks, same V). The
-    # zero-bubble lists as the runs made them: on equal times, or (_timed) on the measured ones.
-    costs = stage_costs("zb_v" if s == "dualpipe_v" else s)
+    # The zero-bubble lists as the runs made them: on equal times, or (_timed) on the measured
+    # ones.
+    costs = stage_costs(s)
     plan = "1,1,1" if s in ("zb_h1", "zb_v") else None
     if s.endswith("_timed"):
         plan = open(f"{out}/{s}.r{rounds[-1]}.plan_times").read().strip().strip("[]")

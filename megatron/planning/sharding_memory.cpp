@@ -142,31 +142,79 @@ void fill_totals(const ShardingInputs& in, double rest, MemoryBreakdown& m) {
   }
 }
 
+namespace {
+
+// Reductions overlap the backward (~2/3 of a micro-batch) but at least 20% stays exposed.
+double exposed(double t, double window) { return std::max(0.2 * t, t - window); }
+
+// The collectives the strategies are built from: seconds over their links, payload bytes.
+struct ReduceTerms {
+  double rs = 0, rs_bytes = 0;             // fp32 gradients reduce-scattered over the shard groups
+  double gather = 0, gather_bytes = 0;     // model-dtype weights all-gathered after the step
+  double replicas = 0, replica_bytes = 0;  // hybrid: the owned shards over the replica group
+  double unit_gathers = 0, unit_gather_bytes = 0;  // ZeRO-3: every unit, forward and backward
+};
+
+// ZeRO-2 and -3: every micro-batch reduces its own gradients as its backward ends (or, with
+// deferred weight gradients, the step's end reduces them once: nothing left to overlap); ZeRO-3
+// gathers every unit per micro-batch, prefetched behind compute.
+DataParallelComm sharded_grads_comm(const ShardingInputs& in, const ReduceTerms& t,
+                                    double compute_mb) {
+  const double m = static_cast<double>(in.microbatches), backward = compute_mb * 2.0 / 3.0;
+  DataParallelComm c;
+  if (in.strategy == ShardingStrategy::OptimGrads) {
+    c.gather_exposed = t.gather;
+    if (in.deferred_weight_grads) {
+      c.bytes = t.rs_bytes + t.gather_bytes + t.replica_bytes;
+      c.grads_exposed = t.rs + t.replicas;
+      return c;
+    }
+    // The earlier micro-batches' reductions also overlap the next micro-batch's forward.
+    c.bytes = m * t.rs_bytes + t.gather_bytes + t.replica_bytes;
+    c.grads_exposed =
+        exposed(t.rs, backward) + (m - 1) * std::max(0.0, t.rs - compute_mb) + t.replicas;
+    return c;
+  }
+  const double g = t.unit_gathers;
+  if (in.deferred_weight_grads) {
+    const double share = g > 0 ? exposed(g, compute_mb) / g : 0.0;
+    c.gather_exposed = m * g * share;
+    c.bytes = t.rs_bytes + m * t.unit_gather_bytes + t.replica_bytes;
+    c.grads_exposed = t.rs + t.replicas;
+    return c;
+  }
+  const double per_mb = g + t.rs;
+  const double share = per_mb > 0 ? exposed(per_mb, compute_mb) / per_mb : 0.0;
+  c.bytes = m * (t.rs_bytes + t.unit_gather_bytes) + t.replica_bytes;
+  c.grads_exposed = m * t.rs * share + t.replicas;
+  c.gather_exposed = m * g * share;
+  return c;
+}
+
+}  // namespace
+
 DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallelLinks& links,
                                     double compute_mb) {
   const Totals sum = totals(in);
   const int64_t nd = in.shard_group(), ne = std::max<int64_t>(in.expert_dp, 1);
   const int64_t k = in.strategy == ShardingStrategy::NoShard ? 1 : in.dp / nd;
-  const double w = in.wbytes, m = static_cast<double>(in.microbatches);
+  const double w = in.wbytes;
   const double dense = static_cast<double>(sum.dense), expert = static_cast<double>(sum.expert),
                frozen = static_cast<double>(sum.frozen);
   // Payload over a group of one moves nothing.
   auto over = [](double bytes, int64_t group) { return group > 1 ? bytes : 0.0; };
-  // Reductions overlap the backward (~2/3 of a micro-batch) but at least 20% stays exposed.
   const double backward = compute_mb * 2.0 / 3.0;
-  auto exposed = [](double t, double window) { return std::max(0.2 * t, t - window); };
-  // fp32 gradients reduce-scattered over the shard groups (once, or per micro-batch).
-  const double rs =
-      ring_gather(4 * dense, nd, links.shard) + ring_gather(4 * expert, ne, links.experts);
-  const double rs_bytes = over(4 * dense, nd) + over(4 * expert, ne);
-  // The model-dtype weights all-gathered after the step (optim, optim_grads).
-  const double gather =
-      ring_gather(w * dense, nd, links.shard) + ring_gather(w * expert, ne, links.experts);
-  const double gather_bytes = over(w * dense, nd) + over(w * expert, ne);
-  // Hybrid: the owned gradient shards all-reduced over the replicas once the reductions are
-  // done (not overlapped). MoE models are not hybrid-sharded (recipe validation).
-  const double replica_bytes = k > 1 ? 4.0 * static_cast<double>(cdiv(sum.dense, nd)) : 0.0;
-  const double replicas = ring_all_reduce(replica_bytes, k, links.replicas);
+  ReduceTerms t;
+  t.rs = ring_gather(4 * dense, nd, links.shard) + ring_gather(4 * expert, ne, links.experts);
+  t.rs_bytes = over(4 * dense, nd) + over(4 * expert, ne);
+  t.gather = ring_gather(w * dense, nd, links.shard) + ring_gather(w * expert, ne, links.experts);
+  t.gather_bytes = over(w * dense, nd) + over(w * expert, ne);
+  // Not overlapped; MoE models are not hybrid-sharded (recipe validation).
+  t.replica_bytes = k > 1 ? 4.0 * static_cast<double>(cdiv(sum.dense, nd)) : 0.0;
+  t.replicas = ring_all_reduce(t.replica_bytes, k, links.replicas);
+  t.unit_gathers = ring_gather(2 * w * (dense + frozen), nd, links.shard) +
+                   ring_gather(2 * w * expert, ne, links.experts);
+  t.unit_gather_bytes = over(2 * w * (dense + frozen), nd) + over(2 * w * expert, ne);
   DataParallelComm c;
   switch (in.strategy) {
     case ShardingStrategy::NoShard: {
@@ -180,48 +228,19 @@ DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallel
       }
       const double ar = ring_all_reduce(4 * dense, nd, links.shard) +
                         ring_all_reduce(4 * expert, ne, links.experts);
-      c.bytes = rs_bytes;
+      c.bytes = t.rs_bytes;
       c.grads_exposed = exposed(ar, backward);
       break;
     }
     case ShardingStrategy::Optim:
-      c.bytes = rs_bytes + gather_bytes + replica_bytes;
-      c.grads_exposed = exposed(rs, backward) + replicas;
-      c.gather_exposed = gather;
+      c.bytes = t.rs_bytes + t.gather_bytes + t.replica_bytes;
+      c.grads_exposed = exposed(t.rs, backward) + t.replicas;
+      c.gather_exposed = t.gather;
       break;
     case ShardingStrategy::OptimGrads:
-      if (in.deferred_weight_grads) {  // once, after the last W: nothing left to overlap
-        c.bytes = rs_bytes + gather_bytes + replica_bytes;
-        c.grads_exposed = rs + replicas;
-        c.gather_exposed = gather;
-        break;
-      }
-      // Every micro-batch reduces its own gradients; the earlier ones also overlap the next
-      // micro-batch's forward.
-      c.bytes = m * rs_bytes + gather_bytes + replica_bytes;
-      c.grads_exposed = exposed(rs, backward) + (m - 1) * std::max(0.0, rs - compute_mb) + replicas;
-      c.gather_exposed = gather;
+    case ShardingStrategy::OptimGradsParams:
+      c = sharded_grads_comm(in, t, compute_mb);
       break;
-    case ShardingStrategy::OptimGradsParams: {
-      // Per micro-batch: every unit gathered for forward and again for backward (frozen ones
-      // too), prefetched behind compute, and its gradients reduce-scattered.
-      const double gathers = ring_gather(2 * w * (dense + frozen), nd, links.shard) +
-                             ring_gather(2 * w * expert, ne, links.experts);
-      const double share = gathers > 0 ? exposed(gathers, compute_mb) / gathers : 0.0;
-      const double gather_bytes_mb = over(2 * w * (dense + frozen), nd) + over(2 * w * expert, ne);
-      c.gather_exposed = m * gathers * share;
-      if (in.deferred_weight_grads) {  // the reductions once, after the last W
-        c.bytes = rs_bytes + m * gather_bytes_mb + replica_bytes;
-        c.grads_exposed = rs + replicas;
-        break;
-      }
-      const double per_mb = gathers + rs;
-      const double mb_share = per_mb > 0 ? exposed(per_mb, compute_mb) / per_mb : 0.0;
-      c.bytes = m * (rs_bytes + gather_bytes_mb) + replica_bytes;
-      c.grads_exposed = m * rs * mb_share + replicas;
-      c.gather_exposed = m * gathers * mb_share;
-      break;
-    }
   }
   return c;
 }

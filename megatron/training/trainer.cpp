@@ -66,13 +66,6 @@ Trainer::~Trainer() = default;
 // The process groups (groups of one where none are given) must match the recipe's layout;
 // the recipe must ask only for what exists.
 void Trainer::check_groups(TrainerGroups g) {
-  // The split-backward schedules post sends that are waited for later (buffered): over NCCL
-  // that needs a send stream of their own, not written yet. (The planner sizes them anyway.)
-  MT_INPUT_CHECK(
-      recipe_.training.device == config::TrainingDevice::CPU || !recipe_.parallel.splits_backward(),
-      recipe_.source_path, ": parallel.pipeline_schedule: ",
-      config::option_name(recipe_.parallel.pipeline_schedule_kind()),
-      " runs on the CPU backend only so far (training.device: cpu)");
   single_ = parallel::make_single_process_communicator();
   // Every group behind a timer (the step split's exposed communication, step_split.h).
   timed_ = std::make_unique<TimedGroups>(complete_groups(recipe_, g, single_.get()));

@@ -114,25 +114,32 @@ void Linear::backward(Ctx& ctx, const Tensor& dy, Tensor* dx, const MicroBatchIn
     tp::reduce_scatter_to_sequence_backward(*tp_, dy, dy_full);
     ops::linear_backward(ctx.input, w, dy_full, dx, nullptr, nullptr);
     if (lora_)
-      lora_->backward(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch, mb, ctx.lora_x);
+      lora_->backward(ctx.lora_h, ctx.input, dy_full, dx, ctx.lora_scratch, mb, ctx.lora_x, state,
+                      own);
     return weight_grads(ctx.input, dy_full, mb, state, own);
   }
   if (sp_ && mode_ == TPMode::Column) {
     const Tensor x_full = tp::gathered_sequence(*tp_, ctx.input);
     if (!dx) {
-      if (lora_) lora_->backward(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch, mb, ctx.lora_x);
+      if (lora_)
+        lora_->backward(ctx.lora_h, x_full, dy, nullptr, ctx.lora_scratch, mb, ctx.lora_x, own,
+                        dy_state);
       return weight_grads(x_full, dy, mb, own, dy_state);
     }
     // Full-sequence partial input gradient, summed over tp and split back into slices at once.
     Tensor partial = Tensor::empty(x_full.shape(), dy.dtype(), dy.device());
     ops::linear_backward(x_full, w, dy, &partial, nullptr, nullptr);
-    if (lora_) lora_->backward(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch, mb, ctx.lora_x);
+    if (lora_)
+      lora_->backward(ctx.lora_h, x_full, dy, &partial, ctx.lora_scratch, mb, ctx.lora_x, own,
+                      dy_state);
     tp::gather_from_sequence_backward(*tp_, partial, *dx);
     return weight_grads(x_full, dy, mb, own, dy_state);
   }
   const Tensor& dy_in = tp::reduce_from_region_backward(dy);
   if (dx) ops::linear_backward(ctx.input, w, dy_in, dx, nullptr, nullptr);
-  if (lora_) lora_->backward(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x);
+  if (lora_)
+    lora_->backward(ctx.lora_h, ctx.input, dy, dx, ctx.lora_scratch, mb, ctx.lora_x, state,
+                    dy_state);
   if (dx && mode_ == TPMode::Column) tp::copy_to_region_backward(*tp_, *dx);
   weight_grads(ctx.input, dy_in, mb, state, dy_state);
 }

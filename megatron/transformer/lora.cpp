@@ -115,19 +115,34 @@ void LoRAAdapter::forward_row(Tensor& h, const Tensor& x_in, Tensor& out, const 
 }
 
 void LoRAAdapter::backward(const Tensor& h, const Tensor& x_in, const Tensor& dy, Tensor* dx,
-                           Tensor& scratch, const MicroBatchInfo* mb, Tensor& xbuf) const {
+                           Tensor& scratch, const MicroBatchInfo* mb, Tensor& xbuf,
+                           WeightGradInputs x_kind, WeightGradInputs dy_kind) const {
   const Tensor x = dropped(x_in, mb, xbuf);  // the forward's mask again
   const int64_t n = h.dim(0);
   Tensor& dh = ensure(scratch, {n, rank_}, h.dtype(), h.device());
-  Tensor gb = grad_b_2d(), ga = grad_a_2d();
-  ops::linear_backward(h, b_2d(), dy.view({n, local_out_}), &dh, &gb, nullptr);
+  const Tensor dy2 = dy.view({n, local_out_});
+  ops::linear_backward(h, b_2d(), dy2, &dh, nullptr, nullptr);
+  // dB += dy^T h and dA += dh^T x through run_weight_grads (now, or at the schedule's W): h is
+  // the layer's state, dh this call's scratch, x the dropout buffer reused below (copied).
+  run_weight_grads(mb, {h, dy2},
+                   [this](const std::vector<Tensor>& in) {
+                     Tensor gb = grad_b_2d();
+                     ops::linear_weight_grad(in[0], b_->weight, in[1], &gb, nullptr);
+                   },
+                   {state_input(mb), dy_kind});
   ops::scale_inplace(dh, scale_);
+  const auto weight_grad_a = [this](const std::vector<Tensor>& in) {
+    Tensor ga = grad_a_2d();
+    ops::linear_weight_grad(in[0], a_->weight, in[1], &ga, nullptr);
+  };
+  const WeightGradInputs x_in_kind = dropout_on(mb) ? WeightGradInputs::Copy : x_kind;
   if (dx == nullptr) {
-    ops::linear_backward(x, a_2d(), dh, nullptr, &ga, nullptr);
+    run_weight_grads(mb, {x, dh}, weight_grad_a, {x_in_kind, WeightGradInputs::Copy});
     return;
   }
   Tensor term = Tensor::empty({n, local_in_}, x.dtype(), x.device());
-  ops::linear_backward(x, a_2d(), dh, &term, &ga, nullptr);
+  ops::linear_backward(x, a_2d(), dh, &term, nullptr, nullptr);
+  run_weight_grads(mb, {x, dh}, weight_grad_a, {x_in_kind, WeightGradInputs::Copy});
   if (dropout_on(mb)) {  // d(dropout)/dx: the same mask on the gradient (xbuf is free again)
     Tensor term3 = term.view(x_in.shape());
     const Tensor masked = dropped(term3, mb, xbuf);

@@ -17,6 +17,7 @@
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
 #include "megatron/transformer/context.h"
+#include "megatron/transformer/weight_grads.h"
 
 namespace megatron {
 
@@ -53,9 +54,13 @@ class LoRAAdapter {
   // Backward of either (x and h as the forward saw them; dy: this rank's output columns, or
   // for a row base the gradient of every row of h): dB += dy^T h, dA += dh^T x with
   // dh = scale * dy B (a tp-partial sum for a column base), and dx (if any) += dh A through
-  // the dropout mask (a column base's dx is the partial sum its Linear reduces).
+  // the dropout mask (a column base's dx is the partial sum its Linear reduces). dB and dA go
+  // through run_weight_grads (weight_grads.h: now, or queued for the schedule's W); x_kind and
+  // dy_kind say whether x and dy stay valid until then.
   void backward(const Tensor& h, const Tensor& x, const Tensor& dy, Tensor* dx, Tensor& scratch,
-                const MicroBatchInfo* mb, Tensor& xbuf) const;
+                const MicroBatchInfo* mb, Tensor& xbuf,
+                WeightGradInputs x_kind = WeightGradInputs::Copy,
+                WeightGradInputs dy_kind = WeightGradInputs::Copy) const;
 
   Parameter& a() const { return *a_; }
   Parameter& b() const { return *b_; }

@@ -2,6 +2,8 @@
 // Each tensor-parallel layer against its unsplit version: outputs, input gradients and every
 // weight-gradient shard equal the matching slice of the single-process layer's results, with
 // and without sequence parallelism; the split (zero-bubble) backward against the joint one.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -171,6 +173,12 @@ void expect_zero(const Tensor& t, const std::string& what) {
   for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data<float>()[i], 0.0f) << what << " " << i;
 }
 
+double max_abs(const Tensor& t) {
+  double m = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(double{t.data<float>()[i]}));
+  return m;
+}
+
 // Zero-bubble's split backward (transformer/weight_grads.h): with a queue on the micro-batch a
 // layer's backward writes the same input gradient, leaves its weight gradients untouched, and
 // the drained queue then gives the joint backward's gradients bit for bit, even after the
@@ -219,6 +227,60 @@ TEST(TensorParallelLayers, DeferredWeightGradientsEqualTheJointBackward) {
     for (const char* name : {"l.weight", "l.bias"})
       expect_bitwise(split_store.get(name).grad, joint_store.get(name).grad, name);
   }
+}
+
+// LoRA's adapter gradients (dB, dA) are deferred with the base's: the input gradient at once,
+// every weight gradient bit for bit the joint backward's after W, also through the adapter's
+// dropout (its input, rebuilt in a reused buffer, is copied for the W).
+TEST(TensorParallelLayers, DeferredLoraGradientsEqualTheJointBackward) {
+  const int tp = world().size();
+  const int64_t S = 4 * tp, B = 3, in = 8 * tp, out = 4 * tp;
+  for (const float dropout : {0.0f, 0.25f})
+    for (const LayerCase c : {LayerCase{TPMode::Column, false}, LayerCase{TPMode::Column, true},
+                              LayerCase{TPMode::Row, false}, LayerCase{TPMode::Row, true}}) {
+      SCOPED_TRACE(
+          concat(static_cast<int>(c.mode), c.sp ? " sequence-parallel" : "", " dropout ", dropout));
+      const LoraSpec lora{.rank = 2, .alpha = 4.0f, .dropout = dropout, .seed = 5};
+      ParamStore joint_store, split_store;
+      Linear joint(joint_store, "l", in, out, false, c.mode, world(), 0.5f, Shape{}, c.sp, lora);
+      Linear split(split_store, "l", in, out, false, c.mode, world(), 0.5f, Shape{}, c.sp, lora);
+      for (ParamStore* s : {&joint_store, &split_store}) {
+        s->finalize();
+        s->initialize(3);
+        // B starts at zero: give it values so that dA is not zero.
+        Tensor& b = s->get("l.lora_b.weight").weight;
+        for (int64_t i = 0; i < b.numel(); ++i)
+          b.data<float>()[i] = 0.1f * static_cast<float>(i % 7);
+      }
+      const int64_t in_local = c.mode == TPMode::Row ? in / tp : in;
+      const int64_t out_local = c.mode == TPMode::Column ? out / tp : out;
+      const int64_t s_in = c.sp && c.mode == TPMode::Column ? S / tp : S;
+      const int64_t s_out = c.sp && c.mode == TPMode::Row ? S / tp : S;
+      Tensor x = random_tensor({s_in, B, in_local}, 11),
+             dy = random_tensor({s_out, B, out_local}, 12);
+      Tensor y = Tensor::empty({s_out, B, out_local}, DType::F32);
+      MicroBatchInfo joint_mb, split_mb;
+      Linear::Ctx jc, sc;
+      joint.forward(jc, x, y, &joint_mb);
+      Tensor dx_joint = Tensor::empty(x.shape(), DType::F32);
+      joint.backward(jc, dy, &dx_joint, &joint_mb);
+
+      split.forward(sc, x, y, &split_mb);
+      WeightGradQueue queue;
+      split_mb.weight_grads = &queue;
+      Tensor dx_split = Tensor::empty(x.shape(), DType::F32);
+      split.backward(sc, dy, &dx_split, &split_mb);
+      expect_bitwise(dx_split, dx_joint, "input gradient");
+      for (const char* name : {"l.weight", "l.lora_a.weight", "l.lora_b.weight"})
+        expect_zero(split_store.get(name).grad, concat(name, " before W"));
+      ops::fill(x, 7.0f);  // the caller reuses its buffers before W
+      ops::fill(dy, -3.0f);
+      queue.drain();
+      for (const char* name : {"l.weight", "l.lora_a.weight", "l.lora_b.weight"}) {
+        EXPECT_GT(max_abs(joint_store.get(name).grad), 0.0) << name;
+        expect_bitwise(split_store.get(name).grad, joint_store.get(name).grad, name);
+      }
+    }
 }
 
 TEST(TensorParallelLayers, DeferredEmbeddingGradientEqualsTheJointBackward) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "megatron/backend/ops.h"
 #include "megatron/transformer/layers.h"
@@ -179,6 +180,18 @@ double max_abs(const Tensor& t) {
   return m;
 }
 
+// A Linear's input x (this rank's sequence slice under sequence parallelism, its feature shard
+// for a row base), an output gradient dy and an output buffer y of its layout.
+std::tuple<Tensor, Tensor, Tensor> layer_tensors(const LayerCase& c, int tp, int64_t S, int64_t B,
+                                                 int64_t in, int64_t out) {
+  const int64_t in_local = c.mode == TPMode::Row ? in / tp : in;
+  const int64_t out_local = c.mode == TPMode::Column ? out / tp : out;
+  const int64_t s_in = c.sp && c.mode == TPMode::Column ? S / tp : S;
+  const int64_t s_out = c.sp && c.mode == TPMode::Row ? S / tp : S;
+  return {random_tensor({s_in, B, in_local}, 11), random_tensor({s_out, B, out_local}, 12),
+          Tensor::empty({s_out, B, out_local}, DType::F32)};
+}
+
 // Zero-bubble's split backward (transformer/weight_grads.h): with a queue on the micro-batch a
 // layer's backward writes the same input gradient, leaves its weight gradients untouched, and
 // the drained queue then gives the joint backward's gradients bit for bit, even after the
@@ -199,13 +212,7 @@ TEST(TensorParallelLayers, DeferredWeightGradientsEqualTheJointBackward) {
       s->finalize();
       s->initialize(3);
     }
-    const int64_t in_local = c.mode == TPMode::Row ? in / tp : in;
-    const int64_t out_local = c.mode == TPMode::Column ? out / tp : out;
-    const int64_t s_in = c.sp && c.mode == TPMode::Column ? S / tp : S;
-    const int64_t s_out = c.sp && c.mode == TPMode::Row ? S / tp : S;
-    Tensor x = random_tensor({s_in, B, in_local}, 11),
-           dy = random_tensor({s_out, B, out_local}, 12);
-    Tensor y = Tensor::empty({s_out, B, out_local}, DType::F32);
+    auto [x, dy, y] = layer_tensors(c, tp, S, B, in, out);
     Linear::Ctx jc, sc;
     joint.forward(jc, x, y);
     Tensor dx_joint = Tensor::empty(x.shape(), DType::F32);
@@ -252,13 +259,7 @@ TEST(TensorParallelLayers, DeferredLoraGradientsEqualTheJointBackward) {
         for (int64_t i = 0; i < b.numel(); ++i)
           b.data<float>()[i] = 0.1f * static_cast<float>(i % 7);
       }
-      const int64_t in_local = c.mode == TPMode::Row ? in / tp : in;
-      const int64_t out_local = c.mode == TPMode::Column ? out / tp : out;
-      const int64_t s_in = c.sp && c.mode == TPMode::Column ? S / tp : S;
-      const int64_t s_out = c.sp && c.mode == TPMode::Row ? S / tp : S;
-      Tensor x = random_tensor({s_in, B, in_local}, 11),
-             dy = random_tensor({s_out, B, out_local}, 12);
-      Tensor y = Tensor::empty({s_out, B, out_local}, DType::F32);
+      auto [x, dy, y] = layer_tensors(c, tp, S, B, in, out);
       MicroBatchInfo joint_mb, split_mb;
       Linear::Ctx jc, sc;
       joint.forward(jc, x, y, &joint_mb);

@@ -31,7 +31,8 @@ enum class SoftmaxType : uint8_t { Vanilla, OffByOne, Learnable };
 enum class TrainingDevice : uint8_t { CPU, CUDA };
 enum class Precision : uint8_t { FP32, BF16, FP16 };
 enum class RecomputeGranularity : uint8_t { None, Full, Selective };
-enum class OptimizerType : uint8_t { AdamW, SGD };  // sgd uses beta1 as momentum
+// sgd uses beta1 as momentum; onebit_adam is AdamW until optimizer.freeze_step, then 1-bit Adam
+enum class OptimizerType : uint8_t { AdamW, SGD, OnebitAdam };
 enum class LrDecay : uint8_t { Cosine, Linear, Constant };
 // Mixture of experts (model.moe_*; megatron/transformer/moe/router.h says what each does).
 enum class MoeScoreFunction : uint8_t { Softmax, Sigmoid };
@@ -94,7 +95,7 @@ MT_OPTION_NAMES(SoftmaxType, "vanilla", "off-by-one", "learnable");
 MT_OPTION_NAMES(TrainingDevice, "cpu", "cuda");
 MT_OPTION_NAMES(Precision, "fp32", "bf16", "fp16");
 MT_OPTION_NAMES(RecomputeGranularity, "none", "full", "selective");
-MT_OPTION_NAMES(OptimizerType, "adamw", "sgd");
+MT_OPTION_NAMES(OptimizerType, "adamw", "sgd", "onebit_adam");
 MT_OPTION_NAMES(LrDecay, "cosine", "linear", "constant");
 MT_OPTION_NAMES(MoeScoreFunction, "softmax", "sigmoid");
 MT_OPTION_NAMES(MoeLoadBalancing, "aux_loss", "seq_aux_loss", "global_aux_loss", "none");

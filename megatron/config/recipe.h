@@ -208,7 +208,10 @@ struct OptimizerConfig {
   OptimizerType type = OptimizerType::AdamW;
   double lr = 0;  // required, > 0
   double min_lr = 0, weight_decay = 0.01, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip_grad = 1.0;    // 0 -> no clipping
+  double clip_grad = 1.0;  // 0 -> no clipping
+  // onebit_adam: AdamW steps (full-precision gradient all-reduces) before the variance freezes
+  // and the momenta go as signs (DeepSpeed's freeze_step); 0 with the other types.
+  int64_t freeze_step = 0;
   bool distributed = false;  // ZeRO-1 over data parallel
   // Master weights and Adam moments in host memory, stepped by the host Adam (cuda only); the
   // fraction of them offloaded (Megatron's --optimizer-offload-fraction).
@@ -229,6 +232,7 @@ struct OptimizerConfig {
     v("beta2", s.beta2);
     v("eps", s.eps);
     v("clip_grad", s.clip_grad);
+    v("freeze_step", s.freeze_step, noted("onebit_adam: full-precision steps before compression"));
     v("distributed", s.distributed,
       noted("alias of parallel.data_parallel_sharding_strategy: optim"));
     v("offload", s.offload);
@@ -450,6 +454,9 @@ struct Recipe {
   void validate_experts(Checker& c) const;
   void validate_sharding_and_device(Checker& c) const;
   void validate_schedule_and_data(Checker& c) const;
+  // Communication compression (parallel.grad_compression, optimizer.type onebit_adam) against
+  // the sharding strategy, device, precision and run length (validate_compression.cpp).
+  void validate_compression(Checker& c) const;
   // The pipeline schedule against the model and device, and its micro-batch count against the
   // data-parallel size (validate_pipeline.cpp).
   void validate_pipeline(Checker& c) const;

@@ -294,6 +294,7 @@ void Recipe::validate() const {
   validate_layout(c);
   validate_experts(c);
   validate_sharding_and_device(c);
+  validate_compression(c);
   validate_schedule_and_data(c);
   validate_pipeline(c);
 }
@@ -371,25 +372,6 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
                    optimizer.distributed ? "optimizer.distributed"
                                          : "training.use_distributed_optimizer",
                    ": true (which asks for the distributed optimizer, strategy optim)"));
-  c.check(parallel.grad_compression == GradCompression::None ||
-              sharding_strategy() == ShardingStrategy::NoShard,
-          "parallel.grad_compression",
-          concat("topk sums every rank's sparse gradients into the whole bucket, which the "
-                 "sharding strategy ",
-                 option_name(sharding_strategy()),
-                 " reduce-scatters instead: use parallel.data_parallel_sharding_strategy: "
-                 "no_shard"));
-  c.check(
-      parallel.grad_compression == GradCompression::None || training.device == TrainingDevice::CPU,
-      "parallel.grad_compression",
-      "topk runs on the CPU backend only so far (training.device: cpu)");
-  // A re-run would send the step's gradients again and move the residuals twice.
-  c.check(parallel.grad_compression == GradCompression::None ||
-              training.rerun_mode == RerunMode::Disabled,
-          "parallel.grad_compression",
-          concat("topk keeps error-feedback residuals that a re-run of the step would change; "
-                 "training.rerun_mode ",
-                 option_name(training.rerun_mode), " needs grad_compression: none"));
   if (parallel.num_distributed_optimizer_instances > 1) {
     c.check(sharding_strategy() != ShardingStrategy::NoShard,
             "parallel.num_distributed_optimizer_instances",
@@ -413,7 +395,8 @@ void Recipe::validate_sharding_and_device(Checker& c) const {
             "cpu offload moves the optimizer from the GPU to host memory; with training.device: "
             "cpu the optimizer already lives in host memory (remove the key or set it to none)");
     c.check(optimizer.type == OptimizerType::AdamW, "optimizer.offload",
-            "the host optimizer is AdamW (got optimizer.type: sgd)");
+            concat("the host optimizer is AdamW (got optimizer.type: ", option_name(optimizer.type),
+                   ")"));
   }
 }
 

@@ -20,19 +20,21 @@ Optimizer::Optimizer(ParamStore& store, const OptimizerSettings& settings)
     if (s.offloaded) offloaded.push_back(s);
   }
   const bool adamw = settings.type == config::OptimizerType::AdamW;
+  const bool adam = adamw || settings.type == config::OptimizerType::OnebitAdam;
   MT_INPUT_CHECK(offloaded.empty() || adamw,
                  "optimizer.offload: the host optimizer is AdamW (got optimizer.type: ",
                  config::option_name(settings.type), ")");
   if (!offloaded.empty()) offload_ = std::make_unique<HostOffload>(store, std::move(offloaded));
   // Moments live with the parameters (on the store's device).
   MT_INPUT_CHECK(adamw || store.device() == Device::CPU,
-                 "optimizer.type: sgd runs on the CPU only (use adamw on ",
-                 device_name(store.device()), ")");
+                 "optimizer.type: ", config::option_name(settings.type),
+                 " runs on the CPU only (use adamw on ", device_name(store.device()), ")");
   m_ = Tensor::zeros({state}, DType::F32, store.device());
-  if (adamw) v_ = Tensor::zeros({state}, DType::F32, store.device());
+  if (adam) v_ = Tensor::zeros({state}, DType::F32, store.device());
 }
 
 void Optimizer::step(double lr) {
+  if (compressing()) return step_compressed(lr);
   ++steps_;
   math::AdamWParams p{};
   p.lr = static_cast<float>(lr);
@@ -48,7 +50,7 @@ void Optimizer::step(double lr) {
     const Tensor& grad = s.grad;
     Tensor m = m_.flat_view(s.state_offset, {n});
     const float wd = s.param->weight_decay ? static_cast<float>(settings_.weight_decay) : 0.0f;
-    if (settings_.type == config::OptimizerType::AdamW) {
+    if (settings_.type != config::OptimizerType::SGD) {  // AdamW, 1-bit Adam's warm-up
       p.weight_decay = wd;
       Tensor v = v_.flat_view(s.state_offset, {n});
       ops::adamw_step(value, grad, m, v, p);

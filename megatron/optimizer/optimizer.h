@@ -20,6 +20,18 @@ namespace megatron::optim {
 struct OptimizerSettings {
   config::OptimizerType type = config::OptimizerType::AdamW;
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t freeze_step = 0;  // onebit_adam: AdamW's steps before the variance freezes
+};
+
+// 1-bit Adam's compression stage (optimizer/onebit_adam.h): each rank's local momentum averaged
+// over the ranks its gradients are summed over.
+class MomentumExchange {
+ public:
+  virtual ~MomentumExchange() = default;
+  // How many data-parallel ranks p's gradient is summed over.
+  virtual int ranks(const Parameter& p) const = 0;
+  // The segments' gradient views, holding this rank's momenta, become their averages.
+  virtual void average(const std::vector<ParamSegment>& segments) = 0;
 };
 
 // The part of one parameter inside an owned slice (megatron/params/sharding.h).
@@ -30,6 +42,10 @@ class Optimizer {
   Optimizer(ParamStore& store, const OptimizerSettings& settings);
   // One update with learning rate lr; advances the step count (bias correction).
   void step(double lr);
+  // onebit_adam: whether the next step is past optimizer.freeze_step (gradients stay local;
+  // the momenta go through the exchange), and where they do.
+  bool compressing() const;
+  void set_momentum_exchange(MomentumExchange* exchange) { exchange_ = exchange; }
   int64_t steps_taken() const { return steps_; }
   void set_steps_taken(int64_t steps) { steps_ = steps; }  // resume
   const std::vector<Segment>& segments() const { return segments_; }
@@ -49,7 +65,10 @@ class Optimizer {
   std::vector<Segment> segments_;
   Tensor m_, v_;
   std::unique_ptr<HostOffload> offload_;
+  MomentumExchange* exchange_ = nullptr;
   int64_t steps_ = 0;
+
+  void step_compressed(double lr);  // onebit_adam.cpp
 };
 
 // All-reduces a small host tensor of control values (norms, counts, flags) over `group`: in

@@ -353,6 +353,7 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   in.offload = lay.offload;
   if (r.parallel.grad_compression == config::GradCompression::Topk)
     in.topk_ratio = r.parallel.topk_ratio;
+  in.onebit_adam = r.optimizer.type == config::OptimizerType::OnebitAdam;
   in.units = stage_units(d, V, lay, chunks, r.parallel.fsdp_unit_layers);
   for (const detail::UnitParams& u : in.units) sp.trainable_parameters += u.dense + u.expert;
   MemoryBreakdown& m = sp.memory;

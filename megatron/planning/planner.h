@@ -85,7 +85,9 @@
 //   per-micro-batch time x (m + (p-1)/v) (the bubble);
 //   DP (payload per step: dp_bytes_per_step): no_shard all-reduces the fp32 grads 4P during the
 //     last micro-batch's backward (overlapped, at least 20% exposed; with top-k compression
-//     each rank's 8 r P bytes of index/value pairs are all-gathered instead); optim reduce-scatters
+//     each rank's 8 r P bytes of index/value pairs are all-gathered instead; with onebit_adam past
+//     its freeze 0.14 P of signs and scales go all-to-all and 0.14 P / dp are gathered back, at
+//     the step, exposed); optim reduce-scatters
 //     4P the same way and all-gathers the weights wP after the step (exposed); optim_grads
 //     reduce-scatters 4P every micro-batch (the excess over a micro-batch's compute exposed) and
 //     gathers wP after the step; optim_grads_params gathers every unit for forward and backward

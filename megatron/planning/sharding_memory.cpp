@@ -226,6 +226,17 @@ DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallel
                                   backward);
         break;
       }
+      if (in.onebit_adam) {
+        // optimizer/onebit_compression.h: 1 bit + 4 bytes per 256-element block, sent whole to
+        // the all-to-all (every server's chunk) and this rank's chunk once more to the gather.
+        constexpr double kBytesPerElement = 1.0 / 8 + 4.0 / 256;
+        const double md = kBytesPerElement * dense, me = kBytesPerElement * expert;
+        c.bytes = over(md * (1 + 1.0 / static_cast<double>(nd)), nd) +
+                  over(me * (1 + 1.0 / static_cast<double>(ne)), ne);
+        c.grads_exposed =
+            2 * (ring_gather(md, nd, links.shard) + ring_gather(me, ne, links.experts));
+        break;
+      }
       const double ar = ring_all_reduce(4 * dense, nd, links.shard) +
                         ring_all_reduce(4 * expert, ne, links.experts);
       c.bytes = t.rs_bytes;

@@ -37,6 +37,10 @@ struct ShardingInputs {
   // parallel.grad_compression topk (no_shard): the share of gradient entries each rank sends,
   // as (int32 index, fp32 value) pairs all-gathered instead of the all-reduce; 0: none.
   double topk_ratio = 0;
+  // optimizer.type onebit_adam (no_shard), after its freeze: each rank's momenta leave as signs
+  // and a scale per 256 elements, all-to-all to their servers and all-gathered back at the step
+  // (not overlapped with backward); the warm-up's all-reduces are not modelled.
+  bool onebit_adam = false;
   // A pipeline schedule with W passes (zb_h1, zb_v, dualpipe_v): sharded gradients stay whole
   // until the step's end and are reduce-scattered once then (distributed/fully_sharded.h).
   bool deferred_weight_grads = false;

@@ -501,8 +501,9 @@ void Checkpointer::request_pieces(LoadPieces& pieces, const HostBuffers& host,
 // Tensors of the checkpoint no rank uses (e.g. a 2-layer checkpoint loaded into a 1-layer
 // model): an error listing them, or with checkpoint.strict: false, named and skipped; then what
 // a partial load left out, named.
-// Top-k residuals saved by this layout and rank; where there are none (another layout, a run
-// without compression) error feedback starts from zero, which rank 0 says.
+// Compression error buffers (top-k residuals, 1-bit Adam's) saved by this layout and rank; where
+// there are none (another layout, a run without compression) error feedback starts from zero, which
+// rank 0 says.
 void Checkpointer::request_residuals(LoadPieces& pieces) const {
   int64_t missing = 0;
   for (auto [name, residual] : grad_sync_->compression_residuals()) {
@@ -515,8 +516,9 @@ void Checkpointer::request_residuals(LoadPieces& pieces) const {
     }
   }
   if (missing > 0 && log_ != nullptr)
-    *log_ << "checkpoint: no top-k gradient residuals of this layout and rank (another layout, or "
-             "saved without parallel.grad_compression): error feedback restarts from zero\n";
+    *log_ << "checkpoint: no gradient-compression error buffers of this layout and rank (another "
+             "layout, or saved without parallel.grad_compression / onebit_adam): error feedback "
+             "restarts from zero\n";
 }
 
 void Checkpointer::report_partial_load(const Coverage& coverage, const LoadPieces& pieces,

@@ -44,6 +44,7 @@ GradientSync::GradientSync(ParamStore& store, const TrainerGroups& g)
 }
 
 void GradientSync::finish() {
+  if (local_) return;
   if (units_) {
     units_->finish_step();
     return;
@@ -69,7 +70,18 @@ std::vector<std::pair<std::string, Tensor>> GradientSync::compression_residuals(
     if (grads != nullptr)
       for (size_t b = 0; b < grads->residuals().size(); ++b)
         out.emplace_back(concat(region, b), grads->residuals()[b]);
+  if (onebit_)
+    for (auto& buffer : onebit_->error_buffers()) out.push_back(std::move(buffer));
   return out;
+}
+
+optim::MomentumExchange* GradientSync::use_onebit_adam() {
+  MT_CHECK(dense_ != nullptr && !units_ && !replicas_ && !dense_->distributed(),
+           "1-bit Adam needs the no_shard strategy");
+  const bool experts = store_->expert_begin() < store_->trainable_numel();
+  onebit_ = std::make_unique<optim::OnebitMomentumExchange>(*store_, *shard_,
+                                                            experts ? expert_dp_ : nullptr);
+  return onebit_.get();
 }
 
 void GradientSync::gather_params() {
@@ -88,7 +100,7 @@ bool GradientSync::expert_sharded() const {
 
 optim::ExpertNormGroups GradientSync::expert_norm_groups() const {
   if (store_->expert_begin() == store_->trainable_numel()) return {};
-  optim::ExpertNormGroups groups{ep_, expert_sharded() ? expert_dp_ : nullptr};
+  optim::ExpertNormGroups groups{ep_, expert_sharded() || local_ ? expert_dp_ : nullptr};
   if (experts_folded_pp_) {
     groups.model = experts_folded_pp_;
     groups.tensor_parallel_rank = 0;
@@ -101,6 +113,7 @@ int64_t GradientSync::take_bytes() {
   if (units_) bytes += units_->take_bytes();
   if (dense_) bytes += dense_->take_bytes();
   if (experts_) bytes += experts_->take_bytes();
+  if (onebit_) bytes += onebit_->take_bytes();
   return bytes;
 }
 

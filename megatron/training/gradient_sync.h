@@ -16,6 +16,7 @@
 #include "megatron/config/recipe.h"
 #include "megatron/distributed/fully_sharded.h"
 #include "megatron/optimizer/grad_sync.h"
+#include "megatron/optimizer/onebit_adam.h"
 #include "megatron/optimizer/optimizer.h"
 #include "megatron/training/groups.h"
 
@@ -34,10 +35,10 @@ class GradientSync {
     if (units_) units_->begin_step();
   }
   void begin_last_backward() {
-    if (!units_) dense_->begin_last_backward();
+    if (!units_ && !local_) dense_->begin_last_backward();
   }
   void grads_ready_below(int64_t watermark) {
-    if (!units_) dense_->grads_ready_below(watermark);
+    if (!units_ && !local_) dense_->grads_ready_below(watermark);
   }
   // Every gradient reduced into this rank's owned segments.
   void finish();
@@ -58,8 +59,12 @@ class GradientSync {
   // writes them to checkpoints.
   bool first_replica() const { return replicas_ == nullptr || replicas_->rank() == 0; }
   // Where the gradient norm's dense sum is sharded (the shard group with a sharded optimizer),
-  // and the experts' groups (empty without experts).
-  parallel::Communicator* dense_sharded_over() const { return dense_sharded() ? shard_ : nullptr; }
+  // and the experts' groups (empty without experts). With local gradients (1-bit Adam after its
+  // freeze) the norm sums every rank's over data parallel as well: the root of the sum of the
+  // ranks' squared norms, the same on every rank.
+  parallel::Communicator* dense_sharded_over() const {
+    return dense_sharded() || local_ ? shard_ : nullptr;
+  }
   optim::ExpertNormGroups expert_norm_groups() const;
   // Payload bytes this rank handed to data-parallel collectives since the last call.
   int64_t take_bytes();
@@ -69,11 +74,18 @@ class GradientSync {
   // Its error-feedback residuals, this rank's own, by name ("dense.B", "expert.B": region and
   // bucket); empty without compression.
   std::vector<std::pair<std::string, Tensor>> compression_residuals() const;
+  // optimizer.type onebit_adam (optim/onebit_adam.h): its momentum exchange over the dense and
+  // expert data-parallel groups.
+  optim::MomentumExchange* use_onebit_adam();
+  // 1-bit Adam after its freeze: the gradients stay on their rank (no data-parallel reduction).
+  void set_local_grads(bool local) { local_ = local; }
 
  private:
   ParamStore* store_;
   std::unique_ptr<optim::DataParallelGrads> dense_, experts_;
   std::unique_ptr<distributed::FullyShardedUnits> units_;
+  std::unique_ptr<optim::OnebitMomentumExchange> onebit_;
+  bool local_ = false;
   parallel::Communicator *shard_, *replicas_, *ep_, *expert_dp_;
   parallel::Communicator* experts_folded_pp_;  // the pp group when experts fold tp, else null
 };

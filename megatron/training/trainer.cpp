@@ -26,17 +26,33 @@ Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
     : Trainer(recipe, tokenizer_vocab, std::move(train), std::move(valid),
               TrainerGroups{&world, nullptr, nullptr}, log) {}
 
+namespace {
+
+// What runs on the CPU backend only so far, refused here rather than by the recipe check so that
+// the planner can size it for GPU clusters.
+void refuse_cpu_only_features(const config::Recipe& r) {
+  if (r.training.device == config::TrainingDevice::CPU) return;
+  // The split-backward schedules post sends that are waited for later (buffered): over NCCL
+  // that needs a send stream of their own, not written yet.
+  MT_INPUT_CHECK(!r.parallel.splits_backward(), r.source_path, ": parallel.pipeline_schedule: ",
+                 config::option_name(r.parallel.pipeline_schedule_kind()),
+                 " runs on the CPU backend only so far (training.device: cpu)");
+  // The compressions pack and unpack on the host.
+  MT_INPUT_CHECK(r.parallel.grad_compression == config::GradCompression::None, r.source_path,
+                 ": parallel.grad_compression: topk runs on the CPU backend only so far "
+                 "(training.device: cpu)");
+  MT_INPUT_CHECK(r.optimizer.type != config::OptimizerType::OnebitAdam, r.source_path,
+                 ": optimizer.type: onebit_adam runs on the CPU backend only so far "
+                 "(training.device: cpu)");
+}
+
+}  // namespace
+
 Trainer::Trainer(const config::Recipe& recipe, int64_t tokenizer_vocab,
                  std::shared_ptr<const BatchSource> train, std::shared_ptr<const BatchSource> valid,
                  TrainerGroups groups, std::ostream& log)
     : recipe_(recipe), train_(std::move(train)), valid_(std::move(valid)) {
-  // The split-backward schedules post sends that are waited for later (buffered): over NCCL
-  // that needs a send stream of their own, not written yet. (The planner sizes them anyway.)
-  MT_INPUT_CHECK(
-      recipe_.training.device == config::TrainingDevice::CPU || !recipe_.parallel.splits_backward(),
-      recipe_.source_path, ": parallel.pipeline_schedule: ",
-      config::option_name(recipe_.parallel.pipeline_schedule_kind()),
-      " runs on the CPU backend only so far (training.device: cpu)");
+  refuse_cpu_only_features(recipe_);
   recipe_.resolve_for_world(groups.world->size());
   check_groups(groups);
   build_model(tokenizer_vocab);
@@ -181,7 +197,10 @@ void Trainer::build_optimizer() {
       schedule_actions_.begin(), schedule_actions_.end(),
       [](const pipeline::Action& a) { return a.kind == pipeline::ActionKind::WeightGrad; }));
   optimizer_ = std::make_unique<optim::Optimizer>(
-      store_, optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay});
+      store_,
+      optim::OptimizerSettings{o.type, o.beta1, o.beta2, o.eps, o.weight_decay, o.freeze_step});
+  if (o.type == config::OptimizerType::OnebitAdam)
+    optimizer_->set_momentum_exchange(grad_sync_->use_onebit_adam());
   schedule_.max_lr = o.lr;
   schedule_.min_lr = o.min_lr;
   schedule_.warmup_iters = o.schedule.warmup_iters;
@@ -221,6 +240,15 @@ void Trainer::build_logging(std::ostream& log) {
          << "; " << std::setprecision(4) << flops_per_step_ / 1e12 << " TFLOP per step; "
          << device_name(device_) << "\n"
          << peak_.describe(omp_get_max_threads()) << std::flush;
+    const auto& o = recipe_.optimizer;
+    if (o.type == config::OptimizerType::OnebitAdam)
+      *out << "optimizer: onebit_adam, AdamW for " << o.freeze_step
+           << " steps, then the variance frozen and the momenta exchanged as signs"
+           << (o.clip_grad > 0.0 ? concat("; clip_grad ", o.clip_grad,
+                                          " clips those steps only (after them no rank holds "
+                                          "the whole gradient)")
+                                 : std::string())
+           << "\n";
   }
 }
 
@@ -323,6 +351,7 @@ models::LossSums Trainer::compute_step(const StepBatch& batch, int64_t iteration
         1.0, static_cast<double>(iteration - 1) / static_cast<double>(par.topk_warmup_iters));
     grad_sync_->set_topk_density(std::pow(par.topk_ratio, t));
   }
+  grad_sync_->set_local_grads(optimizer_->compressing());  // 1-bit Adam after its freeze
   models::LossSums sums = run_micro_batches(batch);
   if (rerun_->inject(iteration, rerun)) {  // training.error_injection_*: NaN loss and gradients
     sums.lm = std::numeric_limits<double>::quiet_NaN();
@@ -398,7 +427,8 @@ void Trainer::apply_update(StepMetrics& metrics) {
   } else {
     // Unscale and clip in one pass over the gradients.
     double factor = 1.0 / scale;
-    if (clip > 0.0 && metrics.grad_norm > clip) factor *= clip / (metrics.grad_norm + 1e-6);
+    if (clip > 0.0 && metrics.grad_norm > clip && !optimizer_->compressing())
+      factor *= clip / (metrics.grad_norm + 1e-6);
     if (factor != 1.0) optim::scale_grads(optimizer_->segments(), factor);
     optimizer_->step(metrics.lr);
     grad_sync_->gather_params();

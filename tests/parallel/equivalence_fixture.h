@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -385,10 +386,12 @@ inline training::TrainSummary train_single(const config::Recipe& r,
 }
 
 // Trains on the whole world, split into the recipe's tp x pp mesh with data parallelism over the
-// remaining ranks.
+// remaining ranks; `inspect` (if set) sees the trainer and its groups after the run.
+using InspectTrainer = std::function<void(training::Trainer&, const training::TrainerGroups&)>;
 inline training::TrainSummary train_on_world(const config::Recipe& r,
                                              std::shared_ptr<const training::BatchSource> train,
-                                             std::shared_ptr<const training::BatchSource> valid) {
+                                             std::shared_ptr<const training::BatchSource> valid,
+                                             const InspectTrainer& inspect = {}) {
   mp::MeshSizes sizes;
   sizes.tp = r.parallel.tensor;
   sizes.pp = r.parallel.pipeline;
@@ -399,9 +402,11 @@ inline training::TrainSummary train_on_world(const config::Recipe& r,
   sizes.etp = r.parallel.expert_tensor;
   mp::Mesh mesh(sizes, mp::testing::world(), mp::testing::launch());
   std::ostringstream log;
-  training::Trainer t(r, kVocab, std::move(train), std::move(valid),
-                      training::TrainerGroups::from_mesh(mesh), log);
-  return t.run();
+  const training::TrainerGroups groups = training::TrainerGroups::from_mesh(mesh);
+  training::Trainer t(r, kVocab, std::move(train), std::move(valid), groups, log);
+  training::TrainSummary summary = t.run();
+  if (inspect) inspect(t, groups);
+  return summary;
 }
 
 // One scratch path for every rank of the world: temp/<prefix><rank 0's pid> (collective).

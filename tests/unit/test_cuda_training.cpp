@@ -311,6 +311,35 @@ TEST(CudaTrainingNoGpu, SplitBackwardSchedulesAreRefusedOnCuda) {
   }
 }
 
+// Top-k compression and 1-bit Adam pack on the host: refused by the trainer on cuda (the recipe
+// check lets them through, for the planner).
+TEST(CudaTrainingNoGpu, CompressionIsRefusedOnCuda) {
+  const Case c{"gpt", "fp32"};
+  auto src = mock_source(c);
+  auto world = parallel::make_single_process_communicator();
+  std::ostringstream log;
+  for (const bool onebit : {false, true}) {
+    config::Recipe r = tiny_recipe(c, "cuda");
+    if (onebit) {
+      r.optimizer.type = config::OptimizerType::OnebitAdam;
+      r.optimizer.freeze_step = r.training.train_iters - 1;
+      r.optimizer.schedule.warmup_iters = 0;
+    } else {
+      r.parallel.grad_compression = config::GradCompression::Topk;
+    }
+    r.validate();
+    const std::string want = onebit
+                                 ? "optimizer.type: onebit_adam runs on the CPU backend only"
+                                 : "parallel.grad_compression: topk runs on the CPU backend only";
+    try {
+      training::Trainer t(r, kVocab, src, nullptr, *world, log);
+      FAIL() << "the trainer accepted " << want;
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CudaTrainingNoGpu, UnknownDeviceIsAnError) {
   const Case c{"gpt", "fp32"};
   auto src = mock_source(c);

@@ -45,10 +45,10 @@ echo "# $(basename "$recipe") on $nodes nodes; the planner's model (step s | exp
 printf '%-10s %-24s %10s %10s %10s\n' "Gb/s" method "step s" "dp s" "dp GB"
 freeze="--set optimizer.freeze_step=1000000 --set training.train_iters=2000000"
 for g in $gbps; do
-  no_shard="--set parallel.data_parallel_sharding_strategy=no_shard"
+  no_shard="--set optimizer.distributed=false --set parallel.data_parallel_sharding_strategy=no_shard"
   printf '%-10s %-24s %s\n' "$g" "adamw no_shard" "$(estimate "$g" $no_shard)"
   printf '%-10s %-24s %s\n' "$g" "adamw optim" \
-    "$(estimate "$g" --set parallel.data_parallel_sharding_strategy=optim)"
+    "$(estimate "$g" --set optimizer.distributed=false --set parallel.data_parallel_sharding_strategy=optim)"
   printf '%-10s %-24s %s\n' "$g" "topk $ratio" "$(estimate "$g" $no_shard \
     --set parallel.grad_compression=topk --set parallel.topk_ratio="$ratio")"
   printf '%-10s %-24s %s\n' "$g" "onebit_adam (frozen)" "$(estimate "$g" $no_shard \

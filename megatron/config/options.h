@@ -55,6 +55,14 @@ enum class GradCompression : uint8_t { None, Topk };
 // input and weight gradients: zero-bubble ZB-H1 and ZB-V (pipeline/zero_bubble.h) and DeepSeek's
 // DualPipeV (pipeline/dualpipe_v.h).
 enum class PipelineSchedule : uint8_t { OneFOneB, Interleaved, ZbH1, ZbV, DualPipeV };
+// The schedules with ZB-V's V placement of two chunks per stage (zb_v, dualpipe_v), and those
+// that split backwards into input and weight gradients (zb_h1 and the V schedules).
+constexpr bool v_placement(PipelineSchedule s) {
+  return s == PipelineSchedule::ZbV || s == PipelineSchedule::DualPipeV;
+}
+constexpr bool splits_backward(PipelineSchedule s) {
+  return s == PipelineSchedule::ZbH1 || v_placement(s);
+}
 // What a suspicious step (non-finite or spiking loss or gradient norm) triggers
 // (training.rerun_mode; megatron/training/rerun.h): nothing, a re-run that stops the run (or
 // skips the batch) when the fault repeats, or a re-run whose verdict is only reported.

@@ -77,22 +77,20 @@ struct ParallelConfig {
   // The sent share falls from 1 to topk_ratio geometrically over the first this many iterations
   // (deep gradient compression's warm-up); buckets it leaves at half or more go whole.
   int64_t topk_warmup_iters = 0;
+  // ZeRO++ (DeepSpeed's keys): the sharded weights all-gathered as int8 blocks with a scale each
+  // (optim_grads_params), the gradients reduce-scattered so (optim_grads, optim_grads_params);
+  // the secondary intra-node weight partition (hpZ) is not implemented yet (1: off).
+  bool zero_quantized_weights = false, zero_quantized_gradients = false;
+  int64_t zero_hpz_partition_size = 1;
 
   int64_t virtual_stages() const { return virtual_pipeline.value_or(1); }
   PipelineSchedule pipeline_schedule_kind() const {
     if (pipeline_schedule) return *pipeline_schedule;
     return virtual_stages() > 1 ? PipelineSchedule::Interleaved : PipelineSchedule::OneFOneB;
   }
-  // The schedules that split backwards into input and weight gradients (zb_h1, zb_v,
-  // dualpipe_v), and those of them with ZB-V's V placement of two chunks (zb_v, dualpipe_v).
-  bool splits_backward() const {
-    const PipelineSchedule s = pipeline_schedule_kind();
-    return s == PipelineSchedule::ZbH1 || v_placement();
-  }
-  bool v_placement() const {
-    const PipelineSchedule s = pipeline_schedule_kind();
-    return s == PipelineSchedule::ZbV || s == PipelineSchedule::DualPipeV;
-  }
+  // Whether this run's schedule splits backwards / places chunks in a V (options.h).
+  bool splits_backward() const { return config::splits_backward(pipeline_schedule_kind()); }
+  bool v_placement() const { return config::v_placement(pipeline_schedule_kind()); }
   void validate() const { validate(KeyOrigins{}); }
   void validate(const KeyOrigins& origins) const;
   bool operator==(const ParallelConfig&) const = default;
@@ -125,6 +123,10 @@ struct ParallelConfig {
     v("grad_compression", s.grad_compression, noted("none, topk (no_shard)"));
     v("topk_ratio", s.topk_ratio, noted("grad_compression topk: the share of entries sent"));
     v("topk_warmup_iters", s.topk_warmup_iters, noted("from all entries down to topk_ratio"));
+    v("zero_quantized_weights", s.zero_quantized_weights, noted("ZeRO++ qwZ: int8 gathers"));
+    v("zero_quantized_gradients", s.zero_quantized_gradients,
+      noted("ZeRO++ qgZ: int8 reduce-scatters"));
+    v("zero_hpz_partition_size", s.zero_hpz_partition_size, noted("ZeRO++ hpZ: not yet (1)"));
   }
 };
 

@@ -1,7 +1,7 @@
-// Communication compression's checks: top-k gradient sparsification (parallel.grad_compression)
-// and 1-bit Adam (optimizer.type: onebit_adam) against the sharding strategy, the precision and
-// the run's length. (Both run on the CPU backend only so far: the trainer refuses them on cuda,
-// so that the planner can size them for GPU clusters.)
+// Communication compression's checks: top-k gradient sparsification (parallel.grad_compression),
+// 1-bit Adam (optimizer.type: onebit_adam) and ZeRO++'s quantised gathers and reductions against
+// the sharding strategy, the precision and the run's length. (Both run on the CPU backend only so
+// far: the trainer refuses them on cuda, so that the planner can size them for GPU clusters.)
 #include <string>
 
 #include "megatron/config/checker.h"
@@ -58,11 +58,31 @@ void validate_onebit_adam(const Recipe& r, Checker& c) {
           "onebit_adam compresses the momentum already: set grad_compression: none");
 }
 
+void validate_zero_plus_plus(const Recipe& r, Checker& c) {
+  const ParallelConfig& p = r.parallel;
+  const ShardingStrategy s = r.sharding_strategy();
+  c.check(!p.zero_quantized_weights || s == ShardingStrategy::OptimGradsParams,
+          "parallel.zero_quantized_weights",
+          concat("quantises the gathers of sharded weights, which only optim_grads_params has "
+                 "(got data_parallel_sharding_strategy ",
+                 option_name(s), ")"));
+  c.check(!p.zero_quantized_gradients || s == ShardingStrategy::OptimGrads ||
+              s == ShardingStrategy::OptimGradsParams,
+          "parallel.zero_quantized_gradients",
+          concat("quantises the per-unit gradient reduce-scatters of optim_grads and "
+                 "optim_grads_params (got data_parallel_sharding_strategy ",
+                 option_name(s), ")"));
+  c.check(p.zero_hpz_partition_size == 1, "parallel.zero_hpz_partition_size",
+          concat("ZeRO++'s secondary weight partition is not implemented yet: leave it at 1 (got ",
+                 p.zero_hpz_partition_size, ")"));
+}
+
 }  // namespace
 
 void Recipe::validate_compression(Checker& c) const {
   validate_topk(*this, c);
   validate_onebit_adam(*this, c);
+  validate_zero_plus_plus(*this, c);
 }
 
 }  // namespace megatron::config

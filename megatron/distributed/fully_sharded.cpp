@@ -46,8 +46,13 @@ FullyShardedUnits::~FullyShardedUnits() {
   for (Unit& u : units_)
     for (auto& w : u.gathers)
       if (w) w->wait();
-  for (PendingReduce& r : reducing_)
+  for (Unit& u : units_)
+    for (QuantizedGather& q : u.quantized_gathers)
+      if (q.work) q.work->wait();
+  for (PendingReduce& r : reducing_) {
     if (r.work) r.work->wait();
+    if (r.quantized.work) r.quantized.work->wait();
+  }
 }
 
 FullyShardedUnits::Unit& FullyShardedUnits::unit_at(int64_t unit) {
@@ -105,13 +110,27 @@ void FullyShardedUnits::release(int64_t id, bool backward) {
   if (!next) free_weights(u);
 }
 
+void FullyShardedUnits::set_quantized(bool weights, bool grads) {
+  MT_INPUT_CHECK(!(weights || grads) || store_->device() == Device::CPU,
+                 "ZeRO++'s quantised communication runs on the CPU backend only so far");
+  MT_CHECK(!weights || weights_sharded_, "quantised weight gathers without sharded weights");
+  quantized_weights_ = weights;
+  quantized_grads_ = grads;
+}
+
 void FullyShardedUnits::start_gather(Unit& u) {
   u.gathers.clear();
+  u.quantized_gathers.clear();
   for (size_t i = 0; i < u.pieces.size(); ++i) {
     const Piece& piece = pieces_[u.pieces[i]];
     const ShardPiece& l = piece.layout;
     u.gathered[i] = Tensor::empty({l.range.size()}, store_->model_dtype(), store_->device());
     const Tensor shard = store_->weights().flat_view(l.shard_offset, {l.owned.size()});
+    if (quantized_weights_) {
+      u.quantized_gathers.push_back(start_quantized_gather(*piece.group, shard));
+      bytes_ += static_cast<int64_t>(u.quantized_gathers.back().recv.nbytes());
+      continue;
+    }
     bytes_ += static_cast<int64_t>(u.gathered[i].nbytes());
     u.gathers.push_back(piece.group->all_gather_async(shard, u.gathered[i]));
   }
@@ -121,6 +140,9 @@ void FullyShardedUnits::start_gather(Unit& u) {
 void FullyShardedUnits::wait_gather(Unit& u) {
   for (auto& w : u.gathers) w->wait();
   u.gathers.clear();
+  for (size_t i = 0; i < u.quantized_gathers.size(); ++i)
+    finish_quantized_gather(u.quantized_gathers[i], u.gathered[i]);
+  u.quantized_gathers.clear();
   for (size_t i = 0; i < u.pieces.size(); ++i) {
     const Piece& piece = pieces_[u.pieces[i]];
     for (Parameter* p : piece.params)
@@ -160,8 +182,16 @@ void FullyShardedUnits::reduce_grads(Unit& u) {
     r.full = std::move(u.grads[i]);
     u.grads[i] = Tensor();
     r.shard = Tensor::empty({piece.layout.owned.size()}, DType::F32, store_->device());
-    bytes_ += static_cast<int64_t>(r.full.nbytes());
-    r.work = piece.group->reduce_scatter_async(r.full, r.shard, parallel::ReduceOp::Sum);
+    if (quantized_grads_) {
+      // One tag per piece: the pieces in flight to the same peer never mix.
+      r.quantized = start_quantized_reduce_scatter(*piece.group, r.full,
+                                                   static_cast<int>(u.pieces[i] % 32768));
+      bytes_ += static_cast<int64_t>(r.quantized.send.nbytes());
+      r.full = Tensor();  // sent: its memory goes
+    } else {
+      bytes_ += static_cast<int64_t>(r.full.nbytes());
+      r.work = piece.group->reduce_scatter_async(r.full, r.shard, parallel::ReduceOp::Sum);
+    }
     reducing_.push_back(std::move(r));
     while (reducing_.size() > kMaxReducesInFlight) complete_oldest_reduce();
   }
@@ -169,7 +199,10 @@ void FullyShardedUnits::reduce_grads(Unit& u) {
 
 void FullyShardedUnits::complete_oldest_reduce() {
   PendingReduce& r = reducing_.front();
-  r.work->wait();
+  if (r.work)
+    r.work->wait();
+  else
+    finish_quantized_reduce_scatter(r.quantized, *pieces_[r.piece].group, r.shard);
   const ShardPiece& l = pieces_[r.piece].layout;
   Tensor dst = store_->grads().flat_view(l.shard_offset, {l.owned.size()});
   ops::add_inplace(dst, r.shard);

@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "megatron/distributed/quantized_comm.h"
 #include "megatron/parallel/communicator.h"
 #include "megatron/params/parameter.h"
 #include "megatron/params/unit_hooks.h"
@@ -48,6 +49,10 @@ class FullyShardedUnits final : public UnitHooks {
   void finish_step();
   // Whether weight gradients may be computed after their unit's backward (see above).
   void set_deferred_weight_grads(bool deferred) { deferred_ = deferred; }
+  // ZeRO++ (distributed/quantized_comm.h): weights gathered as int8 blocks
+  // (parallel.zero_quantized_weights; the compute weights are then the decoded ones, identical
+  // on every rank), gradients reduce-scattered as int8 blocks (parallel.zero_quantized_gradients).
+  void set_quantized(bool weights, bool grads);
 
   void before_forward(int64_t unit) override { acquire(unit, false); }
   void after_forward(int64_t unit) override { release(unit, false); }
@@ -72,6 +77,7 @@ class FullyShardedUnits final : public UnitHooks {
     int users = 0, grad_users = 0;
     std::vector<Tensor> gathered;  // per piece (weights sharded)
     std::vector<std::unique_ptr<parallel::Work>> gathers;
+    std::vector<QuantizedGather> quantized_gathers;  // per piece, with quantised weights
     std::vector<Tensor> grads;  // per piece (trainable pieces; during backward)
     bool grads_bound = false;
   };
@@ -79,6 +85,7 @@ class FullyShardedUnits final : public UnitHooks {
     size_t piece;
     Tensor full, shard;
     std::unique_ptr<parallel::Work> work;
+    QuantizedReduceScatter quantized;  // with quantised gradients (then no work)
   };
 
   void acquire(int64_t unit, bool backward);
@@ -102,6 +109,7 @@ class FullyShardedUnits final : public UnitHooks {
   std::vector<int64_t> trace_;
   bool recording_ = false, recorded_ = false, replaying_ = false;
   bool deferred_ = false;
+  bool quantized_weights_ = false, quantized_grads_ = false;
   size_t cursor_ = 0;
   int64_t bytes_ = 0;
 };

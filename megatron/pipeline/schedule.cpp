@@ -337,7 +337,8 @@ std::string Schedule::describe() const {
   return os.str();
 }
 
-Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp, int group_size) {
+Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp, int group_size,
+                       const PassCosts& costs) {
   MT_INPUT_CHECK(pp >= 1, "pipeline schedule: pipeline-parallel size must be >= 1, got ", pp);
   MT_INPUT_CHECK(vpp >= 1, "pipeline schedule: virtual pipeline size must be >= 1, got ", vpp);
   if (kind == ScheduleKind::Interleaved && vpp == 1) kind = ScheduleKind::OneFOneB;
@@ -364,10 +365,10 @@ Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp, int
       break;
     case ScheduleKind::ZeroBubbleH1:
       MT_INPUT_CHECK(vpp == 1, "pipeline schedule: zb_h1 needs vpp = 1 (got ", vpp, ")");
-      return zero_bubble_h1(pp, microbatches);
+      return zero_bubble_h1(pp, microbatches, costs);
     case ScheduleKind::ZeroBubbleV:
       MT_INPUT_CHECK(vpp == 2, "pipeline schedule: zb_v needs vpp = 2 (got ", vpp, ")");
-      return zero_bubble_v(pp, microbatches);
+      return zero_bubble_v(pp, microbatches, costs);
     case ScheduleKind::DualPipeV:
       MT_INPUT_CHECK(vpp == 2, "pipeline schedule: dualpipe_v needs vpp = 2 (got ", vpp, ")");
       return dualpipe_v(pp, microbatches);

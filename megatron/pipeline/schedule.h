@@ -158,11 +158,20 @@ struct Schedule {
   std::string describe() const;  // e.g. "interleaved_1f1b pp=4 vpp=2 m=8"
 };
 
+// Relative times of one micro-batch's passes through one stage (the zero-bubble greedy plans on
+// them; pipeline/zero_bubble.h).
+struct PassCosts {
+  double forward = 1, backward_input = 1, weight = 1;
+  // Each finite and > 0; InputError naming the pass otherwise.
+  void validate() const;
+};
+
 // NoPipelining needs pp == 1 and vpp == 1; OneFOneB needs vpp == 1; Interleaved with vpp == 1
 // is OneFOneB. ZeroBubbleH1 (pipeline/zero_bubble.h, with its default costs) needs vpp == 1,
 // ZeroBubbleV and DualPipeV (pipeline/dualpipe_v.h; m >= 2 pp) vpp == 2.
-Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp = 1,
-                       int group_size = 0);
+// `costs`: the pass times ZeroBubbleH1 and ZeroBubbleV plan on (the others ignore them).
+Schedule make_schedule(ScheduleKind kind, int pp, int microbatches, int vpp = 1, int group_size = 0,
+                       const PassCosts& costs = {});
 // The natural schedule for a layout: no pipelining for pp = 1, 1F1B for vpp = 1, else
 // interleaved.
 Schedule make_schedule(int pp, int microbatches, int vpp = 1);

@@ -10,13 +10,6 @@
 
 namespace megatron::pipeline {
 
-// Relative times of one micro-batch's passes through one stage.
-struct PassCosts {
-  double forward = 1, backward_input = 1, weight = 1;
-  // Each finite and > 0; InputError naming the pass otherwise.
-  void validate() const;
-};
-
 // The compute order of one stage: Forward, Backward (B only) and WeightGrad actions.
 using ComputeOrder = std::vector<Action>;
 

@@ -111,11 +111,6 @@ std::vector<ChunkShape> stage_chunks(const std::vector<int64_t>& counts, int64_t
   return out;
 }
 
-bool v_shape(const Layout& lay) {
-  return lay.schedule == config::PipelineSchedule::ZbV ||
-         lay.schedule == config::PipelineSchedule::DualPipeV;
-}
-
 int64_t chunk_params(const Dims& d, int64_t V, const Layout& lay, const ChunkShape& c) {
   int64_t n = 0;
   for (int64_t l = c.first; l < c.first + c.layers; ++l)
@@ -171,7 +166,8 @@ int64_t stage_parameters(const config::Recipe& r, int64_t padded_vocab, const La
   const Dims d = dims_of(r);
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);
   int64_t n = 0;
-  for (const ChunkShape& c : stage_chunks(counts, lay.pp, lay.vpp, stage, v_shape(lay)))
+  for (const ChunkShape& c :
+       stage_chunks(counts, lay.pp, lay.vpp, stage, config::v_placement(lay.schedule)))
     n += chunk_params(d, padded_vocab, lay, c);
   return n;
 }
@@ -310,7 +306,7 @@ void stage_activations(const PlanInputs& pin, const std::vector<ChunkShape>& chu
   m.in_flight = static_cast<double>(live) / static_cast<double>(lay.vpp);
   m.activations = m.activations_per_microbatch * m.in_flight;
   // Zero-bubble: the W's input copies, for up to every micro-batch in flight.
-  if (lay.schedule == config::PipelineSchedule::ZbH1 || v_shape(lay))
+  if (config::splits_backward(lay.schedule))
     m.activations += m.in_flight * static_cast<double>(sp.layers) * act.layer_weight_grad_copies();
 }
 
@@ -328,7 +324,8 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   const double wbytes = pin.wbytes, moment_bytes = pin.moment_bytes;
   StagePlan sp;
   sp.stage = stage;
-  const auto chunks = stage_chunks(counts, lay.pp, lay.vpp, stage, v_shape(lay));
+  const auto chunks =
+      stage_chunks(counts, lay.pp, lay.vpp, stage, config::v_placement(lay.schedule));
   for (const ChunkShape& c : chunks) {
     sp.layers += c.layers;
     sp.parameters += chunk_params(d, V, lay, c);
@@ -346,7 +343,7 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   in.instances = lay.instances;
   in.expert_dp = lay.expert_dp();
   in.microbatches = lay.num_microbatches;
-  in.deferred_weight_grads = lay.schedule == config::PipelineSchedule::ZbH1 || v_shape(lay);
+  in.deferred_weight_grads = config::splits_backward(lay.schedule);
   in.wbytes = wbytes;
   in.moment_bytes = moment_bytes;
   in.mixed = mixed;
@@ -354,6 +351,8 @@ StagePlan plan_stage(const PlanInputs& pin, const std::vector<int64_t>& counts, 
   if (r.parallel.grad_compression == config::GradCompression::Topk)
     in.topk_ratio = r.parallel.topk_ratio;
   in.onebit_adam = r.optimizer.type == config::OptimizerType::OnebitAdam;
+  in.quantized_weights = r.parallel.zero_quantized_weights;
+  in.quantized_grads = r.parallel.zero_quantized_gradients;
   in.units = stage_units(d, V, lay, chunks, r.parallel.fsdp_unit_layers);
   for (const detail::UnitParams& u : in.units) sp.trainable_parameters += u.dense + u.expert;
   MemoryBreakdown& m = sp.memory;

@@ -21,9 +21,7 @@ std::string Layout::describe() const {
   if (ep > 1) os << " ep" << ep;
   if (experts_fold_tp()) os << " etp" << expert_tp();
   if (vpp > 1) os << " vpp" << vpp;
-  if (schedule == config::PipelineSchedule::ZbH1 || schedule == config::PipelineSchedule::ZbV ||
-      schedule == config::PipelineSchedule::DualPipeV)
-    os << " " << config::option_name(schedule);
+  if (config::splits_backward(schedule)) os << " " << config::option_name(schedule);
   os << " mb" << micro_batch << "x" << num_microbatches;
   if (sequence_parallel) os << " sp";
   os << " recompute=" << config::option_name(recompute)

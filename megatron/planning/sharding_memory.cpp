@@ -204,17 +204,23 @@ DataParallelComm data_parallel_comm(const ShardingInputs& in, const DataParallel
   // Payload over a group of one moves nothing.
   auto over = [](double bytes, int64_t group) { return group > 1 ? bytes : 0.0; };
   const double backward = compute_mb * 2.0 / 3.0;
+  // ZeRO++ (distributed/quantized_comm.h): int8 plus an fp32 scale per 256 elements.
+  constexpr double kInt8Bytes = 1.0 + 4.0 / 256;
+  const bool per_unit = in.strategy == ShardingStrategy::OptimGrads ||
+                        in.strategy == ShardingStrategy::OptimGradsParams;
+  const double gb = in.quantized_grads && per_unit ? kInt8Bytes : 4.0;
+  const double ub = in.quantized_weights ? kInt8Bytes : w;
   ReduceTerms t;
-  t.rs = ring_gather(4 * dense, nd, links.shard) + ring_gather(4 * expert, ne, links.experts);
-  t.rs_bytes = over(4 * dense, nd) + over(4 * expert, ne);
+  t.rs = ring_gather(gb * dense, nd, links.shard) + ring_gather(gb * expert, ne, links.experts);
+  t.rs_bytes = over(gb * dense, nd) + over(gb * expert, ne);
   t.gather = ring_gather(w * dense, nd, links.shard) + ring_gather(w * expert, ne, links.experts);
   t.gather_bytes = over(w * dense, nd) + over(w * expert, ne);
   // Not overlapped; MoE models are not hybrid-sharded (recipe validation).
   t.replica_bytes = k > 1 ? 4.0 * static_cast<double>(cdiv(sum.dense, nd)) : 0.0;
   t.replicas = ring_all_reduce(t.replica_bytes, k, links.replicas);
-  t.unit_gathers = ring_gather(2 * w * (dense + frozen), nd, links.shard) +
-                   ring_gather(2 * w * expert, ne, links.experts);
-  t.unit_gather_bytes = over(2 * w * (dense + frozen), nd) + over(2 * w * expert, ne);
+  t.unit_gathers = ring_gather(2 * ub * (dense + frozen), nd, links.shard) +
+                   ring_gather(2 * ub * expert, ne, links.experts);
+  t.unit_gather_bytes = over(2 * ub * (dense + frozen), nd) + over(2 * ub * expert, ne);
   DataParallelComm c;
   switch (in.strategy) {
     case ShardingStrategy::NoShard: {

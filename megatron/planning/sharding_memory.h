@@ -41,6 +41,9 @@ struct ShardingInputs {
   // and a scale per 256 elements, all-to-all to their servers and all-gathered back at the step
   // (not overlapped with backward); the warm-up's all-reduces are not modelled.
   bool onebit_adam = false;
+  // ZeRO++: unit weight gathers (optim_grads_params) / gradient reduce-scatters (optim_grads*)
+  // as int8 blocks (parallel.zero_quantized_weights / zero_quantized_gradients).
+  bool quantized_weights = false, quantized_grads = false;
   // A pipeline schedule with W passes (zb_h1, zb_v, dualpipe_v): sharded gradients stay whole
   // until the step's end and are reduce-scattered once then (distributed/fully_sharded.h).
   bool deferred_weight_grads = false;

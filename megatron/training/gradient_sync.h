@@ -77,6 +77,10 @@ class GradientSync {
   // optimizer.type onebit_adam (optim/onebit_adam.h): its momentum exchange over the dense and
   // expert data-parallel groups.
   optim::MomentumExchange* use_onebit_adam();
+  // ZeRO++'s int8 weight gathers / gradient reduce-scatters (distributed/quantized_comm.h).
+  void quantize_sharded(bool weights, bool grads) {
+    if (units_) units_->set_quantized(weights, grads);
+  }
   // 1-bit Adam after its freeze: the gradients stay on their rank (no data-parallel reduction).
   void set_local_grads(bool local) { local_ = local; }
 

@@ -44,6 +44,26 @@ void refuse_cpu_only_features(const config::Recipe& r) {
   MT_INPUT_CHECK(r.optimizer.type != config::OptimizerType::OnebitAdam, r.source_path,
                  ": optimizer.type: onebit_adam runs on the CPU backend only so far "
                  "(training.device: cpu)");
+  MT_INPUT_CHECK(!r.parallel.zero_quantized_weights && !r.parallel.zero_quantized_gradients,
+                 r.source_path,
+                 ": parallel.zero_quantized_weights / zero_quantized_gradients run on the CPU "
+                 "backend only so far (training.device: cpu)");
+}
+
+pipeline::ScheduleKind schedule_kind(config::PipelineSchedule s) {
+  switch (s) {
+    case config::PipelineSchedule::Interleaved:
+      return pipeline::ScheduleKind::Interleaved;
+    case config::PipelineSchedule::ZbH1:
+      return pipeline::ScheduleKind::ZeroBubbleH1;
+    case config::PipelineSchedule::ZbV:
+      return pipeline::ScheduleKind::ZeroBubbleV;
+    case config::PipelineSchedule::DualPipeV:
+      return pipeline::ScheduleKind::DualPipeV;
+    case config::PipelineSchedule::OneFOneB:
+      break;
+  }
+  return pipeline::ScheduleKind::OneFOneB;
 }
 
 }  // namespace
@@ -120,13 +140,9 @@ void Trainer::build_model(int64_t tokenizer_vocab) {
 // The step's schedule: the zero-bubble greedy plans on parallel.zero_bubble_pass_times when set.
 pipeline::Schedule Trainer::schedule_for(pipeline::ScheduleKind kind, int pp, int vpp) const {
   const std::vector<double>& t = recipe_.parallel.zero_bubble_pass_times;
-  const int m = static_cast<int>(num_micro_);
-  if (t.size() == 3) {
-    const pipeline::PassCosts costs{t[0], t[1], t[2]};
-    if (kind == pipeline::ScheduleKind::ZeroBubbleH1) return pipeline::zero_bubble_h1(pp, m, costs);
-    if (kind == pipeline::ScheduleKind::ZeroBubbleV) return pipeline::zero_bubble_v(pp, m, costs);
-  }
-  return pipeline::make_schedule(kind, pp, m, vpp);
+  pipeline::PassCosts costs;  // equal passes unless measured ones are given
+  if (t.size() == 3) costs = {t[0], t[1], t[2]};
+  return pipeline::make_schedule(kind, pp, static_cast<int>(num_micro_), vpp, 0, costs);
 }
 
 // The pipeline runtime over this rank's chunks and its actions of the step's schedule
@@ -141,24 +157,9 @@ void Trainer::build_schedule() {
   std::vector<const models::Model*> chunks;
   for (const auto& c : model_.chunks) chunks.push_back(c.get());
   pipeline_ = std::make_unique<PipelineRuntime>(chunks, *groups_.pp, rows, t.hidden);
-  pipeline::ScheduleKind kind = pipeline::ScheduleKind::OneFOneB;
-  switch (recipe_.parallel.pipeline_schedule_kind()) {
-    case config::PipelineSchedule::Interleaved:
-      kind = pipeline::ScheduleKind::Interleaved;
-      break;
-    case config::PipelineSchedule::ZbH1:
-      kind = pipeline::ScheduleKind::ZeroBubbleH1;
-      break;
-    case config::PipelineSchedule::ZbV:
-      kind = pipeline::ScheduleKind::ZeroBubbleV;
-      break;
-    case config::PipelineSchedule::DualPipeV:
-      kind = pipeline::ScheduleKind::DualPipeV;
-      break;
-    default:  // 1f1b
-      break;
-  }
-  pipeline::Schedule schedule = schedule_for(kind, static_cast<int>(pp), static_cast<int>(vpp));
+  pipeline::Schedule schedule =
+      schedule_for(schedule_kind(recipe_.parallel.pipeline_schedule_kind()), static_cast<int>(pp),
+                   static_cast<int>(vpp));
   pipeline_->set_buffered_sends(schedule.buffered_sends);
   pipeline_->set_placement(schedule.placement);
   schedule_actions_ = std::move(schedule.ranks[static_cast<size_t>(groups_.pp->rank())]);
@@ -191,6 +192,8 @@ void Trainer::build_optimizer() {
   grad_sync_ = std::make_unique<GradientSync>(store_, replicas_);
   if (recipe_.parallel.grad_compression == config::GradCompression::Topk)
     grad_sync_->compress_topk(recipe_.parallel.topk_ratio);
+  grad_sync_->quantize_sharded(recipe_.parallel.zero_quantized_weights,
+                               recipe_.parallel.zero_quantized_gradients);
   for (const auto& c : model_.chunks) c->set_unit_hooks(grad_sync_->unit_hooks());
   // A schedule with W passes adds weight gradients after their backward.
   grad_sync_->defer_weight_grads(std::any_of(

@@ -1,13 +1,17 @@
 // 1-bit Adam's sign compression (megatron/optimizer/onebit_compression.h) against a naive
 // reference: the scale is the buffer's RMS, the bits its signs (0 counts as +), the error keeps
 // exactly buffer - scale * sign, and decompression adds +-scale; a group of one leaves vectors as
-// they are. (Across ranks and in training: tests/parallel/test_onebit_adam.cpp.)
+// they are. The step bound 1-bit Adam clamps to is one AdamW's own moments never exceed, and
+// reach. (Across ranks and in training: tests/parallel/test_onebit_adam.cpp.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "megatron/optimizer/onebit_adam.h"
 #include "megatron/optimizer/onebit_compression.h"
 
 namespace megatron::optim {
@@ -53,6 +57,37 @@ TEST(OnebitCompression, AGroupOfOneLeavesTheVectorsAlone) {
   EXPECT_EQ(reduce.take_bytes(), 0);
   // Error buffers sized to the padded blocks (a group of one pads to whole blocks).
   EXPECT_EQ(reduce.worker_error().numel(), kOnebitBlock + 3 * kOnebitBlock);
+}
+
+// |m / sqrt(v)| of AdamW's moments (no bias correction) stays within adam_step_bound over a
+// random gradient sequence with spikes, and the extremal sequence (the gradient k steps old
+// proportional to (beta1 / beta2)^k, Cauchy-Schwarz's equality case) reaches it.
+TEST(OnebitCompression, TheStepBoundIsAdamWsOwn) {
+  EXPECT_NEAR(adam_step_bound(0.9, 0.95), 1.1650, 1e-4);
+  EXPECT_NEAR(adam_step_bound(0.9, 0.999), 7.2703, 1e-4);
+  EXPECT_TRUE(std::isinf(adam_step_bound(0.99, 0.95)));
+  for (const auto& [b1, b2] : {std::pair{0.9, 0.95}, std::pair{0.9, 0.999}, std::pair{0.8, 0.99}}) {
+    const double bound = adam_step_bound(b1, b2);
+    std::mt19937 rng(3);
+    std::normal_distribution<double> d;
+    double m = 0, v = 0, worst = 0;
+    for (int t = 0; t < 5000; ++t) {
+      const double g = d(rng) * (t % 97 == 0 ? 50.0 : 1.0);
+      m = b1 * m + (1 - b1) * g;
+      v = b2 * v + (1 - b2) * g * g;
+      worst = std::max(worst, std::fabs(m) / std::sqrt(v));
+    }
+    EXPECT_LE(worst, bound) << b1 << ", " << b2;
+    // The extremal sequence: g_{T-k} = (b1 / b2)^k for k = 0..T.
+    const int T = 4000;
+    m = v = 0;
+    for (int t = 0; t <= T; ++t) {
+      const double g = std::pow(b1 / b2, T - t);
+      m = b1 * m + (1 - b1) * g;
+      v = b2 * v + (1 - b2) * g * g;
+    }
+    EXPECT_NEAR(std::fabs(m) / std::sqrt(v), bound, 0.01 * bound) << b1 << ", " << b2;
+  }
 }
 
 }  // namespace

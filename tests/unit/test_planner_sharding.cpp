@@ -214,6 +214,19 @@ TEST(PlannerSharding, OnebitAdamSendsSignsAndBlockScales) {
             planning::plan(plain, slow, 128).time.dp_comm_exposed);
 }
 
+// ZeRO++ under optim_grads_params: unit gathers and gradient reduce-scatters as int8 blocks
+// (1 + 4/256 bytes an element instead of fp32's 4): the payload falls by 4 / (1 + 4/256).
+TEST(PlannerSharding, ZeroPlusPlusQuantisesGathersAndReduceScatters) {
+  config::Recipe r = formula_gpt("fp32");
+  r.training.device = config::TrainingDevice::CPU;
+  r.parallel.data_parallel_sharding_strategy = ShardingStrategy::OptimGradsParams;
+  const PlanReport z3 = planning::plan(r, devices(4), 128);
+  r.parallel.zero_quantized_weights = r.parallel.zero_quantized_gradients = true;
+  const PlanReport zpp = planning::plan(r, devices(4), 128);
+  EXPECT_NEAR(z3.time.dp_bytes_per_step / zpp.time.dp_bytes_per_step, 4.0 / (1 + 4.0 / 256), 1e-9);
+  EXPECT_LT(zpp.time.dp_comm_exposed, z3.time.dp_comm_exposed);
+}
+
 // Under a schedule with W passes ZeRO-2/3 keep a stage's whole gradient until the step's end and
 // reduce-scatter it once then (distributed/fully_sharded.h): every unit's gradient and slice at
 // the peak, (m - 1) fewer gradient reduce-scatters per step.

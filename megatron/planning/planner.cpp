@@ -507,7 +507,7 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   const bool cuda = tr.device == config::TrainingDevice::CUDA;
   const bool mixed = is_mixed(tr.precision);
   const double wbytes = mixed ? 2.0 : 4.0;  // model weights / activations on cuda
-  const bool adam = r.optimizer.type == config::OptimizerType::AdamW;
+  const bool adam = r.optimizer.type != config::OptimizerType::SGD;  // two moments
   // The recipe's model.attention_backend (auto: flash on cuda); --no-flash-attention forces the
   // unfused model.
   const bool flash = cluster.flash_attention && r.model.flash_attention(tr.device);
@@ -524,8 +524,13 @@ PlanReport plan(const config::Recipe& recipe, const ClusterSpec& cluster, int64_
   const double cp_kept = detail::context_parallel_cost(d, lay.cp, lay.cp_comm, act.s, act.b, act.t,
                                                        cuda ? act.a : 4.0, 0.0, 1.0)
                              .kept_bytes;
-  const PlanInputs in{r,      cluster,          d,   lay,    V, cuda, mixed, flash,
-                      wbytes, adam ? 8.0 : 4.0, act, cp_kept};
+  // 1-bit Adam keeps its error feedback too: the worker's (whole) and the server's (1/dp).
+  const double onebit_errors =
+      r.optimizer.type == config::OptimizerType::OnebitAdam
+          ? 4.0 * (1.0 + 1.0 / static_cast<double>(std::max<int64_t>(lay.dp * lay.cp, 1)))
+          : 0.0;
+  const PlanInputs in{r,      cluster, d,   lay, V, cuda, mixed, flash, wbytes,
+                      (adam ? 8.0 : 4.0) + onebit_errors, act, cp_kept};
   add_notes(rep, in);
 
   const auto counts = virtual_stage_layers(r, lay.pp, lay.vpp);

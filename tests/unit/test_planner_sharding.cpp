@@ -204,6 +204,9 @@ TEST(PlannerSharding, OnebitAdamSendsSignsAndBlockScales) {
   const double per_element = 1.0 / 8 + 4.0 / static_cast<double>(optim::kOnebitBlock);
   EXPECT_NEAR(onebit.time.dp_bytes_per_step, per_element * P * (1 + 1.0 / 4), 1e-6 * P);
   EXPECT_GT(dense.time.dp_bytes_per_step / onebit.time.dp_bytes_per_step, 20);
+  // Memory: two moments plus the worker error (whole) and the server error (a quarter at dp 4).
+  EXPECT_DOUBLE_EQ(onebit.stages[0].memory.optimizer,
+                   dense.stages[0].memory.optimizer * (8 + 4 * 1.25) / 8);
   // Over a slow link the exchange, though not overlapped, costs less than the all-reduce.
   ClusterSpec slow = devices(4);
   slow.intra_node_gbps = 0.01;

@@ -418,6 +418,35 @@ inline std::filesystem::path shared_scratch_path(const std::string& prefix) {
 }
 
 // The largest relative differences seen by the expect_same_* calls (for the report).
+// A run interrupted by a checkpoint at iteration `split` (saved by a first run of `split`
+// iterations, loaded by a second of the whole length) continues the uninterrupted run's losses
+// bit for bit. `recipe_of` turns a RecipeSpec into the recipe (adding what the spec cannot say);
+// `train` runs it on the world.
+inline void expect_resume_is_bit_exact(
+    const RecipeSpec& run, int64_t split, const std::string& scratch_prefix,
+    const std::function<config::Recipe(const RecipeSpec&)>& recipe_of,
+    const std::function<training::TrainSummary(const config::Recipe&)>& train) {
+  const std::filesystem::path dir = shared_scratch_path(scratch_prefix);
+  if (mp::testing::world().rank() == 0) std::filesystem::remove_all(dir);
+  mp::testing::world().barrier();
+  const auto straight = train(recipe_of(run));
+  RecipeSpec first = run;
+  first.iters = split;
+  first.save = dir.string();
+  first.checkpoint_extra = concat(", save_interval: ", split);
+  (void)train(recipe_of(first));
+  RecipeSpec second = run;
+  second.load = dir.string();
+  const auto resumed = train(recipe_of(second));
+  const size_t rest = static_cast<size_t>(run.iters - split);
+  ASSERT_EQ(resumed.steps.size(), rest);
+  for (size_t i = 0; i < rest; ++i)
+    EXPECT_EQ(resumed.steps[i].loss, straight.steps[static_cast<size_t>(split) + i].loss)
+        << "step " << split + 1 + static_cast<int64_t>(i);
+  mp::testing::world().barrier();
+  if (mp::testing::world().rank() == 0) std::filesystem::remove_all(dir);
+}
+
 struct MaxDiff {
   double loss = 0, grad_norm = 0, moe = 0;
 };

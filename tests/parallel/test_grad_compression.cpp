@@ -17,7 +17,6 @@
 namespace megatron {
 namespace {
 
-namespace fs = std::filesystem;
 namespace eq = megatron::equivalence;
 namespace mp = megatron::parallel;
 using mp::testing::world;
@@ -140,26 +139,12 @@ TEST(GradCompression, WarmupGoesFromWholeBucketsToTheRatio) {
 // A checkpoint in the middle of a compressed run: resuming it gives the uninterrupted curve
 // exactly (each rank's residuals saved and loaded); without them error feedback would restart.
 TEST(GradCompression, ResumingTheCompressedRunIsBitExact) {
-  const fs::path dir = eq::shared_scratch_path("megatron_topk_ckpt_");
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
   // (with a warm-up: the share follows the iteration across the resume)
   eq::RecipeSpec run = model(0.05, 10);
   run.parallel_extra += ", topk_warmup_iters: 7";
-  const auto straight = eq::train_on_world(eq::make_recipe(run), tokens(), nullptr);
-  eq::RecipeSpec first = run;
-  first.iters = 5;
-  first.save = dir.string();
-  first.checkpoint_extra = ", save_interval: 5";
-  (void)eq::train_on_world(eq::make_recipe(first), tokens(), nullptr);
-  eq::RecipeSpec second = run;
-  second.load = dir.string();
-  const auto resumed = eq::train_on_world(eq::make_recipe(second), tokens(), nullptr);
-  ASSERT_EQ(resumed.steps.size(), 5u);
-  for (size_t i = 0; i < 5; ++i)
-    EXPECT_EQ(resumed.steps[i].loss, straight.steps[5 + i].loss) << "step " << 6 + i;
-  world().barrier();
-  if (world().rank() == 0) fs::remove_all(dir);
+  eq::expect_resume_is_bit_exact(
+      run, 5, "megatron_topk_ckpt_", [](const eq::RecipeSpec& s) { return eq::make_recipe(s); },
+      [](const config::Recipe& r) { return eq::train_on_world(r, tokens(), nullptr); });
 }
 
 }  // namespace

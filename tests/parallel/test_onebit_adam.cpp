@@ -23,7 +23,6 @@ namespace megatron {
 namespace {
 
 namespace eq = megatron::equivalence;
-namespace fs = std::filesystem;
 namespace mp = megatron::parallel;
 using mp::testing::world;
 using optim::kOnebitBlock;
@@ -378,23 +377,9 @@ TEST(OnebitAdam, EverySupportedLayoutKeepsItsReplicasEqual) {
 // A checkpoint after the freeze: resuming gives the uninterrupted curve exactly (the worker and
 // server errors saved per rank and layout, the frozen variance with the moments).
 TEST(OnebitAdam, ResumingTheCompressedRunIsBitExact) {
-  const fs::path dir = eq::shared_scratch_path("megatron_onebit_ckpt_");
-  if (world().rank() == 0) fs::remove_all(dir);
-  world().barrier();
-  const auto straight = train(onebit(model(10), 3), false, "straight");
-  eq::RecipeSpec first = model(5);
-  first.decay_iters = 12;
-  first.save = dir.string();
-  first.checkpoint_extra = ", save_interval: 5";
-  (void)train(onebit(first, 3), false, "first");
-  eq::RecipeSpec second = model(10);
-  second.load = dir.string();
-  const auto resumed = train(onebit(second, 3), false, "resumed");
-  ASSERT_EQ(resumed.steps.size(), 5u);
-  for (size_t i = 0; i < 5; ++i)
-    EXPECT_EQ(resumed.steps[i].loss, straight.steps[5 + i].loss) << "step " << 6 + i;
-  world().barrier();
-  if (world().rank() == 0) fs::remove_all(dir);
+  eq::expect_resume_is_bit_exact(
+      model(10), 5, "megatron_onebit_ckpt_", [](const eq::RecipeSpec& s) { return onebit(s, 3); },
+      [](const config::Recipe& r) { return train(r, false, "resume"); });
 }
 
 }  // namespace

@@ -86,9 +86,11 @@ row() {  # name, bytes, val, seconds
 }
 for model in $models; do
   for dp in $dps; do
-    run "${model}_dp${dp}" "$dp" "recipes/$model.yaml"
-    read -r b0 v0 t0 <<< "$(summary "$out_dir/${model}_dp${dp}.jsonl")"
-    row "${model}_dp${dp}" "$b0" "$v0" "$t0"
+    if [ "$methods" != zeropp ]; then  # the plain run (zeropp compares with ZeRO-3)
+      run "${model}_dp${dp}" "$dp" "recipes/$model.yaml"
+      read -r b0 v0 t0 <<< "$(summary "$out_dir/${model}_dp${dp}.jsonl")"
+      row "${model}_dp${dp}" "$b0" "$v0" "$t0"
+    fi
     for method in $methods; do
       name="${model}_dp${dp}_$method" after=0 base="${model}_dp${dp}"
       case "$method" in

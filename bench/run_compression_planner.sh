@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Where communication compression pays off: the planner's step-time model (megatron/planning)
 # for one recipe on a cluster whose inter-node link gets slower, side by side: AdamW with the
-# plain all-reduce (no_shard), the distributed optimizer (optim), top-k compression at --ratio,
-# and 1-bit Adam past its freeze. Printed per link speed: the estimated step time, the exposed
+# plain all-reduce (no_shard), the distributed optimizer (optim), ZeRO-3 and ZeRO++ (int8 unit
+# gathers and gradient reduce-scatters), top-k compression at --ratio, and 1-bit Adam past its
+# freeze. Printed per link speed: the estimated step time, the exposed
 # data-parallel communication and the bytes each rank sends per step. A model, not a measurement
 # (bench/run_compression_bench.sh measures bytes and loss on this CPU).
 #
@@ -49,6 +50,10 @@ for g in $gbps; do
   printf '%-10s %-24s %s\n' "$g" "adamw no_shard" "$(estimate "$g" $no_shard)"
   printf '%-10s %-24s %s\n' "$g" "adamw optim" \
     "$(estimate "$g" --set optimizer.distributed=false --set parallel.data_parallel_sharding_strategy=optim)"
+  zero3="--set optimizer.distributed=false --set parallel.data_parallel_sharding_strategy=optim_grads_params"
+  printf '%-10s %-24s %s\n' "$g" "adamw zero-3" "$(estimate "$g" $zero3)"
+  printf '%-10s %-24s %s\n' "$g" "zero++ (int8 qwZ + qgZ)" "$(estimate "$g" $zero3 \
+    --set parallel.zero_quantized_weights=true --set parallel.zero_quantized_gradients=true)"
   printf '%-10s %-24s %s\n' "$g" "topk $ratio" "$(estimate "$g" $no_shard \
     --set parallel.grad_compression=topk --set parallel.topk_ratio="$ratio")"
   printf '%-10s %-24s %s\n' "$g" "onebit_adam (frozen)" "$(estimate "$g" $no_shard \
